@@ -1,0 +1,76 @@
+"""Every error Rewind raises on purpose. Each message says what was wrong and what to do."""
+
+from __future__ import annotations
+
+
+class RewindError(Exception):
+    """Base class of all Rewind errors."""
+
+
+class InvalidSessionId(RewindError, ValueError):
+    """A session id is empty, longer than 200 characters or holds control characters."""
+
+
+class UnknownSession(RewindError, KeyError):
+    """No session with that id exists in the store."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "unknown session"
+
+
+class UnknownSnapshot(RewindError, KeyError):
+    """No snapshot with that id exists in the session."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown snapshot"
+
+
+class SnapshotNotRestorable(RewindError, ValueError):
+    """The snapshot exists but cannot be a rollback target (abandoned branch or retired)."""
+
+
+class NothingToRollBack(RewindError, ValueError):
+    """A rollback was asked for but no restorable snapshot qualifies."""
+
+
+class StepError(RewindError, RuntimeError):
+    """A guarded step was used wrongly (finished twice, never finished, …)."""
+
+
+class StoreError(RewindError):
+    """The store failed; the message names the store (never its password)."""
+
+
+class StoreUnavailable(StoreError, ConnectionError):
+    """The store cannot be reached."""
+
+
+class SchemaMismatch(StoreError):
+    """The store was written by a newer release of Rewind."""
+
+
+class PermissionDenied(RewindError, PermissionError):
+    """The actor's role does not allow this action."""
+
+
+class UnknownCompensation(RewindError, KeyError):
+    """No handler is registered under that compensation name in this process."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown compensation"
+
+
+class LoopDetected(RewindError):
+    """Raised from a guarded step when the loop detector flags the session.
+
+    Attributes:
+        verdict: the detector's `Verdict` (rule, explanation, evidence, loop start).
+        rollback: the `RollbackResult` when the engine already rolled the session back
+            (the default policy), or None when the policy only nudged the agent.
+    """
+
+    def __init__(self, verdict, rollback=None):
+        self.verdict = verdict
+        self.rollback = rollback
+        where = f"; rolled back to {rollback.target}" if rollback is not None else ""
+        super().__init__(f"loop detected ({verdict.rule}): {verdict.explanation}{where}")

@@ -1,0 +1,97 @@
+"""Canonical JSON and stable fingerprints of tool calls.
+
+A fingerprint is the SHA-256 of the tool name and its canonical arguments: keys sorted, no
+whitespace, values converted deterministically (datetime, Decimal, bytes, tuple, set, …). It is the
+same across processes, hosts and Python versions because it depends only on the JSON text.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as _dt
+import decimal
+import enum
+import hashlib
+import json
+import math
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["canonicalize", "canonical_json", "fingerprint", "digest"]
+
+
+def canonicalize(value: Any, _path: str = "args") -> Any:
+    """Convert `value` into plain JSON data (dict / list / str / int / float / bool / None).
+
+    Conversions are deterministic: datetimes become ISO 8601 strings (naive ones are kept naive),
+    Decimal becomes its exact string, bytes become ``{"$bytes": base64}``, tuples become lists and
+    sets and frozensets become sorted lists (sorted by their canonical JSON text), enums their value,
+    UUIDs their string, dataclasses their fields.
+
+    Raises:
+        TypeError: for values with no well-defined JSON form (objects, functions, NaN, infinity,
+            dict keys that are not strings), naming where in the value the problem is.
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"{_path}: {value!r} has no JSON form; use a string or a number")
+        return value
+    if isinstance(value, enum.Enum):
+        return canonicalize(value.value, _path)
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise TypeError(
+                    f"{_path}: dict key {k!r} is a {type(k).__name__}; JSON keys must be strings"
+                )
+            out[k] = canonicalize(v, f"{_path}.{k}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [canonicalize(v, f"{_path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, (set, frozenset)):
+        items = [canonicalize(v, f"{_path}{{}}") for v in value]
+        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True, ensure_ascii=False))
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    if isinstance(value, _dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            raise TypeError(f"{_path}: {value!r} has no JSON form")
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return canonicalize(
+            {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, _path
+        )
+    raise TypeError(
+        f"{_path}: a {type(value).__name__} cannot be stored as JSON; "
+        "pass plain data (dict, list, str, number, bool, None, datetime, Decimal, bytes)"
+    )
+
+
+def canonical_json(value: Any) -> str:
+    """The canonical JSON text of `value`: sorted keys, no spaces, UTF-8 kept as is."""
+    return json.dumps(
+        canonicalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+
+
+def digest(text: str) -> str:
+    """Short stable digest (first 16 hex chars of SHA-256) of a text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def fingerprint(tool: str | None, args: Any) -> str:
+    """Stable fingerprint of a tool call: digest of the tool name and the canonical args."""
+    return digest(f"{tool or ''}\x00{canonical_json(args if args is not None else {})}")
