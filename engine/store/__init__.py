@@ -1,0 +1,46 @@
+"""Store backends and `open_store(url)`."""
+
+from __future__ import annotations
+
+import os
+
+from engine.store.base import Retention, StepTicket, Store
+
+__all__ = ["DEFAULT_URL", "Retention", "StepTicket", "Store", "open_store", "redact"]
+
+DEFAULT_URL = "sqlite:///.rewind/rewind.db"
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by ***, safe to print or log."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
+
+
+def open_store(url: str | None = None, **options) -> Store:
+    """Open the store at `url`; None means $REWIND_STORE, else the embedded SQLite default.
+
+    Raises:
+        ValueError: the URL's scheme is not one Rewind knows.
+        StoreUnavailable: the store cannot be reached (the message names it, never a password).
+    """
+    url = url or os.environ.get("REWIND_STORE") or DEFAULT_URL
+    scheme = url.split(":", 1)[0].lower()
+    if scheme == "sqlite":
+        from engine.store.sqlite import SQLiteStore
+
+        return SQLiteStore(url)
+    if scheme in {"redis", "rediss", "redis+cluster", "rediss+cluster"}:
+        from engine.store.redis import RedisStore
+
+        return RedisStore(url, **options)
+    raise ValueError(
+        f"unknown store URL {redact(url)!r}: use sqlite:///path, redis://host:port/db, "
+        "rediss://… or redis+cluster://host:port"
+    )

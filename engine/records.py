@@ -1,0 +1,269 @@
+"""Typed records that the engine hands out. Every field says what it means."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SESSION_STATUSES = ("healthy", "looping", "rolled_back", "stopped")
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """Summary of one session, as the fleet view lists it."""
+
+    id: str
+    """Session id (1–200 printable characters)."""
+    meta: dict
+    """Free metadata: tenant, scenario, prompt_version, locale, channel, …"""
+    status: str
+    """healthy, looping, rolled_back or stopped."""
+    head: str | None
+    """Id of the newest snapshot on the live line, None before the first snapshot."""
+    epoch: int
+    """Incremented by every rollback; a step begun in an older epoch lands as late."""
+    created_at: float
+    """Unix time the session was created."""
+    updated_at: float
+    """Unix time of the last change."""
+    steps: int = 0
+    """Number of steps ever recorded (live and abandoned)."""
+    messages: int = 0
+    """Number of messages on the live line."""
+    loops: int = 0
+    """Number of loop verdicts so far."""
+    rollbacks: int = 0
+    """Number of rollbacks so far."""
+    last_verdict: dict | None = None
+    """The latest loop verdict (rule, explanation, evidence steps, loop_start_step), if any."""
+
+    @property
+    def tenant(self) -> str | None:
+        return self.meta.get("tenant")
+
+    @property
+    def scenario(self) -> str | None:
+        return self.meta.get("scenario")
+
+    @property
+    def prompt_version(self) -> str | None:
+        return self.meta.get("prompt_version")
+
+    @property
+    def locale(self) -> str:
+        return self.meta.get("locale") or "en"
+
+
+@dataclass(frozen=True)
+class State:
+    """The live state of a session."""
+
+    messages: list[dict]
+    """Chat messages on the live line, oldest first."""
+    variables: dict
+    """Current variables."""
+    head: str | None
+    """Newest snapshot on the live line."""
+    status: str
+    """Session status."""
+    epoch: int = 0
+    """Rollback epoch."""
+
+
+@dataclass(frozen=True)
+class SnapshotNode:
+    """One node of the snapshot tree."""
+
+    id: str
+    """Snapshot id, unique within the session."""
+    parent: str | None
+    """Id of the snapshot this one was taken after (None for the first)."""
+    label: str | None
+    """Human label (e.g. "before refund", "before step 12")."""
+    created_at: float
+    """Unix time taken."""
+    on_live_line: bool
+    """True while the snapshot lies on the live line."""
+    abandoned_reason: str | None
+    """For snapshots on an abandoned branch: who rolled back, why, when."""
+    kind: str = "manual"
+    """manual (asked for by the runtime) or step (write-ahead, before a guarded step)."""
+    restorable: bool = True
+    """False when retention retired it or it lies on an abandoned branch."""
+    next_step: int = 1
+    """Number of the first step taken after this snapshot."""
+    messages: int = 0
+    """Number of live messages the snapshot restores."""
+    branch: str | None = None
+    """Id of the abandoned branch holding it, None on the live line."""
+    is_head: bool = False
+    """True for the session's current head."""
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One tool call or agent turn, live or abandoned."""
+
+    n: int
+    """Step number within the session (1, 2, …; never reused)."""
+    tool: str | None
+    """Tool name; None for a plain agent message turn."""
+    args: Any
+    """Canonical arguments."""
+    fingerprint: str
+    """Stable hash of tool + canonical args."""
+    status: str
+    """running, ok or error."""
+    error: str | None
+    """Error text for failed steps."""
+    result_digest: str | None
+    """Digest of the result (equal results, equal digests)."""
+    result_preview: str | None
+    """First characters of the result, for people."""
+    started_at: float
+    """Unix time the step began."""
+    ended_at: float | None
+    """Unix time the step ended, None while running."""
+    side_effect: bool
+    """The tool changes the outside world."""
+    compensation: tuple[str, Any] | None
+    """(handler name, args) that undoes the side effect."""
+    verdict: dict | None
+    """Loop verdict recorded with this step, if it flagged one."""
+    on_live_line: bool
+    """False once a rollback abandoned the step."""
+    branch: str | None
+    """Abandoned branch id, None on the live line."""
+    late: bool = False
+    """The step was in flight while the session was rolled back; it never reached the live line."""
+    snapshot: str | None = None
+    """Write-ahead snapshot taken right before this step."""
+    text: str | None = None
+    """Agent text of a message turn."""
+    epoch: int = 0
+    """Epoch in which the step began."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def duration_ms(self) -> float | None:
+        return None if self.ended_at is None else (self.ended_at - self.started_at) * 1000
+
+
+@dataclass(frozen=True)
+class MessageRecord:
+    """A message with where it lives."""
+
+    seq: int
+    """Session sequence number of the write."""
+    pos: int
+    """Position in the history of its line."""
+    message: dict
+    """The chat message."""
+    branch: str | None
+    """Abandoned branch id, None on the live line."""
+    created_at: float
+
+
+@dataclass(frozen=True)
+class BranchInfo:
+    """An abandoned branch left behind by a rollback."""
+
+    id: str
+    from_snapshot: str
+    """Snapshot the session was rolled back to."""
+    actor: str
+    reason: str
+    created_at: float
+    epoch: int
+    """Epoch the branch ended (steps begun in it and finished later are late)."""
+
+
+@dataclass(frozen=True)
+class Compensation:
+    """One saga compensation in the durable outbox."""
+
+    id: int
+    session: str
+    step: int
+    """Step whose side effect this undoes."""
+    name: str
+    """Registered handler name."""
+    args: Any
+    idempotency_key: str
+    """Stable key (session + step): a handler may see it again after a crash, never a new one."""
+    status: str
+    """pending, running, done or failed."""
+    attempts: int
+    error: str | None
+    created_at: float
+    updated_at: float
+    branch: str | None = None
+    """Abandoned branch whose rollback queued it."""
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    """What a rollback did."""
+
+    session: str
+    target: str
+    """Snapshot the live line now ends at."""
+    branch: str
+    """Id of the abandoned branch holding what left the live line."""
+    epoch: int
+    """The session's new epoch."""
+    actor: str
+    reason: str
+    at: float
+    abandoned_messages: int = 0
+    abandoned_steps: int = 0
+    abandoned_snapshots: int = 0
+    abandoned_memories: int = 0
+    compensations: tuple[Compensation, ...] = ()
+    """Compensations queued, newest step first."""
+    notice: str | None = None
+    """Notice appended to the live history, if any."""
+
+
+@dataclass(frozen=True)
+class RollbackPreview:
+    """What a rollback to `target` would do, without doing it."""
+
+    session: str
+    target: str
+    messages: list[dict]
+    """Messages that would leave the live line."""
+    steps: list[StepRecord]
+    """Steps that would leave the live line."""
+    compensations: list[tuple[int, str, Any]]
+    """(step, handler, args) that would be queued, newest first."""
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """An operator or engine action, for the audit log."""
+
+    id: int
+    at: float
+    actor: str
+    action: str
+    """rollback, notice, compensation, retention, …"""
+    session: str | None
+    snapshot: str | None
+    reason: str | None
+    detail: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Event:
+    """An entry of the change feed; `id` is the cursor."""
+
+    id: int
+    at: float
+    session: str | None
+    type: str
+    """session, message, vars, snapshot, step, verdict, rollback, notice, compensation, …"""
+    data: dict = field(default_factory=dict)
