@@ -27,8 +27,8 @@ def canonicalize(value: Any, _path: str = "args") -> Any:
 
     Conversions are deterministic: datetimes become ISO 8601 strings (naive ones are kept naive),
     Decimal becomes its exact string, bytes become ``{"$bytes": base64}``, tuples become lists and
-    sets and frozensets become sorted lists (sorted by their canonical JSON text), enums their value,
-    UUIDs their string, dataclasses their fields.
+    sets and frozensets become sorted lists (sorted by their canonical JSON text), enums their
+    value, UUIDs their string, dataclasses their fields.
 
     Raises:
         TypeError: for values with no well-defined JSON form (objects, functions, NaN, infinity,

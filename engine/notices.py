@@ -8,7 +8,10 @@ TEMPLATES = {
         "last good point and a safe mode started. Please check the last answer before relying "
         "on it."
     ),
-    "zh": "之前的部分结果有误，对话上下文已重置到最近一个正常的状态，并已进入安全模式。请在使用前核对最新的回答。",
+    "zh": (
+        "之前的部分结果有误，对话上下文已重置到最近一个正常的状态，并已进入安全模式。"
+        "请在使用前核对最新的回答。"
+    ),
 }
 
 NOTICE_FLAG = "rewind_notice"

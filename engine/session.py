@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from engine.detector import Step, Verdict
 from engine.errors import InvalidSessionId, LoopDetected, NothingToRollBack, StepError
 from engine.fingerprint import canonical_json, canonicalize, digest, fingerprint
-from engine.notices import notice_message, template_for
 from engine.records import (
     BranchInfo,
     MessageRecord,

@@ -121,7 +121,7 @@ _counters: dict[str, TokenCounter] = {}
 
 
 def _package_dirs(package: str) -> list[Path]:
-    """Directories of an installed package (several for a namespace package), without importing it."""
+    """Directories of an installed (possibly namespace) package, without importing it."""
     try:
         spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):

@@ -90,7 +90,9 @@ class Store(Protocol):
     ) -> list[SessionInfo]:
         """Sessions matching every given filter, most recently active first."""
 
-    def count_sessions(self, *, status: str | None = None, updated_since: float | None = None) -> int:
+    def count_sessions(
+        self, *, status: str | None = None, updated_since: float | None = None
+    ) -> int:
         """How many sessions match."""
 
     def set_status(self, sid: str, status: str, verdict: dict | None, now: float) -> None:

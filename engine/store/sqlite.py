@@ -347,8 +347,9 @@ class SQLiteStore:
     def append_messages(self, sid: str, messages: list[dict], now: float) -> int:
         with self._write() as conn:
             epoch, pos = self._append(conn, sid, messages, now)
+            roles = [m["role"] for m in messages]
             self._event(conn, now, sid, "message",
-                        {"count": len(messages), "pos": pos, "roles": [m["role"] for m in messages]})
+                        {"count": len(messages), "pos": pos, "roles": roles})
         return epoch
 
     def put(self, sid: str, ns: str, items: dict[str, Any], now: float) -> int:

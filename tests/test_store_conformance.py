@@ -1,0 +1,409 @@
+"""Store conformance: the same behaviour on every backend, through the public engine API."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import pytest
+
+from engine import (
+    Actor,
+    Engine,
+    InvalidSessionId,
+    LoopDetected,
+    PermissionDenied,
+    SnapshotNotRestorable,
+    UnknownSession,
+    UnknownSnapshot,
+)
+from engine.notices import TEMPLATES
+from engine.store import Retention
+
+
+def _fail_three_times(s, tool="image_crop", args=None):
+    with pytest.raises(LoopDetected) as info:
+        for _ in range(10):
+            with s.step(tool, args or {"x": 10, "y": 20}) as call:
+                call.fail("invalid slice")
+            s.append_message("tool", "invalid slice")
+    return info.value
+
+
+# -- sessions ---------------------------------------------------------------------------------
+def test_session_is_created_once_and_meta_merges(engine):
+    s = engine.session("sess-1", meta={"tenant": "acme", "scenario": "refund"})
+    engine.session("sess-1", meta={"prompt_version": "v7"})
+    info = s.info()
+    assert info.meta == {"tenant": "acme", "scenario": "refund", "prompt_version": "v7"}
+    assert info.status == "healthy" and info.head is None and info.epoch == 0
+    assert [i.id for i in engine.sessions()] == ["sess-1"]
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 201, "a\nb", "tab\there", "nul\x00", 42, None])
+def test_invalid_session_ids_are_rejected_and_create_nothing(engine, bad):
+    with pytest.raises(InvalidSessionId):
+        engine.session(bad)
+    assert engine.sessions() == []
+
+
+def test_odd_but_valid_session_ids_work(engine):
+    ids = ["{tag}:x", "a:b:c", "*?[]", "会话-42", "x" * 200, "sp ace"]
+    for sid in ids:
+        engine.session(sid).append_message("user", sid)
+    for sid in ids:
+        assert engine.get_session(sid).state().messages == [{"role": "user", "content": sid}]
+
+
+def test_unknown_session_is_a_clear_error(engine):
+    with pytest.raises(UnknownSession, match="nope"):
+        engine.get_session("nope")
+    with pytest.raises(UnknownSession):
+        engine.rollback("nope", actor="alice", reason="x")
+
+
+def test_sessions_filter_by_meta_and_status(engine):
+    engine.session("a", meta={"tenant": "t1", "scenario": "refund", "prompt_version": "v1"})
+    engine.session("b", meta={"tenant": "t2", "scenario": "crop", "prompt_version": "v2"})
+    assert [i.id for i in engine.sessions(tenant="t1")] == ["a"]
+    assert [i.id for i in engine.sessions(scenario="crop")] == ["b"]
+    assert [i.id for i in engine.sessions(prompt_version="v2")] == ["b"]
+    assert {i.id for i in engine.sessions(status="healthy")} == {"a", "b"}
+    assert engine.sessions(status="looping") == []
+
+
+# -- history and state ------------------------------------------------------------------------
+def test_messages_and_variables_round_trip(engine):
+    s = engine.session("s")
+    s.append_message("user", "I want a refund")
+    s.append_message("assistant", None, tool_calls=[{"name": "refund_api", "args": {"o": 1}}])
+    s.set_var("order_id", "A-1")
+    s.set_vars({"amount": 12.5, "tags": ["x", "y"]})
+    s.del_var("tags")
+    st = s.state()
+    assert st.messages == [
+        {"role": "user", "content": "I want a refund"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"name": "refund_api", "args": {"o": 1}}]},
+    ]
+    assert st.variables == {"order_id": "A-1", "amount": 12.5}
+
+
+def test_values_that_json_cannot_hold_are_rejected_and_nothing_is_written(engine):
+    s = engine.session("s")
+    with pytest.raises(TypeError, match="object"):
+        s.set_var("bad", object())
+    with pytest.raises(TypeError):
+        s.append_message("user", {"f": lambda: 1})
+    with pytest.raises(TypeError):
+        s.step("tool", {"when": float("nan")})
+    with pytest.raises(ValueError):
+        s.append_message("", "no role")
+    assert s.state().messages == [] and s.state().variables == {}
+    assert s.steps() == []
+
+
+def test_args_are_canonicalized_deterministically(engine):
+    s = engine.session("s")
+    args = {"b": (1, 2), "a": {3, 1, 2}, "t": dt.datetime(2026, 1, 2, 3, 4, 5),
+            "d": decimal.Decimal("1.10"), "raw": b"\x00\xff"}
+    with s.step("tool", args) as call:
+        call.ok("fine")
+    with s.step("tool", dict(reversed(list(args.items())))) as call:
+        call.ok("fine")
+    first, second = s.steps()
+    assert first.args == {"a": [1, 2, 3], "b": [1, 2], "d": "1.10",
+                          "raw": {"$bytes": "AP8="}, "t": "2026-01-02T03:04:05"}
+    assert first.fingerprint == second.fingerprint
+
+
+# -- snapshots and rollback -------------------------------------------------------------------
+def test_rollback_restores_state_and_keeps_the_abandoned_branch(engine):
+    s = engine.session("s", meta={"locale": "en"})
+    s.append_message("user", "hello")
+    s.set_var("v", 1)
+    snap = s.snapshot("start")
+    s.append_message("assistant", "wrong 1")
+    s.set_var("v", 2)
+    s.set_var("w", 3)
+    s.snapshot("later")
+    s.append_message("assistant", "wrong 2")
+
+    r = s.rollback(to=snap, actor="alice", reason="bad answers", notice=False)
+    st = s.state()
+    assert st.messages == [{"role": "user", "content": "hello"}]
+    assert st.variables == {"v": 1}
+    assert st.head == snap and st.status == "rolled_back"
+    assert r.abandoned_messages == 2 and r.abandoned_snapshots == 1 and r.epoch == 1
+
+    abandoned = [m.message["content"] for m in s.messages() if m.branch == r.branch]
+    assert abandoned == ["wrong 1", "wrong 2"]
+    nodes = {n.label: n for n in s.tree()}
+    assert nodes["start"].on_live_line and nodes["start"].is_head
+    assert not nodes["later"].on_live_line and not nodes["later"].restorable
+    assert "alice" in nodes["later"].abandoned_reason
+    assert "bad answers" in nodes["later"].abandoned_reason
+    [branch] = s.branches()
+    assert (branch.actor, branch.reason, branch.from_snapshot) == ("alice", "bad answers", snap)
+
+    # the line continues from the snapshot
+    s.append_message("assistant", "right")
+    assert [m["content"] for m in s.state().messages] == ["hello", "right"]
+
+
+def test_rollback_to_unknown_or_abandoned_snapshot_changes_nothing(engine):
+    s = engine.session("s")
+    first = s.snapshot("a")
+    s.append_message("user", "x")
+    second = s.snapshot("b")
+    s.rollback(to=first, actor="alice", reason="r", notice=False)
+    before = (s.state(), len(s.tree()), len(engine.audit()))
+    with pytest.raises(UnknownSnapshot, match="snap-999"):
+        s.rollback(to="snap-999", actor="alice", reason="r")
+    with pytest.raises(SnapshotNotRestorable, match="abandoned"):
+        s.rollback(to=second, actor="alice", reason="r")
+    assert (s.state(), len(s.tree()), len(engine.audit())) == before
+
+
+def test_notice_uses_the_session_locale_and_custom_text(engine):
+    zh = engine.session("zh", meta={"locale": "zh-CN"})
+    snap = zh.snapshot()
+    zh.append_message("user", "x")
+    r = zh.rollback(to=snap, actor="op", reason="r")
+    assert r.notice == TEMPLATES["zh"]
+    last = zh.state().messages[-1]
+    assert last["role"] == "assistant" and last["content"] == TEMPLATES["zh"]
+    assert last["rewind_notice"] is True
+
+    en = engine.session("en")
+    assert en.inject_notice(actor="op") == TEMPLATES["en"]
+    assert en.inject_notice("Custom words", actor="op") == "Custom words"
+    assert [m["content"] for m in en.state().messages] == [TEMPLATES["en"], "Custom words"]
+    actions = [(e.action, e.actor, e.session) for e in engine.audit(action="notice")]
+    assert ("notice", "op", "en") in actions and ("notice", "op", "zh") in actions
+
+
+def test_viewers_cannot_act(engine):
+    s = engine.session("s")
+    s.snapshot()
+    with pytest.raises(PermissionDenied):
+        engine.rollback("s", actor=Actor("vic", "viewer"), reason="x")
+    with pytest.raises(PermissionDenied):
+        engine.notice("s", actor=Actor("vic", "viewer"))
+    assert engine.audit() == [] and s.state().messages == []
+
+
+def test_retention_window_retires_old_named_snapshots(store_url):
+    engine = Engine.open(store_url, retention=Retention(keep_snapshots=2, keep_step_snapshots=3))
+    s = engine.session("s")
+    ids = [s.snapshot(f"n{i}") for i in range(4)]
+    restorable = {n.id for n in s.tree() if n.restorable}
+    assert restorable == set(ids[-2:])
+    with pytest.raises(SnapshotNotRestorable, match="retired"):
+        s.rollback(to=ids[0], actor="a", reason="r")
+    for i in range(6):
+        with s.step("tool", {"i": i}) as call:
+            call.ok(i)
+    step_snaps = [n for n in s.tree() if n.kind == "step"]
+    assert [n.restorable for n in step_snaps] == [False] * 3 + [True] * 3
+
+
+def test_purge_removes_old_abandoned_branches_and_records_it(store_url):
+    now = [1_000_000.0]
+    engine = Engine.open(store_url, clock=lambda: now[0])
+    s = engine.session("s")
+    snap = s.snapshot()
+    s.append_message("user", "gone later")
+    s.rollback(to=snap, actor="a", reason="r", notice=False)
+    assert engine.purge_abandoned(older_than_s=3600)["branches"] == 0
+    now[0] += 7200
+    removed = engine.purge_abandoned(older_than_s=3600)
+    assert removed["branches"] == 1 and removed["messages"] == 1
+    assert s.messages() == [] and s.branches() == []
+    assert engine.audit(action="retention")[0].detail["messages"] == 1
+
+
+# -- steps and loops --------------------------------------------------------------------------
+def test_step_records_outcomes_and_exceptions(engine):
+    s = engine.session("s")
+    with s.step("search", {"q": "rates"}) as call:
+        call.ok({"hits": 3})
+    with pytest.raises(RuntimeError):
+        with s.step("fetch", {"url": "u"}):
+            raise RuntimeError("HTTP 500")
+    ok, failed = s.steps()
+    assert (ok.n, ok.tool, ok.status, ok.on_live_line) == (1, "search", "ok", True)
+    assert '"hits":3' in ok.result_preview and ok.result_digest
+    assert failed.status == "error" and failed.error == "RuntimeError: HTTP 500"
+    assert ok.snapshot is not None and ok.ended_at >= ok.started_at
+
+
+def test_loop_rolls_back_to_before_the_loop_and_injects_notice(engine):
+    s = engine.session("s", meta={"locale": "en"})
+    s.append_message("user", "crop the image")
+    with s.step("load_image", {"id": 7}) as call:
+        call.ok("loaded")
+    s.append_message("tool", "loaded")
+    exc = _fail_three_times(s)
+    assert exc.verdict.looping and exc.rollback is not None
+    st = s.state()
+    assert [m["content"] for m in st.messages] == ["crop the image", "loaded", TEMPLATES["en"]]
+    live_tools = [x.tool for x in s.steps(live_only=True)]
+    assert live_tools == ["load_image"]
+    info = s.info()
+    assert info.status == "rolled_back" and info.loops == 1 and info.rollbacks == 1
+    verdict = info.last_verdict
+    assert verdict["loop_start_step"] == 2 and verdict["evidence_steps"][-1] == 4
+    assert verdict["explanation"]
+    rollback = engine.audit(action="rollback")[0]
+    assert rollback.actor == "rewind" and "loop detected" in rollback.reason
+
+
+def test_flag_policy_leaves_the_session_looping_for_an_operator(engine):
+    s = engine.session("s", on_loop="flag")
+    s.snapshot("start")
+    for _ in range(3):
+        with s.step("image_crop", {"x": 1}) as call:
+            call.fail("invalid slice")
+    assert s.info().status == "looping"
+    target = s.suggested_target()
+    preview = s.preview_rollback()
+    assert preview.target == target and [x.n for x in preview.steps] == [1, 2, 3]
+    r = engine.rollback("s", actor=Actor("alice"), reason="loop on image_crop")
+    assert r.target == target and r.abandoned_steps == 3
+    assert s.info().status == "rolled_back"
+
+
+def test_nudge_then_rollback_policy(engine):
+    s = engine.session("s", on_loop="nudge_then_rollback")
+    s.snapshot("start")
+    for _ in range(3):
+        with s.step("image_crop", {"x": 1}) as call:
+            call.fail("invalid slice")
+    nudge = s.state().messages[-1]
+    assert nudge["role"] == "system" and nudge.get("rewind_nudge") is True
+    with pytest.raises(LoopDetected) as info:
+        for _ in range(5):
+            with s.step("image_crop", {"x": 1}) as call:
+                call.fail("invalid slice")
+    assert info.value.rollback is not None
+
+
+def test_step_in_flight_during_a_rollback_lands_late_on_the_branch(engine):
+    agent = engine.session("s")
+    snap = agent.snapshot("safe")
+    agent.append_message("user", "go")
+    operator = Engine(engine.store)  # another handle, as the console would hold
+    with agent.step("slow_tool", {"n": 1}) as call:
+        operator.rollback("s", to=snap, actor="alice", reason="looping", notice=False)
+        call.ok("too late")
+    assert call.late
+    [rec] = agent.steps()
+    assert rec.late and not rec.on_live_line and rec.branch is not None
+    assert agent.steps(live_only=True) == []
+    # the same handle continues from the rolled-back state
+    agent.append_message("assistant", "again")
+    assert [m["content"] for m in agent.state().messages] == ["again"]
+    with agent.step("next_tool", {}) as call:
+        call.ok(1)
+    assert [x.tool for x in agent.steps(live_only=True)] == ["next_tool"]
+
+
+# -- saga -------------------------------------------------------------------------------------
+def test_compensations_run_newest_first_exactly_once(engine):
+    s = engine.session("s")
+    snap = s.snapshot()
+    for i, name in enumerate(["points.deduct", "inventory.reserve"]):
+        with s.step(name, {"i": i}, side_effect=True, compensation=(f"{name}.undo", {"i": i})) as c:
+            c.ok("done")
+    with s.step("no_effect", {}) as c:
+        c.ok("x")
+    with s.step("points.deduct", {"i": 9}, side_effect=True,
+                compensation=("points.deduct.undo", {"i": 9})) as c:
+        c.fail("declined")  # failed side effects have nothing to undo
+    r = s.rollback(to=snap, actor="alice", reason="loop", notice=False)
+    assert [c.name for c in r.compensations] == ["inventory.reserve.undo", "points.deduct.undo"]
+    assert all(c.status == "pending" for c in engine.compensations(session="s"))
+
+    calls = []
+    worker = Engine(engine.store)
+    worker.register_compensation("points.deduct.undo", lambda a, k: calls.append(("p", a, k)))
+    worker.register_compensation("inventory.reserve.undo", lambda a, k: calls.append(("i", a, k)))
+    done = worker.run_compensations()
+    assert [c.status for c in done] == ["done", "done"]
+    assert calls == [("i", {"i": 1}, "s#2"), ("p", {"i": 0}, "s#1")]
+    assert worker.run_compensations() == []  # nothing twice
+    assert {c.status for c in engine.compensations(session="s")} == {"done"}
+    outcomes = [e.detail["status"] for e in engine.audit(action="compensation")]
+    assert outcomes == ["done", "done"]
+
+
+def test_failing_compensation_is_retried_then_stays_failed(store_url):
+    engine = Engine.open(store_url, compensation_attempts=2)
+    s = engine.session("s")
+    snap = s.snapshot()
+    with s.step("pay", {}, side_effect=True, compensation=("pay.undo", {"id": 1})) as c:
+        c.ok("paid")
+    attempts = []
+
+    def broken(args, key):
+        attempts.append(key)
+        raise RuntimeError("refund service down")
+
+    engine.register_compensation("pay.undo", broken)
+    s.rollback(to=snap, actor="alice", reason="r", notice=False)  # runs it once right away
+    engine.run_compensations()
+    [comp] = engine.compensations(session="s")
+    assert comp.status == "failed" and comp.attempts == 2 and "refund service down" in comp.error
+    assert attempts == ["s#1", "s#1"]
+    assert engine.compensations(status="failed")[0].id == comp.id
+
+
+def test_expired_lease_is_taken_over_with_the_same_key(store_url):
+    now = [1000.0]
+    engine = Engine.open(store_url, clock=lambda: now[0])
+    s = engine.session("s")
+    snap = s.snapshot()
+    with s.step("pay", {}, side_effect=True, compensation=("pay.undo", {})) as c:
+        c.ok("paid")
+    s.rollback(to=snap, actor="a", reason="r", notice=False)
+    crashed = engine.store.claim_compensation(["pay.undo"], "crashed-worker", 30, now[0])
+    assert crashed is not None
+    assert engine.store.claim_compensation(["pay.undo"], "other", 30, now[0]) is None
+    now[0] += 31
+    keys = []
+    engine.register_compensation("pay.undo", lambda a, k: keys.append(k))
+    engine.run_compensations()
+    assert keys == [crashed.idempotency_key]
+    engine.store.finish_compensation(crashed.id, "crashed-worker", True, None, now[0], True)
+    [comp] = engine.compensations()
+    assert comp.status == "done" and comp.attempts == 2
+
+
+# -- feed and audit ---------------------------------------------------------------------------
+def test_event_feed_is_readable_from_a_cursor(engine):
+    cursor = engine.store.last_event_id()
+    s = engine.session("s")
+    s.append_message("user", "hi")
+    snap = s.snapshot()
+    events = engine.events(since=cursor)
+    assert [e.type for e in events] == ["session", "message", "snapshot"]
+    assert all(e.session == "s" for e in events)
+    assert engine.events(since=events[-1].id) == []
+    s.rollback(to=snap, actor="alice", reason="r", notice=False)
+    [rb] = engine.events(since=events[-1].id)
+    assert rb.type == "rollback" and rb.data["target"] == snap
+    assert [e.id for e in engine.events(since=0, session="s")] == [e.id for e in events] + [rb.id]
+
+
+def test_fleet_stats(engine):
+    s = engine.session("s", on_loop="flag")
+    s.snapshot()
+    for _ in range(3):
+        with s.step("t", {}) as c:
+            c.fail("boom")
+    stats = engine.fleet_stats()
+    assert stats["sessions"] == 1 and stats["looping"] == 1 and stats["active"] == 1
+    engine.rollback("s", actor="alice", reason="r")
+    stats = engine.fleet_stats()
+    assert stats["looping"] == 0 and stats["rollbacks_window"] == 1
