@@ -1,0 +1,102 @@
+"""Several processes on one store: an agent stepping while an operator rolls back, and kill -9 in
+the middle of steps and rollbacks."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from engine import Engine, SnapshotNotRestorable
+
+AGENT = os.path.join(os.path.dirname(__file__), "workers", "agent.py")
+
+
+def _spawn(url: str, sid: str, steps: int, rollback_every: int = 0) -> subprocess.Popen:
+    args = [sys.executable, AGENT, url, sid, str(steps)]
+    if rollback_every:
+        args += ["--rollback-every", str(rollback_every)]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def assert_consistent(engine: Engine, sid: str) -> None:
+    """The invariants a reader relies on, whatever happened before."""
+    s = engine.get_session(sid)
+    info = s.info()
+    records = s.messages()
+    live = sorted((m for m in records if m.branch is None), key=lambda m: m.pos)
+    assert [m.pos for m in live] == list(range(len(live)))
+    assert info.messages == len(live)
+    assert s.state().messages == [m.message for m in live]
+    abandoned = {m.message["content"] for m in records if m.branch is not None}
+    assert not abandoned & {m.message["content"] for m in live}
+    nodes = {n.id: n for n in s.tree()}
+    if info.head is not None:
+        assert nodes[info.head].on_live_line
+    branches = {b.id for b in s.branches()}
+    for rec in s.steps():
+        assert rec.on_live_line or rec.branch in branches
+    assert info.steps == max((r.n for r in s.steps()), default=0)
+
+
+def test_operator_rolls_back_while_the_agent_steps(sqlite_url):
+    engine = Engine.open(sqlite_url)
+    agent = _spawn(sqlite_url, "busy", 300)
+    rollbacks = 0
+    s = None
+    deadline = time.time() + 60
+    while agent.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+        try:
+            s = s or engine.get_session("busy")
+            target = s.suggested_target()
+            if target:
+                engine.rollback("busy", to=target, actor="operator", reason="test", notice=False)
+                rollbacks += 1
+        except (SnapshotNotRestorable, LookupError):
+            continue  # the agent moved on between reading the target and rolling back
+    out, err = agent.communicate(timeout=60)
+    assert agent.returncode == 0, err
+    assert rollbacks > 3
+    assert_consistent(engine, "busy")
+    # every acknowledged message is somewhere: live, or on an abandoned branch
+    acked = [line.split()[2] for line in out.splitlines() if line.startswith("ACK")]
+    stored = {m.message["content"] for m in engine.get_session("busy").messages()}
+    assert set(acked) <= stored
+    # and nothing abandoned ever came back to the live line
+    live = [m["content"] for m in engine.get_session("busy").state().messages]
+    assert len(live) == len(set(live))
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_points_loses_nothing_acknowledged(sqlite_url):
+    rng = random.Random(7)
+    engine = Engine.open(sqlite_url)
+    acked: dict[str, set[int]] = {}
+    for round_no in range(12):
+        sid = f"crash-{round_no % 3}"
+        proc = _spawn(sqlite_url, sid, 10_000, rollback_every=rng.choice([0, 3, 7]))
+        time.sleep(rng.uniform(0.3, 1.2))
+        proc.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate()
+        acked.setdefault(sid, set()).update(
+            int(line.split()[1]) for line in out.splitlines() if line.startswith("ACK")
+        )
+    reopened = Engine.open(sqlite_url)
+    for sid, steps in acked.items():
+        assert steps, "the agent acknowledged nothing before the kill; slow machine?"
+        assert_consistent(reopened, sid)
+        stored = {rec.n for rec in reopened.get_session(sid).steps() if rec.status != "running"}
+        assert steps <= stored
+    # the store still works after the kills
+    s = reopened.session("crash-0")
+    snap = s.snapshot("after crash")
+    s.append_message("user", "still here")
+    s.rollback(to=snap, actor="test", reason="check", notice=False)
+    assert_consistent(reopened, "crash-0")
+    engine.close()
