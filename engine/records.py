@@ -142,6 +142,9 @@ class StepRecord:
     """Agent text of a message turn."""
     epoch: int = 0
     """Epoch in which the step began."""
+    budget: dict | None = None
+    """Token breakdown of the context the agent built for this step (system, dialogue, memories,
+    reserve, dropped, total, max_tokens), when the runtime passed one."""
 
     @property
     def ok(self) -> bool:

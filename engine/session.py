@@ -84,8 +84,11 @@ class StepCall:
     """A guarded step in progress; use it as a context manager from `Session.step`."""
 
     def __init__(self, session: Session, tool: str | None, args: Any, side_effect: bool,
-                 compensation: tuple[str, Any] | None, snapshot: bool, text: str | None):
+                 compensation: tuple[str, Any] | None, snapshot: bool, text: str | None,
+                 context: Any = None):
         self.session = session
+        self.budget = budget_record(context)
+        """Token breakdown of the context the agent built for this step, if given."""
         self.tool = tool
         self.args = canonicalize(args if args is not None else {}, "args")
         self.fingerprint = fingerprint(tool, self.args)
@@ -157,6 +160,11 @@ class StepCall:
                 self.ok(None)
         self.session._finish_step(self)
         return False
+
+    def record_context(self, context: Any) -> None:
+        """Attach the token breakdown of the context built for this step (a `Context` from
+        `ContextBuilder.build`, or its breakdown dict)."""
+        self.budget = budget_record(context)
 
 
 class Session:
@@ -268,11 +276,13 @@ class Session:
         return node.id
 
     def step(self, tool: str, args: Any = None, *, side_effect: bool = False,
-             compensation: tuple[str, Any] | None = None, snapshot: bool = True) -> StepCall:
+             compensation: tuple[str, Any] | None = None, snapshot: bool = True,
+             context: Any = None) -> StepCall:
         """Guard one tool call: write-ahead snapshot, record, loop check.
 
         Use as ``with s.step("tool", {...}) as call: call.ok(result)`` (or ``call.fail(err)``).
-        An exception inside the block is recorded as the failure and re-raised.
+        An exception inside the block is recorded as the failure and re-raised. `context` (the
+        `Context` the agent built for this turn) records its token breakdown with the step.
 
         Raises:
             TypeError: args or compensation args cannot be represented as JSON.
@@ -281,15 +291,15 @@ class Session:
         """
         if not isinstance(tool, str) or not tool:
             raise ValueError("a step needs a tool name; use agent_turn() for a plain message")
-        return StepCall(self, tool, args, side_effect, compensation, snapshot, None)
+        return StepCall(self, tool, args, side_effect, compensation, snapshot, None, context)
 
-    def agent_turn(self, text: str | None) -> Verdict:
+    def agent_turn(self, text: str | None, context: Any = None) -> Verdict:
         """Record an agent message turn without a tool call and run the loop check on it.
 
         Raises:
             LoopDetected: as for `step`.
         """
-        call = StepCall(self, None, None, False, None, False, text)
+        call = StepCall(self, None, None, False, None, False, text, context)
         with call:
             call.ok(None)
         return call.verdict
@@ -396,8 +406,10 @@ class Session:
         if verdict.looping and self.on_loop != "off":
             stored = verdict_record(verdict, self._step_number)
         engine = self._engine
-        late = engine.store.end_step(self.id, call._ticket, {**out, "verdict": stored},
-                                     engine.clock())
+        late = engine.store.end_step(
+            self.id, call._ticket, {**out, "verdict": stored, "budget": call.budget},
+            engine.clock(),
+        )
         call.verdict = verdict
         if late:
             call.late = True
@@ -428,6 +440,24 @@ class Session:
 def _detector_step(rec: StepRecord) -> Step:
     return Step(tool=rec.tool, args=rec.args, ok=rec.status == "ok", error=rec.error,
                 result=rec.result_digest, text=rec.text)
+
+
+BUDGET_KEYS = ("system", "dialogue", "memories", "reserve", "dropped", "total", "max_tokens")
+
+
+def budget_record(context: Any) -> dict | None:
+    """The token breakdown to store with a step, from a `Context` or a breakdown dict."""
+    if context is None:
+        return None
+    breakdown = getattr(context, "breakdown", context)
+    if not isinstance(breakdown, dict):
+        raise TypeError("context must be a Context from ContextBuilder.build or a breakdown dict")
+    record = {k: int(v) for k, v in breakdown.items() if k in BUDGET_KEYS and v is not None}
+    for attr in ("tokens", "max_tokens"):
+        value = getattr(context, attr, None)
+        if isinstance(value, int):
+            record["total" if attr == "tokens" else attr] = value
+    return record
 
 
 def verdict_record(verdict: Verdict, step_number) -> dict:

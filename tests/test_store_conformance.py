@@ -407,3 +407,16 @@ def test_fleet_stats(engine):
     engine.rollback("s", actor="alice", reason="r")
     stats = engine.fleet_stats()
     assert stats["looping"] == 0 and stats["rollbacks_window"] == 1
+
+
+def test_token_breakdown_is_kept_with_its_step(engine):
+    s = engine.session("s")
+    breakdown = {"system": 12, "dialogue": 300, "memories": 40, "reserve": 100, "dropped": 7}
+    with s.step("search", {"q": 1}, context=breakdown) as call:
+        call.ok("r")
+    s.agent_turn("thinking", context={**breakdown, "dialogue": 350})
+    first, second = s.steps()
+    assert first.budget == breakdown
+    assert second.budget["dialogue"] == 350 and second.tool is None
+    with pytest.raises(TypeError):
+        s.step("x", {}, context="not a context")

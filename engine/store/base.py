@@ -154,7 +154,8 @@ class Store(Protocol):
         """
 
     def end_step(self, sid: str, ticket: StepTicket, outcome: dict, now: float) -> bool:
-        """Record a step's outcome (status, error, result_digest, result_preview, verdict).
+        """Record a step's outcome (status, error, result_digest, result_preview, verdict,
+        budget: the token breakdown dict or None).
 
         A step whose session was rolled back while it ran lands on the abandoned branch and is
         marked late; it never reaches the live line. A looping verdict also sets the session

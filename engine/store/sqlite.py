@@ -87,7 +87,7 @@ CREATE TABLE IF NOT EXISTS steps (
     error TEXT, result_digest TEXT, result_preview TEXT,
     started_at REAL NOT NULL, ended_at REAL,
     side_effect INTEGER NOT NULL DEFAULT 0, compensation TEXT, verdict TEXT,
-    snapshot TEXT, text TEXT, branch TEXT, late INTEGER NOT NULL DEFAULT 0,
+    snapshot TEXT, text TEXT, branch TEXT, late INTEGER NOT NULL DEFAULT 0, budget TEXT,
     PRIMARY KEY (session, n)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS steps_seq ON steps(session, seq);
@@ -513,11 +513,13 @@ class SQLiteStore:
                 branch = row[0] if row else None
             conn.execute(
                 "UPDATE steps SET status = ?, error = ?, result_digest = ?, result_preview = ?, "
-                "ended_at = ?, verdict = ?, late = ?, branch = COALESCE(branch, ?) "
+                "ended_at = ?, verdict = ?, late = ?, branch = COALESCE(branch, ?), budget = ? "
                 "WHERE session = ? AND n = ?",
                 (outcome["status"], outcome.get("error"), outcome.get("result_digest"),
                  outcome.get("result_preview"), now, None if verdict is None else _dumps(verdict),
-                 int(late), branch, sid, ticket.n),
+                 int(late), branch,
+                 None if outcome.get("budget") is None else _dumps(outcome["budget"]),
+                 sid, ticket.n),
             )
             if late:
                 conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
@@ -541,7 +543,7 @@ class SQLiteStore:
 
     _STEP_COLS = (
         "n, tool, args, fingerprint, status, error, result_digest, result_preview, started_at, "
-        "ended_at, side_effect, compensation, verdict, branch, late, snapshot, text, epoch"
+        "ended_at, side_effect, compensation, verdict, branch, late, snapshot, text, epoch, budget"
     )
 
     @staticmethod
@@ -552,7 +554,7 @@ class SQLiteStore:
             result_digest=r[6], result_preview=r[7], started_at=r[8], ended_at=r[9],
             side_effect=bool(r[10]), compensation=tuple(comp) if comp else None,
             verdict=_loads(r[12]), on_live_line=r[13] is None, branch=r[13], late=bool(r[14]),
-            snapshot=r[15], text=r[16], epoch=r[17],
+            snapshot=r[15], text=r[16], epoch=r[17], budget=_loads(r[18]),
         )
 
     def steps(self, sid: str, *, live_only: bool = False, last: int | None = None):
