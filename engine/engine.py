@@ -76,6 +76,7 @@ class Engine:
         on_loop: str = "rollback",
         clock: Callable[[], float] = time.time,
         compensation_attempts: int = 3,
+        memory: Any = None,
     ):
         if on_loop not in LOOP_POLICIES:
             raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}")
@@ -85,6 +86,7 @@ class Engine:
         self.on_loop = on_loop
         self.clock = clock
         self.compensation_attempts = compensation_attempts
+        self._memory_config = memory
         self._handlers: dict[str, CompensationHandler] = {}
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
 
@@ -92,14 +94,23 @@ class Engine:
     def open(cls, url: str | None = None, **options: Any) -> Engine:
         """Open the store at `url` (None: $REWIND_STORE, else sqlite:///.rewind/rewind.db).
 
-        Options are passed to `Engine` (detector_factory, retention, on_loop, clock); store
-        options go in `store_options`.
+        Options are passed to `Engine` (detector_factory, retention, on_loop, clock, memory);
+        store options go in `store_options`.
 
         Raises:
             ValueError: unknown URL scheme. StoreUnavailable: store cannot be reached.
         """
         store_options = options.pop("store_options", {})
         return cls(open_store(url, **store_options), **options)
+
+    @property
+    def memory_config(self):
+        """`MemoryConfig` shared by the sessions of this engine (created on first use)."""
+        if self._memory_config is None:
+            from engine.memory import MemoryConfig
+
+            self._memory_config = MemoryConfig()
+        return self._memory_config
 
     def close(self) -> None:
         self.store.close()

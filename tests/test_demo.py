@@ -1,0 +1,305 @@
+"""The demo fleet: every scenario runs, loops are flagged and rolled back, healthy sessions are
+left alone, every compensation runs exactly once, also with worker processes and with rollbacks
+done by an operator from another engine. No timing assertions: runs are bounded by a duration or
+by `once`, and waits poll the store with a generous deadline."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from engine import Actor, Engine
+from engine.cli import main as cli_main
+from engine.demo import HEALTHY, LOOPING, SCENARIOS, Ledger, plan_session, run_demo
+
+
+def _url(tmp_path, name="demo.db") -> str:
+    return f"sqlite:///{tmp_path}/{name}"
+
+
+def _by_scenario(engine: Engine) -> dict[str, list]:
+    sessions: dict[str, list] = {name: [] for name in SCENARIOS}
+    for info in engine.sessions(limit=100_000):
+        sessions[info.scenario].append(info)
+    return sessions
+
+
+def _assert_compensations_ran_once(engine: Engine, ledger: Ledger) -> list:
+    comps = engine.compensations(limit=100_000)
+    assert all(c.status == "done" for c in comps), [c for c in comps if c.status != "done"]
+    calls = ledger.handler_calls()
+    assert calls == {c.idempotency_key: 1 for c in comps}
+    reversed_refs = ledger.reversals()
+    assert {reversed_refs[c.idempotency_key] for c in comps} == {c.args["ref"] for c in comps}
+    return comps
+
+
+def _assert_world_matches_live_lines(engine: Engine, ledger: Ledger) -> None:
+    """What a rollback took off the live line was undone in the world; what stayed was not."""
+    live_by_ref = {}
+    for info in engine.sessions(limit=100_000):
+        if info.scenario not in ("refund", "customer_service"):
+            continue
+        for step in engine.get_session(info.id).steps():
+            if step.compensation and step.status == "ok":
+                live_by_ref[step.compensation[1]["ref"]] = step.on_live_line
+    effects = ledger.effects()
+    assert effects
+    for effect in effects:
+        assert effect.ref in live_by_ref, effect
+        assert (effect.reversed_by is None) == live_by_ref[effect.ref], effect
+
+
+def test_demo_flags_loops_rolls_back_and_compensates_once(tmp_path):
+    url, ledger_path = _url(tmp_path), str(tmp_path / "world.db")
+    stats = run_demo(url, sessions=10, speed=400, seed=7, duration=4, ledger=ledger_path)
+    assert stats.errors == []
+    assert stats.warnings == []  # memory and budgets, where the engine has them, worked
+
+    engine = Engine.open(url)
+    ledger = Ledger(ledger_path)
+    sessions = _by_scenario(engine)
+    rolled_back_by_rewind = {e.session for e in engine.audit(action="rollback", limit=100_000)
+                             if e.actor == "rewind"}
+    for name in SCENARIOS:
+        assert sessions[name], f"no {name} session"
+        assert stats[name].sessions == len(sessions[name])
+    for name in LOOPING:
+        flagged = [i for i in sessions[name] if i.loops > 0]
+        assert flagged, f"{name}: no session was flagged"
+        assert all(i.rollbacks > 0 for i in flagged)
+        assert {i.id for i in flagged} <= rolled_back_by_rewind
+        assert stats[name].rollbacks >= len(flagged)
+    for name in HEALTHY:
+        assert not [i for i in sessions[name] if i.loops or i.rollbacks or i.last_verdict]
+        assert not {i.id for i in sessions[name]} & rolled_back_by_rewind
+        for info in sessions[name][:5]:
+            assert all(s.verdict is None for s in engine.get_session(info.id).steps())
+    # Only sessions planned to loop were flagged.
+    assert all(not s.false_alarms for s in stats.scenarios.values())
+
+    comps = _assert_compensations_ran_once(engine, ledger)
+    assert {c.name for c in comps} >= {"points.restore", "inventory.release"}
+    assert stats.total("compensations") == len(comps)
+    _assert_world_matches_live_lines(engine, ledger)
+
+    # Every console view has data: locales, prompt versions, budgets, notices.
+    metas = [i.meta for i in engine.sessions(limit=100_000)]
+    assert {m["locale"][:2] for m in metas} == {"en", "zh"}
+    assert {"cs-v8", "rf-v2", "mm-v3"} <= {m["prompt_version"] for m in metas}
+    refund = next(i for i in sessions["refund"] if i.rollbacks)
+    state = engine.get_session(refund.id).state()
+    assert any(m.get("rewind_notice") for m in state.messages)
+    assert any(s.budget for s in engine.get_session(refund.id).steps())
+    zh = next(i for i in sessions["customer_service"] if i.locale.startswith("zh"))
+    assert any("工单" in str(m["content"]) for m in engine.get_session(zh.id).state().messages)
+
+
+def test_demo_worker_processes(tmp_path):
+    url, ledger_path = _url(tmp_path), str(tmp_path / "world.db")
+    stats = run_demo(url, sessions=4, speed=0, seed=11, workers=2, duration=4,
+                     ledger=ledger_path)
+    assert stats.errors == [] and stats.warnings == []
+    engine = Engine.open(url)
+    infos = engine.sessions(limit=100_000)
+    # Slots 0 and 2 ran in one process, 1 and 3 in the other.
+    assert {int(i.id.rsplit("-", 1)[1]) % 4 for i in infos} == {0, 1, 2, 3}
+    assert stats.total("sessions") == len(infos)
+    assert stats.total("loops") > 0
+    assert sum(i.rollbacks for i in infos) >= stats.total("rollbacks") > 0
+    _assert_compensations_ran_once(engine, Ledger(ledger_path))
+
+
+def test_operator_rollback_is_compensated_by_the_worker(tmp_path):
+    url, ledger_path = _url(tmp_path), str(tmp_path / "world.db")
+    stop = threading.Event()
+    result = {}
+    demo = threading.Thread(target=lambda: result.setdefault("stats", run_demo(
+        url, sessions=4, speed=40, seed=3, stop_event=stop, ledger=ledger_path,
+        compensation_interval=0.2)))
+    demo.start()
+    try:
+        operator = Engine.open(url)  # another engine, as the console's: no handlers registered
+        deadline = time.monotonic() + 15
+        target = None
+        while target is None and time.monotonic() < deadline:
+            for info in operator.sessions(scenario="refund", status="stopped"):
+                target = info
+                break
+            time.sleep(0.1)
+        assert target is not None, "no refund session finished"
+        session = operator.get_session(target.id)
+        first = next(n for n in session.tree() if n.on_live_line)
+        rollback = operator.rollback(target.id, to=first.id, actor=Actor("alice", "operator"),
+                                     reason="customer cancelled the return")
+        assert rollback.compensations
+        keys = {c.idempotency_key for c in rollback.compensations}
+        while time.monotonic() < deadline:
+            comps = [c for c in operator.compensations(session=target.id)
+                     if c.idempotency_key in keys]
+            if all(c.status == "done" for c in comps):
+                break
+            time.sleep(0.1)
+        assert all(c.status == "done" for c in comps), comps
+    finally:
+        stop.set()
+        demo.join(timeout=30)
+    assert result["stats"].errors == []
+    ledger = Ledger(ledger_path)
+    calls = ledger.handler_calls()
+    assert all(calls[k] == 1 for k in keys)
+    audit = operator.audit(session=target.id, action="rollback")
+    assert audit[0].actor == "alice"
+    _assert_compensations_ran_once(operator, ledger)
+
+
+def test_same_seed_same_sessions(tmp_path):
+    def run(name: str) -> dict:
+        url = _url(tmp_path, name)
+        run_demo(url, sessions=8, speed=0, seed=5, once=True, run="r",
+                 ledger=str(tmp_path / f"{name}.world"))
+        engine = Engine.open(url)
+        return {i.id: (i.meta, [(s.tool, s.args, s.status, s.error) for s in
+                                engine.get_session(i.id).steps()])
+                for i in engine.sessions(limit=1000)}
+
+    first, second = run("a.db"), run("b.db")
+    assert len(first) == 8
+    assert first == second
+
+
+def test_plans_are_deterministic_and_cover_every_scenario():
+    plans = [plan_session(42, i, "x") for i in range(200)]
+    assert plans == [plan_session(42, i, "x") for i in range(200)]
+    assert plans != [plan_session(43, i, "x") for i in range(200)]
+    first = plans[: len(SCENARIOS)]
+    assert {p.scenario for p in first} == set(SCENARIOS)
+    assert all(p.loop and p.faulty for p in first if p.scenario in LOOPING)
+    assert not any(p.loop for p in plans if p.scenario in HEALTHY)
+    assert {p.locale[:2] for p in plans} == {"en", "zh"}
+    # Faulty prompt versions loop more, so the console's chart by prompt version shows it.
+    for name in LOOPING:
+        rate = {}
+        for faulty in (True, False):
+            group = [p for p in plans[len(SCENARIOS):] if p.scenario == name
+                     and p.faulty == faulty]
+            rate[faulty] = sum(p.loop for p in group) / max(len(group), 1)
+        assert rate[True] > rate[False], name
+
+
+def test_rewind_demo_command(tmp_path, capsys):
+    url = _url(tmp_path)
+    code = cli_main(["--store", url, "demo", "--sessions", "8", "--speed", "0", "--once",
+                     "--seed", "2", "--backfill", "0", "--ledger", str(tmp_path / "world.db")])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "SCENARIO" in out and "refund" in out
+    assert len(Engine.open(url).sessions()) == 8
+    assert cli_main(["demo", "--list"]) == 0
+    assert "image_inspection" in capsys.readouterr().out
+
+
+def test_in_memory_store_refuses_worker_processes():
+    with pytest.raises(ValueError, match="in-memory"):
+        run_demo("sqlite:///:memory:", workers=2, duration=1)
+
+
+@pytest.mark.parametrize("workers, signum, backfill",
+                         [(1, signal.SIGINT, "0"), (2, signal.SIGTERM, "0"),
+                          (1, signal.SIGINT, "30")])
+def test_demo_stops_cleanly_on_signal(tmp_path, workers, signum, backfill):
+    url = _url(tmp_path)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "--store", url, "demo", "--sessions", "4",
+         "--speed", "20", "--workers", str(workers), "--backfill", backfill,
+         "--ledger", str(tmp_path / "world.db")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        engine = Engine.open(url) if os.path.exists(tmp_path / "demo.db") else None
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if engine is None and os.path.exists(tmp_path / "demo.db"):
+                engine = Engine.open(url)
+            if engine is not None and sum(i.steps for i in engine.sessions()) >= 8:
+                break
+            time.sleep(0.1)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "SCENARIO" in out
+    steps = Counter(s.status for i in engine.sessions() for s in engine.get_session(i.id).steps())
+    assert steps["running"] == 0  # every step that began also finished
+
+
+def test_backfill_fills_history_once(tmp_path):
+    url, ledger_path = _url(tmp_path), str(tmp_path / "world.db")
+    stats = run_demo(url, sessions=4, speed=0, seed=1, once=True, run="a", ledger=ledger_path,
+                     backfill_minutes=10)
+    engine = Engine.open(url)
+    infos = engine.sessions(limit=100_000)
+    history = [i for i in infos if "-ah-" in i.id]
+    assert len(history) > 4 and len(infos) == len(history) + 4
+    assert stats.total("sessions") == len(infos)
+    assert min(i.created_at for i in history) < time.time() - 8 * 60
+    assert max(i.updated_at for i in history) <= time.time()
+    assert any(i.rollbacks for i in history)
+    _assert_compensations_ran_once(engine, Ledger(ledger_path))
+    # A store that holds sessions is never reseeded.
+    run_demo(url, sessions=4, speed=0, seed=1, once=True, run="b", ledger=ledger_path,
+             backfill_minutes=10)
+    assert not [i for i in engine.sessions(limit=100_000) if "-bh-" in i.id]
+    assert len(engine.sessions(limit=100_000)) == len(infos) + 4
+
+
+def test_memories_are_written_and_recalled_once_the_engine_has_memory(tmp_path, monkeypatch):
+    """The demo switches session memory on by itself when `engine.memory` exists (stubbed here,
+    so this test does not depend on the memory implementation)."""
+    import importlib.machinery
+    import types
+
+    from engine.demo import agent as demo_agent
+
+    calls = []
+
+    class StubMemory:
+        def __init__(self, session):
+            self.session = session
+
+        def add(self, text, importance=0.5, meta=None):
+            calls.append(("add", self.session.id, text, importance, meta))
+            return f"m{len(calls)}"
+
+        def recall(self, query, k=10):
+            calls.append(("recall", self.session.id, query, k))
+            return [types.SimpleNamespace(id="m1", text="FX rate EUR/USD fixed at 1.08",
+                                          meta={}, score=1.0)]
+
+    stub = types.ModuleType("engine.memory")
+    stub.SessionMemory = StubMemory
+    stub.__spec__ = importlib.machinery.ModuleSpec("engine.memory", None)
+    monkeypatch.setitem(sys.modules, "engine.memory", stub)
+    monkeypatch.setattr(demo_agent, "_probed", {})
+    url = _url(tmp_path)
+    stats = run_demo(url, sessions=8, speed=0, seed=4, once=True,
+                     ledger=str(tmp_path / "world.db"))
+    assert stats.errors == [] and stats.warnings == []
+    adds = [c for c in calls if c[0] == "add"]
+    assert {c[1].split("-")[0] for c in adds} >= {"finance", "refund", "customer_service"}
+    assert all(0 <= c[3] <= 1 and "turn" in c[4] for c in adds)
+    finance = [c[2] for c in adds if c[1].startswith("finance")]
+    assert len(finance) >= 2  # the rate, then the treasury update that contradicts it
+    assert [c for c in calls if c[0] == "recall"]
+    engine = Engine.open(url)
+    budgets = [s.budget for i in engine.sessions() for s in engine.get_session(i.id).steps()]
+    assert any(b and b.get("memories", 0) > 0 for b in budgets)

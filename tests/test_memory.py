@@ -1,0 +1,128 @@
+"""Session memory through the engine: rolled back with the session, on every store backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import Engine
+from engine.decay import DAY, Decay, MemoryPolicy
+from engine.embeddings import HashingEmbedder
+from engine.memory import MemoryConfig
+
+
+@pytest.fixture
+def clock():
+    return [1_800_000_000.0]
+
+
+@pytest.fixture
+def mem_engine(store_url, clock):
+    config = MemoryConfig(embedder=HashingEmbedder(), policy=MemoryPolicy(capacity=3))
+    eng = Engine.open(store_url, memory=config, clock=lambda: clock[0])
+    yield eng
+    eng.close()
+
+
+def test_rollback_removes_memories_written_after_the_target(mem_engine):
+    s = mem_engine.session("s")
+    kept = s.memory.add("FX rate EUR/USD fixed at 1.08 for this task", importance=0.9,
+                        meta={"turn": "D1:3"})
+    snap = s.snapshot("after the rate")
+    s.memory.add("loop garbage: image_crop failed again", importance=0.8)
+    s.memory.add("loop garbage: image_crop failed once more", importance=0.8)
+    assert len(s.memory.items()) == 3
+    s.rollback(to=snap, actor="op", reason="loop", notice=False)
+    assert [m.id for m in s.memory.items()] == [kept]
+    assert [h.id for h in s.memory.recall("image_crop failed", k=5)] in ([], [kept])
+    [hit] = s.memory.recall("which exchange rate?", k=5)
+    assert hit.id == kept and hit.meta == {"turn": "D1:3"} and hit.score > 0
+
+
+def test_newer_fact_invalidates_the_older_and_logs_a_correction(mem_engine):
+    s = mem_engine.session("s")
+    old = s.memory.add("FX rate EUR/USD fixed at 1.08 for this task", importance=0.9)
+    new = s.memory.add("FX rate EUR/USD fixed at 1.12 for this task", importance=0.9)
+    valid = {m.id for m in s.memory.items()}
+    assert valid == {new}
+    [older] = [m for m in s.memory.items(include_invalid=True) if m.id == old]
+    assert older.invalid_at is not None and older.superseded_by == new
+    assert "1.08" in older.invalid_reason
+    [fix] = s.memory.corrections()
+    assert (fix["kept"], fix["invalidated"]) == (new, old)
+    assert [h.id for h in s.memory.recall("EUR/USD rate", k=5)] == [new]
+
+
+def test_rollback_undoes_an_invalidation(mem_engine):
+    s = mem_engine.session("s")
+    old = s.memory.add("FX rate EUR/USD fixed at 1.08 for this task", importance=0.9)
+    snap = s.snapshot()
+    s.memory.add("FX rate EUR/USD fixed at 9.99 for this task", importance=0.9)
+    s.rollback(to=snap, actor="op", reason="the loop made it up", notice=False)
+    [m] = s.memory.items(include_invalid=True)
+    assert m.id == old and m.valid
+
+
+def test_recalls_count_and_consolidate_after_three(mem_engine):
+    s = mem_engine.session("s")
+    mid = s.memory.add("the user's order id is A-17", importance=0.3)
+    for _ in range(3):
+        assert s.memory.recall("order id", k=1)[0].id == mid
+    [m] = s.memory.items()
+    assert m.access_count == 3 and len(m.access_times) == 3 and m.tier == "long"
+    assert any(e["event"] == "promote" and e["id"] == mid for e in s.memory.log())
+
+
+def test_short_term_buffer_evicts_least_important_oldest(mem_engine, clock):
+    s = mem_engine.session("s")
+    ids = []
+    notes = ["the user likes tea", "weather was cloudy", "invoice sent by mail",
+             "printer jammed twice", "meeting moved to Monday"]
+    for text, importance in zip(notes, [0.5, 0.2, 0.4, 0.2, 0.6], strict=True):
+        clock[0] += 1
+        ids.append(s.memory.add(text, importance=importance))
+    remaining = [m.id for m in s.memory.items()]
+    assert remaining == [ids[0], ids[2], ids[4]]  # the two 0.2 items went, oldest first
+    evicted = [e["id"] for e in s.memory.log() if e["event"] == "evict"]
+    assert evicted == [ids[1], ids[3]]
+
+
+def test_decay_prunes_under_the_threshold_and_records_it(mem_engine, clock):
+    s = mem_engine.session("s")
+    weak = s.memory.add("a passing remark", importance=0.3)
+    strong = s.memory.add("the contract number is 4411", importance=0.9)
+    clock[0] += 14 * DAY  # two half-lives: 0.3 -> 0.075 (< 0.1), 0.9 -> 0.225
+    assert s.memory.prune() == [weak]
+    assert [m.id for m in s.memory.items()] == [strong]
+    [event] = [e for e in s.memory.log() if e["event"] == "prune"]
+    assert event["id"] == weak and "0.075" in event["reason"]
+
+
+def test_curves_follow_the_formula(mem_engine, clock):
+    s = mem_engine.session("s")
+    s.memory.add("remember the milk", importance=0.8)
+    curve = s.memory.curves(points=3)
+    [series] = curve.weights.values()
+    decay = Decay()
+    assert series[0] == pytest.approx(0.8)
+    span = curve.times[-1] - curve.times[0]
+    assert series[-1] == pytest.approx(0.8 * 0.5 ** (span / decay.half_life_seconds))
+    assert curve.threshold == 0.1
+
+
+def test_bad_memory_input_is_rejected(mem_engine):
+    s = mem_engine.session("s")
+    with pytest.raises(ValueError):
+        s.memory.add("   ")
+    with pytest.raises(ValueError):
+        s.memory.add("x", importance=1.5)
+    with pytest.raises(TypeError):
+        s.memory.add("x", meta={"bad": object()})
+    assert s.memory.items() == []
+
+
+def test_a_second_handle_sees_memories_written_elsewhere(mem_engine):
+    writer = mem_engine.session("s")
+    reader = Engine(mem_engine.store, memory=mem_engine.memory_config).session("s")
+    assert reader.memory.recall("deadline", k=3) == []
+    mid = writer.memory.add("the deadline is Friday", importance=0.5)
+    assert [h.id for h in reader.memory.recall("deadline", k=3)] == [mid]
