@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from engine import metrics
 from engine.detector import LoopDetector
 from engine.errors import (
     NothingToRollBack,
@@ -172,7 +173,7 @@ class Engine:
     # -- operator actions -------------------------------------------------------------------
     def rollback(self, sid: str, to: str | None = None, *, actor: str | Actor = "system",
                  reason: str = "", notice: bool | str = True,
-                 automatic: bool = False) -> RollbackResult:
+                 automatic: bool = False, rule: str | None = None) -> RollbackResult:
         """Roll session `sid` back to snapshot `to` (None: its last healthy snapshot).
 
         Raises:
@@ -195,7 +196,7 @@ class Engine:
             message = notice_message(text)
         result = self.store.rollback(sid, target, actor=who.name, reason=reason or "",
                                      notice=message, now=self.clock())
-        self._record_rollback(info, automatic)
+        metrics.record_rollback(info.meta, automatic, rule)
         if result.compensations and self._handlers:
             self.run_compensations()
         return result
@@ -277,22 +278,7 @@ class Engine:
         now = self.clock()
         return self.store.purge_branches(now - older_than_s, now)
 
-    # -- hooks ------------------------------------------------------------------------------
+    # -- hooks ----------------------------------------------------------------------------
     def _loop_flagged(self, session: Session, verdict, tool: str | None) -> None:
-        """Called when a guarded step flags a loop (metrics)."""
-        try:
-            from engine import metrics
-        except ImportError:  # pragma: no cover
-            return
-        recorder = getattr(metrics, "record_loop", None)
-        if recorder is not None:
-            recorder(verdict, tool, session.info().meta)
-
-    def _record_rollback(self, info: SessionInfo, automatic: bool) -> None:
-        try:
-            from engine import metrics
-        except ImportError:  # pragma: no cover
-            return
-        recorder = getattr(metrics, "record_rollback", None)
-        if recorder is not None:
-            recorder(info.meta, automatic)
+        """Called when a guarded step flags a loop."""
+        metrics.record_loop(verdict, tool, session.info().meta)

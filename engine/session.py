@@ -432,7 +432,7 @@ class Session:
             result = engine.rollback(
                 self.id, to=target, actor="rewind",
                 reason=f"loop detected ({verdict.rule}): {verdict.explanation}", notice=True,
-                automatic=True,
+                automatic=True, rule=verdict.rule,
             )
         raise LoopDetected(verdict, result)
 

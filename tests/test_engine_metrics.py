@@ -1,0 +1,27 @@
+"""Loops and rollbacks reach the Prometheus counters that alerting pages on."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import Engine, LoopDetected, metrics
+
+
+def test_an_automatic_loop_rollback_is_counted():
+    engine = Engine.open("sqlite:///:memory:")
+    meta = {"scenario": "metrics-crop", "prompt_version": "v-metrics"}
+    s = engine.session("m", meta=meta)
+    labels = dict(scenario="metrics-crop", prompt_version="v-metrics")
+    loops_before = metrics.sample("agent_loop_detected_total", rule="exact_repeat",
+                                  tool="image_crop", **labels)
+    with pytest.raises(LoopDetected):
+        for _ in range(5):
+            with s.step("image_crop", {"x": 1}) as call:
+                call.fail("invalid slice")
+    assert metrics.sample("agent_loop_detected_total", rule="exact_repeat", tool="image_crop",
+                          **labels) == loops_before + 1
+    assert metrics.sample("agent_rollbacks_total", actor_kind="automatic", rule="exact_repeat",
+                          **labels) >= 1
+    engine.rollback("m", actor="alice", reason="manual")
+    assert metrics.sample("agent_rollbacks_total", actor_kind="operator", rule="none",
+                          **labels) == 1
