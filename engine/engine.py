@@ -214,6 +214,15 @@ class Engine:
         self.store.add_notice(sid, message, who.name, self.clock())
         return message["content"]
 
+    def delete_session(self, sid: str, *, actor: str | Actor = "system", reason: str = "") -> bool:
+        """Delete a session and all it owns; the audit log keeps a record. True if it existed."""
+        who = _actor(actor)
+        _require_operator(who, "delete sessions")
+        found = self.store.delete_session(validate_session_id(sid), self.clock())
+        if found:
+            self.store.add_audit(who.name, "delete", sid, None, reason, {}, self.clock())
+        return found
+
     def audit(self, **filters: Any) -> list[AuditEvent]:
         """Audit events, newest first. Filters: session, actor, action, since, limit."""
         return self.store.audit(**filters)

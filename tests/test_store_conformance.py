@@ -420,3 +420,36 @@ def test_token_breakdown_is_kept_with_its_step(engine):
     assert second.budget["dialogue"] == 350 and second.tool is None
     with pytest.raises(TypeError):
         s.step("x", {}, context="not a context")
+
+
+# -- documents and deletion -------------------------------------------------------------------
+def test_documents_are_not_touched_by_rollbacks(engine):
+    s = engine.session("s")
+    snap = s.snapshot()
+    store = engine.store
+    store.doc_put("s", "lg", {"ckpt:0002": {"v": 2}, "ckpt:0001": {"v": 1}, "blob:x": [1]}, 1.0)
+    s.rollback(to=snap, actor="a", reason="r", notice=False)
+    assert store.doc_get("s", "lg", ["ckpt:0001", "nope"]) == {"ckpt:0001": {"v": 1}}
+    assert list(store.doc_scan("s", "lg", "ckpt:")) == ["ckpt:0001", "ckpt:0002"]
+    store.doc_put("s", "lg", {"ckpt:0001": None}, 2.0)
+    assert list(store.doc_scan("s", "lg")) == ["blob:x", "ckpt:0002"]
+    assert store.doc_scan("s", "other") == {}
+    with pytest.raises(UnknownSession):
+        store.doc_put("missing", "lg", {"k": 1}, 1.0)
+
+
+def test_delete_session_removes_everything_but_the_audit(engine):
+    s = engine.session("gone")
+    s.append_message("user", "x")
+    s.snapshot()
+    engine.store.doc_put("gone", "lg", {"k": 1}, 1.0)
+    engine.session("stays").append_message("user", "y")
+    assert engine.delete_session("gone", actor="alice", reason="test data")
+    assert [i.id for i in engine.sessions()] == ["stays"]
+    with pytest.raises(UnknownSession):
+        engine.get_session("gone")
+    assert engine.store.doc_scan("gone", "lg") == {}
+    assert engine.audit(action="delete")[0].session == "gone"
+    assert not engine.delete_session("gone", actor="alice")
+    fresh = engine.session("gone")
+    assert fresh.state().messages == [] and fresh.tree() == []

@@ -235,6 +235,21 @@ class Store(Protocol):
     ) -> None:
         """Mark a claimed compensation done, or failed (pending again unless `final`)."""
 
+    # -- documents (unversioned) --------------------------------------------------------------
+    def doc_put(self, sid: str, ns: str, items: dict[str, Any], now: float) -> None:
+        """Set documents of namespace `ns` (None deletes one). Unlike `put`, documents are not
+        versioned and rollbacks do not touch them: integrations keep their own history here
+        (e.g. LangGraph checkpoints). Atomic; the session must exist."""
+
+    def doc_get(self, sid: str, ns: str, keys: list[str]) -> dict[str, Any]:
+        """The documents among `keys` that exist."""
+
+    def doc_scan(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
+        """Every document of `ns` whose key starts with `prefix`, in key order."""
+
+    def delete_session(self, sid: str, now: float) -> bool:
+        """Delete a session and everything it owns (audit events stay). True if it existed."""
+
     # -- retention --------------------------------------------------------------------------
     def purge_branches(self, before: float, now: float) -> dict:
         """Delete abandoned branches created before `before`; returns counts of what went."""

@@ -72,6 +72,10 @@ CREATE TABLE IF NOT EXISTS kv (
     session TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
     PRIMARY KEY (session, ns, key)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS docs (
+    session TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+    PRIMARY KEY (session, ns, key)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS snapshots (
     session TEXT NOT NULL, id TEXT NOT NULL, parent TEXT, label TEXT, kind TEXT NOT NULL,
     seq INTEGER NOT NULL, msg_count INTEGER NOT NULL, next_step INTEGER NOT NULL,
@@ -815,6 +819,49 @@ class SQLiteStore:
                 )
             self._event(conn, now, row[0], "compensation",
                         {"id": cid, "name": row[1], "status": status})
+
+    # -- documents --------------------------------------------------------------------------
+    def doc_put(self, sid: str, ns: str, items: dict[str, Any], now: float) -> None:
+        with self._write() as conn:
+            self._session_row(conn, sid)
+            for key, value in items.items():
+                if value is None:
+                    conn.execute("DELETE FROM docs WHERE session = ? AND ns = ? AND key = ?",
+                                 (sid, ns, key))
+                else:
+                    conn.execute(
+                        "INSERT OR REPLACE INTO docs(session, ns, key, value) VALUES (?, ?, ?, ?)",
+                        (sid, ns, key, _dumps(value)),
+                    )
+            conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
+
+    def doc_get(self, sid: str, ns: str, keys: list[str]) -> dict[str, Any]:
+        out = {}
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._read(
+                f"SELECT key, value FROM docs WHERE session = ? AND ns = ? AND key IN ({marks})",
+                (sid, ns, *chunk),
+            )
+            out.update((k, json.loads(v)) for k, v in rows)
+        return out
+
+    def doc_scan(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
+        rows = self._read(
+            "SELECT key, value FROM docs WHERE session = ? AND ns = ? AND key >= ? AND key < ? "
+            "ORDER BY key", (sid, ns, prefix, prefix + "\U0010ffff"),
+        )
+        return {k: json.loads(v) for k, v in rows}
+
+    def delete_session(self, sid: str, now: float) -> bool:
+        with self._write() as conn:
+            found = conn.execute("DELETE FROM sessions WHERE id = ?", (sid,)).rowcount > 0
+            for table in ("messages", "kv_writes", "kv", "docs", "snapshots", "steps", "branches"):
+                conn.execute(f"DELETE FROM {table} WHERE session = ?", (sid,))
+            if found:
+                self._event(conn, now, sid, "deleted", {})
+        return found
 
     # -- retention --------------------------------------------------------------------------
     def purge_branches(self, before: float, now: float) -> dict:
