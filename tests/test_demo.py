@@ -59,7 +59,8 @@ def _assert_world_matches_live_lines(engine: Engine, ledger: Ledger) -> None:
 
 def test_demo_flags_loops_rolls_back_and_compensates_once(tmp_path):
     url, ledger_path = _url(tmp_path), str(tmp_path / "world.db")
-    stats = run_demo(url, sessions=10, speed=400, seed=7, duration=4, ledger=ledger_path)
+    stats = run_demo(url, sessions=10, speed=400, seed=7, duration=4, ledger=ledger_path,
+                     memory=False)
     assert stats.errors == []
     assert stats.warnings == []  # memory and budgets, where the engine has them, worked
 
@@ -105,7 +106,7 @@ def test_demo_flags_loops_rolls_back_and_compensates_once(tmp_path):
 def test_demo_worker_processes(tmp_path):
     url, ledger_path = _url(tmp_path), str(tmp_path / "world.db")
     stats = run_demo(url, sessions=4, speed=0, seed=11, workers=2, duration=4,
-                     ledger=ledger_path)
+                     ledger=ledger_path, memory=False)
     assert stats.errors == [] and stats.warnings == []
     engine = Engine.open(url)
     infos = engine.sessions(limit=100_000)
@@ -123,7 +124,7 @@ def test_operator_rollback_is_compensated_by_the_worker(tmp_path):
     result = {}
     demo = threading.Thread(target=lambda: result.setdefault("stats", run_demo(
         url, sessions=4, speed=40, seed=3, stop_event=stop, ledger=ledger_path,
-        compensation_interval=0.2)))
+        compensation_interval=0.2, memory=False)))
     demo.start()
     try:
         operator = Engine.open(url)  # another engine, as the console's: no handlers registered
@@ -164,7 +165,7 @@ def test_same_seed_same_sessions(tmp_path):
     def run(name: str) -> dict:
         url = _url(tmp_path, name)
         run_demo(url, sessions=8, speed=0, seed=5, once=True, run="r",
-                 ledger=str(tmp_path / f"{name}.world"))
+                 ledger=str(tmp_path / f"{name}.world"), memory=False)
         engine = Engine.open(url)
         return {i.id: (i.meta, [(s.tool, s.args, s.status, s.error) for s in
                                 engine.get_session(i.id).steps()])
@@ -197,7 +198,8 @@ def test_plans_are_deterministic_and_cover_every_scenario():
 def test_rewind_demo_command(tmp_path, capsys):
     url = _url(tmp_path)
     code = cli_main(["--store", url, "demo", "--sessions", "8", "--speed", "0", "--once",
-                     "--seed", "2", "--backfill", "0", "--ledger", str(tmp_path / "world.db")])
+                     "--seed", "2", "--backfill", "0", "--no-memory",
+                     "--ledger", str(tmp_path / "world.db")])
     assert code == 0
     out = capsys.readouterr().out
     assert "SCENARIO" in out and "refund" in out
@@ -206,9 +208,19 @@ def test_rewind_demo_command(tmp_path, capsys):
     assert "image_inspection" in capsys.readouterr().out
 
 
-def test_in_memory_store_refuses_worker_processes():
+def test_bad_arguments_fail_before_anything_runs():
     with pytest.raises(ValueError, match="in-memory"):
         run_demo("sqlite:///:memory:", workers=2, duration=1)
+    with pytest.raises(ValueError, match="unknown scenario"):
+        run_demo("sqlite:///:memory:", scenarios=["nope"], duration=1)
+
+
+def test_scenario_filter(tmp_path):
+    url = _url(tmp_path)
+    stats = run_demo(url, sessions=3, speed=0, seed=1, once=True, scenarios=["refund"],
+                     ledger=str(tmp_path / "world.db"), memory=False)
+    assert {i.scenario for i in Engine.open(url).sessions()} == {"refund"}
+    assert stats["refund"].sessions == 3 and stats["refund"].rollbacks >= 1
 
 
 @pytest.mark.parametrize("workers, signum, backfill",
@@ -219,7 +231,7 @@ def test_demo_stops_cleanly_on_signal(tmp_path, workers, signum, backfill):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "engine.cli", "--store", url, "demo", "--sessions", "4",
-         "--speed", "20", "--workers", str(workers), "--backfill", backfill,
+         "--speed", "20", "--workers", str(workers), "--backfill", backfill, "--no-memory",
          "--ledger", str(tmp_path / "world.db")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -245,7 +257,7 @@ def test_demo_stops_cleanly_on_signal(tmp_path, workers, signum, backfill):
 def test_backfill_fills_history_once(tmp_path):
     url, ledger_path = _url(tmp_path), str(tmp_path / "world.db")
     stats = run_demo(url, sessions=4, speed=0, seed=1, once=True, run="a", ledger=ledger_path,
-                     backfill_minutes=10)
+                     backfill_minutes=10, memory=False)
     engine = Engine.open(url)
     infos = engine.sessions(limit=100_000)
     history = [i for i in infos if "-ah-" in i.id]
@@ -257,7 +269,7 @@ def test_backfill_fills_history_once(tmp_path):
     _assert_compensations_ran_once(engine, Ledger(ledger_path))
     # A store that holds sessions is never reseeded.
     run_demo(url, sessions=4, speed=0, seed=1, once=True, run="b", ledger=ledger_path,
-             backfill_minutes=10)
+             backfill_minutes=10, memory=False)
     assert not [i for i in engine.sessions(limit=100_000) if "-bh-" in i.id]
     assert len(engine.sessions(limit=100_000)) == len(infos) + 4
 
@@ -303,3 +315,20 @@ def test_memories_are_written_and_recalled_once_the_engine_has_memory(tmp_path, 
     engine = Engine.open(url)
     budgets = [s.budget for i in engine.sessions() for s in engine.get_session(i.id).steps()]
     assert any(b and b.get("memories", 0) > 0 for b in budgets)
+
+
+def test_finance_memories_with_the_real_memory(tmp_path):
+    """With the engine's own memory: the rate fixed early is contradicted later, and recall
+    answers with the newer one."""
+    pytest.importorskip("engine.memory")
+    url = _url(tmp_path)
+    stats = run_demo(url, sessions=1, speed=0, seed=1, once=True, scenarios=["finance"],
+                     ledger=str(tmp_path / "world.db"))
+    assert stats.errors == [] and stats.warnings == []
+    engine = Engine.open(url)
+    (info,) = engine.sessions()
+    session = engine.get_session(info.id)
+    rate = session.state().variables["fx_rate"]
+    hits = session.memory.recall("EUR/USD exchange rate for this invoice", k=5)
+    assert hits and str(rate) in hits[0].text
+    assert any(s.budget and s.budget.get("memories", 0) > 0 for s in session.steps())

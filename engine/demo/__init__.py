@@ -52,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on a store without sessions, first simulate MINUTES of history so "
                              "charts over time have data (default 20; 0: off); a store that "
                              "holds sessions is never reseeded")
+    parser.add_argument("--scenario", action="append", dest="scenarios", metavar="NAME",
+                        choices=sorted(SCENARIOS),
+                        help="run only this scenario (repeatable; default: all, see --list)")
+    parser.add_argument("--no-memory", action="store_true",
+                        help="do not write or recall session memories (faster load generation)")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
 
 
@@ -86,7 +91,8 @@ def main(args: argparse.Namespace) -> int:
         stats = run_demo(store, sessions=args.sessions, speed=args.speed, seed=args.seed,
                          workers=args.workers, duration=args.duration, stop_event=stop,
                          once=args.once, run=args.run_id, ledger=args.ledger,
-                         backfill_minutes=args.backfill)
+                         backfill_minutes=args.backfill, scenarios=args.scenarios,
+                         memory=False if args.no_memory else None)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

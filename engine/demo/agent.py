@@ -178,11 +178,13 @@ class SimAgent:
             that treats a whole turn as its transaction would.
         window: context window (tokens) for the budget view.
         on_loop: called with each LoopDetected the engine raises, before it propagates.
+        memory: None uses session memory when the engine has it; False never does.
     """
 
     def __init__(self, session: Session, rng: random.Random, jitter: random.Random, pace: Pace,
                  locale: str, *, snapshots: str = "step", window: int = 8192,
-                 on_loop: Callable[[LoopDetected], None] | None = None):
+                 on_loop: Callable[[LoopDetected], None] | None = None,
+                 memory: bool | None = None):
         self.s = session
         self.rng = rng
         self.jitter = jitter
@@ -197,7 +199,7 @@ class SimAgent:
         self.late_steps = 0
         self._refs = 0
         self._recalled: list[str] = []
-        self._memory_on = memory_available()
+        self._memory_on = memory is not False and memory_available()
         self._budget_on = budget_supported()
 
     # -- language ---------------------------------------------------------------------------

@@ -9,6 +9,9 @@ Every worker (the main process with ``workers <= 1``, else each worker process) 
 engine, registers the demo's compensation handlers and runs `Engine.run_compensations` every
 `compensation_interval` seconds, so a rollback done from the console or the CLI in another process
 is compensated by the worker, as it would be in production.
+
+On a store without sessions, `backfill` can first simulate some minutes of history on simulated
+clocks (`Engine(clock=...)`), so the console's charts over time have data from the start.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 from engine import Engine, LoopDetected
 from engine.demo.agent import Pace, SimAgent, Stopped, VirtualClock, warnings
 from engine.demo.ledger import Ledger, default_path
-from engine.demo.scenarios import COMPENSATIONS, SCENARIOS, plan_session
+from engine.demo.scenarios import COMPENSATIONS, SCENARIOS, plan_session, scenario_order
 
 log = logging.getLogger("rewind.demo")
 
@@ -138,7 +141,11 @@ class DemoConfig:
     ledger: str = ":memory:"
     compensation_interval: float = 1.0
     max_sessions: int | None = None
-    """Stop starting new sessions after this many (over all slots); None: no limit."""
+    """Stop starting new sessions after this many per worker; None: no limit."""
+    scenarios: tuple[str, ...] | None = None
+    """Run only these scenarios; None: all."""
+    memory: bool | None = None
+    """Write and recall session memories: None when the engine has them, False never."""
 
 
 def new_run_tag() -> str:
@@ -179,7 +186,7 @@ def register_compensations(engine: Engine, ledger: Ledger, stats: DemoStats) -> 
 # -- one worker -------------------------------------------------------------------------------
 def _run_session(engine: Engine, ledger: Ledger, cfg: DemoConfig, index: int, pace: Pace,
                  stats: DemoStats) -> None:
-    plan = plan_session(cfg.seed, index, cfg.run)
+    plan = plan_session(cfg.seed, index, cfg.run, cfg.scenarios)
     scenario = SCENARIOS[plan.scenario]
     own = ScenarioStats(sessions=1, planned_loops=int(plan.loop))
     session = engine.session(plan.session_id, meta=plan.meta)
@@ -191,7 +198,8 @@ def _run_session(engine: Engine, ledger: Ledger, cfg: DemoConfig, index: int, pa
 
     agent = SimAgent(session, random.Random(f"{plan.seed}:content"),
                      random.Random(f"{plan.seed}:timing"), pace, plan.locale,
-                     snapshots=scenario.snapshots, window=scenario.window, on_loop=on_loop)
+                     snapshots=scenario.snapshots, window=scenario.window, on_loop=on_loop,
+                     memory=cfg.memory)
     error = None
     try:
         scenario.script(agent, plan, ledger)
@@ -316,8 +324,10 @@ def backfill(cfg: DemoConfig, minutes: float, stop, stats: DemoStats) -> None:
     ids carry the run tag plus ``h``; plans come from a seed of their own.
     """
     until = time.time()
+    # History skips session memory: it would cost minutes of embedding time before the live
+    # fleet starts; the live sessions write and recall memories.
     cfg = DemoConfig(**{**cfg.__dict__, "run": f"{cfg.run}h", "seed": cfg.seed + 7919,
-                        "speed": HISTORY_SPEED, "once": False})
+                        "speed": HISTORY_SPEED, "once": False, "memory": False})
     ledger = Ledger(cfg.ledger)
     try:
         for slot in range(cfg.sessions):
@@ -375,7 +385,8 @@ def run_demo(url: str | None = None, sessions: int = 12, speed: float = 1.0, see
              workers: int = 1, duration: float = 0.0, stop_event=None, *, once: bool = False,
              run: str | None = None, ledger: str | None = None,
              compensation_interval: float = 1.0, max_sessions: int | None = None,
-             backfill_minutes: float = 0.0) -> DemoStats:
+             backfill_minutes: float = 0.0, scenarios: list[str] | None = None,
+             memory: bool | None = None) -> DemoStats:
     """Run the demo fleet and return what it did.
 
     Args:
@@ -394,6 +405,9 @@ def run_demo(url: str | None = None, sessions: int = 12, speed: float = 1.0, see
         max_sessions: stop starting sessions after this many per worker.
         backfill_minutes: when the store holds no sessions yet, first fill this many minutes of
             simulated history (see `backfill`); a store that holds sessions is never reseeded.
+        scenarios: run only these scenarios (names from `SCENARIOS`); None: all.
+        memory: None writes and recalls session memories when the engine has them; False
+            never does (faster load generation).
 
     Raises:
         ValueError: bad arguments, or an in-memory store with worker processes.
@@ -409,10 +423,13 @@ def run_demo(url: str | None = None, sessions: int = 12, speed: float = 1.0, see
     if workers > 1 and ":memory:" in url:
         raise ValueError("an in-memory store cannot be shared by worker processes; use a file "
                          "store (sqlite:///path) or Redis, or --workers 1")
+    only = tuple(scenarios) if scenarios else None
+    scenario_order(seed, only)  # unknown names fail here, before anything starts
     cfg = DemoConfig(url=url, sessions=sessions, speed=speed, seed=seed,
                      run=run or new_run_tag(), once=once,
                      ledger=ledger or default_path(url),
-                     compensation_interval=compensation_interval, max_sessions=max_sessions)
+                     compensation_interval=compensation_interval, max_sessions=max_sessions,
+                     scenarios=only, memory=memory)
     with Engine.open(url) as engine:  # create the store, or fail early naming it
         empty = not engine.sessions(limit=1)
     started = time.monotonic()

@@ -96,19 +96,25 @@ CHANNELS = {"en": ("web", "app", "email", "slack"), "zh": ("wechat", "app", "web
 MODELS = ("gpt-4o-mini", "gpt-4.1", "qwen-max", "deepseek-v3", "claude-sonnet")
 
 
-def scenario_order(seed: int) -> list[str]:
-    """The order in which a run's slots cycle through the scenarios."""
-    return random.Random(f"{seed}:order").sample(sorted(SCENARIOS), len(SCENARIOS))
+def scenario_order(seed: int, only: tuple[str, ...] | None = None) -> list[str]:
+    """The order in which a run's first sessions go through the scenarios (`only`: a subset)."""
+    names = sorted(only if only else SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise ValueError(f"unknown scenario(s) {', '.join(unknown)}: choose from "
+                         f"{', '.join(SCENARIOS)}")
+    return random.Random(f"{seed}:order").sample(names, len(names))
 
 
-def plan_session(seed: int, index: int, run: str = "demo") -> Plan:
+def plan_session(seed: int, index: int, run: str = "demo",
+                 only: tuple[str, ...] | None = None) -> Plan:
     """Plan session number `index` of a run. The same seed gives the same plans.
 
-    The first `len(SCENARIOS)` sessions cover every scenario once, later ones pick at random; the
-    first session of each looping scenario runs its faulty prompt version and loops, so a fresh
-    fleet shows loops within its first minute.
+    The first sessions cover every scenario (of `only`, when given) once, later ones pick at
+    random; the first session of each looping scenario runs its faulty prompt version and loops,
+    so a fresh fleet shows loops within its first minute.
     """
-    order = scenario_order(seed)
+    order = scenario_order(seed, only)
     rng = random.Random(f"{seed}:{index}:plan")
     first = index < len(order)
     scenario = SCENARIOS[order[index] if first else rng.choice(order)]
@@ -581,9 +587,9 @@ def finance(a: SimAgent, p: Plan, ledger: Ledger) -> None:
            _const({"pair": "EUR/USD", "rate": old_rate, "source": "ECB reference"}),
            thought=("Getting today's EUR/USD rate.", "获取今天的欧元兑美元汇率。"))
     a.set_vars(fx_rate=old_rate)
-    a.remember(f"FX rate EUR/USD fixed at {old_rate} for invoice {invoice}",
-               f"发票 {invoice} 的欧元兑美元汇率定为 {old_rate}", importance=0.9,
-               kind="fx_rate")
+    # Facts are remembered as "attribute: value", so a later value contradicts this one.
+    a.remember(f"EUR/USD exchange rate for invoice {invoice}: {old_rate}",
+               f"发票 {invoice} 的欧元兑美元汇率：{old_rate}", importance=0.9, kind="fx_rate")
     a.tool("calc_line_items", {"invoice_id": invoice, "items": items, "currency": "EUR"},
            _const({"total_eur": total_eur, "vat_eur": round(total_eur * 0.19, 2)}),
            thought=("Totalling the line items.", "汇总明细金额。"))
@@ -593,8 +599,8 @@ def finance(a: SimAgent, p: Plan, ledger: Ledger) -> None:
             f"按 {old_rate} 约合 {total_eur * old_rate:,.2f} 美元。")
     a.user(f"Treasury just updated the rate: EUR/USD is {new_rate} for all invoices from today.",
            f"资金部刚更新了汇率：今天起所有发票的欧元兑美元汇率为 {new_rate}。")
-    a.remember(f"Treasury update: EUR/USD is {new_rate} for all invoices from today",
-               f"资金部更新：今天起所有发票的欧元兑美元汇率为 {new_rate}", importance=0.9,
+    a.remember(f"EUR/USD exchange rate for invoice {invoice}: {new_rate} (treasury update)",
+               f"发票 {invoice} 的欧元兑美元汇率：{new_rate}（资金部更新）", importance=0.9,
                kind="fx_rate")
     tolerance = (f"rate {old_rate:.4f} is outside the 0.5% tolerance of the treasury quote "
                  f"{new_rate:.4f}; re-quote before booking")
