@@ -9,7 +9,6 @@ moves.
 from __future__ import annotations
 
 import json
-import time
 import unicodedata
 from typing import TYPE_CHECKING, Any
 
@@ -304,7 +303,7 @@ class Session:
             call.ok(None)
         return call.verdict
 
-    def stop(self, actor: str = "system") -> None:
+    def stop(self) -> None:
         """Mark the session stopped (it stays readable)."""
         self._engine.store.set_status(self.id, "stopped", None, self._engine.clock())
 
@@ -404,7 +403,7 @@ class Session:
         verdict = self._observe(call.n, step)
         stored = None
         if verdict.looping and self.on_loop != "off":
-            stored = verdict_record(verdict, self._step_number)
+            stored = verdict_record(verdict, self._step_number, self._engine.clock())
         engine = self._engine
         late = engine.store.end_step(
             self.id, call._ticket, {**out, "verdict": stored, "budget": call.budget},
@@ -460,7 +459,7 @@ def budget_record(context: Any) -> dict | None:
     return record
 
 
-def verdict_record(verdict: Verdict, step_number) -> dict:
+def verdict_record(verdict: Verdict, step_number, now: float) -> dict:
     """The JSON form of a verdict, with detector indexes mapped to session step numbers."""
     return {
         "rule": verdict.rule,
@@ -468,5 +467,5 @@ def verdict_record(verdict: Verdict, step_number) -> dict:
         "evidence_steps": [n for n in (step_number(i) for i in verdict.evidence) if n is not None],
         "loop_start_step": step_number(verdict.loop_start),
         "details": canonicalize(verdict.details or {}, "details"),
-        "at": time.time(),
+        "at": now,
     }

@@ -453,3 +453,16 @@ def test_delete_session_removes_everything_but_the_audit(engine):
     assert not engine.delete_session("gone", actor="alice")
     fresh = engine.session("gone")
     assert fresh.state().messages == [] and fresh.tree() == []
+
+
+def test_a_late_side_effect_is_still_compensated(engine):
+    s = engine.session("s")
+    s.append_message("user", "hi")
+    operator = Engine(engine.store)
+    with s.step("charge", {"amt": 1}, side_effect=True,
+                compensation=("charge.undo", {"amt": 1})) as call:
+        operator.rollback("s", to=call.snapshot_id, actor="alice", reason="r", notice=False)
+        call.ok("charged")
+    assert call.late
+    [comp] = engine.compensations(session="s")
+    assert (comp.name, comp.step, comp.status) == ("charge.undo", call.n, "pending")

@@ -158,7 +158,8 @@ class Store(Protocol):
         budget: the token breakdown dict or None).
 
         A step whose session was rolled back while it ran lands on the abandoned branch and is
-        marked late; it never reaches the live line. A looping verdict also sets the session
+        marked late; it never reaches the live line. A late side-effecting step that ended ok
+        gets its compensation queued, as the rollback would have done. A looping verdict also sets the session
         status to looping and stores the verdict as the session's last verdict.
 
         Returns:

@@ -398,6 +398,26 @@ class SQLiteStore:
                               created_at=r[4]) for r in rows]
 
     # -- snapshots --------------------------------------------------------------------------
+    @staticmethod
+    def _queue_compensations(conn, sid: str, rows, branch: str | None, now: float):
+        """Queue the compensations of (step n, compensation JSON) rows; each step at most once."""
+        queued = []
+        for n, comp in rows:
+            name, args = json.loads(comp)
+            key = f"{sid}#{n}"
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO compensations(session, step, name, args, idem_key, status, "
+                "branch, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+                (sid, n, name, _dumps(args), key, branch, now, now),
+            )
+            if cur.rowcount:
+                queued.append(Compensation(
+                    id=cur.lastrowid, session=sid, step=n, name=name, args=args,
+                    idempotency_key=key, status="pending", attempts=0, error=None,
+                    created_at=now, updated_at=now, branch=branch,
+                ))
+        return queued
+
     def _snapshot(self, conn, sid: str, label, kind: str, now: float, retention: Retention):
         seq, _epoch, msg_count, step_count, head = self._session_row(conn, sid)
         seq += 1
@@ -527,6 +547,12 @@ class SQLiteStore:
             )
             if late:
                 conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
+                if outcome["status"] == "ok":  # its side effect happened off the live line
+                    rows = conn.execute(
+                        "SELECT n, compensation FROM steps WHERE session = ? AND n = ? "
+                        "AND side_effect = 1 AND compensation IS NOT NULL", (sid, ticket.n),
+                    ).fetchall()
+                    self._queue_compensations(conn, sid, rows, branch, now)
             elif verdict is not None:
                 conn.execute(
                     "UPDATE sessions SET status = 'looping', last_verdict = ?, loops = loops + 1, "
@@ -643,22 +669,7 @@ class SQLiteStore:
                 "AND side_effect = 1 AND compensation IS NOT NULL AND status = 'ok' "
                 "ORDER BY n DESC", (sid, branch),
             ).fetchall()
-            queued = []
-            for n, comp in comp_rows:
-                name, args = json.loads(comp)
-                key = f"{sid}#{n}"
-                cur = conn.execute(
-                    "INSERT OR IGNORE INTO compensations(session, step, name, args, idem_key, "
-                    "status, branch, created_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
-                    (sid, n, name, _dumps(args), key, branch, now, now),
-                )
-                if cur.rowcount:
-                    queued.append(Compensation(
-                        id=cur.lastrowid, session=sid, step=n, name=name, args=args,
-                        idempotency_key=key, status="pending", attempts=0, error=None,
-                        created_at=now, updated_at=now, branch=branch,
-                    ))
+            queued = self._queue_compensations(conn, sid, comp_rows, branch, now)
             conn.execute(
                 "UPDATE sessions SET seq = ?, epoch = ?, head = ?, msg_count = ?, "
                 "status = 'rolled_back', rollbacks = rollbacks + 1, updated_at = ? WHERE id = ?",
