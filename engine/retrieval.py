@@ -1,0 +1,796 @@
+"""Hybrid retrieval over memories: BM25 (rank-bm25) + dense vectors, fused by weighted RRF.
+
+Pure code, no I/O: the memory store owns persistence and feeds texts in with `add`.
+
+- `Tokenizer` handles English and Chinese: jieba segments runs of Han characters, Latin words
+  are case-folded, stripped of possessives, stemmed (Snowball) and filtered by a short stopword
+  list; numbers such as ``1.08`` stay whole.
+- `BM25Index` keeps document statistics incrementally and scores with rank-bm25's
+  ``BM25Okapi.get_batch_scores`` over the documents that share a term with the query. Adding a
+  memory never rebuilds the index: it updates counts; IDFs are computed per query term, and the
+  one corpus-wide number they need (the mean IDF, for rank-bm25's floor) is refreshed once,
+  lazily, before the next query.
+- `DenseIndex` keeps unit vectors in one growing matrix; texts added are embedded in one batch,
+  lazily, before the next query.
+- `weighted_rrf` fuses rankings: ``score(d) = sum_i w_i / (k + rank_i(d))`` with ``k = 60``.
+- `HybridIndex` puts the three together.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from rank_bm25 import BM25Okapi
+
+from engine.embeddings import Embedder, default_embedder
+
+__all__ = [
+    "DEFAULT_WEIGHTS",
+    "BM25Index",
+    "DenseIndex",
+    "HybridHit",
+    "HybridIndex",
+    "Tokenizer",
+    "tokenize",
+    "weighted_rrf",
+]
+
+DEFAULT_WEIGHTS: tuple[float, float] = (0.8, 0.2)
+"""Default fusion weights (BM25, dense), chosen on LoCoMo, see ``bench/retrieval.py``."""
+
+DEFAULT_K1 = 1.2
+"""BM25 term-frequency saturation (rank-bm25 uses 1.5; 1.2 is the classic choice)."""
+DEFAULT_B = 0.3
+"""BM25 length normalization; memories are short and similar in length, so it is kept low."""
+
+RRF_K = 60
+"""The constant of reciprocal rank fusion (Cormack et al., 2009)."""
+
+# fmt: off
+ENGLISH_STOPWORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being
+below between both but by can could did do does doing down during each few for from further had
+has have having he her here hers herself him himself his how i if in into is it its itself just
+me more most my myself no nor not now of off on once only or other our ours ourselves out over
+own same she should so some such than that the their theirs them themselves then there these
+they this those through to too under until up very was we were what when where which while who
+whom why will with would you your yours yourself yourselves also yet ever s t d ll m re ve
+""".split())
+CHINESE_STOPWORDS = frozenset("""
+的 了 是 在 和 与 及 就 都 而 也 还 又 或 即 我 你 您 他 她 它 我们 你们 他们 她们 这 那 这个 那个
+之 个 吗 呢 吧 啊 呀 哦 嗯 把 被 让 给 对 从 为 以 于 着 过 等 很 么 什么 怎么 哪 哪个 谁 一个
+""".split())
+# fmt: on
+
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_TOKEN = re.compile(
+    rf"(?P<han>[{_HAN}]+)"
+    r"|(?P<num>\d+(?:[.,:/]\d+)*)"
+    rf"|(?P<word>[^\W\d_{_HAN}]+(?:['’][^\W\d_{_HAN}]+)*)",
+    re.UNICODE,
+)
+_ASCII_WORD = re.compile(r"[a-z]+")
+
+
+class Tokenizer:
+    """Splits English and Chinese text into index terms.
+
+    Example: ``Tokenizer()("Caroline's FX rate was fixed at 1.08。汇率固定")`` gives
+    ``['carolin', 'fx', 'rate', 'fix', '1.08', '汇率', '固定']``.
+    """
+
+    def __init__(self, stem: bool = True, stopwords: bool = True, cache_size: int = 200_000):
+        """Configure the tokenizer.
+
+        Args:
+            stem: apply the Snowball English stemmer to ASCII words.
+            stopwords: drop very common English and Chinese function words.
+            cache_size: distinct words whose normalized form is remembered.
+        """
+        self.stem = stem
+        self.stopwords = stopwords
+        self._word_cache: dict[str, str | None] = {}
+        self._cache_size = cache_size
+        self._stemmer = None
+        self._lock = threading.Lock()
+        if stem:
+            import snowballstemmer
+
+            self._stemmer = snowballstemmer.stemmer("english")
+
+    def _word(self, word: str) -> str | None:
+        cached = self._word_cache.get(word, "")
+        if cached != "":
+            return cached
+        base = re.split(r"['’]", word, maxsplit=1)[0]  # caroline's -> caroline, don't -> don
+        term: str | None = base
+        if self.stopwords and (base in ENGLISH_STOPWORDS or word in ENGLISH_STOPWORDS):
+            term = None
+        elif self._stemmer is not None and _ASCII_WORD.fullmatch(base):
+            with self._lock:  # snowballstemmer objects are not thread-safe
+                term = self._stemmer.stemWord(base)
+        if len(self._word_cache) >= self._cache_size:
+            self._word_cache.clear()
+        self._word_cache[word] = term
+        return term
+
+    def _han(self, run: str) -> list[str]:
+        jieba = _jieba()
+        terms = []
+        for piece in jieba.lcut_for_search(run):
+            if self.stopwords and piece in CHINESE_STOPWORDS:
+                continue
+            terms.append(piece)
+        return terms
+
+    def __call__(self, text: str) -> list[str]:
+        """Tokenize text.
+
+        Args:
+            text: any text.
+
+        Returns:
+            Index terms in text order (repeats kept: BM25 counts them).
+        """
+        text = unicodedata.normalize("NFKC", text).casefold()
+        terms: list[str] = []
+        for match in _TOKEN.finditer(text):
+            kind = match.lastgroup
+            value = match.group()
+            if kind == "han":
+                terms.extend(self._han(value))
+            elif kind == "num":
+                terms.append(value)
+            else:
+                term = self._word(value)
+                if term:
+                    terms.append(term)
+        return terms
+
+
+_jieba_module = None
+_jieba_lock = threading.Lock()
+
+
+def _jieba():
+    """jieba, imported and initialized once, quietly (its dictionary loads in about 1 s)."""
+    global _jieba_module
+    if _jieba_module is None:
+        with _jieba_lock:
+            if _jieba_module is None:
+                import logging
+
+                import jieba
+
+                jieba.setLogLevel(logging.WARNING)
+                jieba.initialize()
+                _jieba_module = jieba
+    return _jieba_module
+
+
+tokenize = Tokenizer()
+"""The default tokenizer."""
+
+
+class _LazyIdf:
+    """Okapi IDF, as rank-bm25's ``BM25Okapi._calc_idf`` defines it, computed per term on demand.
+
+    ``idf(t) = ln(N - n_t + 0.5) - ln(n_t + 0.5)``; negative values are floored to
+    ``epsilon * mean idf over the vocabulary``. Only that mean needs the whole vocabulary, and it
+    is one vectorized pass over the document-frequency array, once per batch of changes, instead
+    of a Python loop over every term. rank-bm25's ``get_batch_scores`` reads it through ``get``.
+    """
+
+    def __init__(self, index: BM25Index, floor: float) -> None:
+        self._index = index
+        self._floor = floor
+
+    def get(self, term: str, default: float | None = None) -> float | None:
+        posting = self._index._postings.get(term)
+        if not posting:
+            return default
+        n = len(posting)
+        idf = math.log(self._index._okapi.corpus_size - n + 0.5) - math.log(n + 0.5)
+        return self._floor if idf < 0 else idf
+
+    def __getitem__(self, term: str) -> float:
+        value = self.get(term)
+        if value is None:
+            raise KeyError(term)
+        return value
+
+
+class _LiveOkapi(BM25Okapi):
+    """rank-bm25's Okapi scorer over statistics that `BM25Index` maintains incrementally.
+
+    rank-bm25 computes its statistics once, in the constructor, from a whole corpus; here they
+    are kept up to date as documents come and go (`_LazyIdf` supplies the IDF), and rank-bm25's
+    own ``get_batch_scores`` does the scoring.
+    """
+
+    def __init__(self, k1: float, b: float, epsilon: float) -> None:  # no corpus on purpose
+        self.k1 = k1
+        self.b = b
+        self.epsilon = epsilon
+        self.corpus_size = 0
+        self.avgdl = 0.0
+        self.doc_freqs: list[dict[str, int]] = []
+        self.idf: _LazyIdf | dict[str, float] = {}
+        self.doc_len: np.ndarray = np.zeros(0)
+        self.average_idf = 0.0
+        self.tokenizer = None
+
+
+class BM25Index:
+    """A BM25 index (rank-bm25 Okapi scoring) that accepts adds and removes without rebuilding."""
+
+    def __init__(
+        self,
+        tokenizer: Callable[[str], list[str]] | None = None,
+        k1: float = DEFAULT_K1,
+        b: float = DEFAULT_B,
+        epsilon: float = 0.25,
+    ) -> None:
+        """Create an empty index.
+
+        Args:
+            tokenizer: text -> terms; default `tokenize`.
+            k1: BM25 term-frequency saturation.
+            b: BM25 length normalization.
+            epsilon: rank-bm25's floor for negative IDFs, as a fraction of the mean IDF.
+        """
+        self.tokenizer = tokenizer or tokenize
+        self._okapi = _LiveOkapi(k1, b, epsilon)
+        self._ids: list[str | None] = []  # slot -> id
+        self._slot: dict[str, int] = {}  # id -> slot
+        self._free: list[int] = []
+        self._lengths = np.zeros(64)
+        self._postings: dict[str, set[int]] = {}
+        self._term_id: dict[str, int] = {}  # term -> slot in _df
+        self._df = np.zeros(256)  # document frequency per term slot (0: free)
+        self._free_terms: list[int] = []
+        self._total_len = 0
+        self._dirty = False
+        self._lock = threading.RLock()
+        self.idf_refreshes = 0
+
+    def __len__(self) -> int:
+        return len(self._slot)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._slot
+
+    def add(self, doc_id: str, text: str) -> None:
+        """Index a text under an id (replacing any text indexed under that id).
+
+        Args:
+            doc_id: the memory id.
+            text: the memory text.
+        """
+        terms = self.tokenizer(text)
+        with self._lock:
+            if doc_id in self._slot:
+                self._remove_locked(doc_id)
+            freqs: dict[str, int] = {}
+            for term in terms:
+                freqs[term] = freqs.get(term, 0) + 1
+            if self._free:
+                slot = self._free.pop()
+                self._ids[slot] = doc_id
+                self._okapi.doc_freqs[slot] = freqs
+            else:
+                slot = len(self._ids)
+                self._ids.append(doc_id)
+                self._okapi.doc_freqs.append(freqs)
+                if slot >= len(self._lengths):
+                    grown = np.zeros(len(self._lengths) * 2)
+                    grown[: len(self._lengths)] = self._lengths
+                    self._lengths = grown
+            self._lengths[slot] = len(terms)
+            self._slot[doc_id] = slot
+            for term in freqs:
+                posting = self._postings.get(term)
+                if posting is None:
+                    posting = self._postings[term] = set()
+                    self._term_id[term] = self._new_term_slot()
+                posting.add(slot)
+                self._df[self._term_id[term]] += 1
+            self._total_len += len(terms)
+            self._dirty = True
+
+    def add_many(self, items: Iterable[tuple[str, str]]) -> None:
+        """Index several ``(id, text)`` pairs.
+
+        Args:
+            items: pairs of id and text.
+        """
+        for doc_id, text in items:
+            self.add(doc_id, text)
+
+    def remove(self, doc_id: str) -> bool:
+        """Forget a document.
+
+        Args:
+            doc_id: the memory id.
+
+        Returns:
+            True if it was indexed.
+        """
+        with self._lock:
+            if doc_id not in self._slot:
+                return False
+            self._remove_locked(doc_id)
+            return True
+
+    def _remove_locked(self, doc_id: str) -> None:
+        slot = self._slot.pop(doc_id)
+        freqs = self._okapi.doc_freqs[slot]
+        for term in freqs:
+            posting = self._postings[term]
+            posting.discard(slot)
+            self._df[self._term_id[term]] -= 1
+            if not posting:
+                del self._postings[term]
+                self._free_terms.append(self._term_id.pop(term))
+        self._total_len -= int(self._lengths[slot])
+        self._lengths[slot] = 0
+        self._okapi.doc_freqs[slot] = {}
+        self._ids[slot] = None
+        self._free.append(slot)
+        self._dirty = True
+
+    def _new_term_slot(self) -> int:
+        if self._free_terms:
+            return self._free_terms.pop()
+        slot = len(self._term_id) + len(self._free_terms)
+        if slot >= len(self._df):
+            grown = np.zeros(len(self._df) * 2)
+            grown[: len(self._df)] = self._df
+            self._df = grown
+        return slot
+
+    def _refresh(self) -> None:
+        """Bring the corpus-wide numbers (N, avgdl, IDF floor) up to date after changes."""
+        okapi = self._okapi
+        live = len(self._slot)
+        okapi.corpus_size = live
+        okapi.avgdl = self._total_len / live if live else 0.0
+        okapi.doc_len = self._lengths[: len(self._ids)]
+        df = self._df[self._df > 0]
+        if live and len(df):
+            okapi.average_idf = float(np.mean(np.log(live - df + 0.5) - np.log(df + 0.5)))
+        else:
+            okapi.average_idf = 0.0
+        okapi.idf = _LazyIdf(self, okapi.epsilon * okapi.average_idf)
+        self._dirty = False
+        self.idf_refreshes += 1
+
+    def search(self, query: str, k: int | None = 10) -> list[tuple[str, float]]:
+        """Rank documents sharing at least one term with the query.
+
+        Args:
+            query: the query text.
+            k: how many to return; None for all matching documents.
+
+        Returns:
+            ``(id, bm25 score)`` pairs, best first; ties broken by insertion order.
+        """
+        terms = self.tokenizer(query)
+        with self._lock:
+            if self._dirty:
+                self._refresh()
+            okapi = self._okapi
+            if not terms or okapi.avgdl == 0:
+                return []
+            candidates: set[int] = set()
+            for term in set(terms):
+                candidates |= self._postings.get(term, set())
+            if not candidates:
+                return []
+            slots = sorted(candidates)
+            scores = np.asarray(okapi.get_batch_scores(terms, slots))
+            ids = [self._ids[s] for s in slots]
+        order = _top(scores, k)
+        return [(ids[i], float(scores[i])) for i in order]
+
+
+def _top(scores: np.ndarray, k: int | None) -> np.ndarray:
+    """Indexes of the k highest scores, best first, stable for ties."""
+    n = len(scores)
+    if k is None or k >= n:
+        return np.argsort(-scores, kind="stable")
+    if k <= 0:
+        return np.zeros(0, dtype=int)
+    part = np.argpartition(-scores, k - 1)[:k]
+    # argpartition is not stable; order the cut by (score desc, index asc)
+    return part[np.lexsort((part, -scores[part]))]
+
+
+class DenseIndex:
+    """Unit vectors in one growing matrix; cosine search by one matrix-vector product."""
+
+    def __init__(self, embedder: Embedder | None = None) -> None:
+        """Create an empty index.
+
+        Args:
+            embedder: the `Embedder`; default: all-MiniLM-L6-v2 (loaded on first use).
+        """
+        self._embedder = embedder
+        self._ids: list[str] = []
+        self._row: dict[str, int] = {}
+        self._matrix: np.ndarray | None = None
+        self._pending: dict[str, str] = {}
+        self._lock = threading.RLock()
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder (the default one is resolved on first use)."""
+        if self._embedder is None:
+            self._embedder = default_embedder()
+        return self._embedder
+
+    def __len__(self) -> int:
+        return len(self._row) + len(self._pending)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._row or doc_id in self._pending
+
+    def add(self, doc_id: str, text: str) -> None:
+        """Queue a text for embedding under an id (replacing any earlier text for that id).
+
+        Args:
+            doc_id: the memory id.
+            text: the memory text.
+        """
+        with self._lock:
+            if doc_id in self._row:
+                self._remove_row(doc_id)
+            self._pending[doc_id] = text
+
+    def add_many(self, items: Iterable[tuple[str, str]]) -> None:
+        """Queue several ``(id, text)`` pairs.
+
+        Args:
+            items: pairs of id and text.
+        """
+        for doc_id, text in items:
+            self.add(doc_id, text)
+
+    def add_vectors(self, ids: Sequence[str], vectors: np.ndarray) -> None:
+        """Insert precomputed unit vectors (e.g. restored from a store).
+
+        Args:
+            ids: one id per row.
+            vectors: array ``(len(ids), dim)`` from the same embedder.
+
+        Raises:
+            ValueError: shapes disagree.
+        """
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or len(vectors) != len(ids):
+            raise ValueError(f"need one vector per id: {len(ids)} ids, array {vectors.shape}")
+        with self._lock:
+            for doc_id in ids:
+                if doc_id in self._row:
+                    self._remove_row(doc_id)
+                self._pending.pop(doc_id, None)
+            self._append(list(ids), vectors)
+
+    def remove(self, doc_id: str) -> bool:
+        """Forget a document.
+
+        Args:
+            doc_id: the memory id.
+
+        Returns:
+            True if it was indexed.
+        """
+        with self._lock:
+            if self._pending.pop(doc_id, None) is not None:
+                return True
+            if doc_id in self._row:
+                self._remove_row(doc_id)
+                return True
+            return False
+
+    def _remove_row(self, doc_id: str) -> None:
+        row = self._row.pop(doc_id)
+        last = len(self._ids) - 1
+        assert self._matrix is not None
+        if row != last:  # move the last row into the hole
+            moved = self._ids[last]
+            self._matrix[row] = self._matrix[last]
+            self._ids[row] = moved
+            self._row[moved] = row
+        self._ids.pop()
+
+    def _append(self, ids: list[str], vectors: np.ndarray) -> None:
+        if not ids:
+            return
+        n = len(self._ids)
+        need = n + len(ids)
+        if (
+            self._matrix is None
+            or need > len(self._matrix)
+            or self._matrix.shape[1] != (vectors.shape[1])
+        ):
+            if self._matrix is not None and n and self._matrix.shape[1] != vectors.shape[1]:
+                raise ValueError(
+                    f"vectors of dimension {vectors.shape[1]} cannot join an index of "
+                    f"dimension {self._matrix.shape[1]}"
+                )
+            grown = np.zeros((max(64, need * 2), vectors.shape[1]), dtype=np.float32)
+            if self._matrix is not None and n:
+                grown[:n] = self._matrix[:n]
+            self._matrix = grown
+        self._matrix[n:need] = vectors
+        for offset, doc_id in enumerate(ids):
+            self._row[doc_id] = n + offset
+        self._ids.extend(ids)
+
+    def flush(self) -> None:
+        """Embed every queued text now, in one batch."""
+        with self._lock:
+            if not self._pending:
+                return
+            ids = list(self._pending)
+            texts = [self._pending[i] for i in ids]
+            vectors = self.embedder.embed(texts)
+            self._pending.clear()
+            self._append(ids, vectors)
+
+    def search(
+        self,
+        query: str,
+        k: int | None = 10,
+        feedback_ids: Sequence[str] = (),
+        feedback_weight: float = 1.0,
+    ) -> list[tuple[str, float]]:
+        """Rank documents by cosine similarity to the query.
+
+        With ``feedback_ids`` the query vector is moved towards those documents first (Rocchio
+        relevance feedback): ``q' = q + feedback_weight * mean(vectors of feedback_ids)``.
+
+        Args:
+            query: the query text.
+            k: how many to return; None for all.
+            feedback_ids: indexed ids taken as relevant (unknown ids are ignored).
+            feedback_weight: how far the query moves towards them.
+
+        Returns:
+            ``(id, cosine)`` pairs, best first.
+        """
+        self.flush()
+        with self._lock:
+            n = len(self._ids)
+            if n == 0:
+                return []
+            assert self._matrix is not None
+            q = self.embedder.embed([query])[0].astype(np.float32)
+            rows = [self._row[d] for d in feedback_ids if d in self._row]
+            if rows and feedback_weight:
+                q = q + feedback_weight * self._matrix[rows].mean(axis=0)
+                norm = float(np.linalg.norm(q))
+                if norm:
+                    q /= norm
+            scores = self._matrix[:n] @ q
+            ids = list(self._ids)
+        order = _top(scores, k)
+        return [(ids[i], float(scores[i])) for i in order]
+
+
+def weighted_rrf(
+    rankings: Sequence[Sequence[str]],
+    weights: Sequence[float],
+    k: int = RRF_K,
+) -> list[tuple[str, float]]:
+    """Weighted reciprocal rank fusion: ``score(d) = sum_i weights[i] / (k + rank_i(d))``.
+
+    Ranks start at 1; a document absent from a ranking gets nothing from it.
+
+    Args:
+        rankings: ranked id lists, best first.
+        weights: one non-negative weight per ranking.
+        k: the RRF constant (60 in the original paper).
+
+    Returns:
+        ``(id, fused score)`` pairs, best first; ties go to the better best rank, then the
+        earlier ranking.
+
+    Raises:
+        ValueError: as many weights as rankings are needed, non-negative, and k >= 0.
+    """
+    if len(rankings) != len(weights):
+        raise ValueError(f"{len(rankings)} rankings but {len(weights)} weights")
+    if any(w < 0 for w in weights):
+        raise ValueError(f"weights must be non-negative, got {list(weights)}")
+    if k < 0:
+        raise ValueError(f"k must be non-negative, got {k}")
+    scores: dict[str, float] = {}
+    best: dict[str, tuple[int, int]] = {}
+    for which, (ranking, weight) in enumerate(zip(rankings, weights, strict=True)):
+        for rank, doc_id in enumerate(ranking, start=1):
+            scores[doc_id] = scores.get(doc_id, 0.0) + weight / (k + rank)
+            key = (rank, which)
+            if doc_id not in best or key < best[doc_id]:
+                best[doc_id] = key
+    return sorted(scores.items(), key=lambda item: (-item[1], best[item[0]]))
+
+
+@dataclass(frozen=True)
+class HybridHit:
+    """One fused result with the evidence behind it."""
+
+    id: str
+    """The memory id."""
+    score: float
+    """Fused RRF score."""
+    bm25_rank: int | None
+    """1-based rank in the BM25 list (None: not retrieved by BM25)."""
+    bm25_score: float | None
+    """BM25 score."""
+    dense_rank: int | None
+    """1-based rank in the dense list (None: not retrieved)."""
+    dense_score: float | None
+    """Cosine similarity."""
+
+
+class HybridIndex:
+    """BM25 and dense retrieval over the same documents, fused by weighted RRF.
+
+    Example::
+
+        index = HybridIndex()                      # all-MiniLM-L6-v2, weights (0.8, 0.2)
+        index.add("m1", "FX rate EUR/USD fixed at 1.08 for this task")
+        index.search("which exchange rate?", k=5)  # [("m1", 0.016…)]
+    """
+
+    def __init__(
+        self,
+        embedder: Embedder | None = None,
+        weights: tuple[float, float] = DEFAULT_WEIGHTS,
+        rrf_k: int = RRF_K,
+        depth: int = 1000,
+        tokenizer: Callable[[str], list[str]] | None = None,
+        k1: float = DEFAULT_K1,
+        b: float = DEFAULT_B,
+        feedback: int = 1,
+        feedback_weight: float = 1.0,
+    ) -> None:
+        """Create an empty index.
+
+        Args:
+            embedder: the dense `Embedder`; default all-MiniLM-L6-v2 from the installed package
+                (loaded on the first search). Never used when the dense weight is 0.
+            weights: ``(w_bm25, w_dense)``, non-negative, not both 0.
+            rrf_k: RRF constant.
+            depth: how many results of each retriever enter the fusion.
+            tokenizer: BM25 tokenizer; default `tokenize`.
+            k1: BM25 k1.
+            b: BM25 b.
+            feedback: lexical feedback for the dense side: the query vector is moved towards
+                the vectors of the top ``feedback`` BM25 hits before the dense ranking (0: off).
+                The dense list then agrees with BM25 on its best hit and adds that hit's
+                semantic neighbours, so fusion keeps BM25's precision at the top.
+            feedback_weight: how far the query vector moves (Rocchio beta).
+
+        Raises:
+            ValueError: bad weights, rrf_k, depth or feedback.
+        """
+        if len(weights) != 2 or any(w < 0 for w in weights) or not any(weights):
+            raise ValueError(
+                f"weights must be (w_bm25, w_dense), non-negative, not both 0; got {weights!r}"
+            )
+        if rrf_k < 0:
+            raise ValueError(f"rrf_k must be non-negative, got {rrf_k}")
+        if depth < 1:
+            raise ValueError(f"depth must be at least 1, got {depth}")
+        if feedback < 0 or feedback_weight < 0:
+            raise ValueError(
+                f"feedback and feedback_weight must be non-negative, got {feedback}, "
+                f"{feedback_weight}"
+            )
+        self.weights = (float(weights[0]), float(weights[1]))
+        self.rrf_k = rrf_k
+        self.depth = depth
+        self.feedback = feedback
+        self.feedback_weight = feedback_weight
+        self.bm25 = BM25Index(tokenizer=tokenizer, k1=k1, b=b)
+        self.dense = DenseIndex(embedder) if self.weights[1] > 0 else None
+
+    def __len__(self) -> int:
+        return len(self.bm25)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self.bm25
+
+    def add(self, doc_id: str, text: str) -> None:
+        """Index a memory (replacing any text under the same id).
+
+        Args:
+            doc_id: the memory id.
+            text: the memory text.
+        """
+        self.bm25.add(doc_id, text)
+        if self.dense is not None:
+            self.dense.add(doc_id, text)
+
+    def add_many(self, items: Iterable[tuple[str, str]]) -> None:
+        """Index several ``(id, text)`` pairs.
+
+        Args:
+            items: pairs of id and text.
+        """
+        for doc_id, text in items:
+            self.add(doc_id, text)
+
+    def remove(self, doc_id: str) -> bool:
+        """Forget a memory.
+
+        Args:
+            doc_id: the memory id.
+
+        Returns:
+            True if it was indexed.
+        """
+        found = self.bm25.remove(doc_id)
+        if self.dense is not None:
+            found = self.dense.remove(doc_id) or found
+        return found
+
+    def search_detailed(self, query: str, k: int = 10) -> list[HybridHit]:
+        """Fused search with each retriever's rank and score.
+
+        Args:
+            query: the query text.
+            k: how many results.
+
+        Returns:
+            Up to k `HybridHit`, best first.
+        """
+        if k <= 0:
+            return []
+        depth = max(self.depth, k)
+        lexical = self.weights[0] > 0 or self.feedback > 0
+        sparse = self.bm25.search(query, depth) if lexical else []
+        dense = (
+            self.dense.search(
+                query,
+                depth,
+                feedback_ids=[d for d, _ in sparse[: self.feedback]],
+                feedback_weight=self.feedback_weight,
+            )
+            if self.dense is not None
+            else []
+        )
+        if self.weights[0] == 0:
+            sparse = []
+        fused = weighted_rrf(
+            [[d for d, _ in sparse], [d for d, _ in dense]], self.weights, k=self.rrf_k
+        )
+        sparse_at = {d: (r, s) for r, (d, s) in enumerate(sparse, start=1)}
+        dense_at = {d: (r, s) for r, (d, s) in enumerate(dense, start=1)}
+        hits = []
+        for doc_id, score in fused[:k]:
+            br, bs = sparse_at.get(doc_id, (None, None))
+            dr, ds = dense_at.get(doc_id, (None, None))
+            hits.append(HybridHit(doc_id, score, br, bs, dr, ds))
+        return hits
+
+    def search(self, query: str, k: int = 10) -> list[tuple[str, float]]:
+        """Fused search.
+
+        Args:
+            query: the query text.
+            k: how many results.
+
+        Returns:
+            ``(id, fused score)`` pairs, best first.
+        """
+        return [(h.id, h.score) for h in self.search_detailed(query, k)]
