@@ -1,0 +1,326 @@
+"""Benchmark of LoopDetector.observe: cost per step and memory, against a naive baseline.
+
+Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000]``
+
+- Cost: ``observe`` is timed step by step on a healthy stream (a coding agent doing distinct
+  work with status checks, polls and transient errors) and on a looping stream (crop retries,
+  jittered retries, search/fetch cycles, empty turns, a dead tool, between healthy stretches).
+- Baseline: a detector that keeps the whole history and re-scans it on every step (the same
+  normalization and fingerprints, then a full pass to count repeats and look for cycles), in the
+  same run, so the table shows what a window buys.
+- Memory: bytes held by a detector (tracemalloc) after 10k and 100k healthy steps. The baseline's
+  memory run skips its scans (they allocate nothing; at 100k steps they would take hours).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import statistics
+import time
+import tracemalloc
+from collections.abc import Iterator
+
+from engine.detector import LoopDetector, Step
+from engine.fingerprint import digest, fingerprint
+from engine.normalize import Normalizer, error_signature, result_digest
+
+TARGET_MEDIAN_US = 20.0
+
+
+# --- streams ----------------------------------------------------------------------------------
+def healthy_stream(n: int) -> Iterator[Step]:
+    """Distinct, productive work: reads, edits, status checks, test runs, polls, a 503 now and
+    then, short thoughts."""
+    for i in range(n):
+        k = i % 8
+        if k == 0:
+            yield Step(
+                tool="read_file",
+                args={"path": f"src/pkg/mod{i}.py"},
+                result=f"def f{i}():\n    return {i}\n",
+            )
+        elif k == 1:
+            yield Step(
+                tool="edit_file",
+                args={
+                    "path": f"src/pkg/mod{i % 40}.py",
+                    "old": "a",
+                    "new": f"b{i}",
+                    "request_id": f"r{i}",
+                },
+                result="Edited",
+            )
+        elif k == 2:
+            yield Step(tool="git_status", args={}, result=f" M src/pkg/mod{i % 40}.py")
+        elif k == 3:
+            yield Step(
+                tool="run_tests",
+                args={"cmd": "pytest -q"},
+                result={"failed": (n - i) % 7, "passed": i, "duration": f"{i % 9}.1s"},
+            )
+        elif k == 4:
+            yield Step(tool=None, text=f"Step {i}: looking at the next module.")
+        elif k == 5:
+            yield Step(
+                tool="job_status",
+                args={"job_id": "j-1"},
+                result={"state": "running", "progress": i % 100},
+            )
+        elif k == 6:
+            yield Step(
+                tool="web_search",
+                args={"query": f"python error {i}"},
+                result=[f"https://docs.example/{i}"],
+            )
+        elif i % 3:
+            yield Step(tool="fetch", args={"url": f"https://docs.example/{i}"}, result=f"page {i}")
+        else:
+            yield Step(
+                tool="fetch",
+                args={"url": f"https://docs.example/{i}"},
+                ok=False,
+                error="HTTP 503 Service Unavailable",
+            )
+
+
+def looping_stream(n: int) -> Iterator[Step]:
+    """Loops of every kind, each a few steps past its detection, between healthy stretches."""
+    produced = 0
+    segment = 0
+    while produced < n:
+        s = segment
+        kind = segment % 6
+        if kind == 0:
+            box = [820, 1400, 1180, 1330]
+            steps = [
+                Step(
+                    tool="image_crop",
+                    args={"path": f"r{s}.jpg", "box": box},
+                    ok=False,
+                    error="invalid slice: y2 (1330) must be greater than y1 (1400)",
+                )
+            ] * 8
+        elif kind == 1:
+            steps = [
+                Step(
+                    tool="image_crop",
+                    args={"path": f"r{s}.jpg", "box": [820 + j, 1400 - j, 1180, 1330]},
+                    ok=False,
+                    error=f"invalid slice: y1 ({1400 - j}) > y2 (1330)",
+                )
+                for j in range(6)
+            ]
+        elif kind == 2:
+            steps = [
+                Step(
+                    tool="web_search",
+                    args={"query": f"freeze policy {s}"},
+                    result=[f"https://wiki/{s}"],
+                ),
+                Step(tool="fetch", args={"url": f"https://wiki/{s}"}, result="TBD"),
+            ] * 4
+        elif kind == 3:
+            steps = [Step(tool=None, text="")] * 5
+        elif kind == 4:
+            steps = [
+                Step(
+                    tool="fetch",
+                    args={"url": f"https://down.example/{s}/{j}"},
+                    ok=False,
+                    error="HTTP 503 from egress proxy",
+                )
+                for j in range(6)
+            ]
+        else:
+            steps = list(healthy_stream(12 + s))[-12:]
+        for step in steps:
+            yield step
+            produced += 1
+            if produced >= n:
+                return
+        segment += 1
+
+
+# --- the naive baseline ------------------------------------------------------------------------
+class NaiveFullScanDetector:
+    """Keeps every step and re-scans the whole history on each one: the obvious first design.
+
+    Same normalization and fingerprints as the real detector; per step it counts the repeats of
+    the new state since the last progress and looks for cycles of period 2–5, scanning the full
+    history each time.
+    """
+
+    def __init__(self, scan: bool = True) -> None:
+        self.scan = scan
+        self.normalizer = Normalizer()
+        self.history: list[tuple[str, str, bool]] = []
+
+    def observe(self, step: Step) -> bool:
+        if step.tool is None:
+            state = ("turn", digest(step.text or ""), False)
+        else:
+            args = self.normalizer.args(step.args)
+            call = fingerprint(step.tool, args)
+            outcome = (
+                result_digest(step.result, self.normalizer)
+                if step.ok
+                else digest(error_signature(step.error, args))
+            )
+            state = (call, outcome, step.ok)
+        self.history.append(state)
+        if not self.scan:
+            return False
+        history = self.history
+        seen: set[tuple[str, str, bool]] = set()
+        repeats = 0
+        for earlier in history:  # full pass: progress = a success never seen before
+            if earlier[2] and earlier not in seen:
+                repeats = 0
+            seen.add(earlier)
+            if earlier == state:
+                repeats += 1
+        if repeats >= 3:
+            return True
+        for period in range(2, 6):
+            if len(history) >= 2 * period and history[-period:] == history[-2 * period : -period]:
+                return True
+        return False
+
+
+# --- measuring -------------------------------------------------------------------------------
+def time_per_step(detector, steps: list[Step]) -> list[float]:
+    """Microseconds spent in each observe call."""
+    clock = time.perf_counter_ns
+    observe = detector.observe
+    out = []
+    gc.disable()
+    try:
+        for step in steps:
+            t0 = clock()
+            observe(step)
+            out.append((clock() - t0) / 1000)
+    finally:
+        gc.enable()
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def memory_after(make_detector, counts: tuple[int, ...]) -> list[int]:
+    """Bytes allocated by a detector (and kept) after feeding it each count of healthy steps."""
+    results = []
+    gc.collect()
+    tracemalloc.start()
+    try:
+        detector = make_detector()
+        fed = 0
+        for count in counts:
+            for step in healthy_stream(count - fed) if fed == 0 else _continue(fed, count):
+                detector.observe(step)
+            fed = count
+            gc.collect()
+            results.append(tracemalloc.get_traced_memory()[0])
+    finally:
+        tracemalloc.stop()
+    del detector
+    return results
+
+
+def _continue(start: int, end: int) -> Iterator[Step]:
+    stream = healthy_stream(end)
+    for i, step in enumerate(stream):
+        if i >= start:
+            yield step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20_000, help="steps per timed stream")
+    parser.add_argument(
+        "--naive-steps",
+        type=int,
+        default=10_000,
+        help="steps per stream for the naive baseline (quadratic)",
+    )
+    opts = parser.parse_args()
+
+    streams = {
+        "healthy": list(healthy_stream(opts.steps)),
+        "looping": list(looping_stream(opts.steps)),
+    }
+    window = LoopDetector().horizon
+    rows = []
+    flags = {}
+    for name, steps in streams.items():
+        detector = LoopDetector(max_steps=None)
+        time_per_step(detector, steps[:2000])  # warm-up (regex and key caches)
+        detector = LoopDetector(max_steps=None)
+        times = time_per_step(detector, steps)
+        check = LoopDetector(max_steps=None)
+        flags[name] = sum(check.observe(s).looping for s in steps)
+        rows.append(
+            (
+                name,
+                f"rewind (window {window})",
+                len(steps),
+                statistics.median(times),
+                percentile(times, 0.99),
+                statistics.median(times[-1000:]),
+            )
+        )
+    for name, steps in streams.items():
+        steps = steps[: opts.naive_steps]
+        times = time_per_step(NaiveFullScanDetector(), steps)
+        rows.append(
+            (
+                name,
+                "naive full re-scan",
+                len(steps),
+                statistics.median(times),
+                percentile(times, 0.99),
+                statistics.median(times[-1000:]),
+            )
+        )
+
+    print(f"LoopDetector.observe, Python {platform.python_version()} on {platform.machine()}")
+    print()
+    header = (
+        f"{'stream':8} {'detector':22} {'steps':>7} {'median µs':>10} {'p99 µs':>9} "
+        f"{'median µs, last 1k':>19}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, label, count, median, p99, tail in rows:
+        print(f"{name:8} {label:22} {count:7d} {median:10.1f} {p99:9.1f} {tail:19.1f}")
+    print()
+    print(
+        f"verdicts: {flags['healthy']} flags on the healthy stream, "
+        f"{flags['looping']} on the looping stream ({opts.steps} steps each)"
+    )
+    print()
+    counts = (10_000, 100_000)
+    ours = memory_after(lambda: LoopDetector(max_steps=None), counts)
+    naive = memory_after(lambda: NaiveFullScanDetector(scan=False), counts)
+    print(f"{'memory held':28} {'after 10k steps':>16} {'after 100k steps':>17} {'ratio':>6}")
+    for label, (small, large) in (
+        (f"rewind (window {window})", ours),
+        ("naive full history *", naive),
+    ):
+        print(f"{label:28} {small / 1024:13.1f} KiB {large / 1024:14.1f} KiB {large / small:6.2f}")
+    print("* memory run without the scans (they allocate nothing and would take hours)")
+    print()
+    medians = [r[3] for r in rows if r[1].startswith("rewind")]
+    verdict = "PASS" if max(medians) < TARGET_MEDIAN_US else "FAIL"
+    print(
+        f"target: median observe < {TARGET_MEDIAN_US:.0f} µs on every stream: {verdict}; "
+        f"memory bounded by the window: {'PASS' if ours[1] < 1.5 * ours[0] else 'FAIL'}"
+    )
+
+
+if __name__ == "__main__":
+    main()

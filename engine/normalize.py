@@ -1,0 +1,426 @@
+"""Normalization of tool calls for loop detection (pure functions, no I/O).
+
+Two calls that an on-call engineer would call "the same" must get the same fingerprint, even when
+the agent's runtime stamps them with a fresh request id, the agent adds a different "explanation"
+each time, or writes ``./src//a.py`` instead of ``src/a.py``. This module turns arguments, results,
+error texts and agent turns into such canonical forms; `engine.fingerprint` then hashes them.
+
+- Arguments: volatile keys (request/trace ids, timestamps, nonces), progress counters (attempt,
+  retry…) and free-text thoughts (thought, reasoning, explanation…) are dropped; one-line strings
+  have their whitespace collapsed, multi-line strings lose trailing blanks and ``\\r``; path-like
+  strings are normalized (``./a//b/`` -> ``a/b``, backslashes -> slashes).
+- Results: only volatile keys are dropped (a moving progress counter in a result is progress, not
+  noise), and timestamps / durations inside strings are masked.
+- Error signatures: the error text with ids, timestamps, durations, addresses and the values the
+  agent passed in the arguments masked, so "invalid slice [10:20]" and "invalid slice [11:21]" of
+  two jittered retries share one signature.
+"""
+
+from __future__ import annotations
+
+import difflib
+import posixpath
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from engine.fingerprint import canonical_json, canonicalize, digest
+
+__all__ = [
+    "DEFAULT_VOLATILE_KEYS",
+    "DEFAULT_PROGRESS_KEYS",
+    "DEFAULT_THOUGHT_KEYS",
+    "DEFAULT_TARGET_KEYS",
+    "Normalizer",
+    "normalize_args",
+    "normalize_result",
+    "normalize_text",
+    "normalize_path",
+    "mask_volatile",
+    "error_signature",
+    "turn_signature",
+    "flatten",
+    "values_close",
+    "result_digest",
+]
+
+DEFAULT_VOLATILE_KEYS: frozenset[str] = frozenset(
+    {
+        "request_id",
+        "requestid",
+        "req_id",
+        "trace_id",
+        "traceid",
+        "span_id",
+        "parent_span_id",
+        "correlation_id",
+        "idempotency_key",
+        "nonce",
+        "timestamp",
+        "ts",
+        "_ts",
+        "_t",
+        "created_at",
+        "updated_at",
+        "sent_at",
+        "received_at",
+        "server_time",
+        "client_time",
+        "now",
+        "elapsed",
+        "elapsed_ms",
+        "duration",
+        "duration_ms",
+        "took",
+        "took_ms",
+        "latency_ms",
+        "cache_buster",
+        "cachebuster",
+    }
+)
+"""Keys whose values change on every call without changing its meaning (dropped everywhere)."""
+
+VOLATILE_KEY_SUFFIXES: tuple[str, ...] = (
+    "_request_id",
+    "_trace_id",
+    "_span_id",
+    "_correlation_id",
+    "_timestamp",
+    "_nonce",
+)
+"""Key endings treated as volatile too (``x_request_id``, ``client_timestamp``…)."""
+
+DEFAULT_PROGRESS_KEYS: frozenset[str] = frozenset(
+    {
+        "attempt",
+        "attempts",
+        "attempt_number",
+        "retry",
+        "retries",
+        "retry_count",
+        "try",
+        "tries",
+        "iteration",
+        "call_count",
+    }
+)
+"""Argument keys that count the agent's own retries; dropped from arguments only."""
+
+DEFAULT_THOUGHT_KEYS: frozenset[str] = frozenset(
+    {
+        "thought",
+        "thoughts",
+        "reasoning",
+        "reason_for_call",
+        "explanation",
+        "rationale",
+        "justification",
+        "comment_to_self",
+    }
+)
+"""Argument keys carrying the agent's free-text thinking; never part of a fingerprint."""
+
+DEFAULT_TARGET_KEYS: frozenset[str] = frozenset(
+    {
+        "path",
+        "file",
+        "file_path",
+        "filepath",
+        "filename",
+        "url",
+        "uri",
+        "href",
+        "target",
+        "resource",
+        "image",
+        "id",
+        "issue",
+        "repo",
+        "repository",
+        "table",
+        "endpoint",
+        "host",
+        "to",
+        "recipient",
+        "email",
+        "channel",
+        "branch",
+    }
+)
+"""Top-level argument keys naming what a call acts on (keys ending in ``_id`` also count)."""
+
+_PATH_LIKE = re.compile(r"[\w.~\-/\\:@+]+")
+_TIME_PATTERNS = {
+    "time": r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
+    r"|\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b",
+    "duration": r"\b\d+(?:\.\d+)?\s?(?:ms|us|µs|ns|s|sec|secs|seconds)\b",
+}
+_ID_PATTERNS = {
+    "uuid": r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",
+    "addr": r"\b0x[0-9a-fA-F]+\b",
+    # 8+ hex digits with at least one digit: request ids, hashes, long numeric ids
+    "id": r"\b(?=[0-9a-fA-F-]*\d)[0-9a-fA-F]{8,}(?:-[0-9a-fA-F]{2,})*\b",
+}
+
+
+def _one_pass(patterns: dict[str, str]) -> re.Pattern[str]:
+    """One regex trying the patterns in order; the group name says which one matched."""
+    return re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in patterns.items()))
+
+
+_TIMES = _one_pass(_TIME_PATTERNS)
+_TIMES_AND_IDS = _one_pass({**_TIME_PATTERNS, **_ID_PATTERNS})
+
+
+def _placeholder(match: re.Match[str]) -> str:
+    return f"<{match.lastgroup}>"
+
+
+_NUMBER_TOKEN = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
+_PUNCTUATION = re.compile(r"[^\w\s]+")
+_DIGITS = re.compile(r"\d+")
+_DIGIT = re.compile(r"\d")
+_SIGNATURE_CHARS = 400
+_TOKEN_QUOTES = "'\"`,;()[]{}"
+
+
+def normalize_path(text: str) -> str:
+    """Canonical spelling of a path-like string: slashes, no ``.``/``..``/double or trailing slash.
+
+    URLs (``scheme://…``) and strings that do not look like a path are returned unchanged.
+    """
+    if "://" in text or ("/" not in text and "\\" not in text) or not _PATH_LIKE.fullmatch(text):
+        return text
+    path = posixpath.normpath(text.replace("\\", "/"))
+    return "" if path == "." else path
+
+
+def normalize_text(text: str) -> str:
+    """Whitespace-insensitive form of a string argument.
+
+    One-line strings (commands, queries) have runs of whitespace collapsed to one space and are
+    trimmed; multi-line strings (file contents, patches) keep their indentation but lose ``\\r``,
+    trailing spaces and leading/trailing blank lines. Path-like strings are normalized as paths.
+    """
+    if "\n" not in text and "\r" not in text:
+        if "  " in text or "\t" in text or text[:1].isspace() or text[-1:].isspace():
+            text = " ".join(text.split())
+        if "/" in text or "\\" in text:
+            return normalize_path(text)
+        return text
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return "\n".join(line.rstrip() for line in lines).strip("\n")
+
+
+def mask_volatile(text: str, ids: bool = False) -> str:
+    """`text` with timestamps and durations (and with ``ids=True`` also UUIDs, hex or long
+    numeric ids and memory addresses) replaced by placeholders such as ``<time>``."""
+    return (_TIMES_AND_IDS if ids else _TIMES).sub(_placeholder, text)
+
+
+def _key_name(key: str) -> str:
+    return key.lower().replace("-", "_")
+
+
+class Normalizer:
+    """Drops configured keys and normalizes strings, caching the per-key decision.
+
+    Build one per detector; `args` and `result` return plain JSON data ready for
+    `engine.fingerprint.canonical_json`.
+    """
+
+    __slots__ = ("_arg_drop", "_result_drop", "_arg_cache", "_result_cache")
+
+    def __init__(
+        self,
+        volatile_keys: Iterable[str] = DEFAULT_VOLATILE_KEYS,
+        progress_keys: Iterable[str] = DEFAULT_PROGRESS_KEYS,
+        thought_keys: Iterable[str] = DEFAULT_THOUGHT_KEYS,
+    ) -> None:
+        volatile = frozenset(_key_name(k) for k in volatile_keys)
+        self._result_drop = volatile
+        self._arg_drop = volatile | {_key_name(k) for k in (*progress_keys, *thought_keys)}
+        self._arg_cache: dict[str, bool] = {}
+        self._result_cache: dict[str, bool] = {}
+
+    def args(self, value: Any) -> Any:
+        """Tool arguments without volatile, progress and thought keys, strings normalized."""
+        return self._walk(value, self._arg_drop, self._arg_cache, False)
+
+    def result(self, value: Any) -> Any:
+        """A tool result without volatile keys; timestamps and durations in strings masked."""
+        return self._walk(value, self._result_drop, self._result_cache, True)
+
+    def volatile_values(self, args: Any) -> list[str]:
+        """The values (as text) of the volatile keys in `args`; an error message that echoes a
+        request id or timestamp must not get a new signature because of it."""
+        found: list[str] = []
+        stack = [args]
+        while stack:
+            value = stack.pop()
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    if isinstance(key, str) and _is_dropped(key, self._result_drop):
+                        if isinstance(item, (str, int, float)) and not isinstance(item, bool):
+                            found.append(str(item))
+                    else:
+                        stack.append(item)
+            elif isinstance(value, (list, tuple)):
+                stack.extend(value)
+        return found
+
+    def _walk(self, value: Any, drop: frozenset[str], cache: dict[str, bool], mask: bool) -> Any:
+        kind = type(value)
+        if kind is str:
+            text = normalize_text(value)
+            return mask_volatile(text) if mask and _DIGIT.search(text) else text
+        if kind is dict:
+            out = {}
+            for key, item in value.items():
+                if type(key) is not str:
+                    return self._walk(canonicalize(value), drop, cache, mask)
+                dropped = cache.get(key)
+                if dropped is None:
+                    dropped = _is_dropped(key, drop)
+                    if len(cache) > 4096:  # keys come from tool schemas; this only guards abuse
+                        cache.clear()
+                    cache[key] = dropped
+                if not dropped:
+                    out[key] = self._walk(item, drop, cache, mask)
+            return out
+        if kind is list or kind is tuple:
+            return [self._walk(item, drop, cache, mask) for item in value]
+        if value is None or kind is int or kind is float or kind is bool:
+            return value
+        try:
+            plain = canonicalize(value)
+        except TypeError:
+            plain = f"<{type(value).__name__}>"
+        return self._walk(plain, drop, cache, mask)
+
+
+def _is_dropped(key: str, drop: frozenset[str]) -> bool:
+    name = _key_name(key)
+    return name in drop or name.endswith(VOLATILE_KEY_SUFFIXES)
+
+
+_DEFAULT_NORMALIZER = Normalizer()
+
+
+def normalize_args(args: Any) -> Any:
+    """`args` normalized with the default key lists (see `Normalizer` for custom lists)."""
+    return _DEFAULT_NORMALIZER.args(args)
+
+
+def normalize_result(result: Any) -> Any:
+    """`result` normalized with the default key lists (see `Normalizer` for custom lists)."""
+    return _DEFAULT_NORMALIZER.result(result)
+
+
+def result_digest(result: Any, normalizer: Normalizer = _DEFAULT_NORMALIZER) -> str:
+    """Digest of a tool result after normalization; equal digests mean "no new information".
+
+    A caller that stores only digests should store this one, so that the detector sees the same
+    value whether it is fed the live result or the stored digest (a digest string is hashed as is,
+    which keeps equal digests equal).
+    """
+    return digest(canonical_json(normalizer.result(result)))
+
+
+def _leaves(value: Any, out: list[Any]) -> None:
+    if isinstance(value, dict):
+        for item in value.values():
+            _leaves(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _leaves(item, out)
+    elif value is not None and not isinstance(value, bool):
+        out.append(value)
+
+
+def error_signature(error: str | None, args: Any = None, volatile: Iterable[str] = ()) -> str:
+    """The shape of an error message: what stays the same across retries of one failure.
+
+    Lower-cased, whitespace collapsed, ids / timestamps / durations / addresses masked, and every
+    value the agent passed in `args` (normalized arguments, and each word of 4+ characters of a
+    multi-word string argument) replaced by ``<arg>``, so retries whose arguments were jittered
+    and echoed back in the error share one signature. Values in `volatile` (request ids and the
+    like dropped from the arguments) are masked as ``<volatile>``. Cut to 400 chars.
+    """
+    text = " ".join((error or "").split())
+    for value in volatile:
+        if len(value) >= 4:
+            text = text.replace(value, "<volatile>")
+    leaves: list[Any] = []
+    _leaves(args, leaves)
+    numbers = set()
+    strings: set[str] = set()
+    for leaf in leaves:
+        if isinstance(leaf, str):
+            if 3 <= len(leaf) <= 300:
+                strings.add(leaf)
+            if " " in leaf:  # errors often echo one word of a command: "… for pillow==9.0"
+                strings.update(
+                    token
+                    for token in (t.strip(_TOKEN_QUOTES) for t in leaf.split())
+                    if len(token) >= 4
+                )
+        elif isinstance(leaf, (int, float)):
+            numbers.add(str(leaf))
+            if isinstance(leaf, float) and leaf.is_integer():
+                numbers.add(str(int(leaf)))
+    for leaf in sorted(strings, key=len, reverse=True):
+        text = text.replace(leaf, "<arg>")
+    if numbers:
+        text = _NUMBER_TOKEN.sub(lambda m: "<arg>" if m.group() in numbers else m.group(), text)
+    text = mask_volatile(text, ids=True).lower()
+    return text[:_SIGNATURE_CHARS]
+
+
+def turn_signature(text: str | None) -> str:
+    """Comparable form of an agent's message turn: empty string for an empty turn; otherwise
+    lower-cased words without punctuation, with every number replaced by ``#``."""
+    if not text or not text.strip():
+        return ""
+    words = _PUNCTUATION.sub(" ", _DIGITS.sub("#", text.lower()))
+    return " ".join(words.split())
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Leaves of nested dicts/lists keyed by their path (``a.b[0]``); a scalar maps from ``""``."""
+    out: dict[str, Any] = {}
+    if isinstance(value, Mapping) and value:
+        for key, item in value.items():
+            out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+    elif isinstance(value, list) and value:
+        for i, item in enumerate(value):
+            out.update(flatten(item, f"{prefix}[{i}]"))
+    else:
+        out[prefix] = value
+    return out
+
+
+def values_close(
+    a: Any, b: Any, numeric_abs: float, numeric_rel: float, text_similarity: float
+) -> bool:
+    """Whether two argument leaves differ only "slightly".
+
+    Numbers are close within ``max(numeric_abs, numeric_rel * max(|a|, |b|))``; strings when their
+    case-insensitive similarity ratio (difflib) reaches `text_similarity`; anything else only when
+    equal.
+    """
+    if a == b:
+        return True
+    if isinstance(a, bool) or isinstance(b, bool):
+        return False
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return abs(a - b) <= max(numeric_abs, numeric_rel * max(abs(a), abs(b)))
+    if isinstance(a, str) and isinstance(b, str):
+        a, b = a.lower(), b.lower()
+        matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+        if matcher.real_quick_ratio() < text_similarity or matcher.quick_ratio() < text_similarity:
+            return False
+        if len(a) + len(b) > 4000:  # the exact ratio is quadratic; the bound is good enough here
+            return True
+        return matcher.ratio() >= text_similarity
+    return False

@@ -1,0 +1,632 @@
+"""Unit tests of the loop detector: one block per rule, each with its healthy counterpart."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.detector import (
+    CIRCUIT_BREAKER,
+    CONTEXT_OVERFLOW,
+    CYCLE,
+    EXACT_REPEAT,
+    IDLE_TURNS,
+    NEAR_DUPLICATE,
+    POLL_BUDGET,
+    RULES,
+    STEP_BUDGET,
+    DetectorConfig,
+    LoopDetector,
+    Step,
+    Verdict,
+)
+from engine.fingerprint import canonical_json, fingerprint
+from engine.normalize import (
+    error_signature,
+    normalize_args,
+    normalize_path,
+    normalize_result,
+    normalize_text,
+    result_digest,
+    turn_signature,
+)
+
+
+def ok(tool, args=None, result=None, side_effect=False):
+    return Step(tool=tool, args=args or {}, ok=True, result=result, side_effect=side_effect)
+
+
+def fail(tool, args=None, error="error"):
+    return Step(tool=tool, args=args or {}, ok=False, error=error)
+
+
+def say(text):
+    return Step(tool=None, text=text)
+
+
+def feed(steps, detector=None):
+    """All verdicts of a fresh (or given) detector over `steps`."""
+    detector = detector or LoopDetector()
+    return [detector.observe(s) for s in steps]
+
+
+def flagged(verdicts):
+    """Indexes of the looping verdicts."""
+    return [i for i, v in enumerate(verdicts) if v.looping]
+
+
+def first(verdicts) -> Verdict:
+    return next(v for v in verdicts if v.looping)
+
+
+CROP = {"path": "uploads/receipt.jpg", "box": [820, 1400, 1180, 1330]}
+SLICE = "invalid slice: y2 (1330) must be greater than y1 (1400)"
+
+
+# --- normalization ------------------------------------------------------------------------
+class TestNormalization:
+    def test_keys_are_sorted_and_volatile_fields_dropped(self):
+        a = {"b": 1, "a": 2, "request_id": "r-1", "timestamp": "2025-10-01T09:00:00Z"}
+        b = {"a": 2, "b": 1, "X-Request-ID": "r-2", "nonce": "n", "client_timestamp": 5}
+        assert canonical_json(normalize_args(a)) == canonical_json(normalize_args(b))
+
+    def test_retry_counters_and_thoughts_are_not_part_of_the_call(self):
+        a = {"q": "x", "attempt": 1, "explanation": "first try"}
+        b = {"q": "x", "attempt": 2, "reasoning": "the last one failed, retrying"}
+        assert normalize_args(a) == normalize_args(b) == {"q": "x"}
+
+    def test_whitespace_is_normalized_but_indentation_kept(self):
+        assert normalize_text("  ls   -la\t/tmp ") == "ls -la /tmp"
+        assert normalize_text("def f():\r\n    return 1   \n\n") == "def f():\n    return 1"
+        assert normalize_text("def f():\n  return 1") != normalize_text("def f():\n    return 1")
+
+    def test_paths_are_normalized_urls_are_not(self):
+        assert normalize_path("./src//app.py") == "src/app.py"
+        assert normalize_path("src\\pkg\\app.py") == "src/pkg/app.py"
+        assert normalize_path("src/pkg/../app.py/") == "src/app.py"
+        assert normalize_path("https://x.example//a/../b") == "https://x.example//a/../b"
+        assert normalize_path("not a path/with spaces") == "not a path/with spaces"
+
+    def test_result_keeps_progress_counters_but_drops_timestamps(self):
+        a = normalize_result({"progress": 40, "updated_at": "2025-10-01T09:00:00Z"})
+        b = normalize_result({"progress": 40, "updated_at": "2025-10-01T09:00:30Z"})
+        c = normalize_result({"progress": 45, "updated_at": "2025-10-01T09:01:00Z"})
+        assert a == b != c
+        assert result_digest("09:00:01 heartbeat") == result_digest("09:00:31 heartbeat")
+
+    def test_error_signature_masks_ids_times_and_echoed_arguments(self):
+        a = error_signature("invalid slice [10:20] (request 3f9a2c1b7d)", {"x": 10, "y": 20})
+        b = error_signature("invalid slice [11:21] (request 99e0aa41c2)", {"x": 11, "y": 21})
+        assert a == b == "invalid slice [<arg>:<arg>] (request <id>)"
+        # numbers that are not arguments stay: 3 failures is not 2 failures
+        assert error_signature("3 failed", {}) != error_signature("2 failed", {})
+        # durations are masked
+        assert error_signature("1 failed in 0.84s") == error_signature("1 failed in 0.91s")
+
+    def test_error_signature_masks_values_of_dropped_volatile_keys(self):
+        a = error_signature("rejected request 00000061-000b", {}, volatile=["00000061-000b"])
+        assert "00000061" not in a
+
+    def test_turn_signature_ignores_numbers_case_and_punctuation(self):
+        assert turn_signature("Retrying (attempt 2)!") == turn_signature("retrying attempt 3.")
+        assert turn_signature("   ") == turn_signature(None) == ""
+
+    def test_free_text_of_a_tool_call_is_never_in_the_fingerprint(self):
+        verdicts = feed(
+            Step(tool="image_crop", args=CROP, ok=False, error=SLICE, text=f"thought {i}")
+            for i in range(3)
+        )
+        assert flagged(verdicts) == [2]
+
+    def test_custom_volatile_key_list(self):
+        detector = LoopDetector(volatile_keys={"session_token"})
+        steps = [fail("api", {"q": 1, "session_token": f"t{i}"}, "HTTP 500") for i in range(3)]
+        assert flagged(feed(steps, detector)) == [2]
+        # with the default list, session_token is part of the call: three different calls
+        assert flagged(feed(steps, LoopDetector(breaker_failures=10))) == []
+
+
+# --- exact_repeat -----------------------------------------------------------------------------
+class TestExactRepeat:
+    def test_third_identical_failure_is_flagged_with_evidence(self):
+        verdicts = feed(
+            [ok("load_image", {"path": "a.jpg"}, "img")] + [fail("image_crop", CROP, SLICE)] * 40
+        )
+        v = verdicts[3]
+        assert flagged(verdicts)[0] == 3
+        assert (v.rule, v.evidence, v.loop_start, v.tool, v.remedy) == (
+            EXACT_REPEAT,
+            (1, 2, 3),
+            1,
+            "image_crop",
+            "rollback",
+        )
+        assert "image_crop" in v.explanation and "invalid slice" in v.explanation
+        assert v.explanation.endswith(".") and v.explanation.count(". ") == 0
+        assert v.details["fingerprint"] == fingerprint("image_crop", normalize_args(CROP))
+
+    def test_identical_successful_results_are_not_progress(self):
+        verdicts = feed([ok("read_file", {"path": "a.py"}, "same text")] * 3)
+        assert flagged(verdicts) == [2] and verdicts[2].rule == EXACT_REPEAT
+
+    def test_agent_turns_in_between_do_not_hide_the_repeat(self):
+        steps = []
+        for _ in range(3):
+            steps += [fail("image_crop", CROP, SLICE), say("Let me try again.")]
+        assert flagged(feed(steps))[0] == 4
+
+    def test_side_effect_repeated_is_flagged_even_with_fresh_results(self):
+        steps = [
+            ok("create_ticket", {"title": "Printer"}, {"id": i}, side_effect=True) for i in range(3)
+        ]
+        v = feed(steps)[2]
+        assert v.rule == EXACT_REPEAT and v.details["side_effect"] is True
+
+    def test_healthy_transient_error_then_successful_retry(self):
+        steps = [
+            fail("fetch", {"url": "u"}, "HTTP 503"),
+            ok("fetch", {"url": "u"}, "page"),
+            fail("fetch", {"url": "u"}, "HTTP 503"),
+            ok("fetch", {"url": "u"}, "page 2"),
+        ]
+        assert flagged(feed(steps)) == []
+
+    def test_healthy_git_status_between_edits(self):
+        steps = []
+        for i in range(8):
+            steps += [
+                ok("edit_file", {"path": "a.py", "new": f"v{i}"}, "Edited a.py"),
+                ok("git_status", {}, " M a.py"),
+            ]
+        assert flagged(feed(steps)) == []
+
+    def test_healthy_same_call_twice(self):
+        steps = [ok("read_file", {"path": "a.py"}, "x")] * 2 + [ok("edit_file", {"p": 1}, "ok")]
+        assert flagged(feed(steps)) == []
+
+    def test_healthy_same_results_with_progress_in_between(self):
+        steps = [
+            ok("read_file", {"path": "a.py"}, "x"),
+            ok("read_file", {"path": "b.py"}, "y"),
+            ok("read_file", {"path": "a.py"}, "x"),
+            ok("read_file", {"path": "c.py"}, "z"),
+            ok("read_file", {"path": "a.py"}, "x"),
+        ]
+        assert flagged(feed(steps)) == []
+
+    def test_threshold_is_configurable(self):
+        steps = [fail("image_crop", CROP, SLICE)] * 4
+        assert flagged(feed(steps, LoopDetector(repeat_threshold=4)))[0] == 3
+
+
+# --- near_duplicate -----------------------------------------------------------------------
+class TestNearDuplicate:
+    @staticmethod
+    def jittered(boxes):
+        return [
+            fail(
+                "image_crop",
+                {"path": "r.jpg", "box": box},
+                f"invalid slice: y2 ({box[3]}) must be greater than y1 ({box[1]})",
+            )
+            for box in boxes
+        ]
+
+    def test_jittered_retries_with_the_same_error_are_flagged_with_arg_diffs(self):
+        boxes = [[820, 1400, 1180, 1330], [818, 1402, 1181, 1329], [822, 1398, 1178, 1331]]
+        verdicts = feed(self.jittered(boxes))
+        v = verdicts[2]
+        assert flagged(verdicts) == [2]
+        assert (v.rule, v.evidence, v.loop_start) == (NEAR_DUPLICATE, (0, 1, 2), 0)
+        assert v.details["arg_diffs"]["box[0]"] == [820, 818, 822]
+        assert "box[2]" in v.details["arg_diffs"]
+        assert "path" not in v.details["arg_diffs"]
+        assert "box[0]" in v.explanation
+
+    def test_reworded_strings_count_as_near(self):
+        queries = [
+            "SELECT * FROM order WHERE id = 42",
+            "select * from order where id=42;",
+            "SELECT * FROM order WHERE id = 42 LIMIT 1",
+        ]
+        steps = [fail("run_sql", {"query": q}, 'relation "order" does not exist') for q in queries]
+        assert first(feed(steps)).rule == NEAR_DUPLICATE
+
+    def test_reworded_side_effects_count_as_near(self):
+        titles = [
+            "Refund missing for A-1",
+            "Refund missing for A-1 (follow-up)",
+            "Refund still missing for A-1",
+        ]
+        steps = [
+            ok("create_ticket", {"customer_id": "C-1", "title": t}, {"id": i}, side_effect=True)
+            for i, t in enumerate(titles)
+        ]
+        v = first(feed(steps))
+        assert v.rule == NEAR_DUPLICATE and "title" in v.details["arg_diffs"]
+
+    def test_healthy_same_error_on_different_targets(self):
+        steps = [
+            fail("read_file", {"path": p}, f"No such file: {p}")
+            for p in ("a.py", "src/a.py", "lib/a.py")
+        ]
+        assert flagged(feed(steps)) == []
+
+    def test_healthy_side_effects_for_different_entities(self):
+        steps = [
+            ok("label_issue", {"issue_number": n, "label": "bug"}, "ok", side_effect=True)
+            for n in (5, 6, 7)
+        ]
+        assert flagged(feed(steps)) == []
+
+    def test_healthy_big_changes_are_not_near(self):
+        boxes = [[820, 1400, 1180, 1330], [10, 20, 300, 200], [400, 900, 600, 950]]
+        assert flagged(feed(self.jittered(boxes))) == []
+
+    def test_healthy_success_of_the_tool_resets_the_chain(self):
+        boxes = [[820, 1400, 1180, 1330], [818, 1402, 1181, 1329]]
+        steps = (
+            self.jittered(boxes)
+            + [ok("image_crop", {"path": "r.jpg", "box": [1, 2, 3, 4]}, {"w": 2})]
+            + self.jittered([[822, 1398, 1178, 1331]])
+        )
+        assert flagged(feed(steps)) == []
+
+
+# --- cycle ------------------------------------------------------------------------------------
+class TestCycle:
+    SEARCH = ok("web_search", {"query": "freeze policy"}, ["https://wiki/freeze"])
+    FETCH = ok("fetch", {"url": "https://wiki/freeze"}, "TBD")
+
+    def test_abab_is_flagged_when_the_second_round_ends(self):
+        verdicts = feed([self.SEARCH, self.FETCH] * 5)
+        v = verdicts[3]
+        assert flagged(verdicts)[0] == 3
+        assert (v.rule, v.evidence, v.loop_start) == (CYCLE, (0, 1, 2, 3), 0)
+        assert v.details["period"] == 2 and v.details["pattern"] == ["web_search", "fetch"]
+        assert "web_search → fetch" in v.explanation
+
+    @pytest.mark.parametrize("period", [3, 4, 5])
+    def test_longer_periods(self, period):
+        block = [ok(f"tool{k}", {"k": k}, "same") for k in range(period)]
+        verdicts = feed(block * 3)
+        assert flagged(verdicts)[0] == 2 * period - 1
+        assert first(verdicts).details["period"] == period
+
+    def test_period_above_the_maximum_is_not_a_cycle(self):
+        block = [ok(f"tool{k}", {"k": k}, "same") for k in range(6)]
+        verdicts = feed(block * 2, LoopDetector(repeat_threshold=5))
+        assert flagged(verdicts) == []
+
+    def test_flapping_tool_alternating_error_and_result(self):
+        steps = [
+            fail("deploy_status", {"svc": "a"}, "HTTP 503"),
+            ok("deploy_status", {"svc": "a"}, "degraded"),
+        ] * 3
+        assert first(feed(steps)).rule == CYCLE
+
+    def test_waiting_is_not_part_of_a_cycle(self):
+        poll = ok("ci_status", {"run": 1}, {"state": "queued"})
+        sleep = ok("sleep", {"seconds": 30}, "slept 30s")
+        healthy = [poll, sleep, poll, sleep, ok("ci_status", {"run": 1}, {"state": "running"})]
+        assert flagged(feed(healthy)) == []
+        # the third identical answer is still no progress
+        verdicts = feed([poll, sleep] * 3)
+        assert flagged(verdicts)[0] == 4 and verdicts[4].rule == EXACT_REPEAT
+
+    def test_healthy_abab_with_changing_results(self):
+        steps = []
+        for i in range(10):
+            steps += [
+                ok("debugger", {"cmd": "step"}, f"line {10 + i}"),
+                ok("debugger", {"cmd": "print acc"}, f"{i * 3}"),
+            ]
+        assert flagged(feed(steps)) == []
+
+    def test_healthy_search_fetch_with_new_queries(self):
+        steps = []
+        for i in range(6):
+            steps += [
+                ok("web_search", {"query": f"q{i}"}, [f"u{i}"]),
+                ok("fetch", {"url": f"u{i}"}, f"page {i}"),
+            ]
+        assert flagged(feed(steps)) == []
+
+
+# --- idle_turns ---------------------------------------------------------------------------
+class TestIdleTurns:
+    def test_three_empty_turns(self):
+        verdicts = feed([ok("read_file", {"path": "a"}, "x"), say(""), say(None), say("  ")])
+        v = verdicts[3]
+        assert (v.rule, v.evidence, v.loop_start, v.tool) == (IDLE_TURNS, (1, 2, 3), 1, None)
+        assert v.details == {"turns": 3, "empty": 3, "repeated": 0}
+
+    def test_repeated_announcements(self):
+        verdicts = feed(
+            [
+                say("I'll run the tests now."),
+                say("I'll run the tests now!"),
+                say("I'll run the tests now (attempt 3)."),
+            ]
+        )
+        assert flagged(verdicts) == [2] and verdicts[2].rule == IDLE_TURNS
+
+    def test_think_tool_counts_as_a_turn(self):
+        verdicts = feed([ok("think", {"thought": "crop first"}, "ok")] * 3)
+        assert verdicts[2].rule == IDLE_TURNS
+
+    def test_healthy_distinct_turns(self):
+        texts = ["Here is what I found.", "The crop swaps y.", "Shall I fix it?", "Done."]
+        assert flagged(feed([say(t) for t in texts])) == []
+
+    def test_healthy_empty_turns_between_tool_calls(self):
+        steps = []
+        for i in range(6):
+            steps += [say(""), ok("read_file", {"path": f"f{i}"}, f"x{i}")]
+        assert flagged(feed(steps)) == []
+
+
+# --- context_overflow ---------------------------------------------------------------------
+class TestContextOverflow:
+    @staticmethod
+    def condense(i):
+        return ok("condense", {}, {"summary": f"summary {i}"})
+
+    def test_condensations_without_new_work(self):
+        reads = [ok("read_file", {"path": f"log{k}"}, f"L{k}") for k in range(3)]
+        steps = reads + [
+            self.condense(0),
+            reads[1],
+            reads[0],
+            self.condense(1),
+            reads[2],
+            reads[1],
+            self.condense(2),
+        ]
+        verdicts = feed(steps)
+        v = first(verdicts)
+        assert flagged(verdicts)[0] == 9
+        assert (v.rule, v.loop_start) == (CONTEXT_OVERFLOW, 3)
+        assert v.evidence == (3, 6, 9)
+
+    def test_overflowing_model_calls_start_at_the_call_that_overflowed(self):
+        steps = []
+        for i in range(3):
+            steps += [
+                ok("get_logs", {"lines": 5000 + i}, f"dump {i}"),
+                Step(tool=None, ok=False, error="prompt is too long: 210000 tokens"),
+                ok("summarize_context", {}, {"summary": f"s{i}"}),
+            ]
+        v = first(feed(steps))
+        assert v.rule == CONTEXT_OVERFLOW and v.loop_start == 0
+
+    def test_healthy_condensations_with_work_in_between(self):
+        steps = []
+        for i in range(4):
+            steps += [ok("edit_file", {"path": f"f{i}_{k}"}, "ok") for k in range(5)]
+            steps.append(self.condense(i))
+        assert flagged(feed(steps)) == []
+
+
+# --- circuit_breaker ----------------------------------------------------------------------
+class TestCircuitBreaker:
+    def test_five_consecutive_failures_with_different_arguments(self):
+        errors = ["HTTP 503", "timeout after 30s", "HTTP 503", "HTTP 502", "HTTP 503"]
+        steps = [
+            fail("fetch", {"url": f"https://site{i}.example"}, e) for i, e in enumerate(errors)
+        ]
+        verdicts = feed(steps)
+        v = verdicts[4]
+        assert flagged(verdicts) == [4]
+        assert (v.rule, v.evidence, v.loop_start) == (CIRCUIT_BREAKER, (0, 1, 2, 3, 4), 0)
+        assert len(v.details["errors"]) == 3
+
+    def test_per_tool_threshold(self):
+        steps = [fail("fetch", {"url": f"u{i}"}, "HTTP 503") for i in range(3)]
+        detector = LoopDetector(tool_breaker_failures={"fetch": 3})
+        assert first(feed(steps, detector)).rule == CIRCUIT_BREAKER
+
+    def test_healthy_four_failures_then_success(self):
+        steps = [fail("fetch", {"url": f"u{i}"}, "timeout") for i in range(4)]
+        steps += [ok("fetch", {"url": "u9"}, "page")]
+        steps += [fail("fetch", {"url": f"w{i}"}, "timeout") for i in range(4)]
+        assert flagged(feed(steps)) == []
+
+    def test_healthy_failures_interleaved_with_progress(self):
+        steps = []
+        for i in range(8):
+            steps += [
+                ok("edit_file", {"path": "a.py", "new": f"v{i}"}, "Edited"),
+                fail("run_tests", {"cmd": "pytest"}, f"{8 - i} failed"),
+            ]
+        assert flagged(feed(steps)) == []
+
+
+# --- poll_budget --------------------------------------------------------------------------
+class TestPollBudget:
+    @staticmethod
+    def polls(n, sleep=True):
+        steps = []
+        for i in range(n):
+            steps.append(ok("tail_log", {"id": "d-1"}, f"retrying (attempt {i})"))
+            if sleep:
+                steps.append(ok("sleep", {"seconds": 30}, "slept 30s"))
+        return steps
+
+    def test_changing_results_past_the_budget(self):
+        detector = LoopDetector(poll_budget=10)
+        verdicts = feed(self.polls(12), detector)
+        v = first(verdicts)
+        assert flagged(verdicts)[0] == 20  # the 11th tail_log; the first sleep does not reset
+        assert (v.rule, v.tool, v.loop_start) == (POLL_BUDGET, "tail_log", 0)
+        assert v.details == {"polls": 11, "budget": 10}
+
+    def test_per_tool_budget(self):
+        detector = LoopDetector(poll_budget=10, tool_poll_budgets={"tail_log": 30})
+        assert flagged(feed(self.polls(25), detector)) == []
+
+    def test_healthy_polling_with_progress_under_budget(self):
+        assert flagged(feed(self.polls(40))) == []
+
+    def test_healthy_test_runs_between_new_edits_do_not_count(self):
+        detector = LoopDetector(poll_budget=5)
+        steps = []
+        for i in range(20):
+            steps += [
+                ok("edit_file", {"path": "a.py", "new": f"v{i}"}, "ok"),
+                ok("run_tests", {}, {"failed": 20 - i}),
+            ]
+        assert flagged(feed(steps, detector)) == []
+
+    def test_loop_start_never_reaches_past_the_horizon(self):
+        detector = LoopDetector(poll_budget=40)
+        verdicts = feed(self.polls(42), detector)
+        index = flagged(verdicts)[0]
+        v = verdicts[index]
+        assert v.loop_start >= index - detector.horizon + 1
+        assert min(v.evidence) >= index - detector.horizon + 1
+
+
+# --- step_budget --------------------------------------------------------------------------
+class TestStepBudget:
+    def test_budget_flags_once_with_remedy_stop(self):
+        steps = [ok("read_file", {"path": f"f{i}"}, f"x{i}") for i in range(15)]
+        verdicts = feed(steps, LoopDetector(max_steps=10))
+        assert flagged(verdicts) == [9]
+        v = verdicts[9]
+        assert (v.rule, v.remedy, v.loop_start) == (STEP_BUDGET, "stop", None)
+
+    def test_no_budget(self):
+        steps = [ok("read_file", {"path": f"f{i}"}, f"x{i}") for i in range(600)]
+        assert flagged(feed(steps, LoopDetector(max_steps=None))) == []
+        assert flagged(feed(steps))[0] == 499
+
+
+# --- configuration, exemptions, off switch ------------------------------------------------
+class TestConfiguration:
+    LOOP = [fail("image_crop", CROP, SLICE)] * 6
+
+    def test_off_switch(self):
+        assert flagged(feed(self.LOOP, LoopDetector(enabled=False))) == []
+
+    def test_disabled_rule(self):
+        detector = LoopDetector(disabled_rules={EXACT_REPEAT, CIRCUIT_BREAKER, NEAR_DUPLICATE})
+        assert flagged(feed(self.LOOP, detector)) == []
+
+    def test_exempt_tool_is_transparent(self):
+        steps = [fail("sleep", {"s": 1}, "interrupted")] * 6
+        assert flagged(feed(steps, LoopDetector(exempt_tools={"sleep"}))) == []
+        # an exempt tool between repeats neither hides nor makes them
+        mixed = []
+        for _ in range(3):
+            mixed += [fail("image_crop", CROP, SLICE), ok("sleep", {"s": 1}, "slept")]
+        verdicts = feed(mixed, LoopDetector(exempt_tools={"sleep"}))
+        assert flagged(verdicts)[0] == 4 and first(verdicts).evidence == (0, 2, 4)
+
+    def test_per_tool_rule_exemption(self):
+        detector = LoopDetector(tool_exemptions={"wait_ci": {EXACT_REPEAT, CYCLE}})
+        steps = [ok("wait_ci", {"run": 1}, "running")] * 6
+        assert flagged(feed(steps, detector)) == []
+        assert flagged(feed([ok("other", {}, "same")] * 3, detector)) == [2]
+
+    def test_config_object_and_overrides(self):
+        config = DetectorConfig(repeat_threshold=4)
+        detector = LoopDetector(config, window=100)
+        assert detector.repeat_threshold == 4 and detector.horizon == 100
+        assert LoopDetector().horizon == DetectorConfig().window
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            {"repeat_threshold": 1},
+            {"window": 5},
+            {"cycle_max_period": 1},
+            {"disabled_rules": {"no_such_rule"}},
+            {"tool_exemptions": {"x": {"nope"}}},
+            {"max_steps": 0},
+            {"overflow_pattern": "("},
+        ],
+    )
+    def test_invalid_config_is_refused(self, bad):
+        with pytest.raises(ValueError):
+            LoopDetector(**bad)
+
+    def test_unknown_keyword_is_refused(self):
+        with pytest.raises(TypeError):
+            LoopDetector(repeat_treshold=3)
+
+    def test_a_string_is_not_a_set_of_tools(self):
+        with pytest.raises(TypeError):
+            LoopDetector(exempt_tools="sleep")
+
+
+# --- after a verdict, reset, memory ------------------------------------------------------
+class TestLifecycle:
+    def test_same_loop_is_not_reflagged_on_every_step(self):
+        verdicts = feed([fail("image_crop", CROP, SLICE)] * 12)
+        assert flagged(verdicts) == [2, 5, 8, 11]
+        again = verdicts[5]
+        assert again.signature == verdicts[2].signature
+        assert (again.flag_count, again.loop_start) == (2, 0)
+        assert again.evidence == (3, 4, 5)
+        assert verdicts[11].flag_count == 4
+
+    def test_a_different_loop_gets_its_own_signature(self):
+        steps = [fail("image_crop", CROP, SLICE)] * 3 + [ok("read_file", {"p": 1}, "x")] * 3
+        verdicts = feed(steps)
+        assert flagged(verdicts) == [2, 5]
+        assert verdicts[5].signature != verdicts[2].signature and verdicts[5].flag_count == 1
+
+    def test_reset_forgets_everything(self):
+        detector = LoopDetector()
+        feed([fail("image_crop", CROP, SLICE)] * 2, detector)
+        detector.reset()
+        assert detector.steps_observed == 0
+        verdicts = feed([fail("image_crop", CROP, SLICE)] * 2, detector)
+        assert flagged(verdicts) == []
+        assert detector.observe(fail("image_crop", CROP, SLICE)).evidence == (0, 1, 2)
+
+    def test_every_verdict_is_plain_json_and_explains_itself(self):
+        steps = (
+            [fail("image_crop", CROP, SLICE)] * 3
+            + [say("")] * 3
+            + [fail("fetch", {"url": f"u{i}"}, "HTTP 503") for i in range(5)]
+        )
+        for v in feed(steps, LoopDetector(max_steps=11)):
+            if v.looping:
+                assert v.rule in RULES and v.explanation and v.advice
+                assert json.loads(canonical_json(v.details)) == json.loads(json.dumps(v.details))
+                if v.loop_start is not None:
+                    assert v.loop_start <= min(v.evidence)
+
+    def test_memory_is_bounded_by_the_window(self):
+        def stream(n, offset=0):
+            for i in range(offset, offset + n):
+                yield ok("read_file", {"path": f"f{i}.py"}, f"content {i}")
+                yield fail("fetch", {"url": f"u{i}"}, f"HTTP 503 for u{i}")
+                yield say(f"note {i}")
+
+        tracemalloc.start()
+        try:
+            detector = LoopDetector(max_steps=None)
+            for s in stream(2_000):
+                detector.observe(s)
+            small = tracemalloc.get_traced_memory()[0]
+            for s in stream(20_000, 2_000):
+                detector.observe(s)
+            large = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert large < small * 1.5
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=120, unique=True))
+def test_a_stream_of_never_repeated_calls_is_healthy(names):
+    detector = LoopDetector()
+    for name in names:
+        assert not detector.observe(ok("read_file", {"path": name}, f"content of {name}")).looping
