@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from engine.detector import Step, Verdict
 from engine.errors import InvalidSessionId, LoopDetected, NothingToRollBack, StepError
 from engine.fingerprint import canonical_json, canonicalize, digest, fingerprint
+from engine.normalize import result_digest
 from engine.records import (
     BranchInfo,
     MessageRecord,
@@ -70,13 +71,17 @@ def _message(role: Any, content: Any, extra: dict) -> dict:
 
 
 def _preview(result: Any) -> tuple[str | None, str | None]:
+    """(digest, preview) of a tool result. The digest is the detector's normalized one (ids and
+    timestamps masked), so a detector rebuilt from stored digests sees what the live one saw."""
     if result is None:
         return None, None
     try:
         text = canonical_json(result)
+        result_hash = result_digest(result)
     except TypeError:
         text = repr(result)
-    return digest(text), text[:PREVIEW_CHARS]
+        result_hash = digest(text)
+    return result_hash, text[:PREVIEW_CHARS]
 
 
 class StepCall:
@@ -179,7 +184,6 @@ class Session:
         self._detector = engine.detector_factory()
         self._observed: list[int] = []  # detector index - offset -> step number
         self._count = 0  # steps the detector has observed since its last reset
-        self._nudged = False
         self._memory = None
 
     # -- reading ----------------------------------------------------------------------------
@@ -292,15 +296,19 @@ class Session:
             raise ValueError("a step needs a tool name; use agent_turn() for a plain message")
         return StepCall(self, tool, args, side_effect, compensation, snapshot, None, context)
 
-    def agent_turn(self, text: str | None, context: Any = None) -> Verdict:
+    def agent_turn(self, text: str | None, context: Any = None,
+                   error: str | None = None) -> Verdict:
         """Record an agent message turn without a tool call and run the loop check on it.
+
+        `error` records a failed model call (e.g. "context length exceeded"), so repeated
+        context overflows are caught too.
 
         Raises:
             LoopDetected: as for `step`.
         """
         call = StepCall(self, None, None, False, None, False, text, context)
         with call:
-            call.ok(None)
+            call.fail(error) if error else call.ok(None)
         return call.verdict
 
     def stop(self) -> None:
@@ -372,7 +380,6 @@ class Session:
         self._detector.reset()
         self._observed = []
         self._count = 0
-        self._nudged = False
         for rec in self.steps(live_only=True, last=self._detector.horizon):
             if rec.n == exclude or rec.status == "running":
                 continue
@@ -397,8 +404,7 @@ class Session:
         out = call._outcome
         step = Step(
             tool=call.tool, args=call.args, ok=out["status"] == "ok", error=out.get("error"),
-            result=call._result if call._result is not None else out.get("result_digest"),
-            text=call.text,
+            result=out.get("result_digest"), text=call.text, side_effect=call.side_effect,
         )
         verdict = self._observe(call.n, step)
         stored = None
@@ -419,13 +425,16 @@ class Session:
         engine._loop_flagged(self, verdict, call.tool)
         if self.on_loop == "flag":
             return
-        if self.on_loop == "nudge_then_rollback" and not self._nudged:
-            self._nudged = True
-            self.append_message(
-                "system", NUDGE_TEXT.format(explanation=verdict.explanation), rewind_nudge=True
-            )
+        if verdict.remedy == "stop":
+            # A budget ran out: there is no healthy point to return to, only a stop.
+            self.stop()
+            raise LoopDetected(verdict, None)
+        if self.on_loop == "nudge_then_rollback" and verdict.flag_count <= 1:
+            advice = verdict.advice or NUDGE_TEXT.format(explanation=verdict.explanation)
+            self.append_message("system", f"Rewind: {advice}", rewind_nudge=True)
             return
-        target = engine.store.restorable_snapshot(self.id, stored.get("loop_start_step"))
+        start = stored.get("loop_start_step")
+        target = engine.store.restorable_snapshot(self.id, start) if start is not None else None
         result = None
         if target is not None:
             result = engine.rollback(
@@ -438,7 +447,7 @@ class Session:
 
 def _detector_step(rec: StepRecord) -> Step:
     return Step(tool=rec.tool, args=rec.args, ok=rec.status == "ok", error=rec.error,
-                result=rec.result_digest, text=rec.text)
+                result=rec.result_digest, text=rec.text, side_effect=rec.side_effect)
 
 
 BUDGET_KEYS = ("system", "dialogue", "memories", "reserve", "dropped", "total", "max_tokens")

@@ -1,0 +1,72 @@
+"""How the engine acts on the detector's verdicts (policies, budgets, rebuilds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import Engine, LoopDetected, LoopDetector
+
+
+@pytest.fixture
+def engine():
+    eng = Engine.open("sqlite:///:memory:")
+    yield eng
+    eng.close()
+
+
+def test_new_ticket_each_time_is_caught_although_ids_differ(engine):
+    s = engine.session("cs", meta={"locale": "en"})
+    s.append_message("user", "raise the priority of my ticket")
+    with pytest.raises(LoopDetected) as info:
+        for i in range(6):
+            with s.step("create_ticket", {"subject": "printer broken"}, side_effect=True,
+                        compensation=("close_ticket", {"n": i})) as call:
+                call.ok({"ticket_id": f"T-{1000 + i}", "status": "open"})
+    assert info.value.verdict.looping
+    assert [c.name for c in engine.compensations(session="cs")] == ["close_ticket"] * len(
+        info.value.verdict.evidence)
+
+
+def test_repeated_context_overflow_is_caught(engine):
+    s = engine.session("ov")
+    with pytest.raises(LoopDetected) as info:
+        for i in range(6):
+            with s.step("read_file", {"path": f"logs/part-{i}.log"}) as call:
+                call.ok(f"part {i}: " + "x" * 5000)
+            s.agent_turn(None, error="context_length_exceeded: 9000 > 8192 tokens")
+            with s.step("condense", {"keep": 10}) as call:
+                call.ok("condensed")
+    assert info.value.verdict.rule == "context_overflow"
+
+
+def test_step_budget_stops_the_session_instead_of_rolling_back():
+    engine = Engine.open("sqlite:///:memory:",
+                         detector_factory=lambda: LoopDetector(max_steps=5))
+    s = engine.session("long")
+    with pytest.raises(LoopDetected) as info:
+        for i in range(10):
+            with s.step("read_page", {"page": i}) as call:
+                call.ok(f"page {i}")
+    assert info.value.verdict.rule == "step_budget" and info.value.rollback is None
+    assert s.info().status == "stopped"
+
+
+def test_a_rebuilt_detector_sees_what_the_live_one_saw(engine):
+    """After a rollback from elsewhere, the handle replays stored steps: equal results must
+    still look equal (the stored digest is the detector's own)."""
+    s = engine.session("poll")
+    snap = s.snapshot("start")
+    with s.step("warmup", {}) as call:
+        call.ok("x")
+    for _ in range(2):
+        with s.step("job_status", {"id": 7}) as call:
+            call.ok({"state": "running", "progress": 40, "checked_at": "2026-11-30T05:00:00Z"})
+    Engine(engine.store).rollback("poll", to=s.steps()[1].snapshot, actor="op", reason="r",
+                                  notice=False)
+    # live now: warmup only; replayed into a fresh detector on the next call
+    with pytest.raises(LoopDetected):
+        for _ in range(3):
+            with s.step("job_status", {"id": 7}) as call:
+                call.ok({"state": "running", "progress": 40,
+                         "checked_at": "2026-11-30T05:00:09Z"})
+    assert snap in {n.id for n in s.tree()}
