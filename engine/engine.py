@@ -287,6 +287,12 @@ class Engine:
         now = self.clock()
         return self.store.purge_branches(now - older_than_s, now)
 
+    @staticmethod
+    def serve_metrics(port: int = 9464, addr: str = "127.0.0.1"):
+        """Expose this process's Prometheus counters (agent_loop_detected_total,
+        agent_rollbacks_total) at http://addr:port/metrics. Returns (server, thread)."""
+        return metrics.serve_metrics(port, addr)
+
     # -- hooks ----------------------------------------------------------------------------
     def _loop_flagged(self, session: Session, verdict, tool: str | None) -> None:
         """Called when a guarded step flags a loop."""

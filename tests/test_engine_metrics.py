@@ -25,3 +25,15 @@ def test_an_automatic_loop_rollback_is_counted():
     engine.rollback("m", actor="alice", reason="manual")
     assert metrics.sample("agent_rollbacks_total", actor_kind="operator", rule="none",
                           **labels) == 1
+
+
+def test_metrics_are_served_over_http():
+    import urllib.request
+
+    server, _thread = Engine.serve_metrics(0)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        body = urllib.request.urlopen(url, timeout=5).read().decode()
+    finally:
+        server.shutdown()
+    assert "agent_loop_detected_total" in body and "agent_rollbacks_total" in body
