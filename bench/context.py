@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import statistics
@@ -307,9 +308,14 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
     args = parser.parse_args(argv)
     runs = 50 if args.quick else 200
     n = 2000 if args.quick else args.memories
+    out(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     results = bench_context(runs, out)
     results |= bench_retrieval(n, min(args.queries, 50) if args.quick else args.queries, out)
     out("")
+    out(
+        f"load average at end: {os.getloadavg()[0]:.2f} (other processes on the cores slow "
+        "every row; compare the two columns of one row, taken in the same minute)"
+    )
     ok = True
     for key, target in (
         ("context_warm_ms_cl100k_base", 5.0),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -176,7 +177,8 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
     out(
         f"hybrid query latency: {timing['query_s'] / timing['queries'] * 1000:.1f} ms mean over "
         f"{timing['queries']} queries (indexes of 369-689 turns); indexing + embedding "
-        f"{timing['index_s']:.1f} s; total {time.perf_counter() - t0:.1f} s"
+        f"{timing['index_s']:.1f} s; total {time.perf_counter() - t0:.1f} s; load average "
+        f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
     )
 
     hybrid = overall["hybrid (default)"]
