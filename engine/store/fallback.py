@@ -1,0 +1,143 @@
+"""Opt-in fallback from Redis to the embedded store, for when Redis is down at start-up.
+
+``redis://host:6379/0?fallback=sqlite:///.rewind/fallback.db`` (or
+``Engine.open(url, store_options={"fallback": "sqlite:///…"})``) opens Redis as usual; if Redis
+cannot be reached (after its retries), the store runs on the embedded SQLite store instead and
+says so: `FallbackStore.degraded` is True and `FallbackStore.degraded_reason` tells why, for the
+console's banner.
+
+The switch happens only when the store is opened. Once running on Redis, a write that fails after
+the retries raises `StoreUnavailable` and is not redirected: writing half a session to Redis and
+the rest to SQLite would lose snapshots silently, which Rewind never does. Sessions written while
+degraded live in the fallback file; restart with Redis reachable to go back to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from engine.errors import StoreUnavailable
+from engine.store import Store, redact
+
+log = logging.getLogger("rewind.store")
+
+
+def _split_fallback(url: str, options: dict) -> tuple[str, str | None]:
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    fallback = options.pop("fallback", None)
+    for key, value in query:
+        if key == "fallback" and fallback is None:
+            fallback = value
+    rest = urlencode([(k, v) for k, v in query if k != "fallback"])
+    return urlunsplit(parts._replace(query=rest)), fallback or None
+
+
+def open_redis(url: str, **options: Any) -> Store:
+    """Open a Redis (or Redis Cluster) store; with a ``fallback`` URL (query parameter or
+    option), a `FallbackStore` that degrades to it when Redis is unreachable at start-up.
+
+    Raises:
+        StoreUnavailable: Redis cannot be reached and no fallback was asked for.
+    """
+    from engine.store.redis import RedisStore
+
+    primary, fallback = _split_fallback(url, dict(options))
+    options = {k: v for k, v in options.items() if k != "fallback"}
+    if fallback is None:
+        return RedisStore(primary, **options)
+    return FallbackStore(primary, fallback, **options)
+
+
+class FallbackStore:
+    """A Redis store that runs on an embedded store when Redis is unreachable at start-up.
+
+    Every `Store` method goes to whichever store is active.
+    """
+
+    def __init__(self, primary_url: str, fallback_url: str, **options: Any):
+        from engine.store.redis import RedisStore
+
+        if not fallback_url.lower().startswith("sqlite:"):
+            raise ValueError(f"the fallback must be a sqlite:/// URL, not {redact(fallback_url)!r}")
+        self.primary_url = redact(primary_url)
+        """The Redis URL (without password)."""
+        self.fallback_url = fallback_url
+        """The embedded store's URL used when degraded."""
+        self.degraded = False
+        """True when Redis was unreachable and the embedded store is in use (console banner)."""
+        self.degraded_reason: str | None = None
+        """Why the store is degraded, naming host and port (never the password)."""
+        self.degraded_since: float | None = None
+        """Unix time the store degraded."""
+        self._options = options
+        self._primary_secret = primary_url
+        try:
+            self._store: Store = RedisStore(primary_url, **options)
+        except StoreUnavailable as exc:
+            from engine.store.sqlite import SQLiteStore
+
+            self._store = SQLiteStore(fallback_url)
+            self.degraded = True
+            where = getattr(exc, "where", self.primary_url)
+            cause = getattr(exc, "cause", str(exc))
+            self.degraded_reason = (
+                f"Redis at {where} was unreachable at start-up ({cause}); running on the "
+                f"embedded store {redact(fallback_url)}: sessions written now live there. "
+                "Restart once Redis is back."
+            )
+            self.degraded_since = time.time()
+            log.warning("store degraded: %s", self.degraded_reason)
+
+    @property
+    def url(self) -> str:
+        """The active store's URL (without password)."""
+        return self._store.url
+
+    @property
+    def active(self) -> Store:
+        """The store in use."""
+        return self._store
+
+    def primary_reachable(self) -> bool:
+        """Whether Redis answers now (a restart would go back to it)."""
+        if not self.degraded:
+            return True
+        from engine.store.redis import RedisStore
+
+        try:
+            RedisStore(self._primary_secret, **self._options).close()
+        except StoreUnavailable:
+            return False
+        return True
+
+    def rebuild_indexes(self) -> dict:
+        """`RedisStore.rebuild_indexes` when on Redis; nothing to do on the embedded store."""
+        rebuild = getattr(self._store, "rebuild_indexes", None)
+        return rebuild() if rebuild is not None else {}
+
+    def close(self) -> None:
+        self._store.close()
+
+
+def _delegate(name: str):
+    def method(self, *args, **kwargs):
+        return getattr(self._store, name)(*args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = getattr(Store, name).__doc__
+    return method
+
+
+for _name in (
+    "ensure_session", "get_session", "list_sessions", "count_sessions", "set_status",
+    "append_messages", "put", "get_all", "live_messages", "all_messages", "take_snapshot",
+    "snapshots", "restorable_snapshot", "branches", "begin_step", "end_step", "steps",
+    "rollback", "add_notice", "audit", "add_audit", "events", "last_event_id",
+    "compensations", "claim_compensation", "finish_compensation", "doc_put", "doc_get",
+    "doc_scan", "delete_session", "purge_branches",
+):
+    setattr(FallbackStore, _name, _delegate(_name))
