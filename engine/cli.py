@@ -125,6 +125,15 @@ def cmd_purge(args) -> int:
     return 0
 
 
+def cmd_doctor(args) -> int:
+    engine = _engine(args)
+    rebuilt = engine.doctor()
+    print(f"{engine.store.url}: ok" + (f"; rebuilt {json.dumps(rebuilt)}" if rebuilt else ""))
+    if engine.degraded:
+        print(f"warning: {engine.degraded}")
+    return 0
+
+
 def cmd_hash_password(args) -> int:
     from engine.auth import hash_password
 
@@ -212,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("purge", help="apply retention: delete old abandoned branches")
     p.add_argument("--days", type=float, default=7.0)
     p.set_defaults(func=cmd_purge)
+
+    p = sub.add_parser("doctor", help="check the store and rebuild fleet indexes")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("hash-password", help="print a password hash for secrets.toml")
     p.add_argument("--password", help="(reads the terminal or stdin when omitted)")

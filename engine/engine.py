@@ -279,6 +279,18 @@ class Engine:
                 done.append(Compensation(**{**comp.__dict__, "status": "done"}))
         return done
 
+    # -- maintenance ------------------------------------------------------------------------
+    def doctor(self) -> dict:
+        """Rebuild the store's fleet-wide indexes from the sessions (after a crash or drift)."""
+        return self.store.rebuild_indexes()
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the engine runs on its fallback store, or None when it runs on the one asked for."""
+        if getattr(self.store, "degraded", False):
+            return getattr(self.store, "degraded_reason", None) or "running on the fallback store"
+        return None
+
     # -- retention --------------------------------------------------------------------------
     def purge_abandoned(self, older_than_s: float = 7 * 86400.0) -> dict:
         """Delete abandoned branches older than `older_than_s`; records what it removed."""

@@ -35,7 +35,10 @@ except ImportError:
     pass
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=[
+    pytest.param(name, marks=pytest.mark.redis) if name.startswith("redis") else name
+    for name in sorted(BACKENDS)
+])
 def store_url(request, tmp_path):
     """A fresh, empty store URL for each backend."""
     return BACKENDS[request.param](tmp_path, request)

@@ -271,9 +271,10 @@ def test_fallback_runs_on_the_embedded_store_and_says_so(tmp_path):
     port = free_port()
     fallback = f"sqlite:///{tmp_path}/fallback.db"
     url = f"redis://u:pw-secret@127.0.0.1:{port}/0?retries=0&fallback={fallback}"
-    engine = Engine.open(url) if _lead_wired() else Engine(open_redis(url))
+    engine = Engine.open(url)
     store = engine.store
     assert isinstance(store, FallbackStore) and store.degraded
+    assert engine.degraded == store.degraded_reason
     assert f"127.0.0.1:{port}" in store.degraded_reason and "pw-secret" not in store.degraded_reason
     assert store.url == fallback and not store.primary_reachable()
     s = engine.session("kept")
@@ -281,15 +282,6 @@ def test_fallback_runs_on_the_embedded_store_and_says_so(tmp_path):
     s.append_message("user", "x")
     s.rollback(to=snap, actor="op", reason="r", notice=False)
     assert Engine.open(fallback).get_session("kept").info().rollbacks == 1
-
-
-def _lead_wired() -> bool:
-    """Whether open_store already routes ?fallback= to engine.store.fallback."""
-    import inspect
-
-    import engine.store as store_module
-
-    return "open_redis" in inspect.getsource(store_module.open_store)
 
 
 def test_fallback_is_not_used_when_redis_answers_and_later_failures_raise():

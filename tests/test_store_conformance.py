@@ -331,7 +331,9 @@ def test_compensations_run_newest_first_exactly_once(engine):
     worker.register_compensation("inventory.reserve.undo", lambda a, k: calls.append(("i", a, k)))
     done = worker.run_compensations()
     assert [c.status for c in done] == ["done", "done"]
-    assert calls == [("i", {"i": 1}, "s#2"), ("p", {"i": 0}, "s#1")]
+    assert [c[:2] for c in calls] == [("i", {"i": 1}), ("p", {"i": 0})]
+    assert [c[2].split("@")[0] for c in calls] == ["s#2", "s#1"]
+    assert calls[0][2] == r.compensations[0].idempotency_key
     assert worker.run_compensations() == []  # nothing twice
     assert {c.status for c in engine.compensations(session="s")} == {"done"}
     outcomes = [e.detail["status"] for e in engine.audit(action="compensation")]
@@ -355,7 +357,8 @@ def test_failing_compensation_is_retried_then_stays_failed(store_url):
     engine.run_compensations()
     [comp] = engine.compensations(session="s")
     assert comp.status == "failed" and comp.attempts == 2 and "refund service down" in comp.error
-    assert attempts == ["s#1", "s#1"]
+    assert len(attempts) == 2 and attempts[0] == attempts[1] == comp.idempotency_key
+    assert comp.idempotency_key.startswith("s#1@")
     assert engine.compensations(status="failed")[0].id == comp.id
 
 
@@ -466,3 +469,18 @@ def test_a_late_side_effect_is_still_compensated(engine):
     assert call.late
     [comp] = engine.compensations(session="s")
     assert (comp.name, comp.step, comp.status) == ("charge.undo", call.n, "pending")
+
+
+def test_a_recreated_session_gets_fresh_compensation_keys(engine):
+    keys = []
+    for _ in range(2):
+        s = engine.session("again")
+        snap = s.snapshot()
+        with s.step("pay", {}, side_effect=True, compensation=("pay.undo", {})) as c:
+            c.ok("paid")
+        r = s.rollback(to=snap, actor="a", reason="r", notice=False)
+        [comp] = r.compensations
+        keys.append(comp.idempotency_key)
+        engine.delete_session("again", actor="a")
+    assert keys[0] != keys[1] and all(k.startswith("again#1@") for k in keys)
+    assert len(engine.compensations(status="pending")) == 2

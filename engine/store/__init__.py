@@ -37,9 +37,9 @@ def open_store(url: str | None = None, **options) -> Store:
 
         return SQLiteStore(url)
     if scheme in {"redis", "rediss", "redis+cluster", "rediss+cluster"}:
-        from engine.store.redis import RedisStore
+        from engine.store.fallback import open_redis
 
-        return RedisStore(url, **options)
+        return open_redis(url, **options)
     raise ValueError(
         f"unknown store URL {redact(url)!r}: use sqlite:///path, redis://host:port/db, "
         "rediss://… or redis+cluster://host:port"

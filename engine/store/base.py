@@ -159,8 +159,8 @@ class Store(Protocol):
 
         A step whose session was rolled back while it ran lands on the abandoned branch and is
         marked late; it never reaches the live line. A late side-effecting step that ended ok
-        gets its compensation queued, as the rollback would have done. A looping verdict also sets the session
-        status to looping and stores the verdict as the session's last verdict.
+        gets its compensation queued, as the rollback would have done. A looping verdict also
+        sets the session status to looping and stores the verdict as the session's last verdict.
 
         Returns:
             True when the step was late.
@@ -185,7 +185,9 @@ class Store(Protocol):
         """Make snapshot `target` the head, abandon what came after, queue compensations.
 
         Everything on the live line written after `target` moves to a new abandoned branch;
-        side-effecting steps that ended ok on it get their compensations queued (newest first);
+        side-effecting steps that ended ok on it get their compensations queued (newest first)
+        under the idempotency key ``<sid>#<step>@<incarnation>`` (the incarnation changes when a
+        deleted or expired session is created again);
         `notice` (a chat message) is appended to the restored live line; an audit event and a
         feed event are written; the epoch is incremented; the status becomes rolled_back. All or
         nothing.
@@ -250,6 +252,12 @@ class Store(Protocol):
 
     def delete_session(self, sid: str, now: float) -> bool:
         """Delete a session and everything it owns (audit events stay). True if it existed."""
+
+    # -- maintenance ------------------------------------------------------------------------
+    def rebuild_indexes(self) -> dict:
+        """Rebuild fleet-wide views (session indexes, counters) from the sessions; safe while
+        agents write. Returns counts of what was rebuilt or removed ({} when the backend keeps
+        no separate indexes)."""
 
     # -- retention --------------------------------------------------------------------------
     def purge_branches(self, before: float, now: float) -> dict:

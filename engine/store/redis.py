@@ -658,13 +658,15 @@ class RedisStore:
         ids = [int(x) for x in extra.split(",") if x]
         if len(ids) != len(r["compensations"]):  # a replayed reply: find them by their keys
             found = self._guard(self._r.hmget, keys.comp_keys(self._fb),
-                                [f"{sid}#{n}" for n, _, _ in r["compensations"]])
+                                [f"{sid}#{n}@{r['incarnation']}"
+                                 for n, _, _ in r["compensations"]])
             ids = [int(x) for x in found if x is not None]
             r["compensations"] = [c for c, x in zip(r["compensations"], found, strict=True)
                                   if x is not None]
         queued = tuple(
             Compensation(id=cid, session=sid, step=n, name=name, args=args,
-                         idempotency_key=f"{sid}#{n}", status="pending", attempts=0,
+                         idempotency_key=f"{sid}#{n}@{r['incarnation']}", status="pending",
+                         attempts=0,
                          error=None, created_at=now, updated_at=now, branch=r["branch"])
             for cid, (n, name, args) in zip(ids, r["compensations"], strict=True)
         )

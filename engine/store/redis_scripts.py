@@ -111,9 +111,10 @@ local function fleet_audit(C, sid, enc, at, a)
   return id
 end
 
--- c = {step number, "<name json>\n<args json>", branch}; queued once per idempotency key
+-- c = {step number, "<name json>\n<args json>", branch, incarnation}; queued once per
+-- idempotency key "<sid>#<step>@<incarnation>" (a re-created session never reuses a key)
 local function fleet_queue(C, sid, enc, at, c)
-  local key = sid .. "#" .. c[1]
+  local key = sid .. "#" .. c[1] .. "@" .. c[4]
   local keys = K_comp_keys(C.fb)
   local existing = redis.call("HGET", keys, key)
   if existing then return existing end
@@ -463,7 +464,9 @@ if redis.call("HEXISTS", T, n) == 1 then
     -- the live line, so its compensation is queued now
     local mark = (not late and status == "ok") and "k" or "x"
     redis.call("HSET", T, n .. "c", mark .. string.sub(comp, 2))
-    if late and status == "ok" then F.co[#F.co + 1] = {n, string.sub(comp, 2), first or ""} end
+    if late and status == "ok" then
+      F.co[#F.co + 1] = {n, string.sub(comp, 2), first or "", S.inc}
+    end
   end
 end
 if late then
@@ -618,7 +621,7 @@ for _, c in ipairs(comps) do
   names[#names + 1] = string.sub(c[2], 1, nl - 1)
   queued[#queued + 1] = "[" .. c[1] .. "," .. string.sub(c[2], 1, nl - 1) .. "," ..
                         string.sub(c[2], nl + 1) .. "]"
-  F.co[#F.co + 1] = {c[1], c[2], branch}
+  F.co[#F.co + 1] = {c[1], c[2], branch, S.inc}
 end
 local counts = '"epoch":' .. epoch .. ',"messages":' .. int(n_messages) .. ',"notice":' ..
                notice .. ',"snapshots":' .. int(n_snaps) .. ',"steps":' .. int(n_steps)
@@ -633,6 +636,7 @@ if ARGV[12] ~= "" then
 end
 F.br[1] = {branch, NOW}
 return done('{"branch":"' .. branch .. '",' .. counts .. ',"memories":' .. int(n_memories) ..
+            ',"incarnation":' .. cjson.encode(S.inc) ..
             ',"compensations":[' .. table.concat(queued, ",") .. ']}')
 """
 

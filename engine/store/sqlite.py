@@ -400,11 +400,16 @@ class SQLiteStore:
     # -- snapshots --------------------------------------------------------------------------
     @staticmethod
     def _queue_compensations(conn, sid: str, rows, branch: str | None, now: float):
-        """Queue the compensations of (step n, compensation JSON) rows; each step at most once."""
+        """Queue the compensations of (step n, compensation JSON) rows; each step at most once.
+
+        The idempotency key names the session incarnation (its creation time), so a session
+        deleted and created again under the same id never collides with the old keys."""
+        (created,) = conn.execute("SELECT created_at FROM sessions WHERE id = ?", (sid,)).fetchone()
+        incarnation = f"{int(created * 1e6):x}"
         queued = []
         for n, comp in rows:
             name, args = json.loads(comp)
-            key = f"{sid}#{n}"
+            key = f"{sid}#{n}@{incarnation}"
             cur = conn.execute(
                 "INSERT OR IGNORE INTO compensations(session, step, name, args, idem_key, status, "
                 "branch, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
@@ -873,6 +878,14 @@ class SQLiteStore:
             if found:
                 self._event(conn, now, sid, "deleted", {})
         return found
+
+    # -- maintenance ------------------------------------------------------------------------
+    def rebuild_indexes(self) -> dict:
+        """SQLite's indexes are part of its tables; nothing drifts. Checks integrity instead."""
+        (result,) = self._read("PRAGMA quick_check")[0]
+        if result != "ok":
+            raise StoreUnavailable(f"{self.url} failed its integrity check: {result}")
+        return {}
 
     # -- retention --------------------------------------------------------------------------
     def purge_branches(self, before: float, now: float) -> dict:
