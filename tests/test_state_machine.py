@@ -1,6 +1,6 @@
-"""Property test: random append / set_var / snapshot / step / rollback sequences against a plain
-in-memory model. After every operation the engine's live state equals the model's, on every store
-backend."""
+"""Property test: random append / set_var / remember / snapshot / step / rollback sequences
+against a plain in-memory model. After every operation the engine's live state (messages,
+variables, memories, live steps, restorable snapshots) equals the model's, on every backend."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ from hypothesis.stateful import (
 )
 
 from engine import Engine, SnapshotNotRestorable
+from engine.decay import Decay, MemoryPolicy
+from engine.embeddings import HashingEmbedder
+from engine.memory import MemoryConfig
 from engine.notices import TEMPLATES
 from engine.store import Retention
 
@@ -40,11 +43,13 @@ class Model:
         self.order: list[str] = []  # snapshot ids in creation order
         self.steps: list[tuple[int, str]] = []  # live (n, tool)
         self.step_count = 0
+        self.memories: dict[str, str] = {}  # id -> text
 
     def save(self, sid: str, kind: str) -> None:
         self.snapshots[sid] = {
             "messages": list(self.messages), "variables": dict(self.variables),
             "steps": list(self.steps), "kind": kind, "live": True, "retired": False,
+            "memories": dict(self.memories),
             "next_step": self.step_count + 1,
         }
         self.order.append(sid)
@@ -70,6 +75,7 @@ class Model:
         self.messages = list(saved["messages"])
         self.variables = dict(saved["variables"])
         self.steps = list(saved["steps"])
+        self.memories = dict(saved["memories"])
         self.head = target
 
 
@@ -134,6 +140,12 @@ def make_machine(engine: Engine):
                 self.s.rollback(to=target, actor="prop", reason="step", notice=False)
                 self.m.rollback(target)
 
+        @rule(text=st.sampled_from(["rate is 1.08", "user likes tea", "ticket T-1 open"]),
+              importance=st.floats(0.2, 1.0))
+        def remember(self, text, importance):
+            mid = self.s.memory.add(text, importance=importance)
+            self.m.memories[mid] = text
+
         @invariant()
         def same_state(self):
             state = self.s.state()
@@ -143,6 +155,7 @@ def make_machine(engine: Engine):
             live = [(x.n, x.tool) for x in self.s.steps(live_only=True)]
             assert live == self.m.steps
             assert {n.id for n in self.s.tree() if n.restorable} == self.m.restorable()
+            assert {m.id: m.text for m in self.s.memory.items()} == self.m.memories
 
     return SessionMachine
 
@@ -156,7 +169,16 @@ def test_engine_matches_the_model(engine):
     )
 
 
-# Retention must be the one under test; patch it on the engine after construction.
+class NoContradictions:
+    def check(self, new_text, existing):
+        return []
+
+
+# Retention and memory rules the model knows; set on the engine after construction.
 @pytest.fixture(autouse=True)
-def _small_windows(engine):
+def _model_rules(engine):
     engine.retention = Retention(keep_snapshots=KEEP_NAMED, keep_step_snapshots=KEEP_STEPS)
+    engine._memory_config = MemoryConfig(
+        embedder=HashingEmbedder(), checker=NoContradictions(),
+        policy=MemoryPolicy(capacity=10_000), decay=Decay(half_life_days=3650, min_weight=0.0),
+    )
