@@ -1,0 +1,30 @@
+"""Rewind for LangGraph: a checkpointer on Rewind's stores and a loop guard for tool nodes.
+
+    from engine import Engine
+    from engine.integrations.langgraph import RewindSaver, RewindToolNode
+
+    saver = RewindSaver(Engine.open("sqlite:///.rewind/rewind.db"))
+    builder.add_node("tools", RewindToolNode(tools, saver, handle_tool_errors=True))
+    graph = builder.compile(checkpointer=saver)
+
+Each thread is a Rewind session: its checkpoints are snapshots, forks are branches of the
+snapshot tree, tool calls are guarded steps; a loop rolls the thread back to its last healthy
+checkpoint and the next invocation continues from there with a recovery notice. See `saver` and
+`guard` for the details. Needs ``pip install 'agent-rewind[langgraph]'``.
+"""
+
+from __future__ import annotations
+
+try:
+    import langgraph.checkpoint.base  # noqa: F401
+    import langgraph.prebuilt  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "the LangGraph integration needs LangGraph: pip install 'agent-rewind[langgraph]'"
+    ) from exc
+
+from engine.integrations.langgraph.guard import LoopGuard, RewindToolNode, let_loops_through
+from engine.integrations.langgraph.saver import RewindSaver, healthy_checkpoint, session_id
+
+__all__ = ["LoopGuard", "RewindSaver", "RewindToolNode", "healthy_checkpoint",
+           "let_loops_through", "session_id"]

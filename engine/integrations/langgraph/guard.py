@@ -1,0 +1,391 @@
+"""The loop guard for tool calls in a LangGraph graph.
+
+`RewindToolNode` is a drop-in `ToolNode`; `LoopGuard` is the same guard as a ``wrap_tool_call`` /
+``awrap_tool_call`` pair for a `ToolNode` you build yourself.
+
+Every tool call becomes a Rewind step of the thread's session (write-ahead snapshot, canonical
+args, outcome), and the session's loop detector sees it. A call fails when the tool raised, when
+the `ToolNode` turned the exception into an error `ToolMessage` (``status="error"``), or when
+`error_when` says so for the message.
+
+When the detector flags a loop (default policy ``rollback``):
+
+1. the session is rolled back to the snapshot of the last healthy checkpoint: the checkpoint before
+   the model turn that started the loop (found through the checkpoint each guarded call ran under,
+   see `saver.healthy_checkpoint`; the engine's suggested target when that is unknown), with the
+   recovery notice appended to the session (actor ``rewind``);
+2. the tool node raises `LoopDetected`, which ends the graph run: LangGraph stores no checkpoint
+   after a failed super-step, and `RewindSaver` treats any checkpoint of the aborted run that still
+   arrives as late, so it never becomes the thread's latest;
+3. on the next invocation `RewindSaver` returns the healthy checkpoint with the notice appended to
+   its messages as an `AIMessage` flagged ``rewind_notice``: nothing from the loop is in the state.
+
+The caller catches `LoopDetected` (``.verdict`` says why, ``.rollback`` what was done) and invokes
+the graph again (new user input, or ``None`` to let the agent continue).
+
+Policies (``on_loop``, default the engine's): ``rollback`` as above; ``nudge_then_rollback``
+appends the detector's advice to the looping tool's result on the first flag of a loop and rolls
+back when the same loop is flagged again; ``flag`` marks the session looping and carries on;
+``off`` records steps only. A verdict whose remedy is ``stop`` (a step budget ran out) stops the
+session and raises `LoopDetected` without a rollback, as the engine does. The state rollback
+needs `RewindSaver` as the graph's checkpointer on the same store; with another checkpointer the
+session is still rolled back and `LoopDetected` raised, but the graph's state is not restored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langgraph.errors import GraphBubbleUp
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import TOOL_CALL_ERROR_TEMPLATE
+
+from engine.engine import Engine
+from engine.errors import LoopDetected, SnapshotNotRestorable, UnknownSession, UnknownSnapshot
+from engine.integrations.langgraph import layout
+from engine.integrations.langgraph.saver import RewindSaver, healthy_checkpoint, session_id
+from engine.session import LOOP_POLICIES, NUDGE_TEXT, Session, StepCall
+
+log = logging.getLogger("rewind.langgraph")
+
+ACTOR = "rewind"
+"""Actor of automatic rollbacks in the audit log (the same as the engine's own)."""
+
+CHECKPOINTER_KEY = "__pregel_checkpointer"
+DURABILITY_KEY = "__pregel_durability"
+"""LangGraph's task config keys for the run's checkpointer and durability mode."""
+
+INTERRUPTED = "interrupted"
+"""Result recorded for a tool call that raised a LangGraph interrupt."""
+
+Compensator = Callable[[dict], tuple[str, Any]]
+"""Builds the (handler name, args) compensation of a side-effecting tool call from its args."""
+
+
+@dataclass
+class _Call:
+    session: Session
+    lock: threading.Lock
+    step: StepCall
+    root: str | None
+    """The root checkpoint the call ran under."""
+
+
+class LoopGuard:
+    """Records tool calls as Rewind steps and rolls the thread back on a loop.
+
+    Args:
+        rewind: the `RewindSaver` of the graph, or the `Engine` on the same store.
+        on_loop: rollback, nudge_then_rollback, flag or off (default: the engine's policy).
+        side_effects: names of tools that change the outside world, or a mapping from such a name
+            to a function building its compensation ``(handler, args)`` from the call's args
+            (None: no compensation). A rollback queues the compensations of the side-effecting
+            calls it abandons.
+        error_when: ``f(message) -> str | bool | None`` deciding that a successful `ToolMessage`
+            is a failure (a string is the error text), for tools that report errors as results.
+        checkpoint_wait: seconds a tool call waits for the checkpoint it runs under to be stored
+            by `RewindSaver` (LangGraph stores checkpoints in the background by default); the
+            wait keeps the session's steps and snapshots in the graph's order.
+
+    Raises:
+        ValueError: unknown policy.
+    """
+
+    def __init__(self, rewind: Engine | RewindSaver, *, on_loop: str | None = None,
+                 side_effects: Mapping[str, Compensator | None] | Iterable[str] = (),
+                 error_when: Callable[[ToolMessage], str | bool | None] | None = None,
+                 checkpoint_wait: float = 10.0):
+        self.engine: Engine = rewind.engine if isinstance(rewind, RewindSaver) else rewind
+        self.on_loop = on_loop or self.engine.on_loop
+        if self.on_loop not in LOOP_POLICIES:
+            raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}, "
+                             f"not {self.on_loop!r}")
+        self.side_effects: dict[str, Compensator | None] = (
+            dict(side_effects) if isinstance(side_effects, Mapping)
+            else dict.fromkeys(side_effects))
+        self.error_when = error_when
+        self.checkpoint_wait = checkpoint_wait
+        self._lock = threading.Lock()
+        self._sessions: dict[str, tuple[Session, threading.Lock]] = {}
+
+    # -- ToolNode hooks ---------------------------------------------------------------------
+    def wrap_tool_call(self, request: Any, execute: Callable[[Any], Any]) -> Any:
+        """``ToolNode(wrap_tool_call=…)`` hook: run one tool call as a guarded step.
+
+        Raises:
+            LoopDetected: this call completed a loop (policy rollback); the thread is rolled back.
+        """
+        call = self._begin(request)
+        if call is None:
+            return execute(request)
+        try:
+            result = execute(request)
+        except GraphBubbleUp:  # an interrupt: the call waits for a human, it did not fail
+            self._finish(call, INTERRUPTED, None)
+            raise
+        except Exception as exc:
+            self._finish(call, None, exc)
+            raise
+        return self._finish(call, result, None)
+
+    async def awrap_tool_call(self, request: Any, execute: Callable[[Any], Any]) -> Any:
+        """``ToolNode(awrap_tool_call=…)`` hook, the async twin of `wrap_tool_call`."""
+        call = await asyncio.to_thread(self._begin, request)
+        if call is None:
+            return await execute(request)
+        try:
+            result = await execute(request)
+        except GraphBubbleUp:
+            await asyncio.to_thread(self._finish, call, INTERRUPTED, None)
+            raise
+        except Exception as exc:
+            await asyncio.to_thread(self._finish, call, None, exc)
+            raise
+        return await asyncio.to_thread(self._finish, call, result, None)
+
+    # -- steps ------------------------------------------------------------------------------
+    def _session(self, thread_id: Any) -> tuple[Session, threading.Lock]:
+        sid = session_id(thread_id)
+        with self._lock:
+            found = self._sessions.get(sid)
+        if found is None:
+            policy = "off" if self.on_loop == "off" else "flag"  # the guard picks the target
+            found = (self.engine.session(sid, on_loop=policy), threading.Lock())
+            with self._lock:
+                found = self._sessions.setdefault(sid, found)
+        return found
+
+    def _begin(self, request: Any) -> _Call | None:
+        configurable = _configurable(request)
+        thread_id = configurable.get("thread_id")
+        if thread_id is None:
+            return None  # not a checkpointed run: nothing to guard it with
+        tool_call = request.tool_call
+        name, args = tool_call["name"], tool_call.get("args") or {}
+        compensation = None
+        side_effect = name in self.side_effects
+        if side_effect and self.side_effects[name] is not None:
+            compensation = self.side_effects[name](args)
+        root = (configurable.get("checkpoint_map") or {}).get("")
+        saver = configurable.get(CHECKPOINTER_KEY)
+        rewind_checkpoints = bool(root) and isinstance(saver, RewindSaver) and (
+            saver.engine.store.url == self.engine.store.url)
+        if rewind_checkpoints and configurable.get(DURABILITY_KEY) != "exit":
+            if not saver.wait_for_checkpoint(thread_id, root, self.checkpoint_wait):
+                log.warning("checkpoint %s of thread %s was not stored within %.1f s; the "
+                            "tool call is recorded anyway", root, thread_id, self.checkpoint_wait)
+        step = None
+        for attempt in (1, 2):
+            session, lock = self._session(thread_id)
+            step = session.step(name, args, side_effect=side_effect, compensation=compensation)
+            try:
+                with lock:
+                    step.__enter__()
+                break
+            except UnknownSession:  # the thread was deleted since: start its session again
+                with self._lock:
+                    self._sessions.pop(session.id, None)
+                if attempt == 2:
+                    raise
+        if rewind_checkpoints:
+            self.engine.store.doc_put(
+                session.id, layout.DOCS,
+                {layout.step_key(step.n): {"checkpoint": root, "call": tool_call.get("id")}},
+                self.engine.clock())
+        return _Call(session, lock, step, root)
+
+    def _finish(self, call: _Call, result: Any, error: BaseException | None) -> Any:
+        step = call.step
+        with call.lock:
+            if error is not None:
+                step.__exit__(type(error), error, error.__traceback__)
+            else:
+                failure = self._failure(result)
+                if failure is not None:
+                    step.fail(failure)
+                else:
+                    step.ok(_result_of(result))
+                step.__exit__(None, None, None)
+        verdict = step.verdict
+        if (verdict is None or not verdict.looping or step.late
+                or self.on_loop in ("off", "flag")):
+            return result
+        session = call.session
+        if getattr(verdict, "remedy", None) == "stop":
+            # A budget ran out: there is no healthy point to return to, only a stop.
+            session.stop()
+            raise LoopDetected(verdict, None) from error
+        if self.on_loop == "nudge_then_rollback" and getattr(verdict, "flag_count", 0) <= 1:
+            advice = getattr(verdict, "advice", "") or NUDGE_TEXT.format(
+                explanation=verdict.explanation)
+            return _nudge(result, f"Rewind: {advice}")
+        start = (session.info().last_verdict or {}).get("loop_start_step")
+        rollback = self._roll_back(session, verdict, start, call.root)
+        raise LoopDetected(verdict, rollback) from error
+
+    def _failure(self, result: Any) -> str | None:
+        if not isinstance(result, ToolMessage):
+            return None
+        if result.status == "error":
+            return _text(result.content) or "error"
+        if self.error_when is not None:
+            said = self.error_when(result)
+            if said:
+                return said if isinstance(said, str) else (_text(result.content) or "error")
+        return None
+
+    def _roll_back(self, session: Session, verdict: Any, start: int | None, root: str | None):
+        """Roll the session back to the healthy checkpoint's snapshot (else the engine's
+        suggestion) and fence off the checkpoints of the aborted run."""
+        targets = []
+        healthy = healthy_checkpoint(self.engine.store, session.id, start)
+        if healthy is not None and healthy.get("snap"):
+            targets.append(healthy["snap"])
+        suggested = session.suggested_target()
+        if suggested is not None:
+            targets.append(suggested)
+        reason = f"loop detected ({verdict.rule}): {verdict.explanation}"
+        for target in targets:
+            try:
+                result = self.engine.rollback(session.id, to=target, actor=ACTOR, reason=reason,
+                                              notice=True, automatic=True, rule=verdict.rule)
+            except (UnknownSnapshot, SnapshotNotRestorable):
+                continue
+            if root:
+                base = self.engine.store.get_all(session.id, layout.HEAD).get(layout.ROOT)
+                self.engine.store.put(session.id, layout.HEAD,
+                                      {layout.FENCE: {"base": base, "until": root}},
+                                      self.engine.clock())
+            return result
+        return None
+
+
+class RewindToolNode(ToolNode):
+    """A `ToolNode` whose tool calls are guarded by a `LoopGuard` (see the module doc).
+
+    ``RewindToolNode(tools, saver)`` where ``saver`` is the graph's `RewindSaver`. Keyword
+    arguments are `LoopGuard`'s (on_loop, side_effects, error_when) and `ToolNode`'s. A
+    ``wrap_tool_call`` of your own runs inside the guard. `handle_tool_errors` keeps its meaning
+    except that it never turns `LoopDetected` into a tool message.
+
+    Raises:
+        LoopDetected: from the graph run in which a tool call completed a loop.
+    """
+
+    def __init__(self, tools: Sequence[Any], rewind: Engine | RewindSaver | LoopGuard, *,
+                 on_loop: str | None = None,
+                 side_effects: Mapping[str, Compensator | None] | Iterable[str] = (),
+                 error_when: Callable[[ToolMessage], str | bool | None] | None = None,
+                 handle_tool_errors: Any = None,
+                 wrap_tool_call: Callable | None = None,
+                 awrap_tool_call: Callable | None = None,
+                 **kwargs: Any):
+        guard = rewind if isinstance(rewind, LoopGuard) else LoopGuard(
+            rewind, on_loop=on_loop, side_effects=side_effects, error_when=error_when)
+        if handle_tool_errors is None:
+            handle_tool_errors = inspect.signature(ToolNode.__init__).parameters[
+                "handle_tool_errors"].default
+        sync_wrap = guard.wrap_tool_call
+        async_wrap = guard.awrap_tool_call
+        if wrap_tool_call is not None:
+            def sync_wrap(request, execute):
+                return guard.wrap_tool_call(request, lambda r: wrap_tool_call(r, execute))
+
+            async_wrap = None  # ToolNode then runs the sync chain in async runs too
+        if awrap_tool_call is not None:
+            async def async_wrap(request, execute):
+                async def inner(r):
+                    return await awrap_tool_call(r, execute)
+
+                return await guard.awrap_tool_call(request, inner)
+
+        super().__init__(tools, handle_tool_errors=let_loops_through(handle_tool_errors),
+                         wrap_tool_call=sync_wrap, awrap_tool_call=async_wrap, **kwargs)
+        self.guard = guard
+
+
+def let_loops_through(flag: Any) -> Any:
+    """A `ToolNode` ``handle_tool_errors`` value that handles what `flag` handles, the same way,
+    but lets `LoopDetected` end the run (True would turn it into a tool message)."""
+    if not flag:
+        return flag
+    template = TOOL_CALL_ERROR_TEMPLATE.format
+    if isinstance(flag, bool):
+        handled: tuple[type[BaseException], ...] = (Exception,)
+
+        def render(e):
+            return template(error=repr(e))
+    elif isinstance(flag, str):
+        handled = (Exception,)
+
+        def render(e):
+            return flag
+    elif isinstance(flag, type) and issubclass(flag, Exception):
+        handled = (flag,)
+
+        def render(e):
+            return template(error=repr(e))
+    elif isinstance(flag, tuple):
+        handled = flag
+
+        def render(e):
+            return template(error=repr(e))
+    else:
+        handled = _handled_types(flag)
+        render = flag
+
+    def handle_tool_error(error: Exception) -> str:
+        if isinstance(error, LoopDetected) or not isinstance(error, handled):
+            raise error
+        return render(error)
+
+    return handle_tool_error
+
+
+def _handled_types(handler: Callable) -> tuple[type[BaseException], ...]:
+    try:  # the exception types the handler is annotated with, as ToolNode reads them
+        from langgraph.prebuilt.tool_node import _infer_handled_types
+
+        return _infer_handled_types(handler)
+    except Exception:  # noqa: BLE001 - older or newer ToolNode: handle everything, like it
+        return (Exception,)
+
+
+def _configurable(request: Any) -> dict:
+    runtime = getattr(request, "runtime", None)
+    config = getattr(runtime, "config", None) or {}
+    return config.get("configurable") or {}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p if isinstance(p, str) else str(p.get("text", p)) for p in content)
+    return str(content)
+
+
+def _result_of(result: Any) -> Any:
+    """What the detector compares between successful calls."""
+    if isinstance(result, ToolMessage):
+        return result.content
+    return repr(result)[:2000]
+
+
+def _nudge(result: Any, text: str) -> Any:
+    """The tool's result with the nudge appended, so the model reads it with the result."""
+    if not isinstance(result, ToolMessage):
+        return result
+    content = result.content
+    if isinstance(content, str):
+        content = f"{content}\n\n{text}" if content else text
+    else:
+        content = [*content, {"type": "text", "text": text}]
+    return result.model_copy(update={"content": content})

@@ -1,0 +1,841 @@
+"""`RewindSaver`: a LangGraph checkpointer on a Rewind store (SQLite, Redis, Redis Cluster).
+
+Mapping (key layout in `layout`):
+
+- **Thread -> session.** Thread id = session id; the session is created on the first checkpoint
+  with meta ``{"integration": "langgraph"}``. Checkpoint namespaces (subgraphs) live inside it.
+- **Checkpoint -> snapshot.** Every checkpoint of the root namespace takes a Rewind snapshot
+  labelled with the checkpoint id, after moving the versioned head pointer to it. Rolling the
+  session back to that snapshot (the guard, the console, the CLI) makes that checkpoint the
+  thread's latest again; what came after stays in LangGraph's history and in the abandoned branch.
+- **Fork -> branch.** A checkpoint whose parent is not the live one (time travel,
+  ``update_state`` on an old checkpoint) first rolls the session back to the parent's snapshot
+  (actor ``langgraph``, reason ``fork from checkpoint …``, no notice), so the snapshot tree shows
+  the branch. A ``loop`` checkpoint whose parent can no longer be made live is *late*: the run
+  that wrote it was rolled back while it ran. It is stored in LangGraph's history but never
+  becomes the latest checkpoint, so the next invocation continues from the rolled-back state.
+  The guard also fences the run it aborts (`layout.FENCE`): with ``durability="async"`` or
+  ``"exit"`` LangGraph may store that run's checkpoints after the rollback.
+- **Notices.** After a rollback with a notice, the next read of the thread's latest checkpoint
+  (`get_tuple` without a checkpoint id, what every invocation does first) writes a checkpoint that
+  appends the notice to the message channel as an `AIMessage` flagged ``rewind_notice``.
+- **Messages.** The message channel of the root namespace is mirrored into the session's live
+  history (appends only), so the console shows the conversation.
+
+Storage does not copy the message list at every checkpoint: channel values are stored once per
+(channel, version), like LangGraph's Postgres saver, and list values as deltas against the
+parent's version (`codec`).
+
+Every store call goes through the `Store` protocol. Async methods run the sync ones in the default
+executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    empty_checkpoint,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.base.id import uuid6
+
+from engine.engine import Engine
+from engine.errors import SnapshotNotRestorable, StoreError, UnknownSession, UnknownSnapshot
+from engine.integrations.langgraph import codec, layout
+from engine.integrations.langgraph.chat import is_notice, notice_message, to_chat
+from engine.session import validate_session_id
+from engine.store import Retention
+
+ACTOR = "langgraph"
+"""Actor name of the saver's own actions (forks, deletions) in the audit log."""
+
+_PLAIN_FIELDS = ("v", "ts", "channel_versions", "versions_seen", "updated_channels")
+"""Checkpoint fields stored as plain JSON; the id is the record's, other fields are serialized."""
+
+
+def session_id(thread_id: Any) -> str:
+    """The Rewind session of a LangGraph thread.
+
+    Raises:
+        InvalidSessionId: the thread id is empty, longer than 200 characters or holds control
+            characters.
+    """
+    return validate_session_id(str(thread_id))
+
+
+def healthy_checkpoint(store: Any, sid: str, step: int | None) -> dict | None:
+    """The record of the last checkpoint before the model turn that led to guarded step `step`.
+
+    A tool call runs under a root checkpoint that already holds the model's message asking for
+    it; the checkpoint before that one is the last state without any of it. None when unknown
+    (the step was not recorded by the guard, or the thread is not checkpointed by `RewindSaver`).
+    """
+    if step is None:
+        return None
+    key = layout.step_key(step)
+    ran = store.doc_get(sid, layout.DOCS, [key]).get(key)
+    if not ran or not ran.get("checkpoint"):
+        return None
+    key = layout.checkpoint_key("", ran["checkpoint"])
+    rec = store.doc_get(sid, layout.DOCS, [key]).get(key)
+    if not rec or not rec.get("parent"):
+        return None
+    key = layout.checkpoint_key("", rec["parent"])
+    return store.doc_get(sid, layout.DOCS, [key]).get(key)
+
+
+class RewindSaver(BaseCheckpointSaver[str]):
+    """LangGraph checkpointer that keeps threads as Rewind sessions.
+
+    ``RewindSaver(Engine.open(url))``, then ``graph.compile(checkpointer=saver)``.
+
+    Args:
+        engine: the Rewind engine whose store holds the threads.
+        serde: LangGraph serializer (default: LangGraph's JsonPlusSerializer).
+        messages_channel: state channel holding the chat messages: mirrored into the session's
+            history, and where recovery notices are delivered. None turns both off.
+        keep_checkpoints: how many recent root checkpoints stay restorable as Rewind snapshots
+            (older ones stay in LangGraph's history but can no longer be rollback targets). This
+            retention window applies to the named snapshots of these sessions.
+        cache_size: list-channel versions kept in memory (one per thread and channel) to compute
+            the next delta without reading the store.
+    """
+
+    def __init__(self, engine: Engine, *, serde: Any = None,
+                 messages_channel: str | None = "messages", keep_checkpoints: int = 200,
+                 cache_size: int = 256):
+        super().__init__(serde=serde)
+        if keep_checkpoints < 1:
+            raise ValueError("keep_checkpoints must be at least 1")
+        self.engine = engine
+        self.messages_channel = messages_channel
+        self.retention = Retention(keep_snapshots=keep_checkpoints,
+                                   keep_step_snapshots=engine.retention.keep_step_snapshots)
+        self._cache_size = max(1, cache_size)
+        self._lock = threading.RLock()
+        self._ensured: OrderedDict[str, None] = OrderedDict()
+        self._lists: OrderedDict[tuple[str, str, str], codec.ListState] = OrderedDict()
+        self._last: OrderedDict[tuple[str, str], dict] = OrderedDict()
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._seen_changed = threading.Condition(self._lock)
+
+    @property
+    def store(self):
+        return self.engine.store
+
+    def wait_for_checkpoint(self, thread_id: Any, checkpoint_id: str, timeout: float) -> bool:
+        """Wait until this saver stored (or read) checkpoint `checkpoint_id` of the thread.
+
+        LangGraph stores checkpoints in the background by default (``durability="async"``), so
+        a node may start before the checkpoint it runs under is stored. The loop guard waits
+        here so that a tool call's step comes after that checkpoint's snapshot in the session.
+
+        Returns:
+            True when the checkpoint is stored, False after `timeout` seconds.
+        """
+        key = (session_id(thread_id), checkpoint_id)
+        ckey = layout.checkpoint_key("", checkpoint_id)
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._seen_changed:
+                if self._seen_changed.wait_for(lambda: key in self._seen,
+                                               max(0.0, min(0.05, deadline - time.monotonic()))):
+                    return True
+            # stored by another saver, or forgotten by this one's bounded memory
+            if self.store.doc_get(key[0], layout.DOCS, [ckey]):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+
+    # -- reading ----------------------------------------------------------------------------
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Fetch a checkpoint tuple: the one named by ``checkpoint_id``, else the latest.
+
+        The latest checkpoint of the root namespace is the session's live one (a rollback moves
+        it back); notices appended since it was written are delivered first (see module doc).
+
+        Args:
+            config: ``configurable`` with ``thread_id``, optional ``checkpoint_ns`` and
+                ``checkpoint_id``.
+
+        Returns:
+            The checkpoint tuple with pending writes in `writes_sort_key` order, or None.
+        """
+        conf = config["configurable"]
+        thread_id = conf["thread_id"]
+        sid = session_id(thread_id)
+        ns = conf.get("checkpoint_ns") or ""
+        checkpoint_id = get_checkpoint_id(config)
+        if checkpoint_id:
+            key = layout.checkpoint_key(ns, checkpoint_id)
+            rec = self.store.doc_get(sid, layout.DOCS, [key]).get(key)
+        else:
+            info = self.store.get_session(sid) if ns == "" else None
+            if ns == "" and info is None:
+                return None
+            rec = self._latest(sid, ns)
+            if info is not None:
+                rec = self._deliver_notices(sid, thread_id, rec, info)
+        if rec is None:
+            return None
+        with self._lock:
+            self._remember(self._seen, (sid, rec["id"]), None)
+        return self._tuple(sid, thread_id, rec, {}, remember=True)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """List checkpoints, newest first.
+
+        Args:
+            config: ``configurable`` with ``thread_id`` and optionally ``checkpoint_ns`` (absent:
+                every namespace) and ``checkpoint_id`` (only that one). None lists every thread
+                this integration created (one store scan per thread).
+            filter: metadata keys and values that must all match.
+            before: only checkpoints older than this config's ``checkpoint_id``.
+            limit: at most this many.
+
+        Returns:
+            Iterator of checkpoint tuples.
+        """
+        if limit is not None and limit <= 0:
+            return
+        if config is None:
+            threads: list[Any] = self._threads()
+            ns_filter = id_filter = None
+        else:
+            conf = config["configurable"]
+            threads = [conf["thread_id"]]
+            ns_filter = conf.get("checkpoint_ns")
+            id_filter = get_checkpoint_id(config)
+        before_id = get_checkpoint_id(before) if before else None
+        for thread_id in threads:
+            sid = session_id(thread_id)
+            recs = list(self.store.doc_scan(sid, layout.DOCS,
+                                            layout.checkpoint_prefix(ns_filter)).values())
+            recs.sort(key=lambda r: r["id"], reverse=True)
+            scans: dict = {}
+            for rec in recs:
+                if id_filter and rec["id"] != id_filter:
+                    continue
+                if before_id and rec["id"] >= before_id:
+                    continue
+                if filter:
+                    meta = self._load_meta(rec["meta"])
+                    if not all(meta.get(k) == v for k, v in filter.items()):
+                        continue
+                yield self._tuple(sid, thread_id, rec, scans, remember=False)
+                if limit is not None:
+                    limit -= 1
+                    if limit <= 0:
+                        return
+
+    # -- writing ----------------------------------------------------------------------------
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint; in the root namespace also a Rewind snapshot (see module doc).
+
+        Args:
+            config: ``configurable`` with ``thread_id``, ``checkpoint_ns`` and the parent's
+                ``checkpoint_id`` (absent for a thread's first checkpoint).
+            checkpoint: the checkpoint to store.
+            metadata: its metadata (merged with the config's metadata like LangGraph's savers).
+            new_versions: channels written since the parent, with their new versions; only these
+                values are stored.
+
+        Returns:
+            The config of the stored checkpoint.
+
+        Raises:
+            InvalidSessionId: the thread id cannot be a session id. TypeError: a value the
+                serializer cannot handle. StoreUnavailable: the store cannot be reached.
+        """
+        conf = config["configurable"]
+        thread_id = conf["thread_id"]
+        sid = session_id(thread_id)
+        ns = conf.get("checkpoint_ns") or ""
+        meta = get_checkpoint_metadata(config, metadata)
+        self._retrying(sid, lambda: self._put(sid, ns, conf.get("checkpoint_id"), checkpoint,
+                                              meta, new_versions))
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                 "checkpoint_id": checkpoint["id"]}}
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes against a checkpoint (idempotent per task and index).
+
+        Args:
+            config: config of the checkpoint the writes belong to.
+            writes: (channel, value) pairs.
+            task_id: the task that wrote them.
+            task_path: the task's path (orders the writes of one super-step).
+        """
+        conf = config["configurable"]
+        sid = session_id(conf["thread_id"])
+        ns = conf.get("checkpoint_ns") or ""
+        checkpoint_id = conf["checkpoint_id"]
+        entries: dict[str, tuple[int, str, Any]] = {}
+        for idx, (channel, value) in enumerate(writes):
+            widx = WRITES_IDX_MAP.get(channel, idx)
+            entries[layout.write_key(ns, checkpoint_id, task_id, widx)] = (widx, channel, value)
+        regular = [key for key, entry in entries.items() if entry[0] >= 0]
+
+        def run() -> None:
+            existing = self.store.doc_get(sid, layout.DOCS, regular) if regular else {}
+            items = {
+                key: {"task": task_id, "path": task_path, "idx": widx, "ch": channel,
+                      "value": codec.encode(self.serde, value)}
+                for key, (widx, channel, value) in entries.items()
+                if widx < 0 or key not in existing
+            }
+            if items:
+                self.store.doc_put(sid, layout.DOCS, items, self.engine.clock())
+
+        self._retrying(sid, run)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread: its Rewind session and all it owns (the audit log keeps a line).
+
+        Args:
+            thread_id: the thread to delete; a missing thread is a no-op.
+        """
+        sid = session_id(thread_id)
+        self.engine.delete_session(sid, actor=ACTOR, reason="LangGraph delete_thread")
+        self._forget(sid)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of a thread to another thread.
+
+        The target gets LangGraph's whole history (all namespaces, the full parent chains), the
+        source's live conversation if it has none yet, and one snapshot of the copied latest
+        checkpoint. Steps and snapshots of the source stay with the source.
+
+        Args:
+            source_thread_id: thread to copy from; a missing thread copies nothing.
+            target_thread_id: thread to copy to (created when missing).
+        """
+        src, dst = session_id(source_thread_id), session_id(target_thread_id)
+        docs = self.store.doc_scan(src, layout.DOCS, "")
+        if not docs:
+            return
+        head = self._head(src)
+        copied = {}
+        for key, doc in docs.items():
+            if key.startswith("s/"):
+                continue  # step numbers belong to the source session
+            if key.startswith("c/"):
+                doc = {**doc, "snap": None, "msgs": None, "epoch": None}
+            copied[key] = doc
+        head_key = layout.checkpoint_key("", head) if head else None
+
+        def run() -> None:
+            now = self.engine.clock()
+            self.store.doc_put(dst, layout.DOCS, copied, now)
+            rec = copied.get(head_key) if head_key else None
+            if rec is None or rec.get("late"):
+                return
+            info = self.store.get_session(dst)
+            if info is not None and info.messages == 0:
+                history = self.store.live_messages(src)
+                if history:
+                    self.store.append_messages(dst, history, now)
+            epoch = self.store.put(dst, layout.HEAD, {layout.ROOT: head}, now)
+            node = self.store.take_snapshot(
+                dst, f"checkpoint {head} (copied from thread {source_thread_id})", "manual",
+                now, self.retention)
+            self.store.doc_put(dst, layout.DOCS, {head_key: {**rec, "snap": node.id,
+                                                             "msgs": node.messages,
+                                                             "epoch": epoch}}, now)
+
+        self._retrying(dst, run)
+        self._forget_cache(dst)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prune checkpoints of the given threads.
+
+        ``keep_latest`` keeps the latest checkpoint of each namespace (the live one in the root
+        namespace), its writes and the channel versions it needs, delta bases included.
+        ``delete`` removes every checkpoint. Rewind's own records of the session (messages,
+        steps, snapshots) stay; use `delete_thread` to remove the thread entirely.
+
+        Args:
+            thread_ids: threads to prune; missing threads are skipped.
+            strategy: ``keep_latest`` or ``delete``.
+
+        Raises:
+            ValueError: unknown strategy.
+        """
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"strategy must be 'keep_latest' or 'delete', not {strategy!r}")
+        for thread_id in thread_ids:
+            sid = session_id(thread_id)
+            docs = self.store.doc_scan(sid, layout.DOCS, "")
+            if not docs:
+                continue
+            if strategy == "delete":
+                doomed = {key: None for key in docs}
+                self._retrying(sid, lambda s=sid, d=doomed: self._delete_docs(s, d, head=True))
+                continue
+            head = self._head(sid)
+            by_ns: dict[str, list[dict]] = {}
+            for key, doc in docs.items():
+                if key.startswith("c/"):
+                    by_ns.setdefault(doc["ns"], []).append(doc)
+            kept = []
+            for ns, recs in by_ns.items():
+                live = [r for r in recs if not r.get("late")] or recs
+                chosen = max(live, key=lambda r: r["id"])
+                if ns == "" and head is not None:
+                    chosen = next((r for r in recs if r["id"] == head), chosen)
+                kept.append(chosen)
+            self._delete_docs(sid, self._unneeded(docs, kept), head=False)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) whose metadata ``run_id`` is in `run_ids`.
+
+        Looks through every thread this integration created (one store scan per thread).
+        Channel versions that remaining checkpoints still need, delta bases included, stay.
+
+        Args:
+            run_ids: run ids to delete; unknown ones are ignored.
+        """
+        runs = {str(r) for r in run_ids}
+        if not runs:
+            return
+        for sid in self._threads():
+            docs = self.store.doc_scan(sid, layout.DOCS, "")
+            recs = [doc for key, doc in docs.items() if key.startswith("c/")]
+            if not any(rec.get("run") in runs for rec in recs):
+                continue
+            kept = [rec for rec in recs if rec.get("run") not in runs]
+            self._delete_docs(sid, self._unneeded(docs, kept), head=False)
+
+    def get_next_version(self, current: str | None, channel: None = None) -> str:
+        """Next channel version: a zero-padded counter plus a random fraction, so two forks of
+        one checkpoint never write the same (channel, version) with different values."""
+        if current is None:
+            counter = 0
+        elif isinstance(current, int):
+            counter = current
+        else:
+            counter = int(str(current).split(".")[0])
+        return f"{counter + 1:032}.{random.random():016}"
+
+    # -- async ------------------------------------------------------------------------------
+    async def _run(self, fn, *args, **kwargs):
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, functools.partial(fn, *args, **kwargs))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async `get_tuple`."""
+        return await self._run(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Async `list`."""
+        items = await self._run(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
+        for item in items:
+            yield item
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
+                   metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+        """Async `put`."""
+        return await self._run(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                          task_id: str, task_path: str = "") -> None:
+        """Async `put_writes`."""
+        await self._run(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Async `delete_thread`."""
+        await self._run(self.delete_thread, thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Async `copy_thread`."""
+        await self._run(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Async `prune`."""
+        await self._run(self.prune, thread_ids, strategy=strategy)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Async `delete_for_runs`."""
+        await self._run(self.delete_for_runs, run_ids)
+
+    # -- put --------------------------------------------------------------------------------
+    def _put(self, sid: str, ns: str, parent_id: str | None, checkpoint: Checkpoint,
+             meta: dict, new_versions: ChannelVersions) -> None:
+        store = self.store
+        now = self.engine.clock()
+        checkpoint_id = checkpoint["id"]
+        parent = self._record(sid, ns, parent_id) if parent_id else None
+        parent_versions = parent["cp"].get("channel_versions", {}) if parent else {}
+        values = checkpoint["channel_values"]
+        docs: dict[str, dict] = {}
+        lists: dict[str, codec.ListState] = {}
+        appended = None  # messages this checkpoint adds to its parent's, for the mirror
+        for channel, version in new_versions.items():
+            key = layout.blob_key(ns, channel, version)
+            if channel not in values:
+                docs[key] = {"empty": True}
+                continue
+            value = values[channel]
+            if not isinstance(value, list):
+                docs[key] = {"value": codec.encode(self.serde, value)}
+                continue
+            before = parent_versions.get(channel)
+            base = None
+            if before is not None and str(before) != str(version):
+                base = self._list_state(sid, ns, channel, before)
+            lists[channel], docs[key] = codec.list_delta(self.serde, base, value, version)
+            if channel == self.messages_channel and ns == "":
+                if before is None:
+                    appended = value
+                elif base is not None and docs[key]["keep"] == len(base):
+                    appended = value[len(base):]
+        rec = {
+            "id": checkpoint_id, "ns": ns, "parent": parent_id,
+            "cp": self._dump_checkpoint(checkpoint), "meta": self._dump_meta(meta),
+            "run": meta.get("run_id") if isinstance(meta.get("run_id"), str) else None,
+            "late": False, "snap": None, "msgs": None, "epoch": None,
+        }
+        if ns == "":
+            pointers = self.store.get_all(sid, layout.HEAD)
+            head, fence = pointers.get(layout.ROOT), pointers.get(layout.FENCE) or {}
+            if (fence and parent_id == fence.get("base")
+                    and checkpoint_id <= fence.get("until", "")
+                    and meta.get("source") == "loop"):
+                rec["late"] = True  # the next step of a run the guard rolled back, stored late
+            elif parent_id is not None and head is not None and parent_id != head:
+                if self._fork(sid, parent, parent_id):
+                    head = parent_id
+                elif parent is not None and (parent.get("late") or meta.get("source") == "loop"):
+                    rec["late"] = True
+            if not rec["late"]:
+                if appended and (parent_id == head or (parent_id is None and head is None)):
+                    chat = [c for c in (to_chat(m) for m in appended if not is_notice(m)) if c]
+                    if chat:
+                        store.append_messages(sid, chat, now)
+                epoch = store.put(sid, layout.HEAD, {layout.ROOT: checkpoint_id}, now)
+                label = (f"checkpoint {checkpoint_id} ({meta.get('source', '?')}, "
+                         f"step {meta.get('step', '?')})")
+                node = store.take_snapshot(sid, label, "manual", now, self.retention)
+                rec.update(snap=node.id, msgs=node.messages, epoch=epoch)
+        docs[layout.checkpoint_key(ns, checkpoint_id)] = rec
+        store.doc_put(sid, layout.DOCS, docs, now)
+        with self._seen_changed:
+            for channel, state in lists.items():
+                self._remember(self._lists, (sid, ns, channel), state)
+            self._remember(self._last, (sid, ns), rec)
+            self._remember(self._seen, (sid, checkpoint_id), None)
+            self._seen_changed.notify_all()
+
+    def _fork(self, sid: str, parent: dict | None, parent_id: str) -> bool:
+        """Roll the session back to the parent's snapshot; False when it cannot be live again."""
+        snap = parent.get("snap") if parent else None
+        if not snap:
+            return False
+        try:
+            self.engine.rollback(sid, to=snap, actor=ACTOR,
+                                 reason=f"fork from checkpoint {parent_id}", notice=False)
+        except (UnknownSnapshot, SnapshotNotRestorable):
+            return False
+        return True
+
+    def _deliver_notices(self, sid: str, thread_id: Any, rec: dict | None,
+                         info: Any) -> dict | None:
+        """Hand notices appended to the session after `rec` to the graph (see module doc).
+
+        `rec` is the live checkpoint's record; None when the guard rolled back a run of a thread
+        without any stored checkpoint before it (``durability="exit"``): the notices then start
+        the thread's first checkpoint. `info` is the session's summary.
+        """
+        channel = self.messages_channel
+        if channel is None:
+            return rec
+        if rec is None:
+            fence = self.store.get_all(sid, layout.HEAD).get(layout.FENCE)
+            if not fence or fence.get("base") is not None:
+                return None
+            seen = 0
+        elif rec.get("msgs") is None:
+            return rec
+        else:
+            seen = rec["msgs"]
+        if info.messages <= seen:
+            return rec
+        notices = [m for m in self.store.live_messages(sid)[seen:] if is_notice(m)]
+        if not notices:
+            return rec
+        if rec is None:
+            tup = None
+            checkpoint: dict = dict(empty_checkpoint())
+            step = -1
+        else:
+            tup = self._tuple(sid, thread_id, rec, {}, remember=True)
+            checkpoint = dict(tup.checkpoint)
+            step = tup.metadata.get("step", -1)
+            step = step if isinstance(step, int) else -1
+        values = checkpoint["channel_values"]
+        current = values.get(channel, [])
+        if not isinstance(current, list):
+            return rec
+        versions = checkpoint["channel_versions"]
+        version = self.get_next_version(versions.get(channel))
+        checkpoint.update(
+            id=str(uuid6(clock_seq=step + 1)), ts=datetime.now(UTC).isoformat(),
+            channel_values={**values, channel: [*current, *map(notice_message, notices)]},
+            channel_versions={**versions, channel: version}, updated_channels=[channel])
+        metadata = {"source": "update", "step": step + 1, "parents": {}, "rewind": "notice"}
+        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        if rec is not None:
+            config["configurable"]["checkpoint_id"] = rec["id"]
+        self.put(config, checkpoint, metadata, {channel: version})
+        return self._last[(sid, "")]
+
+    # -- records and values -----------------------------------------------------------------
+    def _head(self, sid: str) -> str | None:
+        return self.store.get_all(sid, layout.HEAD).get(layout.ROOT)
+
+    def _latest(self, sid: str, ns: str) -> dict | None:
+        if ns == "":
+            head = self._head(sid)
+            if head:
+                key = layout.checkpoint_key("", head)
+                rec = self.store.doc_get(sid, layout.DOCS, [key]).get(key)
+                if rec is not None:
+                    return rec
+        recs = list(self.store.doc_scan(sid, layout.DOCS, layout.checkpoint_prefix(ns)).values())
+        live = [r for r in recs if not r.get("late")]
+        return max(live, key=lambda r: r["id"], default=None)
+
+    def _record(self, sid: str, ns: str, checkpoint_id: str) -> dict | None:
+        with self._lock:
+            last = self._last.get((sid, ns))
+        if last is not None and last["id"] == checkpoint_id:
+            return last
+        key = layout.checkpoint_key(ns, checkpoint_id)
+        return self.store.doc_get(sid, layout.DOCS, [key]).get(key)
+
+    def _list_state(self, sid: str, ns: str, channel: str, version: Any
+                    ) -> codec.ListState | None:
+        version = str(version)
+        with self._lock:
+            cached = self._lists.get((sid, ns, channel))
+        if cached is not None and cached.version == version:
+            return cached
+        key = layout.blob_key(ns, channel, version)
+        doc = self.store.doc_get(sid, layout.DOCS, [key]).get(key)
+        if doc is None or not codec.is_list_doc(doc):
+            return None
+        return codec.ListState(version, self._encodings(sid, ns, channel, version, doc, {}))
+
+    def _encodings(self, sid: str, ns: str, channel: str, version: str, doc: dict,
+                   scans: dict) -> list:
+        if doc.get("base") is None:
+            return doc["items"]
+        with self._lock:
+            cached = self._lists.get((sid, ns, channel))
+        if cached is not None and cached.version == version:
+            return cached.encodings
+        scan = scans.get((ns, channel))
+        if scan is None:
+            prefix = layout.blob_prefix(ns, channel)
+            found = self.store.doc_scan(sid, layout.DOCS, prefix)
+            scan = scans[(ns, channel)] = {layout.version_of(k, prefix): d
+                                           for k, d in found.items()}
+        try:
+            return codec.materialize(scan, version)
+        except KeyError as exc:
+            raise StoreError(
+                f"thread {sid!r} in {self.store.url}: channel {channel!r} version {version} "
+                f"builds on a version that is no longer stored ({exc}); the thread's checkpoints "
+                "were damaged"
+            ) from exc
+
+    def _values(self, sid: str, ns: str, versions: dict, scans: dict, remember: bool) -> dict:
+        keys = {ch: layout.blob_key(ns, ch, v) for ch, v in versions.items()}
+        docs = self.store.doc_get(sid, layout.DOCS, list(keys.values())) if keys else {}
+        values = {}
+        for channel, key in keys.items():
+            doc = docs.get(key)
+            if doc is None or doc.get("empty"):
+                continue
+            if not codec.is_list_doc(doc):
+                values[channel] = codec.decode(self.serde, doc["value"])
+                continue
+            version = str(versions[channel])
+            encodings = self._encodings(sid, ns, channel, version, doc, scans)
+            values[channel] = codec.decode_list(self.serde, encodings)
+            if remember:
+                with self._lock:
+                    cached = self._lists.get((sid, ns, channel))
+                    if cached is None or cached.version != version:
+                        self._remember(self._lists, (sid, ns, channel),
+                                       codec.ListState(version, encodings))
+        return values
+
+    def _tuple(self, sid: str, thread_id: Any, rec: dict, scans: dict,
+               remember: bool) -> CheckpointTuple:
+        ns, checkpoint_id = rec["ns"], rec["id"]
+        values = self._values(sid, ns, rec["cp"].get("channel_versions", {}), scans, remember)
+        writes = sorted(
+            self.store.doc_scan(sid, layout.DOCS, layout.write_prefix(ns, checkpoint_id)).values(),
+            key=lambda w: writes_sort_key(w["path"], w["task"], w["idx"]),
+        )
+        parent = rec.get("parent")
+        return CheckpointTuple(
+            config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                     "checkpoint_id": checkpoint_id}},
+            checkpoint=self._load_checkpoint(rec, values),
+            metadata=self._load_meta(rec["meta"]),
+            parent_config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                            "checkpoint_id": parent}} if parent else None,
+            pending_writes=[(w["task"], w["ch"], codec.decode(self.serde, w["value"]))
+                            for w in writes],
+        )
+
+    def _dump_checkpoint(self, checkpoint: Checkpoint) -> dict:
+        rest = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
+        plain = {k: rest.pop(k) for k in _PLAIN_FIELDS if k in rest}
+        if rest:
+            plain["rest"] = codec.encode(self.serde, rest)
+        return plain
+
+    def _load_checkpoint(self, rec: dict, values: dict) -> Checkpoint:
+        stored = dict(rec["cp"])
+        rest = stored.pop("rest", None)
+        if rest is not None:
+            stored.update(codec.decode(self.serde, rest))
+        stored["id"] = rec["id"]
+        stored["channel_values"] = values
+        return stored  # type: ignore[return-value]
+
+    def _dump_meta(self, meta: dict) -> dict:
+        try:
+            if json.loads(json.dumps(meta)) == meta:
+                return {"json": meta}
+        except (TypeError, ValueError):
+            pass
+        return {"typed": codec.encode(self.serde, meta)}
+
+    def _load_meta(self, stored: dict) -> dict:
+        if "json" in stored:
+            return stored["json"]
+        return codec.decode(self.serde, stored["typed"])
+
+    # -- housekeeping -----------------------------------------------------------------------
+    def _unneeded(self, docs: dict, kept: list[dict]) -> dict[str, None]:
+        """Deletions that leave only the `kept` records, their writes and the blobs they need."""
+        blobs = {k: d for k, d in docs.items() if k.startswith("b/")}
+        needed = codec.referenced_blobs(kept, blobs, layout.blob_key)
+        needed.update(layout.checkpoint_key(r["ns"], r["id"]) for r in kept)
+        write_prefixes = tuple(layout.write_prefix(r["ns"], r["id"]) for r in kept)
+        root_ids = {r["id"] for r in kept if r["ns"] == ""}
+        doomed = {}
+        for key, doc in docs.items():
+            if key in needed or (write_prefixes and key.startswith(write_prefixes)):
+                continue
+            if key.startswith("s/") and doc.get("checkpoint") in root_ids:
+                continue
+            doomed[key] = None
+        return doomed
+
+    def _delete_docs(self, sid: str, doomed: dict[str, None], *, head: bool) -> None:
+        now = self.engine.clock()
+        if doomed:
+            self.store.doc_put(sid, layout.DOCS, doomed, now)
+        if head:
+            self.store.put(sid, layout.HEAD, {layout.ROOT: None}, now)
+        self._forget_cache(sid)
+
+    def _threads(self) -> list[str]:
+        """Ids of every session this integration created, by paging through the fleet."""
+        found: dict[str, None] = {}
+        offset, page = 0, 500
+        while True:
+            infos = self.engine.sessions(limit=page, offset=offset)
+            for info in infos:
+                if info.meta.get(layout.META_KEY) == layout.META_VALUE:
+                    found.setdefault(info.id)
+            if len(infos) < page:
+                return list(found)
+            offset += page
+
+    def _ensure(self, sid: str) -> None:
+        with self._lock:
+            if sid in self._ensured:
+                self._ensured.move_to_end(sid)
+                return
+        self.engine.session(sid, meta={layout.META_KEY: layout.META_VALUE})
+        with self._lock:
+            self._remember(self._ensured, sid, None)
+
+    def _retrying(self, sid: str, fn):
+        """Run a write with the session created; once more if it was deleted meanwhile."""
+        self._ensure(sid)
+        try:
+            return fn()
+        except UnknownSession:
+            self._forget(sid)
+            self._ensure(sid)
+            return fn()
+
+    def _remember(self, cache: OrderedDict, key, value) -> None:
+        cache[key] = value
+        cache.move_to_end(key)
+        while len(cache) > self._cache_size:
+            cache.popitem(last=False)
+
+    def _forget_cache(self, sid: str) -> None:
+        with self._lock:
+            for cache in (self._lists, self._last, self._seen):
+                for key in [k for k in cache if k[0] == sid]:
+                    del cache[key]
+
+    def _forget(self, sid: str) -> None:
+        self._forget_cache(sid)
+        with self._lock:
+            self._ensured.pop(sid, None)
