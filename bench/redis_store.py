@@ -26,26 +26,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+from common import message, timed  # noqa: E402
 
 from engine import Engine  # noqa: E402
 from engine.store import keys  # noqa: E402
-
-MSG_CHARS = 400
-
-
-def message(i: int) -> dict:
-    body = f"turn {i}: " + ("lorem ipsum dolor sit amet " * 20)
-    return {"role": "tool" if i % 2 else "assistant", "content": body[:MSG_CHARS]}
-
-
-def timed(fn, repeat: int) -> float:
-    """Median seconds of `fn()` over `repeat` runs."""
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
 
 
 # -- throughput ---------------------------------------------------------------------------------

@@ -20,25 +20,11 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import message, timed  # noqa: E402
 
 from engine import Engine  # noqa: E402
-
-MSG_CHARS = 400
-
-
-def message(i: int) -> dict:
-    body = f"turn {i}: " + ("lorem ipsum dolor sit amet " * 20)
-    return {"role": "tool" if i % 2 else "assistant", "content": body[:MSG_CHARS]}
-
-
-def timed(fn, repeat: int) -> float:
-    """Median seconds of `fn()` over `repeat` runs."""
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
 
 
 class FullCopyBaseline:
@@ -86,10 +72,10 @@ def bench_lengths(tmp: str, lengths: list[int], repeat: int) -> list[dict]:
         base = FullCopyBaseline(f"{tmp}/baseline-{n}.db")
         base.history = list(history)
 
-        snap_cost = timed(lambda: s.snapshot("bench"), repeat)
+        snap_cost = timed(lambda s=s: s.snapshot("bench"), repeat)
         base_cost = timed(base.snapshot, max(3, repeat // 10) if n >= 5000 else repeat)
 
-        def rewind_rollback():
+        def rewind_rollback(s=s):
             target = s.snapshot("before tail")
             s.append_messages([message(i) for i in range(10)])
             t0 = time.perf_counter()
@@ -98,7 +84,7 @@ def bench_lengths(tmp: str, lengths: list[int], repeat: int) -> list[dict]:
 
         rb_cost = statistics.median(rewind_rollback() for _ in range(repeat))
         base_target = base.snapshot()
-        base_rb = timed(lambda: base.rollback(base_target), max(3, repeat // 10))
+        base_rb = timed(lambda b=base, t=base_target: b.rollback(t), max(3, repeat // 10))
         rows.append({
             "messages": n, "snapshot_us": snap_cost * 1e6, "baseline_snapshot_us": base_cost * 1e6,
             "rollback_us": rb_cost * 1e6, "baseline_rollback_us": base_rb * 1e6,
