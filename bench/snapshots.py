@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import message, timed  # noqa: E402
 
-from engine import Engine  # noqa: E402
+from engine import Engine, LoopDetector  # noqa: E402
 
 
 class FullCopyBaseline:
@@ -96,7 +96,9 @@ def bench_lengths(tmp: str, lengths: list[int], repeat: int) -> list[dict]:
 def bench_space(tmp: str, steps: int) -> dict:
     """A session of `steps` guarded steps, each followed by a ~400-char tool message."""
     path = f"{tmp}/space.db"
-    engine = Engine.open(f"sqlite:///{path}")
+    # the hard step budget (500 by default) would stop this long session: lift it
+    engine = Engine.open(f"sqlite:///{path}",
+                         detector_factory=lambda: LoopDetector(max_steps=None))
     s = engine.session("space")
     durations = []
     for i in range(steps):
