@@ -1,0 +1,1 @@
+"""Rewind console (Streamlit): `streamlit run dashboard/app.py` or `rewind dashboard`."""

@@ -1,0 +1,319 @@
+"""Who is using the console and what they may do: viewer or operator.
+
+Three modes, chosen from `.streamlit/secrets.toml`:
+
+- **oidc**: an `[auth]` section is present. `st.login` signs people in; `[rewind.roles]` maps
+  identities (e-mail or subject, shell-style patterns allowed) to roles.
+- **local**: `[rewind.users.<name>]` tables with `role` and `password_hash` (scrypt, printed by
+  `rewind hash-password`). A form with "Username", "Password" and "Sign in".
+- **demo**: neither is configured. The console only answers on localhost, says so in a banner,
+  and everyone acts as the operator `demo`.
+
+The pure functions at the top hold every decision and are tested without Streamlit; the functions
+at the bottom only draw. Hiding buttons is a courtesy: the engine checks the actor's role again in
+every action (see `dashboard.actions`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import streamlit as st
+
+from dashboard.settings import section
+from engine import Actor
+from engine.auth import hash_password, verify_password
+
+ROLES = ("viewer", "operator")
+SESSION_KEY = "rewind_user"
+DEMO_NAME = "demo"
+
+
+@dataclass(frozen=True)
+class User:
+    """A signed-in console user."""
+
+    name: str
+    """Name written to the audit log (username, e-mail or `demo`)."""
+    role: str
+    """viewer or operator."""
+    source: str
+    """local, oidc or demo: how the user signed in."""
+
+    @property
+    def can_act(self) -> bool:
+        """True for operators: they may roll back and send notices."""
+        return self.role == "operator"
+
+    def actor(self) -> Actor:
+        """The engine actor for this user; the engine enforces the role again."""
+        return Actor(self.name, self.role)
+
+
+DEMO_USER = User(DEMO_NAME, "operator", "demo")
+
+
+class AccessConfigError(ValueError):
+    """Accounts or role mappings in secrets.toml are malformed."""
+
+
+# -- decisions (pure) -------------------------------------------------------------------------
+def access_mode(secrets: Mapping[str, Any] | None) -> str:
+    """oidc when `[auth]` is configured, local when `[rewind.users]` has accounts, else demo."""
+    if section(secrets, "auth"):
+        return "oidc"
+    if section(secrets, "rewind", "users"):
+        return "local"
+    return "demo"
+
+
+def local_accounts(secrets: Mapping[str, Any] | None) -> dict[str, dict]:
+    """`[rewind.users.<name>]` as {name: {"role", "password_hash"}}.
+
+    Raises:
+        AccessConfigError: an account lacks a valid role or a password hash.
+    """
+    accounts = {}
+    for name, conf in section(secrets, "rewind", "users").items():
+        if not isinstance(conf, Mapping):
+            raise AccessConfigError(f"[rewind.users.{name}] must be a table with role and "
+                                    "password_hash")
+        role = conf.get("role")
+        if role not in ROLES:
+            raise AccessConfigError(
+                f"[rewind.users.{name}] role must be one of {', '.join(ROLES)}, not {role!r}"
+            )
+        password_hash = conf.get("password_hash")
+        if not isinstance(password_hash, str) or not password_hash.startswith("scrypt$"):
+            raise AccessConfigError(
+                f"[rewind.users.{name}] needs password_hash = \"scrypt$…\"; print one with "
+                "`rewind hash-password` (plain passwords are never accepted)"
+            )
+        accounts[name] = {"role": role, "password_hash": password_hash}
+    return accounts
+
+
+_DUMMY_HASH: list[str] = []
+
+
+def authenticate(accounts: Mapping[str, Mapping], username: str, password: str) -> User | None:
+    """The user when `username` exists and `password` matches its hash, else None.
+
+    An unknown name still costs one scrypt run, so timing does not reveal which names exist.
+    """
+    username = (username or "").strip()
+    account = accounts.get(username)
+    if account is None:
+        if not _DUMMY_HASH:
+            _DUMMY_HASH.append(hash_password("not a real account"))
+        verify_password(password or "", _DUMMY_HASH[0])
+        return None
+    if not password or not verify_password(password, account["password_hash"]):
+        return None
+    return User(username, account["role"], "local")
+
+
+def role_for_identity(identity: str | None, roles: Mapping[str, Any]) -> str | None:
+    """Role of an OIDC identity under `[rewind.roles]`, or None (no access).
+
+    `operators` and `viewers` are lists of identities or shell-style patterns
+    (``*@example.com``), compared case-insensitively; operators win over viewers. `default`
+    ("viewer" or "operator") applies to anyone else who signed in; leave it out to refuse them.
+    """
+    if not identity:
+        return None
+    who = identity.strip().lower()
+    for role, key in (("operator", "operators"), ("viewer", "viewers")):
+        patterns = roles.get(key) or []
+        if isinstance(patterns, str):
+            patterns = [patterns]
+        if any(fnmatch.fnmatchcase(who, str(p).strip().lower()) for p in patterns):
+            return role
+    default = roles.get("default")
+    return default if default in ROLES else None
+
+
+def oidc_providers(auth: Mapping[str, Any]) -> list[str | None]:
+    """Named providers (`[auth.<name>]` tables with a client_id); [None] for the unnamed one."""
+    named = [k for k, v in auth.items() if isinstance(v, Mapping) and "client_id" in v]
+    if named:
+        return sorted(named)
+    return [None] if "client_id" in auth else []
+
+
+def is_loopback(host: str | None) -> bool:
+    """True for localhost, 127.0.0.0/8 and ::1."""
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def demo_allowed(server_address: str | None, client_ip: str | None) -> bool:
+    """Demo mode (no accounts) serves only a server bound to loopback, to a local browser.
+
+    `client_ip` is None when Streamlit sees a localhost connection.
+    """
+    return is_loopback(server_address) and (client_ip is None or is_loopback(client_ip))
+
+
+class SignInThrottle:
+    """Slows password guessing: after `limit` failures in a row a name is locked `lock_s`."""
+
+    def __init__(self, limit: int = 5, lock_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.limit = limit
+        self.lock_s = lock_s
+        self.clock = clock
+        self._failures: dict[str, tuple[int, float]] = {}
+        self._lock = threading.Lock()
+
+    def locked_for(self, username: str) -> float:
+        """Seconds until `username` may try again (0 when it may now)."""
+        with self._lock:
+            count, last = self._failures.get(username, (0, 0.0))
+        if count < self.limit:
+            return 0.0
+        return max(0.0, last + self.lock_s - self.clock())
+
+    def failed(self, username: str) -> None:
+        with self._lock:
+            count, _ = self._failures.get(username, (0, 0.0))
+            self._failures[username] = (count + 1, self.clock())
+
+    def succeeded(self, username: str) -> None:
+        with self._lock:
+            self._failures.pop(username, None)
+
+
+# -- Streamlit glue ---------------------------------------------------------------------------
+def read_secrets() -> dict:
+    """st.secrets as a plain dict; {} when no secrets file exists."""
+    try:
+        return st.secrets.to_dict()
+    except Exception:  # noqa: BLE001 - no or unreadable secrets file: treated as none configured
+        return {}
+
+
+@st.cache_resource
+def _throttle() -> SignInThrottle:
+    return SignInThrottle()
+
+
+def require_user() -> User:
+    """The signed-in user. Otherwise draws the sign-in screen and stops this run.
+
+    Every page calls it first, so no page renders for someone who is not signed in, whichever
+    way the page was reached.
+    """
+    user = current_user()
+    if user is None:
+        st.stop()
+    return user
+
+
+def current_user() -> User | None:
+    """The signed-in user, or None after drawing what it takes to sign in."""
+    secrets = read_secrets()
+    try:
+        mode = access_mode(secrets)
+        if mode == "demo":
+            return _demo_user()
+        if mode == "oidc":
+            return _oidc_user(secrets)
+        return _local_user(local_accounts(secrets))
+    except AccessConfigError as exc:
+        st.error(f"The console's access settings are wrong: {exc}")
+        return None
+
+
+def _demo_user() -> User | None:
+    ip = st.context.ip_address
+    ip = ip if isinstance(ip, str) else None  # None: a localhost connection (or AppTest)
+    if demo_allowed(st.get_option("server.address"), ip):
+        return DEMO_USER
+    st.error(
+        "No accounts are configured, and without accounts the console only serves localhost. "
+        "Start it with `--server.address 127.0.0.1` (as `rewind dashboard` does), or add "
+        "`[rewind.users.<name>]` accounts or an `[auth]` section to .streamlit/secrets.toml."
+    )
+    return None
+
+
+def _oidc_user(secrets: dict) -> User | None:
+    if not st.user.is_logged_in:
+        st.title("Rewind console")
+        providers = oidc_providers(section(secrets, "auth"))
+        if not providers:
+            st.error("[auth] needs client_id, client_secret and server_metadata_url, directly "
+                     "or in [auth.<provider>] tables.")
+            return None
+        for provider in providers:
+            label = f"Sign in with {provider}" if provider else "Sign in"
+            if st.button(label, key=f"login-{provider}", type="primary"):
+                try:
+                    st.login(provider) if provider else st.login()
+                except Exception as exc:  # noqa: BLE001 - e.g. Authlib missing: say so
+                    st.error(f"Sign-in failed: {exc}. OIDC sign-in needs "
+                             "`pip install \"streamlit[auth]\"`.")
+        return None
+    identity = st.user.get("email") or st.user.get("sub")
+    role = role_for_identity(identity, section(secrets, "rewind", "roles"))
+    if role is None:
+        st.error(f"Signed in as {identity}, but [rewind.roles] gives this identity no role. "
+                 "Ask an administrator to add it to operators or viewers.")
+        st.button("Sign out", on_click=st.logout)
+        return None
+    return User(str(identity), role, "oidc")
+
+
+def _local_user(accounts: dict[str, dict]) -> User | None:
+    user: User | None = st.session_state.get(SESSION_KEY)
+    if user is not None:
+        account = accounts.get(user.name)
+        if account is not None:  # roles are re-read on every run, so a demotion applies now
+            return User(user.name, account["role"], "local")
+        del st.session_state[SESSION_KEY]
+    _sign_in_form(accounts)
+    return None
+
+
+def _sign_in_form(accounts: dict[str, dict]) -> None:
+    st.title("Rewind console")
+    st.caption("Sign in with your console account.")
+    with st.form("sign-in"):
+        username = st.text_input("Username")
+        password = st.text_input("Password", type="password")
+        submitted = st.form_submit_button("Sign in", type="primary")
+    if not submitted:
+        return
+    throttle = _throttle()
+    wait = throttle.locked_for(username)
+    if wait > 0:
+        st.error(f"Too many failed attempts for this name; try again in {wait:.0f} s.")
+        return
+    user = authenticate(accounts, username, password)
+    if user is None:
+        throttle.failed(username)
+        st.error("Unknown username or wrong password.")
+        return
+    throttle.succeeded(username)
+    st.session_state[SESSION_KEY] = user
+    st.rerun()
+
+
+def sign_out(user: User) -> None:
+    """End the user's console session."""
+    st.session_state.pop(SESSION_KEY, None)
+    if user.source == "oidc":
+        st.logout()

@@ -1,0 +1,60 @@
+"""Rewind console entrypoint: `streamlit run dashboard/app.py` (or `rewind dashboard`).
+
+Builds the navigation, signs the user in, shows the banners every page shares (demo mode, change
+freeze), then runs the selected page. Pages live in `dashboard/screens/` and stay thin.
+
+Why `screens/` and not `pages/`: Streamlit treats a `pages/` folder beside the entrypoint as an
+old-style multipage app until some session has run `st.navigation`. After a restart, the first
+visitor arriving through a shared `/session?session=…` link would get that page run on its own:
+without this frame (navigation, banners) and stuck in the old navigation.
+"""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from dashboard import access, data, settings, views
+
+st.set_page_config(page_title="Rewind console", page_icon="⏪", layout="wide")
+
+PAGES = [
+    st.Page("screens/fleet.py", title="Fleet", icon=":material/monitoring:", url_path="fleet",
+            default=True),
+    st.Page("screens/session.py", title="Session", icon=":material/timeline:", url_path="session"),
+    st.Page("screens/audit.py", title="Audit", icon=":material/receipt_long:", url_path="audit"),
+]
+
+user = access.current_user()
+if user is None:
+    # Register the pages without running one: the requested page and its query string (a shared
+    # ?session=… link) stay in the address bar, and signing in reruns exactly that page.
+    st.navigation(PAGES, position="hidden")
+    st.stop()
+
+page = st.navigation(PAGES)
+
+with st.sidebar:
+    st.markdown(f"**{views.md_escape(user.name)}** · {user.role}")
+    if user.source != "demo" and st.button("Sign out", key="sign-out"):
+        access.sign_out(user)
+        st.rerun()
+    st.caption(f"Store: `{settings.redact_url(data.store_url()) or settings.DEFAULT_STORE}`")
+
+if user.source == "demo":
+    st.info("Demo mode: no accounts are configured, so this console only answers on localhost "
+            "and you act as the operator `demo`. Configure accounts in .streamlit/secrets.toml "
+            "before sharing it.", icon=":material/science:")
+
+try:
+    freeze = settings.freeze_window(access.read_secrets())
+except settings.SettingsError as exc:
+    st.warning(f"The freeze window setting is wrong and was ignored: {exc}")
+    freeze = None
+if freeze is not None and freeze.active(time.time()):
+    st.warning(f"**{freeze.name}** until {freeze.end:%a %d %b %H:%M %Z}: no deploys. Roll looping "
+               "sessions back and tell their users; fixes ship after the freeze.",
+               icon=":material/ac_unit:")
+
+page.run()

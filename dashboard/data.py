@@ -1,0 +1,176 @@
+"""What the pages read: one engine per store (cached), engine queries with short TTLs.
+
+Only the engine's public API is called here; no page touches the engine directly for reading.
+Where a session recorded nothing (no memories, no token breakdowns), loaders return None or an
+empty frame and the page says "not recorded" instead of inventing numbers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import access, settings, views
+from dashboard.loops import LoopTally
+from engine import Engine, StoreUnavailable
+
+FLEET_TTL = 5
+SESSION_TTL = 3
+FACETS_TTL = 60
+FLEET_CAP = 20_000
+"""Most sessions the fleet table loads for one filter; beyond it the table says so."""
+
+
+# -- engine -----------------------------------------------------------------------------------
+@st.cache_resource(show_spinner=False)
+def engine_for(url: str | None) -> Engine:
+    """One engine (and store connection pool) per store URL for the whole console process."""
+    return Engine.open(url)
+
+
+def store_url() -> str | None:
+    """The store the console reads: `[rewind] store`, else $REWIND_STORE, else the default."""
+    return settings.store_url(access.read_secrets())
+
+
+def engine() -> Engine:
+    return engine_for(store_url())
+
+
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """Show a store failure as a readable error instead of a traceback, and stop the page."""
+    try:
+        yield
+    except StoreUnavailable as exc:
+        st.error(f"The store cannot be reached: {exc}")
+        st.stop()
+
+
+# -- fleet ------------------------------------------------------------------------------------
+@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
+def fleet_stats(url: str | None, window_s: float = 3600.0) -> dict:
+    return engine_for(url).fleet_stats(window_s=window_s)
+
+
+@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
+def sessions(url: str | None, status: str | None = None, tenant: str | None = None,
+             scenario: str | None = None, prompt_version: str | None = None) -> pd.DataFrame:
+    """Sessions matching the engine-side filters, as the fleet table frame (up to FLEET_CAP)."""
+    infos = engine_for(url).sessions(status=status, tenant=tenant, scenario=scenario,
+                                     prompt_version=prompt_version, limit=FLEET_CAP)
+    return views.sessions_frame(infos)
+
+
+@st.cache_data(ttl=FACETS_TTL, show_spinner=False)
+def facets(url: str | None) -> dict[str, list[str]]:
+    """Tenants, scenarios and prompt versions seen in the fleet, for the filter menus."""
+    return views.facets(sessions(url))
+
+
+@st.cache_resource(show_spinner=False)
+def _tally(url: str | None) -> LoopTally:
+    return LoopTally(engine_for(url))
+
+
+@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
+def loop_episodes(url: str | None, window_s: float) -> pd.DataFrame:
+    """Loop episodes in the last `window_s` seconds (at, session, tenant, scenario, prompt)."""
+    tally = _tally(url)
+    tally.refresh(horizon_s=window_s)
+    return tally.frame(since=time.time() - window_s)
+
+
+# -- one session ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SessionBundle:
+    """Everything the session page shows, read in one go."""
+
+    info: Any
+    steps: list
+    tree: list
+    messages: list
+    branches: list
+    suggested: str | None
+
+
+# cache_resource, not cache_data: a 5,000-step bundle costs more to pickle and unpickle on every
+# read than to query. The records are frozen dataclasses; nobody mutates the lists.
+@st.cache_resource(ttl=SESSION_TTL, max_entries=64, show_spinner=False)
+def session_bundle(url: str | None, sid: str) -> SessionBundle:
+    """The session's summary, steps, snapshot tree, messages, branches and suggested target.
+
+    Raises:
+        UnknownSession: no such session.
+    """
+    s = engine_for(url).get_session(sid)
+    return SessionBundle(info=s.info(), steps=s.steps(), tree=s.tree(), messages=s.messages(),
+                         branches=s.branches(), suggested=s.suggested_target())
+
+
+def rollback_preview(url: str | None, sid: str, target: str):
+    """What rolling `sid` back to `target` would take off the live line (never cached)."""
+    return engine_for(url).get_session(sid).preview_rollback(target)
+
+
+def session_epoch(url: str | None, sid: str) -> int:
+    """The session's rollback epoch, read now (uncached)."""
+    return engine_for(url).get_session(sid).info().epoch
+
+
+def forget_session(sid: str | None = None) -> None:
+    """Drop cached reads after an action, so the next run shows its effect."""
+    session_bundle.clear()
+    fleet_stats.clear()
+    sessions.clear()
+    loop_episodes.clear()
+
+
+# -- audit ------------------------------------------------------------------------------------
+@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
+def audit(url: str | None, session: str | None = None, actor: str | None = None,
+          action: str | None = None, since: float | None = None,
+          limit: int = 1000) -> pd.DataFrame:
+    events = engine_for(url).audit(session=session, actor=actor, action=action, since=since,
+                                   limit=limit)
+    return views.audit_frame(events)
+
+
+# -- memory ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryView:
+    """A session's memories as the Memory tab shows them."""
+
+    curves: pd.DataFrame
+    """memory, t, strength: decay weight over time per memory."""
+    accesses: pd.DataFrame
+    """memory, t, strength right after each recall."""
+    threshold: float | None
+    """Weight under which a memory is pruned."""
+    items: pd.DataFrame
+    """One row per memory (valid and invalidated)."""
+    log: pd.DataFrame
+    """Lifecycle events (promote, evict, prune) and contradiction fixes, oldest first."""
+
+
+@st.cache_data(ttl=SESSION_TTL, show_spinner=False)
+def memory_view(url: str | None, sid: str) -> MemoryView | None:
+    """The session's memories and their decay curves; None when none are recorded (or the
+    engine has no memory module)."""
+    try:
+        memory = engine_for(url).get_session(sid).memory
+        items = memory.items(include_invalid=True)
+    except (ImportError, AttributeError):
+        return None
+    if not items:
+        return None
+    curve = memory.curves()
+    return MemoryView(*views.memory_frames(items, curve),
+                      log=views.memory_log_frame([*memory.log(), *memory.corrections()],
+                                                 {m.id: m.text for m in items}))

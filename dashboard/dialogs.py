@@ -1,0 +1,140 @@
+"""The two operator dialogs: Roll back… and Send notice…. UI only; the work is in
+`dashboard.actions`, which goes through the engine with the operator as actor."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import actions, data, views
+from dashboard.access import User
+from engine import RewindError
+
+FLASH_KEY = "rewind_flash"
+NO_NOTICE = "No notice"
+
+
+def flash(kind: str, text: str) -> None:
+    """Keep a message to show at the top of the page after the dialog closes."""
+    st.session_state[FLASH_KEY] = (kind, text)
+
+
+def show_flash() -> None:
+    """Show (once) the message left by a dialog."""
+    kind, text = st.session_state.pop(FLASH_KEY, (None, None))
+    if kind == "success":
+        st.success(text, icon="✅")
+    elif kind == "error":
+        st.error(text)
+
+
+def _notice_preview(text: str | None) -> None:
+    if not text:
+        st.caption("No notice will be sent.")
+        return
+    st.caption("The user will see exactly this:")
+    with st.chat_message("assistant"):
+        st.html(f"<div class='rw-notice-preview'>{views.escape_text(text)}</div>")
+
+
+def _notice_picker(locale: str, key: str, allow_none: bool) -> str | None | bool:
+    """Radio + text area; returns the exact text, None for an empty custom text, False for none."""
+    options = [*views.NOTICE_CHOICES, *([NO_NOTICE] if allow_none else [])]
+    choice = st.radio("Notice to the user", options, horizontal=True, key=f"{key}-choice",
+                      index=options.index(views.default_notice_choice(locale)))
+    if choice == NO_NOTICE:
+        _notice_preview(None)
+        return False
+    custom = ""
+    if choice == "Custom text":
+        custom = st.text_area("Notice text", key=f"{key}-custom", height=100)
+    text = views.notice_text(choice, custom)
+    _notice_preview(text)
+    return text
+
+
+@st.dialog("Roll back session", width="large")
+def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
+    if not user.can_act:
+        st.error("Only operators can roll sessions back.")
+        return
+    url = data.store_url()
+    bundle = data.session_bundle(url, sid)
+    nodes = {n.id: n for n in bundle.tree}
+    choices, index = views.rollback_choices(bundle.tree, target or bundle.suggested)
+    if not choices:
+        st.warning("This session has no restorable snapshot on its live line.")
+        return
+    st.markdown(f"Session **{views.md_escape(sid)}** · status **{bundle.info.status}**")
+    chosen = st.selectbox("Target snapshot", choices, index=index, key=f"rb-target-{sid}",
+                          format_func=lambda i: views.snapshot_caption(nodes[i], bundle.suggested))
+    preview = data.rollback_preview(url, sid, chosen)
+    # A confirm is refused when another rollback happened after the preview the operator read.
+    # New steps of a still-looping agent are fine: they come after the target and leave too.
+    state = data.session_epoch(url, sid)
+    seen_key = f"rb-seen-{sid}"
+    seen = st.session_state.get(seen_key)
+    st.session_state[seen_key] = (chosen, state)
+    steps, comps = views.preview_frames(preview)
+    st.markdown(f"**Leaving the live line:** {len(preview.messages)} messages and "
+                f"{len(preview.steps)} steps (kept on an abandoned branch, nothing is deleted).")
+    if not steps.empty:
+        with st.expander(f"Steps leaving ({len(steps)})", expanded=len(steps) <= 8):
+            st.dataframe(steps.head(500), hide_index=True)
+    if comps.empty:
+        st.caption("Compensations: none (no completed side-effecting step leaves the live line).")
+    else:
+        st.markdown(f"**Compensations that will be queued ({len(comps)}):**")
+        st.dataframe(comps, hide_index=True)
+    notice = _notice_picker(bundle.info.locale, f"rb-notice-{sid}", allow_none=True)
+    reason = st.text_input("Reason (required, written to the audit log)", key=f"rb-reason-{sid}")
+    with st.container(horizontal=True):
+        confirm = st.button("Roll back", type="primary", key=f"rb-confirm-{sid}")
+        cancel = st.button("Cancel", key=f"rb-cancel-{sid}")
+    if cancel:
+        st.rerun()
+    if not confirm:
+        return
+    if notice is None:
+        st.error("The custom notice is empty: write it, or pick a template or no notice.")
+        return
+    if seen is not None and seen != (chosen, state):
+        st.warning("Someone rolled this session back while this dialog was open; the preview "
+                   "above is now current. Check it and confirm again.")
+        return
+    try:
+        result = actions.roll_back(data.engine(), user, sid, chosen, reason, notice=notice)
+    except (actions.ActionRefused, RewindError, PermissionError) as exc:
+        st.error(str(exc))
+        return
+    data.forget_session(sid)
+    flash("success", actions.describe_rollback(result))
+    st.rerun()
+
+
+@st.dialog("Send notice", width="medium")
+def notice_dialog(sid: str, user: User) -> None:
+    if not user.can_act:
+        st.error("Only operators can send notices.")
+        return
+    bundle = data.session_bundle(data.store_url(), sid)
+    st.markdown(f"Session **{views.md_escape(sid)}** · locale "
+                f"**{views.md_escape(bundle.info.locale)}**")
+    text = _notice_picker(bundle.info.locale, f"nt-{sid}", allow_none=False)
+    with st.container(horizontal=True):
+        send = st.button("Send notice", type="primary", key=f"nt-send-{sid}")
+        cancel = st.button("Cancel", key=f"nt-cancel-{sid}")
+    if cancel:
+        st.rerun()
+    if not send:
+        return
+    if not text:
+        st.error("The notice is empty: write it or pick a template.")
+        return
+    try:
+        actions.send_notice(data.engine(), user, sid, text)
+    except (actions.ActionRefused, RewindError, PermissionError) as exc:
+        st.error(str(exc))
+        return
+    data.forget_session(sid)
+    flash("success", "Notice sent; it is now the last message of the live history.")
+    st.rerun()

@@ -1,0 +1,39 @@
+"""Audit: operator and engine actions, filterable, exportable as CSV."""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from dashboard import access, data, views
+
+PERIODS = {"last hour": 3600, "last 24 hours": 86400, "last 7 days": 7 * 86400,
+           "last 30 days": 30 * 86400, "all time": None}
+ACTIONS = ["All", "rollback", "notice", "compensation", "retention"]
+
+user = access.require_user()
+url = data.store_url()
+
+st.title("Audit")
+f = st.columns([1, 1, 1.4, 1, 0.8])
+action = f[0].selectbox("Action", ACTIONS, key="action", bind="query-params")
+actor = f[1].text_input("Actor", key="actor", placeholder="e.g. alice, rewind").strip()
+session = f[2].text_input("Session", key="audit-session", placeholder="session id").strip()
+period = f[3].selectbox("Period", list(PERIODS), index=2, key="period")
+limit = f[4].selectbox("Rows", [200, 1000, 10000], index=1, key="limit")
+
+span = PERIODS[period]
+with data.store_errors():
+    frame = data.audit(url, session=session or None, actor=actor or None,
+                       action=None if action == "All" else action,
+                       since=None if span is None else time.time() - span, limit=limit)
+
+st.dataframe(frame, hide_index=True, column_config={
+    "time": st.column_config.DatetimeColumn("time", format="YYYY-MM-DD HH:mm:ss"),
+    "detail": st.column_config.TextColumn("detail", width="large"),
+})
+st.caption(f"{len(frame):,} events" + (f" (the newest {limit:,})" if len(frame) >= limit else ""))
+st.download_button("Export CSV", views.audit_csv(frame), mime="text/csv",
+                   file_name=f"rewind-audit-{time.strftime('%Y%m%d-%H%M%S')}.csv",
+                   key="export", on_click="ignore")

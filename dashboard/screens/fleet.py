@@ -1,0 +1,106 @@
+"""Fleet: KPIs, loops over time, the sessions table. Refreshes itself unless paused."""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from dashboard import access, charts, data, settings, views
+
+user = access.require_user()
+url = data.store_url()
+secrets = access.read_secrets()
+interval = settings.refresh_seconds(secrets)
+try:
+    freeze = settings.freeze_window(secrets)
+except settings.SettingsError:
+    freeze = None  # the frame already said what is wrong with it
+
+WINDOWS = {"6 hours": 6 * 3600, "24 hours": 86400, "7 days": 7 * 86400}
+ALL = "All"
+
+title, toggle = st.columns([4, 1], vertical_alignment="bottom")
+title.title("Fleet")
+live = toggle.toggle(f"Live: refresh every {interval:g} s", value=True, key="live",
+                     help="Pause to read the table without it moving.")
+
+
+def _pick(value: str) -> str | None:
+    return None if value == ALL else value
+
+
+# Everything below refreshes together. The charts come before the filters and the table, so the
+# browser starts loading plotly while the (larger) table is still being read.
+@st.fragment(run_every=interval if live else None)
+def live_view() -> None:
+    now = time.time()
+    with data.store_errors():
+        stats = data.fleet_stats(url)
+    for col, kpi in zip(st.columns(4), views.kpis(stats), strict=True):
+        col.metric(kpi.label, kpi.value, help=kpi.help, border=True)
+
+    heading, choice = st.columns([4, 1], vertical_alignment="bottom")
+    heading.subheader("Loops over time")
+    window_label = choice.selectbox("Window", list(WINDOWS), index=1, key="window",
+                                    label_visibility="collapsed")
+    window_s = WINDOWS[window_label]
+    with data.store_errors():
+        episodes = data.loop_episodes(url, window_s)
+    bucket = views.bucket_seconds(window_s)
+    span = freeze.span() if freeze is not None else None
+    left, right = st.columns(2)
+    for col, by, name in ((left, "prompt_version", "by prompt version"),
+                          (right, "scenario", "by scenario")):
+        buckets = views.loop_buckets(episodes, by, now - window_s, now, bucket)
+        col.plotly_chart(charts.loops_over_time(buckets, by, title=name, freeze=span),
+                         key=f"loops-{by}", config={"displayModeBar": False})
+
+    st.subheader("Sessions")
+    with data.store_errors():
+        menus = data.facets(url)
+    f = st.columns([1, 1, 1, 1, 1.4, 1, 0.7])
+    status = f[0].selectbox("Status", [ALL, *views.STATUS_ORDER], key="status",
+                            bind="query-params")
+    tenant = f[1].selectbox("Tenant", [ALL, *menus["tenant"]], key="tenant",
+                            bind="query-params")
+    scenario = f[2].selectbox("Scenario", [ALL, *menus["scenario"]], key="scenario",
+                              bind="query-params")
+    prompt = f[3].selectbox("Prompt version", [ALL, *menus["prompt_version"]], key="prompt",
+                            bind="query-params")
+    search = f[4].text_input("Search", placeholder="session id, tenant, scenario…", key="q")
+    sort = f[5].selectbox("Sort by", list(views.SORTS), key="sort")
+    rows = f[6].selectbox("Rows", [100, 500, 2000], key="rows")
+    with data.store_errors():
+        frame = data.sessions(url, _pick(status), _pick(tenant), _pick(scenario), _pick(prompt))
+    shown = views.select_sessions(frame, search=search, sort=sort, limit=rows)
+    picked = st.dataframe(
+        shown,
+        column_order=["link", "state", "tenant", "scenario", "prompt_version", "last_activity",
+                      "steps", "loops", "rollbacks", "verdict", "explanation"],
+        column_config={
+            "link": st.column_config.LinkColumn("session", display_text=r"session\?session=(.*)"),
+            "state": st.column_config.TextColumn("status"),
+            "prompt_version": "prompt",
+            "last_activity": st.column_config.DatetimeColumn("last activity",
+                                                             format="YYYY-MM-DD HH:mm:ss"),
+            "explanation": st.column_config.TextColumn("why flagged", width="large"),
+        },
+        hide_index=True, on_select="rerun", selection_mode="single-row", key="fleet-table",
+    )
+    capped = len(frame) >= data.FLEET_CAP
+    st.caption(
+        f"{len(shown):,} of {len(frame):,}{'+' if capped else ''} matching sessions · "
+        f"updated {time.strftime('%H:%M:%S', time.localtime(now))}"
+        + (" · live" if live else " · paused")
+        + (f" · the table reads the {data.FLEET_CAP:,} most recently active; narrow the filters"
+           if capped else "")
+        + " · select a row to open the session"
+    )
+    selected = picked.selection.rows if picked is not None else []
+    if selected:
+        sid = shown.iloc[selected[0]]["session"]
+        st.switch_page("screens/session.py", query_params={"session": sid})
+
+
+live_view()

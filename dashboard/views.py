@@ -1,0 +1,621 @@
+"""View models: engine records in, plain frames and dicts out (pure, no Streamlit, no I/O).
+
+Pages ask `dashboard.data` for records, shape them here, and hand the result to
+`dashboard.charts` or a Streamlit element. Everything here is tested with hand-made records.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from engine.notices import NOTICE_FLAG, TEMPLATES, template_for
+
+ARGS_CHARS = 200
+"""Arguments are cut to this many characters in hovers and tables."""
+MAX_LANES = 12
+"""Timeline lanes for the most frequent fingerprints; rarer calls share one lane."""
+OTHER_LANE = "other calls"
+AGENT_LANE = "agent turn"
+
+STATUS_ORDER = ("looping", "rolled_back", "healthy", "stopped")
+STATUS_LABELS = {
+    "looping": "🔴 looping",
+    "rolled_back": "🟠 rolled back",
+    "healthy": "🟢 healthy",
+    "stopped": "⚪ stopped",
+}
+
+SESSION_COLUMNS = [
+    "session", "status", "state", "tenant", "scenario", "prompt_version", "locale", "last_activity",
+    "steps", "messages", "loops", "rollbacks", "verdict", "explanation", "link",
+]
+SORTS = {
+    "Last activity": ("last_activity", False),
+    "Loops": ("loops", False),
+    "Rollbacks": ("rollbacks", False),
+    "Steps": ("steps", False),
+    "Status": ("status_rank", True),
+    "Session id": ("session", True),
+}
+
+
+def when(ts: float | None) -> dt.datetime | None:
+    """A unix time as a local, aware datetime (None stays None)."""
+    return None if ts is None else dt.datetime.fromtimestamp(ts).astimezone()
+
+
+def short_json(value: Any, limit: int = ARGS_CHARS) -> str:
+    """Compact JSON of `value`, cut to `limit` characters with an ellipsis."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def session_link(sid: str) -> str:
+    """Relative URL of a session's page: works behind any base path and can be shared."""
+    from urllib.parse import quote
+
+    return f"session?session={quote(sid, safe='')}"
+
+
+# -- fleet ------------------------------------------------------------------------------------
+def local_times(stamps: pd.Series) -> pd.Series:
+    """Unix times as local, aware timestamps (vectorised `when`)."""
+    tz = dt.datetime.now().astimezone().tzinfo
+    return pd.to_datetime(stamps, unit="s", utc=True).dt.tz_convert(tz)
+
+
+def sessions_frame(infos: Iterable[Any]) -> pd.DataFrame:
+    """One row per SessionInfo, in the columns the fleet table shows."""
+    rows = []
+    for i in infos:
+        verdict = i.last_verdict or {}
+        meta = i.meta or {}
+        rows.append((
+            i.id, i.status, STATUS_LABELS.get(i.status, i.status), meta.get("tenant"),
+            meta.get("scenario"), meta.get("prompt_version"), meta.get("locale") or "en",
+            i.updated_at, i.steps, i.messages, i.loops, i.rollbacks, verdict.get("rule"),
+            verdict.get("explanation"), session_link(i.id),
+        ))
+    frame = pd.DataFrame.from_records(rows, columns=SESSION_COLUMNS)
+    frame["last_activity"] = local_times(frame["last_activity"].astype(float))
+    frame["status_rank"] = frame["status"].map(
+        {s: n for n, s in enumerate(STATUS_ORDER)}).fillna(len(STATUS_ORDER))
+    return frame
+
+
+def select_sessions(frame: pd.DataFrame, *, search: str = "", sort: str = "Last activity",
+                    descending: bool | None = None, limit: int | None = None) -> pd.DataFrame:
+    """Rows whose id, tenant, scenario or prompt version contains `search`, sorted, cut."""
+    out = frame
+    needle = (search or "").strip().lower()
+    if needle and not out.empty:
+        hay = out[["session", "tenant", "scenario", "prompt_version"]].astype(str)
+        mask = hay.apply(lambda col: col.str.lower().str.contains(needle, regex=False))
+        out = out[mask.any(axis=1)]
+    column, ascending = SORTS.get(sort, SORTS["Last activity"])
+    if descending is not None:
+        ascending = not descending
+    out = out.sort_values([column, "session"], ascending=[ascending, True], kind="stable",
+                          na_position="last")
+    return out.head(limit) if limit else out
+
+
+def facets(frame: pd.DataFrame) -> dict[str, list[str]]:
+    """Distinct tenants, scenarios and prompt versions, for the filter menus."""
+    out = {}
+    for column in ("tenant", "scenario", "prompt_version"):
+        values = frame[column].dropna().astype(str).unique().tolist() if column in frame else []
+        out[column] = sorted(values)
+    return out
+
+
+@dataclass(frozen=True)
+class Kpi:
+    label: str
+    value: str
+    help: str
+    alert: bool = False
+    """True when the number calls for attention."""
+
+
+def kpis(stats: Mapping[str, int], window_s: float = 3600.0) -> list[Kpi]:
+    """The fleet KPI row from `Engine.fleet_stats`."""
+    hours = window_s / 3600
+    span = "hour" if hours == 1 else f"{hours:g} hours"
+    pending = stats.get("compensations_pending", 0)
+    failed = stats.get("compensations_failed", 0)
+    return [
+        Kpi("Active sessions", f"{stats.get('active', 0):,}",
+            f"Sessions with activity in the last 5 minutes, of {stats.get('sessions', 0):,}."),
+        Kpi("Looping now", f"{stats.get('looping', 0):,}",
+            "Sessions whose latest verdict is a loop and that were not rolled back yet.",
+            alert=stats.get("looping", 0) > 0),
+        Kpi(f"Rollbacks, last {span}", f"{stats.get('rollbacks_window', 0):,}",
+            "Automatic and operator rollbacks."),
+        Kpi("Compensations pending / failed", f"{pending:,} / {failed:,}",
+            "Saga compensations queued by rollbacks; failed ones need manual action.",
+            alert=failed > 0),
+    ]
+
+
+# -- loops over time --------------------------------------------------------------------------
+def bucket_seconds(window_s: float) -> int:
+    """A bucket width that gives at most 36 bars over the window (24 for 6 h, 24 h, 7 d…)."""
+    for width in (300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400):
+        if window_s / width <= 36:
+            return width
+    return 86400
+
+
+def loop_buckets(loops: pd.DataFrame, by: str, since: float, until: float,
+                 bucket_s: int) -> pd.DataFrame:
+    """Loop counts per time bucket and per value of `by` (prompt_version, scenario, tenant).
+
+    `loops` has one row per loop episode with columns `at` (unix time) and `by`. Every bucket
+    from `since` to `until` appears, so quiet periods show as zeros, not as gaps.
+    """
+    start = math.floor(since / bucket_s) * bucket_s
+    edges = list(range(int(start), int(until) + 1, bucket_s))
+    columns = ["bucket", by, "loops"]
+    if loops.empty:
+        return pd.DataFrame({"bucket": pd.to_datetime(edges, unit="s", utc=True),
+                             by: "", "loops": 0})[columns]
+    frame = loops[(loops["at"] >= since) & (loops["at"] <= until)].copy()
+    frame[by] = frame[by].fillna("(none)").astype(str)
+    frame["bucket"] = (frame["at"] // bucket_s * bucket_s).astype("int64")
+    counts = frame.groupby(["bucket", by]).size().rename("loops").reset_index()
+    keys = sorted(frame[by].unique()) or [""]
+    grid = pd.MultiIndex.from_product([edges, keys], names=["bucket", by]).to_frame(index=False)
+    out = grid.merge(counts, on=["bucket", by], how="left").fillna({"loops": 0})
+    out["loops"] = out["loops"].astype(int)
+    out["bucket"] = pd.to_datetime(out["bucket"], unit="s", utc=True)
+    return out[columns]
+
+
+# -- session: timeline ------------------------------------------------------------------------
+def _esc(text: str) -> str:
+    # Quotes are harmless in plotly hover text; escaping them would add a third to the payload.
+    return html.escape(text, quote=False)
+
+
+def _lane_label(tool: str | None, fp: str) -> str:
+    return f"{tool} · {fp[:6]}" if tool else AGENT_LANE
+
+
+def timeline_frame(steps: Sequence[Any], max_lanes: int = MAX_LANES) -> pd.DataFrame:
+    """One row per step: x (step), lane (fingerprint lane), outcome, line, hover text.
+
+    The `max_lanes` most frequent fingerprints get their own lane; the rest share
+    "other calls", so a 5,000-step session with thousands of distinct calls stays readable.
+    """
+    counts = Counter(s.fingerprint for s in steps if s.tool)
+    own = {fp for fp, _ in counts.most_common(max_lanes)}
+    rows = []
+    for s in steps:
+        if s.tool is None:
+            lane = AGENT_LANE
+        elif s.fingerprint in own:
+            lane = _lane_label(s.tool, s.fingerprint)
+        else:
+            lane = OTHER_LANE
+        outcome = s.status if s.status in ("ok", "error") else "running"
+        line = "live" if s.on_live_line else "abandoned"
+        parts = [f"<b>step {s.n}</b> · {_esc(s.tool or 'agent turn')}"]
+        if s.tool:
+            parts.append("args: " + _esc(short_json(s.args)))
+        if s.error:
+            parts.append("error: " + _esc(s.error[:ARGS_CHARS]))
+        if s.text:
+            parts.append("text: " + _esc(s.text[:ARGS_CHARS]))
+        if not s.on_live_line:
+            late = " · late" if s.late else ""
+            parts.append(f"abandoned ({_esc(str(s.branch))}){late}")
+        if s.side_effect:
+            parts.append("side effect")
+        rows.append({"n": s.n, "lane": lane, "tool": s.tool, "fingerprint": s.fingerprint,
+                     "outcome": outcome, "line": line, "hover": "<br>".join(parts)})
+    return pd.DataFrame(rows, columns=["n", "lane", "tool", "fingerprint", "outcome", "line",
+                                       "hover"])
+
+
+def lane_order(frame: pd.DataFrame) -> list[str]:
+    """Lanes in order of first appearance (top to bottom), shared lanes last."""
+    seen = list(dict.fromkeys(frame["lane"].tolist())) if not frame.empty else []
+    tail = [x for x in (OTHER_LANE, AGENT_LANE) if x in seen]
+    return [x for x in seen if x not in tail] + tail
+
+
+def loop_windows(steps: Sequence[Any]) -> list[tuple[float, float, str]]:
+    """(x0, x1, rule) spans to shade: from each loop's first step to the step that flagged it.
+
+    Verdicts repeated on later steps of the same loop (policy "flag") widen one span.
+    """
+    spans: list[list] = []
+    for s in steps:
+        v = s.verdict
+        if not v:
+            continue
+        start = v.get("loop_start_step") or (min(v.get("evidence_steps") or [s.n]))
+        x0, x1 = start - 0.5, s.n + 0.5
+        if spans and spans[-1][2] == (v.get("rule") or "loop") and x0 <= spans[-1][1] + 1:
+            spans[-1][1] = max(spans[-1][1], x1)
+            spans[-1][0] = min(spans[-1][0], x0)
+        else:
+            spans.append([x0, x1, v.get("rule") or "loop"])
+    return [(a, b, r) for a, b, r in spans]
+
+
+def rollback_markers(steps: Sequence[Any], branches: Sequence[Any]) -> list[dict]:
+    """Where each rollback cut the line: x after the last step it abandoned, with who and why."""
+    last_on: dict[str, int] = {}
+    for s in steps:
+        if s.branch and not s.late:
+            last_on[s.branch] = max(last_on.get(s.branch, 0), s.n)
+    out = []
+    for b in branches:
+        if b.id not in last_on:
+            continue
+        out.append({"x": last_on[b.id] + 0.5, "branch": b.id, "target": b.from_snapshot,
+                    "actor": b.actor, "reason": b.reason, "at": when(b.created_at)})
+    return out
+
+
+# -- session: why flagged ---------------------------------------------------------------------
+def evidence_frame(steps: Sequence[Any], verdict: Mapping[str, Any] | None) -> pd.DataFrame:
+    """The verdict's evidence steps with tool, args, outcome and error."""
+    wanted = set((verdict or {}).get("evidence_steps") or [])
+    rows = [{"step": s.n, "tool": s.tool or "agent turn", "args": short_json(s.args, 400),
+             "status": s.status, "error": s.error, "line": "live" if s.on_live_line else
+             f"abandoned ({s.branch})"} for s in steps if s.n in wanted]
+    return pd.DataFrame(rows, columns=["step", "tool", "args", "status", "error", "line"])
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out or {prefix or "(args)": {}}
+    if isinstance(value, list):
+        out = {}
+        for i, v in enumerate(value):
+            out.update(_flatten(v, f"{prefix}[{i}]"))
+        return out or {prefix or "(args)": []}
+    return {prefix or "(args)": value}
+
+
+def arg_diffs(steps: Sequence[Any]) -> pd.DataFrame:
+    """Argument paths whose values differ between the given steps, one column per step.
+
+    Empty when every step has the same arguments (an exact repeat).
+    """
+    flat = {s.n: _flatten(s.args) for s in steps}
+    paths = sorted({p for f in flat.values() for p in f})
+    missing = object()
+    rows = []
+    for path in paths:
+        values = [flat[n].get(path, missing) for n in flat]
+        if len({short_json(v) if v is not missing else "∅" for v in values}) > 1:
+            row = {"argument": path}
+            for n, v in zip(flat, values, strict=True):
+                row[f"step {n}"] = "—" if v is missing else short_json(v, 80)
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["argument", *[f"step {n}" for n in flat]])
+
+
+def near_duplicate_groups(steps: Sequence[Any]) -> list[list[Any]]:
+    """Evidence steps grouped by tool where the arguments are not all identical."""
+    by_tool: dict[str | None, list] = {}
+    for s in steps:
+        by_tool.setdefault(s.tool, []).append(s)
+    return [group for group in by_tool.values()
+            if len(group) > 1 and len({s.fingerprint for s in group}) > 1]
+
+
+# -- session: snapshot tree -------------------------------------------------------------------
+def tree_layout(nodes: Sequence[Any], branches: Sequence[Any] = (),
+                include_retired: bool = False) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+    """Node positions and edges for the snapshot tree.
+
+    x is the creation order, y the lane: 0 for the live line, 1, 2, … for abandoned branches in
+    the order they were cut. Retired step snapshots (no longer restorable) are hidden unless
+    `include_retired`; their children are linked to the nearest shown ancestor.
+
+    Returns:
+        (nodes frame with id, x, y, label, state, is_head, restorable, hover; edges as
+        (parent id, child id)).
+    """
+    by_id = {n.id: n for n in nodes}
+
+    def shown(n) -> bool:
+        return (include_retired or n.restorable or not n.on_live_line or n.is_head
+                or n.kind != "step")
+
+    lanes = {b.id: i + 1 for i, b in enumerate(branches)}
+    for n in nodes:
+        if n.branch and n.branch not in lanes:
+            lanes[n.branch] = len(lanes) + 1
+    reasons = {b.id: b for b in branches}
+    rows, edges = [], []
+    visible = [n for n in nodes if shown(n)]
+    visible_ids = {n.id for n in visible}
+    for x, n in enumerate(visible):
+        parent = n.parent
+        guard = 0
+        while parent is not None and parent not in visible_ids and guard < len(by_id):
+            parent = by_id[parent].parent if parent in by_id else None
+            guard += 1
+        if parent is not None:
+            edges.append((parent, n.id))
+        if n.is_head:
+            state = "head"
+        elif not n.on_live_line:
+            state = "abandoned"
+        elif n.restorable:
+            state = "restorable"
+        else:
+            state = "retired"
+        b = reasons.get(n.branch) if n.branch else None
+        hover = [f"<b>{html.escape(n.id)}</b> · {html.escape(n.label or n.kind)}",
+                 f"{n.kind} snapshot, before step {n.next_step}, {n.messages} messages",
+                 f"taken {when(n.created_at):%Y-%m-%d %H:%M:%S}"]
+        if n.is_head:
+            hover.append("HEAD (live line ends here)")
+        if n.abandoned_reason:
+            hover.append(html.escape(n.abandoned_reason[:300]))
+        elif not n.restorable:
+            hover.append("retired by retention: not restorable")
+        rows.append({"id": n.id, "x": x, "y": lanes.get(n.branch, 0) if n.branch else 0,
+                     "label": n.label or n.kind, "state": state, "is_head": n.is_head,
+                     "restorable": n.restorable and n.on_live_line, "next_step": n.next_step,
+                     "branch": n.branch, "reason": b.reason if b else None,
+                     "hover": "<br>".join(hover)})
+    frame = pd.DataFrame(rows, columns=["id", "x", "y", "label", "state", "is_head",
+                                        "restorable", "next_step", "branch", "reason", "hover"])
+    return frame, edges
+
+
+def rollback_choices(nodes: Sequence[Any], suggested: str | None) -> tuple[list[str], int]:
+    """Restorable snapshots on the live line, newest first, and the index of `suggested`."""
+    choices = [n.id for n in reversed(nodes) if n.on_live_line and n.restorable]
+    index = choices.index(suggested) if suggested in choices else 0
+    return choices, index
+
+
+def snapshot_caption(node: Any, suggested: str | None = None) -> str:
+    """How a snapshot is named in menus: id, label, position, and a mark for the suggested."""
+    text = f"{node.id} · {node.label or node.kind} · before step {node.next_step}"
+    if node.is_head:
+        text += " · head"
+    if node.id == suggested:
+        text += " · suggested"
+    return text
+
+
+# -- session: messages ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MessageView:
+    seq: int
+    role: str
+    text: str
+    abandoned: bool
+    branch: str | None
+    reason: str | None
+    notice: bool
+
+
+def content_text(content: Any) -> str:
+    """Readable text of a chat message's content (strings, content-part lists, other JSON)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") if isinstance(p, Mapping) and "text" in p else short_json(p, 400)
+                 for p in content]
+        return "\n".join(str(p) for p in parts)
+    return short_json(content, 2000)
+
+
+def messages_view(records: Sequence[Any], branches: Sequence[Any]) -> list[MessageView]:
+    """Every message in write order; abandoned ones say which rollback took them off the line."""
+    why = {b.id: f"rolled back to {b.from_snapshot} by {b.actor}: {b.reason}" for b in branches}
+    return [MessageView(
+        seq=r.seq, role=str(r.message.get("role", "?")),
+        text=content_text(r.message.get("content")), abandoned=r.branch is not None,
+        branch=r.branch, reason=why.get(r.branch) if r.branch else None,
+        notice=bool(r.message.get(NOTICE_FLAG)),
+    ) for r in records]
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$:])")
+
+
+def md_escape(text: str) -> str:
+    """`text` with every Markdown (and emoji-shortcode, LaTeX) character escaped, for labels."""
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def escape_text(text: str) -> str:
+    """Text safe to put inside HTML (st.html): no tags survive, line breaks are kept."""
+    return html.escape(text, quote=True).replace("\n", "<br>")
+
+
+def messages_html(items: Sequence[MessageView]) -> str:
+    """The history as one HTML block for st.html: abandoned messages struck, notices marked."""
+    out = []
+    for m in items:
+        classes = ["rw-msg", f"rw-{re.sub('[^a-z]', '', m.role.lower()) or 'other'}"]
+        head = f"<span class='rw-role'>{html.escape(m.role)}</span>"
+        if m.notice:
+            classes.append("rw-notice")
+            head += " <span class='rw-badge'>notice</span>"
+        body = escape_text(m.text)
+        if m.abandoned:
+            classes.append("rw-abandoned")
+            head += (f" <span class='rw-branch' title='{html.escape(m.reason or '', quote=True)}'>"
+                     f"abandoned · {html.escape(m.branch or '')}</span>")
+            body = f"<del>{body}</del>"
+        out.append(f"<div class='{' '.join(classes)}' data-seq='{m.seq}'>{head}"
+                   f"<div class='rw-body'>{body}</div></div>")
+    return "\n".join(out)
+
+
+MESSAGES_CSS = """<style>
+.rw-msg{border-left:3px solid #c9d3dd;padding:.35rem .7rem;margin:.35rem 0;border-radius:4px;
+ background:#fbfcfd}
+.rw-user{border-left-color:#7a9cc6}.rw-assistant{border-left-color:#6aa58f}
+.rw-system,.rw-tool{border-left-color:#b7a27a}
+.rw-notice{border-left-color:#d08a2e;background:#fff7ec}
+.rw-abandoned{opacity:.62;background:#f4f4f4}
+.rw-role{font-weight:600;font-size:.8rem;text-transform:uppercase;letter-spacing:.04em;color:#50606f}
+.rw-badge{background:#d08a2e;color:#fff;border-radius:3px;padding:0 .3rem;font-size:.72rem}
+.rw-branch{color:#8a5a5a;font-size:.75rem}
+.rw-body{white-space:normal;word-break:break-word}
+</style>"""
+
+
+# -- actions ----------------------------------------------------------------------------------
+NOTICE_CHOICES = ("English template", "Chinese template", "Custom text")
+
+
+def default_notice_choice(locale: str | None) -> str:
+    """The template matching the session's locale."""
+    return "Chinese template" if template_for(locale) == TEMPLATES["zh"] else "English template"
+
+
+def notice_text(choice: str, custom: str = "") -> str | None:
+    """Exactly the text the user will see for a notice choice; None when custom text is empty."""
+    if choice == "English template":
+        return TEMPLATES["en"]
+    if choice == "Chinese template":
+        return TEMPLATES["zh"]
+    return custom.strip() or None
+
+
+def preview_frames(preview: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(steps leaving the live line, compensations that will be queued) of a RollbackPreview."""
+    steps = pd.DataFrame(
+        [{"step": s.n, "tool": s.tool or "agent turn", "status": s.status,
+          "error": s.error, "side effect": s.side_effect} for s in preview.steps],
+        columns=["step", "tool", "status", "error", "side effect"],
+    )
+    comps = pd.DataFrame(
+        [{"step": n, "compensation": name, "args": short_json(args)}
+         for n, name, args in preview.compensations],
+        columns=["step", "compensation", "args"],
+    )
+    return steps, comps
+
+
+# -- audit ------------------------------------------------------------------------------------
+AUDIT_COLUMNS = ["time", "actor", "action", "session", "snapshot", "reason", "detail", "id"]
+
+
+def audit_frame(events: Iterable[Any]) -> pd.DataFrame:
+    """Audit events as a table; `detail` is compact JSON."""
+    rows = [{"time": when(e.at), "actor": e.actor, "action": e.action, "session": e.session,
+             "snapshot": e.snapshot, "reason": e.reason,
+             "detail": short_json(e.detail, 100_000), "id": e.id} for e in events]
+    return pd.DataFrame(rows, columns=AUDIT_COLUMNS)
+
+
+def audit_csv(frame: pd.DataFrame) -> bytes:
+    """The audit table as UTF-8 CSV (with BOM, so spreadsheet tools read Chinese text right)."""
+    out = frame.copy()
+    if "time" in out and not out.empty:
+        out["time"] = out["time"].map(lambda t: t.isoformat() if t is not None else "")
+    return out.to_csv(index=False).encode("utf-8-sig")
+
+
+# -- memory and budget ------------------------------------------------------------------------
+BUDGET_PARTS = ("system", "dialogue", "memories", "reserve")
+BUDGET_COLUMNS = ["step", *BUDGET_PARTS, "dropped", "total", "max_tokens", "line"]
+
+
+def memory_label(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def memory_frames(items: Sequence[Any], curve: Any) -> tuple[pd.DataFrame, pd.DataFrame,
+                                                             float | None, pd.DataFrame]:
+    """(curves, recalls, threshold, items) for the Memory tab from `SessionMemory.items()` and
+    `SessionMemory.curves()` (a decay `Curve`: times, weights per id, accesses, threshold)."""
+    names = {m.id: memory_label(m.text) for m in items}
+    curves = pd.DataFrame(
+        [{"memory": names.get(mid, mid), "t": when(t), "strength": w}
+         for mid, series in curve.weights.items()
+         for t, w in zip(curve.times, series, strict=True) if w is not None],
+        columns=["memory", "t", "strength"])
+    hits = pd.DataFrame(
+        [{"memory": names.get(mid, mid), "t": when(t), "strength": w}
+         for mid, marks in curve.accesses.items() for t, w in marks],
+        columns=["memory", "t", "strength"])
+    table = pd.DataFrame(
+        [{"memory": m.text, "tier": m.tier, "importance": m.importance,
+          "recalls": m.access_count, "created": when(m.created_at),
+          "state": "valid" if m.invalid_at is None else f"invalidated: {m.invalid_reason or ''}"}
+         for m in items],
+        columns=["memory", "tier", "importance", "recalls", "created", "state"])
+    return curves, hits, curve.threshold, table
+
+
+def memory_log_frame(entries: Iterable[Mapping[str, Any]],
+                     names: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Memory lifecycle events (promote, evict, prune) and contradiction fixes, by time;
+    `names` maps memory ids to their text."""
+    names = names or {}
+    rows = []
+    for e in sorted(entries, key=lambda e: e.get("at") or 0):
+        if "event" in e:
+            what, about = e["event"], names.get(e.get("id"), e.get("id"))
+        else:
+            kept, gone = e.get("kept"), e.get("invalidated")
+            what = f"contradiction ({e.get('kind', '?')})"
+            about = f"kept “{names.get(kept, kept)}”, invalidated “{names.get(gone, gone)}”"
+        rows.append({"time": when(e.get("at")), "event": what, "memory": about,
+                     "reason": e.get("reason")})
+    return pd.DataFrame(rows, columns=["time", "event", "memory", "reason"])
+
+
+def budget_history(steps: Sequence[Any]) -> pd.DataFrame:
+    """Token breakdown per step (from `StepRecord.budget`), live and abandoned, in step order.
+
+    Empty when the runtime never passed a context to `Session.step`.
+    """
+    rows = []
+    for s in steps:
+        budget = getattr(s, "budget", None)
+        if not budget:
+            continue
+        rows.append({"step": s.n, **{k: budget.get(k) for k in BUDGET_COLUMNS[1:-1]},
+                     "line": "live" if s.on_live_line else "abandoned"})
+    return pd.DataFrame(rows, columns=BUDGET_COLUMNS)
+
+
+def current_budget(history: pd.DataFrame) -> pd.Series | None:
+    """The newest breakdown on the live line (the context the agent works with now)."""
+    live = history[history["line"] == "live"]
+    return None if live.empty else live.iloc[-1]
+
+
+def budget_parts(breakdown: Mapping[str, Any], max_tokens: int | None) -> pd.DataFrame:
+    """One context's token split (system, dialogue, memories, reserve, free) against the window."""
+    rows = [{"part": p, "tokens": int(breakdown.get(p) or 0)} for p in BUDGET_PARTS]
+    used = sum(r["tokens"] for r in rows)
+    if max_tokens:
+        rows.append({"part": "free", "tokens": max(int(max_tokens) - used, 0)})
+    return pd.DataFrame(rows, columns=["part", "tokens"])

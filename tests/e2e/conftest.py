@@ -1,0 +1,61 @@
+"""The real console, started with `streamlit run` on a free port against a seeded SQLite store,
+and a headless Chromium to drive it (Debian's /usr/bin/chromium; browsers are never downloaded).
+
+Refresh the README screenshots with `REWIND_SCREENSHOTS=docs pytest -m browser tests/e2e`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .seed import seed_fleet
+from .server import CHROMIUM, CHROMIUM_ARGS, Console, start_console, stop_console, write_secrets
+
+ACCOUNTS = {"olivia": ("operator", "olivia-on-call"), "victor": ("viewer", "victor-reads")}
+
+
+@pytest.fixture(scope="session")
+def console(tmp_path_factory) -> Console:
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        pytest.skip("no Chromium at /usr/bin/chromium (apt-get install -y chromium)")
+    workdir = tmp_path_factory.mktemp("console")
+    store = f"sqlite:///{workdir}/rewind.db"
+    seed_fleet(store)
+    secrets = workdir / "secrets.toml"
+    write_secrets(secrets, ACCOUNTS)
+    running = start_console(workdir, store, secrets)
+    yield running
+    stop_console(running.process)
+
+
+@pytest.fixture(scope="session")
+def shots(tmp_path_factory) -> Path:
+    """Where screenshots go: $REWIND_SCREENSHOTS (e.g. docs, for the README), else a temp dir."""
+    target = os.environ.get("REWIND_SCREENSHOTS")
+    path = Path(target) if target else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                      args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1440, "height": 1000})
+    pg = context.new_page()
+    pg.set_default_timeout(20_000)
+    yield pg
+    context.close()

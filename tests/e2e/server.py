@@ -1,0 +1,92 @@
+"""Start and stop the real console (`streamlit run dashboard/app.py`) for tests and benchmarks.
+
+Like Streamlit's own end-to-end tests: start the server on a free port, poll /_stcore/health.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.auth import hash_password
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "dashboard" / "app.py"
+CHROMIUM = os.environ.get("REWIND_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_secrets(path: Path, accounts: dict[str, tuple[str, str]], freeze: bool = True) -> None:
+    """secrets.toml with local accounts (scrypt hashes) and, optionally, a running freeze."""
+    lines = ["[rewind]", "refresh_seconds = 2", ""]
+    if freeze:
+        now = dt.datetime.now(dt.UTC)
+        lines += ["[rewind.freeze]",
+                  f'start = "{(now - dt.timedelta(hours=2)).isoformat()}"',
+                  f'end = "{(now + dt.timedelta(days=3)).isoformat()}"',
+                  'name = "Holiday change freeze"', ""]
+    for name, (role, password) in accounts.items():
+        lines += [f"[rewind.users.{name}]", f'role = "{role}"',
+                  f'password_hash = "{hash_password(password)}"', ""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+@dataclass
+class Console:
+    url: str
+    store: str
+    process: subprocess.Popen
+    log: Path
+
+
+def start_console(workdir: Path, store: str, secrets: Path | None, port: int | None = None,
+                  timeout: float = 60.0, app: Path = APP) -> Console:
+    """Start `streamlit run dashboard/app.py` (or another `app`) and wait until
+    /_stcore/health answers."""
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
+           "--server.address", "127.0.0.1", "--server.headless", "true",
+           "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+    if secrets is not None:
+        cmd += ["--secrets.files", str(secrets)]
+    log = workdir / f"streamlit-{port}.log"
+    env = {**os.environ, "REWIND_STORE": store, "PYTHONUNBUFFERED": "1"}
+    with open(log, "wb") as out:
+        process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"streamlit exited early:\n{log.read_text(errors='replace')}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return Console(url, store, process, log)
+        except OSError:
+            time.sleep(0.2)
+    stop_console(process)
+    raise RuntimeError(f"streamlit did not become healthy in {timeout:.0f} s")
+
+
+def stop_console(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)

@@ -1,0 +1,184 @@
+"""The console in headless Chromium against `streamlit run` and a seeded SQLite store: what AppTest
+cannot reach (dialogs, the live fragment, plotly charts, a deep link surviving sign-in).
+
+Screenshots of the fleet and session pages go to $REWIND_SCREENSHOTS (docs/ for the README).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from engine import Engine
+from engine.notices import TEMPLATES
+
+from .conftest import ACCOUNTS
+from .seed import AUTO_ROLLED_BACK, LOOPING
+
+pytestmark = pytest.mark.browser
+
+CHART = '[data-testid="stPlotlyChart"]'
+
+
+def sign_in(page: Page, url: str, name: str) -> None:
+    page.goto(url)
+    page.get_by_role("textbox", name="Username").fill(name)
+    page.get_by_role("textbox", name="Password").fill(ACCOUNTS[name][1])
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_text(f"{name} · {ACCOUNTS[name][0]}")).to_be_visible()
+
+
+def open_tab(page: Page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+    expect(page.get_by_role("tab", name=name)).to_have_attribute("aria-selected", "true")
+
+
+def settle(page: Page) -> None:
+    """Wait until the script run triggered by the last interaction has finished."""
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=\"stApp\"]')"
+        "?.getAttribute('data-test-script-state') === 'notRunning'")
+
+
+def test_wrong_password_is_refused(console, page):
+    page.goto(console.url)
+    page.get_by_role("textbox", name="Username").fill("olivia")
+    page.get_by_role("textbox", name="Password").fill("guess")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_text("Unknown username or wrong password.")).to_be_visible()
+    expect(page.get_by_text("Active sessions")).to_have_count(0)
+
+
+def test_fleet_is_live_and_can_be_paused(console, page, shots):
+    sign_in(page, console.url, "olivia")
+    expect(page.get_by_role("heading", name="Fleet")).to_be_visible()
+    expect(page.get_by_text("Holiday change freeze")).to_be_visible()
+    for label in ("Active sessions", "Looping now", "Rollbacks, last hour"):
+        expect(page.get_by_text(label, exact=True)).to_be_visible()
+    expect(page.locator(CHART)).to_have_count(2)
+    expect(page.locator(f"{CHART} .main-svg").first).to_be_visible()
+    caption = page.get_by_text(re.compile(r"matching sessions · updated"))
+    expect(caption).to_contain_text("26 of 26")
+    page.wait_for_timeout(1500)  # let plotly finish its transitions before the screenshot
+    page.screenshot(path=str(shots / "console-fleet.png"), full_page=True)
+
+    with Engine.open(console.store) as engine:  # a new session appears without a reload
+        engine.session("late-arrival", meta={"tenant": "acme", "scenario": "refund"})
+    expect(caption).to_contain_text("27 of 27", timeout=30_000)
+
+    page.get_by_text(re.compile("^Live: refresh every")).click()
+    expect(caption).to_contain_text("paused")
+    with Engine.open(console.store) as engine:
+        engine.session("while-paused", meta={"tenant": "acme"})
+    page.wait_for_timeout(8_000)  # > refresh interval + cache TTL: a live view would have moved
+    expect(caption).to_contain_text("27 of 27")
+
+
+def test_selecting_a_fleet_row_opens_the_session(console, page):
+    sign_in(page, console.url, "victor")
+    search = page.get_by_role("textbox", name="Search")
+    search.fill(AUTO_ROLLED_BACK)
+    search.press("Enter")
+    expect(page.get_by_text(re.compile(r"^1 of \d+ matching sessions"))).to_be_visible()
+    page.get_by_text(re.compile("^Live: refresh every")).click()  # hold the table still
+    expect(page.get_by_text(re.compile(r"matching sessions .* paused"))).to_be_visible()
+    grid = page.locator('[data-testid="stDataFrame"]').first.bounding_box()
+    page.mouse.click(grid["x"] + 18, grid["y"] + 35 + 17)  # the first row's selection cell
+    expect(page.get_by_role("heading", name=AUTO_ROLLED_BACK)).to_be_visible()
+    assert page.url.endswith(f"/session?session={AUTO_ROLLED_BACK}")
+
+
+def test_operator_rolls_back_a_looping_session_through_the_dialog(console, page, shots):
+    with Engine.open(console.store) as engine:
+        s = engine.get_session(LOOPING)
+        explanation = s.info().last_verdict["explanation"]
+        suggested = s.suggested_target()
+        live_before = len(s.state().messages)
+
+    sign_in(page, f"{console.url}/session?session={LOOPING}", "olivia")
+    expect(page.get_by_role("heading", name=LOOPING)).to_be_visible()  # the deep link survived
+    expect(page.get_by_text(explanation).first).to_be_visible()
+    expect(page.get_by_text(f"Suggested rollback target: {suggested}")).to_be_visible()
+    expect(page.locator(f"{CHART} .main-svg").first).to_be_visible()
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(shots / "console-session.png"), full_page=True)
+
+    open_tab(page, "Why flagged")
+    expect(page.get_by_text("Evidence", exact=True)).to_be_visible()
+    expect(page.get_by_text("identical in every evidence step")).to_be_visible()
+
+    page.get_by_role("button", name="Roll back…").click()
+    dialog = page.get_by_role("dialog")
+    target = dialog.get_by_role("combobox", name="Target snapshot")
+    expect(target).to_have_value(re.compile(rf"^{suggested} · before refund_api .*· suggested$"))
+    expect(dialog.get_by_text("Compensations: none")).to_be_visible()
+    # Go back further, to before the points were debited: the preview lists the refund.
+    target.click()
+    page.get_by_role("option", name=re.compile(r"· start ·")).click()
+    expect(target).to_have_value(re.compile(r" · start · "))
+    expect(dialog.get_by_text("Compensations that will be queued (1)")).to_be_visible()
+    expect(dialog.get_by_text(re.compile(r"\d+ messages and 8 steps"))).to_be_visible()
+    expect(dialog.get_by_text(TEMPLATES["en"])).to_be_visible()  # the exact notice preview
+    page.screenshot(path=str(shots / "console-rollback-dialog.png"))
+    reason = dialog.get_by_role("textbox", name="Reason (required, written to the audit log)")
+    reason.fill("refund_api keeps failing with HTTP 500; undo the debit too")
+    reason.press("Enter")
+    settle(page)
+    dialog.get_by_role("button", name="Roll back", exact=True).click()
+
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    expect(page.get_by_text(re.compile(r"^Rolled back to snap-\d+: 8 steps"))).to_be_visible()
+    expect(page.get_by_text("points_refund (step 2)", exact=False)).to_be_visible()
+    expect(page.get_by_text("Rolled back.", exact=False).first).to_be_visible()
+
+    open_tab(page, "Snapshot tree")
+    tree = page.locator(CHART).first
+    expect(tree.get_by_text(re.compile(r"branch-\d+ \(olivia\)"))).to_be_visible()
+    expect(tree.get_by_text("abandoned", exact=True)).to_be_visible()
+
+    open_tab(page, "Messages")
+    expect(page.locator("del").first).to_be_visible()
+    assert page.locator("del").count() == live_before - 1
+    notice = page.locator(".rw-notice")
+    expect(notice).to_contain_text(TEMPLATES["en"])
+    expect(page.get_by_text(re.compile(r"^2 live and \d+ abandoned messages"))).to_be_visible()
+    page.screenshot(path=str(shots / "console-session-rolled-back.png"), full_page=True)
+
+    with Engine.open(console.store) as engine:
+        event = engine.audit(action="rollback", session=LOOPING)[0]
+        assert (event.actor, event.reason) == (
+            "olivia", "refund_api keeps failing with HTTP 500; undo the debit too")
+        assert [c.name for c in engine.compensations(session=LOOPING)] == ["points_refund"]
+        assert engine.get_session(LOOPING).state().messages[-1]["content"] == TEMPLATES["en"]
+
+
+def test_operator_sends_a_chinese_notice(console, page):
+    sign_in(page, f"{console.url}/session?session={AUTO_ROLLED_BACK}&tab=Messages", "olivia")
+    page.get_by_role("button", name="Send notice…").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_role("radio", name="Chinese template")).to_be_checked()
+    dialog.get_by_text("Custom text").click()
+    dialog.get_by_role("textbox", name="Notice text").fill("图片已经裁好了，请查看。")
+    dialog.get_by_role("textbox", name="Notice text").press("Control+Enter")
+    expect(dialog.locator(".rw-notice-preview")).to_have_text("图片已经裁好了，请查看。")
+    dialog.get_by_role("button", name="Send notice", exact=True).click()
+    expect(page.get_by_text("Notice sent")).to_be_visible()
+    expect(page.locator(".rw-notice").last).to_contain_text("图片已经裁好了，请查看。")
+    with Engine.open(console.store) as engine:
+        assert engine.audit(action="notice", session=AUTO_ROLLED_BACK)[0].actor == "olivia"
+
+
+def test_viewer_finds_no_way_to_act(console, page):
+    sign_in(page, f"{console.url}/session?session={LOOPING}", "victor")
+    expect(page.get_by_role("heading", name=LOOPING)).to_be_visible()
+    expect(page.get_by_text("signed in as a viewer")).to_be_visible()
+    actions = re.compile(r"Roll back|Send notice")
+    expect(page.get_by_role("button", name=actions)).to_have_count(0)
+    for tab in ("Why flagged", "Snapshot tree", "Messages"):
+        open_tab(page, tab)
+        settle(page)
+        expect(page.get_by_role("button", name=actions)).to_have_count(0)
+    page.goto(f"{console.url}/audit")  # a new browser session signs in again
+    expect(page.get_by_role("textbox", name="Username")).to_be_visible()

@@ -1,0 +1,286 @@
+"""AppTest smoke tests: every page renders without an exception and shows its key elements, for
+each way of signing in. Dialog flows and fragments run in the browser tests (tests/e2e)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from e2e.seed import AUTO_ROLLED_BACK, LOOPING, seed_fleet
+from streamlit import config as st_config
+from streamlit.testing.v1 import AppTest
+
+from dashboard import views
+from dashboard.access import SESSION_KEY, User
+from engine import Engine
+from engine.auth import hash_password
+
+APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
+OPERATOR = User("olivia", "operator", "local")
+VIEWER = User("victor", "viewer", "local")
+HASHES = {"olivia": hash_password("olivia-pw"), "victor": hash_password("victor-pw")}
+TABS = ["Timeline", "Why flagged", "Snapshot tree", "Memory", "Token budget", "Messages"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    url = f"sqlite:///{tmp_path_factory.mktemp('apptest')}/rewind.db"
+    seed_fleet(url)
+    return url
+
+
+def local_secrets(store, freeze=False):
+    now = dt.datetime.now(dt.UTC)
+    rewind = {"store": store, "users": {
+        "olivia": {"role": "operator", "password_hash": HASHES["olivia"]},
+        "victor": {"role": "viewer", "password_hash": HASHES["victor"]}}}
+    if freeze:
+        rewind["freeze"] = {"start": (now - dt.timedelta(hours=1)).isoformat(),
+                            "end": (now + dt.timedelta(days=1)).isoformat(),
+                            "name": "Holiday change freeze"}
+    return {"rewind": rewind}
+
+
+def app(store, user=OPERATOR, page=None, query=None, **secrets_options) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    for key, value in local_secrets(store, **secrets_options).items():
+        at.secrets[key] = value
+    if user is not None:
+        at.session_state[SESSION_KEY] = user
+    if page:
+        at.switch_page(page)
+    for key, value in (query or {}).items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def texts(elements) -> str:
+    return "\n".join(str(e.value) for e in elements)
+
+
+def labels(widgets) -> list[str]:
+    return [w.label for w in widgets]
+
+
+# -- signing in ---------------------------------------------------------------------------------
+def test_sign_in_form_guards_every_page(store):
+    for page in (None, "screens/session.py", "screens/audit.py"):
+        at = app(store, user=None, page=page, query={"session": LOOPING})
+        assert not at.exception
+        assert labels(at.text_input) == ["Username", "Password"]
+        assert "Sign in" in labels(at.button)
+        assert [t.value for t in at.title] == ["Rewind console"]
+        assert not at.metric and not at.dataframe
+
+
+def test_signing_in_with_the_right_password_opens_the_fleet(store):
+    at = app(store, user=None)
+    at.text_input[0].input("victor")
+    at.text_input[1].input("wrong")
+    at.button[0].click().run()
+    assert "Unknown username or wrong password." in texts(at.error)
+    at.text_input[1].input("victor-pw")
+    at.button[0].click().run()
+    assert not at.exception
+    assert [t.value for t in at.title] == ["Fleet"]
+    assert at.session_state[SESSION_KEY] == VIEWER
+    assert "victor" in texts(at.sidebar.markdown)
+
+
+# -- fleet ---------------------------------------------------------------------------------------
+def test_fleet_shows_kpis_loop_charts_table_and_the_freeze(store):
+    at = app(store, freeze=True)
+    assert not at.exception
+    assert labels(at.metric) == ["Active sessions", "Looping now", "Rollbacks, last hour",
+                                 "Compensations pending / failed"]
+    assert at.metric[1].value == "1"
+    assert len(at.get("plotly_chart")) == 2
+    table = at.dataframe[0].value
+    assert LOOPING in set(table["session"]) and len(table) == 26
+    assert "Holiday change freeze" in texts(at.warning)
+    assert labels(at.toggle)[0].startswith("Live")
+    assert "matching sessions" in texts(at.caption)
+
+
+def test_fleet_filters_and_sorts_through_the_engine(store):
+    at = app(store)
+    at.selectbox(key="status").select("looping").run()
+    assert not at.exception
+    assert set(at.dataframe[0].value["status"]) == {"looping"}
+    at.selectbox(key="status").select("All")
+    at.selectbox(key="prompt").select("v7")
+    at.selectbox(key="sort").select("Loops").run()
+    table = at.dataframe[0].value
+    assert set(table["prompt_version"]) == {"v7"}
+    assert table["loops"].is_monotonic_decreasing
+    at.text_input(key="q").input("img-crop").run()
+    assert at.dataframe[0].value["session"].tolist() == [AUTO_ROLLED_BACK]
+
+
+def test_fleet_can_pause_its_refresh(store):
+    at = app(store)
+    at.toggle(key="live").set_value(False).run()
+    assert not at.exception
+    assert "paused" in texts(at.caption)
+
+
+# -- session ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("tab", TABS)
+def test_session_deep_link_renders_every_tab(store, tab):
+    at = app(store, page="screens/session.py", query={"session": LOOPING, "tab": tab})
+    assert not at.exception
+    assert [t.value for t in at.title] == [views.md_escape(LOOPING)]
+    assert labels(at.tabs) == TABS
+    assert "Looping" in texts(at.error)
+    charts = at.get("plotly_chart")
+    if tab == "Timeline":
+        assert len(charts) == 1
+    elif tab == "Why flagged":
+        assert labels(at.metric) == ["Rule", "Loop began at step", "Evidence steps"]
+        assert at.dataframe[0].value["tool"].eq("refund_api").all()
+    elif tab == "Snapshot tree":
+        assert len(charts) == 1
+        assert at.selectbox(key="tree-node").value == \
+            Engine.open(store).get_session(LOOPING).suggested_target()
+        assert any(b.startswith("Roll back to snap-") for b in labels(at.button))
+    elif tab in ("Memory", "Token budget"):
+        assert "not recorded" in texts(at.info) and not charts
+    elif tab == "Messages":
+        html = at.get("html")
+        assert html and "Please refund order A-1" in html[0].proto.body
+
+
+def test_memory_and_token_budget_tabs_draw_what_the_session_recorded(store):
+    at = app(store, page="screens/session.py", query={"session": AUTO_ROLLED_BACK,
+                                                      "tab": "Memory"})
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == 1
+    assert "The user wants a square crop of img-7.png" in set(at.dataframe[0].value["memory"])
+    at = app(store, page="screens/session.py", query={"session": AUTO_ROLLED_BACK,
+                                                      "tab": "Token budget"})
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == 2
+    assert "Context of step 5" in texts(at.markdown)
+
+
+def test_operator_sees_the_actions_and_the_rollback_dialog_defaults_to_the_suggestion(store):
+    at = app(store, page="screens/session.py", query={"session": LOOPING, "tab": "Messages"})
+    assert {"Roll back…", "Send notice…"} <= set(labels(at.button))
+    at.button(key="open-rollback").click().run()
+    assert not at.exception
+    suggested = Engine.open(store).get_session(LOOPING).suggested_target()
+    assert at.selectbox(key=f"rb-target-{LOOPING}").value == suggested
+    assert "Reason (required, written to the audit log)" in labels(at.text_input)
+    assert {"Roll back", "Cancel"} <= set(labels(at.button))
+    assert "Leaving the live line" in texts(at.markdown)
+
+
+def test_operator_opens_the_notice_dialog_with_the_locale_template(store):
+    at = app(store, page="screens/session.py",
+             query={"session": AUTO_ROLLED_BACK, "tab": "Messages"})
+    at.button(key="open-notice").click().run()
+    assert not at.exception
+    assert at.radio(key=f"nt-{AUTO_ROLLED_BACK}-choice").value == "Chinese template"
+    assert "Send notice" in labels(at.button)
+
+
+def test_viewer_finds_no_way_to_act(store):
+    for tab in ("Why flagged", "Snapshot tree"):
+        at = app(store, user=VIEWER, page="screens/session.py",
+                 query={"session": LOOPING, "tab": tab})
+        assert not at.exception
+        buttons = labels(at.button)
+        assert not [b for b in buttons if b.startswith(("Roll back", "Send notice"))], buttons
+        assert "signed in as a viewer" in texts(at.caption)
+
+
+def test_session_page_without_id_lists_looping_sessions(store):
+    at = app(store, page="screens/session.py")
+    assert not at.exception
+    links = at.get("page_link")
+    assert links and links[0].proto.query_string == f"session={LOOPING}"
+    assert links[0].proto.label.startswith(views.md_escape(LOOPING))
+
+
+def test_unknown_session_says_so(store):
+    at = app(store, page="screens/session.py", query={"session": "no-such-session"})
+    assert not at.exception
+    assert "no-such-session" in texts(at.error)
+
+
+# -- audit --------------------------------------------------------------------------------------
+def test_audit_lists_filters_and_exports(store):
+    at = app(store, page="screens/audit.py")
+    assert not at.exception
+    assert [t.value for t in at.title] == ["Audit"]
+    table = at.dataframe[0].value
+    assert {"rollback", "notice"} <= set(table["action"])
+    assert labels(at.get("download_button")) == ["Export CSV"]
+    at.selectbox(key="action").select("rollback").run()
+    assert set(at.dataframe[0].value["action"]) == {"rollback"}
+    at.text_input(key="audit-session").input(AUTO_ROLLED_BACK).run()
+    assert at.dataframe[0].value["session"].tolist() == [AUTO_ROLLED_BACK]
+
+
+# -- demo mode and single sign-on ----------------------------------------------------------------
+@pytest.fixture
+def server_address():
+    before = st_config.get_option("server.address")
+
+    def set_address(value):
+        st_config.set_option("server.address", value)
+
+    yield set_address
+    st_config.set_option("server.address", before)
+
+
+def test_demo_mode_on_localhost_acts_as_operator_demo(store, server_address, monkeypatch):
+    server_address("127.0.0.1")
+    monkeypatch.setenv("REWIND_STORE", store)
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception
+    assert "Demo mode" in texts(at.info)
+    assert "demo" in texts(at.sidebar.markdown)
+    assert [t.value for t in at.title] == ["Fleet"]
+
+
+def test_demo_mode_refuses_a_public_address(store, server_address, monkeypatch):
+    server_address("0.0.0.0")
+    monkeypatch.setenv("REWIND_STORE", store)
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception
+    assert "only serves localhost" in texts(at.error)
+    assert not at.title and not at.metric
+
+
+def oidc_app(store, user) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.secrets["auth"] = {"redirect_uri": "http://localhost:8501/oauth2callback",
+                          "cookie_secret": "x" * 32, "client_id": "c", "client_secret": "s",
+                          "server_metadata_url": "https://id.example.com/.well-known/openid"}
+    at.secrets["rewind"] = {"store": store, "roles": {"operators": ["alice@example.com"],
+                                                      "viewers": ["*@example.com"]}}
+    at.user = user
+    return at.run()
+
+
+def test_oidc_maps_identities_to_roles(store):
+    at = oidc_app(store, {"is_logged_in": True, "email": "alice@example.com"})
+    assert not at.exception and [t.value for t in at.title] == ["Fleet"]
+    assert texts(at.sidebar.markdown) == r"**alice@example\.com** · operator"
+    at = oidc_app(store, {"is_logged_in": True, "email": "bob@example.com"})
+    assert texts(at.sidebar.markdown) == r"**bob@example\.com** · viewer"
+    at = oidc_app(store, {"is_logged_in": True, "email": "eve@elsewhere.test"})
+    assert "gives this identity no role" in texts(at.error) and not at.metric
+    at = oidc_app(store, {"is_logged_in": False})
+    assert labels(at.button) == ["Sign in"] and not at.metric
+
+
+def test_malformed_accounts_are_reported_not_crashed(store):
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.secrets["rewind"] = {"store": store, "users": {"olivia": {"role": "operator",
+                                                                 "password_hash": "plain"}}}
+    at.run()
+    assert not at.exception
+    assert "rewind hash-password" in texts(at.error)

@@ -1,0 +1,125 @@
+"""Figure builders (dashboard.charts): frames in, plotly figures out."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from dashboard import charts, views
+from engine.records import BranchInfo, StepRecord
+
+
+def step(n, tool="crop", status="ok", branch=None, verdict=None, fp="A"):
+    return StepRecord(n=n, tool=tool, args={"x": n}, fingerprint=fp, status=status,
+                      error="bad" if status == "error" else None, result_digest=None,
+                      result_preview=None, started_at=float(n), ended_at=n + 0.5,
+                      side_effect=False, compensation=None, verdict=verdict,
+                      on_live_line=branch is None, branch=branch)
+
+
+def annotations(fig: go.Figure) -> list[str]:
+    return [a.text for a in fig.layout.annotations]
+
+
+def test_loops_over_time_stacks_one_trace_per_key_and_shades_the_freeze():
+    loops = pd.DataFrame({"at": [3600.0, 3700.0, 7300.0], "scenario": ["refund", "crop", "crop"]})
+    buckets = views.loop_buckets(loops, "scenario", 0, 4 * 3600, 3600)
+    fig = charts.loops_over_time(buckets, "scenario", title="Loops by scenario",
+                                 freeze=(3000.0, 9000.0))
+    assert fig.layout.barmode == "stack"
+    assert [t.name for t in fig.data] == ["crop", "refund"]
+    assert all(isinstance(t, go.Bar) for t in fig.data)
+    assert sum(sum(t.y) for t in fig.data) == 3
+    assert len(fig.layout.shapes) == 1 and "freeze" in annotations(fig)
+    assert fig.layout.title.text == "Loops by scenario"
+
+
+def test_loops_over_time_says_when_there_is_nothing():
+    empty = views.loop_buckets(pd.DataFrame(columns=["at", "prompt_version"]), "prompt_version",
+                               0, 7200, 3600)
+    fig = charts.loops_over_time(empty, "prompt_version")
+    assert fig.data == ()
+    assert "No loops in this window" in annotations(fig)
+
+
+def test_timeline_marks_errors_abandoned_steps_loops_and_rollbacks():
+    verdict = {"rule": "exact_repeat", "loop_start_step": 2, "evidence_steps": [2, 3, 4]}
+    steps = [step(1), step(2, status="error", branch="b1"), step(3, status="error", branch="b1"),
+             step(4, status="error", branch="b1", verdict=verdict), step(5, fp="B")]
+    frame = views.timeline_frame(steps)
+    fig = charts.timeline(frame, views.lane_order(frame), views.loop_windows(steps),
+                          views.rollback_markers(steps, [BranchInfo("b1", "snap-2", "rewind",
+                                                                    "loop", 9.0, 1)]))
+    names = [t.name for t in fig.data]
+    assert names == ["ok", "error (abandoned)"]
+    assert list(fig.data[1].x) == [2, 3, 4]
+    assert fig.data[1].marker.symbol == "x-open"
+    kinds = sorted(s.type for s in fig.layout.shapes)
+    assert kinds == ["line", "rect"]  # one rollback line, one loop window
+    assert "↩ snap-2" in annotations(fig) and "loop: exact_repeat" in annotations(fig)
+    assert list(fig.layout.yaxis.categoryarray) == ["crop · B", "crop · A"]
+    assert all(isinstance(t, go.Scatter) for t in fig.data)
+
+
+def test_timeline_uses_webgl_for_long_sessions_and_handles_no_steps():
+    steps = [step(n, status="error" if n % 7 == 0 else "ok") for n in range(1, 5001)]
+    frame = views.timeline_frame(steps)
+    fig = charts.timeline(frame, views.lane_order(frame))
+    assert all(isinstance(t, go.Scattergl) for t in fig.data)
+    assert sum(len(t.x) for t in fig.data) == 5000
+    empty = charts.timeline(views.timeline_frame([]), [])
+    assert "No steps recorded" in annotations(empty)
+
+
+def test_snapshot_tree_carries_snapshot_ids_for_selection():
+    nodes = pd.DataFrame([
+        {"id": "s1", "x": 0, "y": 0, "label": "start", "state": "restorable", "hover": "s1"},
+        {"id": "s2", "x": 1, "y": 1, "label": "x", "state": "abandoned", "hover": "s2"},
+        {"id": "s3", "x": 2, "y": 0, "label": "y", "state": "head", "hover": "s3"},
+    ])
+    fig = charts.snapshot_tree(nodes, [("s1", "s2"), ("s1", "s3"), ("s9", "s1")],
+                               {1: "branch-7 (rewind)"})
+    edges, *points = fig.data
+    assert edges.hoverinfo == "skip" and list(edges.x) == [0, 1, None, 0, 2, None]
+    assert {t.name: list(t.customdata) for t in points} == {
+        "restorable": ["s1"], "abandoned": ["s2"], "head": ["s3"]}
+    assert next(t for t in points if t.name == "head").marker.symbol == "star"
+    assert list(fig.layout.yaxis.ticktext) == ["live line", "branch-7 (rewind)"]
+    assert fig.layout.clickmode == "event+select"
+
+
+def test_snapshot_tree_without_snapshots():
+    fig = charts.snapshot_tree(views.tree_layout([])[0], [])
+    assert "No snapshots taken yet" in annotations(fig)
+
+
+def test_decay_curves_draw_threshold_and_recalls():
+    t0 = dt.datetime(2026, 10, 1, tzinfo=dt.UTC)
+    curves = pd.DataFrame([{"memory": m, "t": t0 + dt.timedelta(hours=h), "strength": s}
+                           for m in ("fx rate", "user name") for h, s in ((0, 1.0), (5, 0.4))])
+    hits = pd.DataFrame([{"memory": "fx rate", "t": t0 + dt.timedelta(hours=2), "strength": 0.9}])
+    fig = charts.decay_curves(curves, hits, threshold=0.2)
+    lines = [t for t in fig.data if t.mode == "lines"]
+    assert [t.name for t in lines] == ["fx rate", "user name"]
+    assert len([t for t in fig.data if t.mode == "markers"]) == 1
+    assert "forget threshold" in annotations(fig)
+    assert "No memories" in annotations(charts.decay_curves(curves.iloc[0:0]))
+
+
+def test_budget_charts():
+    parts = views.budget_parts({"system": 100, "dialogue": 500, "memories": 50, "reserve": 200},
+                               1000)
+    now = charts.budget_now(parts, 1000)
+    assert [t.name for t in now.data] == ["system", "dialogue", "memories", "reserve", "free"]
+    assert tuple(now.layout.xaxis.range) == (0, 1000)
+    history = pd.DataFrame({"step": [1, 2, 3], "system": [100] * 3, "dialogue": [200, 900, 150],
+                            "memories": [50] * 3, "reserve": [200] * 3, "max_tokens": [1500] * 3})
+    over = charts.budget_over_steps(history, [{"x": 2.5, "target": "snap-2", "actor": "rewind",
+                                              "reason": "loop"}])
+    assert [t.name for t in over.data] == ["system", "dialogue", "memories", "reserve", "window"]
+    assert [s.x0 for s in over.layout.shapes] == [2.5]
+    assert all(t.stackgroup == "tokens" for t in over.data[:4])
+    assert "No steps with a token breakdown" in annotations(
+        charts.budget_over_steps(history.iloc[0:0]))

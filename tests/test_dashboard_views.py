@@ -1,0 +1,349 @@
+"""View models of the console (dashboard.views): records in, frames out."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import pytest
+from e2e.seed import AUTO_ROLLED_BACK, LOOPING, seed_fleet
+
+from dashboard import views
+from engine import Engine
+from engine.notices import TEMPLATES
+from engine.records import (
+    AuditEvent,
+    BranchInfo,
+    MessageRecord,
+    RollbackPreview,
+    SessionInfo,
+    SnapshotNode,
+    StepRecord,
+)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    url = f"sqlite:///{tmp_path_factory.mktemp('views')}/rewind.db"
+    seed_fleet(url)
+    engine = Engine.open(url)
+    yield engine
+    engine.close()
+
+
+def step(n, tool="t", args=None, status="ok", error=None, branch=None, verdict=None,
+         fp=None, late=False, side_effect=False, text=None):
+    return StepRecord(n=n, tool=tool, args=args if args is not None else {}, fingerprint=fp or
+                      f"{tool}-{args}", status=status, error=error, result_digest=None,
+                      result_preview=None, started_at=1000.0 + n, ended_at=1000.5 + n,
+                      side_effect=side_effect, compensation=None, verdict=verdict,
+                      on_live_line=branch is None, branch=branch, late=late, text=text)
+
+
+def node(sid, parent=None, *, kind="step", restorable=True, branch=None, head=False, n=1,
+         label=None):
+    return SnapshotNode(id=sid, parent=parent, label=label, created_at=1000.0 + n,
+                        on_live_line=branch is None, abandoned_reason="rolled back" if branch
+                        else None, kind=kind, restorable=restorable and branch is None,
+                        next_step=n, messages=n, branch=branch, is_head=head)
+
+
+# -- fleet --------------------------------------------------------------------------------------
+def test_sessions_frame_has_one_row_per_session_with_link_and_state(fleet):
+    frame = views.sessions_frame(fleet.sessions(limit=100))
+    assert len(frame) == 26
+    row = frame.set_index("session").loc[LOOPING]
+    assert row["status"] == "looping" and "looping" in row["state"]
+    assert row["tenant"] == "globex" and row["prompt_version"] == "v8"
+    assert row["verdict"] == "exact_repeat" and "refund_api" in row["explanation"]
+    assert row["link"] == f"session?session={LOOPING}"
+    assert pd.isna(frame.set_index("session").loc["bg-001", "verdict"])
+
+
+def test_session_link_encodes_the_id():
+    assert views.session_link("a b/{c}:d") == "session?session=a%20b%2F%7Bc%7D%3Ad"
+
+
+def test_select_sessions_searches_sorts_and_cuts(fleet):
+    frame = views.sessions_frame(fleet.sessions(limit=100))
+    assert views.select_sessions(frame, search="GLOBEX")["tenant"].eq("globex").all()
+    by_loops = views.select_sessions(frame, sort="Loops")
+    assert by_loops["loops"].is_monotonic_decreasing
+    by_status = views.select_sessions(frame, sort="Status")
+    assert by_status.iloc[0]["status"] == "looping"
+    assert len(views.select_sessions(frame, limit=5)) == 5
+    assert views.select_sessions(frame, search="no such thing").empty
+
+
+def test_facets_are_sorted_distinct_values(fleet):
+    menus = views.facets(views.sessions_frame(fleet.sessions(limit=100)))
+    assert menus["prompt_version"] == ["v6", "v7", "v8"]
+    assert menus["scenario"] == ["image_edit", "invoice", "itinerary", "refund"]
+    assert views.facets(views.sessions_frame([])) == {"tenant": [], "scenario": [],
+                                                       "prompt_version": []}
+
+
+def test_kpis_flag_what_needs_attention():
+    calm = views.kpis({"sessions": 10, "active": 3, "looping": 0, "rollbacks_window": 2,
+                       "compensations_pending": 1, "compensations_failed": 0})
+    assert [k.label for k in calm] == ["Active sessions", "Looping now", "Rollbacks, last hour",
+                                      "Compensations pending / failed"]
+    assert [k.value for k in calm] == ["3", "0", "2", "1 / 0"]
+    assert not any(k.alert for k in calm)
+    busy = views.kpis({"looping": 2, "compensations_failed": 1}, window_s=6 * 3600)
+    assert busy[1].alert and busy[3].alert and busy[2].label == "Rollbacks, last 6 hours"
+
+
+# -- loops over time ----------------------------------------------------------------------------
+def test_bucket_seconds_gives_a_readable_number_of_bars():
+    for window in (3600, 6 * 3600, 86400, 7 * 86400, 30 * 86400):
+        assert 4 <= window / views.bucket_seconds(window) <= 36
+    assert views.bucket_seconds(86400) == 3600
+
+
+def test_loop_buckets_count_per_key_and_fill_quiet_buckets_with_zero():
+    loops = pd.DataFrame({"at": [3600.0 * 2 + 5, 3600.0 * 2 + 9, 3600.0 * 5, 3600.0 * 5],
+                          "prompt_version": ["v7", "v7", "v8", None]})
+    out = views.loop_buckets(loops, "prompt_version", since=0, until=6 * 3600, bucket_s=3600)
+    assert set(out["prompt_version"]) == {"v7", "v8", "(none)"}
+    assert len(out) == 7 * 3
+    hour2 = out[out["bucket"] == pd.Timestamp(7200, unit="s", tz="UTC")]
+    assert hour2.set_index("prompt_version")["loops"].to_dict() == {"(none)": 0, "v7": 2, "v8": 0}
+    assert out["loops"].sum() == 4
+
+
+def test_loop_buckets_of_nothing_is_a_zero_series():
+    out = views.loop_buckets(pd.DataFrame(columns=["at", "scenario"]), "scenario", 0, 7200, 3600)
+    assert list(out.columns) == ["bucket", "scenario", "loops"]
+    assert out["loops"].sum() == 0 and len(out) == 3
+
+
+# -- timeline -----------------------------------------------------------------------------------
+def test_timeline_frame_lanes_outcomes_and_escaped_hover():
+    steps = [step(1, "crop", {"x": 1}, fp="A"), step(2, "crop", {"x": "<b>"}, "error", "bad <i>",
+             fp="B"), step(3, None, None, fp="agent", text="thinking"),
+             step(4, "crop", {"x": 1}, "error", "bad", branch="branch-9", fp="A", late=True)]
+    frame = views.timeline_frame(steps)
+    assert frame["outcome"].tolist() == ["ok", "error", "ok", "error"]
+    assert frame["line"].tolist() == ["live", "live", "live", "abandoned"]
+    assert frame.loc[2, "lane"] == views.AGENT_LANE
+    assert frame.loc[0, "lane"] == frame.loc[3, "lane"] == "crop · A"
+    assert "&lt;b&gt;" in frame.loc[1, "hover"] and "<i>" not in frame.loc[1, "hover"]
+    assert "branch-9" in frame.loc[3, "hover"] and "late" in frame.loc[3, "hover"]
+    assert views.lane_order(frame) == ["crop · A", "crop · B", views.AGENT_LANE]
+
+
+def test_timeline_frame_groups_rare_fingerprints_into_one_lane():
+    steps = [step(i, "search", {"q": i}, fp=f"fp{i}") for i in range(1, 40)]
+    steps += [step(40 + i, "crop", {"x": 1}, fp="hot") for i in range(5)]
+    frame = views.timeline_frame(steps, max_lanes=3)
+    assert frame["lane"].nunique() == 4
+    assert (frame["lane"] == views.OTHER_LANE).sum() == 37
+    assert views.lane_order(frame)[-1] == views.OTHER_LANE
+
+
+def test_loop_windows_merge_repeated_verdicts_of_one_loop():
+    v = {"rule": "exact_repeat", "loop_start_step": 3, "evidence_steps": [3, 4, 5]}
+    steps = [step(n, status="error") for n in range(1, 10)]
+    steps[4] = step(5, status="error", verdict=v)
+    steps[7] = step(8, status="error", verdict={**v, "evidence_steps": [6, 7, 8]})
+    assert views.loop_windows(steps) == [(2.5, 8.5, "exact_repeat")]
+    assert views.loop_windows([step(1)]) == []
+
+
+def test_rollback_markers_sit_after_the_last_abandoned_step():
+    steps = [step(1), step(2, branch="b1"), step(3, branch="b1"), step(4),
+             step(5, branch="b1", late=True)]
+    branches = [BranchInfo("b1", "snap-2", "rewind", "loop", 1010.0, 1),
+                BranchInfo("b2", "snap-1", "alice", "empty", 1020.0, 2)]
+    markers = views.rollback_markers(steps, branches)
+    assert [(m["x"], m["target"], m["actor"]) for m in markers] == [(3.5, "snap-2", "rewind")]
+
+
+# -- why flagged --------------------------------------------------------------------------------
+def test_evidence_frame_lists_the_evidence_steps(fleet):
+    s = fleet.get_session(LOOPING)
+    verdict = s.info().last_verdict
+    frame = views.evidence_frame(s.steps(), verdict)
+    assert frame["step"].tolist() == verdict["evidence_steps"]
+    assert set(frame["tool"]) == {"refund_api"}
+    assert frame["error"].str.contains("HTTP 500").all()
+    assert views.evidence_frame(s.steps(), None).empty
+
+
+def test_arg_diffs_show_only_the_arguments_that_differ():
+    a = step(1, "crop", {"image": "x.png", "box": [0, 0, 10, 10], "mode": "fast"})
+    b = step(2, "crop", {"image": "x.png", "box": [0, 0, 11, 10]})
+    diff = views.arg_diffs([a, b])
+    assert diff["argument"].tolist() == ["box[2]", "mode"]
+    assert diff.set_index("argument").loc["mode", "step 2"] == "—"
+    assert views.arg_diffs([a, a]).empty
+
+
+def test_near_duplicate_groups_need_one_tool_and_different_fingerprints():
+    same = [step(1, "a", {"x": 1}, fp="1"), step(2, "a", {"x": 1}, fp="1")]
+    near = [step(3, "b", {"x": 1}, fp="2"), step(4, "b", {"x": 2}, fp="3")]
+    assert views.near_duplicate_groups(same + near) == [near]
+
+
+# -- snapshot tree ------------------------------------------------------------------------------
+def test_tree_layout_hides_retired_nodes_and_links_through_them():
+    nodes = [node("s1", kind="manual", n=1, label="start"),
+             node("s2", "s1", restorable=False, n=2),
+             node("s3", "s2", n=3),
+             node("s4", "s3", branch="b1", n=4),
+             node("s5", "s3", head=True, n=5)]
+    branches = [BranchInfo("b1", "s3", "alice", "loop", 1010.0, 1)]
+    frame, edges = views.tree_layout(nodes, branches)
+    assert frame["id"].tolist() == ["s1", "s3", "s4", "s5"]
+    assert ("s1", "s3") in edges and ("s3", "s4") in edges and ("s3", "s5") in edges
+    by_id = frame.set_index("id")
+    assert by_id.loc["s4", "y"] == 1 and by_id.loc["s4", "state"] == "abandoned"
+    assert by_id.loc["s5", "state"] == "head" and by_id.loc["s1", "state"] == "restorable"
+    assert "rolled back" in by_id.loc["s4", "hover"]
+    full, full_edges = views.tree_layout(nodes, branches, include_retired=True)
+    assert "s2" in full["id"].tolist() and ("s1", "s2") in full_edges
+    assert full.set_index("id").loc["s2", "state"] == "retired"
+
+
+def test_tree_layout_of_a_real_rolled_back_session(fleet):
+    s = fleet.get_session(AUTO_ROLLED_BACK)
+    frame, edges = views.tree_layout(s.tree(), s.branches())
+    assert frame["is_head"].sum() == 1
+    assert (frame["state"] == "abandoned").any()
+    assert set(frame["y"]) == {0, 1}
+    assert all(p in set(frame["id"]) and c in set(frame["id"]) for p, c in edges)
+
+
+def test_rollback_choices_are_restorable_live_snapshots_newest_first():
+    nodes = [node("s1", n=1), node("s2", "s1", restorable=False, n=2), node("s3", "s2", n=3),
+             node("s4", "s3", branch="b1", n=4)]
+    assert views.rollback_choices(nodes, "s1") == (["s3", "s1"], 1)
+    assert views.rollback_choices(nodes, "gone") == (["s3", "s1"], 0)
+    caption = views.snapshot_caption(node("s3", n=3, label="before crop", head=True), "s3")
+    assert caption == "s3 · before crop · before step 3 · head · suggested"
+
+
+# -- messages -----------------------------------------------------------------------------------
+def test_messages_view_and_html_strike_abandoned_and_mark_notices():
+    records = [
+        MessageRecord(1, 0, {"role": "user", "content": "crop <script>x</script>"}, None, 1.0),
+        MessageRecord(2, 1, {"role": "assistant", "content": "retry\nagain"}, "b1", 2.0),
+        MessageRecord(3, 1, {"role": "assistant", "content": "reset", "rewind_notice": True},
+                      None, 3.0),
+        MessageRecord(4, 2, {"role": "tool", "content": [{"type": "text", "text": "part"}]},
+                      None, 4.0),
+    ]
+    branches = [BranchInfo("b1", "s1", "alice", "loop on crop", 2.5, 1)]
+    items = views.messages_view(records, branches)
+    assert [m.abandoned for m in items] == [False, True, False, False]
+    assert items[1].reason == "rolled back to s1 by alice: loop on crop"
+    assert items[2].notice and items[3].text == "part"
+    page = views.messages_html(items)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "<del>retry<br>again</del>" in page
+    assert page.count("<del>") == 1
+    assert "rw-notice" in page and ">notice<" in page
+
+
+def test_content_text_of_other_shapes():
+    assert views.content_text(None) == ""
+    assert views.content_text({"a": 1}) == '{"a":1}'
+
+
+def test_md_escape_neutralises_markdown():
+    assert views.md_escape("a*b_[x](y) :rocket: $x$") == r"a\*b\_\[x\]\(y\) \:rocket\: \$x\$"
+
+
+# -- actions ------------------------------------------------------------------------------------
+def test_notice_choices_give_the_exact_text():
+    assert views.notice_text("English template") == TEMPLATES["en"]
+    assert views.notice_text("Chinese template") == TEMPLATES["zh"]
+    assert views.notice_text("Custom text", "  We fixed it.  ") == "We fixed it."
+    assert views.notice_text("Custom text", "   ") is None
+    assert views.default_notice_choice("zh-CN") == "Chinese template"
+    assert views.default_notice_choice(None) == "English template"
+
+
+def test_preview_frames(fleet):
+    s = fleet.get_session(LOOPING)
+    start = next(n.id for n in s.tree() if n.label == "start")
+    steps, comps = views.preview_frames(s.preview_rollback(start))
+    assert steps["step"].tolist() == list(range(1, 9))
+    assert comps.to_dict("records") == [{"step": 2, "compensation": "points_refund",
+                                         "args": '{"points":5,"user":"u-42"}'}]
+    empty_steps, empty_comps = views.preview_frames(
+        RollbackPreview(session="x", target="s", messages=[], steps=[], compensations=[]))
+    assert empty_steps.empty and empty_comps.empty
+
+
+# -- audit --------------------------------------------------------------------------------------
+def test_audit_frame_and_csv_keep_chinese_text():
+    events = [AuditEvent(2, time.time(), "olivia", "notice", "s-1", None, None,
+                         {"text": "对话上下文已重置"}),
+              AuditEvent(1, time.time(), "rewind", "rollback", "s-1", "snap-3", "loop", {})]
+    frame = views.audit_frame(events)
+    assert frame["actor"].tolist() == ["olivia", "rewind"]
+    data = views.audit_csv(frame)
+    assert data.startswith(b"\xef\xbb\xbf")
+    text = data.decode("utf-8-sig")
+    assert text.splitlines()[0] == ",".join(views.AUDIT_COLUMNS)
+    assert "对话上下文已重置" in text and "olivia" in text
+    assert views.audit_csv(views.audit_frame([])).decode("utf-8-sig").strip() == \
+        ",".join(views.AUDIT_COLUMNS)
+
+
+# -- budget -------------------------------------------------------------------------------------
+def test_budget_parts_adds_free_room_against_the_window():
+    parts = views.budget_parts({"system": 100, "dialogue": 500, "memories": 50, "reserve": 200},
+                               1000)
+    assert parts.set_index("part")["tokens"].to_dict() == {
+        "system": 100, "dialogue": 500, "memories": 50, "reserve": 200, "free": 150}
+    assert "free" not in views.budget_parts({"system": 1}, None)["part"].tolist()
+
+
+def test_memory_frames_from_the_session_memory(fleet):
+    memory = fleet.get_session(AUTO_ROLLED_BACK).memory
+    items = memory.items(include_invalid=True)
+    curves, hits, threshold, table = views.memory_frames(items, memory.curves(points=20))
+    assert set(curves["memory"]) == {views.memory_label(m.text) for m in items}
+    assert 20 <= len(curves) <= 40 and curves["strength"].between(0, 1.5).all()  # None before birth
+    assert len(hits) == 1 and threshold == memory.config.decay.min_weight
+    assert table["recalls"].sum() == 1 and set(table["tier"]) <= {"short", "long"}
+    log = views.memory_log_frame(memory.log(), {m.id: m.text for m in items})
+    assert "promote" in set(log["event"])
+    assert "The user wants a square crop of img-7.png" in set(log["memory"])
+
+
+def test_memory_log_frame_describes_contradictions():
+    fixes = [{"at": 5.0, "kept": "m2", "invalidated": "m1", "kind": "number",
+              "reason": "rate was 1.08, now 1.12"},
+             {"at": 1.0, "id": "m1", "event": "prune", "reason": "weight 0.05 < 0.1"}]
+    log = views.memory_log_frame(fixes, {"m1": "rate 1.08", "m2": "rate 1.12"})
+    assert log["event"].tolist() == ["prune", "contradiction (number)"]
+    assert log.loc[1, "memory"] == "kept “rate 1.12”, invalidated “rate 1.08”"
+
+
+def test_budget_history_follows_the_loop_and_the_rollback(fleet):
+    steps = fleet.get_session(AUTO_ROLLED_BACK).steps()
+    history = views.budget_history(steps)
+    assert history["step"].tolist() == [s.n for s in steps]
+    assert history["line"].tolist() == ["live", "abandoned", "abandoned", "abandoned", "live"]
+    dialogue = history["dialogue"].tolist()
+    assert dialogue[1] < dialogue[2] < dialogue[3] > dialogue[4]  # swells, then drops
+    current = views.current_budget(history)
+    assert current["step"] == 5 and current["max_tokens"] == 8192
+    assert views.current_budget(views.budget_history([step(1)])) is None
+    assert views.budget_history(fleet.get_session(LOOPING).steps()).empty
+
+
+def test_when_is_local_and_aware():
+    assert views.when(None) is None
+    assert views.when(0).tzinfo is not None
+
+
+def test_sessions_frame_of_hand_made_info():
+    info = SessionInfo(id="s", meta={}, status="stopped", head=None, epoch=0, created_at=1.0,
+                       updated_at=2.0)
+    frame = views.sessions_frame([info])
+    assert frame.loc[0, "locale"] == "en" and frame.loc[0, "tenant"] is None
