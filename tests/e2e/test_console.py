@@ -170,6 +170,27 @@ def test_operator_sends_a_chinese_notice(console, page):
         assert engine.audit(action="notice", session=AUTO_ROLLED_BACK)[0].actor == "olivia"
 
 
+def test_clicking_a_snapshot_in_the_tree_offers_rolling_back_to_it(console, page):
+    sign_in(page, f"{console.url}/session?session={AUTO_ROLLED_BACK}&tab=Snapshot+tree",
+            "olivia")
+    picker = page.get_by_role("combobox", name="Snapshot (or click a node)")
+    expect(picker).to_have_value(re.compile(r"· head"))
+    oldest = page.locator(f"{CHART} .scatterlayer path.point").first.bounding_box()
+    # plotly's drag layer takes the pointer and picks the point under it, as for a person
+    page.mouse.click(oldest["x"] + oldest["width"] / 2, oldest["y"] + oldest["height"] / 2)
+    expect(picker).to_have_value(re.compile(r"· start · before step 1"))
+    start = picker.input_value().split(" · ")[0]
+    page.get_by_role("button", name=f"Roll back to {start}…").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_role("combobox", name="Target snapshot")).to_have_value(
+        re.compile(rf"^{start} · start"))
+    expect(dialog.get_by_text("Compensations that will be queued (1)")).to_be_visible()
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    with Engine.open(console.store) as engine:  # cancelled: nothing happened
+        assert engine.get_session(AUTO_ROLLED_BACK).info().rollbacks == 1
+
+
 def test_viewer_finds_no_way_to_act(console, page):
     sign_in(page, f"{console.url}/session?session={LOOPING}", "victor")
     expect(page.get_by_role("heading", name=LOOPING)).to_be_visible()
