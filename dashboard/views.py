@@ -41,7 +41,7 @@ SESSION_COLUMNS = [
 ]
 SORTS = {
     "Last activity": ("last_activity", False),
-    "Loops": ("loops", False),
+    "Loop verdicts": ("loops", False),
     "Rollbacks": ("rollbacks", False),
     "Steps": ("steps", False),
     "Status": ("status_rank", True),

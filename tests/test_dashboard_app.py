@@ -110,7 +110,7 @@ def test_fleet_filters_and_sorts_through_the_engine(store):
     assert set(at.dataframe[0].value["status"]) == {"looping"}
     at.selectbox(key="status").select("All")
     at.selectbox(key="prompt").select("v7")
-    at.selectbox(key="sort").select("Loops").run()
+    at.selectbox(key="sort").select("Loop verdicts").run()
     table = at.dataframe[0].value
     assert set(table["prompt_version"]) == {"v7"}
     assert table["loops"].is_monotonic_decreasing

@@ -67,7 +67,7 @@ def test_session_link_encodes_the_id():
 def test_select_sessions_searches_sorts_and_cuts(fleet):
     frame = views.sessions_frame(fleet.sessions(limit=100))
     assert views.select_sessions(frame, search="GLOBEX")["tenant"].eq("globex").all()
-    by_loops = views.select_sessions(frame, sort="Loops")
+    by_loops = views.select_sessions(frame, sort="Loop verdicts")
     assert by_loops["loops"].is_monotonic_decreasing
     by_status = views.select_sessions(frame, sort="Status")
     assert by_status.iloc[0]["status"] == "looping"

@@ -82,6 +82,9 @@ def live_view() -> None:
             "link": st.column_config.LinkColumn("session", display_text=r"session\?session=(.*)"),
             "state": st.column_config.TextColumn("status"),
             "prompt_version": "prompt",
+            "loops": st.column_config.NumberColumn(
+                "loop verdicts", help="Loop verdicts so far; under the flag policy one loop can "
+                "be flagged more than once. The charts above count loops."),
             "last_activity": st.column_config.DatetimeColumn("last activity",
                                                              format="YYYY-MM-DD HH:mm:ss"),
             "explanation": st.column_config.TextColumn("why flagged", width="large"),
