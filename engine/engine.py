@@ -166,8 +166,8 @@ class Engine:
             "active": self.store.count_sessions(updated_since=now - active_s),
             "looping": self.store.count_sessions(status="looping"),
             "rollbacks_window": len(rollbacks),
-            "compensations_pending": len(self.store.compensations(status="pending")),
-            "compensations_failed": len(self.store.compensations(status="failed")),
+            "compensations_pending": self.store.count_compensations("pending"),
+            "compensations_failed": self.store.count_compensations("failed"),
         }
 
     # -- operator actions -------------------------------------------------------------------

@@ -484,3 +484,14 @@ def test_a_recreated_session_gets_fresh_compensation_keys(engine):
         engine.delete_session("again", actor="a")
     assert keys[0] != keys[1] and all(k.startswith("again#1@") for k in keys)
     assert len(engine.compensations(status="pending")) == 2
+
+
+def test_fleet_stats_count_every_compensation(engine):
+    s = engine.session("many", on_loop="off")
+    start = s.snapshot("start")
+    for i in range(1005):
+        with s.step("debit", {"i": i}, side_effect=True, compensation=("refund", {"i": i}),
+                    snapshot=False) as c:
+            c.ok(i)
+    engine.rollback("many", to=start, actor="o", reason="x", notice=False)
+    assert engine.fleet_stats()["compensations_pending"] == 1005

@@ -227,6 +227,9 @@ class Store(Protocol):
     ) -> list[Compensation]:
         """Compensations, newest first."""
 
+    def count_compensations(self, status: str) -> int:
+        """How many compensations have `status` (pending, running, done, failed)."""
+
     def claim_compensation(
         self, names: list[str], owner: str, lease_s: float, now: float
     ) -> Compensation | None:

@@ -132,12 +132,8 @@ def _delegate(name: str):
     return method
 
 
-for _name in (
-    "ensure_session", "get_session", "list_sessions", "count_sessions", "set_status",
-    "append_messages", "put", "get_all", "live_messages", "all_messages", "take_snapshot",
-    "snapshots", "restorable_snapshot", "branches", "begin_step", "end_step", "steps",
-    "rollback", "add_notice", "audit", "add_audit", "events", "last_event_id",
-    "compensations", "claim_compensation", "finish_compensation", "doc_put", "doc_get",
-    "doc_scan", "delete_session", "purge_branches",
-):
+# Every method of the Store contract that FallbackStore does not define itself goes to the
+# active store; deriving the list from the contract keeps new methods from being forgotten.
+for _name in [n for n, v in vars(Store).items()
+              if callable(v) and not n.startswith("_") and n not in vars(FallbackStore)]:
     setattr(FallbackStore, _name, _delegate(_name))

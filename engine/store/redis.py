@@ -786,6 +786,10 @@ class RedisStore:
 
         return self._ids_newest_first(index, keep, limit, self._comp_records)
 
+    def count_compensations(self, status: str) -> int:
+        self.flush()
+        return int(self._guard(self._r.zcard, keys.comp_by_status(self._fb, status)))
+
     def claim_compensation(self, names, owner, lease_s, now) -> Compensation | None:
         if not names:
             return None

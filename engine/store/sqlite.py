@@ -792,6 +792,9 @@ class SQLiteStore:
         )
         return [self._to_comp(r) for r in rows]
 
+    def count_compensations(self, status: str) -> int:
+        return self._read("SELECT COUNT(*) FROM compensations WHERE status = ?", (status,))[0][0]
+
     def claim_compensation(self, names, owner, lease_s, now) -> Compensation | None:
         if not names:
             return None
