@@ -16,21 +16,24 @@ class ActionRefused(ValueError):
 
 
 def roll_back(engine: Engine, user: User, sid: str, target: str, reason: str,
-              notice: bool | str = True) -> RollbackResult:
+              notice: bool | str = True, expect_epoch: int | None = None) -> RollbackResult:
     """Roll session `sid` back to snapshot `target` on behalf of `user`.
 
     Args:
         notice: True for the template of the session's locale, a string for that exact text,
             False for none.
+        expect_epoch: the epoch the operator's preview showed; the engine refuses atomically
+            when someone else rolled the session back since.
 
     Raises:
         ActionRefused: no reason given. PermissionDenied: the user is a viewer (raised by the
-        engine). UnknownSnapshot, SnapshotNotRestorable, NothingToRollBack.
+        engine). UnknownSnapshot, SnapshotNotRestorable, NothingToRollBack, RollbackConflict.
     """
     reason = (reason or "").strip()
     if not reason:
         raise ActionRefused("say why you roll this session back; the reason goes to the audit log")
-    return engine.rollback(sid, to=target, actor=user.actor(), reason=reason, notice=notice)
+    return engine.rollback(sid, to=target, actor=user.actor(), reason=reason, notice=notice,
+                           expect_epoch=expect_epoch)
 
 
 def send_notice(engine: Engine, user: User, sid: str, text: str | None) -> str:

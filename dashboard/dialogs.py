@@ -102,7 +102,8 @@ def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
                    "above is now current. Check it and confirm again.")
         return
     try:
-        result = actions.roll_back(data.engine(), user, sid, chosen, reason, notice=notice)
+        result = actions.roll_back(data.engine(), user, sid, chosen, reason, notice=notice,
+                                   expect_epoch=seen[1] if seen else state)
     except (actions.ActionRefused, RewindError, PermissionError) as exc:
         st.error(str(exc))
         return

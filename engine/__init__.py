@@ -13,6 +13,7 @@ from engine.errors import (
     NothingToRollBack,
     PermissionDenied,
     RewindError,
+    RollbackConflict,
     SnapshotNotRestorable,
     StoreUnavailable,
     UnknownSession,
@@ -22,8 +23,9 @@ from engine.session import Session
 
 __all__ = [
     "Actor", "ContextBuilder", "Engine", "InvalidSessionId", "LoopDetected", "LoopDetector",
-    "NothingToRollBack", "PermissionDenied", "RewindError", "Session", "SnapshotNotRestorable",
-    "Step", "StoreUnavailable", "UnknownSession", "UnknownSnapshot", "Verdict",
+    "NothingToRollBack", "PermissionDenied", "RewindError", "RollbackConflict", "Session",
+    "SnapshotNotRestorable", "Step", "StoreUnavailable", "UnknownSession", "UnknownSnapshot",
+    "Verdict",
 ]
 __version__ = "0.1.0"
 

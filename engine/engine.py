@@ -173,12 +173,16 @@ class Engine:
     # -- operator actions -------------------------------------------------------------------
     def rollback(self, sid: str, to: str | None = None, *, actor: str | Actor = "system",
                  reason: str = "", notice: bool | str = True,
-                 automatic: bool = False, rule: str | None = None) -> RollbackResult:
+                 automatic: bool = False, rule: str | None = None,
+                 expect_epoch: int | None = None) -> RollbackResult:
         """Roll session `sid` back to snapshot `to` (None: its last healthy snapshot).
+
+        `expect_epoch` (the epoch the operator saw in the preview) makes the rollback refuse
+        with RollbackConflict if someone else rolled the session back in the meantime.
 
         Raises:
             PermissionDenied: the actor is a viewer. UnknownSession, UnknownSnapshot,
-            SnapshotNotRestorable, NothingToRollBack.
+            SnapshotNotRestorable, NothingToRollBack, RollbackConflict.
         """
         who = _actor(actor)
         _require_operator(who, "roll sessions back")
@@ -195,7 +199,8 @@ class Engine:
             text = notice if isinstance(notice, str) else template_for(info.locale)
             message = notice_message(text)
         result = self.store.rollback(sid, target, actor=who.name, reason=reason or "",
-                                     notice=message, now=self.clock())
+                                     notice=message, now=self.clock(),
+                                     expect_epoch=expect_epoch)
         metrics.record_rollback(info.meta, automatic, rule)
         if result.compensations and self._handlers:
             self.run_compensations()

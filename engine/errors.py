@@ -29,6 +29,10 @@ class SnapshotNotRestorable(RewindError, ValueError):
     """The snapshot exists but cannot be a rollback target (abandoned branch or retired)."""
 
 
+class RollbackConflict(RewindError, RuntimeError):
+    """The session was rolled back by someone else after the caller looked at it."""
+
+
 class NothingToRollBack(RewindError, ValueError):
     """A rollback was asked for but no restorable snapshot qualifies."""
 

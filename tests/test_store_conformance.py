@@ -13,6 +13,7 @@ from engine import (
     InvalidSessionId,
     LoopDetected,
     PermissionDenied,
+    RollbackConflict,
     SnapshotNotRestorable,
     UnknownSession,
     UnknownSnapshot,
@@ -495,3 +496,18 @@ def test_fleet_stats_count_every_compensation(engine):
             c.ok(i)
     engine.rollback("many", to=start, actor="o", reason="x", notice=False)
     assert engine.fleet_stats()["compensations_pending"] == 1005
+
+
+def test_a_rollback_that_expects_an_older_epoch_is_refused(engine):
+    s = engine.session("s")
+    snap = s.snapshot("a")
+    s.append_message("user", "x")
+    seen = s.info().epoch
+    engine.rollback("s", to=snap, actor="bob", reason="first", notice=False)
+    s.append_message("user", "y")
+    with pytest.raises(RollbackConflict, match="someone else"):
+        engine.rollback("s", to=snap, actor="alice", reason="late", expect_epoch=seen)
+    assert [m["content"] for m in s.state().messages] == ["y"]
+    r = engine.rollback("s", to=snap, actor="alice", reason="fresh", notice=False,
+                        expect_epoch=s.info().epoch)
+    assert r.epoch == seen + 2

@@ -181,6 +181,7 @@ class Store(Protocol):
         reason: str,
         notice: dict | None,
         now: float,
+        expect_epoch: int | None = None,
     ) -> RollbackResult:
         """Make snapshot `target` the head, abandon what came after, queue compensations.
 
@@ -193,7 +194,8 @@ class Store(Protocol):
         nothing.
 
         Raises:
-            UnknownSession, UnknownSnapshot, SnapshotNotRestorable.
+            UnknownSession, UnknownSnapshot, SnapshotNotRestorable, RollbackConflict (the epoch
+            is no longer `expect_epoch`: someone else rolled the session back meanwhile).
         """
 
     def add_notice(self, sid: str, message: dict, actor: str, now: float) -> None:

@@ -79,6 +79,7 @@ from redis.exceptions import (
 from redis.retry import Retry
 
 from engine.errors import (
+    RollbackConflict,
     SnapshotNotRestorable,
     StoreError,
     StoreUnavailable,
@@ -327,6 +328,11 @@ class RedisStore:
             return SnapshotNotRestorable(
                 f"snapshot {target!r} lies on the abandoned branch {detail}; "
                 "roll back to a snapshot on the live line"
+            )
+        if code == "EPOCH_MOVED":
+            return RollbackConflict(
+                f"session {sid!r} was rolled back by someone else (epoch is now {detail}); "
+                "look at it again before rolling back"
             )
         if code == "RETIRED":
             return SnapshotNotRestorable(
@@ -648,11 +654,12 @@ class RedisStore:
         return self._to_steps({flat[i]: flat[i + 1] for i in range(0, len(flat), 2)})
 
     # -- rollback ---------------------------------------------------------------------------
-    def rollback(self, sid, target, *, actor, reason, notice, now) -> RollbackResult:
+    def rollback(self, sid, target, *, actor, reason, notice, now,
+                 expect_epoch=None) -> RollbackResult:
         notice_text = None if notice is None else notice.get("content")
         result, extra = self._write("rollback", sid, now, [
             target, _dumps(actor), _dumps(reason), "" if notice is None else _dumps(notice),
-            _dumps(notice_text),
+            _dumps(notice_text), "" if expect_epoch is None else str(int(expect_epoch)),
         ], sync=True)
         r = json.loads(result)
         ids = [int(x) for x in extra.split(",") if x]

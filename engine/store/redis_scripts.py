@@ -510,9 +510,10 @@ return done(S.epoch)
 
 ROLLBACK = r"""
 -- ARGV[9] target snapshot id, [10] actor JSON, [11] reason JSON, [12] notice message JSON or "",
--- [13] notice text JSON
+-- [13] notice text JSON, [14] expected epoch or ""
 local r = replay() if r then return r end
 need()
+if ARGV[14] ~= "" and S.epoch ~= ARGV[14] then fail("EPOCH_MOVED", S.epoch) end
 local target = ARGV[9]
 local P = K_snapshots(B)
 local sseq = string.match(target, "^snap%-(%d+)$")

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from engine.errors import (
+    RollbackConflict,
     SchemaMismatch,
     SnapshotNotRestorable,
     StoreUnavailable,
@@ -607,9 +608,15 @@ class SQLiteStore:
         return [self._to_step(r) for r in rows]
 
     # -- rollback ---------------------------------------------------------------------------
-    def rollback(self, sid, target, *, actor, reason, notice, now) -> RollbackResult:
+    def rollback(self, sid, target, *, actor, reason, notice, now,
+                 expect_epoch=None) -> RollbackResult:
         with self._write() as conn:
             seq, epoch, _msgs, _steps, _head = self._session_row(conn, sid)
+            if expect_epoch is not None and epoch != expect_epoch:
+                raise RollbackConflict(
+                    f"session {sid!r} was rolled back by someone else (epoch is now {epoch}); "
+                    "look at it again before rolling back"
+                )
             snap = conn.execute(
                 "SELECT seq, msg_count, branch, retired_at FROM snapshots "
                 "WHERE session = ? AND id = ?", (sid, target),
