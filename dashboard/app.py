@@ -47,6 +47,12 @@ if user.source == "demo":
             "and you act as the operator `demo`. Configure accounts in .streamlit/secrets.toml "
             "before sharing it.", icon=":material/science:")
 
+degraded = data.engine().degraded
+if degraded:
+    st.error(f"**Degraded store:** {degraded}. Sessions written now live in the fallback store; "
+             "restart the console with Redis reachable to go back to it.",
+             icon=":material/warning:")
+
 try:
     freeze = settings.freeze_window(access.read_secrets())
 except settings.SettingsError as exc:

@@ -284,3 +284,18 @@ def test_malformed_accounts_are_reported_not_crashed(store):
     at.run()
     assert not at.exception
     assert "rewind hash-password" in texts(at.error)
+
+
+def test_a_degraded_store_is_shown_in_a_banner(tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    fallback = f"sqlite:///{tmp_path}/fallback.db"
+    url = f"redis://u:pw-secret@127.0.0.1:{port}/0?retries=0&fallback={fallback}"
+    at = app(url)
+    assert not at.exception
+    banner = texts(at.error)
+    assert "Degraded store" in banner and f"127.0.0.1:{port}" in banner
+    assert "pw-secret" not in banner
