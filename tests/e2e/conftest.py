@@ -18,7 +18,7 @@ from .server import CHROMIUM, CHROMIUM_ARGS, Console, start_console, stop_consol
 ACCOUNTS = {"olivia": ("operator", "olivia-on-call"), "victor": ("viewer", "victor-reads")}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def console(tmp_path_factory) -> Console:
     if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
         pytest.skip("no Chromium at /usr/bin/chromium (apt-get install -y chromium)")
@@ -41,7 +41,9 @@ def shots(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API keeps an event loop running in the main
+# thread while it is open, which breaks every later test that calls asyncio.run().
+@pytest.fixture(scope="package")
 def browser():
     from playwright.sync_api import sync_playwright
 
