@@ -59,8 +59,10 @@ def _assert_world_matches_live_lines(engine: Engine, ledger: Ledger) -> None:
 
 def test_demo_flags_loops_rolls_back_and_compensates_once(tmp_path):
     url, ledger_path = _url(tmp_path), str(tmp_path / "world.db")
-    stats = run_demo(url, sessions=10, speed=400, seed=7, duration=4, ledger=ledger_path,
-                     memory=False)
+    # once: each slot runs one whole session, so what is produced does not depend on how fast
+    # a loaded machine runs; the duration only caps a run that hangs
+    stats = run_demo(url, sessions=16, speed=0, seed=7, duration=120, once=True,
+                     ledger=ledger_path, memory=False)
     assert stats.errors == []
     assert stats.warnings == []  # memory and budgets, where the engine has them, worked
 
@@ -105,7 +107,9 @@ def test_demo_flags_loops_rolls_back_and_compensates_once(tmp_path):
 
 def test_demo_worker_processes(tmp_path):
     url, ledger_path = _url(tmp_path), str(tmp_path / "world.db")
-    stats = run_demo(url, sessions=4, speed=0, seed=11, workers=2, duration=4,
+    # once: every slot runs one whole session (no race against a clock on a loaded machine);
+    # the duration only caps a run that hangs
+    stats = run_demo(url, sessions=4, speed=0, seed=11, workers=2, duration=120, once=True,
                      ledger=ledger_path, memory=False)
     assert stats.errors == [] and stats.warnings == []
     engine = Engine.open(url)
