@@ -29,13 +29,15 @@ def _kill_rounds(url: str, rounds: int, seed: int, restart=None,
     for round_no in range(rounds):
         sid = f"crash-{round_no % 3}"
         proc = _spawn(url, sid, 10_000, rollback_every=rng.choice([0, 3, 7]))
-        time.sleep(rng.uniform(0.4, 1.2))
+        first = proc.stdout.readline()  # the agent is up and stepping, however slow the machine
+        time.sleep(rng.uniform(0.1, 0.8))
         restarted = restart is not None and restart(round_no)
         if restarted:
             time.sleep(rng.uniform(0.3, 0.6))
             survivors.append(proc.poll() is None)
         proc.send_signal(signal.SIGKILL)
         out, _ = proc.communicate()
+        out = first + out
         acked.setdefault(sid, set()).update(
             int(line.split()[1]) for line in out.splitlines() if line.startswith("ACK")
         )
