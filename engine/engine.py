@@ -174,11 +174,13 @@ class Engine:
     def rollback(self, sid: str, to: str | None = None, *, actor: str | Actor = "system",
                  reason: str = "", notice: bool | str = True,
                  automatic: bool = False, rule: str | None = None,
-                 expect_epoch: int | None = None) -> RollbackResult:
+                 expect_epoch: int | None = None, kind: str = "rollback") -> RollbackResult:
         """Roll session `sid` back to snapshot `to` (None: its last healthy snapshot).
 
         `expect_epoch` (the epoch the operator saw in the preview) makes the rollback refuse
         with RollbackConflict if someone else rolled the session back in the meantime.
+        `kind="fork"` is an integration's time travel: same mechanics, no recovery status, not
+        counted as a rollback.
 
         Raises:
             PermissionDenied: the actor is a viewer. UnknownSession, UnknownSnapshot,
@@ -198,10 +200,13 @@ class Engine:
         if notice:
             text = notice if isinstance(notice, str) else template_for(info.locale)
             message = notice_message(text)
+        if kind not in ("rollback", "fork"):
+            raise ValueError(f"kind must be rollback or fork, not {kind!r}")
         result = self.store.rollback(sid, target, actor=who.name, reason=reason or "",
                                      notice=message, now=self.clock(),
-                                     expect_epoch=expect_epoch)
-        metrics.record_rollback(info.meta, automatic, rule)
+                                     expect_epoch=expect_epoch, kind=kind)
+        if kind == "rollback":
+            metrics.record_rollback(info.meta, automatic, rule)
         if result.compensations and self._handlers:
             self.run_compensations()
         return result

@@ -511,3 +511,18 @@ def test_a_rollback_that_expects_an_older_epoch_is_refused(engine):
     r = engine.rollback("s", to=snap, actor="alice", reason="fresh", notice=False,
                         expect_epoch=s.info().epoch)
     assert r.epoch == seen + 2
+
+
+def test_a_fork_moves_the_line_without_counting_as_a_recovery(engine):
+    s = engine.session("s")
+    snap = s.snapshot("parent")
+    s.append_message("user", "first path")
+    r = engine.rollback("s", to=snap, actor="langgraph", reason="fork", notice=False,
+                        kind="fork")
+    info = s.info()
+    assert info.status == "healthy" and info.rollbacks == 0 and info.epoch == r.epoch == 1
+    assert s.state().messages == [] and len(s.branches()) == 1
+    assert [e.action for e in engine.audit(session="s")] == ["fork"]
+    assert engine.events(session="s")[-1].type == "fork"
+    with pytest.raises(ValueError):
+        engine.rollback("s", to=snap, actor="a", reason="r", kind="sideways")

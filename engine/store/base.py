@@ -182,6 +182,7 @@ class Store(Protocol):
         notice: dict | None,
         now: float,
         expect_epoch: int | None = None,
+        kind: str = "rollback",
     ) -> RollbackResult:
         """Make snapshot `target` the head, abandon what came after, queue compensations.
 
@@ -196,6 +197,9 @@ class Store(Protocol):
         Raises:
             UnknownSession, UnknownSnapshot, SnapshotNotRestorable, RollbackConflict (the epoch
             is no longer `expect_epoch`: someone else rolled the session back meanwhile).
+
+        `kind="fork"` moves the live line the same way for an integration's time travel (e.g. a
+        LangGraph fork): the status and the rollback count stay, and it is audited as a fork.
         """
 
     def add_notice(self, sid: str, message: dict, actor: str, now: float) -> None:

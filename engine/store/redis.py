@@ -655,11 +655,12 @@ class RedisStore:
 
     # -- rollback ---------------------------------------------------------------------------
     def rollback(self, sid, target, *, actor, reason, notice, now,
-                 expect_epoch=None) -> RollbackResult:
+                 expect_epoch=None, kind="rollback") -> RollbackResult:
         notice_text = None if notice is None else notice.get("content")
         result, extra = self._write("rollback", sid, now, [
             target, _dumps(actor), _dumps(reason), "" if notice is None else _dumps(notice),
             _dumps(notice_text), "" if expect_epoch is None else str(int(expect_epoch)),
+            "fork" if kind == "fork" else "rollback",
         ], sync=True)
         r = json.loads(result)
         ids = [int(x) for x in extra.split(",") if x]

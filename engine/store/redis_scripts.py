@@ -510,7 +510,8 @@ return done(S.epoch)
 
 ROLLBACK = r"""
 -- ARGV[9] target snapshot id, [10] actor JSON, [11] reason JSON, [12] notice message JSON or "",
--- [13] notice text JSON, [14] expected epoch or ""
+-- [13] notice text JSON, [14] expected epoch or "", [15] "fork" for a fork (status and rollback
+-- count unchanged, audited as a fork) else a rollback
 local r = replay() if r then return r end
 need()
 if ARGV[14] ~= "" and S.epoch ~= ARGV[14] then fail("EPOCH_MOVED", S.epoch) end
@@ -608,8 +609,10 @@ redis.call("HSET", K_branches(B), branch, "[" .. int(seq) .. "," .. epoch .. ","
            cjson.encode(target) .. "," .. ARGV[10] .. "," .. ARGV[11] .. "," .. NOW .. "]")
 redis.call("HSET", K_branch_items(B), branch, table.concat(items, " "))
 redis.call("ZADD", K_branches_by_epoch(B), epoch, branch)
-set("seq", int(seq), "epoch", epoch, "head", target, "msgs", smsgs, "status", "rolled_back",
-    "rollbacks", int(tonumber(S.rollbacks) + 1), "updated", NOW)
+local fork = ARGV[15] == "fork"
+set("seq", int(seq), "epoch", epoch, "head", target, "msgs", smsgs,
+    "status", fork and S.status or "rolled_back",
+    "rollbacks", fork and S.rollbacks or int(tonumber(S.rollbacks) + 1), "updated", NOW)
 
 local notice = "null"
 if ARGV[12] ~= "" then
@@ -629,8 +632,9 @@ local counts = '"epoch":' .. epoch .. ',"messages":' .. int(n_messages) .. ',"no
 local detail = '{"branch":"' .. branch .. '","compensations":[' .. table.concat(names, ",") ..
                '],' .. counts .. '}'
 local target_json = cjson.encode(target)
-audit("rollback", ARGV[10], target_json, ARGV[11], detail)
-event("rollback", '{"actor":' .. ARGV[10] .. ',"target":' .. target_json .. "," ..
+local action = fork and "fork" or "rollback"
+audit(action, ARGV[10], target_json, ARGV[11], detail)
+event(action, '{"actor":' .. ARGV[10] .. ',"target":' .. target_json .. "," ..
       string.sub(detail, 2))
 if ARGV[12] ~= "" then
   audit("notice", ARGV[10], target_json, ARGV[11], '{"text":' .. notice .. '}')

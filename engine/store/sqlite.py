@@ -609,7 +609,7 @@ class SQLiteStore:
 
     # -- rollback ---------------------------------------------------------------------------
     def rollback(self, sid, target, *, actor, reason, notice, now,
-                 expect_epoch=None) -> RollbackResult:
+                 expect_epoch=None, kind="rollback") -> RollbackResult:
         with self._write() as conn:
             seq, epoch, _msgs, _steps, _head = self._session_row(conn, sid)
             if expect_epoch is not None and epoch != expect_epoch:
@@ -682,10 +682,13 @@ class SQLiteStore:
                 "ORDER BY n DESC", (sid, branch),
             ).fetchall()
             queued = self._queue_compensations(conn, sid, comp_rows, branch, now)
+            fork = kind == "fork"  # a fork moves the line but is no recovery: status stays
             conn.execute(
                 "UPDATE sessions SET seq = ?, epoch = ?, head = ?, msg_count = ?, "
-                "status = 'rolled_back', rollbacks = rollbacks + 1, updated_at = ? WHERE id = ?",
-                (seq, new_epoch, target, snap_msgs, now, sid),
+                "status = CASE WHEN ? THEN status ELSE 'rolled_back' END, "
+                "rollbacks = rollbacks + CASE WHEN ? THEN 0 ELSE 1 END, updated_at = ? "
+                "WHERE id = ?",
+                (seq, new_epoch, target, snap_msgs, fork, fork, now, sid),
             )
             notice_text = None
             if notice is not None:
@@ -696,12 +699,13 @@ class SQLiteStore:
                 "steps": counts["steps"], "snapshots": counts["snapshots"],
                 "compensations": [c.name for c in queued], "notice": notice_text,
             }
+            action = "fork" if fork else "rollback"
             conn.execute(
                 "INSERT INTO audit(at, actor, action, session, snapshot, reason, detail) "
-                "VALUES (?, ?, 'rollback', ?, ?, ?, ?)",
-                (now, actor, sid, target, reason, _dumps(detail)),
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (now, actor, action, sid, target, reason, _dumps(detail)),
             )
-            self._event(conn, now, sid, "rollback", {"target": target, "actor": actor, **detail})
+            self._event(conn, now, sid, action, {"target": target, "actor": actor, **detail})
             if notice_text is not None:
                 conn.execute(
                     "INSERT INTO audit(at, actor, action, session, snapshot, reason, detail) "

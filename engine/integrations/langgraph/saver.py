@@ -579,7 +579,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
             return False
         try:
             self.engine.rollback(sid, to=snap, actor=ACTOR,
-                                 reason=f"fork from checkpoint {parent_id}", notice=False)
+                                 reason=f"fork from checkpoint {parent_id}", notice=False,
+                                 kind="fork")
         except (UnknownSnapshot, SnapshotNotRestorable):
             return False
         return True
