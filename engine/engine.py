@@ -160,12 +160,11 @@ class Engine:
     def fleet_stats(self, window_s: float = 3600.0, active_s: float = 300.0) -> dict:
         """KPIs for the fleet view: active sessions, looping now, rollbacks and compensations."""
         now = self.clock()
-        rollbacks = self.store.audit(action="rollback", since=now - window_s, limit=100_000)
         return {
             "sessions": self.store.count_sessions(),
             "active": self.store.count_sessions(updated_since=now - active_s),
             "looping": self.store.count_sessions(status="looping"),
-            "rollbacks_window": len(rollbacks),
+            "rollbacks_window": self.store.count_audit("rollback", now - window_s),
             "compensations_pending": self.store.count_compensations("pending"),
             "compensations_failed": self.store.count_compensations("failed"),
         }

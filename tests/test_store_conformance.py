@@ -526,3 +526,19 @@ def test_a_fork_moves_the_line_without_counting_as_a_recovery(engine):
     assert engine.events(session="s")[-1].type == "fork"
     with pytest.raises(ValueError):
         engine.rollback("s", to=snap, actor="a", reason="r", kind="sideways")
+
+
+def test_rollbacks_in_the_window_are_counted_by_time(store_url):
+    now = [1_000_000.0]
+    engine = Engine.open(store_url, clock=lambda: now[0])
+    s = engine.session("s")
+    snap = s.snapshot()
+    for _ in range(3):
+        s.append_message("user", "x")
+        engine.rollback("s", to=snap, actor="a", reason="r", notice=False)
+        now[0] += 1000
+    engine.notice("s", actor="a")
+    assert engine.store.count_audit("rollback", 1_000_000.0) == 3
+    assert engine.store.count_audit("rollback", 1_000_500.0) == 2
+    assert engine.store.count_audit("rollback", 1_010_000.0) == 0
+    assert engine.fleet_stats(window_s=1600)["rollbacks_window"] == 2

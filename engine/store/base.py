@@ -217,6 +217,9 @@ class Store(Protocol):
     ) -> list[AuditEvent]:
         """Audit events, newest first."""
 
+    def count_audit(self, action: str, since: float) -> int:
+        """How many audit events of `action` happened at or after `since`."""
+
     def add_audit(self, actor: str, action: str, session: str | None, snapshot: str | None,
                   reason: str | None, detail: dict, now: float) -> None:
         """Append an audit event (and a feed event)."""

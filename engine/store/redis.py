@@ -743,6 +743,16 @@ class RedisStore:
             index = keys.audit_all(self._fb)
         return self._ids_newest_first(index, keep, limit, self._audit_records)
 
+    def count_audit(self, action: str, since: float) -> int:
+        self.flush()
+        # audit ids grow with time: find the first id at or after `since`, count from there
+        first = self._guard(self._r.zrangebyscore, keys.audit_by_time(self._fb), _num(since),
+                            "+inf", start=0, num=1)
+        if not first:
+            return 0
+        return int(self._guard(self._r.zcount, keys.audit_by_action(self._fb, action),
+                               int(first[0]), "+inf"))
+
     def add_audit(self, actor, action, session, snapshot, reason, detail, now) -> None:
         self._fleet("audit", [
             self.events_maxlen, self.session_events_maxlen, _num(now), session or "",

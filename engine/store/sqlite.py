@@ -116,6 +116,7 @@ CREATE TABLE IF NOT EXISTS audit (
     action TEXT NOT NULL, session TEXT, snapshot TEXT, reason TEXT, detail TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_at ON audit(at);
+CREATE INDEX IF NOT EXISTS audit_action ON audit(action, at);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, session TEXT, type TEXT NOT NULL,
     data TEXT NOT NULL
@@ -747,6 +748,10 @@ class SQLiteStore:
         )
         return [AuditEvent(id=r[0], at=r[1], actor=r[2], action=r[3], session=r[4],
                            snapshot=r[5], reason=r[6], detail=json.loads(r[7])) for r in rows]
+
+    def count_audit(self, action: str, since: float) -> int:
+        return self._read("SELECT COUNT(*) FROM audit WHERE action = ? AND at >= ?",
+                          (action, since))[0][0]
 
     def add_audit(self, actor, action, session, snapshot, reason, detail, now) -> None:
         with self._write() as conn:
