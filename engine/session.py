@@ -236,7 +236,7 @@ class Session:
             ValueError: empty or non-string role. TypeError: content not representable as JSON.
         """
         msg = _message(role, content, extra)
-        self._after_write(self._engine.store.append_messages(self.id, [msg], self._engine.clock()))
+        self._sync_epoch(self._engine.store.append_messages(self.id, [msg], self._engine.clock()))
 
     def append_messages(self, messages: list[dict]) -> None:
         """Append several chat messages in one atomic write."""
@@ -247,7 +247,7 @@ class Session:
             extra = {k: v for k, v in m.items() if k not in ("role", "content")}
             msgs.append(_message(m["role"], m.get("content"), extra))
         if msgs:
-            self._after_write(
+            self._sync_epoch(
                 self._engine.store.append_messages(self.id, msgs, self._engine.clock())
             )
 
@@ -263,7 +263,7 @@ class Session:
                 raise ValueError(f"a variable name must be a non-empty string, not {key!r}")
             clean[key] = canonicalize(value, key)
         if clean:
-            self._after_write(self._engine.store.put(self.id, "var", clean, self._engine.clock()))
+            self._sync_epoch(self._engine.store.put(self.id, "var", clean, self._engine.clock()))
 
     def del_var(self, key: str) -> None:
         """Delete a variable."""
@@ -351,7 +351,7 @@ class Session:
         return RollbackPreview(session=self.id, target=target, messages=live[node.messages:],
                                steps=leaving, compensations=comps)
 
-    def rollback(self, to: str | None = None, actor: str = "system", reason: str = "",
+    def rollback(self, to: str | None = None, actor: Any = "system", reason: str = "",
                  notice: bool | str = True) -> RollbackResult:
         """Roll the live line back to snapshot `to` (None: the last healthy snapshot).
 
@@ -364,14 +364,12 @@ class Session:
         """
         return self._engine.rollback(self.id, to=to, actor=actor, reason=reason, notice=notice)
 
-    def inject_notice(self, text: str | None = None, actor: str = "system") -> str:
-        """Append a recovery notice (None: the default template for the session's locale)."""
+    def inject_notice(self, text: str | None = None, actor: Any = "system") -> str:
+        """Append a recovery notice (None: the default template for the session's locale).
+        `actor` is a name or an `Actor` (a viewer is refused)."""
         return self._engine.notice(self.id, text, actor=actor)
 
     # -- internals --------------------------------------------------------------------------
-    def _after_write(self, epoch: int) -> None:
-        self._sync_epoch(epoch)
-
     def _sync_epoch(self, epoch: int, exclude: int | None = None) -> None:
         """Rebuild the detector window from the live steps when the epoch moved."""
         if self._epoch == epoch:
