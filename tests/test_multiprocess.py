@@ -73,32 +73,47 @@ def test_operator_rolls_back_while_the_agent_steps(sqlite_url):
     assert len(live) == len(set(live))
 
 
-@pytest.mark.slow
-def test_kill_9_at_random_points_loses_nothing_acknowledged(sqlite_url):
-    rng = random.Random(7)
-    engine = Engine.open(sqlite_url)
+def kill_rounds(url: str, rounds: int, seed: int, restart=None,
+                survivors: list | None = None) -> dict[str, set[int]]:
+    """Run agents on `url` and SIGKILL each at a random moment once it acknowledged a step;
+    `restart(round_no)` may kill and restart the server while an agent runs (`survivors` then
+    collects whether that agent was still running when killed). Returns the acknowledged step
+    numbers per session."""
+    rng = random.Random(seed)
     acked: dict[str, set[int]] = {}
-    for round_no in range(12):
+    for round_no in range(rounds):
         sid = f"crash-{round_no % 3}"
-        proc = _spawn(sqlite_url, sid, 10_000, rollback_every=rng.choice([0, 3, 7]))
+        proc = _spawn(url, sid, 10_000, rollback_every=rng.choice([0, 3, 7]))
         first = proc.stdout.readline()  # the agent is up and stepping, however slow the machine
         time.sleep(rng.uniform(0.05, 0.8))
+        if restart is not None and restart(round_no):
+            time.sleep(rng.uniform(0.3, 0.6))
+            survivors.append(proc.poll() is None)
         proc.send_signal(signal.SIGKILL)
         out, _ = proc.communicate()
-        out = first + out
         acked.setdefault(sid, set()).update(
-            int(line.split()[1]) for line in out.splitlines() if line.startswith("ACK")
+            int(line.split()[1]) for line in (first + out).splitlines() if line.startswith("ACK")
         )
-    reopened = Engine.open(sqlite_url)
+    return acked
+
+
+def check_after_kills(engine: Engine, acked: dict[str, set[int]]) -> None:
+    """Every session is consistent, every acknowledged step is stored, the store still works."""
     for sid, steps in acked.items():
-        assert steps, "the agent acknowledged nothing before the kill; slow machine?"
-        assert_consistent(reopened, sid)
-        stored = {rec.n for rec in reopened.get_session(sid).steps() if rec.status != "running"}
+        assert steps, "the agent acknowledged nothing before the kill"
+        assert_consistent(engine, sid)
+        stored = {rec.n for rec in engine.get_session(sid).steps() if rec.status != "running"}
         assert steps <= stored
-    # the store still works after the kills
-    s = reopened.session("crash-0")
+    s = engine.session("crash-0")
     snap = s.snapshot("after crash")
     s.append_message("user", "still here")
     s.rollback(to=snap, actor="test", reason="check", notice=False)
-    assert_consistent(reopened, "crash-0")
-    engine.close()
+    assert_consistent(engine, "crash-0")
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_points_loses_nothing_acknowledged(sqlite_url):
+    acked = kill_rounds(sqlite_url, rounds=12, seed=7)
+    reopened = Engine.open(sqlite_url)
+    check_after_kills(reopened, acked)
+    reopened.close()

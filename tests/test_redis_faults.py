@@ -4,14 +4,10 @@ is consistent and every step the store acknowledged is there."""
 
 from __future__ import annotations
 
-import random
-import signal
-import time
-
 import pytest
 import test_multiprocess as multiprocess
 from redis_servers import RedisServer, cluster, fresh_prefix, require_redis
-from test_multiprocess import _spawn, assert_consistent
+from test_multiprocess import check_after_kills, kill_rounds
 
 from engine import Engine
 from engine.store import keys
@@ -19,44 +15,10 @@ from engine.store import keys
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
 
-def _kill_rounds(url: str, rounds: int, seed: int, restart=None,
-                 survivors: list | None = None) -> dict[str, set[int]]:
-    """Run agents on `url` and SIGKILL each at a random moment; `restart(round_no)` may kill and
-    restart the server while an agent runs (`survivors` collects whether that agent was still
-    running when killed). Returns the acknowledged step numbers per session."""
-    rng = random.Random(seed)
-    acked: dict[str, set[int]] = {}
-    for round_no in range(rounds):
-        sid = f"crash-{round_no % 3}"
-        proc = _spawn(url, sid, 10_000, rollback_every=rng.choice([0, 3, 7]))
-        first = proc.stdout.readline()  # the agent is up and stepping, however slow the machine
-        time.sleep(rng.uniform(0.1, 0.8))
-        restarted = restart is not None and restart(round_no)
-        if restarted:
-            time.sleep(rng.uniform(0.3, 0.6))
-            survivors.append(proc.poll() is None)
-        proc.send_signal(signal.SIGKILL)
-        out, _ = proc.communicate()
-        out = first + out
-        acked.setdefault(sid, set()).update(
-            int(line.split()[1]) for line in out.splitlines() if line.startswith("ACK")
-        )
-    return acked
-
-
 def _check(engine: Engine, acked: dict[str, set[int]]) -> None:
-    for sid, steps in acked.items():
-        assert steps, "the agent acknowledged nothing before the kill; slow machine?"
-        assert_consistent(engine, sid)
+    check_after_kills(engine, acked)
+    for sid in acked:
         assert engine.store.verify_session(sid) == []
-        stored = {rec.n for rec in engine.get_session(sid).steps() if rec.status != "running"}
-        assert steps <= stored
-    # the store still works after the kills
-    s = engine.session("crash-0")
-    snap = s.snapshot("after crash")
-    s.append_message("user", "still here")
-    s.rollback(to=snap, actor="test", reason="check", notice=False)
-    assert_consistent(engine, "crash-0")
 
 
 def test_kills_and_a_server_restart_lose_nothing_acknowledged():
@@ -72,7 +34,7 @@ def test_kills_and_a_server_restart_lose_nothing_acknowledged():
             return False
 
         survivors: list[bool] = []
-        acked = _kill_rounds(url, rounds=12, seed=7, restart=restart, survivors=survivors)
+        acked = kill_rounds(url, rounds=12, seed=7, restart=restart, survivors=survivors)
         assert any(survivors), "agents should ride out a server restart on their retries"
         server.restart()
         engine = Engine.open(url)
@@ -85,7 +47,7 @@ def test_kills_and_a_server_restart_lose_nothing_acknowledged():
 def test_kills_on_the_cluster_leave_consistent_sessions_and_fleet_views():
     require_redis()
     url = cluster().url(prefix=fresh_prefix())
-    acked = _kill_rounds(url, rounds=8, seed=11)
+    acked = kill_rounds(url, rounds=8, seed=11)
     engine = Engine.open(url)
     store = engine.store
     store.rebuild_indexes()  # what `rewind doctor` does: finish what killed clients left
