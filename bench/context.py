@@ -34,9 +34,9 @@ sys.path.insert(0, str(ROOT))
 
 from rank_bm25 import BM25Okapi  # noqa: E402
 
-from engine.budget import ContextBuilder  # noqa: E402
-from engine.retrieval import HybridIndex, _top, tokenize, weighted_rrf  # noqa: E402
-from engine.tokens import get_encoding  # noqa: E402
+from engine.budget.builder import ContextBuilder  # noqa: E402
+from engine.budget.tokens import get_encoding  # noqa: E402
+from engine.memory.retrieval import HybridIndex, _top, tokenize, weighted_rrf  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "locomo10.json"
 

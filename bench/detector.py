@@ -22,9 +22,9 @@ import time
 import tracemalloc
 from collections.abc import Iterator
 
-from engine.detector import LoopDetector, Step
-from engine.fingerprint import digest, fingerprint
-from engine.normalize import Normalizer, error_signature, result_digest
+from engine.loops.detector import LoopDetector, Step
+from engine.loops.fingerprint import digest, fingerprint
+from engine.loops.normalize import Normalizer, error_signature, result_digest
 
 TARGET_MEDIAN_US = 20.0
 

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 from common import message, timed  # noqa: E402
 
 from engine import Engine  # noqa: E402
-from engine.store import keys  # noqa: E402
+from engine.store.redis import keys  # noqa: E402
 
 
 # -- throughput ---------------------------------------------------------------------------------

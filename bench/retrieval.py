@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.retrieval import (  # noqa: E402
+from engine.memory.retrieval import (  # noqa: E402
     BM25Index,
     HybridIndex,
     weighted_rrf,

@@ -17,8 +17,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import access, settings, views
-from dashboard.loops import LoopTally
 from engine import Engine, StoreUnavailable
+from engine.fleet import LoopTally
 
 FLEET_TTL = 5
 SESSION_TTL = 3
@@ -84,7 +84,7 @@ def loop_episodes(url: str | None, window_s: float) -> pd.DataFrame:
     """Loop episodes in the last `window_s` seconds (at, session, tenant, scenario, prompt)."""
     tally = _tally(url)
     tally.refresh(horizon_s=window_s)
-    return tally.frame(since=time.time() - window_s)
+    return views.loop_episodes_frame(tally.episodes(since=time.time() - window_s))
 
 
 # -- one session ------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from engine.notices import NOTICE_FLAG, TEMPLATES, template_for
+from engine.sessions.notices import NOTICE_FLAG, TEMPLATES, template_for
 
 ARGS_CHARS = 200
 """Arguments are cut to this many characters in hovers and tables."""
@@ -34,6 +34,14 @@ STATUS_LABELS = {
     "healthy": "🟢 healthy",
     "stopped": "⚪ stopped",
 }
+
+EPISODE_COLUMNS = ["at", "session", "tenant", "scenario", "prompt_version"]
+
+
+def loop_episodes_frame(episodes: Iterable[Any]) -> pd.DataFrame:
+    """Loop episodes (`engine.fleet.LoopEpisode`) as a frame with EPISODE_COLUMNS."""
+    return pd.DataFrame([tuple(e) for e in episodes], columns=EPISODE_COLUMNS)
+
 
 SESSION_COLUMNS = [
     "session", "status", "state", "tenant", "scenario", "prompt_version", "locale", "last_activity",

@@ -1,38 +1,85 @@
 """Rewind: catch LLM agents in tool-call death loops and roll them back.
 
-Public contract (see DESIGN.md): Engine, ContextBuilder, LoopDetector, LoopDetected, Step.
+Public contract (see DESIGN.md): Engine, ContextBuilder, LoopDetector, LoopDetected, Step, plus
+the records, config classes, vocabulary and errors exported below.
 """
 
 from __future__ import annotations
 
-from engine.detector import LoopDetector, Step, Verdict
-from engine.engine import Actor, Engine
+from typing import Any
+
+from engine.actions import Actor
+from engine.engine import Engine
 from engine.errors import (
+    BudgetError,
+    EncodingIntegrityError,
+    EncodingUnavailable,
     InvalidSessionId,
     LoopDetected,
     NothingToRollBack,
     PermissionDenied,
     RewindError,
     RollbackConflict,
+    SchemaMismatch,
     SnapshotNotRestorable,
+    StepError,
+    StoreError,
     StoreUnavailable,
+    UnknownCompensation,
+    UnknownEncoding,
     UnknownSession,
     UnknownSnapshot,
 )
-from engine.session import Session
+from engine.loops.detector import LoopDetector, Step, Verdict
+from engine.records import (
+    AuditEvent,
+    BranchInfo,
+    Compensation,
+    Event,
+    MessageRecord,
+    RollbackPreview,
+    RollbackResult,
+    SessionInfo,
+    SnapshotNode,
+    State,
+    StepRecord,
+)
+from engine.sessions.session import Session, StepCall
+from engine.store.base import Retention
+from engine.types import (
+    CompensationStatus,
+    LoopPolicy,
+    Role,
+    SessionStatus,
+    StepStatus,
+    StoredVerdict,
+    TokenBreakdown,
+)
 
 __all__ = [
-    "Actor", "ContextBuilder", "Engine", "InvalidSessionId", "LoopDetected", "LoopDetector",
-    "NothingToRollBack", "PermissionDenied", "RewindError", "RollbackConflict", "Session",
-    "SnapshotNotRestorable", "Step", "StoreUnavailable", "UnknownSession", "UnknownSnapshot",
-    "Verdict",
+    "Actor", "AuditEvent", "BranchInfo", "BudgetError", "Compensation", "CompensationStatus",
+    "Context", "ContextBuilder", "EncodingIntegrityError", "EncodingUnavailable", "Engine",
+    "Event", "InvalidSessionId", "LoopDetected", "LoopDetector", "LoopPolicy", "MemoryConfig",
+    "MessageRecord", "NothingToRollBack", "PermissionDenied", "Retention", "RewindError", "Role",
+    "RollbackConflict", "RollbackPreview", "RollbackResult", "SchemaMismatch", "Session",
+    "SessionInfo", "SessionStatus", "SnapshotNode", "SnapshotNotRestorable", "State", "Step",
+    "StepCall", "StepError", "StepRecord", "StepStatus", "StoreError", "StoreUnavailable",
+    "StoredVerdict", "TokenBreakdown", "UnknownCompensation", "UnknownEncoding",
+    "UnknownSession", "UnknownSnapshot", "Verdict",
 ]
 __version__ = "0.1.0"
 
+_LAZY = {  # tiktoken and the retrieval stack load only when they are used
+    "ContextBuilder": "engine.budget.builder",
+    "Context": "engine.budget.builder",
+    "MemoryConfig": "engine.memory.config",
+}
 
-def __getattr__(name: str):
-    if name == "ContextBuilder":  # tiktoken loads only when a context is built
-        from engine.budget import ContextBuilder
 
-        return ContextBuilder
-    raise AttributeError(f"module 'engine' has no attribute {name!r}")
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -78,3 +78,23 @@ class LoopDetected(RewindError):
         self.rollback = rollback
         where = f"; rolled back to {rollback.target}" if rollback is not None else ""
         super().__init__(f"loop detected ({verdict.rule}): {verdict.explanation}{where}")
+
+
+class UnknownEncoding(RewindError, ValueError):
+    """The encoding name is not one Rewind can load offline."""
+
+
+class EncodingUnavailable(RewindError, LookupError):
+    """No installed package carries the rank file of a known encoding."""
+
+
+class EncodingIntegrityError(RewindError, ValueError):
+    """A shipped rank file does not have the SHA-256 published with tiktoken."""
+
+
+class BudgetError(RewindError, ValueError):
+    """What must always be kept does not fit the window, or the builder was set up wrongly."""
+
+
+class EmbedderUnavailable(RewindError, RuntimeError):
+    """The embedding model or the library that runs it is not installed."""

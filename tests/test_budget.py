@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.budget import BudgetError, ContextBuilder, split_sentences
-from engine.tokens import get_encoding
+from engine.budget.builder import BudgetError, ContextBuilder, split_sentences
+from engine.budget.tokens import get_encoding
 
 # Characters that stress BPE boundaries: whitespace runs, punctuation, slashes, CJK, digits.
 ALPHABET = st.sampled_from(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.contradictions import Contradiction, ContradictionChecker, RuleChecker
+from engine.memory.contradictions import Contradiction, ContradictionChecker, RuleChecker
 
 CHECKER = RuleChecker()
 

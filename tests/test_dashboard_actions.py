@@ -9,7 +9,7 @@ from e2e.seed import LOOPING, seed_looping
 from dashboard import actions
 from dashboard.access import User
 from engine import Engine, PermissionDenied
-from engine.notices import TEMPLATES
+from engine.sessions.notices import TEMPLATES
 
 OPERATOR = User("olivia", "operator", "local")
 VIEWER = User("victor", "viewer", "local")

@@ -1,4 +1,4 @@
-"""Loop episodes over time, counted from the engine's event feed (dashboard.loops)."""
+"""Loop episodes over time, counted from the engine's event feed (engine.fleet)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import pytest
 from e2e.seed import AUTO_ROLLED_BACK, LOOPING, seed_auto_rolled_back, seed_looping
 
-from dashboard.loops import LoopTally, first_cursor_at
+from dashboard.views import loop_episodes_frame
 from engine import Engine
+from engine.fleet import LoopTally, first_cursor_at
 
 
 @dataclass
@@ -86,7 +87,7 @@ def test_a_flagged_loop_is_one_episode_however_often_it_is_flagged(engine):
     assert engine.get_session(LOOPING).info().loops >= 2
     tally = tally_of(engine)
     tally.refresh()
-    frame = tally.frame()
+    frame = loop_episodes_frame(tally.episodes())
     assert frame["session"].tolist() == [LOOPING]
     assert frame.iloc[0][["tenant", "scenario", "prompt_version"]].tolist() == \
         ["globex", "refund", "v8"]
@@ -102,7 +103,8 @@ def test_an_automatic_rollback_ends_the_episode_and_a_new_loop_starts_another(en
     fail_times(s, 4)
     tally = tally_of(engine)
     tally.refresh()
-    assert tally.frame()["session"].tolist() == [AUTO_ROLLED_BACK, "again", "again"]
+    sessions = loop_episodes_frame(tally.episodes())["session"].tolist()
+    assert sessions == [AUTO_ROLLED_BACK, "again", "again"]
 
 
 def test_refresh_reads_only_new_events_and_respects_the_horizon(engine):
@@ -112,21 +114,21 @@ def test_refresh_reads_only_new_events_and_respects_the_horizon(engine):
     engine.test_clock.t += 10_000  # the first loop is now older than the horizon
     tally = tally_of(engine, horizon=5_000)
     first = tally.refresh()
-    assert first == 0 and tally.frame().empty
+    assert first == 0 and loop_episodes_frame(tally.episodes()).empty
     s2 = engine.session("new", meta={"scenario": "refund"}, on_loop="flag")
     s2.snapshot("s")
     fail_times(s2, 3)
     read = tally.refresh()
     assert 0 < read < 20
-    assert tally.frame()["session"].tolist() == ["new"]
+    assert loop_episodes_frame(tally.episodes())["session"].tolist() == ["new"]
     assert tally.refresh() == 0
     tally.refresh(horizon_s=50_000)  # a longer window starts over from further back
-    assert tally.frame()["session"].tolist() == ["old", "new"]
+    assert loop_episodes_frame(tally.episodes())["session"].tolist() == ["old", "new"]
 
 
 def test_frame_since_filters_by_time(engine):
     seed_looping(engine)
     tally = tally_of(engine)
     tally.refresh()
-    assert len(tally.frame(since=0)) == 1
-    assert tally.frame(since=engine.test_clock.t + 100).empty
+    assert len(loop_episodes_frame(tally.episodes(since=0))) == 1
+    assert loop_episodes_frame(tally.episodes(since=engine.test_clock.t + 100)).empty

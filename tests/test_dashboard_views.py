@@ -10,7 +10,6 @@ from e2e.seed import AUTO_ROLLED_BACK, LOOPING, seed_fleet
 
 from dashboard import views
 from engine import Engine
-from engine.notices import TEMPLATES
 from engine.records import (
     AuditEvent,
     BranchInfo,
@@ -20,6 +19,7 @@ from engine.records import (
     SnapshotNode,
     StepRecord,
 )
+from engine.sessions.notices import TEMPLATES
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.decay import DAY, Decay, MemoryItem, MemoryPolicy, decay_weight
+from engine.memory.decay import DAY, Decay, MemoryItem, MemoryPolicy, decay_weight
 
 NOW = 1_800_000_000.0
 

@@ -279,8 +279,8 @@ def test_backfill_fills_history_once(tmp_path):
 
 
 def test_memories_are_written_and_recalled_once_the_engine_has_memory(tmp_path, monkeypatch):
-    """The demo switches session memory on by itself when `engine.memory` exists (stubbed here,
-    so this test does not depend on the memory implementation)."""
+    """The demo switches session memory on by itself when `engine.memory.session` exists
+    (stubbed here, so this test does not depend on the memory implementation)."""
     import importlib.machinery
     import types
 
@@ -289,8 +289,8 @@ def test_memories_are_written_and_recalled_once_the_engine_has_memory(tmp_path, 
     calls = []
 
     class StubMemory:
-        def __init__(self, session):
-            self.session = session
+        def __init__(self, runtime, sid):
+            self.session = types.SimpleNamespace(id=sid)
 
         def add(self, text, importance=0.5, meta=None):
             calls.append(("add", self.session.id, text, importance, meta))
@@ -301,10 +301,10 @@ def test_memories_are_written_and_recalled_once_the_engine_has_memory(tmp_path, 
             return [types.SimpleNamespace(id="m1", text="FX rate EUR/USD fixed at 1.08",
                                           meta={}, score=1.0)]
 
-    stub = types.ModuleType("engine.memory")
+    stub = types.ModuleType("engine.memory.session")
     stub.SessionMemory = StubMemory
-    stub.__spec__ = importlib.machinery.ModuleSpec("engine.memory", None)
-    monkeypatch.setitem(sys.modules, "engine.memory", stub)
+    stub.__spec__ = importlib.machinery.ModuleSpec("engine.memory.session", None)
+    monkeypatch.setitem(sys.modules, "engine.memory.session", stub)
     monkeypatch.setattr(demo_agent, "_probed", {})
     url = _url(tmp_path)
     stats = run_demo(url, sessions=8, speed=0, seed=4, once=True,
@@ -324,7 +324,7 @@ def test_memories_are_written_and_recalled_once_the_engine_has_memory(tmp_path, 
 def test_finance_memories_with_the_real_memory(tmp_path):
     """With the engine's own memory: the rate fixed early is contradicted later, and recall
     answers with the newer one."""
-    pytest.importorskip("engine.memory")
+    pytest.importorskip("engine.memory.session")
     url = _url(tmp_path)
     stats = run_demo(url, sessions=1, speed=0, seed=1, once=True, scenarios=["finance"],
                      ledger=str(tmp_path / "world.db"))

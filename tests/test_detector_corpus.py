@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.detector import LoopDetector, Verdict
+from engine.loops.detector import LoopDetector, Verdict
 
 TRACES_DIR = Path(__file__).parent / "traces"
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.detector import (
+from engine.loops.detector import (
     CIRCUIT_BREAKER,
     CONTEXT_OVERFLOW,
     CYCLE,
@@ -24,8 +24,8 @@ from engine.detector import (
     Step,
     Verdict,
 )
-from engine.fingerprint import canonical_json, fingerprint
-from engine.normalize import (
+from engine.loops.fingerprint import canonical_json, fingerprint
+from engine.loops.normalize import (
     error_signature,
     normalize_args,
     normalize_path,

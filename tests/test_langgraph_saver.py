@@ -30,7 +30,7 @@ from engine.integrations.langgraph import (  # noqa: E402
     let_loops_through,
 )
 from engine.integrations.langgraph.codec import materialize  # noqa: E402
-from engine.notices import NOTICE_FLAG  # noqa: E402
+from engine.sessions.notices import NOTICE_FLAG  # noqa: E402
 
 
 @pytest.fixture

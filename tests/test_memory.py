@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from engine import Engine
-from engine.decay import DAY, Decay, MemoryPolicy
-from engine.embeddings import HashingEmbedder
-from engine.memory import MemoryConfig
+from engine.memory.decay import DAY, Decay, MemoryPolicy
+from engine.memory.embeddings import HashingEmbedder
+from engine.memory.session import MemoryConfig
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import urllib.request
 
 from engine import metrics
-from engine.detector import HEALTHY, LoopDetector, Step, Verdict
+from engine.loops.detector import HEALTHY, LoopDetector, Step, Verdict
 
 META = {"tenant": "acme", "scenario": "refund", "prompt_version": "v7"}
 

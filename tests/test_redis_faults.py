@@ -10,7 +10,7 @@ from redis_servers import RedisServer, cluster, fresh_prefix, require_redis
 from test_multiprocess import check_after_kills, kill_rounds
 
 from engine import Engine
-from engine.store import keys
+from engine.store.redis import keys
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

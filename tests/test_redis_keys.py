@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from redis.crc import key_slot
 
-from engine.store import keys
+from engine.store.redis import keys
 
 NASTY_IDS = ["{tag}", "}{", "a:b:{c}", "*?[]", "{}:*?[]\\", "会话{42}:*", "x" * 200,
              "emoji 🦜 {}", "-", "_", "=="]

@@ -16,9 +16,9 @@ from redis_servers import RedisServer, cluster, fresh_prefix, require_redis, sin
 from test_redis_keys import NASTY_IDS
 
 from engine import Engine, StoreUnavailable
-from engine.store import keys
 from engine.store.fallback import FallbackStore, open_redis
-from engine.store.redis import RedisStore
+from engine.store.redis import keys
+from engine.store.redis.store import RedisStore
 
 pytestmark = pytest.mark.redis
 
@@ -153,7 +153,7 @@ def test_server_side_count_of_scripts_per_step():
 def test_a_retried_write_with_the_same_request_id_is_applied_once(backend, monkeypatch):
     store = RedisStore(_url(backend))
     store.ensure_session("s", None, 1.0)
-    monkeypatch.setattr("engine.store.redis._rid", lambda: "fixed-request-id")
+    monkeypatch.setattr("engine.store.redis.store._rid", lambda: "fixed-request-id")
     assert store.append_messages("s", [{"role": "user", "content": "once"}], 2.0) == 0
     store.append_messages("s", [{"role": "user", "content": "once"}], 2.0)  # the "retry"
     assert store.live_messages("s") == [{"role": "user", "content": "once"}]

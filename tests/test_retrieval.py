@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
-from engine.embeddings import Embedder, HashingEmbedder, MiniLMEmbedder
-from engine.retrieval import (
+from engine.memory.embeddings import Embedder, HashingEmbedder, MiniLMEmbedder
+from engine.memory.retrieval import (
     DEFAULT_WEIGHTS,
     BM25Index,
     DenseIndex,

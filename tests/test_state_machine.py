@@ -19,10 +19,10 @@ from hypothesis.stateful import (
 )
 
 from engine import Engine, SnapshotNotRestorable
-from engine.decay import Decay, MemoryPolicy
-from engine.embeddings import HashingEmbedder
-from engine.memory import MemoryConfig
-from engine.notices import TEMPLATES
+from engine.memory.decay import Decay, MemoryPolicy
+from engine.memory.embeddings import HashingEmbedder
+from engine.memory.session import MemoryConfig
+from engine.sessions.notices import TEMPLATES
 from engine.store import Retention
 
 KEEP_NAMED, KEEP_STEPS = 3, 4
@@ -178,7 +178,7 @@ class NoContradictions:
 @pytest.fixture(autouse=True)
 def _model_rules(engine):
     engine.retention = Retention(keep_snapshots=KEEP_NAMED, keep_step_snapshots=KEEP_STEPS)
-    engine._memory_config = MemoryConfig(
+    engine.memory_config = MemoryConfig(
         embedder=HashingEmbedder(), checker=NoContradictions(),
         policy=MemoryPolicy(capacity=10_000), decay=Decay(half_life_days=3650, min_weight=0.0),
     )

@@ -18,7 +18,7 @@ from engine import (
     UnknownSession,
     UnknownSnapshot,
 )
-from engine.notices import TEMPLATES
+from engine.sessions.notices import TEMPLATES
 from engine.store import Retention
 
 

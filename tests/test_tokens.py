@@ -9,8 +9,8 @@ import tiktoken
 import tiktoken.load
 import tiktoken.registry
 
-import engine.tokens as tokens
-from engine.tokens import (
+import engine.budget.tokens as tokens
+from engine.budget.tokens import (
     ENCODING_NAMES,
     EncodingIntegrityError,
     EncodingUnavailable,

@@ -122,13 +122,13 @@ def warnings() -> list[str]:
 
 
 def memory_available() -> bool:
-    """True when the engine offers session memory (`engine.memory.SessionMemory`)."""
+    """True when the engine offers session memory (`engine.memory.session.SessionMemory`)."""
     with _probe_lock:
         if "memory" not in _probed:
             ok = False
             try:
-                if importlib.util.find_spec("engine.memory") is not None:
-                    ok = hasattr(importlib.import_module("engine.memory"), "SessionMemory")
+                if importlib.util.find_spec("engine.memory.session") is not None:
+                    ok = hasattr(importlib.import_module("engine.memory.session"), "SessionMemory")
             except Exception as exc:  # noqa: BLE001 - a half-built module must not stop the demo
                 _warn_once("importing engine.memory", exc)
             _probed["memory"] = ok
@@ -157,7 +157,7 @@ def context_builder(max_tokens: int):
     with _probe_lock:
         builder = _builders.get(max_tokens)
         if builder is None:
-            from engine.budget import ContextBuilder
+            from engine.budget.builder import ContextBuilder
 
             builder = _builders[max_tokens] = ContextBuilder(max_tokens=max_tokens, reserve=0.2)
         return builder

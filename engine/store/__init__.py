@@ -33,7 +33,7 @@ def open_store(url: str | None = None, **options) -> Store:
     url = url or os.environ.get("REWIND_STORE") or DEFAULT_URL
     scheme = url.split(":", 1)[0].lower()
     if scheme == "sqlite":
-        from engine.store.sqlite import SQLiteStore
+        from engine.store.sqlite.store import SQLiteStore
 
         return SQLiteStore(url)
     if scheme in {"redis", "rediss", "redis+cluster", "rediss+cluster"}:

@@ -43,7 +43,7 @@ def open_redis(url: str, **options: Any) -> Store:
     Raises:
         StoreUnavailable: Redis cannot be reached and no fallback was asked for.
     """
-    from engine.store.redis import RedisStore
+    from engine.store.redis.store import RedisStore
 
     primary, fallback = _split_fallback(url, dict(options))
     options = {k: v for k, v in options.items() if k != "fallback"}
@@ -59,7 +59,7 @@ class FallbackStore:
     """
 
     def __init__(self, primary_url: str, fallback_url: str, **options: Any):
-        from engine.store.redis import RedisStore
+        from engine.store.redis.store import RedisStore
 
         if not fallback_url.lower().startswith("sqlite:"):
             raise ValueError(f"the fallback must be a sqlite:/// URL, not {redact(fallback_url)!r}")
@@ -78,7 +78,7 @@ class FallbackStore:
         try:
             self._store: Store = RedisStore(primary_url, **options)
         except StoreUnavailable as exc:
-            from engine.store.sqlite import SQLiteStore
+            from engine.store.sqlite.store import SQLiteStore
 
             self._store = SQLiteStore(fallback_url)
             self.degraded = True
@@ -106,7 +106,7 @@ class FallbackStore:
         """Whether Redis answers now (a restart would go back to it)."""
         if not self.degraded:
             return True
-        from engine.store.redis import RedisStore
+        from engine.store.redis.store import RedisStore
 
         try:
             RedisStore(self._primary_secret, **self._options).close()

@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 
 from engine import Engine, LoopDetected
-from engine.embeddings import HashingEmbedder
-from engine.memory import MemoryConfig
+from engine.memory.embeddings import HashingEmbedder
+from engine.memory.session import MemoryConfig
 
 LOOPING = "refund-42"
 AUTO_ROLLED_BACK = "img-crop-7"

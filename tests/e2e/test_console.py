@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from engine import Engine
-from engine.notices import TEMPLATES
+from engine.sessions.notices import TEMPLATES
 
 from .conftest import ACCOUNTS
 from .seed import AUTO_ROLLED_BACK, LOOPING

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.detector import Step
+from engine.loops.detector import Step
 
 START = object()
 """Marker: the next step is where the loop began."""

@@ -51,7 +51,7 @@ from engine.engine import Engine
 from engine.errors import LoopDetected, SnapshotNotRestorable, UnknownSession, UnknownSnapshot
 from engine.integrations.langgraph import layout
 from engine.integrations.langgraph.saver import RewindSaver, healthy_checkpoint, session_id
-from engine.session import LOOP_POLICIES, NUDGE_TEXT, Session, StepCall
+from engine.sessions.session import LOOP_POLICIES, NUDGE_TEXT, Session, StepCall
 
 log = logging.getLogger("rewind.langgraph")
 

@@ -29,14 +29,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.errors import RewindError
-from engine.tokens import ENCODING_NAMES, TokenCounter, UnknownEncoding, counter
+from engine.budget.tokens import ENCODING_NAMES, TokenCounter, UnknownEncoding, counter
+from engine.errors import BudgetError
 
 __all__ = ["BudgetError", "Context", "ContextBuilder", "split_sentences"]
 
-
-class BudgetError(RewindError, ValueError):
-    """What must always be kept does not fit the window, or the builder was set up wrongly."""
 
 
 @dataclass(frozen=True)
@@ -236,7 +233,7 @@ class ContextBuilder:
         Raises:
             BudgetError: max_tokens, reserve or memory_share out of range, or unknown encoding.
             EncodingUnavailable, EncodingIntegrityError: the encoding's rank file is missing or
-                corrupt (see `engine.tokens.get_encoding`).
+                corrupt (see `engine.budget.tokens.get_encoding`).
         """
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise BudgetError(f"max_tokens must be a positive integer, got {max_tokens!r}")

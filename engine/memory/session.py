@@ -12,41 +12,22 @@ a handle in another process, or a rollback, is picked up on the next call.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-from engine.contradictions import ContradictionChecker, RuleChecker
-from engine.decay import Curve, Decay, MemoryItem, MemoryPolicy
-from engine.fingerprint import canonicalize
-from engine.retrieval import DEFAULT_WEIGHTS, HybridIndex
+from engine.loops.fingerprint import canonicalize
+from engine.memory.config import MemoryConfig
+from engine.memory.decay import Curve, MemoryItem
+from engine.memory.retrieval import HybridIndex
+from engine.runtime import Runtime
 
-if TYPE_CHECKING:
-    from engine.session import Session
+__all__ = ["Memory", "MemoryConfig", "MemoryHit", "SessionMemory"]
 
 NS = "mem"
 ITEM, FIX, LOG = "item:", "fix:", "log:"
 MAX_ACCESS_TIMES = 50
 MAX_LOG = 200
 CONTRADICTION_CANDIDATES = 8
-
-
-@dataclass
-class MemoryConfig:
-    """How memory behaves; one per engine (`Engine(..., memory=MemoryConfig(...))`)."""
-
-    policy: MemoryPolicy = field(default_factory=MemoryPolicy)
-    """Short-term capacity (10) and consolidation thresholds (importance 0.7, 3 recalls)."""
-    decay: Decay = field(default_factory=Decay)
-    """Half-life (7 days) and pruning threshold (0.1)."""
-    weights: tuple[float, float] = DEFAULT_WEIGHTS
-    """Fusion weights (BM25, dense) of the weighted reciprocal rank fusion."""
-    embedder: Any = None
-    """Dense `Embedder`; None: all-MiniLM-L6-v2 from its installed package (loaded offline)."""
-    checker: ContradictionChecker = field(default_factory=RuleChecker)
-    """Contradiction checker; the default is deterministic and offline."""
-
-    def new_index(self) -> HybridIndex:
-        return HybridIndex(embedder=self.embedder, weights=self.weights)
 
 
 @dataclass(frozen=True)
@@ -105,16 +86,16 @@ def _memory(mid: str, d: dict) -> Memory:
 class SessionMemory:
     """`session.memory`: add, recall, inspect."""
 
-    def __init__(self, session: Session):
-        self._session = session
-        self._engine = session._engine
-        self.config: MemoryConfig = self._engine.memory_config
+    def __init__(self, runtime: Runtime, sid: str):
+        self._rt = runtime
+        self._sid = sid
+        self.config: MemoryConfig = runtime.memory()
         self._index: HybridIndex | None = None
         self._indexed: dict[str, str] = {}  # id -> text currently in the index
 
     # -- reading ----------------------------------------------------------------------------
     def _load(self) -> tuple[dict[str, Memory], dict[str, dict], dict[str, dict]]:
-        raw = self._engine.store.get_all(self._session.id, NS)
+        raw = self._rt.store.get_all(self._sid, NS)
         items, fixes, logs = {}, {}, {}
         for key, value in raw.items():
             if key.startswith(ITEM):
@@ -160,7 +141,7 @@ class SessionMemory:
         items = [m.decay_item() for m in self.items()]
         if end is None and start is None and items:
             start = min(i.created_at for i in items)
-            end = max(self._engine.clock(), start) + self.config.decay.half_life_seconds
+            end = max(self._rt.clock(), start) + self.config.decay.half_life_seconds
         return self.config.decay.curve(items, start=start, end=end, points=points)
 
     # -- writing ----------------------------------------------------------------------------
@@ -181,7 +162,7 @@ class SessionMemory:
         if not isinstance(importance, (int, float)) or not 0 <= importance <= 1:
             raise ValueError(f"importance must be between 0 and 1, got {importance!r}")
         meta = canonicalize(meta or {}, "meta")
-        now = self._engine.clock()
+        now = self._rt.clock()
         items, _, logs = self._load()
         index = self._sync_index(items)
         mid = f"m-{uuid.uuid4().hex[:12]}"
@@ -203,7 +184,7 @@ class SessionMemory:
         items[mid] = _memory(mid, new)
         writes[ITEM + mid] = new
         self._lifecycle(items, writes, logs, now)
-        self._engine.store.put(self._session.id, NS, writes, now)
+        self._rt.store.put(self._sid, NS, writes, now)
         return mid
 
     def recall(self, query: str, k: int = 10) -> list[MemoryHit]:
@@ -215,7 +196,7 @@ class SessionMemory:
             raise TypeError("the query must be a string")
         if k <= 0 or not query.strip():
             return []
-        now = self._engine.clock()
+        now = self._rt.clock()
         items, _, logs = self._load()
         index = self._sync_index(items)
         hits = []
@@ -234,25 +215,25 @@ class SessionMemory:
                                   weight=decay.weight(items[mid].decay_item(), now)))
         if writes:
             self._lifecycle(items, writes, logs, now)
-            self._engine.store.put(self._session.id, NS, writes, now)
+            self._rt.store.put(self._sid, NS, writes, now)
         return hits
 
     def forget(self, mid: str) -> None:
         """Remove a memory (a rollback to before this call brings it back)."""
         items, _, _ = self._load()
         if mid not in items:
-            raise KeyError(f"session {self._session.id!r} has no memory {mid!r}")
-        self._engine.store.put(self._session.id, NS, {ITEM + mid: None}, self._engine.clock())
+            raise KeyError(f"session {self._sid!r} has no memory {mid!r}")
+        self._rt.store.put(self._sid, NS, {ITEM + mid: None}, self._rt.clock())
 
     def prune(self) -> list[str]:
         """Apply decay now: remove memories under the threshold; returns their ids."""
-        now = self._engine.clock()
+        now = self._rt.clock()
         items, _, logs = self._load()
         writes: dict[str, Any] = {}
         before = set(items)
         self._lifecycle(items, writes, logs, now)
         if writes:
-            self._engine.store.put(self._session.id, NS, writes, now)
+            self._rt.store.put(self._sid, NS, writes, now)
         return sorted(before - set(items))
 
     def _lifecycle(self, items: dict[str, Memory], writes: dict, logs: dict, now: float) -> None:

@@ -1,14 +1,14 @@
-"""Loop episodes over time, counted from the engine's event feed.
+"""Fleet queries: the KPIs of the fleet view and loop episodes over time.
 
-The engine has no query for "loops per hour by prompt version" yet, so this module builds it on
-the public API: `Engine.events` (cursor-ordered change feed) and `Engine.get_session` (metadata).
-One `LoopTally` per store lives in the console process (`st.cache_resource`); each refresh reads
-only the events written since the last one, so a fleet refresh costs what changed, not the store
-size. The first read starts at the window's beginning, found by binary search over cursors.
+A *loop episode* runs from a session's first loop verdict until the session is healthy again (a
+step ends ok) or rolled back, as the session status does: under the "flag" policy the detector may
+repeat its verdict while the agent keeps failing, and that is still one loop. The console's
+"loops over time" charts and the CLI count episodes, not verdicts.
 
-An episode runs from a session's first loop verdict until the session is healthy again (a step
-ends ok) or rolled back, as the session status does: under the "flag" policy the detector may
-repeat its verdict while the agent keeps failing, and that is still one loop.
+`LoopTally` builds episodes from the public change feed (`Engine.events`, cursor-ordered) and
+session metadata (`Engine.get_session`). One tally per store lives in a long-running process; each
+refresh reads only the events written since the last one, so a refresh costs what changed, not the
+store size. The first read starts at the window's beginning, found by binary search over cursors.
 """
 
 from __future__ import annotations
@@ -16,22 +16,62 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
-import pandas as pd
+from engine.records import Event
+from engine.runtime import Runtime
+from engine.types import CompensationStatus, SessionStatus, StepStatus
+
+
+class EventSource(Protocol):
+    """What a tally reads: the change feed and session handles (an `Engine` is one)."""
+
+    def events(
+        self, since: int = 0, limit: int = 1000, session: str | None = None
+    ) -> list[Event]: ...
+
+    def get_session(self, sid: str) -> Any: ...
+
+
+class LoopEpisode(NamedTuple):
+    """One loop episode: when it began, in which session, and that session's labels."""
+
+    at: float
+    """Unix time of the first loop verdict of the episode."""
+    session: str
+    tenant: str | None
+    scenario: str | None
+    prompt_version: str | None
+
+
+def stats(rt: Runtime, window_s: float = 3600.0, active_s: float = 300.0) -> dict[str, int]:
+    """KPIs for the fleet view: sessions, active in the last `active_s`, looping now, rollbacks in
+    the last `window_s`, compensations pending and failed. Each is one counted store query."""
+    now = rt.clock()
+    store = rt.store
+    return {
+        "sessions": store.count_sessions(),
+        "active": store.count_sessions(updated_since=now - active_s),
+        "looping": store.count_sessions(status=SessionStatus.LOOPING),
+        "rollbacks_window": store.count_audit("rollback", now - window_s),
+        "compensations_pending": store.count_compensations(CompensationStatus.PENDING),
+        "compensations_failed": store.count_compensations(CompensationStatus.FAILED),
+    }
+
 
 PAGE = 5000
 """Events read per call to `Engine.events`."""
 META_KEYS = ("tenant", "scenario", "prompt_version")
 
 
-def first_cursor_at(engine: Any, t: float) -> int:
+def first_cursor_at(engine: EventSource, t: float) -> int:
     """The cursor to pass as `since` to read the events written at or after unix time `t`.
 
     Binary search for the smallest cursor c whose next event is at or after `t` (or absent);
     assumes event times grow with their ids, as a store writes both in one transaction. Costs
     about 2·log2(events) single-row reads.
     """
+
     def probe(c: int) -> tuple[bool, Any]:
         found = engine.events(since=c, limit=1)
         ev = found[0] if found else None
@@ -61,8 +101,13 @@ def first_cursor_at(engine: Any, t: float) -> int:
 class LoopTally:
     """Loop episodes (time, session, tenant, scenario, prompt version) over a sliding horizon."""
 
-    def __init__(self, engine: Any, horizon_s: float = 86400.0,
-                 clock: Callable[[], float] = time.time, page: int = PAGE):
+    def __init__(
+        self,
+        engine: EventSource,
+        horizon_s: float = 86400.0,
+        clock: Callable[[], float] = time.time,
+        page: int = PAGE,
+    ):
         self.engine = engine
         self.horizon_s = horizon_s
         self.clock = clock
@@ -109,7 +154,7 @@ class LoopTally:
                 self._episodes = [e for e in self._episodes if e[0] >= cutoff]
             return read
 
-    def _observe(self, ev: Any) -> None:
+    def _observe(self, ev: Event) -> None:
         sid = ev.session
         if sid is None:
             return
@@ -121,20 +166,20 @@ class LoopTally:
                 if sid not in self._looping:
                     self._episodes.append((ev.at, sid))
                     self._looping.add(sid)
-            elif data.get("status") == "ok":  # the session is healthy again: the loop is over
+            elif data.get("status") == StepStatus.OK:  # healthy again: the loop is over
                 self._looping.discard(sid)
         elif ev.type == "rollback":
             self._looping.discard(sid)
 
-    def frame(self, since: float | None = None) -> pd.DataFrame:
-        """Episodes (at, session, tenant, scenario, prompt_version) since unix time `since`."""
+    def episodes(self, since: float | None = None) -> list[LoopEpisode]:
+        """Episodes since unix time `since` (None: the whole horizon), oldest first."""
         with self._lock:
-            episodes = [e for e in self._episodes if since is None or e[0] >= since]
-        rows = []
-        for at, sid in episodes:
+            found = [e for e in self._episodes if since is None or e[0] >= since]
+        out = []
+        for at, sid in found:
             meta = self._meta_of(sid)
-            rows.append({"at": at, "session": sid, **{k: meta.get(k) for k in META_KEYS}})
-        return pd.DataFrame(rows, columns=["at", "session", *META_KEYS])
+            out.append(LoopEpisode(at, sid, *(meta.get(k) for k in META_KEYS)))
+        return out
 
     def _meta_of(self, sid: str) -> dict:
         meta = self._meta.get(sid)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from engine.embeddings import Embedder, default_embedder
+from engine.memory.embeddings import Embedder, default_embedder
 
 __all__ = [
     "DEFAULT_WEIGHTS",

@@ -1,7 +1,7 @@
 """Lua scripts of the Redis store. One script per state-changing operation, so each operation
 is atomic on a single Redis and on Redis Cluster (all keys of a session share one hash tag).
 
-Key names come from `engine.store.keys` (its `lua_prelude` defines ``K_<name>`` functions).
+Key names come from `engine.store.redis.keys` (its `lua_prelude` defines ``K_<name>`` functions).
 Records are JSON texts that Python builds; Lua only concatenates them with the numbers it
 decides (seq, epoch, positions) and never re-encodes user data, so no float or string is altered
 by Lua's number formatting.
@@ -23,7 +23,7 @@ request id; the script then returns the remembered reply instead of writing twic
 
 from __future__ import annotations
 
-from engine.store import keys
+from engine.store.redis import keys
 
 COMMON = r"""
 if redis.replicate_commands then pcall(redis.replicate_commands) end

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import tiktoken
 
-from engine.errors import RewindError
+from engine.errors import EncodingIntegrityError, EncodingUnavailable, UnknownEncoding
 
 __all__ = [
     "ENCODING_NAMES",
@@ -33,16 +33,7 @@ __all__ = [
 ]
 
 
-class UnknownEncoding(RewindError, ValueError):
-    """The encoding name is not one Rewind can load offline."""
 
-
-class EncodingUnavailable(RewindError, LookupError):
-    """No installed package carries the rank file of a known encoding."""
-
-
-class EncodingIntegrityError(RewindError, ValueError):
-    """A shipped rank file does not have the SHA-256 published with tiktoken."""
 
 
 _CL100K_PATTERN = (

@@ -6,9 +6,9 @@ that fired, explains it in one sentence, lists the evidence steps and says where
 Vocabulary
 ----------
 - *Index*: 0-based position of a step in observation order since the last `reset()`.
-- *Call fingerprint*: `engine.fingerprint.fingerprint` of the tool name and the normalized
-  arguments (`engine.normalize`): volatile keys, retry counters and free-text thoughts dropped,
-  whitespace and paths normalized. The agent's own text is never part of it.
+- *Call fingerprint*: `engine.loops.fingerprint.fingerprint` of the tool name and the normalized
+  arguments (`engine.loops.normalize`): volatile keys, retry counters and free-text thoughts
+  dropped, whitespace and paths normalized. The agent's own text is never part of it.
 - *State*: call fingerprint plus outcome: the normalized result digest of a success, the error
   signature of a failure (ids, times and echoed argument values masked), or just "done" for a
   successful side-effecting call (a second ticket with a fresh id is still the same ticket).
@@ -59,8 +59,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.fingerprint import digest, fingerprint
-from engine.normalize import (
+from engine.loops.fingerprint import digest, fingerprint
+from engine.loops.normalize import (
     DEFAULT_PROGRESS_KEYS,
     DEFAULT_TARGET_KEYS,
     DEFAULT_THOUGHT_KEYS,

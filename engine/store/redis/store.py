@@ -23,8 +23,8 @@ Any other query parameter or keyword goes to redis-py (``ssl_ca_certs=…``, ``s
 How it stays correct:
 
 - Every state-changing operation on a session is one Lua script over keys that share the
-  session's hash tag (see `engine.store.keys`), so it happens entirely or not at all, on a single
-  Redis and on Redis Cluster. A client killed mid-operation leaves no torn state.
+  session's hash tag (see `engine.store.redis.keys`), so it happens entirely or not at all, on a
+  single Redis and on Redis Cluster. A client killed mid-operation leaves no torn state.
 - A snapshot is one record; a rollback pops what is newer than its target from the tails of the
   session's live lists, so its cost follows what leaves the live line.
 - A guarded step is two round trips: `begin_step` (write-ahead snapshot and step record) and
@@ -97,10 +97,11 @@ from engine.records import (
     SnapshotNode,
     StepRecord,
 )
-from engine.store import keys, redact
+from engine.store import redact
 from engine.store.base import Retention, StepTicket
-from engine.store.redis_scripts import OUTBOX_BATCH, sources
-from engine.store.sqlite import _dumps
+from engine.store.redis import keys
+from engine.store.redis.scripts import OUTBOX_BATCH, sources
+from engine.store.sqlite.store import _dumps
 
 log = logging.getLogger("rewind.redis")
 

@@ -44,7 +44,7 @@ it costs what leaves the live line; taking a snapshot writes one record and one 
 **Fleet keys** start with ``<prefix>:{~fleet}:`` (``~`` is outside base64url, so no session can
 share the tag). On a single Redis they change in the same script as the session; on Redis
 Cluster they live in another slot and are brought up to date from the session's
-``fleet_outbox`` by a second call (see `engine.store.redis`), and `RedisStore.rebuild_indexes`
+``fleet_outbox`` by a second call (see `engine.store.redis.store`), and `RedisStore.rebuild_indexes`
 rebuilds the session indexes from the sessions themselves.
 
 ======================  ========  ============================================================

@@ -3,19 +3,19 @@
 The handle keeps no state of its own that matters: everything lives in the store, so a handle in
 an agent process keeps working after an operator rolled the session back from another process. The
 only local state is the loop detector's window, rebuilt from the store whenever the session's epoch
-moves.
+moves. A handle takes the engine's `Runtime` (never the `Engine`); rollbacks and notices go
+through `engine.actions`, like every operator action.
 """
 
 from __future__ import annotations
 
 import json
-import unicodedata
 from typing import TYPE_CHECKING, Any
 
-from engine.detector import Step, Verdict
-from engine.errors import InvalidSessionId, LoopDetected, NothingToRollBack, StepError
-from engine.fingerprint import canonical_json, canonicalize, digest, fingerprint
-from engine.normalize import result_digest
+from engine import actions, metrics
+from engine.errors import LoopDetected, StepError
+from engine.loops.detector import Step, Verdict
+from engine.loops.fingerprint import canonical_json, canonicalize, fingerprint
 from engine.records import (
     BranchInfo,
     MessageRecord,
@@ -26,13 +26,22 @@ from engine.records import (
     State,
     StepRecord,
 )
+from engine.runtime import Runtime
+from engine.sessions import snapshots
+from engine.sessions.ids import validate_session_id
+from engine.sessions.steps import (
+    budget_record,
+    chat_message,
+    detector_step,
+    result_preview,
+    verdict_record,
+)
+from engine.types import LOOP_POLICIES, LoopPolicy, SessionStatus
 
 if TYPE_CHECKING:
-    from engine.engine import Engine
+    from engine.memory.session import SessionMemory
 
-MAX_ID_LENGTH = 200
-PREVIEW_CHARS = 500
-LOOP_POLICIES = ("rollback", "nudge_then_rollback", "flag", "off")
+__all__ = ["LOOP_POLICIES", "NUDGE_TEXT", "Session", "StepCall", "validate_session_id"]
 
 NUDGE_TEXT = (
     "Rewind: the last tool calls repeat without progress ({explanation}). Stop repeating them; "
@@ -40,56 +49,20 @@ NUDGE_TEXT = (
 )
 
 
-def validate_session_id(sid: Any) -> str:
-    """Return `sid` when it is a valid session id.
-
-    Raises:
-        InvalidSessionId: not a string, empty, longer than 200 characters, or holding control
-            characters.
-    """
-    if not isinstance(sid, str):
-        raise InvalidSessionId(f"a session id must be a string, not {type(sid).__name__}")
-    if not sid:
-        raise InvalidSessionId("a session id must not be empty")
-    if len(sid) > MAX_ID_LENGTH:
-        raise InvalidSessionId(
-            f"a session id must be at most {MAX_ID_LENGTH} characters, this one has {len(sid)}"
-        )
-    for ch in sid:
-        if unicodedata.category(ch) in ("Cc", "Cs"):
-            raise InvalidSessionId(
-                f"a session id must be printable; it holds the control character {ch!r}"
-            )
-    return sid
-
-
-def _message(role: Any, content: Any, extra: dict) -> dict:
-    if not isinstance(role, str) or not role:
-        raise ValueError(f"a message role must be a non-empty string, not {role!r}")
-    msg = {"role": role, "content": content, **extra}
-    return canonicalize(msg, "message")
-
-
-def _preview(result: Any) -> tuple[str | None, str | None]:
-    """(digest, preview) of a tool result. The digest is the detector's normalized one (ids and
-    timestamps masked), so a detector rebuilt from stored digests sees what the live one saw."""
-    if result is None:
-        return None, None
-    try:
-        text = canonical_json(result)
-        result_hash = result_digest(result)
-    except TypeError:
-        text = repr(result)
-        result_hash = digest(text)
-    return result_hash, text[:PREVIEW_CHARS]
-
-
 class StepCall:
     """A guarded step in progress; use it as a context manager from `Session.step`."""
 
-    def __init__(self, session: Session, tool: str | None, args: Any, side_effect: bool,
-                 compensation: tuple[str, Any] | None, snapshot: bool, text: str | None,
-                 context: Any = None):
+    def __init__(
+        self,
+        session: Session,
+        tool: str | None,
+        args: Any,
+        side_effect: bool,
+        compensation: tuple[str, Any] | None,
+        snapshot: bool,
+        text: str | None,
+        context: Any = None,
+    ):
         self.session = session
         self.budget = budget_record(context)
         """Token breakdown of the context the agent built for this step, if given."""
@@ -99,8 +72,12 @@ class StepCall:
         self.side_effect = side_effect
         self.compensation = None
         if compensation is not None:
-            if (not isinstance(compensation, (tuple, list)) or len(compensation) != 2
-                    or not isinstance(compensation[0], str) or not compensation[0]):
+            if (
+                not isinstance(compensation, (tuple, list))
+                or len(compensation) != 2
+                or not isinstance(compensation[0], str)
+                or not compensation[0]
+            ):
                 raise TypeError("compensation must be a (handler name, args) pair")
             self.compensation = (compensation[0], canonicalize(compensation[1], "compensation"))
         self._snapshot = snapshot
@@ -120,18 +97,21 @@ class StepCall:
     def __enter__(self) -> StepCall:
         s = self.session
         label = f"before {self.tool or 'agent turn'}"
-        self._ticket = s._engine.store.begin_step(
+        self._ticket = s._rt.store.begin_step(
             s.id,
             {
-                "tool": self.tool, "args": canonical_json(self.args),
-                "fingerprint": self.fingerprint, "side_effect": self.side_effect,
-                "compensation": None if self.compensation is None
+                "tool": self.tool,
+                "args": canonical_json(self.args),
+                "fingerprint": self.fingerprint,
+                "side_effect": self.side_effect,
+                "compensation": None
+                if self.compensation is None
                 else json.dumps(list(self.compensation), ensure_ascii=False, sort_keys=True),
                 "text": self.text,
             },
             label if self._snapshot else None,
-            s._engine.clock(),
-            s._engine.retention,
+            s._rt.clock(),
+            s._rt.retention,
         )
         self.n = self._ticket.n
         self.snapshot_id = self._ticket.snapshot
@@ -142,10 +122,9 @@ class StepCall:
         """Record success with the tool's result."""
         if self._outcome is not None:
             raise StepError(f"step {self.n} was already finished as {self._outcome['status']}")
-        result_digest, preview = _preview(result)
+        result_digest, preview = result_preview(result)
         self._result = result
-        self._outcome = {"status": "ok", "result_digest": result_digest,
-                         "result_preview": preview}
+        self._outcome = {"status": "ok", "result_digest": result_digest, "result_preview": preview}
 
     def fail(self, error: str | BaseException) -> None:
         """Record failure with the error text (or exception)."""
@@ -174,26 +153,27 @@ class StepCall:
 class Session:
     """Handle on one session. Cheap to create; every call goes to the store."""
 
-    def __init__(self, engine: Engine, info: SessionInfo, on_loop: str):
+    def __init__(self, runtime: Runtime, info: SessionInfo, on_loop: LoopPolicy | None = None):
+        on_loop = on_loop or runtime.on_loop
         if on_loop not in LOOP_POLICIES:
             raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}, not {on_loop!r}")
-        self._engine = engine
+        self._rt = runtime
         self.id = info.id
-        self.on_loop = on_loop
+        self.on_loop: LoopPolicy = on_loop
         self._epoch: int | None = None
-        self._detector = engine.detector_factory()
+        self._detector = runtime.detector_factory()
         self._observed: list[int] = []  # detector index - offset -> step number
         self._count = 0  # steps the detector has observed since its last reset
-        self._memory = None
+        self._memory: SessionMemory | None = None
 
     # -- reading ----------------------------------------------------------------------------
     def info(self) -> SessionInfo:
         """The session's summary as stored now."""
-        return self._engine._require(self.id)
+        return self._rt.require_session(self.id)
 
     def state(self) -> State:
         """The live state: messages, variables, head snapshot, status."""
-        store = self._engine.store
+        store = self._rt.store
         info = self.info()
         return State(
             messages=store.live_messages(self.id),
@@ -205,27 +185,27 @@ class Session:
 
     def tree(self) -> list[SnapshotNode]:
         """Every snapshot as a tree node (parent links), live and abandoned."""
-        return self._engine.store.snapshots(self.id)
+        return self._rt.store.snapshots(self.id)
 
     def steps(self, *, live_only: bool = False, last: int | None = None) -> list[StepRecord]:
         """Step records, live and abandoned, each saying which line it is on."""
-        return self._engine.store.steps(self.id, live_only=live_only, last=last)
+        return self._rt.store.steps(self.id, live_only=live_only, last=last)
 
     def messages(self) -> list[MessageRecord]:
         """Every message ever written, live and abandoned, with its branch."""
-        return self._engine.store.all_messages(self.id)
+        return self._rt.store.all_messages(self.id)
 
     def branches(self) -> list[BranchInfo]:
         """Abandoned branches left by rollbacks."""
-        return self._engine.store.branches(self.id)
+        return self._rt.store.branches(self.id)
 
     @property
-    def memory(self):
+    def memory(self) -> SessionMemory:
         """The session's memory (short and long term), rolled back with the session."""
         if self._memory is None:
-            from engine.memory import SessionMemory
+            from engine.memory.session import SessionMemory
 
-            self._memory = SessionMemory(self)
+            self._memory = SessionMemory(self._rt, self.id)
         return self._memory
 
     # -- writing ----------------------------------------------------------------------------
@@ -235,8 +215,8 @@ class Session:
         Raises:
             ValueError: empty or non-string role. TypeError: content not representable as JSON.
         """
-        msg = _message(role, content, extra)
-        self._sync_epoch(self._engine.store.append_messages(self.id, [msg], self._engine.clock()))
+        msg = chat_message(role, content, extra)
+        self._sync_epoch(self._rt.store.append_messages(self.id, [msg], self._rt.clock()))
 
     def append_messages(self, messages: list[dict]) -> None:
         """Append several chat messages in one atomic write."""
@@ -245,11 +225,9 @@ class Session:
             if not isinstance(m, dict) or "role" not in m:
                 raise ValueError(f"a message must be a dict with a role, not {m!r}")
             extra = {k: v for k, v in m.items() if k not in ("role", "content")}
-            msgs.append(_message(m["role"], m.get("content"), extra))
+            msgs.append(chat_message(m["role"], m.get("content"), extra))
         if msgs:
-            self._sync_epoch(
-                self._engine.store.append_messages(self.id, msgs, self._engine.clock())
-            )
+            self._sync_epoch(self._rt.store.append_messages(self.id, msgs, self._rt.clock()))
 
     def set_var(self, key: str, value: Any) -> None:
         """Set a session variable (plain data); rolled back with the session."""
@@ -263,7 +241,7 @@ class Session:
                 raise ValueError(f"a variable name must be a non-empty string, not {key!r}")
             clean[key] = canonicalize(value, key)
         if clean:
-            self._sync_epoch(self._engine.store.put(self.id, "var", clean, self._engine.clock()))
+            self._sync_epoch(self._rt.store.put(self.id, "var", clean, self._rt.clock()))
 
     def del_var(self, key: str) -> None:
         """Delete a variable."""
@@ -273,14 +251,21 @@ class Session:
         """Take a snapshot of the live state and make it the head. Returns its id."""
         if label is not None and not isinstance(label, str):
             raise TypeError("a snapshot label must be a string")
-        node = self._engine.store.take_snapshot(
-            self.id, label, "manual", self._engine.clock(), self._engine.retention
+        node = self._rt.store.take_snapshot(
+            self.id, label, "manual", self._rt.clock(), self._rt.retention
         )
         return node.id
 
-    def step(self, tool: str, args: Any = None, *, side_effect: bool = False,
-             compensation: tuple[str, Any] | None = None, snapshot: bool = True,
-             context: Any = None) -> StepCall:
+    def step(
+        self,
+        tool: str,
+        args: Any = None,
+        *,
+        side_effect: bool = False,
+        compensation: tuple[str, Any] | None = None,
+        snapshot: bool = True,
+        context: Any = None,
+    ) -> StepCall:
         """Guard one tool call: write-ahead snapshot, record, loop check.
 
         Use as ``with s.step("tool", {...}) as call: call.ok(result)`` (or ``call.fail(err)``).
@@ -296,8 +281,9 @@ class Session:
             raise ValueError("a step needs a tool name; use agent_turn() for a plain message")
         return StepCall(self, tool, args, side_effect, compensation, snapshot, None, context)
 
-    def agent_turn(self, text: str | None, context: Any = None,
-                   error: str | None = None) -> Verdict:
+    def agent_turn(
+        self, text: str | None, context: Any = None, error: str | None = None
+    ) -> Verdict:
         """Record an agent message turn without a tool call and run the loop check on it.
 
         `error` records a failed model call (e.g. "context length exceeded"), so repeated
@@ -313,46 +299,25 @@ class Session:
 
     def stop(self) -> None:
         """Mark the session stopped (it stays readable)."""
-        self._engine.store.set_status(self.id, "stopped", None, self._engine.clock())
+        self._rt.store.set_status(self.id, SessionStatus.STOPPED, None, self._rt.clock())
 
     # -- rollback and notices ---------------------------------------------------------------
     def suggested_target(self) -> str | None:
         """The last healthy snapshot: before the flagged loop if the session is looping, else
         before the trailing run of failed steps, else the head."""
-        info = self.info()
-        before = None
-        if info.status == "looping" and info.last_verdict:
-            before = info.last_verdict.get("loop_start_step")
-        if before is None:
-            recent = self.steps(live_only=True, last=self._detector.horizon)
-            streak = None
-            for rec in reversed(recent):
-                if rec.status == "error":
-                    streak = rec.n
-                elif rec.status == "ok":
-                    break
-            before = streak
-        return self._engine.store.restorable_snapshot(self.id, before)
+        return snapshots.suggested_target(self._rt, self.id)
 
     def preview_rollback(self, to: str | None = None) -> RollbackPreview:
         """What `rollback(to)` would take off the live line and which compensations it queues."""
-        target = to or self.suggested_target()
-        if target is None:
-            raise NothingToRollBack(f"session {self.id!r} has no restorable snapshot")
-        node = next((n for n in self.tree() if n.id == target), None)
-        if node is None:
-            from engine.errors import UnknownSnapshot
+        return snapshots.preview_rollback(self._rt, self.id, to)
 
-            raise UnknownSnapshot(f"session {self.id!r} has no snapshot {target!r}")
-        live = self._engine.store.live_messages(self.id)
-        leaving = [s for s in self.steps(live_only=True) if s.n >= node.next_step]
-        comps = [(s.n, s.compensation[0], s.compensation[1]) for s in reversed(leaving)
-                 if s.side_effect and s.compensation and s.status == "ok"]
-        return RollbackPreview(session=self.id, target=target, messages=live[node.messages:],
-                               steps=leaving, compensations=comps)
-
-    def rollback(self, to: str | None = None, actor: Any = "system", reason: str = "",
-                 notice: bool | str = True) -> RollbackResult:
+    def rollback(
+        self,
+        to: str | None = None,
+        actor: str | actions.Actor = "system",
+        reason: str = "",
+        notice: bool | str = True,
+    ) -> RollbackResult:
         """Roll the live line back to snapshot `to` (None: the last healthy snapshot).
 
         What leaves the live line is kept as an abandoned branch labelled with actor, reason and
@@ -362,12 +327,12 @@ class Session:
         Raises:
             UnknownSnapshot, SnapshotNotRestorable, NothingToRollBack.
         """
-        return self._engine.rollback(self.id, to=to, actor=actor, reason=reason, notice=notice)
+        return actions.rollback(self._rt, self.id, to=to, actor=actor, reason=reason, notice=notice)
 
-    def inject_notice(self, text: str | None = None, actor: Any = "system") -> str:
+    def inject_notice(self, text: str | None = None, actor: str | actions.Actor = "system") -> str:
         """Append a recovery notice (None: the default template for the session's locale).
         `actor` is a name or an `Actor` (a viewer is refused)."""
-        return self._engine.notice(self.id, text, actor=actor)
+        return actions.notice(self._rt, self.id, text, actor=actor)
 
     # -- internals --------------------------------------------------------------------------
     def _sync_epoch(self, epoch: int, exclude: int | None = None) -> None:
@@ -381,7 +346,7 @@ class Session:
         for rec in self.steps(live_only=True, last=self._detector.horizon):
             if rec.n == exclude or rec.status == "running":
                 continue
-            self._observe(rec.n, _detector_step(rec))
+            self._observe(rec.n, detector_step(rec))
 
     def _observe(self, n: int, step: Step) -> Verdict:
         self._count += 1
@@ -401,17 +366,24 @@ class Session:
     def _finish_step(self, call: StepCall) -> None:
         out = call._outcome
         step = Step(
-            tool=call.tool, args=call.args, ok=out["status"] == "ok", error=out.get("error"),
-            result=out.get("result_digest"), text=call.text, side_effect=call.side_effect,
+            tool=call.tool,
+            args=call.args,
+            ok=out["status"] == "ok",
+            error=out.get("error"),
+            result=out.get("result_digest"),
+            text=call.text,
+            side_effect=call.side_effect,
         )
         verdict = self._observe(call.n, step)
         stored = None
         if verdict.looping and self.on_loop != "off":
-            stored = verdict_record(verdict, self._step_number, self._engine.clock())
-        engine = self._engine
-        late = engine.store.end_step(
-            self.id, call._ticket, {**out, "verdict": stored, "budget": call.budget},
-            engine.clock(),
+            stored = verdict_record(verdict, self._step_number, self._rt.clock())
+        rt = self._rt
+        late = rt.store.end_step(
+            self.id,
+            call._ticket,
+            {**out, "verdict": stored, "budget": call.budget},
+            rt.clock(),
         )
         call.verdict = verdict
         if late:
@@ -420,7 +392,7 @@ class Session:
             return
         if stored is None:
             return
-        engine._loop_flagged(self, verdict, call.tool)
+        metrics.record_loop(verdict, call.tool, self.info().meta)
         if self.on_loop == "flag":
             return
         if verdict.remedy == "stop":
@@ -431,48 +403,18 @@ class Session:
             advice = verdict.advice or NUDGE_TEXT.format(explanation=verdict.explanation)
             self.append_message("system", f"Rewind: {advice}", rewind_nudge=True)
             return
-        start = stored.get("loop_start_step")
-        target = engine.store.restorable_snapshot(self.id, start) if start is not None else None
+        start = stored["loop_start_step"]
+        target = rt.store.restorable_snapshot(self.id, start) if start is not None else None
         result = None
         if target is not None:
-            result = engine.rollback(
-                self.id, to=target, actor="rewind",
-                reason=f"loop detected ({verdict.rule}): {verdict.explanation}", notice=True,
-                automatic=True, rule=verdict.rule,
+            result = actions.rollback(
+                rt,
+                self.id,
+                to=target,
+                actor="rewind",
+                reason=f"loop detected ({verdict.rule}): {verdict.explanation}",
+                notice=True,
+                automatic=True,
+                rule=verdict.rule,
             )
         raise LoopDetected(verdict, result)
-
-
-def _detector_step(rec: StepRecord) -> Step:
-    return Step(tool=rec.tool, args=rec.args, ok=rec.status == "ok", error=rec.error,
-                result=rec.result_digest, text=rec.text, side_effect=rec.side_effect)
-
-
-BUDGET_KEYS = ("system", "dialogue", "memories", "reserve", "dropped", "total", "max_tokens")
-
-
-def budget_record(context: Any) -> dict | None:
-    """The token breakdown to store with a step, from a `Context` or a breakdown dict."""
-    if context is None:
-        return None
-    breakdown = getattr(context, "breakdown", context)
-    if not isinstance(breakdown, dict):
-        raise TypeError("context must be a Context from ContextBuilder.build or a breakdown dict")
-    record = {k: int(v) for k, v in breakdown.items() if k in BUDGET_KEYS and v is not None}
-    for attr in ("tokens", "max_tokens"):
-        value = getattr(context, attr, None)
-        if isinstance(value, int):
-            record["total" if attr == "tokens" else attr] = value
-    return record
-
-
-def verdict_record(verdict: Verdict, step_number, now: float) -> dict:
-    """The JSON form of a verdict, with detector indexes mapped to session step numbers."""
-    return {
-        "rule": verdict.rule,
-        "explanation": verdict.explanation,
-        "evidence_steps": [n for n in (step_number(i) for i in verdict.evidence) if n is not None],
-        "loop_start_step": step_number(verdict.loop_start),
-        "details": canonicalize(verdict.details or {}, "details"),
-        "at": now,
-    }

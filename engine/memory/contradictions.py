@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from engine.retrieval import tokenize as default_tokenize
+from engine.memory.retrieval import tokenize as default_tokenize
 
 __all__ = ["Contradiction", "ContradictionChecker", "RuleChecker"]
 

@@ -1,0 +1,84 @@
+"""The runtime: what sessions, memory, operator actions and the saga share.
+
+`Engine` builds one `Runtime` and hands it to every session handle and memory it creates, so
+those take the wiring they need (store, clock, retention, detector factory, memory config,
+compensation handlers) without holding, or importing, the `Engine` itself. The dependency graph
+runs one way: engine -> sessions, actions, saga, fleet -> runtime -> store, loops.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import UnknownSession
+from engine.loops.detector import LoopDetector
+from engine.records import SessionInfo
+from engine.sessions.ids import validate_session_id
+from engine.store.base import Retention, Store
+from engine.types import LOOP_POLICIES, LoopPolicy
+
+if TYPE_CHECKING:
+    from engine.memory.config import MemoryConfig
+
+CompensationHandler = Callable[[Any, str], Any]
+"""A compensation handler: called with (args, idempotency_key); raising means it failed."""
+
+
+@dataclass(eq=False)
+class Runtime:
+    """Shared wiring of one engine. Mutable on purpose: tests and integrations tune retention."""
+
+    store: Store
+    """The single source of truth."""
+    clock: Callable[[], float] = time.time
+    """Unix time source (tests pass a fake clock)."""
+    retention: Retention = field(default_factory=Retention)
+    """Which snapshots stay restorable as new ones are taken."""
+    detector_factory: Callable[[], LoopDetector] = LoopDetector
+    """Makes the loop detector of each session handle."""
+    on_loop: LoopPolicy = "rollback"
+    """Default loop policy of new session handles."""
+    compensation_attempts: int = 3
+    """Tries before a failing compensation stays failed."""
+    memory_config: Any = None
+    """`MemoryConfig` of the sessions' memory; None: the defaults, made on first use."""
+    handlers: dict[str, CompensationHandler] = field(default_factory=dict)
+    """Compensation handlers registered in this process, by name."""
+    worker_id: str = ""
+    """Who claims compensations in the outbox: host, pid and this runtime."""
+
+    def __post_init__(self) -> None:
+        if self.on_loop not in LOOP_POLICIES:
+            raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}")
+        if not self.worker_id:
+            self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+
+    def memory(self) -> MemoryConfig:
+        """The memory config, created with the defaults on first use."""
+        if self.memory_config is None:
+            from engine.memory.config import MemoryConfig
+
+            self.memory_config = MemoryConfig()
+        return self.memory_config
+
+    @cached_property
+    def detector_horizon(self) -> int:
+        """How many recent steps a detector looks at (read once from one detector)."""
+        return self.detector_factory().horizon
+
+    def require_session(self, sid: str) -> SessionInfo:
+        """The stored summary of session `sid`.
+
+        Raises:
+            InvalidSessionId: bad id. UnknownSession: no such session.
+        """
+        info = self.store.get_session(validate_session_id(sid))
+        if info is None:
+            raise UnknownSession(f"no session {sid!r} in {self.store.url}")
+        return info

@@ -1,0 +1,73 @@
+"""The saga: compensations for side effects that a rollback took off the live line.
+
+A rollback queues one compensation per side-effecting step it abandons, newest first, in the
+store's durable outbox. Any process that registered the handler claims it under a lease and runs
+it once: the handler gets (args, idempotency_key), and the key is stable across retries, crashes
+and processes (it names the session incarnation and the step), so a handler that stores it can
+refuse to act twice. A handler that keeps raising is retried `compensation_attempts` times, then
+stays failed, visible to operators as needing manual action.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from engine.errors import UnknownCompensation
+from engine.records import Compensation
+from engine.runtime import CompensationHandler, Runtime
+from engine.types import CompensationStatus
+
+log = logging.getLogger("rewind")
+
+
+def register(rt: Runtime, name: str, handler: CompensationHandler) -> None:
+    """Register the handler for compensation `name` in this process.
+
+    Raises:
+        ValueError: empty name. TypeError: handler not callable.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("a compensation name must be a non-empty string")
+    if not callable(handler):
+        raise TypeError(f"the handler for {name!r} is not callable")
+    rt.handlers[name] = handler
+
+
+def run_pending(rt: Runtime, limit: int = 100, lease_s: float = 60.0) -> list[Compensation]:
+    """Run pending compensations this process has handlers for, each once.
+
+    Returns:
+        The compensations processed, with their final status.
+    """
+    done: list[Compensation] = []
+    names = sorted(rt.handlers)
+    for _ in range(limit):
+        comp = rt.store.claim_compensation(names, rt.worker_id, lease_s, rt.clock())
+        if comp is None:
+            break
+        handler = rt.handlers.get(comp.name)
+        if handler is None:  # pragma: no cover - the claim filters by name
+            raise UnknownCompensation(f"no handler registered for {comp.name!r}")
+        done.append(_run_one(rt, comp, handler))
+    return done
+
+
+def _run_one(rt: Runtime, comp: Compensation, handler: CompensationHandler) -> Compensation:
+    try:
+        handler(comp.args, comp.idempotency_key)
+    except Exception as exc:  # noqa: BLE001 - a handler's failure is data here
+        final = comp.attempts >= rt.compensation_attempts
+        error = f"{type(exc).__name__}: {exc}"
+        log.warning("compensation %s for %s failed: %s", comp.name, comp.session, error)
+        rt.store.finish_compensation(comp.id, rt.worker_id, False, error, rt.clock(), final)
+        status = CompensationStatus.FAILED if final else CompensationStatus.PENDING
+        return dataclasses.replace(comp, status=status, error=error)
+    rt.store.finish_compensation(comp.id, rt.worker_id, True, None, rt.clock(), True)
+    return dataclasses.replace(comp, status=CompensationStatus.DONE)
+
+
+def list_compensations(rt: Runtime, **filters: Any) -> list[Compensation]:
+    """Compensations in the outbox, newest first. Filters: session, status, limit."""
+    return rt.store.compensations(**filters)

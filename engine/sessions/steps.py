@@ -1,0 +1,90 @@
+"""Pure helpers of guarded steps: message and result canonical forms, the detector's view of a
+stored step, and the JSON records stored with a step (token breakdown, verdict)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from engine.loops.detector import Step, Verdict
+from engine.loops.fingerprint import canonical_json, canonicalize, digest
+from engine.loops.normalize import result_digest
+from engine.records import StepRecord
+from engine.types import TOKEN_BREAKDOWN_KEYS, StepStatus, StoredVerdict, TokenBreakdown
+
+PREVIEW_CHARS = 500
+"""Characters of a tool result kept for people (the digest covers the whole result)."""
+
+
+def chat_message(role: Any, content: Any, extra: dict) -> dict:
+    """A canonical chat message.
+
+    Raises:
+        ValueError: empty or non-string role. TypeError: content not representable as JSON.
+    """
+    if not isinstance(role, str) or not role:
+        raise ValueError(f"a message role must be a non-empty string, not {role!r}")
+    msg = {"role": role, "content": content, **extra}
+    return canonicalize(msg, "message")
+
+
+def result_preview(result: Any) -> tuple[str | None, str | None]:
+    """(digest, preview) of a tool result. The digest is the detector's normalized one (ids and
+    timestamps masked), so a detector rebuilt from stored digests sees what the live one saw."""
+    if result is None:
+        return None, None
+    try:
+        text = canonical_json(result)
+        result_hash = result_digest(result)
+    except TypeError:
+        text = repr(result)
+        result_hash = digest(text)
+    return result_hash, text[:PREVIEW_CHARS]
+
+
+def detector_step(rec: StepRecord) -> Step:
+    """The detector's view of a stored step (to rebuild its window after a rollback)."""
+    return Step(
+        tool=rec.tool,
+        args=rec.args,
+        ok=rec.status == StepStatus.OK,
+        error=rec.error,
+        result=rec.result_digest,
+        text=rec.text,
+        side_effect=rec.side_effect,
+    )
+
+
+def budget_record(context: Any) -> TokenBreakdown | None:
+    """The token breakdown to store with a step, from a `Context` or a breakdown dict.
+
+    Raises:
+        TypeError: neither a `Context` nor a dict.
+    """
+    if context is None:
+        return None
+    breakdown = getattr(context, "breakdown", context)
+    if not isinstance(breakdown, dict):
+        raise TypeError("context must be a Context from ContextBuilder.build or a breakdown dict")
+    record: dict[str, int] = {
+        k: int(v) for k, v in breakdown.items() if k in TOKEN_BREAKDOWN_KEYS and v is not None
+    }
+    for attr in ("tokens", "max_tokens"):
+        value = getattr(context, attr, None)
+        if isinstance(value, int):
+            record["total" if attr == "tokens" else attr] = value
+    return TokenBreakdown(**record)  # type: ignore[typeddict-item]
+
+
+def verdict_record(
+    verdict: Verdict, step_number: Callable[[int | None], int | None], now: float
+) -> StoredVerdict:
+    """The JSON form of a verdict, with detector indexes mapped to session step numbers."""
+    return StoredVerdict(
+        rule=verdict.rule or "",
+        explanation=verdict.explanation,
+        evidence_steps=[n for n in (step_number(i) for i in verdict.evidence) if n is not None],
+        loop_start_step=step_number(verdict.loop_start),
+        details=canonicalize(verdict.details or {}, "details"),
+        at=now,
+    )

@@ -1,0 +1,5 @@
+"""The embedded SQLite store (WAL, several processes on one host)."""
+
+from engine.store.sqlite.store import SQLiteStore
+
+__all__ = ["SQLiteStore"]

@@ -1,0 +1,101 @@
+"""The engine's vocabulary: statuses, roles and the shapes of stored JSON records.
+
+Every module, the console and the CLI read these names; none keeps its own list. The enums are
+`StrEnum`s, so a value compares equal to its string (``SessionStatus.LOOPING == "looping"``) and is
+stored and serialised as that string.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal, TypedDict
+
+
+class SessionStatus(StrEnum):
+    """Where a session stands."""
+
+    HEALTHY = "healthy"
+    """Running normally (also after a loop, once a step ends ok)."""
+    LOOPING = "looping"
+    """The detector flagged a loop that no rollback has cleared yet."""
+    ROLLED_BACK = "rolled_back"
+    """A rollback moved the live line back; stays until a step ends ok."""
+    STOPPED = "stopped"
+    """Stopped by the agent or by a step budget; readable, not running."""
+
+
+class StepStatus(StrEnum):
+    """Outcome of a guarded step."""
+
+    RUNNING = "running"
+    OK = "ok"
+    ERROR = "error"
+
+
+class CompensationStatus(StrEnum):
+    """Life of a compensation in the saga outbox."""
+
+    PENDING = "pending"
+    """Queued, waiting for a process that registered its handler."""
+    RUNNING = "running"
+    """Claimed under a lease by one process."""
+    DONE = "done"
+    """The handler returned."""
+    FAILED = "failed"
+    """The handler kept raising; needs manual action."""
+
+
+class Role(StrEnum):
+    """What an actor may do: viewers read, operators also roll back and send notices."""
+
+    VIEWER = "viewer"
+    OPERATOR = "operator"
+
+
+LoopPolicy = Literal["rollback", "nudge_then_rollback", "flag", "off"]
+"""What a session does when the detector flags a loop: roll back (default), nudge the agent once
+then roll back, only flag it, or not check at all."""
+
+LOOP_POLICIES: tuple[LoopPolicy, ...] = ("rollback", "nudge_then_rollback", "flag", "off")
+
+RollbackKind = Literal["rollback", "fork"]
+"""A recovery (counted, sets the status) or an integration's time travel (neither)."""
+
+
+class StoredVerdict(TypedDict):
+    """A loop verdict as stored with its step and on the session (`SessionInfo.last_verdict`)."""
+
+    rule: str
+    """Rule id that fired (`engine.loops.detector.RULES`)."""
+    explanation: str
+    """One sentence for people."""
+    evidence_steps: list[int]
+    """Session step numbers the verdict rests on, oldest first."""
+    loop_start_step: int | None
+    """Session step number where the loop began (rollback goes to the snapshot before it)."""
+    details: dict[str, Any]
+    """Rule-specific details (argument diffs, counts, advice, remedy)."""
+    at: float
+    """Unix time of the verdict (engine clock)."""
+
+
+class TokenBreakdown(TypedDict, total=False):
+    """Token counts of the context an agent built for one step (`ContextBuilder.build`)."""
+
+    system: int
+    """Tokens of the system prompt."""
+    dialogue: int
+    """Tokens of the dialogue kept."""
+    memories: int
+    """Tokens of the recalled memories kept."""
+    reserve: int
+    """Tokens held back for the model's answer."""
+    dropped: int
+    """Tokens that did not fit and were left out."""
+    total: int
+    """Tokens of the context as built."""
+    max_tokens: int
+    """The budget."""
+
+
+TOKEN_BREAKDOWN_KEYS: tuple[str, ...] = tuple(TokenBreakdown.__annotations__)
