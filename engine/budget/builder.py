@@ -54,7 +54,7 @@ class Context:
     """The model window the builder was given."""
     encoding: str
     """Encoding the counts are in."""
-    messages: list[dict] = field(default_factory=list)
+    messages: list[Mapping[str, Any]] = field(default_factory=list)
     """Kept dialogue messages (the caller's dicts), oldest first."""
     memories: list[str] = field(default_factory=list)
     """Kept memories in relevance order; the last one may be trimmed."""

@@ -116,7 +116,8 @@ class DemoStats:
         """A plain-text table, one row per scenario."""
         head = ("SCENARIO", "SESSIONS", "LOOPS", "ROLLBACKS", "COMPENSATIONS", "FALSE ALARMS",
                 "MISSED")
-        rows = [(name, str(s.sessions), str(s.loops), str(s.rollbacks), str(s.compensations),
+        rows: list[tuple[str, ...]] = [
+                (name, str(s.sessions), str(s.loops), str(s.rollbacks), str(s.compensations),
                  str(len(s.false_alarms)), str(len(s.missed)))
                 for name, s in sorted(self.scenarios.items())]
         rows.append(("total", *(str(self.total(a)) for a in

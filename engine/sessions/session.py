@@ -10,7 +10,7 @@ through `engine.actions`, like every operator action.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from engine import actions, metrics
 from engine.errors import LoopDetected, StepError
@@ -36,7 +36,8 @@ from engine.sessions.steps import (
     result_preview,
     verdict_record,
 )
-from engine.types import LOOP_POLICIES, LoopPolicy, SessionStatus
+from engine.store.base import StepTicket
+from engine.types import LOOP_POLICIES, LoopPolicy, SessionStatus, StoredVerdict
 
 if TYPE_CHECKING:
     from engine.memory.session import SessionMemory
@@ -92,12 +93,12 @@ class StepCall:
         """True when the session was rolled back while this step ran."""
         self._outcome: dict | None = None
         self._result: Any = None
-        self._ticket = None
+        self._ticket: StepTicket | None = None
 
     def __enter__(self) -> StepCall:
         s = self.session
         label = f"before {self.tool or 'agent turn'}"
-        self._ticket = s._rt.store.begin_step(
+        ticket = s._rt.store.begin_step(
             s.id,
             {
                 "tool": self.tool,
@@ -113,9 +114,10 @@ class StepCall:
             s._rt.clock(),
             s._rt.retention,
         )
-        self.n = self._ticket.n
-        self.snapshot_id = self._ticket.snapshot
-        s._sync_epoch(self._ticket.epoch, exclude=self.n)
+        self._ticket = ticket
+        self.n = ticket.n
+        self.snapshot_id = ticket.snapshot
+        s._sync_epoch(ticket.epoch, exclude=self.n)
         return self
 
     def ok(self, result: Any = None) -> None:
@@ -133,7 +135,7 @@ class StepCall:
         text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
         self._outcome = {"status": "error", "error": text or "error"}
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> Literal[False]:
         if self._ticket is None:
             return False
         if self._outcome is None:
@@ -295,6 +297,8 @@ class Session:
         call = StepCall(self, None, None, False, None, False, text, context)
         with call:
             call.fail(error) if error else call.ok(None)
+        if call.verdict is None:  # pragma: no cover - _finish_step sets it or raises
+            raise StepError("the agent turn ended without a verdict")
         return call.verdict
 
     def stop(self) -> None:
@@ -364,7 +368,9 @@ class Session:
         return None
 
     def _finish_step(self, call: StepCall) -> None:
-        out = call._outcome
+        out, ticket = call._outcome, call._ticket
+        if out is None or ticket is None or call.n is None:
+            raise StepError("a step must begin (enter its block) and finish before it is recorded")
         step = Step(
             tool=call.tool,
             args=call.args,
@@ -375,13 +381,13 @@ class Session:
             side_effect=call.side_effect,
         )
         verdict = self._observe(call.n, step)
-        stored = None
+        stored: StoredVerdict | None = None
         if verdict.looping and self.on_loop != "off":
             stored = verdict_record(verdict, self._step_number, self._rt.clock())
         rt = self._rt
         late = rt.store.end_step(
             self.id,
-            call._ticket,
+            ticket,
             {**out, "verdict": stored, "budget": call.budget},
             rt.clock(),
         )

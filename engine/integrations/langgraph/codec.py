@@ -22,7 +22,7 @@ scan costs about what a full-copy checkpointer pays to read one version.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 Encoded = list
@@ -166,7 +166,7 @@ def materialize(versions: Mapping[str, Mapping], version: str) -> list[Encoded]:
     return out
 
 
-def referenced_blobs(records: list[Mapping], blobs: Mapping[str, Mapping], key_of) -> set[str]:
+def referenced_blobs(records: Sequence[Mapping], blobs: Mapping[str, Mapping], key_of) -> set[str]:
     """Keys of the blobs that `records` need: their channel versions and every delta base.
 
     Args:

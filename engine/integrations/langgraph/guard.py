@@ -51,7 +51,8 @@ from engine.engine import Engine
 from engine.errors import LoopDetected, SnapshotNotRestorable, UnknownSession, UnknownSnapshot
 from engine.integrations.langgraph import layout
 from engine.integrations.langgraph.saver import RewindSaver, healthy_checkpoint, session_id
-from engine.sessions.session import LOOP_POLICIES, NUDGE_TEXT, Session, StepCall
+from engine.sessions.session import NUDGE_TEXT, Session, StepCall
+from engine.types import LOOP_POLICIES, LoopPolicy
 
 log = logging.getLogger("rewind.langgraph")
 
@@ -98,12 +99,12 @@ class LoopGuard:
         ValueError: unknown policy.
     """
 
-    def __init__(self, rewind: Engine | RewindSaver, *, on_loop: str | None = None,
+    def __init__(self, rewind: Engine | RewindSaver, *, on_loop: LoopPolicy | None = None,
                  side_effects: Mapping[str, Compensator | None] | Iterable[str] = (),
                  error_when: Callable[[ToolMessage], str | bool | None] | None = None,
                  checkpoint_wait: float = 10.0):
         self.engine: Engine = rewind.engine if isinstance(rewind, RewindSaver) else rewind
-        self.on_loop = on_loop or self.engine.on_loop
+        self.on_loop: LoopPolicy = on_loop or self.engine.on_loop
         if self.on_loop not in LOOP_POLICIES:
             raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}, "
                              f"not {self.on_loop!r}")
@@ -156,7 +157,8 @@ class LoopGuard:
         with self._lock:
             found = self._sessions.get(sid)
         if found is None:
-            policy = "off" if self.on_loop == "off" else "flag"  # the guard picks the target
+            # the guard picks the target
+            policy: LoopPolicy = "off" if self.on_loop == "off" else "flag"
             found = (self.engine.session(sid, on_loop=policy), threading.Lock())
             with self._lock:
                 found = self._sessions.setdefault(sid, found)
@@ -171,17 +173,18 @@ class LoopGuard:
         name, args = tool_call["name"], tool_call.get("args") or {}
         compensation = None
         side_effect = name in self.side_effects
-        if side_effect and self.side_effects[name] is not None:
-            compensation = self.side_effects[name](args)
+        compensator = self.side_effects.get(name)
+        if compensator is not None:
+            compensation = compensator(args)
         root = (configurable.get("checkpoint_map") or {}).get("")
         saver = configurable.get(CHECKPOINTER_KEY)
-        rewind_checkpoints = bool(root) and isinstance(saver, RewindSaver) and (
+        rewind_checkpoints = isinstance(saver, RewindSaver) and bool(root) and (
             saver.engine.store.url == self.engine.store.url)
-        if rewind_checkpoints and configurable.get(DURABILITY_KEY) != "exit":
+        if (isinstance(saver, RewindSaver) and root and rewind_checkpoints
+                and configurable.get(DURABILITY_KEY) != "exit"):
             if not saver.wait_for_checkpoint(thread_id, root, self.checkpoint_wait):
                 log.warning("checkpoint %s of thread %s was not stored within %.1f s; the "
                             "tool call is recorded anyway", root, thread_id, self.checkpoint_wait)
-        step = None
         for attempt in (1, 2):
             session, lock = self._session(thread_id)
             step = session.step(name, args, side_effect=side_effect, compensation=compensation)
@@ -194,7 +197,7 @@ class LoopGuard:
                     self._sessions.pop(session.id, None)
                 if attempt == 2:
                     raise
-        if rewind_checkpoints:
+        if rewind_checkpoints and step.n is not None:
             self.engine.store.doc_put(
                 session.id, layout.DOCS,
                 {layout.step_key(step.n): {"checkpoint": root, "call": tool_call.get("id")}},
@@ -280,7 +283,7 @@ class RewindToolNode(ToolNode):
     """
 
     def __init__(self, tools: Sequence[Any], rewind: Engine | RewindSaver | LoopGuard, *,
-                 on_loop: str | None = None,
+                 on_loop: LoopPolicy | None = None,
                  side_effects: Mapping[str, Compensator | None] | Iterable[str] = (),
                  error_when: Callable[[ToolMessage], str | bool | None] | None = None,
                  handle_tool_errors: Any = None,
@@ -293,7 +296,7 @@ class RewindToolNode(ToolNode):
             handle_tool_errors = inspect.signature(ToolNode.__init__).parameters[
                 "handle_tool_errors"].default
         sync_wrap = guard.wrap_tool_call
-        async_wrap = guard.awrap_tool_call
+        async_wrap: Any = guard.awrap_tool_call
         if wrap_tool_call is not None:
             def sync_wrap(request, execute):
                 return guard.wrap_tool_call(request, lambda r: wrap_tool_call(r, execute))

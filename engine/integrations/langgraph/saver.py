@@ -33,13 +33,14 @@ executor.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import functools
 import json
 import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,7 +63,7 @@ from engine.engine import Engine
 from engine.errors import SnapshotNotRestorable, StoreError, UnknownSession, UnknownSnapshot
 from engine.integrations.langgraph import codec, layout
 from engine.integrations.langgraph.chat import is_notice, notice_message, to_chat
-from engine.sessions.session import validate_session_id
+from engine.sessions.ids import validate_session_id
 from engine.store import Retention
 
 ACTOR = "langgraph"
@@ -506,7 +507,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
 
     # -- put --------------------------------------------------------------------------------
     def _put(self, sid: str, ns: str, parent_id: str | None, checkpoint: Checkpoint,
-             meta: dict, new_versions: ChannelVersions) -> None:
+             meta: CheckpointMetadata | dict, new_versions: ChannelVersions) -> None:
         store = self.store
         now = self.engine.clock()
         checkpoint_id = checkpoint["id"]
@@ -630,10 +631,11 @@ class RewindSaver(BaseCheckpointSaver[str]):
             channel_values={**values, channel: [*current, *map(notice_message, notices)]},
             channel_versions={**versions, channel: version}, updated_channels=[channel])
         metadata = {"source": "update", "step": step + 1, "parents": {}, "rewind": "notice"}
-        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
         if rec is not None:
-            config["configurable"]["checkpoint_id"] = rec["id"]
-        self.put(config, checkpoint, metadata, {channel: version})
+            configurable["checkpoint_id"] = rec["id"]
+        self.put(RunnableConfig(configurable=configurable), checkpoint,  # type: ignore[arg-type]
+                 metadata, {channel: version})  # type: ignore[arg-type]
         return self._last[(sid, "")]
 
     # -- records and values -----------------------------------------------------------------
@@ -674,7 +676,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         return codec.ListState(version, self._encodings(sid, ns, channel, version, doc, {}))
 
     def _encodings(self, sid: str, ns: str, channel: str, version: str, doc: dict,
-                   scans: dict) -> list:
+                   scans: dict) -> builtins.list:
         if doc.get("base") is None:
             return doc["items"]
         with self._lock:
@@ -754,7 +756,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         stored["channel_values"] = values
         return stored  # type: ignore[return-value]
 
-    def _dump_meta(self, meta: dict) -> dict:
+    def _dump_meta(self, meta: Mapping[str, Any]) -> dict:
         try:
             if json.loads(json.dumps(meta)) == meta:
                 return {"json": meta}
@@ -762,20 +764,20 @@ class RewindSaver(BaseCheckpointSaver[str]):
             pass
         return {"typed": codec.encode(self.serde, meta)}
 
-    def _load_meta(self, stored: dict) -> dict:
+    def _load_meta(self, stored: dict) -> CheckpointMetadata:
         if "json" in stored:
             return stored["json"]
         return codec.decode(self.serde, stored["typed"])
 
     # -- housekeeping -----------------------------------------------------------------------
-    def _unneeded(self, docs: dict, kept: list[dict]) -> dict[str, None]:
+    def _unneeded(self, docs: dict, kept: builtins.list[dict]) -> dict[str, None]:
         """Deletions that leave only the `kept` records, their writes and the blobs they need."""
         blobs = {k: d for k, d in docs.items() if k.startswith("b/")}
         needed = codec.referenced_blobs(kept, blobs, layout.blob_key)
         needed.update(layout.checkpoint_key(r["ns"], r["id"]) for r in kept)
         write_prefixes = tuple(layout.write_prefix(r["ns"], r["id"]) for r in kept)
         root_ids = {r["id"] for r in kept if r["ns"] == ""}
-        doomed = {}
+        doomed: dict[str, None] = {}
         for key, doc in docs.items():
             if key in needed or (write_prefixes and key.startswith(write_prefixes)):
                 continue
@@ -792,7 +794,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
             self.store.put(sid, layout.HEAD, {layout.ROOT: None}, now)
         self._forget_cache(sid)
 
-    def _threads(self) -> list[str]:
+    def _threads(self) -> builtins.list[str]:
         """Ids of every session this integration created, by paging through the fleet."""
         found: dict[str, None] = {}
         offset, page = 0, 500
@@ -832,7 +834,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
 
     def _forget_cache(self, sid: str) -> None:
         with self._lock:
-            for cache in (self._lists, self._last, self._seen):
+            caches: tuple[OrderedDict[Any, Any], ...] = (self._lists, self._last, self._seen)
+            for cache in caches:
                 for key in [k for k in cache if k[0] == sid]:
                     del cache[key]
 
