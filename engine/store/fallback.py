@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from engine.errors import StoreUnavailable
-from engine.store import Store, redact
+from engine.store.base import Store
+from engine.store.urls import redact
 
 log = logging.getLogger("rewind.store")
 
@@ -49,7 +51,9 @@ def open_redis(url: str, **options: Any) -> Store:
     options = {k: v for k, v in options.items() if k != "fallback"}
     if fallback is None:
         return RedisStore(primary, **options)
-    return FallbackStore(primary, fallback, **options)
+    # FallbackStore fills the Store contract with methods generated from it (at the end of this
+    # module), which a type checker cannot follow.
+    return cast(Store, FallbackStore(primary, fallback, **options))
 
 
 class FallbackStore:
@@ -123,8 +127,8 @@ class FallbackStore:
         self._store.close()
 
 
-def _delegate(name: str):
-    def method(self, *args, **kwargs):
+def _delegate(name: str) -> Callable[..., Any]:
+    def method(self: FallbackStore, *args: Any, **kwargs: Any) -> Any:
         return getattr(self._store, name)(*args, **kwargs)
 
     method.__name__ = name
@@ -134,6 +138,9 @@ def _delegate(name: str):
 
 # Every method of the Store contract that FallbackStore does not define itself goes to the
 # active store; deriving the list from the contract keeps new methods from being forgotten.
-for _name in [n for n, v in vars(Store).items()
-              if callable(v) and not n.startswith("_") and n not in vars(FallbackStore)]:
+for _name in [
+    n
+    for n, v in vars(Store).items()
+    if callable(v) and not n.startswith("_") and n not in vars(FallbackStore)
+]:
     setattr(FallbackStore, _name, _delegate(_name))

@@ -84,6 +84,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Callable, Iterable
 
 DEFAULT_PREFIX = "rewind"
 
@@ -129,7 +130,7 @@ def session_pattern(prefix: str = DEFAULT_PREFIX) -> str:
 def sid_of_session_hash(key: str) -> str:
     """The session id from a `session_hash` key name."""
     start = key.index("{") + 1
-    return decode(key[start:key.index("}", start)])
+    return decode(key[start : key.index("}", start)])
 
 
 def session_hash(base: str) -> str:
@@ -213,17 +214,30 @@ def fleet_outbox(base: str) -> str:
 
 
 SESSION_KEYS = (
-    session_hash, live_messages, abandoned_messages, steps, live_steps, snapshots,
-    live_snapshots, kv_writes, live_kv_writes, branches, branch_items, branches_by_epoch,
-    requests, request_order, fleet_outbox,
+    session_hash,
+    live_messages,
+    abandoned_messages,
+    steps,
+    live_steps,
+    snapshots,
+    live_snapshots,
+    kv_writes,
+    live_kv_writes,
+    branches,
+    branch_items,
+    branches_by_epoch,
+    requests,
+    request_order,
+    fleet_outbox,
 )
 """Session keys without a parameter; with `restorable(kind)`, `kv_values(ns)`,
 `kv_versions(ns)`, `doc_values(ns)` and `doc_keys(ns)` for each snapshot kind, kv namespace and
 document namespace in use (the session hash lists them) they are all the keys of a session."""
 
 
-def all_session_keys(base: str, kinds: list[str], namespaces: list[str],
-                     doc_namespaces: list[str] = ()) -> list[str]:
+def all_session_keys(
+    base: str, kinds: Iterable[str], namespaces: Iterable[str], doc_namespaces: Iterable[str] = ()
+) -> list[str]:
     """Every key a session with those snapshot kinds and namespaces may have."""
     keys = [fn(base) for fn in SESSION_KEYS]
     keys += [restorable(base, k) for k in kinds]
@@ -344,16 +358,36 @@ def comp_running(fb: str, name: str) -> str:
 
 
 FLEET_KEYS = (
-    session_index, status_index, meta_index, index_entries, expiry_index, outbox_marks,
-    branch_index, event_counter, events, session_events, audit_counter, audit_records,
-    audit_all, audit_by_action, audit_by_session, audit_by_time, comp_counter, compensation,
-    comp_keys, comp_all, comp_by_status, comp_by_session, comp_pending, comp_running,
+    session_index,
+    status_index,
+    meta_index,
+    index_entries,
+    expiry_index,
+    outbox_marks,
+    branch_index,
+    event_counter,
+    events,
+    session_events,
+    audit_counter,
+    audit_records,
+    audit_all,
+    audit_by_action,
+    audit_by_session,
+    audit_by_time,
+    comp_counter,
+    compensation,
+    comp_keys,
+    comp_all,
+    comp_by_status,
+    comp_by_session,
+    comp_pending,
+    comp_running,
 )
 
 _BASE_MARK, _ARG_MARK = "\x00", "\x01"
 
 
-def _lua_function(fn) -> str:
+def _lua_function(fn: Callable[..., str]) -> str:
     """``local function K_<name>(b, a) return b .. "<suffix>" [.. a] end`` for one key
     function, built by calling it with markers (so Lua and Python cannot disagree)."""
     import inspect
@@ -361,11 +395,10 @@ def _lua_function(fn) -> str:
     params = len(inspect.signature(fn).parameters)
     name = fn(_BASE_MARK, _ARG_MARK) if params == 2 else fn(_BASE_MARK)
     assert name.startswith(_BASE_MARK) and name.count(_ARG_MARK) <= 1
-    body = name[len(_BASE_MARK):]
+    body = name[len(_BASE_MARK) :]
     if params == 2:
         assert body.endswith(_ARG_MARK)
-        return (f"local function K_{fn.__name__}(b, a) return b .. "
-                f"{_lua_string(body[:-1])} .. a end")
+        return f"local function K_{fn.__name__}(b, a) return b .. {_lua_string(body[:-1])} .. a end"
     return f"local function K_{fn.__name__}(b) return b .. {_lua_string(body)} end"
 
 
@@ -376,5 +409,13 @@ def _lua_string(text: str) -> str:
 
 def lua_prelude() -> str:
     """Lua definitions of every key function (``K_session_hash(base)``, …)."""
-    fns = [*SESSION_KEYS, restorable, kv_values, kv_versions, doc_values, doc_keys, *FLEET_KEYS]
+    fns: list[Callable[..., str]] = [
+        *SESSION_KEYS,
+        restorable,
+        kv_values,
+        kv_versions,
+        doc_values,
+        doc_keys,
+        *FLEET_KEYS,
+    ]
     return "\n".join(_lua_function(fn) for fn in fns) + "\n"
