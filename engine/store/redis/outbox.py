@@ -71,7 +71,7 @@ class FleetOutbox:
 
 
 class _Applier(Protocol):
-    def _apply_outbox(self, entries: Iterable[str]) -> list[OutboxRow]: ...
+    def apply_outbox(self, entries: Iterable[str]) -> list[OutboxRow]: ...
 
 
 class OutboxFlusher:
@@ -80,11 +80,11 @@ class OutboxFlusher:
     The changes are already durable in each session's outbox list; this thread only makes the
     fleet views (indexes, feed, audit) catch up within milliseconds. A process killed before it
     flushed leaves the entries in the outbox, applied by the session's next writer or by
-    `rebuild_indexes`. The thread holds the store weakly, so it never keeps a store alive.
+    `rebuild_indexes`. The thread holds the fleet views weakly, so it never keeps a store alive.
     """
 
-    def __init__(self, store: _Applier) -> None:
-        self._store = weakref.proxy(store)
+    def __init__(self, views: _Applier) -> None:
+        self._views = weakref.proxy(views)
         self._cond = threading.Condition()
         self._pending: list[str] = []
         self._busy = False
@@ -126,7 +126,7 @@ class OutboxFlusher:
                 batch, self._pending = self._pending, []
                 self._busy = True
             try:
-                self._store._apply_outbox(batch)
+                self._views.apply_outbox(batch)
                 failures = 0
             except ReferenceError:
                 return
@@ -146,7 +146,7 @@ class OutboxFlusher:
         with self._cond:
             batch, self._pending = self._pending, []
         if batch:
-            self._store._apply_outbox(batch)
+            self._views.apply_outbox(batch)
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._busy and time.monotonic() < deadline:

@@ -7,7 +7,8 @@ keys            every key name (the layout table), and the Lua key helpers gener
 lua/*.lua       one Lua script per operation; `scripts` loads them
 client          URL and options, the redis-py client, retries, what a failure raises
 codec           canonical JSON, and Redis texts back into engine records
-store           `RedisStore`: the `Store` contract, one script or one read per call
+store           `RedisStore`: the `Store` contract; session writes and reads
+fleet           the fleet views: session indexes, audit, feed, compensation outbox
 outbox          Redis Cluster: fleet views catching up with session writes
 doctor          rebuild the fleet views from the sessions; check one session's invariants
 ==============  ===============================================================================
@@ -43,7 +44,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
@@ -64,7 +65,7 @@ from engine.store.base import Retention, StepTicket
 from engine.store.redis import codec, doctor, keys
 from engine.store.redis.client import RedisClient, script_error
 from engine.store.redis.codec import dumps, num
-from engine.store.redis.outbox import FleetOutbox, OutboxFlusher, OutboxRow
+from engine.store.redis.fleet import FleetViews
 from engine.store.redis.scripts import OUTBOX_BATCH, SOURCES
 from engine.types import CompensationStatus, SessionStatus
 
@@ -94,9 +95,8 @@ class RedisStore:
         self.retries: int = settings.retries
         self._r = self._client.r
         self._fb = keys.fleet_base(self.prefix)
-        self._last_sweep = 0.0
-        self._outbox = FleetOutbox(self.events_maxlen, self.session_events_maxlen)
-        self._flusher = OutboxFlusher(self) if self.cluster else None
+        self._views = FleetViews(self._client)
+        self._flusher = self._views.flusher
 
     # -- plumbing ---------------------------------------------------------------------------
     @property
@@ -116,9 +116,6 @@ class RedisStore:
     def _script(self, name: str, keys_: list[str], args: list[Any]) -> Any:
         return self._client.script(name, keys_, args, SOURCES[name])
 
-    def _fleet(self, name: str, args: list[Any]) -> Any:
-        return self._script("fleet_" + name, [self._fb], args)
-
     def _read(self, name: str, sid: str, args: list[Any] | None = None) -> Any:
         return self._script("read_" + name, [keys.session_base(sid, self.prefix)], args or [])
 
@@ -130,7 +127,7 @@ class RedisStore:
         base = keys.session_base(sid, self.prefix)
         enc = keys.encode(sid)
         if self.cluster:
-            mode = self._outbox.mode(enc)
+            mode = self._views.outbox_mode(enc)
             script_keys = [base]
         else:
             mode = "i"
@@ -157,35 +154,24 @@ class RedisStore:
                 assert self._flusher is not None
                 self._flusher.submit(entries)
             elif len(entries) < OUTBOX_BATCH:  # the script's own entry is the last one
-                rows = self._apply_outbox(entries)
+                rows = self._views.apply_outbox(entries)
                 extra = rows[-1][2] if rows else ""
             else:  # a long backlog (the fleet node was down): apply all of it, in order
-                self._apply_outbox(self._guard(self._r.lrange, keys.fleet_outbox(base), 0, -1))
+                backlog = self._guard(self._r.lrange, keys.fleet_outbox(base), 0, -1)
+                self._views.apply_outbox(backlog)
                 extra = ""
         return result, extra
-
-    # -- Redis Cluster: fleet outbox --------------------------------------------------------
-    def _apply_outbox(self, entries: Iterable[str]) -> list[OutboxRow]:
-        """Apply outbox entries to the fleet keys (idempotent); returns (sid, mark, comp ids)."""
-        return self._outbox.apply(entries, lambda args: self._fleet("apply", args))
 
     def flush(self, timeout: float = 30.0) -> None:
         """Bring the fleet views up to date with this process's writes (Redis Cluster; a no-op
         on a single Redis). Fleet reads call it, so a process always sees its own writes."""
-        if self._flusher is not None:
-            self._flusher.flush(timeout)
-
-    def _fleet_read(self) -> None:
-        self.flush()
-        if time.monotonic() - self._last_sweep > 1.0:
-            self._sweep()
+        self._views.flush(timeout)
 
     def close(self) -> None:
-        if self._flusher is not None:
-            try:
-                self._flusher.close()
-            except StoreError as exc:  # pragma: no cover - the outbox keeps what was not applied
-                log.warning("fleet views not brought up to date on close: %s", exc)
+        try:
+            self._views.close()
+        except StoreError as exc:  # pragma: no cover - the outbox keeps what was not applied
+            log.warning("fleet views not brought up to date on close: %s", exc)
         self._client.close()
 
     # -- sessions ---------------------------------------------------------------------------
@@ -209,37 +195,6 @@ class RedisStore:
         d = self._guard(self._r.hgetall, keys.session_hash(keys.session_base(sid, self.prefix)))
         return codec.session_info(d) if d else None
 
-    def _fetch_sessions(self, sids: list[str]) -> list[dict[str, str]]:
-        pipe = self._r.pipeline(transaction=False)
-        for sid in sids:
-            pipe.hgetall(keys.session_hash(keys.session_base(sid, self.prefix)))
-        return self._guard(pipe.execute)
-
-    def _sweep(self) -> None:
-        """Drop sessions whose keys expired from the fleet indexes."""
-        self._last_sweep = time.monotonic()
-        while True:
-            sids = self._fleet("expired", [500])
-            if not sids:
-                return
-            pipe = self._r.pipeline(transaction=False)
-            for sid in sids:
-                pipe.pttl(keys.session_hash(keys.session_base(sid, self.prefix)))
-            ttls = self._guard(pipe.execute)
-            gone: list[Any] = []
-            alive: list[Any] = []
-            for sid, pttl in zip(sids, ttls, strict=True):
-                if pttl == -2:
-                    gone += [sid, keys.encode(sid), ""]
-                else:  # alive: its deadline moved (or it no longer expires)
-                    alive += [sid, pttl if pttl >= 0 else 10 * 365 * 86400 * 1000]
-            if gone:
-                self._fleet("forget", ["expired", *gone])
-            if alive:
-                self._fleet("extend", alive)
-            if len(sids) < 500:
-                return
-
     def list_sessions(
         self,
         *,
@@ -251,57 +206,20 @@ class RedisStore:
         limit: int = 200,
         offset: int = 0,
     ) -> list[SessionInfo]:
-        self._fleet_read()
-        index = keys.session_index(self._fb)
-        meta_filters = {"tenant": tenant, "scenario": scenario, "prompt_version": prompt_version}
-        for name, value in meta_filters.items():
-            if value is not None:
-                index = keys.meta_index(self._fb, keys.meta_index_suffix(name, dumps(value)))
-                break
-        else:
-            if status is not None:
-                index = keys.status_index(self._fb, status)
-        low = "-inf" if updated_since is None else num(updated_since)
-        want = offset + limit
-        out: list[SessionInfo] = []
-        missing: list[str] = []
-        start, page = 0, max(100, want)
-        while len(out) < want:
-            members = self._guard(
-                self._r.zrevrangebyscore, index, "+inf", low, start=start, num=page, withscores=True
-            )
-            if not members:
-                break
-            start += len(members)
-            for (sid, score), d in zip(
-                members, self._fetch_sessions([m[0] for m in members]), strict=True
-            ):
-                if not d:
-                    missing += [sid, keys.encode(sid), num(score)]
-                    continue
-                info = codec.session_info(d)
-                if status is not None and info.status != status:
-                    continue
-                if any(v is not None and info.meta.get(f) != v for f, v in meta_filters.items()):
-                    continue
-                if updated_since is not None and info.updated_at < updated_since:
-                    continue
-                out.append(info)
-            if len(members) < page:
-                break
-        if missing:
-            self._fleet("forget", ["missing", *missing])
-        return out[offset : offset + limit]
+        return self._views.list_sessions(
+            status=status,
+            tenant=tenant,
+            scenario=scenario,
+            prompt_version=prompt_version,
+            updated_since=updated_since,
+            limit=limit,
+            offset=offset,
+        )
 
     def count_sessions(
         self, *, status: str | None = None, updated_since: float | None = None
     ) -> int:
-        self._fleet_read()
-        index = (
-            keys.session_index(self._fb) if status is None else keys.status_index(self._fb, status)
-        )
-        low = "-inf" if updated_since is None else num(updated_since)
-        return int(self._guard(self._r.zcount, index, low, "+inf"))
+        return self._views.count_sessions(status=status, updated_since=updated_since)
 
     def set_status(self, sid: str, status: str, verdict: dict | None, now: float) -> None:
         try:
@@ -575,29 +493,7 @@ class RedisStore:
         )
 
     # -- audit and feed ---------------------------------------------------------------------
-    def _ids_newest_first(
-        self,
-        index: str,
-        keep: Callable[[R], bool],
-        wanted: int,
-        fetch: Callable[[list[str]], list[R | None]],
-    ) -> list[R]:
-        out: list[R] = []
-        start, page = 0, max(100, wanted)
-        while len(out) < wanted:
-            ids = self._guard(self._r.zrevrange, index, start, start + page - 1)
-            if not ids:
-                break
-            start += len(ids)
-            out += [x for x in fetch(ids) if x is not None and keep(x)]
-            if len(ids) < page:
-                break
-        return out[:wanted]
-
-    def _audit_records(self, ids: list[str]) -> list[AuditEvent | None]:
-        raw = self._guard(self._r.hmget, keys.audit_records(self._fb), ids) if ids else []
-        return [None if text is None else codec.audit_event(text) for text in raw]
-
+    # -- fleet views (engine.store.redis.fleet) ---------------------------------------------
     def audit(
         self,
         *,
@@ -607,52 +503,12 @@ class RedisStore:
         since: float | None = None,
         limit: int = 1000,
     ) -> list[AuditEvent]:
-        self.flush()
-
-        def keep(e: AuditEvent) -> bool:
-            return (
-                (session is None or e.session == session)
-                and (actor is None or e.actor == actor)
-                and (action is None or e.action == action)
-                and (since is None or e.at >= since)
-            )
-
-        if since is not None:
-            ids = self._guard(
-                self._r.zrangebyscore, keys.audit_by_time(self._fb), num(since), "+inf"
-            )
-            ids.sort(key=int, reverse=True)
-            out: list[AuditEvent] = []
-            for start in range(0, len(ids), 500):
-                out += [
-                    e
-                    for e in self._audit_records(ids[start : start + 500])
-                    if e is not None and keep(e)
-                ]
-                if len(out) >= limit:
-                    break
-            return out[:limit]
-        if session is not None:
-            index = keys.audit_by_session(self._fb, keys.encode(session))
-        elif action is not None:
-            index = keys.audit_by_action(self._fb, action)
-        else:
-            index = keys.audit_all(self._fb)
-        return self._ids_newest_first(index, keep, limit, self._audit_records)
+        return self._views.audit(
+            session=session, actor=actor, action=action, since=since, limit=limit
+        )
 
     def count_audit(self, action: str, since: float) -> int:
-        self.flush()
-        # audit ids grow with time: find the first id at or after `since`, count from there
-        first = self._guard(
-            self._r.zrangebyscore, keys.audit_by_time(self._fb), num(since), "+inf", start=0, num=1
-        )
-        if not first:
-            return 0
-        return int(
-            self._guard(
-                self._r.zcount, keys.audit_by_action(self._fb, action), int(first[0]), "+inf"
-            )
-        )
+        return self._views.count_audit(action, since)
 
     def add_audit(
         self,
@@ -664,100 +520,31 @@ class RedisStore:
         detail: dict,
         now: float,
     ) -> None:
-        self._fleet(
-            "audit",
-            [
-                self.events_maxlen,
-                self.session_events_maxlen,
-                num(now),
-                session or "",
-                keys.encode(session) if session else "",
-                action,
-                dumps(actor),
-                dumps(snapshot),
-                dumps(reason),
-                dumps(detail),
-                dumps({"actor": actor, **detail}),
-                self.ttl,
-            ],
-        )
+        self._views.add_audit(actor, action, session, snapshot, reason, detail, now)
 
     def events(self, since: int = 0, limit: int = 1000, session: str | None = None) -> list[Event]:
-        self.flush()
-        key = (
-            keys.events(self._fb)
-            if session is None
-            else keys.session_events(self._fb, keys.encode(session))
-        )
-        rows = self._guard(self._r.xrange, key, f"{max(int(since), 0) + 1}-0", "+", count=limit)
-        return [codec.event(xid, f) for xid, f in rows]
+        return self._views.events(since, limit, session)
 
     def last_event_id(self) -> int:
-        self.flush()
-        return int(self._guard(self._r.get, keys.event_counter(self._fb)) or 0)
-
-    # -- saga -------------------------------------------------------------------------------
-    def _comp_records(self, ids: list[str]) -> list[Compensation | None]:
-        pipe = self._r.pipeline(transaction=False)
-        for cid in ids:
-            pipe.hgetall(keys.compensation(self._fb, cid))
-        return [codec.compensation(d) if d else None for d in self._guard(pipe.execute)]
+        return self._views.last_event_id()
 
     def compensations(
         self, *, session: str | None = None, status: str | None = None, limit: int = 1000
     ) -> list[Compensation]:
-        self.flush()
-        if session is not None:
-            index = keys.comp_by_session(self._fb, keys.encode(session))
-        elif status is not None:
-            index = keys.comp_by_status(self._fb, status)
-        else:
-            index = keys.comp_all(self._fb)
-
-        def keep(c: Compensation) -> bool:
-            return (session is None or c.session == session) and (
-                status is None or c.status == status
-            )
-
-        return self._ids_newest_first(index, keep, limit, self._comp_records)
+        return self._views.compensations(session=session, status=status, limit=limit)
 
     def count_compensations(self, status: str) -> int:
-        self.flush()
-        return int(self._guard(self._r.zcard, keys.comp_by_status(self._fb, status)))
+        return self._views.count_compensations(status)
 
     def claim_compensation(
         self, names: list[str], owner: str, lease_s: float, now: float
     ) -> Compensation | None:
-        if not names:
-            return None
-        self.flush()
-        flat = self._fleet("claim", [owner, num(now + lease_s), num(now), *names])
-        if not flat:
-            return None
-        return codec.compensation(dict(zip(flat[::2], flat[1::2], strict=True)))
+        return self._views.claim_compensation(names, owner, lease_s, now)
 
     def finish_compensation(
         self, cid: int, owner: str, ok: bool, error: str | None, now: float, final: bool
     ) -> None:
-        status = (
-            CompensationStatus.DONE
-            if ok
-            else (CompensationStatus.FAILED if final else CompensationStatus.PENDING)
-        )
-        self._fleet(
-            "finish",
-            [
-                self.events_maxlen,
-                self.session_events_maxlen,
-                str(int(cid)),
-                owner,
-                status,
-                "null" if error is None else dumps(error),
-                error or "",
-                num(now),
-                self.ttl,
-            ],
-        )
+        self._views.finish_compensation(cid, owner, ok, error, now, final)
 
     # -- documents --------------------------------------------------------------------------
     def doc_put(self, sid: str, ns: str, items: dict[str, Any], now: float) -> None:
@@ -795,10 +582,11 @@ class RedisStore:
             Counts: sessions, outbox_entries, branches, stale_removed.
         """
         self.flush()
+        views = self._views
         counts = doctor.rebuild_indexes(
-            self._client, self.prefix, self._fleet, self._apply_outbox, self._fetch_sessions
+            self._client, self.prefix, views.run, views.apply_outbox, views.fetch_sessions
         )
-        self._last_sweep = 0.0
+        views.sweep_soon()
         return counts
 
     def verify_session(self, sid: str) -> list[str]:
@@ -826,15 +614,5 @@ class RedisStore:
                 removed[name] += counts[name]
             names += [f"{sid}/{b}" for b in branch_ids]
         if members:
-            self._fleet(
-                "purged",
-                [
-                    self.events_maxlen,
-                    self.session_events_maxlen,
-                    num(now),
-                    dumps(removed),
-                    dumps({**removed, "branch_ids": names[:100]}),
-                    *members,
-                ],
-            )
+            self._views.record_purge(now, removed, names, members)
         return removed
