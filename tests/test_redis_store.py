@@ -198,6 +198,62 @@ def test_activity_refreshes_the_ttl_and_zero_keeps_forever(backend):
     forever.close()
 
 
+def test_only_idle_healthy_sessions_without_evidence_expire(backend):
+    store = RedisStore(_url(backend, ttl="2"))
+    engine = Engine(store)
+    healthy = engine.session("healthy", meta={"tenant": "t"})
+    healthy.snapshot("start")
+    with healthy.step("search", {"q": 1}) as call:
+        call.ok("hits")
+    rolled = engine.session("rolled", meta={"tenant": "t"})
+    snap = rolled.snapshot("start")
+    rolled.append_message("user", "soon on an abandoned branch")
+    with rolled.step("pay", {}, side_effect=True, compensation=("pay.undo", {"id": 1})) as call:
+        call.ok("paid")
+    rolled.rollback(to=snap, actor="op", reason="loop", notice=True)
+    with rolled.step("search", {"q": 2}) as call:  # healthy again
+        call.ok("hits")
+    engine.session("noticed").inject_notice(None, actor="op")
+    engine.session("stopped").stop()
+    engine.session("flagged")
+    store.set_status("flagged", "looping", {"rule": "repeat"}, time.time())
+    store.set_status("flagged", "healthy", None, time.time())
+    engine.session("audited")
+    store.add_audit("op", "inspect", "audited", None, "looked at it", {"why": "test"}, time.time())
+    store.flush()
+    kept = {"rolled", "noticed", "stopped", "flagged", "audited"}
+
+    r = store._r
+    deadline = time.monotonic() + 15
+    base = keys.session_base("healthy", store.prefix)
+    while r.exists(keys.session_hash(base)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(3.2)  # past the TTL the others would have had, and past the sweep interval
+    assert store.get_session("healthy") is None
+    assert {i.id for i in engine.sessions()} == kept
+    assert {i.id for i in engine.sessions(tenant="t")} == {"rolled"}
+    assert store.count_sessions() == len(kept)
+    for sid in kept:
+        base = keys.session_base(sid, store.prefix)
+        tag = base[base.index("{"):base.index("}") + 1]
+        session_keys = [k for k in r.scan_iter(match=f"{store.prefix}:*") if tag in k]
+        assert session_keys and all(r.ttl(k) == -1 for k in session_keys), sid
+        assert r.ttl(keys.session_events(keys.fleet_base(store.prefix), keys.encode(sid))) == -1
+    info = store.get_session("rolled")
+    assert info.rollbacks == 1 and info.status == "healthy"
+    [branch] = store.branches("rolled")
+    abandoned = [m for m in store.all_messages("rolled") if m.branch == branch.id]
+    assert [m.message["content"] for m in abandoned] == ["soon on an abandoned branch"]
+    assert [s.branch for s in store.steps("rolled")] == [branch.id, None]
+    assert [c.name for c in store.compensations(session="rolled")] == ["pay.undo"]
+    assert store.get_session("flagged").loops == 1
+    audit = store.audit()
+    assert {e.session for e in audit} >= {"rolled", "noticed", "audited"}
+    assert all(store.get_session(e.session) is not None for e in audit if e.session)
+    assert [e.type for e in store.events(session="audited")][-1] == "inspect"
+    store.close()
+
+
 # -- unreachable servers, passwords, ACL users --------------------------------------------------
 @pytest.mark.parametrize("scheme", ["redis", "rediss", "redis+cluster"])
 def test_unreachable_server_names_host_and_port_never_the_password(scheme):

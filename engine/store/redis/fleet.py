@@ -256,6 +256,8 @@ class FleetViews:
         detail: dict,
         now: float,
     ) -> None:
+        """An audit event without a session write (`RedisStore.add_audit` writes those about an
+        existing session through the session, which makes it evidence)."""
         self.run(
             "audit",
             [
@@ -346,7 +348,7 @@ class FleetViews:
                 "null" if error is None else dumps(error),
                 error or "",
                 num(now),
-                self._ttl,
+                0,  # a session with a compensation is evidence: its feed does not expire
             ],
         )
 

@@ -13,6 +13,23 @@ outbox          Redis Cluster: fleet views catching up with session writes
 doctor          rebuild the fleet views from the sessions; check one session's invariants
 ==============  ===============================================================================
 
+Retention (the ``ttl`` option, 30 minutes by default; 0 keeps every session):
+
+- The TTL applies only to idle healthy sessions without evidence. Every write of such a session
+  sets the TTL again on every key of the session, in the script of the write, so an idle session
+  disappears as a whole; the fleet indexes forget it at their next read.
+- A session becomes evidence, for good, with the first write that records a loop verdict (a
+  step's or `set_status`'s), a status other than healthy (looping, rolled_back, stopped), a
+  rollback or fork, a notice, a queued compensation, or any audit event about it (`add_audit`
+  goes through the session when it exists). That same Lua script marks the session (``keep`` in
+  its hash) and removes the TTL of every key of the session (PERSIST), so the write and the
+  retention change are one atomic step: a rolled-back session, its abandoned branches and the
+  session of every audit row stay readable. Becoming healthy again does not undo it.
+- Evidence leaves only through retention by age (`purge_branches`: abandoned branches older than
+  a limit) or an operator's `delete_session`.
+- The session's own feed (a fleet key) expires with the session and loses its TTL when the
+  session becomes evidence (on Redis Cluster, when the session's outbox entry is applied).
+
 How it stays correct:
 
 - Every state-changing operation on a session is one Lua script over keys that share the
@@ -520,6 +537,12 @@ class RedisStore:
         detail: dict,
         now: float,
     ) -> None:
+        if session is not None:  # through the session: it becomes evidence in the same script
+            event = dumps({"actor": actor, **detail})
+            args = [action, dumps(actor), dumps(snapshot), dumps(reason), dumps(detail), event]
+            written, _ = self._write("audit", session, now, args, sync=True)
+            if written == "1":
+                return
         self._views.add_audit(actor, action, session, snapshot, reason, detail, now)
 
     def events(self, since: int = 0, limit: int = 1000, session: str | None = None) -> list[Event]:

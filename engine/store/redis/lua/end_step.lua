@@ -28,6 +28,7 @@ if redis.call("HEXISTS", T, n) == 1 then
     end
   end
 end
+if verdict ~= "" then keep() end
 if late then
   set("updated", NOW)
 elseif verdict ~= "" then

@@ -7,5 +7,6 @@ if ARGV[10] ~= "" then
 else
   set("status", ARGV[9], "updated", NOW)
 end
+if ARGV[10] ~= "" or ARGV[9] ~= "healthy" then keep() end
 event("status", '{"status":' .. cjson.encode(ARGV[9]) .. '}')
 return done("")

@@ -67,7 +67,7 @@ local function fleet_event(C, sid, enc, kind, data, at, ttl)
   if sid then
     local key = K_session_events(C.fb, enc)
     redis.call("XADD", key, "MAXLEN", "~", C.sevmax, xid, "a", at, "s", sid, "t", kind, "d", data)
-    if ttl > 0 then redis.call("EXPIRE", key, ttl) end
+    if ttl > 0 then redis.call("EXPIRE", key, ttl) else redis.call("PERSIST", key) end
   end
   return id
 end

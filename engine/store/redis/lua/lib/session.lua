@@ -54,9 +54,16 @@ local function session_keys()
   return ks
 end
 
+-- Retention (see engine.store.redis.store): the TTL applies only to a session without evidence.
+-- `keep` marks a session as evidence, for good; `touch` (end of every write) then removes the
+-- TTL of every key of the session, in the same script as the write that made it evidence.
+local function keep()
+  if S.keep ~= "1" then set("keep", "1") end
+end
+
 -- Expire every key of the session together, so no key outlives the others.
 local function touch()
-  if TTL > 0 then
+  if TTL > 0 and S.keep ~= "1" then
     for _, k in ipairs(session_keys()) do redis.call("EXPIRE", k, TTL) end
     if S.ttl ~= ARGV[3] then redis.call("HSET", SK, "ttl", ARGV[3]) S.ttl = ARGV[3] end
   elseif S.ttl and S.ttl ~= "0" then
@@ -99,8 +106,11 @@ end
 -- End of every session write: fleet views (inline, or via the outbox), request id, TTL.
 -- `quiet`: a change whose only fleet effect is the activity time, which the caller's next
 -- write (end_step after begin_step) supersedes; on Redis Cluster it makes no outbox entry.
+-- An audit event or a queued compensation makes the session evidence (its targets stay).
 local function done(result, quiet)
-  F.sid, F.enc, F.t, F.u, F.ttl, F.ix = SID, ENC, NOW, S.updated, TTL, index_entry()
+  if #F.au > 0 or #F.co > 0 then keep() end
+  F.sid, F.enc, F.t, F.u, F.ix = SID, ENC, NOW, S.updated, index_entry()
+  F.ttl = S.keep == "1" and 0 or TTL
   local reply
   if MODE == "i" then
     local C = {fb = FB, evmax = EV_MAX, sevmax = SEV_MAX, ms = now_ms()}
