@@ -6,6 +6,10 @@ cannot be reached (after its retries), the store runs on the embedded SQLite sto
 says so: `FallbackStore.degraded` is True and `FallbackStore.degraded_reason` tells why, for the
 console's banner.
 
+Only unreachable means unreachable: a Redis that answers but refuses the credentials or the ACL
+raises `StoreAuthError` (a wrong password is a configuration error to fix, not an outage to ride
+out), and the fallback is not used.
+
 The switch happens only when the store is opened. Once running on Redis, a write that fails after
 the retries raises `StoreUnavailable` and is not redirected: writing half a session to Redis and
 the rest to SQLite would lose snapshots silently, which Rewind never does. Sessions written while
@@ -20,7 +24,7 @@ from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from engine.errors import StoreUnavailable
+from engine.errors import StoreError, StoreUnavailable
 from engine.store.base import Store
 from engine.store.urls import redact
 
@@ -44,6 +48,7 @@ def open_redis(url: str, **options: Any) -> Store:
 
     Raises:
         StoreUnavailable: Redis cannot be reached and no fallback was asked for.
+        StoreAuthError: Redis refused the credentials or the ACL (with or without a fallback).
     """
     from engine.store.redis.store import RedisStore
 
@@ -114,7 +119,7 @@ class FallbackStore:
 
         try:
             RedisStore(self._primary_secret, **self._options).close()
-        except StoreUnavailable:
+        except StoreError:  # unreachable, or refusing our credentials: a restart would fail
             return False
         return True
 

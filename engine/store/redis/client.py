@@ -3,6 +3,8 @@ means for the caller.
 
 URLs: ``redis://[user:password@]host:port/db``, ``rediss://…`` (TLS), and
 ``redis+cluster://host:port`` / ``rediss+cluster://…`` for Redis Cluster (any node as seed).
+The password may also come as ``?password=…``; either way it is never printed: `url` and every
+error message show it as ***.
 Rewind's own options go in the query string or as keyword arguments (keyword wins):
 
 =========================  =======  ===================================================
@@ -26,6 +28,10 @@ What failures become:
 
 - the server cannot be reached, after the retries: `StoreUnavailable`, naming host and port
   (never the password). Only this error lets ``?fallback=sqlite:///…`` switch stores.
+- the server answers but refuses who we are (a wrong or missing password, an unknown or
+  disabled user, an ACL that forbids a command: ``WRONGPASS``, ``NOAUTH``, ``NOPERM``):
+  `StoreAuthError`, also naming host and port, never the password. It is a configuration
+  error, not an outage, so no fallback store takes over.
 - a script's own refusal (``REWIND <CODE> …``): the engine's error for it (`script_error`).
 - anything else Redis refuses: `StoreError`.
 """
@@ -35,12 +41,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
+    AuthenticationError,
     ClusterDownError,
+    NoPermissionError,
     NoScriptError,
     RedisClusterException,
     RedisError,
@@ -57,13 +65,14 @@ from redis.retry import Retry
 from engine.errors import (
     RollbackConflict,
     SnapshotNotRestorable,
+    StoreAuthError,
     StoreError,
     StoreUnavailable,
     UnknownSession,
     UnknownSnapshot,
 )
 from engine.store.redis import keys
-from engine.store.urls import redact
+from engine.store.urls import redact, secrets
 
 SCHEMES = frozenset({"redis", "rediss", "redis+cluster", "rediss+cluster"})
 
@@ -90,6 +99,26 @@ _CONVERT: dict[str, Callable[[Any], Any]] = {
     "connect_timeout": float,
 }
 _CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError, RedisClusterException, OSError)
+
+
+_AUTH_MARKERS = ("WRONGPASS", "NOAUTH", "NOPERM", "can't run this command")
+"""Texts of ACL refusals that reach us as plain errors (the last one: a command inside a Lua
+script that the ACL forbids)."""
+
+
+def is_auth_failure(exc: BaseException) -> bool:
+    """Whether `exc`, or an error that caused it, says the server refused our credentials or
+    our ACL (Redis Cluster wraps the cause in a RedisClusterException)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, AuthenticationError | NoPermissionError):
+            return True
+        if any(marker in str(current) for marker in _AUTH_MARKERS):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 @dataclass(frozen=True)
@@ -143,17 +172,9 @@ class RedisClient:
         self.host = parts.hostname or "localhost"
         self.port = parts.port or 6379
         self.retries = self.settings.retries
+        password_option = extra.get("password")
         self._secrets = sorted(
-            {
-                s
-                for s in (
-                    parts.password,
-                    unquote(parts.password or ""),
-                    *(v for k, v in query if k == "password"),
-                    extra.get("password") if isinstance(extra.get("password"), str) else None,
-                )
-                if s
-            },
+            {*secrets(url), *([password_option] if isinstance(password_option, str) else [])},
             key=len,
             reverse=True,
         )
@@ -217,6 +238,8 @@ class RedisClient:
     # -- what a failure means -----------------------------------------------------------------
     def error(self, exc: BaseException) -> StoreError:
         """The Rewind error for a redis-py failure (see the module docstring)."""
+        if is_auth_failure(exc):
+            return self.auth_failed(exc)
         if isinstance(exc, (*_CONNECTION_ERRORS, ClusterDownError)):
             return self.unavailable(exc)
         return self.failed(exc)
@@ -225,9 +248,21 @@ class RedisClient:
         cause = (self.scrub(str(exc)) or type(exc).__name__).rstrip(".")
         error = StoreUnavailable(
             f"cannot reach {self.kind} at {self.where} ({self.url}) after {self.retries} "
-            f"retries: {cause}. Check that the server runs and that the URL, user and password "
-            "are right; open the store with ?fallback=sqlite:///.rewind/fallback.db to run on "
-            "the embedded store while Redis is down"
+            f"retries: {cause}. Check that the server runs and that host and port are right; "
+            "open the store with ?fallback=sqlite:///.rewind/fallback.db to run on the "
+            "embedded store while Redis is down"
+        )
+        error.where, error.cause = self.where, cause  # type: ignore[attr-defined]
+        return error
+
+    def auth_failed(self, exc: BaseException) -> StoreAuthError:
+        cause = (self.scrub(str(exc)) or type(exc).__name__).rstrip(".")
+        error = StoreAuthError(
+            f"{self.kind} at {self.where} ({self.url}) refused this client's credentials or "
+            f"ACL: {cause}. Check the user and password in the URL (user:password@host or "
+            "?password=…) and that its ACL allows EVALSHA, SCRIPT LOAD and the commands the "
+            "scripts run on the prefix's keys. A fallback store is not used for this: it is not "
+            "an outage"
         )
         error.where, error.cause = self.where, cause  # type: ignore[attr-defined]
         return error
