@@ -13,7 +13,8 @@ keys or turn a SCAN pattern into a wildcard.
 ======================  ========  ============================================================
 function                type      holds
 ======================  ========  ============================================================
-session_hash            HASH      id, meta, status, head, epoch, seq, counters, timestamps
+session_hash            HASH      id, meta, status, head, epoch, seq, counters, timestamps,
+                                  ``keep`` (evidence: its keys never expire)
 live_messages           LIST      live message records ``[seq,pos,created_at,message]``
 abandoned_messages      HASH      seq -> ``<branch> <record>`` (moved here by a rollback)
 steps                   HASH      ``<n>`` begin record, ``<n>e`` end record, ``<n>b`` branch,
@@ -44,8 +45,8 @@ it costs what leaves the live line; taking a snapshot writes one record and one 
 **Fleet keys** start with ``<prefix>:{~fleet}:`` (``~`` is outside base64url, so no session can
 share the tag). On a single Redis they change in the same script as the session; on Redis
 Cluster they live in another slot and are brought up to date from the session's
-``fleet_outbox`` by a second call (see `engine.store.redis.store`), and `RedisStore.rebuild_indexes`
-rebuilds the session indexes from the sessions themselves.
+``fleet_outbox`` by a second call (see `engine.store.redis.outbox`), and
+`RedisStore.rebuild_indexes` rebuilds the session indexes from the sessions themselves.
 
 ======================  ========  ============================================================
 session_index           ZSET      session id -> updated_at (every session, by last activity)
