@@ -100,7 +100,6 @@ _CONVERT: dict[str, Callable[[Any], Any]] = {
 }
 _CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError, RedisClusterException, OSError)
 
-
 _AUTH_MARKERS = ("WRONGPASS", "NOAUTH", "NOPERM", "can't run this command")
 """Texts of ACL refusals that reach us as plain errors (the last one: a command inside a Lua
 script that the ACL forbids)."""
@@ -126,14 +125,23 @@ class Settings:
     """Rewind's own options, parsed (see the module docstring for their meaning)."""
 
     ttl: int
+    """Seconds an idle healthy session without evidence lives; 0: forever."""
     prefix: str
+    """First part of every key."""
     events_maxlen: int
+    """About how many events the live feed keeps."""
     session_events_maxlen: int
+    """About how many events the feed of one session keeps."""
     retries: int
+    """Retries of a command after a connection error."""
     retry_base: float
+    """Seconds of the first backoff between retries."""
     retry_cap: float
+    """Seconds the backoff never exceeds."""
     timeout: float
+    """Socket timeout of a command, seconds."""
     connect_timeout: float
+    """Socket timeout of a connection attempt, seconds."""
 
 
 class RedisClient:
@@ -179,7 +187,6 @@ class RedisClient:
             reverse=True,
         )
         self._shas: dict[str, str] = {}
-        self._sources: dict[str, str] = {}
         self.round_trips = 0
         """Requests sent (scripts and commands; a pipeline counts once)."""
 
