@@ -98,3 +98,9 @@ class BudgetError(RewindError, ValueError):
 
 class EmbedderUnavailable(RewindError, RuntimeError):
     """The embedding model or the library that runs it is not installed."""
+
+
+class StoreAuthError(StoreError):
+    """The store answered but refused the credentials or the ACL (wrong or missing password,
+    unknown user, a command the user may not run). A configuration error, not an outage: it is
+    never retried into a fallback store."""

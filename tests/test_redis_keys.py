@@ -52,3 +52,16 @@ def test_lua_key_functions_are_generated_from_the_python_ones():
     prelude = keys.lua_prelude()
     assert 'local function K_live_messages(b) return b .. "ml" end' in prelude
     assert 'local function K_kv_values(b, a) return b .. "kv:" .. a end' in prelude
+
+
+def test_every_lua_file_is_a_script_that_starts_with_the_key_helpers():
+    from pathlib import Path
+
+    from engine.store.redis import scripts
+
+    lua = Path(scripts.__file__).parent / "lua"
+    assert set(scripts.SOURCES) == {p.stem for p in lua.glob("*.lua")}
+    assert {"rollback", "read_steps", "fleet_apply"} <= set(scripts.SOURCES)
+    for source in scripts.SOURCES.values():
+        assert source.startswith(keys.lua_prelude())
+        assert "@OUTBOX_BATCH@" not in source

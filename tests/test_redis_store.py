@@ -16,6 +16,7 @@ from redis_servers import RedisServer, cluster, fresh_prefix, require_redis, sin
 from test_redis_keys import NASTY_IDS
 
 from engine import Engine, StoreUnavailable
+from engine.errors import StoreAuthError
 from engine.store.fallback import FallbackStore, open_redis
 from engine.store.redis import keys
 from engine.store.redis.store import RedisStore
@@ -198,6 +199,62 @@ def test_activity_refreshes_the_ttl_and_zero_keeps_forever(backend):
     forever.close()
 
 
+def test_only_idle_healthy_sessions_without_evidence_expire(backend):
+    store = RedisStore(_url(backend, ttl="2"))
+    engine = Engine(store)
+    healthy = engine.session("healthy", meta={"tenant": "t"})
+    healthy.snapshot("start")
+    with healthy.step("search", {"q": 1}) as call:
+        call.ok("hits")
+    rolled = engine.session("rolled", meta={"tenant": "t"})
+    snap = rolled.snapshot("start")
+    rolled.append_message("user", "soon on an abandoned branch")
+    with rolled.step("pay", {}, side_effect=True, compensation=("pay.undo", {"id": 1})) as call:
+        call.ok("paid")
+    rolled.rollback(to=snap, actor="op", reason="loop", notice=True)
+    with rolled.step("search", {"q": 2}) as call:  # healthy again
+        call.ok("hits")
+    engine.session("noticed").inject_notice(None, actor="op")
+    engine.session("stopped").stop()
+    engine.session("flagged")
+    store.set_status("flagged", "looping", {"rule": "repeat"}, time.time())
+    store.set_status("flagged", "healthy", None, time.time())
+    engine.session("audited")
+    store.add_audit("op", "inspect", "audited", None, "looked at it", {"why": "test"}, time.time())
+    store.flush()
+    kept = {"rolled", "noticed", "stopped", "flagged", "audited"}
+
+    r = store._r
+    deadline = time.monotonic() + 15
+    base = keys.session_base("healthy", store.prefix)
+    while r.exists(keys.session_hash(base)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(3.2)  # past the TTL the others would have had, and past the sweep interval
+    assert store.get_session("healthy") is None
+    assert {i.id for i in engine.sessions()} == kept
+    assert {i.id for i in engine.sessions(tenant="t")} == {"rolled"}
+    assert store.count_sessions() == len(kept)
+    for sid in kept:
+        base = keys.session_base(sid, store.prefix)
+        tag = base[base.index("{"):base.index("}") + 1]
+        session_keys = [k for k in r.scan_iter(match=f"{store.prefix}:*") if tag in k]
+        assert session_keys and all(r.ttl(k) == -1 for k in session_keys), sid
+        assert r.ttl(keys.session_events(keys.fleet_base(store.prefix), keys.encode(sid))) == -1
+    info = store.get_session("rolled")
+    assert info.rollbacks == 1 and info.status == "healthy"
+    [branch] = store.branches("rolled")
+    abandoned = [m for m in store.all_messages("rolled") if m.branch == branch.id]
+    assert [m.message["content"] for m in abandoned] == ["soon on an abandoned branch"]
+    assert [s.branch for s in store.steps("rolled")] == [branch.id, None]
+    assert [c.name for c in store.compensations(session="rolled")] == ["pay.undo"]
+    assert store.get_session("flagged").loops == 1
+    audit = store.audit()
+    assert {e.session for e in audit} >= {"rolled", "noticed", "audited"}
+    assert all(store.get_session(e.session) is not None for e in audit if e.session)
+    assert [e.type for e in store.events(session="audited")][-1] == "inspect"
+    store.close()
+
+
 # -- unreachable servers, passwords, ACL users --------------------------------------------------
 @pytest.mark.parametrize("scheme", ["redis", "rediss", "redis+cluster"])
 def test_unreachable_server_names_host_and_port_never_the_password(scheme):
@@ -227,11 +284,97 @@ def test_acl_user_and_password_in_the_url():
         assert "p%40ss" not in engine.store.url and "***" in engine.store.url
         engine.close()
         wrong = url.replace("p%40ss%3Aw0rd", "nope-wrong")
-        with pytest.raises(StoreUnavailable) as info:
+        with pytest.raises(StoreAuthError) as info:  # refused, not unreachable
             Engine.open(wrong, store_options={"retries": 0})
         assert f"127.0.0.1:{server.port}" in str(info.value) and "nope-wrong" not in str(info.value)
     finally:
         admin.acl_deluser("rewind-app")
+
+
+@pytest.fixture(scope="module")
+def password_server():
+    require_redis()
+    server = RedisServer().start()
+    server.cli("CONFIG", "SET", "requirepass", "right-pw")  # after start: its PING needs none
+    yield server
+    server.remove()
+
+
+@pytest.mark.parametrize("how", ["userinfo", "query", "missing", "query-with-fallback"])
+def test_a_refused_password_is_an_auth_error_never_unreachable_and_never_a_fallback(
+    password_server, how, tmp_path
+):
+    port = password_server.port
+    base = f"redis://127.0.0.1:{port}/0"
+    url = {
+        "userinfo": f"redis://:wrong-pw@127.0.0.1:{port}/0",
+        "query": f"{base}?password=wrong-pw",
+        "missing": base,
+        "query-with-fallback": f"{base}?password=wrong-pw&fallback=sqlite:///{tmp_path}/fb.db",
+    }[how]
+    with pytest.raises(StoreAuthError) as info:
+        Engine.open(url, store_options={"retries": 1, "retry_cap": 0.05})
+    assert not isinstance(info.value, StoreUnavailable)
+    text = str(info.value)
+    assert f"127.0.0.1:{port}" in text and "wrong-pw" not in text
+    assert not (tmp_path / "fb.db").exists()  # the fallback store was never opened
+
+
+def test_a_password_in_the_query_works_and_is_never_shown(password_server):
+    url = f"redis://127.0.0.1:{password_server.port}/0?password=right-pw&prefix={fresh_prefix()}"
+    engine = Engine.open(url)
+    engine.session("q").append_message("user", "hi")
+    assert engine.get_session("q").state().messages[0]["content"] == "hi"
+    assert "right-pw" not in engine.store.url and "password=***" in engine.store.url
+    engine.close()
+    fallback = open_redis(url, fallback="sqlite:///:memory:")
+    assert not fallback.degraded and "right-pw" not in fallback.url + fallback.primary_url
+    fallback.close()
+
+    from redis_servers import free_port
+
+    down = f"redis://127.0.0.1:{free_port()}/0?password=s3cr3t-q&retries=0"
+    with pytest.raises(StoreUnavailable) as info:
+        Engine.open(down, store_options={"connect_timeout": 0.5})
+    assert "s3cr3t-q" not in str(info.value) and "password=***" in str(info.value)
+    degraded = open_redis(down, fallback="sqlite:///:memory:")
+    assert degraded.degraded and "s3cr3t-q" not in degraded.degraded_reason
+    assert "s3cr3t-q" not in degraded.primary_url
+
+
+@pytest.mark.parametrize("forbidden", ["scripts", "a command inside a script"])
+def test_an_acl_that_forbids_what_the_store_runs_is_an_auth_error(forbidden):
+    server = single_server()
+    admin = server.client()
+    commands = ["+ping", "+hgetall", "+client", "+select", "+hello"]
+    if forbidden != "scripts":
+        commands = ["+@all", "-hset"]
+    admin.acl_setuser("limited", enabled=True, passwords=["+limited-pw"], keys=["*"],
+                      channels=["*"], commands=commands)
+    try:
+        url = f"redis://limited:limited-pw@127.0.0.1:{server.port}/0?prefix={fresh_prefix()}"
+        store = RedisStore(url)  # connects: PING is allowed
+        with pytest.raises(StoreAuthError, match="credentials or ACL") as info:
+            store.ensure_session("s", None, 1.0)
+        assert "limited-pw" not in str(info.value)
+        store.close()
+    finally:
+        admin.acl_deluser("limited")
+
+
+def test_a_cluster_auth_failure_is_recognised_through_its_wrapper():
+    from redis.exceptions import AuthenticationError, RedisClusterException
+
+    from engine.store.redis.client import is_auth_failure
+
+    try:
+        try:
+            raise AuthenticationError("invalid username-password pair or user is disabled.")
+        except AuthenticationError as exc:
+            raise RedisClusterException("Redis Cluster cannot be connected.") from exc
+    except RedisClusterException as wrapped:
+        assert is_auth_failure(wrapped)
+    assert not is_auth_failure(RedisClusterException("Redis Cluster cannot be connected."))
 
 
 def test_tls_with_a_rediss_url():

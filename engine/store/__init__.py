@@ -5,22 +5,11 @@ from __future__ import annotations
 import os
 
 from engine.store.base import Retention, StepTicket, Store
+from engine.store.urls import redact
 
 __all__ = ["DEFAULT_URL", "Retention", "StepTicket", "Store", "open_store", "redact"]
 
 DEFAULT_URL = "sqlite:///.rewind/rewind.db"
-
-
-def redact(url: str) -> str:
-    """The URL with any password replaced by ***, safe to print or log."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
 
 
 def open_store(url: str | None = None, **options) -> Store:

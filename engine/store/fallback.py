@@ -6,6 +6,10 @@ cannot be reached (after its retries), the store runs on the embedded SQLite sto
 says so: `FallbackStore.degraded` is True and `FallbackStore.degraded_reason` tells why, for the
 console's banner.
 
+Only unreachable means unreachable: a Redis that answers but refuses the credentials or the ACL
+raises `StoreAuthError` (a wrong password is a configuration error to fix, not an outage to ride
+out), and the fallback is not used.
+
 The switch happens only when the store is opened. Once running on Redis, a write that fails after
 the retries raises `StoreUnavailable` and is not redirected: writing half a session to Redis and
 the rest to SQLite would lose snapshots silently, which Rewind never does. Sessions written while
@@ -16,11 +20,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from engine.errors import StoreUnavailable
-from engine.store import Store, redact
+from engine.errors import StoreError, StoreUnavailable
+from engine.store.base import Store
+from engine.store.urls import redact
 
 log = logging.getLogger("rewind.store")
 
@@ -42,6 +48,7 @@ def open_redis(url: str, **options: Any) -> Store:
 
     Raises:
         StoreUnavailable: Redis cannot be reached and no fallback was asked for.
+        StoreAuthError: Redis refused the credentials or the ACL (with or without a fallback).
     """
     from engine.store.redis.store import RedisStore
 
@@ -49,7 +56,9 @@ def open_redis(url: str, **options: Any) -> Store:
     options = {k: v for k, v in options.items() if k != "fallback"}
     if fallback is None:
         return RedisStore(primary, **options)
-    return FallbackStore(primary, fallback, **options)
+    # FallbackStore fills the Store contract with methods generated from it (at the end of this
+    # module), which a type checker cannot follow.
+    return cast(Store, FallbackStore(primary, fallback, **options))
 
 
 class FallbackStore:
@@ -110,7 +119,7 @@ class FallbackStore:
 
         try:
             RedisStore(self._primary_secret, **self._options).close()
-        except StoreUnavailable:
+        except StoreError:  # unreachable, or refusing our credentials: a restart would fail
             return False
         return True
 
@@ -123,8 +132,8 @@ class FallbackStore:
         self._store.close()
 
 
-def _delegate(name: str):
-    def method(self, *args, **kwargs):
+def _delegate(name: str) -> Callable[..., Any]:
+    def method(self: FallbackStore, *args: Any, **kwargs: Any) -> Any:
         return getattr(self._store, name)(*args, **kwargs)
 
     method.__name__ = name
@@ -134,6 +143,9 @@ def _delegate(name: str):
 
 # Every method of the Store contract that FallbackStore does not define itself goes to the
 # active store; deriving the list from the contract keeps new methods from being forgotten.
-for _name in [n for n, v in vars(Store).items()
-              if callable(v) and not n.startswith("_") and n not in vars(FallbackStore)]:
+for _name in [
+    n
+    for n, v in vars(Store).items()
+    if callable(v) and not n.startswith("_") and n not in vars(FallbackStore)
+]:
     setattr(FallbackStore, _name, _delegate(_name))

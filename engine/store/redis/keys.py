@@ -13,7 +13,8 @@ keys or turn a SCAN pattern into a wildcard.
 ======================  ========  ============================================================
 function                type      holds
 ======================  ========  ============================================================
-session_hash            HASH      id, meta, status, head, epoch, seq, counters, timestamps
+session_hash            HASH      id, meta, status, head, epoch, seq, counters, timestamps,
+                                  ``keep`` (evidence: its keys never expire)
 live_messages           LIST      live message records ``[seq,pos,created_at,message]``
 abandoned_messages      HASH      seq -> ``<branch> <record>`` (moved here by a rollback)
 steps                   HASH      ``<n>`` begin record, ``<n>e`` end record, ``<n>b`` branch,
@@ -44,8 +45,8 @@ it costs what leaves the live line; taking a snapshot writes one record and one 
 **Fleet keys** start with ``<prefix>:{~fleet}:`` (``~`` is outside base64url, so no session can
 share the tag). On a single Redis they change in the same script as the session; on Redis
 Cluster they live in another slot and are brought up to date from the session's
-``fleet_outbox`` by a second call (see `engine.store.redis.store`), and `RedisStore.rebuild_indexes`
-rebuilds the session indexes from the sessions themselves.
+``fleet_outbox`` by a second call (see `engine.store.redis.outbox`), and
+`RedisStore.rebuild_indexes` rebuilds the session indexes from the sessions themselves.
 
 ======================  ========  ============================================================
 session_index           ZSET      session id -> updated_at (every session, by last activity)
@@ -84,6 +85,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Callable, Iterable
 
 DEFAULT_PREFIX = "rewind"
 
@@ -129,7 +131,7 @@ def session_pattern(prefix: str = DEFAULT_PREFIX) -> str:
 def sid_of_session_hash(key: str) -> str:
     """The session id from a `session_hash` key name."""
     start = key.index("{") + 1
-    return decode(key[start:key.index("}", start)])
+    return decode(key[start : key.index("}", start)])
 
 
 def session_hash(base: str) -> str:
@@ -213,17 +215,30 @@ def fleet_outbox(base: str) -> str:
 
 
 SESSION_KEYS = (
-    session_hash, live_messages, abandoned_messages, steps, live_steps, snapshots,
-    live_snapshots, kv_writes, live_kv_writes, branches, branch_items, branches_by_epoch,
-    requests, request_order, fleet_outbox,
+    session_hash,
+    live_messages,
+    abandoned_messages,
+    steps,
+    live_steps,
+    snapshots,
+    live_snapshots,
+    kv_writes,
+    live_kv_writes,
+    branches,
+    branch_items,
+    branches_by_epoch,
+    requests,
+    request_order,
+    fleet_outbox,
 )
 """Session keys without a parameter; with `restorable(kind)`, `kv_values(ns)`,
 `kv_versions(ns)`, `doc_values(ns)` and `doc_keys(ns)` for each snapshot kind, kv namespace and
 document namespace in use (the session hash lists them) they are all the keys of a session."""
 
 
-def all_session_keys(base: str, kinds: list[str], namespaces: list[str],
-                     doc_namespaces: list[str] = ()) -> list[str]:
+def all_session_keys(
+    base: str, kinds: Iterable[str], namespaces: Iterable[str], doc_namespaces: Iterable[str] = ()
+) -> list[str]:
     """Every key a session with those snapshot kinds and namespaces may have."""
     keys = [fn(base) for fn in SESSION_KEYS]
     keys += [restorable(base, k) for k in kinds]
@@ -344,16 +359,36 @@ def comp_running(fb: str, name: str) -> str:
 
 
 FLEET_KEYS = (
-    session_index, status_index, meta_index, index_entries, expiry_index, outbox_marks,
-    branch_index, event_counter, events, session_events, audit_counter, audit_records,
-    audit_all, audit_by_action, audit_by_session, audit_by_time, comp_counter, compensation,
-    comp_keys, comp_all, comp_by_status, comp_by_session, comp_pending, comp_running,
+    session_index,
+    status_index,
+    meta_index,
+    index_entries,
+    expiry_index,
+    outbox_marks,
+    branch_index,
+    event_counter,
+    events,
+    session_events,
+    audit_counter,
+    audit_records,
+    audit_all,
+    audit_by_action,
+    audit_by_session,
+    audit_by_time,
+    comp_counter,
+    compensation,
+    comp_keys,
+    comp_all,
+    comp_by_status,
+    comp_by_session,
+    comp_pending,
+    comp_running,
 )
 
 _BASE_MARK, _ARG_MARK = "\x00", "\x01"
 
 
-def _lua_function(fn) -> str:
+def _lua_function(fn: Callable[..., str]) -> str:
     """``local function K_<name>(b, a) return b .. "<suffix>" [.. a] end`` for one key
     function, built by calling it with markers (so Lua and Python cannot disagree)."""
     import inspect
@@ -361,11 +396,10 @@ def _lua_function(fn) -> str:
     params = len(inspect.signature(fn).parameters)
     name = fn(_BASE_MARK, _ARG_MARK) if params == 2 else fn(_BASE_MARK)
     assert name.startswith(_BASE_MARK) and name.count(_ARG_MARK) <= 1
-    body = name[len(_BASE_MARK):]
+    body = name[len(_BASE_MARK) :]
     if params == 2:
         assert body.endswith(_ARG_MARK)
-        return (f"local function K_{fn.__name__}(b, a) return b .. "
-                f"{_lua_string(body[:-1])} .. a end")
+        return f"local function K_{fn.__name__}(b, a) return b .. {_lua_string(body[:-1])} .. a end"
     return f"local function K_{fn.__name__}(b) return b .. {_lua_string(body)} end"
 
 
@@ -376,5 +410,13 @@ def _lua_string(text: str) -> str:
 
 def lua_prelude() -> str:
     """Lua definitions of every key function (``K_session_hash(base)``, …)."""
-    fns = [*SESSION_KEYS, restorable, kv_values, kv_versions, doc_values, doc_keys, *FLEET_KEYS]
+    fns: list[Callable[..., str]] = [
+        *SESSION_KEYS,
+        restorable,
+        kv_values,
+        kv_versions,
+        doc_values,
+        doc_keys,
+        *FLEET_KEYS,
+    ]
     return "\n".join(_lua_function(fn) for fn in fns) + "\n"

@@ -1,0 +1,368 @@
+"""The fleet views of the Redis store: every key under the fleet hash tag.
+
+Session indexes (by activity, status, tenant, scenario, prompt version; expired sessions leave
+them at the next read), the audit trail, the event feed and the compensation outbox of the saga.
+On a single Redis the session scripts change them in the same script as the session; on Redis
+Cluster they catch up from the sessions' outboxes (`engine.store.redis.outbox`), and every read
+here flushes this process's pending entries first, so a process always sees its own writes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from engine.records import AuditEvent, Compensation, Event, SessionInfo
+from engine.store.redis import codec, keys
+from engine.store.redis.client import RedisClient
+from engine.store.redis.codec import dumps, num
+from engine.store.redis.outbox import FleetOutbox, OutboxFlusher, OutboxRow
+from engine.store.redis.scripts import SOURCES
+from engine.types import CompensationStatus
+
+R = TypeVar("R")
+
+
+class FleetViews:
+    """Reads and writes of the fleet keys, for `RedisStore`."""
+
+    def __init__(self, client: RedisClient) -> None:
+        settings = client.settings
+        self._client = client
+        self._r = client.r
+        self.prefix = settings.prefix
+        self.fb = keys.fleet_base(self.prefix)
+        self._ttl = settings.ttl
+        self._maxlens = [settings.events_maxlen, settings.session_events_maxlen]
+        self._last_sweep = 0.0
+        self._outbox = FleetOutbox(*self._maxlens)
+        self.flusher = OutboxFlusher(self) if client.cluster else None
+        """Redis Cluster: applies outbox entries off the callers' path."""
+
+    def run(self, name: str, args: list[Any]) -> Any:
+        """Run fleet script ``fleet_<name>``."""
+        source = SOURCES["fleet_" + name]
+        return self._client.script("fleet_" + name, [self.fb], args, source)
+
+    # -- Redis Cluster: fleet outbox --------------------------------------------------------
+    def outbox_mode(self, enc: str) -> str:
+        """The mode a session script runs in on Redis Cluster (see `FleetOutbox.mode`)."""
+        return self._outbox.mode(enc)
+
+    def apply_outbox(self, entries: Iterable[str]) -> list[OutboxRow]:
+        """Apply outbox entries to the fleet keys (idempotent); returns (sid, mark, comp ids)."""
+        return self._outbox.apply(entries, lambda args: self.run("apply", args))
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Bring the fleet views up to date with this process's writes (Redis Cluster)."""
+        if self.flusher is not None:
+            self.flusher.flush(timeout)
+
+    def close(self) -> None:
+        if self.flusher is not None:
+            self.flusher.close()
+
+    def _read_views(self) -> None:
+        self.flush()
+        if time.monotonic() - self._last_sweep > 1.0:
+            self.sweep()
+
+    def sweep_soon(self) -> None:
+        """Look for expired sessions at the next read."""
+        self._last_sweep = 0.0
+
+    # -- sessions ---------------------------------------------------------------------------
+    def fetch_sessions(self, sids: list[str]) -> list[dict[str, str]]:
+        pipe = self._r.pipeline(transaction=False)
+        for sid in sids:
+            pipe.hgetall(keys.session_hash(keys.session_base(sid, self.prefix)))
+        return self._client.call(pipe.execute)
+
+    def sweep(self) -> None:
+        """Drop sessions whose keys expired from the fleet indexes."""
+        self._last_sweep = time.monotonic()
+        while True:
+            sids = self.run("expired", [500])
+            if not sids:
+                return
+            pipe = self._r.pipeline(transaction=False)
+            for sid in sids:
+                pipe.pttl(keys.session_hash(keys.session_base(sid, self.prefix)))
+            ttls = self._client.call(pipe.execute)
+            gone: list[Any] = []
+            alive: list[Any] = []
+            for sid, pttl in zip(sids, ttls, strict=True):
+                if pttl == -2:
+                    gone += [sid, keys.encode(sid), ""]
+                else:  # alive: its deadline moved (or it no longer expires)
+                    alive += [sid, pttl if pttl >= 0 else 10 * 365 * 86400 * 1000]
+            if gone:
+                self.run("forget", ["expired", *gone])
+            if alive:
+                self.run("extend", alive)
+            if len(sids) < 500:
+                return
+
+    def list_sessions(
+        self,
+        *,
+        status: str | None = None,
+        tenant: str | None = None,
+        scenario: str | None = None,
+        prompt_version: str | None = None,
+        updated_since: float | None = None,
+        limit: int = 200,
+        offset: int = 0,
+    ) -> list[SessionInfo]:
+        self._read_views()
+        index = keys.session_index(self.fb)
+        meta_filters = {"tenant": tenant, "scenario": scenario, "prompt_version": prompt_version}
+        for name, value in meta_filters.items():
+            if value is not None:
+                index = keys.meta_index(self.fb, keys.meta_index_suffix(name, dumps(value)))
+                break
+        else:
+            if status is not None:
+                index = keys.status_index(self.fb, status)
+        low = "-inf" if updated_since is None else num(updated_since)
+        want = offset + limit
+        out: list[SessionInfo] = []
+        missing: list[str] = []
+        start, page = 0, max(100, want)
+        while len(out) < want:
+            members = self._client.call(
+                self._r.zrevrangebyscore, index, "+inf", low, start=start, num=page, withscores=True
+            )
+            if not members:
+                break
+            start += len(members)
+            for (sid, score), d in zip(
+                members, self.fetch_sessions([m[0] for m in members]), strict=True
+            ):
+                if not d:
+                    missing += [sid, keys.encode(sid), num(score)]
+                    continue
+                info = codec.session_info(d)
+                if status is not None and info.status != status:
+                    continue
+                if any(v is not None and info.meta.get(f) != v for f, v in meta_filters.items()):
+                    continue
+                if updated_since is not None and info.updated_at < updated_since:
+                    continue
+                out.append(info)
+            if len(members) < page:
+                break
+        if missing:
+            self.run("forget", ["missing", *missing])
+        return out[offset : offset + limit]
+
+    def count_sessions(
+        self, *, status: str | None = None, updated_since: float | None = None
+    ) -> int:
+        self._read_views()
+        index = (
+            keys.session_index(self.fb) if status is None else keys.status_index(self.fb, status)
+        )
+        low = "-inf" if updated_since is None else num(updated_since)
+        return int(self._client.call(self._r.zcount, index, low, "+inf"))
+
+    def _ids_newest_first(
+        self,
+        index: str,
+        keep: Callable[[R], bool],
+        wanted: int,
+        fetch: Callable[[list[str]], list[R | None]],
+    ) -> list[R]:
+        out: list[R] = []
+        start, page = 0, max(100, wanted)
+        while len(out) < wanted:
+            ids = self._client.call(self._r.zrevrange, index, start, start + page - 1)
+            if not ids:
+                break
+            start += len(ids)
+            out += [x for x in fetch(ids) if x is not None and keep(x)]
+            if len(ids) < page:
+                break
+        return out[:wanted]
+
+    def _audit_records(self, ids: list[str]) -> list[AuditEvent | None]:
+        raw = self._client.call(self._r.hmget, keys.audit_records(self.fb), ids) if ids else []
+        return [None if text is None else codec.audit_event(text) for text in raw]
+
+    def audit(
+        self,
+        *,
+        session: str | None = None,
+        actor: str | None = None,
+        action: str | None = None,
+        since: float | None = None,
+        limit: int = 1000,
+    ) -> list[AuditEvent]:
+        self.flush()
+
+        def keep(e: AuditEvent) -> bool:
+            return (
+                (session is None or e.session == session)
+                and (actor is None or e.actor == actor)
+                and (action is None or e.action == action)
+                and (since is None or e.at >= since)
+            )
+
+        if since is not None:
+            ids = self._client.call(
+                self._r.zrangebyscore, keys.audit_by_time(self.fb), num(since), "+inf"
+            )
+            ids.sort(key=int, reverse=True)
+            out: list[AuditEvent] = []
+            for start in range(0, len(ids), 500):
+                out += [
+                    e
+                    for e in self._audit_records(ids[start : start + 500])
+                    if e is not None and keep(e)
+                ]
+                if len(out) >= limit:
+                    break
+            return out[:limit]
+        if session is not None:
+            index = keys.audit_by_session(self.fb, keys.encode(session))
+        elif action is not None:
+            index = keys.audit_by_action(self.fb, action)
+        else:
+            index = keys.audit_all(self.fb)
+        return self._ids_newest_first(index, keep, limit, self._audit_records)
+
+    def count_audit(self, action: str, since: float) -> int:
+        self.flush()
+        # audit ids grow with time: find the first id at or after `since`, count from there
+        first = self._client.call(
+            self._r.zrangebyscore, keys.audit_by_time(self.fb), num(since), "+inf", start=0, num=1
+        )
+        if not first:
+            return 0
+        return int(
+            self._client.call(
+                self._r.zcount, keys.audit_by_action(self.fb, action), int(first[0]), "+inf"
+            )
+        )
+
+    def add_audit(
+        self,
+        actor: str,
+        action: str,
+        session: str | None,
+        snapshot: str | None,
+        reason: str | None,
+        detail: dict,
+        now: float,
+    ) -> None:
+        """An audit event without a session write (`RedisStore.add_audit` writes those about an
+        existing session through the session, which makes it evidence)."""
+        self.run(
+            "audit",
+            [
+                *self._maxlens,
+                num(now),
+                session or "",
+                keys.encode(session) if session else "",
+                action,
+                dumps(actor),
+                dumps(snapshot),
+                dumps(reason),
+                dumps(detail),
+                dumps({"actor": actor, **detail}),
+                self._ttl,
+            ],
+        )
+
+    def events(self, since: int = 0, limit: int = 1000, session: str | None = None) -> list[Event]:
+        self.flush()
+        key = (
+            keys.events(self.fb)
+            if session is None
+            else keys.session_events(self.fb, keys.encode(session))
+        )
+        rows = self._client.call(
+            self._r.xrange, key, f"{max(int(since), 0) + 1}-0", "+", count=limit
+        )
+        return [codec.event(xid, f) for xid, f in rows]
+
+    def last_event_id(self) -> int:
+        self.flush()
+        return int(self._client.call(self._r.get, keys.event_counter(self.fb)) or 0)
+
+    def _comp_records(self, ids: list[str]) -> list[Compensation | None]:
+        pipe = self._r.pipeline(transaction=False)
+        for cid in ids:
+            pipe.hgetall(keys.compensation(self.fb, cid))
+        return [codec.compensation(d) if d else None for d in self._client.call(pipe.execute)]
+
+    def compensations(
+        self, *, session: str | None = None, status: str | None = None, limit: int = 1000
+    ) -> list[Compensation]:
+        self.flush()
+        if session is not None:
+            index = keys.comp_by_session(self.fb, keys.encode(session))
+        elif status is not None:
+            index = keys.comp_by_status(self.fb, status)
+        else:
+            index = keys.comp_all(self.fb)
+
+        def keep(c: Compensation) -> bool:
+            return (session is None or c.session == session) and (
+                status is None or c.status == status
+            )
+
+        return self._ids_newest_first(index, keep, limit, self._comp_records)
+
+    def count_compensations(self, status: str) -> int:
+        self.flush()
+        return int(self._client.call(self._r.zcard, keys.comp_by_status(self.fb, status)))
+
+    def claim_compensation(
+        self, names: list[str], owner: str, lease_s: float, now: float
+    ) -> Compensation | None:
+        if not names:
+            return None
+        self.flush()
+        flat = self.run("claim", [owner, num(now + lease_s), num(now), *names])
+        if not flat:
+            return None
+        return codec.compensation(dict(zip(flat[::2], flat[1::2], strict=True)))
+
+    def finish_compensation(
+        self, cid: int, owner: str, ok: bool, error: str | None, now: float, final: bool
+    ) -> None:
+        status = (
+            CompensationStatus.DONE
+            if ok
+            else (CompensationStatus.FAILED if final else CompensationStatus.PENDING)
+        )
+        self.run(
+            "finish",
+            [
+                *self._maxlens,
+                str(int(cid)),
+                owner,
+                status,
+                "null" if error is None else dumps(error),
+                error or "",
+                num(now),
+                0,  # a session with a compensation is evidence: its feed does not expire
+            ],
+        )
+
+    def record_purge(
+        self, now: float, removed: dict[str, int], names: list[str], members: list[str]
+    ) -> None:
+        """Drop purged branches from the branch index; audit and announce what went."""
+        self.run(
+            "purged",
+            [
+                *self._maxlens,
+                num(now),
+                dumps(removed),
+                dumps({**removed, "branch_ids": names[:100]}),
+                *members,
+            ],
+        )
