@@ -2,9 +2,10 @@
 
 Sources (public GitHub repositories, read from bare git snapshots; nothing is downloaded here):
 
-- ``mini-swe-agent``: ``gruckion/mini-swe-agent`` at ``swebench_results/20251118_gemini-3-pro-74pct``:
-  the 500 trajectories (``trajs/*/*.traj.json``) of a mini-swe-agent v1 run of Gemini 3 Pro on
-  SWE-bench Verified, with ``results_summary.csv`` saying which instance was resolved.
+- ``mini-swe-agent``: ``gruckion/mini-swe-agent``, folder
+  ``swebench_results/20251118_gemini-3-pro-74pct``: the 500 trajectories
+  (``trajs/*/*.traj.json``) of a mini-swe-agent v1 run of Gemini 3 Pro on SWE-bench Verified,
+  with ``results_summary.csv`` saying which instance was resolved.
 - ``claude-code``: ``jiayuanz3/SWEContextBench`` at ``cases/SWEContextBench Lite Past Experience``:
   300 Claude Code session transcripts (``*.jsonl``) of Claude Sonnet 4.5 fixing SWE-bench Lite
   tasks. The repository publishes no resolution status for them (``resolved`` stays null).
@@ -112,7 +113,9 @@ class Snapshot:
         ).stdout
 
     def files(self, under: str) -> list[str]:
-        return sorted(self._git("ls-tree", "-r", "--name-only", self.commit, "--", under).split("\n")[:-1])
+        return sorted(
+            self._git("ls-tree", "-r", "--name-only", self.commit, "--", under).split("\n")[:-1]
+        )
 
     def read(self, path: str) -> str:
         return self._git("show", f"{self.commit}:{path}")
@@ -295,7 +298,9 @@ def claude_runs(snap: Snapshot) -> Iterator[dict]:
         session = Path(path).stem
         instance = None
         for ev in events[:5]:
-            m = re.search(r"instance_id:\s*(\S+)", block_text((ev.get("message") or {}).get("content")))
+            m = re.search(
+                r"instance_id:\s*(\S+)", block_text((ev.get("message") or {}).get("content"))
+            )
             if m:
                 instance = m.group(1)
                 break
