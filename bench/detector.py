@@ -5,7 +5,8 @@ Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000] 
 - Quality, per source: the production detector (``LoopDetector()``) over the labelled trace corpus
   (tests/traces), each peer suite (tests/loops_peers: other projects' own loop-detection test
   cases) and the hand-labelled real runs (bench/corpora: the tuned and the held-out split, and the
-  whole converted corpus for the false-alarm rate). A looping case is a true positive when the
+  whole converted corpus for the false-alarm rate; the enriched set, chosen by a repetition
+  listing and not at random, is shown apart). A looping case is a true positive when the
   first flag comes at the expected step or one step later, a false positive when it comes earlier
   (before the loop began, or before the step the peer agrees on), a false negative when it comes
   later or never; a flag on a healthy case is a false positive. Median delay: first flag minus the
@@ -342,14 +343,18 @@ def realrun_cases(path: Path) -> dict[str, list[Case]]:
     labels = json.loads(LABELS.read_text())
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         runs = [json.loads(line) for line in fh]
-    out: dict[str, list[Case]] = {"real runs, tuned": [], "real runs, held-out": []}
+    splits = {
+        "tuned": "real runs, tuned",
+        "heldout": "real runs, held-out",
+        "enriched": "real runs, enriched (not random)",
+    }
+    out: dict[str, list[Case]] = {name: [] for name in splits.values()}
     every: list[Case] = []
     for run in runs:
         steps = [_step(d) for d in run["steps"]]
         label = labels.get(run["id"])
         if label is not None:
-            split = "real runs, tuned" if label["split"] == "tuned" else "real runs, held-out"
-            out[split].append(
+            out[splits[label["split"]]].append(
                 Case(
                     run["id"],
                     steps,
@@ -447,7 +452,7 @@ def quality_report(show_misses: bool) -> None:
     print("Detection quality per source (LoopDetector() production defaults)")
     print()
     header = (
-        f"{'source':34} {'cases':>5} {'loops':>5} {'precision':>9} {'recall':>6} "
+        f"{'source':36} {'cases':>5} {'loops':>5} {'precision':>9} {'recall':>6} "
         f"{'median delay':>12} {'peer step':>9} {'flagged ok':>13}"
     )
     print(header)
@@ -459,7 +464,7 @@ def quality_report(show_misses: bool) -> None:
         if sc.ok_runs:
             ok += f" {100 * sc.ok_flagged / sc.ok_runs:3.0f}%"
         print(
-            f"{sc.source:34} {sc.cases:5d} {sc.loops if sc.labelled else '—':>5} "
+            f"{sc.source:36} {sc.cases:5d} {sc.loops if sc.labelled else '—':>5} "
             f"{sc.cell(sc.precision, '.3f'):>9} {sc.cell(sc.recall, '.3f'):>6} "
             f"{sc.cell(delay, '+.1f'):>12} {peer:>9} {ok:>13}"
         )
