@@ -4,9 +4,9 @@ OpenClaw checks a call against the history before running it: a warning once the
 were seen WARNING_THRESHOLD (10) times, a block at 20, a global no-progress breaker at 30, a
 ping-pong warning at 10 alternating calls, unknown-tool failures at 10. So `flag_at` is the index
 of the first call that draws the warning (10 repeats of the same arguments, 10 alternating
-calls); where a test asserts only its final check (the global breaker), of that final call; None
-where the test asserts no block.  A recorded call with its outcome is one Step.
-Left out: hashing internals, history trimming, run scoping and the off switch.
+calls); where a test asserts only its final check (the global breaker), the index of that final
+call; None where the test asserts no block. A recorded call with its outcome is one Step. Left
+out: hashing internals, history trimming, run scoping and the off switch.
 """
 
 from __future__ import annotations
