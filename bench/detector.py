@@ -1,6 +1,20 @@
-"""Benchmark of LoopDetector.observe: cost per step and memory, against a naive baseline.
+"""Benchmark of LoopDetector: detection quality per source, cost per step and memory.
 
-Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000]``
+Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000] [--quality-only]``
+
+- Quality, per source: the production detector (``LoopDetector()``) over the labelled trace corpus
+  (tests/traces), each peer suite (tests/loops_peers: other projects' own loop-detection test
+  cases) and the hand-labelled real runs (bench/corpora: the tuned and the held-out split, and the
+  whole converted corpus for the false-alarm rate; the enriched set, chosen by a repetition
+  listing and not at random, is shown apart). A looping case is a true positive when the
+  first flag comes at the expected step or one step later, a false positive when it comes earlier
+  (before the loop began, or before the step the peer agrees on), a false negative when it comes
+  later or never; a flag on a healthy case is a false positive. Median delay: first flag minus the
+  expected step, over the true positives. "Flagged ok" is the share of runs that finished
+  successfully (real runs: resolved) that were flagged at all; for the traces and the peer suites,
+  where nothing "finishes", the share of healthy cases flagged. "Peer step" counts the peer
+  cases the peer flags where our first flag is the peer's own step or one later, whatever we
+  expect (our disagreements lower it on purpose).
 
 - Cost: ``observe`` is timed step by step on a healthy stream (a coding agent doing distinct
   work with status checks, polls and transient errors) and on a looping stream (crop retries,
@@ -16,11 +30,18 @@ from __future__ import annotations
 
 import argparse
 import gc
+import gzip
+import importlib.util
+import json
+import os
 import platform
 import statistics
+import sys
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from engine.loops.detector import LoopDetector, Step
 from engine.loops.fingerprint import digest, fingerprint
@@ -238,6 +259,232 @@ def _continue(start: int, end: int) -> Iterator[Step]:
             yield step
 
 
+# --- detection quality per source --------------------------------------------------------------
+ROOT = Path(__file__).resolve().parent.parent
+LABELS = ROOT / "bench" / "corpora" / "labels.json"
+REALRUNS_CANDIDATES = (
+    Path(os.environ["REWIND_REALRUNS"]) if os.environ.get("REWIND_REALRUNS") else None,
+    ROOT / "bench" / "corpora" / "realruns.jsonl.gz",
+    ROOT.parent / "shared" / "data" / "realruns.jsonl.gz",
+)
+"""Where the converted real-runs corpus may be (it is generated, not committed: see
+bench/corpora/convert_realruns.py)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One scored scenario."""
+
+    name: str
+    steps: Sequence[Step]
+    expected: int | None
+    """Step at which a flag is expected; None: the case is healthy."""
+    earliest: int | None = None
+    """Earliest acceptable flag (the loop's first step); None: `expected`."""
+    finished_ok: bool | None = None
+    """The run finished successfully (real runs: resolved); None when unknown."""
+    peer_flag: int | None = None
+    """The peer's own flag step (peer suites only)."""
+
+
+def _import_by_path(name: str, folder: Path):
+    """Import a tests/ package by its path (tests/ is not an installed package)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def trace_cases() -> list[Case]:
+    corpus = _import_by_path("rewind_trace_corpus", ROOT / "tests" / "traces").CORPUS
+    return [
+        Case(t.name, t.steps, t.flag_at, t.loop_start, finished_ok=not t.looping) for t in corpus
+    ]
+
+
+def peer_cases() -> dict[str, list[Case]]:
+    suites = _import_by_path("rewind_peer_suites", ROOT / "tests" / "loops_peers").SUITES
+    return {
+        suite: [
+            Case(
+                c.name,
+                c.steps,
+                c.expected,
+                finished_ok=c.expected is None,
+                peer_flag=c.flag_at,
+            )
+            for c in cases
+        ]
+        for suite, cases in suites.items()
+    }
+
+
+def realruns_path() -> Path | None:
+    return next((p for p in REALRUNS_CANDIDATES if p is not None and p.exists()), None)
+
+
+def _step(d: dict) -> Step:
+    return Step(
+        tool=d.get("tool"),
+        args=d.get("args"),
+        ok=d.get("ok", True),
+        error=d.get("error"),
+        result=d.get("result"),
+        text=d.get("text"),
+    )
+
+
+def realrun_cases(path: Path) -> dict[str, list[Case]]:
+    """The labelled splits and the whole corpus (unlabelled: only its false-alarm rate counts)."""
+    labels = json.loads(LABELS.read_text())
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        runs = [json.loads(line) for line in fh]
+    splits = {
+        "tuned": "real runs, tuned",
+        "heldout": "real runs, held-out",
+        "enriched": "real runs, enriched (not random)",
+    }
+    out: dict[str, list[Case]] = {name: [] for name in splits.values()}
+    every: list[Case] = []
+    for run in runs:
+        steps = [_step(d) for d in run["steps"]]
+        label = labels.get(run["id"])
+        if label is not None:
+            out[splits[label["split"]]].append(
+                Case(
+                    run["id"],
+                    steps,
+                    label["flag_at"] if label["looping"] else None,
+                    label["loop_start"],
+                    finished_ok=run.get("resolved"),
+                )
+            )
+        every.append(Case(run["id"], steps, None, finished_ok=run.get("resolved")))
+    out[f"real runs, all {len(every)} (no labels)"] = every
+    return out
+
+
+def first_flag(steps: Sequence[Step]) -> int | None:
+    detector = LoopDetector()
+    for i, step in enumerate(steps):
+        if detector.observe(step).looping:
+            return i
+    return None
+
+
+@dataclass
+class Score:
+    source: str
+    cases: int
+    loops: int
+    labelled: bool
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+    delays: list[int] | None = None
+    ok_runs: int = 0
+    ok_flagged: int = 0
+    peer_cases: int = 0
+    peer_hits: int = 0
+    misses: list[str] | None = None
+
+    def cell(self, value: float | None, fmt: str) -> str:
+        return "—" if value is None else format(value, fmt)
+
+    @property
+    def precision(self) -> float | None:
+        if not self.labelled:
+            return None
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else None
+
+    @property
+    def recall(self) -> float | None:
+        if not self.labelled:
+            return None
+        return self.tp / (self.tp + self.fn) if self.tp + self.fn else None
+
+
+def score(source: str, cases: list[Case], labelled: bool = True) -> Score:
+    sc = Score(source, len(cases), sum(c.expected is not None for c in cases), labelled)
+    sc.delays, sc.misses = [], []
+    for c in cases:
+        got = first_flag(c.steps)
+        if c.finished_ok:
+            sc.ok_runs += 1
+            sc.ok_flagged += got is not None
+        if c.peer_flag is not None:
+            sc.peer_cases += 1
+            sc.peer_hits += got is not None and c.peer_flag <= got <= c.peer_flag + 1
+        if not labelled:
+            continue
+        where = "never" if got is None else f"at {got}"
+        if c.expected is None:
+            if got is not None:
+                sc.fp += 1
+                sc.misses.append(f"FP {c.name}: flagged {where}, healthy")
+            continue
+        earliest = c.expected if c.earliest is None else c.earliest
+        if got is not None and earliest <= got <= c.expected + 1:
+            sc.tp += 1
+            sc.delays.append(got - c.expected)
+        elif got is not None and got < earliest:
+            sc.fp += 1
+            sc.misses.append(f"FP {c.name}: flagged {where}, expected {c.expected}")
+        else:
+            sc.fn += 1
+            sc.misses.append(f"FN {c.name}: flagged {where}, expected {c.expected}")
+    return sc
+
+
+def quality_report(show_misses: bool) -> None:
+    scores = [score("own corpus (tests/traces)", trace_cases())]
+    scores += [score(f"peers: {suite}", cases) for suite, cases in peer_cases().items()]
+    all_peers = [c for cases in peer_cases().values() for c in cases]
+    scores.append(score("peers: all suites", all_peers))
+    path = realruns_path()
+    if path is not None:
+        for name, cases in realrun_cases(path).items():
+            scores.append(score(name, cases, labelled="no labels" not in name))
+    print("Detection quality per source (LoopDetector() production defaults)")
+    print()
+    header = (
+        f"{'source':36} {'cases':>5} {'loops':>5} {'precision':>9} {'recall':>6} "
+        f"{'median delay':>12} {'peer step':>9} {'flagged ok':>13}"
+    )
+    print(header)
+    print("-" * len(header))
+    for sc in scores:
+        delay = statistics.median(sc.delays) if sc.delays else None
+        peer = f"{sc.peer_hits}/{sc.peer_cases}" if sc.peer_cases else "—"
+        ok = f"{sc.ok_flagged}/{sc.ok_runs}" if sc.ok_runs else "—"
+        if sc.ok_runs:
+            ok += f" {100 * sc.ok_flagged / sc.ok_runs:3.0f}%"
+        print(
+            f"{sc.source:36} {sc.cases:5d} {sc.loops if sc.labelled else '—':>5} "
+            f"{sc.cell(sc.precision, '.3f'):>9} {sc.cell(sc.recall, '.3f'):>6} "
+            f"{sc.cell(delay, '+.1f'):>12} {peer:>9} {ok:>13}"
+        )
+    if path is None:
+        print()
+        print(
+            "real runs: no converted corpus found (looked for $REWIND_REALRUNS, "
+            "bench/corpora/realruns.jsonl.gz, ../shared/data/realruns.jsonl.gz); "
+            "build it with bench/corpora/convert_realruns.py"
+        )
+    if show_misses:
+        for sc in scores:
+            if sc.misses and not sc.source.startswith("peers: all"):
+                print()
+                print(f"{sc.source}:")
+                for line in sc.misses:
+                    print(f"  {line}")
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000, help="steps per timed stream")
@@ -247,7 +494,17 @@ def main() -> None:
         default=10_000,
         help="steps per stream for the naive baseline (quadratic)",
     )
+    parser.add_argument(
+        "--quality-only", action="store_true", help="only the detection-quality table"
+    )
+    parser.add_argument(
+        "--no-misses", action="store_true", help="do not list the cases each source gets wrong"
+    )
     opts = parser.parse_args()
+
+    quality_report(show_misses=not opts.no_misses)
+    if opts.quality_only:
+        return
 
     streams = {
         "healthy": list(healthy_stream(opts.steps)),
