@@ -110,9 +110,7 @@ def rollback(
     if kind not in ("rollback", "fork"):
         raise ValueError(f"kind must be rollback or fork, not {kind!r}")
     if automatic:  # the engine's own reason quotes the verdict: cut it, never refuse a rescue
-        reason = cut_text(
-            (reason or "").encode("utf-8", "replace").decode(), rt.limits.reason_chars
-        )
+        reason = cut_text(reason or "", rt.limits.reason_chars)
     reason = checked_reason(rt, reason)
     info = rt.require_session(sid)
     target = to if to is not None else suggested_target(rt, sid, info)

@@ -15,11 +15,15 @@ still be recorded as failed.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from engine.errors import SizeLimitExceeded
-from engine.loops.fingerprint import canonicalize
+from engine.loops.fingerprint import MAX_DEPTH, canonicalize
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 __all__ = ["Limits", "SizeLimitExceeded", "canonical_within", "check_text", "cut_text"]
 
@@ -77,6 +81,8 @@ def canonical_within(value: Any, limit: int, what: str, field: str) -> tuple[Any
         SizeLimitExceeded: over the limit. TypeError / ValueError: from `canonicalize` (no JSON
         form, nested too deep, a cycle, a lone surrogate).
     """
+    if _surely_longer(value, limit):
+        raise _too_big(what, f"more than {limit:,}", limit, field, "bytes")
     canonical = canonicalize(value, what)
     encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     pieces: list[str] = []
@@ -87,6 +93,37 @@ def canonical_within(value: Any, limit: int, what: str, field: str) -> tuple[Any
             raise _too_big(what, f"more than {limit:,}", limit, field, "bytes")
         pieces.append(piece)
     return canonical, "".join(pieces)
+
+
+def _surely_longer(value: Any, limit: int) -> bool:
+    """True when the JSON text of `value` is sure to be longer than `limit` bytes.
+
+    A cheap lower bound (a string counts its characters and quotes, a container its brackets and
+    separators, anything else one character), walked only until it passes the limit, so a huge
+    value is refused before `canonicalize` copies it. Deeper than `MAX_DEPTH` the walk stops and
+    leaves the verdict to `canonicalize`.
+    """
+    total = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            total += len(item) + 2
+        elif isinstance(item, (bytes, bytearray)):
+            total += len(item) * 4 // 3 + 2
+        elif isinstance(item, Mapping):
+            total += 2 * len(item) + 1
+            if total <= limit and depth < MAX_DEPTH:
+                stack.extend((part, depth + 1) for pair in item.items() for part in pair)
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            total += len(item) + 1
+            if total <= limit and depth < MAX_DEPTH:
+                stack.extend((part, depth + 1) for part in item)
+        else:
+            total += 1
+        if total > limit:
+            return True
+    return False
 
 
 def check_text(text: str, limit: int, what: str, field: str) -> str:
@@ -102,8 +139,9 @@ def check_text(text: str, limit: int, what: str, field: str) -> str:
 
 
 def cut_text(text: str, limit: int) -> str:
-    """`text`, cut to `limit` characters with a marker saying how much was dropped."""
-    if len(text) <= limit:
-        return text
-    marker = f"… [cut; {len(text):,} characters in all]"
-    return text[: max(0, limit - len(marker))] + marker
+    """`text`, cut to `limit` characters with a marker saying how much was dropped, and with
+    any lone surrogate replaced by U+FFFD (for texts that must be recorded, never refused)."""
+    if len(text) > limit:
+        marker = f"… [cut; {len(text):,} characters in all]"
+        text = text[: max(0, limit - len(marker))] + marker
+    return _LONE_SURROGATE.sub("\ufffd", text)

@@ -146,7 +146,6 @@ class StepCall:
         # Cut, not refused: a failing tool must still be recorded as failed. Lone surrogates
         # (no UTF-8 form) become U+FFFD for the same reason.
         text = cut_text(text, self.session._rt.limits.error_chars)
-        text = text.encode("utf-8", "replace").decode("utf-8")
         self._outcome = {"status": "error", "error": text or "error"}
 
     def __exit__(self, exc_type, exc, tb) -> bool:
