@@ -46,8 +46,16 @@ def test_new_hashes_use_at_least_n_2_15_r_8_p_1():
 def test_old_n_2_14_hashes_still_verify():
     salt = b"0123456789abcdef"
     digest = hashlib.scrypt(b"old secret", salt=salt, n=2**14, r=8, p=1, dklen=32)
-    old = "$".join(["scrypt", "16384", "8", "1", base64.b64encode(salt).decode(),
-                    base64.b64encode(digest).decode()])
+    old = "$".join(
+        [
+            "scrypt",
+            "16384",
+            "8",
+            "1",
+            base64.b64encode(salt).decode(),
+            base64.b64encode(digest).decode(),
+        ]
+    )
     assert verify_password("old secret", old) and not verify_password("other", old)
     assert needs_rehash(old)
 
@@ -57,10 +65,18 @@ def test_a_hash_asking_for_absurd_cost_is_refused_without_running():
 
 
 # -- timing: every attempt costs one key derivation ---------------------------------------------
-@pytest.mark.parametrize("username,password", [
-    ("alice", ""), ("alice", "wrong"), ("alice", None), ("nobody", ""), ("nobody", "wrong"),
-    ("", ""), (" alice ", ""),
-])
+@pytest.mark.parametrize(
+    "username,password",
+    [
+        ("alice", ""),
+        ("alice", "wrong"),
+        ("alice", None),
+        ("nobody", ""),
+        ("nobody", "wrong"),
+        ("", ""),
+        (" alice ", ""),
+    ],
+)
 def test_every_failed_attempt_runs_the_kdf_exactly_once(kdf_runs, username, password):
     accounts = {"alice": {"role": "operator", "password_hash": HASH}}
     access.authenticate(accounts, "warm-up", "x")  # makes the dummy hash once
@@ -97,8 +113,9 @@ def test_the_throttle_table_stays_bounded():
 
 
 def test_sign_in_form_locks_the_padded_name_too():
-    accounts = {"mallory-target": {"role": "operator",
-                                   "password_hash": hash_password("the-right-one")}}
+    accounts = {
+        "mallory-target": {"role": "operator", "password_hash": hash_password("the-right-one")}
+    }
     at = AppTest.from_file(APP, default_timeout=60)
     at.secrets["rewind"] = {"store": "sqlite:///:memory:", "users": accounts}
     at.run()
@@ -114,15 +131,21 @@ def test_sign_in_form_locks_the_padded_name_too():
 
 
 # -- OIDC -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("claims,identity", [
-    ({"email": "alice@example.com", "email_verified": True, "sub": "s1"}, "alice@example.com"),
-    ({"email": "alice@example.com", "email_verified": "true", "sub": "s1"}, "alice@example.com"),
-    ({"email": "alice@example.com", "sub": "s1"}, "s1"),
-    ({"email": "alice@example.com", "email_verified": False, "sub": "s1"}, "s1"),
-    ({"email": "alice@example.com", "email_verified": "false", "sub": "s1"}, "s1"),
-    ({"email": "alice@example.com", "email_verified": 1, "sub": "s1"}, "s1"),
-    ({"email": "alice@example.com"}, None),
-])
+@pytest.mark.parametrize(
+    "claims,identity",
+    [
+        ({"email": "alice@example.com", "email_verified": True, "sub": "s1"}, "alice@example.com"),
+        (
+            {"email": "alice@example.com", "email_verified": "true", "sub": "s1"},
+            "alice@example.com",
+        ),
+        ({"email": "alice@example.com", "sub": "s1"}, "s1"),
+        ({"email": "alice@example.com", "email_verified": False, "sub": "s1"}, "s1"),
+        ({"email": "alice@example.com", "email_verified": "false", "sub": "s1"}, "s1"),
+        ({"email": "alice@example.com", "email_verified": 1, "sub": "s1"}, "s1"),
+        ({"email": "alice@example.com"}, None),
+    ],
+)
 def test_oidc_trusts_the_email_only_when_verified(claims, identity):
     assert access.oidc_identity(claims) == identity
 
@@ -135,43 +158,73 @@ def test_an_unverified_email_gets_no_operator_role():
 
 def test_unverified_email_in_the_console_gets_no_role(tmp_path):
     at = AppTest.from_file(APP, default_timeout=60)
-    at.secrets["auth"] = {"redirect_uri": "http://localhost:8501/oauth2callback",
-                          "cookie_secret": "x" * 32, "client_id": "c", "client_secret": "s",
-                          "server_metadata_url": "https://id.example.com/.well-known/openid"}
-    at.secrets["rewind"] = {"store": f"sqlite:///{tmp_path}/r.db",
-                            "roles": {"operators": ["alice@example.com"]}}
-    at.user = {"is_logged_in": True, "email": "alice@example.com", "email_verified": False,
-               "sub": "attacker-42"}
+    at.secrets["auth"] = {
+        "redirect_uri": "http://localhost:8501/oauth2callback",
+        "cookie_secret": "x" * 32,
+        "client_id": "c",
+        "client_secret": "s",
+        "server_metadata_url": "https://id.example.com/.well-known/openid",
+    }
+    at.secrets["rewind"] = {
+        "store": f"sqlite:///{tmp_path}/r.db",
+        "roles": {"operators": ["alice@example.com"]},
+    }
+    at.user = {
+        "is_logged_in": True,
+        "email": "alice@example.com",
+        "email_verified": False,
+        "sub": "attacker-42",
+    }
     at.run()
     assert not at.exception
     assert "no role" in "\n".join(e.value for e in at.error)
     assert not at.metric
 
 
-# -- demo mode: Host, peer and Origin ---------------------------------------------------------------
-@pytest.mark.parametrize("host,local", [
-    ("localhost", True), ("localhost:8501", True), ("LOCALHOST:1", True),
-    ("127.0.0.1", True), ("127.0.0.1:8501", True), ("[::1]", True), ("[::1]:8501", True),
-    ("rebind.evil.test", False), ("rebind.evil.test:8501", False), ("127.0.0.2:8501", False),
-    ("localhost.evil.test", False), ("127.0.0.1.nip.io:8501", False), ("evil@localhost", False),
-    ("localhost:8501/x", False), ("localhost:notaport", False), ("", False), (None, False),
-    ("::1", False), ("0.0.0.0:8501", False), ("localhost :8501", False),
-])
+# -- demo mode: Host, peer and Origin ------------------------------------------------------------
+@pytest.mark.parametrize(
+    "host,local",
+    [
+        ("localhost", True),
+        ("localhost:8501", True),
+        ("LOCALHOST:1", True),
+        ("127.0.0.1", True),
+        ("127.0.0.1:8501", True),
+        ("[::1]", True),
+        ("[::1]:8501", True),
+        ("rebind.evil.test", False),
+        ("rebind.evil.test:8501", False),
+        ("127.0.0.2:8501", False),
+        ("localhost.evil.test", False),
+        ("127.0.0.1.nip.io:8501", False),
+        ("evil@localhost", False),
+        ("localhost:8501/x", False),
+        ("localhost:notaport", False),
+        ("", False),
+        (None, False),
+        ("::1", False),
+        ("0.0.0.0:8501", False),
+        ("localhost :8501", False),
+    ],
+)
 def test_demo_host_must_be_a_loopback_name(host, local):
     assert access.is_local_host_header(host) is local
 
 
-@pytest.mark.parametrize("request_,allowed", [
-    (BrowserRequest("localhost:8501", "http://localhost:8501", None), True),
-    (BrowserRequest("127.0.0.1:8501", None, None), True),
-    (BrowserRequest("[::1]:8501", "http://[::1]:8501", "::1"), True),
-    (BrowserRequest("rebind.evil.test:8501", "http://rebind.evil.test:8501", None), False),
-    (BrowserRequest("localhost:8501", "http://localhost:3000", None), False),  # another port
-    (BrowserRequest("localhost:8501", "https://evil.test", None), False),
-    (BrowserRequest("localhost:8501", "null", None), False),
-    (BrowserRequest("localhost:8501", None, "10.0.0.9"), False),  # a remote peer
-    (BrowserRequest(None, None, None), False),
-])
+@pytest.mark.parametrize(
+    "request_,allowed",
+    [
+        (BrowserRequest("localhost:8501", "http://localhost:8501", None), True),
+        (BrowserRequest("127.0.0.1:8501", None, None), True),
+        (BrowserRequest("[::1]:8501", "http://[::1]:8501", "::1"), True),
+        (BrowserRequest("rebind.evil.test:8501", "http://rebind.evil.test:8501", None), False),
+        (BrowserRequest("localhost:8501", "http://localhost:3000", None), False),  # another port
+        (BrowserRequest("localhost:8501", "https://evil.test", None), False),
+        (BrowserRequest("localhost:8501", "null", None), False),
+        (BrowserRequest("localhost:8501", None, "10.0.0.9"), False),  # a remote peer
+        (BrowserRequest(None, None, None), False),
+    ],
+)
 def test_demo_request_needs_local_host_peer_and_origin(request_, allowed):
     assert access.demo_request_allowed("127.0.0.1", request_) is allowed
     assert access.demo_request_allowed("0.0.0.0", request_) is False
@@ -190,8 +243,9 @@ def demo_app(monkeypatch, tmp_path, request_) -> AppTest:
 
 def test_demo_mode_under_a_rebinding_name_shows_how_to_configure_accounts(monkeypatch, tmp_path):
     hostile = "www.evil.test](https://evil.test) [x"
-    at = demo_app(monkeypatch, tmp_path,
-                  BrowserRequest(f"{hostile}", "http://rebind.evil.test:8501", None))
+    at = demo_app(
+        monkeypatch, tmp_path, BrowserRequest(f"{hostile}", "http://rebind.evil.test:8501", None)
+    )
     assert not at.exception
     assert "only serves localhost" in "\n".join(e.value for e in at.error)
     assert "[rewind.users.<name>]" in "\n".join(m.value for m in at.markdown)
@@ -202,8 +256,9 @@ def test_demo_mode_under_a_rebinding_name_shows_how_to_configure_accounts(monkey
 
 
 def test_demo_mode_on_localhost_still_acts_as_operator(monkeypatch, tmp_path):
-    at = demo_app(monkeypatch, tmp_path,
-                  BrowserRequest("localhost:8501", "http://localhost:8501", None))
+    at = demo_app(
+        monkeypatch, tmp_path, BrowserRequest("localhost:8501", "http://localhost:8501", None)
+    )
     assert not at.exception
     assert [t.value for t in at.title] == ["Fleet"]
 

@@ -27,12 +27,31 @@ def small(**limits) -> Engine:
 
 
 # -- session ids ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("sid", [
-    " ", "   ", "\t", "\u3000",  # blank after trimming
-    "sess\u200b1", "\u200csess", "se\u200dss", "sess\u2060", "\ufeffsess",  # zero-width
-    "sess\u202e1", "\u202asess", "\u2066sess\u2069", "\u200esess", "sess\u200f", "\u061csess",
-    "sess\x00", "sess\n1", "sess\x7f", "sess\u2028", "sess\ud800",
-])
+@pytest.mark.parametrize(
+    "sid",
+    [
+        " ",
+        "   ",
+        "\t",
+        "\u3000",  # blank after trimming
+        "sess\u200b1",
+        "\u200csess",
+        "se\u200dss",
+        "sess\u2060",
+        "\ufeffsess",  # zero-width
+        "sess\u202e1",
+        "\u202asess",
+        "\u2066sess\u2069",
+        "\u200esess",
+        "sess\u200f",
+        "\u061csess",
+        "sess\x00",
+        "sess\n1",
+        "sess\x7f",
+        "sess\u2028",
+        "sess\ud800",
+    ],
+)
 def test_invisible_or_blank_session_ids_are_refused(eng, sid):
     with pytest.raises(InvalidSessionId, match="session id"):
         eng.session(sid)
@@ -87,7 +106,9 @@ def test_deep_values_raise_a_clear_value_error_not_recursion_error():
 def test_shared_subvalues_are_not_cycles():
     shared = {"k": 1}
     assert canonicalize({"a": shared, "b": [shared, shared]}) == {
-        "a": {"k": 1}, "b": [{"k": 1}, {"k": 1}]}
+        "a": {"k": 1},
+        "b": [{"k": 1}, {"k": 1}],
+    }
 
 
 @pytest.mark.parametrize("value", ["x\ud800", {"k": "\udfff"}, {"k\ud800": 1}, ["ok", "\ud83d"]])
@@ -181,8 +202,15 @@ def test_long_error_texts_are_cut_not_refused():
 
 
 def test_oversized_messages_notices_reasons_actors_and_meta_are_refused():
-    eng = small(message_bytes=1000, notice_chars=100, reason_chars=50, actor_chars=20,
-                meta_bytes=200, name_chars=30, variables_bytes=300)
+    eng = small(
+        message_bytes=1000,
+        notice_chars=100,
+        reason_chars=50,
+        actor_chars=20,
+        meta_bytes=200,
+        name_chars=30,
+        variables_bytes=300,
+    )
     s = eng.session("s", meta={"tenant": "acme"})
     s.append_message("user", "hello")
     s.snapshot("start")
@@ -190,8 +218,9 @@ def test_oversized_messages_notices_reasons_actors_and_meta_are_refused():
     with pytest.raises(SizeLimitExceeded, match="message_bytes"):
         s.append_message("user", "m" * 2000)
     with pytest.raises(SizeLimitExceeded, match="message_bytes"):
-        s.append_messages([{"role": "user", "content": "ok"},
-                           {"role": "user", "content": "m" * 2000}])
+        s.append_messages(
+            [{"role": "user", "content": "ok"}, {"role": "user", "content": "m" * 2000}]
+        )
     with pytest.raises(SizeLimitExceeded, match="message_bytes"):
         s.agent_turn("t" * 2000)
     with pytest.raises(SizeLimitExceeded, match="notice_chars"):
@@ -229,8 +258,14 @@ def test_an_automatic_rollback_cuts_a_long_reason_instead_of_refusing():
     s.append_message("user", "a")
     s.snapshot("start")
     s.append_message("user", "b")
-    result = rollback(eng.runtime, "s", actor="rewind", reason="loop detected: " + "x" * 500,
-                      automatic=True, notice=False)
+    result = rollback(
+        eng.runtime,
+        "s",
+        actor="rewind",
+        reason="loop detected: " + "x" * 500,
+        automatic=True,
+        notice=False,
+    )
     assert result.target
     assert len(eng.audit(session="s")[0].reason) == 40
 
