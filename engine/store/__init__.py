@@ -12,15 +12,25 @@ DEFAULT_URL = "sqlite:///.rewind/rewind.db"
 
 
 def redact(url: str) -> str:
-    """The URL with any password replaced by ***, safe to print or log."""
+    """The URL with any password replaced by ***, safe to print or log: the password of the
+    user part, `password=` query parameters, and user parts of URLs nested in the query (such
+    as ``?fallback=…``). A URL too malformed to parse keeps only its scheme."""
+    import re
     from urllib.parse import urlsplit, urlunsplit
 
-    parts = urlsplit(url)
-    if parts.password is None:
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url.split(":", 1)[0] + "://***" if "://" in url else "***"
+    netloc = parts.netloc
+    if password is not None:
+        netloc = f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[-1]}"
+    query = re.sub(r"(?i)((?:^|&)(?:password|pass|pwd)=)[^&]*", r"\1***", parts.query)
+    query = re.sub(r"(://[^/@:&]*):[^@/&]*@", r"\1:***@", query)
+    if netloc == parts.netloc and query == parts.query:
         return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def open_store(url: str | None = None, **options) -> Store:
