@@ -306,3 +306,24 @@ def test_purge_with_yes_applies_the_age(capsys, url):
     assert code == 0 and "nothing to delete" in out
     code, out, _ = run_main(capsys, "--store", url, "purge", "--days", "0", "--yes")
     assert code == 0 and '"branches": 1' in out
+
+
+# -- hash-password and dashboard ----------------------------------------------------------------
+def test_hash_password_refuses_an_empty_password_without_a_traceback():
+    result = rewind("hash-password", stdin="\n")
+    assert result.returncode == EXIT_USAGE
+    assert "must not be empty" in result.stderr and "Traceback" not in result.stderr
+    result = rewind("hash-password", "--password", "s3cret")
+    assert result.returncode == 0 and result.stdout.startswith("scrypt$32768$8$1$")
+
+
+def test_dashboard_allowed_hosts_keep_the_loopback_names(monkeypatch):
+    calls = []
+    monkeypatch.setattr("engine.cli.subprocess.call", lambda cmd, **kw: calls.append(cmd) or 0)
+    assert main(["dashboard", "--address", "0.0.0.0", "--allowed-host", "rewind.example.com"]) == 0
+    cmd = calls[0]
+    hosts = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--server.allowedHosts"]
+    assert hosts == ["localhost", "127.0.0.1", "::1", "rewind.example.com"]
+    calls.clear()
+    main(["dashboard"])
+    assert "--server.allowedHosts" not in calls[0]  # .streamlit/config.toml's list applies
