@@ -367,7 +367,6 @@ def _demo_user() -> User | None:
     request = browser_request()
     if demo_request_allowed(st.get_option("server.address"), request):
         return DEMO_USER
-    st.title("Rewind console")
     st.error(
         "No accounts are configured, and without accounts the console only serves localhost: "
         "a browser on this machine that opens it as http://localhost:PORT, "
