@@ -132,9 +132,9 @@ def check_text(text: str, limit: int, what: str, field: str) -> str:
     Raises:
         SizeLimitExceeded: longer than `limit`. ValueError: a lone surrogate.
     """
-    canonicalize(text, what)  # refuses lone surrogates with a clear message
     if len(text) > limit:
         raise _too_big(what, f"{len(text):,}", limit, field, "characters")
+    canonicalize(text, what)  # refuses lone surrogates with a clear message
     return text
 
 
