@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import time
 import unicodedata
 from pathlib import Path
@@ -378,7 +379,10 @@ def cmd_dashboard(args) -> int:
     return subprocess.call(cmd, env=env, cwd=str(app.parent.parent))
 
 
-EPILOG = "exit codes:\n" + "\n".join(f"  {code:<4}{text}" for code, text in EXIT_CODES.items())
+EPILOG = "exit codes:\n" + "\n".join(
+    textwrap.fill(text, 78, initial_indent=f"  {code:<4}", subsequent_indent=" " * 6)
+    for code, text in EXIT_CODES.items()
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
