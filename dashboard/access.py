@@ -6,8 +6,13 @@ Three modes, chosen from `.streamlit/secrets.toml`:
   identities (e-mail or subject, shell-style patterns allowed) to roles.
 - **local**: `[rewind.users.<name>]` tables with `role` and `password_hash` (scrypt, printed by
   `rewind hash-password`). A form with "Username", "Password" and "Sign in".
-- **demo**: neither is configured. The console only answers on localhost, says so in a banner,
-  and everyone acts as the operator `demo`.
+- **demo**: neither is configured. Everyone the console serves acts as the operator `demo`, so
+  it serves only a browser on this machine: the server must be bound to loopback, the peer must be
+  loopback, the request's Host must be ``localhost``, ``127.0.0.1`` or ``[::1]`` (any port; a DNS
+  rebinding name such as ``rebind.evil.test`` resolving to 127.0.0.1 is refused), and an Origin,
+  when sent, must be that same host (a page on another localhost port is refused). Anyone else
+  sees how to configure accounts. `server.allowedHosts` in `.streamlit/config.toml` refuses
+  foreign Host names again, before the app runs.
 
 The pure functions at the top hold every decision and are tested without Streamlit; the functions
 at the bottom only draw. Hiding buttons is a courtesy: the engine checks the actor's role again in
@@ -23,6 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import streamlit as st
 
@@ -102,21 +108,47 @@ def local_accounts(secrets: Mapping[str, Any] | None) -> dict[str, dict]:
 _DUMMY_HASH: list[str] = []
 
 
+def normalize_username(username: str | None) -> str:
+    """The account name a sign-in attempt is for: the typed name without surrounding spaces.
+
+    Sign-in and the lock-out both key on this, so `" alice"` is alice for both.
+    """
+    return (username or "").strip()
+
+
 def authenticate(accounts: Mapping[str, Mapping], username: str, password: str) -> User | None:
     """The user when `username` exists and `password` matches its hash, else None.
 
-    An unknown name still costs one scrypt run, so timing does not reveal which names exist.
+    Every attempt costs exactly one scrypt run, for unknown names (against a dummy hash) and
+    for empty passwords alike, so timing reveals neither which names exist nor anything else.
     """
-    username = (username or "").strip()
+    username = normalize_username(username)
     account = accounts.get(username)
     if account is None:
         if not _DUMMY_HASH:
             _DUMMY_HASH.append(hash_password("not a real account"))
         verify_password(password or "", _DUMMY_HASH[0])
         return None
-    if not password or not verify_password(password, account["password_hash"]):
+    if not verify_password(password or "", account["password_hash"]):
         return None
     return User(username, account["role"], "local")
+
+
+def oidc_identity(user_info: Mapping[str, Any]) -> str | None:
+    """The identity `[rewind.roles]` is matched against: the e-mail only when the provider
+    says it is verified (``email_verified`` true), else the subject.
+
+    Without the check anyone who can register an account at the provider with someone else's
+    address unverified would get that person's role.
+    """
+    email = user_info.get("email")
+    verified = user_info.get("email_verified")
+    if isinstance(verified, str):  # some providers send "true"
+        verified = verified.strip().lower() == "true"
+    if email and verified is True:
+        return str(email)
+    sub = user_info.get("sub")
+    return str(sub) if sub else None
 
 
 def role_for_identity(identity: str | None, roles: Mapping[str, Any]) -> str | None:
@@ -160,15 +192,85 @@ def is_loopback(host: str | None) -> bool:
 
 
 def demo_allowed(server_address: str | None, client_ip: str | None) -> bool:
-    """Demo mode (no accounts) serves only a server bound to loopback, to a local browser.
+    """Demo mode (no accounts) serves only a server bound to loopback, to a local peer.
 
-    `client_ip` is None when Streamlit sees a localhost connection.
+    `client_ip` is None when Streamlit sees a localhost connection. See `demo_request_allowed`
+    for the whole check of a browser request.
     """
     return is_loopback(server_address) and (client_ip is None or is_loopback(client_ip))
 
 
+LOCAL_HOST_NAMES = ("localhost", "127.0.0.1", "::1")
+"""Host names (any port) under which a demo console serves a browser."""
+
+
+def host_name(host: str | None) -> str | None:
+    """The name in a Host header (``name``, ``name:port``, ``[v6]:port``), lower case; None
+    when the header is missing or malformed (user info, a path, a bad port)."""
+    if not host or any(ch.isspace() for ch in host):
+        return None
+    try:
+        parts = urlsplit(f"//{host}")
+        _ = parts.port  # validates the port
+    except ValueError:
+        return None
+    if parts.username is not None or parts.path or parts.query or parts.fragment:
+        return None
+    return parts.hostname
+
+
+def is_local_host_header(host: str | None) -> bool:
+    """True when a Host header names this machine by a loopback name: localhost, 127.0.0.1 or
+    [::1], with any port. A foreign name that merely resolves to 127.0.0.1 is refused."""
+    return host_name(host) in LOCAL_HOST_NAMES
+
+
+def same_origin(origin: str | None, host: str | None) -> bool:
+    """True when no Origin was sent or it is exactly the console's own `host` (a page of the
+    console itself, not one served from another port or site)."""
+    if origin is None:
+        return True
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and bool(host) and parts.netloc.lower() == (
+        host or ""
+    ).lower()
+
+
+@dataclass(frozen=True)
+class BrowserRequest:
+    """What the console knows of the browser connection behind a run."""
+
+    host: str | None
+    """The Host header of the WebSocket request (None: missing or sent more than once)."""
+    origin: str | None
+    """The Origin header, if the browser sent one."""
+    peer: str | None
+    """The peer's IP address; None for a loopback peer (Streamlit reports it so)."""
+
+
+def demo_request_allowed(server_address: str | None, request: BrowserRequest | None) -> bool:
+    """Demo mode grants operator rights to `request` only when the server is bound to loopback,
+    the peer is loopback, the Host is localhost, 127.0.0.1 or [::1], and the Origin (if any) is
+    that same host.
+
+    `request` None means no browser connection stands behind the run (AppTest, a bare script
+    run): nothing reaches it over the network, so only the bind address is checked.
+    """
+    if request is None:
+        return demo_allowed(server_address, None)
+    return (
+        demo_allowed(server_address, request.peer)
+        and is_local_host_header(request.host)
+        and same_origin(request.origin, request.host)
+    )
+
+
 class SignInThrottle:
     """Slows password guessing: after `limit` failures in a row a name is locked `lock_s`."""
+
+    MAX_TRACKED = 10_000
+    """Names tracked at most; the stalest are forgotten first, so guessing at random names
+    cannot grow the table without bound."""
 
     def __init__(self, limit: int = 5, lock_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic):
@@ -179,7 +281,9 @@ class SignInThrottle:
         self._lock = threading.Lock()
 
     def locked_for(self, username: str) -> float:
-        """Seconds until `username` may try again (0 when it may now)."""
+        """Seconds until `username` may try again (0 when it may now). Names are compared as
+        sign-in compares them (`normalize_username`)."""
+        username = normalize_username(username)
         with self._lock:
             count, last = self._failures.get(username, (0, 0.0))
         if count < self.limit:
@@ -187,13 +291,16 @@ class SignInThrottle:
         return max(0.0, last + self.lock_s - self.clock())
 
     def failed(self, username: str) -> None:
+        username = normalize_username(username)
         with self._lock:
-            count, _ = self._failures.get(username, (0, 0.0))
-            self._failures[username] = (count + 1, self.clock())
+            count, _ = self._failures.pop(username, (0, 0.0))
+            self._failures[username] = (count + 1, self.clock())  # re-inserted: newest last
+            while len(self._failures) > self.MAX_TRACKED:
+                del self._failures[next(iter(self._failures))]
 
     def succeeded(self, username: str) -> None:
         with self._lock:
-            self._failures.pop(username, None)
+            self._failures.pop(normalize_username(username), None)
 
 
 # -- Streamlit glue ---------------------------------------------------------------------------
@@ -237,15 +344,45 @@ def current_user() -> User | None:
         return None
 
 
-def _demo_user() -> User | None:
+def browser_request() -> BrowserRequest | None:
+    """The browser connection behind this run, or None when there is none (AppTest, bare run).
+
+    A WebSocket handshake always carries headers (Host, Upgrade, Sec-WebSocket-Key, …), so an
+    empty header set means no browser is connected.
+    """
+    headers = st.context.headers
+    if not headers:
+        return None
+    hosts = headers.get_all("host")
+    origins = headers.get_all("origin")
     ip = st.context.ip_address
-    ip = ip if isinstance(ip, str) else None  # None: a localhost connection (or AppTest)
-    if demo_allowed(st.get_option("server.address"), ip):
+    return BrowserRequest(
+        host=hosts[0] if len(hosts) == 1 else None,
+        origin=origins[-1] if origins else None,
+        peer=ip if isinstance(ip, str) else None,
+    )
+
+
+def _demo_user() -> User | None:
+    request = browser_request()
+    if demo_request_allowed(st.get_option("server.address"), request):
         return DEMO_USER
     st.error(
-        "No accounts are configured, and without accounts the console only serves localhost. "
-        "Start it with `--server.address 127.0.0.1` (as `rewind dashboard` does), or add "
-        "`[rewind.users.<name>]` accounts or an `[auth]` section to .streamlit/secrets.toml."
+        "No accounts are configured, and without accounts the console only serves localhost: "
+        "a browser on this machine that opens it as http://localhost:PORT, "
+        "http://127.0.0.1:PORT or http://[::1]:PORT."
+    )
+    if request is not None and not is_local_host_header(request.host):
+        st.caption("This request named the console as:")
+        st.text(request.host or "(no Host header)")  # plain text: the name is the client's
+    st.markdown(
+        "To serve the console to other machines or under another name, configure accounts in "
+        "`.streamlit/secrets.toml` (see `.streamlit/secrets.example.toml`):\n"
+        "- local accounts: `[rewind.users.<name>]` tables with `role` (`viewer` or `operator`) "
+        "and `password_hash` printed by `rewind hash-password`;\n"
+        "- or single sign-on: an `[auth]` section and `[rewind.roles]`.\n\n"
+        "Then start it with `rewind dashboard --address 0.0.0.0 --allowed-host NAME`, where "
+        "NAME is the host name people use (it extends `server.allowedHosts`)."
     )
     return None
 
@@ -267,11 +404,13 @@ def _oidc_user(secrets: dict) -> User | None:
                     st.error(f"Sign-in failed: {exc}. OIDC sign-in needs "
                              "`pip install \"streamlit[auth]\"`.")
         return None
-    identity = st.user.get("email") or st.user.get("sub")
+    identity = oidc_identity(st.user.to_dict())
     role = role_for_identity(identity, section(secrets, "rewind", "roles"))
     if role is None:
-        st.error(f"Signed in as {identity}, but [rewind.roles] gives this identity no role. "
-                 "Ask an administrator to add it to operators or viewers.")
+        st.error("You are signed in, but [rewind.roles] gives this identity no role (an e-mail "
+                 "counts only when the provider marks it verified). Ask an administrator to add "
+                 "it to operators or viewers:")
+        st.text(identity or "(no e-mail and no subject)")  # plain text: the provider's claim
         st.button("Sign out", on_click=st.logout)
         return None
     return User(str(identity), role, "oidc")
@@ -297,17 +436,18 @@ def _sign_in_form(accounts: dict[str, dict]) -> None:
         submitted = st.form_submit_button("Sign in", type="primary")
     if not submitted:
         return
+    name = normalize_username(username)  # the lock-out keys on the name sign-in checks
     throttle = _throttle()
-    wait = throttle.locked_for(username)
+    wait = throttle.locked_for(name)
     if wait > 0:
         st.error(f"Too many failed attempts for this name; try again in {wait:.0f} s.")
         return
-    user = authenticate(accounts, username, password)
+    user = authenticate(accounts, name, password)
     if user is None:
-        throttle.failed(username)
+        throttle.failed(name)
         st.error("Unknown username or wrong password.")
         return
-    throttle.succeeded(username)
+    throttle.succeeded(name)
     st.session_state[SESSION_KEY] = user
     st.rerun()
 

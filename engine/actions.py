@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from engine import metrics, saga
 from engine.errors import NothingToRollBack, PermissionDenied
+from engine.limits import check_text, cut_text
 from engine.records import RollbackResult
 from engine.runtime import Runtime
 from engine.sessions.ids import validate_session_id
@@ -35,6 +36,40 @@ class Actor:
 def as_actor(actor: str | Actor) -> Actor:
     """An `Actor` as given, or an operator of that name."""
     return actor if isinstance(actor, Actor) else Actor(str(actor), Role.OPERATOR)
+
+
+def checked_actor(rt: Runtime, actor: str | Actor) -> Actor:
+    """`actor` as an `Actor` whose name fits `rt.limits.actor_chars`.
+
+    Raises:
+        ValueError: empty name. SizeLimitExceeded: the name is too long.
+    """
+    who = as_actor(actor)
+    check_text(who.name, rt.limits.actor_chars, "an actor's name", "actor_chars")
+    return who
+
+
+def checked_reason(rt: Runtime, reason: str | None) -> str:
+    """`reason` ("" for None) when it fits `rt.limits.reason_chars`.
+
+    Raises:
+        TypeError: not a string. SizeLimitExceeded: too long.
+    """
+    reason = reason or ""
+    if not isinstance(reason, str):
+        raise TypeError(f"a reason must be a string, not {type(reason).__name__}")
+    return check_text(reason, rt.limits.reason_chars, "the reason", "reason_chars")
+
+
+def checked_notice(rt: Runtime, text: str) -> dict:
+    """The notice message for `text` when it fits `rt.limits.notice_chars`.
+
+    Raises:
+        ValueError: empty text. SizeLimitExceeded: too long.
+    """
+    message = notice_message(text)
+    check_text(message["content"], rt.limits.notice_chars, "the notice", "notice_chars")
+    return message
 
 
 def require_operator(actor: Actor, action: str) -> None:
@@ -70,10 +105,13 @@ def rollback(
         PermissionDenied: the actor is a viewer. UnknownSession, UnknownSnapshot,
         SnapshotNotRestorable, NothingToRollBack, RollbackConflict.
     """
-    who = as_actor(actor)
+    who = checked_actor(rt, actor)
     require_operator(who, "roll sessions back")
     if kind not in ("rollback", "fork"):
         raise ValueError(f"kind must be rollback or fork, not {kind!r}")
+    if automatic:  # the engine's own reason quotes the verdict: cut it, never refuse a rescue
+        reason = cut_text(reason or "", rt.limits.reason_chars)
+    reason = checked_reason(rt, reason)
     info = rt.require_session(sid)
     target = to if to is not None else suggested_target(rt, sid, info)
     if target is None:
@@ -83,12 +121,14 @@ def rollback(
         )
     message = None
     if notice:
-        message = notice_message(notice if isinstance(notice, str) else template_for(info.locale))
+        message = checked_notice(
+            rt, notice if isinstance(notice, str) else template_for(info.locale)
+        )
     result = rt.store.rollback(
         sid,
         target,
         actor=who.name,
-        reason=reason or "",
+        reason=reason,
         notice=message,
         now=rt.clock(),
         expect_epoch=expect_epoch,
@@ -110,10 +150,10 @@ def notice(rt: Runtime, sid: str, text: str | None = None, *, actor: str | Actor
     Raises:
         PermissionDenied: the actor is a viewer. UnknownSession. ValueError: empty text.
     """
-    who = as_actor(actor)
+    who = checked_actor(rt, actor)
     require_operator(who, "send notices")
     info = rt.require_session(sid)
-    message = notice_message(text if text is not None else template_for(info.locale))
+    message = checked_notice(rt, text if text is not None else template_for(info.locale))
     rt.store.add_notice(sid, message, who.name, rt.clock())
     return message["content"]
 
@@ -126,8 +166,9 @@ def delete_session(
     Raises:
         PermissionDenied: the actor is a viewer. InvalidSessionId.
     """
-    who = as_actor(actor)
+    who = checked_actor(rt, actor)
     require_operator(who, "delete sessions")
+    reason = checked_reason(rt, reason)
     found = rt.store.delete_session(validate_session_id(sid), rt.clock())
     if found:
         rt.store.add_audit(who.name, "delete", sid, None, reason, {}, rt.clock())

@@ -1,4 +1,9 @@
-"""`rewind`: on-call work without the console. Every command goes through the engine API."""
+"""`rewind`: on-call work without the console. Every command goes through the engine API.
+
+No command prints a traceback for something the user or the store did: each failure is one line
+on stderr (store URLs with their passwords masked) and an exit code that says what happened; see
+`EXIT_CODES`. Set REWIND_DEBUG=1 to get the traceback of an unexpected error.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,68 @@ import datetime as _dt
 import getpass
 import json
 import os
+import re
 import subprocess
 import sys
+import textwrap
 import time
+import unicodedata
 from pathlib import Path
 
-from engine.errors import RewindError
+from engine.errors import (
+    RewindError,
+    StoreError,
+    UnknownCompensation,
+    UnknownSession,
+    UnknownSnapshot,
+)
+from engine.store import redact
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_STORE, EXIT_NOT_FOUND, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_CODES = {
+    EXIT_OK: "ok",
+    EXIT_REFUSED: "the operation was refused or failed (nothing to roll back, someone else "
+    "rolled the session back first, a size limit, a viewer's role, purge not confirmed, …)",
+    EXIT_USAGE: "usage error: a missing or malformed argument, an unknown store URL scheme",
+    EXIT_STORE: "the store is unreachable, refuses the credentials, is read-only, or is broken "
+    "(a corrupt database file, a newer schema)",
+    EXIT_NOT_FOUND: "the session, snapshot or compensation does not exist",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
+
+class CLIError(Exception):
+    """A failure the CLI reports in one line with its own exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_REFUSED):
+        super().__init__(message)
+        self.code = code
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def scrub(text: object) -> str:
+    """`text` safe for a terminal: every URL in it redacted (passwords in the user part and in
+    `password=` parameters), control and invisible characters shown as escapes, so stored
+    agent text cannot move the cursor or recolour the screen."""
+
+    def _redact(match: re.Match) -> str:
+        url = match.group()
+        tail = len(url) - len(url.rstrip(".,;:)]}"))
+        core, rest = (url[:-tail], url[-tail:]) if tail else (url, "")
+        return redact(core) + rest
+
+    out = _URL.sub(_redact, str(text))
+    return "".join(
+        ch if ch in "\n" or unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Zl", "Zp")
+        else ascii(ch)[1:-1]
+        for ch in out
+    )
+
+
+def _cell(value: object) -> str:
+    return scrub(value).replace("\n", " ")
 
 
 def _fmt_time(ts: float | None) -> str:
@@ -22,6 +83,7 @@ def _fmt_time(ts: float | None) -> str:
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
+    rows = [[_cell(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
@@ -31,12 +93,86 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
     return "\n".join(out)
 
 
+def out(text: str = "") -> None:
+    """Print `text` for a person: URLs redacted, control characters escaped."""
+    print(scrub(text))
+
+
 def _engine(args):
     from engine import Engine
 
-    return Engine.open(args.store)
+    try:
+        return Engine.open(args.store)
+    except ValueError as exc:  # an unknown scheme or a malformed URL: the user's to fix
+        if isinstance(exc, RewindError):
+            raise
+        raise CLIError(str(exc), EXIT_USAGE) from exc
 
 
+# -- argument types (a bad value is a usage error, exit 2, before anything is opened) -----------
+def _nonblank(what: str):
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{what} must not be empty")
+        return text
+
+    parse.__name__ = what
+    return parse
+
+
+def _session_id(text: str) -> str:
+    from engine.sessions.ids import validate_session_id
+
+    try:
+        return validate_session_id(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _non_negative(what: str, cast=float):
+    def parse(text: str):
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a number, not {text!r}") from None
+        if value != value or value < 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{what} must be a number >= 0, not {text!r}")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+_AGE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def parse_age(text: str) -> float:
+    """An age in seconds from ``7``/``7d`` (days), ``12h``, ``30m``, ``90s`` or ``2w``.
+
+    Raises:
+        argparse.ArgumentTypeError: not such an age, or negative.
+    """
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhdw]?)\s*", text or "")
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"an age must be a number of days or a number with s, m, h, d or w (7d, 12h), "
+            f"not {text!r}"
+        )
+    return float(match.group(1)) * _AGE_UNITS[match.group(2) or "d"]
+
+
+def _days(text: str) -> float:
+    return _non_negative("--days")(text) * 86400.0
+
+
+def _describe_age(seconds: float) -> str:
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+# -- commands ---------------------------------------------------------------------------------
 def cmd_sessions(args) -> int:
     engine = _engine(args)
     since = time.time() - args.active * 60 if args.active else None
@@ -44,14 +180,14 @@ def cmd_sessions(args) -> int:
                             prompt_version=args.prompt_version, updated_since=since,
                             limit=args.limit)
     if args.json:
-        print(json.dumps([i.__dict__ for i in infos], ensure_ascii=False, indent=1))
+        print(json.dumps([i.__dict__ for i in infos], ensure_ascii=True, indent=1))
         return 0
     rows = [[i.id, i.status, i.tenant or "-", i.scenario or "-", i.prompt_version or "-",
              str(i.steps), str(i.rollbacks), _fmt_time(i.updated_at),
              (i.last_verdict or {}).get("rule") or "-"] for i in infos]
     print(_table(rows, ["SESSION", "STATUS", "TENANT", "SCENARIO", "PROMPT", "STEPS",
                         "ROLLBACKS", "LAST ACTIVITY", "VERDICT"]))
-    print(f"\n{len(infos)} session(s) in {engine.store.url}")
+    out(f"\n{len(infos)} session(s) in {redact(engine.store.url)}")
     return 0
 
 
@@ -59,14 +195,14 @@ def cmd_show(args) -> int:
     engine = _engine(args)
     s = engine.get_session(args.session)
     info = s.info()
-    print(f"session {info.id}  status={info.status}  head={info.head}  epoch={info.epoch}")
-    print(f"meta: {json.dumps(info.meta, ensure_ascii=False)}")
+    out(f"session {info.id}  status={info.status}  head={info.head}  epoch={info.epoch}")
+    out(f"meta: {json.dumps(info.meta, ensure_ascii=False)}")
     if info.last_verdict:
         v = info.last_verdict
-        print(f"verdict: {v.get('rule')}: {v.get('explanation')} "
-              f"(evidence steps {v.get('evidence_steps')}, loop began at step "
-              f"{v.get('loop_start_step')})")
-    print(f"suggested rollback target: {s.suggested_target() or '-'}\n")
+        out(f"verdict: {v.get('rule')}: {v.get('explanation')} "
+            f"(evidence steps {v.get('evidence_steps')}, loop began at step "
+            f"{v.get('loop_start_step')})")
+    out(f"suggested rollback target: {s.suggested_target() or '-'}\n")
     rows = [[n.id, n.parent or "-", n.label or "-", _fmt_time(n.created_at),
              "head" if n.is_head else ("live" if n.on_live_line else "abandoned"),
              "yes" if n.restorable else "no"] for n in s.tree()[-args.last:]]
@@ -78,15 +214,28 @@ def cmd_rollback(args) -> int:
     from engine import Actor
 
     engine = _engine(args)
+    info = engine.get_session(args.session).info()
+    # The epoch read here (or the one the operator saw, --expect-epoch) goes with the rollback:
+    # if someone else rolls the session back in between, this one is refused, not repeated.
+    expect = info.epoch if args.expect_epoch is None else args.expect_epoch
+    if not args.force:
+        preview = engine.preview_rollback(args.session, args.to)
+        if not preview.messages and not preview.steps:
+            raise CLIError(
+                f"nothing to roll back: session {args.session!r} has no message or step after "
+                f"snapshot {preview.target}, so a rollback would only add an empty branch and "
+                "a notice. Pick an earlier snapshot with --to (see `rewind show`), or pass "
+                "--force to roll back anyway."
+            )
     result = engine.rollback(args.session, to=args.to, actor=Actor(args.actor, "operator"),
-                             reason=args.reason, notice=not args.no_notice)
-    print(f"rolled {result.session} back to {result.target} (epoch {result.epoch}); "
-          f"{result.abandoned_messages} message(s) and {result.abandoned_steps} step(s) kept "
-          f"on abandoned branch {result.branch}")
+                             reason=args.reason, notice=not args.no_notice, expect_epoch=expect)
+    out(f"rolled {result.session} back to {result.target} (epoch {result.epoch}); "
+        f"{result.abandoned_messages} message(s) and {result.abandoned_steps} step(s) kept "
+        f"on abandoned branch {result.branch}")
     for comp in result.compensations:
-        print(f"  compensation queued: {comp.name} for step {comp.step} ({comp.status})")
+        out(f"  compensation queued: {comp.name} for step {comp.step} ({comp.status})")
     if result.notice:
-        print(f"  notice sent: {result.notice}")
+        out(f"  notice sent: {result.notice}")
     return 0
 
 
@@ -95,7 +244,7 @@ def cmd_notice(args) -> int:
 
     engine = _engine(args)
     text = engine.notice(args.session, args.text, actor=Actor(args.actor, "operator"))
-    print(f"notice appended to {args.session}: {text}")
+    out(f"notice appended to {args.session}: {text}")
     return 0
 
 
@@ -118,19 +267,77 @@ def cmd_compensations(args) -> int:
     return 0
 
 
+def purge_candidates(engine, before: float) -> list[tuple[str, object]]:
+    """(session id, BranchInfo) of every abandoned branch created before `before`, read
+    through the engine API (sessions page by page, then each session's branches)."""
+    found = []
+    offset, page = 0, 500
+    while True:
+        infos = engine.sessions(limit=page, offset=offset)
+        for info in infos:
+            for branch in engine.get_session(info.id).branches():
+                if branch.created_at < before:
+                    found.append((info.id, branch))
+        if len(infos) < page:
+            return found
+        offset += page
+
+
 def cmd_purge(args) -> int:
+    if args.older_than is not None and args.days is not None:
+        raise CLIError("give --older-than or --days, not both", EXIT_USAGE)
+    age = args.older_than if args.older_than is not None else args.days
+    age = 7 * 86400.0 if age is None else age
     engine = _engine(args)
-    removed = engine.purge_abandoned(older_than_s=args.days * 86400)
+    now = engine.clock()
+    candidates = purge_candidates(engine, now - age)
+    where = redact(engine.store.url)
+    if args.dry_run:
+        rows = [[sid, b.id, _fmt_time(b.created_at), b.actor, (b.reason or "")[:60]]
+                for sid, b in candidates]
+        if rows:
+            print(_table(rows, ["SESSION", "BRANCH", "ABANDONED", "BY", "REASON"]))
+        out(f"\ndry run: {len(candidates)} abandoned branch(es) older than "
+            f"{_describe_age(age)} would be deleted from {where}; nothing was deleted")
+        return 0
+    if not candidates:
+        out(f"no abandoned branch older than {_describe_age(age)} in {where}; nothing to delete")
+        return 0
+    sessions = len({sid for sid, _ in candidates})
+    question = (f"delete {len(candidates)} abandoned branch(es) of {sessions} session(s), "
+                f"older than {_describe_age(age)}, from {where}?")
+    if not args.yes:
+        if not (sys.stdin and sys.stdin.isatty()):
+            raise CLIError(f"refusing to {question[:-1]} without confirmation: stdin is not a "
+                           "terminal. Check the list with --dry-run, then pass --yes.")
+        answer = input(scrub(question) + " [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            raise CLIError("purge cancelled; nothing was deleted")
+    removed = engine.purge_abandoned(older_than_s=age)
     print(json.dumps(removed))
     return 0
 
 
 def cmd_doctor(args) -> int:
-    engine = _engine(args)
-    rebuilt = engine.doctor()
-    print(f"{engine.store.url}: ok" + (f"; rebuilt {json.dumps(rebuilt)}" if rebuilt else ""))
+    try:
+        engine = _engine(args)
+        where = redact(engine.store.url)
+        rebuilt = engine.doctor()
+    except CLIError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - doctor's job is to say what is wrong
+        problem = _store_failure(exc)
+        if problem is None:
+            raise
+        raise CLIError(
+            f"doctor: the store is not usable: {problem}. If the file is damaged, move it "
+            "aside and restore a backup (a missing file is created empty on next use); if the "
+            "store is unreachable, check the URL, the server and the credentials",
+            EXIT_STORE,
+        ) from exc
+    out(f"{where}: ok" + (f"; rebuilt {json.dumps(rebuilt)}" if rebuilt else ""))
     if engine.degraded:
-        print(f"warning: {engine.degraded}")
+        out(f"warning: {engine.degraded}")
     return 0
 
 
@@ -142,10 +349,11 @@ def cmd_hash_password(args) -> int:
         if sys.stdin.isatty():
             password = getpass.getpass("Password: ")
             if getpass.getpass("Again: ") != password:
-                print("the passwords differ", file=sys.stderr)
-                return 2
+                raise CLIError("the passwords differ", EXIT_USAGE)
         else:
             password = sys.stdin.readline().rstrip("\n")
+    if not password:
+        raise CLIError("the password must not be empty", EXIT_USAGE)
     print(hash_password(password))
     return 0
 
@@ -164,62 +372,95 @@ def cmd_dashboard(args) -> int:
     cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port),
            "--server.address", args.address, "--server.headless", "true",
            "--browser.gatherUsageStats", "false"]
+    if args.allowed_host:
+        # Replaces the loopback names of .streamlit/config.toml, so keep them for local use.
+        for host in ["localhost", "127.0.0.1", "::1", *args.allowed_host]:
+            cmd += ["--server.allowedHosts", host]
     return subprocess.call(cmd, env=env, cwd=str(app.parent.parent))
+
+
+EPILOG = "exit codes:\n" + "\n".join(
+    textwrap.fill(text, 78, initial_indent=f"  {code:<4}", subsequent_indent=" " * 6)
+    for code, text in EXIT_CODES.items()
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="rewind", description="Catch looping agent sessions and roll them back."
+        prog="rewind", description="Catch looping agent sessions and roll them back.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--store", default=None,
                         help="store URL (default: $REWIND_STORE, else sqlite:///.rewind/rewind.db)")
     sub = parser.add_subparsers(dest="command", required=True)
+    actor = _nonblank("--actor")
 
     p = sub.add_parser("sessions", help="list sessions")
     p.add_argument("--status", choices=["healthy", "looping", "rolled_back", "stopped"])
     p.add_argument("--tenant")
     p.add_argument("--scenario")
     p.add_argument("--prompt-version")
-    p.add_argument("--active", type=float, metavar="MINUTES",
+    p.add_argument("--active", type=_non_negative("--active"), metavar="MINUTES",
                    help="only sessions active in the last MINUTES")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=_non_negative("--limit", int), default=50)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sessions)
 
     p = sub.add_parser("show", help="a session's verdict and snapshot tree")
-    p.add_argument("session")
-    p.add_argument("--last", type=int, default=20, help="newest N snapshots")
+    p.add_argument("session", type=_session_id)
+    p.add_argument("--last", type=_non_negative("--last", int), default=20,
+                   help="newest N snapshots")
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser("rollback", help="roll a session back (default: last healthy snapshot)")
-    p.add_argument("session")
+    p = sub.add_parser(
+        "rollback", help="roll a session back (default: last healthy snapshot)",
+        epilog="Refused (exit 1) when someone else rolled the session back after its epoch was "
+        "read, and when nothing would leave the live line.",
+    )
+    p.add_argument("session", type=_session_id)
     p.add_argument("--to", metavar="SNAPSHOT")
-    p.add_argument("--actor", required=True)
-    p.add_argument("--reason", required=True)
+    p.add_argument("--actor", required=True, type=actor)
+    p.add_argument("--reason", required=True, type=_nonblank("--reason"))
     p.add_argument("--no-notice", action="store_true", help="do not notify the user")
+    p.add_argument("--expect-epoch", type=_non_negative("--expect-epoch", int), metavar="N",
+                   help="the epoch you saw (`rewind show`); refuse if the session moved on "
+                   "(default: the epoch read when the command starts)")
+    p.add_argument("--force", action="store_true",
+                   help="roll back even when no message or step would leave the live line")
     p.set_defaults(func=cmd_rollback)
 
     p = sub.add_parser("notice", help="send the user a recovery notice")
-    p.add_argument("session")
-    p.add_argument("text", nargs="?", help="custom text (default: template for the locale)")
-    p.add_argument("--actor", required=True)
+    p.add_argument("session", type=_session_id)
+    p.add_argument("text", nargs="?", type=_nonblank("the notice text"),
+                   help="custom text (default: template for the locale)")
+    p.add_argument("--actor", required=True, type=actor)
     p.set_defaults(func=cmd_notice)
 
     p = sub.add_parser("audit", help="operator and engine actions")
     p.add_argument("--session")
     p.add_argument("--actor")
     p.add_argument("--action")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=_non_negative("--limit", int), default=50)
     p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("compensations", help="saga outbox")
     p.add_argument("--session")
     p.add_argument("--status", choices=["pending", "running", "done", "failed"])
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=_non_negative("--limit", int), default=50)
     p.set_defaults(func=cmd_compensations)
 
-    p = sub.add_parser("purge", help="apply retention: delete old abandoned branches")
-    p.add_argument("--days", type=float, default=7.0)
+    p = sub.add_parser(
+        "purge", help="apply retention: delete old abandoned branches",
+        epilog="Asks for confirmation unless --yes; without a terminal and without --yes it "
+        "refuses (exit 1). List what would go first with --dry-run.",
+    )
+    p.add_argument("--older-than", type=parse_age, metavar="AGE", default=None,
+                   help="delete branches abandoned longer ago than AGE: days, or a number with "
+                   "s, m, h, d or w (default 7d)")
+    p.add_argument("--days", type=_days, default=None, help="same as --older-than, in days")
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete "
+                   "nothing")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.set_defaults(func=cmd_purge)
 
     p = sub.add_parser("doctor", help="check the store and rebuild fleet indexes")
@@ -241,20 +482,67 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("dashboard", help="start the console")
     p.add_argument("--port", type=int, default=8501)
     p.add_argument("--address", default="127.0.0.1")
+    p.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="a host name people open the console under (repeatable); only "
+                   "localhost, 127.0.0.1 and [::1] are accepted otherwise")
     p.set_defaults(func=cmd_dashboard)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _store_failure(exc: BaseException) -> str | None:
+    """A one-line description when `exc` says the store itself failed, else None."""
+    import sqlite3
+
+    if isinstance(exc, StoreError):
+        return str(exc)
+    if isinstance(exc, sqlite3.Error):
+        text = str(exc)
+        if "readonly" in text or "read-only" in text:
+            return (f"the store is read-only for this user ({text}); the SQLite store needs "
+                    "write access to its file and folder, even to read. Run as the file's "
+                    "owner, or copy the database and point --store at the copy")
+        return f"the SQLite store failed: {text} (is the file damaged? `rewind doctor`)"
+    try:
+        from redis.exceptions import RedisError
+    except ImportError:
+        RedisError = ()  # noqa: N806
+    if RedisError and isinstance(exc, RedisError):
+        return f"the Redis store failed: {type(exc).__name__}: {exc}"
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return f"the store failed: {type(exc).__name__}: {exc}"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed command; every failure becomes one line on stderr and an exit code."""
+    def fail(message: str, code: int) -> int:
+        print(f"rewind: {scrub(message)}", file=sys.stderr)
+        return code
+
     try:
         return args.func(args)
-    except RewindError as exc:
-        print(f"rewind: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except CLIError as exc:
+        return fail(str(exc), exc.code)
+    except (UnknownSession, UnknownSnapshot, UnknownCompensation) as exc:
+        return fail(str(exc), EXIT_NOT_FOUND)
+    except Exception as exc:  # noqa: BLE001 - the one place that turns failures into exit codes
+        if os.environ.get("REWIND_DEBUG"):
+            raise
+        store = _store_failure(exc)
+        if store is not None:
+            return fail(store, EXIT_STORE)
+        if isinstance(exc, (RewindError, ValueError, TypeError, PermissionError)):
+            return fail(str(exc), EXIT_REFUSED)
+        return fail(f"unexpected {type(exc).__name__}: {exc} (set REWIND_DEBUG=1 for the "
+                    "traceback, and please report it)", EXIT_REFUSED)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # usage errors exit 2 with argparse's message
+    return run(args)
 
 
 if __name__ == "__main__":

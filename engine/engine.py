@@ -14,6 +14,7 @@ from typing import Any
 
 from engine import actions, fleet, metrics, saga
 from engine.actions import Actor
+from engine.limits import Limits, canonical_within
 from engine.loops.detector import LoopDetector
 from engine.records import (
     AuditEvent,
@@ -45,18 +46,21 @@ class Engine:
         clock: Callable[[], float] = time.time,
         compensation_attempts: int = 3,
         memory: Any = None,
+        limits: Limits | None = None,
     ):
         self.runtime = Runtime(
             store=store, clock=clock, retention=retention or Retention(),
             detector_factory=detector_factory, on_loop=on_loop,
             compensation_attempts=compensation_attempts, memory_config=memory,
+            limits=limits or Limits(),
         )
 
     @classmethod
     def open(cls, url: str | None = None, **options: Any) -> Engine:
         """Open the store at `url` (None: $REWIND_STORE, else sqlite:///.rewind/rewind.db).
 
-        Options are passed to `Engine` (detector_factory, retention, on_loop, clock, memory);
+        Options are passed to `Engine` (detector_factory, retention, on_loop, clock, memory,
+        limits);
         store options go in `store_options`.
 
         Raises:
@@ -120,13 +124,12 @@ class Engine:
         Raises:
             InvalidSessionId: bad id. TypeError: meta not representable as JSON.
         """
-        from engine.loops.fingerprint import canonicalize
-
         validate_session_id(sid)
         if meta is not None and not isinstance(meta, dict):
             raise TypeError("meta must be a dict")
-        info = self.store.ensure_session(sid, canonicalize(meta, "meta") if meta else None,
-                                         self.clock())
+        if meta:
+            meta, _ = canonical_within(meta, self.runtime.limits.meta_bytes, "meta", "meta_bytes")
+        info = self.store.ensure_session(sid, meta or None, self.clock())
         return Session(self.runtime, info, on_loop)
 
     def get_session(self, sid: str) -> Session:

@@ -37,6 +37,10 @@ class NothingToRollBack(RewindError, ValueError):
     """A rollback was asked for but no restorable snapshot qualifies."""
 
 
+class SizeLimitExceeded(RewindError, ValueError):
+    """A value is larger than the engine's `Limits` allow; nothing was written."""
+
+
 class StepError(RewindError, RuntimeError):
     """A guarded step was used wrongly (finished twice, never finished, …)."""
 

@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import UnknownSession
+from engine.limits import Limits
 from engine.loops.detector import LoopDetector
 from engine.records import SessionInfo
 from engine.sessions.ids import validate_session_id
@@ -52,6 +53,8 @@ class Runtime:
     """Compensation handlers registered in this process, by name."""
     worker_id: str = ""
     """Who claims compensations in the outbox: host, pid and this runtime."""
+    limits: Limits = field(default_factory=Limits)
+    """Size limits of what one call may write, checked before the store is touched."""
 
     def __post_init__(self) -> None:
         if self.on_loop not in LOOP_POLICIES:

@@ -261,7 +261,7 @@ def oidc_app(store, user) -> AppTest:
                           "server_metadata_url": "https://id.example.com/.well-known/openid"}
     at.secrets["rewind"] = {"store": store, "roles": {"operators": ["alice@example.com"],
                                                       "viewers": ["*@example.com"]}}
-    at.user = user
+    at.user = {"email_verified": True, **user}  # roles trust only a verified e-mail
     return at.run()
 
 

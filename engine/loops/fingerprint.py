@@ -15,11 +15,16 @@ import enum
 import hashlib
 import json
 import math
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["canonicalize", "canonical_json", "fingerprint", "digest"]
+__all__ = ["canonicalize", "canonical_json", "fingerprint", "digest", "MAX_DEPTH"]
+
+MAX_DEPTH = 100
+"""How deeply containers may nest in a canonical value (deeper, or cyclic, values are refused)."""
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def canonicalize(value: Any, _path: str = "args") -> Any:
@@ -33,8 +38,23 @@ def canonicalize(value: Any, _path: str = "args") -> Any:
     Raises:
         TypeError: for values with no well-defined JSON form (objects, functions, NaN, infinity,
             dict keys that are not strings), naming where in the value the problem is.
+        ValueError: containers nested deeper than `MAX_DEPTH` or holding themselves (a cycle),
+            and strings with a lone surrogate (they have no UTF-8 form).
     """
-    if value is None or isinstance(value, (bool, str)):
+    return _canonical(value, _path, set())
+
+
+def _canonical(value: Any, _path: str, _open: set[int]) -> Any:
+    # `_open` holds the ids of the containers being converted above this value: meeting one
+    # again is a cycle, and its size is the nesting depth.
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        if _LONE_SURROGATE.search(value):
+            raise ValueError(
+                f"{_path}: the text holds a lone surrogate ({value!r:.80}), which has no UTF-8 "
+                "form; decode bytes with errors='replace' or drop the character"
+            )
         return value
     if isinstance(value, int):
         return int(value)
@@ -43,7 +63,24 @@ def canonicalize(value: Any, _path: str = "args") -> Any:
             raise TypeError(f"{_path}: {value!r} has no JSON form; use a string or a number")
         return value
     if isinstance(value, enum.Enum):
-        return canonicalize(value.value, _path)
+        return _canonical(value.value, _path, _open)
+    if isinstance(value, (Mapping, list, tuple, set, frozenset)) or (
+        dataclasses.is_dataclass(value) and not isinstance(value, type)
+    ):
+        if id(value) in _open:
+            raise ValueError(f"{_path}: the value contains itself (a cycle); pass plain data")
+        if len(_open) >= MAX_DEPTH:
+            where = _path if len(_path) <= 80 else _path[:77] + "..."
+            raise ValueError(f"{where}: nested deeper than {MAX_DEPTH} levels; pass flatter data")
+        _open.add(id(value))
+        try:
+            return _container(value, _path, _open)
+        finally:
+            _open.discard(id(value))
+    return _scalar(value, _path)
+
+
+def _container(value: Any, _path: str, _open: set[int]) -> Any:
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
@@ -51,13 +88,20 @@ def canonicalize(value: Any, _path: str = "args") -> Any:
                 raise TypeError(
                     f"{_path}: dict key {k!r} is a {type(k).__name__}; JSON keys must be strings"
                 )
-            out[k] = canonicalize(v, f"{_path}.{k}")
+            _canonical(k, f"{_path} key", _open)  # refuses a lone surrogate in the key
+            out[k] = _canonical(v, f"{_path}.{k}", _open)
         return out
     if isinstance(value, (list, tuple)):
-        return [canonicalize(v, f"{_path}[{i}]") for i, v in enumerate(value)]
+        return [_canonical(v, f"{_path}[{i}]", _open) for i, v in enumerate(value)]
     if isinstance(value, (set, frozenset)):
-        items = [canonicalize(v, f"{_path}{{}}") for v in value]
+        items = [_canonical(v, f"{_path}{{}}", _open) for v in value]
         return sorted(items, key=lambda v: json.dumps(v, sort_keys=True, ensure_ascii=False))
+    return _canonical(  # a dataclass: its fields, one level deeper
+        {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, _path, _open
+    )
+
+
+def _scalar(value: Any, _path: str) -> Any:
     if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
         return value.isoformat()
     if isinstance(value, _dt.timedelta):
@@ -70,10 +114,6 @@ def canonicalize(value: Any, _path: str = "args") -> Any:
         return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, uuid.UUID):
         return str(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return canonicalize(
-            {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, _path
-        )
     raise TypeError(
         f"{_path}: a {type(value).__name__} cannot be stored as JSON; "
         "pass plain data (dict, list, str, number, bool, None, datetime, Decimal, bytes)"

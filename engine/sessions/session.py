@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from engine import actions, metrics
 from engine.errors import LoopDetected, StepError
+from engine.limits import canonical_within, check_text, cut_text
 from engine.loops.detector import Step, Verdict
-from engine.loops.fingerprint import canonical_json, canonicalize, fingerprint
+from engine.loops.fingerprint import fingerprint
 from engine.records import (
     BranchInfo,
     MessageRecord,
@@ -65,10 +66,17 @@ class StepCall:
         context: Any = None,
     ):
         self.session = session
+        limits = session._rt.limits
         self.budget = budget_record(context)
         """Token breakdown of the context the agent built for this step, if given."""
         self.tool = tool
-        self.args = canonicalize(args if args is not None else {}, "args")
+        if tool is not None:
+            check_text(tool, limits.name_chars, "a tool name", "name_chars")
+        if text is not None:
+            canonical_within(text, limits.message_bytes, "an agent turn's text", "message_bytes")
+        self.args, self._args_json = canonical_within(
+            args if args is not None else {}, limits.args_bytes, "args", "args_bytes"
+        )
         self.fingerprint = fingerprint(tool, self.args)
         self.side_effect = side_effect
         self.compensation = None
@@ -80,7 +88,11 @@ class StepCall:
                 or not compensation[0]
             ):
                 raise TypeError("compensation must be a (handler name, args) pair")
-            self.compensation = (compensation[0], canonicalize(compensation[1], "compensation"))
+            check_text(compensation[0], limits.name_chars, "a compensation name", "name_chars")
+            comp_args = canonical_within(
+                compensation[1], limits.args_bytes, "compensation", "args_bytes"
+            )[0]
+            self.compensation = (compensation[0], comp_args)
         self._snapshot = snapshot
         self.text = text
         self.n: int | None = None
@@ -102,7 +114,7 @@ class StepCall:
             s.id,
             {
                 "tool": self.tool,
-                "args": canonical_json(self.args),
+                "args": self._args_json,
                 "fingerprint": self.fingerprint,
                 "side_effect": self.side_effect,
                 "compensation": None
@@ -124,7 +136,7 @@ class StepCall:
         """Record success with the tool's result."""
         if self._outcome is not None:
             raise StepError(f"step {self.n} was already finished as {self._outcome['status']}")
-        result_digest, preview = result_preview(result)
+        result_digest, preview = result_preview(result, self.session._rt.limits)
         self._result = result
         self._outcome = {"status": "ok", "result_digest": result_digest, "result_preview": preview}
 
@@ -133,6 +145,9 @@ class StepCall:
         if self._outcome is not None:
             raise StepError(f"step {self.n} was already finished as {self._outcome['status']}")
         text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        # Cut, not refused: a failing tool must still be recorded as failed. Lone surrogates
+        # (no UTF-8 form) become U+FFFD for the same reason.
+        text = cut_text(text, self.session._rt.limits.error_chars)
         self._outcome = {"status": "error", "error": text or "error"}
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> Literal[False]:
@@ -217,7 +232,7 @@ class Session:
         Raises:
             ValueError: empty or non-string role. TypeError: content not representable as JSON.
         """
-        msg = chat_message(role, content, extra)
+        msg = chat_message(role, content, extra, self._rt.limits)
         self._sync_epoch(self._rt.store.append_messages(self.id, [msg], self._rt.clock()))
 
     def append_messages(self, messages: list[dict]) -> None:
@@ -227,7 +242,7 @@ class Session:
             if not isinstance(m, dict) or "role" not in m:
                 raise ValueError(f"a message must be a dict with a role, not {m!r}")
             extra = {k: v for k, v in m.items() if k not in ("role", "content")}
-            msgs.append(chat_message(m["role"], m.get("content"), extra))
+            msgs.append(chat_message(m["role"], m.get("content"), extra, self._rt.limits))
         if msgs:
             self._sync_epoch(self._rt.store.append_messages(self.id, msgs, self._rt.clock()))
 
@@ -237,11 +252,14 @@ class Session:
 
     def set_vars(self, values: dict[str, Any]) -> None:
         """Set several variables atomically. A value of None deletes the variable."""
-        clean = {}
-        for key, value in values.items():
+        limits = self._rt.limits
+        for key in values:
             if not isinstance(key, str) or not key:
                 raise ValueError(f"a variable name must be a non-empty string, not {key!r}")
-            clean[key] = canonicalize(value, key)
+            check_text(key, limits.name_chars, "a variable name", "name_chars")
+        clean, _ = canonical_within(
+            dict(values), limits.variables_bytes, "variables", "variables_bytes"
+        )
         if clean:
             self._sync_epoch(self._rt.store.put(self.id, "var", clean, self._rt.clock()))
 
@@ -253,6 +271,8 @@ class Session:
         """Take a snapshot of the live state and make it the head. Returns its id."""
         if label is not None and not isinstance(label, str):
             raise TypeError("a snapshot label must be a string")
+        if label is not None:
+            check_text(label, self._rt.limits.name_chars, "a snapshot label", "name_chars")
         node = self._rt.store.take_snapshot(
             self.id, label, "manual", self._rt.clock(), self._rt.retention
         )

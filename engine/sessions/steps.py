@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from engine.limits import Limits, canonical_within, check_text
 from engine.loops.detector import Step, Verdict
-from engine.loops.fingerprint import canonical_json, canonicalize, digest
+from engine.loops.fingerprint import canonicalize, digest
 from engine.loops.normalize import result_digest
 from engine.records import StepRecord
 from engine.types import TOKEN_BREAKDOWN_KEYS, StepStatus, StoredVerdict, TokenBreakdown
@@ -16,28 +17,37 @@ PREVIEW_CHARS = 500
 """Characters of a tool result kept for people (the digest covers the whole result)."""
 
 
-def chat_message(role: Any, content: Any, extra: dict) -> dict:
+def chat_message(role: Any, content: Any, extra: dict, limits: Limits | None = None) -> dict:
     """A canonical chat message.
 
     Raises:
         ValueError: empty or non-string role. TypeError: content not representable as JSON.
+        SizeLimitExceeded: the message is larger than `limits.message_bytes`.
     """
+    limits = limits or Limits()
     if not isinstance(role, str) or not role:
         raise ValueError(f"a message role must be a non-empty string, not {role!r}")
+    check_text(role, limits.name_chars, "a message role", "name_chars")
     msg = {"role": role, "content": content, **extra}
-    return canonicalize(msg, "message")
+    return canonical_within(msg, limits.message_bytes, "message", "message_bytes")[0]
 
 
-def result_preview(result: Any) -> tuple[str | None, str | None]:
+def result_preview(result: Any, limits: Limits | None = None) -> tuple[str | None, str | None]:
     """(digest, preview) of a tool result. The digest is the detector's normalized one (ids and
-    timestamps masked), so a detector rebuilt from stored digests sees what the live one saw."""
+    timestamps masked), so a detector rebuilt from stored digests sees what the live one saw.
+
+    Raises:
+        SizeLimitExceeded: the result is larger than `limits.result_bytes` (its JSON encoding
+        stops there). ValueError: nested too deep, a cycle or a lone surrogate.
+    """
     if result is None:
         return None, None
+    limits = limits or Limits()
     try:
-        text = canonical_json(result)
+        text = canonical_within(result, limits.result_bytes, "result", "result_bytes")[1]
         result_hash = result_digest(result)
     except TypeError:
-        text = repr(result)
+        text = check_text(repr(result), limits.result_bytes, "result", "result_bytes")
         result_hash = digest(text)
     return result_hash, text[:PREVIEW_CHARS]
 

@@ -5,21 +5,29 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-_SECRET_PARAM = re.compile(r"(^|&)([^=&]*password)=([^&]*)", re.IGNORECASE)
+_SECRET_PARAM = re.compile(r"(^|&)([^=&]*password|pass|pwd)=([^&]*)", re.IGNORECASE)
 """A query parameter holding a password: ``password=…`` (redis-py takes it like user:password@),
-``sentinel_password=…``, ``ssl_password=…``."""
+``sentinel_password=…``, ``ssl_password=…``, ``pass=…``, ``pwd=…``."""
+_NESTED_USERINFO = re.compile(r"(://[^/@:&]*):[^@/&]*@")
+"""The password of a URL nested in the query (``?fallback=redis://u:pw@…``)."""
 
 
 def redact(url: str) -> str:
-    """The URL with every password (``user:password@`` and ``?password=…``) replaced by ***,
-    safe to print or log."""
-    parts = urlsplit(url)
-    if parts.password is not None:
+    """The URL with every password replaced by ***, safe to print or log: the password of the
+    user part, password query parameters, and user parts of URLs nested in the query (such as
+    ``?fallback=…``). A URL too malformed to parse keeps only its scheme."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url.split(":", 1)[0] + "://***" if "://" in url else "***"
+    if password is not None:
         netloc = parts.netloc.rsplit("@", 1)
         user = parts.username or ""
         parts = parts._replace(netloc=f"{user}:***@{netloc[-1]}")
-    if parts.query and _SECRET_PARAM.search(parts.query):
-        parts = parts._replace(query=_SECRET_PARAM.sub(r"\1\2=***", parts.query))
+    if parts.query:
+        query = _SECRET_PARAM.sub(r"\1\2=***", parts.query)
+        parts = parts._replace(query=_NESTED_USERINFO.sub(r"\1:***@", query))
     return urlunsplit(parts) if parts != urlsplit(url) else url
 
 

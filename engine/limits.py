@@ -1,0 +1,147 @@
+"""Size limits: how much one write may carry, checked before anything reaches the store.
+
+Agents and users are not trusted to be brief: a 50 MB argument, notice or reason would be stored,
+copied into every snapshot delta and drawn by the console. Every limit below is generous for real
+work and configurable per engine (``Engine.open(url, limits=Limits(args_bytes=4_000_000))``); the
+`Runtime` carries them, so sessions, memory and operator actions all check the same numbers.
+
+Sizes of structured values (arguments, results, messages, variables, meta) are counted in UTF-8
+bytes of their canonical JSON; texts (notices, reasons, names) in characters. A value over its
+limit raises `SizeLimitExceeded` (a `ValueError`) naming the limit and how to raise it. The one
+exception is a step's error text, which is cut to `error_chars` instead: a failing tool must
+still be recorded as failed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from engine.errors import SizeLimitExceeded
+from engine.loops.fingerprint import MAX_DEPTH, canonicalize
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+__all__ = ["Limits", "SizeLimitExceeded", "canonical_within", "check_text", "cut_text"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Upper bounds of what one call may write. All positive integers."""
+
+    args_bytes: int = 1_000_000
+    """A step's arguments, and a compensation's arguments (canonical JSON, UTF-8 bytes)."""
+    result_bytes: int = 10_000_000
+    """A tool result handed to ``call.ok`` (canonical JSON, bytes); only a 500-character preview
+    and a digest are stored, but the digest is computed over the whole result."""
+    message_bytes: int = 1_000_000
+    """One chat message, or the text of an agent turn (canonical JSON, bytes)."""
+    variables_bytes: int = 1_000_000
+    """The values of one ``set_var``/``set_vars`` call (canonical JSON, bytes)."""
+    meta_bytes: int = 64_000
+    """A session's meta as passed to ``engine.session`` (canonical JSON, bytes)."""
+    notice_chars: int = 10_000
+    """A recovery notice shown to the end user (characters)."""
+    reason_chars: int = 2_000
+    """An operator's reason for a rollback, delete or other action (characters)."""
+    actor_chars: int = 200
+    """An actor's name as written to the audit log (characters)."""
+    name_chars: int = 200
+    """A tool name, compensation handler name, snapshot label or variable name (characters)."""
+    error_chars: int = 20_000
+    """A failed step's error text; longer texts are cut (not refused) to this many characters."""
+    memory_text: int = 100_000
+    """One memory's text (characters); enforced by ``SessionMemory.add``."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"Limits.{f.name} must be a positive integer, not {value!r}")
+
+
+def _too_big(what: str, size: str, limit: int, field: str, unit: str) -> SizeLimitExceeded:
+    return SizeLimitExceeded(
+        f"{what} is {size} {unit}; the limit is {limit:,} {unit} (Limits.{field}). Store large "
+        "payloads elsewhere and pass a reference, or raise the limit with "
+        f"Engine.open(url, limits=Limits({field}=…))"
+    )
+
+
+def canonical_within(value: Any, limit: int, what: str, field: str) -> tuple[Any, str]:
+    """`value` as canonical data and as canonical JSON text, refused past `limit` bytes.
+
+    The text is encoded piece by piece, so an oversized value is refused after at most `limit`
+    bytes of output, never after a full copy.
+
+    Raises:
+        SizeLimitExceeded: over the limit. TypeError / ValueError: from `canonicalize` (no JSON
+        form, nested too deep, a cycle, a lone surrogate).
+    """
+    if _surely_longer(value, limit):
+        raise _too_big(what, f"more than {limit:,}", limit, field, "bytes")
+    canonical = canonicalize(value, what)
+    encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    pieces: list[str] = []
+    size = 0
+    for piece in encoder.iterencode(canonical):
+        size += len(piece.encode("utf-8"))
+        if size > limit:
+            raise _too_big(what, f"more than {limit:,}", limit, field, "bytes")
+        pieces.append(piece)
+    return canonical, "".join(pieces)
+
+
+def _surely_longer(value: Any, limit: int) -> bool:
+    """True when the JSON text of `value` is sure to be longer than `limit` bytes.
+
+    A cheap lower bound (a string counts its characters and quotes, a container its brackets and
+    separators, anything else one character), walked only until it passes the limit, so a huge
+    value is refused before `canonicalize` copies it. Deeper than `MAX_DEPTH` the walk stops and
+    leaves the verdict to `canonicalize`.
+    """
+    total = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            total += len(item) + 2
+        elif isinstance(item, (bytes, bytearray)):
+            total += len(item) * 4 // 3 + 2
+        elif isinstance(item, Mapping):
+            total += 2 * len(item) + 1
+            if total <= limit and depth < MAX_DEPTH:
+                stack.extend((part, depth + 1) for pair in item.items() for part in pair)
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            total += len(item) + 1
+            if total <= limit and depth < MAX_DEPTH:
+                stack.extend((part, depth + 1) for part in item)
+        else:
+            total += 1
+        if total > limit:
+            return True
+    return False
+
+
+def check_text(text: str, limit: int, what: str, field: str) -> str:
+    """`text` when it has at most `limit` characters and no lone surrogate.
+
+    Raises:
+        SizeLimitExceeded: longer than `limit`. ValueError: a lone surrogate.
+    """
+    if len(text) > limit:
+        raise _too_big(what, f"{len(text):,}", limit, field, "characters")
+    canonicalize(text, what)  # refuses lone surrogates with a clear message
+    return text
+
+
+def cut_text(text: str, limit: int) -> str:
+    """`text`, cut to `limit` characters with a marker saying how much was dropped, and with
+    any lone surrogate replaced by U+FFFD (for texts that must be recorded, never refused)."""
+    if len(text) > limit:
+        marker = f"… [cut; {len(text):,} characters in all]"
+        text = text[: max(0, limit - len(marker))] + marker
+    return _LONE_SURROGATE.sub("\ufffd", text)
