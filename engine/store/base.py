@@ -325,8 +325,8 @@ class Store(Protocol):
         under the idempotency key ``<sid>#<step>@<incarnation>`` (the incarnation changes when a
         deleted or expired session is created again);
         `notice` (a chat message) is appended to the restored live line; an audit event and a
-        feed event are written; the epoch is incremented; the status becomes rolled_back. All or
-        nothing.
+        feed event are written; the epoch is incremented; the status becomes rolled_back (a
+        stopped session stays stopped). All or nothing.
 
         `kind="fork"` moves the live line the same way for an integration's time travel (e.g. a
         LangGraph fork): the status and the rollback count stay, and it is audited as a fork.
@@ -346,6 +346,9 @@ class Store(Protocol):
             SnapshotNotRestorable: `target` lies on an abandoned branch or was retired.
             RollbackConflict: the epoch is no longer `expect_epoch` (someone else rolled the
                 session back meanwhile).
+            NothingToRollBack: (kind rollback) nothing on the live line was written after
+                `target`: no message, step, snapshot, variable or memory would leave it. Nothing
+                is written then: no empty branch, no notice, no epoch change, no audit event.
         """
         ...
 
@@ -486,11 +489,18 @@ class Store(Protocol):
         ...
 
     # -- retention --------------------------------------------------------------------------
-    def purge_branches(self, before: float, now: float) -> dict[str, int]:
+    def purge_branches(self, before: float, now: float, *, dry_run: bool = False) -> dict[str, int]:
         """Delete abandoned branches created before `before`, with their messages, steps,
-        snapshots and key-value writes, and audit it as ``retention``.
+        snapshots and key-value writes, in one atomic write, and audit it as ``retention``: the
+        audit detail holds the counts and ``branch_ids``, every removed branch as
+        ``<session>/<branch>``, oldest first.
+
+        Args:
+            before: branches created earlier than this time go.
+            now: time of the audit event.
+            dry_run: count what would go without removing or auditing anything.
 
         Returns:
-            Counts of what went: branches, messages, steps, snapshots, kv_writes.
+            Counts of what went (or would go): branches, messages, steps, snapshots, kv_writes.
         """
         ...

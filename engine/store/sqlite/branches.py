@@ -6,12 +6,31 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from engine.errors import RollbackConflict, SnapshotNotRestorable, UnknownSnapshot
+from engine.errors import (
+    NothingToRollBack,
+    RollbackConflict,
+    SnapshotNotRestorable,
+    UnknownSnapshot,
+)
 from engine.records import BranchInfo, RollbackResult
 from engine.store.sqlite.rows import add_audit, add_event, append_live, put_value, session_row
 from engine.store.sqlite.saga import queue_compensations
 from engine.store.sqlite.tx import SQLiteDB
 from engine.types import RollbackKind
+
+_LINE_TABLES = ("messages", "steps", "snapshots", "kv_writes")
+"""Tables whose rows are written on the live line and move to a branch on rollback."""
+
+
+def _written_after(conn: sqlite3.Connection, sid: str, seq: int) -> bool:
+    """Whether anything on the live line was written after sequence number `seq`."""
+    return any(
+        conn.execute(
+            f"SELECT 1 FROM {table} WHERE session = ? AND seq > ? AND branch IS NULL LIMIT 1",
+            (sid, seq),
+        ).fetchone()
+        for table in _LINE_TABLES
+    )
 
 
 def _restore_kv(conn: sqlite3.Connection, sid: str, snap_seq: int, branch: str) -> int:
@@ -95,6 +114,12 @@ class BranchLine:
                     f"snapshot {target!r} was retired by the retention window; "
                     "pick a newer snapshot"
                 )
+            if kind == "rollback" and not _written_after(conn, sid, snap_seq):
+                raise NothingToRollBack(
+                    f"session {sid!r} has nothing after snapshot {target!r} to roll back: no "
+                    "message, step, snapshot, variable or memory was written since; pick an "
+                    "earlier snapshot"
+                )
             seq += 1
             branch = f"branch-{seq}"
             new_epoch = epoch + 1
@@ -123,7 +148,8 @@ class BranchLine:
             fork = kind == "fork"  # a fork moves the line but is no recovery: status stays
             conn.execute(
                 "UPDATE sessions SET seq = ?, epoch = ?, head = ?, msg_count = ?, "
-                "status = CASE WHEN ? THEN status ELSE 'rolled_back' END, "
+                # a stopped session stays stopped: a rollback repairs it, it does not restart it
+                "status = CASE WHEN ? OR status = 'stopped' THEN status ELSE 'rolled_back' END, "
                 "rollbacks = rollbacks + CASE WHEN ? THEN 0 ELSE 1 END, updated_at = ? "
                 "WHERE id = ?",
                 (seq, new_epoch, target, snap_msgs, fork, fork, now, sid),
@@ -162,22 +188,26 @@ class BranchLine:
             notice=notice_text,
         )
 
-    def purge_branches(self, before: float, now: float) -> dict[str, int]:
-        """Delete abandoned branches created before `before`; returns counts of what went."""
-        removed = {"branches": 0, "messages": 0, "steps": 0, "snapshots": 0, "kv_writes": 0}
+    def purge_branches(self, before: float, now: float, *, dry_run: bool = False) -> dict[str, int]:
+        """Delete abandoned branches created before `before`; returns counts of what went (with
+        `dry_run`, of what would go, removing and auditing nothing)."""
+        removed = dict.fromkeys(("branches", *_LINE_TABLES), 0)
         with self._db.write() as conn:
             rows = conn.execute(
-                "SELECT session, id FROM branches WHERE created_at < ?", (before,)
+                "SELECT session, id FROM branches WHERE created_at < ? ORDER BY created_at, seq",
+                (before,),
             ).fetchall()
+            verb = "SELECT COUNT(*)" if dry_run else "DELETE"
             for sid, branch in rows:
-                for table in ("messages", "steps", "snapshots", "kv_writes"):
+                for table in _LINE_TABLES:
                     cur = conn.execute(
-                        f"DELETE FROM {table} WHERE session = ? AND branch = ?", (sid, branch)
+                        f"{verb} FROM {table} WHERE session = ? AND branch = ?", (sid, branch)
                     )
-                    removed[table] += cur.rowcount
-                conn.execute("DELETE FROM branches WHERE session = ? AND id = ?", (sid, branch))
+                    removed[table] += cur.fetchone()[0] if dry_run else cur.rowcount
+                if not dry_run:
+                    conn.execute("DELETE FROM branches WHERE session = ? AND id = ?", (sid, branch))
                 removed["branches"] += 1
-            if rows:
+            if rows and not dry_run:
                 add_audit(
                     conn,
                     now,
@@ -186,7 +216,7 @@ class BranchLine:
                     None,
                     None,
                     "abandoned branches past their time limit",
-                    {**removed, "branch_ids": [f"{s}/{b}" for s, b in rows][:100]},
+                    {**removed, "branch_ids": [f"{s}/{b}" for s, b in rows]},
                 )
                 add_event(conn, now, None, "retention", removed)
         return removed
