@@ -654,3 +654,48 @@ def test_purge_audits_every_branch_and_a_dry_run_removes_nothing(store_url, redi
     assert s.branches() == [] and s.messages() == []
     assert len(young.branches()) == 1  # younger than the limit
     assert engine.store.purge_branches(now[0] - 3600, now[0], dry_run=True)["branches"] == 0
+
+
+def test_idle_sessions_are_purged_but_evidence_is_kept(store_url, redis_pending):
+    now = [1_000_000.0]
+    engine = Engine.open(store_url, clock=lambda: now[0])
+    engine.session("plain").append_message("user", "nothing happened here")
+    engine.session("empty")
+    looped = engine.session("looped", on_loop="flag")
+    looped.snapshot()
+    for _ in range(3):
+        with looped.step("crop", {"x": 1}) as call:
+            call.fail("invalid slice")
+    rolled = engine.session("rolled")
+    snap = rolled.snapshot()
+    rolled.append_message("user", "x")
+    rolled.rollback(to=snap, actor="alice", reason="r", notice=False)
+    engine.session("noticed").inject_notice(actor="alice")
+    audited = engine.session("audited")
+    engine.store.add_audit("alice", "note", "audited", None, "looked at it", {}, now[0])
+    # a deleted session's audit rows do not make its successor under the same id evidence
+    engine.session("reborn").append_message("user", "first life")
+    engine.delete_session("reborn", actor="alice", reason="test data")
+    now[0] += 10
+    engine.session("reborn").append_message("user", "second life")
+    now[0] += 7200
+    engine.session("fresh").append_message("user", "still talking")
+    assert audited.info() is not None
+
+    def everything():
+        return {i.id for i in engine.sessions()}, engine.audit(), engine.store.last_event_id()
+
+    before = everything()
+    counts = engine.store.purge_sessions(now[0] - 3600, now[0], dry_run=True)
+    assert counts == {"sessions": 3, "evidence": 4}
+    assert everything() == before
+
+    assert engine.store.purge_sessions(now[0] - 3600, now[0]) == counts
+    kept = {"looped", "rolled", "noticed", "audited", "fresh"}
+    assert {i.id for i in engine.sessions()} == kept
+    [audit] = engine.audit(action="retention")
+    assert sorted(audit.detail["session_ids"]) == ["empty", "plain", "reborn"]
+    for sid in ("plain", "empty", "reborn"):
+        with pytest.raises(UnknownSession):
+            engine.get_session(sid)
+    assert engine.store.purge_sessions(now[0] - 3600, now[0]) == {"sessions": 0, "evidence": 4}

@@ -474,6 +474,25 @@ class Store(Protocol):
         """
         ...
 
+    def purge_sessions(self, before: float, now: float, *, dry_run: bool = False) -> dict[str, int]:
+        """Delete the sessions last changed before `before` that are not evidence, like
+        `delete_session` (their audit events stay), in one atomic write, and audit it as
+        ``retention`` with the ``session_ids`` removed.
+
+        A session is evidence once it has a loop verdict, a rollback (or fork), a notice, a
+        compensation or any audit event of its own: it is kept however old, as a Redis store
+        never lets it expire.
+
+        Args:
+            before: sessions whose last change is earlier than this time may go.
+            now: time of the audit event.
+            dry_run: count without removing or auditing anything.
+
+        Returns:
+            ``sessions``: how many went (or would go); ``evidence``: how many as old were kept.
+        """
+        ...
+
     # -- maintenance ------------------------------------------------------------------------
     def rebuild_indexes(self) -> dict[str, int]:
         """Rebuild fleet-wide views (session indexes, counters) from the sessions; safe while

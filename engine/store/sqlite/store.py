@@ -56,6 +56,27 @@ __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 _dumps = dumps
 
 
+_SESSION_TABLES = ("messages", "kv_writes", "kv", "docs", "snapshots", "steps", "branches")
+"""Tables of what a session owns (its audit rows and compensations outlive it)."""
+
+_EVIDENCE = (
+    "(s.loops > 0 OR s.last_verdict IS NOT NULL OR s.rollbacks > 0"
+    " OR EXISTS (SELECT 1 FROM audit a WHERE a.session = s.id AND a.at >= s.created_at)"
+    " OR EXISTS (SELECT 1 FROM compensations c WHERE c.session = s.id"
+    " AND c.created_at >= s.created_at))"
+)
+"""SQL truth of "session `s` is evidence": it has a loop verdict, a rollback, or an audit row
+(rollbacks, forks, notices, operator actions) or a compensation of its own incarnation (rows left
+by an earlier session of the same id do not count)."""
+
+
+def _delete_session(conn: sqlite3.Connection, sid: str) -> bool:
+    found = conn.execute("DELETE FROM sessions WHERE id = ?", (sid,)).rowcount > 0
+    for table in _SESSION_TABLES:
+        conn.execute(f"DELETE FROM {table} WHERE session = ?", (sid,))
+    return found
+
+
 class SQLiteStore(BranchLine, SagaOutbox):
     """Store on one SQLite file (or `:memory:` for tests and demos in one process).
 
@@ -590,12 +611,39 @@ class SQLiteStore(BranchLine, SagaOutbox):
     def delete_session(self, sid: str, now: float) -> bool:
         """Delete a session and everything it owns (audit events stay)."""
         with self._db.write() as conn:
-            found = conn.execute("DELETE FROM sessions WHERE id = ?", (sid,)).rowcount > 0
-            for table in ("messages", "kv_writes", "kv", "docs", "snapshots", "steps", "branches"):
-                conn.execute(f"DELETE FROM {table} WHERE session = ?", (sid,))
+            found = _delete_session(conn, sid)
             if found:
                 add_event(conn, now, sid, "deleted", {})
         return found
+
+    def purge_sessions(self, before: float, now: float, *, dry_run: bool = False) -> dict[str, int]:
+        """Delete sessions idle since before `before` that are not evidence; returns how many
+        went (``sessions``) and how many idle ones were kept as evidence (``evidence``)."""
+        with self._db.write() as conn:
+            rows = conn.execute(
+                f"SELECT id, {_EVIDENCE} FROM sessions s WHERE updated_at < ? "
+                "ORDER BY updated_at, id",
+                (before,),
+            ).fetchall()
+            doomed = [sid for sid, evidence in rows if not evidence]
+            counts = {"sessions": len(doomed), "evidence": len(rows) - len(doomed)}
+            if dry_run or not doomed:
+                return counts
+            for sid in doomed:
+                _delete_session(conn, sid)
+                add_event(conn, now, sid, "deleted", {})
+            add_audit(
+                conn,
+                now,
+                "retention",
+                "retention",
+                None,
+                None,
+                "idle sessions past their time limit (evidence kept)",
+                {**counts, "session_ids": doomed},
+            )
+            add_event(conn, now, None, "retention", counts)
+        return counts
 
     # -- maintenance ------------------------------------------------------------------------
     def rebuild_indexes(self) -> dict[str, int]:
