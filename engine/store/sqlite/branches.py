@@ -13,7 +13,14 @@ from engine.errors import (
     UnknownSnapshot,
 )
 from engine.records import BranchInfo, RollbackResult
-from engine.store.sqlite.rows import add_audit, add_event, append_live, put_value, session_row
+from engine.store.sqlite.rows import (
+    add_audit,
+    add_event,
+    add_retention,
+    append_live,
+    put_value,
+    session_row,
+)
 from engine.store.sqlite.saga import queue_compensations
 from engine.store.sqlite.tx import SQLiteDB
 from engine.types import RollbackKind
@@ -208,15 +215,8 @@ class BranchLine:
                     conn.execute("DELETE FROM branches WHERE session = ? AND id = ?", (sid, branch))
                 removed["branches"] += 1
             if rows and not dry_run:
-                add_audit(
-                    conn,
-                    now,
-                    "retention",
-                    "retention",
-                    None,
-                    None,
-                    "abandoned branches past their time limit",
-                    {**removed, "branch_ids": [f"{s}/{b}" for s, b in rows]},
+                reason = "abandoned branches past their time limit"
+                add_retention(
+                    conn, now, reason, removed, ("branch_ids", [f"{s}/{b}" for s, b in rows])
                 )
-                add_event(conn, now, None, "retention", removed)
         return removed

@@ -78,6 +78,25 @@ def add_event(
     )
 
 
+def add_retention(
+    conn: sqlite3.Connection,
+    now: float,
+    reason: str,
+    counts: Mapping[str, int],
+    removed: tuple[str, list[str]],
+) -> None:
+    """Audit (actor and action ``retention``) and announce what a purge removed.
+
+    Args:
+        counts: how many of each kind went (audit detail and feed event).
+        removed: (detail key, ids): every id removed, listed in the audit detail.
+    """
+    add_audit(
+        conn, now, "retention", "retention", None, None, reason, {**counts, removed[0]: removed[1]}
+    )
+    add_event(conn, now, None, "retention", counts)
+
+
 SESSION_COLS = (
     "id, meta, status, head, epoch, created_at, updated_at, step_count, msg_count, loops, "
     "rollbacks, last_verdict"

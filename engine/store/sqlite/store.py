@@ -36,6 +36,7 @@ from engine.store.sqlite.rows import (
     STEP_COLS,
     add_audit,
     add_event,
+    add_retention,
     append_live,
     dumps,
     put_value,
@@ -632,17 +633,8 @@ class SQLiteStore(BranchLine, SagaOutbox):
             for sid in doomed:
                 _delete_session(conn, sid)
                 add_event(conn, now, sid, "deleted", {})
-            add_audit(
-                conn,
-                now,
-                "retention",
-                "retention",
-                None,
-                None,
-                "idle sessions past their time limit (evidence kept)",
-                {**counts, "session_ids": doomed},
-            )
-            add_event(conn, now, None, "retention", counts)
+            reason = "idle sessions past their time limit (evidence kept)"
+            add_retention(conn, now, reason, counts, ("session_ids", doomed))
         return counts
 
     # -- maintenance ------------------------------------------------------------------------
