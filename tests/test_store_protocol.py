@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -34,19 +36,19 @@ METHODS = sorted(n for n, v in vars(Store).items() if callable(v) and not n.star
 ATTRIBUTES = sorted(n for n, v in vars(Store).items() if isinstance(v, property))
 
 
-def _backend(module: str, cls: str) -> type:
+def _backend(module: str, cls: str) -> Any:
     try:
-        return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), cls)
     except ImportError as exc:
         pytest.skip(f"{module} cannot be imported here: {exc}")
 
 
-def _shape(fn: object) -> list[tuple[str, object, object]]:
-    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]  # type: ignore[arg-type]
+def _shape(fn: Callable[..., Any]) -> list[tuple[str, object, object]]:
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
 
 
-def _forwards_everything(fn: object) -> bool:
-    kinds = [p.kind for p in inspect.signature(fn).parameters.values()][1:]  # type: ignore[arg-type]
+def _forwards_everything(fn: Callable[..., Any]) -> bool:
+    kinds = [p.kind for p in inspect.signature(fn).parameters.values()][1:]
     return kinds == [inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from engine.store.base import Retention, StepTicket, Store
 
@@ -23,8 +24,16 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
 
 
-def open_store(url: str | None = None, **options) -> Store:
+def open_store(url: str | None = None, **options: Any) -> Store:
     """Open the store at `url`; None means $REWIND_STORE, else the embedded SQLite default.
+
+    Args:
+        url: ``sqlite:///path``, ``sqlite:///:memory:``, ``redis://…``, ``rediss://…`` or
+            ``redis+cluster://…``.
+        options: backend options (Redis: ttl, prefix, fallback, …; see the Redis store).
+
+    Returns:
+        The open store.
 
     Raises:
         ValueError: the URL's scheme is not one Rewind knows.
