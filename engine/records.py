@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-SESSION_STATUSES = ("healthy", "looping", "rolled_back", "stopped")
+from engine.types import (
+    CompensationStatus,
+    SessionStatus,
+    SnapshotKind,
+    StepStatus,
+    StoredVerdict,
+    TokenBreakdown,
+)
 
 
 @dataclass(frozen=True)
@@ -14,10 +21,10 @@ class SessionInfo:
 
     id: str
     """Session id (1–200 printable characters)."""
-    meta: dict
+    meta: dict[str, Any]
     """Free metadata: tenant, scenario, prompt_version, locale, channel, …"""
-    status: str
-    """healthy, looping, rolled_back or stopped."""
+    status: SessionStatus
+    """healthy, looping, rolled_back or stopped (`SessionStatus`)."""
     head: str | None
     """Id of the newest snapshot on the live line, None before the first snapshot."""
     epoch: int
@@ -34,7 +41,7 @@ class SessionInfo:
     """Number of loop verdicts so far."""
     rollbacks: int = 0
     """Number of rollbacks so far."""
-    last_verdict: dict | None = None
+    last_verdict: StoredVerdict | None = None
     """The latest loop verdict (rule, explanation, evidence steps, loop_start_step), if any."""
 
     @property
@@ -58,13 +65,13 @@ class SessionInfo:
 class State:
     """The live state of a session."""
 
-    messages: list[dict]
+    messages: list[dict[str, Any]]
     """Chat messages on the live line, oldest first."""
-    variables: dict
+    variables: dict[str, Any]
     """Current variables."""
     head: str | None
     """Newest snapshot on the live line."""
-    status: str
+    status: SessionStatus
     """Session status."""
     epoch: int = 0
     """Rollback epoch."""
@@ -86,7 +93,7 @@ class SnapshotNode:
     """True while the snapshot lies on the live line."""
     abandoned_reason: str | None
     """For snapshots on an abandoned branch: who rolled back, why, when."""
-    kind: str = "manual"
+    kind: SnapshotKind = "manual"
     """manual (asked for by the runtime) or step (write-ahead, before a guarded step)."""
     restorable: bool = True
     """False when retention retired it or it lies on an abandoned branch."""
@@ -112,8 +119,8 @@ class StepRecord:
     """Canonical arguments."""
     fingerprint: str
     """Stable hash of tool + canonical args."""
-    status: str
-    """running, ok or error."""
+    status: StepStatus
+    """running, ok or error (`StepStatus`)."""
     error: str | None
     """Error text for failed steps."""
     result_digest: str | None
@@ -128,7 +135,7 @@ class StepRecord:
     """The tool changes the outside world."""
     compensation: tuple[str, Any] | None
     """(handler name, args) that undoes the side effect."""
-    verdict: dict | None
+    verdict: StoredVerdict | None
     """Loop verdict recorded with this step, if it flagged one."""
     on_live_line: bool
     """False once a rollback abandoned the step."""
@@ -142,7 +149,7 @@ class StepRecord:
     """Agent text of a message turn."""
     epoch: int = 0
     """Epoch in which the step began."""
-    budget: dict | None = None
+    budget: TokenBreakdown | None = None
     """Token breakdown of the context the agent built for this step (system, dialogue, memories,
     reserve, dropped, total, max_tokens), when the runtime passed one."""
 
@@ -163,7 +170,7 @@ class MessageRecord:
     """Session sequence number of the write."""
     pos: int
     """Position in the history of its line."""
-    message: dict
+    message: dict[str, Any]
     """The chat message."""
     branch: str | None
     """Abandoned branch id, None on the live line."""
@@ -197,8 +204,8 @@ class Compensation:
     args: Any
     idempotency_key: str
     """Stable key (session + step): a handler may see it again after a crash, never a new one."""
-    status: str
-    """pending, running, done or failed."""
+    status: CompensationStatus
+    """pending, running, done or failed (`CompensationStatus`)."""
     attempts: int
     error: str | None
     created_at: float
@@ -237,7 +244,7 @@ class RollbackPreview:
 
     session: str
     target: str
-    messages: list[dict]
+    messages: list[dict[str, Any]]
     """Messages that would leave the live line."""
     steps: list[StepRecord]
     """Steps that would leave the live line."""
@@ -257,7 +264,7 @@ class AuditEvent:
     session: str | None
     snapshot: str | None
     reason: str | None
-    detail: dict = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -269,4 +276,4 @@ class Event:
     session: str | None
     type: str
     """session, message, vars, snapshot, step, verdict, rollback, notice, compensation, …"""
-    data: dict = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)

@@ -61,6 +61,10 @@ LOOP_POLICIES: tuple[LoopPolicy, ...] = ("rollback", "nudge_then_rollback", "fla
 RollbackKind = Literal["rollback", "fork"]
 """A recovery (counted, sets the status) or an integration's time travel (neither)."""
 
+SnapshotKind = Literal["manual", "step"]
+"""Asked for by the runtime (`Session.snapshot`) or write-ahead, before a guarded step; each
+kind has its own retention window."""
+
 
 class StoredVerdict(TypedDict):
     """A loop verdict as stored with its step and on the session (`SessionInfo.last_verdict`)."""

@@ -12,6 +12,7 @@ from engine import (
     Engine,
     InvalidSessionId,
     LoopDetected,
+    NothingToRollBack,
     PermissionDenied,
     RollbackConflict,
     SnapshotNotRestorable,
@@ -394,10 +395,13 @@ def test_event_feed_is_readable_from_a_cursor(engine):
     assert [e.type for e in events] == ["session", "message", "snapshot"]
     assert all(e.session == "s" for e in events)
     assert engine.events(since=events[-1].id) == []
+    s.append_message("assistant", "to be rolled back")  # a rollback needs something to abandon
     s.rollback(to=snap, actor="alice", reason="r", notice=False)
-    [rb] = engine.events(since=events[-1].id)
-    assert rb.type == "rollback" and rb.data["target"] == snap
-    assert [e.id for e in engine.events(since=0, session="s")] == [e.id for e in events] + [rb.id]
+    msg, rb = engine.events(since=events[-1].id)
+    assert msg.type == "message" and rb.type == "rollback" and rb.data["target"] == snap
+    assert [e.id for e in engine.events(since=0, session="s")] == [
+        e.id for e in events
+    ] + [msg.id, rb.id]
 
 
 def test_fleet_stats(engine):
@@ -432,6 +436,7 @@ def test_documents_are_not_touched_by_rollbacks(engine):
     snap = s.snapshot()
     store = engine.store
     store.doc_put("s", "lg", {"ckpt:0002": {"v": 2}, "ckpt:0001": {"v": 1}, "blob:x": [1]}, 1.0)
+    s.append_message("user", "x")  # documents alone are nothing to roll back
     s.rollback(to=snap, actor="a", reason="r", notice=False)
     assert store.doc_get("s", "lg", ["ckpt:0001", "nope"]) == {"ckpt:0001": {"v": 1}}
     assert list(store.doc_scan("s", "lg", "ckpt:")) == ["ckpt:0001", "ckpt:0002"]
@@ -542,3 +547,155 @@ def test_rollbacks_in_the_window_are_counted_by_time(store_url):
     assert engine.store.count_audit("rollback", 1_000_500.0) == 2
     assert engine.store.count_audit("rollback", 1_010_000.0) == 0
     assert engine.fleet_stats(window_s=2500)["rollbacks_window"] == 2  # now: 1_003_000
+
+
+# -- hardening (issue 14) ---------------------------------------------------------------------
+@pytest.fixture
+def redis_pending(request):
+    """Marks the Redis params of a test xfail (not strict) while the Redis store catches up with
+    semantics the SQLite store already has."""
+    if request.node.callspec.params.get("store_url", "").startswith("redis"):
+        request.applymarker(pytest.mark.xfail(strict=False, reason="redis side pending"))
+
+
+def _everything(engine, sid):
+    """What a refused operation must leave unchanged (the session, its lines, audit, feed)."""
+    s = engine.get_session(sid)
+    return (s.info(), s.state(), s.tree(), s.branches(), s.steps(), s.messages(),
+            engine.audit(), engine.store.last_event_id(), engine.compensations())
+
+
+def test_a_rollback_with_nothing_to_abandon_is_refused_and_writes_nothing(engine, redis_pending):
+    s = engine.session("s", meta={"locale": "en"})
+    s.append_message("user", "hello")
+    s.set_var("v", 1)
+    s.memory.add("the order is A-1")
+    snap = s.snapshot("head")
+    before = _everything(engine, "s")
+    with pytest.raises(NothingToRollBack, match="nothing after"):
+        engine.rollback("s", to=snap, actor="alice", reason="r")  # with the default notice
+    with pytest.raises(NothingToRollBack):
+        s.rollback(to=snap, actor="alice", reason="r", notice=False)
+    assert _everything(engine, "s") == before  # no branch, no notice, no epoch, no audit row
+
+    # a rollback leaves nothing behind either: doing it again is refused
+    s.append_message("assistant", "wrong")
+    s.rollback(to=snap, actor="alice", reason="r", notice=False)
+    again = _everything(engine, "s")
+    with pytest.raises(NothingToRollBack):
+        engine.rollback("s", to=snap, actor="alice", reason="again", notice=False)
+    assert _everything(engine, "s") == again
+    assert s.info().epoch == 1 and len(s.branches()) == 1
+
+
+@pytest.mark.parametrize("write", ["message", "variable", "deleted variable", "memory",
+                                   "snapshot", "step"])
+def test_any_write_after_the_target_is_something_to_roll_back(engine, write):
+    s = engine.session("s")
+    s.set_var("keep", 1)
+    snap = s.snapshot("target")
+    if write == "message":
+        s.append_message("user", "x")
+    elif write == "variable":
+        s.set_var("v", 2)
+    elif write == "deleted variable":
+        s.del_var("keep")
+    elif write == "memory":
+        s.memory.add("a fact")
+    elif write == "snapshot":
+        s.snapshot("later")
+    else:
+        with s.step("tool", {}, snapshot=False) as call:
+            call.ok(1)
+    r = s.rollback(to=snap, actor="alice", reason="r", notice=False)
+    assert r.epoch == 1 and s.state().variables == {"keep": 1}
+    assert s.memory.recall("fact", k=5) == []
+
+
+def test_rolling_back_a_stopped_session_keeps_it_stopped(engine, redis_pending):
+    s = engine.session("s")
+    snap = s.snapshot("start")
+    s.append_message("user", "x")
+    s.stop()
+    r = engine.rollback("s", to=snap, actor="alice", reason="clean up", notice=False)
+    info = s.info()
+    assert info.status == "stopped" and info.rollbacks == 1 and info.epoch == r.epoch == 1
+    assert s.state().messages == []
+    assert engine.audit(action="rollback")[0].session == "s"
+
+
+def test_purge_audits_every_branch_and_a_dry_run_removes_nothing(store_url, redis_pending):
+    now = [1_000_000.0]
+    engine = Engine.open(store_url, clock=lambda: now[0])
+    s = engine.session("s")
+    snap = s.snapshot()
+    for i in range(120):  # more than any page or truncation of the audit detail
+        s.append_message("user", f"gone {i}")
+        s.set_var("v", i)
+        s.rollback(to=snap, actor="a", reason="r", notice=False)
+    engine.session("young").snapshot()
+    now[0] += 7200
+    young = engine.session("young")
+    young.append_message("user", "stays")
+    young.rollback(to=young.tree()[0].id, actor="a", reason="r", notice=False)
+    branches = {f"s/{b.id}" for b in s.branches()}
+    assert len(branches) == 120
+
+    before = (s.branches(), s.messages(), engine.audit(), engine.store.last_event_id())
+    counts = engine.store.purge_branches(now[0] - 3600, now[0], dry_run=True)
+    assert counts == {"branches": 120, "messages": 120, "steps": 0, "snapshots": 0,
+                      "kv_writes": 120}
+    assert (s.branches(), s.messages(), engine.audit(), engine.store.last_event_id()) == before
+
+    assert engine.store.purge_branches(now[0] - 3600, now[0]) == counts
+    [audit] = engine.audit(action="retention")
+    assert sorted(audit.detail["branch_ids"]) == sorted(branches)
+    assert audit.detail["branches"] == 120 and audit.detail["messages"] == 120
+    assert s.branches() == [] and s.messages() == []
+    assert len(young.branches()) == 1  # younger than the limit
+    assert engine.store.purge_branches(now[0] - 3600, now[0], dry_run=True)["branches"] == 0
+
+
+def test_idle_sessions_are_purged_but_evidence_is_kept(store_url, redis_pending):
+    now = [1_000_000.0]
+    engine = Engine.open(store_url, clock=lambda: now[0])
+    engine.session("plain").append_message("user", "nothing happened here")
+    engine.session("empty")
+    looped = engine.session("looped", on_loop="flag")
+    looped.snapshot()
+    for _ in range(3):
+        with looped.step("crop", {"x": 1}) as call:
+            call.fail("invalid slice")
+    rolled = engine.session("rolled")
+    snap = rolled.snapshot()
+    rolled.append_message("user", "x")
+    rolled.rollback(to=snap, actor="alice", reason="r", notice=False)
+    engine.session("noticed").inject_notice(actor="alice")
+    audited = engine.session("audited")
+    engine.store.add_audit("alice", "note", "audited", None, "looked at it", {}, now[0])
+    # a deleted session's audit rows do not make its successor under the same id evidence
+    engine.session("reborn").append_message("user", "first life")
+    engine.delete_session("reborn", actor="alice", reason="test data")
+    now[0] += 10
+    engine.session("reborn").append_message("user", "second life")
+    now[0] += 7200
+    engine.session("fresh").append_message("user", "still talking")
+    assert audited.info() is not None
+
+    def everything():
+        return {i.id for i in engine.sessions()}, engine.audit(), engine.store.last_event_id()
+
+    before = everything()
+    counts = engine.store.purge_sessions(now[0] - 3600, now[0], dry_run=True)
+    assert counts == {"sessions": 3, "evidence": 4}
+    assert everything() == before
+
+    assert engine.store.purge_sessions(now[0] - 3600, now[0]) == counts
+    kept = {"looped", "rolled", "noticed", "audited", "fresh"}
+    assert {i.id for i in engine.sessions()} == kept
+    [audit] = engine.audit(action="retention")
+    assert sorted(audit.detail["session_ids"]) == ["empty", "plain", "reborn"]
+    for sid in ("plain", "empty", "reborn"):
+        with pytest.raises(UnknownSession):
+            engine.get_session(sid)
+    assert engine.store.purge_sessions(now[0] - 3600, now[0]) == {"sessions": 0, "evidence": 4}

@@ -13,7 +13,8 @@ Idempotency works as it does against a real payment or ticketing API:
   again (a retry after a crash, a second worker racing for an expired lease) does nothing, and a
   forward effect is reversed at most once whatever key asks for it.
 
-The ledger is a small SQLite file (WAL, one connection per thread), so the worker processes of one
+The ledger is a small SQLite file (WAL, one connection per thread, the store's own transaction
+helper `engine.store.sqlite.tx.SQLiteDB`), so the worker processes of one
 demo share it; ``:memory:`` keeps it inside one process. Every handler call is logged, which is how
 the tests prove that each compensation ran exactly once.
 """
@@ -21,11 +22,11 @@ the tests prove that each compensation ran exactly once.
 from __future__ import annotations
 
 import os
-import sqlite3
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
+
+from engine.store.sqlite.schema import run_script
+from engine.store.sqlite.tx import SQLiteDB, path_from_url
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS effects (
@@ -78,15 +79,9 @@ class Ledger:
     def __init__(self, path: str):
         self.path = path
         self.memory = path == ":memory:"
-        self._local = threading.local()
-        self._lock = threading.RLock()
-        self._shared: sqlite3.Connection | None = None
-        if not self.memory:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with self._tx() as conn:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+        self._db = SQLiteDB(path, name=f"the demo ledger {path}")
+        with self._db.write() as conn:
+            run_script(conn, _SCHEMA)
 
     @classmethod
     def for_store(cls, url: str | None) -> Ledger:
@@ -94,49 +89,14 @@ class Ledger:
         ``sqlite:///:memory:``, else ``.rewind/demo-ledger.db`` in the working directory."""
         return cls(default_path(url))
 
-    # -- connections ------------------------------------------------------------------------
-    def _conn(self) -> sqlite3.Connection:
-        if self.memory:
-            if self._shared is None:
-                self._shared = sqlite3.connect(":memory:", isolation_level=None,
-                                               check_same_thread=False)
-            return self._shared
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
-                                   check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout = 30000")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            self._local.conn = conn
-        return conn
-
-    @contextmanager
-    def _tx(self):
-        with self._lock:
-            conn = self._conn()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            else:
-                conn.execute("COMMIT")
-
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
-        if self._shared is not None:
-            self._shared.close()
-            self._shared = None
+        """Close this thread's connection (reopened on next use)."""
+        self._db.close()
 
     # -- the world --------------------------------------------------------------------------
     def apply(self, ref: str, kind: str, session: str, subject: str, amount: float) -> bool:
         """Apply a forward effect once per `ref`. Returns False when `ref` was already applied."""
-        with self._tx() as conn:
+        with self._db.write() as conn:
             cur = conn.execute(
                 "INSERT OR IGNORE INTO effects(ref, kind, session, subject, amount, at) "
                 "VALUES (?, ?, ?, ?, ?, ?)", (ref, kind, session, subject, amount, time.time()),
@@ -150,7 +110,7 @@ class Ledger:
             True when this call changed the world, False for a replay (the key was seen before,
             or the effect was already reversed, or never applied).
         """
-        with self._tx() as conn:
+        with self._db.write() as conn:
             seen = conn.execute(
                 "SELECT 1 FROM reversals WHERE idem_key = ?", (idem_key,)
             ).fetchone()
@@ -176,25 +136,20 @@ class Ledger:
     def effects(self, session: str | None = None) -> list[Effect]:
         """Every forward effect, oldest first."""
         clause, params = ("WHERE session = ?", (session,)) if session else ("", ())
-        with self._lock:
-            rows = self._conn().execute(
-                "SELECT ref, kind, session, subject, amount, reversed_by FROM effects "
-                f"{clause} ORDER BY at, ref", params,
-            ).fetchall()
+        rows = self._db.read(
+            "SELECT ref, kind, session, subject, amount, reversed_by FROM effects "
+            f"{clause} ORDER BY at, ref", params,
+        )
         return [Effect(*row) for row in rows]
 
     def handler_calls(self) -> dict[str, int]:
         """How many times a handler was invoked per idempotency key."""
-        with self._lock:
-            rows = self._conn().execute(
-                "SELECT idem_key, COUNT(*) FROM handler_calls GROUP BY idem_key"
-            ).fetchall()
+        rows = self._db.read("SELECT idem_key, COUNT(*) FROM handler_calls GROUP BY idem_key")
         return dict(rows)
 
     def reversals(self) -> dict[str, str]:
         """Idempotency key -> the effect ref it reversed."""
-        with self._lock:
-            rows = self._conn().execute("SELECT idem_key, ref FROM reversals").fetchall()
+        rows = self._db.read("SELECT idem_key, ref FROM reversals")
         return dict(rows)
 
 
@@ -204,12 +159,7 @@ def default_path(url: str | None) -> str:
 
     url = url or os.environ.get("REWIND_STORE") or DEFAULT_URL
     if url.lower().startswith("sqlite:"):
-        from urllib.parse import urlparse
-
-        parsed = urlparse(url)
-        path = parsed.path[1:] if parsed.path.startswith("/") else parsed.path
-        if parsed.netloc:
-            path = parsed.netloc + parsed.path
+        path = path_from_url(url)
         if path == ":memory:":
             return ":memory:"
         if path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from engine.store.base import Retention, StepTicket, Store
 from engine.store.urls import redact
@@ -12,8 +13,16 @@ __all__ = ["DEFAULT_URL", "Retention", "StepTicket", "Store", "open_store", "red
 DEFAULT_URL = "sqlite:///.rewind/rewind.db"
 
 
-def open_store(url: str | None = None, **options) -> Store:
+def open_store(url: str | None = None, **options: Any) -> Store:
     """Open the store at `url`; None means $REWIND_STORE, else the embedded SQLite default.
+
+    Args:
+        url: ``sqlite:///path``, ``sqlite:///:memory:``, ``redis://…``, ``rediss://…`` or
+            ``redis+cluster://…``.
+        options: backend options (Redis: ttl, prefix, fallback, …; see the Redis store).
+
+    Returns:
+        The open store.
 
     Raises:
         ValueError: the URL's scheme is not one Rewind knows.

@@ -1,432 +1,287 @@
 """SQLite store: the embedded default. WAL mode, safe for several processes on one host.
 
-Writes run in `BEGIN IMMEDIATE` transactions, so two processes never interleave half-done changes;
-readers see the last committed state. Each thread gets its own connection.
+Writes run in `BEGIN IMMEDIATE` transactions (`engine.store.sqlite.tx`), so two processes never
+interleave half-done changes; readers see the last committed state. Each thread gets its own
+connection. The class is assembled from the parts that own each concern:
+
+- `engine.store.sqlite.tx`: connections and write transactions;
+- `engine.store.sqlite.schema`: the tables and the schema-version check;
+- `engine.store.sqlite.rows`: rows to records, the WHERE builder, audit and feed writes;
+- `engine.store.sqlite.branches`: rollbacks, abandoned branches and their retention;
+- `engine.store.sqlite.saga`: the compensation outbox;
+- this module: sessions, history, snapshots, steps, the feed, documents.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import threading
-from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from engine.errors import (
-    RollbackConflict,
-    SchemaMismatch,
-    SnapshotNotRestorable,
-    StoreUnavailable,
-    UnknownSession,
-    UnknownSnapshot,
-)
+from engine.errors import StoreUnavailable, UnknownSession
 from engine.records import (
     AuditEvent,
-    BranchInfo,
-    Compensation,
     Event,
     MessageRecord,
-    RollbackResult,
     SessionInfo,
     SnapshotNode,
     StepRecord,
 )
-from engine.store.base import Retention, StepTicket
+from engine.store.base import Retention, StepOutcome, StepStart, StepTicket
+from engine.store.sqlite.branches import BranchLine
+from engine.store.sqlite.rows import (
+    AUDIT_COLS,
+    SESSION_COLS,
+    STEP_COLS,
+    add_audit,
+    add_event,
+    add_retention,
+    append_live,
+    dumps,
+    put_value,
+    session_row,
+    to_audit,
+    to_session,
+    to_step,
+    where,
+)
+from engine.store.sqlite.saga import SagaOutbox, queue_compensations
+from engine.store.sqlite.schema import SCHEMA_VERSION, init_schema
+from engine.store.sqlite.tx import SQLiteDB, path_from_url
+from engine.types import SessionStatus, SnapshotKind, StoredVerdict
 
-SCHEMA_VERSION = 1
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS rewind_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY,
-    meta TEXT NOT NULL,
-    tenant TEXT, scenario TEXT, prompt_version TEXT,
-    status TEXT NOT NULL DEFAULT 'healthy',
-    head TEXT,
-    epoch INTEGER NOT NULL DEFAULT 0,
-    seq INTEGER NOT NULL DEFAULT 0,
-    step_count INTEGER NOT NULL DEFAULT 0,
-    msg_count INTEGER NOT NULL DEFAULT 0,
-    loops INTEGER NOT NULL DEFAULT 0,
-    rollbacks INTEGER NOT NULL DEFAULT 0,
-    last_verdict TEXT,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS sessions_updated ON sessions(updated_at DESC);
-CREATE INDEX IF NOT EXISTS sessions_status ON sessions(status, updated_at DESC);
-CREATE TABLE IF NOT EXISTS messages (
-    session TEXT NOT NULL, seq INTEGER NOT NULL, pos INTEGER NOT NULL,
-    body TEXT NOT NULL, branch TEXT, created_at REAL NOT NULL,
-    PRIMARY KEY (session, seq)
-) WITHOUT ROWID;
-CREATE UNIQUE INDEX IF NOT EXISTS messages_live ON messages(session, pos) WHERE branch IS NULL;
-CREATE TABLE IF NOT EXISTS kv_writes (
-    session TEXT NOT NULL, seq INTEGER NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL,
-    value TEXT, branch TEXT,
-    PRIMARY KEY (session, seq, ns, key)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS kv_writes_key ON kv_writes(session, ns, key, seq);
-CREATE TABLE IF NOT EXISTS kv (
-    session TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
-    PRIMARY KEY (session, ns, key)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS docs (
-    session TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
-    PRIMARY KEY (session, ns, key)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS snapshots (
-    session TEXT NOT NULL, id TEXT NOT NULL, parent TEXT, label TEXT, kind TEXT NOT NULL,
-    seq INTEGER NOT NULL, msg_count INTEGER NOT NULL, next_step INTEGER NOT NULL,
-    created_at REAL NOT NULL, branch TEXT, retired_at REAL,
-    PRIMARY KEY (session, id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS snapshots_seq ON snapshots(session, seq);
-CREATE INDEX IF NOT EXISTS snapshots_restorable ON snapshots(session, kind, seq)
-    WHERE branch IS NULL AND retired_at IS NULL;
-CREATE TABLE IF NOT EXISTS steps (
-    session TEXT NOT NULL, n INTEGER NOT NULL, seq INTEGER NOT NULL, epoch INTEGER NOT NULL,
-    tool TEXT, args TEXT NOT NULL, fingerprint TEXT NOT NULL, status TEXT NOT NULL,
-    error TEXT, result_digest TEXT, result_preview TEXT,
-    started_at REAL NOT NULL, ended_at REAL,
-    side_effect INTEGER NOT NULL DEFAULT 0, compensation TEXT, verdict TEXT,
-    snapshot TEXT, text TEXT, branch TEXT, late INTEGER NOT NULL DEFAULT 0, budget TEXT,
-    PRIMARY KEY (session, n)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS steps_seq ON steps(session, seq);
-CREATE TABLE IF NOT EXISTS branches (
-    session TEXT NOT NULL, id TEXT NOT NULL, from_snapshot TEXT NOT NULL, seq INTEGER NOT NULL,
-    epoch INTEGER NOT NULL, actor TEXT NOT NULL, reason TEXT NOT NULL, created_at REAL NOT NULL,
-    PRIMARY KEY (session, id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS branches_created ON branches(created_at);
-CREATE TABLE IF NOT EXISTS compensations (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    session TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, args TEXT NOT NULL,
-    idem_key TEXT NOT NULL UNIQUE, status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
-    error TEXT, owner TEXT, lease_until REAL, branch TEXT,
-    created_at REAL NOT NULL, updated_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS compensations_status ON compensations(status, id);
-CREATE INDEX IF NOT EXISTS compensations_session ON compensations(session, id);
-CREATE TABLE IF NOT EXISTS audit (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, actor TEXT NOT NULL,
-    action TEXT NOT NULL, session TEXT, snapshot TEXT, reason TEXT, detail TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS audit_at ON audit(at);
-CREATE INDEX IF NOT EXISTS audit_action ON audit(action, at);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, session TEXT, type TEXT NOT NULL,
-    data TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_session ON events(session, id);
-"""
+# The Redis store imports this name to store JSON exactly as SQLite does.
+_dumps = dumps
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+_SESSION_TABLES = ("messages", "kv_writes", "kv", "docs", "snapshots", "steps", "branches")
+"""Tables of what a session owns (its audit rows and compensations outlive it)."""
+
+_EVIDENCE = (
+    "(s.loops > 0 OR s.last_verdict IS NOT NULL OR s.rollbacks > 0"
+    " OR EXISTS (SELECT 1 FROM audit a WHERE a.session = s.id AND a.at >= s.created_at)"
+    " OR EXISTS (SELECT 1 FROM compensations c WHERE c.session = s.id"
+    " AND c.created_at >= s.created_at))"
+)
+"""SQL truth of "session `s` is evidence": it has a loop verdict, a rollback, or an audit row
+(rollbacks, forks, notices, operator actions) or a compensation of its own incarnation (rows left
+by an earlier session of the same id do not count)."""
 
 
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def _delete_session(conn: sqlite3.Connection, sid: str) -> bool:
+    found = conn.execute("DELETE FROM sessions WHERE id = ?", (sid,)).rowcount > 0
+    for table in _SESSION_TABLES:
+        conn.execute(f"DELETE FROM {table} WHERE session = ?", (sid,))
+    return found
 
 
-class SQLiteStore:
-    """Store on one SQLite file (or `:memory:` for tests and demos in one process)."""
+class SQLiteStore(BranchLine, SagaOutbox):
+    """Store on one SQLite file (or `:memory:` for tests and demos in one process).
+
+    Args:
+        url: ``sqlite:///relative/path``, ``sqlite:////absolute/path`` or
+            ``sqlite:///:memory:``; ``?synchronous=FULL`` (OFF, NORMAL, FULL, EXTRA) sets the
+            durability level (default NORMAL: WAL keeps the file consistent, a power cut may
+            lose the last commits).
+
+    Raises:
+        ValueError: the URL names no path or an unknown synchronous level.
+        StoreUnavailable: the file or its folder cannot be opened or created.
+        SchemaMismatch: the file was written by a newer release.
+    """
 
     def __init__(self, url: str):
-        parsed = urlparse(url)
-        # sqlite:///relative/path, sqlite:////absolute/path, sqlite:///:memory:
-        path = parsed.path[1:] if parsed.path.startswith("/") else parsed.path
-        if parsed.netloc:
-            path = parsed.netloc + parsed.path
+        path = path_from_url(url)
         if not path:
-            raise ValueError(f"{url!r}: a SQLite URL needs a path, e.g. sqlite:///.rewind/rewind.db")
-        options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
-        self.url = url
-        self.path = path
-        self.memory = path == ":memory:"
-        self._synchronous = options.get("synchronous", "NORMAL").upper()
-        if self._synchronous not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
-            raise ValueError(f"{url!r}: synchronous must be OFF, NORMAL, FULL or EXTRA")
-        self._local = threading.local()
-        self._lock = threading.RLock()
-        self._shared: sqlite3.Connection | None = None
-        if not self.memory:
-            directory = os.path.dirname(os.path.abspath(path))
-            try:
-                os.makedirs(directory, exist_ok=True)
-            except OSError as exc:
-                raise StoreUnavailable(f"cannot create the folder for {url}: {exc}") from exc
-        self._init_schema()
-
-    # -- connections ------------------------------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            conn = sqlite3.connect(
-                self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+            raise ValueError(
+                f"{url!r}: a SQLite URL needs a path, e.g. sqlite:///.rewind/rewind.db"
             )
-            conn.execute("PRAGMA busy_timeout = 30000")
-            if not self.memory:
-                conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-            conn.execute("PRAGMA foreign_keys = OFF")
-        except sqlite3.Error as exc:
-            raise StoreUnavailable(f"cannot open the SQLite store {self.url}: {exc}") from exc
-        return conn
+        options = {k: v[-1] for k, v in parse_qs(urlparse(url).query).items()}
+        synchronous = options.get("synchronous", "NORMAL").upper()
+        self.url = url
+        """The store's URL (a SQLite URL carries no password)."""
+        self.path = path
+        """The database file, or ``:memory:``."""
+        self.memory = path == ":memory:"
+        """True for an in-memory database (one process, gone when closed)."""
+        self._db = SQLiteDB(path, name=f"the SQLite store {url}", synchronous=synchronous)
+        with self._db.write() as conn:
+            init_schema(conn, url)
 
-    @property
-    def _conn(self) -> sqlite3.Connection:
-        if self.memory:  # one shared connection: every thread must see the same database
-            if self._shared is None:
-                self._shared = self._connect()
-            return self._shared
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-        return conn
-
-    @contextmanager
-    def _write(self):
-        with self._lock:
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            else:
-                conn.execute("COMMIT")
-
-    def _read(self, sql: str, params: tuple = ()) -> list[tuple]:
-        with self._lock:
-            return self._conn.execute(sql, params).fetchall()
+    def _read(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[Any]:
+        return self._db.read(sql, params)
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
-        if self._shared is not None:
-            self._shared.close()
-            self._shared = None
-
-    def _init_schema(self) -> None:
-        with self._write() as conn:
-            row = None
-            try:
-                row = conn.execute(
-                    "SELECT value FROM rewind_meta WHERE key = 'schema_version'"
-                ).fetchone()
-            except sqlite3.OperationalError:
-                pass
-            if row is not None and int(row[0]) > SCHEMA_VERSION:
-                raise SchemaMismatch(
-                    f"{self.url} was written by a newer Rewind (schema {row[0]}, this release "
-                    f"knows {SCHEMA_VERSION}); upgrade agent-rewind"
-                )
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(
-                "INSERT OR IGNORE INTO rewind_meta(key, value) VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
-            )
-
-    # -- helpers ----------------------------------------------------------------------------
-    @staticmethod
-    def _event(conn, now: float, sid: str | None, kind: str, data: dict) -> None:
-        conn.execute(
-            "INSERT INTO events(at, session, type, data) VALUES (?, ?, ?, ?)",
-            (now, sid, kind, _dumps(data)),
-        )
-
-    @staticmethod
-    def _session_row(conn, sid: str) -> tuple:
-        row = conn.execute(
-            "SELECT seq, epoch, msg_count, step_count, head FROM sessions WHERE id = ?", (sid,)
-        ).fetchone()
-        if row is None:
-            raise UnknownSession(f"no session {sid!r} in this store")
-        return row
-
-    _SESSION_COLS = (
-        "id, meta, status, head, epoch, created_at, updated_at, step_count, msg_count, loops, "
-        "rollbacks, last_verdict"
-    )
-
-    @staticmethod
-    def _to_session(row) -> SessionInfo:
-        return SessionInfo(
-            id=row[0], meta=json.loads(row[1]), status=row[2], head=row[3], epoch=row[4],
-            created_at=row[5], updated_at=row[6], steps=row[7], messages=row[8], loops=row[9],
-            rollbacks=row[10], last_verdict=_loads(row[11]),
-        )
+        """Close this thread's connection (and the shared in-memory one)."""
+        self._db.close()
 
     # -- sessions ---------------------------------------------------------------------------
-    def ensure_session(self, sid: str, meta: dict | None, now: float) -> SessionInfo:
-        with self._write() as conn:
+    def ensure_session(self, sid: str, meta: dict[str, Any] | None, now: float) -> SessionInfo:
+        """Create the session if missing; merge `meta` keys into an existing one."""
+        with self._db.write() as conn:
             row = conn.execute("SELECT meta FROM sessions WHERE id = ?", (sid,)).fetchone()
             if row is None:
                 merged = dict(meta or {})
                 conn.execute(
                     "INSERT INTO sessions(id, meta, tenant, scenario, prompt_version, "
                     "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (sid, _dumps(merged), merged.get("tenant"), merged.get("scenario"),
-                     merged.get("prompt_version"), now, now),
+                    (
+                        sid,
+                        dumps(merged),
+                        merged.get("tenant"),
+                        merged.get("scenario"),
+                        merged.get("prompt_version"),
+                        now,
+                        now,
+                    ),
                 )
-                self._event(conn, now, sid, "session", {"meta": merged})
+                add_event(conn, now, sid, "session", {"meta": merged})
             elif meta:
                 merged = {**json.loads(row[0]), **meta}
                 conn.execute(
                     "UPDATE sessions SET meta = ?, tenant = ?, scenario = ?, prompt_version = ? "
                     "WHERE id = ?",
-                    (_dumps(merged), merged.get("tenant"), merged.get("scenario"),
-                     merged.get("prompt_version"), sid),
+                    (
+                        dumps(merged),
+                        merged.get("tenant"),
+                        merged.get("scenario"),
+                        merged.get("prompt_version"),
+                        sid,
+                    ),
                 )
-        return self.get_session(sid)
+        info = self.get_session(sid)
+        if info is None:  # deleted by another process right after the write
+            raise UnknownSession(f"session {sid!r} was deleted while it was being opened")
+        return info
 
     def get_session(self, sid: str) -> SessionInfo | None:
-        rows = self._read(f"SELECT {self._SESSION_COLS} FROM sessions WHERE id = ?", (sid,))
-        return self._to_session(rows[0]) if rows else None
+        """The session summary, or None when no such session exists."""
+        rows = self._read(f"SELECT {SESSION_COLS} FROM sessions WHERE id = ?", (sid,))
+        return to_session(rows[0]) if rows else None
 
-    @staticmethod
-    def _filters(status, tenant, scenario, prompt_version, updated_since):
-        where, params = [], []
-        for column, value in (("status", status), ("tenant", tenant), ("scenario", scenario),
-                              ("prompt_version", prompt_version)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if updated_since is not None:
-            where.append("updated_at >= ?")
-            params.append(updated_since)
-        return (" WHERE " + " AND ".join(where)) if where else "", params
-
-    def list_sessions(self, *, status=None, tenant=None, scenario=None, prompt_version=None,
-                      updated_since=None, limit=200, offset=0) -> list[SessionInfo]:
-        where, params = self._filters(status, tenant, scenario, prompt_version, updated_since)
+    def list_sessions(
+        self,
+        *,
+        status: SessionStatus | None = None,
+        tenant: str | None = None,
+        scenario: str | None = None,
+        prompt_version: str | None = None,
+        updated_since: float | None = None,
+        limit: int = 200,
+        offset: int = 0,
+    ) -> list[SessionInfo]:
+        """Sessions matching every given filter, most recently active first."""
+        clause, params = where(
+            {
+                "status": status,
+                "tenant": tenant,
+                "scenario": scenario,
+                "prompt_version": prompt_version,
+            },
+            ("updated_at", updated_since),
+        )
         rows = self._read(
-            f"SELECT {self._SESSION_COLS} FROM sessions{where} "
+            f"SELECT {SESSION_COLS} FROM sessions{clause} "
             "ORDER BY updated_at DESC LIMIT ? OFFSET ?",
             (*params, limit, offset),
         )
-        return [self._to_session(r) for r in rows]
+        return [to_session(r) for r in rows]
 
-    def count_sessions(self, *, status=None, updated_since=None) -> int:
-        where, params = self._filters(status, None, None, None, updated_since)
-        return self._read(f"SELECT COUNT(*) FROM sessions{where}", tuple(params))[0][0]
+    def count_sessions(
+        self, *, status: SessionStatus | None = None, updated_since: float | None = None
+    ) -> int:
+        """How many sessions match every given filter."""
+        clause, params = where({"status": status}, ("updated_at", updated_since))
+        return int(self._read(f"SELECT COUNT(*) FROM sessions{clause}", params)[0][0])
 
-    def set_status(self, sid: str, status: str, verdict: dict | None, now: float) -> None:
-        with self._write() as conn:
-            self._session_row(conn, sid)
+    def set_status(
+        self, sid: str, status: SessionStatus, verdict: StoredVerdict | None, now: float
+    ) -> None:
+        """Set the session status; a verdict is stored as the last verdict and counted."""
+        with self._db.write() as conn:
+            session_row(conn, sid)
             if verdict is not None:
                 conn.execute(
                     "UPDATE sessions SET status = ?, last_verdict = ?, loops = loops + 1, "
                     "updated_at = ? WHERE id = ?",
-                    (status, _dumps(verdict), now, sid),
+                    (status, dumps(verdict), now, sid),
                 )
             else:
                 conn.execute(
                     "UPDATE sessions SET status = ?, updated_at = ? WHERE id = ?",
                     (status, now, sid),
                 )
-            self._event(conn, now, sid, "status", {"status": status})
+            add_event(conn, now, sid, "status", {"status": status})
 
     # -- history ----------------------------------------------------------------------------
-    def _append(self, conn, sid: str, messages: list[dict], now: float) -> tuple[int, int]:
-        seq, epoch, msg_count, _, _ = self._session_row(conn, sid)
-        conn.executemany(
-            "INSERT INTO messages(session, seq, pos, body, created_at) VALUES (?, ?, ?, ?, ?)",
-            [(sid, seq + i + 1, msg_count + i, _dumps(m), now) for i, m in enumerate(messages)],
-        )
-        conn.execute(
-            "UPDATE sessions SET seq = ?, msg_count = ?, updated_at = ? WHERE id = ?",
-            (seq + len(messages), msg_count + len(messages), now, sid),
-        )
-        return epoch, msg_count
-
-    def append_messages(self, sid: str, messages: list[dict], now: float) -> int:
-        with self._write() as conn:
-            epoch, pos = self._append(conn, sid, messages, now)
+    def append_messages(self, sid: str, messages: list[dict[str, Any]], now: float) -> int:
+        """Append chat messages to the live line; returns the epoch."""
+        with self._db.write() as conn:
+            epoch, pos = append_live(conn, sid, messages, now)
             roles = [m["role"] for m in messages]
-            self._event(conn, now, sid, "message",
-                        {"count": len(messages), "pos": pos, "roles": roles})
+            add_event(
+                conn, now, sid, "message", {"count": len(messages), "pos": pos, "roles": roles}
+            )
         return epoch
 
     def put(self, sid: str, ns: str, items: dict[str, Any], now: float) -> int:
-        with self._write() as conn:
-            seq, epoch, *_ = self._session_row(conn, sid)
+        """Set keys of namespace `ns` (None deletes), versioned; returns the epoch."""
+        with self._db.write() as conn:
+            seq, epoch, *_ = session_row(conn, sid)
             seq += 1
             for key, value in items.items():
-                text = None if value is None else _dumps(value)
+                text = None if value is None else dumps(value)
                 conn.execute(
                     "INSERT INTO kv_writes(session, seq, ns, key, value) VALUES (?, ?, ?, ?, ?)",
                     (sid, seq, ns, key, text),
                 )
-                if text is None:
-                    conn.execute("DELETE FROM kv WHERE session = ? AND ns = ? AND key = ?",
-                                 (sid, ns, key))
-                else:
-                    conn.execute(
-                        "INSERT OR REPLACE INTO kv(session, ns, key, value) VALUES (?, ?, ?, ?)",
-                        (sid, ns, key, text),
-                    )
-            conn.execute("UPDATE sessions SET seq = ?, updated_at = ? WHERE id = ?",
-                         (seq, now, sid))
-            self._event(conn, now, sid, ns, {"keys": sorted(items)[:20], "count": len(items)})
+                put_value(conn, "kv", sid, ns, key, text)
+            conn.execute(
+                "UPDATE sessions SET seq = ?, updated_at = ? WHERE id = ?", (seq, now, sid)
+            )
+            add_event(conn, now, sid, ns, {"keys": sorted(items)[:20], "count": len(items)})
         return epoch
 
     def get_all(self, sid: str, ns: str) -> dict[str, Any]:
+        """Current values of namespace `ns` on the live line."""
         rows = self._read("SELECT key, value FROM kv WHERE session = ? AND ns = ?", (sid, ns))
         return {k: json.loads(v) for k, v in rows}
 
-    def live_messages(self, sid: str) -> list[dict]:
+    def live_messages(self, sid: str) -> list[dict[str, Any]]:
+        """Messages on the live line, oldest first."""
         rows = self._read(
             "SELECT body FROM messages WHERE session = ? AND branch IS NULL ORDER BY pos", (sid,)
         )
         return [json.loads(r[0]) for r in rows]
 
     def all_messages(self, sid: str) -> list[MessageRecord]:
+        """Every message, live and abandoned, in write order."""
         rows = self._read(
             "SELECT seq, pos, body, branch, created_at FROM messages WHERE session = ? "
-            "ORDER BY seq", (sid,),
+            "ORDER BY seq",
+            (sid,),
         )
-        return [MessageRecord(seq=r[0], pos=r[1], message=json.loads(r[2]), branch=r[3],
-                              created_at=r[4]) for r in rows]
+        return [
+            MessageRecord(
+                seq=r[0], pos=r[1], message=json.loads(r[2]), branch=r[3], created_at=r[4]
+            )
+            for r in rows
+        ]
 
     # -- snapshots --------------------------------------------------------------------------
-    @staticmethod
-    def _queue_compensations(conn, sid: str, rows, branch: str | None, now: float):
-        """Queue the compensations of (step n, compensation JSON) rows; each step at most once.
-
-        The idempotency key names the session incarnation (its creation time), so a session
-        deleted and created again under the same id never collides with the old keys."""
-        (created,) = conn.execute("SELECT created_at FROM sessions WHERE id = ?", (sid,)).fetchone()
-        incarnation = f"{int(created * 1e6):x}"
-        queued = []
-        for n, comp in rows:
-            name, args = json.loads(comp)
-            key = f"{sid}#{n}@{incarnation}"
-            cur = conn.execute(
-                "INSERT OR IGNORE INTO compensations(session, step, name, args, idem_key, status, "
-                "branch, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
-                (sid, n, name, _dumps(args), key, branch, now, now),
-            )
-            if cur.rowcount:
-                queued.append(Compensation(
-                    id=cur.lastrowid, session=sid, step=n, name=name, args=args,
-                    idempotency_key=key, status="pending", attempts=0, error=None,
-                    created_at=now, updated_at=now, branch=branch,
-                ))
-        return queued
-
-    def _snapshot(self, conn, sid: str, label, kind: str, now: float, retention: Retention):
-        seq, _epoch, msg_count, step_count, head = self._session_row(conn, sid)
+    def _snapshot(
+        self,
+        conn: sqlite3.Connection,
+        sid: str,
+        label: str | None,
+        kind: SnapshotKind,
+        now: float,
+        retention: Retention,
+    ) -> SnapshotNode:
+        seq, _epoch, msg_count, step_count, head = session_row(conn, sid)
         seq += 1
         snap_id = f"snap-{seq}"
         conn.execute(
@@ -434,17 +289,34 @@ class SQLiteStore:
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (sid, snap_id, head, label, kind, seq, msg_count, step_count + 1, now),
         )
-        conn.execute("UPDATE sessions SET seq = ?, head = ?, updated_at = ? WHERE id = ?",
-                     (seq, snap_id, now, sid))
+        conn.execute(
+            "UPDATE sessions SET seq = ?, head = ?, updated_at = ? WHERE id = ?",
+            (seq, snap_id, now, sid),
+        )
         self._retire(conn, sid, kind, step_count + 1, now, retention)
         return SnapshotNode(
-            id=snap_id, parent=head, label=label, created_at=now, on_live_line=True,
-            abandoned_reason=None, kind=kind, restorable=True, next_step=step_count + 1,
-            messages=msg_count, is_head=True,
+            id=snap_id,
+            parent=head,
+            label=label,
+            created_at=now,
+            on_live_line=True,
+            abandoned_reason=None,
+            kind=kind,
+            restorable=True,
+            next_step=step_count + 1,
+            messages=msg_count,
+            is_head=True,
         )
 
     @staticmethod
-    def _retire(conn, sid: str, kind: str, next_step: int, now: float, retention: Retention):
+    def _retire(
+        conn: sqlite3.Connection,
+        sid: str,
+        kind: SnapshotKind,
+        next_step: int,
+        now: float,
+        retention: Retention,
+    ) -> None:
         if kind == "step":
             conn.execute(
                 "UPDATE snapshots SET retired_at = ? WHERE session = ? AND kind = 'step' "
@@ -460,19 +332,24 @@ class SQLiteStore:
                 (now, sid, kind, sid, kind, retention.keep_snapshots),
             )
 
-    def take_snapshot(self, sid, label, kind, now, retention) -> SnapshotNode:
-        with self._write() as conn:
+    def take_snapshot(
+        self, sid: str, label: str | None, kind: SnapshotKind, now: float, retention: Retention
+    ) -> SnapshotNode:
+        """Take a snapshot of the live line and make it the head."""
+        with self._db.write() as conn:
             node = self._snapshot(conn, sid, label, kind, now, retention)
-            self._event(conn, now, sid, "snapshot", {"id": node.id, "label": label, "kind": kind})
+            add_event(conn, now, sid, "snapshot", {"id": node.id, "label": label, "kind": kind})
         return node
 
     def snapshots(self, sid: str) -> list[SnapshotNode]:
+        """Every snapshot of the session, oldest first."""
         head_rows = self._read("SELECT head FROM sessions WHERE id = ?", (sid,))
         head = head_rows[0][0] if head_rows else None
         branches = {b.id: b for b in self.branches(sid)}
         rows = self._read(
             "SELECT id, parent, label, kind, seq, msg_count, next_step, created_at, branch, "
-            "retired_at FROM snapshots WHERE session = ? ORDER BY seq", (sid,),
+            "retired_at FROM snapshots WHERE session = ? ORDER BY seq",
+            (sid,),
         )
         out = []
         for r in rows:
@@ -480,14 +357,26 @@ class SQLiteStore:
             reason = None
             if branch is not None:
                 reason = f"rolled back to {branch.from_snapshot} by {branch.actor}: {branch.reason}"
-            out.append(SnapshotNode(
-                id=r[0], parent=r[1], label=r[2], created_at=r[7], on_live_line=r[8] is None,
-                abandoned_reason=reason, kind=r[3], restorable=r[8] is None and r[9] is None,
-                next_step=r[6], messages=r[5], branch=r[8], is_head=r[0] == head,
-            ))
+            out.append(
+                SnapshotNode(
+                    id=r[0],
+                    parent=r[1],
+                    label=r[2],
+                    created_at=r[7],
+                    on_live_line=r[8] is None,
+                    abandoned_reason=reason,
+                    kind=r[3],
+                    restorable=r[8] is None and r[9] is None,
+                    next_step=r[6],
+                    messages=r[5],
+                    branch=r[8],
+                    is_head=r[0] == head,
+                )
+            )
         return out
 
     def restorable_snapshot(self, sid: str, before_step: int | None) -> str | None:
+        """Newest restorable live snapshot taken before step `before_step` began, or None."""
         best = None
         for kind in ("manual", "step"):  # each kind has its own retention window
             rows = self._read(
@@ -499,30 +388,41 @@ class SQLiteStore:
                 best = rows[0]
         return best[0] if best else None
 
-    def branches(self, sid: str) -> list[BranchInfo]:
-        rows = self._read(
-            "SELECT id, from_snapshot, actor, reason, created_at, epoch FROM branches "
-            "WHERE session = ? ORDER BY seq", (sid,),
-        )
-        return [BranchInfo(id=r[0], from_snapshot=r[1], actor=r[2], reason=r[3], created_at=r[4],
-                           epoch=r[5]) for r in rows]
-
     # -- steps ------------------------------------------------------------------------------
-    def begin_step(self, sid, step, snapshot_label, now, retention) -> StepTicket:
-        with self._write() as conn:
+    def begin_step(
+        self,
+        sid: str,
+        step: StepStart,
+        snapshot_label: str | None,
+        now: float,
+        retention: Retention,
+    ) -> StepTicket:
+        """Record the start of a step, after a write-ahead snapshot when a label is given."""
+        with self._db.write() as conn:
             snap_id = None
             if snapshot_label is not None:
                 snap_id = self._snapshot(conn, sid, snapshot_label, "step", now, retention).id
-            seq, epoch, _msgs, step_count, _head = self._session_row(conn, sid)
+            seq, epoch, _msgs, step_count, _head = session_row(conn, sid)
             seq += 1
             n = step_count + 1
             conn.execute(
                 "INSERT INTO steps(session, n, seq, epoch, tool, args, fingerprint, status, "
                 "started_at, side_effect, compensation, snapshot, text) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
-                (sid, n, seq, epoch, step["tool"], step["args"], step["fingerprint"], now,
-                 int(bool(step.get("side_effect"))), step.get("compensation"), snap_id,
-                 step.get("text")),
+                (
+                    sid,
+                    n,
+                    seq,
+                    epoch,
+                    step["tool"],
+                    step["args"],
+                    step["fingerprint"],
+                    now,
+                    int(bool(step.get("side_effect"))),
+                    step.get("compensation"),
+                    snap_id,
+                    step.get("text"),
+                ),
             )
             conn.execute(
                 "UPDATE sessions SET seq = ?, step_count = ?, updated_at = ? WHERE id = ?",
@@ -530,10 +430,12 @@ class SQLiteStore:
             )
         return StepTicket(n=n, epoch=epoch, snapshot=snap_id, seq=seq)
 
-    def end_step(self, sid, ticket: StepTicket, outcome: dict, now: float) -> bool:
+    def end_step(self, sid: str, ticket: StepTicket, outcome: StepOutcome, now: float) -> bool:
+        """Record a step's outcome; returns True when the step was late."""
         verdict = outcome.get("verdict")
-        with self._write() as conn:
-            _seq, epoch, *_ = self._session_row(conn, sid)
+        budget = outcome.get("budget")
+        with self._db.write() as conn:
+            _seq, epoch, *_ = session_row(conn, sid)
             late = epoch != ticket.epoch
             branch = None
             if late:
@@ -546,334 +448,150 @@ class SQLiteStore:
                 "UPDATE steps SET status = ?, error = ?, result_digest = ?, result_preview = ?, "
                 "ended_at = ?, verdict = ?, late = ?, branch = COALESCE(branch, ?), budget = ? "
                 "WHERE session = ? AND n = ?",
-                (outcome["status"], outcome.get("error"), outcome.get("result_digest"),
-                 outcome.get("result_preview"), now, None if verdict is None else _dumps(verdict),
-                 int(late), branch,
-                 None if outcome.get("budget") is None else _dumps(outcome["budget"]),
-                 sid, ticket.n),
+                (
+                    outcome["status"],
+                    outcome.get("error"),
+                    outcome.get("result_digest"),
+                    outcome.get("result_preview"),
+                    now,
+                    None if verdict is None else dumps(verdict),
+                    int(late),
+                    branch,
+                    None if budget is None else dumps(budget),
+                    sid,
+                    ticket.n,
+                ),
             )
             if late:
                 conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
                 if outcome["status"] == "ok":  # its side effect happened off the live line
                     rows = conn.execute(
                         "SELECT n, compensation FROM steps WHERE session = ? AND n = ? "
-                        "AND side_effect = 1 AND compensation IS NOT NULL", (sid, ticket.n),
+                        "AND side_effect = 1 AND compensation IS NOT NULL",
+                        (sid, ticket.n),
                     ).fetchall()
-                    self._queue_compensations(conn, sid, rows, branch, now)
+                    queue_compensations(conn, sid, rows, branch, now)
             elif verdict is not None:
                 conn.execute(
                     "UPDATE sessions SET status = 'looping', last_verdict = ?, loops = loops + 1, "
-                    "updated_at = ? WHERE id = ?", (_dumps(verdict), now, sid),
+                    "updated_at = ? WHERE id = ?",
+                    (dumps(verdict), now, sid),
                 )
             elif outcome["status"] == "ok":
                 conn.execute(
                     "UPDATE sessions SET status = CASE WHEN status = 'stopped' THEN status "
-                    "ELSE 'healthy' END, updated_at = ? WHERE id = ?", (now, sid),
+                    "ELSE 'healthy' END, updated_at = ? WHERE id = ?",
+                    (now, sid),
                 )
             else:
                 conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
-            self._event(conn, now, sid, "step", {
-                "n": ticket.n, "status": outcome["status"], "late": late,
-                "looping": verdict is not None,
-            })
+            add_event(
+                conn,
+                now,
+                sid,
+                "step",
+                {
+                    "n": ticket.n,
+                    "status": outcome["status"],
+                    "late": late,
+                    "looping": verdict is not None,
+                },
+            )
         return late
 
-    _STEP_COLS = (
-        "n, tool, args, fingerprint, status, error, result_digest, result_preview, started_at, "
-        "ended_at, side_effect, compensation, verdict, branch, late, snapshot, text, epoch, budget"
-    )
-
-    @staticmethod
-    def _to_step(r) -> StepRecord:
-        comp = _loads(r[11])
-        return StepRecord(
-            n=r[0], tool=r[1], args=json.loads(r[2]), fingerprint=r[3], status=r[4], error=r[5],
-            result_digest=r[6], result_preview=r[7], started_at=r[8], ended_at=r[9],
-            side_effect=bool(r[10]), compensation=tuple(comp) if comp else None,
-            verdict=_loads(r[12]), on_live_line=r[13] is None, branch=r[13], late=bool(r[14]),
-            snapshot=r[15], text=r[16], epoch=r[17], budget=_loads(r[18]),
-        )
-
-    def steps(self, sid: str, *, live_only: bool = False, last: int | None = None):
-        where = " AND branch IS NULL" if live_only else ""
+    def steps(
+        self, sid: str, *, live_only: bool = False, last: int | None = None
+    ) -> list[StepRecord]:
+        """Steps in step order; `last` keeps only the newest N."""
+        live = " AND branch IS NULL" if live_only else ""
         if last is not None:
             rows = self._read(
-                f"SELECT {self._STEP_COLS} FROM steps WHERE session = ?{where} "
-                "ORDER BY n DESC LIMIT ?", (sid, last),
+                f"SELECT {STEP_COLS} FROM steps WHERE session = ?{live} ORDER BY n DESC LIMIT ?",
+                (sid, last),
             )
             rows.reverse()
         else:
             rows = self._read(
-                f"SELECT {self._STEP_COLS} FROM steps WHERE session = ?{where} ORDER BY n", (sid,)
+                f"SELECT {STEP_COLS} FROM steps WHERE session = ?{live} ORDER BY n", (sid,)
             )
-        return [self._to_step(r) for r in rows]
+        return [to_step(r) for r in rows]
 
-    # -- rollback ---------------------------------------------------------------------------
-    def rollback(self, sid, target, *, actor, reason, notice, now,
-                 expect_epoch=None, kind="rollback") -> RollbackResult:
-        with self._write() as conn:
-            seq, epoch, _msgs, _steps, _head = self._session_row(conn, sid)
-            if expect_epoch is not None and epoch != expect_epoch:
-                raise RollbackConflict(
-                    f"session {sid!r} was rolled back by someone else (epoch is now {epoch}); "
-                    "look at it again before rolling back"
-                )
-            snap = conn.execute(
-                "SELECT seq, msg_count, branch, retired_at FROM snapshots "
-                "WHERE session = ? AND id = ?", (sid, target),
-            ).fetchone()
-            if snap is None:
-                raise UnknownSnapshot(f"session {sid!r} has no snapshot {target!r}")
-            snap_seq, snap_msgs, snap_branch, retired = snap
-            if snap_branch is not None:
-                raise SnapshotNotRestorable(
-                    f"snapshot {target!r} lies on the abandoned branch {snap_branch}; "
-                    "roll back to a snapshot on the live line"
-                )
-            if retired is not None:
-                raise SnapshotNotRestorable(
-                    f"snapshot {target!r} was retired by the retention window; "
-                    "pick a newer snapshot"
-                )
-            seq += 1
-            branch = f"branch-{seq}"
-            new_epoch = epoch + 1
-            conn.execute(
-                "INSERT INTO branches(session, id, from_snapshot, seq, epoch, actor, reason, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (sid, branch, target, seq, new_epoch, actor, reason, now),
-            )
-            counts = {}
-            for table in ("messages", "steps", "snapshots"):
-                cur = conn.execute(
-                    f"UPDATE {table} SET branch = ? WHERE session = ? AND seq > ? "
-                    "AND branch IS NULL", (branch, sid, snap_seq),
-                )
-                counts[table] = cur.rowcount
-            # Versioned key-values: abandon later writes, then restore the affected keys.
-            affected = conn.execute(
-                "SELECT DISTINCT ns, key FROM kv_writes WHERE session = ? AND seq > ? "
-                "AND branch IS NULL", (sid, snap_seq),
-            ).fetchall()
-            conn.execute(
-                "UPDATE kv_writes SET branch = ? WHERE session = ? AND seq > ? AND branch IS NULL",
-                (branch, sid, snap_seq),
-            )
-            abandoned_memories = 0
-            for ns, key in affected:
-                row = conn.execute(
-                    "SELECT value FROM kv_writes WHERE session = ? AND ns = ? AND key = ? "
-                    "AND seq <= ? AND branch IS NULL ORDER BY seq DESC LIMIT 1",
-                    (sid, ns, key, snap_seq),
-                ).fetchone()
-                if row is None or row[0] is None:
-                    conn.execute("DELETE FROM kv WHERE session = ? AND ns = ? AND key = ?",
-                                 (sid, ns, key))
-                    if ns == "mem" and row is None:
-                        abandoned_memories += 1
-                else:
-                    conn.execute(
-                        "INSERT OR REPLACE INTO kv(session, ns, key, value) VALUES (?, ?, ?, ?)",
-                        (sid, ns, key, row[0]),
-                    )
-            # Saga: side-effecting steps that completed on the abandoned branch, newest first.
-            comp_rows = conn.execute(
-                "SELECT n, compensation FROM steps WHERE session = ? AND branch = ? "
-                "AND side_effect = 1 AND compensation IS NOT NULL AND status = 'ok' "
-                "ORDER BY n DESC", (sid, branch),
-            ).fetchall()
-            queued = self._queue_compensations(conn, sid, comp_rows, branch, now)
-            fork = kind == "fork"  # a fork moves the line but is no recovery: status stays
-            conn.execute(
-                "UPDATE sessions SET seq = ?, epoch = ?, head = ?, msg_count = ?, "
-                "status = CASE WHEN ? THEN status ELSE 'rolled_back' END, "
-                "rollbacks = rollbacks + CASE WHEN ? THEN 0 ELSE 1 END, updated_at = ? "
-                "WHERE id = ?",
-                (seq, new_epoch, target, snap_msgs, fork, fork, now, sid),
-            )
-            notice_text = None
-            if notice is not None:
-                self._append(conn, sid, [notice], now)
-                notice_text = notice.get("content")
-            detail = {
-                "branch": branch, "epoch": new_epoch, "messages": counts["messages"],
-                "steps": counts["steps"], "snapshots": counts["snapshots"],
-                "compensations": [c.name for c in queued], "notice": notice_text,
-            }
-            action = "fork" if fork else "rollback"
-            conn.execute(
-                "INSERT INTO audit(at, actor, action, session, snapshot, reason, detail) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (now, actor, action, sid, target, reason, _dumps(detail)),
-            )
-            self._event(conn, now, sid, action, {"target": target, "actor": actor, **detail})
-            if notice_text is not None:
-                conn.execute(
-                    "INSERT INTO audit(at, actor, action, session, snapshot, reason, detail) "
-                    "VALUES (?, ?, 'notice', ?, ?, ?, ?)",
-                    (now, actor, sid, target, reason, _dumps({"text": notice_text})),
-                )
-        return RollbackResult(
-            session=sid, target=target, branch=branch, epoch=new_epoch, actor=actor,
-            reason=reason, at=now, abandoned_messages=counts["messages"],
-            abandoned_steps=counts["steps"], abandoned_snapshots=counts["snapshots"],
-            abandoned_memories=abandoned_memories, compensations=tuple(queued),
-            notice=notice_text,
-        )
-
-    def add_notice(self, sid: str, message: dict, actor: str, now: float) -> None:
-        with self._write() as conn:
-            self._append(conn, sid, [message], now)
-            conn.execute(
-                "INSERT INTO audit(at, actor, action, session, snapshot, reason, detail) "
-                "VALUES (?, ?, 'notice', ?, NULL, NULL, ?)",
-                (now, actor, sid, _dumps({"text": message.get("content")})),
-            )
-            self._event(conn, now, sid, "notice", {"actor": actor})
+    def add_notice(self, sid: str, message: dict[str, Any], actor: str, now: float) -> None:
+        """Append a recovery notice to the live line and audit it."""
+        with self._db.write() as conn:
+            append_live(conn, sid, [message], now)
+            add_audit(conn, now, actor, "notice", sid, None, None, {"text": message.get("content")})
+            add_event(conn, now, sid, "notice", {"actor": actor})
 
     # -- audit and feed ---------------------------------------------------------------------
-    def audit(self, *, session=None, actor=None, action=None, since=None, limit=1000):
-        where, params = [], []
-        for column, value in (("session", session), ("actor", actor), ("action", action)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if since is not None:
-            where.append("at >= ?")
-            params.append(since)
-        clause = (" WHERE " + " AND ".join(where)) if where else ""
-        rows = self._read(
-            f"SELECT id, at, actor, action, session, snapshot, reason, detail FROM audit{clause} "
-            "ORDER BY id DESC LIMIT ?", (*params, limit),
+    def audit(
+        self,
+        *,
+        session: str | None = None,
+        actor: str | None = None,
+        action: str | None = None,
+        since: float | None = None,
+        limit: int = 1000,
+    ) -> list[AuditEvent]:
+        """Audit events matching every given filter, newest first."""
+        clause, params = where(
+            {"session": session, "actor": actor, "action": action}, ("at", since)
         )
-        return [AuditEvent(id=r[0], at=r[1], actor=r[2], action=r[3], session=r[4],
-                           snapshot=r[5], reason=r[6], detail=json.loads(r[7])) for r in rows]
+        rows = self._read(
+            f"SELECT {AUDIT_COLS} FROM audit{clause} ORDER BY id DESC LIMIT ?", (*params, limit)
+        )
+        return [to_audit(r) for r in rows]
 
     def count_audit(self, action: str, since: float) -> int:
-        return self._read("SELECT COUNT(*) FROM audit WHERE action = ? AND at >= ?",
-                          (action, since))[0][0]
+        """How many audit events of `action` happened at or after `since`."""
+        clause, params = where({"action": action}, ("at", since))
+        return int(self._read(f"SELECT COUNT(*) FROM audit{clause}", params)[0][0])
 
-    def add_audit(self, actor, action, session, snapshot, reason, detail, now) -> None:
-        with self._write() as conn:
-            conn.execute(
-                "INSERT INTO audit(at, actor, action, session, snapshot, reason, detail) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (now, actor, action, session, snapshot, reason, _dumps(detail)),
-            )
-            self._event(conn, now, session, action, {"actor": actor, **detail})
+    def add_audit(
+        self,
+        actor: str,
+        action: str,
+        session: str | None,
+        snapshot: str | None,
+        reason: str | None,
+        detail: dict[str, Any],
+        now: float,
+    ) -> None:
+        """Append an audit event (and a feed event)."""
+        with self._db.write() as conn:
+            add_audit(conn, now, actor, action, session, snapshot, reason, detail)
+            add_event(conn, now, session, action, {"actor": actor, **detail})
 
-    def events(self, since: int = 0, limit: int = 1000, session: str | None = None):
-        if session is None:
-            rows = self._read(
-                "SELECT id, at, session, type, data FROM events WHERE id > ? ORDER BY id LIMIT ?",
-                (since, limit),
-            )
-        else:
-            rows = self._read(
-                "SELECT id, at, session, type, data FROM events WHERE session = ? AND id > ? "
-                "ORDER BY id LIMIT ?", (session, since, limit),
-            )
-        return [Event(id=r[0], at=r[1], session=r[2], type=r[3], data=json.loads(r[4]))
-                for r in rows]
+    def events(self, since: int = 0, limit: int = 1000, session: str | None = None) -> list[Event]:
+        """Feed events with cursor greater than `since`, oldest first."""
+        clause, params = where({"session": session})
+        rows = self._read(
+            f"SELECT id, at, session, type, data FROM events{clause}"
+            f"{' AND' if clause else ' WHERE'} id > ? ORDER BY id LIMIT ?",
+            (*params, since, limit),
+        )
+        return [
+            Event(id=r[0], at=r[1], session=r[2], type=r[3], data=json.loads(r[4])) for r in rows
+        ]
 
     def last_event_id(self) -> int:
-        return self._read("SELECT COALESCE(MAX(id), 0) FROM events")[0][0]
-
-    # -- saga -------------------------------------------------------------------------------
-    _COMP_COLS = (
-        "id, session, step, name, args, idem_key, status, attempts, error, created_at, "
-        "updated_at, branch"
-    )
-
-    @staticmethod
-    def _to_comp(r) -> Compensation:
-        return Compensation(
-            id=r[0], session=r[1], step=r[2], name=r[3], args=json.loads(r[4]),
-            idempotency_key=r[5], status=r[6], attempts=r[7], error=r[8], created_at=r[9],
-            updated_at=r[10], branch=r[11],
-        )
-
-    def compensations(self, *, session=None, status=None, limit=1000) -> list[Compensation]:
-        where, params = [], []
-        if session is not None:
-            where.append("session = ?")
-            params.append(session)
-        if status is not None:
-            where.append("status = ?")
-            params.append(status)
-        clause = (" WHERE " + " AND ".join(where)) if where else ""
-        rows = self._read(
-            f"SELECT {self._COMP_COLS} FROM compensations{clause} ORDER BY id DESC LIMIT ?",
-            (*params, limit),
-        )
-        return [self._to_comp(r) for r in rows]
-
-    def count_compensations(self, status: str) -> int:
-        return self._read("SELECT COUNT(*) FROM compensations WHERE status = ?", (status,))[0][0]
-
-    def claim_compensation(self, names, owner, lease_s, now) -> Compensation | None:
-        if not names:
-            return None
-        marks = ",".join("?" * len(names))
-        with self._write() as conn:
-            row = conn.execute(
-                f"SELECT {self._COMP_COLS} FROM compensations WHERE name IN ({marks}) AND "
-                "(status = 'pending' OR (status = 'running' AND lease_until < ?)) "
-                "ORDER BY id LIMIT 1", (*names, now),
-            ).fetchone()
-            if row is None:
-                return None
-            conn.execute(
-                "UPDATE compensations SET status = 'running', owner = ?, lease_until = ?, "
-                "attempts = attempts + 1, updated_at = ? WHERE id = ?",
-                (owner, now + lease_s, now, row[0]),
-            )
-        comp = self._to_comp(row)
-        return Compensation(**{**comp.__dict__, "status": "running",
-                               "attempts": comp.attempts + 1})
-
-    def finish_compensation(self, cid, owner, ok, error, now, final) -> None:
-        status = "done" if ok else ("failed" if final else "pending")
-        with self._write() as conn:
-            row = conn.execute(
-                "SELECT session, name, step FROM compensations WHERE id = ? AND owner = ? "
-                "AND status = 'running'", (cid, owner),
-            ).fetchone()
-            if row is None:  # lease lost to another worker; its outcome stands
-                return
-            conn.execute(
-                "UPDATE compensations SET status = ?, error = ?, lease_until = NULL, "
-                "updated_at = ? WHERE id = ?", (status, error, now, cid),
-            )
-            if status != "pending":
-                conn.execute(
-                    "INSERT INTO audit(at, actor, action, session, snapshot, reason, detail) "
-                    "VALUES (?, ?, 'compensation', ?, NULL, ?, ?)",
-                    (now, owner, row[0], error,
-                     _dumps({"id": cid, "name": row[1], "step": row[2], "status": status})),
-                )
-            self._event(conn, now, row[0], "compensation",
-                        {"id": cid, "name": row[1], "status": status})
+        """Cursor of the newest event (0 when none)."""
+        return int(self._read("SELECT COALESCE(MAX(id), 0) FROM events")[0][0])
 
     # -- documents --------------------------------------------------------------------------
     def doc_put(self, sid: str, ns: str, items: dict[str, Any], now: float) -> None:
-        with self._write() as conn:
-            self._session_row(conn, sid)
+        """Set documents of namespace `ns` (None deletes one), unversioned."""
+        with self._db.write() as conn:
+            session_row(conn, sid)
             for key, value in items.items():
-                if value is None:
-                    conn.execute("DELETE FROM docs WHERE session = ? AND ns = ? AND key = ?",
-                                 (sid, ns, key))
-                else:
-                    conn.execute(
-                        "INSERT OR REPLACE INTO docs(session, ns, key, value) VALUES (?, ?, ?, ?)",
-                        (sid, ns, key, _dumps(value)),
-                    )
+                put_value(conn, "docs", sid, ns, key, None if value is None else dumps(value))
             conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
 
     def doc_get(self, sid: str, ns: str, keys: list[str]) -> dict[str, Any]:
-        out = {}
-        for i in range(0, len(keys), 500):
-            chunk = keys[i:i + 500]
+        """The documents among `keys` that exist."""
+        out: dict[str, Any] = {}
+        for i in range(0, len(keys), 500):  # stay under SQLite's bound-parameter limit
+            chunk = keys[i : i + 500]
             marks = ",".join("?" * len(chunk))
             rows = self._read(
                 f"SELECT key, value FROM docs WHERE session = ? AND ns = ? AND key IN ({marks})",
@@ -883,50 +601,46 @@ class SQLiteStore:
         return out
 
     def doc_scan(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
+        """Every document of `ns` whose key starts with `prefix`, in key order."""
         rows = self._read(
             "SELECT key, value FROM docs WHERE session = ? AND ns = ? AND key >= ? AND key < ? "
-            "ORDER BY key", (sid, ns, prefix, prefix + "\U0010ffff"),
+            "ORDER BY key",
+            (sid, ns, prefix, prefix + "\U0010ffff"),
         )
         return {k: json.loads(v) for k, v in rows}
 
     def delete_session(self, sid: str, now: float) -> bool:
-        with self._write() as conn:
-            found = conn.execute("DELETE FROM sessions WHERE id = ?", (sid,)).rowcount > 0
-            for table in ("messages", "kv_writes", "kv", "docs", "snapshots", "steps", "branches"):
-                conn.execute(f"DELETE FROM {table} WHERE session = ?", (sid,))
+        """Delete a session and everything it owns (audit events stay)."""
+        with self._db.write() as conn:
+            found = _delete_session(conn, sid)
             if found:
-                self._event(conn, now, sid, "deleted", {})
+                add_event(conn, now, sid, "deleted", {})
         return found
 
+    def purge_sessions(self, before: float, now: float, *, dry_run: bool = False) -> dict[str, int]:
+        """Delete sessions idle since before `before` that are not evidence; returns how many
+        went (``sessions``) and how many idle ones were kept as evidence (``evidence``)."""
+        with self._db.write() as conn:
+            rows = conn.execute(
+                f"SELECT id, {_EVIDENCE} FROM sessions s WHERE updated_at < ? "
+                "ORDER BY updated_at, id",
+                (before,),
+            ).fetchall()
+            doomed = [sid for sid, evidence in rows if not evidence]
+            counts = {"sessions": len(doomed), "evidence": len(rows) - len(doomed)}
+            if dry_run or not doomed:
+                return counts
+            for sid in doomed:
+                _delete_session(conn, sid)
+                add_event(conn, now, sid, "deleted", {})
+            reason = "idle sessions past their time limit (evidence kept)"
+            add_retention(conn, now, reason, counts, ("session_ids", doomed))
+        return counts
+
     # -- maintenance ------------------------------------------------------------------------
-    def rebuild_indexes(self) -> dict:
+    def rebuild_indexes(self) -> dict[str, int]:
         """SQLite's indexes are part of its tables; nothing drifts. Checks integrity instead."""
         (result,) = self._read("PRAGMA quick_check")[0]
         if result != "ok":
             raise StoreUnavailable(f"{self.url} failed its integrity check: {result}")
         return {}
-
-    # -- retention --------------------------------------------------------------------------
-    def purge_branches(self, before: float, now: float) -> dict:
-        removed = {"branches": 0, "messages": 0, "steps": 0, "snapshots": 0, "kv_writes": 0}
-        with self._write() as conn:
-            rows = conn.execute(
-                "SELECT session, id FROM branches WHERE created_at < ?", (before,)
-            ).fetchall()
-            for sid, branch in rows:
-                for table in ("messages", "steps", "snapshots", "kv_writes"):
-                    cur = conn.execute(
-                        f"DELETE FROM {table} WHERE session = ? AND branch = ?", (sid, branch)
-                    )
-                    removed[table] += cur.rowcount
-                conn.execute("DELETE FROM branches WHERE session = ? AND id = ?", (sid, branch))
-                removed["branches"] += 1
-            if rows:
-                conn.execute(
-                    "INSERT INTO audit(at, actor, action, session, snapshot, reason, detail) "
-                    "VALUES (?, 'retention', 'retention', NULL, NULL, ?, ?)",
-                    (now, "abandoned branches past their time limit",
-                     _dumps({**removed, "branch_ids": [f"{s}/{b}" for s, b in rows][:100]})),
-                )
-                self._event(conn, now, None, "retention", removed)
-        return removed

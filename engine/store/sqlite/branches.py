@@ -1,0 +1,222 @@
+"""Rollbacks on SQLite: moving the live line back to a snapshot, the abandoned branches this
+leaves behind, and their removal by retention."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from engine.errors import (
+    NothingToRollBack,
+    RollbackConflict,
+    SnapshotNotRestorable,
+    UnknownSnapshot,
+)
+from engine.records import BranchInfo, RollbackResult
+from engine.store.sqlite.rows import (
+    add_audit,
+    add_event,
+    add_retention,
+    append_live,
+    put_value,
+    session_row,
+)
+from engine.store.sqlite.saga import queue_compensations
+from engine.store.sqlite.tx import SQLiteDB
+from engine.types import RollbackKind
+
+_LINE_TABLES = ("messages", "steps", "snapshots", "kv_writes")
+"""Tables whose rows are written on the live line and move to a branch on rollback."""
+
+
+def _written_after(conn: sqlite3.Connection, sid: str, seq: int) -> bool:
+    """Whether anything on the live line was written after sequence number `seq`."""
+    return any(
+        conn.execute(
+            f"SELECT 1 FROM {table} WHERE session = ? AND seq > ? AND branch IS NULL LIMIT 1",
+            (sid, seq),
+        ).fetchone()
+        for table in _LINE_TABLES
+    )
+
+
+def _restore_kv(conn: sqlite3.Connection, sid: str, snap_seq: int, branch: str) -> int:
+    """Abandon the versioned writes after `snap_seq` and restore each affected key to its
+    value at that point. Returns how many memories left the live line."""
+    affected = conn.execute(
+        "SELECT DISTINCT ns, key FROM kv_writes WHERE session = ? AND seq > ? AND branch IS NULL",
+        (sid, snap_seq),
+    ).fetchall()
+    conn.execute(
+        "UPDATE kv_writes SET branch = ? WHERE session = ? AND seq > ? AND branch IS NULL",
+        (branch, sid, snap_seq),
+    )
+    abandoned_memories = 0
+    for ns, key in affected:
+        row = conn.execute(
+            "SELECT value FROM kv_writes WHERE session = ? AND ns = ? AND key = ? "
+            "AND seq <= ? AND branch IS NULL ORDER BY seq DESC LIMIT 1",
+            (sid, ns, key, snap_seq),
+        ).fetchone()
+        put_value(conn, "kv", sid, ns, key, None if row is None else row[0])
+        if ns == "mem" and row is None:
+            abandoned_memories += 1
+    return abandoned_memories
+
+
+class BranchLine:
+    """The rollback and branch methods of `SQLiteStore`."""
+
+    _db: SQLiteDB
+
+    def branches(self, sid: str) -> list[BranchInfo]:
+        """Every abandoned branch, oldest first."""
+        rows = self._db.read(
+            "SELECT id, from_snapshot, actor, reason, created_at, epoch FROM branches "
+            "WHERE session = ? ORDER BY seq",
+            (sid,),
+        )
+        return [
+            BranchInfo(
+                id=r[0], from_snapshot=r[1], actor=r[2], reason=r[3], created_at=r[4], epoch=r[5]
+            )
+            for r in rows
+        ]
+
+    def rollback(
+        self,
+        sid: str,
+        target: str,
+        *,
+        actor: str,
+        reason: str,
+        notice: dict[str, Any] | None,
+        now: float,
+        expect_epoch: int | None = None,
+        kind: RollbackKind = "rollback",
+    ) -> RollbackResult:
+        """Make snapshot `target` the head, abandon what came after, queue compensations."""
+        with self._db.write() as conn:
+            seq, epoch, _msgs, _steps, _head = session_row(conn, sid)
+            if expect_epoch is not None and epoch != expect_epoch:
+                raise RollbackConflict(
+                    f"session {sid!r} was rolled back by someone else (epoch is now {epoch}); "
+                    "look at it again before rolling back"
+                )
+            snap = conn.execute(
+                "SELECT seq, msg_count, branch, retired_at FROM snapshots "
+                "WHERE session = ? AND id = ?",
+                (sid, target),
+            ).fetchone()
+            if snap is None:
+                raise UnknownSnapshot(f"session {sid!r} has no snapshot {target!r}")
+            snap_seq, snap_msgs, snap_branch, retired = snap
+            if snap_branch is not None:
+                raise SnapshotNotRestorable(
+                    f"snapshot {target!r} lies on the abandoned branch {snap_branch}; "
+                    "roll back to a snapshot on the live line"
+                )
+            if retired is not None:
+                raise SnapshotNotRestorable(
+                    f"snapshot {target!r} was retired by the retention window; "
+                    "pick a newer snapshot"
+                )
+            if kind == "rollback" and not _written_after(conn, sid, snap_seq):
+                raise NothingToRollBack(
+                    f"session {sid!r} has nothing after snapshot {target!r} to roll back: no "
+                    "message, step, snapshot, variable or memory was written since; pick an "
+                    "earlier snapshot"
+                )
+            seq += 1
+            branch = f"branch-{seq}"
+            new_epoch = epoch + 1
+            conn.execute(
+                "INSERT INTO branches(session, id, from_snapshot, seq, epoch, actor, reason, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (sid, branch, target, seq, new_epoch, actor, reason, now),
+            )
+            counts = {}
+            for table in ("messages", "steps", "snapshots"):
+                cur = conn.execute(
+                    f"UPDATE {table} SET branch = ? WHERE session = ? AND seq > ? "
+                    "AND branch IS NULL",
+                    (branch, sid, snap_seq),
+                )
+                counts[table] = cur.rowcount
+            abandoned_memories = _restore_kv(conn, sid, snap_seq, branch)
+            # Saga: side-effecting steps that completed on the abandoned branch, newest first.
+            comp_rows = conn.execute(
+                "SELECT n, compensation FROM steps WHERE session = ? AND branch = ? "
+                "AND side_effect = 1 AND compensation IS NOT NULL AND status = 'ok' "
+                "ORDER BY n DESC",
+                (sid, branch),
+            ).fetchall()
+            queued = queue_compensations(conn, sid, comp_rows, branch, now)
+            fork = kind == "fork"  # a fork moves the line but is no recovery: status stays
+            conn.execute(
+                "UPDATE sessions SET seq = ?, epoch = ?, head = ?, msg_count = ?, "
+                # a stopped session stays stopped: a rollback repairs it, it does not restart it
+                "status = CASE WHEN ? OR status = 'stopped' THEN status ELSE 'rolled_back' END, "
+                "rollbacks = rollbacks + CASE WHEN ? THEN 0 ELSE 1 END, updated_at = ? "
+                "WHERE id = ?",
+                (seq, new_epoch, target, snap_msgs, fork, fork, now, sid),
+            )
+            notice_text = None
+            if notice is not None:
+                append_live(conn, sid, [notice], now)
+                notice_text = notice.get("content")
+            detail = {
+                "branch": branch,
+                "epoch": new_epoch,
+                "messages": counts["messages"],
+                "steps": counts["steps"],
+                "snapshots": counts["snapshots"],
+                "compensations": [c.name for c in queued],
+                "notice": notice_text,
+            }
+            action = "fork" if fork else "rollback"
+            add_audit(conn, now, actor, action, sid, target, reason, detail)
+            add_event(conn, now, sid, action, {"target": target, "actor": actor, **detail})
+            if notice_text is not None:
+                add_audit(conn, now, actor, "notice", sid, target, reason, {"text": notice_text})
+        return RollbackResult(
+            session=sid,
+            target=target,
+            branch=branch,
+            epoch=new_epoch,
+            actor=actor,
+            reason=reason,
+            at=now,
+            abandoned_messages=counts["messages"],
+            abandoned_steps=counts["steps"],
+            abandoned_snapshots=counts["snapshots"],
+            abandoned_memories=abandoned_memories,
+            compensations=tuple(queued),
+            notice=notice_text,
+        )
+
+    def purge_branches(self, before: float, now: float, *, dry_run: bool = False) -> dict[str, int]:
+        """Delete abandoned branches created before `before`; returns counts of what went (with
+        `dry_run`, of what would go, removing and auditing nothing)."""
+        removed = dict.fromkeys(("branches", *_LINE_TABLES), 0)
+        with self._db.write() as conn:
+            rows = conn.execute(
+                "SELECT session, id FROM branches WHERE created_at < ? ORDER BY created_at, seq",
+                (before,),
+            ).fetchall()
+            verb = "SELECT COUNT(*)" if dry_run else "DELETE"
+            for sid, branch in rows:
+                for table in _LINE_TABLES:
+                    cur = conn.execute(
+                        f"{verb} FROM {table} WHERE session = ? AND branch = ?", (sid, branch)
+                    )
+                    removed[table] += cur.fetchone()[0] if dry_run else cur.rowcount
+                if not dry_run:
+                    conn.execute("DELETE FROM branches WHERE session = ? AND id = ?", (sid, branch))
+                removed["branches"] += 1
+            if rows and not dry_run:
+                reason = "abandoned branches past their time limit"
+                add_retention(
+                    conn, now, reason, removed, ("branch_ids", [f"{s}/{b}" for s, b in rows])
+                )
+        return removed

@@ -1,0 +1,140 @@
+"""The SQLite store's tables and the schema-version check.
+
+One row of ``rewind_meta`` records the schema version a file was written with. Opening a file
+written by a newer release refuses (`SchemaMismatch`) instead of misreading it; an older or equal
+version gets the missing tables and indexes (every statement is ``IF NOT EXISTS``).
+
+Layout, per session (column ``session``): ``sessions`` (summary, counters, ``seq``: the
+session's write sequence), ``messages``, ``kv_writes`` (every versioned put) and ``kv`` (current
+values), ``docs`` (unversioned documents), ``snapshots``, ``steps``, ``branches``. Fleet-wide:
+``compensations`` (the saga outbox), ``audit`` and ``events`` (the change feed). A row whose
+``branch`` is NULL lies on the live line; a rollback fills ``branch`` with the abandoned
+branch's id.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from engine.errors import SchemaMismatch
+
+SCHEMA_VERSION = 1
+
+DDL = """
+CREATE TABLE IF NOT EXISTS rewind_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    meta TEXT NOT NULL,
+    tenant TEXT, scenario TEXT, prompt_version TEXT,
+    status TEXT NOT NULL DEFAULT 'healthy',
+    head TEXT,
+    epoch INTEGER NOT NULL DEFAULT 0,
+    seq INTEGER NOT NULL DEFAULT 0,
+    step_count INTEGER NOT NULL DEFAULT 0,
+    msg_count INTEGER NOT NULL DEFAULT 0,
+    loops INTEGER NOT NULL DEFAULT 0,
+    rollbacks INTEGER NOT NULL DEFAULT 0,
+    last_verdict TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_updated ON sessions(updated_at DESC);
+CREATE INDEX IF NOT EXISTS sessions_status ON sessions(status, updated_at DESC);
+CREATE TABLE IF NOT EXISTS messages (
+    session TEXT NOT NULL, seq INTEGER NOT NULL, pos INTEGER NOT NULL,
+    body TEXT NOT NULL, branch TEXT, created_at REAL NOT NULL,
+    PRIMARY KEY (session, seq)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX IF NOT EXISTS messages_live ON messages(session, pos) WHERE branch IS NULL;
+CREATE TABLE IF NOT EXISTS kv_writes (
+    session TEXT NOT NULL, seq INTEGER NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL,
+    value TEXT, branch TEXT,
+    PRIMARY KEY (session, seq, ns, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS kv_writes_key ON kv_writes(session, ns, key, seq);
+CREATE TABLE IF NOT EXISTS kv (
+    session TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+    PRIMARY KEY (session, ns, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS docs (
+    session TEXT NOT NULL, ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+    PRIMARY KEY (session, ns, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS snapshots (
+    session TEXT NOT NULL, id TEXT NOT NULL, parent TEXT, label TEXT, kind TEXT NOT NULL,
+    seq INTEGER NOT NULL, msg_count INTEGER NOT NULL, next_step INTEGER NOT NULL,
+    created_at REAL NOT NULL, branch TEXT, retired_at REAL,
+    PRIMARY KEY (session, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS snapshots_seq ON snapshots(session, seq);
+CREATE INDEX IF NOT EXISTS snapshots_restorable ON snapshots(session, kind, seq)
+    WHERE branch IS NULL AND retired_at IS NULL;
+CREATE TABLE IF NOT EXISTS steps (
+    session TEXT NOT NULL, n INTEGER NOT NULL, seq INTEGER NOT NULL, epoch INTEGER NOT NULL,
+    tool TEXT, args TEXT NOT NULL, fingerprint TEXT NOT NULL, status TEXT NOT NULL,
+    error TEXT, result_digest TEXT, result_preview TEXT,
+    started_at REAL NOT NULL, ended_at REAL,
+    side_effect INTEGER NOT NULL DEFAULT 0, compensation TEXT, verdict TEXT,
+    snapshot TEXT, text TEXT, branch TEXT, late INTEGER NOT NULL DEFAULT 0, budget TEXT,
+    PRIMARY KEY (session, n)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS steps_seq ON steps(session, seq);
+CREATE TABLE IF NOT EXISTS branches (
+    session TEXT NOT NULL, id TEXT NOT NULL, from_snapshot TEXT NOT NULL, seq INTEGER NOT NULL,
+    epoch INTEGER NOT NULL, actor TEXT NOT NULL, reason TEXT NOT NULL, created_at REAL NOT NULL,
+    PRIMARY KEY (session, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS branches_created ON branches(created_at);
+CREATE TABLE IF NOT EXISTS compensations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, args TEXT NOT NULL,
+    idem_key TEXT NOT NULL UNIQUE, status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+    error TEXT, owner TEXT, lease_until REAL, branch TEXT,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS compensations_status ON compensations(status, id);
+CREATE INDEX IF NOT EXISTS compensations_session ON compensations(session, id);
+CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, actor TEXT NOT NULL,
+    action TEXT NOT NULL, session TEXT, snapshot TEXT, reason TEXT, detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_at ON audit(at);
+CREATE INDEX IF NOT EXISTS audit_action ON audit(action, at);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, session TEXT, type TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_session ON events(session, id);
+"""
+
+
+def init_schema(conn: sqlite3.Connection, name: str) -> None:
+    """Create missing tables and indexes and record the schema version, inside the caller's
+    write transaction.
+
+    Raises:
+        SchemaMismatch: the database was written by a newer release (`name` names it).
+    """
+    row = None
+    try:
+        row = conn.execute("SELECT value FROM rewind_meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.OperationalError:  # a new file: no rewind_meta yet
+        pass
+    if row is not None and int(row[0]) > SCHEMA_VERSION:
+        raise SchemaMismatch(
+            f"{name} was written by a newer Rewind (schema {row[0]}, this release "
+            f"knows {SCHEMA_VERSION}); upgrade agent-rewind"
+        )
+    run_script(conn, DDL)
+    conn.execute(
+        "INSERT OR IGNORE INTO rewind_meta(key, value) VALUES ('schema_version', ?)",
+        (str(SCHEMA_VERSION),),
+    )
+
+
+def run_script(conn: sqlite3.Connection, script: str) -> None:
+    """Run `;`-separated statements one by one (``executescript`` would commit the caller's
+    transaction)."""
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)

@@ -1,0 +1,126 @@
+"""Connections and transactions on one SQLite file, shared by the store and the demo ledger.
+
+Every thread gets its own connection (WAL lets readers run beside one writer); an in-memory
+database has a single shared connection instead, because each `:memory:` connection would be a
+database of its own. Writes run in ``BEGIN IMMEDIATE`` transactions: the write lock is taken at
+the start, so two processes never interleave half-done changes and a busy database is waited for
+(``busy_timeout``) rather than failing half-way through a transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlparse
+
+from engine.errors import StoreUnavailable
+
+BUSY_TIMEOUT_S = 30.0
+"""How long a connection waits for another process's write lock before giving up."""
+
+SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+
+
+def path_from_url(url: str) -> str:
+    """The file path of a ``sqlite:`` URL ('' when it names none).
+
+    ``sqlite:///relative/path``, ``sqlite:////absolute/path`` and ``sqlite:///:memory:`` (which
+    gives ``:memory:``); a host part, as in ``sqlite://dir/file``, is read as the path's start.
+    """
+    parsed = urlparse(url)
+    path = parsed.path[1:] if parsed.path.startswith("/") else parsed.path
+    if parsed.netloc:
+        path = parsed.netloc + parsed.path
+    return path
+
+
+class SQLiteDB:
+    """Per-thread connections to one SQLite database and its write transactions.
+
+    Args:
+        path: the file, or ``:memory:``.
+        name: how error messages name the database (e.g. the store URL).
+        synchronous: the ``PRAGMA synchronous`` level (OFF, NORMAL, FULL or EXTRA).
+
+    Raises:
+        StoreUnavailable: the folder of `path` cannot be created.
+    """
+
+    def __init__(self, path: str, *, name: str, synchronous: str = "NORMAL"):
+        if synchronous not in SYNCHRONOUS_MODES:
+            raise ValueError(f"{name}: synchronous must be OFF, NORMAL, FULL or EXTRA")
+        self.path = path
+        self.name = name
+        self.memory = path == ":memory:"
+        self._synchronous = synchronous
+        self._local = threading.local()
+        # One lock per handle: the shared in-memory connection must not run two transactions at
+        # once, and a thread's own connection is cheap to guard the same way.
+        self._lock = threading.RLock()
+        self._shared: sqlite3.Connection | None = None
+        if not self.memory:
+            directory = os.path.dirname(os.path.abspath(path))
+            try:
+                os.makedirs(directory, exist_ok=True)
+            except OSError as exc:
+                raise StoreUnavailable(f"cannot create the folder for {name}: {exc}") from exc
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            if not self.memory:
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            conn.execute("PRAGMA foreign_keys = OFF")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open {self.name}: {exc}") from exc
+        return conn
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """This thread's connection (the shared one for ``:memory:``), opened on first use."""
+        if self.memory:  # one shared connection: every thread must see the same database
+            if self._shared is None:
+                self._shared = self._connect()
+            return self._shared
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction: committed when the block ends, rolled back when it raises."""
+        with self._lock:
+            conn = self.conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Rows of one query, outside any write transaction (the last committed state)."""
+        with self._lock:
+            return self.conn.execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        """Close this thread's connection (and the shared one); reopened on next use."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
