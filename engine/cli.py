@@ -19,6 +19,7 @@ import textwrap
 import time
 import unicodedata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.errors import (
     RewindError,
@@ -28,6 +29,11 @@ from engine.errors import (
     UnknownSnapshot,
 )
 from engine.store import redact
+from engine.types import Role
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
+    from engine.records import BranchInfo
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_STORE, EXIT_NOT_FOUND, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_CODES = {
@@ -227,7 +233,7 @@ def cmd_rollback(args) -> int:
                 "a notice. Pick an earlier snapshot with --to (see `rewind show`), or pass "
                 "--force to roll back anyway."
             )
-    result = engine.rollback(args.session, to=args.to, actor=Actor(args.actor, "operator"),
+    result = engine.rollback(args.session, to=args.to, actor=Actor(args.actor, Role.OPERATOR),
                              reason=args.reason, notice=not args.no_notice, expect_epoch=expect)
     out(f"rolled {result.session} back to {result.target} (epoch {result.epoch}); "
         f"{result.abandoned_messages} message(s) and {result.abandoned_steps} step(s) kept "
@@ -243,7 +249,7 @@ def cmd_notice(args) -> int:
     from engine import Actor
 
     engine = _engine(args)
-    text = engine.notice(args.session, args.text, actor=Actor(args.actor, "operator"))
+    text = engine.notice(args.session, args.text, actor=Actor(args.actor, Role.OPERATOR))
     out(f"notice appended to {args.session}: {text}")
     return 0
 
@@ -267,7 +273,7 @@ def cmd_compensations(args) -> int:
     return 0
 
 
-def purge_candidates(engine, before: float) -> list[tuple[str, object]]:
+def purge_candidates(engine: Engine, before: float) -> list[tuple[str, BranchInfo]]:
     """(session id, BranchInfo) of every abandoned branch created before `before`, read
     through the engine API (sessions page by page, then each session's branches)."""
     found = []
@@ -471,12 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_hash_password)
 
     p = sub.add_parser("demo", help="run the demo fleet against a store")
-    try:
-        from engine.demo import add_arguments
-    except ImportError:
-        add_arguments = None
-    if add_arguments is not None:
-        add_arguments(p)
+    from engine.demo import add_arguments
+
+    add_arguments(p)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("dashboard", help="start the console")
@@ -502,11 +505,9 @@ def _store_failure(exc: BaseException) -> str | None:
                     "write access to its file and folder, even to read. Run as the file's "
                     "owner, or copy the database and point --store at the copy")
         return f"the SQLite store failed: {text} (is the file damaged? `rewind doctor`)"
-    try:
-        from redis.exceptions import RedisError
-    except ImportError:
-        RedisError = ()  # noqa: N806
-    if RedisError and isinstance(exc, RedisError):
+    from redis.exceptions import RedisError
+
+    if isinstance(exc, RedisError):
         return f"the Redis store failed: {type(exc).__name__}: {exc}"
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return f"the store failed: {type(exc).__name__}: {exc}"

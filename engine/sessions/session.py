@@ -37,8 +37,8 @@ from engine.sessions.steps import (
     result_preview,
     verdict_record,
 )
-from engine.store.base import StepTicket
-from engine.types import LOOP_POLICIES, LoopPolicy, SessionStatus, StoredVerdict
+from engine.store.base import StepOutcome, StepTicket
+from engine.types import LOOP_POLICIES, LoopPolicy, SessionStatus, StepStatus, StoredVerdict
 
 if TYPE_CHECKING:
     from engine.memory.session import SessionMemory
@@ -103,7 +103,7 @@ class StepCall:
         """The detector's verdict, known once the step ended."""
         self.late = False
         """True when the session was rolled back while this step ran."""
-        self._outcome: dict | None = None
+        self._outcome: StepOutcome | None = None
         self._result: Any = None
         self._ticket: StepTicket | None = None
 
@@ -138,7 +138,9 @@ class StepCall:
             raise StepError(f"step {self.n} was already finished as {self._outcome['status']}")
         result_digest, preview = result_preview(result, self.session._rt.limits)
         self._result = result
-        self._outcome = {"status": "ok", "result_digest": result_digest, "result_preview": preview}
+        self._outcome = StepOutcome(
+            status=StepStatus.OK, result_digest=result_digest, result_preview=preview
+        )
 
     def fail(self, error: str | BaseException) -> None:
         """Record failure with the error text (or exception)."""
@@ -148,7 +150,7 @@ class StepCall:
         # Cut, not refused: a failing tool must still be recorded as failed. Lone surrogates
         # (no UTF-8 form) become U+FFFD for the same reason.
         text = cut_text(text, self.session._rt.limits.error_chars)
-        self._outcome = {"status": "error", "error": text or "error"}
+        self._outcome = StepOutcome(status=StepStatus.ERROR, error=text or "error")
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> Literal[False]:
         if self._ticket is None:
@@ -394,7 +396,7 @@ class Session:
         step = Step(
             tool=call.tool,
             args=call.args,
-            ok=out["status"] == "ok",
+            ok=out["status"] == StepStatus.OK,
             error=out.get("error"),
             result=out.get("result_digest"),
             text=call.text,
@@ -408,7 +410,7 @@ class Session:
         late = rt.store.end_step(
             self.id,
             ticket,
-            {**out, "verdict": stored, "budget": call.budget},
+            StepOutcome(**out, verdict=stored, budget=call.budget),
             rt.clock(),
         )
         call.verdict = verdict

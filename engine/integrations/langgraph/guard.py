@@ -229,7 +229,8 @@ class LoopGuard:
             advice = getattr(verdict, "advice", "") or NUDGE_TEXT.format(
                 explanation=verdict.explanation)
             return _nudge(result, f"Rewind: {advice}")
-        start = (session.info().last_verdict or {}).get("loop_start_step")
+        last = session.info().last_verdict
+        start = last["loop_start_step"] if last else None
         rollback = self._roll_back(session, verdict, start, call.root)
         raise LoopDetected(verdict, rollback) from error
 

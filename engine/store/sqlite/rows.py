@@ -210,7 +210,7 @@ def session_row(conn: sqlite3.Connection, sid: str) -> SessionRow:
     ).fetchone()
     if row is None:
         raise UnknownSession(f"no session {sid!r} in this store")
-    return row  # type: ignore[no-any-return]
+    return row
 
 
 def put_value(
