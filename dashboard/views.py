@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from engine.sessions.notices import NOTICE_FLAG, TEMPLATES, template_for
+from engine.types import SessionStatus, StoredVerdict, TokenBreakdown
 
 ARGS_CHARS = 200
 """Arguments are cut to this many characters in hovers and tables."""
@@ -27,12 +28,14 @@ MAX_LANES = 12
 OTHER_LANE = "other calls"
 AGENT_LANE = "agent turn"
 
-STATUS_ORDER = ("looping", "rolled_back", "healthy", "stopped")
-STATUS_LABELS = {
-    "looping": "🔴 looping",
-    "rolled_back": "🟠 rolled back",
-    "healthy": "🟢 healthy",
-    "stopped": "⚪ stopped",
+STATUS_ORDER: tuple[SessionStatus, ...] = (
+    SessionStatus.LOOPING, SessionStatus.ROLLED_BACK, SessionStatus.HEALTHY, SessionStatus.STOPPED)
+"""Statuses in the order the fleet sorts and filters them: what needs attention first."""
+STATUS_LABELS: dict[SessionStatus, str] = {
+    SessionStatus.LOOPING: "🔴 looping",
+    SessionStatus.ROLLED_BACK: "🟠 rolled back",
+    SessionStatus.HEALTHY: "🟢 healthy",
+    SessionStatus.STOPPED: "⚪ stopped",
 }
 
 EPISODE_COLUMNS = ["at", "session", "tenant", "scenario", "prompt_version"]
@@ -89,13 +92,14 @@ def sessions_frame(infos: Iterable[Any]) -> pd.DataFrame:
     """One row per SessionInfo, in the columns the fleet table shows."""
     rows = []
     for i in infos:
-        verdict = i.last_verdict or {}
+        verdict: StoredVerdict | None = i.last_verdict
         meta = i.meta or {}
         rows.append((
             i.id, i.status, STATUS_LABELS.get(i.status, i.status), meta.get("tenant"),
             meta.get("scenario"), meta.get("prompt_version"), meta.get("locale") or "en",
-            i.updated_at, i.steps, i.messages, i.loops, i.rollbacks, verdict.get("rule"),
-            verdict.get("explanation"), session_link(i.id),
+            i.updated_at, i.steps, i.messages, i.loops, i.rollbacks,
+            verdict["rule"] if verdict else None, verdict["explanation"] if verdict else None,
+            session_link(i.id),
         ))
     frame = pd.DataFrame.from_records(rows, columns=SESSION_COLUMNS)
     frame["last_activity"] = local_times(frame["last_activity"].astype(float))
@@ -253,16 +257,17 @@ def loop_windows(steps: Sequence[Any]) -> list[tuple[float, float, str]]:
     """
     spans: list[list] = []
     for s in steps:
-        v = s.verdict
+        v: StoredVerdict | None = s.verdict
         if not v:
             continue
-        start = v.get("loop_start_step") or (min(v.get("evidence_steps") or [s.n]))
+        start = v["loop_start_step"] or min(v["evidence_steps"] or [s.n])
+        rule = v["rule"] or "loop"
         x0, x1 = start - 0.5, s.n + 0.5
-        if spans and spans[-1][2] == (v.get("rule") or "loop") and x0 <= spans[-1][1] + 1:
+        if spans and spans[-1][2] == rule and x0 <= spans[-1][1] + 1:
             spans[-1][1] = max(spans[-1][1], x1)
             spans[-1][0] = min(spans[-1][0], x0)
         else:
-            spans.append([x0, x1, v.get("rule") or "loop"])
+            spans.append([x0, x1, rule])
     return [(a, b, r) for a, b, r in spans]
 
 
@@ -282,9 +287,9 @@ def rollback_markers(steps: Sequence[Any], branches: Sequence[Any]) -> list[dict
 
 
 # -- session: why flagged ---------------------------------------------------------------------
-def evidence_frame(steps: Sequence[Any], verdict: Mapping[str, Any] | None) -> pd.DataFrame:
+def evidence_frame(steps: Sequence[Any], verdict: StoredVerdict | None) -> pd.DataFrame:
     """The verdict's evidence steps with tool, args, outcome and error."""
-    wanted = set((verdict or {}).get("evidence_steps") or [])
+    wanted = set(verdict["evidence_steps"]) if verdict else set()
     rows = [{"step": s.n, "tool": s.tool or "agent turn", "args": short_json(s.args, 400),
              "status": s.status, "error": s.error, "line": "live" if s.on_live_line else
              f"abandoned ({s.branch})"} for s in steps if s.n in wanted]
@@ -606,7 +611,7 @@ def budget_history(steps: Sequence[Any]) -> pd.DataFrame:
     """
     rows = []
     for s in steps:
-        budget = getattr(s, "budget", None)
+        budget: TokenBreakdown | None = getattr(s, "budget", None)
         if not budget:
             continue
         rows.append({"step": s.n, **{k: budget.get(k) for k in BUDGET_COLUMNS[1:-1]},
@@ -620,7 +625,7 @@ def current_budget(history: pd.DataFrame) -> pd.Series | None:
     return None if live.empty else live.iloc[-1]
 
 
-def budget_parts(breakdown: Mapping[str, Any], max_tokens: int | None) -> pd.DataFrame:
+def budget_parts(breakdown: TokenBreakdown | pd.Series, max_tokens: int | None) -> pd.DataFrame:
     """One context's token split (system, dialogue, memories, reserve, free) against the window."""
     rows = [{"part": p, "tokens": int(breakdown.get(p) or 0)} for p in BUDGET_PARTS]
     used = sum(r["tokens"] for r in rows)
