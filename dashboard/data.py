@@ -49,7 +49,7 @@ def store_errors() -> Iterator[None]:
     try:
         yield
     except StoreUnavailable as exc:
-        st.error(f"The store cannot be reached: {exc}")
+        st.error(f"The store cannot be reached: {views.plain(exc)}")
         st.stop()
 
 

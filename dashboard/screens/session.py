@@ -5,7 +5,6 @@ One render function per tab; `main` reads the session once and wires them.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,10 +40,14 @@ class Page:
 
 # -- above the tabs -----------------------------------------------------------------------------
 def render_picker(column) -> str:
-    """The session id box (bound to `?session=`); returns the id as given."""
+    """The session id box (bound to `?session=`); returns the id exactly as given.
+
+    Never trimmed: "sess-1 " and "sess-1" are two sessions, and a rollback must hit the one the
+    link named.
+    """
     return column.text_input(
         "Session id", key="session", bind="query-params", placeholder="paste a session id"
-    ).strip()
+    )
 
 
 def render_no_session(head, url: str | None) -> None:
@@ -62,7 +65,7 @@ def render_no_session(head, url: str | None) -> None:
         label = f"{row.session} · {row.scenario or '-'} · {row.explanation or ''}"[:160]
         st.page_link(
             "screens/session.py",
-            label=views.md_escape(label),
+            label=views.plain(label),
             query_params={"session": row.session},
             icon="🔴",
         )
@@ -71,14 +74,17 @@ def render_no_session(head, url: str | None) -> None:
 def render_header(head, page: Page) -> None:
     """Title, the session's meta and counters, and the verdict box."""
     info = page.bundle.info
-    head.title(views.md_escape(page.sid))
+    head.title(views.plain(page.sid), anchor=False)
+    if page.sid != page.sid.strip() or not page.sid.isprintable():
+        st.caption(f"Exact id: {views.literal(repr(page.sid))}: the spaces at its ends or its "
+                   "invisible characters are part of it.")
     meta = info.meta or {}
     st.caption(
         " · ".join(
             [
-                views.STATUS_LABELS.get(info.status, info.status),
+                views.plain(views.STATUS_LABELS.get(info.status, info.status)),
                 *(
-                    f"{k.replace('_', ' ')} **{views.md_escape(str(meta[k]))}**"
+                    f"{k.replace('_', ' ')} **{views.plain(str(meta[k]))}**"
                     for k in ("tenant", "scenario", "prompt_version", "locale", "channel")
                     if meta.get(k)
                 ),
@@ -93,23 +99,23 @@ def render_header(head, page: Page) -> None:
     )
     verdict = page.verdict
     why = (
-        f"{views.md_escape(verdict['rule'] or '?')}: {views.md_escape(verdict['explanation'])}"
+        f"{views.plain(verdict['rule'] or '?')}: {views.plain(verdict['explanation'])}"
         if verdict
         else "none"
     )
     if info.status == SessionStatus.LOOPING and verdict:
         st.error(
-            f"**Looping** ({views.md_escape(verdict['rule'] or '?')}): "
-            f"{views.md_escape(verdict['explanation'])}  \n"
-            f"Suggested rollback target: **{views.md_escape(page.target_text)}**",
+            f"**Looping** ({views.plain(verdict['rule'] or '?')}): "
+            f"{views.plain(verdict['explanation'])}  \n"
+            f"Suggested rollback target: **{views.plain(page.target_text)}**",
             icon=":material/autorenew:",
         )
     elif info.status == SessionStatus.ROLLED_BACK:
         st.warning(f"**Rolled back.** Last verdict: {why}", icon=":material/undo:")
     elif verdict:
         st.info(
-            f"Last verdict ({views.md_escape(verdict['rule'] or '?')}): "
-            f"{views.md_escape(verdict['explanation'])}"
+            f"Last verdict ({views.plain(verdict['rule'] or '?')}): "
+            f"{views.plain(verdict['explanation'])}"
         )
     else:
         st.success("No loop verdict for this session.")
@@ -161,10 +167,10 @@ def render_why_flagged(page: Page) -> None:
         return
     steps = page.bundle.steps
     c1, c2, c3 = st.columns(3)
-    c1.metric("Rule", verdict["rule"] or "?")
+    c1.metric("Rule", views.plain(verdict["rule"] or "?"))
     c2.metric("Loop began at step", verdict["loop_start_step"] or "?")
     c3.metric("Evidence steps", len(verdict["evidence_steps"]))
-    st.markdown(f"**Why:** {views.md_escape(verdict['explanation'])}")
+    st.markdown(f"**Why:** {views.plain(verdict['explanation'])}")
     st.markdown("**Evidence**")
     st.dataframe(views.evidence_frame(steps, verdict), hide_index=True)
     wanted = set(verdict["evidence_steps"])
@@ -172,14 +178,14 @@ def render_why_flagged(page: Page) -> None:
     if groups:
         st.markdown("**Argument differences between near-duplicates**")
         for group in groups:
-            st.caption(f"{group[0].tool}: {len(group)} calls")
+            st.caption(f"{views.plain(group[0].tool)}: {len(group)} calls")
             st.dataframe(views.arg_diffs(group), hide_index=True)
     elif wanted:
         st.caption("The arguments are identical in every evidence step: an exact repeat.")
     if verdict["details"]:
         with st.expander("Rule details"):
             st.json(verdict["details"])
-    st.markdown(f"**Suggested rollback target:** {views.md_escape(page.target_text)}")
+    st.markdown(f"**Suggested rollback target:** {views.plain(page.target_text)}")
     if page.bundle.info.status != SessionStatus.LOOPING:
         st.caption("The session is no longer looping; the target is where a rollback would go now.")
 
@@ -188,7 +194,7 @@ def render_snapshot_tree(page: Page) -> None:
     bundle, nodes, suggested = page.bundle, page.nodes, page.bundle.suggested
     show_retired = st.toggle("Show retired step snapshots", key="tree-retired")
     layout, edges = views.tree_layout(bundle.tree, bundle.branches, show_retired)
-    lane_names = {i + 1: html.escape(f"{b.id} ({b.actor})") for i, b in enumerate(bundle.branches)}
+    lane_names = {i + 1: f"{b.id} ({b.actor})" for i, b in enumerate(bundle.branches)}
     event = st.plotly_chart(
         charts.snapshot_tree(layout, edges, lane_names),
         key="tree",
@@ -213,13 +219,14 @@ def render_snapshot_tree(page: Page) -> None:
     )
     node = nodes[chosen]
     st.markdown(
-        f"**{node.id}** · {views.md_escape(node.label or node.kind)} · {node.kind} "
+        f"**{views.plain(node.id)}** · {views.plain(node.label or node.kind)} · "
+        f"{views.plain(node.kind)} "
         f"snapshot before step {node.next_step} · {node.messages} messages · "
         + ("**head** · " if node.is_head else "")
         + ("restorable" if node.restorable else "not restorable")
     )
     if node.abandoned_reason:
-        st.caption(f"Abandoned: {views.md_escape(node.abandoned_reason)}")
+        st.caption(f"Abandoned: {views.plain(node.abandoned_reason)}")
     if node.restorable and node.on_live_line and page.user.can_act:
         if st.button(f"Roll back to {node.id}…", key="tree-rollback"):
             dialogs.rollback_dialog(page.sid, page.user, target=node.id)
@@ -304,15 +311,20 @@ def main() -> None:
 
     head, pick = st.columns([3, 1])
     sid = render_picker(pick)
-    if not sid:
+    if sid == "":
         render_no_session(head, url)
         return
     try:
         with data.store_errors():
             bundle = data.session_bundle(url, sid)
-    except (UnknownSession, InvalidSessionId) as exc:
+    except UnknownSession:
         head.title("Session")
-        st.error(f"{exc}. Check the id, or open the session from the fleet table.")
+        st.error(f"No session {views.literal(repr(sid))} in this store. Check the id (spaces and "
+                 "invisible characters count), or open the session from the fleet table.")
+        return
+    except InvalidSessionId as exc:
+        head.title("Session")
+        st.error(f"{views.literal(repr(sid))} is not a session id: {views.plain(exc)}.")
         return
 
     nodes = {n.id: n for n in bundle.tree}
