@@ -76,8 +76,10 @@ def render_header(head, page: Page) -> None:
     info = page.bundle.info
     head.title(views.plain(page.sid), anchor=False)
     if page.sid != page.sid.strip() or not page.sid.isprintable():
-        st.caption(f"Exact id: {views.literal(repr(page.sid))}: the spaces at its ends or its "
-                   "invisible characters are part of it.")
+        st.caption(
+            f"Exact id: {views.literal(repr(page.sid))}: the spaces at its ends or its "
+            "invisible characters are part of it."
+        )
     meta = info.meta or {}
     st.caption(
         " · ".join(
@@ -311,7 +313,7 @@ def main() -> None:
 
     head, pick = st.columns([3, 1])
     sid = render_picker(pick)
-    if sid == "":
+    if not sid:  # "" only: an id of spaces is still an id, and gets its answer below
         render_no_session(head, url)
         return
     try:
@@ -319,8 +321,10 @@ def main() -> None:
             bundle = data.session_bundle(url, sid)
     except UnknownSession:
         head.title("Session")
-        st.error(f"No session {views.literal(repr(sid))} in this store. Check the id (spaces and "
-                 "invisible characters count), or open the session from the fleet table.")
+        st.error(
+            f"No session {views.literal(repr(sid))} in this store. Check the id (spaces and "
+            "invisible characters count), or open the session from the fleet table."
+        )
         return
     except InvalidSessionId as exc:
         head.title("Session")
