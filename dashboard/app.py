@@ -36,11 +36,13 @@ if user is None:
 page = st.navigation(PAGES)
 
 with st.sidebar:
-    st.markdown(f"**{views.md_escape(user.name)}** · {user.role}")
+    st.markdown(f"**{views.plain(user.name)}** · {views.plain(user.role)}")
     if user.source != "demo" and st.button("Sign out", key="sign-out"):
         access.sign_out(user)
         st.rerun()
-    st.caption(f"Store: `{settings.redact_url(data.store_url()) or settings.DEFAULT_STORE}`")
+    with data.store_errors():
+        store = data.engine().store  # its URL is redacted by the engine
+    st.caption(f"Store: {views.literal(views.store_label(store.url))}")
 
 if user.source == "demo":
     st.info("Demo mode: no accounts are configured, so this console only answers on localhost "
@@ -49,18 +51,19 @@ if user.source == "demo":
 
 degraded = data.engine().degraded
 if degraded:
-    st.error(f"**Degraded store:** {degraded}. Sessions written now live in the fallback store; "
-             "restart the console with Redis reachable to go back to it.",
+    st.error(f"**Degraded store:** {views.plain(degraded)}. Sessions written now live in the "
+             "fallback store; restart the console with Redis reachable to go back to it.",
              icon=":material/warning:")
 
 try:
     freeze = settings.freeze_window(access.read_secrets())
 except settings.SettingsError as exc:
-    st.warning(f"The freeze window setting is wrong and was ignored: {exc}")
+    st.warning(f"The freeze window setting is wrong and was ignored: {views.plain(exc)}")
     freeze = None
 if freeze is not None and freeze.active(time.time()):
-    st.warning(f"**{freeze.name}** until {freeze.end:%a %d %b %H:%M %Z}: no deploys. Roll looping "
-               "sessions back and tell their users; fixes ship after the freeze.",
+    st.warning(f"**{views.plain(freeze.name)}** until {freeze.end:%a %d %b %H:%M %Z}: no "
+               "deploys. Roll looping sessions back and tell their users; fixes ship after the "
+               "freeze.",
                icon=":material/ac_unit:")
 
 page.run()

@@ -1,14 +1,19 @@
-"""Figure builders: a frame in, a plotly figure out. Pure functions, no Streamlit, no I/O."""
+"""Figure builders: a frame in, a plotly figure out. Pure functions, no Streamlit, no I/O.
+
+Plotly renders a subset of HTML (`<a href>` included) in names, tick labels, annotations and
+hovers, so every foreign string (tool, memory, actor, reason, facet value, snapshot id) goes
+through `views.plot_text` here, and never into a `hovertemplate`, where `%{…}` is a placeholder.
+Hover columns built by `dashboard.views` arrive escaped already.
+"""
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.views import BUDGET_PARTS
+from dashboard.views import BUDGET_PARTS, plot_text
 
 # A calm palette: muted blues and greens for normal work, warm tones only where attention is due.
 OK = "#5B8DB8"
@@ -54,7 +59,7 @@ def loops_over_time(buckets: pd.DataFrame, by: str, *, title: str = "",
     keys = [k for k in buckets[by].unique().tolist() if k != ""] if not buckets.empty else []
     for i, key in enumerate(keys):
         part = buckets[buckets[by] == key]
-        name = html.escape(str(key))
+        name = plot_text(key)
         fig.add_trace(go.Bar(
             x=part["bucket"], y=part["loops"], name=name, marker_color=SERIES[i % len(SERIES)],
             hovertemplate=f"{by}: %{{fullData.name}}<br>%{{x|%b %d %H:%M}}<br>"
@@ -80,7 +85,7 @@ def _loop_shapes(windows: Sequence[tuple[float, float, str]]) -> tuple[list[dict
                "y1": 1, "fillcolor": LOOP_SHADE, "line": {"width": 0}, "layer": "below"}
               for x0, x1, _ in windows]
     notes = [{"x": x0, "y": 1, "xref": "x", "yref": "paper", "xanchor": "left",
-              "yanchor": "top", "showarrow": False, "text": f"loop: {rule}",
+              "yanchor": "top", "showarrow": False, "text": f"loop: {plot_text(rule)}",
               "font": {"size": 10, "color": ERROR}} for x0, _, rule in windows]
     return shapes, notes
 
@@ -90,10 +95,10 @@ def _rollback_shapes(markers: Sequence[dict]) -> tuple[list[dict], list[dict]]:
                "y0": 0, "y1": 1, "line": {"color": ROLLBACK, "dash": "dash", "width": 2}}
               for m in markers]
     notes = [{"x": m["x"], "y": 1.0, "xref": "x", "yref": "paper", "showarrow": False,
-              "yanchor": "bottom", "text": f"↩ {m['target']}",
+              "yanchor": "bottom", "text": f"↩ {plot_text(m['target'])}",
               "font": {"size": 10, "color": ROLLBACK},
-              "hovertext": html.escape(f"rolled back to {m['target']} by {m['actor']}: "
-                                       f"{m['reason']}")}
+              "hovertext": plot_text(f"rolled back to {m['target']} by {m['actor']}: "
+                                     f"{m['reason']}")}
              for m in markers]
     return shapes, notes
 
@@ -124,14 +129,14 @@ def timeline(frame: pd.DataFrame, lanes: Sequence[str],
         if part.empty:
             continue
         fig.add_trace(scatter(
-            x=part["n"], y=part["lane"], mode="markers", name=name,
+            x=part["n"], y=part["lane"].map(plot_text), mode="markers", name=name,
             marker={"color": color, "symbol": symbol, "size": 9, "opacity": opacity,
                     "line": {"width": 1, "color": color}},
             text=part["hover"], hovertemplate="%{text}<extra></extra>",
         ))
     shapes, notes = _loop_shapes(windows)
     more_shapes, more_notes = _rollback_shapes(markers)
-    lanes = list(lanes)
+    lanes = [plot_text(lane) for lane in lanes]
     _base(fig, 140 + 26 * max(len(lanes), 2), shapes=shapes + more_shapes,
           annotations=notes + more_notes,
           xaxis={"title": "step", "rangemode": "tozero", "zeroline": False},
@@ -177,7 +182,8 @@ def snapshot_tree(nodes: pd.DataFrame, edges: Sequence[tuple[str, str]],
     _base(fig, 160 + 44 * len(lanes), clickmode="event+select", dragmode="pan",
           xaxis={"title": "snapshots, oldest → newest", "showticklabels": False,
                  "zeroline": False},
-          yaxis={"tickvals": lanes, "ticktext": [names.get(v, f"branch {v}") for v in lanes],
+          yaxis={"tickvals": lanes,
+                 "ticktext": [plot_text(names.get(v, f"branch {v}")) for v in lanes],
                  "autorange": "reversed", "zeroline": False, "automargin": True})
     if nodes.empty:
         _empty(fig, "No snapshots taken yet")
@@ -197,8 +203,10 @@ def decay_curves(curves: pd.DataFrame, accesses: pd.DataFrame | None = None,
     for i, (memory, part) in enumerate(curves.groupby("memory", sort=False)):
         color = SERIES[i % len(SERIES)]
         fig.add_trace(go.Scatter(x=part["t"], y=part["strength"], mode="lines",
-                                 name=str(memory)[:40], line={"color": color, "width": 2},
-                                 hovertemplate=f"{str(memory)[:80]}<br>%{{y:.2f}}<extra></extra>"))
+                                 name=plot_text(str(memory)[:40]),
+                                 meta=[plot_text(str(memory)[:80])],
+                                 line={"color": color, "width": 2},
+                                 hovertemplate="%{meta[0]}<br>%{y:.2f}<extra></extra>"))
         if accesses is not None and not accesses.empty:
             hits = accesses[accesses["memory"] == memory]
             if not hits.empty:

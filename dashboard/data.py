@@ -17,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import access, settings, views
-from engine import Engine, StoreUnavailable
+from engine import Engine, SessionStatus, StoreUnavailable
 from engine.fleet import LoopTally
 
 FLEET_TTL = 5
@@ -49,7 +49,7 @@ def store_errors() -> Iterator[None]:
     try:
         yield
     except StoreUnavailable as exc:
-        st.error(f"The store cannot be reached: {exc}")
+        st.error(f"The store cannot be reached: {views.plain(exc)}")
         st.stop()
 
 
@@ -60,7 +60,7 @@ def fleet_stats(url: str | None, window_s: float = 3600.0) -> dict:
 
 
 @st.cache_data(ttl=FLEET_TTL, show_spinner=False)
-def sessions(url: str | None, status: str | None = None, tenant: str | None = None,
+def sessions(url: str | None, status: SessionStatus | None = None, tenant: str | None = None,
              scenario: str | None = None, prompt_version: str | None = None) -> pd.DataFrame:
     """Sessions matching the engine-side filters, as the fleet table frame (up to FLEET_CAP)."""
     infos = engine_for(url).sessions(status=status, tenant=tenant, scenario=scenario,

@@ -22,9 +22,9 @@ def show_flash() -> None:
     """Show (once) the message left by a dialog."""
     kind, text = st.session_state.pop(FLASH_KEY, (None, None))
     if kind == "success":
-        st.success(text, icon="✅")
+        st.success(views.plain(text), icon="✅")
     elif kind == "error":
-        st.error(text)
+        st.error(views.plain(text))
 
 
 def _notice_preview(text: str | None) -> None:
@@ -64,7 +64,7 @@ def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
     if not choices:
         st.warning("This session has no restorable snapshot on its live line.")
         return
-    st.markdown(f"Session **{views.md_escape(sid)}** · status **{bundle.info.status}**")
+    st.markdown(f"Session **{views.plain(sid)}** · status **{views.plain(bundle.info.status)}**")
     chosen = st.selectbox("Target snapshot", choices, index=index, key=f"rb-target-{sid}",
                           format_func=lambda i: views.snapshot_caption(nodes[i], bundle.suggested))
     preview = data.rollback_preview(url, sid, chosen)
@@ -105,7 +105,7 @@ def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
         result = actions.roll_back(data.engine(), user, sid, chosen, reason, notice=notice,
                                    expect_epoch=seen[1] if seen else state)
     except (actions.ActionRefused, RewindError, PermissionError) as exc:
-        st.error(str(exc))
+        st.error(views.plain(exc))
         return
     data.forget_session(sid)
     flash("success", actions.describe_rollback(result))
@@ -118,8 +118,8 @@ def notice_dialog(sid: str, user: User) -> None:
         st.error("Only operators can send notices.")
         return
     bundle = data.session_bundle(data.store_url(), sid)
-    st.markdown(f"Session **{views.md_escape(sid)}** · locale "
-                f"**{views.md_escape(bundle.info.locale)}**")
+    st.markdown(f"Session **{views.plain(sid)}** · locale "
+                f"**{views.plain(bundle.info.locale)}**")
     text = _notice_picker(bundle.info.locale, f"nt-{sid}", allow_none=False)
     with st.container(horizontal=True):
         send = st.button("Send notice", type="primary", key=f"nt-send-{sid}")
@@ -134,7 +134,7 @@ def notice_dialog(sid: str, user: User) -> None:
     try:
         actions.send_notice(data.engine(), user, sid, text)
     except (actions.ActionRefused, RewindError, PermissionError) as exc:
-        st.error(str(exc))
+        st.error(views.plain(exc))
         return
     data.forget_session(sid)
     flash("success", "Notice sent; it is now the last message of the live history.")

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from engine.sessions.notices import NOTICE_FLAG, TEMPLATES, template_for
+from engine.types import SessionStatus, StoredVerdict, TokenBreakdown
 
 ARGS_CHARS = 200
 """Arguments are cut to this many characters in hovers and tables."""
@@ -27,12 +28,14 @@ MAX_LANES = 12
 OTHER_LANE = "other calls"
 AGENT_LANE = "agent turn"
 
-STATUS_ORDER = ("looping", "rolled_back", "healthy", "stopped")
-STATUS_LABELS = {
-    "looping": "🔴 looping",
-    "rolled_back": "🟠 rolled back",
-    "healthy": "🟢 healthy",
-    "stopped": "⚪ stopped",
+STATUS_ORDER: tuple[SessionStatus, ...] = (
+    SessionStatus.LOOPING, SessionStatus.ROLLED_BACK, SessionStatus.HEALTHY, SessionStatus.STOPPED)
+"""Statuses in the order the fleet sorts and filters them: what needs attention first."""
+STATUS_LABELS: dict[SessionStatus, str] = {
+    SessionStatus.LOOPING: "🔴 looping",
+    SessionStatus.ROLLED_BACK: "🟠 rolled back",
+    SessionStatus.HEALTHY: "🟢 healthy",
+    SessionStatus.STOPPED: "⚪ stopped",
 }
 
 EPISODE_COLUMNS = ["at", "session", "tenant", "scenario", "prompt_version"]
@@ -78,6 +81,60 @@ def session_link(sid: str) -> str:
     return f"session?session={quote(sid, safe='')}"
 
 
+# -- foreign text ------------------------------------------------------------------------------
+# Session ids, meta, tool names, errors, memories, reasons, actor names: agents, users and shared
+# URLs choose them all. Streamlit renders Markdown in titles, captions, alerts, metrics and labels
+# (links, and bare URLs it links on its own); plotly renders a subset of HTML in labels, legends
+# and hovers (including <a href>). Foreign text goes through `plain` or `plot_text`, never raw.
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$:&=])")
+WORD_JOINER = "\u2060"
+"""Invisible, zero-width: splits what Markdown would auto-link without changing what people read."""
+_AUTOLINK = re.compile(r"(?i)(\\:)(?=//)|(www)(?=\\\.)|(@)")
+
+
+def plain(text: object) -> str:
+    """`text` as Markdown that shows exactly its characters and renders nothing: no link, no
+    emphasis, no HTML, no emoji shortcode, no LaTeX.
+
+    Every Markdown character is backslash-escaped. Escapes alone do not stop GitHub-style
+    auto-links (Streamlit links `https://…`, `www.…` and `name@host.tld` found in the text after
+    unescaping), so a word joiner (U+2060) goes after `:` before `//`, after `www` before `.`
+    and after `@`: invisible on screen, and no longer a URL or an e-mail address.
+    """
+    escaped = _MD_SPECIAL.sub(r"\\\1", str(text))
+    return _AUTOLINK.sub(lambda m: m.group(0) + WORD_JOINER, escaped)
+
+
+def literal(text: object) -> str:
+    """`text` as a Markdown code span: every character shown as is, in monospace, never a link.
+
+    For ids and other values people compare character by character; pass `repr(value)` to make
+    spaces at the ends and invisible characters visible. Line breaks show as spaces.
+    """
+    text = str(text).replace("\r", " ").replace("\n", " ")
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    # A space at each end keeps a backtick in the text from joining the fence; CommonMark drops
+    # exactly one space at each end when both are there.
+    pad = " " if text[:1] in ("`", " ") or text[-1:] in ("`", " ") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def plot_text(text: object) -> str:
+    """`text` safe inside a plotly label, legend, annotation or hover: plotly renders `<a href>`,
+    `<b>`, `<br>` and entities there, so `&`, `<` and `>` are escaped (quotes are harmless)."""
+    return html.escape(str(text), quote=False)
+
+
+def store_label(url: str) -> str:
+    """How the sidebar names the store: scheme, host and path of `Engine.store.url`.
+
+    The engine's URL has its `user:password@` redacted already; options in the query string
+    (`password=`, `fallback=`, retries…) say nothing an operator needs there, and may hold a
+    secret, so they are left out.
+    """
+    return re.split(r"[?#]", url, maxsplit=1)[0]
+
+
 # -- fleet ------------------------------------------------------------------------------------
 def local_times(stamps: pd.Series) -> pd.Series:
     """Unix times as local, aware timestamps (vectorised `when`)."""
@@ -89,13 +146,14 @@ def sessions_frame(infos: Iterable[Any]) -> pd.DataFrame:
     """One row per SessionInfo, in the columns the fleet table shows."""
     rows = []
     for i in infos:
-        verdict = i.last_verdict or {}
+        verdict: StoredVerdict | None = i.last_verdict
         meta = i.meta or {}
         rows.append((
             i.id, i.status, STATUS_LABELS.get(i.status, i.status), meta.get("tenant"),
             meta.get("scenario"), meta.get("prompt_version"), meta.get("locale") or "en",
-            i.updated_at, i.steps, i.messages, i.loops, i.rollbacks, verdict.get("rule"),
-            verdict.get("explanation"), session_link(i.id),
+            i.updated_at, i.steps, i.messages, i.loops, i.rollbacks,
+            verdict["rule"] if verdict else None, verdict["explanation"] if verdict else None,
+            session_link(i.id),
         ))
     frame = pd.DataFrame.from_records(rows, columns=SESSION_COLUMNS)
     frame["last_activity"] = local_times(frame["last_activity"].astype(float))
@@ -194,11 +252,6 @@ def loop_buckets(loops: pd.DataFrame, by: str, since: float, until: float,
 
 
 # -- session: timeline ------------------------------------------------------------------------
-def _esc(text: str) -> str:
-    # Quotes are harmless in plotly hover text; escaping them would add a third to the payload.
-    return html.escape(text, quote=False)
-
-
 def _lane_label(tool: str | None, fp: str) -> str:
     return f"{tool} · {fp[:6]}" if tool else AGENT_LANE
 
@@ -221,16 +274,16 @@ def timeline_frame(steps: Sequence[Any], max_lanes: int = MAX_LANES) -> pd.DataF
             lane = OTHER_LANE
         outcome = s.status if s.status in ("ok", "error") else "running"
         line = "live" if s.on_live_line else "abandoned"
-        parts = [f"<b>step {s.n}</b> · {_esc(s.tool or 'agent turn')}"]
+        parts = [f"<b>step {s.n}</b> · {plot_text(s.tool or 'agent turn')}"]
         if s.tool:
-            parts.append("args: " + _esc(short_json(s.args)))
+            parts.append("args: " + plot_text(short_json(s.args)))
         if s.error:
-            parts.append("error: " + _esc(s.error[:ARGS_CHARS]))
+            parts.append("error: " + plot_text(s.error[:ARGS_CHARS]))
         if s.text:
-            parts.append("text: " + _esc(s.text[:ARGS_CHARS]))
+            parts.append("text: " + plot_text(s.text[:ARGS_CHARS]))
         if not s.on_live_line:
             late = " · late" if s.late else ""
-            parts.append(f"abandoned ({_esc(str(s.branch))}){late}")
+            parts.append(f"abandoned ({plot_text(str(s.branch))}){late}")
         if s.side_effect:
             parts.append("side effect")
         rows.append({"n": s.n, "lane": lane, "tool": s.tool, "fingerprint": s.fingerprint,
@@ -253,16 +306,17 @@ def loop_windows(steps: Sequence[Any]) -> list[tuple[float, float, str]]:
     """
     spans: list[list] = []
     for s in steps:
-        v = s.verdict
+        v: StoredVerdict | None = s.verdict
         if not v:
             continue
-        start = v.get("loop_start_step") or (min(v.get("evidence_steps") or [s.n]))
+        start = v["loop_start_step"] or min(v["evidence_steps"] or [s.n])
+        rule = v["rule"] or "loop"
         x0, x1 = start - 0.5, s.n + 0.5
-        if spans and spans[-1][2] == (v.get("rule") or "loop") and x0 <= spans[-1][1] + 1:
+        if spans and spans[-1][2] == rule and x0 <= spans[-1][1] + 1:
             spans[-1][1] = max(spans[-1][1], x1)
             spans[-1][0] = min(spans[-1][0], x0)
         else:
-            spans.append([x0, x1, v.get("rule") or "loop"])
+            spans.append([x0, x1, rule])
     return [(a, b, r) for a, b, r in spans]
 
 
@@ -282,9 +336,9 @@ def rollback_markers(steps: Sequence[Any], branches: Sequence[Any]) -> list[dict
 
 
 # -- session: why flagged ---------------------------------------------------------------------
-def evidence_frame(steps: Sequence[Any], verdict: Mapping[str, Any] | None) -> pd.DataFrame:
+def evidence_frame(steps: Sequence[Any], verdict: StoredVerdict | None) -> pd.DataFrame:
     """The verdict's evidence steps with tool, args, outcome and error."""
-    wanted = set((verdict or {}).get("evidence_steps") or [])
+    wanted = set(verdict["evidence_steps"]) if verdict else set()
     rows = [{"step": s.n, "tool": s.tool or "agent turn", "args": short_json(s.args, 400),
              "status": s.status, "error": s.error, "line": "live" if s.on_live_line else
              f"abandoned ({s.branch})"} for s in steps if s.n in wanted]
@@ -377,13 +431,13 @@ def tree_layout(nodes: Sequence[Any], branches: Sequence[Any] = (),
         else:
             state = "retired"
         b = reasons.get(n.branch) if n.branch else None
-        hover = [f"<b>{html.escape(n.id)}</b> · {html.escape(n.label or n.kind)}",
+        hover = [f"<b>{plot_text(n.id)}</b> · {plot_text(n.label or n.kind)}",
                  f"{n.kind} snapshot, before step {n.next_step}, {n.messages} messages",
                  f"taken {when(n.created_at):%Y-%m-%d %H:%M:%S}"]
         if n.is_head:
             hover.append("HEAD (live line ends here)")
         if n.abandoned_reason:
-            hover.append(html.escape(n.abandoned_reason[:300]))
+            hover.append(plot_text(n.abandoned_reason[:300]))
         elif not n.restorable:
             hover.append("retired by retention: not restorable")
         rows.append({"id": n.id, "x": x, "y": lanes.get(n.branch, 0) if n.branch else 0,
@@ -447,14 +501,6 @@ def messages_view(records: Sequence[Any], branches: Sequence[Any]) -> list[Messa
         branch=r.branch, reason=why.get(r.branch) if r.branch else None,
         notice=bool(r.message.get(NOTICE_FLAG)),
     ) for r in records]
-
-
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$:])")
-
-
-def md_escape(text: str) -> str:
-    """`text` with every Markdown (and emoji-shortcode, LaTeX) character escaped, for labels."""
-    return _MD_SPECIAL.sub(r"\\\1", text)
 
 
 def escape_text(text: str) -> str:
@@ -541,12 +587,26 @@ def audit_frame(events: Iterable[Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=AUDIT_COLUMNS)
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""What makes a spreadsheet read a cell as a formula (OWASP, CSV injection)."""
+
+
+def inert_cell(value: Any) -> Any:
+    """`value` with a leading `'` when it is text a spreadsheet would run as a formula."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+
+
 def audit_csv(frame: pd.DataFrame) -> bytes:
-    """The audit table as UTF-8 CSV (with BOM, so spreadsheet tools read Chinese text right)."""
+    """The audit table as UTF-8 CSV (with BOM, so spreadsheet tools read Chinese text right).
+
+    Actors, sessions, reasons and details are foreign text: a cell that starts like a formula
+    (`=HYPERLINK(…)`, `+cmd|…`) gets a leading `'`, so the spreadsheet shows it instead of
+    running it. Rows end in CRLF (RFC 4180), so a lone CR inside a cell is quoted, not a row end.
+    """
     out = frame.copy()
     if "time" in out and not out.empty:
         out["time"] = out["time"].map(lambda t: t.isoformat() if t is not None else "")
-    return out.to_csv(index=False).encode("utf-8-sig")
+    return out.map(inert_cell).to_csv(index=False, lineterminator="\r\n").encode("utf-8-sig")
 
 
 # -- memory and budget ------------------------------------------------------------------------
@@ -606,7 +666,7 @@ def budget_history(steps: Sequence[Any]) -> pd.DataFrame:
     """
     rows = []
     for s in steps:
-        budget = getattr(s, "budget", None)
+        budget: TokenBreakdown | None = getattr(s, "budget", None)
         if not budget:
             continue
         rows.append({"step": s.n, **{k: budget.get(k) for k in BUDGET_COLUMNS[1:-1]},
@@ -620,7 +680,7 @@ def current_budget(history: pd.DataFrame) -> pd.Series | None:
     return None if live.empty else live.iloc[-1]
 
 
-def budget_parts(breakdown: Mapping[str, Any], max_tokens: int | None) -> pd.DataFrame:
+def budget_parts(breakdown: TokenBreakdown | pd.Series, max_tokens: int | None) -> pd.DataFrame:
     """One context's token split (system, dialogue, memories, reserve, free) against the window."""
     rows = [{"part": p, "tokens": int(breakdown.get(p) or 0)} for p in BUDGET_PARTS]
     used = sum(r["tokens"] for r in rows)

@@ -130,7 +130,7 @@ def test_fleet_can_pause_its_refresh(store):
 def test_session_deep_link_renders_every_tab(store, tab):
     at = app(store, page="screens/session.py", query={"session": LOOPING, "tab": tab})
     assert not at.exception
-    assert [t.value for t in at.title] == [views.md_escape(LOOPING)]
+    assert [t.value for t in at.title] == [views.plain(LOOPING)]
     assert labels(at.tabs) == TABS
     assert "Looping" in texts(at.error)
     charts = at.get("plotly_chart")
@@ -200,7 +200,7 @@ def test_session_page_without_id_lists_looping_sessions(store):
     assert not at.exception
     links = at.get("page_link")
     assert links and links[0].proto.query_string == f"session={LOOPING}"
-    assert links[0].proto.label.startswith(views.md_escape(LOOPING))
+    assert links[0].proto.label.startswith(views.plain(LOOPING))
 
 
 def test_unknown_session_says_so(store):
@@ -268,9 +268,9 @@ def oidc_app(store, user) -> AppTest:
 def test_oidc_maps_identities_to_roles(store):
     at = oidc_app(store, {"is_logged_in": True, "email": "alice@example.com"})
     assert not at.exception and [t.value for t in at.title] == ["Fleet"]
-    assert texts(at.sidebar.markdown) == r"**alice@example\.com** · operator"
+    assert texts(at.sidebar.markdown) == f"**{views.plain('alice@example.com')}** · operator"
     at = oidc_app(store, {"is_logged_in": True, "email": "bob@example.com"})
-    assert texts(at.sidebar.markdown) == r"**bob@example\.com** · viewer"
+    assert texts(at.sidebar.markdown) == f"**{views.plain('bob@example.com')}** · viewer"
     at = oidc_app(store, {"is_logged_in": True, "email": "eve@elsewhere.test"})
     assert "gives this identity no role" in texts(at.error) and not at.metric
     at = oidc_app(store, {"is_logged_in": False})
@@ -297,5 +297,160 @@ def test_a_degraded_store_is_shown_in_a_banner(tmp_path):
     at = app(url)
     assert not at.exception
     banner = texts(at.error)
-    assert "Degraded store" in banner and f"127.0.0.1:{port}" in banner
+    assert "Degraded store" in banner and views.plain(f"127.0.0.1:{port}") in banner
     assert "pw-secret" not in banner
+
+
+# -- hostile text ---------------------------------------------------------------------------------
+UNESCAPED_LINK = r"https?://|www\.|(?<!\\)\]\(|(?<!\\)<a[\s>]|@evil"
+"""What would become a link if Streamlit's Markdown rendered it (plain() breaks each of these)."""
+ANCHOR = r"<a[\s>]"
+"""What plotly's labels and st.html would render as a link."""
+PLAIN_TEXT_ELEMENTS = {"arrow_data_frame", "json", "text", "code", "plotly_chart", "html"}
+"""Elements that show their text as text, never as Markdown (checked separately or not at all)."""
+PLAIN_TEXT_FIELDS = {"id", "formId", "queryParamKey", "queryString", "value", "rawValue",
+                     "default"}
+"""Widget fields never shown, or shown as text (a text box's value, a selectbox's choice)."""
+PLAIN_OPTIONS = {"selectbox", "multiselect"}
+"""Widgets whose options are shown as text (a radio's options are Markdown)."""
+
+
+def _elements(node):
+    for child in getattr(node, "children", {}).values():
+        yield child
+        yield from _elements(child)
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def links_rendered(at) -> list[str]:
+    """Every piece of Markdown, HTML or plotly markup on the page that would render a link."""
+    import json
+    import re
+
+    from google.protobuf.json_format import MessageToDict
+
+    found = []
+    for element in _elements(at._tree):
+        proto = getattr(element, "proto", None)
+        if proto is None:
+            continue
+        kind = getattr(element, "type", "")
+        if kind == "plotly_chart":
+            spec = json.loads(proto.spec)
+            found += [s for s in _strings(spec) if re.search(ANCHOR, s, re.IGNORECASE)]
+        elif kind == "html":
+            found += [proto.body] if re.search(ANCHOR, proto.body, re.IGNORECASE) else []
+        elif kind not in PLAIN_TEXT_ELEMENTS:
+            fields = {k: v for k, v in MessageToDict(proto).items() if k not in PLAIN_TEXT_FIELDS
+                      and not (k == "options" and kind in PLAIN_OPTIONS)}
+            found += [f"{kind}: {s}" for s in _strings(fields)
+                      if re.search(UNESCAPED_LINK, s, re.IGNORECASE)]
+    return found
+
+
+@pytest.fixture(scope="module")
+def hostile_store(tmp_path_factory):
+    from e2e.seed import seed_hostile
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('hostile')}/rewind.db"
+    seed_hostile(url)
+    return url
+
+
+def test_hostile_text_never_renders_as_a_link_on_any_page(hostile_store):
+    from e2e.seed import HOSTILE_LOOPING, HOSTILE_ROLLED_BACK
+
+    pages = [app(hostile_store), app(hostile_store, page="screens/session.py"),
+             app(hostile_store, page="screens/audit.py")]
+    for sid in (HOSTILE_LOOPING, HOSTILE_ROLLED_BACK):
+        for tab in TABS:
+            pages.append(app(hostile_store, page="screens/session.py",
+                             query={"session": sid, "tab": tab}))
+    for at in pages:
+        assert not at.exception
+        assert links_rendered(at) == []
+    fleet, no_id, audit, timeline = pages[:4]
+    assert HOSTILE_LOOPING in set(fleet.dataframe[0].value["session"])  # the text is there
+    assert no_id.get("page_link")
+    assert len(audit.dataframe[0].value) >= 1
+    assert len(timeline.title) == 1 and "evil" in timeline.title[0].value
+    assert timeline.get("plotly_chart")
+
+
+def test_hostile_text_never_renders_as_a_link_in_dialogs_and_flashes(hostile_store):
+    from e2e.seed import EVIL_TEXT, HOSTILE_LOOPING
+
+    from dashboard.dialogs import FLASH_KEY
+
+    query = {"session": HOSTILE_LOOPING, "tab": "Snapshot tree"}
+    at = app(hostile_store, page="screens/session.py", query=query)
+    at.button(key="open-notice").click().run()
+    assert not at.exception and links_rendered(at) == []
+    assert "Send notice" in labels(at.button)
+    at = app(hostile_store, page="screens/session.py", query=query)
+    oldest = at.selectbox(key="tree-node").options[-1]
+    at.selectbox(key="tree-node").select(oldest).run()
+    at.button(key="tree-rollback").click().run()  # the preview lists a hostile compensation
+    assert not at.exception and links_rendered(at) == []
+    assert "Compensations that will be queued (1):" in texts(at.markdown)
+    at = app(hostile_store, page="screens/session.py", query=query)
+    at.session_state[FLASH_KEY] = ("success", f"Rolled back to snap-1; {EVIL_TEXT}")
+    at.run()
+    assert "Rolled back to" in texts(at.success)
+    assert links_rendered(at) == []
+    at.session_state[FLASH_KEY] = ("error", EVIL_TEXT)
+    at.run()
+    assert "evil" in texts(at.error) and links_rendered(at) == []
+
+
+def test_the_session_page_takes_the_id_exactly_as_given(hostile_store):
+    with Engine.open(hostile_store) as engine:
+        engine.session("sess-1", meta={"tenant": "plain-one"})
+        engine.session("sess-1 ", meta={"tenant": "trailing-space"})
+    at = app(hostile_store, page="screens/session.py", query={"session": "sess-1 "})
+    assert not at.exception and not at.error
+    assert "trailing\\-space" in texts(at.caption) and "plain\\-one" not in texts(at.caption)
+    assert "`'sess-1 '`" in texts(at.caption)  # the exact id, quoted, so the space shows
+    assert at.text_input(key="session").value == "sess-1 "
+    at = app(hostile_store, page="screens/session.py", query={"session": "refund-42 "})
+    assert not at.exception
+    assert "No session `'refund-42 '`" in texts(at.error)
+    at = app(hostile_store, page="screens/session.py", query={"session": "sess-1"})
+    assert "plain\\-one" in texts(at.caption) and "`'sess-1" not in texts(at.caption)
+
+
+def test_the_audit_filter_takes_the_session_id_exactly_as_given(hostile_store):
+    from e2e.seed import HOSTILE_ROLLED_BACK
+
+    at = app(hostile_store, page="screens/audit.py")
+    at.text_input(key="audit-session").input(HOSTILE_ROLLED_BACK).run()
+    assert set(at.dataframe[0].value["session"]) == {HOSTILE_ROLLED_BACK}
+    at.text_input(key="audit-session").input(HOSTILE_ROLLED_BACK + " ").run()
+    assert at.dataframe[0].value.empty
+
+
+def test_the_sidebar_never_shows_a_store_password(tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    fallback = f"sqlite:///{tmp_path}/fallback.db"
+    url = (f"redis://u:pw-secret@127.0.0.1:{port}/0?retries=0&password=qs-secret"
+           f"&fallback={fallback}")
+    at = app(url)
+    assert not at.exception
+    sidebar = texts(at.sidebar.caption)
+    assert sidebar.startswith("Store:")
+    assert "pw-secret" not in sidebar and "qs-secret" not in sidebar
+    assert "secret" not in texts(at.error)

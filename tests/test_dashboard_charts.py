@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -123,3 +124,85 @@ def test_budget_charts():
     assert all(t.stackgroup == "tokens" for t in over.data[:4])
     assert "No steps with a token breakdown" in annotations(
         charts.budget_over_steps(history.iloc[0:0]))
+
+
+# -- hostile text ------------------------------------------------------------------------------
+EVIL = '<a href="https://evil.test">x</a> & [sign in](https://evil.test) %{y}'
+"""A link plotly would render in any label, legend or hover, and a hovertemplate placeholder."""
+MARKUP_ALLOWED = re.compile(r"</?(b|br|extra)>")
+
+
+def rendered_strings(fig: go.Figure):
+    """Every string plotly may render as text with markup (not customdata, which it never shows)."""
+    def walk(value, key=""):
+        if isinstance(value, str):
+            yield key, value
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if k != "customdata":
+                    yield from walk(v, k)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                yield from walk(v, key)
+        elif hasattr(value, "tolist"):
+            yield from walk(value.tolist(), key)
+
+    return list(walk(fig.to_plotly_json()))
+
+
+def assert_no_markup_from(fig: go.Figure, shown: str = "&lt;a href") -> None:
+    strings = rendered_strings(fig)
+    leaks = [(k, s) for k, s in strings if "<" in MARKUP_ALLOWED.sub("", s)]
+    assert leaks == []
+    assert any(shown in s for _, s in strings)  # the hostile text is there, escaped
+    templates = [s for k, s in strings if k == "hovertemplate"]
+    assert not any("evil" in s for s in templates)  # never spliced into a template
+
+
+def test_hostile_names_are_escaped_in_loops_over_time():
+    loops = pd.DataFrame({"at": [3600.0], "scenario": [EVIL]})
+    buckets = views.loop_buckets(loops, "scenario", 0, 4 * 3600, 3600)
+    fig = charts.loops_over_time(buckets, "scenario")
+    assert fig.data[0].name == views.plot_text(EVIL)
+    assert_no_markup_from(fig)
+
+
+def test_hostile_tool_names_errors_and_rollbacks_are_escaped_in_the_timeline():
+    verdict = {"rule": EVIL, "loop_start_step": 1, "evidence_steps": [1, 2]}
+    steps = [StepRecord(n=n, tool=EVIL, args={"u": EVIL}, fingerprint="A", status="error",
+                        error=EVIL, result_digest=None, result_preview=None, started_at=float(n),
+                        ended_at=n + 0.5, side_effect=False, compensation=None,
+                        verdict=verdict if n == 2 else None, on_live_line=False, branch=EVIL)
+             for n in (1, 2)]
+    frame = views.timeline_frame(steps)
+    fig = charts.timeline(frame, views.lane_order(frame), views.loop_windows(steps),
+                          views.rollback_markers(steps, [BranchInfo(EVIL, EVIL, EVIL, EVIL,
+                                                                    9.0, 1)]))
+    assert list(fig.layout.yaxis.categoryarray) == [views.plot_text(f"{EVIL} · A")]
+    assert set(fig.data[0].y) == {views.plot_text(f"{EVIL} · A")}
+    assert_no_markup_from(fig)
+
+
+def test_hostile_lane_names_labels_and_reasons_are_escaped_in_the_snapshot_tree():
+    from engine.records import SnapshotNode
+
+    nodes = [SnapshotNode(id="s1", parent=None, label=EVIL, created_at=1.0, on_live_line=True,
+                          abandoned_reason=None, kind="manual", restorable=True, next_step=1,
+                          messages=1, branch=None, is_head=False),
+             SnapshotNode(id="s2", parent="s1", label=EVIL, created_at=2.0, on_live_line=False,
+                          abandoned_reason=EVIL, kind="step", restorable=False, next_step=2,
+                          messages=2, branch="b1", is_head=False)]
+    layout, edges = views.tree_layout(nodes, [BranchInfo("b1", "s1", EVIL, EVIL, 3.0, 1)])
+    fig = charts.snapshot_tree(layout, edges, {1: f"b1 ({EVIL})"})
+    assert list(fig.layout.yaxis.ticktext) == ["live line", views.plot_text(f"b1 ({EVIL})")]
+    assert_no_markup_from(fig)
+
+
+def test_hostile_memories_are_escaped_in_decay_curves():
+    t0 = dt.datetime(2026, 10, 1, tzinfo=dt.UTC)
+    curves = pd.DataFrame([{"memory": EVIL, "t": t0 + dt.timedelta(hours=h), "strength": s}
+                           for h, s in ((0, 1.0), (5, 0.4))])
+    hits = pd.DataFrame([{"memory": EVIL, "t": t0 + dt.timedelta(hours=2), "strength": 0.9}])
+    fig = charts.decay_curves(curves, hits, threshold=0.2)
+    assert fig.data[0].name == views.plot_text(EVIL[:40])
+    assert_no_markup_from(fig)

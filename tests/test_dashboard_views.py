@@ -251,8 +251,43 @@ def test_content_text_of_other_shapes():
     assert views.content_text({"a": 1}) == '{"a":1}'
 
 
-def test_md_escape_neutralises_markdown():
-    assert views.md_escape("a*b_[x](y) :rocket: $x$") == r"a\*b\_\[x\]\(y\) \:rocket\: \$x\$"
+def test_plain_neutralises_markdown():
+    assert views.plain("a*b_[x](y) :rocket: $x$") == r"a\*b\_\[x\]\(y\) \:rocket\: \$x\$"
+
+
+def test_plain_breaks_links_html_and_auto_links():
+    wj = views.WORD_JOINER
+    assert views.plain("[Your session expired - sign in](https://evil.test)") == (
+        rf"\[Your session expired \- sign in\]\(https\:{wj}//evil\.test\)")
+    assert views.plain('<a href="https://evil.test">x</a>') == (
+        rf'\<a href\="https\:{wj}//evil\.test"\>x\</a\>')
+    assert views.plain("see HTTP://evil.test/x, WWW.evil.test or x@evil.test") == (
+        rf"see HTTP\:{wj}//evil\.test/x, WWW{wj}\.evil\.test or x@{wj}evil\.test")
+    assert views.plain("h1\n===\n&lt; `code` ~~x~~ | a |") == (
+        "h1\n\\=\\=\\=\n\\&lt; \\`code\\` \\~\\~x\\~\\~ \\| a \\|")
+    assert views.plain("sess-1 ") == r"sess\-1 "  # nothing trimmed
+    assert views.plain(None) == "None"
+
+
+def test_store_label_keeps_scheme_host_and_path_of_the_redacted_url():
+    assert views.store_label("redis://u:***@10.0.0.5:6379/0?retries=0&password=s3cret#x") == (
+        "redis://u:***@10.0.0.5:6379/0")
+    assert views.store_label("sqlite:////var/lib/rewind/rewind.db") == (
+        "sqlite:////var/lib/rewind/rewind.db")
+    assert views.store_label("sqlite:///:memory:") == "sqlite:///:memory:"
+
+
+def test_literal_shows_every_character_in_a_code_span():
+    assert views.literal("a") == "`a`"
+    assert views.literal("x `y` z") == "``x `y` z``"
+    assert views.literal("`x`") == "`` `x` ``"
+    assert views.literal(repr("sess-1 ")) == "`'sess-1 '`"
+    assert views.literal("a\nb") == "`a b`"
+
+
+def test_plot_text_escapes_what_plotly_renders_as_markup():
+    assert views.plot_text('<a href="https://evil.test">x</a> & <b>') == (
+        '&lt;a href="https://evil.test"&gt;x&lt;/a&gt; &amp; &lt;b&gt;')
 
 
 # -- actions ------------------------------------------------------------------------------------
@@ -291,6 +326,28 @@ def test_audit_frame_and_csv_keep_chinese_text():
     assert "对话上下文已重置" in text and "olivia" in text
     assert views.audit_csv(views.audit_frame([])).decode("utf-8-sig").strip() == \
         ",".join(views.AUDIT_COLUMNS)
+
+
+def test_audit_csv_neutralises_formulas():
+    import csv
+    import io
+
+    hostile = ['=HYPERLINK("https://evil.test","x")', "+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)",
+               "\t=1+1", "\r=1+1"]
+    events = [AuditEvent(n, 1000.0 + n, text, "rollback", text, text, text, {"note": text})
+              for n, text in enumerate(hostile, 1)]
+    frame = views.audit_frame(events)
+    text = views.audit_csv(frame).decode("utf-8-sig")
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    assert [r["actor"] for r in rows] == ["'" + text for text in hostile]
+    for row in rows:
+        for column in ("actor", "session", "snapshot", "reason"):
+            assert row[column].startswith("'"), (column, row[column])
+    assert rows[0]["detail"].startswith('{"note"')  # JSON starts with "{": nothing to neutralise
+    assert frame["actor"].tolist() == hostile  # only the export changes, not the table
+    safe = views.audit_csv(views.audit_frame([AuditEvent(1, 1000.0, "olivia", "rollback", "s-1",
+                                                         "snap-3", "loop 3x", {})]))
+    assert "'" not in safe.decode("utf-8-sig")
 
 
 # -- budget -------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ st.title("Audit")
 f = st.columns([1, 1, 1.4, 1, 0.8])
 action = f[0].selectbox("Action", ACTIONS, key="action", bind="query-params")
 actor = f[1].text_input("Actor", key="actor", placeholder="e.g. alice, rewind").strip()
-session = f[2].text_input("Session", key="audit-session", placeholder="session id").strip()
+session = f[2].text_input("Session", key="audit-session", placeholder="session id")  # exact
 period = f[3].selectbox("Period", list(PERIODS), index=2, key="period")
 limit = f[4].selectbox("Rows", [200, 1000, 10000], index=1, key="limit")
 

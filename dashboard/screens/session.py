@@ -1,221 +1,355 @@
-"""Session: status and verdict, actions, and the tabs. Deep link: `session?session=<id>`."""
+"""Session: status and verdict, actions, and the tabs. Deep link: `session?session=<id>`.
+
+One render function per tab; `main` reads the session once and wires them.
+"""
 
 from __future__ import annotations
 
-import html
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import access, charts, data, dialogs, views
-from engine import InvalidSessionId, UnknownSession
+from dashboard.access import User
+from engine import InvalidSessionId, SessionStatus, StoredVerdict, UnknownSession
 
-TABS = ["Timeline", "Why flagged", "Snapshot tree", "Memory", "Token budget", "Messages"]
 MESSAGE_WINDOWS = {"last 100": 100, "last 500": 500, "all": None}
 
-user = access.require_user()
-url = data.store_url()
-dialogs.show_flash()
 
-head, pick = st.columns([3, 1])
-sid = pick.text_input("Session id", key="session", bind="query-params",
-                      placeholder="paste a session id").strip()
+@dataclass(frozen=True)
+class Page:
+    """What every tab of one session page reads."""
 
-if not sid:
+    url: str | None
+    """Store URL the console reads."""
+    sid: str
+    """Session id, exactly as asked for."""
+    user: User
+    bundle: data.SessionBundle
+    verdict: StoredVerdict | None
+    """The session's latest loop verdict, if any."""
+    target_text: str
+    """How the suggested rollback target is named ("no restorable snapshot" when none)."""
+
+    @property
+    def nodes(self) -> dict:
+        return {n.id: n for n in self.bundle.tree}
+
+
+# -- above the tabs -----------------------------------------------------------------------------
+def render_picker(column) -> str:
+    """The session id box (bound to `?session=`); returns the id exactly as given.
+
+    Never trimmed: "sess-1 " and "sess-1" are two sessions, and a rollback must hit the one the
+    link named.
+    """
+    return column.text_input(
+        "Session id", key="session", bind="query-params", placeholder="paste a session id"
+    )
+
+
+def render_no_session(head, url: str | None) -> None:
+    """No id given: point to the fleet and list the sessions looping now."""
     head.title("Session")
-    st.caption("Open a session from the fleet table or paste its id; the address of this page "
-               "can be shared.")
+    st.caption(
+        "Open a session from the fleet table or paste its id; the address of this page "
+        "can be shared."
+    )
     with data.store_errors():
-        looping = data.sessions(url, "looping").head(20)
+        looping = data.sessions(url, SessionStatus.LOOPING).head(20)
     if looping.empty:
         st.info("No session is looping right now.")
     for row in looping.itertuples():
         label = f"{row.session} · {row.scenario or '-'} · {row.explanation or ''}"[:160]
-        st.page_link("screens/session.py", label=views.md_escape(label),
-                     query_params={"session": row.session}, icon="🔴")
-    st.stop()
+        st.page_link(
+            "screens/session.py",
+            label=views.plain(label),
+            query_params={"session": row.session},
+            icon="🔴",
+        )
 
-try:
-    with data.store_errors():
-        bundle = data.session_bundle(url, sid)
-except (UnknownSession, InvalidSessionId) as exc:
-    head.title("Session")
-    st.error(f"{exc}. Check the id, or open the session from the fleet table.")
-    st.stop()
 
-info = bundle.info
-nodes = {n.id: n for n in bundle.tree}
-verdict = info.last_verdict or {}
+def render_header(head, page: Page) -> None:
+    """Title, the session's meta and counters, and the verdict box."""
+    info = page.bundle.info
+    head.title(views.plain(page.sid), anchor=False)
+    if page.sid != page.sid.strip() or not page.sid.isprintable():
+        st.caption(
+            f"Exact id: {views.literal(repr(page.sid))}: the spaces at its ends or its "
+            "invisible characters are part of it."
+        )
+    meta = info.meta or {}
+    st.caption(
+        " · ".join(
+            [
+                views.plain(views.STATUS_LABELS.get(info.status, info.status)),
+                *(
+                    f"{k.replace('_', ' ')} **{views.plain(str(meta[k]))}**"
+                    for k in ("tenant", "scenario", "prompt_version", "locale", "channel")
+                    if meta.get(k)
+                ),
+                f"{info.steps:,} steps",
+                f"{info.messages:,} live messages",
+                f"{info.loops} loop verdicts",
+                f"{info.rollbacks} rollbacks",
+                f"epoch {info.epoch}",
+                f"last activity {views.when(info.updated_at):%Y-%m-%d %H:%M:%S}",
+            ]
+        )
+    )
+    verdict = page.verdict
+    why = (
+        f"{views.plain(verdict['rule'] or '?')}: {views.plain(verdict['explanation'])}"
+        if verdict
+        else "none"
+    )
+    if info.status == SessionStatus.LOOPING and verdict:
+        st.error(
+            f"**Looping** ({views.plain(verdict['rule'] or '?')}): "
+            f"{views.plain(verdict['explanation'])}  \n"
+            f"Suggested rollback target: **{views.plain(page.target_text)}**",
+            icon=":material/autorenew:",
+        )
+    elif info.status == SessionStatus.ROLLED_BACK:
+        st.warning(f"**Rolled back.** Last verdict: {why}", icon=":material/undo:")
+    elif verdict:
+        st.info(
+            f"Last verdict ({views.plain(verdict['rule'] or '?')}): "
+            f"{views.plain(verdict['explanation'])}"
+        )
+    else:
+        st.success("No loop verdict for this session.")
 
-head.title(views.md_escape(sid))
-meta = info.meta or {}
-st.caption(" · ".join([
-    views.STATUS_LABELS.get(info.status, info.status),
-    *(f"{k.replace('_', ' ')} **{views.md_escape(str(meta[k]))}**"
-      for k in ("tenant", "scenario", "prompt_version", "locale", "channel") if meta.get(k)),
-    f"{info.steps:,} steps", f"{info.messages:,} live messages", f"{info.loops} loop verdicts",
-    f"{info.rollbacks} rollbacks", f"epoch {info.epoch}",
-    f"last activity {views.when(info.updated_at):%Y-%m-%d %H:%M:%S}",
-]))
 
-suggested = bundle.suggested
-target_text = ("no restorable snapshot" if suggested is None
-               else views.snapshot_caption(nodes[suggested]) if suggested in nodes else suggested)
-if info.status == "looping" and verdict:
-    st.error(f"**Looping** ({views.md_escape(verdict.get('rule') or '?')}): "
-             f"{views.md_escape(verdict.get('explanation') or '')}  \n"
-             f"Suggested rollback target: **{views.md_escape(target_text)}**",
-             icon=":material/autorenew:")
-elif info.status == "rolled_back":
-    st.warning("**Rolled back.** Last verdict: "
-               + (f"{views.md_escape(verdict.get('rule') or '?')}: "
-                  f"{views.md_escape(verdict.get('explanation') or '')}" if verdict else "none"),
-               icon=":material/undo:")
-elif verdict:
-    st.info(f"Last verdict ({views.md_escape(verdict.get('rule') or '?')}): "
-            f"{views.md_escape(verdict.get('explanation') or '')}")
-else:
-    st.success("No loop verdict for this session.")
-
-if user.can_act:
+def render_actions(page: Page) -> None:
+    """Roll back… and Send notice… for operators; a note for viewers."""
+    if not page.user.can_act:
+        st.caption(
+            "You are signed in as a viewer: rolling back and sending notices are for operators."
+        )
+        return
     with st.container(horizontal=True):
-        open_rollback = st.button("Roll back…", type="primary", key="open-rollback",
-                                  icon=":material/undo:",
-                                  disabled=not any(n.restorable for n in bundle.tree))
+        open_rollback = st.button(
+            "Roll back…",
+            type="primary",
+            key="open-rollback",
+            icon=":material/undo:",
+            disabled=not any(n.restorable for n in page.bundle.tree),
+        )
         open_notice = st.button("Send notice…", key="open-notice", icon=":material/chat:")
     if open_rollback:
-        dialogs.rollback_dialog(sid, user)
+        dialogs.rollback_dialog(page.sid, page.user)
     elif open_notice:
-        dialogs.notice_dialog(sid, user)
-else:
-    st.caption("You are signed in as a viewer: rolling back and sending notices are for "
-               "operators.")
-
-tabs = st.tabs(TABS, key="tab", bind="query-params")
-timeline_tab, why_tab, tree_tab, memory_tab, budget_tab, messages_tab = tabs
+        dialogs.notice_dialog(page.sid, page.user)
 
 
-def _open(tab) -> bool:
-    return tab.open is None or tab.open  # None: state not tracked, render everything
+# -- the tabs -----------------------------------------------------------------------------------
+def render_timeline(page: Page) -> None:
+    steps, branches = page.bundle.steps, page.bundle.branches
+    frame = views.timeline_frame(steps)
+    fig = charts.timeline(
+        frame,
+        views.lane_order(frame),
+        views.loop_windows(steps),
+        views.rollback_markers(steps, branches),
+    )
+    st.plotly_chart(fig, key="timeline")
+    st.caption(
+        "● ok · ✕ error · hollow: abandoned by a rollback · red band: loop window · "
+        "dashed line: rollback. Hover a step for its tool, arguments and error."
+    )
 
 
-if _open(timeline_tab):
-    with timeline_tab:
-        frame = views.timeline_frame(bundle.steps)
-        fig = charts.timeline(frame, views.lane_order(frame), views.loop_windows(bundle.steps),
-                              views.rollback_markers(bundle.steps, bundle.branches))
-        st.plotly_chart(fig, key="timeline")
-        st.caption("● ok · ✕ error · hollow: abandoned by a rollback · red band: loop window · "
-                   "dashed line: rollback. Hover a step for its tool, arguments and error.")
+def render_why_flagged(page: Page) -> None:
+    verdict = page.verdict
+    if not verdict:
+        st.info("No loop verdict was recorded for this session.")
+        return
+    steps = page.bundle.steps
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Rule", views.plain(verdict["rule"] or "?"))
+    c2.metric("Loop began at step", verdict["loop_start_step"] or "?")
+    c3.metric("Evidence steps", len(verdict["evidence_steps"]))
+    st.markdown(f"**Why:** {views.plain(verdict['explanation'])}")
+    st.markdown("**Evidence**")
+    st.dataframe(views.evidence_frame(steps, verdict), hide_index=True)
+    wanted = set(verdict["evidence_steps"])
+    groups = views.near_duplicate_groups([s for s in steps if s.n in wanted])
+    if groups:
+        st.markdown("**Argument differences between near-duplicates**")
+        for group in groups:
+            st.caption(f"{views.plain(group[0].tool)}: {len(group)} calls")
+            st.dataframe(views.arg_diffs(group), hide_index=True)
+    elif wanted:
+        st.caption("The arguments are identical in every evidence step: an exact repeat.")
+    if verdict["details"]:
+        with st.expander("Rule details"):
+            st.json(verdict["details"])
+    st.markdown(f"**Suggested rollback target:** {views.plain(page.target_text)}")
+    if page.bundle.info.status != SessionStatus.LOOPING:
+        st.caption("The session is no longer looping; the target is where a rollback would go now.")
 
-if _open(why_tab):
-    with why_tab:
-        if not verdict:
-            st.info("No loop verdict was recorded for this session.")
-        else:
-            c1, c2, c3 = st.columns(3)
-            c1.metric("Rule", verdict.get("rule") or "?")
-            c2.metric("Loop began at step", verdict.get("loop_start_step") or "?")
-            c3.metric("Evidence steps", len(verdict.get("evidence_steps") or []))
-            st.markdown(f"**Why:** {views.md_escape(verdict.get('explanation') or '')}")
-            evidence = views.evidence_frame(bundle.steps, verdict)
-            st.markdown("**Evidence**")
-            st.dataframe(evidence, hide_index=True)
-            wanted = set(verdict.get("evidence_steps") or [])
-            groups = views.near_duplicate_groups([s for s in bundle.steps if s.n in wanted])
-            if groups:
-                st.markdown("**Argument differences between near-duplicates**")
-                for group in groups:
-                    st.caption(f"{group[0].tool}: {len(group)} calls")
-                    st.dataframe(views.arg_diffs(group), hide_index=True)
-            elif wanted:
-                st.caption("The arguments are identical in every evidence step: an exact repeat.")
-            if verdict.get("details"):
-                with st.expander("Rule details"):
-                    st.json(verdict["details"])
-            st.markdown(f"**Suggested rollback target:** {views.md_escape(target_text)}")
-            if info.status != "looping":
-                st.caption("The session is no longer looping; the target is where a rollback "
-                           "would go now.")
 
-if _open(tree_tab):
-    with tree_tab:
-        show_retired = st.toggle("Show retired step snapshots", key="tree-retired")
-        layout, edges = views.tree_layout(bundle.tree, bundle.branches, show_retired)
-        lane_names = {i + 1: html.escape(f"{b.id} ({b.actor})")
-                      for i, b in enumerate(bundle.branches)}
-        event = st.plotly_chart(charts.snapshot_tree(layout, edges, lane_names), key="tree",
-                                on_select="rerun", selection_mode="points")
-        points = event.selection.points if event is not None else []
-        clicked = next((p.get("customdata") for p in points if p.get("customdata")), None)
-        if clicked and clicked != st.session_state.get("tree-last-click"):
-            st.session_state["tree-last-click"] = clicked
-            st.session_state["tree-node"] = clicked
-        ids = layout["id"].tolist()[::-1]
-        if ids:
-            default = st.session_state.get("tree-node")
-            if default not in ids:
-                st.session_state["tree-node"] = suggested if suggested in ids else ids[0]
-            chosen = st.selectbox("Snapshot (or click a node)", ids, key="tree-node",
-                                  format_func=lambda i: views.snapshot_caption(nodes[i], suggested))
-            node = nodes[chosen]
-            st.markdown(
-                f"**{node.id}** · {views.md_escape(node.label or node.kind)} · {node.kind} "
-                f"snapshot before step {node.next_step} · {node.messages} messages · "
-                + ("**head** · " if node.is_head else "")
-                + ("restorable" if node.restorable else "not restorable"))
-            if node.abandoned_reason:
-                st.caption(f"Abandoned: {views.md_escape(node.abandoned_reason)}")
-            if node.restorable and node.on_live_line and user.can_act:
-                if st.button(f"Roll back to {node.id}…", key="tree-rollback"):
-                    dialogs.rollback_dialog(sid, user, target=node.id)
+def render_snapshot_tree(page: Page) -> None:
+    bundle, nodes, suggested = page.bundle, page.nodes, page.bundle.suggested
+    show_retired = st.toggle("Show retired step snapshots", key="tree-retired")
+    layout, edges = views.tree_layout(bundle.tree, bundle.branches, show_retired)
+    lane_names = {i + 1: f"{b.id} ({b.actor})" for i, b in enumerate(bundle.branches)}
+    event = st.plotly_chart(
+        charts.snapshot_tree(layout, edges, lane_names),
+        key="tree",
+        on_select="rerun",
+        selection_mode="points",
+    )
+    points = event.selection.points if event is not None else []
+    clicked = next((p.get("customdata") for p in points if p.get("customdata")), None)
+    if clicked and clicked != st.session_state.get("tree-last-click"):
+        st.session_state["tree-last-click"] = clicked
+        st.session_state["tree-node"] = clicked
+    ids = layout["id"].tolist()[::-1]
+    if not ids:
+        return
+    if st.session_state.get("tree-node") not in ids:
+        st.session_state["tree-node"] = suggested if suggested in ids else ids[0]
+    chosen = st.selectbox(
+        "Snapshot (or click a node)",
+        ids,
+        key="tree-node",
+        format_func=lambda i: views.snapshot_caption(nodes[i], suggested),
+    )
+    node = nodes[chosen]
+    st.markdown(
+        f"**{views.plain(node.id)}** · {views.plain(node.label or node.kind)} · "
+        f"{views.plain(node.kind)} "
+        f"snapshot before step {node.next_step} · {node.messages} messages · "
+        + ("**head** · " if node.is_head else "")
+        + ("restorable" if node.restorable else "not restorable")
+    )
+    if node.abandoned_reason:
+        st.caption(f"Abandoned: {views.plain(node.abandoned_reason)}")
+    if node.restorable and node.on_live_line and page.user.can_act:
+        if st.button(f"Roll back to {node.id}…", key="tree-rollback"):
+            dialogs.rollback_dialog(page.sid, page.user, target=node.id)
 
-if _open(memory_tab):
-    with memory_tab:
-        memory = data.memory_view(url, sid)
-        if memory is None:
-            st.info("Memory: not recorded. This session wrote no memories.")
-        else:
-            st.plotly_chart(charts.decay_curves(memory.curves, memory.accesses,
-                                                memory.threshold), key="memory")
-            st.caption("Decay weight of each memory over time; diamonds mark recalls, the dotted "
-                       "line is the weight under which a memory is pruned.")
-            st.dataframe(memory.items, hide_index=True)
-            if not memory.log.empty:
-                with st.expander(f"Lifecycle and contradictions ({len(memory.log)})"):
-                    st.dataframe(memory.log, hide_index=True)
 
-if _open(budget_tab):
-    with budget_tab:
-        history = views.budget_history(bundle.steps)
-        current = views.current_budget(history)
-        if current is None:
-            st.info("Token budget: not recorded. The agent runtime passed no context to "
-                    "`Session.step(..., context=ctx)` for this session's live steps.")
-        else:
-            max_tokens = int(current["max_tokens"]) if pd.notna(current["max_tokens"]) else None
-            st.markdown(f"**Context of step {int(current['step'])}** (the newest on the live "
-                        "line)")
-            st.plotly_chart(charts.budget_now(views.budget_parts(current, max_tokens),
-                                              max_tokens), key="budget-now")
-            st.plotly_chart(charts.budget_over_steps(
-                history, views.rollback_markers(bundle.steps, bundle.branches)),
-                key="budget-steps")
-            st.caption("A loop shows as the dialogue swelling; a rollback (dashed line) as the "
-                       "drop after it.")
+def render_memory(page: Page) -> None:
+    memory = data.memory_view(page.url, page.sid)
+    if memory is None:
+        st.info("Memory: not recorded. This session wrote no memories.")
+        return
+    st.plotly_chart(
+        charts.decay_curves(memory.curves, memory.accesses, memory.threshold), key="memory"
+    )
+    st.caption(
+        "Decay weight of each memory over time; diamonds mark recalls, the dotted line is "
+        "the weight under which a memory is pruned."
+    )
+    st.dataframe(memory.items, hide_index=True)
+    if not memory.log.empty:
+        with st.expander(f"Lifecycle and contradictions ({len(memory.log)})"):
+            st.dataframe(memory.log, hide_index=True)
 
-if _open(messages_tab):
-    with messages_tab:
-        items = views.messages_view(bundle.messages, bundle.branches)
-        abandoned = sum(m.abandoned for m in items)
-        c1, c2 = st.columns([3, 1])
-        c1.caption(f"{len(items) - abandoned:,} live and {abandoned:,} abandoned messages, in "
-                   "the order they were written; abandoned ones are struck through.")
-        window = c2.selectbox("Show", list(MESSAGE_WINDOWS), key="msg-window",
-                              label_visibility="collapsed")
-        limit = MESSAGE_WINDOWS[window]
-        shown = items[-limit:] if limit else items
-        if shown:
-            st.html(views.MESSAGES_CSS + views.messages_html(shown))
-        else:
-            st.info("No messages yet.")
+
+def render_token_budget(page: Page) -> None:
+    steps, branches = page.bundle.steps, page.bundle.branches
+    history = views.budget_history(steps)
+    current = views.current_budget(history)
+    if current is None:
+        st.info(
+            "Token budget: not recorded. The agent runtime passed no context to "
+            "`Session.step(..., context=ctx)` for this session's live steps."
+        )
+        return
+    max_tokens = int(current["max_tokens"]) if pd.notna(current["max_tokens"]) else None
+    st.markdown(f"**Context of step {int(current['step'])}** (the newest on the live line)")
+    st.plotly_chart(
+        charts.budget_now(views.budget_parts(current, max_tokens), max_tokens), key="budget-now"
+    )
+    st.plotly_chart(
+        charts.budget_over_steps(history, views.rollback_markers(steps, branches)),
+        key="budget-steps",
+    )
+    st.caption(
+        "A loop shows as the dialogue swelling; a rollback (dashed line) as the drop after it."
+    )
+
+
+def render_messages(page: Page) -> None:
+    items = views.messages_view(page.bundle.messages, page.bundle.branches)
+    abandoned = sum(m.abandoned for m in items)
+    c1, c2 = st.columns([3, 1])
+    c1.caption(
+        f"{len(items) - abandoned:,} live and {abandoned:,} abandoned messages, in the "
+        "order they were written; abandoned ones are struck through."
+    )
+    window = c2.selectbox(
+        "Show", list(MESSAGE_WINDOWS), key="msg-window", label_visibility="collapsed"
+    )
+    limit = MESSAGE_WINDOWS[window]
+    shown = items[-limit:] if limit else items
+    if shown:
+        st.html(views.MESSAGES_CSS + views.messages_html(shown))
+    else:
+        st.info("No messages yet.")
+
+
+TABS: dict[str, Callable[[Page], None]] = {
+    "Timeline": render_timeline,
+    "Why flagged": render_why_flagged,
+    "Snapshot tree": render_snapshot_tree,
+    "Memory": render_memory,
+    "Token budget": render_token_budget,
+    "Messages": render_messages,
+}
+
+
+# -- the page -----------------------------------------------------------------------------------
+def main() -> None:
+    user = access.require_user()
+    url = data.store_url()
+    dialogs.show_flash()
+
+    head, pick = st.columns([3, 1])
+    sid = render_picker(pick)
+    if not sid:  # "" only: an id of spaces is still an id, and gets its answer below
+        render_no_session(head, url)
+        return
+    try:
+        with data.store_errors():
+            bundle = data.session_bundle(url, sid)
+    except UnknownSession:
+        head.title("Session")
+        st.error(
+            f"No session {views.literal(repr(sid))} in this store. Check the id (spaces and "
+            "invisible characters count), or open the session from the fleet table."
+        )
+        return
+    except InvalidSessionId as exc:
+        head.title("Session")
+        st.error(f"{views.literal(repr(sid))} is not a session id: {views.plain(exc)}.")
+        return
+
+    nodes = {n.id: n for n in bundle.tree}
+    suggested = bundle.suggested
+    target_text = (
+        "no restorable snapshot"
+        if suggested is None
+        else views.snapshot_caption(nodes[suggested])
+        if suggested in nodes
+        else suggested
+    )
+    verdict: StoredVerdict | None = bundle.info.last_verdict
+    page = Page(url, sid, user, bundle, verdict, target_text)
+    render_header(head, page)
+    render_actions(page)
+    for tab, render in zip(
+        st.tabs(list(TABS), key="tab", bind="query-params"), TABS.values(), strict=True
+    ):
+        if tab.open is None or tab.open:  # None: state not tracked, render everything
+            with tab:
+                render(page)
+
+
+main()

@@ -132,3 +132,43 @@ def seed_fleet(url: str, background: int = 24) -> None:
     with Engine.open(url, memory=MemoryConfig(embedder=HashingEmbedder())) as engine:
         seed_auto_rolled_back(engine)
         seed_looping(engine)
+
+
+# -- hostile text ---------------------------------------------------------------------------------
+# What an attacker can put in front of an operator: a Markdown link that imitates a console
+# message, an HTML anchor (plotly renders <a href> in labels), bare URLs and an address that
+# Markdown would auto-link. None of it may ever reach the console as a link.
+EVIL_LINK = "[Your session expired - sign in](https://evil.test)"
+EVIL_ANCHOR = '<a href="https://evil.test">x</a>'
+EVIL_BARE = "https://evil.test/x www.evil.test/w x@evil.test"
+EVIL_TEXT = f"{EVIL_LINK} {EVIL_ANCHOR} {EVIL_BARE}"
+HOSTILE_LOOPING = f"{EVIL_LINK} https://evil.test/x"
+"""A looping session whose id, meta, tool, errors, memories and messages carry links."""
+HOSTILE_ROLLED_BACK = EVIL_ANCHOR
+"""A session an operator named like a link rolled back, with a reason full of links."""
+
+
+def seed_hostile(url: str) -> None:
+    """Write two sessions whose every free text field is hostile (HOSTILE_LOOPING,
+    HOSTILE_ROLLED_BACK) into the store at `url`."""
+    with Engine.open(url, memory=MemoryConfig(embedder=HashingEmbedder())) as engine:
+        for sid in (HOSTILE_LOOPING, HOSTILE_ROLLED_BACK):
+            s = engine.session(sid, meta={"tenant": EVIL_LINK, "scenario": EVIL_ANCHOR,
+                                          "prompt_version": EVIL_BARE, "channel": EVIL_TEXT,
+                                          "locale": "en"}, on_loop="flag")
+            s.append_message("user", EVIL_TEXT)
+            s.memory.add(EVIL_TEXT, importance=0.9)
+            s.memory.recall("evil", k=1)
+            s.snapshot(EVIL_TEXT)
+            with s.step(f"debit {EVIL_ANCHOR}", {"url": EVIL_TEXT}, side_effect=True,
+                        compensation=(f"refund {EVIL_LINK}", {"note": EVIL_TEXT}),
+                        context=budget(900)) as call:
+                call.ok(EVIL_TEXT)
+            for attempt in range(4):
+                context = budget(1400 + 300 * attempt)
+                with s.step(EVIL_ANCHOR, {"link": EVIL_LINK}, context=context) as call:
+                    call.fail(EVIL_TEXT)
+                s.append_message("assistant", EVIL_TEXT)
+        first = engine.get_session(HOSTILE_ROLLED_BACK).tree()[0].id
+        engine.rollback(HOSTILE_ROLLED_BACK, to=first, actor=EVIL_LINK, reason=EVIL_TEXT,
+                        notice=EVIL_TEXT)

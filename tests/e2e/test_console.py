@@ -203,3 +203,47 @@ def test_viewer_finds_no_way_to_act(console, page):
         expect(page.get_by_role("button", name=actions)).to_have_count(0)
     page.goto(f"{console.url}/audit")  # a new browser session signs in again
     expect(page.get_by_role("textbox", name="Username")).to_be_visible()
+
+
+EVIL_HREF = 'a[href*="evil.test"], [*|href*="evil.test"]'
+"""A link (HTML, or SVG as plotly draws it) anywhere near the attacker's domain."""
+OFFSITE_EVIL_HREF = 'a[href*="//evil.test"], a[href*="//www.evil.test"], a[href^="mailto:"]'
+"""A link that leaves for the attacker's domain (in-app links may carry an encoded id)."""
+TABS = ["Timeline", "Why flagged", "Snapshot tree", "Memory", "Token budget", "Messages"]
+
+
+def test_hostile_names_never_become_links(console, page):
+    from urllib.parse import quote
+
+    from .seed import HOSTILE_LOOPING, HOSTILE_ROLLED_BACK, seed_hostile
+
+    seed_hostile(console.store)  # runs last in this file: earlier tests count the fleet
+    sign_in(page, console.url, "olivia")
+    expect(page.get_by_text(re.compile(r"^\d+ of \d+ matching sessions"))).to_be_visible(
+        timeout=30_000)  # the table (drawn on a canvas) lists the hostile sessions too
+    expect(page.locator(CHART)).to_have_count(2, timeout=30_000)
+    expect(page.locator(f"{CHART} .main-svg").last).to_be_visible(timeout=30_000)
+    assert page.locator(EVIL_HREF).count() == 0
+
+    page.get_by_role("link", name="Session", exact=True).click()  # lists the looping ones
+    expect(page.get_by_role("heading", name="Session", exact=True)).to_be_visible(timeout=30_000)
+    expect(page.get_by_role("link", name=re.compile(r"\[Your session expired"))).to_be_visible(
+        timeout=30_000)
+    assert page.locator(OFFSITE_EVIL_HREF).count() == 0
+
+    for sid in (HOSTILE_LOOPING, HOSTILE_ROLLED_BACK):
+        sign_in(page, f"{console.url}/session?session={quote(sid, safe='')}", "olivia")
+        # shown as text (a word joiner, invisible, splits the "https://" Markdown would link)
+        shown = re.compile("^" + re.escape(sid.split("https")[0]))
+        expect(page.get_by_role("heading", name=shown)).to_be_visible(timeout=30_000)
+        for tab in TABS:
+            open_tab(page, tab)
+            settle(page)
+            if tab in ("Timeline", "Snapshot tree", "Memory"):
+                expect(page.locator(f"{CHART} .main-svg").first).to_be_visible(timeout=30_000)
+            assert page.locator(EVIL_HREF).count() == 0, (sid, tab)
+        if sid == HOSTILE_LOOPING:
+            page.get_by_role("button", name="Roll back…").click()
+            expect(page.get_by_role("dialog")).to_be_visible(timeout=30_000)
+            settle(page)
+            assert page.locator(EVIL_HREF).count() == 0, (sid, "rollback dialog")
