@@ -52,28 +52,49 @@ class ScriptedModel(Model):
         self.inputs: list[list[dict]] = []
         self._calls = 0
 
-    async def get_response(self, system_instructions: str | None, input: Any,
-                           model_settings: Any, tools: Any, output_schema: Any, handoffs: Any,
-                           tracing: Any, *, previous_response_id: str | None = None,
-                           conversation_id: str | None = None, prompt: Any = None,
-                           **_: Any) -> ModelResponse:
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: Any,
+        model_settings: Any,
+        tools: Any,
+        output_schema: Any,
+        handoffs: Any,
+        tracing: Any,
+        *,
+        previous_response_id: str | None = None,
+        conversation_id: str | None = None,
+        prompt: Any = None,
+        **_: Any,
+    ) -> ModelResponse:
         items = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
         self.inputs.append(items)
         self._calls += 1
         last_user = next((i for i in reversed(items) if i.get("role") == "user"), {})
         if "crop" in str(last_user.get("content", "")):
             output: Any = ResponseFunctionToolCall(
-                type="function_call", id=f"fc_{self._calls}", call_id=f"call_{self._calls}",
-                name="image_crop", arguments=json.dumps(
-                    {"x": 10, "y": 70, "width": 120, "height": 20}))
+                type="function_call",
+                id=f"fc_{self._calls}",
+                call_id=f"call_{self._calls}",
+                name="image_crop",
+                arguments=json.dumps({"x": 10, "y": 70, "width": 120, "height": 20}),
+            )
         elif not any(i.get("type") == "function_call_output" for i in items[-2:]):
             output = ResponseFunctionToolCall(
-                type="function_call", id=f"fc_{self._calls}", call_id=f"call_{self._calls}",
-                name="read_total", arguments="{}")
+                type="function_call",
+                id=f"fc_{self._calls}",
+                call_id=f"call_{self._calls}",
+                name="read_total",
+                arguments="{}",
+            )
         else:
             output = ResponseOutputMessage(
-                type="message", id=f"msg_{self._calls}", role="assistant", status="completed",
-                content=[ResponseOutputText(type="output_text", text=ANSWER, annotations=[])])
+                type="message",
+                id=f"msg_{self._calls}",
+                role="assistant",
+                status="completed",
+                content=[ResponseOutputText(type="output_text", text=ANSWER, annotations=[])],
+            )
         return ModelResponse(output=[output], usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
@@ -81,34 +102,50 @@ class ScriptedModel(Model):
 
 
 def build_agent(session: RewindSession, model: Model) -> Agent[Any]:
-    agent = Agent(name="receipts", instructions="Read receipts for the user.", model=model,
-                  tools=[image_crop, read_total])
+    agent = Agent(
+        name="receipts",
+        instructions="Read receipts for the user.",
+        model=model,
+        tools=[image_crop, read_total],
+    )
     return ToolGuard(session).agent(agent)
 
 
-async def run_async(engine: Engine, session_id: str,
-                    out: Callable[[str], Any] = print) -> dict[str, Any]:
-    session = RewindSession(engine, session_id, meta={"scenario": "receipts",
-                                                      "channel": "openai-agents"})
+async def run_async(
+    engine: Engine, session_id: str, out: Callable[[str], Any] = print
+) -> dict[str, Any]:
+    session = RewindSession(
+        engine, session_id, meta={"scenario": "receipts", "channel": "openai-agents"}
+    )
     model = ScriptedModel()
     agent = build_agent(session, model)
     config = RunConfig(tracing_disabled=True)
     loop: LoopDetected | None = None
     try:
-        await Runner.run(agent, "crop the total out of my receipt", session=session,
-                         run_config=config, max_turns=20)
+        await Runner.run(
+            agent,
+            "crop the total out of my receipt",
+            session=session,
+            run_config=config,
+            max_turns=20,
+        )
     except LoopDetected as caught:
         loop = caught
         out(f"LoopDetected ({caught.verdict.rule}): {caught.verdict.explanation}")
     seen = len(model.inputs)
-    result = await Runner.run(agent, "just tell me the total", session=session,
-                              run_config=config)
+    result = await Runner.run(agent, "just tell me the total", session=session, run_config=config)
     out(f"answer: {result.final_output}")
     items = await session.get_items()
-    out(f"session {session_id}: {len(session.rewind.steps())} steps, "
-        f"{len(items)} items, status {session.rewind.info().status}")
-    return {"loop": loop, "answer": result.final_output, "items": items,
-            "next_input": model.inputs[seen]}
+    out(
+        f"session {session_id}: {len(session.rewind.steps())} steps, "
+        f"{len(items)} items, status {session.rewind.info().status}"
+    )
+    return {
+        "loop": loop,
+        "answer": result.final_output,
+        "items": items,
+        "next_input": model.inputs[seen],
+    }
 
 
 def run(engine: Engine, session_id: str, out: Callable[[str], Any] = print) -> dict[str, Any]:

@@ -42,21 +42,30 @@ from engine.integrations.openai_agents import (  # noqa: E402
 )
 from engine.sessions.notices import NOTICE_FLAG, TEMPLATES  # noqa: E402
 
-EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "examples", "openai_agents_loop.py")
+EXAMPLE = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "openai_agents_loop.py"
+)
 CONFIG = RunConfig(tracing_disabled=True)
 
 
 def call(name: str, args: dict, n: int) -> ResponseFunctionToolCall:
-    return ResponseFunctionToolCall(type="function_call", id=f"fc_{n}", call_id=f"call_{n}",
-                                    name=name, arguments=json.dumps(args))
+    return ResponseFunctionToolCall(
+        type="function_call",
+        id=f"fc_{n}",
+        call_id=f"call_{n}",
+        name=name,
+        arguments=json.dumps(args),
+    )
 
 
 def say(text: str, n: int) -> ResponseOutputMessage:
-    return ResponseOutputMessage(type="message", id=f"msg_{n}", role="assistant",
-                                 status="completed",
-                                 content=[ResponseOutputText(type="output_text", text=text,
-                                                             annotations=[])])
+    return ResponseOutputMessage(
+        type="message",
+        id=f"msg_{n}",
+        role="assistant",
+        status="completed",
+        content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
+    )
 
 
 class Scripted(Model):
@@ -66,10 +75,22 @@ class Scripted(Model):
         self.script = list(script)
         self.inputs: list[list[dict]] = []
 
-    async def get_response(self, system_instructions, input, model_settings, tools,
-                           output_schema, handoffs, tracing, **kwargs) -> ModelResponse:
-        self.inputs.append([{"role": "user", "content": input}] if isinstance(input, str)
-                           else [dict(i) for i in input])
+    async def get_response(
+        self,
+        system_instructions,
+        input,
+        model_settings,
+        tools,
+        output_schema,
+        handoffs,
+        tracing,
+        **kwargs,
+    ) -> ModelResponse:
+        self.inputs.append(
+            [{"role": "user", "content": input}]
+            if isinstance(input, str)
+            else [dict(i) for i in input]
+        )
         n = len(self.inputs)
         step = self.script.pop(0)
         output = step(n) if callable(step) else step
@@ -123,11 +144,20 @@ def test_items_round_trip_pop_and_clear(engine):
     session = RewindSession(engine, sid)
     items = [
         {"role": "user", "content": "hello"},
-        {"type": "function_call", "call_id": "c1", "name": "lookup",
-         "arguments": "{\"order\": \"A-1\"}"},
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "lookup",
+            "arguments": '{"order": "A-1"}',
+        },
         {"type": "function_call_output", "call_id": "c1", "output": "shipped"},
-        {"type": "message", "role": "assistant", "id": "m1", "status": "completed",
-         "content": [{"type": "output_text", "text": "It shipped.", "annotations": []}]},
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": "m1",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "It shipped.", "annotations": []}],
+        },
     ]
 
     async def scenario():
@@ -174,14 +204,14 @@ def test_a_failing_tool_is_caught_and_the_next_run_starts_clean(engine):
     session = RewindSession(engine, sid, meta={"tenant": "acme", "scenario": "billing"})
     retry = lambda n: call("fetch_invoice", {"invoice": "INV-7"}, n)  # noqa: E731
     model = Scripted([retry] * 3 + [lambda n: say("Sorry, billing is down.", n)])
-    agent = ToolGuard(session).agent(Agent(name="billing", model=model,
-                                           tools=[fetch_invoice, lookup]))
+    agent = ToolGuard(session).agent(
+        Agent(name="billing", model=model, tools=[fetch_invoice, lookup])
+    )
 
     async def scenario():
         with pytest.raises(ToolLoopDetected) as caught:
             await Runner.run(agent, "show invoice INV-7", session=session, run_config=CONFIG)
-        result = await Runner.run(agent, "ok, anything else?", session=session,
-                                  run_config=CONFIG)
+        result = await Runner.run(agent, "ok, anything else?", session=session, run_config=CONFIG)
         return caught.value, result
 
     loop, result = run(scenario())
@@ -205,7 +235,8 @@ def test_a_failing_tool_is_caught_and_the_next_run_starts_clean(engine):
     rewind = engine.get_session(sid)
     steps = rewind.steps()
     assert [(s.tool, s.status, s.on_live_line) for s in steps] == [
-        ("fetch_invoice", "error", False)] * 3
+        ("fetch_invoice", "error", False)
+    ] * 3
     assert {s.error for s in steps} == {"ConnectionError: upstream 503 for INV-7"}
     assert steps[0].args == {"invoice": "INV-7"}
     assert steps[-1].verdict["evidence_steps"] == [1, 2, 3]
@@ -230,8 +261,10 @@ def test_the_notice_is_the_last_item_after_a_loop(engine):
         return await session.get_items()
 
     items = run(scenario())
-    assert items == [{"role": "user", "content": "invoice X please"},
-                     {"role": "assistant", "content": TEMPLATES["en"]}]
+    assert items == [
+        {"role": "user", "content": "invoice X please"},
+        {"role": "assistant", "content": TEMPLATES["en"]},
+    ]
     live = engine.get_session(sid).state().messages
     assert live[-1].get(NOTICE_FLAG) is True
 
@@ -242,8 +275,7 @@ def test_side_effects_and_compensations_are_declared_per_tool(engine):
     refunds: list[dict] = []
     engine.register_compensation("refund", lambda args, key: refunds.append(args))
     guard = ToolGuard(session, side_effects={"charge": lambda a: ("refund", a)})
-    model = Scripted([lambda n: call("charge", {"order": "A-9"}, n),
-                      lambda n: say("Charged.", n)])
+    model = Scripted([lambda n: call("charge", {"order": "A-9"}, n), lambda n: say("Charged.", n)])
     agent = guard.agent(Agent(name="shop", model=model, tools=[charge, lookup]))
     CHARGES.clear()
     result = run(Runner.run(agent, "charge A-9", session=session, run_config=CONFIG))
@@ -251,7 +283,9 @@ def test_side_effects_and_compensations_are_declared_per_tool(engine):
     step = engine.get_session(sid).steps()[-1]
     assert step.tool == "charge" and step.side_effect and step.status == "ok"
     assert step.compensation == ["refund", {"order": "A-9"}] or step.compensation == (
-        "refund", {"order": "A-9"})
+        "refund",
+        {"order": "A-9"},
+    )
 
     # an operator rolls the whole run back: the charge is refunded once
     first = next(n for n in engine.get_session(sid).tree() if n.label == "run start")
@@ -269,12 +303,18 @@ def test_a_rollback_during_a_run_drops_the_runs_late_items(engine):
     @function_tool
     def slow_lookup(order: str) -> str:
         """Look up, while an operator rolls the session back."""
-        engine.rollback(sid, to=engine.get_session(sid).tree()[0].id, actor="bob",
-                        reason="bad answers", notice="Sorry, we reset this chat.")
+        engine.rollback(
+            sid,
+            to=engine.get_session(sid).tree()[0].id,
+            actor="bob",
+            reason="bad answers",
+            notice="Sorry, we reset this chat.",
+        )
         return "found"
 
-    model = Scripted([lambda n: call("slow_lookup", {"order": "B-2"}, n),
-                      lambda n: say("B-2 found.", n)])
+    model = Scripted(
+        [lambda n: call("slow_lookup", {"order": "B-2"}, n), lambda n: say("B-2 found.", n)]
+    )
     agent = ToolGuard(session).agent(Agent(name="shop", model=model, tools=[slow_lookup]))
 
     async def scenario():
@@ -290,14 +330,18 @@ def test_a_rollback_during_a_run_drops_the_runs_late_items(engine):
 def test_a_healthy_run_passes_through_unchanged(engine):
     sid = fresh_id()
     session = RewindSession(engine, sid)
-    model = Scripted([lambda n: call("lookup", {"order": "C-3"}, n),
-                      lambda n: say("C-3 shipped.", n)])
+    model = Scripted(
+        [lambda n: call("lookup", {"order": "C-3"}, n), lambda n: say("C-3 shipped.", n)]
+    )
     agent = ToolGuard(session).agent(Agent(name="shop", model=model, tools=[lookup]))
     result = run(Runner.run(agent, "where is C-3?", session=session, run_config=CONFIG))
     assert result.final_output == "C-3 shipped."
     # the tool's output reached the model unchanged
-    assert {"type": "function_call_output", "call_id": "call_1",
-            "output": "order C-3: shipped"}.items() <= model.inputs[1][-1].items()
+    assert {
+        "type": "function_call_output",
+        "call_id": "call_1",
+        "output": "order C-3: shipped",
+    }.items() <= model.inputs[1][-1].items()
     steps = engine.get_session(sid).steps()
     assert [(s.tool, s.status, s.args) for s in steps] == [("lookup", "ok", {"order": "C-3"})]
 
@@ -319,7 +363,8 @@ def test_example_runs_on_every_store(engine):
     assert summary["answer"] == example.ANSWER
     assert summary["next_input"][:2] == [
         {"role": "user", "content": "crop the total out of my receipt"},
-        {"role": "assistant", "content": TEMPLATES["en"]}]
+        {"role": "assistant", "content": TEMPLATES["en"]},
+    ]
     assert not any(i.get("name") == "image_crop" for i in summary["items"])
     assert any("LoopDetected (exact_repeat)" in line for line in lines)
 

@@ -125,8 +125,9 @@ def _text(content: Any) -> str:
         parts = []
         for part in content:
             if isinstance(part, Mapping):
-                parts.append(str(part.get("text") or part.get("refusal") or
-                                 f"[{part.get('type', 'part')}]"))
+                parts.append(
+                    str(part.get("text") or part.get("refusal") or f"[{part.get('type', 'part')}]")
+                )
             else:
                 parts.append(str(part))
         return " ".join(parts)
@@ -190,8 +191,15 @@ class RewindSession:
         InvalidSessionId: bad id.
     """
 
-    def __init__(self, engine: Engine, session_id: str, *, meta: dict | None = None,
-                 session_settings: Any = None, on_loop: LoopPolicy | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        session_id: str,
+        *,
+        meta: dict | None = None,
+        session_settings: Any = None,
+        on_loop: LoopPolicy | None = None,
+    ):
         self.engine = engine
         self.session_id = session_id
         self.session_settings = session_settings
@@ -218,10 +226,16 @@ class RewindSession:
         if not items:
             return
         info = self.rewind.info()
-        if self._run_epoch is not None and info.epoch != self._run_epoch and (
-                wrapper is None or self._run_key in (None, id(wrapper))):
-            log.warning("session %s was rolled back during the run; %d item(s) of the run are "
-                        "not stored", self.session_id, len(items))
+        if (
+            self._run_epoch is not None
+            and info.epoch != self._run_epoch
+            and (wrapper is None or self._run_key in (None, id(wrapper)))
+        ):
+            log.warning(
+                "session %s was rolled back during the run; %d item(s) of the run are not stored",
+                self.session_id,
+                len(items),
+            )
             return
         messages = [item_message(item) for item in items]
         self.rewind.append_messages(messages)
@@ -283,7 +297,8 @@ class RewindSession:
 
 # -- the tool guard ---------------------------------------------------------------------------
 _CAUGHT: contextvars.ContextVar[list[BaseException] | None] = contextvars.ContextVar(
-    "rewind_openai_agents_caught", default=None)
+    "rewind_openai_agents_caught", default=None
+)
 """Where the capturing layer puts the exception a tool raised, for the guard around it."""
 
 
@@ -300,13 +315,17 @@ class ToolGuard:
             is a failure (a string is the error text), for tools that report errors as results.
     """
 
-    def __init__(self, session: RewindSession | Session, *,
-                 side_effects: Mapping[str, Compensator | None] | Iterable[str] = (),
-                 error_when: Callable[[str, Any], str | bool | None] | None = None):
+    def __init__(
+        self,
+        session: RewindSession | Session,
+        *,
+        side_effects: Mapping[str, Compensator | None] | Iterable[str] = (),
+        error_when: Callable[[str, Any], str | bool | None] | None = None,
+    ):
         self.session: Session = session.rewind if isinstance(session, RewindSession) else session
         self.side_effects: dict[str, Compensator | None] = (
-            dict(side_effects) if isinstance(side_effects, Mapping)
-            else dict.fromkeys(side_effects))
+            dict(side_effects) if isinstance(side_effects, Mapping) else dict.fromkeys(side_effects)
+        )
         self.error_when = error_when
 
     def tools(self, tools: Iterable[Any]) -> list[Any]:
@@ -326,8 +345,9 @@ class ToolGuard:
         return guarded
 
     # -- one call ---------------------------------------------------------------------------
-    async def call(self, tool: FunctionTool, invoke: Callable[[Any, str], Any], ctx: Any,
-                   arguments: str) -> Any:
+    async def call(
+        self, tool: FunctionTool, invoke: Callable[[Any, str], Any], ctx: Any, arguments: str
+    ) -> Any:
         """Run one call of `tool` (through `invoke`) as a guarded step.
 
         Raises:
@@ -340,14 +360,17 @@ class ToolGuard:
             args = {"raw_arguments": arguments}
         side_effect = name in self.side_effects
         compensator = self.side_effects.get(name)
-        compensation = compensator(args) if compensator is not None and isinstance(
-            args, dict) else None
+        compensation = (
+            compensator(args) if compensator is not None and isinstance(args, dict) else None
+        )
         step = self.session.step(name, args, side_effect=side_effect, compensation=compensation)
         try:
             step.__enter__()
         except _quarantine_errors() as refused:
-            return (f"Rewind: the tool {name} is quarantined and was not called ({refused}). "
-                    "Do not call it again; use another tool or tell the user it is unavailable.")
+            return (
+                f"Rewind: the tool {name} is quarantined and was not called ({refused}). "
+                "Do not call it again; use another tool or tell the user it is unavailable."
+            )
         caught: list[BaseException] = []
         token = _CAUGHT.set(caught)
         try:
@@ -370,8 +393,9 @@ class ToolGuard:
             self._finish(step, lambda: step.ok(_result_of(output)), name, None)
         return output
 
-    def _finish(self, step: Any, outcome: Callable[[], None], name: str,
-                error: BaseException | None) -> None:
+    def _finish(
+        self, step: Any, outcome: Callable[[], None], name: str, error: BaseException | None
+    ) -> None:
         outcome()
         try:
             step.__exit__(None, None, None)
@@ -434,4 +458,3 @@ def _result_of(output: Any) -> Any:
     except (TypeError, ValueError):
         return repr(output)[:2000]
     return output
-
