@@ -240,3 +240,44 @@ def test_cli_needs_an_upstream(capsys):
 
     assert main(["mcp-proxy", "--store", "sqlite:///:memory:"]) == 2
     assert "give an upstream" in capsys.readouterr().err
+
+
+def test_a_quarantined_tool_is_refused_without_calling_it(tmp_path, monkeypatch):
+    """The seam for fleet quarantines: when the engine raises ToolQuarantined as a step
+    begins, the proxy answers with an isError result and the upstream tool is not called."""
+    from mcp.server.mcpserver import MCPServer
+
+    from engine import errors
+    from engine.integrations.mcp_proxy import McpProxy, Upstream
+    from engine.sessions.session import StepCall
+
+    class ToolQuarantined(errors.RewindError):
+        pass
+
+    monkeypatch.setattr(errors, "ToolQuarantined", ToolQuarantined, raising=False)
+    original_enter = StepCall.__enter__
+
+    def enter(self):
+        if self.tool == "refund":
+            raise ToolQuarantined("refund is quarantined fleet-wide by alice: double refunds")
+        return original_enter(self)
+
+    monkeypatch.setattr(StepCall, "__enter__", enter)
+    server = MCPServer("shop")
+    refunds: list[str] = []
+
+    @server.tool()
+    def refund(order: str) -> str:
+        """Refund an order."""
+        refunds.append(order)
+        return "refunded"
+
+    async def scenario():
+        async with Client(server) as client:
+            with Engine.open(f"sqlite:///{tmp_path}/q.db") as engine:
+                proxy = McpProxy(engine, [Upstream(client=client)], session="q")
+                return await proxy.call(proxy.session_for(None), "refund", {"order": "A-1"})
+
+    result = asyncio.run(scenario())
+    assert result.is_error and refunds == []
+    assert texts(result)[0].startswith("Rewind refused this call: the tool refund is quarantined")

@@ -376,3 +376,34 @@ def test_example_main(tmp_path, capsys):
     assert "LoopDetected" in out and "ex-main" in out
     with Engine.open(f"sqlite:///{tmp_path}/ex.db") as engine:
         assert len(engine.get_session("ex-main").steps()) == 4
+
+
+def test_a_quarantined_tool_is_not_called(engine, monkeypatch):
+    """The seam for fleet quarantines: when the engine raises ToolQuarantined as a step
+    begins, the model gets a plain refusal as the tool's output and the tool does not run."""
+    from engine import errors
+    from engine.sessions.session import StepCall
+
+    class ToolQuarantined(errors.RewindError):
+        pass
+
+    monkeypatch.setattr(errors, "ToolQuarantined", ToolQuarantined, raising=False)
+    original_enter = StepCall.__enter__
+
+    def enter(self):
+        if self.tool == "charge":
+            raise ToolQuarantined("charge is quarantined fleet-wide")
+        return original_enter(self)
+
+    monkeypatch.setattr(StepCall, "__enter__", enter)
+    session = RewindSession(engine, fresh_id())
+    model = Scripted(
+        [lambda n: call("charge", {"order": "Q-1"}, n), lambda n: say("I could not charge.", n)]
+    )
+    agent = ToolGuard(session).agent(Agent(name="shop", model=model, tools=[charge]))
+    CHARGES.clear()
+    result = run(Runner.run(agent, "charge Q-1", session=session, run_config=CONFIG))
+    assert result.final_output == "I could not charge." and CHARGES == []
+    output = model.inputs[1][-1]
+    assert output["type"] == "function_call_output"
+    assert output["output"].startswith("Rewind: the tool charge is quarantined")
