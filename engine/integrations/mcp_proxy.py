@@ -155,6 +155,7 @@ class McpProxy:
         self.default_session = session or f"mcp-{uuid.uuid4().hex[:12]}"
         self.meta = {"channel": "mcp", **(meta or {})}
         self._sessions: dict[str, Session] = {}
+        self._flag_only: dict[str, Session] = {}
         self._epochs: dict[str, int] = {}
         self._tools: dict[str, Upstream] = {}
         self._prompts: dict[str, Upstream] = {}
@@ -276,7 +277,11 @@ class McpProxy:
         blocked = self._blocked(session, fp)
         if blocked is not None:
             refusal = REFUSAL.format(tool=name, explanation=_clause(blocked.get("explanation")))
-            flag_only = self.engine.session(session.id, on_loop="flag")
+            flag_only = self._flag_only.get(session.id)
+            if flag_only is None:  # refusals are recorded but never roll the session back again
+                flag_only = self._flag_only[session.id] = self.engine.session(
+                    session.id, on_loop="flag"
+                )
             with flag_only.step(name, args, snapshot=False) as step:
                 step.fail(f"refused by Rewind: repeats a loop ({blocked.get('rule')})")
             return _refusal(refusal)

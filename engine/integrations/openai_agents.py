@@ -41,7 +41,9 @@ also the SDK's `AgentsException`, so `Runner.run` raises it as is. A quarantined
 engine has fleet quarantines: ``engine.ToolQuarantined``) is not called; the model gets a plain
 refusal as the tool's output.
 
-Needs ``pip install 'agent-rewind[openai-agents]'``.
+Store calls are made inline on the event loop (a guarded call costs well under a millisecond on
+SQLite, see ``bench/integrations.py``). A `RewindSession` serves one run at a time, like the SDK's
+own sessions. Needs ``pip install 'agent-rewind[openai-agents]'``.
 """
 
 from __future__ import annotations
@@ -255,7 +257,7 @@ class RewindSession:
 
     async def clear_session(self, *, wrapper: Any = None) -> None:
         """Hide every item stored so far (the messages stay in Rewind's history)."""
-        count = len(self.rewind._rt.store.live_messages(self.session_id))
+        count = len(self.engine.store.live_messages(self.session_id))
         self.rewind.set_vars({START_VAR: count, HIDDEN_VAR: None})
 
     # -- Rewind --------------------------------------------------------------------------------
@@ -288,7 +290,7 @@ class RewindSession:
     def _snapshot(self, label: str) -> None:
         """Take a snapshot unless nothing was written since the last one taken here."""
         info = self.rewind.info()
-        marker = (info.epoch, len(self.rewind._rt.store.live_messages(self.session_id)))
+        marker = (info.epoch, info.messages)
         if marker == self._snapshot_seq:
             return
         self.rewind.snapshot(label=label)
