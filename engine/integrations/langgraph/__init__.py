@@ -26,11 +26,5 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from engine.integrations.langgraph.guard import LoopGuard, RewindToolNode, let_loops_through
 from engine.integrations.langgraph.saver import RewindSaver, healthy_checkpoint, session_id
 
-__all__ = [
-    "LoopGuard",
-    "RewindSaver",
-    "RewindToolNode",
-    "healthy_checkpoint",
-    "let_loops_through",
-    "session_id",
-]
+__all__ = ["LoopGuard", "RewindSaver", "RewindToolNode", "healthy_checkpoint",
+           "let_loops_through", "session_id"]

@@ -15,14 +15,8 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from engine.loops.fingerprint import canonicalize
 from engine.sessions.notices import NOTICE_FLAG
 
-ROLES = {
-    "human": "user",
-    "ai": "assistant",
-    "system": "system",
-    "tool": "tool",
-    "function": "function",
-    "developer": "developer",
-}
+ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool",
+         "function": "function", "developer": "developer"}
 """LangChain message type -> chat role."""
 
 
@@ -49,10 +43,8 @@ def to_chat(message: Any) -> dict | None:
         if message.id:
             chat["id"] = message.id
         if isinstance(message, AIMessage) and message.tool_calls:
-            chat["tool_calls"] = [
-                {"id": c.get("id"), "name": c["name"], "args": c["args"]}
-                for c in message.tool_calls
-            ]
+            chat["tool_calls"] = [{"id": c.get("id"), "name": c["name"], "args": c["args"]}
+                                  for c in message.tool_calls]
         if isinstance(message, ToolMessage):
             chat["tool_call_id"] = message.tool_call_id
             if message.name:
@@ -64,19 +56,11 @@ def to_chat(message: Any) -> dict | None:
     try:
         return canonicalize(chat, "message")
     except TypeError:
-        return canonicalize(
-            {
-                **{k: v for k, v in chat.items() if k != "content"},
-                "content": str(chat.get("content")),
-            },
-            "message",
-        )
+        return canonicalize({**{k: v for k, v in chat.items() if k != "content"},
+                             "content": str(chat.get("content"))}, "message")
 
 
 def notice_message(chat: dict) -> AIMessage:
     """The `AIMessage` that carries a Rewind notice into the graph's state."""
-    return AIMessage(
-        content=chat.get("content") or "",
-        id=f"rewind-notice-{uuid.uuid4().hex}",
-        additional_kwargs={NOTICE_FLAG: True},
-    )
+    return AIMessage(content=chat.get("content") or "", id=f"rewind-notice-{uuid.uuid4().hex}",
+                     additional_kwargs={NOTICE_FLAG: True})

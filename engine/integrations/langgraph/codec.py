@@ -96,9 +96,8 @@ class ListState:
         return encode(serde, item) == self.encodings[i]
 
 
-def list_delta(
-    serde: Any, base: ListState | None, new: list, version: object
-) -> tuple[ListState, dict]:
+def list_delta(serde: Any, base: ListState | None, new: list, version: object
+               ) -> tuple[ListState, dict]:
     """The document storing list `new` at `version` as a delta against `base`, and the new state.
 
     Args:
@@ -121,11 +120,8 @@ def list_delta(
     if base is None:
         state = ListState(str(version), suffix)
     else:
-        state = ListState(
-            str(version),
-            base.encodings[:keep] + suffix,
-            base.decoded[:keep] + [_MISSING] * len(suffix),
-        )
+        state = ListState(str(version), base.encodings[:keep] + suffix,
+                          base.decoded[:keep] + [_MISSING] * len(suffix))
     doc = {"base": base.version if base is not None else None, "keep": keep, "items": suffix}
     return state, doc
 
@@ -161,7 +157,7 @@ def materialize(versions: Mapping[str, Mapping], version: str) -> list[Encoded]:
             segments.append(own[:limit])
             break
         if limit > keep:
-            segments.append(own[: limit - keep])
+            segments.append(own[:limit - keep])
             limit = keep
         current = str(base)
     out: list[Encoded] = []

@@ -99,24 +99,18 @@ class LoopGuard:
         ValueError: unknown policy.
     """
 
-    def __init__(
-        self,
-        rewind: Engine | RewindSaver,
-        *,
-        on_loop: LoopPolicy | None = None,
-        side_effects: Mapping[str, Compensator | None] | Iterable[str] = (),
-        error_when: Callable[[ToolMessage], str | bool | None] | None = None,
-        checkpoint_wait: float = 10.0,
-    ):
+    def __init__(self, rewind: Engine | RewindSaver, *, on_loop: LoopPolicy | None = None,
+                 side_effects: Mapping[str, Compensator | None] | Iterable[str] = (),
+                 error_when: Callable[[ToolMessage], str | bool | None] | None = None,
+                 checkpoint_wait: float = 10.0):
         self.engine: Engine = rewind.engine if isinstance(rewind, RewindSaver) else rewind
         self.on_loop: LoopPolicy = on_loop or self.engine.on_loop
         if self.on_loop not in LOOP_POLICIES:
-            raise ValueError(
-                f"on_loop must be one of {', '.join(LOOP_POLICIES)}, not {self.on_loop!r}"
-            )
+            raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}, "
+                             f"not {self.on_loop!r}")
         self.side_effects: dict[str, Compensator | None] = (
-            dict(side_effects) if isinstance(side_effects, Mapping) else dict.fromkeys(side_effects)
-        )
+            dict(side_effects) if isinstance(side_effects, Mapping)
+            else dict.fromkeys(side_effects))
         self.error_when = error_when
         self.checkpoint_wait = checkpoint_wait
         self._lock = threading.Lock()
@@ -184,25 +178,13 @@ class LoopGuard:
             compensation = compensator(args)
         root = (configurable.get("checkpoint_map") or {}).get("")
         saver = configurable.get(CHECKPOINTER_KEY)
-        rewind_checkpoints = (
-            isinstance(saver, RewindSaver)
-            and bool(root)
-            and (saver.engine.store.url == self.engine.store.url)
-        )
-        if (
-            isinstance(saver, RewindSaver)
-            and root
-            and rewind_checkpoints
-            and configurable.get(DURABILITY_KEY) != "exit"
-        ):
+        rewind_checkpoints = isinstance(saver, RewindSaver) and bool(root) and (
+            saver.engine.store.url == self.engine.store.url)
+        if (isinstance(saver, RewindSaver) and root and rewind_checkpoints
+                and configurable.get(DURABILITY_KEY) != "exit"):
             if not saver.wait_for_checkpoint(thread_id, root, self.checkpoint_wait):
-                log.warning(
-                    "checkpoint %s of thread %s was not stored within %.1f s; the "
-                    "tool call is recorded anyway",
-                    root,
-                    thread_id,
-                    self.checkpoint_wait,
-                )
+                log.warning("checkpoint %s of thread %s was not stored within %.1f s; the "
+                            "tool call is recorded anyway", root, thread_id, self.checkpoint_wait)
         for attempt in (1, 2):
             session, lock = self._session(thread_id)
             step = session.step(name, args, side_effect=side_effect, compensation=compensation)
@@ -217,11 +199,9 @@ class LoopGuard:
                     raise
         if rewind_checkpoints and step.n is not None:
             self.engine.store.doc_put(
-                session.id,
-                layout.DOCS,
+                session.id, layout.DOCS,
                 {layout.step_key(step.n): {"checkpoint": root, "call": tool_call.get("id")}},
-                self.engine.clock(),
-            )
+                self.engine.clock())
         return _Call(session, lock, step, root)
 
     def _finish(self, call: _Call, result: Any, error: BaseException | None) -> Any:
@@ -237,7 +217,8 @@ class LoopGuard:
                     step.ok(_result_of(result))
                 step.__exit__(None, None, None)
         verdict = step.verdict
-        if verdict is None or not verdict.looping or step.late or self.on_loop in ("off", "flag"):
+        if (verdict is None or not verdict.looping or step.late
+                or self.on_loop in ("off", "flag")):
             return result
         session = call.session
         if getattr(verdict, "remedy", None) == "stop":
@@ -246,8 +227,7 @@ class LoopGuard:
             raise LoopDetected(verdict, None) from error
         if self.on_loop == "nudge_then_rollback" and getattr(verdict, "flag_count", 0) <= 1:
             advice = getattr(verdict, "advice", "") or NUDGE_TEXT.format(
-                explanation=verdict.explanation
-            )
+                explanation=verdict.explanation)
             return _nudge(result, f"Rewind: {advice}")
         start = (session.info().last_verdict or {}).get("loop_start_step")
         rollback = self._roll_back(session, verdict, start, call.root)
@@ -277,25 +257,15 @@ class LoopGuard:
         reason = f"loop detected ({verdict.rule}): {verdict.explanation}"
         for target in targets:
             try:
-                result = self.engine.rollback(
-                    session.id,
-                    to=target,
-                    actor=ACTOR,
-                    reason=reason,
-                    notice=True,
-                    automatic=True,
-                    rule=verdict.rule,
-                )
+                result = self.engine.rollback(session.id, to=target, actor=ACTOR, reason=reason,
+                                              notice=True, automatic=True, rule=verdict.rule)
             except (UnknownSnapshot, SnapshotNotRestorable):
                 continue
             if root:
                 base = self.engine.store.get_all(session.id, layout.HEAD).get(layout.ROOT)
-                self.engine.store.put(
-                    session.id,
-                    layout.HEAD,
-                    {layout.FENCE: {"base": base, "until": root}},
-                    self.engine.clock(),
-                )
+                self.engine.store.put(session.id, layout.HEAD,
+                                      {layout.FENCE: {"base": base, "until": root}},
+                                      self.engine.clock())
             return result
         return None
 
@@ -312,53 +282,35 @@ class RewindToolNode(ToolNode):
         LoopDetected: from the graph run in which a tool call completed a loop.
     """
 
-    def __init__(
-        self,
-        tools: Sequence[Any],
-        rewind: Engine | RewindSaver | LoopGuard,
-        *,
-        on_loop: LoopPolicy | None = None,
-        side_effects: Mapping[str, Compensator | None] | Iterable[str] = (),
-        error_when: Callable[[ToolMessage], str | bool | None] | None = None,
-        handle_tool_errors: Any = None,
-        wrap_tool_call: Callable | None = None,
-        awrap_tool_call: Callable | None = None,
-        **kwargs: Any,
-    ):
-        guard = (
-            rewind
-            if isinstance(rewind, LoopGuard)
-            else LoopGuard(
-                rewind, on_loop=on_loop, side_effects=side_effects, error_when=error_when
-            )
-        )
+    def __init__(self, tools: Sequence[Any], rewind: Engine | RewindSaver | LoopGuard, *,
+                 on_loop: LoopPolicy | None = None,
+                 side_effects: Mapping[str, Compensator | None] | Iterable[str] = (),
+                 error_when: Callable[[ToolMessage], str | bool | None] | None = None,
+                 handle_tool_errors: Any = None,
+                 wrap_tool_call: Callable | None = None,
+                 awrap_tool_call: Callable | None = None,
+                 **kwargs: Any):
+        guard = rewind if isinstance(rewind, LoopGuard) else LoopGuard(
+            rewind, on_loop=on_loop, side_effects=side_effects, error_when=error_when)
         if handle_tool_errors is None:
-            handle_tool_errors = (
-                inspect.signature(ToolNode.__init__).parameters["handle_tool_errors"].default
-            )
+            handle_tool_errors = inspect.signature(ToolNode.__init__).parameters[
+                "handle_tool_errors"].default
         sync_wrap = guard.wrap_tool_call
         async_wrap: Any = guard.awrap_tool_call
         if wrap_tool_call is not None:
-
             def sync_wrap(request, execute):
                 return guard.wrap_tool_call(request, lambda r: wrap_tool_call(r, execute))
 
             async_wrap = None  # ToolNode then runs the sync chain in async runs too
         if awrap_tool_call is not None:
-
             async def async_wrap(request, execute):
                 async def inner(r):
                     return await awrap_tool_call(r, execute)
 
                 return await guard.awrap_tool_call(request, inner)
 
-        super().__init__(
-            tools,
-            handle_tool_errors=let_loops_through(handle_tool_errors),
-            wrap_tool_call=sync_wrap,
-            awrap_tool_call=async_wrap,
-            **kwargs,
-        )
+        super().__init__(tools, handle_tool_errors=let_loops_through(handle_tool_errors),
+                         wrap_tool_call=sync_wrap, awrap_tool_call=async_wrap, **kwargs)
         self.guard = guard
 
 

@@ -71,7 +71,7 @@ def blob_key(ns: str, channel: str, version: object) -> str:
 
 def version_of(key: str, prefix: str) -> str:
     """The channel version a blob key under `prefix` names."""
-    return unquote(key[len(prefix) :])
+    return unquote(key[len(prefix):])
 
 
 def write_prefix(ns: str, checkpoint_id: str) -> str:

@@ -121,24 +121,16 @@ class RewindSaver(BaseCheckpointSaver[str]):
             the next delta without reading the store.
     """
 
-    def __init__(
-        self,
-        engine: Engine,
-        *,
-        serde: Any = None,
-        messages_channel: str | None = "messages",
-        keep_checkpoints: int = 200,
-        cache_size: int = 256,
-    ):
+    def __init__(self, engine: Engine, *, serde: Any = None,
+                 messages_channel: str | None = "messages", keep_checkpoints: int = 200,
+                 cache_size: int = 256):
         super().__init__(serde=serde)
         if keep_checkpoints < 1:
             raise ValueError("keep_checkpoints must be at least 1")
         self.engine = engine
         self.messages_channel = messages_channel
-        self.retention = Retention(
-            keep_snapshots=keep_checkpoints,
-            keep_step_snapshots=engine.retention.keep_step_snapshots,
-        )
+        self.retention = Retention(keep_snapshots=keep_checkpoints,
+                                   keep_step_snapshots=engine.retention.keep_step_snapshots)
         self._cache_size = max(1, cache_size)
         self._lock = threading.RLock()
         self._ensured: OrderedDict[str, None] = OrderedDict()
@@ -166,9 +158,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
         deadline = time.monotonic() + timeout
         while True:
             with self._seen_changed:
-                if self._seen_changed.wait_for(
-                    lambda: key in self._seen, max(0.0, min(0.05, deadline - time.monotonic()))
-                ):
+                if self._seen_changed.wait_for(lambda: key in self._seen,
+                                               max(0.0, min(0.05, deadline - time.monotonic()))):
                     return True
             # stored by another saver, or forgotten by this one's bounded memory
             if self.store.doc_get(key[0], layout.DOCS, [ckey]):
@@ -245,9 +236,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
         before_id = get_checkpoint_id(before) if before else None
         for thread_id in threads:
             sid = session_id(thread_id)
-            recs = list(
-                self.store.doc_scan(sid, layout.DOCS, layout.checkpoint_prefix(ns_filter)).values()
-            )
+            recs = list(self.store.doc_scan(sid, layout.DOCS,
+                                            layout.checkpoint_prefix(ns_filter)).values())
             recs.sort(key=lambda r: r["id"], reverse=True)
             scans: dict = {}
             for rec in recs:
@@ -295,17 +285,10 @@ class RewindSaver(BaseCheckpointSaver[str]):
         sid = session_id(thread_id)
         ns = conf.get("checkpoint_ns") or ""
         meta = get_checkpoint_metadata(config, metadata)
-        self._retrying(
-            sid,
-            lambda: self._put(sid, ns, conf.get("checkpoint_id"), checkpoint, meta, new_versions),
-        )
-        return {
-            "configurable": {
-                "thread_id": thread_id,
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint["id"],
-            }
-        }
+        self._retrying(sid, lambda: self._put(sid, ns, conf.get("checkpoint_id"), checkpoint,
+                                              meta, new_versions))
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                 "checkpoint_id": checkpoint["id"]}}
 
     def put_writes(
         self,
@@ -335,13 +318,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
         def run() -> None:
             existing = self.store.doc_get(sid, layout.DOCS, regular) if regular else {}
             items = {
-                key: {
-                    "task": task_id,
-                    "path": task_path,
-                    "idx": widx,
-                    "ch": channel,
-                    "value": codec.encode(self.serde, value),
-                }
+                key: {"task": task_id, "path": task_path, "idx": widx, "ch": channel,
+                      "value": codec.encode(self.serde, value)}
                 for key, (widx, channel, value) in entries.items()
                 if widx < 0 or key not in existing
             }
@@ -398,18 +376,11 @@ class RewindSaver(BaseCheckpointSaver[str]):
                     self.store.append_messages(dst, history, now)
             epoch = self.store.put(dst, layout.HEAD, {layout.ROOT: head}, now)
             node = self.store.take_snapshot(
-                dst,
-                f"checkpoint {head} (copied from thread {source_thread_id})",
-                "manual",
-                now,
-                self.retention,
-            )
-            self.store.doc_put(
-                dst,
-                layout.DOCS,
-                {head_key: {**rec, "snap": node.id, "msgs": node.messages, "epoch": epoch}},
-                now,
-            )
+                dst, f"checkpoint {head} (copied from thread {source_thread_id})", "manual",
+                now, self.retention)
+            self.store.doc_put(dst, layout.DOCS, {head_key: {**rec, "snap": node.id,
+                                                             "msgs": node.messages,
+                                                             "epoch": epoch}}, now)
 
         self._retrying(dst, run)
         self._forget_cache(dst)
@@ -504,28 +475,17 @@ class RewindSaver(BaseCheckpointSaver[str]):
     ) -> AsyncIterator[CheckpointTuple]:
         """Async `list`."""
         items = await self._run(
-            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
-        )
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
         for item in items:
             yield item
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
+                   metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
         """Async `put`."""
         return await self._run(self.put, config, checkpoint, metadata, new_versions)
 
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                          task_id: str, task_path: str = "") -> None:
         """Async `put_writes`."""
         await self._run(self.put_writes, config, writes, task_id, task_path)
 
@@ -546,15 +506,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
         await self._run(self.delete_for_runs, run_ids)
 
     # -- put --------------------------------------------------------------------------------
-    def _put(
-        self,
-        sid: str,
-        ns: str,
-        parent_id: str | None,
-        checkpoint: Checkpoint,
-        meta: CheckpointMetadata | dict,
-        new_versions: ChannelVersions,
-    ) -> None:
+    def _put(self, sid: str, ns: str, parent_id: str | None, checkpoint: Checkpoint,
+             meta: CheckpointMetadata | dict, new_versions: ChannelVersions) -> None:
         store = self.store
         now = self.engine.clock()
         checkpoint_id = checkpoint["id"]
@@ -582,28 +535,19 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 if before is None:
                     appended = value
                 elif base is not None and docs[key]["keep"] == len(base):
-                    appended = value[len(base) :]
+                    appended = value[len(base):]
         rec = {
-            "id": checkpoint_id,
-            "ns": ns,
-            "parent": parent_id,
-            "cp": self._dump_checkpoint(checkpoint),
-            "meta": self._dump_meta(meta),
+            "id": checkpoint_id, "ns": ns, "parent": parent_id,
+            "cp": self._dump_checkpoint(checkpoint), "meta": self._dump_meta(meta),
             "run": meta.get("run_id") if isinstance(meta.get("run_id"), str) else None,
-            "late": False,
-            "snap": None,
-            "msgs": None,
-            "epoch": None,
+            "late": False, "snap": None, "msgs": None, "epoch": None,
         }
         if ns == "":
             pointers = self.store.get_all(sid, layout.HEAD)
             head, fence = pointers.get(layout.ROOT), pointers.get(layout.FENCE) or {}
-            if (
-                fence
-                and parent_id == fence.get("base")
-                and checkpoint_id <= fence.get("until", "")
-                and meta.get("source") == "loop"
-            ):
+            if (fence and parent_id == fence.get("base")
+                    and checkpoint_id <= fence.get("until", "")
+                    and meta.get("source") == "loop"):
                 rec["late"] = True  # the next step of a run the guard rolled back, stored late
             elif parent_id is not None and head is not None and parent_id != head:
                 if self._fork(sid, parent, parent_id):
@@ -616,10 +560,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
                     if chat:
                         store.append_messages(sid, chat, now)
                 epoch = store.put(sid, layout.HEAD, {layout.ROOT: checkpoint_id}, now)
-                label = (
-                    f"checkpoint {checkpoint_id} ({meta.get('source', '?')}, "
-                    f"step {meta.get('step', '?')})"
-                )
+                label = (f"checkpoint {checkpoint_id} ({meta.get('source', '?')}, "
+                         f"step {meta.get('step', '?')})")
                 node = store.take_snapshot(sid, label, "manual", now, self.retention)
                 rec.update(snap=node.id, msgs=node.messages, epoch=epoch)
         docs[layout.checkpoint_key(ns, checkpoint_id)] = rec
@@ -637,21 +579,15 @@ class RewindSaver(BaseCheckpointSaver[str]):
         if not snap:
             return False
         try:
-            self.engine.rollback(
-                sid,
-                to=snap,
-                actor=ACTOR,
-                reason=f"fork from checkpoint {parent_id}",
-                notice=False,
-                kind="fork",
-            )
+            self.engine.rollback(sid, to=snap, actor=ACTOR,
+                                 reason=f"fork from checkpoint {parent_id}", notice=False,
+                                 kind="fork")
         except (UnknownSnapshot, SnapshotNotRestorable):
             return False
         return True
 
-    def _deliver_notices(
-        self, sid: str, thread_id: Any, rec: dict | None, info: Any
-    ) -> dict | None:
+    def _deliver_notices(self, sid: str, thread_id: Any, rec: dict | None,
+                         info: Any) -> dict | None:
         """Hand notices appended to the session after `rec` to the graph (see module doc).
 
         `rec` is the live checkpoint's record; None when the guard rolled back a run of a thread
@@ -691,22 +627,15 @@ class RewindSaver(BaseCheckpointSaver[str]):
         versions = checkpoint["channel_versions"]
         version = self.get_next_version(versions.get(channel))
         checkpoint.update(
-            id=str(uuid6(clock_seq=step + 1)),
-            ts=datetime.now(UTC).isoformat(),
+            id=str(uuid6(clock_seq=step + 1)), ts=datetime.now(UTC).isoformat(),
             channel_values={**values, channel: [*current, *map(notice_message, notices)]},
-            channel_versions={**versions, channel: version},
-            updated_channels=[channel],
-        )
+            channel_versions={**versions, channel: version}, updated_channels=[channel])
         metadata = {"source": "update", "step": step + 1, "parents": {}, "rewind": "notice"}
         configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
         if rec is not None:
             configurable["checkpoint_id"] = rec["id"]
-        self.put(
-            RunnableConfig(configurable=configurable),
-            checkpoint,  # type: ignore[arg-type]
-            metadata,
-            {channel: version},
-        )  # type: ignore[arg-type]
+        self.put(RunnableConfig(configurable=configurable), checkpoint,  # type: ignore[arg-type]
+                 metadata, {channel: version})  # type: ignore[arg-type]
         return self._last[(sid, "")]
 
     # -- records and values -----------------------------------------------------------------
@@ -733,7 +662,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
         key = layout.checkpoint_key(ns, checkpoint_id)
         return self.store.doc_get(sid, layout.DOCS, [key]).get(key)
 
-    def _list_state(self, sid: str, ns: str, channel: str, version: Any) -> codec.ListState | None:
+    def _list_state(self, sid: str, ns: str, channel: str, version: Any
+                    ) -> codec.ListState | None:
         version = str(version)
         with self._lock:
             cached = self._lists.get((sid, ns, channel))
@@ -745,9 +675,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
             return None
         return codec.ListState(version, self._encodings(sid, ns, channel, version, doc, {}))
 
-    def _encodings(
-        self, sid: str, ns: str, channel: str, version: str, doc: dict, scans: dict
-    ) -> builtins.list:
+    def _encodings(self, sid: str, ns: str, channel: str, version: str, doc: dict,
+                   scans: dict) -> builtins.list:
         if doc.get("base") is None:
             return doc["items"]
         with self._lock:
@@ -758,9 +687,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
         if scan is None:
             prefix = layout.blob_prefix(ns, channel)
             found = self.store.doc_scan(sid, layout.DOCS, prefix)
-            scan = scans[(ns, channel)] = {
-                layout.version_of(k, prefix): d for k, d in found.items()
-            }
+            scan = scans[(ns, channel)] = {layout.version_of(k, prefix): d
+                                           for k, d in found.items()}
         try:
             return codec.materialize(scan, version)
         except KeyError as exc:
@@ -788,14 +716,12 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 with self._lock:
                     cached = self._lists.get((sid, ns, channel))
                     if cached is None or cached.version != version:
-                        self._remember(
-                            self._lists, (sid, ns, channel), codec.ListState(version, encodings)
-                        )
+                        self._remember(self._lists, (sid, ns, channel),
+                                       codec.ListState(version, encodings))
         return values
 
-    def _tuple(
-        self, sid: str, thread_id: Any, rec: dict, scans: dict, remember: bool
-    ) -> CheckpointTuple:
+    def _tuple(self, sid: str, thread_id: Any, rec: dict, scans: dict,
+               remember: bool) -> CheckpointTuple:
         ns, checkpoint_id = rec["ns"], rec["id"]
         values = self._values(sid, ns, rec["cp"].get("channel_versions", {}), scans, remember)
         writes = sorted(
@@ -804,27 +730,14 @@ class RewindSaver(BaseCheckpointSaver[str]):
         )
         parent = rec.get("parent")
         return CheckpointTuple(
-            config={
-                "configurable": {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": ns,
-                    "checkpoint_id": checkpoint_id,
-                }
-            },
+            config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                     "checkpoint_id": checkpoint_id}},
             checkpoint=self._load_checkpoint(rec, values),
             metadata=self._load_meta(rec["meta"]),
-            parent_config={
-                "configurable": {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": ns,
-                    "checkpoint_id": parent,
-                }
-            }
-            if parent
-            else None,
-            pending_writes=[
-                (w["task"], w["ch"], codec.decode(self.serde, w["value"])) for w in writes
-            ],
+            parent_config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                            "checkpoint_id": parent}} if parent else None,
+            pending_writes=[(w["task"], w["ch"], codec.decode(self.serde, w["value"]))
+                            for w in writes],
         )
 
     def _dump_checkpoint(self, checkpoint: Checkpoint) -> dict:
