@@ -174,7 +174,7 @@ def cmd_mcp_proxy(args) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     return proxy_main(args.store, command, args.upstream or [], session=args.session,
-                      http_port=args.http)
+                      http_port=args.http, config=args.config)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -255,11 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("mcp-proxy", help="guard the tools of MCP servers (an MCP server itself)",
                        usage="rewind mcp-proxy [--store URL] [--session ID] [--upstream URL] "
-                             "[--http PORT] [-- COMMAND [ARGS...]]")
+                             "[--config FILE] [--http PORT] [-- COMMAND [ARGS...]]")
     p.add_argument("--store", default=argparse.SUPPRESS, help="store URL (as for rewind)")
     p.add_argument("--session", help="Rewind session of the connection (default: mcp-<random>)")
     p.add_argument("--upstream", action="append", metavar="URL",
                    help="a streamable HTTP MCP server to front (repeatable)")
+    p.add_argument("--config", metavar="FILE", help='servers to front: {"mcpServers": {…}}')
     p.add_argument("--http", type=int, metavar="PORT",
                    help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
     p.add_argument("upstream_command", nargs=argparse.REMAINDER,

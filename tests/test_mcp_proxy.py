@@ -281,3 +281,49 @@ def test_a_quarantined_tool_is_refused_without_calling_it(tmp_path, monkeypatch)
     result = asyncio.run(scenario())
     assert result.is_error and refunds == []
     assert texts(result)[0].startswith("Rewind refused this call: the tool refund is quarantined")
+
+
+def test_a_config_file_names_the_servers(tmp_path):
+    """`--config FILE` in the format MCP clients use: each server by command or URL."""
+    import json
+
+    from engine.integrations.mcp_proxy import load_config
+
+    config = tmp_path / "mcp.json"
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "receipts": {
+                        "command": sys.executable,
+                        "args": [SERVER],
+                        "env": {"RECEIPTS": "1"},
+                    },
+                    "remote": {"url": "http://127.0.0.1:9/mcp"},
+                }
+            }
+        )
+    )
+    local, remote = load_config(str(config))
+    assert list(local.command) == [sys.executable, SERVER] and local.env == {"RECEIPTS": "1"}
+    assert remote.url == "http://127.0.0.1:9/mcp"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"mcpServers": {"x": {"args": []}}}))
+    with pytest.raises(ValueError, match="needs a command or a url"):
+        load_config(str(bad))
+
+    # the proxy serves what the file names
+    config.write_text(
+        json.dumps({"mcpServers": {"receipts": {"command": sys.executable, "args": [SERVER]}}})
+    )
+    store = f"sqlite:///{tmp_path}/config.db"
+
+    async def scenario():
+        async with Client(
+            proxy_params(store, "--session", "cfg", "--config", str(config))
+        ) as client:
+            return await client.call_tool("read_total", {})
+
+    assert texts(asyncio.run(scenario())) == ["42.00 EUR"]
+    with Engine.open(store) as engine:
+        assert [s.tool for s in engine.get_session("cfg").steps()] == ["read_total"]

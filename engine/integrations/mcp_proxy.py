@@ -2,6 +2,7 @@
 
     rewind mcp-proxy --store sqlite:///.rewind/rewind.db -- python my_server.py
     rewind mcp-proxy --upstream http://127.0.0.1:9000/mcp --http 8765
+    rewind mcp-proxy --config mcp.json          # {"mcpServers": {name: {command, args} | {url}}}
 
 Any MCP client (a desktop assistant, an IDE agent) talks to the proxy instead of the server; the
 proxy forwards ``tools/list`` and ``tools/call`` (and resources and prompts) to the upstream
@@ -56,7 +57,7 @@ from engine.loops.fingerprint import canonicalize, fingerprint
 from engine.sessions.notices import NOTICE_FLAG
 from engine.sessions.session import Session
 
-__all__ = ["META_SESSION_KEYS", "McpProxy", "Upstream", "serve"]
+__all__ = ["META_SESSION_KEYS", "McpProxy", "Upstream", "load_config", "serve"]
 
 log = logging.getLogger("rewind.mcp_proxy")
 
@@ -95,6 +96,8 @@ class Upstream:
     """The command line of a stdio server (empty for an HTTP one)."""
     url: str | None = None
     """The streamable HTTP endpoint of an HTTP server."""
+    env: dict[str, str] | None = None
+    """Extra environment of a stdio server (the SDK passes only a safe default set otherwise)."""
     client: Any = field(default=None, repr=False)
     """The connected `mcp.Client`, while the proxy runs."""
 
@@ -105,7 +108,42 @@ class Upstream:
     def target(self) -> Any:
         if self.url:
             return self.url
-        return StdioServerParameters(command=self.command[0], args=list(self.command[1:]))
+        env = None
+        if self.env:
+            from mcp.client.stdio import get_default_environment
+
+            env = {**get_default_environment(), **self.env}
+        return StdioServerParameters(command=self.command[0], args=list(self.command[1:]), env=env)
+
+
+def load_config(path: str) -> list[Upstream]:
+    """The upstream servers of a config file, in the format MCP clients use::
+
+        {"mcpServers": {"files": {"command": "python", "args": ["files.py"], "env": {}},
+                        "search": {"url": "http://10.0.0.5:9000/mcp"}}}
+
+    Raises:
+        ValueError: the file is not such a JSON document (the message says what is wrong).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read the MCP config {path}: {exc}") from exc
+    servers = doc.get("mcpServers") if isinstance(doc, dict) else None
+    if not isinstance(servers, dict) or not servers:
+        raise ValueError(f'{path}: expected {{"mcpServers": {{name: {{command|url …}}}}}}')
+    upstreams = []
+    for name, spec in servers.items():
+        if isinstance(spec, dict) and isinstance(spec.get("url"), str):
+            upstreams.append(Upstream(url=spec["url"]))
+        elif isinstance(spec, dict) and isinstance(spec.get("command"), str):
+            args = [str(a) for a in spec.get("args") or []]
+            env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
+            upstreams.append(Upstream(command=[spec["command"], *args], env=env or None))
+        else:
+            raise ValueError(f"{path}: server {name!r} needs a command or a url")
+    return upstreams
 
 
 def _clause(explanation: Any) -> str:
@@ -387,6 +425,7 @@ def main(
     *,
     session: str | None = None,
     http_port: int | None = None,
+    config: str | None = None,
 ) -> int:
     """The `rewind mcp-proxy` command (see `engine.cli`)."""
     import anyio
@@ -394,9 +433,16 @@ def main(
     upstreams = ([Upstream(command=list(command))] if command else []) + [
         Upstream(url=u) for u in upstream_urls
     ]
+    if config:
+        try:
+            upstreams += load_config(config)
+        except ValueError as exc:
+            print(f"rewind mcp-proxy: {exc}", file=sys.stderr)
+            return 2
     if not upstreams:
         print(
-            "rewind mcp-proxy: give an upstream: -- COMMAND [ARGS…] or --upstream URL",
+            "rewind mcp-proxy: give an upstream: -- COMMAND [ARGS…], --upstream URL or "
+            "--config FILE",
             file=sys.stderr,
         )
         return 2
