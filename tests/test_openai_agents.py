@@ -407,3 +407,23 @@ def test_a_quarantined_tool_is_not_called(engine, monkeypatch):
     output = model.inputs[1][-1]
     assert output["type"] == "function_call_output"
     assert output["output"].startswith("Rewind: the tool charge is quarantined")
+
+
+def test_a_call_cut_by_the_tools_timeout_is_recorded(engine):
+    """The SDK cancels a call that outlives its tool's timeout_seconds: the step still ends."""
+
+    @function_tool(timeout=0.05)
+    async def slow(order: str) -> str:
+        """Take too long."""
+        await asyncio.sleep(5)
+        return "late"
+
+    sid = fresh_id()
+    session = RewindSession(engine, sid)
+    model = Scripted([lambda n: call("slow", {"order": "T-1"}, n), lambda n: say("Timed out.", n)])
+    agent = ToolGuard(session).agent(Agent(name="shop", model=model, tools=[slow]))
+    result = run(Runner.run(agent, "slow please", session=session, run_config=CONFIG))
+    assert result.final_output == "Timed out."
+    steps = engine.get_session(sid).steps()
+    assert [(s.tool, s.status) for s in steps] == [("slow", "error")]
+    assert "did not finish" in steps[0].error

@@ -48,6 +48,7 @@ own sessions. Needs ``pip install 'agent-rewind[openai-agents]'``.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import dataclasses
@@ -380,6 +381,11 @@ class ToolGuard:
         except Exception as exc:
             raised = exc
             self._finish(step, lambda: step.fail(raised), name, exc)
+            raise
+        except BaseException as exc:  # cancelled (a timeout, the run stopping): record, go on
+            with contextlib.suppress(LoopDetected):
+                step.fail(f"{type(exc).__name__}: the call did not finish")
+                step.__exit__(None, None, None)
             raise
         finally:
             _CAUGHT.reset(token)
