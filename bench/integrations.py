@@ -71,11 +71,15 @@ async def ainterleave(
     return b, g
 
 
+PER_SESSION = 200
+"""Calls per session (a session's hard step budget stops it at 500)."""
+
+
 def bench_engine(engine: Engine, calls: int) -> Row:
-    session = engine.session("bench-engine")
+    sessions = [engine.session(f"bench-engine-{k}") for k in range(calls // PER_SESSION + 1)]
 
     def guarded(i: int) -> None:
-        with session.step("lookup", {"order": f"A-{i}"}) as call:
+        with sessions[i // PER_SESSION].step("lookup", {"order": f"A-{i}"}) as call:
             call.ok(lookup_result(f"A-{i}"))
 
     return ("engine step", *interleave(calls, lambda i: lookup_result(f"A-{i}"), guarded))
@@ -94,7 +98,9 @@ def bench_langgraph(engine: Engine, calls: int) -> Row | None:
         def __init__(self, i: int):
             self.tool_call = {"name": "lookup", "args": {"order": f"A-{i}"}, "id": f"c{i}"}
             self.runtime = type(
-                "Runtime", (), {"config": {"configurable": {"thread_id": "bench-langgraph"}}}
+                "Runtime",
+                (),
+                {"config": {"configurable": {"thread_id": f"bench-langgraph-{i // PER_SESSION}"}}},
             )()
 
     def execute(request: Request) -> ToolMessage:
@@ -125,7 +131,10 @@ def bench_openai_agents(engine: Engine, calls: int) -> Row | None:
         """Look an order up."""
         return lookup_result(order)
 
-    guarded_tool = ToolGuard(RewindSession(engine, "bench-openai-agents")).tool(lookup)
+    guarded_tools = [
+        ToolGuard(RewindSession(engine, f"bench-openai-agents-{k}")).tool(lookup)
+        for k in range(calls // PER_SESSION + 1)
+    ]
 
     def ctx(i: int) -> tuple[Any, str]:
         arguments = f'{{"order": "A-{i}"}}'
@@ -137,7 +146,7 @@ def bench_openai_agents(engine: Engine, calls: int) -> Row | None:
         return await lookup.on_invoke_tool(*ctx(i))
 
     async def guarded(i: int) -> Any:
-        return await guarded_tool.on_invoke_tool(*ctx(i))
+        return await guarded_tools[i // PER_SESSION].on_invoke_tool(*ctx(i))
 
     return ("OpenAI Agents ToolGuard", *asyncio.run(ainterleave(calls, bare, guarded)))
 
@@ -159,15 +168,15 @@ def bench_mcp(engine: Engine, calls: int) -> Row | None:
 
     async def run() -> tuple[list[float], list[float]]:
         async with Client(server) as client:
-            proxy = McpProxy(engine, [Upstream(client=client)], session="bench-mcp")
-            session = proxy.session_for(None)
+            proxy = McpProxy(engine, [Upstream(client=client)])
+            sessions = [engine.session(f"bench-mcp-{k}") for k in range(calls // PER_SESSION + 1)]
             await proxy.on_list_tools(None, None)
 
             async def bare(i: int) -> Any:
                 return await client.call_tool("lookup", {"order": f"A-{i}"})
 
             async def guarded(i: int) -> Any:
-                return await proxy.call(session, "lookup", {"order": f"A-{i}"})
+                return await proxy.call(sessions[i // PER_SESSION], "lookup", {"order": f"A-{i}"})
 
             return await ainterleave(calls, bare, guarded)
 
