@@ -617,25 +617,66 @@ class RedisStore:
         return doctor.session_problems(sid, self._read("check", sid))
 
     # -- retention --------------------------------------------------------------------------
-    def purge_branches(self, before: float, now: float) -> dict:
+    def purge_branches(self, before: float, now: float, *, dry_run: bool = False) -> dict[str, int]:
+        """Delete abandoned branches created before `before` (one script per session, each
+        atomic); returns counts of what went (with `dry_run`, of what would go, removing and
+        auditing nothing). The audit detail lists every removed branch (``branch_ids``)."""
         self.flush()
-        removed = {"branches": 0, "messages": 0, "steps": 0, "snapshots": 0, "kv_writes": 0}
-        members = self._guard(
+        removed = dict.fromkeys(("branches", "messages", "steps", "snapshots", "kv_writes"), 0)
+        members: list[str] = self._guard(
             self._r.zrangebyscore, keys.branch_index(self._fb), "-inf", "(" + num(before)
         )
         by_session: dict[str, list[str]] = {}
         for member in members:
             enc, _, branch = member.partition("/")
             by_session.setdefault(enc, []).append(branch)
-        names = []
+        gone: set[str] = set()
         for enc, branch_ids in by_session.items():
             sid = keys.decode(enc)
             base = keys.session_base(sid, self.prefix)
-            argv = ["", num(now), 0, sid, enc, "i", 0, 0, *branch_ids]
+            argv = ["", num(now), 0, sid, enc, "i", 0, 0, "1" if dry_run else "0", *branch_ids]
             counts = json.loads(self._script("purge", [base], argv))
+            gone.update(f"{enc}/{b}" for b in counts.pop("gone") or [])
             for name in removed:
                 removed[name] += counts[name]
-            names += [f"{sid}/{b}" for b in branch_ids]
-        if members:
-            self._views.record_purge(now, removed, names, members)
+        if not dry_run and members:
+            # oldest first; index members of branches that were already gone are dropped too
+            names = [f"{keys.decode(m.partition('/')[0])}/{m.partition('/')[2]}" for m in members]
+            ids = [name for name, m in zip(names, members, strict=True) if m in gone]
+            reason = "abandoned branches past their time limit"
+            self._views.record_purge(now, reason, removed, ("branch_ids", ids), members)
         return removed
+
+    def purge_sessions(self, before: float, now: float, *, dry_run: bool = False) -> dict[str, int]:
+        """Delete the sessions last changed before `before` that are not evidence (no ``keep``
+        mark), each in one script that checks both again; returns how many went
+        (``sessions``) and how many as old were kept as evidence (``evidence``)."""
+        self.flush()
+        idle: list[str] = self._guard(
+            self._r.zrangebyscore, keys.session_index(self._fb), "-inf", "(" + num(before)
+        )
+        candidates: list[str] = []
+        evidence = 0
+        for i in range(0, len(idle), 500):
+            chunk = idle[i : i + 500]
+            for sid, d in zip(chunk, self._views.fetch_sessions(chunk), strict=True):
+                if not d or float(d["updated"]) >= before:
+                    continue  # expired meanwhile, or changed since (the index lags behind)
+                if d.get("keep") == "1":
+                    evidence += 1
+                else:
+                    candidates.append(sid)
+        if dry_run:
+            return {"sessions": len(candidates), "evidence": evidence}
+        doomed: list[str] = []
+        for sid in candidates:
+            result, _ = self._write("delete", sid, now, [num(before)], sync=True)
+            if result == "1":
+                doomed.append(sid)
+            elif result == "k":  # became evidence since it was read
+                evidence += 1
+        counts = {"sessions": len(doomed), "evidence": evidence}
+        if doomed:
+            reason = "idle sessions past their time limit (evidence kept)"
+            self._views.record_purge(now, reason, counts, ("session_ids", doomed))
+        return counts
