@@ -77,7 +77,8 @@ class FleetViews:
         pipe = self._r.pipeline(transaction=False)
         for sid in sids:
             pipe.hgetall(keys.session_hash(keys.session_base(sid, self.prefix)))
-        return self._client.call(pipe.execute)
+        rows: list[dict[str, str]] = self._client.call(pipe.execute)
+        return rows
 
     def sweep(self) -> None:
         """Drop sessions whose keys expired from the fleet indexes."""
@@ -253,7 +254,7 @@ class FleetViews:
         session: str | None,
         snapshot: str | None,
         reason: str | None,
-        detail: dict,
+        detail: dict[str, Any],
         now: float,
     ) -> None:
         """An audit event without a session write (`RedisStore.add_audit` writes those about an

@@ -78,13 +78,19 @@ from engine.records import (
     SnapshotNode,
     StepRecord,
 )
-from engine.store.base import Retention, StepTicket
+from engine.store.base import Retention, StepOutcome, StepStart, StepTicket
 from engine.store.redis import codec, doctor, keys
 from engine.store.redis.client import RedisClient, script_error
 from engine.store.redis.codec import dumps, num
 from engine.store.redis.fleet import FleetViews
 from engine.store.redis.scripts import OUTBOX_BATCH, SOURCES
-from engine.types import CompensationStatus, SessionStatus
+from engine.types import (
+    CompensationStatus,
+    RollbackKind,
+    SessionStatus,
+    SnapshotKind,
+    StoredVerdict,
+)
 
 log = logging.getLogger("rewind.redis")
 
@@ -192,7 +198,7 @@ class RedisStore:
         self._client.close()
 
     # -- sessions ---------------------------------------------------------------------------
-    def ensure_session(self, sid: str, meta: dict | None, now: float) -> SessionInfo:
+    def ensure_session(self, sid: str, meta: dict[str, Any] | None, now: float) -> SessionInfo:
         new = dict(meta or {})
         incarnation = f"{time.time_ns():020x}{uuid.uuid4().hex[:8]}"
         create = [dumps(new), codec.index_lines(new), incarnation]
@@ -215,7 +221,7 @@ class RedisStore:
     def list_sessions(
         self,
         *,
-        status: str | None = None,
+        status: SessionStatus | None = None,
         tenant: str | None = None,
         scenario: str | None = None,
         prompt_version: str | None = None,
@@ -234,11 +240,13 @@ class RedisStore:
         )
 
     def count_sessions(
-        self, *, status: str | None = None, updated_since: float | None = None
+        self, *, status: SessionStatus | None = None, updated_since: float | None = None
     ) -> int:
         return self._views.count_sessions(status=status, updated_since=updated_since)
 
-    def set_status(self, sid: str, status: str, verdict: dict | None, now: float) -> None:
+    def set_status(
+        self, sid: str, status: SessionStatus, verdict: StoredVerdict | None, now: float
+    ) -> None:
         try:
             status = SessionStatus(status)
         except ValueError:
@@ -250,7 +258,7 @@ class RedisStore:
         )
 
     # -- history ----------------------------------------------------------------------------
-    def append_messages(self, sid: str, messages: list[dict], now: float) -> int:
+    def append_messages(self, sid: str, messages: list[dict[str, Any]], now: float) -> int:
         if not messages:
             info = self.get_session(sid)
             if info is None:
@@ -274,7 +282,7 @@ class RedisStore:
         raw = self._guard(self._r.hgetall, keys.kv_values(base, ns))
         return {k: json.loads(v) for k, v in raw.items()}
 
-    def live_messages(self, sid: str) -> list[dict]:
+    def live_messages(self, sid: str) -> list[dict[str, Any]]:
         base = keys.session_base(sid, self.prefix)
         rows = self._guard(self._r.lrange, keys.live_messages(base), 0, -1)
         return [json.loads(r)[3] for r in rows]
@@ -294,7 +302,7 @@ class RedisStore:
         return [retention.keep_snapshots, retention.keep_step_snapshots]
 
     def take_snapshot(
-        self, sid: str, label: str | None, kind: str, now: float, retention: Retention
+        self, sid: str, label: str | None, kind: SnapshotKind, now: float, retention: Retention
     ) -> SnapshotNode:
         if not kind.isidentifier():
             raise ValueError(f"a snapshot kind must be an identifier, not {kind!r}")
@@ -370,14 +378,14 @@ class RedisStore:
     def begin_step(
         self,
         sid: str,
-        step: dict,
+        step: StepStart,
         snapshot_label: str | None,
         now: float,
         retention: Retention,
     ) -> StepTicket:
-        fields = dict(step)
-        args_text = fields.pop("args")
-        comp = fields.pop("compensation", None)
+        args_text = step["args"]
+        comp = step.get("compensation")
+        fields = {k: v for k, v in step.items() if k not in ("args", "compensation")}
         body = dumps({**fields, "side_effect": bool(fields.get("side_effect")), "started_at": now})
         record = '{"args":' + args_text + "," + body[1:]
         comp_field = ""
@@ -401,7 +409,7 @@ class RedisStore:
         n, epoch, snap, seq = json.loads(result)
         return StepTicket(n=n, epoch=epoch, snapshot=snap, seq=seq)
 
-    def end_step(self, sid: str, ticket: StepTicket, outcome: dict, now: float) -> bool:
+    def end_step(self, sid: str, ticket: StepTicket, outcome: StepOutcome, now: float) -> bool:
         verdict = outcome.get("verdict")
         record = dumps({**outcome, "ended_at": now})
         result, _ = self._write(
@@ -434,10 +442,10 @@ class RedisStore:
         *,
         actor: str,
         reason: str,
-        notice: dict | None,
+        notice: dict[str, Any] | None,
         now: float,
         expect_epoch: int | None = None,
-        kind: str = "rollback",
+        kind: RollbackKind = "rollback",
     ) -> RollbackResult:
         notice_text = None if notice is None else notice.get("content")
         result, extra = self._write(
@@ -500,7 +508,7 @@ class RedisStore:
             notice=notice_text,
         )
 
-    def add_notice(self, sid: str, message: dict, actor: str, now: float) -> None:
+    def add_notice(self, sid: str, message: dict[str, Any], actor: str, now: float) -> None:
         self._write(
             "notice",
             sid,
@@ -534,7 +542,7 @@ class RedisStore:
         session: str | None,
         snapshot: str | None,
         reason: str | None,
-        detail: dict,
+        detail: dict[str, Any],
         now: float,
     ) -> None:
         if session is not None:  # through the session: it becomes evidence in the same script
@@ -552,11 +560,15 @@ class RedisStore:
         return self._views.last_event_id()
 
     def compensations(
-        self, *, session: str | None = None, status: str | None = None, limit: int = 1000
+        self,
+        *,
+        session: str | None = None,
+        status: CompensationStatus | None = None,
+        limit: int = 1000,
     ) -> list[Compensation]:
         return self._views.compensations(session=session, status=status, limit=limit)
 
-    def count_compensations(self, status: str) -> int:
+    def count_compensations(self, status: CompensationStatus) -> int:
         return self._views.count_compensations(status)
 
     def claim_compensation(
@@ -597,7 +609,7 @@ class RedisStore:
         return result == "1"
 
     # -- maintenance ------------------------------------------------------------------------
-    def rebuild_indexes(self) -> dict:
+    def rebuild_indexes(self) -> dict[str, int]:
         """Rebuild the fleet indexes from the sessions themselves (``rewind doctor``); see
         `engine.store.redis.doctor.rebuild_indexes`. Safe to run while agents write.
 
