@@ -26,7 +26,11 @@ Retention (the ``ttl`` option, 30 minutes by default; 0 keeps every session):
   retention change are one atomic step: a rolled-back session, its abandoned branches and the
   session of every audit row stay readable. Becoming healthy again does not undo it.
 - Evidence leaves only through retention by age (`purge_branches`: abandoned branches older than
-  a limit) or an operator's `delete_session`.
+  a limit) or an operator's `delete_session`. `purge_sessions` (for stores without a TTL, or
+  idle times shorter than it) deletes idle sessions without the ``keep`` mark; its Lua script
+  checks the mark and the idle time again, so a session that became evidence meanwhile stays.
+- A rollback with nothing to abandon is refused by its script before any write: no branch, no
+  notice, no epoch change, no audit event, and so no ``keep`` mark either.
 - The session's own feed (a fleet key) expires with the session and loses its TTL when the
   session becomes evidence (on Redis Cluster, when the session's outbox entry is applied).
 
