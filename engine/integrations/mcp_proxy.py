@@ -346,7 +346,8 @@ class McpProxy:
         try:
             step.__exit__(None, None, None)
         except LoopDetected as loop:
-            numbers = set((session.info().last_verdict or {}).get("evidence_steps") or ())
+            last = session.info().last_verdict
+            numbers = set(last["evidence_steps"]) if last else set()
             evidence = {s.fingerprint for s in session.steps(last=50) if s.n in numbers}
             self._block(session, evidence | {fp}, loop)
             result = _with_text(
