@@ -525,9 +525,9 @@ def _store_failure(exc: BaseException) -> str | None:
     if isinstance(exc, sqlite3.Error):
         text = str(exc)
         if "readonly" in text or "read-only" in text:
-            return (f"the store is read-only for this user ({text}); the SQLite store needs "
-                    "write access to its file and folder, even to read. Run as the file's "
-                    "owner, or copy the database and point --store at the copy")
+            return (f"the store is read-only for this user ({text}); reading commands work, "
+                    "this one writes. Run as the file's owner, or copy the database and point "
+                    "--store at the copy")
         return f"the SQLite store failed: {text} (is the file damaged? `rewind doctor`)"
     from redis.exceptions import RedisError
 

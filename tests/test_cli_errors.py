@@ -135,14 +135,15 @@ def test_a_read_only_database_is_reported_clearly(url, tmp_path):
     if subprocess.run(["chattr", "+i", path], capture_output=True).returncode != 0:
         pytest.skip("cannot make a file immutable here (chattr +i needs root and ext4/xfs)")
     try:
-        result = rewind("--store", url, "sessions")
+        listing = rewind("--store", url, "sessions")
+        writing = rewind("--store", url, "notice", "sess-1", "--actor", "alice")
     finally:
         subprocess.run(["chattr", "-i", path], check=True)
-    if result.returncode == 0:  # the store opened it read-only: the listing must be right
-        assert "sess-1" in result.stdout
-    else:
-        assert result.returncode == EXIT_STORE
-        assert "read-only" in result.stderr and "Traceback" not in result.stderr
+    # opened read-only: reading commands work, writing ones say why they cannot
+    assert listing.returncode == 0, listing.stderr
+    assert "sess-1" in listing.stdout
+    assert writing.returncode == EXIT_STORE
+    assert "read-only" in writing.stderr and "Traceback" not in writing.stderr
 
 
 def test_an_unreachable_redis_names_the_store_but_never_its_password(capsys):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from engine.errors import SchemaMismatch
+from engine.errors import SchemaMismatch, StoreUnavailable
 
 SCHEMA_VERSION = 1
 
@@ -106,6 +106,28 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_session ON events(session, id);
 """
+
+
+def check_schema(conn: sqlite3.Connection, name: str) -> None:
+    """Check a database opened read-only: it must hold Rewind's tables at a version this
+    release knows.
+
+    Raises:
+        StoreUnavailable: the file holds no Rewind store (it cannot be created read-only).
+        SchemaMismatch: the database was written by a newer release.
+    """
+    try:
+        row = conn.execute("SELECT value FROM rewind_meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(
+            f"{name} is read-only and holds no Rewind store ({exc}); give this user write "
+            "access to create one"
+        ) from exc
+    if row is not None and int(row[0]) > SCHEMA_VERSION:
+        raise SchemaMismatch(
+            f"{name} was written by a newer Rewind (schema {row[0]}, this release "
+            f"knows {SCHEMA_VERSION}); upgrade agent-rewind"
+        )
 
 
 def init_schema(conn: sqlite3.Connection, name: str) -> None:

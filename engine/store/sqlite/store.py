@@ -47,7 +47,7 @@ from engine.store.sqlite.rows import (
     where,
 )
 from engine.store.sqlite.saga import SagaOutbox, queue_compensations
-from engine.store.sqlite.schema import SCHEMA_VERSION, init_schema
+from engine.store.sqlite.schema import SCHEMA_VERSION, check_schema, init_schema
 from engine.store.sqlite.tx import SQLiteDB, path_from_url
 from engine.types import SessionStatus, SnapshotKind, StoredVerdict
 
@@ -108,8 +108,11 @@ class SQLiteStore(BranchLine, SagaOutbox):
         self.memory = path == ":memory:"
         """True for an in-memory database (one process, gone when closed)."""
         self._db = SQLiteDB(path, name=f"the SQLite store {url}", synchronous=synchronous)
-        with self._db.write() as conn:
-            init_schema(conn, url)
+        if self._db.read_only:
+            check_schema(self._db.conn, url)
+        else:
+            with self._db.write() as conn:
+                init_schema(conn, url)
 
     def _read(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[Any]:
         return self._db.read(sql, params)

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 from engine.errors import StoreUnavailable
 
@@ -62,6 +62,10 @@ class SQLiteDB:
         # once, and a thread's own connection is cheap to guard the same way.
         self._lock = threading.RLock()
         self._shared: sqlite3.Connection | None = None
+        self.read_only = (not self.memory and os.path.exists(path)
+                          and not os.access(path, os.W_OK))
+        """The file exists but this process may not write it: opened read-only, so reading
+        commands work and a write fails with SQLite's "readonly database" error."""
         if not self.memory:
             directory = os.path.dirname(os.path.abspath(path))
             try:
@@ -71,11 +75,15 @@ class SQLiteDB:
 
     def _connect(self) -> sqlite3.Connection:
         try:
+            target = self.path
+            if self.read_only:
+                target = "file:" + quote(os.path.abspath(self.path)) + "?mode=ro"
             conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+                target, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False,
+                uri=self.read_only,
             )
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            if not self.memory:
+            if not self.memory and not self.read_only:
                 conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA foreign_keys = OFF")
