@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tracemalloc
 
@@ -34,6 +35,8 @@ from engine.loops.normalize import (
     result_digest,
     turn_signature,
 )
+from engine.loops.rules import REGISTRY, Finding, Rule
+from engine.loops.window import TURN, Observation, Window
 
 
 def ok(tool, args=None, result=None, side_effect=False):
@@ -562,6 +565,60 @@ class TestConfiguration:
     def test_a_string_is_not_a_set_of_tools(self):
         with pytest.raises(TypeError):
             LoopDetector(exempt_tools="sleep")
+
+
+# --- the rule registry ------------------------------------------------------------------
+class TestRegistry:
+    def test_rules_run_in_registry_order_and_read_only_config_fields(self):
+        assert RULES == tuple(rule.id for rule in REGISTRY)
+        fields = {f.name for f in dataclasses.fields(DetectorConfig)}
+        for rule in REGISTRY:
+            assert rule.kinds and set(rule.settings) <= fields, rule.id
+
+    def test_every_config_field_is_read_by_a_rule_or_the_detector(self):
+        detector_fields = {
+            "enabled",
+            "window",
+            "overflow_pattern",
+            "condensation_tools",
+            "thought_tools",
+            "wait_tools",
+            "exempt_tools",
+            "tool_exemptions",
+            "disabled_rules",
+            "volatile_keys",
+            "progress_keys",
+            "thought_keys",
+        }
+        read = detector_fields | {name for rule in REGISTRY for name in rule.settings}
+        assert read == {f.name for f in dataclasses.fields(DetectorConfig)}
+
+    def test_a_new_rule_is_one_class(self):
+        class SameTurnTwice(Rule):
+            id = "same_turn_twice"
+            kinds = frozenset({TURN})
+
+            def reset(self) -> None:
+                self.previous: str | None = None
+
+            def check(self, obs: Observation, window: Window) -> Finding | None:
+                text, previous = obs.step.text, self.previous
+                self.previous = text
+                if text is None or text != previous:
+                    return None
+                return Finding(
+                    "turn",
+                    None,
+                    [obs.index - 1, obs.index],
+                    obs.index - 1,
+                    "The agent said the same thing twice.",
+                    "Say something new.",
+                )
+
+        detector = LoopDetector(rules=(*REGISTRY, SameTurnTwice))
+        verdicts = feed([say("a"), say("b"), say("b")], detector)
+        assert flagged(verdicts) == [2]
+        assert (verdicts[2].rule, verdicts[2].evidence) == ("same_turn_twice", (1, 2))
 
 
 # --- after a verdict, reset, memory ------------------------------------------------------
