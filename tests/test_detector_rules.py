@@ -285,19 +285,35 @@ class TestCycle:
     SEARCH = ok("web_search", {"query": "freeze policy"}, ["https://wiki/freeze"])
     FETCH = ok("fetch", {"url": "https://wiki/freeze"}, "TBD")
 
-    def test_abab_is_flagged_when_the_second_round_ends(self):
+    def test_ababa_is_flagged_at_the_third_head(self):
+        # Relabelled (issue 12, class 1): ABAB alone used to be flagged when the second round
+        # ended; peers (and we) wait for the head of the third round.
         verdicts = feed([self.SEARCH, self.FETCH] * 5)
-        v = verdicts[3]
-        assert flagged(verdicts)[0] == 3
-        assert (v.rule, v.evidence, v.loop_start) == (CYCLE, (0, 1, 2, 3), 0)
+        v = verdicts[4]
+        assert flagged(verdicts)[0] == 4
+        assert (v.rule, v.evidence, v.loop_start) == (CYCLE, (0, 1, 2, 3, 4), 0)
         assert v.details["period"] == 2 and v.details["pattern"] == ["web_search", "fetch"]
         assert "web_search → fetch" in v.explanation
+
+    def test_two_rounds_alone_are_healthy(self):
+        pwd = ok("bash", {"command": "pwd"}, "/repo")
+        read = ok("read_file", {"path": "file2.py"}, "x = 1\n")
+        assert flagged(feed([pwd, read, pwd, read])) == []
+        assert flagged(feed([self.SEARCH, self.FETCH] * 2)) == []
+
+    def test_a_broken_alternation_starts_over(self):
+        a, b = self.SEARCH, self.FETCH
+        other = ok("read_file", {"path": "notes.md"}, "freeze until Monday")
+        assert flagged(feed([a, b, a, b, other, a, b, a, b])) == []
+        # ... and once the new alternation reaches its own third head, it is a cycle again
+        verdicts = feed([a, b, a, b, other, a, b, a, b, a])
+        assert flagged(verdicts) == [9] and verdicts[9].loop_start == 5
 
     @pytest.mark.parametrize("period", [3, 4, 5])
     def test_longer_periods(self, period):
         block = [ok(f"tool{k}", {"k": k}, "same") for k in range(period)]
         verdicts = feed(block * 3)
-        assert flagged(verdicts)[0] == 2 * period - 1
+        assert flagged(verdicts)[0] == 2 * period
         assert first(verdicts).details["period"] == period
 
     def test_period_above_the_maximum_is_not_a_cycle(self):

@@ -13,8 +13,13 @@ CYCLE: Final = "cycle"
 
 
 class Cycle(Rule):
-    """Fires when the last `cycle_repeats` × p tool calls (waiting tools left out) repeat a
-    block of period p, `cycle_min_period` ≤ p ≤ `cycle_max_period`, state for state."""
+    """Fires when the last `cycle_repeats` × p + 1 tool calls (waiting tools left out) repeat a
+    block of period p, `cycle_min_period` ≤ p ≤ `cycle_max_period`, state for state: the block
+    ran `cycle_repeats` times and the next round has begun (ABAB then A, the "third head").
+
+    Two rounds alone (ABAB) are not enough: an agent checks where it is and reads a file, then
+    does it once more after a change it cannot see (``pwd``, read, ``pwd``, read), and a broken
+    alternation (A B A B C A B A B) starts counting again after the break."""
 
     id = CYCLE
     kinds = frozenset({CALL})
@@ -34,7 +39,7 @@ class Cycle(Rule):
 
     @property
     def span(self) -> int:
-        return self.periods[-1] * self.repeats
+        return self.periods[-1] * self.repeats + 1
 
     def check(self, obs: Observation, window: Window) -> Finding | None:
         calls = window.calls
@@ -42,7 +47,7 @@ class Cycle(Rule):
         size = len(calls)
         repeats = self.repeats
         for period in self.periods:
-            needed = period * repeats
+            needed = period * repeats + 1
             if size < needed:
                 return None
             if calls[-1].state != calls[-1 - period].state:
