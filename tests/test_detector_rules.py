@@ -110,6 +110,79 @@ class TestNormalization:
         # durations are masked
         assert error_signature("1 failed in 0.84s") == error_signature("1 failed in 0.91s")
 
+    BANNER = (
+        "============================= test session starts ==============================\n"
+        "platform linux -- Python 3.9.7, pytest-7.4.0, pluggy-1.0.0\n"
+        "rootdir: /testbed\n"
+        "collected 5 items\n\n"
+        "tests/test_{name}.py F....                                          [100%]\n\n"
+        "=================================== FAILURES ===================================\n"
+        "___________________________________ test_{name} ___________________________________\n\n"
+        "    def test_{name}():\n"
+        "        img = load_fixture('receipt.jpg')\n"
+        "        box = normalize((820, 1400, 1180, 1330))\n"
+        "        region = crop(img, box)\n"
+        ">       assert region.size == (360, 70)\n"
+    )
+    LOCALE = "bash: warning: setlocale: LC_ALL: cannot change locale (en_US.UTF-8)\n"
+
+    def test_error_signature_masks_counters_that_go_up(self):
+        a = error_signature("/bin/bash: line 11301: fixme: command not found")
+        b = error_signature("/bin/bash: line 11342: fixme: command not found")
+        assert a == b == "/bin/bash: line <n>: fixme: command not found"
+        assert error_signature("job 1048576 died") == error_signature("job 1048990 died")
+        # short numbers are not counters: HTTP 500 is not HTTP 503
+        assert error_signature("HTTP 500") != error_signature("HTTP 503")
+
+    def test_error_signature_skips_banners_every_command_prints(self):
+        def pytest_failure(name, error):
+            return self.BANNER.format(name=name) + f"E   {error}\ntests/test_{name}.py:10: x"
+
+        a = error_signature(pytest_failure("a", "AssertionError: assert 1 == 2"))
+        b = error_signature(pytest_failure("a", "ImportError: cannot import name 'crop'"))
+        assert a != b and "assertionerror" in a and "platform" not in a
+        c = error_signature(self.LOCALE + "ModuleNotFoundError: No module named 'foo'")
+        d = error_signature(self.LOCALE + "PermissionError: [Errno 13] /etc/hosts")
+        assert c != d and "setlocale" not in c
+        # the same failure behind the banner is still the same failure
+        e = error_signature(self.LOCALE + "ModuleNotFoundError: No module named 'foo'")
+        assert c == e
+
+    def test_same_shell_failure_with_a_growing_line_counter_is_a_repeat(self):
+        steps = [
+            fail(
+                "bash",
+                {"command": "fixme --all"},
+                f"/bin/bash: line {11301 + 41 * i}: fixme: command not found",
+            )
+            for i in range(3)
+        ]
+        verdicts = feed(steps)
+        assert flagged(verdicts) == [2] and verdicts[2].rule == EXACT_REPEAT
+
+    def test_different_failures_behind_one_banner_are_not_one_loop(self):
+        # every run prints the same 500 characters of warnings before the error that matters
+        warnings = "".join(
+            f"/usr/lib/python3/site-packages/pkg{k}/__init__.py:{k}: DeprecationWarning: "
+            "pkg_resources is deprecated as an API\n"
+            for k in range(6)
+        )
+        errors = [
+            "ConnectionRefusedError: [Errno 111] Connection refused",
+            "HTTPError: 503 Service Unavailable: warming up",
+            "AssertionError: expected 3 rows, got 0",
+        ]
+        steps = []
+        for error in errors:
+            steps += [
+                fail("bash", {"command": "python reproduce.py"}, self.LOCALE + warnings + error),
+                say("The error changed; let me run it again."),
+            ]
+        assert flagged(feed(steps)) == []
+        # the same failure behind the banner, three times, is a repeat
+        same = [fail("bash", {"command": "python reproduce.py"}, warnings + errors[0])] * 3
+        assert flagged(feed(same)) == [2]
+
     def test_error_signature_masks_values_of_dropped_volatile_keys(self):
         a = error_signature("rejected request 00000061-000b", {}, volatile=["00000061-000b"])
         assert "00000061" not in a

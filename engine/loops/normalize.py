@@ -11,9 +11,10 @@ error texts and agent turns into such canonical forms; `engine.loops.fingerprint
   strings are normalized (``./a//b/`` -> ``a/b``, backslashes -> slashes).
 - Results: only volatile keys are dropped (a moving progress counter in a result is progress, not
   noise), and timestamps / durations inside strings are masked.
-- Error signatures: the error text with ids, timestamps, durations, addresses and the values the
-  agent passed in the arguments masked, so "invalid slice [10:20]" and "invalid slice [11:21]" of
-  two jittered retries share one signature.
+- Error signatures: the informative lines of the error text (banners, separators and warnings
+  that every command prints left out) with ids, timestamps, durations, addresses, counters
+  (``line 11301:``) and the values the agent passed in the arguments masked, so "invalid slice
+  [10:20]" and "invalid slice [11:21]" of two jittered retries share one signature.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "normalize_path",
     "mask_volatile",
     "error_signature",
+    "informative_lines",
     "turn_signature",
     "flatten",
     "values_close",
@@ -177,6 +179,25 @@ def _placeholder(match: re.Match[str]) -> str:
 
 
 _NUMBER_TOKEN = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
+# Counters that go up on every run of the same command: a shell's "line 11301:", a long number.
+_COUNTER = re.compile(r"\b(line) \d+|\b\d{5,}\b", re.IGNORECASE)
+# Lines that say nothing about this failure: separators, test-runner banners, warnings that
+# every command of an environment prints.
+_SEPARATOR_CHARS = "=-_*~#+. \t"
+_BOILERPLATE = re.compile(
+    r"platform \S+ -- python|rootdir:|cachedir:|configfile:|testpaths:|plugins:"
+    r"|collect(?:ed|ing) \d+ items?|test session starts|short test summary info"
+    r"|.*setlocale: |.*warning: running pip as the 'root' user|\[notice\]"
+    r"|.*(?:deprecation|future|user|runtime)warning:",
+    re.IGNORECASE,
+)
+_ERRORISH = re.compile(
+    r"error|exception|fail|fatal|cannot|can't|could not|couldn't|not found|no such|denied"
+    r"|invalid|refused|unable|timed? ?out|abort|panic|missing|unknown|undefined|not defined"
+    r"|unexpected|traceback|exit (?:code|status)|errno",
+    re.IGNORECASE,
+)
+_MAX_LINES = 6
 _PUNCTUATION = re.compile(r"[^\w\s]+")
 _DIGITS = re.compile(r"\d+")
 _DIGIT = re.compile(r"\d")
@@ -338,16 +359,40 @@ def _leaves(value: Any, out: list[Any]) -> None:
         out.append(value)
 
 
+def informative_lines(error: str) -> str:
+    """The part of a (multi-line) error text that tells one failure from another.
+
+    Blank and separator lines, test-runner banners and environment warnings are left out; of
+    the rest, the lines that read like an error (error, failed, not found, …) are kept, or all
+    of them when none does; at most the first two and the last four, joined with `` | ``. A
+    one-line error is returned as it is.
+    """
+    if "\n" not in error:
+        return error
+    kept = []
+    for line in error.splitlines():
+        line = line.strip().strip(_SEPARATOR_CHARS)
+        if line and not _BOILERPLATE.match(line):
+            kept.append(line)
+    errorish = [line for line in kept if _ERRORISH.search(line)]
+    chosen = errorish or kept
+    if len(chosen) > _MAX_LINES:
+        chosen = chosen[:2] + chosen[-(_MAX_LINES - 2) :]
+    return " | ".join(chosen)
+
+
 def error_signature(error: str | None, args: Any = None, volatile: Iterable[str] = ()) -> str:
     """The shape of an error message: what stays the same across retries of one failure.
 
-    Lower-cased, whitespace collapsed, ids / timestamps / durations / addresses masked, and every
-    value the agent passed in `args` (normalized arguments, and each word of 4+ characters of a
-    multi-word string argument) replaced by ``<arg>``, so retries whose arguments were jittered
-    and echoed back in the error share one signature. Values in `volatile` (request ids and the
-    like dropped from the arguments) are masked as ``<volatile>``. Cut to 400 chars.
+    Built from the `informative_lines` of the error, lower-cased, whitespace collapsed, ids /
+    timestamps / durations / addresses masked, counters masked (``line 11301:`` -> ``line <n>``,
+    numbers of five or more digits), and every value the agent passed in `args` (normalized
+    arguments, and each word of 4+ characters of a multi-word string argument) replaced by
+    ``<arg>``, so retries whose arguments were jittered and echoed back in the error share one
+    signature. Values in `volatile` (request ids and the like dropped from the arguments) are
+    masked as ``<volatile>``. Cut to 400 chars.
     """
-    text = " ".join((error or "").split())
+    text = " ".join(informative_lines(error or "").split())
     for value in volatile:
         if len(value) >= 4:
             text = text.replace(value, "<volatile>")
@@ -373,7 +418,8 @@ def error_signature(error: str | None, args: Any = None, volatile: Iterable[str]
         text = text.replace(leaf, "<arg>")
     if numbers:
         text = _NUMBER_TOKEN.sub(lambda m: "<arg>" if m.group() in numbers else m.group(), text)
-    text = mask_volatile(text, ids=True).lower()
+    text = mask_volatile(text, ids=True)
+    text = _COUNTER.sub(lambda m: f"{m.group(1)} <n>" if m.group(1) else "<n>", text).lower()
     return text[:_SIGNATURE_CHARS]
 
 
