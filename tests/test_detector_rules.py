@@ -87,6 +87,46 @@ class TestNormalization:
         assert normalize_text("def f():\r\n    return 1   \n\n") == "def f():\n    return 1"
         assert normalize_text("def f():\n  return 1") != normalize_text("def f():\n    return 1")
 
+    def test_whitespace_inside_code_is_kept(self):
+        # issue 12, class 4: an indent and its undo are two different calls
+        indent = {"command": "sed -i 's/^return x/    return x/' src/a.py"}
+        undo = {"command": "sed -i 's/^    return x/return x/' src/a.py"}
+        assert normalize_args(indent) != normalize_args(undo)
+        two = {"command": "sed -i 's/^x/  x/'  src/a.py"}
+        four = {"command": "sed -i 's/^x/    x/' src/a.py"}
+        assert normalize_args(two) != normalize_args(four)
+        # outside quotes, spaces still do not matter
+        assert normalize_args({"command": "ls   -la  'my dir'"}) == {"command": "ls -la 'my dir'"}
+        # strings under code keys keep every space, only line endings are normalized
+        a = {"path": "a.py", "old": "x = 1", "new": "    x = 1"}
+        b = {"path": "a.py", "old": "x = 1", "new": "  x = 1"}
+        assert normalize_args(a) != normalize_args(b)
+        assert normalize_args({"content": "a  \r\nb"}) == {"content": "a  \nb"}
+        heredoc = "cat > f.py <<'EOF'\ndef f():\n{}return 1\nEOF"
+        assert normalize_args({"command": heredoc.format("  ")}) != normalize_args(
+            {"command": heredoc.format("    ")}
+        )
+
+    def test_reindenting_step_by_step_is_not_a_repeat(self):
+        steps = [
+            ok(
+                "str_replace",
+                {"path": "src/a.py", "old_str": "return x", "new_str": " " * n + "return x"},
+                "The file src/a.py has been edited.",
+            )
+            for n in (2, 4, 8)
+        ]
+        assert flagged(feed(steps)) == []
+
+    def test_indent_and_undo_going_back_and_forth_is_a_cycle(self):
+        # collapsed, indent and undo were one call: flagged as an exact repeat at the 3rd edit
+        edited = "The file src/a.py has been edited."
+        indent = ok("str_replace", {"path": "src/a.py", "old_str": "x", "new_str": "    x"}, edited)
+        undo = ok("str_replace", {"path": "src/a.py", "old_str": "    x", "new_str": "x"}, edited)
+        verdicts = feed([indent, undo] * 3)
+        assert flagged(verdicts)[0] == 4 and verdicts[4].rule == CYCLE
+        assert flagged(feed([indent, undo, ok("run_tests", {}, "1 passed")])) == []
+
     def test_paths_are_normalized_urls_are_not(self):
         assert normalize_path("./src//app.py") == "src/app.py"
         assert normalize_path("src\\pkg\\app.py") == "src/pkg/app.py"
@@ -678,6 +718,7 @@ class TestRegistry:
             "volatile_keys",
             "progress_keys",
             "thought_keys",
+            "code_keys",
         }
         read = detector_fields | {name for rule in REGISTRY for name in rule.settings}
         assert read == {f.name for f in dataclasses.fields(DetectorConfig)}

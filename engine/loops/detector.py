@@ -69,6 +69,7 @@ from typing import Any
 
 from engine.loops.fingerprint import digest, fingerprint
 from engine.loops.normalize import (
+    DEFAULT_CODE_KEYS,
     DEFAULT_PROGRESS_KEYS,
     DEFAULT_TARGET_KEYS,
     DEFAULT_THOUGHT_KEYS,
@@ -239,6 +240,9 @@ class DetectorConfig:
     """Argument keys counting the agent's own retries (attempt, retry…), dropped from arguments."""
     thought_keys: frozenset[str] = DEFAULT_THOUGHT_KEYS
     """Argument keys holding free-text thoughts, dropped from arguments."""
+    code_keys: frozenset[str] = DEFAULT_CODE_KEYS
+    """Argument keys whose strings carry code (edits, patches, scripts): whitespace in them is
+    kept, so an indent and its undo are different calls."""
     target_keys: frozenset[str] = DEFAULT_TARGET_KEYS
     """Top-level argument keys naming what a call acts on (``*_id`` keys count too)."""
 
@@ -272,6 +276,7 @@ _SET_FIELDS = (
     "volatile_keys",
     "progress_keys",
     "thought_keys",
+    "code_keys",
     "target_keys",
 )
 
@@ -316,7 +321,9 @@ class LoopDetector:
         config = config or DetectorConfig()
         self.config: DetectorConfig = replace(config, **overrides) if overrides else config
         cfg = self.config
-        self._normalizer = Normalizer(cfg.volatile_keys, cfg.progress_keys, cfg.thought_keys)
+        self._normalizer = Normalizer(
+            cfg.volatile_keys, cfg.progress_keys, cfg.thought_keys, cfg.code_keys
+        )
         self._overflow = re.compile(cfg.overflow_pattern, re.IGNORECASE)
         self._signatures: dict[tuple[str, str | None], tuple[str, bool]] = {}
         # A switched-off rule is never built: its state could not change any other verdict.

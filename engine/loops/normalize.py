@@ -7,8 +7,10 @@ error texts and agent turns into such canonical forms; `engine.loops.fingerprint
 
 - Arguments: volatile keys (request/trace ids, timestamps, nonces), progress counters (attempt,
   retry…) and free-text thoughts (thought, reasoning, explanation…) are dropped; one-line strings
-  have their whitespace collapsed, multi-line strings lose trailing blanks and ``\\r``; path-like
-  strings are normalized (``./a//b/`` -> ``a/b``, backslashes -> slashes).
+  have their whitespace collapsed outside quotes, multi-line strings lose trailing blanks and
+  ``\\r``; path-like strings are normalized (``./a//b/`` -> ``a/b``, backslashes -> slashes).
+  Strings under keys that carry code (``old``, ``new_str``, ``content``, ``patch``…) keep every
+  space: an indent and its undo are two different edits.
 - Results: only volatile keys are dropped (a moving progress counter in a result is progress, not
   noise), and timestamps / durations inside strings are masked.
 - Error signatures: the informative lines of the error text (banners, separators and warnings
@@ -32,6 +34,7 @@ __all__ = [
     "DEFAULT_PROGRESS_KEYS",
     "DEFAULT_THOUGHT_KEYS",
     "DEFAULT_TARGET_KEYS",
+    "DEFAULT_CODE_KEYS",
     "Normalizer",
     "normalize_args",
     "normalize_result",
@@ -151,6 +154,34 @@ DEFAULT_TARGET_KEYS: frozenset[str] = frozenset(
 )
 """Top-level argument keys naming what a call acts on (keys ending in ``_id`` also count)."""
 
+DEFAULT_CODE_KEYS: frozenset[str] = frozenset(
+    {
+        "old",
+        "new",
+        "old_str",
+        "new_str",
+        "old_string",
+        "new_string",
+        "old_text",
+        "new_text",
+        "content",
+        "contents",
+        "file_text",
+        "insert_text",
+        "new_content",
+        "code",
+        "source",
+        "script",
+        "patch",
+        "diff",
+        "replacement",
+        "expression",
+        "text",
+    }
+)
+"""Argument keys whose strings carry code or text in which whitespace matters (edits, patches,
+scripts): only their line endings are normalized."""
+
 _PATH_LIKE = re.compile(r"[\w.~\-/\\:@+]+")
 _TIME_PATTERNS = {
     "time": r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
@@ -220,17 +251,44 @@ def normalize_text(text: str) -> str:
     """Whitespace-insensitive form of a string argument.
 
     One-line strings (commands, queries) have runs of whitespace collapsed to one space and are
-    trimmed; multi-line strings (file contents, patches) keep their indentation but lose ``\\r``,
-    trailing spaces and leading/trailing blank lines. Path-like strings are normalized as paths.
+    trimmed, except inside quotes (``sed -i 's/^    x/x/'`` keeps its four spaces); multi-line
+    strings (file contents, patches) keep their indentation but lose ``\\r``, trailing spaces
+    and leading/trailing blank lines. Path-like strings are normalized as paths.
     """
     if "\n" not in text and "\r" not in text:
         if "  " in text or "\t" in text or text[:1].isspace() or text[-1:].isspace():
-            text = " ".join(text.split())
+            if "'" in text or '"' in text:
+                text = _collapse_outside_quotes(text)
+            else:
+                text = " ".join(text.split())
         if "/" in text or "\\" in text:
             return normalize_path(text)
         return text
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     return "\n".join(line.rstrip() for line in lines).strip("\n")
+
+
+def normalize_code(text: str) -> str:
+    """Form of a string that carries code: only line endings normalized (``\\r\\n`` -> ``\\n``)."""
+    if "\r" in text:
+        return text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
+_QUOTED = re.compile(r"""'[^']*'?|"(?:[^"\\]|\\.)*"?""")
+
+
+def _collapse_outside_quotes(text: str) -> str:
+    """Whitespace runs collapsed and the ends trimmed, quoted parts (an unclosed quote runs to
+    the end) kept as they are."""
+    parts = []
+    last = 0
+    for match in _QUOTED.finditer(text):
+        parts.append(re.sub(r"\s+", " ", text[last : match.start()]))
+        parts.append(match.group())
+        last = match.end()
+    parts.append(re.sub(r"\s+", " ", text[last:]))
+    return "".join(parts).strip()
 
 
 def mask_volatile(text: str, ids: bool = False) -> str:
@@ -250,27 +308,29 @@ class Normalizer:
     `engine.loops.fingerprint.canonical_json`.
     """
 
-    __slots__ = ("_arg_drop", "_result_drop", "_arg_cache", "_result_cache")
+    __slots__ = ("_arg_drop", "_result_drop", "_code", "_arg_cache", "_result_cache")
 
     def __init__(
         self,
         volatile_keys: Iterable[str] = DEFAULT_VOLATILE_KEYS,
         progress_keys: Iterable[str] = DEFAULT_PROGRESS_KEYS,
         thought_keys: Iterable[str] = DEFAULT_THOUGHT_KEYS,
+        code_keys: Iterable[str] = DEFAULT_CODE_KEYS,
     ) -> None:
         volatile = frozenset(_key_name(k) for k in volatile_keys)
         self._result_drop = volatile
         self._arg_drop = volatile | {_key_name(k) for k in (*progress_keys, *thought_keys)}
-        self._arg_cache: dict[str, bool] = {}
-        self._result_cache: dict[str, bool] = {}
+        self._code = frozenset(_key_name(k) for k in code_keys)
+        self._arg_cache: dict[str, int] = {}
+        self._result_cache: dict[str, int] = {}
 
     def args(self, value: Any) -> Any:
         """Tool arguments without volatile, progress and thought keys, strings normalized."""
-        return self._walk(value, self._arg_drop, self._arg_cache, False)
+        return self._walk(value, self._arg_drop, self._code, self._arg_cache, False)
 
     def result(self, value: Any) -> Any:
         """A tool result without volatile keys; timestamps and durations in strings masked."""
-        return self._walk(value, self._result_drop, self._result_cache, True)
+        return self._walk(value, self._result_drop, frozenset(), self._result_cache, True)
 
     def volatile_values(self, args: Any) -> list[str]:
         """The values (as text) of the volatile keys in `args`; an error message that echoes a
@@ -290,7 +350,14 @@ class Normalizer:
                 stack.extend(value)
         return found
 
-    def _walk(self, value: Any, drop: frozenset[str], cache: dict[str, bool], mask: bool) -> Any:
+    def _walk(
+        self,
+        value: Any,
+        drop: frozenset[str],
+        code: frozenset[str],
+        cache: dict[str, int],
+        mask: bool,
+    ) -> Any:
         kind = type(value)
         if kind is str:
             text = normalize_text(value)
@@ -299,25 +366,37 @@ class Normalizer:
             out = {}
             for key, item in value.items():
                 if type(key) is not str:
-                    return self._walk(canonicalize(value), drop, cache, mask)
-                dropped = cache.get(key)
-                if dropped is None:
-                    dropped = _is_dropped(key, drop)
+                    return self._walk(canonicalize(value), drop, code, cache, mask)
+                treatment = cache.get(key)
+                if treatment is None:
+                    name = _key_name(key)
+                    treatment = (
+                        _DROP if _is_dropped(key, drop) else _CODE if name in code else _KEEP
+                    )
                     if len(cache) > 4096:  # keys come from tool schemas; this only guards abuse
                         cache.clear()
-                    cache[key] = dropped
-                if not dropped:
-                    out[key] = self._walk(item, drop, cache, mask)
+                    cache[key] = treatment
+                if treatment == _KEEP:
+                    out[key] = self._walk(item, drop, code, cache, mask)
+                elif treatment == _CODE:
+                    if type(item) is str:
+                        out[key] = normalize_code(item)
+                    else:
+                        out[key] = self._walk(item, drop, code, cache, mask)
             return out
         if kind is list or kind is tuple:
-            return [self._walk(item, drop, cache, mask) for item in value]
+            return [self._walk(item, drop, code, cache, mask) for item in value]
         if value is None or kind is int or kind is float or kind is bool:
             return value
         try:
             plain = canonicalize(value)
         except TypeError:
             plain = f"<{type(value).__name__}>"
-        return self._walk(plain, drop, cache, mask)
+        return self._walk(plain, drop, code, cache, mask)
+
+
+_KEEP, _DROP, _CODE = 0, 1, 2
+"""How `Normalizer` treats a key: keep and normalize, drop, keep its string as code."""
 
 
 def _is_dropped(key: str, drop: frozenset[str]) -> bool:
