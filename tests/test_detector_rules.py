@@ -18,6 +18,7 @@ from engine.loops.detector import (
     IDLE_TURNS,
     NEAR_DUPLICATE,
     POLL_BUDGET,
+    RECURRENCE,
     RULES,
     STEP_BUDGET,
     DetectorConfig,
@@ -446,9 +447,12 @@ class TestCycle:
         sleep = ok("sleep", {"seconds": 30}, "slept 30s")
         healthy = [poll, sleep, poll, sleep, ok("ci_status", {"run": 1}, {"state": "running"})]
         assert flagged(feed(healthy)) == []
-        # the third identical answer is still no progress
-        verdicts = feed([poll, sleep] * 3)
-        assert flagged(verdicts)[0] == 4 and verdicts[4].rule == EXACT_REPEAT
+        # Relabelled (issue 12, class 8): the third identical answer after waiting used to be
+        # an exact repeat; polling with back-off is healthy until the poll budget.
+        assert flagged(feed([poll, sleep] * 6)) == []
+        # without the waits, the third identical answer is still no progress
+        verdicts = feed([poll] * 3)
+        assert flagged(verdicts) == [2] and verdicts[2].rule == EXACT_REPEAT
 
     def test_healthy_abab_with_changing_results(self):
         steps = []
@@ -467,6 +471,71 @@ class TestCycle:
                 ok("fetch", {"url": f"u{i}"}, f"page {i}"),
             ]
         assert flagged(feed(steps)) == []
+
+
+# --- recurrence -----------------------------------------------------------------------------
+class TestRecurrence:
+    PIP = {"command": "pip install pillow==9.0.0"}
+    NO_DIST = "ERROR: No matching distribution found for pillow==9.0.0"
+
+    def test_same_failure_with_fix_attempts_in_between(self):
+        # issue 12, class 2: each "fix attempt" is progress, which used to reset exact repeats
+        steps = []
+        for i in range(5):
+            steps += [
+                fail("bash", self.PIP, self.NO_DIST),
+                ok("bash", {"command": "apt-get update"}, f"Get:{i} http://deb {i} kB"),
+                ok("edit_file", {"path": "requirements.txt", "new": f"pillow>=9.{i}"}, "ok"),
+            ]
+        verdicts = feed(steps)
+        assert flagged(verdicts) == [12]
+        v = verdicts[12]
+        assert (v.rule, v.evidence, v.loop_start) == (RECURRENCE, (0, 3, 6, 9, 12), 0)
+        assert v.details["count"] == 5 and "pillow" in v.explanation
+
+    def test_the_same_edit_while_the_file_keeps_growing(self):
+        edit = {"command": "cat >> src/config.py <<'EOF'\nDEBUG = True\nEOF"}
+        steps = []
+        for i in range(6):
+            steps += [
+                ok("bash", edit, f"wrote {i + 1} lines"),
+                ok("bash", {"command": "wc -l src/config.py"}, f"{40 + i} src/config.py"),
+            ]
+        verdicts = feed(steps)
+        assert flagged(verdicts) == [8] and verdicts[8].rule == RECURRENCE
+        # with nothing in between it is an exact repeat at the third
+        verdicts = feed([ok("bash", edit, f"wrote {i} lines") for i in range(3)])
+        assert flagged(verdicts) == [2] and verdicts[2].rule == EXACT_REPEAT
+
+    def test_healthy_fixing_that_succeeds_before_the_threshold(self):
+        steps = []
+        for i in range(4):
+            steps += [
+                fail("bash", self.PIP, self.NO_DIST),
+                ok("edit_file", {"path": "requirements.txt", "new": f"pillow>=9.{i}"}, "ok"),
+            ]
+        steps.append(ok("bash", self.PIP, "Successfully installed pillow-9.0.0"))
+        assert flagged(feed(steps)) == []
+
+    def test_healthy_status_checks_and_test_runs_between_edits(self):
+        steps = []
+        for i in range(10):
+            steps += [
+                ok("edit_file", {"path": "src/a.py", "old": f"v{i}", "new": f"v{i + 1}"}, "ok"),
+                ok("git_status", {}, " M src/a.py"),
+                ok("run_tests", {"cmd": "pytest -q"}, {"failed": 10 - i}),
+            ]
+        assert flagged(feed(steps)) == []
+
+    def test_waiting_before_each_failure_is_left_to_the_poll_budget(self):
+        steps = []
+        for _ in range(6):
+            steps += [
+                fail("health_check", {"svc": "billing"}, "HTTP 503: upstream not ready"),
+                ok("bash", {"command": "git log -1"}, "abc"),
+                ok("sleep", {"seconds": 30}, "slept"),
+            ]
+        assert RECURRENCE not in {v.rule for v in feed(steps)}
 
 
 # --- idle_turns ---------------------------------------------------------------------------
@@ -597,6 +666,21 @@ class TestPollBudget:
         assert (v.rule, v.tool, v.loop_start) == (POLL_BUDGET, "tail_log", 0)
         assert v.details == {"polls": 11, "budget": 10}
 
+    def test_unchanged_polls_with_back_off_are_healthy_until_the_budget(self):
+        # issue 12, class 8
+        steps = []
+        for k in range(12):
+            steps += [
+                ok("ci_status", {"run": 7}, {"state": "running"}),
+                ok("sleep", {"seconds": 30 * 2**k}, f"slept {30 * 2**k}s"),
+            ]
+        assert flagged(feed(steps[:16])) == []
+        verdicts = feed(steps, LoopDetector(poll_budget=10))
+        assert flagged(verdicts)[0] == 20 and first(verdicts).rule == POLL_BUDGET
+        # a poll with its own back-off in the shell command is waiting too
+        shell = [ok("bash", {"command": "sleep 30 && kubectl get pods"}, "web-1 Pending")] * 6
+        assert flagged(feed(shell)) == []
+
     def test_per_tool_budget(self):
         detector = LoopDetector(poll_budget=10, tool_poll_budgets={"tail_log": 30})
         assert flagged(feed(self.polls(25), detector)) == []
@@ -646,8 +730,11 @@ class TestConfiguration:
         assert flagged(feed(self.LOOP, LoopDetector(enabled=False))) == []
 
     def test_disabled_rule(self):
-        detector = LoopDetector(disabled_rules={EXACT_REPEAT, CIRCUIT_BREAKER, NEAR_DUPLICATE})
-        assert flagged(feed(self.LOOP, detector)) == []
+        off = {EXACT_REPEAT, CIRCUIT_BREAKER, NEAR_DUPLICATE, RECURRENCE}
+        assert flagged(feed(self.LOOP, LoopDetector(disabled_rules=off))) == []
+        assert first(feed(self.LOOP, LoopDetector(disabled_rules=off - {RECURRENCE}))).rule == (
+            RECURRENCE
+        )
 
     def test_exempt_tool_is_transparent(self):
         steps = [fail("sleep", {"s": 1}, "interrupted")] * 6

@@ -10,31 +10,41 @@ Vocabulary
   arguments (`engine.loops.normalize`): volatile keys, retry counters and free-text thoughts
   dropped, whitespace and paths normalized. The agent's own text is never part of it.
 - *State*: call fingerprint plus outcome: the normalized result digest of a success, the error
-  signature of a failure (ids, times and echoed argument values masked), or just "done" for a
-  successful side-effecting call (a second ticket with a fresh id is still the same ticket).
+  signature of a failure (its informative lines, with ids, times, counters and echoed argument
+  values masked), or just "done" for a successful write: a side effect, a tool named after a
+  write (``edit_file``…), a shell command that writes (``sed -i``, ``>>``…). A second ticket
+  with a fresh id is still the same ticket; the same edit is the same edit however long the
+  file it grows.
+- *Waiting*: a call of a wait tool (``sleep``…) or a shell command starting with ``sleep``.
 - *Progress*: a successful step whose state was not seen in the window. Polling with a moving
   percentage, the next page, a debugger step that lands somewhere new, a test run with fewer
-  failures: all progress. Failures, agent turns, waiting (``sleep``) and repeats are not.
+  failures: all progress. Failures, agent turns, waiting and repeats are not.
 
 Rules, in the order they are checked on a step (the first that fires wins, and the rules after
 it do not see that step); each can be disabled (`disabled_rules`) or switched off for one tool
 (`tool_exemptions`)
 -----------------------------------------------------------------------------------------------
-- ``exact_repeat``: the same state 3 times (`repeat_threshold`) with no progress in between.
+- ``exact_repeat``: the same state 3 times (`repeat_threshold`) with no progress in between,
+  unless the agent waited before every repeat (polling with back-off: see ``poll_budget``).
 - ``circuit_breaker``: K consecutive failures of one tool (`breaker_failures`, per-tool
   overrides), whatever the arguments, with no success of it and no progress elsewhere between.
 - ``near_duplicate``: 3 failures of one tool with the same error signature on the same target, or
   3 side-effecting successes on the same target, whose arguments differ only slightly (numbers
   nudged, strings reworded); no progress and no success of that tool in between. `details`
   carries the argument differences.
-- ``cycle``: the last `cycle_repeats` × p tool calls repeat a block of period p (2…5) with
-  identical outcomes (ABAB, ABCABC…); waiting tools are left out of the pattern.
+- ``cycle``: the last `cycle_repeats` × p + 1 tool calls repeat a block of period p (2…5) with
+  identical outcomes: two rounds and the head of the third (ABABA, ABCABCA…); waiting calls are
+  left out of the pattern. Two rounds alone (ABAB) are ordinary work.
+- ``recurrence``: one call failing the same way, or one identical write, 5 times
+  (`recurrence_threshold`) within the window, whatever came in between ("fix attempts" do not
+  make the same failure new); successful reads never count.
 - ``context_overflow``: 3 context-overflow / condensation episodes with fewer than
   `overflow_min_progress` progress steps between consecutive ones.
 - ``idle_turns``: 3 agent turns in a row without a tool call, each empty or (nearly) repeating
   another turn of the run (case, numbers and punctuation ignored).
-- ``poll_budget``: one call returned something new more than `poll_budget` times (per-tool
-  overrides) while nothing else new was going on: it is polling something that never finishes.
+- ``poll_budget``: one call returned something new, or was repeated after a wait, more than
+  `poll_budget` times (per-tool overrides) while nothing else new was going on: it is polling
+  something that never finishes.
 - ``step_budget``: the session reached `max_steps` observed steps (remedy ``stop``).
 
 Limitation: a tool whose output hides the state it moves through (a debugger printing only the
@@ -76,6 +86,8 @@ from engine.loops.normalize import (
     DEFAULT_VOLATILE_KEYS,
     Normalizer,
     error_signature,
+    is_shell_wait,
+    is_write,
     result_digest,
 )
 from engine.loops.rules import (
@@ -86,6 +98,7 @@ from engine.loops.rules import (
     IDLE_TURNS,
     NEAR_DUPLICATE,
     POLL_BUDGET,
+    RECURRENCE,
     REGISTRY,
     RULES,
     STEP_BUDGET,
@@ -115,6 +128,7 @@ __all__ = [
     "EXACT_REPEAT",
     "NEAR_DUPLICATE",
     "CYCLE",
+    "RECURRENCE",
     "IDLE_TURNS",
     "CONTEXT_OVERFLOW",
     "CIRCUIT_BREAKER",
@@ -198,7 +212,11 @@ class DetectorConfig:
     cycle_max_period: int = 5
     """Longest cycle looked for."""
     cycle_repeats: int = 2
-    """A cycle fires once its block has been seen this many times in a row."""
+    """A cycle fires once its block has run this many times in a row and the next round has
+    begun (2: ABAB, then A)."""
+    recurrence_threshold: int = 5
+    """``recurrence`` fires at this many identical failures (or identical writes) of one call
+    within the window, whatever came in between."""
     idle_turns_threshold: int = 3
     """``idle_turns`` fires at this many empty or repeated turns in a row."""
     turn_similarity: float = 0.8
@@ -326,6 +344,7 @@ class LoopDetector:
         )
         self._overflow = re.compile(cfg.overflow_pattern, re.IGNORECASE)
         self._signatures: dict[tuple[str, str | None], tuple[str, bool]] = {}
+        self._call_kinds: dict[str, tuple[bool, bool]] = {}
         # A switched-off rule is never built: its state could not change any other verdict.
         enabled = tuple(r for r in rules if r.id not in cfg.disabled_rules)
         self._rules = _build_rules(cfg, enabled)
@@ -406,7 +425,7 @@ class LoopDetector:
         obs = self._obs
         obs.index, obs.step, obs.kind, obs.tool, obs.record = index, step, kind, step.tool, record
         obs.args, obs.call, obs.state, obs.signature, obs.ok = None, "", None, "", step.ok
-        obs.novel_call = obs.novel_state = False
+        obs.novel_call = obs.novel_state = obs.write = obs.waits = False
         obs.progress_before, obs.overflow, obs.cause = window.progress, overflow, cause
         return obs
 
@@ -417,8 +436,9 @@ class LoopDetector:
         call = fingerprint(tool, args)
         ok = step.ok
         overflow = False
+        write, waiting = self._kind_of_call(call, tool, step)
         if ok:
-            outcome = "done" if step.side_effect else result_digest(step.result, self._normalizer)
+            outcome = "done" if write else result_digest(step.result, self._normalizer)
             signature = ""
         else:
             signature, overflow = self._error_signature(call, step, args)
@@ -427,8 +447,9 @@ class LoopDetector:
         record = Record(index, tool, call, state)
         window.push(record)
         window.last_call = index
-        waiting = tool in self.config.wait_tools
-        if not waiting:
+        if waiting:
+            window.last_wait = index
+        else:
             window.calls.append(record)
         call_seen, state_seen = window.call_seen, window.state_seen
         novel_call = call not in call_seen
@@ -445,7 +466,21 @@ class LoopDetector:
         obs.args, obs.call, obs.state, obs.signature, obs.ok = args, call, state, signature, ok
         obs.novel_call, obs.novel_state = novel_call, novel_state
         obs.progress_before, obs.overflow, obs.cause = before, overflow, None
+        obs.write, obs.waits = write, waiting
         return obs
+
+    def _kind_of_call(self, call: str, tool: str, step: Step) -> tuple[bool, bool]:
+        """Whether a call writes (side effect, edit, shell write) and whether it only waits,
+        cached per call fingerprint."""
+        known = self._call_kinds.get(call)
+        if known is None:
+            if len(self._call_kinds) >= 256:
+                self._call_kinds.clear()
+            waits = tool in self.config.wait_tools or is_shell_wait(step.args)
+            known = self._call_kinds[call] = (is_write(tool, step.args) and not waits, waits)
+        if step.side_effect and not known[0]:
+            return True, known[1]
+        return known
 
     def _error_signature(self, call: str, step: Step, args: Any) -> tuple[str, bool]:
         """`error_signature` of a failure and whether it is a context overflow, cached per

@@ -46,6 +46,8 @@ __all__ = [
     "turn_signature",
     "flatten",
     "values_close",
+    "is_write",
+    "is_shell_wait",
     "result_digest",
 ]
 
@@ -549,3 +551,67 @@ def values_close(
             return True
         return matcher.ratio() >= text_similarity
     return False
+
+
+_WRITE_VERBS = frozenset(
+    {
+        "edit",
+        "write",
+        "insert",
+        "append",
+        "create",
+        "replace",
+        "str_replace",
+        "patch",
+        "save",
+        "put",
+        "overwrite",
+        "delete",
+        "remove",
+        "rename",
+        "move",
+        "mkdir",
+        "touch",
+        "undo_edit",
+    }
+)
+_NAME_TOKENS = re.compile(r"[a-z]+")
+_SHELL_KEYS = ("command", "cmd", "script")
+_SHELL_WRITE = re.compile(
+    r"(?:^|[;&|(]\s*)(?:sed\s+(?:-\w+\s+)*-i|tee\b|cp\b|mv\b|rm\b|mkdir\b|touch\b|patch\b"
+    r"|git\s+(?:apply|checkout|commit|add|rm|mv|reset|stash)\b"
+    r"|(?:edit|create|insert|append|str_replace)\b)"
+    r"|>>|(?:^|[^\d&<>])>\|?\s*(?!/dev/null|&)[^\s&>]",
+)
+_SHELL_SLEEP = re.compile(r"\s*(?:sleep|timeout)\s+\d")
+
+
+def _shell_command(args: Any) -> str | None:
+    if isinstance(args, dict):
+        for key in _SHELL_KEYS:
+            value = args.get(key)
+            if isinstance(value, str):
+                return value
+    return args if isinstance(args, str) else None
+
+
+def is_write(tool: str, args: Any) -> bool:
+    """Whether a call changes files or other state: a tool named after a write (``edit_file``,
+    ``write``, ``str_replace_editor`` with a ``str_replace`` / ``insert`` / ``create``
+    sub-command), or a shell command that writes (``sed -i``, ``>``, ``>>``, ``tee``, ``mv``,
+    ``git apply``…). Its outcome is "done", whatever it prints (a file that keeps growing does
+    not make the same write new)."""
+    command = _shell_command(args)
+    if command is not None and " " not in command.strip():
+        # a sub-command of a multi-purpose tool: str_replace_editor {"command": "view"}
+        return command.strip().lower() in _WRITE_VERBS
+    if command is not None and _SHELL_WRITE.search(_QUOTED.sub("''", command)):
+        return True
+    tokens = _NAME_TOKENS.findall(tool.lower())
+    return any(t in _WRITE_VERBS for t in tokens) and command is None
+
+
+def is_shell_wait(args: Any) -> bool:
+    """Whether a shell command only waits (``sleep 30``, ``timeout 60 …`` at its start)."""
+    command = _shell_command(args)
+    return command is not None and _SHELL_SLEEP.match(command) is not None

@@ -62,6 +62,8 @@ class Observation:
         "progress_before",
         "overflow",
         "cause",
+        "write",
+        "waits",
     )
 
     def __init__(self) -> None:
@@ -96,6 +98,11 @@ class Observation:
         self.cause: int | None = None
         """For a model turn that overflowed: the tool call read just before it, the likely
         cause; None otherwise."""
+        self.write: bool = False
+        """The call changes something (a side effect, an edit, a shell write): its outcome is
+        "done", whatever it printed."""
+        self.waits: bool = False
+        """The call only waits (a wait tool, or a shell command starting with ``sleep``)."""
 
 
 class Window:
@@ -113,6 +120,7 @@ class Window:
         "call_seen",
         "last_ok",
         "last_call",
+        "last_wait",
     )
 
     def __init__(self, size: int) -> None:
@@ -140,6 +148,12 @@ class Window:
         """Index of the last success of each tool."""
         self.last_call: int | None = None
         """Index of the last tool call."""
+        self.last_wait: int = -1
+        """Index of the last call that only waited (a wait tool, ``sleep 30`` in a shell)."""
+
+    def waited_since(self, index: int) -> bool:
+        """Whether a waiting call came after step `index` (this step included)."""
+        return self.last_wait > index
 
     def push(self, record: Record) -> None:
         """Append `record`, evicting the oldest record when the window is full."""

@@ -15,6 +15,7 @@ from engine.loops.rules.exact_repeat import EXACT_REPEAT, ExactRepeat
 from engine.loops.rules.idle_turns import IDLE_TURNS, IdleTurns
 from engine.loops.rules.near_duplicate import NEAR_DUPLICATE, NearDuplicate
 from engine.loops.rules.poll_budget import POLL_BUDGET, PollBudget
+from engine.loops.rules.recurrence import RECURRENCE, Recurrence
 from engine.loops.rules.step_budget import STEP_BUDGET, StepBudget
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "CIRCUIT_BREAKER",
     "NEAR_DUPLICATE",
     "CYCLE",
+    "RECURRENCE",
     "CONTEXT_OVERFLOW",
     "IDLE_TURNS",
     "POLL_BUDGET",
@@ -38,6 +40,7 @@ REGISTRY: tuple[type[Rule], ...] = (
     CircuitBreaker,
     NearDuplicate,
     Cycle,
+    Recurrence,
     ContextOverflow,
     IdleTurns,
     PollBudget,

@@ -14,7 +14,8 @@ EXACT_REPEAT: Final = "exact_repeat"
 
 class ExactRepeat(Rule):
     """Fires at the `repeat_threshold`-th occurrence of one state when no progress step came
-    between the first of them and now."""
+    between the first of them and now, unless the agent waited before every repeat: polling
+    with back-off and an unchanged answer is left to ``poll_budget``."""
 
     id = EXACT_REPEAT
     kinds = frozenset({CALL})
@@ -30,8 +31,9 @@ class ExactRepeat(Rule):
         return self.threshold
 
     def reset(self) -> None:
-        # per state: (index, progress count right after it) of its last `threshold` steps
-        self._hits: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        # per state, of its last `threshold` steps: index, progress count right after it, and
+        # whether the agent waited since the previous one
+        self._hits: dict[tuple[str, str], list[tuple[int, int, bool]]] = {}
 
     def check(self, obs: Observation, window: Window) -> Finding | None:
         state = obs.state
@@ -42,20 +44,23 @@ class ExactRepeat(Rule):
                 seen = window.state_seen
                 self._hits = {s: h for s, h in self._hits.items() if s in seen}
             hits = self._hits[state] = []
-        hits.append((obs.index, window.progress))
+        waited = bool(hits) and window.waited_since(hits[-1][0])
+        hits.append((obs.index, window.progress, waited))
         needed = self.threshold
         if len(hits) > needed:
             del hits[0]
         if len(hits) < needed:
             return None
-        first_index, progress_then = hits[0]
+        first_index, progress_then, _ = hits[0]
         if first_index <= window.fence or progress_then != window.progress:
+            return None
+        if all(waited for _, _, waited in hits[1:]):
             return None
         tool = obs.tool
         if not self.allowed((tool,)):
             return None
         step = obs.step
-        evidence = [i for i, _ in hits]
+        evidence = [i for i, _, _ in hits]
         details: dict[str, Any] = {"count": needed, "fingerprint": obs.call}
         if not step.ok:
             details["error"] = clip(step.error or "", 200)

@@ -25,12 +25,13 @@ class _Poll:
 
 
 class PollBudget(Rule):
-    """Fires when one call returned something new more than `poll_budget` times (per tool:
-    `tool_poll_budgets`) while nothing else new was going on.
+    """Fires when one call returned something new, or was repeated after waiting (polling with
+    back-off), more than `poll_budget` times (per tool: `tool_poll_budgets`) while nothing else
+    new was going on.
 
     The count of a call starts over when it is new, or when two gaps in a row between its
-    occurrences held a new call: a first ``sleep`` between polls does not end the polling, an
-    edit before every test run does.
+    occurrences held a new call: a first ``sleep`` between polls, or a longer one each time
+    (back-off), does not end the polling, an edit before every test run does.
     """
 
     id = POLL_BUDGET
@@ -51,6 +52,8 @@ class PollBudget(Rule):
         self._polls.clear()
 
     def check(self, obs: Observation, window: Window) -> Finding | None:
+        if obs.waits:  # waiting is not polling, and a longer sleep (back-off) is not new work
+            return None
         index, call, novel_call = obs.index, obs.call, obs.novel_call
         polls = self._polls
         if novel_call:
@@ -65,9 +68,10 @@ class PollBudget(Rule):
             new_in_gap = self._last_new_call > poll.last
             if new_in_gap and poll.new_in_last_gap:
                 poll.count, poll.first = 0, index
+            waited = window.waited_since(poll.last)
             poll.new_in_last_gap = new_in_gap
             poll.last = index
-            poll.count += obs.ok and obs.novel_state
+            poll.count += (obs.ok and obs.novel_state) or waited
         tool = obs.tool
         assert tool is not None
         budget = self.tool_budgets.get(tool, self.budget)
@@ -79,8 +83,8 @@ class PollBudget(Rule):
             tool,
             evidence,
             poll.first,
-            f"{tool} returned something new {poll.count} times for the same arguments, more "
-            f"than its poll budget of {budget}, and the thing it waits for never finishes.",
+            f"{tool} was polled {poll.count} times with the same arguments, more than its poll "
+            f"budget of {budget}, and the thing it waits for never finishes.",
             f"You have polled {tool} {poll.count} times; stop polling and report the status.",
             {"polls": poll.count, "budget": budget},
         )
