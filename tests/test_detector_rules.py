@@ -605,6 +605,21 @@ class TestContextOverflow:
         v = first(feed(steps))
         assert v.rule == CONTEXT_OVERFLOW and v.loop_start == 0
 
+    def test_ten_condensations_in_a_row(self):
+        # issue 12, class 7: back to back they used to make one episode, never flagged
+        verdicts = feed([ok("list_dir", {"path": "."}, ["a"])] + [self.condense(0)] * 12)
+        v = first(verdicts)
+        assert flagged(verdicts)[0] == 10 and v.rule == CONTEXT_OVERFLOW
+        assert (v.loop_start, v.details) == (1, {"run": 10})
+        assert flagged(feed([self.condense(0)] * 9)) == []
+
+    def test_healthy_condensations_each_after_one_new_step(self):
+        # issue 12, class 7: a planned condensation after real work is memory management
+        steps = []
+        for i in range(6):
+            steps += [ok("read_file", {"path": f"src/m{i}.py"}, f"code {i}"), self.condense(i)]
+        assert flagged(feed(steps)) == []
+
     def test_healthy_condensations_with_work_in_between(self):
         steps = []
         for i in range(4):

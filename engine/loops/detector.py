@@ -39,7 +39,9 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
   (`recurrence_threshold`) within the window, whatever came in between ("fix attempts" do not
   make the same failure new); successful reads never count.
 - ``context_overflow``: 3 context-overflow / condensation episodes with fewer than
-  `overflow_min_progress` progress steps between consecutive ones.
+  `overflow_min_progress` progress steps between consecutive ones (one new step is enough
+  after a planned condensation that failed nothing), or 10 events back to back
+  (`overflow_run_threshold`).
 - ``idle_turns``: 3 agent turns in a row without a tool call, each empty or (nearly) repeating
   another turn of the run (case, numbers and punctuation ignored).
 - ``poll_budget``: one call returned something new, or was repeated after a wait, more than
@@ -224,7 +226,11 @@ class DetectorConfig:
     overflow_threshold: int = 3
     """``context_overflow`` fires at this many overflow / condensation episodes."""
     overflow_min_progress: int = 3
-    """Episodes separated by at least this many progress steps are not counted together."""
+    """Episodes separated by at least this many progress steps are not counted together (one
+    is enough after an episode that was only a planned condensation)."""
+    overflow_run_threshold: int = 10
+    """``context_overflow`` also fires at this many overflow / condensation events back to
+    back, with nothing else in between."""
     overflow_pattern: str = DEFAULT_OVERFLOW_PATTERN
     """Regular expression (case-insensitive) that recognizes a context-overflow error."""
     condensation_tools: frozenset[str] = frozenset(
