@@ -394,6 +394,31 @@ class TestNearDuplicate:
         assert flagged(feed(steps)) == []
 
 
+class TestShellTargets:
+    """Issue 12, class 5: free-form shell commands have no target key; without one, every
+    command used to be 'the same target' for near-duplicates."""
+
+    def test_different_scripts_failing_alike_are_not_near_duplicates(self):
+        steps = [
+            fail("bash", {"command": f"python scripts/check_{name}.py"}, "exit status 1")
+            for name in ("schema", "style", "types")
+        ]
+        assert flagged(feed(steps)) == []
+
+    def test_nudged_versions_of_one_install_are(self):
+        steps = [
+            fail(
+                "bash",
+                {"command": f"pip install pillow=={v}"},
+                f"ERROR: No matching distribution found for pillow=={v}",
+            )
+            for v in ("9.0.0", "9.0.1", "9.0.2")
+        ]
+        verdicts = feed(steps)
+        assert flagged(verdicts) == [2] and verdicts[2].rule == NEAR_DUPLICATE
+        assert verdicts[2].details["target"] == "sh:pip install"
+
+
 # --- cycle ------------------------------------------------------------------------------------
 class TestCycle:
     SEARCH = ok("web_search", {"query": "freeze policy"}, ["https://wiki/freeze"])

@@ -48,6 +48,7 @@ __all__ = [
     "values_close",
     "is_write",
     "is_shell_wait",
+    "shell_target",
     "result_digest",
 ]
 
@@ -615,3 +616,41 @@ def is_shell_wait(args: Any) -> bool:
     """Whether a shell command only waits (``sleep 30``, ``timeout 60 …`` at its start)."""
     command = _shell_command(args)
     return command is not None and _SHELL_SLEEP.match(command) is not None
+
+
+_FILE_TOKEN = re.compile(r"[\w.\-]+\.[A-Za-z]\w{0,5}")
+_WORD = re.compile(r"[A-Za-z][\w\-]*")
+
+
+def shell_target(args: Any) -> str:
+    """What a free-form shell command acts on, for calls without a target key: the program,
+    its sub-command (``pip install``, ``git push``, ``python -m pytest``) and the paths and
+    file names among its arguments; "" when `args` holds no shell command.
+
+    ``python -m pytest tests/test_a.py`` and ``… tests/test_b.py`` act on different targets;
+    ``pip install pillow==9.0.0`` and ``pip install pillow==9.0.1`` on the same one.
+    """
+    command = _shell_command(args)
+    if not command:
+        return ""
+    tokens = command.strip().split("\n", 1)[0].split()
+    while tokens and "=" in tokens[0] and not tokens[0].startswith("-"):
+        tokens.pop(0)  # FOO=1 env assignments
+    if not tokens:
+        return ""
+    head = [posixpath.basename(tokens[0])]
+    rest = tokens[1:]
+    if len(rest) >= 2 and rest[0] == "-m":
+        head += rest[:2]
+        rest = rest[2:]
+    elif rest and _WORD.fullmatch(rest[0]):
+        head.append(rest[0])
+        rest = rest[1:]
+    paths = sorted(
+        {
+            normalize_path(t.strip(_TOKEN_QUOTES))
+            for t in rest
+            if not t.startswith("-") and ("/" in t or _FILE_TOKEN.fullmatch(t.strip(_TOKEN_QUOTES)))
+        }
+    )
+    return "sh:" + " ".join(head + paths)

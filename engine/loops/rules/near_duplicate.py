@@ -7,7 +7,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final
 
-from engine.loops.normalize import flatten, values_close
+from engine.loops.normalize import flatten, shell_target, values_close
 from engine.loops.rules.base import Finding, Rule, clip, quote
 from engine.loops.window import CALL, Observation, Window
 
@@ -30,7 +30,8 @@ class _Attempt:
 class NearDuplicate(Rule):
     """Fires at `near_duplicate_threshold` failures of one tool with one error signature on one
     target (or side-effecting successes on one target) whose arguments differ only slightly,
-    with no progress and no success of that tool in between."""
+    with no progress and no success of that tool in between. The target is the values of the
+    `target_keys`, or for a free-form shell command its program, sub-command and paths."""
 
     id = NEAR_DUPLICATE
     kinds = frozenset({CALL})
@@ -138,13 +139,14 @@ class NearDuplicate(Rule):
         )
 
     def _target(self, args: Any) -> str:
+        """The target keys' values, else what a shell command acts on (`shell_target`)."""
         if not isinstance(args, dict):
             return ""
         keys = self.target_keys
         parts = [
             f"{key}={args[key]!r}" for key in sorted(args) if key in keys or key.endswith("_id")
         ]
-        return ",".join(parts)
+        return ",".join(parts) if parts else shell_target(args)
 
     def _shape(self, call: str, args: Any) -> tuple[str, dict[str, Any]]:
         """Target and flattened leaves of a call's arguments, cached per call fingerprint."""
