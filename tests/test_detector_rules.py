@@ -419,6 +419,42 @@ class TestShellTargets:
         assert verdicts[2].details["target"] == "sh:pip install"
 
 
+class TestVolatileResultsAndParaphrases:
+    """Issue 12, class 6."""
+
+    def test_fresh_ids_in_results_do_not_make_the_same_answer_new(self):
+        steps = [
+            ok(
+                "inbox_status",
+                {"box": "support"},
+                {"unread": 0, "message_id": f"msg_{k}f3a9c2", "note": f"trace {k}c0ffee42 ok"},
+            )
+            for k in range(3)
+        ]
+        verdicts = feed(steps)
+        assert flagged(verdicts) == [2] and verdicts[2].rule == EXACT_REPEAT
+        # a different answer is still new
+        steps[2] = ok("inbox_status", {"box": "support"}, {"unread": 1, "message_id": "msg_9"})
+        assert flagged(feed(steps)) == []
+
+    def test_stored_digests_keep_their_identity(self):
+        assert result_digest("3f9a2c1b7d00e4a1") != result_digest("9c1f00aa3b2d4e5f")
+
+    def test_paraphrased_search_with_the_same_hits_is_a_repeat(self):
+        hits = ["https://pillow.readthedocs.io/crop"]
+        queries = ["python pillow crop", "Pillow crop Python", "crop python pillow"]
+        verdicts = feed([ok("web_search", {"query": q}, hits) for q in queries])
+        assert flagged(verdicts) == [2] and verdicts[2].rule == EXACT_REPEAT
+
+    def test_reworded_searches_that_find_new_hits_are_progress(self):
+        queries = ["python pillow crop", "pillow crop box order", "PIL crop negative height"]
+        steps = [ok("web_search", {"query": q}, [f"https://x/{i}"]) for i, q in enumerate(queries)]
+        assert flagged(feed(steps)) == []
+        # same words, different hits: the index changed, not a repeat
+        same = [ok("web_search", {"query": "pillow crop"}, [f"https://x/{i}"]) for i in range(3)]
+        assert flagged(feed(same)) == []
+
+
 # --- cycle ------------------------------------------------------------------------------------
 class TestCycle:
     SEARCH = ok("web_search", {"query": "freeze policy"}, ["https://wiki/freeze"])
@@ -846,6 +882,7 @@ class TestRegistry:
             "progress_keys",
             "thought_keys",
             "code_keys",
+            "query_keys",
         }
         read = detector_fields | {name for rule in REGISTRY for name in rule.settings}
         assert read == {f.name for f in dataclasses.fields(DetectorConfig)}

@@ -83,6 +83,7 @@ from engine.loops.fingerprint import digest, fingerprint
 from engine.loops.normalize import (
     DEFAULT_CODE_KEYS,
     DEFAULT_PROGRESS_KEYS,
+    DEFAULT_QUERY_KEYS,
     DEFAULT_TARGET_KEYS,
     DEFAULT_THOUGHT_KEYS,
     DEFAULT_VOLATILE_KEYS,
@@ -267,6 +268,8 @@ class DetectorConfig:
     code_keys: frozenset[str] = DEFAULT_CODE_KEYS
     """Argument keys whose strings carry code (edits, patches, scripts): whitespace in them is
     kept, so an indent and its undo are different calls."""
+    query_keys: frozenset[str] = DEFAULT_QUERY_KEYS
+    """Argument keys holding a search query, compared as a set of lower-cased words."""
     target_keys: frozenset[str] = DEFAULT_TARGET_KEYS
     """Top-level argument keys naming what a call acts on (``*_id`` keys count too)."""
 
@@ -301,6 +304,7 @@ _SET_FIELDS = (
     "progress_keys",
     "thought_keys",
     "code_keys",
+    "query_keys",
     "target_keys",
 )
 
@@ -346,7 +350,7 @@ class LoopDetector:
         self.config: DetectorConfig = replace(config, **overrides) if overrides else config
         cfg = self.config
         self._normalizer = Normalizer(
-            cfg.volatile_keys, cfg.progress_keys, cfg.thought_keys, cfg.code_keys
+            cfg.volatile_keys, cfg.progress_keys, cfg.thought_keys, cfg.code_keys, cfg.query_keys
         )
         self._overflow = re.compile(cfg.overflow_pattern, re.IGNORECASE)
         self._signatures: dict[tuple[str, str | None], tuple[str, bool]] = {}

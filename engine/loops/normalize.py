@@ -12,7 +12,11 @@ error texts and agent turns into such canonical forms; `engine.loops.fingerprint
   Strings under keys that carry code (``old``, ``new_str``, ``content``, ``patch``…) keep every
   space: an indent and its undo are two different edits.
 - Results: only volatile keys are dropped (a moving progress counter in a result is progress, not
-  noise), and timestamps / durations inside strings are masked.
+  noise); timestamps, durations and generated ids (UUIDs, long hex or numeric ids) inside
+  strings are masked, and so are the values of id keys (``message_id``…): a fresh message id
+  does not make the same answer new.
+- Search queries (``query``, ``q``…) are compared as sets of lower-cased words: a paraphrase
+  that only reorders or recases the words is the same search.
 - Error signatures: the informative lines of the error text (banners, separators and warnings
   that every command prints left out) with ids, timestamps, durations, addresses, counters
   (``line 11301:``) and the values the agent passed in the arguments masked, so "invalid slice
@@ -35,6 +39,7 @@ __all__ = [
     "DEFAULT_THOUGHT_KEYS",
     "DEFAULT_TARGET_KEYS",
     "DEFAULT_CODE_KEYS",
+    "DEFAULT_QUERY_KEYS",
     "Normalizer",
     "normalize_args",
     "normalize_result",
@@ -185,6 +190,15 @@ DEFAULT_CODE_KEYS: frozenset[str] = frozenset(
 """Argument keys whose strings carry code or text in which whitespace matters (edits, patches,
 scripts): only their line endings are normalized."""
 
+DEFAULT_QUERY_KEYS: frozenset[str] = frozenset(
+    {"query", "q", "search", "search_query", "search_term", "keywords", "terms", "term"}
+)
+"""Argument keys holding a search query: compared as a set of lower-cased words, so a
+paraphrase that only reorders or recases the words is the same search."""
+
+_ID_KEY = re.compile(r"(?:^|_)(?:id|uuid|guid|etag)$|[a-z]Id$")
+"""Result keys whose values are generated identifiers (``id``, ``message_id``, ``etag``…)."""
+
 _PATH_LIKE = re.compile(r"[\w.~\-/\\:@+]+")
 _TIME_PATTERNS = {
     "time": r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
@@ -311,7 +325,7 @@ class Normalizer:
     `engine.loops.fingerprint.canonical_json`.
     """
 
-    __slots__ = ("_arg_drop", "_result_drop", "_code", "_arg_cache", "_result_cache")
+    __slots__ = ("_arg_drop", "_result_drop", "_code", "_query", "_arg_cache", "_result_cache")
 
     def __init__(
         self,
@@ -319,17 +333,29 @@ class Normalizer:
         progress_keys: Iterable[str] = DEFAULT_PROGRESS_KEYS,
         thought_keys: Iterable[str] = DEFAULT_THOUGHT_KEYS,
         code_keys: Iterable[str] = DEFAULT_CODE_KEYS,
+        query_keys: Iterable[str] = DEFAULT_QUERY_KEYS,
     ) -> None:
         volatile = frozenset(_key_name(k) for k in volatile_keys)
         self._result_drop = volatile
         self._arg_drop = volatile | {_key_name(k) for k in (*progress_keys, *thought_keys)}
         self._code = frozenset(_key_name(k) for k in code_keys)
+        self._query = frozenset(_key_name(k) for k in query_keys)
         self._arg_cache: dict[str, int] = {}
         self._result_cache: dict[str, int] = {}
 
     def args(self, value: Any) -> Any:
         """Tool arguments without volatile, progress and thought keys, strings normalized."""
         return self._walk(value, self._arg_drop, self._code, self._arg_cache, False)
+
+    def _treatment(self, key: str, drop: frozenset[str], code: frozenset[str], mask: bool) -> int:
+        name = _key_name(key)
+        if _is_dropped(key, drop):
+            return _DROP
+        if mask:  # a result
+            return _ID if _ID_KEY.search(key) else _KEEP
+        if name in code:
+            return _CODE
+        return _QUERY if name in self._query else _KEEP
 
     def result(self, value: Any) -> Any:
         """A tool result without volatile keys; timestamps and durations in strings masked."""
@@ -364,7 +390,11 @@ class Normalizer:
         kind = type(value)
         if kind is str:
             text = normalize_text(value)
-            return mask_volatile(text) if mask and _DIGIT.search(text) else text
+            if mask and _DIGIT.search(text):
+                # ids only inside free text: a lone token may be the whole answer (a stored
+                # result digest fed back on replay must keep its identity)
+                return mask_volatile(text, ids=" " in text)
+            return text
         if kind is dict:
             out = {}
             for key, item in value.items():
@@ -372,20 +402,26 @@ class Normalizer:
                     return self._walk(canonicalize(value), drop, code, cache, mask)
                 treatment = cache.get(key)
                 if treatment is None:
-                    name = _key_name(key)
-                    treatment = (
-                        _DROP if _is_dropped(key, drop) else _CODE if name in code else _KEEP
-                    )
+                    treatment = self._treatment(key, drop, code, mask)
                     if len(cache) > 4096:  # keys come from tool schemas; this only guards abuse
                         cache.clear()
                     cache[key] = treatment
                 if treatment == _KEEP:
                     out[key] = self._walk(item, drop, code, cache, mask)
-                elif treatment == _CODE:
-                    if type(item) is str:
-                        out[key] = normalize_code(item)
-                    else:
-                        out[key] = self._walk(item, drop, code, cache, mask)
+                elif treatment == _DROP:
+                    continue
+                elif type(item) is str:
+                    out[key] = (
+                        normalize_code(item)
+                        if treatment == _CODE
+                        else normalize_query(item)
+                        if treatment == _QUERY
+                        else "<id>"
+                    )
+                elif treatment == _ID and type(item) is int:
+                    out[key] = "<id>"
+                else:
+                    out[key] = self._walk(item, drop, code, cache, mask)
             return out
         if kind is list or kind is tuple:
             return [self._walk(item, drop, code, cache, mask) for item in value]
@@ -398,8 +434,17 @@ class Normalizer:
         return self._walk(plain, drop, code, cache, mask)
 
 
-_KEEP, _DROP, _CODE = 0, 1, 2
-"""How `Normalizer` treats a key: keep and normalize, drop, keep its string as code."""
+_KEEP, _DROP, _CODE, _QUERY, _ID = 0, 1, 2, 3, 4
+"""How `Normalizer` treats a key: keep and normalize, drop, keep its string as code, compare
+its string as a set of words, mask its value as a generated id."""
+
+
+def normalize_query(text: str) -> str:
+    """A search query as its sorted, de-duplicated, lower-cased words."""
+    return " ".join(sorted(set(_QUERY_WORDS.findall(text.lower()))))
+
+
+_QUERY_WORDS = re.compile(r"\w+")
 
 
 def _is_dropped(key: str, drop: frozenset[str]) -> bool:
