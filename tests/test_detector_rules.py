@@ -632,6 +632,34 @@ class TestIdleTurns:
         assert flagged(feed(steps)) == []
 
 
+class TestToollessTurns:
+    """Issue 12, class 9: turns that call no tool, three in a row, in a tool-using run."""
+
+    def test_three_different_answers_without_a_tool_in_a_tool_using_run(self):
+        steps = [
+            ok("read_file", {"path": "src/crop.py"}, "def crop(img, box): ..."),
+            say("The crop function takes a box."),
+            say("I think the box order is wrong, it should be x1, y1, x2, y2."),
+            say("Let me explain the fix in detail before making it."),
+        ]
+        verdicts = feed(steps)
+        v = verdicts[3]
+        assert flagged(verdicts) == [3] and v.rule == IDLE_TURNS
+        assert (v.evidence, v.loop_start) == ((1, 2, 3), 1)
+
+    def test_healthy_talk_before_any_tool_and_answers_between_calls(self):
+        chat = [say("Hello!"), say("I can help with refunds."), say("Which order is it?")]
+        assert flagged(feed(chat)) == []
+        work = []
+        for i in range(4):
+            work += [
+                ok("read_file", {"path": f"f{i}.py"}, f"x{i}"),
+                say(f"f{i} looks fine."),
+                say(f"Next I will read f{i + 1}.py."),
+            ]
+        assert flagged(feed(work)) == []
+
+
 # --- context_overflow ---------------------------------------------------------------------
 class TestContextOverflow:
     @staticmethod

@@ -522,6 +522,7 @@ class LoopDetector:
         self._flags[signature] = (count, loop_start)
         if len(self._flags) > 32:
             self._flags.popitem(last=False)
+        evidence = tuple(sorted({i for i in finding.evidence if i >= oldest}))
         self._window.fence = index
         for each in self._rules:
             each.after_flag()
@@ -529,7 +530,7 @@ class LoopDetector:
             looping=True,
             rule=rule.id,
             explanation=finding.explanation,
-            evidence=tuple(sorted({i for i in finding.evidence if i >= oldest})),
+            evidence=evidence,
             loop_start=loop_start,
             details=finding.details,
             tool=finding.tool,

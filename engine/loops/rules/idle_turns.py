@@ -16,7 +16,10 @@ IDLE_TURNS: Final = "idle_turns"
 
 class IdleTurns(Rule):
     """Fires at `idle_turns_threshold` agent turns in a row, each empty or (nearly, at
-    `turn_similarity`) repeating another turn of the run. A tool call ends the run."""
+    `turn_similarity`) repeating another turn of the run; or, in a run that has called tools,
+    at that many message turns in a row without a tool call, whatever they say (an agent that
+    works through tools and stops calling them is talking instead of acting). A tool call
+    ends the run."""
 
     id = IDLE_TURNS
     kinds = frozenset({TURN})
@@ -35,10 +38,12 @@ class IdleTurns(Rule):
     def reset(self) -> None:
         self._turns: deque[tuple[int, str]] = deque()
         self._counts: dict[str, int] = {}
+        self._messages: list[int] = []  # message turns (no thought tool) in a row
 
     def after_flag(self) -> None:
         self._turns.clear()
         self._counts.clear()
+        self._messages.clear()
 
     def check(self, obs: Observation, window: Window) -> Finding | None:
         turns, counts = self._turns, self._counts
@@ -57,6 +62,11 @@ class IdleTurns(Rule):
             counts[gone] -= 1
             if not counts[gone]:
                 del counts[gone]
+        messages = self._messages
+        if step.tool is None:
+            messages.append(obs.index)
+        else:
+            messages.clear()
         needed = self.threshold
         if len(turns) < needed or not self.allowed(()):
             return None
@@ -65,7 +75,19 @@ class IdleTurns(Rule):
             return sig == "" or counts[sig] >= 2
 
         if not all(idle(turns[-k][1]) for k in range(1, needed + 1)):
-            return None
+            if len(messages) < needed or window.last_call is None:
+                return None
+            return Finding(
+                "toolless",
+                None,
+                list(messages),
+                messages[0],
+                f"The agent answered {len(messages)} times in a row without calling a tool, in "
+                "a run that works through tools, so it is talking instead of acting.",
+                "Call a tool for your next step, or say clearly that the task is finished or "
+                "what is blocking you.",
+                {"turns": len(messages)},
+            )
         run = [turns[-1]]
         for k in range(len(turns) - 2, -1, -1):
             if not idle(turns[k][1]):
