@@ -19,6 +19,7 @@ from engine.loops.detector import (
     NEAR_DUPLICATE,
     POLL_BUDGET,
     RECURRENCE,
+    REPEATED_CONTENT,
     RULES,
     STEP_BUDGET,
     DetectorConfig,
@@ -658,6 +659,24 @@ class TestToollessTurns:
                 say(f"Next I will read f{i + 1}.py."),
             ]
         assert flagged(feed(work)) == []
+
+
+class TestRepeatedContent:
+    """Issue 12, class 9: one long streamed message repeating the same chunk (chanting)."""
+
+    def test_a_message_chanting_the_same_sentence(self):
+        text = "Let me check the file again to be sure. " * 14
+        verdicts = feed([ok("read_file", {"path": "a.py"}, "x"), say("Reading it now. " + text)])
+        v = verdicts[1]
+        assert v.rule == REPEATED_CONTENT and (v.evidence, v.loop_start) == ((1,), 1)
+        assert v.details["repeats"] >= 10
+
+    def test_healthy_long_messages_code_and_tables(self):
+        prose = " ".join(f"Step {i}: edit module {i} and run its {i * 3} tests." for i in range(60))
+        code = "```python\n" + "    assert crop(img, box) is not None\n" * 30 + "```"
+        table = "\n".join("| row | value | same cell text here |" for _ in range(30))
+        for text in (prose, "Here is the fix:\n" + code, "Results:\n" + table):
+            assert flagged(feed([say(text)])) == []
 
 
 # --- context_overflow ---------------------------------------------------------------------

@@ -44,6 +44,9 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
   (`overflow_run_threshold`).
 - ``idle_turns``: 3 agent turns in a row without a tool call, each empty or (nearly) repeating
   another turn of the run (case, numbers and punctuation ignored).
+- ``repeated_content``: one agent message in which a passage of 50 characters
+  (`content_chunk_size`) comes back 10 times (`content_repeats`), close together: the model is
+  "chanting". Code blocks and tables are left out.
 - ``poll_budget``: one call returned something new, or was repeated after a wait, more than
   `poll_budget` times (per-tool overrides) while nothing else new was going on: it is polling
   something that never finishes.
@@ -103,6 +106,7 @@ from engine.loops.rules import (
     POLL_BUDGET,
     RECURRENCE,
     REGISTRY,
+    REPEATED_CONTENT,
     RULES,
     STEP_BUDGET,
     Finding,
@@ -132,6 +136,7 @@ __all__ = [
     "NEAR_DUPLICATE",
     "CYCLE",
     "RECURRENCE",
+    "REPEATED_CONTENT",
     "IDLE_TURNS",
     "CONTEXT_OVERFLOW",
     "CIRCUIT_BREAKER",
@@ -224,6 +229,10 @@ class DetectorConfig:
     """``idle_turns`` fires at this many empty or repeated turns in a row."""
     turn_similarity: float = 0.8
     """Two agent turns this similar (after dropping case, digits, punctuation) are a repeat."""
+    content_chunk_size: int = 50
+    """``repeated_content`` compares passages of this many characters of one message."""
+    content_repeats: int = 10
+    """``repeated_content`` fires when one passage comes back this many times in a message."""
     overflow_threshold: int = 3
     """``context_overflow`` fires at this many overflow / condensation episodes."""
     overflow_min_progress: int = 3

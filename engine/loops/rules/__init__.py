@@ -16,6 +16,7 @@ from engine.loops.rules.idle_turns import IDLE_TURNS, IdleTurns
 from engine.loops.rules.near_duplicate import NEAR_DUPLICATE, NearDuplicate
 from engine.loops.rules.poll_budget import POLL_BUDGET, PollBudget
 from engine.loops.rules.recurrence import RECURRENCE, Recurrence
+from engine.loops.rules.repeated_content import REPEATED_CONTENT, RepeatedContent
 from engine.loops.rules.step_budget import STEP_BUDGET, StepBudget
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "RECURRENCE",
     "CONTEXT_OVERFLOW",
     "IDLE_TURNS",
+    "REPEATED_CONTENT",
     "POLL_BUDGET",
     "STEP_BUDGET",
 ]
@@ -43,6 +45,7 @@ REGISTRY: tuple[type[Rule], ...] = (
     Recurrence,
     ContextOverflow,
     IdleTurns,
+    RepeatedContent,
     PollBudget,
     StepBudget,
 )
