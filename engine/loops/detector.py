@@ -91,9 +91,8 @@ from engine.loops.normalize import (
     DEFAULT_THOUGHT_KEYS,
     DEFAULT_VOLATILE_KEYS,
     Normalizer,
+    classify_call,
     error_signature,
-    is_shell_wait,
-    is_write,
     result_digest,
 )
 from engine.loops.rules import (
@@ -363,7 +362,6 @@ class LoopDetector:
         )
         self._overflow = re.compile(cfg.overflow_pattern, re.IGNORECASE)
         self._signatures: dict[tuple[str, str | None], tuple[str, bool]] = {}
-        self._call_kinds: dict[str, tuple[bool, bool]] = {}
         # A switched-off rule is never built: its state could not change any other verdict.
         enabled = tuple(r for r in rules if r.id not in cfg.disabled_rules)
         self._rules = _build_rules(cfg, enabled)
@@ -455,7 +453,7 @@ class LoopDetector:
         call = fingerprint(tool, args)
         ok = step.ok
         overflow = False
-        write, waiting = self._kind_of_call(call, tool, step)
+        write, waiting = self._kind_of_call(tool, step)
         if ok:
             outcome = "done" if write else result_digest(step.result, self._normalizer)
             signature = ""
@@ -488,18 +486,12 @@ class LoopDetector:
         obs.write, obs.waits = write, waiting
         return obs
 
-    def _kind_of_call(self, call: str, tool: str, step: Step) -> tuple[bool, bool]:
-        """Whether a call writes (side effect, edit, shell write) and whether it only waits,
-        cached per call fingerprint."""
-        known = self._call_kinds.get(call)
-        if known is None:
-            if len(self._call_kinds) >= 256:
-                self._call_kinds.clear()
-            waits = tool in self.config.wait_tools or is_shell_wait(step.args)
-            known = self._call_kinds[call] = (is_write(tool, step.args) and not waits, waits)
-        if step.side_effect and not known[0]:
-            return True, known[1]
-        return known
+    def _kind_of_call(self, tool: str, step: Step) -> tuple[bool, bool]:
+        """Whether a call writes (side effect, edit, shell write) and whether it only waits."""
+        if tool in self.config.wait_tools:
+            return step.side_effect, True
+        write, waits = classify_call(tool, step.args)
+        return write or step.side_effect, waits
 
     def _error_signature(self, call: str, step: Step, args: Any) -> tuple[str, bool]:
         """`error_signature` of a failure and whether it is a context overflow, cached per

@@ -26,6 +26,7 @@ error texts and agent turns into such canonical forms; `engine.loops.fingerprint
 from __future__ import annotations
 
 import difflib
+import functools
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -53,6 +54,7 @@ __all__ = [
     "values_close",
     "is_write",
     "is_shell_wait",
+    "classify_call",
     "shell_target",
     "result_digest",
 ]
@@ -393,7 +395,8 @@ class Normalizer:
             if mask and _DIGIT.search(text):
                 # ids only inside free text: a lone token may be the whole answer (a stored
                 # result digest fed back on replay must keep its identity)
-                return mask_volatile(text, ids=" " in text)
+                ids = " " in text and _HEX_RUN.search(text) is not None
+                return mask_volatile(text, ids=ids)
             return text
         if kind is dict:
             out = {}
@@ -445,6 +448,7 @@ def normalize_query(text: str) -> str:
 
 
 _QUERY_WORDS = re.compile(r"\w+")
+_HEX_RUN = re.compile(r"[0-9a-fA-F]{8}")
 
 
 def _is_dropped(key: str, drop: frozenset[str]) -> bool:
@@ -622,7 +626,6 @@ _WRITE_VERBS = frozenset(
     }
 )
 _NAME_TOKENS = re.compile(r"[a-z]+")
-_SHELL_KEYS = ("command", "cmd", "script")
 _SHELL_WRITE = re.compile(
     r"(?:^|[;&|(]\s*)(?:sed\s+(?:-\w+\s+)*-i|tee\b|cp\b|mv\b|rm\b|mkdir\b|touch\b|patch\b"
     r"|git\s+(?:apply|checkout|commit|add|rm|mv|reset|stash)\b"
@@ -633,12 +636,40 @@ _SHELL_SLEEP = re.compile(r"\s*(?:sleep|timeout)\s+\d")
 
 
 def _shell_command(args: Any) -> str | None:
-    if isinstance(args, dict):
-        for key in _SHELL_KEYS:
-            value = args.get(key)
-            if isinstance(value, str):
-                return value
-    return args if isinstance(args, str) else None
+    if type(args) is dict:
+        value = args.get("command")
+        if value is None:
+            value = args.get("cmd")
+            if value is None:
+                value = args.get("script")
+        return value if type(value) is str else None
+    return args if type(args) is str else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _named_like_a_write(tool: str) -> bool:
+    return any(t in _WRITE_VERBS for t in _NAME_TOKENS.findall(tool.lower()))
+
+
+def classify_call(tool: str, args: Any) -> tuple[bool, bool]:
+    """(`is_write`, `is_shell_wait`) of one call, computed together."""
+    command = _shell_command(args)
+    if command is None:
+        return _named_like_a_write(tool), False
+    if len(command) <= 200:  # agents repeat short commands; long ones are rarely re-run
+        return _shell_kind(command)
+    return _shell_kind.__wrapped__(command)
+
+
+@functools.lru_cache(maxsize=256)
+def _shell_kind(command: str) -> tuple[bool, bool]:
+    stripped = command.strip()
+    if " " not in stripped:
+        # a sub-command of a multi-purpose tool: str_replace_editor {"command": "view"}
+        return stripped.lower() in _WRITE_VERBS, False
+    if _SHELL_SLEEP.match(command):
+        return False, True
+    return _SHELL_WRITE.search(_QUOTED.sub("''", command)) is not None, False
 
 
 def is_write(tool: str, args: Any) -> bool:
@@ -647,14 +678,7 @@ def is_write(tool: str, args: Any) -> bool:
     sub-command), or a shell command that writes (``sed -i``, ``>``, ``>>``, ``tee``, ``mv``,
     ``git apply``…). Its outcome is "done", whatever it prints (a file that keeps growing does
     not make the same write new)."""
-    command = _shell_command(args)
-    if command is not None and " " not in command.strip():
-        # a sub-command of a multi-purpose tool: str_replace_editor {"command": "view"}
-        return command.strip().lower() in _WRITE_VERBS
-    if command is not None and _SHELL_WRITE.search(_QUOTED.sub("''", command)):
-        return True
-    tokens = _NAME_TOKENS.findall(tool.lower())
-    return any(t in _WRITE_VERBS for t in tokens) and command is None
+    return classify_call(tool, args)[0]
 
 
 def is_shell_wait(args: Any) -> bool:

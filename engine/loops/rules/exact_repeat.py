@@ -40,7 +40,7 @@ class ExactRepeat(Rule):
         assert state is not None
         hits = self._hits.get(state) if not obs.novel_state else None
         if hits is None:  # new in the window: what it did before has gone with it
-            if len(self._hits) > 2 * window.size:
+            if len(self._hits) > 4 * window.size:
                 seen = window.state_seen
                 self._hits = {s: h for s, h in self._hits.items() if s in seen}
             hits = self._hits[state] = []
