@@ -589,6 +589,17 @@ class TestRecurrence:
             ]
         assert flagged(feed(steps)) == []
 
+    def test_healthy_same_write_after_each_new_change(self):
+        steps = []
+        for i in range(8):
+            steps += [
+                ok("edit_file", {"path": "src/a.py", "old": f"v{i}", "new": f"v{i + 1}"}, "ok"),
+                ok("bash", {"command": "python reproduce.py > out.txt"}, ""),
+                ok("bash", {"command": "git add -A"}, ""),
+                ok("bash", {"command": "cat out.txt"}, f"{8 - i} errors"),
+            ]
+        assert flagged(feed(steps)) == []
+
     def test_waiting_before_each_failure_is_left_to_the_poll_budget(self):
         steps = []
         for _ in range(6):

@@ -19,7 +19,8 @@ class Recurrence(Rule):
     `recurrence_threshold` times within the window since the last flag, whatever sits in
     between: interleaved "fix attempts" (an ``apt-get update``, a one-line edit) are progress
     for ``exact_repeat`` but do not make the same failure new. A write's outcome is "done", so
-    the same edit re-issued while the file keeps growing recurs too. Occurrences with a wait
+    the same edit re-issued while the file keeps growing recurs too, unless another change came
+    between (``git add -A`` after every edit is made again on purpose). Occurrences with a wait
     before each repeat are polling, left to ``poll_budget``. Successful reads never count: a
     ``git status`` after every edit is ordinary work."""
 
@@ -39,6 +40,9 @@ class Recurrence(Rule):
     def reset(self) -> None:
         # per state: (index, waited since the previous one) of its occurrences in the window
         self._seen: dict[tuple[str, str], deque[tuple[int, bool]]] = {}
+        # the latest write, and the latest write of another call: (index, call fingerprint)
+        self._write: tuple[int, str] = (-1, "")
+        self._other_write: tuple[int, str] = (-1, "")
 
     def after_flag(self) -> None:
         self._seen.clear()
@@ -46,6 +50,7 @@ class Recurrence(Rule):
     def check(self, obs: Observation, window: Window) -> Finding | None:
         if obs.ok and not obs.write:
             return None
+        other_write = self._note_write(obs.index, obs.call) if obs.write else -1
         state = obs.state
         assert state is not None
         seen = self._seen
@@ -59,6 +64,8 @@ class Recurrence(Rule):
         oldest = max(window.fence, index - window.size)
         while occurrences and occurrences[0][0] <= oldest:
             occurrences.popleft()
+        if obs.write and occurrences and other_write > occurrences[-1][0]:
+            occurrences.clear()  # another change came between: this one is made again on purpose
         waited = bool(occurrences) and window.waited_since(occurrences[-1][0])
         occurrences.append((index, waited))
         count = len(occurrences)
@@ -93,3 +100,12 @@ class Recurrence(Rule):
         return Finding(
             f"{state[0]}\x00{state[1]}", tool, indexes, indexes[0], explanation, advice, details
         )
+
+    def _note_write(self, index: int, call: str) -> int:
+        """Record a write; return the index of the latest earlier write of another call."""
+        latest, other = self._write, self._other_write
+        if latest[1] == call:
+            self._write = (index, call)
+            return other[0]
+        self._other_write, self._write = latest, (index, call)
+        return latest[0]
