@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tracemalloc
 
@@ -17,6 +18,8 @@ from engine.loops.detector import (
     IDLE_TURNS,
     NEAR_DUPLICATE,
     POLL_BUDGET,
+    RECURRENCE,
+    REPEATED_CONTENT,
     RULES,
     STEP_BUDGET,
     DetectorConfig,
@@ -34,6 +37,8 @@ from engine.loops.normalize import (
     result_digest,
     turn_signature,
 )
+from engine.loops.rules import REGISTRY, Finding, Rule
+from engine.loops.window import TURN, Observation, Window
 
 
 def ok(tool, args=None, result=None, side_effect=False):
@@ -84,6 +89,46 @@ class TestNormalization:
         assert normalize_text("def f():\r\n    return 1   \n\n") == "def f():\n    return 1"
         assert normalize_text("def f():\n  return 1") != normalize_text("def f():\n    return 1")
 
+    def test_whitespace_inside_code_is_kept(self):
+        # issue 12, class 4: an indent and its undo are two different calls
+        indent = {"command": "sed -i 's/^return x/    return x/' src/a.py"}
+        undo = {"command": "sed -i 's/^    return x/return x/' src/a.py"}
+        assert normalize_args(indent) != normalize_args(undo)
+        two = {"command": "sed -i 's/^x/  x/'  src/a.py"}
+        four = {"command": "sed -i 's/^x/    x/' src/a.py"}
+        assert normalize_args(two) != normalize_args(four)
+        # outside quotes, spaces still do not matter
+        assert normalize_args({"command": "ls   -la  'my dir'"}) == {"command": "ls -la 'my dir'"}
+        # strings under code keys keep every space, only line endings are normalized
+        a = {"path": "a.py", "old": "x = 1", "new": "    x = 1"}
+        b = {"path": "a.py", "old": "x = 1", "new": "  x = 1"}
+        assert normalize_args(a) != normalize_args(b)
+        assert normalize_args({"content": "a  \r\nb"}) == {"content": "a  \nb"}
+        heredoc = "cat > f.py <<'EOF'\ndef f():\n{}return 1\nEOF"
+        assert normalize_args({"command": heredoc.format("  ")}) != normalize_args(
+            {"command": heredoc.format("    ")}
+        )
+
+    def test_reindenting_step_by_step_is_not_a_repeat(self):
+        steps = [
+            ok(
+                "str_replace",
+                {"path": "src/a.py", "old_str": "return x", "new_str": " " * n + "return x"},
+                "The file src/a.py has been edited.",
+            )
+            for n in (2, 4, 8)
+        ]
+        assert flagged(feed(steps)) == []
+
+    def test_indent_and_undo_going_back_and_forth_is_a_cycle(self):
+        # collapsed, indent and undo were one call: flagged as an exact repeat at the 3rd edit
+        edited = "The file src/a.py has been edited."
+        indent = ok("str_replace", {"path": "src/a.py", "old_str": "x", "new_str": "    x"}, edited)
+        undo = ok("str_replace", {"path": "src/a.py", "old_str": "    x", "new_str": "x"}, edited)
+        verdicts = feed([indent, undo] * 3)
+        assert flagged(verdicts)[0] == 4 and verdicts[4].rule == CYCLE
+        assert flagged(feed([indent, undo, ok("run_tests", {}, "1 passed")])) == []
+
     def test_paths_are_normalized_urls_are_not(self):
         assert normalize_path("./src//app.py") == "src/app.py"
         assert normalize_path("src\\pkg\\app.py") == "src/pkg/app.py"
@@ -106,6 +151,79 @@ class TestNormalization:
         assert error_signature("3 failed", {}) != error_signature("2 failed", {})
         # durations are masked
         assert error_signature("1 failed in 0.84s") == error_signature("1 failed in 0.91s")
+
+    BANNER = (
+        "============================= test session starts ==============================\n"
+        "platform linux -- Python 3.9.7, pytest-7.4.0, pluggy-1.0.0\n"
+        "rootdir: /testbed\n"
+        "collected 5 items\n\n"
+        "tests/test_{name}.py F....                                          [100%]\n\n"
+        "=================================== FAILURES ===================================\n"
+        "___________________________________ test_{name} ___________________________________\n\n"
+        "    def test_{name}():\n"
+        "        img = load_fixture('receipt.jpg')\n"
+        "        box = normalize((820, 1400, 1180, 1330))\n"
+        "        region = crop(img, box)\n"
+        ">       assert region.size == (360, 70)\n"
+    )
+    LOCALE = "bash: warning: setlocale: LC_ALL: cannot change locale (en_US.UTF-8)\n"
+
+    def test_error_signature_masks_counters_that_go_up(self):
+        a = error_signature("/bin/bash: line 11301: fixme: command not found")
+        b = error_signature("/bin/bash: line 11342: fixme: command not found")
+        assert a == b == "/bin/bash: line <n>: fixme: command not found"
+        assert error_signature("job 1048576 died") == error_signature("job 1048990 died")
+        # short numbers are not counters: HTTP 500 is not HTTP 503
+        assert error_signature("HTTP 500") != error_signature("HTTP 503")
+
+    def test_error_signature_skips_banners_every_command_prints(self):
+        def pytest_failure(name, error):
+            return self.BANNER.format(name=name) + f"E   {error}\ntests/test_{name}.py:10: x"
+
+        a = error_signature(pytest_failure("a", "AssertionError: assert 1 == 2"))
+        b = error_signature(pytest_failure("a", "ImportError: cannot import name 'crop'"))
+        assert a != b and "assertionerror" in a and "platform" not in a
+        c = error_signature(self.LOCALE + "ModuleNotFoundError: No module named 'foo'")
+        d = error_signature(self.LOCALE + "PermissionError: [Errno 13] /etc/hosts")
+        assert c != d and "setlocale" not in c
+        # the same failure behind the banner is still the same failure
+        e = error_signature(self.LOCALE + "ModuleNotFoundError: No module named 'foo'")
+        assert c == e
+
+    def test_same_shell_failure_with_a_growing_line_counter_is_a_repeat(self):
+        steps = [
+            fail(
+                "bash",
+                {"command": "fixme --all"},
+                f"/bin/bash: line {11301 + 41 * i}: fixme: command not found",
+            )
+            for i in range(3)
+        ]
+        verdicts = feed(steps)
+        assert flagged(verdicts) == [2] and verdicts[2].rule == EXACT_REPEAT
+
+    def test_different_failures_behind_one_banner_are_not_one_loop(self):
+        # every run prints the same 500 characters of warnings before the error that matters
+        warnings = "".join(
+            f"/usr/lib/python3/site-packages/pkg{k}/__init__.py:{k}: DeprecationWarning: "
+            "pkg_resources is deprecated as an API\n"
+            for k in range(6)
+        )
+        errors = [
+            "ConnectionRefusedError: [Errno 111] Connection refused",
+            "HTTPError: 503 Service Unavailable: warming up",
+            "AssertionError: expected 3 rows, got 0",
+        ]
+        steps = []
+        for error in errors:
+            steps += [
+                fail("bash", {"command": "python reproduce.py"}, self.LOCALE + warnings + error),
+                say("The error changed; let me run it again."),
+            ]
+        assert flagged(feed(steps)) == []
+        # the same failure behind the banner, three times, is a repeat
+        same = [fail("bash", {"command": "python reproduce.py"}, warnings + errors[0])] * 3
+        assert flagged(feed(same)) == [2]
 
     def test_error_signature_masks_values_of_dropped_volatile_keys(self):
         a = error_signature("rejected request 00000061-000b", {}, volatile=["00000061-000b"])
@@ -277,24 +395,101 @@ class TestNearDuplicate:
         assert flagged(feed(steps)) == []
 
 
+class TestShellTargets:
+    """Issue 12, class 5: free-form shell commands have no target key; without one, every
+    command used to be 'the same target' for near-duplicates."""
+
+    def test_different_scripts_failing_alike_are_not_near_duplicates(self):
+        steps = [
+            fail("bash", {"command": f"python scripts/check_{name}.py"}, "exit status 1")
+            for name in ("schema", "style", "types")
+        ]
+        assert flagged(feed(steps)) == []
+
+    def test_nudged_versions_of_one_install_are(self):
+        steps = [
+            fail(
+                "bash",
+                {"command": f"pip install pillow=={v}"},
+                f"ERROR: No matching distribution found for pillow=={v}",
+            )
+            for v in ("9.0.0", "9.0.1", "9.0.2")
+        ]
+        verdicts = feed(steps)
+        assert flagged(verdicts) == [2] and verdicts[2].rule == NEAR_DUPLICATE
+        assert verdicts[2].details["target"] == "sh:pip install"
+
+
+class TestVolatileResultsAndParaphrases:
+    """Issue 12, class 6."""
+
+    def test_fresh_ids_in_results_do_not_make_the_same_answer_new(self):
+        steps = [
+            ok(
+                "inbox_status",
+                {"box": "support"},
+                {"unread": 0, "message_id": f"msg_{k}f3a9c2", "note": f"trace {k}c0ffee42 ok"},
+            )
+            for k in range(3)
+        ]
+        verdicts = feed(steps)
+        assert flagged(verdicts) == [2] and verdicts[2].rule == EXACT_REPEAT
+        # a different answer is still new
+        steps[2] = ok("inbox_status", {"box": "support"}, {"unread": 1, "message_id": "msg_9"})
+        assert flagged(feed(steps)) == []
+
+    def test_stored_digests_keep_their_identity(self):
+        assert result_digest("3f9a2c1b7d00e4a1") != result_digest("9c1f00aa3b2d4e5f")
+
+    def test_paraphrased_search_with_the_same_hits_is_a_repeat(self):
+        hits = ["https://pillow.readthedocs.io/crop"]
+        queries = ["python pillow crop", "Pillow crop Python", "crop python pillow"]
+        verdicts = feed([ok("web_search", {"query": q}, hits) for q in queries])
+        assert flagged(verdicts) == [2] and verdicts[2].rule == EXACT_REPEAT
+
+    def test_reworded_searches_that_find_new_hits_are_progress(self):
+        queries = ["python pillow crop", "pillow crop box order", "PIL crop negative height"]
+        steps = [ok("web_search", {"query": q}, [f"https://x/{i}"]) for i, q in enumerate(queries)]
+        assert flagged(feed(steps)) == []
+        # same words, different hits: the index changed, not a repeat
+        same = [ok("web_search", {"query": "pillow crop"}, [f"https://x/{i}"]) for i in range(3)]
+        assert flagged(feed(same)) == []
+
+
 # --- cycle ------------------------------------------------------------------------------------
 class TestCycle:
     SEARCH = ok("web_search", {"query": "freeze policy"}, ["https://wiki/freeze"])
     FETCH = ok("fetch", {"url": "https://wiki/freeze"}, "TBD")
 
-    def test_abab_is_flagged_when_the_second_round_ends(self):
+    def test_ababa_is_flagged_at_the_third_head(self):
+        # Relabelled (issue 12, class 1): ABAB alone used to be flagged when the second round
+        # ended; peers (and we) wait for the head of the third round.
         verdicts = feed([self.SEARCH, self.FETCH] * 5)
-        v = verdicts[3]
-        assert flagged(verdicts)[0] == 3
-        assert (v.rule, v.evidence, v.loop_start) == (CYCLE, (0, 1, 2, 3), 0)
+        v = verdicts[4]
+        assert flagged(verdicts)[0] == 4
+        assert (v.rule, v.evidence, v.loop_start) == (CYCLE, (0, 1, 2, 3, 4), 0)
         assert v.details["period"] == 2 and v.details["pattern"] == ["web_search", "fetch"]
         assert "web_search → fetch" in v.explanation
+
+    def test_two_rounds_alone_are_healthy(self):
+        pwd = ok("bash", {"command": "pwd"}, "/repo")
+        read = ok("read_file", {"path": "file2.py"}, "x = 1\n")
+        assert flagged(feed([pwd, read, pwd, read])) == []
+        assert flagged(feed([self.SEARCH, self.FETCH] * 2)) == []
+
+    def test_a_broken_alternation_starts_over(self):
+        a, b = self.SEARCH, self.FETCH
+        other = ok("read_file", {"path": "notes.md"}, "freeze until Monday")
+        assert flagged(feed([a, b, a, b, other, a, b, a, b])) == []
+        # ... and once the new alternation reaches its own third head, it is a cycle again
+        verdicts = feed([a, b, a, b, other, a, b, a, b, a])
+        assert flagged(verdicts) == [9] and verdicts[9].loop_start == 5
 
     @pytest.mark.parametrize("period", [3, 4, 5])
     def test_longer_periods(self, period):
         block = [ok(f"tool{k}", {"k": k}, "same") for k in range(period)]
         verdicts = feed(block * 3)
-        assert flagged(verdicts)[0] == 2 * period - 1
+        assert flagged(verdicts)[0] == 2 * period
         assert first(verdicts).details["period"] == period
 
     def test_period_above_the_maximum_is_not_a_cycle(self):
@@ -314,9 +509,12 @@ class TestCycle:
         sleep = ok("sleep", {"seconds": 30}, "slept 30s")
         healthy = [poll, sleep, poll, sleep, ok("ci_status", {"run": 1}, {"state": "running"})]
         assert flagged(feed(healthy)) == []
-        # the third identical answer is still no progress
-        verdicts = feed([poll, sleep] * 3)
-        assert flagged(verdicts)[0] == 4 and verdicts[4].rule == EXACT_REPEAT
+        # Relabelled (issue 12, class 8): the third identical answer after waiting used to be
+        # an exact repeat; polling with back-off is healthy until the poll budget.
+        assert flagged(feed([poll, sleep] * 6)) == []
+        # without the waits, the third identical answer is still no progress
+        verdicts = feed([poll] * 3)
+        assert flagged(verdicts) == [2] and verdicts[2].rule == EXACT_REPEAT
 
     def test_healthy_abab_with_changing_results(self):
         steps = []
@@ -335,6 +533,82 @@ class TestCycle:
                 ok("fetch", {"url": f"u{i}"}, f"page {i}"),
             ]
         assert flagged(feed(steps)) == []
+
+
+# --- recurrence -----------------------------------------------------------------------------
+class TestRecurrence:
+    PIP = {"command": "pip install pillow==9.0.0"}
+    NO_DIST = "ERROR: No matching distribution found for pillow==9.0.0"
+
+    def test_same_failure_with_fix_attempts_in_between(self):
+        # issue 12, class 2: each "fix attempt" is progress, which used to reset exact repeats
+        steps = []
+        for i in range(5):
+            steps += [
+                fail("bash", self.PIP, self.NO_DIST),
+                ok("bash", {"command": "apt-get update"}, f"Get:{i} http://deb {i} kB"),
+                ok("edit_file", {"path": "requirements.txt", "new": f"pillow>=9.{i}"}, "ok"),
+            ]
+        verdicts = feed(steps)
+        assert flagged(verdicts) == [12]
+        v = verdicts[12]
+        assert (v.rule, v.evidence, v.loop_start) == (RECURRENCE, (0, 3, 6, 9, 12), 0)
+        assert v.details["count"] == 5 and "pillow" in v.explanation
+
+    def test_the_same_edit_while_the_file_keeps_growing(self):
+        edit = {"command": "cat >> src/config.py <<'EOF'\nDEBUG = True\nEOF"}
+        steps = []
+        for i in range(6):
+            steps += [
+                ok("bash", edit, f"wrote {i + 1} lines"),
+                ok("bash", {"command": "wc -l src/config.py"}, f"{40 + i} src/config.py"),
+            ]
+        verdicts = feed(steps)
+        assert flagged(verdicts) == [8] and verdicts[8].rule == RECURRENCE
+        # with nothing in between it is an exact repeat at the third
+        verdicts = feed([ok("bash", edit, f"wrote {i} lines") for i in range(3)])
+        assert flagged(verdicts) == [2] and verdicts[2].rule == EXACT_REPEAT
+
+    def test_healthy_fixing_that_succeeds_before_the_threshold(self):
+        steps = []
+        for i in range(4):
+            steps += [
+                fail("bash", self.PIP, self.NO_DIST),
+                ok("edit_file", {"path": "requirements.txt", "new": f"pillow>=9.{i}"}, "ok"),
+            ]
+        steps.append(ok("bash", self.PIP, "Successfully installed pillow-9.0.0"))
+        assert flagged(feed(steps)) == []
+
+    def test_healthy_status_checks_and_test_runs_between_edits(self):
+        steps = []
+        for i in range(10):
+            steps += [
+                ok("edit_file", {"path": "src/a.py", "old": f"v{i}", "new": f"v{i + 1}"}, "ok"),
+                ok("git_status", {}, " M src/a.py"),
+                ok("run_tests", {"cmd": "pytest -q"}, {"failed": 10 - i}),
+            ]
+        assert flagged(feed(steps)) == []
+
+    def test_healthy_same_write_after_each_new_change(self):
+        steps = []
+        for i in range(8):
+            steps += [
+                ok("edit_file", {"path": "src/a.py", "old": f"v{i}", "new": f"v{i + 1}"}, "ok"),
+                ok("bash", {"command": "python reproduce.py > out.txt"}, ""),
+                ok("bash", {"command": "git add -A"}, ""),
+                ok("bash", {"command": "cat out.txt"}, f"{8 - i} errors"),
+            ]
+        assert flagged(feed(steps)) == []
+
+    def test_waiting_before_each_failure_is_left_to_the_poll_budget(self):
+        steps = []
+        for _ in range(6):
+            steps += [
+                fail("health_check", {"svc": "billing"}, "HTTP 503: upstream not ready"),
+                ok("bash", {"command": "git log -1"}, "abc"),
+                ok("sleep", {"seconds": 30}, "slept"),
+            ]
+        assert RECURRENCE not in {v.rule for v in feed(steps)}
 
 
 # --- idle_turns ---------------------------------------------------------------------------
@@ -370,6 +644,52 @@ class TestIdleTurns:
         assert flagged(feed(steps)) == []
 
 
+class TestToollessTurns:
+    """Issue 12, class 9: turns that call no tool, three in a row, in a tool-using run."""
+
+    def test_three_different_answers_without_a_tool_in_a_tool_using_run(self):
+        steps = [
+            ok("read_file", {"path": "src/crop.py"}, "def crop(img, box): ..."),
+            say("The crop function takes a box."),
+            say("I think the box order is wrong, it should be x1, y1, x2, y2."),
+            say("Let me explain the fix in detail before making it."),
+        ]
+        verdicts = feed(steps)
+        v = verdicts[3]
+        assert flagged(verdicts) == [3] and v.rule == IDLE_TURNS
+        assert (v.evidence, v.loop_start) == ((1, 2, 3), 1)
+
+    def test_healthy_talk_before_any_tool_and_answers_between_calls(self):
+        chat = [say("Hello!"), say("I can help with refunds."), say("Which order is it?")]
+        assert flagged(feed(chat)) == []
+        work = []
+        for i in range(4):
+            work += [
+                ok("read_file", {"path": f"f{i}.py"}, f"x{i}"),
+                say(f"f{i} looks fine."),
+                say(f"Next I will read f{i + 1}.py."),
+            ]
+        assert flagged(feed(work)) == []
+
+
+class TestRepeatedContent:
+    """Issue 12, class 9: one long streamed message repeating the same chunk (chanting)."""
+
+    def test_a_message_chanting_the_same_sentence(self):
+        text = "Let me check the file again to be sure. " * 14
+        verdicts = feed([ok("read_file", {"path": "a.py"}, "x"), say("Reading it now. " + text)])
+        v = verdicts[1]
+        assert v.rule == REPEATED_CONTENT and (v.evidence, v.loop_start) == ((1,), 1)
+        assert v.details["repeats"] >= 10
+
+    def test_healthy_long_messages_code_and_tables(self):
+        prose = " ".join(f"Step {i}: edit module {i} and run its {i * 3} tests." for i in range(60))
+        code = "```python\n" + "    assert crop(img, box) is not None\n" * 30 + "```"
+        table = "\n".join("| row | value | same cell text here |" for _ in range(30))
+        for text in (prose, "Here is the fix:\n" + code, "Results:\n" + table):
+            assert flagged(feed([say(text)])) == []
+
+
 # --- context_overflow ---------------------------------------------------------------------
 class TestContextOverflow:
     @staticmethod
@@ -403,6 +723,21 @@ class TestContextOverflow:
             ]
         v = first(feed(steps))
         assert v.rule == CONTEXT_OVERFLOW and v.loop_start == 0
+
+    def test_ten_condensations_in_a_row(self):
+        # issue 12, class 7: back to back they used to make one episode, never flagged
+        verdicts = feed([ok("list_dir", {"path": "."}, ["a"])] + [self.condense(0)] * 12)
+        v = first(verdicts)
+        assert flagged(verdicts)[0] == 10 and v.rule == CONTEXT_OVERFLOW
+        assert (v.loop_start, v.details) == (1, {"run": 10})
+        assert flagged(feed([self.condense(0)] * 9)) == []
+
+    def test_healthy_condensations_each_after_one_new_step(self):
+        # issue 12, class 7: a planned condensation after real work is memory management
+        steps = []
+        for i in range(6):
+            steps += [ok("read_file", {"path": f"src/m{i}.py"}, f"code {i}"), self.condense(i)]
+        assert flagged(feed(steps)) == []
 
     def test_healthy_condensations_with_work_in_between(self):
         steps = []
@@ -465,6 +800,21 @@ class TestPollBudget:
         assert (v.rule, v.tool, v.loop_start) == (POLL_BUDGET, "tail_log", 0)
         assert v.details == {"polls": 11, "budget": 10}
 
+    def test_unchanged_polls_with_back_off_are_healthy_until_the_budget(self):
+        # issue 12, class 8
+        steps = []
+        for k in range(12):
+            steps += [
+                ok("ci_status", {"run": 7}, {"state": "running"}),
+                ok("sleep", {"seconds": 30 * 2**k}, f"slept {30 * 2**k}s"),
+            ]
+        assert flagged(feed(steps[:16])) == []
+        verdicts = feed(steps, LoopDetector(poll_budget=10))
+        assert flagged(verdicts)[0] == 20 and first(verdicts).rule == POLL_BUDGET
+        # a poll with its own back-off in the shell command is waiting too
+        shell = [ok("bash", {"command": "sleep 30 && kubectl get pods"}, "web-1 Pending")] * 6
+        assert flagged(feed(shell)) == []
+
     def test_per_tool_budget(self):
         detector = LoopDetector(poll_budget=10, tool_poll_budgets={"tail_log": 30})
         assert flagged(feed(self.polls(25), detector)) == []
@@ -514,8 +864,11 @@ class TestConfiguration:
         assert flagged(feed(self.LOOP, LoopDetector(enabled=False))) == []
 
     def test_disabled_rule(self):
-        detector = LoopDetector(disabled_rules={EXACT_REPEAT, CIRCUIT_BREAKER, NEAR_DUPLICATE})
-        assert flagged(feed(self.LOOP, detector)) == []
+        off = {EXACT_REPEAT, CIRCUIT_BREAKER, NEAR_DUPLICATE, RECURRENCE}
+        assert flagged(feed(self.LOOP, LoopDetector(disabled_rules=off))) == []
+        assert first(feed(self.LOOP, LoopDetector(disabled_rules=off - {RECURRENCE}))).rule == (
+            RECURRENCE
+        )
 
     def test_exempt_tool_is_transparent(self):
         steps = [fail("sleep", {"s": 1}, "interrupted")] * 6
@@ -562,6 +915,62 @@ class TestConfiguration:
     def test_a_string_is_not_a_set_of_tools(self):
         with pytest.raises(TypeError):
             LoopDetector(exempt_tools="sleep")
+
+
+# --- the rule registry ------------------------------------------------------------------
+class TestRegistry:
+    def test_rules_run_in_registry_order_and_read_only_config_fields(self):
+        assert RULES == tuple(rule.id for rule in REGISTRY)
+        fields = {f.name for f in dataclasses.fields(DetectorConfig)}
+        for rule in REGISTRY:
+            assert rule.kinds and set(rule.settings) <= fields, rule.id
+
+    def test_every_config_field_is_read_by_a_rule_or_the_detector(self):
+        detector_fields = {
+            "enabled",
+            "window",
+            "overflow_pattern",
+            "condensation_tools",
+            "thought_tools",
+            "wait_tools",
+            "exempt_tools",
+            "tool_exemptions",
+            "disabled_rules",
+            "volatile_keys",
+            "progress_keys",
+            "thought_keys",
+            "code_keys",
+            "query_keys",
+        }
+        read = detector_fields | {name for rule in REGISTRY for name in rule.settings}
+        assert read == {f.name for f in dataclasses.fields(DetectorConfig)}
+
+    def test_a_new_rule_is_one_class(self):
+        class SameTurnTwice(Rule):
+            id = "same_turn_twice"
+            kinds = frozenset({TURN})
+
+            def reset(self) -> None:
+                self.previous: str | None = None
+
+            def check(self, obs: Observation, window: Window) -> Finding | None:
+                text, previous = obs.step.text, self.previous
+                self.previous = text
+                if text is None or text != previous:
+                    return None
+                return Finding(
+                    "turn",
+                    None,
+                    [obs.index - 1, obs.index],
+                    obs.index - 1,
+                    "The agent said the same thing twice.",
+                    "Say something new.",
+                )
+
+        detector = LoopDetector(rules=(*REGISTRY, SameTurnTwice))
+        verdicts = feed([say("a"), say("b"), say("b")], detector)
+        assert flagged(verdicts) == [2]
+        assert (verdicts[2].rule, verdicts[2].evidence) == ("same_turn_twice", (1, 2))
 
 
 # --- after a verdict, reset, memory ------------------------------------------------------

@@ -10,30 +10,47 @@ Vocabulary
   arguments (`engine.loops.normalize`): volatile keys, retry counters and free-text thoughts
   dropped, whitespace and paths normalized. The agent's own text is never part of it.
 - *State*: call fingerprint plus outcome: the normalized result digest of a success, the error
-  signature of a failure (ids, times and echoed argument values masked), or just "done" for a
-  successful side-effecting call (a second ticket with a fresh id is still the same ticket).
+  signature of a failure (its informative lines, with ids, times, counters and echoed argument
+  values masked), or just "done" for a successful write: a side effect, a tool named after a
+  write (``edit_file``…), a shell command that writes (``sed -i``, ``>>``…). A second ticket
+  with a fresh id is still the same ticket; the same edit is the same edit however long the
+  file it grows.
+- *Waiting*: a call of a wait tool (``sleep``…) or a shell command starting with ``sleep``.
 - *Progress*: a successful step whose state was not seen in the window. Polling with a moving
   percentage, the next page, a debugger step that lands somewhere new, a test run with fewer
-  failures: all progress. Failures, agent turns, waiting (``sleep``) and repeats are not.
+  failures: all progress. Failures, agent turns, waiting and repeats are not.
 
-Rules, in the order they are checked on a step (the first that fires wins); each can be disabled
-(`disabled_rules`) or switched off for one tool (`tool_exemptions`)
----------------------------------------------------------------------------------------------
-- ``exact_repeat``: the same state 3 times (`repeat_threshold`) with no progress in between.
+Rules, in the order they are checked on a step (the first that fires wins, and the rules after
+it do not see that step); each can be disabled (`disabled_rules`) or switched off for one tool
+(`tool_exemptions`)
+-----------------------------------------------------------------------------------------------
+- ``exact_repeat``: the same state 3 times (`repeat_threshold`) with no progress in between,
+  unless the agent waited before every repeat (polling with back-off: see ``poll_budget``).
 - ``circuit_breaker``: K consecutive failures of one tool (`breaker_failures`, per-tool
   overrides), whatever the arguments, with no success of it and no progress elsewhere between.
 - ``near_duplicate``: 3 failures of one tool with the same error signature on the same target, or
   3 side-effecting successes on the same target, whose arguments differ only slightly (numbers
   nudged, strings reworded); no progress and no success of that tool in between. `details`
   carries the argument differences.
-- ``cycle``: the last `cycle_repeats` × p tool calls repeat a block of period p (2…5) with
-  identical outcomes (ABAB, ABCABC…); waiting tools are left out of the pattern.
-- ``idle_turns``: 3 agent turns in a row without a tool call, each empty or (nearly) repeating
-  another turn of the run (case, numbers and punctuation ignored).
+- ``cycle``: the last `cycle_repeats` × p + 1 tool calls repeat a block of period p (2…5) with
+  identical outcomes: two rounds and the head of the third (ABABA, ABCABCA…); waiting calls are
+  left out of the pattern. Two rounds alone (ABAB) are ordinary work.
+- ``recurrence``: one call failing the same way, or one identical write, 5 times
+  (`recurrence_threshold`) within the window, whatever came in between ("fix attempts" do not
+  make the same failure new); successful reads never count.
 - ``context_overflow``: 3 context-overflow / condensation episodes with fewer than
-  `overflow_min_progress` progress steps between consecutive ones.
-- ``poll_budget``: one call returned something new more than `poll_budget` times (per-tool
-  overrides) while nothing else new was going on: it is polling something that never finishes.
+  `overflow_min_progress` progress steps between consecutive ones (one new step is enough
+  after a planned condensation that failed nothing), or 10 events back to back
+  (`overflow_run_threshold`).
+- ``idle_turns``: 3 agent turns in a row without a tool call, each empty or (nearly) repeating
+  another turn of the run (case, numbers and punctuation ignored); or, once the run has called
+  tools, 3 message turns in a row without a tool call, whatever they say.
+- ``repeated_content``: one agent message in which a passage of 50 characters
+  (`content_chunk_size`) comes back 10 times (`content_repeats`), close together: the model is
+  "chanting". Code blocks and tables are left out.
+- ``poll_budget``: one call returned something new, or was repeated after a wait, more than
+  `poll_budget` times (per-tool overrides) while nothing else new was going on: it is polling
+  something that never finishes.
 - ``step_budget``: the session reached `max_steps` observed steps (remedy ``stop``).
 
 Limitation: a tool whose output hides the state it moves through (a debugger printing only the
@@ -49,28 +66,63 @@ original `loop_start` and counts up `flag_count`, which lets the engine nudge fi
 on the second flag. `reset()` forgets everything; the engine calls it after a rollback and replays
 the live steps. Memory is bounded by `window` (the `horizon`), never by the session length, and
 no verdict reaches further back than the horizon.
+
+Where the code is
+-----------------
+This module reads each step once (normalization, fingerprint, state, progress) into the
+`engine.loops.window.Window` and an `Observation`, then runs the rules of
+`engine.loops.rules.REGISTRY` in order, and turns the first `Finding` into a `Verdict`. Each rule
+is one class in `engine/loops/rules/`, with its settings, state, explanation and advice.
 """
 
 from __future__ import annotations
 
 import re
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.loops.fingerprint import digest, fingerprint
 from engine.loops.normalize import (
+    DEFAULT_CODE_KEYS,
     DEFAULT_PROGRESS_KEYS,
+    DEFAULT_QUERY_KEYS,
     DEFAULT_TARGET_KEYS,
     DEFAULT_THOUGHT_KEYS,
     DEFAULT_VOLATILE_KEYS,
     Normalizer,
+    classify_call,
     error_signature,
-    flatten,
     result_digest,
-    turn_signature,
-    values_close,
+)
+from engine.loops.rules import (
+    CIRCUIT_BREAKER,
+    CONTEXT_OVERFLOW,
+    CYCLE,
+    EXACT_REPEAT,
+    IDLE_TURNS,
+    NEAR_DUPLICATE,
+    POLL_BUDGET,
+    RECURRENCE,
+    REGISTRY,
+    REPEATED_CONTENT,
+    RULES,
+    STEP_BUDGET,
+    Finding,
+    Remedy,
+    Rule,
+)
+from engine.loops.step import Step
+from engine.loops.window import (
+    CALL,
+    CONDENSATION,
+    EXEMPT,
+    TURN,
+    Kind,
+    Observation,
+    Record,
+    Window,
 )
 
 __all__ = [
@@ -83,6 +135,8 @@ __all__ = [
     "EXACT_REPEAT",
     "NEAR_DUPLICATE",
     "CYCLE",
+    "RECURRENCE",
+    "REPEATED_CONTENT",
     "IDLE_TURNS",
     "CONTEXT_OVERFLOW",
     "CIRCUIT_BREAKER",
@@ -90,52 +144,11 @@ __all__ = [
     "STEP_BUDGET",
 ]
 
-EXACT_REPEAT = "exact_repeat"
-NEAR_DUPLICATE = "near_duplicate"
-CYCLE = "cycle"
-IDLE_TURNS = "idle_turns"
-CONTEXT_OVERFLOW = "context_overflow"
-CIRCUIT_BREAKER = "circuit_breaker"
-POLL_BUDGET = "poll_budget"
-STEP_BUDGET = "step_budget"
-RULES: tuple[str, ...] = (
-    EXACT_REPEAT,
-    CIRCUIT_BREAKER,
-    NEAR_DUPLICATE,
-    CYCLE,
-    IDLE_TURNS,
-    CONTEXT_OVERFLOW,
-    POLL_BUDGET,
-    STEP_BUDGET,
-)
-"""Every rule id, in the order rules are checked on one step (the first that fires wins)."""
-
 DEFAULT_OVERFLOW_PATTERN = (
     r"context[ _-]?(?:length|window)|maximum context|context_length_exceeded|too many tokens"
     r"|prompt is too long|token limit|exceeds? the (?:model'?s? )?(?:maximum|max) (?:context|input)"
 )
 """Error texts that mean the model's context overflowed (matched case-insensitively)."""
-
-
-@dataclass(frozen=True)
-class Step:
-    """One observed step: a tool call (`tool` set) or an agent message turn (`tool=None`)."""
-
-    tool: str | None = None
-    """Tool name; None for a plain agent message turn."""
-    args: Any = None
-    """Tool arguments (plain data)."""
-    ok: bool = True
-    """Whether the tool call succeeded."""
-    error: str | None = None
-    """Error text when the call failed."""
-    result: Any = None
-    """Tool result (or a digest of it); used to tell progress from repetition."""
-    text: str | None = None
-    """The agent's free text for a message turn; never part of the fingerprint."""
-    side_effect: bool = False
-    """The call changes the world (creates a ticket, sends mail…): repeating it is never progress,
-    whatever it returns."""
 
 
 @dataclass(frozen=True)
@@ -153,12 +166,12 @@ class Verdict:
     loop_start: int | None = None
     """Index of the step where the loop began; roll back to the snapshot before it. None when
     there is nothing to roll back to (``step_budget``)."""
-    details: dict = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
     """Rule-specific extras as plain JSON data (argument differences for near-duplicates, counts,
     the cycle's pattern, …)."""
     tool: str | None = None
     """The tool the loop is about (the first tool of a cycle); None for agent turns."""
-    remedy: str | None = None
+    remedy: Remedy | None = None
     """What the engine should do: ``rollback`` (to before `loop_start`) or ``stop`` (budget
     exhausted); None when healthy."""
     advice: str = ""
@@ -178,6 +191,12 @@ class DetectorConfig:
     """Thresholds and switches of a `LoopDetector`; the defaults are the production settings.
 
     Set-valued fields accept any iterable of strings; mapping fields map a tool name to a value.
+    Each rule reads the fields named by its constructor's parameters (`Rule.settings`) and
+    validates them; the others belong to the detector itself.
+
+    Raises:
+        TypeError: for a string where a collection of names is expected.
+        ValueError: for inconsistent thresholds, unknown rule ids or a broken regular expression.
     """
 
     enabled: bool = True
@@ -201,15 +220,27 @@ class DetectorConfig:
     cycle_max_period: int = 5
     """Longest cycle looked for."""
     cycle_repeats: int = 2
-    """A cycle fires once its block has been seen this many times in a row."""
+    """A cycle fires once its block has run this many times in a row and the next round has
+    begun (2: ABAB, then A)."""
+    recurrence_threshold: int = 5
+    """``recurrence`` fires at this many identical failures (or identical writes) of one call
+    within the window, whatever came in between."""
     idle_turns_threshold: int = 3
     """``idle_turns`` fires at this many empty or repeated turns in a row."""
     turn_similarity: float = 0.8
     """Two agent turns this similar (after dropping case, digits, punctuation) are a repeat."""
+    content_chunk_size: int = 50
+    """``repeated_content`` compares passages of this many characters of one message."""
+    content_repeats: int = 10
+    """``repeated_content`` fires when one passage comes back this many times in a message."""
     overflow_threshold: int = 3
     """``context_overflow`` fires at this many overflow / condensation episodes."""
     overflow_min_progress: int = 3
-    """Episodes separated by at least this many progress steps are not counted together."""
+    """Episodes separated by at least this many progress steps are not counted together (one
+    is enough after an episode that was only a planned condensation)."""
+    overflow_run_threshold: int = 10
+    """``context_overflow`` also fires at this many overflow / condensation events back to
+    back, with nothing else in between."""
     overflow_pattern: str = DEFAULT_OVERFLOW_PATTERN
     """Regular expression (case-insensitive) that recognizes a context-overflow error."""
     condensation_tools: frozenset[str] = frozenset(
@@ -243,6 +274,11 @@ class DetectorConfig:
     """Argument keys counting the agent's own retries (attempt, retry…), dropped from arguments."""
     thought_keys: frozenset[str] = DEFAULT_THOUGHT_KEYS
     """Argument keys holding free-text thoughts, dropped from arguments."""
+    code_keys: frozenset[str] = DEFAULT_CODE_KEYS
+    """Argument keys whose strings carry code (edits, patches, scripts): whitespace in them is
+    kept, so an indent and its undo are different calls."""
+    query_keys: frozenset[str] = DEFAULT_QUERY_KEYS
+    """Argument keys holding a search query, compared as a set of lower-cased words."""
     target_keys: frozenset[str] = DEFAULT_TARGET_KEYS
     """Top-level argument keys naming what a call acts on (``*_id`` keys count too)."""
 
@@ -258,34 +294,9 @@ class DetectorConfig:
         unknown = (self.disabled_rules | {r for rs in exemptions.values() for r in rs}) - set(RULES)
         if unknown:
             raise ValueError(f"unknown rule ids {sorted(unknown)}; known rules: {list(RULES)}")
-        at_least_two = (
-            "repeat_threshold",
-            "near_duplicate_threshold",
-            "cycle_min_period",
-            "cycle_repeats",
-            "idle_turns_threshold",
-            "overflow_threshold",
-        )
-        for name in at_least_two:
-            if getattr(self, name) < 2:
-                raise ValueError(f"{name} must be at least 2, got {getattr(self, name)}")
-        if self.cycle_max_period < self.cycle_min_period:
-            raise ValueError("cycle_max_period must be >= cycle_min_period")
-        if self.breaker_failures < 1 or self.poll_budget < 1:
-            raise ValueError("breaker_failures and poll_budget must be positive")
-        needed = (
-            max(
-                self.cycle_max_period * self.cycle_repeats,
-                self.repeat_threshold,
-                self.near_duplicate_threshold,
-                self.idle_turns_threshold,
-            )
-            + 1
-        )
+        needed = max(rule.span for rule in _build_rules(self, REGISTRY)) + 1  # validates them
         if self.window < needed:
             raise ValueError(f"window must be at least {needed} steps to hold the longest pattern")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError("max_steps must be positive or None")
         try:
             re.compile(self.overflow_pattern)
         except re.error as exc:
@@ -301,57 +312,27 @@ _SET_FIELDS = (
     "volatile_keys",
     "progress_keys",
     "thought_keys",
+    "code_keys",
+    "query_keys",
     "target_keys",
 )
 
 
-@dataclass(slots=True)
-class _Record:
-    """One step as the window remembers it (turns and ignored steps only hold their place, so
-    that the window spans the last `window` observed steps)."""
+def _build_rules(config: DetectorConfig, registry: Iterable[type[Rule]]) -> list[Rule]:
+    """A fresh instance of each rule class, given its settings from `config` and its per-tool
+    exemptions.
 
-    index: int
-    tool: str | None
-    call: str | None = None
-    state: tuple[str, str] | None = None
-
-
-@dataclass(slots=True)
-class _Attempt:
-    """A member of a near-duplicate chain."""
-
-    index: int
-    leaves: dict[str, Any]
-    progress: int
-
-
-@dataclass(slots=True)
-class _Streak:
-    """Consecutive failures of one tool (circuit breaker)."""
-
-    indexes: deque[int]
-    errors: deque[str]
-    progress: int
-
-
-@dataclass(slots=True)
-class _Episode:
-    """A run of back-to-back overflow / condensation steps."""
-
-    indexes: list[int]
-    progress: int
-    start: int
-    """Where this episode's trouble began: the event, or the call whose output overflowed."""
-
-
-@dataclass(slots=True)
-class _Poll:
-    """How often one call repeated while little else new happened (poll budget)."""
-
-    count: int
-    first: int
-    last: int
-    new_in_last_gap: bool
+    Raises:
+        ValueError: for a setting a rule refuses.
+    """
+    rules = []
+    for cls in registry:
+        rule = cls(**{name: getattr(config, name) for name in cls.settings})
+        exempt = frozenset(t for t, ids in config.tool_exemptions.items() if cls.id in ids)
+        if exempt:
+            rule.exempt = exempt
+        rules.append(rule)
+    return rules
 
 
 class LoopDetector:
@@ -359,22 +340,38 @@ class LoopDetector:
 
     ``LoopDetector()`` uses the production defaults of `DetectorConfig`; pass a config and/or
     keyword overrides of its fields: ``LoopDetector(repeat_threshold=4, exempt_tools={"sleep"})``.
+    `rules` replaces the rule classes (default `engine.loops.rules.REGISTRY`, in the order they
+    run), e.g. ``rules=(*REGISTRY, MyRule)`` to add one of your own.
 
     Raises:
         TypeError: for a keyword that is not a `DetectorConfig` field.
         ValueError: for inconsistent thresholds or unknown rule ids.
     """
 
-    def __init__(self, config: DetectorConfig | None = None, **overrides: Any) -> None:
+    def __init__(
+        self,
+        config: DetectorConfig | None = None,
+        *,
+        rules: Iterable[type[Rule]] = REGISTRY,
+        **overrides: Any,
+    ) -> None:
         config = config or DetectorConfig()
         self.config: DetectorConfig = replace(config, **overrides) if overrides else config
         cfg = self.config
-        self._normalizer = Normalizer(cfg.volatile_keys, cfg.progress_keys, cfg.thought_keys)
+        self._normalizer = Normalizer(
+            cfg.volatile_keys, cfg.progress_keys, cfg.thought_keys, cfg.code_keys, cfg.query_keys
+        )
         self._overflow = re.compile(cfg.overflow_pattern, re.IGNORECASE)
-        self._periods = range(cfg.cycle_min_period, cfg.cycle_max_period + 1)
-        self._rules_off = cfg.disabled_rules
         self._signatures: dict[tuple[str, str | None], tuple[str, bool]] = {}
-        self._shapes: dict[str, tuple[str, dict[str, Any]]] = {}
+        # A switched-off rule is never built: its state could not change any other verdict.
+        enabled = tuple(r for r in rules if r.id not in cfg.disabled_rules)
+        self._rules = _build_rules(cfg, enabled)
+        self._by_kind: dict[Kind, tuple[Rule, ...]] = {
+            kind: tuple(r for r in self._rules if kind in r.kinds)
+            for kind in (CALL, TURN, CONDENSATION, EXEMPT)
+        }
+        self._window = Window(cfg.window)
+        self._obs = Observation()
         self.reset()
 
     # -- public -------------------------------------------------------------------------------
@@ -396,251 +393,106 @@ class LoopDetector:
     @property
     def steps_observed(self) -> int:
         """Steps observed since the last reset (the index the next step gets)."""
-        return self._n
+        return self._window.n
 
     def reset(self) -> None:
         """Forget every step: the next observed step gets index 0 (use after a rollback, then
         replay the live steps)."""
-        window = self.config.window
-        self._n = 0
-        self._fence = -1
-        self._progress = 0
-        self._window: deque[_Record] = deque()
-        self._state_seen: dict[tuple[str, str], int] = {}
-        self._call_seen: dict[str, int] = {}
-        # per state: (index, progress count right after it) of its last `repeat_threshold` steps
-        self._hits: dict[tuple[str, str], list[tuple[int, int]]] = {}
-        self._calls: deque[_Record] = deque(maxlen=window)
-        self._chains: dict[tuple, deque[_Attempt]] = {}
-        self._last_ok: dict[str, int] = {}
-        self._streaks: dict[str, _Streak] = {}
-        self._polls: dict[str, _Poll] = {}
-        self._last_new_call = -1
-        self._episodes: deque[_Episode] = deque(maxlen=self.config.overflow_threshold)
-        self._previous_was_event = False
-        self._last_call: int | None = None
-        self._turns: deque[tuple[int, str]] = deque()
-        self._turn_counts: dict[str, int] = {}
+        self._window.clear()
+        for rule in self._rules:
+            rule.reset()
         self._flags: OrderedDict[str, tuple[int, int | None]] = OrderedDict()
-        self._budget_flagged = False
 
     def observe(self, step: Step) -> Verdict:
         """Take in one step (in the order they happened) and say whether the session loops."""
-        index = self._n
-        self._n = index + 1
+        window = self._window
+        index = window.n
+        window.n = index + 1
         cfg = self.config
         if not cfg.enabled:
             return HEALTHY
         tool = step.tool
         if tool is None or tool in cfg.thought_tools:
-            verdict = self._observe_turn(index, step)
+            obs = self._read_other(index, step, TURN)
         elif tool in cfg.exempt_tools:
-            self._push(_Record(index, tool))
-            verdict = None
+            obs = self._read_other(index, step, EXEMPT)
         elif tool in cfg.condensation_tools:
-            self._push(_Record(index, tool))
-            verdict = self._check_overflow(index, True, tool)
+            obs = self._read_other(index, step, CONDENSATION)
         else:
-            verdict = self._observe_call(index, step, tool)
-        if verdict is None and cfg.max_steps is not None and self._n >= cfg.max_steps:
-            verdict = self._check_step_budget(index)
-        return verdict or HEALTHY
+            obs = self._read_call(index, step, tool)
+        for rule in self._by_kind[obs.kind]:
+            finding = rule.check(obs, window)
+            if finding is not None:
+                return self._flag(index, rule, finding)
+        return HEALTHY
 
-    # -- bookkeeping --------------------------------------------------------------------------
-    def _push(self, record: _Record) -> None:
+    # -- reading a step -----------------------------------------------------------------------
+    def _read_other(self, index: int, step: Step, kind: Kind) -> Observation:
+        """An agent turn, or a call of a condensation or exempt tool: it only holds its place
+        in the window; a condensation, or a model turn that overflowed, is an overflow event."""
         window = self._window
-        if len(window) >= self.config.window:
-            self._forget(window.popleft())
-        window.append(record)
-
-    def _forget(self, old: _Record) -> None:
-        """Drop an evicted record from every window-sized structure."""
-        if old.state is None:
-            return
-        left = self._state_seen[old.state] - 1
-        if left:
-            self._state_seen[old.state] = left
-        else:
-            del self._state_seen[old.state]
-            self._hits.pop(old.state, None)
-        left = self._call_seen[old.call] - 1
-        if left:
-            self._call_seen[old.call] = left
-        else:
-            del self._call_seen[old.call]
-        oldest = old.index
-        if len(self._chains) > 64:
-            self._chains = {k: c for k, c in self._chains.items() if c and c[-1].index > oldest}
-        if len(self._streaks) > 64:
-            self._streaks = {k: s for k, s in self._streaks.items() if s.indexes[-1] > oldest}
-        if len(self._last_ok) > 256:
-            self._last_ok = {k: i for k, i in self._last_ok.items() if i > oldest}
-
-    def _allowed(self, rule: str, tools: Iterable[str | None]) -> bool:
-        if rule in self._rules_off:
-            return False
-        exemptions = self.config.tool_exemptions
-        return not any(rule in exemptions.get(t, ()) for t in tools if t is not None)
-
-    def _flag(
-        self,
-        index: int,
-        rule: str,
-        what: str,
-        tool: str | None,
-        evidence: Iterable[int],
-        loop_start: int | None,
-        explanation: str,
-        advice: str,
-        details: dict,
-        remedy: str = "rollback",
-    ) -> Verdict:
-        """Build a looping verdict, fence off the evidence and remember the loop for re-flags."""
-        oldest = index - self.config.window + 1
-        signature = digest(f"{rule}\x00{what}")
-        count = 1
-        known = self._flags.pop(signature, None)
-        if known is not None:
-            count = known[0] + 1
-            if loop_start is not None and known[1] is not None:
-                loop_start = min(loop_start, known[1])
-        if loop_start is not None:
-            loop_start = max(loop_start, oldest)
-        self._flags[signature] = (count, loop_start)
-        if len(self._flags) > 32:
-            self._flags.popitem(last=False)
-        self._fence = index
-        self._chains.clear()
-        self._streaks.clear()
-        self._polls.clear()
-        self._episodes.clear()
-        self._turns.clear()
-        self._turn_counts.clear()
-        return Verdict(
-            looping=True,
-            rule=rule,
-            explanation=explanation,
-            evidence=tuple(sorted({i for i in evidence if i >= oldest})),
-            loop_start=loop_start,
-            details=details,
-            tool=tool,
-            remedy=remedy,
-            advice=advice,
-            signature=signature,
-            flag_count=count,
-        )
-
-    # -- agent turns --------------------------------------------------------------------------
-    def _observe_turn(self, index: int, step: Step) -> Verdict | None:
-        self._push(_Record(index, step.tool))
-        if not step.ok and step.error and self._overflow.search(step.error):
+        record = Record(index, step.tool)
+        window.push(record)
+        if kind == CONDENSATION:
+            overflow, cause = True, None
+        elif kind == TURN and not step.ok and step.error and self._overflow.search(step.error):
             # The model call overflowed: the tool output read just before it is the cause.
-            verdict = self._check_overflow(index, True, step.tool, cause=self._last_call)
-            if verdict is not None:
-                return verdict
-        text = step.text
-        if text is None and step.tool is not None and step.args is not None:
-            args = step.args
-            text = " ".join(str(v) for v in args.values()) if isinstance(args, dict) else str(args)
-        return self._check_idle_turns(index, turn_signature(text))
+            overflow, cause = True, window.last_call
+        else:
+            overflow, cause = False, None
+        obs = self._obs
+        obs.index, obs.step, obs.kind, obs.tool, obs.record = index, step, kind, step.tool, record
+        obs.args, obs.call, obs.state, obs.signature, obs.ok = None, "", None, "", step.ok
+        obs.novel_call = obs.novel_state = obs.write = obs.waits = False
+        obs.progress_before, obs.overflow, obs.cause = window.progress, overflow, cause
+        return obs
 
-    def _turn_key(self, signature: str) -> str:
-        """The earlier turn of this run that `signature` repeats (nearly), else itself; only the
-        last few distinct turns are compared, to keep chatty sessions cheap."""
-        counts = self._turn_counts
-        if signature in counts or not signature:
-            return signature
-        similarity = self.config.turn_similarity
-        for earlier in list(counts)[-8:]:
-            if earlier and values_close(earlier, signature, 0, 0, similarity):
-                return earlier
-        return signature
-
-    def _check_idle_turns(self, index: int, signature: str) -> Verdict | None:
-        turns, counts = self._turns, self._turn_counts
-        signature = self._turn_key(signature)
-        turns.append((index, signature))
-        counts[signature] = counts.get(signature, 0) + 1
-        if len(turns) > self.config.window:
-            _, gone = turns.popleft()
-            counts[gone] -= 1
-            if not counts[gone]:
-                del counts[gone]
-        needed = self.config.idle_turns_threshold
-        if len(turns) < needed or not self._allowed(IDLE_TURNS, ()):
-            return None
-
-        def idle(sig: str) -> bool:
-            return sig == "" or counts[sig] >= 2
-
-        if not all(idle(turns[-k][1]) for k in range(1, needed + 1)):
-            return None
-        run = [turns[-1]]
-        for k in range(len(turns) - 2, -1, -1):
-            if not idle(turns[k][1]):
-                break
-            run.append(turns[k])
-        run.reverse()
-        empty = sum(1 for _, sig in run if sig == "")
-        what = "empty" if empty == len(run) else ("repeated" if not empty else "empty or repeated")
-        return self._flag(
-            index,
-            IDLE_TURNS,
-            "turns",
-            None,
-            (i for i, _ in run),
-            run[0][0],
-            f"The agent produced {len(run)} turns in a row without calling a tool that were all "
-            f"{what}, so it is talking in circles instead of acting.",
-            "Your last replies were empty or repeated; take a concrete next action or say what "
-            "is blocking you.",
-            {"turns": len(run), "empty": empty, "repeated": len(run) - empty},
-        )
-
-    # -- tool calls ---------------------------------------------------------------------------
-    def _observe_call(self, index: int, step: Step, tool: str) -> Verdict | None:
+    def _read_call(self, index: int, step: Step, tool: str) -> Observation:
+        """A tool call: normalized arguments, fingerprint, state, novelty and progress."""
+        window = self._window
         args = self._normalizer.args(step.args)
         call = fingerprint(tool, args)
         ok = step.ok
         overflow = False
+        write, waiting = self._kind_of_call(tool, step)
         if ok:
-            outcome = "done" if step.side_effect else result_digest(step.result, self._normalizer)
+            outcome = "done" if write else result_digest(step.result, self._normalizer)
             signature = ""
         else:
             signature, overflow = self._error_signature(call, step, args)
             outcome = "!" + signature
         state = (call, outcome)
-        record = _Record(index, tool, call, state)
-        self._push(record)
-        self._last_call = index
-        if self._turns:  # a tool call ends a run of idle turns
-            self._turns.clear()
-            self._turn_counts.clear()
-        waiting = tool in self.config.wait_tools
-        if not waiting:
-            self._calls.append(record)
-        novel_call = call not in self._call_seen
-        novel_state = state not in self._state_seen
-        self._call_seen[call] = self._call_seen.get(call, 0) + 1
-        self._state_seen[state] = self._state_seen.get(state, 0) + 1
-        before = self._progress
-        if ok and novel_state and not waiting:
-            self._progress = before + 1
-        hits = self._hits.get(state)
-        if hits is None:
-            hits = self._hits[state] = []
-        hits.append((index, self._progress))
-        if len(hits) > self.config.repeat_threshold:
-            del hits[0]
+        record = Record(index, tool, call, state)
+        window.push(record)
+        window.last_call = index
+        if waiting:
+            window.last_wait = index
+        else:
+            window.calls.append(record)
+        call_seen, state_seen = window.call_seen, window.state_seen
+        novel_call = call not in call_seen
+        novel_state = state not in state_seen
+        call_seen[call] = call_seen.get(call, 0) + 1
+        state_seen[state] = state_seen.get(state, 0) + 1
+        before = window.progress
+        if ok:
+            if novel_state and not waiting:
+                window.progress = before + 1
+            window.last_ok[tool] = index
+        obs = self._obs
+        obs.index, obs.step, obs.kind, obs.tool, obs.record = index, step, CALL, tool, record
+        obs.args, obs.call, obs.state, obs.signature, obs.ok = args, call, state, signature, ok
+        obs.novel_call, obs.novel_state = novel_call, novel_state
+        obs.progress_before, obs.overflow, obs.cause = before, overflow, None
+        obs.write, obs.waits = write, waiting
+        return obs
 
-        return (
-            self._check_exact_repeat(index, step, tool, call, state, hits, signature)
-            or self._check_breaker(index, ok, tool, signature, before)
-            or self._check_near_duplicate(index, step, tool, call, args, signature, before)
-            or self._check_cycle(index)
-            or self._check_overflow(index, overflow, tool)
-            or self._check_poll_budget(index, tool, call, novel_call, ok and novel_state)
-        )
+    def _kind_of_call(self, tool: str, step: Step) -> tuple[bool, bool]:
+        """Whether a call writes (side effect, edit, shell write) and whether it only waits."""
+        if tool in self.config.wait_tools:
+            return step.side_effect, True
+        write, waits = classify_call(tool, step.args)
+        return write or step.side_effect, waits
 
     def _error_signature(self, call: str, step: Step, args: Any) -> tuple[str, bool]:
         """`error_signature` of a failure and whether it is a context overflow, cached per
@@ -655,404 +507,37 @@ class LoopDetector:
             known = self._signatures[key] = (signature, bool(self._overflow.search(error)))
         return known
 
-    def _check_exact_repeat(
-        self,
-        index: int,
-        step: Step,
-        tool: str,
-        call: str,
-        state: tuple[str, str],
-        hits: list[tuple[int, int]],
-        signature: str,
-    ) -> Verdict | None:
-        needed = self.config.repeat_threshold
-        if len(hits) < needed:
-            return None
-        first_index, progress_then = hits[0]
-        if first_index <= self._fence or progress_then != self._progress:
-            return None
-        if not self._allowed(EXACT_REPEAT, (tool,)):
-            return None
-        evidence = [i for i, _ in hits]
-        details: dict[str, Any] = {"count": needed, "fingerprint": call}
-        if not step.ok:
-            details["error"] = _clip(step.error or "", 200)
-            explanation = (
-                f"{tool} was called {needed} times with the same arguments and failed each "
-                f"time with the same error ({_quote(step.error)}), with no progress in between."
-            )
-            advice = (
-                f"{tool} keeps failing with {_quote(step.error)} for these exact arguments; "
-                "do not retry it unchanged, try a different approach."
-            )
-        elif step.side_effect:
-            details["side_effect"] = True
-            explanation = (
-                f"{tool} performed the same side effect {needed} times with the same arguments, "
-                "so the agent is repeating an action that already happened."
-            )
-            advice = f"The {tool} action already succeeded; do not perform it again."
-        else:
-            explanation = (
-                f"{tool} was called {needed} times with the same arguments and returned the same "
-                "result each time, so the agent is repeating itself without making progress."
-            )
-            advice = (
-                f"You already have the result of this {tool} call; use it instead of calling again."
-            )
-        return self._flag(
-            index,
-            EXACT_REPEAT,
-            f"{state[0]}\x00{state[1]}",
-            tool,
-            evidence,
-            evidence[0],
-            explanation,
-            advice,
-            details,
+    # -- after a rule fired -------------------------------------------------------------------
+    def _flag(self, index: int, rule: Rule, finding: Finding) -> Verdict:
+        """Build a looping verdict, fence off the evidence and remember the loop for re-flags."""
+        oldest = index - self._window.size + 1
+        signature = digest(f"{rule.id}\x00{finding.what}")
+        loop_start = finding.loop_start
+        count = 1
+        known = self._flags.pop(signature, None)
+        if known is not None:
+            count = known[0] + 1
+            if loop_start is not None and known[1] is not None:
+                loop_start = min(loop_start, known[1])
+        if loop_start is not None:
+            loop_start = max(loop_start, oldest)
+        self._flags[signature] = (count, loop_start)
+        if len(self._flags) > 32:
+            self._flags.popitem(last=False)
+        evidence = tuple(sorted({i for i in finding.evidence if i >= oldest}))
+        self._window.fence = index
+        for each in self._rules:
+            each.after_flag()
+        return Verdict(
+            looping=True,
+            rule=rule.id,
+            explanation=finding.explanation,
+            evidence=evidence,
+            loop_start=loop_start,
+            details=finding.details,
+            tool=finding.tool,
+            remedy=finding.remedy,
+            advice=finding.advice,
+            signature=signature,
+            flag_count=count,
         )
-
-    def _target(self, args: Any) -> str:
-        if not isinstance(args, dict):
-            return ""
-        keys = self.config.target_keys
-        parts = [
-            f"{key}={args[key]!r}" for key in sorted(args) if key in keys or key.endswith("_id")
-        ]
-        return ",".join(parts)
-
-    def _shape(self, call: str, args: Any) -> tuple[str, dict[str, Any]]:
-        """Target and flattened leaves of a call's arguments, cached per call fingerprint."""
-        shape = self._shapes.get(call)
-        if shape is None:
-            if len(self._shapes) >= 256:
-                self._shapes.clear()
-            shape = self._shapes[call] = (self._target(args), flatten(args))
-        return shape
-
-    def _check_near_duplicate(
-        self,
-        index: int,
-        step: Step,
-        tool: str,
-        call: str,
-        args: Any,
-        signature: str,
-        before: int,
-    ) -> Verdict | None:
-        if step.ok and not step.side_effect:
-            return None
-        target, leaves = self._shape(call, args)
-        key = (tool, step.ok, signature, target)
-        chain = self._chains.get(key)
-        if chain is None:
-            chain = self._chains[key] = deque(maxlen=8)
-        elif chain:
-            last = chain[-1]
-            broken = (
-                last.progress != before
-                or last.index <= self._fence
-                or index - last.index >= self.config.window
-                or (not step.ok and self._last_ok.get(tool, -1) > last.index)
-            )
-            if broken:
-                chain.clear()
-        chain.append(_Attempt(index, leaves, self._progress))
-        cfg = self.config
-        needed = cfg.near_duplicate_threshold
-        if len(chain) < needed:
-            return None
-        near = self._near_group(chain, step.ok)
-        if len(near) < needed or not self._allowed(NEAR_DUPLICATE, (tool,)):
-            return None
-        diffs = _differences([a.leaves for a in near])
-        if not diffs:  # nothing varied: an exact repeat, judged by its own threshold
-            return None
-        changed = ", ".join(sorted(diffs)[:4])
-        details = {
-            "count": len(near),
-            "target": target,
-            "arg_diffs": diffs,
-            "error_signature": signature if not step.ok else None,
-        }
-        if step.ok:
-            explanation = (
-                f"{tool} performed nearly the same side effect {len(near)} times on the same "
-                f"target, changing only {changed}, so the action is being repeated."
-            )
-            advice = (
-                f"The {tool} action already succeeded; a reworded repeat is a duplicate, do not "
-                "perform it again."
-            )
-        else:
-            explanation = (
-                f"{tool} failed {len(near)} times with the same error ({_quote(step.error)}) on "
-                f"the same target while the agent only nudged its arguments ({changed} changed)."
-            )
-            advice = (
-                f"Small changes to the {tool} arguments keep failing with the same error; step "
-                "back and change the approach."
-            )
-        return self._flag(
-            index,
-            NEAR_DUPLICATE,
-            f"{tool}\x00{step.ok}\x00{signature}\x00{target}",
-            tool,
-            [a.index for a in near],
-            near[0].index,
-            explanation,
-            advice,
-            details,
-        )
-
-    def _near_group(self, chain: deque[_Attempt], side_effect: bool) -> list[_Attempt]:
-        """The attempts linked to the newest one by a path of near-duplicate pairs, oldest
-        first (``#submit`` ~ ``button#submit`` ~ ``#submit-button``)."""
-        group = [chain[-1]]
-        rest = list(chain)[:-1]
-        frontier = [chain[-1]]
-        while frontier and rest:
-            current = frontier.pop()
-            linked = [a for a in rest if self._near(a.leaves, current.leaves, side_effect)]
-            if linked:
-                rest = [a for a in rest if a not in linked]
-                group.extend(linked)
-                frontier.extend(linked)
-        return sorted(group, key=lambda a: a.index)
-
-    def _near(self, a: dict[str, Any], b: dict[str, Any], side_effect: bool) -> bool:
-        cfg = self.config
-        changed = 0
-        for path in a.keys() | b.keys():
-            x, y = a.get(path, _MISSING), b.get(path, _MISSING)
-            if x == y:
-                continue
-            changed += 1
-            if changed > cfg.near_max_changed or x is _MISSING or y is _MISSING:
-                return False
-            if side_effect and not (isinstance(x, str) and isinstance(y, str)):
-                return False  # a different number in a side effect is a different entity
-            if not values_close(
-                x, y, cfg.near_numeric_abs, cfg.near_numeric_rel, cfg.near_text_similarity
-            ):
-                return False
-        return True
-
-    def _check_cycle(self, index: int) -> Verdict | None:
-        calls = self._calls
-        size = len(calls)
-        repeats = self.config.cycle_repeats
-        for period in self._periods:
-            needed = period * repeats
-            if size < needed:
-                return None
-            if calls[-1].state != calls[-1 - period].state:
-                continue
-            if calls[size - needed].index <= self._fence:
-                continue
-            if any(
-                calls[size - 1 - k].state != calls[size - 1 - k - period].state
-                for k in range(1, needed - period)
-            ):
-                continue
-            block = [calls[size - period + k] for k in range(period)]
-            if len({r.state for r in block}) == 1:
-                continue
-            start = size - needed
-            while (
-                start > 0
-                and calls[start - 1].index > self._fence
-                and calls[start - 1].state == calls[start - 1 + period].state
-            ):
-                start -= 1
-            tools = [r.tool for r in block]
-            if not self._allowed(CYCLE, tools):
-                continue
-            first = calls[start]
-            pattern = [calls[start + k].tool for k in range(period)]
-            seen = (size - start) / period
-            arrow = " → ".join(str(t) for t in pattern)
-            rotation = min(
-                "|".join(f"{r.state[0]}:{r.state[1]}" for r in block[k:] + block[:k])
-                for k in range(period)
-            )
-            return self._flag(
-                index,
-                CYCLE,
-                rotation,
-                pattern[0],
-                (calls[k].index for k in range(start, size)),
-                first.index,
-                f"The agent is going round the same {period} steps ({arrow}) with identical "
-                f"results; the cycle has now run {_times(seen)} without progress.",
-                f"You are repeating the sequence {arrow} and getting the same results; do "
-                "something different.",
-                {"period": period, "repeats": round(seen, 2), "pattern": pattern},
-            )
-        return None
-
-    def _check_overflow(
-        self, index: int, event: bool, tool: str | None, cause: int | None = None
-    ) -> Verdict | None:
-        previous_was_event = self._previous_was_event
-        self._previous_was_event = event
-        if not event:
-            return None
-        episodes = self._episodes
-        if previous_was_event and episodes and episodes[-1].indexes[-1] > self._fence:
-            episodes[-1].indexes.append(index)
-            episodes[-1].progress = self._progress
-            return None
-        cfg = self.config
-        if episodes:
-            last = episodes[-1]
-            if (
-                self._progress - last.progress >= cfg.overflow_min_progress
-                or last.indexes[0] <= self._fence
-                or index - last.indexes[0] >= cfg.window
-            ):
-                episodes.clear()
-        start = cause if cause is not None and cause > self._fence else index
-        episodes.append(_Episode([index], self._progress, start))
-        if len(episodes) < cfg.overflow_threshold or not self._allowed(CONTEXT_OVERFLOW, (tool,)):
-            return None
-        evidence = [i for e in episodes for i in e.indexes]
-        return self._flag(
-            index,
-            CONTEXT_OVERFLOW,
-            "context",
-            tool,
-            evidence,
-            episodes[0].start,
-            f"The context overflowed or was condensed {len(episodes)} times with almost no new "
-            f"work in between (fewer than {cfg.overflow_min_progress} new steps each time), so "
-            "the agent keeps refilling its context with the same material.",
-            "Your context keeps overflowing while redoing the same work; read less at once and "
-            "keep only what you need.",
-            {"episodes": len(episodes), "min_progress": cfg.overflow_min_progress},
-        )
-
-    def _check_breaker(
-        self, index: int, ok: bool, tool: str, signature: str, before: int
-    ) -> Verdict | None:
-        if ok:
-            self._streaks.pop(tool, None)
-            self._last_ok[tool] = index
-            return None
-        cfg = self.config
-        limit = cfg.tool_breaker_failures.get(tool, cfg.breaker_failures)
-        streak = self._streaks.get(tool)
-        if streak is None or streak.progress != before or streak.indexes[0] <= self._fence:
-            streak = self._streaks[tool] = _Streak(deque(maxlen=limit), deque(maxlen=limit), 0)
-        streak.indexes.append(index)
-        streak.errors.append(signature)
-        streak.progress = self._progress
-        if len(streak.indexes) < limit or not self._allowed(CIRCUIT_BREAKER, (tool,)):
-            return None
-        distinct = list(dict.fromkeys(streak.errors))
-        return self._flag(
-            index,
-            CIRCUIT_BREAKER,
-            tool,
-            tool,
-            streak.indexes,
-            streak.indexes[0],
-            f"{tool} failed {limit} times in a row ({len(distinct)} different error"
-            f"{'s' if len(distinct) != 1 else ''}) with no success and no progress in between, "
-            "so the tool looks broken and calls to it should stop.",
-            f"{tool} is failing every time right now; stop calling it and continue without it "
-            "or report the problem.",
-            {"failures": limit, "errors": [_clip(e, 120) for e in distinct[:3]]},
-        )
-
-    def _check_poll_budget(
-        self, index: int, tool: str, call: str, novel_call: bool, progressed: bool
-    ) -> Verdict | None:
-        """Count the polls of one call that returned something new, while nothing else new
-        keeps happening.
-
-        The count of a call starts over when it is new, or when two gaps in a row between its
-        occurrences held a new call: a first ``sleep`` between polls does not end the polling,
-        an edit before every test run does.
-        """
-        polls = self._polls
-        if novel_call:
-            self._last_new_call = index
-            if len(polls) > 2 * self.config.window:
-                oldest = index - self.config.window
-                self._polls = polls = {c: p for c, p in polls.items() if p.last > oldest}
-        poll = polls.get(call)
-        if poll is None or novel_call or poll.first <= self._fence:
-            poll = polls[call] = _Poll(1, index, index, False)
-        else:
-            new_in_gap = self._last_new_call > poll.last
-            if new_in_gap and poll.new_in_last_gap:
-                poll.count, poll.first = 0, index
-            poll.new_in_last_gap = new_in_gap
-            poll.last = index
-            poll.count += progressed
-        cfg = self.config
-        budget = cfg.tool_poll_budgets.get(tool, cfg.poll_budget)
-        if poll.count <= budget or not self._allowed(POLL_BUDGET, (tool,)):
-            return None
-        evidence = [r.index for r in self._calls if r.call == call and r.index >= poll.first]
-        return self._flag(
-            index,
-            POLL_BUDGET,
-            call,
-            tool,
-            evidence,
-            poll.first,
-            f"{tool} returned something new {poll.count} times for the same arguments, more "
-            f"than its poll budget of {budget}, and the thing it waits for never finishes.",
-            f"You have polled {tool} {poll.count} times; stop polling and report the status.",
-            {"polls": poll.count, "budget": budget},
-        )
-
-    def _check_step_budget(self, index: int) -> Verdict | None:
-        if self._budget_flagged or not self._allowed(STEP_BUDGET, ()):
-            return None
-        self._budget_flagged = True
-        budget = self.config.max_steps
-        return self._flag(
-            index,
-            STEP_BUDGET,
-            "budget",
-            None,
-            (index,),
-            None,
-            f"The session used up its hard budget of {budget} steps, so it must stop here.",
-            "You have used all the steps allowed for this task; stop and summarize.",
-            {"steps": self._n, "budget": budget},
-            remedy="stop",
-        )
-
-
-_MISSING = object()
-
-
-def _differences(attempts: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    """Argument paths whose values differ across attempts, with each attempt's value."""
-    paths: dict[str, None] = {}
-    for leaves in attempts:
-        paths.update(dict.fromkeys(leaves))
-    out = {}
-    for path in paths:
-        values = [leaves.get(path) for leaves in attempts]
-        if any(v != values[0] for v in values[1:]):
-            out[path or "(value)"] = [_clip(v, 80) if isinstance(v, str) else v for v in values]
-    return out
-
-
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _quote(error: str | None) -> str:
-    return f'"{_clip(error or "no error text", 80)}"'
-
-
-def _times(n: float) -> str:
-    whole = int(n)
-    return f"{whole} times" if n == whole else f"{n:.1f} times"

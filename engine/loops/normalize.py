@@ -7,18 +7,26 @@ error texts and agent turns into such canonical forms; `engine.loops.fingerprint
 
 - Arguments: volatile keys (request/trace ids, timestamps, nonces), progress counters (attempt,
   retry…) and free-text thoughts (thought, reasoning, explanation…) are dropped; one-line strings
-  have their whitespace collapsed, multi-line strings lose trailing blanks and ``\\r``; path-like
-  strings are normalized (``./a//b/`` -> ``a/b``, backslashes -> slashes).
+  have their whitespace collapsed outside quotes, multi-line strings lose trailing blanks and
+  ``\\r``; path-like strings are normalized (``./a//b/`` -> ``a/b``, backslashes -> slashes).
+  Strings under keys that carry code (``old``, ``new_str``, ``content``, ``patch``…) keep every
+  space: an indent and its undo are two different edits.
 - Results: only volatile keys are dropped (a moving progress counter in a result is progress, not
-  noise), and timestamps / durations inside strings are masked.
-- Error signatures: the error text with ids, timestamps, durations, addresses and the values the
-  agent passed in the arguments masked, so "invalid slice [10:20]" and "invalid slice [11:21]" of
-  two jittered retries share one signature.
+  noise); timestamps, durations and generated ids (UUIDs, long hex or numeric ids) inside
+  strings are masked, and so are the values of id keys (``message_id``…): a fresh message id
+  does not make the same answer new.
+- Search queries (``query``, ``q``…) are compared as sets of lower-cased words: a paraphrase
+  that only reorders or recases the words is the same search.
+- Error signatures: the informative lines of the error text (banners, separators and warnings
+  that every command prints left out) with ids, timestamps, durations, addresses, counters
+  (``line 11301:``) and the values the agent passed in the arguments masked, so "invalid slice
+  [10:20]" and "invalid slice [11:21]" of two jittered retries share one signature.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -31,6 +39,8 @@ __all__ = [
     "DEFAULT_PROGRESS_KEYS",
     "DEFAULT_THOUGHT_KEYS",
     "DEFAULT_TARGET_KEYS",
+    "DEFAULT_CODE_KEYS",
+    "DEFAULT_QUERY_KEYS",
     "Normalizer",
     "normalize_args",
     "normalize_result",
@@ -38,9 +48,14 @@ __all__ = [
     "normalize_path",
     "mask_volatile",
     "error_signature",
+    "informative_lines",
     "turn_signature",
     "flatten",
     "values_close",
+    "is_write",
+    "is_shell_wait",
+    "classify_call",
+    "shell_target",
     "result_digest",
 ]
 
@@ -149,6 +164,43 @@ DEFAULT_TARGET_KEYS: frozenset[str] = frozenset(
 )
 """Top-level argument keys naming what a call acts on (keys ending in ``_id`` also count)."""
 
+DEFAULT_CODE_KEYS: frozenset[str] = frozenset(
+    {
+        "old",
+        "new",
+        "old_str",
+        "new_str",
+        "old_string",
+        "new_string",
+        "old_text",
+        "new_text",
+        "content",
+        "contents",
+        "file_text",
+        "insert_text",
+        "new_content",
+        "code",
+        "source",
+        "script",
+        "patch",
+        "diff",
+        "replacement",
+        "expression",
+        "text",
+    }
+)
+"""Argument keys whose strings carry code or text in which whitespace matters (edits, patches,
+scripts): only their line endings are normalized."""
+
+DEFAULT_QUERY_KEYS: frozenset[str] = frozenset(
+    {"query", "q", "search", "search_query", "search_term", "keywords", "terms", "term"}
+)
+"""Argument keys holding a search query: compared as a set of lower-cased words, so a
+paraphrase that only reorders or recases the words is the same search."""
+
+_ID_KEY = re.compile(r"(?:^|_)(?:id|uuid|guid|etag)$|[a-z]Id$")
+"""Result keys whose values are generated identifiers (``id``, ``message_id``, ``etag``…)."""
+
 _PATH_LIKE = re.compile(r"[\w.~\-/\\:@+]+")
 _TIME_PATTERNS = {
     "time": r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
@@ -177,6 +229,25 @@ def _placeholder(match: re.Match[str]) -> str:
 
 
 _NUMBER_TOKEN = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
+# Counters that go up on every run of the same command: a shell's "line 11301:", a long number.
+_COUNTER = re.compile(r"\b(line) \d+|\b\d{5,}\b", re.IGNORECASE)
+# Lines that say nothing about this failure: separators, test-runner banners, warnings that
+# every command of an environment prints.
+_SEPARATOR_CHARS = "=-_*~#+. \t"
+_BOILERPLATE = re.compile(
+    r"platform \S+ -- python|rootdir:|cachedir:|configfile:|testpaths:|plugins:"
+    r"|collect(?:ed|ing) \d+ items?|test session starts|short test summary info"
+    r"|.*setlocale: |.*warning: running pip as the 'root' user|\[notice\]"
+    r"|.*(?:deprecation|future|user|runtime)warning:",
+    re.IGNORECASE,
+)
+_ERRORISH = re.compile(
+    r"error|exception|fail|fatal|cannot|can't|could not|couldn't|not found|no such|denied"
+    r"|invalid|refused|unable|timed? ?out|abort|panic|missing|unknown|undefined|not defined"
+    r"|unexpected|traceback|exit (?:code|status)|errno",
+    re.IGNORECASE,
+)
+_MAX_LINES = 6
 _PUNCTUATION = re.compile(r"[^\w\s]+")
 _DIGITS = re.compile(r"\d+")
 _DIGIT = re.compile(r"\d")
@@ -199,17 +270,44 @@ def normalize_text(text: str) -> str:
     """Whitespace-insensitive form of a string argument.
 
     One-line strings (commands, queries) have runs of whitespace collapsed to one space and are
-    trimmed; multi-line strings (file contents, patches) keep their indentation but lose ``\\r``,
-    trailing spaces and leading/trailing blank lines. Path-like strings are normalized as paths.
+    trimmed, except inside quotes (``sed -i 's/^    x/x/'`` keeps its four spaces); multi-line
+    strings (file contents, patches) keep their indentation but lose ``\\r``, trailing spaces
+    and leading/trailing blank lines. Path-like strings are normalized as paths.
     """
     if "\n" not in text and "\r" not in text:
         if "  " in text or "\t" in text or text[:1].isspace() or text[-1:].isspace():
-            text = " ".join(text.split())
+            if "'" in text or '"' in text:
+                text = _collapse_outside_quotes(text)
+            else:
+                text = " ".join(text.split())
         if "/" in text or "\\" in text:
             return normalize_path(text)
         return text
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     return "\n".join(line.rstrip() for line in lines).strip("\n")
+
+
+def normalize_code(text: str) -> str:
+    """Form of a string that carries code: only line endings normalized (``\\r\\n`` -> ``\\n``)."""
+    if "\r" in text:
+        return text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
+_QUOTED = re.compile(r"""'[^']*'?|"(?:[^"\\]|\\.)*"?""")
+
+
+def _collapse_outside_quotes(text: str) -> str:
+    """Whitespace runs collapsed and the ends trimmed, quoted parts (an unclosed quote runs to
+    the end) kept as they are."""
+    parts = []
+    last = 0
+    for match in _QUOTED.finditer(text):
+        parts.append(re.sub(r"\s+", " ", text[last : match.start()]))
+        parts.append(match.group())
+        last = match.end()
+    parts.append(re.sub(r"\s+", " ", text[last:]))
+    return "".join(parts).strip()
 
 
 def mask_volatile(text: str, ids: bool = False) -> str:
@@ -229,27 +327,41 @@ class Normalizer:
     `engine.loops.fingerprint.canonical_json`.
     """
 
-    __slots__ = ("_arg_drop", "_result_drop", "_arg_cache", "_result_cache")
+    __slots__ = ("_arg_drop", "_result_drop", "_code", "_query", "_arg_cache", "_result_cache")
 
     def __init__(
         self,
         volatile_keys: Iterable[str] = DEFAULT_VOLATILE_KEYS,
         progress_keys: Iterable[str] = DEFAULT_PROGRESS_KEYS,
         thought_keys: Iterable[str] = DEFAULT_THOUGHT_KEYS,
+        code_keys: Iterable[str] = DEFAULT_CODE_KEYS,
+        query_keys: Iterable[str] = DEFAULT_QUERY_KEYS,
     ) -> None:
         volatile = frozenset(_key_name(k) for k in volatile_keys)
         self._result_drop = volatile
         self._arg_drop = volatile | {_key_name(k) for k in (*progress_keys, *thought_keys)}
-        self._arg_cache: dict[str, bool] = {}
-        self._result_cache: dict[str, bool] = {}
+        self._code = frozenset(_key_name(k) for k in code_keys)
+        self._query = frozenset(_key_name(k) for k in query_keys)
+        self._arg_cache: dict[str, int] = {}
+        self._result_cache: dict[str, int] = {}
 
     def args(self, value: Any) -> Any:
         """Tool arguments without volatile, progress and thought keys, strings normalized."""
-        return self._walk(value, self._arg_drop, self._arg_cache, False)
+        return self._walk(value, self._arg_drop, self._code, self._arg_cache, False)
+
+    def _treatment(self, key: str, drop: frozenset[str], code: frozenset[str], mask: bool) -> int:
+        name = _key_name(key)
+        if _is_dropped(key, drop):
+            return _DROP
+        if mask:  # a result
+            return _ID if _ID_KEY.search(key) else _KEEP
+        if name in code:
+            return _CODE
+        return _QUERY if name in self._query else _KEEP
 
     def result(self, value: Any) -> Any:
         """A tool result without volatile keys; timestamps and durations in strings masked."""
-        return self._walk(value, self._result_drop, self._result_cache, True)
+        return self._walk(value, self._result_drop, frozenset(), self._result_cache, True)
 
     def volatile_values(self, args: Any) -> list[str]:
         """The values (as text) of the volatile keys in `args`; an error message that echoes a
@@ -269,34 +381,74 @@ class Normalizer:
                 stack.extend(value)
         return found
 
-    def _walk(self, value: Any, drop: frozenset[str], cache: dict[str, bool], mask: bool) -> Any:
+    def _walk(
+        self,
+        value: Any,
+        drop: frozenset[str],
+        code: frozenset[str],
+        cache: dict[str, int],
+        mask: bool,
+    ) -> Any:
         kind = type(value)
         if kind is str:
             text = normalize_text(value)
-            return mask_volatile(text) if mask and _DIGIT.search(text) else text
+            if mask and _DIGIT.search(text):
+                # ids only inside free text: a lone token may be the whole answer (a stored
+                # result digest fed back on replay must keep its identity)
+                ids = " " in text and _HEX_RUN.search(text) is not None
+                return mask_volatile(text, ids=ids)
+            return text
         if kind is dict:
             out = {}
             for key, item in value.items():
                 if type(key) is not str:
-                    return self._walk(canonicalize(value), drop, cache, mask)
-                dropped = cache.get(key)
-                if dropped is None:
-                    dropped = _is_dropped(key, drop)
+                    return self._walk(canonicalize(value), drop, code, cache, mask)
+                treatment = cache.get(key)
+                if treatment is None:
+                    treatment = self._treatment(key, drop, code, mask)
                     if len(cache) > 4096:  # keys come from tool schemas; this only guards abuse
                         cache.clear()
-                    cache[key] = dropped
-                if not dropped:
-                    out[key] = self._walk(item, drop, cache, mask)
+                    cache[key] = treatment
+                if treatment == _KEEP:
+                    out[key] = self._walk(item, drop, code, cache, mask)
+                elif treatment == _DROP:
+                    continue
+                elif type(item) is str:
+                    out[key] = (
+                        normalize_code(item)
+                        if treatment == _CODE
+                        else normalize_query(item)
+                        if treatment == _QUERY
+                        else "<id>"
+                    )
+                elif treatment == _ID and type(item) is int:
+                    out[key] = "<id>"
+                else:
+                    out[key] = self._walk(item, drop, code, cache, mask)
             return out
         if kind is list or kind is tuple:
-            return [self._walk(item, drop, cache, mask) for item in value]
+            return [self._walk(item, drop, code, cache, mask) for item in value]
         if value is None or kind is int or kind is float or kind is bool:
             return value
         try:
             plain = canonicalize(value)
         except TypeError:
             plain = f"<{type(value).__name__}>"
-        return self._walk(plain, drop, cache, mask)
+        return self._walk(plain, drop, code, cache, mask)
+
+
+_KEEP, _DROP, _CODE, _QUERY, _ID = 0, 1, 2, 3, 4
+"""How `Normalizer` treats a key: keep and normalize, drop, keep its string as code, compare
+its string as a set of words, mask its value as a generated id."""
+
+
+def normalize_query(text: str) -> str:
+    """A search query as its sorted, de-duplicated, lower-cased words."""
+    return " ".join(sorted(set(_QUERY_WORDS.findall(text.lower()))))
+
+
+_QUERY_WORDS = re.compile(r"\w+")
+_HEX_RUN = re.compile(r"[0-9a-fA-F]{8}")
 
 
 def _is_dropped(key: str, drop: frozenset[str]) -> bool:
@@ -338,16 +490,40 @@ def _leaves(value: Any, out: list[Any]) -> None:
         out.append(value)
 
 
+def informative_lines(error: str) -> str:
+    """The part of a (multi-line) error text that tells one failure from another.
+
+    Blank and separator lines, test-runner banners and environment warnings are left out; of
+    the rest, the lines that read like an error (error, failed, not found, …) are kept, or all
+    of them when none does; at most the first two and the last four, joined with `` | ``. A
+    one-line error is returned as it is.
+    """
+    if "\n" not in error:
+        return error
+    kept = []
+    for line in error.splitlines():
+        line = line.strip().strip(_SEPARATOR_CHARS)
+        if line and not _BOILERPLATE.match(line):
+            kept.append(line)
+    errorish = [line for line in kept if _ERRORISH.search(line)]
+    chosen = errorish or kept
+    if len(chosen) > _MAX_LINES:
+        chosen = chosen[:2] + chosen[-(_MAX_LINES - 2) :]
+    return " | ".join(chosen)
+
+
 def error_signature(error: str | None, args: Any = None, volatile: Iterable[str] = ()) -> str:
     """The shape of an error message: what stays the same across retries of one failure.
 
-    Lower-cased, whitespace collapsed, ids / timestamps / durations / addresses masked, and every
-    value the agent passed in `args` (normalized arguments, and each word of 4+ characters of a
-    multi-word string argument) replaced by ``<arg>``, so retries whose arguments were jittered
-    and echoed back in the error share one signature. Values in `volatile` (request ids and the
-    like dropped from the arguments) are masked as ``<volatile>``. Cut to 400 chars.
+    Built from the `informative_lines` of the error, lower-cased, whitespace collapsed, ids /
+    timestamps / durations / addresses masked, counters masked (``line 11301:`` -> ``line <n>``,
+    numbers of five or more digits), and every value the agent passed in `args` (normalized
+    arguments, and each word of 4+ characters of a multi-word string argument) replaced by
+    ``<arg>``, so retries whose arguments were jittered and echoed back in the error share one
+    signature. Values in `volatile` (request ids and the like dropped from the arguments) are
+    masked as ``<volatile>``. Cut to 400 chars.
     """
-    text = " ".join((error or "").split())
+    text = " ".join(informative_lines(error or "").split())
     for value in volatile:
         if len(value) >= 4:
             text = text.replace(value, "<volatile>")
@@ -373,7 +549,8 @@ def error_signature(error: str | None, args: Any = None, volatile: Iterable[str]
         text = text.replace(leaf, "<arg>")
     if numbers:
         text = _NUMBER_TOKEN.sub(lambda m: "<arg>" if m.group() in numbers else m.group(), text)
-    text = mask_volatile(text, ids=True).lower()
+    text = mask_volatile(text, ids=True)
+    text = _COUNTER.sub(lambda m: f"{m.group(1)} <n>" if m.group(1) else "<n>", text).lower()
     return text[:_SIGNATURE_CHARS]
 
 
@@ -424,3 +601,125 @@ def values_close(
             return True
         return matcher.ratio() >= text_similarity
     return False
+
+
+_WRITE_VERBS = frozenset(
+    {
+        "edit",
+        "write",
+        "insert",
+        "append",
+        "create",
+        "replace",
+        "str_replace",
+        "patch",
+        "save",
+        "put",
+        "overwrite",
+        "delete",
+        "remove",
+        "rename",
+        "move",
+        "mkdir",
+        "touch",
+        "undo_edit",
+    }
+)
+_NAME_TOKENS = re.compile(r"[a-z]+")
+_SHELL_WRITE = re.compile(
+    r"(?:^|[;&|(]\s*)(?:sed\s+(?:-\w+\s+)*-i|tee\b|cp\b|mv\b|rm\b|mkdir\b|touch\b|patch\b"
+    r"|git\s+(?:apply|checkout|commit|add|rm|mv|reset|stash)\b"
+    r"|(?:edit|create|insert|append|str_replace)\b)"
+    r"|>>|(?:^|[^\d&<>])>\|?\s*(?!/dev/null|&)[^\s&>]",
+)
+_SHELL_SLEEP = re.compile(r"\s*(?:sleep|timeout)\s+\d")
+
+
+def _shell_command(args: Any) -> str | None:
+    if type(args) is dict:
+        value = args.get("command")
+        if value is None:
+            value = args.get("cmd")
+            if value is None:
+                value = args.get("script")
+        return value if type(value) is str else None
+    return args if type(args) is str else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _named_like_a_write(tool: str) -> bool:
+    return any(t in _WRITE_VERBS for t in _NAME_TOKENS.findall(tool.lower()))
+
+
+def classify_call(tool: str, args: Any) -> tuple[bool, bool]:
+    """(`is_write`, `is_shell_wait`) of one call, computed together."""
+    command = _shell_command(args)
+    if command is None:
+        return _named_like_a_write(tool), False
+    if len(command) <= 200:  # agents repeat short commands; long ones are rarely re-run
+        return _shell_kind(command)
+    return _shell_kind.__wrapped__(command)
+
+
+@functools.lru_cache(maxsize=256)
+def _shell_kind(command: str) -> tuple[bool, bool]:
+    stripped = command.strip()
+    if " " not in stripped:
+        # a sub-command of a multi-purpose tool: str_replace_editor {"command": "view"}
+        return stripped.lower() in _WRITE_VERBS, False
+    if _SHELL_SLEEP.match(command):
+        return False, True
+    return _SHELL_WRITE.search(_QUOTED.sub("''", command)) is not None, False
+
+
+def is_write(tool: str, args: Any) -> bool:
+    """Whether a call changes files or other state: a tool named after a write (``edit_file``,
+    ``write``, ``str_replace_editor`` with a ``str_replace`` / ``insert`` / ``create``
+    sub-command), or a shell command that writes (``sed -i``, ``>``, ``>>``, ``tee``, ``mv``,
+    ``git apply``…). Its outcome is "done", whatever it prints (a file that keeps growing does
+    not make the same write new)."""
+    return classify_call(tool, args)[0]
+
+
+def is_shell_wait(args: Any) -> bool:
+    """Whether a shell command only waits (``sleep 30``, ``timeout 60 …`` at its start)."""
+    command = _shell_command(args)
+    return command is not None and _SHELL_SLEEP.match(command) is not None
+
+
+_FILE_TOKEN = re.compile(r"[\w.\-]+\.[A-Za-z]\w{0,5}")
+_WORD = re.compile(r"[A-Za-z][\w\-]*")
+
+
+def shell_target(args: Any) -> str:
+    """What a free-form shell command acts on, for calls without a target key: the program,
+    its sub-command (``pip install``, ``git push``, ``python -m pytest``) and the paths and
+    file names among its arguments; "" when `args` holds no shell command.
+
+    ``python -m pytest tests/test_a.py`` and ``… tests/test_b.py`` act on different targets;
+    ``pip install pillow==9.0.0`` and ``pip install pillow==9.0.1`` on the same one.
+    """
+    command = _shell_command(args)
+    if not command:
+        return ""
+    tokens = command.strip().split("\n", 1)[0].split()
+    while tokens and "=" in tokens[0] and not tokens[0].startswith("-"):
+        tokens.pop(0)  # FOO=1 env assignments
+    if not tokens:
+        return ""
+    head = [posixpath.basename(tokens[0])]
+    rest = tokens[1:]
+    if len(rest) >= 2 and rest[0] == "-m":
+        head += rest[:2]
+        rest = rest[2:]
+    elif rest and _WORD.fullmatch(rest[0]):
+        head.append(rest[0])
+        rest = rest[1:]
+    paths = sorted(
+        {
+            normalize_path(t.strip(_TOKEN_QUOTES))
+            for t in rest
+            if not t.startswith("-") and ("/" in t or _FILE_TOKEN.fullmatch(t.strip(_TOKEN_QUOTES)))
+        }
+    )
+    return "sh:" + " ".join(head + paths)

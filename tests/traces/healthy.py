@@ -565,6 +565,25 @@ HEALTHY_TRACES = [
             for k, p in enumerate(["refund", "chargeback", "dispute", "fraud"])
         ],
     ),
+    # --- polling with back-off, the answer unchanged for a while --------------------------------
+    trace(
+        "poll_with_backoff_same_answer_then_done",
+        "a job sits at 45 % for four polls a minute apart, then finishes (issue 12, class 8)",
+        ok("start_job", {"name": "exp-43"}, {"job_id": "exp-43"}),
+        [
+            [
+                ok(
+                    "job_status",
+                    {"job_id": "exp-43"},
+                    {"state": "running", "progress": 45, "updated_at": ts(k)},
+                ),
+                ok("sleep", {"seconds": 60 * 2**k}, f"slept {60 * 2**k}s"),
+            ]
+            for k in range(4)
+        ],
+        ok("job_status", {"job_id": "exp-43"}, {"state": "done", "progress": 100}),
+        say("The job finished."),
+    ),
     # --- a long, mixed, healthy coding session -------------------------------------------------
     trace(
         "long_mixed_coding_session",

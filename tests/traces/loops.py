@@ -518,8 +518,8 @@ LOOP_TRACES = [
             {"query": "national holiday change freeze policy"},
             [{"url": "https://wiki.example/freeze", "title": "Change freeze"}],
         ),
-        FLAG,
         ok("fetch", {"url": "https://wiki.example/freeze"}, "<h1>Change freeze</h1><p>TBD</p>"),
+        FLAG,
         [
             [
                 ok(
@@ -557,13 +557,13 @@ LOOP_TRACES = [
             {"query": "python pillow crop"},
             {"hits": ["https://pillow.readthedocs.io/crop"], "trace_id": rid(2)},
         ),
-        FLAG,
         ok(
             "fetch",
             {"url": "https://pillow.readthedocs.io/crop"},
             {"text": "Image.crop(box) returns a rectangular region", "trace_id": rid(3)},
         ),
         say("Still nothing. Searching once more."),
+        FLAG,
         ok(
             "web_search",
             {"query": "python pillow crop"},
@@ -591,8 +591,8 @@ LOOP_TRACES = [
         ],
         ok("list_dir", {"path": "config"}, ["base.yaml", "prod.yaml"]),
         ok("read_file", {"path": "config/prod.yaml"}, "deploys: true\nregion: eu\n"),
-        FLAG,
         ok("grep", {"pattern": "FREEZE_WINDOW", "path": "config"}, []),
+        FLAG,
         [
             [
                 ok("list_dir", {"path": "config"}, ["base.yaml", "prod.yaml"]),
@@ -623,12 +623,12 @@ LOOP_TRACES = [
             {"path": "deploy/config.yaml", "old": "retries: 3", "new": "retries: 5"},
             "Edited deploy/config.yaml (1 replacement)",
         ),
-        FLAG,
         ok(
             "edit_file",
             {"path": "deploy/config.yaml", "old": "retries: 5", "new": "retries: 3"},
             "Edited deploy/config.yaml (1 replacement)",
         ),
+        FLAG,
         ok(
             "edit_file",
             {"path": "deploy/config.yaml", "old": "retries: 3", "new": "retries: 5"},
@@ -655,8 +655,8 @@ LOOP_TRACES = [
         ok("goto", {"url": "https://portal.example/orders"}, {"title": "Orders", "rows": 0}),
         ok("click", {"selector": "text=Filters"}, {"title": "Orders", "panel": "filters"}),
         ok("click", {"selector": "text=Apply"}, {"title": "Orders", "rows": 0}),
-        FLAG,
         ok("screenshot", {"full_page": True}, {"digest": "9c1f00aa"}),
+        FLAG,
         [
             [
                 ok(
@@ -685,8 +685,8 @@ LOOP_TRACES = [
         ok("kb_article", {"id": "KB-12"}, "Shipments may be delayed during holidays."),
         ok("get_order", {"order_id": "B-77"}, {"status": "in transit"}),
         ok("carrier_status", {"tracking": "ZX9"}, {"status": "no update"}),
-        FLAG,
         ok("kb_article", {"id": "KB-40"}, "Contact the carrier after 10 days."),
+        FLAG,
         ok("kb_search", {"query": "delayed shipment EU"}, ["KB-12", "KB-40"]),
         rule="cycle",
     ),
@@ -702,12 +702,12 @@ LOOP_TRACES = [
             {"state": "degraded", "ready": "2/3", "checked_at": ts(1)},
         ),
         err("deploy_status", {"service": "checkout"}, "HTTP 503 Service Unavailable"),
-        FLAG,
         ok(
             "deploy_status",
             {"service": "checkout"},
             {"state": "degraded", "ready": "2/3", "checked_at": ts(3)},
         ),
+        FLAG,
         [
             [
                 err("deploy_status", {"service": "checkout"}, "HTTP 503 Service Unavailable"),
@@ -729,8 +729,8 @@ LOOP_TRACES = [
         ok("restart_service", {"service": "billing"}, {"restarted": True}),
         err("health_check", {"service": "billing"}, "HTTP 503 after 1.2s: upstream not ready"),
         ok("restart_service", {"service": "billing"}, {"restarted": True}),
-        FLAG,
         err("health_check", {"service": "billing"}, "HTTP 503 after 0.9s: upstream not ready"),
+        FLAG,
         [
             [
                 ok("restart_service", {"service": "billing"}, {"restarted": True}),
@@ -766,12 +766,12 @@ LOOP_TRACES = [
             "error[E0308]: mismatched types at src/main.rs:2:18",
         ),
         ok("read_file", {"path": "src/main.rs"}, "fn main() {\n    let x: u32 = 1u32;\n}\n"),
-        FLAG,
         ok(
             "edit_file",
             {"path": "src/main.rs", "old": "let x: u32 = 1u32;", "new": "let x: u32 = 1u32;"},
             "No changes made",
         ),
+        FLAG,
         err(
             "shell",
             {"command": "cargo check"},
@@ -1118,7 +1118,9 @@ LOOP_TRACES = [
     ),
     trace(
         "poll_stuck_at_same_percentage",
-        "a training job is stuck at 45 %; every poll says so (only the timestamp changes)",
+        "a training job is stuck at 45 %; every poll, a minute apart, says so (only the timestamp "
+        "changes); waiting between polls is patient, so it is flagged past the poll budget "
+        "(relabelled, issue 12 class 8: it used to be flagged at the third identical poll)",
         ok("start_job", {"name": "exp-42"}, {"job_id": "exp-42"}),
         ok(
             "job_status",
@@ -1127,26 +1129,25 @@ LOOP_TRACES = [
         ),
         ok("sleep", {"seconds": 60}, "slept 60s"),
         START,
-        ok(
-            "job_status",
-            {"job_id": "exp-42"},
-            {"state": "running", "progress": 45, "updated_at": ts(1)},
-        ),
-        ok("sleep", {"seconds": 60}, "slept 60s"),
-        ok(
-            "job_status",
-            {"job_id": "exp-42"},
-            {"state": "running", "progress": 45, "updated_at": ts(2)},
-        ),
-        ok("sleep", {"seconds": 60}, "slept 60s"),
+        [
+            [
+                ok(
+                    "job_status",
+                    {"job_id": "exp-42"},
+                    {"state": "running", "progress": 45, "updated_at": ts(k)},
+                ),
+                ok("sleep", {"seconds": 60}, "slept 60s"),
+            ]
+            for k in range(1, 40)
+        ],
         FLAG,
         ok(
             "job_status",
             {"job_id": "exp-42"},
-            {"state": "running", "progress": 45, "updated_at": ts(3)},
+            {"state": "running", "progress": 45, "updated_at": ts(40)},
         ),
         ok("sleep", {"seconds": 60}, "slept 60s"),
-        rule="exact_repeat",
+        rule="poll_budget",
     ),
     trace(
         "debugger_continue_waiting",

@@ -11,7 +11,8 @@ Healthy traces have neither marker. Labeling conventions (the same for every tra
 
 - identical call with identical outcome (failure, result, or side effect): flag at the 3rd one;
 - the same failure on the same target while the arguments are only nudged: flag at the 3rd try;
-- a repeated sequence of 2 to 5 calls with identical outcomes: flag when the second round ends;
+- a repeated sequence of 2 to 5 calls with identical outcomes: flag at the first call of the
+  third round (ABAB, then A: the "third head"; two rounds alone can be ordinary work);
 - empty or repeated agent turns without tool calls: flag at the 3rd in a row;
 - context overflow / condensation coming back with no new work in between: flag at the 3rd;
 - one tool failing on every call whatever the arguments: flag at the 5th failure in a row;

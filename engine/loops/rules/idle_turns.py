@@ -1,0 +1,120 @@
+"""``idle_turns``: agent turns without a tool call that are empty or repeat each other."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Final
+
+from engine.loops.normalize import turn_signature, values_close
+from engine.loops.rules.base import Finding, Rule
+from engine.loops.window import TURN, Observation, Window
+
+__all__ = ["IDLE_TURNS", "IdleTurns"]
+
+IDLE_TURNS: Final = "idle_turns"
+
+
+class IdleTurns(Rule):
+    """Fires at `idle_turns_threshold` agent turns in a row, each empty or (nearly, at
+    `turn_similarity`) repeating another turn of the run; or, in a run that has called tools,
+    at that many message turns in a row without a tool call, whatever they say (an agent that
+    works through tools and stops calling them is talking instead of acting). A tool call
+    ends the run."""
+
+    id = IDLE_TURNS
+    kinds = frozenset({TURN})
+
+    def __init__(self, idle_turns_threshold: int, turn_similarity: float) -> None:
+        if idle_turns_threshold < 2:
+            raise ValueError(f"idle_turns_threshold must be at least 2, got {idle_turns_threshold}")
+        self.threshold = idle_turns_threshold
+        self.similarity = turn_similarity
+        super().__init__()
+
+    @property
+    def span(self) -> int:
+        return self.threshold
+
+    def reset(self) -> None:
+        self._turns: deque[tuple[int, str]] = deque()
+        self._counts: dict[str, int] = {}
+        self._messages: list[int] = []  # message turns (no thought tool) in a row
+
+    def after_flag(self) -> None:
+        self._turns.clear()
+        self._counts.clear()
+        self._messages.clear()
+
+    def check(self, obs: Observation, window: Window) -> Finding | None:
+        turns, counts = self._turns, self._counts
+        if turns and (window.last_call or -1) > turns[-1][0]:
+            self.after_flag()  # a tool call ended the last run of idle turns
+        step = obs.step
+        text = step.text
+        if text is None and step.tool is not None and step.args is not None:
+            args = step.args
+            text = " ".join(str(v) for v in args.values()) if isinstance(args, dict) else str(args)
+        signature = self._turn_key(turn_signature(text))
+        turns.append((obs.index, signature))
+        counts[signature] = counts.get(signature, 0) + 1
+        if len(turns) > window.size:
+            _, gone = turns.popleft()
+            counts[gone] -= 1
+            if not counts[gone]:
+                del counts[gone]
+        messages = self._messages
+        if step.tool is None:
+            messages.append(obs.index)
+        else:
+            messages.clear()
+        needed = self.threshold
+        if len(turns) < needed or not self.allowed(()):
+            return None
+
+        def idle(sig: str) -> bool:
+            return sig == "" or counts[sig] >= 2
+
+        if not all(idle(turns[-k][1]) for k in range(1, needed + 1)):
+            if len(messages) < needed or window.last_call is None:
+                return None
+            return Finding(
+                "toolless",
+                None,
+                list(messages),
+                messages[0],
+                f"The agent answered {len(messages)} times in a row without calling a tool, in "
+                "a run that works through tools, so it is talking instead of acting.",
+                "Call a tool for your next step, or say clearly that the task is finished or "
+                "what is blocking you.",
+                {"turns": len(messages)},
+            )
+        run = [turns[-1]]
+        for k in range(len(turns) - 2, -1, -1):
+            if not idle(turns[k][1]):
+                break
+            run.append(turns[k])
+        run.reverse()
+        empty = sum(1 for _, sig in run if sig == "")
+        what = "empty" if empty == len(run) else ("repeated" if not empty else "empty or repeated")
+        return Finding(
+            "turns",
+            None,
+            [i for i, _ in run],
+            run[0][0],
+            f"The agent produced {len(run)} turns in a row without calling a tool that were all "
+            f"{what}, so it is talking in circles instead of acting.",
+            "Your last replies were empty or repeated; take a concrete next action or say what "
+            "is blocking you.",
+            {"turns": len(run), "empty": empty, "repeated": len(run) - empty},
+        )
+
+    def _turn_key(self, signature: str) -> str:
+        """The earlier turn of this run that `signature` repeats (nearly), else itself; only the
+        last few distinct turns are compared, to keep chatty sessions cheap."""
+        counts = self._counts
+        if signature in counts or not signature:
+            return signature
+        for earlier in list(counts)[-8:]:
+            if earlier and values_close(earlier, signature, 0, 0, self.similarity):
+                return earlier
+        return signature
