@@ -70,3 +70,24 @@ def test_a_rebuilt_detector_sees_what_the_live_one_saw(engine):
                 call.ok({"state": "running", "progress": 40,
                          "checked_at": "2026-11-30T05:00:09Z"})
     assert snap in {n.id for n in s.tree()}
+
+
+def test_answering_the_user_is_not_talking_instead_of_acting(tmp_path):
+    """In a tool-using session, message turns that each answer a new user message are healthy;
+    the same turns with no user between them are an agent that stopped acting."""
+    from engine import Engine
+
+    with Engine.open(f"sqlite:///{tmp_path}/r.db") as engine:
+        chat = engine.session("chat", on_loop="flag")
+        with chat.step("search", {"q": "refund policy"}) as call:
+            call.ok({"hits": 3})
+        for question in ("What is the window?", "And for gifts?", "Who pays shipping?", "Ok?"):
+            chat.append_message("user", question)
+            assert not chat.agent_turn(f"Here is the answer to: {question}").looping
+
+        idle = engine.session("idle", on_loop="flag")
+        with idle.step("search", {"q": "refund policy"}) as call:
+            call.ok({"hits": 3})
+        verdicts = [idle.agent_turn(f"I will now think about part {i} of the plan.")
+                    for i in range(4)]
+        assert any(v.looping and v.rule == "idle_turns" for v in verdicts)

@@ -403,6 +403,12 @@ class LoopDetector:
             rule.reset()
         self._flags: OrderedDict[str, tuple[int, int | None]] = OrderedDict()
 
+    def user_input(self) -> None:
+        """Tell the rules the user spoke (a user message joined the dialogue): message turns
+        that answer the user are not an agent talking instead of acting."""
+        for rule in self._rules:
+            rule.user_input()
+
     def observe(self, step: Step) -> Verdict:
         """Take in one step (in the order they happened) and say whether the session loops."""
         window = self._window

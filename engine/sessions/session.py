@@ -236,6 +236,8 @@ class Session:
         """
         msg = chat_message(role, content, extra, self._rt.limits)
         self._sync_epoch(self._rt.store.append_messages(self.id, [msg], self._rt.clock()))
+        if role == "user":
+            self._detector.user_input()
 
     def append_messages(self, messages: list[dict]) -> None:
         """Append several chat messages in one atomic write."""
@@ -247,6 +249,8 @@ class Session:
             msgs.append(chat_message(m["role"], m.get("content"), extra, self._rt.limits))
         if msgs:
             self._sync_epoch(self._rt.store.append_messages(self.id, msgs, self._rt.clock()))
+            if any(m["role"] == "user" for m in msgs):
+                self._detector.user_input()
 
     def set_var(self, key: str, value: Any) -> None:
         """Set a session variable (plain data); rolled back with the session."""

@@ -82,6 +82,9 @@ class Rule:
         """A verdict (of any rule) fenced off everything observed so far: drop partial
         evidence that must not be counted again."""
 
+    def user_input(self) -> None:
+        """The user spoke: what the agent says next answers them, a new exchange begins."""
+
     def check(self, obs: Observation, window: Window) -> Finding | None:
         """Take in one step (already in `window`) and report a loop, or None."""
         raise NotImplementedError

@@ -45,6 +45,9 @@ class IdleTurns(Rule):
         self._counts.clear()
         self._messages.clear()
 
+    def user_input(self) -> None:
+        self._messages.clear()  # answering the user is talking to them, not instead of acting
+
     def check(self, obs: Observation, window: Window) -> Finding | None:
         turns, counts = self._turns, self._counts
         if turns and (window.last_call or -1) > turns[-1][0]:
