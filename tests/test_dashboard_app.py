@@ -7,9 +7,9 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
-from e2e.seed import AUTO_ROLLED_BACK, LOOPING, seed_fleet
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
+from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_fleet
 
 from dashboard import views
 from dashboard.access import SESSION_KEY, User

@@ -1,5 +1,5 @@
 """The real console, started with `streamlit run` on a free port against a seeded SQLite store,
-and a headless Chromium to drive it (Debian's /usr/bin/chromium; browsers are never downloaded).
+and a headless Chromium to drive it (see `support.console`).
 
 Refresh the README screenshots with `REWIND_SCREENSHOTS=docs pytest -m browser tests/e2e`.
 """
@@ -11,11 +11,16 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from .seed import seed_fleet
-from .server import CHROMIUM, CHROMIUM_ARGS, Console, start_console, stop_console, write_secrets
-
-ACCOUNTS = {"olivia": ("operator", "olivia-on-call"), "victor": ("viewer", "victor-reads")}
+from support.console import (
+    ACCOUNTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    Console,
+    start_console,
+    stop_console,
+    write_secrets,
+)
+from support.fleet import seed_fleet
 
 
 @pytest.fixture(scope="package")

@@ -10,12 +10,11 @@ import re
 
 import pytest
 from playwright.sync_api import Page, expect
+from support.console import ACCOUNTS
+from support.fleet import AUTO_ROLLED_BACK, LOOPING
 
 from engine import Engine
 from engine.sessions.notices import TEMPLATES
-
-from .conftest import ACCOUNTS
-from .seed import AUTO_ROLLED_BACK, LOOPING
 
 pytestmark = pytest.mark.browser
 

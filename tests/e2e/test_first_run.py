@@ -16,8 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-from .server import free_port
+from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
