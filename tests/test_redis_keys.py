@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from redis.crc import key_slot
-from support.records import NASTY_IDS
+from support.ids import NASTY_IDS
 
 from engine.store.redis import keys
 

@@ -12,7 +12,7 @@ import time
 import pytest
 import redis
 from redis.crc import key_slot
-from support.records import NASTY_IDS
+from support.ids import NASTY_IDS
 from support.redis_servers import RedisServer, cluster, fresh_prefix, require_redis, single_server
 
 from engine import Engine, StoreUnavailable

@@ -9,8 +9,8 @@ import path at run time, and no test module imports another test module. The ben
   reader relies on after concurrent rollbacks and crashes.
 - `console`: the real console under `streamlit run` on a free port, its accounts and Chromium.
 - `fleet`: a small, realistic fleet written through the engine API (the console's fixtures).
+- `ids`: session ids that stress key layouts.
 - `ports`: free loopback ports.
-- `records`: session ids that stress key layouts.
 - `redis_servers`: real redis-server processes and a real Redis Cluster, started on first use.
 
 Fixtures stay in the `conftest.py` files, where pytest finds them.
