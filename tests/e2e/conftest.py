@@ -59,10 +59,19 @@ def browser():
         chromium.close()
 
 
+WAIT_MS = 20_000
+"""How long actions and `expect` checks wait for the console. Playwright's `expect` gives up after
+5 s by default, and on a loaded machine the fleet's first charts take longer than that; a check
+that holds returns at once, so a generous wait costs nothing when the console is quick."""
+
+
 @pytest.fixture
 def page(browser):
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=WAIT_MS)
     context = browser.new_context(viewport={"width": 1440, "height": 1000})
     pg = context.new_page()
-    pg.set_default_timeout(20_000)
+    pg.set_default_timeout(WAIT_MS)
     yield pg
     context.close()
