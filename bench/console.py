@@ -221,7 +221,8 @@ st.plotly_chart(go.Figure(go.Bar(x=["a", "b", "c"], y=[1, 3, 2])))
 def measure_pages(path: Path | None, runs: int, out: Path) -> dict[str, tuple[float, float]]:
     """(cold, steady median) seconds to the first chart for the fleet and the long session;
     with `path` None, for a bare Streamlit page holding one small plotly chart (the floor)."""
-    from e2e.server import (
+    from playwright.sync_api import sync_playwright
+    from support.console import (
         APP,
         CHROMIUM,
         CHROMIUM_ARGS,
@@ -229,7 +230,6 @@ def measure_pages(path: Path | None, runs: int, out: Path) -> dict[str, tuple[fl
         stop_console,
         write_secrets,
     )
-    from playwright.sync_api import sync_playwright
 
     work = out / (f"{path.stem}-run" if path else "baseline-run")
     work.mkdir(exist_ok=True)

@@ -202,7 +202,7 @@ def main() -> int:
     if args.worker:
         worker(args.worker[0], args.worker[1], float(args.worker[2]))
         return 0
-    from redis_servers import RedisCluster, RedisServer, have_redis
+    from support.redis_servers import RedisCluster, RedisServer, have_redis
 
     if not have_redis():
         print("redis-server and redis-cli are needed (scripts/install --test)")

@@ -1,20 +1,23 @@
-"""Shared fixtures. `store_url` runs a test once per store backend (the conformance suite).
+"""Shared fixtures.
 
-Backends register in BACKENDS: name -> factory(tmp_path) returning a store URL. Redis backends
-start real servers on free loopback ports (see tests/redis_servers.py) and register themselves
-when redis-server is installed.
+- `store_url` runs a test once per store backend (the conformance suite). Backends register in
+  BACKENDS: name -> factory(tmp_path, request) returning the URL of a fresh, empty store. The
+  Redis backends (`support.redis_servers`) start real servers on free loopback ports and skip the
+  test when redis-server is not installed.
+- `open_engine(url, **options)` opens an engine as `Engine.open` does; `engine` is one on
+  `store_url`.
+- No engine outlives its test: every engine opened with `Engine.open` while a test runs, by the
+  test or by the code it calls, is closed at the test's teardown (`opened_engines`).
 """
 
 from __future__ import annotations
 
-import os
-import sys
+from collections.abc import Callable, Iterator
 
 import pytest
+from support.redis_servers import REDIS_BACKENDS
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from engine import Engine  # noqa: E402
+from engine import Engine
 
 
 def _sqlite_memory(tmp_path, request):
@@ -25,30 +28,52 @@ def _sqlite_file(tmp_path, request):
     return f"sqlite:///{tmp_path}/rewind.db"
 
 
-BACKENDS = {"sqlite-memory": _sqlite_memory, "sqlite-file": _sqlite_file}
-
-try:  # Redis backends, when their module is present
-    from redis_servers import REDIS_BACKENDS  # type: ignore
-
-    BACKENDS.update(REDIS_BACKENDS)
-except ImportError:
-    pass
+BACKENDS = {"sqlite-memory": _sqlite_memory, "sqlite-file": _sqlite_file, **REDIS_BACKENDS}
 
 
-@pytest.fixture(params=[
-    pytest.param(name, marks=pytest.mark.redis) if name.startswith("redis") else name
-    for name in sorted(BACKENDS)
-])
+@pytest.fixture(
+    params=[
+        pytest.param(name, marks=pytest.mark.redis) if name.startswith("redis") else name
+        for name in sorted(BACKENDS)
+    ]
+)
 def store_url(request, tmp_path):
     """A fresh, empty store URL for each backend."""
     return BACKENDS[request.param](tmp_path, request)
 
 
+@pytest.fixture(autouse=True)
+def opened_engines(monkeypatch) -> Iterator[list[Engine]]:
+    """Every engine opened with `Engine.open` during the test, closed at teardown, newest first.
+
+    Autouse, because the code under test opens engines the test never sees: a CLI command, the
+    console's cached engine, the demo fleet. Closing is idempotent, so an engine the test closed
+    itself (`with Engine.open(...)`) is no trouble. Engines opened by module- or package-scoped
+    fixtures are set up before this fixture and stay open for the tests that share them.
+    """
+    opened: list[Engine] = []
+    open_unwatched = Engine.open.__func__  # the function under the classmethod
+
+    def open_watched(cls, url=None, **options):
+        engine = open_unwatched(cls, url, **options)
+        opened.append(engine)
+        return engine
+
+    monkeypatch.setattr(Engine, "open", classmethod(open_watched))
+    yield opened
+    for engine in reversed(opened):
+        engine.close()
+
+
 @pytest.fixture
-def engine(store_url):
-    eng = Engine.open(store_url)
-    yield eng
-    eng.close()
+def open_engine(opened_engines) -> Callable[..., Engine]:
+    """`open_engine(url, **options)`: an engine as `Engine.open` gives it, closed at teardown."""
+    return Engine.open
+
+
+@pytest.fixture
+def engine(store_url, open_engine) -> Engine:
+    return open_engine(store_url)
 
 
 @pytest.fixture

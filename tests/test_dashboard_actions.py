@@ -4,7 +4,7 @@ refused for viewers by the engine itself, whatever the console shows."""
 from __future__ import annotations
 
 import pytest
-from e2e.seed import LOOPING, seed_looping
+from support.fleet import LOOPING, seed_looping
 
 from dashboard import actions
 from dashboard.access import User

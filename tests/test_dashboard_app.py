@@ -7,9 +7,9 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
-from e2e.seed import AUTO_ROLLED_BACK, LOOPING, seed_fleet
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
+from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_fleet
 
 from dashboard import views
 from dashboard.access import SESSION_KEY, User
@@ -360,7 +360,7 @@ def links_rendered(at) -> list[str]:
 
 @pytest.fixture(scope="module")
 def hostile_store(tmp_path_factory):
-    from e2e.seed import seed_hostile
+    from support.fleet import seed_hostile
 
     url = f"sqlite:///{tmp_path_factory.mktemp('hostile')}/rewind.db"
     seed_hostile(url)
@@ -368,7 +368,7 @@ def hostile_store(tmp_path_factory):
 
 
 def test_hostile_text_never_renders_as_a_link_on_any_page(hostile_store):
-    from e2e.seed import HOSTILE_LOOPING, HOSTILE_ROLLED_BACK
+    from support.fleet import HOSTILE_LOOPING, HOSTILE_ROLLED_BACK
 
     pages = [app(hostile_store), app(hostile_store, page="screens/session.py"),
              app(hostile_store, page="screens/audit.py")]
@@ -388,7 +388,7 @@ def test_hostile_text_never_renders_as_a_link_on_any_page(hostile_store):
 
 
 def test_hostile_text_never_renders_as_a_link_in_dialogs_and_flashes(hostile_store):
-    from e2e.seed import EVIL_TEXT, HOSTILE_LOOPING
+    from support.fleet import EVIL_TEXT, HOSTILE_LOOPING
 
     from dashboard.dialogs import FLASH_KEY
 
@@ -430,7 +430,7 @@ def test_the_session_page_takes_the_id_exactly_as_given(hostile_store):
 
 
 def test_the_audit_filter_takes_the_session_id_exactly_as_given(hostile_store):
-    from e2e.seed import HOSTILE_ROLLED_BACK
+    from support.fleet import HOSTILE_ROLLED_BACK
 
     at = app(hostile_store, page="screens/audit.py")
     at.text_input(key="audit-session").input(HOSTILE_ROLLED_BACK).run()

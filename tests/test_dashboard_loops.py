@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 
 import pytest
-from e2e.seed import AUTO_ROLLED_BACK, LOOPING, seed_auto_rolled_back, seed_looping
+from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_auto_rolled_back, seed_looping
 
 from dashboard.views import loop_episodes_frame
 from engine import Engine

@@ -6,7 +6,7 @@ import time
 
 import pandas as pd
 import pytest
-from e2e.seed import AUTO_ROLLED_BACK, LOOPING, seed_fleet
+from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_fleet
 
 from dashboard import views
 from engine import Engine

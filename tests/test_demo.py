@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections import Counter
 
 import pytest
@@ -57,16 +58,16 @@ def _assert_world_matches_live_lines(engine: Engine, ledger: Ledger) -> None:
         assert (effect.reversed_by is None) == live_by_ref[effect.ref], effect
 
 
-def test_demo_flags_loops_rolls_back_and_compensates_once(tmp_path):
+def test_demo_flags_loops_rolls_back_and_compensates_once(tmp_path, open_engine):
     url, ledger_path = _url(tmp_path), str(tmp_path / "world.db")
     # once: each slot runs one whole session, so what is produced does not depend on how fast
     # a loaded machine runs; the duration only caps a run that hangs
     stats = run_demo(url, sessions=16, speed=0, seed=7, duration=120, once=True,
                      ledger=ledger_path, memory=False)
     assert stats.errors == []
-    assert stats.warnings == []  # memory and budgets, where the engine has them, worked
+    assert stats.warnings == []  # budgets worked
 
-    engine = Engine.open(url)
+    engine = open_engine(url)
     ledger = Ledger(ledger_path)
     sessions = _by_scenario(engine)
     rolled_back_by_rewind = {e.session for e in engine.audit(action="rollback", limit=100_000)
@@ -105,14 +106,14 @@ def test_demo_flags_loops_rolls_back_and_compensates_once(tmp_path):
     assert any("工单" in str(m["content"]) for m in engine.get_session(zh.id).state().messages)
 
 
-def test_demo_worker_processes(tmp_path):
+def test_demo_worker_processes(tmp_path, open_engine):
     url, ledger_path = _url(tmp_path), str(tmp_path / "world.db")
     # once: every slot runs one whole session (no race against a clock on a loaded machine);
     # the duration only caps a run that hangs
     stats = run_demo(url, sessions=4, speed=0, seed=11, workers=2, duration=120, once=True,
                      ledger=ledger_path, memory=False)
     assert stats.errors == [] and stats.warnings == []
-    engine = Engine.open(url)
+    engine = open_engine(url)
     infos = engine.sessions(limit=100_000)
     # Slots 0 and 2 ran in one process, 1 and 3 in the other.
     assert {int(i.id.rsplit("-", 1)[1]) % 4 for i in infos} == {0, 1, 2, 3}
@@ -122,7 +123,7 @@ def test_demo_worker_processes(tmp_path):
     _assert_compensations_ran_once(engine, Ledger(ledger_path))
 
 
-def test_operator_rollback_is_compensated_by_the_worker(tmp_path):
+def test_operator_rollback_is_compensated_by_the_worker(tmp_path, open_engine):
     url, ledger_path = _url(tmp_path), str(tmp_path / "world.db")
     stop = threading.Event()
     result = {}
@@ -131,8 +132,8 @@ def test_operator_rollback_is_compensated_by_the_worker(tmp_path):
         compensation_interval=0.2, memory=False)))
     demo.start()
     try:
-        operator = Engine.open(url)  # another engine, as the console's: no handlers registered
-        deadline = time.monotonic() + 15
+        operator = open_engine(url)  # another engine, as the console's: no handlers registered
+        deadline = time.monotonic() + 60
         target = None
         while target is None and time.monotonic() < deadline:
             for info in operator.sessions(scenario="refund", status="stopped"):
@@ -165,12 +166,12 @@ def test_operator_rollback_is_compensated_by_the_worker(tmp_path):
     _assert_compensations_ran_once(operator, ledger)
 
 
-def test_same_seed_same_sessions(tmp_path):
+def test_same_seed_same_sessions(tmp_path, open_engine):
     def run(name: str) -> dict:
         url = _url(tmp_path, name)
         run_demo(url, sessions=8, speed=0, seed=5, once=True, run="r",
                  ledger=str(tmp_path / f"{name}.world"), memory=False)
-        engine = Engine.open(url)
+        engine = open_engine(url)
         return {i.id: (i.meta, [(s.tool, s.args, s.status, s.error) for s in
                                 engine.get_session(i.id).steps()])
                 for i in engine.sessions(limit=1000)}
@@ -199,7 +200,7 @@ def test_plans_are_deterministic_and_cover_every_scenario():
         assert rate[True] > rate[False], name
 
 
-def test_rewind_demo_command(tmp_path, capsys):
+def test_rewind_demo_command(tmp_path, capsys, open_engine):
     url = _url(tmp_path)
     code = cli_main(["--store", url, "demo", "--sessions", "8", "--speed", "0", "--once",
                      "--seed", "2", "--backfill", "0", "--no-memory",
@@ -207,7 +208,7 @@ def test_rewind_demo_command(tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "SCENARIO" in out and "refund" in out
-    assert len(Engine.open(url).sessions()) == 8
+    assert len(open_engine(url).sessions()) == 8
     assert cli_main(["demo", "--list"]) == 0
     assert "image_inspection" in capsys.readouterr().out
 
@@ -219,18 +220,18 @@ def test_bad_arguments_fail_before_anything_runs():
         run_demo("sqlite:///:memory:", scenarios=["nope"], duration=1)
 
 
-def test_scenario_filter(tmp_path):
+def test_scenario_filter(tmp_path, open_engine):
     url = _url(tmp_path)
     stats = run_demo(url, sessions=3, speed=0, seed=1, once=True, scenarios=["refund"],
                      ledger=str(tmp_path / "world.db"), memory=False)
-    assert {i.scenario for i in Engine.open(url).sessions()} == {"refund"}
+    assert {i.scenario for i in open_engine(url).sessions()} == {"refund"}
     assert stats["refund"].sessions == 3 and stats["refund"].rollbacks >= 1
 
 
 @pytest.mark.parametrize("workers, signum, backfill",
                          [(1, signal.SIGINT, "0"), (2, signal.SIGTERM, "0"),
                           (1, signal.SIGINT, "30")])
-def test_demo_stops_cleanly_on_signal(tmp_path, workers, signum, backfill):
+def test_demo_stops_cleanly_on_signal(tmp_path, open_engine, workers, signum, backfill):
     url = _url(tmp_path)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
@@ -239,11 +240,11 @@ def test_demo_stops_cleanly_on_signal(tmp_path, workers, signum, backfill):
          "--ledger", str(tmp_path / "world.db")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        engine = Engine.open(url) if os.path.exists(tmp_path / "demo.db") else None
-        deadline = time.monotonic() + 15
+        engine = open_engine(url) if os.path.exists(tmp_path / "demo.db") else None
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if engine is None and os.path.exists(tmp_path / "demo.db"):
-                engine = Engine.open(url)
+                engine = open_engine(url)
             if engine is not None and sum(i.steps for i in engine.sessions()) >= 8:
                 break
             time.sleep(0.1)
@@ -258,11 +259,11 @@ def test_demo_stops_cleanly_on_signal(tmp_path, workers, signum, backfill):
     assert steps["running"] == 0  # every step that began also finished
 
 
-def test_backfill_fills_history_once(tmp_path):
+def test_backfill_fills_history_once(tmp_path, open_engine):
     url, ledger_path = _url(tmp_path), str(tmp_path / "world.db")
     stats = run_demo(url, sessions=4, speed=0, seed=1, once=True, run="a", ledger=ledger_path,
                      backfill_minutes=10, memory=False)
-    engine = Engine.open(url)
+    engine = open_engine(url)
     infos = engine.sessions(limit=100_000)
     history = [i for i in infos if "-ah-" in i.id]
     assert len(history) > 4 and len(infos) == len(history) + 4
@@ -278,14 +279,10 @@ def test_backfill_fills_history_once(tmp_path):
     assert len(engine.sessions(limit=100_000)) == len(infos) + 4
 
 
-def test_memories_are_written_and_recalled_once_the_engine_has_memory(tmp_path, monkeypatch):
-    """The demo switches session memory on by itself when `engine.memory.session` exists
-    (stubbed here, so this test does not depend on the memory implementation)."""
-    import importlib.machinery
-    import types
-
-    from engine.demo import agent as demo_agent
-
+def test_memories_are_written_and_recalled_once_the_engine_has_memory(tmp_path, monkeypatch,
+                                                                       open_engine):
+    """The demo writes and recalls session memories (`SessionMemory` is stubbed here, so this
+    test does not depend on the memory implementation)."""
     calls = []
 
     class StubMemory:
@@ -301,11 +298,7 @@ def test_memories_are_written_and_recalled_once_the_engine_has_memory(tmp_path, 
             return [types.SimpleNamespace(id="m1", text="FX rate EUR/USD fixed at 1.08",
                                           meta={}, score=1.0)]
 
-    stub = types.ModuleType("engine.memory.session")
-    stub.SessionMemory = StubMemory
-    stub.__spec__ = importlib.machinery.ModuleSpec("engine.memory.session", None)
-    monkeypatch.setitem(sys.modules, "engine.memory.session", stub)
-    monkeypatch.setattr(demo_agent, "_probed", {})
+    monkeypatch.setattr("engine.memory.session.SessionMemory", StubMemory)
     url = _url(tmp_path)
     stats = run_demo(url, sessions=8, speed=0, seed=4, once=True,
                      ledger=str(tmp_path / "world.db"))
@@ -316,20 +309,19 @@ def test_memories_are_written_and_recalled_once_the_engine_has_memory(tmp_path, 
     finance = [c[2] for c in adds if c[1].startswith("finance")]
     assert len(finance) >= 2  # the rate, then the treasury update that contradicts it
     assert [c for c in calls if c[0] == "recall"]
-    engine = Engine.open(url)
+    engine = open_engine(url)
     budgets = [s.budget for i in engine.sessions() for s in engine.get_session(i.id).steps()]
     assert any(b and b.get("memories", 0) > 0 for b in budgets)
 
 
-def test_finance_memories_with_the_real_memory(tmp_path):
+def test_finance_memories_with_the_real_memory(tmp_path, open_engine):
     """With the engine's own memory: the rate fixed early is contradicted later, and recall
     answers with the newer one."""
-    pytest.importorskip("engine.memory.session")
     url = _url(tmp_path)
     stats = run_demo(url, sessions=1, speed=0, seed=1, once=True, scenarios=["finance"],
                      ledger=str(tmp_path / "world.db"))
     assert stats.errors == [] and stats.warnings == []
-    engine = Engine.open(url)
+    engine = open_engine(url)
     (info,) = engine.sessions()
     session = engine.get_session(info.id)
     rate = session.state().variables["fx_rate"]

@@ -13,35 +13,14 @@ detector spoke up before the reader would have, never before the loop began.
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
+from traces import CORPUS
 
 from engine.loops.detector import LoopDetector, Verdict
-
-TRACES_DIR = Path(__file__).parent / "traces"
-
-
-def _load_corpus():
-    """Import tests/traces as a package by path (works whatever the test layout is)."""
-    name = "rewind_trace_corpus"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, TRACES_DIR / "__init__.py", submodule_search_locations=[str(TRACES_DIR)]
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-corpus = _load_corpus()
-CORPUS = corpus.CORPUS
 
 
 @dataclass

@@ -7,8 +7,8 @@ import pytest
 from engine import Engine, LoopDetected, metrics
 
 
-def test_an_automatic_loop_rollback_is_counted():
-    engine = Engine.open("sqlite:///:memory:")
+def test_an_automatic_loop_rollback_is_counted(open_engine):
+    engine = open_engine("sqlite:///:memory:")
     meta = {"scenario": "metrics-crop", "prompt_version": "v-metrics"}
     s = engine.session("m", meta=meta)
     labels = dict(scenario="metrics-crop", prompt_version="v-metrics")

@@ -17,30 +17,19 @@ pytest.importorskip("langgraph.checkpoint.conformance",
 from langgraph.checkpoint.conformance import checkpointer_test, validate  # noqa: E402
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES  # noqa: E402
 
-from engine import Engine  # noqa: E402
 from engine.integrations.langgraph import RewindSaver  # noqa: E402
 
-DOC_METHODS = ("doc_put", "doc_get", "doc_scan")
 CAPABILITIES = sorted(c.value for c in ALL_CAPABILITIES)
 
 
 @pytest.mark.parametrize("capability", CAPABILITIES)
-def test_conformance(store_url, capability):
-    engine = Engine.open(store_url)
-    try:
-        missing = [m for m in DOC_METHODS if not hasattr(engine.store, m)]
-        if missing:
-            pytest.xfail(f"{type(engine.store).__name__} lacks {', '.join(missing)}, which "
-                         "RewindSaver keeps LangGraph's checkpoints in")
+def test_conformance(engine, store_url, capability):
+    @checkpointer_test(name=f"RewindSaver[{store_url.split(':', 1)[0]}]")
+    async def rewind_saver():
+        yield RewindSaver(engine)
 
-        @checkpointer_test(name=f"RewindSaver[{store_url.split(':', 1)[0]}]")
-        async def rewind_saver():
-            yield RewindSaver(engine)
-
-        report = asyncio.run(validate(rewind_saver, capabilities={capability}))
-        result = report.results[capability]
-        assert result.detected, f"RewindSaver does not implement {capability}"
-        assert result.tests_failed == 0, "\n".join(result.failures)
-        assert result.tests_passed > 0
-    finally:
-        engine.close()
+    report = asyncio.run(validate(rewind_saver, capabilities={capability}))
+    result = report.results[capability]
+    assert result.detected, f"RewindSaver does not implement {capability}"
+    assert result.tests_failed == 0, "\n".join(result.failures)
+    assert result.tests_passed > 0

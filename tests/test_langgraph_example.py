@@ -14,7 +14,6 @@ pytest.importorskip("langgraph.prebuilt", reason="needs the langgraph extra")
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: E402
 
-from engine import Engine  # noqa: E402
 from engine.integrations.langgraph import RewindSaver, layout  # noqa: E402
 from engine.sessions.notices import NOTICE_FLAG, TEMPLATES  # noqa: E402
 
@@ -96,13 +95,13 @@ def test_example_main_runs(example, tmp_path, capsys):
     assert "LoopDetected" in out and "sessions" in out
 
 
-def test_example_async_invocation(example, tmp_path):
+def test_example_async_invocation(example, tmp_path, open_engine):
     """The same graph through ainvoke: the async hooks of the saver and the guard."""
     import asyncio
 
     from engine import LoopDetected
 
-    engine = Engine.open(f"sqlite:///{tmp_path}/async.db")
+    engine = open_engine(f"sqlite:///{tmp_path}/async.db")
     saver = RewindSaver(engine)
     graph = example.build_graph(saver)
     config = {"configurable": {"thread_id": "async-thread"}}
@@ -118,17 +117,16 @@ def test_example_async_invocation(example, tmp_path):
     assert kinds == ["HumanMessage", "AIMessage", "HumanMessage", "AIMessage"]
     assert result["messages"][1].additional_kwargs.get(NOTICE_FLAG)
     assert len(engine.get_session("async-thread").steps()) == 3
-    engine.close()
 
 
 @pytest.mark.parametrize("durability", ["sync", "async", "exit"])
-def test_every_durability_mode_recovers(example, tmp_path, durability):
+def test_every_durability_mode_recovers(example, tmp_path, open_engine, durability):
     """LangGraph stores checkpoints before the next step (sync), in the background (async, the
     default: the guard waits for the checkpoint its call runs under) or only when the run ends
     (exit: the failed run's checkpoint arrives after the rollback and must stay late)."""
     from engine import LoopDetected
 
-    engine = Engine.open(f"sqlite:///{tmp_path}/durability.db")
+    engine = open_engine(f"sqlite:///{tmp_path}/durability.db")
     graph = example.build_graph(RewindSaver(engine))
     config = {"configurable": {"thread_id": f"d-{durability}"}}
     with pytest.raises(LoopDetected):
@@ -147,4 +145,3 @@ def test_every_durability_mode_recovers(example, tmp_path, durability):
     assert len(messages) == expected
     steps = engine.get_session(f"d-{durability}").steps()
     assert len(steps) == 3 and not any(s.on_live_line for s in steps)
-    engine.close()

@@ -5,9 +5,8 @@ is consistent and every step the store acknowledged is there."""
 from __future__ import annotations
 
 import pytest
-import test_multiprocess as multiprocess
-from redis_servers import RedisServer, cluster, fresh_prefix, require_redis
-from test_multiprocess import check_after_kills, kill_rounds
+from support.agents import check_after_kills, kill_rounds, operator_rolls_back_while_the_agent_steps
+from support.redis_servers import RedisServer, cluster, fresh_prefix, require_redis
 
 from engine import Engine
 from engine.store.redis import keys
@@ -69,8 +68,6 @@ def test_kills_on_the_cluster_leave_consistent_sessions_and_fleet_views():
 
 @pytest.mark.parametrize("backend", ["redis", "redis-cluster"])
 def test_operator_rolls_back_while_the_agent_steps_on_redis(backend, tmp_path, request):
-    from redis_servers import REDIS_BACKENDS
+    from support.redis_servers import REDIS_BACKENDS
 
-    multiprocess.test_operator_rolls_back_while_the_agent_steps(
-        REDIS_BACKENDS[backend](tmp_path, request)
-    )
+    operator_rolls_back_while_the_agent_steps(REDIS_BACKENDS[backend](tmp_path, request))

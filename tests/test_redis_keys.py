@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import pytest
 from redis.crc import key_slot
+from support.ids import NASTY_IDS
 
 from engine.store.redis import keys
-
-NASTY_IDS = ["{tag}", "}{", "a:b:{c}", "*?[]", "{}:*?[]\\", "会话{42}:*", "x" * 200,
-             "emoji 🦜 {}", "-", "_", "=="]
 
 
 # -- key layout (pure) ------------------------------------------------------------------------

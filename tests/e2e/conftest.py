@@ -1,5 +1,5 @@
 """The real console, started with `streamlit run` on a free port against a seeded SQLite store,
-and a headless Chromium to drive it (Debian's /usr/bin/chromium; browsers are never downloaded).
+and a headless Chromium to drive it (see `support.console`).
 
 Refresh the README screenshots with `REWIND_SCREENSHOTS=docs pytest -m browser tests/e2e`.
 """
@@ -11,11 +11,16 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from .seed import seed_fleet
-from .server import CHROMIUM, CHROMIUM_ARGS, Console, start_console, stop_console, write_secrets
-
-ACCOUNTS = {"olivia": ("operator", "olivia-on-call"), "victor": ("viewer", "victor-reads")}
+from support.console import (
+    ACCOUNTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    Console,
+    start_console,
+    stop_console,
+    write_secrets,
+)
+from support.fleet import seed_fleet
 
 
 @pytest.fixture(scope="package")
@@ -54,10 +59,19 @@ def browser():
         chromium.close()
 
 
+WAIT_MS = 20_000
+"""How long actions and `expect` checks wait for the console. Playwright's `expect` gives up after
+5 s by default, and on a loaded machine the fleet's first charts take longer than that; a check
+that holds returns at once, so a generous wait costs nothing when the console is quick."""
+
+
 @pytest.fixture
 def page(browser):
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=WAIT_MS)
     context = browser.new_context(viewport={"width": 1440, "height": 1000})
     pg = context.new_page()
-    pg.set_default_timeout(20_000)
+    pg.set_default_timeout(WAIT_MS)
     yield pg
     context.close()

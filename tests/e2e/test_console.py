@@ -10,12 +10,11 @@ import re
 
 import pytest
 from playwright.sync_api import Page, expect
+from support.console import ACCOUNTS
+from support.fleet import AUTO_ROLLED_BACK, LOOPING
 
 from engine import Engine
 from engine.sessions.notices import TEMPLATES
-
-from .conftest import ACCOUNTS
-from .seed import AUTO_ROLLED_BACK, LOOPING
 
 pytestmark = pytest.mark.browser
 
@@ -215,7 +214,7 @@ TABS = ["Timeline", "Why flagged", "Snapshot tree", "Memory", "Token budget", "M
 def test_hostile_names_never_become_links(console, page):
     from urllib.parse import quote
 
-    from .seed import HOSTILE_LOOPING, HOSTILE_ROLLED_BACK, seed_hostile
+    from support.fleet import HOSTILE_LOOPING, HOSTILE_ROLLED_BACK, seed_hostile
 
     seed_hostile(console.store)  # runs last in this file: earlier tests count the fleet
     sign_in(page, console.url, "olivia")

@@ -8,9 +8,8 @@ import re
 
 import pytest
 from playwright.sync_api import Page, expect
-
-from .seed import seed_fleet
-from .server import CHROMIUM, CHROMIUM_ARGS, start_console, stop_console
+from support.console import CHROMIUM, CHROMIUM_ARGS, start_console, stop_console
+from support.fleet import seed_fleet
 
 pytestmark = pytest.mark.browser
 

@@ -2,7 +2,7 @@
 free loopback ports with its own temporary directory, started on first use and stopped when the
 test process exits. They never touch a Redis already running on the machine (port 6379).
 
-`REDIS_BACKENDS` plugs them into the conformance suite (see conftest.py): each factory returns
+`REDIS_BACKENDS` plugs them into the conformance suite (see tests/conftest.py): each factory returns
 the URL of a fresh, empty store (the server is flushed and each test gets its own key prefix, so
 a late write of an earlier test cannot leak into the next one).
 """
@@ -12,15 +12,15 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 
 import pytest
+
+from support.ports import free_port
 
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
@@ -33,25 +33,6 @@ def have_redis() -> bool:
 def require_redis() -> None:
     if not have_redis():
         pytest.skip("redis-server / redis-cli are not installed (scripts/install --test)")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port(with_bus: bool = False) -> int:
-    """A free loopback port (and, for cluster nodes, its bus port +10000 free too)."""
-    for _ in range(500):
-        port = random.randint(20000, 29999) if with_bus else random.randint(30000, 59999)
-        if port != 6379 and _port_free(port) and (not with_bus or _port_free(port + 10000)):
-            return port
-    raise RuntimeError("no free loopback port found")
 
 
 class RedisServer:

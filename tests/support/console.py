@@ -1,4 +1,6 @@
-"""Start and stop the real console (`streamlit run dashboard/app.py`) for tests and benchmarks.
+"""Start and stop the real console (`streamlit run dashboard/app.py`) for tests and benchmarks,
+and the headless Chromium that drives it (Debian's /usr/bin/chromium; browsers are never
+downloaded).
 
 Like Streamlit's own end-to-end tests: start the server on a free port, poll /_stcore/health.
 """
@@ -7,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,18 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.auth import hash_password
+from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "dashboard" / "app.py"
 CHROMIUM = os.environ.get("REWIND_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+ACCOUNTS = {"olivia": ("operator", "olivia-on-call"), "victor": ("viewer", "victor-reads")}
+"""The console's test accounts: name -> (role, password)."""
 
 
 def write_secrets(path: Path, accounts: dict[str, tuple[str, str]], freeze: bool = True) -> None:
