@@ -207,7 +207,7 @@ def test_purge_deletes_abandoned_branches_and_keeps_the_live_line(store, rewind,
     live = engine.get_session(LOOPING).state().messages
     assert engine.get_session(LOOPING).branches()
 
-    code, out = rewind("--store", store, "purge", "--days", "0")
+    code, out = rewind("--store", store, "purge", "--days", "0", "--yes")
     assert code == 0
     removed = json.loads(out)
     assert removed["branches"] == 1 and removed["steps"] > 0

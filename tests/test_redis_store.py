@@ -388,7 +388,7 @@ def test_a_password_in_the_query_works_and_is_never_shown(password_server):
     assert not fallback.degraded and "right-pw" not in fallback.url + fallback.primary_url
     fallback.close()
 
-    from redis_servers import free_port
+    from support.ports import free_port
 
     down = f"redis://127.0.0.1:{free_port()}/0?password=s3cr3t-q&retries=0"
     with pytest.raises(StoreUnavailable) as info:
