@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 
 from engine import Engine
@@ -126,3 +130,31 @@ def test_a_second_handle_sees_memories_written_elsewhere(mem_engine):
     assert reader.memory.recall("deadline", k=3) == []
     mid = writer.memory.add("the deadline is Friday", importance=0.5)
     assert [h.id for h in reader.memory.recall("deadline", k=3)] == [mid]
+
+
+LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.json"
+
+
+@pytest.mark.skipif(not LOCOMO.is_file(), reason="LoCoMo not present (../shared/data)")
+def test_replaying_real_chat_invalidates_almost_nothing():
+    """Ordinary conversation (LoCoMo's first conversation, its first 300 turns, "Speaker: text")
+    goes through `s.memory.add` with the default checker; at most 2% may be invalidated."""
+    conv = json.loads(LOCOMO.read_text(encoding="utf-8"))[0]["conversation"]
+    sessions = sorted(
+        (k for k in conv if re.fullmatch(r"session_\d+", k)), key=lambda k: int(k[8:])
+    )
+    turns = [f"{t['speaker']}: {t['text']}" for k in sessions for t in conv[k]][:300]
+    clock = [1_800_000_000.0]
+    eng = Engine.open("sqlite:///:memory:", memory=MemoryConfig(embedder=HashingEmbedder()),
+                      clock=lambda: clock[0])
+    try:
+        s = eng.session("locomo")
+        for text in turns:
+            clock[0] += 1
+            s.memory.add(text, importance=0.8)
+        everything = s.memory.items(include_invalid=True)
+        invalid = [m for m in everything if not m.valid]
+        assert len(everything) == len(turns)
+        assert len(invalid) <= 0.02 * len(turns), [m.invalid_reason for m in invalid]
+    finally:
+        eng.close()
