@@ -252,6 +252,8 @@ class BM25Index:
         self._free: list[int] = []
         self._lengths = np.zeros(64)
         self._postings: dict[str, set[int]] = {}
+        self._arrays: dict[str, _Posting] = {}  # term -> (slots, term frequencies), for scoring
+        self._where: list[dict[str, int]] = []  # slot -> {term: position in its _Posting}
         self._term_id: dict[str, int] = {}  # term -> slot in _df
         self._df = np.zeros(256)  # document frequency per term slot (0: free)
         self._free_terms: list[int] = []
@@ -288,6 +290,7 @@ class BM25Index:
                 slot = len(self._ids)
                 self._ids.append(doc_id)
                 self._okapi.doc_freqs.append(freqs)
+                self._where.append({})
                 if slot >= len(self._lengths):
                     grown = np.zeros(len(self._lengths) * 2)
                     grown[: len(self._lengths)] = self._lengths
@@ -301,6 +304,10 @@ class BM25Index:
                     self._term_id[term] = self._new_term_slot()
                 posting.add(slot)
                 self._df[self._term_id[term]] += 1
+                arrays = self._arrays.get(term)
+                if arrays is None:
+                    arrays = self._arrays[term] = _Posting()
+                self._where[slot][term] = arrays.append(slot, freqs[term])
             self._total_len += len(terms)
             self._dirty = True
 
@@ -331,12 +338,17 @@ class BM25Index:
     def _remove_locked(self, doc_id: str) -> None:
         slot = self._slot.pop(doc_id)
         freqs = self._okapi.doc_freqs[slot]
+        where = self._where[slot]
         for term in freqs:
             posting = self._postings[term]
             posting.discard(slot)
             self._df[self._term_id[term]] -= 1
+            moved = self._arrays[term].remove(where.pop(term))
+            if moved is not None:  # the last entry filled the hole: note its new position
+                self._where[moved[0]][term] = moved[1]
             if not posting:
                 del self._postings[term]
+                del self._arrays[term]
                 self._free_terms.append(self._term_id.pop(term))
         self._total_len -= int(self._lengths[slot])
         self._lengths[slot] = 0
@@ -388,16 +400,55 @@ class BM25Index:
             okapi = self._okapi
             if not terms or okapi.avgdl == 0:
                 return []
-            candidates: set[int] = set()
-            for term in set(terms):
-                candidates |= self._postings.get(term, set())
-            if not candidates:
+            # rank-bm25's get_batch_scores, term by term over each term's posting only (numpy),
+            # instead of a Python loop over every candidate document per term.
+            n = len(self._ids)
+            total = np.zeros(n)
+            matched = np.zeros(n, dtype=bool)
+            norm = okapi.k1 * (1 - okapi.b + okapi.b * self._lengths[:n] / okapi.avgdl)
+            for term in terms:  # repeated query terms count again, as in rank-bm25
+                arrays = self._arrays.get(term)
+                if arrays is None or arrays.n == 0:
+                    continue
+                slots, tf = arrays.slots[: arrays.n], arrays.tfs[: arrays.n]
+                idf = okapi.idf.get(term) or 0
+                total[slots] += idf * (tf * (okapi.k1 + 1) / (tf + norm[slots]))
+                matched[slots] = True
+            slots = np.flatnonzero(matched)
+            if not len(slots):
                 return []
-            slots = sorted(candidates)
-            scores = np.asarray(okapi.get_batch_scores(terms, slots))
-            ids = [self._ids[s] for s in slots]
-        order = _top(scores, k)
-        return [(ids[i], float(scores[i])) for i in order]
+            scores = total[slots]
+            order = _top(scores, k)
+            return [(self._ids[slots[i]], float(scores[i])) for i in order]
+
+
+class _Posting:
+    """One term's documents as parallel numpy arrays (slot, term frequency), swap-removed."""
+
+    __slots__ = ("slots", "tfs", "n")
+
+    def __init__(self) -> None:
+        self.slots = np.zeros(4, dtype=np.int64)
+        self.tfs = np.zeros(4)
+        self.n = 0
+
+    def append(self, slot: int, tf: int) -> int:
+        if self.n == len(self.slots):
+            self.slots = np.concatenate([self.slots, np.zeros(self.n, dtype=np.int64)])
+            self.tfs = np.concatenate([self.tfs, np.zeros(self.n)])
+        self.slots[self.n] = slot
+        self.tfs[self.n] = tf
+        self.n += 1
+        return self.n - 1
+
+    def remove(self, position: int) -> tuple[int, int] | None:
+        """Drop the entry at `position`; returns (slot, new position) of the entry moved there."""
+        self.n -= 1
+        if position == self.n:
+            return None
+        self.slots[position] = self.slots[self.n]
+        self.tfs[position] = self.tfs[self.n]
+        return int(self.slots[position]), position
 
 
 def _top(scores: np.ndarray, k: int | None) -> np.ndarray:
@@ -579,7 +630,9 @@ class DenseIndex:
                 norm = float(np.linalg.norm(q))
                 if norm:
                     q /= norm
-            scores = self._matrix[:n] @ q
+            # einsum, not ``@``: a matrix-vector product this small gains nothing from BLAS
+            # threads, and on a busy host their hand-offs made it 5-20x slower (bench/context.py)
+            scores = np.einsum("ij,j->i", self._matrix[:n], q)
             ids = list(self._ids)
         order = _top(scores, k)
         return [(ids[i], float(scores[i])) for i in order]
@@ -616,11 +669,17 @@ def weighted_rrf(
     best: dict[str, tuple[int, int]] = {}
     for which, (ranking, weight) in enumerate(zip(rankings, weights, strict=True)):
         for rank, doc_id in enumerate(ranking, start=1):
-            scores[doc_id] = scores.get(doc_id, 0.0) + weight / (k + rank)
-            key = (rank, which)
-            if doc_id not in best or key < best[doc_id]:
-                best[doc_id] = key
-    return sorted(scores.items(), key=lambda item: (-item[1], best[item[0]]))
+            share = weight / (k + rank)
+            if doc_id in scores:
+                scores[doc_id] += share
+                if rank < best[doc_id][0]:  # same rank in an earlier ranking stays better
+                    best[doc_id] = (rank, which)
+            else:
+                scores[doc_id] = share
+                best[doc_id] = (rank, which)
+    # (rank, ranking) is unique per document, so the id never decides; tuples sort in C
+    ordered = sorted([(-score, best[doc_id], doc_id) for doc_id, score in scores.items()])
+    return [(doc_id, -negative) for negative, _, doc_id in ordered]
 
 
 @dataclass(frozen=True)
