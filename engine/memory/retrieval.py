@@ -49,6 +49,10 @@ DEFAULT_K1 = 1.2
 DEFAULT_B = 0.3
 """BM25 length normalization; memories are short and similar in length, so it is kept low."""
 
+DEFAULT_CONTEXT = 0.6
+"""BM25 score share passed to a matching memory's neighbours in write order; chosen on LoCoMo
+conversations 0-4 (recall@10 0.641 -> 0.724), held out on 5-9 (0.646 -> 0.690)."""
+
 RRF_K = 60
 """The constant of reciprocal rank fusion (Cormack et al., 2009)."""
 
@@ -236,6 +240,7 @@ class BM25Index:
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
         epsilon: float = 0.25,
+        context: float = 0.0,
     ) -> None:
         """Create an empty index.
 
@@ -244,7 +249,14 @@ class BM25Index:
             k1: BM25 term-frequency saturation.
             b: BM25 length normalization.
             epsilon: rank-bm25's floor for negative IDFs, as a fraction of the mean IDF.
+            context: share of a document's score given to the documents indexed just before
+                and just after it (0: plain BM25). Memories written one after the other are
+                each other's context: an answer turn rarely repeats the words of the question
+                it answers, the turn before it does.
         """
+        if context < 0:
+            raise ValueError(f"context must be non-negative, got {context}")
+        self.context = float(context)
         self.tokenizer = tokenizer or tokenize
         self._okapi = _LiveOkapi(k1, b, epsilon)
         self._ids: list[str | None] = []  # slot -> id
@@ -254,6 +266,10 @@ class BM25Index:
         self._postings: dict[str, set[int]] = {}
         self._arrays: dict[str, _Posting] = {}  # term -> (slots, term frequencies), for scoring
         self._where: list[dict[str, int]] = []  # slot -> {term: position in its _Posting}
+        # insertion order as a doubly linked list of slots (-1: none), for `context`
+        self._prev = np.full(64, -1, dtype=np.int64)
+        self._next = np.full(64, -1, dtype=np.int64)
+        self._tail = -1
         self._term_id: dict[str, int] = {}  # term -> slot in _df
         self._df = np.zeros(256)  # document frequency per term slot (0: free)
         self._free_terms: list[int] = []
@@ -295,6 +311,14 @@ class BM25Index:
                     grown = np.zeros(len(self._lengths) * 2)
                     grown[: len(self._lengths)] = self._lengths
                     self._lengths = grown
+                if slot >= len(self._prev):
+                    more = np.full(len(self._prev), -1, dtype=np.int64)
+                    self._prev = np.concatenate([self._prev, more])
+                    self._next = np.concatenate([self._next, more])
+            self._prev[slot], self._next[slot] = self._tail, -1
+            if self._tail >= 0:
+                self._next[self._tail] = slot
+            self._tail = slot
             self._lengths[slot] = len(terms)
             self._slot[doc_id] = slot
             for term in freqs:
@@ -337,6 +361,14 @@ class BM25Index:
 
     def _remove_locked(self, doc_id: str) -> None:
         slot = self._slot.pop(doc_id)
+        before, after = int(self._prev[slot]), int(self._next[slot])
+        if before >= 0:
+            self._next[before] = after
+        if after >= 0:
+            self._prev[after] = before
+        if self._tail == slot:
+            self._tail = before
+        self._prev[slot] = self._next[slot] = -1
         freqs = self._okapi.doc_freqs[slot]
         where = self._where[slot]
         for term in freqs:
@@ -414,6 +446,14 @@ class BM25Index:
                 idf = okapi.idf.get(term) or 0
                 total[slots] += idf * (tf * (okapi.k1 + 1) / (tf + norm[slots]))
                 matched[slots] = True
+            if self.context:
+                hit = np.flatnonzero(matched)
+                share = self.context * total[hit]
+                total = total.copy()
+                for neighbour in (self._prev[hit], self._next[hit]):  # each injective
+                    ok = neighbour >= 0
+                    total[neighbour[ok]] += share[ok]
+                    matched[neighbour[ok]] = True
             slots = np.flatnonzero(matched)
             if not len(slots):
                 return []
@@ -721,6 +761,7 @@ class HybridIndex:
         b: float = DEFAULT_B,
         feedback: int = 1,
         feedback_weight: float = 1.0,
+        context: float = DEFAULT_CONTEXT,
     ) -> None:
         """Create an empty index.
 
@@ -738,6 +779,8 @@ class HybridIndex:
                 The dense list then agrees with BM25 on its best hit and adds that hit's
                 semantic neighbours, so fusion keeps BM25's precision at the top.
             feedback_weight: how far the query vector moves (Rocchio beta).
+            context: BM25 score share passed to the memories written just before and after a
+                matching one (`BM25Index`); chosen on LoCoMo's dev conversations.
 
         Raises:
             ValueError: bad weights, rrf_k, depth or feedback.
@@ -760,7 +803,7 @@ class HybridIndex:
         self.depth = depth
         self.feedback = feedback
         self.feedback_weight = feedback_weight
-        self.bm25 = BM25Index(tokenizer=tokenizer, k1=k1, b=b)
+        self.bm25 = BM25Index(tokenizer=tokenizer, k1=k1, b=b, context=context)
         self.dense = DenseIndex(embedder) if self.weights[1] > 0 else None
 
     def __len__(self) -> int:
