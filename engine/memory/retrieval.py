@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from engine.memory.embeddings import Embedder, default_embedder
+from engine.memory.embeddings import Embedder, default_embedder, installed_embedder
 
 __all__ = [
     "DEFAULT_WEIGHTS",
@@ -766,8 +766,9 @@ class HybridIndex:
         """Create an empty index.
 
         Args:
-            embedder: the dense `Embedder`; default all-MiniLM-L6-v2 from the installed package
-                (loaded on the first search). Never used when the dense weight is 0.
+            embedder: the dense `Embedder`; default all-MiniLM-L6-v2 when the ``[dense]`` extra
+                is installed (loaded on the first search), else none: BM25 alone, weights
+                ``(w_bm25, 0)``. Never used when the dense weight is 0.
             weights: ``(w_bm25, w_dense)``, non-negative, not both 0.
             rrf_k: RRF constant.
             depth: how many results of each retriever enter the fusion.
@@ -798,6 +799,10 @@ class HybridIndex:
                 f"feedback and feedback_weight must be non-negative, got {feedback}, "
                 f"{feedback_weight}"
             )
+        if embedder is None and weights[1] > 0:
+            embedder = installed_embedder()
+            if embedder is None:  # no [dense] extra: the lexical side alone
+                weights = (float(weights[0]) or 1.0, 0.0)
         self.weights = (float(weights[0]), float(weights[1]))
         self.rrf_k = rrf_k
         self.depth = depth
