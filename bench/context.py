@@ -537,7 +537,10 @@ def bench_session_memory(
         clock[0] += 1.0
         return clock[0]
 
-    config = MemoryConfig(embedder=HashingEmbedder() if embedder == "hashing" else None)
+    if embedder == "none":
+        config = MemoryConfig(weights=(1.0, 0.0))  # the default install: no [dense] extra
+    else:
+        config = MemoryConfig(embedder=HashingEmbedder() if embedder == "hashing" else None)
     tmp = tempfile.mkdtemp(prefix="rewind-bench-")
     engine = Engine.open(f"sqlite:///{tmp}/bench.db", memory=config, clock=tick)
     qi = iter(range(10**9))
@@ -596,9 +599,10 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
     )
     parser.add_argument(
         "--embedder",
-        choices=("default", "hashing"),
+        choices=("default", "none", "hashing"),
         default="default",
-        help="dense embedder of the s.memory table (hashing: no model)",
+        help="dense side of the s.memory table (default: MemoryConfig's; none: BM25 alone; "
+        "hashing: no model)",
     )
     parser.add_argument("--only-memory", action="store_true", help="only the s.memory table")
     args = parser.parse_args(argv)

@@ -863,7 +863,8 @@ class HybridIndex:
         """
         if k <= 0:
             return []
-        depth = max(self.depth, k)
+        # one ranking alone: fusion keeps its order, so the top k of it is all that is needed
+        depth = max(self.depth, k) if self.dense is not None else k
         lexical = self.weights[0] > 0 or self.feedback > 0
         sparse = self.bm25.search(query, depth) if lexical else []
         dense = (
