@@ -19,10 +19,12 @@ checks on; importance 0.8 keeps turns out of the short-term eviction; the clock 
 per call, so nothing decays), and every question through ``s.memory.recall(question, k=100)``. The
 share of turns the contradiction checker invalidated is reported too (target: at most 2%).
 
-Embedders (``--embedders``): ``minilm`` (today's default: torch + sentence-transformers +
-all-MiniLM-L6-v2), ``minilm-numpy`` (the same weights run by numpy, no torch), ``wordllama``
-(static embeddings from the ``wordllama`` package), ``hashing`` (no model; a floor). Each is
-measured for recall gain over BM25, load time and embedding time per memory.
+Embedders (``--embedders``): ``minilm`` (the ``[dense]`` extra: torch + sentence-transformers +
+all-MiniLM-L6-v2), ``minilm-numpy`` (the same weights run by numpy, no torch), ``minilm-static``
+(a static embedding: MiniLM's input token table, averaged), ``hashing`` (no model; a floor). Each
+is measured for recall gain over the lexical side, load time and embedding time per memory.
+WordLlama was tried as a packaged static model and dropped: its wheel ships the weights but not
+the tokenizer, which it fetches from a model hub when it loads.
 
 Run: ``.venv/bin/python bench/retrieval.py [--embedders minilm,minilm-numpy] [--check]``.
 """
@@ -47,7 +49,6 @@ from engine.memory.embeddings import (  # noqa: E402
     HashingEmbedder,
     MiniLMEmbedder,
     NumpyMiniLMEmbedder,
-    WordLlamaEmbedder,
 )
 from engine.memory.retrieval import (  # noqa: E402
     DEFAULT_CONTEXT,
@@ -104,7 +105,6 @@ EMBEDDERS: dict[str, Callable[[], object]] = {
     "minilm-static": StaticMiniLM,
     "minilm": MiniLMEmbedder,
     "minilm-numpy": NumpyMiniLMEmbedder,
-    "wordllama": WordLlamaEmbedder,
     "hashing": HashingEmbedder,
 }
 MEMORY_R10_TARGET = 0.65

@@ -38,7 +38,6 @@ __all__ = [
     "HashingEmbedder",
     "MiniLMEmbedder",
     "NumpyMiniLMEmbedder",
-    "WordLlamaEmbedder",
     "default_embedder",
     "installed_embedder",
 ]
@@ -358,38 +357,6 @@ class NumpyMiniLMEmbedder:
                 if len(self._cache) > self._cache_size:
                     self._cache.popitem(last=False)
         return out
-
-
-class WordLlamaEmbedder:
-    """WordLlama's static token embeddings (``wordllama`` package, its bundled 256-dimension
-    ``l2_supercat`` weights, about 16 MB): a lookup and an average, no neural network at run time.
-    """
-
-    name = "WordLlama l2_supercat 256"
-    dim = 256
-
-    def __init__(self) -> None:
-        self._model: Any = None
-        self._lock = threading.Lock()
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed texts (L2-normalized rows).
-
-        Raises:
-            EmbedderUnavailable: ``wordllama`` is not installed.
-        """
-        texts = list(texts)
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        if self._model is None:
-            with self._lock:
-                if self._model is None:
-                    try:
-                        from wordllama import WordLlama
-                    except ImportError as exc:
-                        raise EmbedderUnavailable("pip install wordllama") from exc
-                    self._model = WordLlama.load(dim=self.dim)
-        return _normalize_rows(np.asarray(self._model.embed(texts, norm=True)))
 
 
 _HASH_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
