@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 
 from engine import Engine
@@ -25,8 +29,9 @@ def mem_engine(store_url, clock):
 
 def test_rollback_removes_memories_written_after_the_target(mem_engine):
     s = mem_engine.session("s")
-    kept = s.memory.add("FX rate EUR/USD fixed at 1.08 for this task", importance=0.9,
-                        meta={"turn": "D1:3"})
+    kept = s.memory.add(
+        "FX rate EUR/USD fixed at 1.08 for this task", importance=0.9, meta={"turn": "D1:3"}
+    )
     snap = s.snapshot("after the rate")
     s.memory.add("loop garbage: image_crop failed again", importance=0.8)
     s.memory.add("loop garbage: image_crop failed once more", importance=0.8)
@@ -75,8 +80,13 @@ def test_recalls_count_and_consolidate_after_three(mem_engine):
 def test_short_term_buffer_evicts_least_important_oldest(mem_engine, clock):
     s = mem_engine.session("s")
     ids = []
-    notes = ["the user likes tea", "weather was cloudy", "invoice sent by mail",
-             "printer jammed twice", "meeting moved to Monday"]
+    notes = [
+        "the user likes tea",
+        "weather was cloudy",
+        "invoice sent by mail",
+        "printer jammed twice",
+        "meeting moved to Monday",
+    ]
     for text, importance in zip(notes, [0.5, 0.2, 0.4, 0.2, 0.6], strict=True):
         clock[0] += 1
         ids.append(s.memory.add(text, importance=importance))
@@ -126,3 +136,68 @@ def test_a_second_handle_sees_memories_written_elsewhere(mem_engine):
     assert reader.memory.recall("deadline", k=3) == []
     mid = writer.memory.add("the deadline is Friday", importance=0.5)
     assert [h.id for h in reader.memory.recall("deadline", k=3)] == [mid]
+
+
+LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.json"
+
+
+@pytest.mark.skipif(not LOCOMO.is_file(), reason="LoCoMo not present (../shared/data)")
+def test_replaying_real_chat_invalidates_almost_nothing():
+    """Ordinary conversation (LoCoMo's first conversation, its first 300 turns, "Speaker: text")
+    goes through `s.memory.add` with the default checker; at most 2% may be invalidated."""
+    conv = json.loads(LOCOMO.read_text(encoding="utf-8"))[0]["conversation"]
+    sessions = sorted(
+        (k for k in conv if re.fullmatch(r"session_\d+", k)), key=lambda k: int(k[8:])
+    )
+    turns = [f"{t['speaker']}: {t['text']}" for k in sessions for t in conv[k]][:300]
+    clock = [1_800_000_000.0]
+    eng = Engine.open(
+        "sqlite:///:memory:",
+        memory=MemoryConfig(embedder=HashingEmbedder()),
+        clock=lambda: clock[0],
+    )
+    try:
+        s = eng.session("locomo")
+        for text in turns:
+            clock[0] += 1
+            s.memory.add(text, importance=0.8)
+        everything = s.memory.items(include_invalid=True)
+        invalid = [m for m in everything if not m.valid]
+        assert len(everything) == len(turns)
+        assert len(invalid) <= 0.02 * len(turns), [m.invalid_reason for m in invalid]
+    finally:
+        eng.close()
+
+
+def test_a_handle_reads_the_namespace_once_then_follows_the_event_feed(mem_engine, monkeypatch):
+    reads = []
+    get_all = mem_engine.store.get_all
+    monkeypatch.setattr(
+        mem_engine.store, "get_all", lambda sid, ns: reads.append(ns) or get_all(sid, ns)
+    )
+    s = mem_engine.session("s")
+    first = s.memory.add("the deadline is Friday", importance=0.9)
+    for i in range(5):
+        s.append_message("user", f"message {i}")
+        s.set_var("n", i)
+        s.memory.add(
+            [
+                "the crop tool failed",
+                "Melanie likes pottery",
+                "the user is in Oslo",
+                "invoice sent by mail",
+                "printer jammed twice",
+            ][i],
+            importance=0.9,
+        )
+        s.memory.recall("deadline", k=3)
+    assert reads.count("mem") == 1
+    other = Engine(mem_engine.store, memory=mem_engine.memory_config).session("s")
+    theirs = other.memory.add("the deadline moved to Monday", importance=0.9)
+    ids = {m.id for m in s.memory.items(include_invalid=True)}
+    assert theirs in ids and first in ids
+    assert {m.id for m in s.memory.items()} == ids - {first}  # their correction is seen here
+    snap = s.snapshot()
+    mine = s.memory.add("the budget is 500", importance=0.9)
+    s.rollback(to=snap, actor="op", reason="test", notice=False)
+    assert mine not in {m.id for m in s.memory.items(include_invalid=True)}

@@ -11,7 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
-from engine.memory.embeddings import Embedder, HashingEmbedder, MiniLMEmbedder
+from engine.memory.embeddings import (
+    Embedder,
+    HashingEmbedder,
+    MiniLMEmbedder,
+    NumpyMiniLMEmbedder,
+)
 from engine.memory.retrieval import (
     DEFAULT_WEIGHTS,
     BM25Index,
@@ -242,6 +247,7 @@ def test_hashing_embedder_is_deterministic_and_normalized():
 
 @pytest.fixture(scope="module")
 def minilm():
+    pytest.importorskip("sentence_transformers", reason="the [dense] extra is not installed")
     embedder = MiniLMEmbedder()
     embedder.load()
     return embedder
@@ -267,3 +273,18 @@ def test_real_model_dense_and_hybrid_find_paraphrases(minilm):
     hits = [d for d, _ in hybrid.search("which currency conversion rate applies?", k=2)]
     assert "m1" in hits
     assert hybrid.search("crop tool failing with bad slices", k=1)[0][0] == "m7"
+
+
+def test_numpy_minilm_gives_the_vectors_of_the_torch_model(minilm):
+    texts = [
+        "FX rate EUR/USD fixed at 1.08",
+        "Caroline: I went to a support group yesterday.",
+        "我住在北京",
+        "which exchange rate?",
+        "",
+    ]
+    numpy_vectors = NumpyMiniLMEmbedder().embed(texts)
+    torch_vectors = minilm.embed(texts)
+    assert numpy_vectors.shape == torch_vectors.shape == (5, 384)
+    cosines = (numpy_vectors * torch_vectors).sum(axis=1)
+    assert cosines.min() > 0.9999

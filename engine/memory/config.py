@@ -21,7 +21,8 @@ class MemoryConfig:
     weights: tuple[float, float] = DEFAULT_WEIGHTS
     """Fusion weights (BM25, dense) of the weighted reciprocal rank fusion."""
     embedder: Any = None
-    """Dense `Embedder`; None: all-MiniLM-L6-v2 from its installed package (loaded offline)."""
+    """Dense `Embedder`; None: all-MiniLM-L6-v2 when the ``[dense]`` extra is installed (loaded
+    offline), else BM25 alone."""
     checker: ContradictionChecker = field(default_factory=RuleChecker)
     """Contradiction checker; the default is deterministic and offline."""
 

@@ -4,14 +4,31 @@ Memory items are part of the session state: they live in the store's versioned `
 so a rollback removes every memory written after the target snapshot and undoes later changes
 (recall counts, promotions, invalidations). What a loop wrote never survives a rollback.
 
-Each handle keeps an in-process retrieval index (BM25 + dense) that it brings up to date from the
-store before each call by comparing ids and texts, so adding a memory never rebuilds the index and
-a handle in another process, or a rollback, is picked up on the next call.
+Each handle keeps an in-process view of the namespace (items, corrections, lifecycle log), the
+retrieval index (BM25 + dense), the contradiction checker's (owner, attribute) keys, a heap of
+prune times and the short-term set, and brings them up to date without reading every item:
+
+- its own writes are applied to the view as they are written;
+- before each call it reads the session's event feed after its cursor (one indexed query that
+  returns the few events since the last call). Its own ``mem`` writes are recognized by their
+  key signature and skipped; messages, steps, snapshots, variables and other harmless events
+  only move the cursor;
+- anything else (a ``mem`` write by another handle or process, a rollback, a deletion, an
+  unknown event, or a page of events so long that the feed may have been trimmed) drops the
+  view, which is rebuilt from one `get_all`. The event cursor is read before that read, so
+  nothing written meanwhile is missed.
+
+So an add or a recall costs what it touches, not the size of the memory, while a second handle,
+another process or a rollback is still picked up on the next call. The store protocol has no
+per-key read of a versioned namespace; with one (or a ``changes(sid, ns, since)`` feed) a foreign
+write could be applied without a full reload.
 """
 
 from __future__ import annotations
 
+import heapq
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,15 +65,22 @@ class Memory:
     """When a newer, contradicting memory invalidated it (it is kept, not deleted)."""
     invalid_reason: str | None = None
     superseded_by: str | None = None
+    claim_keys: tuple[str, ...] | None = None
+    """The contradiction checker's (owner, attribute) keys, computed once when written."""
 
     @property
     def valid(self) -> bool:
         return self.invalid_at is None
 
     def decay_item(self) -> MemoryItem:
-        return MemoryItem(id=self.id, importance=self.importance, created_at=self.created_at,
-                          access_times=self.access_times, access_count=self.access_count,
-                          tier=self.tier)
+        return MemoryItem(
+            id=self.id,
+            importance=self.importance,
+            created_at=self.created_at,
+            access_times=self.access_times,
+            access_count=self.access_count,
+            tier=self.tier,
+        )
 
 
 @dataclass(frozen=True)
@@ -76,11 +100,45 @@ class MemoryHit:
 
 def _memory(mid: str, d: dict) -> Memory:
     return Memory(
-        id=mid, text=d["text"], importance=d["importance"], meta=d.get("meta") or {},
-        tier=d["tier"], created_at=d["created_at"], access_times=tuple(d.get("access_times", ())),
-        access_count=d.get("access_count", 0), invalid_at=d.get("invalid_at"),
-        invalid_reason=d.get("invalid_reason"), superseded_by=d.get("superseded_by"),
+        id=mid,
+        text=d["text"],
+        importance=d["importance"],
+        meta=d.get("meta") or {},
+        tier=d["tier"],
+        created_at=d["created_at"],
+        access_times=tuple(d.get("access_times", ())),
+        access_count=d.get("access_count", 0),
+        invalid_at=d.get("invalid_at"),
+        invalid_reason=d.get("invalid_reason"),
+        superseded_by=d.get("superseded_by"),
+        claim_keys=tuple(d["claim_keys"]) if d.get("claim_keys") is not None else None,
     )
+
+
+HARMLESS_EVENTS = frozenset(
+    {"status", "message", "snapshot", "step", "notice", "compensation", "var", "langgraph_head"}
+)
+"""Feed events that never change the ``mem`` namespace (they only move a handle's cursor)."""
+EVENT_PAGE = 256
+"""Events read per refresh; a full page means many foreign changes (or a trimmed feed): reload."""
+KEY_CANDIDATES = 8
+"""Older memories sharing an (owner, attribute) key that the contradiction check also sees."""
+
+
+class _View:
+    """One handle's picture of the session's ``mem`` namespace and what is derived from it."""
+
+    def __init__(self, config: MemoryConfig):
+        self.items: dict[str, Memory] = {}
+        self.fixes: dict[str, dict] = {}
+        self.logs: dict[str, dict] = {}
+        self.index: HybridIndex = config.new_index()
+        self.indexed: dict[str, str] = {}  # id -> text in the index (valid items)
+        self.by_key: dict[str, dict[str, float]] = {}  # claim key -> {id: created_at}
+        self.item_keys: dict[str, frozenset[str]] = {}
+        self.prune_at: dict[str, float] = {}  # id -> when its decay weight falls under the floor
+        self.heap: list[tuple[float, str]] = []  # (prune_at, id); stale entries are skipped
+        self.short: dict[str, None] = {}  # valid short-term ids, in insertion order
 
 
 class SessionMemory:
@@ -90,53 +148,128 @@ class SessionMemory:
         self._rt = runtime
         self._sid = sid
         self.config: MemoryConfig = runtime.memory()
-        self._index: HybridIndex | None = None
-        self._indexed: dict[str, str] = {}  # id -> text currently in the index
+        self._view: _View | None = None
+        self._cursor = 0
+        self._pending: deque[tuple[tuple[str, ...], int]] = deque()  # signatures of own puts
+
+    # -- keeping the view current -----------------------------------------------------------
+    def _refresh(self) -> _View:
+        """The view, brought up to date from the event feed (or rebuilt when it must be)."""
+        view = self._view
+        if view is None:
+            return self._reload()
+        events = self._rt.store.events(since=self._cursor, limit=EVENT_PAGE, session=self._sid)
+        if len(events) >= EVENT_PAGE:
+            return self._reload()
+        for event in events:
+            if event.type == NS:
+                signature = (tuple(event.data.get("keys") or ()), event.data.get("count"))
+                if not self._pending or self._pending[0] != signature:
+                    return self._reload()  # written by another handle or process
+                self._pending.popleft()
+            elif event.type not in HARMLESS_EVENTS:
+                return self._reload()  # rollback, fork, deletion, re-creation, unknown
+            self._cursor = event.id
+        return view
+
+    def _reload(self) -> _View:
+        store = self._rt.store
+        cursor = store.last_event_id()  # before the read: later changes show up as events
+        raw = store.get_all(self._sid, NS)
+        view = _View(self.config)
+        now = self._rt.clock()
+        for key in sorted(
+            raw, key=lambda k: (raw[k].get("created_at", 0), k) if k.startswith(ITEM) else (0, k)
+        ):
+            self._apply(view, key, raw[key], now)
+        self._view, self._cursor = view, cursor
+        self._pending.clear()
+        return view
+
+    def _apply(self, view: _View, key: str, value: dict | None, now: float) -> None:
+        """Apply one written key to the view (and everything derived from it)."""
+        if key.startswith(FIX):
+            _set(view.fixes, key, value)
+            return
+        if key.startswith(LOG):
+            _set(view.logs, key, value)
+            return
+        if not key.startswith(ITEM):
+            return
+        mid = key[len(ITEM) :]
+        old = view.items.get(mid)
+        m = None if value is None else _memory(mid, value)
+        if m is None:
+            view.items.pop(mid, None)
+        else:
+            view.items[mid] = m
+        valid = m is not None and m.valid
+        # retrieval index
+        if view.indexed.get(mid) is not None and (not valid or view.indexed[mid] != m.text):
+            view.index.remove(mid)
+            del view.indexed[mid]
+        if valid and mid not in view.indexed:
+            view.index.add(mid, m.text)
+            view.indexed[mid] = m.text
+        # contradiction keys
+        keys_of = getattr(self.config.checker, "keys", None)
+        for k in view.item_keys.pop(mid, ()):
+            view.by_key.get(k, {}).pop(mid, None)
+        if valid and keys_of is not None:
+            stored = value.get("claim_keys")
+            keys = frozenset(stored) if stored is not None else keys_of(m.text)
+            view.item_keys[mid] = keys
+            for k in keys:
+                view.by_key.setdefault(k, {})[mid] = m.created_at
+        # decay and tiers
+        view.prune_at.pop(mid, None)
+        view.short.pop(mid, None)
+        if valid:
+            wait = self.config.decay.time_to_prune(m.decay_item(), now)
+            if wait is not None:
+                at = now + wait
+                view.prune_at[mid] = at
+                heapq.heappush(view.heap, (at, mid))
+            if m.tier == "short":
+                view.short[mid] = None
+        if old is not None and m is None and len(view.heap) > 4 * len(view.items) + 64:
+            view.heap = [(t, i) for t, i in view.heap if view.prune_at.get(i) == t]
+            heapq.heapify(view.heap)
+
+    def _write(self, view: _View, writes: dict[str, Any], now: float) -> None:
+        """Put the writes (already applied to the view) in one atomic store write."""
+        if not writes:
+            return
+        try:
+            self._rt.store.put(self._sid, NS, writes, now)
+        except BaseException:
+            self._view = None  # the view holds writes that may not have landed: rebuild it
+            raise
+        self._pending.append((tuple(sorted(writes)[:20]), len(writes)))
+
+    def _stage(self, view: _View, writes: dict[str, Any], key: str, value: Any, now: float) -> None:
+        writes[key] = value
+        self._apply(view, key, value, now)
 
     # -- reading ----------------------------------------------------------------------------
-    def _load(self) -> tuple[dict[str, Memory], dict[str, dict], dict[str, dict]]:
-        raw = self._rt.store.get_all(self._sid, NS)
-        items, fixes, logs = {}, {}, {}
-        for key, value in raw.items():
-            if key.startswith(ITEM):
-                items[key[len(ITEM):]] = _memory(key[len(ITEM):], value)
-            elif key.startswith(FIX):
-                fixes[key] = value
-            elif key.startswith(LOG):
-                logs[key] = value
-        return items, fixes, logs
-
-    def _sync_index(self, items: dict[str, Memory]) -> HybridIndex:
-        if self._index is None:
-            self._index = self.config.new_index()
-        wanted = {m.id: m.text for m in items.values() if m.valid}
-        for mid in [m for m in self._indexed if wanted.get(m) != self._indexed[m]]:
-            self._index.remove(mid)
-            del self._indexed[mid]
-        for mid, text in wanted.items():
-            if mid not in self._indexed:
-                self._index.add(mid, text)
-                self._indexed[mid] = text
-        return self._index
-
     def items(self, include_invalid: bool = False) -> list[Memory]:
         """Memories on the live line, oldest first."""
-        items, _, _ = self._load()
-        out = sorted(items.values(), key=lambda m: (m.created_at, m.id))
+        view = self._refresh()
+        out = sorted(view.items.values(), key=lambda m: (m.created_at, m.id))
         return out if include_invalid else [m for m in out if m.valid]
 
     def corrections(self) -> list[dict]:
         """Contradiction resolutions, oldest first: at, kept, invalidated, kind, reason."""
-        _, fixes, _ = self._load()
-        return sorted(fixes.values(), key=lambda f: f["at"])
+        return sorted(self._refresh().fixes.values(), key=lambda f: f["at"])
 
     def log(self) -> list[dict]:
         """Lifecycle events (promote, evict, prune), oldest first."""
-        _, _, logs = self._load()
+        logs = self._refresh().logs
         return sorted(logs.values(), key=lambda e: (e["at"], e.get("id", "")))
 
-    def curves(self, start: float | None = None, end: float | None = None,
-               points: int = 100) -> Curve:
+    def curves(
+        self, start: float | None = None, end: float | None = None, points: int = 100
+    ) -> Curve:
         """Decay curves of the valid memories (weight over time, recall markers, threshold)."""
         items = [m.decay_item() for m in self.items()]
         if end is None and start is None and items:
@@ -149,10 +282,11 @@ class SessionMemory:
         """Write a memory; returns its id.
 
         A newer fact that contradicts older memories invalidates them (kept, marked with the
-        time and reason) and logs a correction. The short-term buffer is then consolidated
-        (important or often-recalled items move to long term; the least important oldest items
-        beyond capacity are evicted) and memories whose decay weight fell under the threshold are
-        pruned. Everything lands in one atomic write.
+        time and reason) and logs a correction. The checker sees the most similar older
+        memories and those that share an (owner, attribute) key with the new one. The
+        short-term buffer is then consolidated (important or often-recalled items move to long
+        term; the least important oldest items beyond capacity are evicted) and memories whose
+        decay weight fell under the threshold are pruned. Everything lands in one atomic write.
 
         Raises:
             ValueError: empty text or importance outside [0, 1]. TypeError: meta not JSON.
@@ -163,28 +297,72 @@ class SessionMemory:
             raise ValueError(f"importance must be between 0 and 1, got {importance!r}")
         meta = canonicalize(meta or {}, "meta")
         now = self._rt.clock()
-        items, _, logs = self._load()
-        index = self._sync_index(items)
+        view = self._refresh()
         mid = f"m-{uuid.uuid4().hex[:12]}"
         writes: dict[str, Any] = {}
 
-        candidates = [(h, items[h]) for h, _ in index.search(text, CONTRADICTION_CANDIDATES)
-                      if h in items]
-        for found in self.config.checker.check(text, [(h, m.text) for h, m in candidates]):
-            old = items[found.older_id]
-            writes[ITEM + old.id] = {**_dump(old), "invalid_at": now,
-                                     "invalid_reason": found.reason, "superseded_by": mid}
-            items[old.id] = _memory(old.id, writes[ITEM + old.id])
-            writes[f"{FIX}{now:.6f}:{old.id}"] = {
-                "at": now, "kept": mid, "invalidated": old.id, "kind": found.kind,
-                "reason": found.reason, "old_text": old.text, "new_text": text,
+        checker = self.config.checker
+        keys_of = getattr(checker, "keys", None)
+        keys = frozenset(keys_of(text)) if keys_of is not None else None
+        # lexical neighbours (BM25 alone: the dense side adds nothing the keys do not cover)
+        seen = [h for h, _ in view.index.bm25.search(text, CONTRADICTION_CANDIDATES)]
+        for key in keys or ():
+            owners = view.by_key.get(key, {})
+            seen += heapq.nlargest(KEY_CANDIDATES, owners, key=owners.__getitem__)
+        candidates = [
+            (h, view.items[h])
+            for h in dict.fromkeys(seen)
+            if h in view.items and view.items[h].valid
+        ]
+        try:
+            for found in checker.check(text, [(h, m.text) for h, m in candidates]):
+                old = view.items.get(found.older_id)
+                if old is None or not old.valid:
+                    continue
+                self._stage(
+                    view,
+                    writes,
+                    ITEM + old.id,
+                    {
+                        **_dump(old),
+                        "invalid_at": now,
+                        "invalid_reason": found.reason,
+                        "superseded_by": mid,
+                    },
+                    now,
+                )
+                self._stage(
+                    view,
+                    writes,
+                    f"{FIX}{now:.6f}:{old.id}",
+                    {
+                        "at": now,
+                        "kept": mid,
+                        "invalidated": old.id,
+                        "kind": found.kind,
+                        "reason": found.reason,
+                        "old_text": old.text,
+                        "new_text": text,
+                    },
+                    now,
+                )
+            new = {
+                "text": text,
+                "importance": float(importance),
+                "meta": meta,
+                "tier": "short",
+                "created_at": now,
+                "access_times": [],
+                "access_count": 0,
             }
-        new = {"text": text, "importance": float(importance), "meta": meta, "tier": "short",
-               "created_at": now, "access_times": [], "access_count": 0}
-        items[mid] = _memory(mid, new)
-        writes[ITEM + mid] = new
-        self._lifecycle(items, writes, logs, now)
-        self._rt.store.put(self._sid, NS, writes, now)
+            if keys is not None:
+                new["claim_keys"] = sorted(keys)
+            self._stage(view, writes, ITEM + mid, new, now)
+            self._lifecycle(view, writes, now)
+        except BaseException:
+            self._view = None
+            raise
+        self._write(view, writes, now)
         return mid
 
     def recall(self, query: str, k: int = 10) -> list[MemoryHit]:
@@ -197,81 +375,120 @@ class SessionMemory:
         if k <= 0 or not query.strip():
             return []
         now = self._rt.clock()
-        items, _, logs = self._load()
-        index = self._sync_index(items)
+        view = self._refresh()
         hits = []
         writes: dict[str, Any] = {}
         decay = self.config.decay
-        for mid, score in index.search(query, k):
-            m = items.get(mid)
-            if m is None or not m.valid:
-                continue
-            times = (list(m.access_times) + [now])[-MAX_ACCESS_TIMES:]
-            updated = {**_dump(m), "access_times": times, "access_count": m.access_count + 1}
-            writes[ITEM + mid] = updated
-            items[mid] = _memory(mid, updated)
-            hits.append(MemoryHit(id=mid, text=m.text, meta=m.meta, score=score,
-                                  importance=m.importance, tier=m.tier,
-                                  weight=decay.weight(items[mid].decay_item(), now)))
-        if writes:
-            self._lifecycle(items, writes, logs, now)
-            self._rt.store.put(self._sid, NS, writes, now)
+        try:
+            for mid, score in view.index.search(query, k):
+                m = view.items.get(mid)
+                if m is None or not m.valid:
+                    continue
+                times = (list(m.access_times) + [now])[-MAX_ACCESS_TIMES:]
+                updated = {**_dump(m), "access_times": times, "access_count": m.access_count + 1}
+                self._stage(view, writes, ITEM + mid, updated, now)
+                hits.append(
+                    MemoryHit(
+                        id=mid,
+                        text=m.text,
+                        meta=m.meta,
+                        score=score,
+                        importance=m.importance,
+                        tier=m.tier,
+                        weight=decay.weight(view.items[mid].decay_item(), now),
+                    )
+                )
+            if writes:
+                self._lifecycle(view, writes, now)
+        except BaseException:
+            self._view = None
+            raise
+        self._write(view, writes, now)
         return hits
 
     def forget(self, mid: str) -> None:
         """Remove a memory (a rollback to before this call brings it back)."""
-        items, _, _ = self._load()
-        if mid not in items:
+        view = self._refresh()
+        if mid not in view.items:
             raise KeyError(f"session {self._sid!r} has no memory {mid!r}")
-        self._rt.store.put(self._sid, NS, {ITEM + mid: None}, self._rt.clock())
+        now = self._rt.clock()
+        writes: dict[str, Any] = {}
+        self._stage(view, writes, ITEM + mid, None, now)
+        self._write(view, writes, now)
 
     def prune(self) -> list[str]:
         """Apply decay now: remove memories under the threshold; returns their ids."""
         now = self._rt.clock()
-        items, _, logs = self._load()
+        view = self._refresh()
         writes: dict[str, Any] = {}
-        before = set(items)
-        self._lifecycle(items, writes, logs, now)
-        if writes:
-            self._rt.store.put(self._sid, NS, writes, now)
-        return sorted(before - set(items))
+        before = set(view.items)
+        try:
+            self._lifecycle(view, writes, now)
+        except BaseException:
+            self._view = None
+            raise
+        self._write(view, writes, now)
+        return sorted(before - set(view.items))
 
-    def _lifecycle(self, items: dict[str, Memory], writes: dict, logs: dict, now: float) -> None:
-        """Consolidate, evict and prune; adds the writes and log entries to `writes`."""
+    def _lifecycle(self, view: _View, writes: dict, now: float) -> None:
+        """Prune, consolidate and evict; stages the writes and log entries.
+
+        Only what can change is looked at: the memories whose prune time has come (a heap) and
+        the short-term buffer, so the cost does not grow with the long-term memory."""
         entries = []
-        valid = [m for m in items.values() if m.valid]
-        _, pruned = self.config.decay.prune([m.decay_item() for m in valid], now)
-        for p in pruned:
-            writes[ITEM + p.id] = None
-            items.pop(p.id, None)
-            entries.append({"at": now, "id": p.id, "event": "prune", "reason": p.reason})
-        plan = self.config.policy.plan(
-            m.decay_item() for m in items.values() if m.valid
-        )
+        due: dict[str, None] = {}
+        while view.heap and view.heap[0][0] <= now + 1e-3:
+            at, mid = heapq.heappop(view.heap)
+            if view.prune_at.get(mid) == at:
+                due[mid] = None
+        if due:
+            items = [view.items[mid].decay_item() for mid in due]
+            kept, pruned = self.config.decay.prune(items, now)
+            for item in kept:  # inside the slack but not under the floor yet: back in the heap
+                heapq.heappush(view.heap, (view.prune_at[item.id], item.id))
+            for p in pruned:
+                self._stage(view, writes, ITEM + p.id, None, now)
+                entries.append({"at": now, "id": p.id, "event": "prune", "reason": p.reason})
+        plan = self.config.policy.plan(view.items[mid].decay_item() for mid in list(view.short))
         for mid in plan.promote:
-            promoted = {**_dump(items[mid]), "tier": "long"}
-            writes[ITEM + mid] = promoted
-            items[mid] = _memory(mid, promoted)
-            entries.append({"at": now, "id": mid, "event": "promote",
-                            "reason": plan.reasons.get(mid, "")})
+            self._stage(view, writes, ITEM + mid, {**_dump(view.items[mid]), "tier": "long"}, now)
+            entries.append(
+                {"at": now, "id": mid, "event": "promote", "reason": plan.reasons.get(mid, "")}
+            )
         for mid in plan.evict:
-            writes[ITEM + mid] = None
-            items.pop(mid, None)
-            entries.append({"at": now, "id": mid, "event": "evict",
-                            "reason": plan.reasons.get(mid, "")})
-        for i, entry in enumerate(entries):
-            writes[f"{LOG}{now:.6f}:{i:04d}:{entry['id']}"] = entry
-        overflow = len(logs) + len(entries) - MAX_LOG
+            self._stage(view, writes, ITEM + mid, None, now)
+            entries.append(
+                {"at": now, "id": mid, "event": "evict", "reason": plan.reasons.get(mid, "")}
+            )
+        overflow = len(view.logs) + len(entries) - MAX_LOG
         if overflow > 0:
-            for key in sorted(logs)[:overflow]:
-                writes[key] = None
+            for key in sorted(view.logs)[:overflow]:
+                self._stage(view, writes, key, None, now)
+        for i, entry in enumerate(entries):
+            self._stage(view, writes, f"{LOG}{now:.6f}:{i:04d}:{entry['id']}", entry, now)
+
+
+def _set(target: dict, key: str, value: Any) -> None:
+    if value is None:
+        target.pop(key, None)
+    else:
+        target[key] = value
 
 
 def _dump(m: Memory) -> dict:
-    d = {"text": m.text, "importance": m.importance, "meta": m.meta, "tier": m.tier,
-         "created_at": m.created_at, "access_times": list(m.access_times),
-         "access_count": m.access_count}
+    d = {
+        "text": m.text,
+        "importance": m.importance,
+        "meta": m.meta,
+        "tier": m.tier,
+        "created_at": m.created_at,
+        "access_times": list(m.access_times),
+        "access_count": m.access_count,
+    }
+    if m.claim_keys is not None:
+        d["claim_keys"] = list(m.claim_keys)
     if m.invalid_at is not None:
-        d.update(invalid_at=m.invalid_at, invalid_reason=m.invalid_reason,
-                 superseded_by=m.superseded_by)
+        d.update(
+            invalid_at=m.invalid_at, invalid_reason=m.invalid_reason, superseded_by=m.superseded_by
+        )
     return d
