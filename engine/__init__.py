@@ -21,8 +21,10 @@ from engine.errors import (
     RewindError,
     RollbackConflict,
     SchemaMismatch,
+    SizeLimitExceeded,
     SnapshotNotRestorable,
     StepError,
+    StoreAuthError,
     StoreError,
     StoreUnavailable,
     UnknownCompensation,
@@ -30,6 +32,7 @@ from engine.errors import (
     UnknownSession,
     UnknownSnapshot,
 )
+from engine.limits import Limits
 from engine.loops.detector import LoopDetector, Step, Verdict
 from engine.records import (
     AuditEvent,
@@ -59,11 +62,12 @@ from engine.types import (
 __all__ = [
     "Actor", "AuditEvent", "BranchInfo", "BudgetError", "Compensation", "CompensationStatus",
     "Context", "ContextBuilder", "EncodingIntegrityError", "EncodingUnavailable", "Engine",
-    "Event", "InvalidSessionId", "LoopDetected", "LoopDetector", "LoopPolicy", "MemoryConfig",
-    "MessageRecord", "NothingToRollBack", "PermissionDenied", "Retention", "RewindError", "Role",
-    "RollbackConflict", "RollbackPreview", "RollbackResult", "SchemaMismatch", "Session",
-    "SessionInfo", "SessionStatus", "SnapshotNode", "SnapshotNotRestorable", "State", "Step",
-    "StepCall", "StepError", "StepRecord", "StepStatus", "StoreError", "StoreUnavailable",
+    "Event", "InvalidSessionId", "Limits", "LoopDetected", "LoopDetector", "LoopPolicy",
+    "MemoryConfig", "MessageRecord", "NothingToRollBack", "PermissionDenied", "Retention",
+    "RewindError", "Role", "RollbackConflict", "RollbackPreview", "RollbackResult",
+    "SchemaMismatch", "Session", "SessionInfo", "SessionStatus", "SizeLimitExceeded",
+    "SnapshotNode", "SnapshotNotRestorable", "State", "Step", "StepCall", "StepError",
+    "StepRecord", "StepStatus", "StoreAuthError", "StoreError", "StoreUnavailable",
     "StoredVerdict", "TokenBreakdown", "UnknownCompensation", "UnknownEncoding",
     "UnknownSession", "UnknownSnapshot", "Verdict",
 ]

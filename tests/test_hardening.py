@@ -280,3 +280,18 @@ def test_default_limits_refuse_a_fifty_megabyte_notice_and_a_ten_megabyte_reason
     with pytest.raises(SizeLimitExceeded):
         s.rollback(actor="alice", reason="r" * 10_000_000)
     assert len(s.state().messages) == 2 and s.branches() == []
+
+
+def test_memory_text_and_meta_have_limits_checked_before_writing(tmp_path):
+    from engine import Engine, SizeLimitExceeded
+    from engine.limits import Limits
+
+    with Engine.open(f"sqlite:///{tmp_path}/m.db", limits=Limits(memory_text=100)) as engine:
+        s = engine.session("mem")
+        with pytest.raises(SizeLimitExceeded, match="memory_text"):
+            s.memory.add("x" * 101)
+        with pytest.raises(SizeLimitExceeded, match="meta_bytes"):
+            s.memory.add("fine", meta={"blob": "y" * 100_000})
+        assert s.memory.items() == []
+        s.memory.add("the budget is 500 EUR")
+        assert [m.text for m in s.memory.items()] == ["the budget is 500 EUR"]

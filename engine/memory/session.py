@@ -32,7 +32,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from engine.loops.fingerprint import canonicalize
+from engine.limits import canonical_within, check_text
 from engine.memory.config import MemoryConfig
 from engine.memory.decay import Curve, MemoryItem
 from engine.memory.retrieval import HybridIndex
@@ -290,12 +290,15 @@ class SessionMemory:
 
         Raises:
             ValueError: empty text or importance outside [0, 1]. TypeError: meta not JSON.
+            SizeLimitExceeded: text or meta over the engine's `Limits` (nothing is written).
         """
         if not isinstance(text, str) or not text.strip():
             raise ValueError("a memory needs non-empty text")
+        limits = self._rt.limits
+        check_text(text, limits.memory_text, "a memory's text", "memory_text")
         if not isinstance(importance, (int, float)) or not 0 <= importance <= 1:
             raise ValueError(f"importance must be between 0 and 1, got {importance!r}")
-        meta = canonicalize(meta or {}, "meta")
+        meta, _ = canonical_within(meta or {}, limits.meta_bytes, "a memory's meta", "meta_bytes")
         now = self._rt.clock()
         view = self._refresh()
         mid = f"m-{uuid.uuid4().hex[:12]}"
