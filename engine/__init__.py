@@ -25,8 +25,10 @@ from engine.errors import (
     StepError,
     StoreError,
     StoreUnavailable,
+    ToolQuarantined,
     UnknownCompensation,
     UnknownEncoding,
+    UnknownQuarantine,
     UnknownSession,
     UnknownSnapshot,
 )
@@ -34,9 +36,11 @@ from engine.loops.detector import LoopDetector, Step, Verdict
 from engine.records import (
     AuditEvent,
     BranchInfo,
+    BulkRollbackItem,
     Compensation,
     Event,
     MessageRecord,
+    Quarantine,
     RollbackPreview,
     RollbackResult,
     SessionInfo,
@@ -66,6 +70,7 @@ __all__ = [
     "StepCall", "StepError", "StepRecord", "StepStatus", "StoreError", "StoreUnavailable",
     "StoredVerdict", "TokenBreakdown", "UnknownCompensation", "UnknownEncoding",
     "UnknownSession", "UnknownSnapshot", "Verdict",
+    "BulkRollbackItem", "Quarantine", "ToolQuarantined", "UnknownQuarantine",
 ]
 __version__ = "0.1.0"
 
