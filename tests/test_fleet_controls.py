@@ -46,7 +46,7 @@ def _feed_size(engine: Engine) -> int:
     return engine.store.last_event_id()
 
 
-# -- bulk rollback ----------------------------------------------------------------------------------
+# -- bulk rollback ---------------------------------------------------------------------------------
 def test_bulk_rollback_rolls_back_every_matching_session_under_one_batch(engine):
     for sid in ("a", "b", "c"):
         _looping(engine, sid)
