@@ -398,6 +398,32 @@ def cmd_quarantine(args) -> int:
     return 0
 
 
+def cmd_alert(args) -> int:
+    import signal
+
+    from engine.alerts import RULES, AlertConfig, AlertWorker
+
+    rules = tuple(args.rule) if args.rule else RULES
+    try:
+        config = AlertConfig(rules=rules, console_url=args.console_url,
+                             spike_threshold=args.spike_threshold,
+                             spike_window_s=args.spike_window)
+        engine = _engine(args)
+        worker = AlertWorker(engine, args.webhook, config, name=args.name)
+    except ValueError as exc:
+        if isinstance(exc, RewindError):
+            raise
+        raise CLIError(str(exc), EXIT_USAGE) from exc
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    out(f"rewind alert: following {redact(engine.store.url)} for {', '.join(rules)}; "
+        f"{len(args.webhook)} webhook(s); Ctrl-C stops")
+    try:
+        worker.run(interval_s=args.interval, rounds=1 if args.once else None)
+    finally:
+        worker.close()
+    return 0
+
+
 def cmd_notice(args) -> int:
     from engine import Actor
 
@@ -616,6 +642,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="with --list: also expired ones")
     p.add_argument("--lift", metavar="ID", help="lift a quarantine (needs --reason)")
     p.set_defaults(func=cmd_quarantine)
+
+    p = sub.add_parser(
+        "alert", help="page webhooks on loops, rollbacks, failed compensations, loop spikes",
+        epilog="Follows the event feed from a cursor kept in the store: a restart neither "
+        "skips nor repeats an alert. Each alert is a JSON POST whose `text` a Slack-compatible "
+        "incoming webhook shows. Rules: loop, rollback, compensation_failed, loop_spike (loops "
+        "of one prompt version or tool reaching --spike-threshold within --spike-window).",
+    )
+    p.add_argument("--webhook", action="append", required=True, metavar="URL",
+                   help="http(s) URL to POST alerts to (repeatable)")
+    p.add_argument("--rule", action="append", metavar="NAME",
+                   choices=["loop", "rollback", "compensation_failed", "loop_spike"],
+                   help="enable only these rules (repeatable; default: all)")
+    p.add_argument("--console-url", metavar="URL",
+                   help="console base URL, for a link to the session in each alert")
+    p.add_argument("--spike-threshold", type=_non_negative("--spike-threshold", int),
+                   default=5, help="loops of one prompt version or tool that page (default 5)")
+    p.add_argument("--spike-window", type=parse_age, default=600.0, metavar="AGE",
+                   help="window of the spike rule: a number with s, m, h or d (default 10m)")
+    p.add_argument("--interval", type=_non_negative("--interval"), default=1.0,
+                   metavar="SECONDS", help="seconds between rounds (default 1)")
+    p.add_argument("--name", default="default", type=_nonblank("--name"),
+                   help="name of this pager's state in the store (default: default)")
+    p.add_argument("--once", action="store_true", help="one round, then exit")
+    p.set_defaults(func=cmd_alert)
 
     p = sub.add_parser("notice", help="send the user a recovery notice")
     p.add_argument("session", type=_session_id)
