@@ -16,7 +16,7 @@ from engine.limits import check_text, cut_text
 from engine.records import BulkRollbackItem, RollbackResult, SessionInfo
 from engine.runtime import Runtime
 from engine.sessions.ids import validate_session_id
-from engine.sessions.notices import notice_message, template_for
+from engine.sessions.notices import NOTICE_FLAG, notice_message, template_for
 from engine.sessions.snapshots import preview_rollback, suggested_target
 from engine.types import Role, RollbackKind, SessionStatus
 
@@ -262,6 +262,9 @@ def rollback_many(
     With `dry_run`, nothing is written: each item's `preview` says what would leave the live
     line and which compensations would be queued.
 
+    A session where nothing but recovery notices would leave the live line (it was rolled back
+    already, e.g. by a first bulk run) is not rolled back again: its item says NothingToRollBack.
+
     Returns:
         One item per matching session, most recently active first.
 
@@ -279,8 +282,15 @@ def rollback_many(
     for info in matching_sessions(rt, where):
         sid = info.id
         try:
+            preview = preview_rollback(rt, sid)
+            if not preview.steps and all(m.get(NOTICE_FLAG) for m in preview.messages):
+                # Rolled back already (a second bulk run, a loop's own rollback): going back
+                # again would only take the user's notice away.
+                raise NothingToRollBack(
+                    f"session {sid!r}: no step and no message but recovery notices would leave "
+                    "the live line; it was rolled back already"
+                )
             if dry_run:
-                preview = preview_rollback(rt, sid)
                 items.append(BulkRollbackItem(sid, True, preview=preview, batch=batch))
                 continue
             fresh = rt.require_session(sid)

@@ -152,23 +152,21 @@ def test_viewers_cannot_bulk_roll_back_even_as_a_dry_run(engine):
 def test_a_concurrent_single_rollback_wins_and_the_bulk_one_is_refused(engine):
     _looping(engine, "a")
     _looping(engine, "b")
-    rt = engine.runtime
-    real = rt.require_session
+    store = engine.store
+    real = store.rollback
     raced = []
 
-    def require_session(sid):
-        info = real(sid)
-        if sid == "a" and not raced:  # the operator's click lands right after the epoch read
+    def rollback(sid, target, **kwargs):
+        if sid == "a" and not raced:  # the operator's click lands after the bulk read the epoch
             raced.append(sid)
-            other = Engine(engine.store)
-            other.rollback("a", actor="bob", reason="by hand", notice=False)
-        return info
+            Engine(store).rollback("a", actor="bob", reason="by hand", notice=False)
+        return real(sid, target, **kwargs)
 
-    rt.require_session = require_session  # type: ignore[method-assign]
+    store.rollback = rollback  # type: ignore[method-assign]
     try:
         items = engine.rollback_many({"status": "looping"}, actor="alice", reason="bulk")
     finally:
-        del rt.require_session
+        del store.rollback
     by_sid = {i.session: i for i in items}
     assert not by_sid["a"].ok and "RollbackConflict" in by_sid["a"].error
     assert by_sid["b"].ok
@@ -440,3 +438,20 @@ def test_quarantine_across_two_processes(store_url):
         if child.is_alive():
             child.kill()
         engine.close()
+
+
+def test_a_second_bulk_run_does_not_take_the_notices_away(engine):
+    _looping(engine, "a")
+    _looping(engine, "b")
+    first = engine.rollback_many({"prompt_version": "v8"}, actor="alice", reason="freeze")
+    assert all(i.ok for i in first)
+    notices = {sid: engine.get_session(sid).state().messages[-1] for sid in ("a", "b")}
+    for dry_run in (True, False):
+        again = engine.rollback_many({"prompt_version": "v8"}, actor="alice", reason="again",
+                                     dry_run=dry_run)
+        assert [i.ok for i in again] == [False, False]
+        assert all("NothingToRollBack" in i.error for i in again)
+    assert len(engine.audit(action="rollback")) == 2
+    for sid, notice in notices.items():
+        assert engine.get_session(sid).state().messages[-1] == notice
+        assert engine.get_session(sid).info().epoch == 1
