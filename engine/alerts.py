@@ -273,8 +273,16 @@ class AlertWorker:
                 if "loop" in rules:
                     rule = (verdict or {}).get("rule") or "loop"
                     why = (verdict or {}).get("explanation") or "the detector flagged a loop"
-                    out.append(self._alert("loop", f"loop:{sid}:{ev.id}", ev, meta, tool,
-                                           f"Loop detected in session {sid} ({rule}): {why}"))
+                    out.append(
+                        self._alert(
+                            "loop",
+                            f"loop:{sid}:{ev.id}",
+                            ev,
+                            meta,
+                            tool,
+                            f"Loop detected in session {sid} ({rule}): {why}",
+                        )
+                    )
                 if "loop_spike" in rules:
                     out += self._spikes(state, ev, meta, tool)
             elif data.get("status") == "ok":
@@ -285,19 +293,31 @@ class AlertWorker:
                 meta = self._meta_of(sid)
                 who = data.get("actor") or "someone"
                 batch = f" (bulk {data['batch']})" if data.get("batch") else ""
-                out.append(self._alert(
-                    "rollback", f"rollback:{sid}:{data.get('epoch')}", ev, meta, None,
-                    f"Session {sid} was rolled back to {data.get('target')} by {who}{batch}; "
-                    f"{data.get('steps', 0)} step(s) left the live line",
-                ))
+                out.append(
+                    self._alert(
+                        "rollback",
+                        f"rollback:{sid}:{data.get('epoch')}",
+                        ev,
+                        meta,
+                        None,
+                        f"Session {sid} was rolled back to {data.get('target')} by {who}{batch}; "
+                        f"{data.get('steps', 0)} step(s) left the live line",
+                    )
+                )
         elif ev.type == "compensation" and data.get("status") == "failed":
             if "compensation_failed" in rules:
                 meta = self._meta_of(sid)
-                out.append(self._alert(
-                    "compensation_failed", f"compensation_failed:{data.get('id')}", ev, meta,
-                    None, f"Compensation {data.get('name')} (#{data.get('id')}) of session "
-                    f"{sid} failed for good: its side effect is NOT undone",
-                ))
+                out.append(
+                    self._alert(
+                        "compensation_failed",
+                        f"compensation_failed:{data.get('id')}",
+                        ev,
+                        meta,
+                        None,
+                        f"Compensation {data.get('name')} (#{data.get('id')}) of session "
+                        f"{sid} failed for good: its side effect is NOT undone",
+                    )
+                )
         return out
 
     def _spikes(
@@ -307,20 +327,28 @@ class AlertWorker:
         start = ev.at - cfg.spike_window_s
         state.recent = [r for r in state.recent if r[0] >= start]
         out = []
-        for index, label, value in ((1, "prompt_version", meta.get("prompt_version")),
-                                    (2, "tool", tool)):
+        for index, label, value in (
+            (1, "prompt_version", meta.get("prompt_version")),
+            (2, "tool", tool),
+        ):
             if value is None:
                 continue
             count = sum(1 for r in state.recent if r[index] == value)
             if count >= cfg.spike_threshold:
                 key = f"loop_spike:{label}:{value}"
                 minutes = cfg.spike_window_s / 60
-                out.append(self._alert(
-                    "loop_spike", key, ev, meta, tool,
-                    f"{count} loops of {label.replace('_', ' ')} {value} in the last "
-                    f"{minutes:g} minutes (threshold {cfg.spike_threshold})",
-                    ttl=cfg.spike_window_s,
-                ))
+                out.append(
+                    self._alert(
+                        "loop_spike",
+                        key,
+                        ev,
+                        meta,
+                        tool,
+                        f"{count} loops of {label.replace('_', ' ')} {value} in the last "
+                        f"{minutes:g} minutes (threshold {cfg.spike_threshold})",
+                        ttl=cfg.spike_window_s,
+                    )
+                )
         return out
 
     def _loop_facts(self, sid: str, n: Any) -> tuple[dict[str, Any], str | None, dict | None]:
@@ -389,8 +417,11 @@ class AlertWorker:
                 box.append({"key": key, "body": alert["body"], "attempts": 0, "next_at": 0.0})
                 if len(box) > self.config.outbox_limit:
                     dropped = box.pop(0)
-                    log.warning("webhook %s: outbox full, dropped alert %s",
-                                redact(self.webhooks[wid]), dropped["key"])
+                    log.warning(
+                        "webhook %s: outbox full, dropped alert %s",
+                        redact(self.webhooks[wid]),
+                        dropped["key"],
+                    )
             queued += 1
         return queued
 
@@ -405,8 +436,10 @@ class AlertWorker:
         due = {wid: box for wid, box in state.outbox.items() if wid in self.webhooks and box}
         if not due:
             return 0, 0
-        futures = {wid: self._pool.submit(self._send_due, wid, box, state.sent.get(wid, []))
-                   for wid, box in due.items()}
+        futures = {
+            wid: self._pool.submit(self._send_due, wid, box, state.sent.get(wid, []))
+            for wid, box in due.items()
+        }
         delivered = failed = 0
         for wid, future in futures.items():
             box, sent, ok, bad = future.result()
@@ -446,12 +479,22 @@ class AlertWorker:
             bad += 1
             attempts = int(item["attempts"]) + 1
             if attempts >= cfg.attempts:
-                log.error("webhook %s: gave up alert %s after %d tries (%s)",
-                          redact(url), item["key"], attempts, error)
+                log.error(
+                    "webhook %s: gave up alert %s after %d tries (%s)",
+                    redact(url),
+                    item["key"],
+                    attempts,
+                    error,
+                )
                 continue
             delay = min(cfg.backoff_s * 2 ** (attempts - 1), cfg.max_backoff_s)
-            log.warning("webhook %s: alert %s failed (%s); retry in %.1f s",
-                        redact(url), item["key"], error, delay)
+            log.warning(
+                "webhook %s: alert %s failed (%s); retry in %.1f s",
+                redact(url),
+                item["key"],
+                error,
+                delay,
+            )
             keep.append({**item, "attempts": attempts, "next_at": time.time() + delay})
             blocked = True  # keep this webhook's alerts in order
         return keep, sent, ok, bad
