@@ -455,3 +455,38 @@ def test_a_second_bulk_run_does_not_take_the_notices_away(engine):
     for sid, notice in notices.items():
         assert engine.get_session(sid).state().messages[-1] == notice
         assert engine.get_session(sid).info().epoch == 1
+
+
+def test_bulk_rollbacks_while_agent_processes_step(store_url):
+    if store_url.endswith(":memory:"):
+        pytest.skip("agent processes need a shared store")
+    import time
+
+    from test_multiprocess import _spawn, assert_consistent
+
+    engine = Engine.open(store_url)
+    agents = [_spawn(store_url, f"agent-{i}", 150) for i in range(2)]
+    results: list[BulkRollbackItem] = []
+    try:
+        deadline = time.monotonic() + 120
+        while any(a.poll() is None for a in agents) and time.monotonic() < deadline:
+            if engine.sessions(scenario="stress"):
+                results += engine.rollback_many({"scenario": "stress"}, actor="alice",
+                                                reason="bulk under load", notice=False)
+            time.sleep(0.05)
+        for a in agents:
+            out, err = a.communicate(timeout=120)
+            assert a.returncode == 0, err
+        for i in range(2):
+            assert_consistent(engine, f"agent-{i}")
+            info = engine.get_session(f"agent-{i}").info()
+            assert info.rollbacks == len(engine.audit(session=f"agent-{i}", action="rollback"))
+        assert any(item.ok for item in results)
+        for item in results:
+            assert item.ok or item.error.split(":")[0] in (
+                "NothingToRollBack", "RollbackConflict", "SnapshotNotRestorable")
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.kill()
+        engine.close()
