@@ -127,6 +127,14 @@ def check_webhook(url: str) -> str:
     return url
 
 
+def webhook_label(url: str) -> str:
+    """What logs say about a webhook: scheme, host and id, never its path or query (an incoming
+    webhook's path is its secret)."""
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname}{port}/… ({webhook_id(url)})"
+
+
 def webhook_id(url: str) -> str:
     """Stable short id of a webhook in the state (its URL may hold a secret token)."""
     return hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
@@ -419,7 +427,7 @@ class AlertWorker:
                     dropped = box.pop(0)
                     log.warning(
                         "webhook %s: outbox full, dropped alert %s",
-                        redact(self.webhooks[wid]),
+                        webhook_label(self.webhooks[wid]),
                         dropped["key"],
                     )
             queued += 1
@@ -470,7 +478,7 @@ class AlertWorker:
             try:
                 status = self.post(url, body, cfg.timeout_s)
                 error = None if 200 <= status < 300 else f"HTTP {status}"
-            except OSError as exc:
+            except Exception as exc:  # noqa: BLE001 - unreachable, TLS, a garbled answer, …
                 error = f"{type(exc).__name__}: {exc}"
             sent.append(time.time())
             if error is None:
@@ -481,7 +489,7 @@ class AlertWorker:
             if attempts >= cfg.attempts:
                 log.error(
                     "webhook %s: gave up alert %s after %d tries (%s)",
-                    redact(url),
+                    webhook_label(url),
                     item["key"],
                     attempts,
                     error,
@@ -490,7 +498,7 @@ class AlertWorker:
             delay = min(cfg.backoff_s * 2 ** (attempts - 1), cfg.max_backoff_s)
             log.warning(
                 "webhook %s: alert %s failed (%s); retry in %.1f s",
-                redact(url),
+                webhook_label(url),
                 item["key"],
                 error,
                 delay,
