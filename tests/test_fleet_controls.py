@@ -490,3 +490,23 @@ def test_bulk_rollbacks_while_agent_processes_step(store_url):
             if a.poll() is None:
                 a.kill()
         engine.close()
+
+
+def test_a_schema_1_file_gets_fleet_documents_and_is_marked_schema_2(tmp_path):
+    import sqlite3
+
+    from engine.store.sqlite.schema import SCHEMA_VERSION
+
+    path = tmp_path / "old.db"
+    url = f"sqlite:///{path}"
+    Engine.open(url).close()
+    with sqlite3.connect(path) as conn:  # what the first release left behind
+        conn.execute("DROP TABLE fleet_docs")
+        conn.execute("UPDATE rewind_meta SET value = '1' WHERE key = 'schema_version'")
+    with Engine.open(url) as engine:
+        engine.quarantine("refund_api", actor="alice", reason="broken")
+        assert [q.tool for q in engine.quarantines()] == ["refund_api"]
+    with sqlite3.connect(path) as conn:
+        (version,) = conn.execute(
+            "SELECT value FROM rewind_meta WHERE key = 'schema_version'").fetchone()
+    assert SCHEMA_VERSION == 2 and version == "2"
