@@ -564,6 +564,16 @@ def cmd_dashboard(args) -> int:
     return subprocess.call(cmd, env=env, cwd=str(app.parent.parent))
 
 
+def cmd_mcp_proxy(args) -> int:
+    from engine.integrations.mcp_proxy import main as proxy_main
+
+    command = list(args.upstream_command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    return proxy_main(args.store, command, args.upstream or [], session=args.session,
+                      http_port=args.http, config=args.config)
+
+
 EPILOG = "exit codes:\n" + "\n".join(
     textwrap.fill(text, 78, initial_indent=f"  {code:<4}", subsequent_indent=" " * 6)
     for code, text in EXIT_CODES.items()
@@ -722,6 +732,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a host name people open the console under (repeatable); only "
                    "localhost, 127.0.0.1 and [::1] are accepted otherwise")
     p.set_defaults(func=cmd_dashboard)
+
+    p = sub.add_parser("mcp-proxy", help="guard the tools of MCP servers (an MCP server itself)",
+                       usage="rewind mcp-proxy [--store URL] [--session ID] [--upstream URL] "
+                             "[--config FILE] [--http PORT] [-- COMMAND [ARGS...]]")
+    p.add_argument("--store", default=argparse.SUPPRESS, help="store URL (as for rewind)")
+    p.add_argument("--session", help="Rewind session of the connection (default: mcp-<random>)")
+    p.add_argument("--upstream", action="append", metavar="URL",
+                   help="a streamable HTTP MCP server to front (repeatable)")
+    p.add_argument("--config", metavar="FILE", help='servers to front: {"mcpServers": {…}}')
+    p.add_argument("--http", type=int, metavar="PORT",
+                   help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
+    p.add_argument("upstream_command", nargs=argparse.REMAINDER,
+                   help="-- COMMAND [ARGS...]: a stdio MCP server to front")
+    p.set_defaults(func=cmd_mcp_proxy)
     return parser
 
 

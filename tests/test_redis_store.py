@@ -16,7 +16,7 @@ from redis_servers import RedisServer, cluster, fresh_prefix, require_redis, sin
 from test_redis_keys import NASTY_IDS
 
 from engine import Engine, StoreUnavailable
-from engine.errors import StoreAuthError
+from engine.errors import NothingToRollBack, StoreAuthError
 from engine.store.fallback import FallbackStore, open_redis
 from engine.store.redis import keys
 from engine.store.redis.store import RedisStore
@@ -252,6 +252,63 @@ def test_only_idle_healthy_sessions_without_evidence_expire(backend):
     assert {e.session for e in audit} >= {"rolled", "noticed", "audited"}
     assert all(store.get_session(e.session) is not None for e in audit if e.session)
     assert [e.type for e in store.events(session="audited")][-1] == "inspect"
+    store.close()
+
+
+def test_a_refused_rollback_leaves_the_session_expiring_and_not_evidence(backend):
+    store = RedisStore(_url(backend, ttl="30"))
+    engine = Engine(store)
+    s = engine.session("s")
+    s.append_message("user", "hello")
+    snap = s.snapshot("head")
+    base = keys.session_base("s", store.prefix)
+    before = store._r.hgetall(keys.session_hash(base))
+    with pytest.raises(NothingToRollBack):
+        s.rollback(to=snap, actor="op", reason="r")
+    assert store._r.hgetall(keys.session_hash(base)) == before
+    assert "keep" not in before and store._r.ttl(keys.session_hash(base)) > 0
+    store.flush()
+    assert store.audit(session="s") == [] and store.branches("s") == []
+    store.close()
+
+
+def test_a_session_purge_checks_evidence_and_idleness_again_in_its_script(backend):
+    store = RedisStore(_url(backend))
+    for sid in ("idle", "marked", "busy"):
+        store.ensure_session(sid, None, 100.0)
+    store.append_messages("busy", [{"role": "user", "content": "x"}], 500.0)
+    store.set_status("marked", "stopped", None, 100.0)  # evidence, on the same old time
+    # what purge_sessions asks of each session it read as a candidate
+    assert store._write("delete", "marked", 600.0, ["200"], sync=True)[0] == "k"
+    assert store._write("delete", "busy", 600.0, ["200"], sync=True)[0] == "y"
+    assert store._write("delete", "idle", 600.0, ["200"], sync=True)[0] == "1"
+    assert store.get_session("marked") and store.get_session("busy")
+    assert store.get_session("idle") is None
+    assert store.purge_sessions(200.0, 600.0) == {"sessions": 0, "evidence": 1}
+    assert store.purge_sessions(1000.0, 1000.0) == {"sessions": 1, "evidence": 1}
+    assert {i.id for i in store.list_sessions()} == {"marked"}
+    base = keys.session_base("busy", store.prefix)
+    tag = base[base.index("{") : base.index("}") + 1]
+    assert not [k for k in store._r.scan_iter(match=f"{store.prefix}:*") if tag in k]
+    [audit] = store.audit(action="retention")
+    assert audit.detail == {"sessions": 1, "evidence": 1, "session_ids": ["busy"]}
+    store.close()
+
+
+def test_a_branch_purge_drops_its_index_entries_and_a_dry_run_keeps_them(backend):
+    store = RedisStore(_url(backend))
+    engine = Engine(store, clock=lambda: 100.0)
+    s = engine.session("s")
+    snap = s.snapshot()
+    s.append_message("user", "x")
+    s.rollback(to=snap, actor="op", reason="r", notice=False)
+    index = keys.branch_index(keys.fleet_base(store.prefix))
+    store.flush()
+    assert store._r.zcard(index) == 1
+    assert store.purge_branches(200.0, 200.0, dry_run=True)["branches"] == 1
+    assert store._r.zcard(index) == 1 and len(store.branches("s")) == 1
+    assert store.purge_branches(200.0, 200.0)["branches"] == 1
+    assert store._r.zcard(index) == 0 and store.branches("s") == []
     store.close()
 
 
@@ -519,10 +576,12 @@ def test_verify_session_finds_nothing_wrong_after_busy_use(backend):
         s.set_var("i", i)
         with s.step("t", {"i": i}) as call:
             call.ok(i)
-        if i % 5 == 0:
-            snaps.append(s.snapshot(f"n{i}"))
+        # roll back before taking the snapshot: right after it (i = 20) the head has nothing
+        # after it to roll back
         if i % 7 == 6:
             s.rollback(to=s.suggested_target(), actor="op", reason="r", notice=True)
+        if i % 5 == 0:
+            snaps.append(s.snapshot(f"n{i}"))
     assert store.verify_session("busy") == []
     assert store.verify_session("missing") == ["session 'missing' does not exist"]
     store.close()

@@ -181,9 +181,6 @@ def make_machine(engine: Engine):
 
 
 def test_engine_matches_the_model(engine, request):
-    if request.node.callspec.params["store_url"].startswith("redis"):
-        # the refusal of a rollback with nothing to abandon (issue 14) is not in Lua yet
-        request.applymarker(pytest.mark.xfail(strict=False, reason="redis side pending"))
     machine = make_machine(engine)
     run_state_machine_as_test(
         machine,

@@ -550,14 +550,6 @@ def test_rollbacks_in_the_window_are_counted_by_time(store_url):
 
 
 # -- hardening (issue 14) ---------------------------------------------------------------------
-@pytest.fixture
-def redis_pending(request):
-    """Marks the Redis params of a test xfail (not strict) while the Redis store catches up with
-    semantics the SQLite store already has."""
-    if request.node.callspec.params.get("store_url", "").startswith("redis"):
-        request.applymarker(pytest.mark.xfail(strict=False, reason="redis side pending"))
-
-
 def _everything(engine, sid):
     """What a refused operation must leave unchanged (the session, its lines, audit, feed)."""
     s = engine.get_session(sid)
@@ -565,7 +557,7 @@ def _everything(engine, sid):
             engine.audit(), engine.store.last_event_id(), engine.compensations())
 
 
-def test_a_rollback_with_nothing_to_abandon_is_refused_and_writes_nothing(engine, redis_pending):
+def test_a_rollback_with_nothing_to_abandon_is_refused_and_writes_nothing(engine):
     s = engine.session("s", meta={"locale": "en"})
     s.append_message("user", "hello")
     s.set_var("v", 1)
@@ -612,7 +604,7 @@ def test_any_write_after_the_target_is_something_to_roll_back(engine, write):
     assert s.memory.recall("fact", k=5) == []
 
 
-def test_rolling_back_a_stopped_session_keeps_it_stopped(engine, redis_pending):
+def test_rolling_back_a_stopped_session_keeps_it_stopped(engine):
     s = engine.session("s")
     snap = s.snapshot("start")
     s.append_message("user", "x")
@@ -624,7 +616,7 @@ def test_rolling_back_a_stopped_session_keeps_it_stopped(engine, redis_pending):
     assert engine.audit(action="rollback")[0].session == "s"
 
 
-def test_purge_audits_every_branch_and_a_dry_run_removes_nothing(store_url, redis_pending):
+def test_purge_audits_every_branch_and_a_dry_run_removes_nothing(store_url):
     now = [1_000_000.0]
     engine = Engine.open(store_url, clock=lambda: now[0])
     s = engine.session("s")
@@ -656,7 +648,7 @@ def test_purge_audits_every_branch_and_a_dry_run_removes_nothing(store_url, redi
     assert engine.store.purge_branches(now[0] - 3600, now[0], dry_run=True)["branches"] == 0
 
 
-def test_idle_sessions_are_purged_but_evidence_is_kept(store_url, redis_pending):
+def test_idle_sessions_are_purged_but_evidence_is_kept(store_url):
     now = [1_000_000.0]
     engine = Engine.open(store_url, clock=lambda: now[0])
     engine.session("plain").append_message("user", "nothing happened here")

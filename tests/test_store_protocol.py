@@ -26,11 +26,7 @@ BACKENDS = [
 ]
 
 # (backend, method) pairs known to differ, to be fixed on the backend's side.
-PENDING: dict[tuple[str, str], str] = {
-    ("redis", "doc_get"): "redis side pending: parameter keys_ is keys in the protocol",
-    ("redis", "purge_branches"): "redis side pending: the dry_run keyword",
-    ("redis", "purge_sessions"): "redis side pending: purge of idle sessions that are not evidence",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 METHODS = sorted(n for n, v in vars(Store).items() if callable(v) and not n.startswith("_"))
 ATTRIBUTES = sorted(n for n, v in vars(Store).items() if isinstance(v, property))

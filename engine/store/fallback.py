@@ -31,7 +31,7 @@ from engine.store.urls import redact
 log = logging.getLogger("rewind.store")
 
 
-def _split_fallback(url: str, options: dict) -> tuple[str, str | None]:
+def _split_fallback(url: str, options: dict[str, Any]) -> tuple[str, str | None]:
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     fallback = options.pop("fallback", None)
@@ -123,7 +123,7 @@ class FallbackStore:
             return False
         return True
 
-    def rebuild_indexes(self) -> dict:
+    def rebuild_indexes(self) -> dict[str, int]:
         """`RedisStore.rebuild_indexes` when on Redis; nothing to do on the embedded store."""
         rebuild = getattr(self._store, "rebuild_indexes", None)
         return rebuild() if rebuild is not None else {}

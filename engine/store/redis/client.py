@@ -63,6 +63,7 @@ from redis.exceptions import (
 from redis.retry import Retry
 
 from engine.errors import (
+    NothingToRollBack,
     RollbackConflict,
     SnapshotNotRestorable,
     StoreAuthError,
@@ -337,5 +338,11 @@ def script_error(exc: ResponseError, client: RedisClient, sid: str, target: Any)
     if code == "RETIRED":
         return SnapshotNotRestorable(
             f"snapshot {target!r} was retired by the retention window; pick a newer snapshot"
+        )
+    if code == "NOTHING":
+        return NothingToRollBack(
+            f"session {sid!r} has nothing after snapshot {target!r} to roll back: no "
+            "message, step, snapshot, variable or memory was written since; pick an "
+            "earlier snapshot"
         )
     return StoreError(f"Redis at {client.where}: {text}")

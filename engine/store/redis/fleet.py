@@ -10,7 +10,7 @@ here flushes this process's pending entries first, so a process always sees its 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from engine.records import AuditEvent, Compensation, Event, SessionInfo
@@ -77,7 +77,8 @@ class FleetViews:
         pipe = self._r.pipeline(transaction=False)
         for sid in sids:
             pipe.hgetall(keys.session_hash(keys.session_base(sid, self.prefix)))
-        return self._client.call(pipe.execute)
+        rows: list[dict[str, str]] = self._client.call(pipe.execute)
+        return rows
 
     def sweep(self) -> None:
         """Drop sessions whose keys expired from the fleet indexes."""
@@ -253,7 +254,7 @@ class FleetViews:
         session: str | None,
         snapshot: str | None,
         reason: str | None,
-        detail: dict,
+        detail: dict[str, Any],
         now: float,
     ) -> None:
         """An audit event without a session write (`RedisStore.add_audit` writes those about an
@@ -353,16 +354,29 @@ class FleetViews:
         )
 
     def record_purge(
-        self, now: float, removed: dict[str, int], names: list[str], members: list[str]
+        self,
+        now: float,
+        reason: str,
+        counts: dict[str, int],
+        removed: tuple[str, list[str]],
+        members: Sequence[str] = (),
     ) -> None:
-        """Drop purged branches from the branch index; audit and announce what went."""
+        """Audit (actor and action ``retention``) and announce what a purge removed, and drop
+        purged branches from the branch index.
+
+        Args:
+            counts: how many of each kind went (audit detail and feed event).
+            removed: (detail key, ids): every id removed, listed in the audit detail.
+            members: branch index members (``<enc>/<branch>``) of the removed branches.
+        """
         self.run(
             "purged",
             [
                 *self._maxlens,
                 num(now),
-                dumps(removed),
-                dumps({**removed, "branch_ids": names[:100]}),
+                dumps(counts),
+                dumps({**counts, removed[0]: removed[1]}),
+                dumps(reason),
                 *members,
             ],
         )

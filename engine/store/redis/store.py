@@ -26,7 +26,11 @@ Retention (the ``ttl`` option, 30 minutes by default; 0 keeps every session):
   retention change are one atomic step: a rolled-back session, its abandoned branches and the
   session of every audit row stay readable. Becoming healthy again does not undo it.
 - Evidence leaves only through retention by age (`purge_branches`: abandoned branches older than
-  a limit) or an operator's `delete_session`.
+  a limit) or an operator's `delete_session`. `purge_sessions` (for stores without a TTL, or
+  idle times shorter than it) deletes idle sessions without the ``keep`` mark; its Lua script
+  checks the mark and the idle time again, so a session that became evidence meanwhile stays.
+- A rollback with nothing to abandon is refused by its script before any write: no branch, no
+  notice, no epoch change, no audit event, and so no ``keep`` mark either.
 - The session's own feed (a fleet key) expires with the session and loses its TTL when the
   session becomes evidence (on Redis Cluster, when the session's outbox entry is applied).
 
@@ -78,14 +82,20 @@ from engine.records import (
     SnapshotNode,
     StepRecord,
 )
-from engine.store.base import Retention, StepTicket
+from engine.store.base import Retention, StepOutcome, StepStart, StepTicket
 from engine.store.redis import codec, doctor, keys
 from engine.store.redis.client import RedisClient, script_error
 from engine.store.redis.codec import dumps, num
 from engine.store.redis.fleet import FleetViews
 from engine.store.redis.fleetdocs import FleetDocs
 from engine.store.redis.scripts import OUTBOX_BATCH, SOURCES
-from engine.types import CompensationStatus, SessionStatus
+from engine.types import (
+    CompensationStatus,
+    RollbackKind,
+    SessionStatus,
+    SnapshotKind,
+    StoredVerdict,
+)
 
 log = logging.getLogger("rewind.redis")
 
@@ -193,7 +203,7 @@ class RedisStore(FleetDocs):
         self._client.close()
 
     # -- sessions ---------------------------------------------------------------------------
-    def ensure_session(self, sid: str, meta: dict | None, now: float) -> SessionInfo:
+    def ensure_session(self, sid: str, meta: dict[str, Any] | None, now: float) -> SessionInfo:
         new = dict(meta or {})
         incarnation = f"{time.time_ns():020x}{uuid.uuid4().hex[:8]}"
         create = [dumps(new), codec.index_lines(new), incarnation]
@@ -216,7 +226,7 @@ class RedisStore(FleetDocs):
     def list_sessions(
         self,
         *,
-        status: str | None = None,
+        status: SessionStatus | None = None,
         tenant: str | None = None,
         scenario: str | None = None,
         prompt_version: str | None = None,
@@ -235,11 +245,13 @@ class RedisStore(FleetDocs):
         )
 
     def count_sessions(
-        self, *, status: str | None = None, updated_since: float | None = None
+        self, *, status: SessionStatus | None = None, updated_since: float | None = None
     ) -> int:
         return self._views.count_sessions(status=status, updated_since=updated_since)
 
-    def set_status(self, sid: str, status: str, verdict: dict | None, now: float) -> None:
+    def set_status(
+        self, sid: str, status: SessionStatus, verdict: StoredVerdict | None, now: float
+    ) -> None:
         try:
             status = SessionStatus(status)
         except ValueError:
@@ -251,7 +263,7 @@ class RedisStore(FleetDocs):
         )
 
     # -- history ----------------------------------------------------------------------------
-    def append_messages(self, sid: str, messages: list[dict], now: float) -> int:
+    def append_messages(self, sid: str, messages: list[dict[str, Any]], now: float) -> int:
         if not messages:
             info = self.get_session(sid)
             if info is None:
@@ -275,7 +287,7 @@ class RedisStore(FleetDocs):
         raw = self._guard(self._r.hgetall, keys.kv_values(base, ns))
         return {k: json.loads(v) for k, v in raw.items()}
 
-    def live_messages(self, sid: str) -> list[dict]:
+    def live_messages(self, sid: str) -> list[dict[str, Any]]:
         base = keys.session_base(sid, self.prefix)
         rows = self._guard(self._r.lrange, keys.live_messages(base), 0, -1)
         return [json.loads(r)[3] for r in rows]
@@ -295,7 +307,7 @@ class RedisStore(FleetDocs):
         return [retention.keep_snapshots, retention.keep_step_snapshots]
 
     def take_snapshot(
-        self, sid: str, label: str | None, kind: str, now: float, retention: Retention
+        self, sid: str, label: str | None, kind: SnapshotKind, now: float, retention: Retention
     ) -> SnapshotNode:
         if not kind.isidentifier():
             raise ValueError(f"a snapshot kind must be an identifier, not {kind!r}")
@@ -371,14 +383,14 @@ class RedisStore(FleetDocs):
     def begin_step(
         self,
         sid: str,
-        step: dict,
+        step: StepStart,
         snapshot_label: str | None,
         now: float,
         retention: Retention,
     ) -> StepTicket:
-        fields = dict(step)
-        args_text = fields.pop("args")
-        comp = fields.pop("compensation", None)
+        args_text = step["args"]
+        comp = step.get("compensation")
+        fields = {k: v for k, v in step.items() if k not in ("args", "compensation")}
         body = dumps({**fields, "side_effect": bool(fields.get("side_effect")), "started_at": now})
         record = '{"args":' + args_text + "," + body[1:]
         comp_field = ""
@@ -402,7 +414,7 @@ class RedisStore(FleetDocs):
         n, epoch, snap, seq = json.loads(result)
         return StepTicket(n=n, epoch=epoch, snapshot=snap, seq=seq)
 
-    def end_step(self, sid: str, ticket: StepTicket, outcome: dict, now: float) -> bool:
+    def end_step(self, sid: str, ticket: StepTicket, outcome: StepOutcome, now: float) -> bool:
         verdict = outcome.get("verdict")
         record = dumps({**outcome, "ended_at": now})
         result, _ = self._write(
@@ -435,10 +447,10 @@ class RedisStore(FleetDocs):
         *,
         actor: str,
         reason: str,
-        notice: dict | None,
+        notice: dict[str, Any] | None,
         now: float,
         expect_epoch: int | None = None,
-        kind: str = "rollback",
+        kind: RollbackKind = "rollback",
         batch: str | None = None,
     ) -> RollbackResult:
         notice_text = None if notice is None else notice.get("content")
@@ -503,7 +515,7 @@ class RedisStore(FleetDocs):
             notice=notice_text,
         )
 
-    def add_notice(self, sid: str, message: dict, actor: str, now: float) -> None:
+    def add_notice(self, sid: str, message: dict[str, Any], actor: str, now: float) -> None:
         self._write(
             "notice",
             sid,
@@ -537,7 +549,7 @@ class RedisStore(FleetDocs):
         session: str | None,
         snapshot: str | None,
         reason: str | None,
-        detail: dict,
+        detail: dict[str, Any],
         now: float,
     ) -> None:
         if session is not None:  # through the session: it becomes evidence in the same script
@@ -555,11 +567,15 @@ class RedisStore(FleetDocs):
         return self._views.last_event_id()
 
     def compensations(
-        self, *, session: str | None = None, status: str | None = None, limit: int = 1000
+        self,
+        *,
+        session: str | None = None,
+        status: CompensationStatus | None = None,
+        limit: int = 1000,
     ) -> list[Compensation]:
         return self._views.compensations(session=session, status=status, limit=limit)
 
-    def count_compensations(self, status: str) -> int:
+    def count_compensations(self, status: CompensationStatus) -> int:
         return self._views.count_compensations(status)
 
     def claim_compensation(
@@ -600,7 +616,7 @@ class RedisStore(FleetDocs):
         return result == "1"
 
     # -- maintenance ------------------------------------------------------------------------
-    def rebuild_indexes(self) -> dict:
+    def rebuild_indexes(self) -> dict[str, int]:
         """Rebuild the fleet indexes from the sessions themselves (``rewind doctor``); see
         `engine.store.redis.doctor.rebuild_indexes`. Safe to run while agents write.
 
@@ -620,25 +636,66 @@ class RedisStore(FleetDocs):
         return doctor.session_problems(sid, self._read("check", sid))
 
     # -- retention --------------------------------------------------------------------------
-    def purge_branches(self, before: float, now: float) -> dict:
+    def purge_branches(self, before: float, now: float, *, dry_run: bool = False) -> dict[str, int]:
+        """Delete abandoned branches created before `before` (one script per session, each
+        atomic); returns counts of what went (with `dry_run`, of what would go, removing and
+        auditing nothing). The audit detail lists every removed branch (``branch_ids``)."""
         self.flush()
-        removed = {"branches": 0, "messages": 0, "steps": 0, "snapshots": 0, "kv_writes": 0}
-        members = self._guard(
+        removed = dict.fromkeys(("branches", "messages", "steps", "snapshots", "kv_writes"), 0)
+        members: list[str] = self._guard(
             self._r.zrangebyscore, keys.branch_index(self._fb), "-inf", "(" + num(before)
         )
         by_session: dict[str, list[str]] = {}
         for member in members:
             enc, _, branch = member.partition("/")
             by_session.setdefault(enc, []).append(branch)
-        names = []
+        gone: set[str] = set()
         for enc, branch_ids in by_session.items():
             sid = keys.decode(enc)
             base = keys.session_base(sid, self.prefix)
-            argv = ["", num(now), 0, sid, enc, "i", 0, 0, *branch_ids]
+            argv = ["", num(now), 0, sid, enc, "i", 0, 0, "1" if dry_run else "0", *branch_ids]
             counts = json.loads(self._script("purge", [base], argv))
+            gone.update(f"{enc}/{b}" for b in counts.pop("gone") or [])
             for name in removed:
                 removed[name] += counts[name]
-            names += [f"{sid}/{b}" for b in branch_ids]
-        if members:
-            self._views.record_purge(now, removed, names, members)
+        if not dry_run and members:
+            # oldest first; index members of branches that were already gone are dropped too
+            names = [f"{keys.decode(m.partition('/')[0])}/{m.partition('/')[2]}" for m in members]
+            ids = [name for name, m in zip(names, members, strict=True) if m in gone]
+            reason = "abandoned branches past their time limit"
+            self._views.record_purge(now, reason, removed, ("branch_ids", ids), members)
         return removed
+
+    def purge_sessions(self, before: float, now: float, *, dry_run: bool = False) -> dict[str, int]:
+        """Delete the sessions last changed before `before` that are not evidence (no ``keep``
+        mark), each in one script that checks both again; returns how many went
+        (``sessions``) and how many as old were kept as evidence (``evidence``)."""
+        self.flush()
+        idle: list[str] = self._guard(
+            self._r.zrangebyscore, keys.session_index(self._fb), "-inf", "(" + num(before)
+        )
+        candidates: list[str] = []
+        evidence = 0
+        for i in range(0, len(idle), 500):
+            chunk = idle[i : i + 500]
+            for sid, d in zip(chunk, self._views.fetch_sessions(chunk), strict=True):
+                if not d or float(d["updated"]) >= before:
+                    continue  # expired meanwhile, or changed since (the index lags behind)
+                if d.get("keep") == "1":
+                    evidence += 1
+                else:
+                    candidates.append(sid)
+        if dry_run:
+            return {"sessions": len(candidates), "evidence": evidence}
+        doomed: list[str] = []
+        for sid in candidates:
+            result, _ = self._write("delete", sid, now, [num(before)], sync=True)
+            if result == "1":
+                doomed.append(sid)
+            elif result == "k":  # became evidence since it was read
+                evidence += 1
+        counts = {"sessions": len(doomed), "evidence": evidence}
+        if doomed:
+            reason = "idle sessions past their time limit (evidence kept)"
+            self._views.record_purge(now, reason, counts, ("session_ids", doomed))
+        return counts

@@ -1,6 +1,12 @@
 -- Session script: delete a session.
+-- ARGV[9] (retention) "" or a time: delete only a session without evidence last changed
+-- before it ("k": kept as evidence, "y": changed since; nothing written then)
 -- deletes every key of the session; the fleet views forget it (the feed and audit stay)
 if not load() then return {"0", ""} end
+if (ARGV[9] or "") ~= "" then
+  if S.keep == "1" then return {"k", ""} end
+  if tonumber(S.updated) >= tonumber(ARGV[9]) then return {"y", ""} end
+end
 local gone = {}
 for _, b in ipairs(redis.call("HKEYS", K_branches(B))) do gone[#gone + 1] = b end
 local q = tonumber(S.fxq or "0") + 1

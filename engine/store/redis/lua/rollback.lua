@@ -14,6 +14,20 @@ local abandoned_in = redis.call("HGET", P, sseq .. "b")
 if abandoned_in then fail("ABANDONED", abandoned_in) end
 local smsgs, snext, kind = string.match(rec, '^%[(%d+),(%d+),"([^"]*)"')
 if not redis.call("ZSCORE", K_restorable(B, kind), sseq) then fail("RETIRED") end
+local fork = ARGV[15] == "fork"
+
+-- a rollback must abandon something: a message, step, snapshot or key-value write (variable or
+-- memory) on the live line after the target; else it is refused before any write
+local function newer_than(list, bound)
+  local last = redis.call("LINDEX", list, -1)
+  return last and tonumber(last) >= bound
+end
+if not fork and tonumber(S.msgs) <= tonumber(smsgs)
+    and not newer_than(K_live_steps(B), tonumber(snext))
+    and not newer_than(K_live_snapshots(B), tonumber(sseq) + 1)
+    and not newer_than(K_live_kv_writes(B), tonumber(sseq) + 1) then
+  fail("NOTHING")
+end
 
 -- everything checked: from here on the script only writes
 local seq = tonumber(S.seq) + 1
@@ -99,9 +113,9 @@ redis.call("HSET", K_branches(B), branch, "[" .. int(seq) .. "," .. epoch .. ","
            cjson.encode(target) .. "," .. ARGV[10] .. "," .. ARGV[11] .. "," .. NOW .. "]")
 redis.call("HSET", K_branch_items(B), branch, table.concat(items, " "))
 redis.call("ZADD", K_branches_by_epoch(B), epoch, branch)
-local fork = ARGV[15] == "fork"
-set("seq", int(seq), "epoch", epoch, "head", target, "msgs", smsgs,
-    "status", fork and S.status or "rolled_back",
+-- a stopped session stays stopped: a rollback repairs it, it does not restart it
+local status = (fork or S.status == "stopped") and S.status or "rolled_back"
+set("seq", int(seq), "epoch", epoch, "head", target, "msgs", smsgs, "status", status,
     "rollbacks", fork and S.rollbacks or int(tonumber(S.rollbacks) + 1), "updated", NOW)
 
 local notice = "null"

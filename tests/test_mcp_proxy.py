@@ -1,0 +1,329 @@
+"""`rewind mcp-proxy` with the `mcp` SDK's real client, in front of a real MCP server started by
+the test (tests/mcp_servers/receipts.py), on stdio and over streamable HTTP on free loopback
+ports: a looping call is refused with the explanation, healthy calls pass through unchanged, the
+steps are in the store, and an operator's rollback reaches the client as a notice."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+
+import pytest
+
+pytest.importorskip("mcp", reason="needs the mcp extra")
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+from engine import Engine  # noqa: E402
+from engine.sessions.notices import TEMPLATES  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SERVER = os.path.join(ROOT, "tests", "mcp_servers", "receipts.py")
+CROP = {"x": 10, "y": 70, "width": 120, "height": 20}
+ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def proxy_params(store: str, *args: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "engine.cli", "mcp-proxy", "--store", store, *args],
+        env=ENV,
+        cwd=ROOT,
+    )
+
+
+def texts(result) -> list[str]:
+    return [getattr(block, "text", "") for block in result.content]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the process serving port {port} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+@contextmanager
+def process(*args: str, port: int):
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        env=ENV,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def crop_until_refused(client, calls: int = 5) -> list:
+    return [await client.call_tool("image_crop", CROP) for _ in range(calls)]
+
+
+def check_loop_results(results) -> None:
+    first, _, third, fourth, fifth = results
+    # the first calls reach the server: its own error, unchanged
+    assert first.is_error and texts(first) == [
+        "Error executing tool image_crop: invalid slice [10:130, 70:90] on a 100x80 image"
+    ]
+    # the third completes the loop: the server's answer, then Rewind's explanation and notice
+    assert third.is_error and texts(third)[0] == texts(first)[0]
+    assert "this call completed a loop" in texts(third)[1]
+    assert texts(third)[2] == f"Rewind notice: {TEMPLATES['en']}"
+    # a call that would continue the loop is refused without reaching the server
+    for refused in (fourth, fifth):
+        assert refused.is_error and len(refused.content) == 1
+        text = texts(refused)[0]
+        assert text.startswith(
+            "Rewind refused this call: image_crop with these arguments repeats a loop"
+        )
+        assert "The tool was not called" in text and "change the arguments" in text
+
+
+def check_steps(store: str, sid: str) -> None:
+    with Engine.open(store) as engine:
+        steps = engine.get_session(sid).steps()
+        crops = [s for s in steps if s.tool == "image_crop"]
+        assert len(crops) == 5 and {s.args == CROP for s in crops} == {True}
+        assert [s.status for s in crops] == ["error"] * 5
+        assert crops[2].verdict and crops[2].verdict["rule"] == "exact_repeat"
+        assert crops[3].error.startswith("refused by Rewind")
+        info = engine.get_session(sid).info()
+        assert info.loops >= 1 and info.rollbacks == 1 and info.meta.get("channel") == "mcp"
+        assert [a.actor for a in engine.audit(session=sid, action="rollback")] == ["rewind"]
+
+
+def test_stdio_proxy_refuses_a_loop_and_passes_healthy_calls(tmp_path):
+    store = f"sqlite:///{tmp_path}/mcp.db"
+    sid = f"mcp-test-{uuid.uuid4().hex[:6]}"
+
+    async def scenario():
+        async with Client(
+            StdioServerParameters(command=sys.executable, args=[SERVER], env=ENV)
+        ) as direct:
+            bare = await direct.call_tool("echo", {"text": "héllo"})
+            bare_tools = await direct.list_tools()
+        async with Client(
+            proxy_params(store, "--session", sid, "--", sys.executable, SERVER)
+        ) as client:
+            tools = await client.list_tools()
+            echoed = await client.call_tool("echo", {"text": "héllo"})
+            results = await crop_until_refused(client)
+            total = await client.call_tool("read_total", {})
+            other = await client.call_tool(
+                "echo", {"text": "x"}, meta={"rewind/session": f"{sid}-named"}
+            )
+            resources = await client.list_resources()
+            receipt = await client.read_resource("receipt://latest")
+            prompt = await client.get_prompt("summarize", {"style": "long"})
+        return bare, bare_tools, tools, echoed, results, total, other, resources, receipt, prompt
+
+    (bare, bare_tools, tools, echoed, results, total, other, resources, receipt, prompt) = (
+        asyncio.run(scenario())
+    )
+    # healthy calls and listings pass through unchanged
+    assert [t.model_dump() for t in tools.tools] == [t.model_dump() for t in bare_tools.tools]
+    assert echoed.content == bare.content and not echoed.is_error
+    assert echoed.structured_content == bare.structured_content
+    assert texts(total) == ["42.00 EUR"] and not total.is_error
+    assert not other.is_error
+    assert [r.uri for r in resources.resources] == ["receipt://latest"]
+    assert receipt.contents[0].text.endswith("TOTAL 42.00 EUR")
+    assert prompt.messages[0].content.text == "Summarize the receipt in a long way."
+    check_loop_results(results)
+    check_steps(store, sid)
+    with Engine.open(store) as engine:
+        assert [s.tool for s in engine.get_session(f"{sid}-named").steps()] == ["echo"]
+        assert {sid, f"{sid}-named"} <= {s.id for s in engine.sessions()}
+
+
+def test_an_operator_rollback_reaches_the_client_as_a_notice(tmp_path):
+    store = f"sqlite:///{tmp_path}/notice.db"
+    sid = "mcp-notice"
+
+    async def scenario():
+        async with Client(
+            proxy_params(store, "--session", sid, "--", sys.executable, SERVER)
+        ) as client:
+            await client.call_tool("echo", {"text": "one"})
+            await client.call_tool("echo", {"text": "two"})
+            with Engine.open(store) as engine:
+                first = engine.get_session(sid).tree()[0].id
+                engine.rollback(
+                    sid,
+                    to=first,
+                    actor="alice",
+                    reason="wrong order",
+                    notice="We reset this conversation; please check the order.",
+                )
+            after = await client.call_tool("echo", {"text": "three"})
+            again = await client.call_tool("echo", {"text": "four"})
+        return after, again
+
+    after, again = asyncio.run(scenario())
+    assert texts(after)[-1] == (
+        "Rewind notice: We reset this conversation; please check the order."
+    )
+    assert len(again.content) == 1  # told once
+    with Engine.open(store) as engine:
+        steps = engine.get_session(sid).steps()
+        assert [(s.args["text"], s.on_live_line) for s in steps] == [
+            ("one", False),
+            ("two", False),
+            ("three", True),
+            ("four", True),
+        ]
+
+
+def test_streamable_http_proxy_in_front_of_an_http_server(tmp_path):
+    store = f"sqlite:///{tmp_path}/http.db"
+    sid = "mcp-http"
+    upstream_port, proxy_port = free_port(), free_port()
+
+    async def scenario():
+        async with Client(f"http://127.0.0.1:{proxy_port}/mcp") as client:
+            echoed = await client.call_tool("echo", {"text": "over http"})
+            results = await crop_until_refused(client)
+        return echoed, results
+
+    with (
+        process(SERVER, "--http", str(upstream_port), port=upstream_port),
+        process(
+            "-m",
+            "engine.cli",
+            "mcp-proxy",
+            "--store",
+            store,
+            "--session",
+            sid,
+            "--upstream",
+            f"http://127.0.0.1:{upstream_port}/mcp",
+            "--http",
+            str(proxy_port),
+            port=proxy_port,
+        ),
+    ):
+        echoed, results = asyncio.run(scenario())
+    assert texts(echoed) == ['{"text": "over http", "length": 9}'] and not echoed.is_error
+    check_loop_results(results)
+    check_steps(store, sid)
+
+
+def test_cli_needs_an_upstream(capsys):
+    from engine.cli import main
+
+    assert main(["mcp-proxy", "--store", "sqlite:///:memory:"]) == 2
+    assert "give an upstream" in capsys.readouterr().err
+
+
+def test_a_quarantined_tool_is_refused_without_calling_it(tmp_path, monkeypatch):
+    """The seam for fleet quarantines: when the engine raises ToolQuarantined as a step
+    begins, the proxy answers with an isError result and the upstream tool is not called."""
+    from mcp.server.mcpserver import MCPServer
+
+    from engine import errors
+    from engine.integrations.mcp_proxy import McpProxy, Upstream
+    from engine.sessions.session import StepCall
+
+    class ToolQuarantined(errors.RewindError):
+        pass
+
+    monkeypatch.setattr(errors, "ToolQuarantined", ToolQuarantined, raising=False)
+    original_enter = StepCall.__enter__
+
+    def enter(self):
+        if self.tool == "refund":
+            raise ToolQuarantined("refund is quarantined fleet-wide by alice: double refunds")
+        return original_enter(self)
+
+    monkeypatch.setattr(StepCall, "__enter__", enter)
+    server = MCPServer("shop")
+    refunds: list[str] = []
+
+    @server.tool()
+    def refund(order: str) -> str:
+        """Refund an order."""
+        refunds.append(order)
+        return "refunded"
+
+    async def scenario():
+        async with Client(server) as client:
+            with Engine.open(f"sqlite:///{tmp_path}/q.db") as engine:
+                proxy = McpProxy(engine, [Upstream(client=client)], session="q")
+                return await proxy.call(proxy.session_for(None), "refund", {"order": "A-1"})
+
+    result = asyncio.run(scenario())
+    assert result.is_error and refunds == []
+    assert texts(result)[0].startswith("Rewind refused this call: the tool refund is quarantined")
+
+
+def test_a_config_file_names_the_servers(tmp_path):
+    """`--config FILE` in the format MCP clients use: each server by command or URL."""
+    import json
+
+    from engine.integrations.mcp_proxy import load_config
+
+    config = tmp_path / "mcp.json"
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "receipts": {
+                        "command": sys.executable,
+                        "args": [SERVER],
+                        "env": {"RECEIPTS": "1"},
+                    },
+                    "remote": {"url": "http://127.0.0.1:9/mcp"},
+                }
+            }
+        )
+    )
+    local, remote = load_config(str(config))
+    assert list(local.command) == [sys.executable, SERVER] and local.env == {"RECEIPTS": "1"}
+    assert remote.url == "http://127.0.0.1:9/mcp"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"mcpServers": {"x": {"args": []}}}))
+    with pytest.raises(ValueError, match="needs a command or a url"):
+        load_config(str(bad))
+
+    # the proxy serves what the file names
+    config.write_text(
+        json.dumps({"mcpServers": {"receipts": {"command": sys.executable, "args": [SERVER]}}})
+    )
+    store = f"sqlite:///{tmp_path}/config.db"
+
+    async def scenario():
+        async with Client(
+            proxy_params(store, "--session", "cfg", "--config", str(config))
+        ) as client:
+            return await client.call_tool("read_total", {})
+
+    assert texts(asyncio.run(scenario())) == ["42.00 EUR"]
+    with Engine.open(store) as engine:
+        assert [s.tool for s in engine.get_session("cfg").steps()] == ["read_total"]
