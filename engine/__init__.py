@@ -27,8 +27,10 @@ from engine.errors import (
     StoreAuthError,
     StoreError,
     StoreUnavailable,
+    ToolQuarantined,
     UnknownCompensation,
     UnknownEncoding,
+    UnknownQuarantine,
     UnknownSession,
     UnknownSnapshot,
 )
@@ -37,9 +39,11 @@ from engine.loops.detector import LoopDetector, Step, Verdict
 from engine.records import (
     AuditEvent,
     BranchInfo,
+    BulkRollbackItem,
     Compensation,
     Event,
     MessageRecord,
+    Quarantine,
     RollbackPreview,
     RollbackResult,
     SessionInfo,
@@ -70,6 +74,7 @@ __all__ = [
     "StepRecord", "StepStatus", "StoreAuthError", "StoreError", "StoreUnavailable",
     "StoredVerdict", "TokenBreakdown", "UnknownCompensation", "UnknownEncoding",
     "UnknownSession", "UnknownSnapshot", "Verdict",
+    "BulkRollbackItem", "Quarantine", "ToolQuarantined", "UnknownQuarantine",
 ]
 __version__ = "0.1.0"
 

@@ -5,17 +5,20 @@ come here, and the actor's role is checked here, so hiding a button is never the
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from engine import metrics, saga
 from engine.errors import NothingToRollBack, PermissionDenied
 from engine.limits import check_text, cut_text
-from engine.records import RollbackResult
+from engine.records import BulkRollbackItem, RollbackResult, SessionInfo
 from engine.runtime import Runtime
 from engine.sessions.ids import validate_session_id
-from engine.sessions.notices import notice_message, template_for
-from engine.sessions.snapshots import suggested_target
-from engine.types import Role, RollbackKind
+from engine.sessions.notices import NOTICE_FLAG, notice_message, template_for
+from engine.sessions.snapshots import preview_rollback, suggested_target
+from engine.types import Role, RollbackKind, SessionStatus
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ def rollback(
     rule: str | None = None,
     expect_epoch: int | None = None,
     kind: RollbackKind = "rollback",
+    batch: str | None = None,
 ) -> RollbackResult:
     """Roll session `sid` back to snapshot `to` (None: its last healthy snapshot).
 
@@ -99,7 +103,8 @@ def rollback(
     a string: that text, False: none) is appended. `expect_epoch` (the epoch the operator saw in
     the preview) makes the rollback refuse with RollbackConflict if someone else rolled the
     session back in the meantime. `kind="fork"` is an integration's time travel: same
-    mechanics, no recovery status, not counted as a rollback.
+    mechanics, no recovery status, not counted as a rollback. `batch` (from `rollback_many`)
+    is kept in the audit event's detail.
 
     Raises:
         PermissionDenied: the actor is a viewer. UnknownSession, UnknownSnapshot,
@@ -133,6 +138,7 @@ def rollback(
         now=rt.clock(),
         expect_epoch=expect_epoch,
         kind=kind,
+        batch=batch,
     )
     if kind == "rollback":
         metrics.record_rollback(info.meta, automatic, rule)
@@ -185,3 +191,136 @@ def purge_abandoned(rt: Runtime, older_than_s: float = 7 * 86400.0) -> dict:
         raise ValueError("older_than_s must not be negative")
     now = rt.clock()
     return rt.store.purge_branches(now - older_than_s, now)
+
+
+WHERE_KEYS = ("status", "tenant", "scenario", "prompt_version", "tool")
+"""Filters `rollback_many` takes, as the fleet table's: the first four as in
+`Engine.sessions`; ``tool``: the tool appears among the session's recent live steps (the loop
+detector's horizon)."""
+
+
+def matching_sessions(rt: Runtime, where: Mapping[str, Any]) -> list[SessionInfo]:
+    """Every session matching all of `where` (see `WHERE_KEYS`), most recently active first.
+
+    Raises:
+        ValueError: no filter, an unknown key, an unknown status or an empty value.
+    """
+    if not where:
+        raise ValueError(
+            "a bulk rollback needs at least one filter (status, tenant, scenario, "
+            "prompt_version, tool); it never rolls back the whole fleet by default"
+        )
+    for key, value in where.items():
+        if key not in WHERE_KEYS:
+            raise ValueError(f"unknown filter {key!r}; use {', '.join(WHERE_KEYS)}")
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"filter {key} needs a non-empty string, not {value!r}")
+    if "status" in where and where["status"] not in tuple(SessionStatus):
+        raise ValueError(
+            f"status must be one of {', '.join(SessionStatus)}, not {where['status']!r}"
+        )
+    filters = {k: v for k, v in where.items() if k != "tool"}
+    tool = where.get("tool")
+    found: list[SessionInfo] = []
+    offset, page = 0, 500
+    while True:  # collect first: rolling back reorders and refilters the listing
+        infos = rt.store.list_sessions(**filters, limit=page, offset=offset)
+        found += infos
+        if len(infos) < page:
+            break
+        offset += page
+    if tool is not None:
+        found = [
+            i
+            for i in found
+            if any(
+                s.tool == tool
+                for s in rt.store.steps(i.id, live_only=True, last=rt.detector_horizon)
+            )
+        ]
+    return found
+
+
+def rollback_many(
+    rt: Runtime,
+    where: Mapping[str, Any],
+    *,
+    actor: str | Actor,
+    reason: str,
+    dry_run: bool = False,
+    notice: bool | str = True,
+) -> list[BulkRollbackItem]:
+    """Roll back every session matching `where` to its last healthy snapshot.
+
+    Each session is rolled back on its own, with the epoch read just before its rollback as the
+    expected epoch (someone who rolled it back meanwhile wins; this one is then refused with
+    RollbackConflict), and audited as a rollback whose detail holds the shared ``batch`` id. A
+    session that fails (nothing to roll back, a conflict, a store error) is reported in its item
+    and the rest go on. After the batch, one ``rollback_many`` audit event (no session) sums it
+    up: batch id, filters, counts and each failure.
+
+    With `dry_run`, nothing is written: each item's `preview` says what would leave the live
+    line and which compensations would be queued.
+
+    A session where nothing but recovery notices would leave the live line (it was rolled back
+    already, e.g. by a first bulk run) is not rolled back again: its item says NothingToRollBack.
+
+    Returns:
+        One item per matching session, most recently active first.
+
+    Raises:
+        PermissionDenied: the actor is a viewer (even for a dry run). ValueError: bad `where`,
+        empty reason. SizeLimitExceeded: reason too long.
+    """
+    who = checked_actor(rt, actor)
+    require_operator(who, "roll sessions back")
+    reason = checked_reason(rt, reason)
+    if not reason.strip() and not dry_run:
+        raise ValueError("a bulk rollback needs a reason: it labels every abandoned branch")
+    batch = f"batch-{uuid.uuid4().hex[:12]}"
+    items: list[BulkRollbackItem] = []
+    for info in matching_sessions(rt, where):
+        sid = info.id
+        try:
+            preview = preview_rollback(rt, sid)
+            if not preview.steps and all(m.get(NOTICE_FLAG) for m in preview.messages):
+                # Rolled back already (a second bulk run, a loop's own rollback): going back
+                # again would only take the user's notice away.
+                raise NothingToRollBack(
+                    f"session {sid!r}: no step and no message but recovery notices would leave "
+                    "the live line; it was rolled back already"
+                )
+            if dry_run:
+                items.append(BulkRollbackItem(sid, True, preview=preview, batch=batch))
+                continue
+            fresh = rt.require_session(sid)
+            result = rollback(
+                rt,
+                sid,
+                actor=who,
+                reason=reason,
+                notice=notice,
+                expect_epoch=fresh.epoch,
+                batch=batch,
+            )
+            items.append(BulkRollbackItem(sid, True, rollback=result, batch=batch))
+        except Exception as exc:  # noqa: BLE001 - one session's failure never stops the rest
+            items.append(BulkRollbackItem(sid, False, f"{type(exc).__name__}: {exc}", batch=batch))
+    if not dry_run:
+        failed = {i.session: i.error for i in items if not i.ok}
+        rt.store.add_audit(
+            who.name,
+            "rollback_many",
+            None,
+            None,
+            reason,
+            {
+                "batch": batch,
+                "where": dict(where),
+                "sessions": len(items),
+                "rolled_back": len(items) - len(failed),
+                "failed": failed,
+            },
+            rt.clock(),
+        )
+    return items

@@ -25,6 +25,7 @@ from engine.errors import (
     RewindError,
     StoreError,
     UnknownCompensation,
+    UnknownQuarantine,
     UnknownSession,
     UnknownSnapshot,
 )
@@ -43,7 +44,7 @@ EXIT_CODES = {
     EXIT_USAGE: "usage error: a missing or malformed argument, an unknown store URL scheme",
     EXIT_STORE: "the store is unreachable, refuses the credentials, is read-only, or is broken "
     "(a corrupt database file, a newer schema)",
-    EXIT_NOT_FOUND: "the session, snapshot or compensation does not exist",
+    EXIT_NOT_FOUND: "the session, snapshot, compensation or quarantine does not exist",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }
 
@@ -216,9 +217,92 @@ def cmd_show(args) -> int:
     return 0
 
 
+def _where_item(text: str) -> tuple[str, str]:
+    from engine.actions import WHERE_KEYS
+
+    key, sep, value = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or not value.strip() or key not in WHERE_KEYS:
+        raise argparse.ArgumentTypeError(
+            f"--where takes KEY=VALUE with KEY one of {', '.join(WHERE_KEYS)}, not {text!r}"
+        )
+    return key, value.strip()
+
+
+def _confirm(args, question: str, what: str) -> None:
+    """Ask `question` unless --yes; refuse without a terminal (CLIError, exit 1)."""
+    if args.yes:
+        return
+    if not (sys.stdin and sys.stdin.isatty()):
+        raise CLIError(f"refusing to {question[:-1]} without confirmation: stdin is not a "
+                       f"terminal. Check the list with --dry-run, then pass --yes.")
+    answer = input(scrub(question) + " [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise CLIError(f"{what} cancelled; nothing was changed")
+
+
+def cmd_rollback_many(args) -> int:
+    from engine import Actor
+
+    if args.to is not None or args.expect_epoch is not None:
+        raise CLIError("--to and --expect-epoch go with one session, not with --where "
+                       "(each session goes to its own last healthy snapshot, with the epoch "
+                       "read just before)", EXIT_USAGE)
+    where: dict[str, str] = {}
+    for key, value in args.where:
+        if key in where and where[key] != value:
+            raise CLIError(f"--where {key} is given twice ({where[key]!r}, {value!r})",
+                           EXIT_USAGE)
+        where[key] = value
+    engine = _engine(args)
+    who = Actor(args.actor, Role.OPERATOR)
+    filters = " ".join(f"{k}={v}" for k, v in where.items())
+    preview = engine.rollback_many(where, actor=who, reason=args.reason, dry_run=True)
+    rows = []
+    for item in preview:
+        p = item.preview
+        rows.append([item.session, p.target if p else "-",
+                     str(len(p.messages)) if p else "-", str(len(p.steps)) if p else "-",
+                     ", ".join(f"{name} (step {n})" for n, name, _ in p.compensations)
+                     if p and p.compensations else "-",
+                     "" if item.ok else (item.error or "")[:80]])
+    if rows:
+        print(_table(rows, ["SESSION", "TARGET", "MESSAGES", "STEPS", "COMPENSATIONS",
+                            "PROBLEM"]))
+    if not preview:
+        out(f"no session matches {filters}; nothing to roll back")
+        return 0
+    if args.dry_run:
+        out(f"\ndry run: {len(preview)} session(s) matching {filters} would be rolled back "
+            "(MESSAGES and STEPS leave the live line); nothing was changed")
+        return 0
+    _confirm(args, f"roll back {len(preview)} session(s) matching {filters}?", "rollback")
+    results = engine.rollback_many(where, actor=who, reason=args.reason,
+                                   notice=not args.no_notice)
+    rows = [[i.session, "rolled back" if i.ok else "refused",
+             (f"to {i.rollback.target}, epoch {i.rollback.epoch}, branch {i.rollback.branch}"
+              if i.rollback else (i.error or ""))[:100]] for i in results]
+    if rows:
+        print(_table(rows, ["SESSION", "RESULT", "DETAIL"]))
+    failed = sum(1 for i in results if not i.ok)
+    batch = results[0].batch if results else "-"
+    out(f"\nbatch {batch}: {len(results) - failed} rolled back, {failed} refused")
+    return EXIT_REFUSED if failed else EXIT_OK
+
+
 def cmd_rollback(args) -> int:
     from engine import Actor
 
+    if args.where:
+        if args.session is not None:
+            raise CLIError("give a session or --where filters, not both", EXIT_USAGE)
+        return cmd_rollback_many(args)
+    if args.session is None:
+        raise CLIError("give the session to roll back, or --where KEY=VALUE filters",
+                       EXIT_USAGE)
+    if args.dry_run or args.yes:
+        raise CLIError("--dry-run and --yes go with --where; for one session see "
+                       "`rewind show`", EXIT_USAGE)
     engine = _engine(args)
     info = engine.get_session(args.session).info()
     # The epoch read here (or the one the operator saw, --expect-epoch) goes with the rollback:
@@ -242,6 +326,101 @@ def cmd_rollback(args) -> int:
         out(f"  compensation queued: {comp.name} for step {comp.step} ({comp.status})")
     if result.notice:
         out(f"  notice sent: {result.notice}")
+    return 0
+
+
+def parse_until(text: str) -> str:
+    """``+2h`` (from now: s, m, h, d, w) or an ISO time (without an offset: UTC); kept as
+    text and turned into a time when the command runs.
+
+    Raises:
+        argparse.ArgumentTypeError: neither.
+    """
+    text = (text or "").strip()
+    if text.startswith("+"):
+        parse_age(text[1:])
+        return text
+    try:
+        _dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--until takes +AGE (+30m, +2h, +1d) or an ISO time (2026-12-01T08:00, UTC "
+            f"unless it has an offset), not {text!r}"
+        ) from None
+    return text
+
+
+def _until_value(text: str | None):
+    if text is None:
+        return None
+    if text.startswith("+"):
+        return _dt.timedelta(seconds=parse_age(text[1:]))
+    return _dt.datetime.fromisoformat(text)
+
+
+def _fmt_utc(ts: float | None) -> str:
+    if ts is None:
+        return "until lifted"
+    return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def cmd_quarantine(args) -> int:
+    from engine import Actor
+
+    modes = sum([bool(args.list), args.lift is not None, args.tool is not None])
+    if modes != 1:
+        raise CLIError("give a TOOL to quarantine, --list, or --lift ID (one of them)",
+                       EXIT_USAGE)
+    engine = _engine(args)
+    if args.list:
+        now = engine.clock()
+        rows = [[q.id, q.tool, ", ".join(f"{k}={v}" for k, v in sorted(q.scope.items())) or
+                 "every session", q.actor, _fmt_utc(q.until),
+                 "active" if q.active(now) else "expired", q.reason[:60]]
+                for q in engine.quarantines(include_expired=args.all)]
+        print(_table(rows, ["ID", "TOOL", "SCOPE", "BY", "UNTIL", "STATE", "REASON"]))
+        return 0
+    if args.actor is None or args.reason is None:
+        raise CLIError("quarantining or lifting needs --actor and --reason (both audited)",
+                       EXIT_USAGE)
+    who = Actor(args.actor, Role.OPERATOR)
+    if args.lift is not None:
+        q = engine.lift_quarantine(args.lift, actor=who, reason=args.reason)
+        out(f"lifted quarantine {q.id} of {q.tool}")
+        return 0
+    scope = {k: v for k, v in (("tenant", args.tenant), ("scenario", args.scenario),
+                                ("prompt_version", args.prompt_version)) if v}
+    q = engine.quarantine(args.tool, actor=who, reason=args.reason, scope=scope or None,
+                          until=_until_value(args.until))
+    where = ", ".join(f"{k}={v}" for k, v in sorted(q.scope.items())) or "every session"
+    out(f"quarantined {q.tool} for {where} {_fmt_utc(q.until)} (id {q.id}); agents see "
+        "ToolQuarantined within a second")
+    return 0
+
+
+def cmd_alert(args) -> int:
+    import signal
+
+    from engine.alerts import RULES, AlertConfig, AlertWorker
+
+    rules = tuple(args.rule) if args.rule else RULES
+    try:
+        config = AlertConfig(rules=rules, console_url=args.console_url,
+                             spike_threshold=args.spike_threshold,
+                             spike_window_s=args.spike_window)
+        engine = _engine(args)
+        worker = AlertWorker(engine, args.webhook, config, name=args.name)
+    except ValueError as exc:
+        if isinstance(exc, RewindError):
+            raise
+        raise CLIError(str(exc), EXIT_USAGE) from exc
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    out(f"rewind alert: following {redact(engine.store.url)} for {', '.join(rules)}; "
+        f"{len(args.webhook)} webhook(s); Ctrl-C stops")
+    try:
+        worker.run(interval_s=args.interval, rounds=1 if args.once else None)
+    finally:
+        worker.close()
     return 0
 
 
@@ -431,9 +610,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "rollback", help="roll a session back (default: last healthy snapshot)",
         epilog="Refused (exit 1) when someone else rolled the session back after its epoch was "
-        "read, and when nothing would leave the live line.",
+        "read, and when nothing would leave the live line. With --where: a preview, then a "
+        "confirmation (unless --yes; refused without a terminal), then each matching session "
+        "is rolled back on its own under one batch id; exit 1 when any was refused.",
     )
-    p.add_argument("session", type=_session_id)
+    p.add_argument("session", type=_session_id, nargs="?",
+                   help="the session (or --where filters for many)")
+    p.add_argument("--where", type=_where_item, action="append", metavar="KEY=VALUE",
+                   help="roll back every session matching all filters (repeatable): status, "
+                   "tenant, scenario, prompt_version, tool")
+    p.add_argument("--dry-run", action="store_true",
+                   help="with --where: list what would leave each live line; change nothing")
+    p.add_argument("--yes", "-y", action="store_true",
+                   help="with --where: do not ask for confirmation")
     p.add_argument("--to", metavar="SNAPSHOT")
     p.add_argument("--actor", required=True, type=actor)
     p.add_argument("--reason", required=True, type=_nonblank("--reason"))
@@ -444,6 +633,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="roll back even when no message or step would leave the live line")
     p.set_defaults(func=cmd_rollback)
+
+    p = sub.add_parser(
+        "quarantine", help="refuse a tool to every agent (or some), list or lift quarantines",
+        epilog="While a quarantine applies, Session.step(TOOL) raises ToolQuarantined before "
+        "the tool runs, in every process on the store (within a second).",
+    )
+    p.add_argument("tool", nargs="?", type=_nonblank("TOOL"), help="the tool to refuse")
+    p.add_argument("--reason", type=_nonblank("--reason"), help="why (agents read it)")
+    p.add_argument("--actor", type=actor)
+    p.add_argument("--tenant", type=_nonblank("--tenant"), help="only this tenant's sessions")
+    p.add_argument("--scenario", type=_nonblank("--scenario"))
+    p.add_argument("--prompt-version", type=_nonblank("--prompt-version"))
+    p.add_argument("--until", type=parse_until, metavar="WHEN",
+                   help="+AGE (+2h) or an ISO time (UTC unless it has an offset); default: "
+                   "until lifted")
+    p.add_argument("--list", action="store_true", help="list quarantines in force")
+    p.add_argument("--all", action="store_true", help="with --list: also expired ones")
+    p.add_argument("--lift", metavar="ID", help="lift a quarantine (needs --reason)")
+    p.set_defaults(func=cmd_quarantine)
+
+    p = sub.add_parser(
+        "alert", help="page webhooks on loops, rollbacks, failed compensations, loop spikes",
+        epilog="Follows the event feed from a cursor kept in the store: a restart neither "
+        "skips nor repeats an alert. Each alert is a JSON POST whose `text` a Slack-compatible "
+        "incoming webhook shows. Rules: loop, rollback, compensation_failed, loop_spike (loops "
+        "of one prompt version or tool reaching --spike-threshold within --spike-window).",
+    )
+    p.add_argument("--webhook", action="append", required=True, metavar="URL",
+                   help="http(s) URL to POST alerts to (repeatable)")
+    p.add_argument("--rule", action="append", metavar="NAME",
+                   choices=["loop", "rollback", "compensation_failed", "loop_spike"],
+                   help="enable only these rules (repeatable; default: all)")
+    p.add_argument("--console-url", metavar="URL",
+                   help="console base URL, for a link to the session in each alert")
+    p.add_argument("--spike-threshold", type=_non_negative("--spike-threshold", int),
+                   default=5, help="loops of one prompt version or tool that page (default 5)")
+    p.add_argument("--spike-window", type=parse_age, default=600.0, metavar="AGE",
+                   help="window of the spike rule: a number with s, m, h or d (default 10m)")
+    p.add_argument("--interval", type=_non_negative("--interval"), default=1.0,
+                   metavar="SECONDS", help="seconds between rounds (default 1)")
+    p.add_argument("--name", default="default", type=_nonblank("--name"),
+                   help="name of this pager's state in the store (default: default)")
+    p.add_argument("--once", action="store_true", help="one round, then exit")
+    p.set_defaults(func=cmd_alert)
 
     p = sub.add_parser("notice", help="send the user a recovery notice")
     p.add_argument("session", type=_session_id)
@@ -550,7 +783,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     except CLIError as exc:
         return fail(str(exc), exc.code)
-    except (UnknownSession, UnknownSnapshot, UnknownCompensation) as exc:
+    except (UnknownSession, UnknownSnapshot, UnknownCompensation, UnknownQuarantine) as exc:
         return fail(str(exc), EXIT_NOT_FOUND)
     except Exception as exc:  # noqa: BLE001 - the one place that turns failures into exit codes
         if os.environ.get("REWIND_DEBUG"):

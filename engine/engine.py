@@ -8,18 +8,21 @@ goes through `engine.actions`, the saga lives in `engine.saga`, fleet queries in
 
 from __future__ import annotations
 
+import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine import actions, fleet, metrics, saga
+from engine import actions, fleet, metrics, quarantine, saga
 from engine.actions import Actor
 from engine.limits import Limits, canonical_within
 from engine.loops.detector import LoopDetector
 from engine.records import (
     AuditEvent,
+    BulkRollbackItem,
     Compensation,
     Event,
+    Quarantine,
     RollbackPreview,
     RollbackResult,
     SessionInfo,
@@ -177,6 +180,48 @@ class Engine:
         return actions.rollback(self.runtime, sid, to, actor=actor, reason=reason,
                                 notice=notice, automatic=automatic, rule=rule,
                                 expect_epoch=expect_epoch, kind=kind)
+
+    def rollback_many(self, where: Mapping[str, Any], *, actor: str | Actor, reason: str,
+                      dry_run: bool = False, notice: bool | str = True
+                      ) -> list[BulkRollbackItem]:
+        """Roll back every session matching `where` (status, tenant, scenario, prompt_version,
+        tool), each with its own expected epoch, under one batch id; see
+        `engine.actions.rollback_many`. A failure never stops the rest.
+
+        Returns:
+            Per session: `.session`, `.ok`, `.error`, `.rollback` (dry run: `.preview`).
+
+        Raises:
+            PermissionDenied: the actor is a viewer. ValueError: no or unknown filter.
+        """
+        return actions.rollback_many(self.runtime, where, actor=actor, reason=reason,
+                                     dry_run=dry_run, notice=notice)
+
+    def quarantine(self, tool: str, *, actor: str | Actor, reason: str,
+                   scope: dict[str, Any] | None = None,
+                   until: float | dt.datetime | dt.timedelta | None = None) -> Quarantine:
+        """Refuse `tool` to every session (or those whose meta matches `scope`: tenant,
+        scenario, prompt_version) until `until` (unix seconds, datetime, timedelta from now;
+        None: until lifted). Every process on the store honours it within a second; see
+        `engine.quarantine`.
+
+        Raises:
+            PermissionDenied: the actor is a viewer. ValueError: bad scope, `until` past.
+        """
+        return quarantine.quarantine(self.runtime, tool, actor=actor, reason=reason,
+                                     scope=scope, until=until)
+
+    def quarantines(self, *, include_expired: bool = False) -> list[Quarantine]:
+        """Quarantines in force (with `include_expired`, also the expired ones), oldest first."""
+        return quarantine.quarantines(self.runtime, include_expired=include_expired)
+
+    def lift_quarantine(self, qid: str, *, actor: str | Actor, reason: str = "") -> Quarantine:
+        """Lift quarantine `qid`; returns it.
+
+        Raises:
+            PermissionDenied: the actor is a viewer. UnknownQuarantine: no such id.
+        """
+        return quarantine.lift(self.runtime, qid, actor=actor, reason=reason)
 
     def notice(self, sid: str, text: str | None = None, *, actor: str | Actor = "system") -> str:
         """Append a recovery notice to session `sid` (None: default template for its locale).

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as _dt
+from typing import Any
+
 
 class RewindError(Exception):
     """Base class of all Rewind errors."""
@@ -108,3 +111,38 @@ class StoreAuthError(StoreError):
     """The store answered but refused the credentials or the ACL (wrong or missing password,
     unknown user, a command the user may not run). A configuration error, not an outage: it is
     never retried into a fallback store."""
+
+
+class UnknownQuarantine(RewindError, KeyError):
+    """No quarantine with that id is in the store (lifted already, or never set)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown quarantine"
+
+
+class ToolQuarantined(RewindError):
+    """Raised by `Session.step` before the step's body runs when an operator quarantined the
+    tool for this session (`Engine.quarantine`). The refusal is on the session's timeline as a
+    step that ended in error.
+
+    Attributes:
+        tool: the tool that was refused.
+        quarantine: the `Quarantine` record that applies (id, reason, actor, until, scope).
+    """
+
+    def __init__(self, tool: str, quarantine: Any) -> None:
+        self.tool = tool
+        self.quarantine = quarantine
+        q = quarantine
+        if q.until is None:
+            until = "until it is lifted"
+        else:
+            stamp = _dt.datetime.fromtimestamp(q.until, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+            until = f"until {stamp}"
+        scope = ", ".join(f"{k}={v}" for k, v in sorted(q.scope.items()))
+        super().__init__(
+            f"tool {tool!r} is quarantined{f' for {scope}' if scope else ''} by {q.actor} "
+            f"{until}: {q.reason or 'no reason given'} (quarantine {q.id}). Do not call it; "
+            f"use another tool or tell the user. An operator lifts it with "
+            f"`rewind quarantine --lift {q.id} --reason …`"
+        )

@@ -277,3 +277,54 @@ class Event:
     type: str
     """session, message, vars, snapshot, step, verdict, rollback, notice, compensation, …"""
     data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BulkRollbackItem:
+    """What `Engine.rollback_many` did (or, in a dry run, would do) to one session."""
+
+    session: str
+    """Session id."""
+    ok: bool
+    """True when the session was rolled back (dry run: when a rollback target was found)."""
+    error: str | None = None
+    """Why this session was not rolled back (error type and message), None when ok."""
+    rollback: RollbackResult | None = None
+    """The rollback done (None in a dry run or on failure)."""
+    preview: RollbackPreview | None = None
+    """Dry run: what would leave the live line and which compensations would run."""
+    batch: str = ""
+    """Id shared by every rollback of one `rollback_many` call (in each audit event's detail)."""
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    """A fleet-wide ban on one tool: while it applies, `Session.step(tool)` is refused."""
+
+    id: str
+    """Quarantine id (``q-`` and 12 hex digits)."""
+    tool: str
+    """The tool name refused."""
+    actor: str
+    """Operator who set it."""
+    reason: str
+    """Why (shown to agents and in the audit log)."""
+    created_at: float
+    """Unix time it was set."""
+    until: float | None = None
+    """Unix time it stops applying by itself; None: until lifted."""
+    scope: dict[str, str] = field(default_factory=dict)
+    """Only sessions whose meta has these values (keys: tenant, scenario, prompt_version);
+    empty: every session."""
+
+    def active(self, now: float) -> bool:
+        """True while it has not expired."""
+        return self.until is None or now < self.until
+
+    def applies(self, tool: str, meta: dict[str, Any], now: float) -> bool:
+        """True when it refuses `tool` for a session with `meta` at `now`."""
+        return (
+            tool == self.tool
+            and self.active(now)
+            and all(meta.get(k) == v for k, v in self.scope.items())
+        )

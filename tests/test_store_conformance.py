@@ -691,3 +691,45 @@ def test_idle_sessions_are_purged_but_evidence_is_kept(store_url):
         with pytest.raises(UnknownSession):
             engine.get_session(sid)
     assert engine.store.purge_sessions(now[0] - 3600, now[0]) == {"sessions": 0, "evidence": 4}
+
+
+# -- fleet documents and bulk rollback batches (issue 16) ------------------------------------------
+def test_fleet_documents_are_set_read_and_deleted_atomically(engine):
+    store = engine.store
+    assert store.fleet_docs("quarantine") == {}
+    store.fleet_doc_put("quarantine", {"q-b": {"tool": "crop", "until": None}, "q-a": [1, 2.5]},
+                        1.0)
+    store.fleet_doc_put("alerts", {"cursor": 7}, 1.0)
+    assert store.fleet_docs("quarantine") == {"q-a": [1, 2.5], "q-b": {"tool": "crop",
+                                                                         "until": None}}
+    assert list(store.fleet_docs("quarantine")) == ["q-a", "q-b"]  # key order
+    store.fleet_doc_put("quarantine", {"q-a": None, "q-c": "會話 {x}:y"}, 2.0)
+    assert store.fleet_docs("quarantine") == {"q-b": {"tool": "crop", "until": None},
+                                              "q-c": "會話 {x}:y"}
+    store.fleet_doc_put("quarantine", {"missing": None}, 3.0)  # deleting nothing is fine
+    assert store.fleet_docs("alerts") == {"cursor": 7}
+
+
+def test_fleet_documents_outlive_sessions_and_retention(engine):
+    s = engine.session("s")
+    s.append_message("user", "x")
+    engine.store.fleet_doc_put("alerts", {"cursor": 3}, 1.0)
+    engine.delete_session("s", actor="alice", reason="gdpr")
+    engine.purge_abandoned(older_than_s=0)
+    assert engine.store.fleet_docs("alerts") == {"cursor": 3}
+
+
+def test_a_rollback_in_a_batch_keeps_the_batch_id_in_its_audit_and_feed(engine):
+    s = engine.session("s")
+    s.snapshot("start")
+    s.append_message("user", "one")
+    r = engine.store.rollback("s", s.tree()[0].id, actor="alice", reason="bulk", notice=None,
+                              now=engine.clock(), batch="batch-1")
+    assert r.epoch == 1
+    (event,) = engine.audit(action="rollback")
+    assert event.detail["batch"] == "batch-1" and event.detail["branch"] == r.branch
+    feed = [e for e in engine.events() if e.type == "rollback"]
+    assert feed[-1].data["batch"] == "batch-1"
+    s.append_message("user", "two")
+    engine.rollback("s", actor="alice", reason="single", notice=False)
+    assert "batch" not in engine.audit(action="rollback")[0].detail

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Literal
 
-from engine import actions, metrics
-from engine.errors import LoopDetected, StepError
+from engine import actions, metrics, quarantine
+from engine.errors import LoopDetected, StepError, ToolQuarantined
 from engine.limits import canonical_within, check_text, cut_text
 from engine.loops.detector import Step, Verdict
 from engine.loops.fingerprint import fingerprint
@@ -109,6 +109,11 @@ class StepCall:
 
     def __enter__(self) -> StepCall:
         s = self.session
+        if self.tool is not None:  # an operator's quarantine refuses the call before it runs
+            q = quarantine.applying(s._rt, s.id, self.tool)
+            if q is not None:
+                quarantine.refuse(s._rt, s.id, self.tool, self._args_json, self.fingerprint, q)
+                raise ToolQuarantined(self.tool, q)
         label = f"before {self.tool or 'agent turn'}"
         ticket = s._rt.store.begin_step(
             s.id,
@@ -302,6 +307,9 @@ class Session:
 
         Raises:
             TypeError: args or compensation args cannot be represented as JSON.
+            ToolQuarantined: (on entering the block, before its body runs) an operator
+                quarantined the tool for this session; the refusal is recorded as a step that
+                ended in error (see `engine.quarantine`).
             LoopDetected: (on leaving the block) the detector flagged a loop; with the default
                 policy the session was already rolled back and a notice injected.
         """
@@ -374,8 +382,8 @@ class Session:
         self._observed = []
         self._count = 0
         for rec in self.steps(live_only=True, last=self._detector.horizon):
-            if rec.n == exclude or rec.status == "running":
-                continue
+            if rec.n == exclude or rec.status == "running" or quarantine.is_refusal(rec.error):
+                continue  # a refused call never ran: not a step the detector judges
             self._observe(rec.n, detector_step(rec))
 
     def _observe(self, n: int, step: Step) -> Verdict:

@@ -317,6 +317,7 @@ class Store(Protocol):
         now: float,
         expect_epoch: int | None = None,
         kind: RollbackKind = "rollback",
+        batch: str | None = None,
     ) -> RollbackResult:
         """Make snapshot `target` the head, abandon what came after, queue compensations.
 
@@ -336,6 +337,8 @@ class Store(Protocol):
             actor: who rolls back (audited). reason: why (audited, labels the branch).
             notice: chat message appended after the rollback, or None.
             expect_epoch: refuse unless the session's epoch is still this one.
+            batch: id of the bulk rollback this one belongs to, kept as ``batch`` in the
+                detail of its audit event and feed event (None: not part of one).
 
         Returns:
             What the rollback did.
@@ -464,6 +467,22 @@ class Store(Protocol):
 
     def doc_scan(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
         """Every document of `ns` whose key starts with `prefix`, in key order."""
+        ...
+
+    # -- fleet documents (unversioned, not owned by a session) ---------------------------------
+    def fleet_docs(self, ns: str) -> dict[str, Any]:
+        """Every fleet document of namespace `ns` (key -> JSON value), in key order.
+
+        Fleet documents hold small fleet-wide settings every process must see (tool
+        quarantines, the alert worker's cursor). No session owns them: deleting or purging
+        sessions never touches them.
+        """
+        ...
+
+    def fleet_doc_put(self, ns: str, values: dict[str, Any | None], now: float) -> None:
+        """Set fleet documents of namespace `ns` (a value of None deletes the key), all in one
+        atomic write; the values must be JSON-representable. `now` is the time of the write.
+        """
         ...
 
     def delete_session(self, sid: str, now: float) -> bool:

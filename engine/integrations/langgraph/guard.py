@@ -8,6 +8,10 @@ args, outcome), and the session's loop detector sees it. A call fails when the t
 the `ToolNode` turned the exception into an error `ToolMessage` (``status="error"``), or when
 `error_when` says so for the message.
 
+A call to a tool an operator quarantined (`Engine.quarantine`) does not run: the guard returns
+an error `ToolMessage` that quotes the `ToolQuarantined` message (tool, reason, who, until when),
+so the model reads why and picks another way; the refusal is on the session's timeline.
+
 When the detector flags a loop (default policy ``rollback``):
 
 1. the session is rolled back to the snapshot of the last healthy checkpoint: the checkpoint before
@@ -48,7 +52,13 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import TOOL_CALL_ERROR_TEMPLATE
 
 from engine.engine import Engine
-from engine.errors import LoopDetected, SnapshotNotRestorable, UnknownSession, UnknownSnapshot
+from engine.errors import (
+    LoopDetected,
+    SnapshotNotRestorable,
+    ToolQuarantined,
+    UnknownSession,
+    UnknownSnapshot,
+)
 from engine.integrations.langgraph import layout
 from engine.integrations.langgraph.saver import RewindSaver, healthy_checkpoint, session_id
 from engine.sessions.session import NUDGE_TEXT, Session, StepCall
@@ -123,7 +133,10 @@ class LoopGuard:
         Raises:
             LoopDetected: this call completed a loop (policy rollback); the thread is rolled back.
         """
-        call = self._begin(request)
+        try:
+            call = self._begin(request)
+        except ToolQuarantined as exc:
+            return _refusal(request, exc)
         if call is None:
             return execute(request)
         try:
@@ -138,7 +151,10 @@ class LoopGuard:
 
     async def awrap_tool_call(self, request: Any, execute: Callable[[Any], Any]) -> Any:
         """``ToolNode(awrap_tool_call=…)`` hook, the async twin of `wrap_tool_call`."""
-        call = await asyncio.to_thread(self._begin, request)
+        try:
+            call = await asyncio.to_thread(self._begin, request)
+        except ToolQuarantined as exc:
+            return _refusal(request, exc)
         if call is None:
             return await execute(request)
         try:
@@ -360,6 +376,18 @@ def _handled_types(handler: Callable) -> tuple[type[BaseException], ...]:
         return _infer_handled_types(handler)
     except Exception:  # noqa: BLE001 - older or newer ToolNode: handle everything, like it
         return (Exception,)
+
+
+def _refusal(request: Any, exc: ToolQuarantined) -> ToolMessage:
+    """The tool message the model sees for a call refused by a quarantine (the tool never
+    ran; the refusal is already on the session's timeline)."""
+    tool_call = request.tool_call
+    return ToolMessage(
+        content=f"Rewind refused this call: {exc}",
+        name=tool_call["name"],
+        tool_call_id=tool_call.get("id") or "",
+        status="error",
+    )
 
 
 def _configurable(request: Any) -> dict:

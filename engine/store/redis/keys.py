@@ -75,6 +75,8 @@ comp_by_status(s)       ZSET      compensation ids with that status
 comp_by_session(enc)    ZSET      compensation ids of one session
 comp_pending(name)      ZSET      pending ids of one handler name (score = id)
 comp_running(name)      ZSET      running ids of one handler name (score = lease end)
+fleet_docs(ns)          HASH      key -> JSON fleet document of namespace ``ns`` (quarantines,
+                                  the alert cursor)
 ======================  ========  ============================================================
 
 The Lua scripts build the same names: `lua_prelude` turns every function below into a Lua
@@ -358,6 +360,10 @@ def comp_running(fb: str, name: str) -> str:
     return fb + "co:r:" + name
 
 
+def fleet_docs(fb: str, ns: str) -> str:
+    return fb + "fd:" + ns
+
+
 FLEET_KEYS = (
     session_index,
     status_index,
@@ -383,6 +389,7 @@ FLEET_KEYS = (
     comp_by_session,
     comp_pending,
     comp_running,
+    fleet_docs,
 )
 
 _BASE_MARK, _ARG_MARK = "\x00", "\x01"

@@ -87,6 +87,7 @@ from engine.store.redis import codec, doctor, keys
 from engine.store.redis.client import RedisClient, script_error
 from engine.store.redis.codec import dumps, num
 from engine.store.redis.fleet import FleetViews
+from engine.store.redis.fleetdocs import FleetDocs
 from engine.store.redis.scripts import OUTBOX_BATCH, SOURCES
 from engine.types import (
     CompensationStatus,
@@ -105,7 +106,7 @@ def _rid() -> str:
     return uuid.uuid4().hex
 
 
-class RedisStore:
+class RedisStore(FleetDocs):
     """Store on Redis or Redis Cluster (see `engine.store.redis.client` for URLs and options)."""
 
     def __init__(self, url: str, **options: Any) -> None:
@@ -450,6 +451,7 @@ class RedisStore:
         now: float,
         expect_epoch: int | None = None,
         kind: RollbackKind = "rollback",
+        batch: str | None = None,
     ) -> RollbackResult:
         notice_text = None if notice is None else notice.get("content")
         result, extra = self._write(
@@ -464,6 +466,7 @@ class RedisStore:
                 dumps(notice_text),
                 "" if expect_epoch is None else str(int(expect_epoch)),
                 "fork" if kind == "fork" else "rollback",
+                batch or "",
             ],
             sync=True,
         )

@@ -94,6 +94,7 @@ class BranchLine:
         now: float,
         expect_epoch: int | None = None,
         kind: RollbackKind = "rollback",
+        batch: str | None = None,
     ) -> RollbackResult:
         """Make snapshot `target` the head, abandon what came after, queue compensations."""
         with self._db.write() as conn:
@@ -174,6 +175,8 @@ class BranchLine:
                 "compensations": [c.name for c in queued],
                 "notice": notice_text,
             }
+            if batch:
+                detail["batch"] = batch
             action = "fork" if fork else "rollback"
             add_audit(conn, now, actor, action, sid, target, reason, detail)
             add_event(conn, now, sid, action, {"target": target, "actor": actor, **detail})

@@ -7,7 +7,8 @@ version gets the missing tables and indexes (every statement is ``IF NOT EXISTS`
 Layout, per session (column ``session``): ``sessions`` (summary, counters, ``seq``: the
 session's write sequence), ``messages``, ``kv_writes`` (every versioned put) and ``kv`` (current
 values), ``docs`` (unversioned documents), ``snapshots``, ``steps``, ``branches``. Fleet-wide:
-``compensations`` (the saga outbox), ``audit`` and ``events`` (the change feed). A row whose
+``compensations`` (the saga outbox), ``audit`` and ``events`` (the change feed), ``fleet_docs``
+(fleet-wide documents: tool quarantines, the alert cursor). A row whose
 ``branch`` is NULL lies on the live line; a rollback fills ``branch`` with the abandoned
 branch's id.
 """
@@ -18,7 +19,9 @@ import sqlite3
 
 from engine.errors import SchemaMismatch, StoreUnavailable
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: the first release. 2: ``fleet_docs`` (tool quarantines every agent process must honour, so
+a file that has them must not be opened by a release that would ignore them)."""
 
 DDL = """
 CREATE TABLE IF NOT EXISTS rewind_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -105,6 +108,10 @@ CREATE TABLE IF NOT EXISTS events (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_session ON events(session, id);
+CREATE TABLE IF NOT EXISTS fleet_docs (
+    ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, updated_at REAL NOT NULL,
+    PRIMARY KEY (ns, key)
+) WITHOUT ROWID;
 """
 
 
@@ -148,8 +155,12 @@ def init_schema(conn: sqlite3.Connection, name: str) -> None:
             f"knows {SCHEMA_VERSION}); upgrade agent-rewind"
         )
     run_script(conn, DDL)
+    # An older file now has every table of this release: record that, so an older release
+    # refuses it instead of ignoring what it does not know (e.g. quarantines).
     conn.execute(
-        "INSERT OR IGNORE INTO rewind_meta(key, value) VALUES ('schema_version', ?)",
+        "INSERT INTO rewind_meta(key, value) VALUES ('schema_version', ?) "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value "
+        "WHERE CAST(rewind_meta.value AS INTEGER) < CAST(excluded.value AS INTEGER)",
         (str(SCHEMA_VERSION),),
     )
 

@@ -612,6 +612,27 @@ class SQLiteStore(BranchLine, SagaOutbox):
         )
         return {k: json.loads(v) for k, v in rows}
 
+    # -- fleet documents --------------------------------------------------------------------
+    def fleet_docs(self, ns: str) -> dict[str, Any]:
+        """Every fleet document of namespace `ns`, in key order."""
+        rows = self._read("SELECT key, value FROM fleet_docs WHERE ns = ? ORDER BY key", (ns,))
+        return {k: json.loads(v) for k, v in rows}
+
+    def fleet_doc_put(self, ns: str, values: dict[str, Any | None], now: float) -> None:
+        """Set fleet documents of `ns` (None deletes one) in one transaction."""
+        encoded = {k: None if v is None else dumps(v) for k, v in values.items()}
+        with self._db.write() as conn:
+            for key, value in encoded.items():
+                if value is None:
+                    conn.execute("DELETE FROM fleet_docs WHERE ns = ? AND key = ?", (ns, key))
+                else:
+                    conn.execute(
+                        "INSERT INTO fleet_docs(ns, key, value, updated_at) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT(ns, key) DO UPDATE SET value = excluded.value, "
+                        "updated_at = excluded.updated_at",
+                        (ns, key, value, now),
+                    )
+
     def delete_session(self, sid: str, now: float) -> bool:
         """Delete a session and everything it owns (audit events stay)."""
         with self._db.write() as conn:

@@ -1,7 +1,7 @@
 -- Session script: make a snapshot the head; what came after becomes an abandoned branch.
 -- ARGV[9] target snapshot id, [10] actor JSON, [11] reason JSON, [12] notice message JSON or "",
 -- [13] notice text JSON, [14] expected epoch or "", [15] "fork" for a fork (status and rollback
--- count unchanged, audited as a fork) else a rollback
+-- count unchanged, audited as a fork) else a rollback, [16] bulk rollback batch id or ""
 local r = replay() if r then return r end
 need()
 if ARGV[14] ~= "" and S.epoch ~= ARGV[14] then fail("EPOCH_MOVED", S.epoch) end
@@ -135,6 +135,9 @@ local counts = '"epoch":' .. epoch .. ',"messages":' .. int(n_messages) .. ',"no
                notice .. ',"snapshots":' .. int(n_snaps) .. ',"steps":' .. int(n_steps)
 local detail = '{"branch":"' .. branch .. '","compensations":[' .. table.concat(names, ",") ..
                '],' .. counts .. '}'
+if ARGV[16] ~= "" then
+  detail = '{"batch":' .. cjson.encode(ARGV[16]) .. ',' .. string.sub(detail, 2)
+end
 local target_json = cjson.encode(target)
 local action = fork and "fork" or "rollback"
 audit(action, ARGV[10], target_json, ARGV[11], detail)

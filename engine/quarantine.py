@@ -1,0 +1,291 @@
+"""Tool quarantine: an operator stops every agent of the fleet from calling one tool.
+
+During a freeze nobody may deploy a fix for a broken downstream tool, so the lever lives in
+Rewind: `quarantine(rt, "refund_api", …)` stores a `Quarantine` in the store's fleet documents
+(namespace ``quarantine``), and from then on `Session.step("refund_api", …)` raises
+`ToolQuarantined` before the step's body runs, in every process on that store.
+
+Rules, in the order they are checked:
+
+1. Only operators set or lift quarantines (`PermissionDenied` for viewers); every change is
+   audited (``quarantine`` and ``quarantine_lift``, with the quarantine in the detail).
+2. A quarantine applies to a step when the tool name is equal, it has not expired (``until`` is
+   None or later than the engine's clock) and every key of its ``scope`` (tenant, scenario,
+   prompt_version) equals the session's meta value. Expired ones stop applying by themselves;
+   they stay listed (``quarantines(include_expired=True)``) until lifted or until the next
+   `quarantine` call prunes them.
+3. Each process caches the stored list for at most `CACHE_S` seconds (monotonic clock), so a
+   guarded step costs no store read for a tool nobody quarantined, and every process honours a
+   new quarantine within about a second. Setting or lifting in a process refreshes its cache at
+   once.
+4. A refused step is recorded on the session's timeline as a step that ended in error, its text
+   starting with `REFUSAL_PREFIX`, without a write-ahead snapshot. The tool never ran, so the
+   loop detector does not count refusals (neither the live window nor one rebuilt after a
+   rollback): an agent that keeps calling a quarantined tool sees `ToolQuarantined` each time,
+   not a rollback.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+import uuid
+import weakref
+from typing import Any
+
+from engine.actions import Actor, checked_actor, checked_reason, require_operator
+from engine.errors import ToolQuarantined, UnknownQuarantine
+from engine.limits import check_text, cut_text
+from engine.records import Quarantine
+from engine.runtime import Runtime
+from engine.store.base import StepOutcome
+from engine.types import StepStatus
+
+NAMESPACE = "quarantine"
+"""Fleet document namespace of the quarantines (key: quarantine id)."""
+CACHE_S = 1.0
+"""Seconds a process reuses the stored list before reading it again."""
+SCOPE_KEYS = ("tenant", "scenario", "prompt_version")
+"""Session meta keys a quarantine may be scoped to."""
+REFUSAL_PREFIX = "ToolQuarantined: "
+"""Start of the error text of a step refused by a quarantine."""
+
+
+class _Cache:
+    __slots__ = ("at", "items", "lock")
+
+    def __init__(self) -> None:
+        self.at = float("-inf")
+        self.items: list[Quarantine] = []
+        self.lock = threading.Lock()
+
+
+_caches: weakref.WeakKeyDictionary[Runtime, _Cache] = weakref.WeakKeyDictionary()
+_caches_lock = threading.Lock()
+
+
+def _cache(rt: Runtime) -> _Cache:
+    with _caches_lock:
+        found = _caches.get(rt)
+        if found is None:
+            found = _caches[rt] = _Cache()
+        return found
+
+
+def _record(key: str, doc: dict[str, Any]) -> Quarantine:
+    return Quarantine(
+        id=key,
+        tool=str(doc["tool"]),
+        actor=str(doc.get("actor") or ""),
+        reason=str(doc.get("reason") or ""),
+        created_at=float(doc.get("created_at") or 0.0),
+        until=None if doc.get("until") is None else float(doc["until"]),
+        scope={str(k): str(v) for k, v in (doc.get("scope") or {}).items()},
+    )
+
+
+def _document(q: Quarantine) -> dict[str, Any]:
+    return {
+        "tool": q.tool,
+        "actor": q.actor,
+        "reason": q.reason,
+        "created_at": q.created_at,
+        "until": q.until,
+        "scope": dict(q.scope),
+    }
+
+
+def _stored(rt: Runtime) -> list[Quarantine]:
+    docs = rt.store.fleet_docs(NAMESPACE)
+    return sorted((_record(k, v) for k, v in docs.items()), key=lambda q: (q.created_at, q.id))
+
+
+def _refresh(rt: Runtime) -> list[Quarantine]:
+    cache = _cache(rt)
+    with cache.lock:
+        cache.items = _stored(rt)
+        cache.at = time.monotonic()
+        return cache.items
+
+
+def cached(rt: Runtime) -> list[Quarantine]:
+    """The stored quarantines as this process saw them at most `CACHE_S` seconds ago."""
+    cache = _cache(rt)
+    if time.monotonic() - cache.at < CACHE_S:
+        return cache.items
+    return _refresh(rt)
+
+
+def until_time(until: float | dt.datetime | dt.timedelta | None, now: float) -> float | None:
+    """`until` as unix seconds: a number as is, a datetime (naive: UTC), a timedelta from `now`.
+
+    Raises:
+        TypeError: another type. ValueError: not later than `now`.
+    """
+    if until is None:
+        return None
+    if isinstance(until, dt.timedelta):
+        value = now + until.total_seconds()
+    elif isinstance(until, dt.datetime):
+        stamp = until if until.tzinfo else until.replace(tzinfo=dt.UTC)
+        value = stamp.timestamp()
+    elif isinstance(until, (int, float)) and not isinstance(until, bool):
+        value = float(until)
+    else:
+        raise TypeError(f"until must be unix seconds, a datetime or a timedelta, not {until!r}")
+    if not value > now:
+        raise ValueError("until lies in the past: a quarantine must end later than now")
+    return value
+
+
+def checked_scope(scope: dict[str, Any] | None) -> dict[str, str]:
+    """`scope` with only tenant / scenario / prompt_version keys and non-empty string values.
+
+    Raises:
+        ValueError: another key or an empty value. TypeError: not a dict or a non-string value.
+    """
+    if scope is None:
+        return {}
+    if not isinstance(scope, dict):
+        raise TypeError("scope must be a dict of tenant / scenario / prompt_version values")
+    out: dict[str, str] = {}
+    for key, value in scope.items():
+        if key not in SCOPE_KEYS:
+            raise ValueError(
+                f"a quarantine scope key must be one of {', '.join(SCOPE_KEYS)}, not {key!r}"
+            )
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"scope {key} must be a non-empty string, not {value!r}")
+        out[key] = value
+    return out
+
+
+def quarantine(
+    rt: Runtime,
+    tool: str,
+    *,
+    actor: str | Actor,
+    reason: str,
+    scope: dict[str, Any] | None = None,
+    until: float | dt.datetime | dt.timedelta | None = None,
+) -> Quarantine:
+    """Quarantine `tool` for every session (or those matching `scope`) until `until` (None:
+    until lifted). Expired quarantines are pruned from the store in the same write.
+
+    Returns:
+        The stored quarantine.
+
+    Raises:
+        PermissionDenied: the actor is a viewer. ValueError: empty tool or reason, bad scope,
+        `until` in the past. SizeLimitExceeded: tool name or reason too long.
+    """
+    who = checked_actor(rt, actor)
+    require_operator(who, "quarantine tools")
+    if not isinstance(tool, str) or not tool.strip():
+        raise ValueError("quarantine needs a tool name")
+    check_text(tool, rt.limits.name_chars, "a tool name", "name_chars")
+    reason = checked_reason(rt, reason)
+    if not reason.strip():
+        raise ValueError("a quarantine needs a reason: agents and operators read it")
+    now = rt.clock()
+    q = Quarantine(
+        id=f"q-{uuid.uuid4().hex[:12]}",
+        tool=tool,
+        actor=who.name,
+        reason=reason,
+        created_at=now,
+        until=until_time(until, now),
+        scope=checked_scope(scope),
+    )
+    expired: dict[str, Any] = {old.id: None for old in _stored(rt) if not old.active(now)}
+    rt.store.fleet_doc_put(NAMESPACE, {**expired, q.id: _document(q)}, now)
+    rt.store.add_audit(
+        who.name, "quarantine", None, None, reason, {"id": q.id, **_document(q)}, now
+    )
+    _refresh(rt)
+    return q
+
+
+def quarantines(rt: Runtime, *, include_expired: bool = False) -> list[Quarantine]:
+    """Quarantines in the store, oldest first (read now, not from the cache); expired ones
+    only with `include_expired`."""
+    now = rt.clock()
+    found = _refresh(rt)
+    return [q for q in found if include_expired or q.active(now)]
+
+
+def lift(rt: Runtime, qid: str, *, actor: str | Actor, reason: str = "") -> Quarantine:
+    """Lift quarantine `qid` (expired or not): it is removed from the store and audited.
+
+    Returns:
+        The quarantine that was lifted.
+
+    Raises:
+        PermissionDenied: the actor is a viewer. UnknownQuarantine: no such id.
+    """
+    who = checked_actor(rt, actor)
+    require_operator(who, "lift quarantines")
+    reason = checked_reason(rt, reason)
+    found = next((q for q in _stored(rt) if q.id == qid), None)
+    if found is None:
+        raise UnknownQuarantine(
+            f"no quarantine {qid!r} in {rt.store.url}; list them with `rewind quarantine --list`"
+        )
+    now = rt.clock()
+    rt.store.fleet_doc_put(NAMESPACE, {qid: None}, now)
+    rt.store.add_audit(
+        who.name, "quarantine_lift", None, None, reason, {"id": qid, **_document(found)}, now
+    )
+    _refresh(rt)
+    return found
+
+
+def applying(rt: Runtime, sid: str, tool: str) -> Quarantine | None:
+    """The quarantine that refuses `tool` for session `sid` now, or None. Reads the session's
+    meta only when some quarantine names the tool and has a scope."""
+    now = rt.clock()
+    named = [q for q in cached(rt) if q.tool == tool and q.active(now)]
+    if not named:
+        return None
+    meta: dict[str, Any] | None = None
+    for q in named:
+        if q.scope and meta is None:
+            info = rt.store.get_session(sid)
+            meta = dict(info.meta) if info is not None else {}
+        if q.applies(tool, meta or {}, now):
+            return q
+    return None
+
+
+def refuse(
+    rt: Runtime, sid: str, tool: str, args_json: str, fingerprint: str, q: Quarantine
+) -> int:
+    """Record the refused call on the session's timeline (a step that ended in error, no
+    snapshot). Returns its step number."""
+    error = ToolQuarantined(tool, q)
+    now = rt.clock()
+    ticket = rt.store.begin_step(
+        sid,
+        {"tool": tool, "args": args_json, "fingerprint": fingerprint},
+        None,
+        now,
+        rt.retention,
+    )
+    rt.store.end_step(
+        sid,
+        ticket,
+        StepOutcome(
+            status=StepStatus.ERROR,
+            error=cut_text(f"{REFUSAL_PREFIX}{error}", rt.limits.error_chars),
+        ),
+        rt.clock(),
+    )
+    return ticket.n
+
+
+def is_refusal(error: str | None) -> bool:
+    """True for the error text of a step refused by a quarantine."""
+    return bool(error) and str(error).startswith(REFUSAL_PREFIX)
