@@ -840,8 +840,8 @@ class RuleChecker:
 
     def _values_differ(self, old: str, new: str) -> bool:
         if _has_han(old) or _has_han(new):
-            a, b = old.replace(" ", ""), new.replace(" ", "")
-            return not (a in b or b in a)
+            x, y = old.replace(" ", ""), new.replace(" ", "")
+            return not (x in y or y in x)
         a, b = self._terms(old), self._terms(new)
         if not a or not b:
             return old.strip().lower() != new.strip().lower()
@@ -994,7 +994,7 @@ class RuleChecker:
             if shared or overlap >= self.min_similarity:
                 scored.append((not shared, -overlap, position, older_id, old_text, overlap))
         scored.sort()
-        found = []
+        found: list[tuple[float, int, Contradiction]] = []
         for *_, older_id, old_text, overlap in scored[: self.top_n]:
             hit = self._by_claims(old_text, new_text) or self._by_wording(old_text, new_text)
             if hit is not None:

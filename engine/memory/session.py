@@ -203,34 +203,34 @@ class SessionMemory:
             view.items.pop(mid, None)
         else:
             view.items[mid] = m
-        valid = m is not None and m.valid
+        live = m if m is not None and m.valid else None
         # retrieval index
-        if view.indexed.get(mid) is not None and (not valid or view.indexed[mid] != m.text):
+        if view.indexed.get(mid) is not None and (live is None or view.indexed[mid] != live.text):
             view.index.remove(mid)
             del view.indexed[mid]
-        if valid and mid not in view.indexed:
-            view.index.add(mid, m.text)
-            view.indexed[mid] = m.text
+        if live is not None and mid not in view.indexed:
+            view.index.add(mid, live.text)
+            view.indexed[mid] = live.text
         # contradiction keys
         keys_of = getattr(self.config.checker, "keys", None)
         for k in view.item_keys.pop(mid, ()):
             view.by_key.get(k, {}).pop(mid, None)
-        if valid and keys_of is not None:
+        if live is not None and value is not None and keys_of is not None:
             stored = value.get("claim_keys")
-            keys = frozenset(stored) if stored is not None else keys_of(m.text)
+            keys = frozenset(stored) if stored is not None else keys_of(live.text)
             view.item_keys[mid] = keys
             for k in keys:
-                view.by_key.setdefault(k, {})[mid] = m.created_at
+                view.by_key.setdefault(k, {})[mid] = live.created_at
         # decay and tiers
         view.prune_at.pop(mid, None)
         view.short.pop(mid, None)
-        if valid:
-            wait = self.config.decay.time_to_prune(m.decay_item(), now)
+        if live is not None:
+            wait = self.config.decay.time_to_prune(live.decay_item(), now)
             if wait is not None:
                 at = now + wait
                 view.prune_at[mid] = at
                 heapq.heappush(view.heap, (at, mid))
-            if m.tier == "short":
+            if live.tier == "short":
                 view.short[mid] = None
         if old is not None and m is None and len(view.heap) > 4 * len(view.items) + 64:
             view.heap = [(t, i) for t, i in view.heap if view.prune_at.get(i) == t]
@@ -349,7 +349,7 @@ class SessionMemory:
                     },
                     now,
                 )
-            new = {
+            new: dict[str, Any] = {
                 "text": text,
                 "importance": float(importance),
                 "meta": meta,
