@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import functools
 import re
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from engine.memory.retrieval import tokenize as default_tokenize
+from engine.memory import lexicon as lx
+from engine.memory.tokenize import tokenize as default_tokenize
 
 __all__ = ["Contradiction", "ContradictionChecker", "RuleChecker"]
 
@@ -86,377 +86,6 @@ class ContradictionChecker(Protocol):
             One `Contradiction` per contradicted older memory, most similar first.
         """
         ...
-
-
-# --- lexicons --------------------------------------------------------------------------------
-
-_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-
-_NEGATION_EN = re.compile(
-    r"\b(?:not|no|never|none|nobody|nothing|neither|nor|cannot|without|no longer)\b|n['’]t\b",
-    re.IGNORECASE,
-)
-_NEGATION_ZH = re.compile(r"不|没有|没|未|非|无|别|勿")
-# Negations that are idioms, not negated facts ("can't wait", "no worries", "没问题").
-_NEGATION_IDIOMS = re.compile(
-    r"\b(?:can['’]?t|cannot|couldn['’]t) (?:wait|believe|thank|agree|imagine|stop)\b"
-    r"|\bno (?:worries|problem|doubt|way|matter|wonder)\b|\bnot (?:sure|bad|only|a problem)\b"
-    r"|\bdon['’]t (?:worry|mention it|know)\b|\bnever mind\b|\bnever (?:too late|thought)\b"
-    r"|没问题|没关系|不客气|不用谢|不错|别担心|不知道",
-    re.IGNORECASE,
-)
-
-_INTERJECTION = re.compile(
-    r"^(?:(?:oh no|hey|hi|hello|bye|wow|whoa|oh|ooh|ah|aw+|yeah|yes|yep|yup|yay|sure|ok|okay|haha+|"
-    r"hah|lol|well|so|and|but|also|btw|by the way|omg|hmm+|um+|thanks|thank you|great|cool|"
-    r"awesome|nice|congrats|congratulations|definitely|absolutely|totally|exactly|right|true|"
-    r"indeed|of course|sounds good|good|anyway|actually|honestly|update|correction|note|sorry|"
-    r"aha|ugh|phew|whew|gosh|man|dude|ha)\b"
-    r"[\s,!.:;-]*)+",
-    re.IGNORECASE,
-)
-_VOCATIVE = re.compile(r"^[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?,\s+")
-_INTERJECTION_ZH = re.compile(
-    r"^(?:嗨|你好|哈+|哇|嗯+|哦|啊|好的|好吧|谢谢|对|是的|没错|其实|更新|更正)[，,！!。\s]*"
-)
-
-_QUESTION_START = re.compile(
-    r"^(?:what|who|whom|whose|where|when|why|how|which|do|does|did|are|is|was|were|have|has|"
-    r"had|can|could|would|will|shall|should|may|might|any|anything|got)\b",
-    re.IGNORECASE,
-)
-# Imperatives and wishes are not statements ("Keep going and don't give up!", "Take care").
-_IMPERATIVE_EN = re.compile(
-    r"^(?:don['’]t|do not|do|keep|take|go|stay|have|let['’]?s|let|be|make|enjoy|feel|hang|try|"
-    r"check|see|get|give|tell|look|remember|never|talk|catch|say|come|good luck|best of luck|"
-    r"congrats|hope|wish|sorry|please|thank|thanks|glad|happy|welcome|cheers|love|miss|bye|"
-    r"sounds|looks|seems|nice|great|awesome|cool|wow|what|how)\b",
-    re.IGNORECASE,
-)
-_QUESTION_ZH = re.compile(r"[吗呢么]$|什么|怎么|为什么|哪里|哪儿|几|多少|是否|有没有")
-
-_HEDGE_EN = re.compile(
-    r"\b(?:if|maybe|perhaps|might|would|could|should|hope|hoping|wish|wanna|want to|wants to|"
-    r"plan to|planning|plans to|thinking (?:of|about)|considering|gonna|going to|will|dream|"
-    r"dreaming|someday|one day|imagine|pretend|suppose|unless)\b|['’]d\b|['’]ll\b",
-)  # matched against lower-cased text: IGNORECASE makes such alternations several times slower
-_HEDGE_ZH = re.compile(
-    r"如果|要是|假如|可能|也许|大概|想要|想去|想|打算|计划|希望|梦想|将来|以后|会不会|以前|曾经|过去|小时候|原来"
-)
-
-_UNRESOLVED_EN = re.compile(
-    r"^(?:(?:it|that|this|there|these|those|they|he|she|which|what|who|everything|something|"
-    r"nothing|anything|everyone|someone|life)\b(?:\s+(?:is|was|are|were|has|had|have|must|"
-    r"looks|seems|sounds|feels|really|so|all|just|also)\b)?|(?:it|that|there|they|he|she|what|"
-    r"who)['’](?:s|re|ve|ll|d)\b|you\b|you['’])",
-    re.IGNORECASE,
-)
-_UNRESOLVED_ZH = re.compile(
-    r"^(?:这是|那是|这就是|这些|那些|这样|那样|它|他|她|你|大家|一切|生活|人生|[这那](?![个位家次款]))"
-)
-
-# A plain copula ("is", "是") with a text value counts only for these attribute nouns (stems).
-_ATTRIBUTE_NOUNS_EN = frozenset(
-    """name nicknam address email phone number id password username account budget rate price
-    cost fee salari wage limit quota target deadlin date time status plan tier version
-    languag timezon currenc locat citi countri hometown destin birthday age job titl role
-    employ compani manag owner team color colour size model brand car school major degre
-    gpa score rank favorit favourit prefer diet allergi blood height weight capit dose
-    password pin code server region endpoint url host port environ env mode setting default
-    room floor seat flight gate hotel venu restaur schedul meet appoint order refund amount
-    balanc total discount""".split()
-)
-_ATTRIBUTE_NOUNS_ZH = (
-    "名字 姓名 昵称 地址 邮箱 电话 号码 手机 密码 账号 预算 汇率 价格 "
-    "费用 工资 薪水 上限 额度 目标 截止 日期 时间 状态 计划 套餐 版本 "
-    "语言 时区 货币 位置 城市 国家 家乡 目的地 生日 年龄 工作 职位 职业 "
-    "公司 经理 负责人 团队 颜色 尺码 型号 品牌 学校 专业 学位 分数 排名 "
-    "最喜欢 爱好 饮食 身高 体重 首都 剂量 服务器 区域 环境 模式 默认 房间 "
-    "楼层 座位 航班 登机口 酒店 餐厅 会议 订单 退款 金额 余额 总额 折扣"
-).split()
-_EVALUATIVE_EN = re.compile(
-    r"^(?:so|really|very|such|pretty|super|too|quite|truly|totally|absolutely|extremely|"
-    r"incredibly|kinda|kind of|a bit|a little|just|all|the best|the worst|my everything|"
-    r"everything|amazing|awesome|great|good|nice|cool|fun|beautiful|lovely|wonderful|fantastic|"
-    r"incredible|inspiring|powerful|special|important|hard|tough|tiring|exhausting|exciting|"
-    r"excited|happy|sad|glad|proud|grateful|thankful|lucky|blessed|stressful|crazy|wild|busy|"
-    r"bad|terrible|awful|boring|interesting|cute|sweet|adorable|gorgeous|stunning|perfect|"
-    r"fine|okay|ok|worth it|a blast|a lot|lots|huge|big|small|tiny|full|worth)\b",
-    re.IGNORECASE,
-)
-_EVALUATIVE_ZH = re.compile(
-    r"^(?:很|非常|真|太|挺|好|特别|超|相当|有点|比较|不错|棒|漂亮|开心|难过|辛苦|美|可爱|厉害)"
-)
-_EVENT_TIME = re.compile(
-    r"\b(?:yesterday|today|tonight|this (?:morning|afternoon|evening|weekend|week)|last "
-    r"(?:night|week|weekend|month|year|time|summer|winter|spring|fall|friday|saturday|sunday)|"
-    r"ago|the other day|earlier|recently|just now)\b"
-    r"|昨天|今天|今晚|上周|上个月|去年|前天|刚才|最近",
-)  # lower-cased text
-_NOW_WORDS = frozenset("anymor again still current actual 现在 目前 已经 了 再 还".split())
-_FIRST_PERSON_EN = re.compile(r"\b(?:i|me|my|mine|myself|we|us|our|ours)\b|\bi['’]")  # lower
-_FIRST_PERSON_ZH = re.compile(r"我")
-
-_CLAUSE = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
-_NOT_SPEAKERS = frozenset(
-    "note update correction fyi reminder fact memo info news edit ps summary context important "
-    "warning todo remember 注意 更新 更正 备注 提醒".split()
-)
-_SPEAKER = re.compile(
-    rf"^\s*(?P<who>[A-Z][\w'.-]*(?:\s+[A-Z][\w'.-]*){{0,2}}|[{_HAN}]{{1,4}})\s*[:：]\s*(?P<rest>.+)$",
-    re.DOTALL,
-)
-
-# --- typed claims ------------------------------------------------------------------------------
-
-_KIN = (
-    r"(?:sister|brother|mom|mum|dad|mother|father|son|daughter|wife|husband|partner|"
-    r"friend|best friend|boyfriend|girlfriend|parents|family|cousin|aunt|uncle|grandma|"
-    r"grandpa|grandmother|grandfather|kids|children|roommate|boss)"
-)
-_SUBJ_EN = (
-    rf"(?P<subj>I|I['’]m|I am|we|we['’]re|we are|(?:[Mm]y|[Oo]ur) {_KIN}(?:\s+is|\s+are)?|"
-    r"[A-Z][a-z]+(?:\s+is)?)"
-)
-_ADV_EN = (
-    r"(?:(?:just|recently|finally|now|also|still|already|currently|actually|officially|really)\s+)*"
-)
-_NEG_EN = (
-    r"(?P<neg>(?:do not|don['’]t|does not|doesn['’]t|did not|didn['’]t|no longer|never|not|"
-    r"can['’]t|cannot|am not|['’]m not|is not|isn['’]t)\s+)?"
-)
-_PROPER = r"(?P<val>(?:the\s+)?[A-Z][\w'’.-]*(?:\s+(?:[A-Z][\w'’.-]*|of|de|la|del|upon))*)"
-
-_RESIDENCE_EN = re.compile(
-    rf"^{_SUBJ_EN}\s+{_ADV_EN}{_NEG_EN}{_ADV_EN}(?:live|lives|living|moved|move|relocated|reside|"
-    rf"resides|residing|based|settled)\s+(?:back\s+)?(?:from\s+[A-Z][\w'’.-]*(?:\s+[A-Z][\w'’.-]*)*\s+)?"
-    rf"(?:to|in|into)\s+{_PROPER}"
-)
-_WORK_EN = re.compile(
-    rf"^{_SUBJ_EN}\s+{_ADV_EN}{_NEG_EN}{_ADV_EN}(?:work|works|working|(?:got|have|has|started|"
-    rf"landed|accepted|took|quit|left) (?:a |an |my |the )?(?:new )?(?:job|position|role)|"
-    rf"started working)\s+(?P<prep>as|at|for)\s+"
-    rf"(?P<val>[^,;:!?]+?)(?=\s+(?:now|and|but|since|because|so|which|where|after|before|on|in|"
-    rf"from|this|last|these|for|as|full|part)\b|[,;:!?.]|$)",
-)
-_AGE_EN = re.compile(
-    rf"^(?:{_SUBJ_EN}\s+{_ADV_EN}(?:turned\s+|now\s+)?)(?P<val>\d{{1,3}})(?:\s+years?\s+old)?(?:\s+now)?$"
-)
-_RELATION_EN = re.compile(
-    rf"^{_SUBJ_EN}\s+{_ADV_EN}{_NEG_EN}(?:got\s+|getting\s+|am\s+|are\s+|is\s+|['’]m\s+)?{_ADV_EN}"
-    r"(?P<val>single|married|engaged|divorced|separated|widowed|dating someone|in a relationship)"
-    r"(?![\w-])"
-)
-_PREF_EN = re.compile(
-    rf"^{_SUBJ_EN}\s+{_ADV_EN}{_NEG_EN}{_ADV_EN}(?P<verb>like|likes|love|loves|enjoy|enjoys|adore|"
-    r"adores|prefer|prefers|hate|hates|dislike|dislikes|detest|eat|eats|drink|drinks|"
-    r"stand|stopped liking|stopped eating|stopped drinking|gave up)\s+(?P<val>.+)$",
-)
-_PREF_NEGATIVE = {
-    "hate",
-    "hates",
-    "dislike",
-    "dislikes",
-    "detest",
-    "stopped liking",
-    "stopped eating",
-    "stopped drinking",
-    "gave up",
-}
-_PRONOUN_OBJECT = re.compile(
-    r"^(?:it|that|this|them|those|these|you|him|her|us|me|what|how|when|to|the idea|the way|"
-    r"the fact)\b",
-    re.IGNORECASE,
-)
-
-_ADV_ZH = r"(?:现在|目前|已经|刚刚|刚|终于|也|还|今年|去年|上个月|上周|最近|前年|真的|其实)*"
-_ZH_STOP = r"(?=[，,。！？!?；;、]|了|啦|的时候|以后|之后|$)"
-_RESIDENCE_ZH = re.compile(
-    rf"^(?P<subj>我们|我|[{_HAN}]{{2,3}}?){_ADV_ZH}(?P<neg>不再|不|没有|没)?"
-    rf"(?:住在|住|搬到了|搬到|搬去了|搬去|搬家到|搬回了|搬回|定居在|定居)(?P<val>[^，,。！？!?；;、]+?){_ZH_STOP}"
-)
-_WORK_ZH = re.compile(
-    rf"^(?P<subj>我们|我|[{_HAN}]{{2,3}}?){_ADV_ZH}(?P<neg>不再|不|没有|没)?"
-    rf"(?:在|去了|去|进了|加入了|加入)(?P<val>[^，,。！？!?；;、]+?)(?:工作|上班|任职)"
-)
-_AGE_ZH = re.compile(rf"^(?P<subj>我们|我|[{_HAN}]{{2,3}}?){_ADV_ZH}(?P<val>\d{{1,3}})岁")
-_RELATION_ZH = re.compile(
-    rf"^(?P<subj>我|[{_HAN}]{{2,3}}?){_ADV_ZH}(?:还是)?(?P<neg>不再|不是|没有|没)?(?:是)?"
-    r"(?P<val>单身|结婚|已婚|订婚|离婚|离异|恋爱|丧偶)"
-)
-_PREF_ZH = re.compile(
-    rf"^(?P<subj>我们|我|[{_HAN}]{{2,3}}?){_ADV_ZH}(?:一直|很|非常|特别|最)*"
-    r"(?P<neg>不再|不|没有|没)?(?:再|太|很|怎么|那么)?"
-    r"(?P<verb>喜欢|热爱|爱吃|爱喝|爱|讨厌|吃|喝)(?P<val>[^，,。！？!?；;、]+)"
-)
-
-# --- attribute claims (generic) ----------------------------------------------------------------
-
-_STRONG_EN = [
-    "is fixed at",
-    "was fixed at",
-    "fixed at",
-    "is set to",
-    "was set to",
-    "set to",
-    "set at",
-    "changed to",
-    "updated to",
-    "moved to",
-    "is now",
-    "are now",
-    "equals",
-]
-_WEAK_EN = ["is", "are", "was", "were", "costs", "cost"]
-# The first predicate after at least one character splits subject and value (a search, not a
-# lazy ".+?" match: the same split, without trying every alternative at every length).
-_PREDICATE_EN = re.compile(
-    "|".join(rf"\b{re.escape(p)}\b" for p in _STRONG_EN + _WEAK_EN) + r"|=|:",
-)  # matched against lower-cased text
-_STRONG_ZH = [
-    "定在",
-    "改到",
-    "推迟到",
-    "提前到",
-    "迁到",
-    "换成了",
-    "改成了",
-    "固定为",
-    "设置为",
-    "设定为",
-    "设为",
-    "改为",
-    "更改为",
-    "调整为",
-    "变为",
-    "变成",
-    "换成",
-    "等于",
-    "现在是",
-    "已改成",
-    "改成",
-]
-_WEAK_ZH = ["是", "为", "為"]
-_PREDICATE_ZH = re.compile("|".join(re.escape(p) for p in _STRONG_ZH + _WEAK_ZH) + r"|＝|=|：|:")
-_LEADING_STRONG = re.compile(
-    r"^(?:now\s+)?(?:" + "|".join(re.escape(p) for p in _STRONG_EN) + r"|now)\b\s*",
-    re.IGNORECASE,
-)
-_OWNER_EN = re.compile(
-    r"^(?:(?P<mine>[Mm]y|[Oo]ur)|(?P<yours>[Yy]our)|(?P<third>[Hh]is|[Hh]er|[Tt]heir|[Ii]ts)|"
-    r"(?P<name>[A-Z][a-z]+)['’]s|[Tt]he|[Aa]n?|[Tt]his|[Tt]hat)\s+",
-)
-_OWNER_ZH = re.compile(
-    r"^(?:(?P<mine>我的|我们的|我)|(?P<yours>你的|您的)|(?P<third>他的|她的|他们的)|(?P<name>[\u4e00-\u9fff]{2,3})的)"
-)
-_BAD_SUBJECT_EN = re.compile(
-    r"^(?:i|i['’]m|we|you|he|she|they|it|that|this|there|what|which|who|how|so|and|but|or|"
-    r"everything|something|nothing|anything|life|here|now|today|one|all|both|some|most|"
-    r"these|those)\b|\b(?:and|but|because|when|if|i|you|he|she|they|we|it)\b|[,!?]",
-    re.IGNORECASE,
-)
-_BAD_SUBJECT_ZH = re.compile(
-    r"^(?:[这那](?![个位家次款])|它|他|她|你|我们|大家|今天|明天|昨天|现在|生活|人生|一切|真的|就)|[，,！？]"
-)
-
-_MONTHS = {
-    m: i
-    for i, names in enumerate(
-        [
-            ("jan", "january"),
-            ("feb", "february"),
-            ("mar", "march"),
-            ("apr", "april"),
-            ("may",),
-            ("jun", "june"),
-            ("jul", "july"),
-            ("aug", "august"),
-            ("sep", "sept", "september"),
-            ("oct", "october"),
-            ("nov", "november"),
-            ("dec", "december"),
-        ],
-        start=1,
-    )
-    for m in names
-}
-_MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
-_DATE_PATTERNS = [
-    (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), ("y", "m", "d")),
-    (re.compile(r"(\d{4})\s*年\s*(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]"), ("y", "m", "d")),
-    (re.compile(r"(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]"), ("m", "d")),
-    (
-        re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+({_MONTH})\.?,?(?:\s+(\d{{4}}))?\b", re.I),
-        ("d", "mon", "y"),
-    ),
-    (
-        re.compile(rf"\b({_MONTH})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?(?:,?\s+(\d{{4}}))?\b", re.I),
-        ("mon", "d", "y"),
-    ),
-]
-_NUMBER = re.compile(r"(?<![A-Za-z0-9_.])-?\d+(?:,\d{3})*(?:\.\d+)?")
-
-
-def _normalize(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).strip()
-
-
-def _dates(text: str) -> tuple[list[tuple[int | None, int, int]], str]:
-    """Dates found in text as ``(year or None, month, day)``, and the text with them blanked."""
-    found: list[tuple[int, tuple[int | None, int, int]]] = []
-    blanked = text
-    for pattern, fields in _DATE_PATTERNS:
-        for match in pattern.finditer(blanked):
-            values = dict(zip(fields, match.groups(), strict=True))
-            try:
-                month = _MONTHS[values["mon"].lower()] if "mon" in values else int(values["m"])
-                day = int(values["d"])
-                year = int(values["y"]) if values.get("y") else None
-            except (KeyError, ValueError):
-                continue
-            if 1 <= month <= 12 and 1 <= day <= 31:
-                found.append((match.start(), (year, month, day)))
-        blanked = pattern.sub(lambda m: " " * len(m.group()), blanked)
-    found.sort()
-    return [d for _, d in found], blanked
-
-
-def _numbers(text: str) -> list[tuple[float, str]]:
-    """Numbers in text as ``(value, as written)``; ``1.10`` equals ``1.1``, ``2,000`` is 2000."""
-    out = []
-    for match in _NUMBER.finditer(text):
-        try:
-            out.append((float(match.group().replace(",", "")), match.group()))
-        except ValueError:
-            continue
-    return out
-
-
-def _negated(text: str) -> bool:
-    """Odd number of negation markers (idioms such as "can't wait" left out)."""
-    text = _NEGATION_IDIOMS.sub(" ", text)
-    count = len(_NEGATION_EN.findall(text)) + len(_NEGATION_ZH.findall(text))
-    return count % 2 == 1
-
-
-def _fmt_date(d: tuple[int | None, int, int]) -> str:
-    year, month, day = d
-    return f"{year:04d}-{month:02d}-{day:02d}" if year else f"{month:02d}-{day:02d}"
-
-
-def _dates_disagree(a: list, b: list) -> bool:
-    """True when the first dates of both sides differ in a component both specify."""
-    (ya, ma, da), (yb, mb, db) = a[0], b[0]
-    if (ma, da) != (mb, db):
-        return True
-    return ya is not None and yb is not None and ya != yb
-
-
-_HAN_CHAR = re.compile(f"[{_HAN}]")
-
-
-def _has_han(text: str) -> bool:
-    return not text.isascii() and _HAN_CHAR.search(text) is not None
 
 
 @dataclass(frozen=True)
@@ -527,9 +156,11 @@ class RuleChecker:
 
     def _content_terms(self, text: str) -> frozenset[str]:
         """Terms without numbers, negation and "now"-words (for the wording rules)."""
-        text = _NEGATION_EN.sub(" ", text)
+        text = lx.NEGATION_EN.sub(" ", text)
         return frozenset(
-            t for t in self._terms(text) if not _NEGATION_ZH.fullmatch(t) and t not in _NOW_WORDS
+            t
+            for t in self._terms(text)
+            if not lx.NEGATION_ZH.fullmatch(t) and t not in lx.NOW_WORDS
         )
 
     @staticmethod
@@ -540,25 +171,25 @@ class RuleChecker:
 
     @staticmethod
     def _split_speaker(text: str) -> tuple[str | None, str]:
-        match = _SPEAKER.match(text)
+        match = lx.SPEAKER.match(text)
         if match is None:
             return None, text
         who, rest = match.group("who"), match.group("rest").strip()
-        if who.lower() in _NOT_SPEAKERS:
+        if who.lower() in lx.NOT_SPEAKERS:
             return None, rest
         short = len(rest) <= 40
         if _is_attribute_name(who) or (
-            short and (_NUMBER.fullmatch(rest.replace(" ", "")) or _dates(rest)[0])
+            short and (lx.NUMBER.fullmatch(rest.replace(" ", "")) or lx.dates(rest)[0])
         ):
             return None, text  # "Budget: 500", "汇率：1.08": an attribute, not a speaker
-        if len(rest.split()) < 2 and not _has_han(rest) and not re.search(r"[!?.]", rest):
+        if len(rest.split()) < 2 and not lx.has_han(rest) and not re.search(r"[!?.]", rest):
             return None, text
         return who.lower(), rest
 
     def _clauses(self, text: str) -> tuple[str | None, list[_Clause]]:
         speaker, rest = self._split_speaker(text)
         out = []
-        for raw in _CLAUSE.split(rest):
+        for raw in lx.CLAUSE.split(rest):
             raw = raw.strip()
             if not raw:
                 continue
@@ -567,25 +198,25 @@ class RuleChecker:
             previous = None
             while previous != body:
                 previous = body
-                body = _INTERJECTION.sub("", body)
-                body = _INTERJECTION_ZH.sub("", body)
-                body = _VOCATIVE.sub("", body)
+                body = lx.INTERJECTION.sub("", body)
+                body = lx.INTERJECTION_ZH.sub("", body)
+                body = lx.VOCATIVE.sub("", body)
             body = body.strip(" ,，-—")
             if not body:
                 continue
-            han = _has_han(body)
+            han = lx.has_han(body)
             lower = body.lower()
             if han:
-                question = question or bool(_QUESTION_ZH.search(body))
-                hedged = bool(_HEDGE_ZH.search(body))
-                first = bool(_FIRST_PERSON_ZH.search(body))
-                unresolved = bool(_UNRESOLVED_ZH.match(body))
+                question = question or bool(lx.QUESTION_ZH.search(body))
+                hedged = bool(lx.HEDGE_ZH.search(body))
+                first = bool(lx.FIRST_PERSON_ZH.search(body))
+                unresolved = bool(lx.UNRESOLVED_ZH.match(body))
             else:
-                question = question or bool(_QUESTION_START.match(body))
-                hedged = bool(_HEDGE_EN.search(lower))
-                first = bool(_FIRST_PERSON_EN.search(lower))
-                unresolved = bool(_UNRESOLVED_EN.match(body))
-            if not han and _IMPERATIVE_EN.match(body):
+                question = question or bool(lx.QUESTION_START.match(body))
+                hedged = bool(lx.HEDGE_EN.search(lower))
+                first = bool(lx.FIRST_PERSON_EN.search(lower))
+                unresolved = bool(lx.UNRESOLVED_EN.match(body))
+            if not han and lx.IMPERATIVE_EN.match(body):
                 unresolved = True
             out.append(
                 _Clause(
@@ -593,7 +224,7 @@ class RuleChecker:
                     owner=(speaker or "") if first else None,
                     question=question,
                     hedged=hedged,
-                    event=bool(_EVENT_TIME.search(lower)),
+                    event=bool(lx.EVENT_TIME.search(lower)),
                     unresolved=unresolved,
                 )
             )
@@ -613,7 +244,7 @@ class RuleChecker:
                 if not clause.hedged:
                     claims.append(typed)
                 continue
-            if clause.hedged and not _has_han(clause.text):
+            if clause.hedged and not lx.has_han(clause.text):
                 if re.search(
                     r"\b(?:if|maybe|perhaps|might|would|could|hope|wish)\b|['’]d\b",
                     clause.text,
@@ -641,12 +272,12 @@ class RuleChecker:
 
     def _typed_claim(self, clause: _Clause, speaker: str) -> _Claim | None:
         text = clause.text
-        if _has_han(text):
+        if lx.has_han(text):
             for attribute, pattern in (
-                ("residence", _RESIDENCE_ZH),
-                ("employer", _WORK_ZH),
-                ("age", _AGE_ZH),
-                ("relationship", _RELATION_ZH),
+                ("residence", lx.RESIDENCE_ZH),
+                ("employer", lx.WORK_ZH),
+                ("age", lx.AGE_ZH),
+                ("relationship", lx.RELATION_ZH),
             ):
                 m = pattern.match(text)
                 if m:
@@ -657,7 +288,7 @@ class RuleChecker:
                     return _Claim(
                         self._owner(m.group("subj"), speaker), attribute, attribute, value, negated
                     )
-            m = _PREF_ZH.match(text)
+            m = lx.PREF_ZH.match(text)
             if m and not re.match(r"^(?:它|这|那|你|他|她|的)", m.group("val")):
                 negative = m.group("verb") == "讨厌"
                 negated = bool(m.group("neg")) != negative
@@ -672,9 +303,9 @@ class RuleChecker:
                 )
             return None
         for attribute, pattern in (
-            ("residence", _RESIDENCE_EN),
-            ("age", _AGE_EN),
-            ("relationship", _RELATION_EN),
+            ("residence", lx.RESIDENCE_EN),
+            ("age", lx.AGE_EN),
+            ("relationship", lx.RELATION_EN),
         ):
             m = pattern.match(text)
             if m:
@@ -685,7 +316,7 @@ class RuleChecker:
                 return _Claim(
                     self._owner(m.group("subj"), speaker), attribute, attribute, value, negated
                 )
-        m = _WORK_EN.match(text)
+        m = lx.WORK_EN.match(text)
         if m:
             value = m.group("val").strip()
             prep = m.group("prep") or "at"
@@ -701,16 +332,16 @@ class RuleChecker:
             return _Claim(
                 self._owner(m.group("subj"), speaker), attribute, attribute, value, negated
             )
-        m = _PREF_EN.match(text)
+        m = lx.PREF_EN.match(text)
         if m:
             value = m.group("val").strip()
             verb = m.group("verb").lower()
             if verb == "stand" and not m.group("neg"):
                 return None
-            if _PRONOUN_OBJECT.match(value) or not self._terms(value):
+            if lx.PRONOUN_OBJECT.match(value) or not self._terms(value):
                 return None
             value = re.split(r"\s+(?:and|but|because|so|since|when|with|,)\s+", value)[0]
-            negative = verb in _PREF_NEGATIVE or verb == "stand"
+            negative = verb in lx.PREF_NEGATIVE or verb == "stand"
             negated = bool(m.group("neg")) != negative
             if verb == "stand":
                 negated = True
@@ -725,20 +356,22 @@ class RuleChecker:
         return None
 
     def _generic_claim(self, text: str, speaker: str) -> _Claim | None:
-        han = _has_han(text)
-        match = _PREDICATE_ZH.search(text, 1) if han else _PREDICATE_EN.search(text.lower(), 1)
+        han = lx.has_han(text)
+        match = lx.PREDICATE_ZH.search(text, 1) if han else lx.PREDICATE_EN.search(text.lower(), 1)
         if match is None:
             return None
         subject = text[: match.start()].strip(" ,，")
         pred = match.group().lower()
         value = text[match.end() :].strip()
-        strong = pred not in _WEAK_EN and pred not in _WEAK_ZH
-        stripped = _LEADING_STRONG.sub("", value)
+        strong = pred not in lx.WEAK_EN and pred not in lx.WEAK_ZH
+        stripped = lx.LEADING_STRONG.sub("", value)
         if stripped != value:
             strong, value = True, stripped
         if not value or len(subject) > 80 or (not han and subject.count(" ") > 6):
             return None
-        owner_re, bad = (_OWNER_ZH, _BAD_SUBJECT_ZH) if han else (_OWNER_EN, _BAD_SUBJECT_EN)
+        owner_re, bad = (
+            (lx.OWNER_ZH, lx.BAD_SUBJECT_ZH) if han else (lx.OWNER_EN, lx.BAD_SUBJECT_EN)
+        )
         owner = ""
         attribute = subject
         m = owner_re.match(subject)
@@ -779,19 +412,19 @@ class RuleChecker:
                 and m is not None
                 and re.fullmatch(r"(?:the\s+)?[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*){0,2}", value)
             )
-            if not (_numbers(value) or _dates(value)[0] or proper):
+            if not (lx.numbers(value) or lx.dates(value)[0] or proper):
                 return None
         if not strong and not han and len(value.split()) > 6:
             return None  # a description, not a value
-        evaluative = _EVALUATIVE_ZH if han else _EVALUATIVE_EN
-        if evaluative.match(value) and not (_numbers(value) or _dates(value)[0]):
+        evaluative = lx.EVALUATIVE_ZH if han else lx.EVALUATIVE_EN
+        if evaluative.match(value) and not (lx.numbers(value) or lx.dates(value)[0]):
             return None
         return _Claim(
             owner,
             "attr",
             subject,
             value,
-            _negated(text),
+            lx.negated(text),
             strong=strong,
             terms=terms,
             head=ordered[-1],
@@ -803,7 +436,7 @@ class RuleChecker:
 
         Older memories sharing a key are worth checking even without a shared word.
         """
-        _, claims = self._parse(_normalize(text))
+        _, claims = self._parse(lx.normalize(text))
         out = set()
         for c in claims:
             if c.attribute == "attr":
@@ -839,7 +472,7 @@ class RuleChecker:
         return True
 
     def _values_differ(self, old: str, new: str) -> bool:
-        if _has_han(old) or _has_han(new):
+        if lx.has_han(old) or lx.has_han(new):
             x, y = old.replace(" ", ""), new.replace(" ", "")
             return not (x in y or y in x)
         a, b = self._terms(old), self._terms(new)
@@ -848,13 +481,13 @@ class RuleChecker:
         return not (a <= b or b <= a)
 
     def _compare_values(self, old: _Claim, new: _Claim) -> tuple[str, str, str] | None:
-        old_dates, old_rest = _dates(old.value)
-        new_dates, new_rest = _dates(new.value)
+        old_dates, old_rest = lx.dates(old.value)
+        new_dates, new_rest = lx.dates(new.value)
         if old_dates and new_dates:
-            if _dates_disagree(old_dates, new_dates):
-                return "date", _fmt_date(old_dates[0]), _fmt_date(new_dates[0])
+            if lx.dates_disagree(old_dates, new_dates):
+                return "date", lx.fmt_date(old_dates[0]), lx.fmt_date(new_dates[0])
             return None
-        old_numbers, new_numbers = _numbers(old_rest), _numbers(new_rest)
+        old_numbers, new_numbers = lx.numbers(old_rest), lx.numbers(new_rest)
         if old_numbers and new_numbers:
             if [v for v, _ in old_numbers] != [v for v, _ in new_numbers]:
                 return "number", old_numbers[0][1], new_numbers[0][1]
@@ -935,7 +568,7 @@ class RuleChecker:
                 old_terms = self._content_terms(old.text)
                 if self._jaccard(new_terms, old_terms) < self.near_duplicate:
                     continue
-                if _negated(old.text) != _negated(new.text):
+                if lx.negated(old.text) != lx.negated(new.text):
                     return Contradiction(
                         older_id="",
                         kind="negation",
@@ -943,10 +576,10 @@ class RuleChecker:
                     )
                 if old.event or new.event:
                     continue
-                old_dates, old_rest = _dates(old.text)
-                new_dates, new_rest = _dates(new.text)
-                if old_dates and new_dates and _dates_disagree(old_dates, new_dates):
-                    a, b = _fmt_date(old_dates[0]), _fmt_date(new_dates[0])
+                old_dates, old_rest = lx.dates(old.text)
+                new_dates, new_rest = lx.dates(new.text)
+                if old_dates and new_dates and lx.dates_disagree(old_dates, new_dates):
+                    a, b = lx.fmt_date(old_dates[0]), lx.fmt_date(new_dates[0])
                     return Contradiction(
                         older_id="",
                         kind="date",
@@ -954,7 +587,7 @@ class RuleChecker:
                         old_value=a,
                         new_value=b,
                     )
-                old_numbers, new_numbers = _numbers(old_rest), _numbers(new_rest)
+                old_numbers, new_numbers = lx.numbers(old_rest), lx.numbers(new_rest)
                 old_values = sorted(v for v, _ in old_numbers)
                 new_values = sorted(v for v, _ in new_numbers)
                 if old_numbers and new_numbers and old_values != new_values:
@@ -979,14 +612,14 @@ class RuleChecker:
         Returns:
             One `Contradiction` per contradicted older memory, most similar first.
         """
-        new_text = _normalize(new_text)
+        new_text = lx.normalize(new_text)
         if not new_text:
             return []
         new_terms = self._terms(new_text)
         new_keys = self.keys(new_text)
         scored = []
         for position, (older_id, old_text) in enumerate(existing):
-            old_text = _normalize(old_text)
+            old_text = lx.normalize(old_text)
             if old_text == new_text:
                 continue
             overlap = self._jaccard(new_terms, self._terms(old_text))
@@ -1019,9 +652,9 @@ class RuleChecker:
 
 def _is_attribute_name(attribute: str) -> bool:
     """Whether an attribute phrase names a known attribute noun (``budget``, ``favorite X``)."""
-    if _has_han(attribute):
-        return any(noun in attribute for noun in _ATTRIBUTE_NOUNS_ZH)
-    return any(_stem(w) in _ATTRIBUTE_NOUNS_EN for w in re.findall(r"[a-z]+", attribute.lower()))
+    if lx.has_han(attribute):
+        return any(noun in attribute for noun in lx.ATTRIBUTE_NOUNS_ZH)
+    return any(_stem(w) in lx.ATTRIBUTE_NOUNS_EN for w in re.findall(r"[a-z]+", attribute.lower()))
 
 
 @functools.lru_cache(maxsize=4096)
