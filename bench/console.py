@@ -35,7 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from engine import Engine, LoopDetected, LoopDetector  # noqa: E402
+from support.fleet import fail_until_flagged  # noqa: E402
+
+from engine import Engine, LoopDetector  # noqa: E402
 
 LONG = "bench-long"
 LONG_STEPS = 5000
@@ -68,15 +70,6 @@ class SharedClock:
         return self.end - SPAN_S + SPAN_S * min(self.counter.value / self.total, 1.0)
 
 
-def _loop(s, tool: str, args: dict, error: str, times: int) -> None:
-    for _ in range(times):
-        try:
-            with s.step(tool, args) as call:
-                call.fail(error)
-        except LoopDetected:
-            return
-
-
 def _seed_session(engine: Engine, k: int, n_steps: int, counter, lock) -> None:
     long = k == 0
     sid = LONG if long else f"bench-{k:05d}"
@@ -104,7 +97,8 @@ def _seed_session(engine: Engine, k: int, n_steps: int, counter, lock) -> None:
     i = 0
     while done < n_steps:
         if i in loop_at and n_steps - done >= 4:
-            _loop(s, "image_crop", {"image": f"{sid}.png", "box": [0, 0, 0, i]}, "invalid slice", 4)
+            box = {"image": f"{sid}.png", "box": [0, 0, 0, i]}
+            fail_until_flagged(s, "image_crop", box, "invalid slice", 4)
             taken = 4
         else:
             tool = TOOLS[i % len(TOOLS)]

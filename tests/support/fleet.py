@@ -38,7 +38,9 @@ class StepClock:
         return self.t
 
 
-def _failing(s, tool: str, args: dict, error: str, times: int) -> None:
+def fail_until_flagged(s, tool: str, args: dict, error: str, times: int) -> None:
+    """Call `tool` with the same `args`, failing with `error`, up to `times` times or until the
+    detector flags the loop (the session is then rolled back by the default policy)."""
     for _ in range(times):
         try:
             with s.step(tool, args) as call:
@@ -65,7 +67,7 @@ def seed_background(engine: Engine, count: int = 24, clock: StepClock | None = N
             call.ok({"hits": i})
         s.append_message("assistant", f"found {i} results")
         if i % 5 in (0, 2):
-            _failing(s, "fetch_page", {"url": f"https://example.com/{i}"}, "HTTP 502", 4)
+            fail_until_flagged(s, "fetch_page", {"url": f"https://example.com/{i}"}, "HTTP 502", 4)
             if on_loop == "flag":  # later it recovered; keep the fleet's looping count small
                 with s.step("fetch_page", {"url": f"https://example.com/{i}?retry=1"}) as call:
                     call.ok("<html>")
