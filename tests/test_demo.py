@@ -336,3 +336,66 @@ def test_finance_memories_with_the_real_memory(tmp_path):
     hits = session.memory.recall("EUR/USD exchange rate for this invoice", k=5)
     assert hits and str(rate) in hits[0].text
     assert any(s.budget and s.budget.get("memories", 0) > 0 for s in session.steps())
+
+
+def test_held_sessions_wait_for_on_call_looping_and_labelled(tmp_path):
+    """With a hold share, looping sessions run under the flag policy: the engine does not roll
+    them back, they stay looping, and their meta says they wait for a person."""
+    url = _url(tmp_path)
+    stats = run_demo(url, sessions=3, speed=0, seed=1, once=True, scenarios=["refund"],
+                     ledger=str(tmp_path / "world.db"), memory=False, hold_share=1.0)
+    infos = Engine.open(url).sessions()
+    held = [i for i in infos if i.meta.get("hold") == "waits for on-call"]
+    assert held and {i.id for i in held} == set(stats["refund"].held)
+    for info in held:
+        assert info.status == "looping" and info.rollbacks == 0 and info.last_verdict
+    assert stats["refund"].rollbacks == 0
+
+
+def test_hold_share_never_changes_the_rest_of_a_plan():
+    plain_plans = [plan_session(4, i) for i in range(60)]
+    held_plans = [plan_session(4, i, hold_share=0.5) for i in range(60)]
+    assert any(p.hold for p in held_plans) and not any(p.hold for p in plain_plans)
+    for a, b in zip(plain_plans, held_plans, strict=True):
+        assert (a.session_id, a.scenario, a.prompt_version, a.loop, a.tenant) == (
+            b.session_id, b.scenario, b.prompt_version, b.loop, b.tenant)
+        assert not b.hold or b.loop
+    first_round = held_plans[: len(SCENARIOS)]
+    assert any(p.hold for p in first_round), "a fresh fleet has a session waiting at once"
+    assert all("hold" not in p.meta for p in plain_plans)
+
+
+def test_a_held_session_resumes_after_an_operator_rollback(tmp_path):
+    url = _url(tmp_path)
+    stop = threading.Event()
+    done: dict = {}
+
+    def run():
+        done["stats"] = run_demo(url, sessions=1, speed=200, seed=1, once=True,
+                                 scenarios=["refund"], ledger=str(tmp_path / "world.db"),
+                                 memory=False, hold_share=1.0, hold_s=120, stop_event=stop)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    try:
+        operator = Engine.open(url)
+        deadline = time.monotonic() + 60
+        info = None
+        while time.monotonic() < deadline:
+            infos = operator.sessions()
+            info = next((i for i in infos if i.status == "looping"), None)
+            if info is not None:
+                break
+            time.sleep(0.1)
+        assert info is not None and info.meta.get("hold")
+        session = operator.get_session(info.id)
+        operator.rollback(info.id, to=session.suggested_target(),
+                          actor=Actor("alice", "operator"), reason="on-call")
+        worker.join(timeout=60)
+        assert not worker.is_alive()
+    finally:
+        stop.set()
+        worker.join()
+    after = operator.get_session(info.id).info()
+    assert after.status != "looping" and after.rollbacks == 1
+    assert after.steps > info.steps  # the agent went on after the rollback
