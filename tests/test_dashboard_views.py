@@ -127,10 +127,11 @@ def test_timeline_frame_lanes_outcomes_and_escaped_hover():
     assert frame["outcome"].tolist() == ["ok", "error", "ok", "error"]
     assert frame["line"].tolist() == ["live", "live", "live", "abandoned"]
     assert frame.loc[2, "lane"] == views.AGENT_LANE
-    assert frame.loc[0, "lane"] == frame.loc[3, "lane"] == "crop · A"
+    # Lanes read as the tool and its short arguments (issue 15), not as fingerprint hashes.
+    assert frame.loc[0, "lane"] == frame.loc[3, "lane"] == 'crop {"x":1}'
     assert "&lt;b&gt;" in frame.loc[1, "hover"] and "<i>" not in frame.loc[1, "hover"]
     assert "branch-9" in frame.loc[3, "hover"] and "late" in frame.loc[3, "hover"]
-    assert views.lane_order(frame) == ["crop · A", "crop · B", views.AGENT_LANE]
+    assert views.lane_order(frame) == ['crop {"x":1}', 'crop {"x":"<b>"}', views.AGENT_LANE]
 
 
 def test_timeline_frame_groups_rare_fingerprints_into_one_lane():
