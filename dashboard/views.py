@@ -739,6 +739,76 @@ def messages_view(records: Sequence[Any], branches: Sequence[Any]) -> list[Messa
     ) for r in records]
 
 
+def user_view(items: Sequence[MessageView]) -> list[MessageView]:
+    """The conversation as the user sees it now: live messages only, the user's and the
+    assistant's words (notices included, shown as any other answer); tool traffic, system
+    prompts and empty assistant turns (tool calls) are not shown to users."""
+    return [m for m in items if not m.abandoned and m.role in ("user", "assistant")
+            and m.text.strip()]
+
+
+def user_view_html(items: Sequence[MessageView]) -> str:
+    """`user_view` as chat bubbles for st.html (every text escaped)."""
+    out = []
+    for m in items:
+        side = "rw-you" if m.role == "user" else "rw-bot"
+        out.append(f"<div class='rw-bubble {side}' data-seq='{m.seq}'>"
+                   f"{escape_text(m.text)}</div>")
+    return "<div class='rw-chat'>" + "\n".join(out) + "</div>"
+
+
+USER_VIEW_CSS = """<style>
+.rw-chat{display:flex;flex-direction:column;gap:.4rem;max-width:46rem}
+.rw-bubble{padding:.45rem .75rem;border-radius:12px;max-width:85%;word-break:break-word}
+.rw-you{align-self:flex-end;background:rgba(59,110,143,.16)}
+.rw-bot{align-self:flex-start;background:rgba(127,127,127,.12)}
+</style>"""
+
+
+@dataclass(frozen=True)
+class NoticeSeen:
+    """The newest notice the session's user got (or that a rollback took back)."""
+
+    text: str
+    at: float
+    actor: str | None
+    """Who sent it, from the audit trail; None when no audit event matches."""
+    live: bool
+    """Still in the live history (False: a later rollback took it off)."""
+
+
+def last_notice(records: Sequence[Any], audit: Iterable[Any] = ()) -> NoticeSeen | None:
+    """The newest notice among a session's messages, with its sender from the audit events
+    (`notice`, or `rollback` for a rollback's notice) written closest to it."""
+    notices = [r for r in records if r.message.get(NOTICE_FLAG)]
+    if not notices:
+        return None
+    r = max(notices, key=lambda r: r.seq)
+    events = [e for e in audit if e.action in ("notice", "rollback")]
+    near = min(events, key=lambda e: abs(e.at - r.created_at), default=None)
+    actor = near.actor if near is not None and abs(near.at - r.created_at) <= 5 else None
+    return NoticeSeen(content_text(r.message.get("content")), r.created_at, actor,
+                      r.branch is None)
+
+
+def notices_leaving(preview: Any) -> int:
+    """How many notices (messages the user already saw) a rollback preview takes back."""
+    count = 0
+    for m in preview.messages:
+        message = m.message if hasattr(m, "message") else m  # dicts, or records
+        count += bool(isinstance(message, Mapping) and message.get(NOTICE_FLAG))
+    return count
+
+
+PRESET_REASONS = (
+    "Loop confirmed: the agent repeats a failing call",
+    "User waiting: the agent is stuck",
+    "Duplicate side effects: undo them",
+    "Wrong direction: back to the last good point",
+)
+"""Reasons an operator can pick instead of typing; the text goes to the audit log as is."""
+
+
 def escape_text(text: str) -> str:
     """Text safe to put inside HTML (st.html): no tags survive, line breaks are kept."""
     return html.escape(text, quote=True).replace("\n", "<br>")
