@@ -834,14 +834,17 @@ def messages_html(items: Sequence[MessageView]) -> str:
     return "\n".join(out)
 
 
+# Translucent backgrounds and inherited text colour: the blocks read the same in the light and
+# the dark theme (the console follows the browser's preference).
 MESSAGES_CSS = """<style>
 .rw-msg{border-left:3px solid #c9d3dd;padding:.35rem .7rem;margin:.35rem 0;border-radius:4px;
- background:#fbfcfd}
+ background:rgba(127,140,153,.06)}
 .rw-user{border-left-color:#7a9cc6}.rw-assistant{border-left-color:#6aa58f}
 .rw-system,.rw-tool{border-left-color:#b7a27a}
-.rw-notice{border-left-color:#d08a2e;background:#fff7ec}
-.rw-abandoned{opacity:.62;background:#f4f4f4}
-.rw-role{font-weight:600;font-size:.8rem;text-transform:uppercase;letter-spacing:.04em;color:#50606f}
+.rw-notice{border-left-color:#d08a2e;background:rgba(208,138,46,.12)}
+.rw-abandoned{opacity:.62;background:rgba(127,127,127,.10)}
+.rw-role{font-weight:600;font-size:.8rem;text-transform:uppercase;letter-spacing:.04em;
+ opacity:.75}
 .rw-badge{background:#d08a2e;color:#fff;border-radius:3px;padding:0 .3rem;font-size:.72rem}
 .rw-branch{color:#8a5a5a;font-size:.75rem}
 .rw-body{white-space:normal;word-break:break-word}

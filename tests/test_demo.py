@@ -6,12 +6,14 @@ by `once`, and waits poll the store with a generous deadline."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -399,3 +401,40 @@ def test_a_held_session_resumes_after_an_operator_rollback(tmp_path):
     after = operator.get_session(info.id).info()
     assert after.status != "looping" and after.rollbacks == 1
     assert after.steps > info.steps  # the agent went on after the rollback
+
+
+def test_install_skips_pip_when_pyproject_is_unchanged(tmp_path):
+    """scripts/install runs pip on the first run and after pyproject.toml changes, not on every
+    start (a fake .venv python records what it is asked to do)."""
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(root / "scripts" / "install", tmp_path / "scripts" / "install")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    venv_bin = tmp_path / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    calls = tmp_path / "calls.log"
+    fake = venv_bin / "python"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\n')
+    fake.chmod(0o755)
+
+    def install() -> list[str]:
+        calls.write_text("")
+        subprocess.run(["bash", str(tmp_path / "scripts" / "install")], check=True,
+                       capture_output=True, text=True)
+        return [c for c in calls.read_text().splitlines() if "pip install" in c]
+
+    assert install(), "the first run installs"
+    assert install() == [], "nothing changed: no pip"
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "2"\n')
+    assert install(), "pyproject.toml changed: pip again"
+    assert install() == []
+
+
+def test_the_demo_prints_progress_lines(tmp_path, capsys):
+    code = cli_main(["--store", _url(tmp_path), "demo", "--sessions", "2", "--speed", "20",
+                     "--duration", "2", "--progress", "0.5", "--backfill", "0", "--no-memory",
+                     "--ledger", str(tmp_path / "world.db")])
+    assert code == 0
+    out = capsys.readouterr().out
+    progress = [line for line in out.splitlines() if "held for on-call" in line]
+    assert progress and "looping now" in progress[-1]
