@@ -282,6 +282,8 @@ class NeedsYou:
     """Plain text (foreign values included): render it through `plain`."""
     page: str
     """Page to open: "session" or "compensations"."""
+    query: dict[str, str]
+    """Query parameters of the link (the session, or the compensation status to filter)."""
 
 
 STUCK_AFTER_S = 300.0
@@ -306,7 +308,7 @@ def needs_you(looping: pd.DataFrame, compensations: Sequence[Any], now: float,
             if row.hold:
                 parts.append(str(row.hold))
             out.append(NeedsYou("loop", row.session, " · ".join(p for p in parts if p),
-                                "session"))
+                                "session", {"session": row.session}))
     for c in compensations:
         stuck = c.status == "pending" and now - c.created_at >= STUCK_AFTER_S
         if c.status != "failed" and not stuck:
@@ -316,7 +318,8 @@ def needs_you(looping: pd.DataFrame, compensations: Sequence[Any], now: float,
         text = f"compensation {c.name} for {c.session} step {c.step}: {state}"
         if c.error:
             text += f" ({c.error[:80]})"
-        out.append(NeedsYou("compensation", c.session, text, "compensations"))
+        out.append(NeedsYou("compensation", c.session, text, "compensations",
+                            {"comp-status": str(c.status)}))
         if len(out) >= 2 * limit:
             break
     return out

@@ -493,6 +493,8 @@ def test_needs_you_lists_looping_sessions_then_failed_and_stuck_compensations(fl
     assert [i.kind for i in items] == ["loop", "compensation", "compensation"]
     assert items[0].session == LOOPING and "6 steps in the loop" in items[0].text
     assert "failed (HTTP 500)" in items[1].text and "pending for 1 h 00 min" in items[2].text
+    assert items[0].query == {"session": LOOPING}
+    assert [i.query for i in items[1:]] == [{"comp-status": "failed"}, {"comp-status": "pending"}]
     assert views.needs_you(looping.iloc[0:0], [comp(3, "pending", 5)], now) == []
 
 

@@ -43,15 +43,10 @@ def render_needs_you(stats: dict, looping, now: float) -> None:
     with st.container(border=True, key="needs-you"):
         st.markdown(f":red[**Needs you ({len(items)})**]")
         for item in items:
-            if item.page == "session":
-                st.page_link("screens/session.py", label=views.plain(item.text),
-                             query_params={"session": item.session},
-                             icon=":material/autorenew:")
-            else:
-                st.page_link("screens/compensations.py", label=views.plain(item.text),
-                             query_params={"comp-status": "failed" if "failed" in item.text
-                                           else "pending"},
-                             icon=":material/build:")
+            loop = item.page == "session"
+            st.page_link("screens/session.py" if loop else "screens/compensations.py",
+                         label=views.plain(item.text), query_params=item.query,
+                         icon=":material/autorenew:" if loop else ":material/build:")
 
 
 def render_kpis(stats: dict) -> None:

@@ -88,7 +88,7 @@ def render_header(head, page: Page) -> None:
                 views.status_markdown(info.status),
                 *(
                     f"{k.replace('_', ' ')} **{views.plain(str(meta[k]))}**"
-                    for k in ("tenant", "scenario", "prompt_version", "locale", "channel")
+                    for k in ("tenant", "scenario", "prompt_version", "locale", "channel", "hold")
                     if meta.get(k)
                 ),
                 f"{info.steps:,} steps",

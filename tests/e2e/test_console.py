@@ -11,6 +11,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from dashboard import views
 from engine import Engine
 from engine.sessions.notices import TEMPLATES
 
@@ -74,6 +75,34 @@ def test_fleet_is_live_and_can_be_paused(console, page, shots):
         engine.session("while-paused", meta={"tenant": "acme"})
     page.wait_for_timeout(8_000)  # > refresh interval + cache TTL: a live view would have moved
     expect(caption).to_contain_text("27 of 27")
+
+
+def test_on_call_finds_the_looping_session_on_the_first_screen(console, page, shots):
+    """From the fleet's first screen, without scrolling: the band names the looping session;
+    its page says since when and how bad. At 1440x900 and at a phone's 390 px."""
+    for width, height in ((1440, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        sign_in(page, console.url, "olivia")
+        link = page.get_by_role("link", name=re.compile(rf"^{LOOPING} · refund · looping"))
+        expect(link).to_be_visible()
+        box = link.bounding_box()
+        assert box["y"] + box["height"] <= height, (width, box)  # no scrolling needed
+        expect(link).to_contain_text("steps in the loop")
+        if width == 1440:
+            page.screenshot(path=str(shots / "console-fleet-needs-you.png"))
+        link.click()
+        expect(page.get_by_role("heading", name=LOOPING)).to_be_visible()
+        for label in ("Loop began", "Looping for", "Steps wasted", "Side effects in the loop"):
+            expect(page.get_by_text(label, exact=True)).to_be_visible()
+        expect(page.get_by_role("button", name="Roll back…")).to_be_visible()
+
+
+def test_looping_kpi_links_to_the_filtered_table(console, page):
+    sign_in(page, console.url, "victor")
+    expect(page.get_by_text("needs you", exact=True)).to_be_visible()
+    page.get_by_role("link", name="Show the looping sessions").click()
+    expect(page.get_by_text(re.compile(r"^1 of 1 matching sessions"))).to_be_visible()
+    assert "status=looping" in page.url
 
 
 def test_selecting_a_fleet_row_opens_the_session(console, page):
@@ -159,6 +188,11 @@ def test_operator_sends_a_chinese_notice(console, page):
     page.get_by_role("button", name="Send notice…").click()
     dialog = page.get_by_role("dialog")
     expect(dialog.get_by_role("radio", name="Chinese template")).to_be_checked()
+    # The automatic rollback already told the user: the dialog says so and asks before another.
+    expect(dialog.get_by_text("The user already got a notice")).to_be_visible()
+    expect(dialog.get_by_role("button", name="Send notice", exact=True)).to_be_disabled()
+    dialog.get_by_text("Send another notice anyway").click()
+    settle(page)
     dialog.get_by_text("Custom text").click()
     dialog.get_by_role("textbox", name="Notice text").fill("图片已经裁好了，请查看。")
     dialog.get_by_role("textbox", name="Notice text").press("Control+Enter")
@@ -185,6 +219,27 @@ def test_clicking_a_snapshot_in_the_tree_offers_rolling_back_to_it(console, page
     expect(dialog.get_by_role("combobox", name="Target snapshot")).to_have_value(
         re.compile(rf"^{start} · start"))
     expect(dialog.get_by_text("Compensations that will be queued (1)")).to_be_visible()
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    with Engine.open(console.store) as engine:  # cancelled: nothing happened
+        assert engine.get_session(AUTO_ROLLED_BACK).info().rollbacks == 1
+
+
+def test_rolling_back_a_session_that_is_not_looping_says_what_it_removes(console, page):
+    sign_in(page, f"{console.url}/session?session={AUTO_ROLLED_BACK}", "olivia")
+    button = page.get_by_role("button", name="Roll back anyway…")
+    expect(button).to_be_visible()
+    button.click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_text(re.compile(r"This session is not looping"))).to_be_visible()
+    expect(dialog.get_by_text(re.compile(r"notice\(s\) the user already got"))).to_be_visible()
+    confirm = dialog.get_by_role("button", name="Roll back", exact=True)
+    expect(confirm).to_be_disabled()  # no reason yet
+    dialog.get_by_role("button", name=views.PRESET_REASONS[3]).click()
+    settle(page)
+    expect(confirm).to_be_enabled()
+    confirm_box = confirm.bounding_box()
+    assert confirm_box["y"] + confirm_box["height"] <= page.viewport_size["height"]
     dialog.get_by_role("button", name="Cancel").click()
     expect(page.get_by_role("dialog")).to_have_count(0)
     with Engine.open(console.store) as engine:  # cancelled: nothing happened
