@@ -232,15 +232,20 @@ def page_links(at) -> list:
 def test_fleet_says_what_needs_you_first(store):
     at = app(store)
     assert not at.exception
-    links = page_links(at)
-    band = [p for p in links if p.query_string == f"session={LOOPING}"]
-    assert band and "6 steps in the loop" in band[0].label
+    band = [b for b in at.button if b.key and b.key.startswith("needs-you-")]
+    assert band and band[0].label.startswith("refund\\-42") and "6 steps in the loop" in \
+        band[0].label
     looping_kpi = at.metric[1]
     assert looping_kpi.label == "Looping now" and looping_kpi.proto.delta == "needs you"
-    assert any(p.query_string == "status=looping" for p in links)  # the KPI links the filter
+    at.button(key="kpi-looping").click().run()  # the KPI opens the filtered table
+    assert not at.exception and set(at.dataframe[0].value["status"]) == {"looping"}
+    assert at.query_params.get("status") in (["looping"], "looping")
+    at = app(store)
     table = at.dataframe[0].value
     assert table.iloc[0]["session"] == LOOPING  # looping first by default
     assert table.iloc[0]["loop_steps"] == "6" and "None" not in set(table["tenant"])
+    at.button(key=band[0].key).click().run()  # opens the session
+    assert not at.exception and [t.value for t in at.title] == [views.plain(LOOPING)]
 
 
 def test_fleet_search_sort_and_window_come_from_the_url(store):
@@ -321,7 +326,7 @@ def test_compensations_page_lists_stuck_and_failed_ones(tmp_path):
     assert table["status"].tolist() == ["pending"]
     assert "points\\_refund" in texts(at.warning) or "points_refund" in texts(at.warning)
     fleet = app(url)
-    assert any(p.query_string.startswith("comp-status=") for p in page_links(fleet))
+    assert any("compensation points" in b.label for b in fleet.button), labels(fleet.button)
 
 
 def test_audit_links_sessions_and_takes_the_session_from_the_url(store):

@@ -42,11 +42,19 @@ def render_needs_you(stats: dict, looping, now: float) -> None:
         return
     with st.container(border=True, key="needs-you"):
         st.markdown(f":red[**Needs you ({len(items)})**]")
-        for item in items:
+        # Buttons that navigate, not <a href>: a session id is foreign text, and this band must
+        # not put it into the page's markup as a URL (the table draws its links on a canvas).
+        for n, item in enumerate(items):
             loop = item.page == "session"
-            st.page_link("screens/session.py" if loop else "screens/compensations.py",
-                         label=views.plain(item.text), query_params=item.query,
-                         icon=":material/autorenew:" if loop else ":material/build:")
+            if st.button(views.plain(item.text), key=f"needs-you-{n}", type="tertiary",
+                         icon=":material/autorenew:" if loop else ":material/build:"):
+                st.switch_page("screens/session.py" if loop else "screens/compensations.py",
+                               query_params=item.query)
+
+
+def _filter_looping() -> None:
+    st.session_state["status"] = SessionStatus.LOOPING
+    st.session_state["sort"] = views.DEFAULT_SORT
 
 
 def render_kpis(stats: dict) -> None:
@@ -55,8 +63,9 @@ def render_kpis(stats: dict) -> None:
             col.metric(kpi.label, kpi.value, help=kpi.help, border=True, delta="needs you",
                        delta_color="inverse", delta_arrow="off")
             if kpi.label == "Looping now":
-                col.page_link("screens/fleet.py", label="Show the looping sessions",
-                              query_params={"status": "looping"}, icon=":material/filter_list:")
+                # Sets the status filter (bound to ?status=), so the filtered table has a URL.
+                col.button("Show the looping sessions", key="kpi-looping", type="tertiary",
+                           icon=":material/filter_list:", on_click=_filter_looping)
             else:
                 col.page_link("screens/compensations.py", label="Open compensations",
                               query_params={"comp-status": "failed"}, icon=":material/build:")
