@@ -264,7 +264,10 @@ def test_session_header_says_since_when_and_how_bad(store):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Steps wasted"] == "6" and metrics["Side effects in the loop"] == "0"
     assert "Looping for" in metrics and "Loop began" in metrics
-    assert any(p.query_string == f"audit-session={LOOPING}" for p in page_links(at))
+    at.button(key="open-audit").click().run()  # to the session's audit trail
+    assert not at.exception and [t.value for t in at.title] == ["Audit"]
+    assert at.text_input(key="audit-session").value == LOOPING
+    at = app(store, page="screens/session.py", query={"session": LOOPING, "tab": "Messages"})
     html = [h.proto.body for h in at.get("html")]
     user_side = [h for h in html if "rw-chat" in h]
     assert user_side and "Please refund order A-1" in user_side[0]

@@ -150,18 +150,20 @@ def render_loop_cost(page: Page) -> None:
             f"{views.plain(tool)} (step {n})" for n, tool in cost.side_effects[:10]))
 
 
+def render_audit_link(page: Page) -> None:
+    """To the session's audit trail: a button, not an <a href>, so the (foreign) id never
+    becomes a URL in the page's markup."""
+    if st.button("Audit trail", key="open-audit", type="tertiary", icon=":material/receipt_long:"):
+        st.switch_page("screens/audit.py", query_params={"audit-session": page.sid})
+
+
 def render_actions(page: Page) -> None:
     """Roll back… and Send notice… for operators; a note for viewers."""
     if not page.user.can_act:
         st.caption(
             "You are signed in as a viewer: rolling back and sending notices are for operators."
         )
-        st.page_link(
-            "screens/audit.py",
-            label="Audit trail",
-            icon=":material/receipt_long:",
-            query_params={"audit-session": page.sid},
-        )
+        render_audit_link(page)
         return
     looping = page.bundle.info.status == SessionStatus.LOOPING
     with st.container(horizontal=True):
@@ -177,12 +179,7 @@ def render_actions(page: Page) -> None:
             "its live line, including notices the user already got. The dialog shows what.",
         )
         open_notice = st.button("Send notice…", key="open-notice", icon=":material/chat:")
-        st.page_link(
-            "screens/audit.py",
-            label="Audit trail",
-            icon=":material/receipt_long:",
-            query_params={"audit-session": page.sid},
-        )
+        render_audit_link(page)
     if open_rollback:
         dialogs.rollback_dialog(page.sid, page.user)
     elif open_notice:

@@ -113,7 +113,9 @@ def test_selecting_a_fleet_row_opens_the_session(console, page):
     expect(page.get_by_text(re.compile(r"^1 of \d+ matching sessions"))).to_be_visible()
     page.get_by_text(re.compile("^Live: refresh every")).click()  # hold the table still
     expect(page.get_by_text(re.compile(r"matching sessions .* paused"))).to_be_visible()
-    grid = page.locator('[data-testid="stDataFrame"]').first.bounding_box()
+    table = page.locator('[data-testid="stDataFrame"]').first
+    table.scroll_into_view_if_needed()  # the needs-you band sits above it now
+    grid = table.bounding_box()
     page.mouse.click(grid["x"] + 18, grid["y"] + 35 + 17)  # the first row's selection cell
     expect(page.get_by_role("heading", name=AUTO_ROLLED_BACK)).to_be_visible()
     assert page.url.endswith(f"/session?session={AUTO_ROLLED_BACK}")
