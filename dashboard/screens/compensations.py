@@ -34,31 +34,55 @@ frame = views.compensations_frame(comps, now)
 stuck = frame[frame["stuck"]]
 if not stuck.empty:
     handlers = ", ".join(sorted(set(stuck["handler"])))
-    st.warning(f"{len(stuck)} pending for more than {views.duration_text(views.STUCK_AFTER_S)}: "
-               f"no running process seems to have registered {views.plain(handlers)}. Start the "
-               "agent runtime (or the worker) that registers it; they run on its next pass.",
-               icon=":material/hourglass_top:")
+    st.warning(
+        f"{len(stuck)} pending for more than {views.duration_text(views.STUCK_AFTER_S)}: "
+        f"no running process seems to have registered {views.plain(handlers)}. Start the "
+        "agent runtime (or the worker) that registers it; they run on its next pass.",
+        icon=":material/hourglass_top:",
+    )
 failed = frame[frame["status"] == "failed"]
 if not failed.empty:
-    st.error(f"{len(failed)} failed: the side effect was not undone. Undo it by hand; retrying "
-             "from the console is not available yet.", icon=":material/error:")
+    st.error(
+        f"{len(failed)} failed: the side effect was not undone. Undo it by hand; retrying "
+        "from the console is not available yet.",
+        icon=":material/error:",
+    )
 if frame.empty:
-    st.success("No compensation here." if status != "needs attention"
-               else "No compensation is pending, running or failed.")
+    st.success(
+        "No compensation here."
+        if status != "needs attention"
+        else "No compensation is pending, running or failed."
+    )
 else:
     st.dataframe(
-        frame, hide_index=True,
-        column_order=["state", "handler", "link", "step", "attempts", "age", "last_error",
-                      "created", "updated", "args", "id"],
+        frame,
+        hide_index=True,
+        column_order=[
+            "state",
+            "handler",
+            "link",
+            "step",
+            "attempts",
+            "age",
+            "last_error",
+            "created",
+            "updated",
+            "args",
+            "id",
+        ],
         column_config={
             "state": st.column_config.MultiselectColumn(
-                "status", options=list(views.COMPENSATION_COLORS),
-                color=list(views.COMPENSATION_COLORS.values())),
+                "status",
+                options=list(views.COMPENSATION_COLORS),
+                color=list(views.COMPENSATION_COLORS.values()),
+            ),
             "link": st.column_config.LinkColumn("session", display_text=r"session\?session=(.*)"),
             "last_error": st.column_config.TextColumn("last error", width="large"),
             "created": st.column_config.DatetimeColumn("created", format="YYYY-MM-DD HH:mm:ss"),
             "updated": st.column_config.DatetimeColumn("updated", format="YYYY-MM-DD HH:mm:ss"),
         },
     )
-st.caption(f"{len(frame):,} compensations · read {time.strftime('%H:%M:%S')} · the outbox is "
-           "run by the agent processes that registered each handler, never by the console")
+st.caption(
+    f"{len(frame):,} compensations · read {time.strftime('%H:%M:%S')} · the outbox is "
+    "run by the agent processes that registered each handler, never by the console"
+)
