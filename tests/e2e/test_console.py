@@ -248,6 +248,21 @@ def test_rolling_back_a_session_that_is_not_looping_says_what_it_removes(console
         assert engine.get_session(AUTO_ROLLED_BACK).info().rollbacks == 1
 
 
+def test_the_theme_follows_the_browser_preference(console, browser):
+    backgrounds = {}
+    for scheme in ("dark", "light"):
+        context = browser.new_context(viewport={"width": 1440, "height": 900},
+                                      color_scheme=scheme)
+        page = context.new_page()
+        try:
+            sign_in(page, console.url, "victor")
+            app = page.locator('[data-testid="stApp"]')
+            backgrounds[scheme] = app.evaluate("e => getComputedStyle(e).backgroundColor")
+        finally:
+            context.close()
+    assert backgrounds == {"dark": "rgb(17, 22, 28)", "light": "rgb(247, 248, 250)"}
+
+
 def test_viewer_finds_no_way_to_act(console, page):
     sign_in(page, f"{console.url}/session?session={LOOPING}", "victor")
     expect(page.get_by_role("heading", name=LOOPING)).to_be_visible()
