@@ -23,6 +23,8 @@ PAGES = [
     st.Page("screens/fleet.py", title="Fleet", icon=":material/monitoring:", url_path="fleet",
             default=True),
     st.Page("screens/session.py", title="Session", icon=":material/timeline:", url_path="session"),
+    st.Page("screens/compensations.py", title="Compensations", icon=":material/build:",
+            url_path="compensations"),
     st.Page("screens/audit.py", title="Audit", icon=":material/receipt_long:", url_path="audit"),
 ]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.views import BUDGET_PARTS, plot_text
+from dashboard.views import BUDGET_PARTS, clock_ticks, plot_text
 
 # A calm palette: muted blues and greens for normal work, warm tones only where attention is due.
 OK = "#5B8DB8"
@@ -137,9 +137,13 @@ def timeline(frame: pd.DataFrame, lanes: Sequence[str],
     shapes, notes = _loop_shapes(windows)
     more_shapes, more_notes = _rollback_shapes(markers)
     lanes = [plot_text(lane) for lane in lanes]
-    _base(fig, 140 + 26 * max(len(lanes), 2), shapes=shapes + more_shapes,
+    tickvals, ticktext = clock_ticks(frame) if "at" in frame else ([], [])
+    xaxis = {"title": "step and clock time", "rangemode": "tozero", "zeroline": False}
+    if tickvals:
+        xaxis.update(tickmode="array", tickvals=tickvals, ticktext=ticktext)
+    _base(fig, 160 + 26 * max(len(lanes), 2), shapes=shapes + more_shapes,
           annotations=notes + more_notes,
-          xaxis={"title": "step", "rangemode": "tozero", "zeroline": False},
+          xaxis=xaxis,
           yaxis={"type": "category", "categoryorder": "array", "categoryarray": lanes[::-1],
                  "title": None, "automargin": True})
     if frame.empty:
@@ -172,8 +176,11 @@ def snapshot_tree(nodes: pd.DataFrame, edges: Sequence[tuple[str, str]],
         if part.empty:
             continue
         fig.add_trace(go.Scatter(
-            x=part["x"], y=part["y"], mode="markers", name=name, customdata=part["id"],
-            text=part["hover"], hovertemplate="%{text}<extra></extra>",
+            x=part["x"], y=part["y"], mode="markers+text" if len(nodes) <= 60 else "markers",
+            name=name, customdata=part["id"], hovertext=part["hover"],
+            hovertemplate="%{hovertext}<extra></extra>",
+            text=part["label"].map(plot_text), textposition="top center",
+            textfont={"size": 10, "color": "#52606D"},
             marker={"color": color, "symbol": symbol, "size": size,
                     "line": {"width": 1.5, "color": color}},
         ))

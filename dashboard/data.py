@@ -87,6 +87,26 @@ def loop_episodes(url: str | None, window_s: float) -> pd.DataFrame:
     return views.loop_episodes_frame(tally.episodes(since=time.time() - window_s))
 
 
+@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
+def compensations(url: str | None, status: str | None = None, limit: int = 1000) -> list:
+    """Compensations in the outbox, newest first (`Engine.compensations`), read-only."""
+    filters: dict = {"limit": limit}
+    if status:
+        filters["status"] = status
+    return engine_for(url).compensations(**filters)
+
+
+def attention_compensations(url: str | None, stats: dict) -> list:
+    """Failed and pending compensations for the "needs you" band; no query when the KPIs say
+    there are none (the common case on a healthy fleet)."""
+    out: list = []
+    if stats.get("compensations_failed", 0):
+        out += compensations(url, "failed", 50)
+    if stats.get("compensations_pending", 0):
+        out += compensations(url, "pending", 50)
+    return out
+
+
 # -- one session ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SessionBundle:
@@ -124,9 +144,17 @@ def session_epoch(url: str | None, sid: str) -> int:
     return engine_for(url).get_session(sid).info().epoch
 
 
+@st.cache_data(ttl=SESSION_TTL, show_spinner=False)
+def session_audit(url: str | None, sid: str, limit: int = 200) -> list:
+    """The session's audit events (rollbacks, notices, …), newest first."""
+    return engine_for(url).audit(session=sid, limit=limit)
+
+
 def forget_session(sid: str | None = None) -> None:
     """Drop cached reads after an action, so the next run shows its effect."""
     session_bundle.clear()
+    session_audit.clear()
+    compensations.clear()
     fleet_stats.clear()
     sessions.clear()
     loop_episodes.clear()

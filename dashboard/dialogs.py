@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import time
+
 import streamlit as st
 
 from dashboard import actions, data, views
 from dashboard.access import User
-from engine import RewindError
+from engine import RewindError, SessionStatus
 
 FLASH_KEY = "rewind_flash"
 NO_NOTICE = "No notice"
@@ -52,6 +54,36 @@ def _notice_picker(locale: str, key: str, allow_none: bool) -> str | None | bool
     return text
 
 
+def _reason(key: str) -> str:
+    """Preset reasons as pills and a text field (typing wins); returns the reason, stripped.
+
+    The text field commits while typing, so the confirm button comes alive as soon as there is
+    a reason, not only after the field loses focus.
+    """
+    preset = st.pills("Reason", views.PRESET_REASONS, key=f"{key}-preset",
+                      label_visibility="collapsed")
+    typed = st.text_input("Reason (required, written to the audit log)", key=f"{key}-text",
+                          placeholder=preset or "why, for the audit log", live=True)
+    return (typed or "").strip() or (preset or "")
+
+
+def _last_notice_note(sid: str) -> views.NoticeSeen | None:
+    """Show the newest notice the user got (when, by whom, text); return it."""
+    url = data.store_url()
+    bundle = data.session_bundle(url, sid)
+    seen = views.last_notice(bundle.messages, data.session_audit(url, sid))
+    if seen is None:
+        return None
+    who = seen.actor or "unknown sender"
+    st.warning(
+        f"**The user already got a notice** {views.duration_text(time.time() - seen.at)} ago "
+        f"({views.when(seen.at):%H:%M:%S}) from **{views.plain(who)}**"
+        + ("" if seen.live else ", later taken back by a rollback")
+        + f":  \n{views.plain(seen.text[:300])}",
+        icon=":material/mark_chat_read:")
+    return seen
+
+
 @st.dialog("Roll back session", width="large")
 def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
     if not user.can_act:
@@ -64,10 +96,21 @@ def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
     if not choices:
         st.warning("This session has no restorable snapshot on its live line.")
         return
-    st.markdown(f"Session **{views.plain(sid)}** · status **{views.plain(bundle.info.status)}**")
+    looping = bundle.info.status == SessionStatus.LOOPING
+    if target is None and choices[index] == bundle.info.head and len(choices) > 1:
+        index += 1  # the head itself removes nothing: offer the one before it
+    st.markdown(f"Session **{views.plain(sid)}** · {views.status_markdown(bundle.info.status)}")
     chosen = st.selectbox("Target snapshot", choices, index=index, key=f"rb-target-{sid}",
                           format_func=lambda i: views.snapshot_caption(nodes[i], bundle.suggested))
     preview = data.rollback_preview(url, sid, chosen)
+    taken_back = views.notices_leaving(preview)
+    if not looping:
+        st.warning(
+            f"This session is not looping ({views.plain(views.status_label(bundle.info.status))})."
+            f" Rolling back would remove {len(preview.steps)} steps and "
+            f"{len(preview.messages)} messages from its live line"
+            + (f", including {taken_back} notice(s) the user already got" if taken_back else "")
+            + ".", icon=":material/warning:")
     # A confirm is refused when another rollback happened after the preview the operator read.
     # New steps of a still-looping agent are fine: they come after the target and leave too.
     state = data.session_epoch(url, sid)
@@ -75,8 +118,18 @@ def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
     seen = st.session_state.get(seen_key)
     st.session_state[seen_key] = (chosen, state)
     steps, comps = views.preview_frames(preview)
-    st.markdown(f"**Leaving the live line:** {len(preview.messages)} messages and "
-                f"{len(preview.steps)} steps (kept on an abandoned branch, nothing is deleted).")
+    st.markdown(f"**Leaving the live line:** {len(preview.messages)} messages"
+                + (f" ({taken_back} notices)" if taken_back else "")
+                + f" and {len(preview.steps)} steps (kept on an abandoned branch, nothing is "
+                f"deleted) · **{len(comps)} compensations** queued.")
+    _last_notice_note(sid)
+    notice = _notice_picker(bundle.info.locale, f"rb-notice-{sid}", allow_none=True)
+    # Reason and buttons before the long tables, so they are on screen without scrolling.
+    reason = _reason(f"rb-reason-{sid}")
+    with st.container(horizontal=True):
+        confirm = st.button("Roll back", type="primary", key=f"rb-confirm-{sid}",
+                            disabled=not reason, help=None if reason else "Give a reason first.")
+        cancel = st.button("Cancel", key=f"rb-cancel-{sid}")
     if not steps.empty:
         with st.expander(f"Steps leaving ({len(steps)})", expanded=len(steps) <= 8):
             st.dataframe(steps.head(500), hide_index=True)
@@ -85,11 +138,6 @@ def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
     else:
         st.markdown(f"**Compensations that will be queued ({len(comps)}):**")
         st.dataframe(comps, hide_index=True)
-    notice = _notice_picker(bundle.info.locale, f"rb-notice-{sid}", allow_none=True)
-    reason = st.text_input("Reason (required, written to the audit log)", key=f"rb-reason-{sid}")
-    with st.container(horizontal=True):
-        confirm = st.button("Roll back", type="primary", key=f"rb-confirm-{sid}")
-        cancel = st.button("Cancel", key=f"rb-cancel-{sid}")
     if cancel:
         st.rerun()
     if not confirm:
@@ -120,9 +168,14 @@ def notice_dialog(sid: str, user: User) -> None:
     bundle = data.session_bundle(data.store_url(), sid)
     st.markdown(f"Session **{views.plain(sid)}** · locale "
                 f"**{views.plain(bundle.info.locale)}**")
+    seen = _last_notice_note(sid)
     text = _notice_picker(bundle.info.locale, f"nt-{sid}", allow_none=False)
+    again = True
+    if seen is not None:
+        again = st.checkbox("Send another notice anyway", key=f"nt-again-{sid}",
+                            help="The user sees every notice; a second one is rarely wanted.")
     with st.container(horizontal=True):
-        send = st.button("Send notice", type="primary", key=f"nt-send-{sid}")
+        send = st.button("Send notice", type="primary", key=f"nt-send-{sid}", disabled=not again)
         cancel = st.button("Cancel", key=f"nt-cancel-{sid}")
     if cancel:
         st.rerun()

@@ -32,11 +32,31 @@ STATUS_ORDER: tuple[SessionStatus, ...] = (
     SessionStatus.LOOPING, SessionStatus.ROLLED_BACK, SessionStatus.HEALTHY, SessionStatus.STOPPED)
 """Statuses in the order the fleet sorts and filters them: what needs attention first."""
 STATUS_LABELS: dict[SessionStatus, str] = {
-    SessionStatus.LOOPING: "🔴 looping",
-    SessionStatus.ROLLED_BACK: "🟠 rolled back",
-    SessionStatus.HEALTHY: "🟢 healthy",
-    SessionStatus.STOPPED: "⚪ stopped",
+    SessionStatus.LOOPING: "looping",
+    SessionStatus.ROLLED_BACK: "rolled back",
+    SessionStatus.HEALTHY: "healthy",
+    SessionStatus.STOPPED: "stopped",
 }
+"""How statuses read everywhere (table, filters, headers): words, never emoji alone; the colour
+comes from STATUS_COLORS, so a browser without emoji fonts loses nothing."""
+STATUS_COLORS: dict[SessionStatus, str] = {
+    SessionStatus.LOOPING: "red",
+    SessionStatus.ROLLED_BACK: "orange",
+    SessionStatus.HEALTHY: "green",
+    SessionStatus.STOPPED: "gray",
+}
+"""Streamlit theme colours per status (table pills, Markdown `:red[…]`)."""
+
+
+def status_label(status: Any) -> str:
+    """The word for a status (unknown values as they are)."""
+    return STATUS_LABELS.get(status, str(status))
+
+
+def status_markdown(status: Any) -> str:
+    """A status as coloured Markdown text, e.g. `:red[**looping**]`."""
+    color = STATUS_COLORS.get(status, "gray")
+    return f":{color}[**{plain(status_label(status))}**]"
 
 EPISODE_COLUMNS = ["at", "session", "tenant", "scenario", "prompt_version"]
 
@@ -48,9 +68,12 @@ def loop_episodes_frame(episodes: Iterable[Any]) -> pd.DataFrame:
 
 SESSION_COLUMNS = [
     "session", "status", "state", "tenant", "scenario", "prompt_version", "locale", "last_activity",
-    "steps", "messages", "loops", "rollbacks", "verdict", "explanation", "link",
+    "steps", "messages", "loops", "rollbacks", "verdict", "explanation", "link", "flagged_at",
+    "loop_steps", "hold",
 ]
+DEFAULT_SORT = "Needs you first"
 SORTS = {
+    DEFAULT_SORT: (["status_rank", "last_activity"], [True, False]),
     "Last activity": ("last_activity", False),
     "Loop verdicts": ("loops", False),
     "Rollbacks": ("rollbacks", False),
@@ -148,15 +171,21 @@ def sessions_frame(infos: Iterable[Any]) -> pd.DataFrame:
     for i in infos:
         verdict: StoredVerdict | None = i.last_verdict
         meta = i.meta or {}
+        looping = i.status == SessionStatus.LOOPING and verdict is not None
         rows.append((
-            i.id, i.status, STATUS_LABELS.get(i.status, i.status), meta.get("tenant"),
+            i.id, i.status, [status_label(i.status)], meta.get("tenant"),
             meta.get("scenario"), meta.get("prompt_version"), meta.get("locale") or "en",
             i.updated_at, i.steps, i.messages, i.loops, i.rollbacks,
             verdict["rule"] if verdict else None, verdict["explanation"] if verdict else None,
             session_link(i.id),
+            verdict.get("at") if looping else None,
+            loop_steps(i.steps, verdict) if looping else None,
+            meta.get("hold"),
         ))
     frame = pd.DataFrame.from_records(rows, columns=SESSION_COLUMNS)
     frame["last_activity"] = local_times(frame["last_activity"].astype(float))
+    frame["flagged_at"] = local_times(frame["flagged_at"].astype(float))
+    frame["loop_steps"] = frame["loop_steps"].astype("Int64")
     frame["status_rank"] = frame["status"].map(
         {s: n for n, s in enumerate(STATUS_ORDER)}).fillna(len(STATUS_ORDER))
     return frame
@@ -171,12 +200,29 @@ def select_sessions(frame: pd.DataFrame, *, search: str = "", sort: str = "Last 
         hay = out[["session", "tenant", "scenario", "prompt_version"]].astype(str)
         mask = hay.apply(lambda col: col.str.lower().str.contains(needle, regex=False))
         out = out[mask.any(axis=1)]
-    column, ascending = SORTS.get(sort, SORTS["Last activity"])
+    column, ascending = SORTS.get(sort, SORTS[DEFAULT_SORT])
+    columns = column if isinstance(column, list) else [column]
+    orders = ascending if isinstance(ascending, list) else [ascending]
     if descending is not None:
-        ascending = not descending
-    out = out.sort_values([column, "session"], ascending=[ascending, True], kind="stable",
+        orders = [not descending] * len(columns)
+    out = out.sort_values([*columns, "session"], ascending=[*orders, True], kind="stable",
                           na_position="last")
     return out.head(limit) if limit else out
+
+
+BLANK_COLUMNS = ("tenant", "scenario", "prompt_version", "verdict", "explanation", "hold")
+
+
+def blank_missing(frame: pd.DataFrame) -> pd.DataFrame:
+    """The fleet table as shown: missing text as blanks (never "None"), the loop step count as
+    text so a session that is not looping shows nothing there."""
+    out = frame.copy()
+    for column in BLANK_COLUMNS:
+        if column in out:
+            out[column] = out[column].astype(object).where(out[column].notna(), "")
+    if "loop_steps" in out:
+        out["loop_steps"] = [("" if pd.isna(v) else str(int(v))) for v in out["loop_steps"]]
+    return out
 
 
 def facets(frame: pd.DataFrame) -> dict[str, list[str]]:
@@ -217,6 +263,159 @@ def kpis(stats: Mapping[str, int], window_s: float = 3600.0) -> list[Kpi]:
     ]
 
 
+def loop_steps(steps_total: int, verdict: StoredVerdict | None) -> int | None:
+    """Steps taken since a loop began: step numbers are never reused, so a session still
+    looping has spent steps `loop_start_step` … `steps_total` inside its loop."""
+    if not verdict or not verdict.get("loop_start_step"):
+        return None
+    return max(int(steps_total) - int(verdict["loop_start_step"]) + 1, 0)
+
+
+@dataclass(frozen=True)
+class NeedsYou:
+    """One line of the fleet's "needs you" band: what waits for a person, and where to go."""
+
+    kind: str
+    """"loop" (a looping session) or "compensation" (a failed or stuck compensation)."""
+    session: str
+    text: str
+    """Plain text (foreign values included): render it through `plain`."""
+    page: str
+    """Page to open: "session" or "compensations"."""
+    query: dict[str, str]
+    """Query parameters of the link (the session, or the compensation status to filter)."""
+
+
+STUCK_AFTER_S = 300.0
+"""A compensation still pending after this long has no process running it (see issue 15)."""
+
+
+def needs_you(looping: pd.DataFrame, compensations: Sequence[Any], now: float,
+              limit: int = 6) -> list[NeedsYou]:
+    """What waits for on-call, oldest loop first: looping sessions (from the fleet frame),
+    then failed compensations and pending ones older than STUCK_AFTER_S."""
+    out: list[NeedsYou] = []
+    if not looping.empty:
+        rows = looping.sort_values("flagged_at", na_position="last", kind="stable")
+        for row in rows.head(limit).itertuples():
+            parts = [row.session, row.scenario or "", status_label(row.status)]
+            if pd.notna(row.flagged_at):
+                flagged = row.flagged_at.timestamp()
+                parts.append(f"flagged {row.flagged_at:%H:%M:%S} ({duration_text(now - flagged)}"
+                             " ago)")
+            if pd.notna(row.loop_steps):
+                parts.append(f"{int(row.loop_steps)} steps in the loop")
+            if row.hold:
+                parts.append(str(row.hold))
+            out.append(NeedsYou("loop", row.session, " · ".join(p for p in parts if p),
+                                "session", {"session": row.session}))
+    for c in compensations:
+        stuck = c.status == "pending" and now - c.created_at >= STUCK_AFTER_S
+        if c.status != "failed" and not stuck:
+            continue
+        age = duration_text(now - c.created_at)
+        state = "failed" if c.status == "failed" else f"pending for {age}"
+        text = f"compensation {c.name} for {c.session} step {c.step}: {state}"
+        if c.error:
+            text += f" ({c.error[:80]})"
+        out.append(NeedsYou("compensation", c.session, text, "compensations",
+                            {"comp-status": str(c.status)}))
+        if len(out) >= 2 * limit:
+            break
+    return out
+
+
+def duration_text(seconds: float | None) -> str:
+    """A duration for people: "45 s", "12 min", "3 h 05 min", "2 d 4 h"; blank when unknown."""
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return ""
+    s = max(int(seconds), 0)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+@dataclass(frozen=True)
+class LoopCost:
+    """Since when and how bad: what one loop cost, from the session's steps."""
+
+    start_step: int
+    """First step of the loop."""
+    end_step: int
+    """Last step inside the loop: the newest step while the session still loops, else the
+    step whose verdict flagged it."""
+    started_at: float
+    """Unix time the loop's first step began."""
+    ended_at: float
+    """Unix time of the loop's last step (its end, or its start while it runs)."""
+    ongoing: bool
+    """The session is still looping: the cost keeps growing."""
+    steps: int
+    """Steps spent inside the loop (wasted: a rollback takes them off the live line)."""
+    tokens: int | None
+    """Context tokens sent to the model over those steps (sum of each step's recorded
+    `budget.total`); None when the runtime recorded no budgets."""
+    side_effects: tuple[tuple[int, str], ...]
+    """(step, tool) of side-effecting steps that completed inside the loop: the outside world
+    changed while the agent was stuck."""
+
+    @property
+    def duration_s(self) -> float:
+        return max(self.ended_at - self.started_at, 0.0)
+
+
+def loop_cost(steps: Sequence[Any], verdict: StoredVerdict | None, looping: bool,
+              now: float | None = None) -> LoopCost | None:
+    """The cost of the loop `verdict` describes, or None without a verdict or its steps.
+
+    While `looping`, the loop runs from its first step to the newest step and until `now`;
+    after a rollback it ends at the last step that carried a verdict for the same loop.
+    """
+    if not verdict or not steps:
+        return None
+    start = verdict.get("loop_start_step") or min(verdict.get("evidence_steps") or [0]) or None
+    if start is None:
+        return None
+    by_n = {s.n: s for s in steps}
+    if start not in by_n:
+        return None
+    if looping:
+        end = max(by_n)
+    else:
+        flagged = [s.n for s in steps if s.verdict and
+                   (s.verdict.get("loop_start_step") or start) == start]
+        end = max(flagged) if flagged else max(verdict.get("evidence_steps") or [start])
+    inside = [s for s in steps if start <= s.n <= end]
+    last = by_n.get(end) or inside[-1]
+    ended_at = (now if looping and now is not None
+                else (last.ended_at or last.started_at))
+    budgets = [s.budget.get("total") for s in inside if getattr(s, "budget", None)]
+    tokens = sum(int(t or 0) for t in budgets) if budgets else None
+    effects = tuple((s.n, s.tool or "agent turn") for s in inside
+                    if s.side_effect and s.status == "ok")
+    return LoopCost(start, end, by_n[start].started_at, ended_at, looping, len(inside),
+                    tokens, effects)
+
+
+def loop_cost_line(cost: LoopCost) -> str:
+    """The cost as one plain sentence (foreign tool names included: render through `plain`)."""
+    parts = [f"loop began {when(cost.started_at):%Y-%m-%d %H:%M:%S} at step {cost.start_step}",
+             ("running for " if cost.ongoing else "lasted ") + duration_text(cost.duration_s),
+             f"{cost.steps} steps wasted"]
+    if cost.tokens is not None:
+        parts.append(f"{cost.tokens:,} context tokens")
+    if cost.side_effects:
+        parts.append(f"{len(cost.side_effects)} side effects ran during the loop: "
+                     + ", ".join(f"{tool} (step {n})" for n, tool in cost.side_effects[:5]))
+    else:
+        parts.append("no side effects during the loop")
+    return " · ".join(parts)
+
+
 # -- loops over time --------------------------------------------------------------------------
 def bucket_seconds(window_s: float) -> int:
     """A bucket width that gives at most 36 bars over the window (24 for 6 h, 24 h, 7 d…)."""
@@ -252,8 +451,22 @@ def loop_buckets(loops: pd.DataFrame, by: str, since: float, until: float,
 
 
 # -- session: timeline ------------------------------------------------------------------------
-def _lane_label(tool: str | None, fp: str) -> str:
-    return f"{tool} · {fp[:6]}" if tool else AGENT_LANE
+LANE_ARGS_CHARS = 36
+"""Arguments shown in a lane's name."""
+
+
+def lane_labels(steps: Sequence[Any], fingerprints: Iterable[str]) -> dict[str, str]:
+    """Lane names for fingerprints: the tool and its short arguments, e.g.
+    `refund_api {"amount":42,…}`; the fingerprint's start is added only where two lanes would
+    read the same."""
+    first: dict[str, Any] = {}
+    wanted = set(fingerprints)
+    for s in steps:
+        if s.fingerprint in wanted and s.fingerprint not in first:
+            first[s.fingerprint] = s
+    names = {fp: f"{s.tool} {short_json(s.args, LANE_ARGS_CHARS)}" for fp, s in first.items()}
+    seen = Counter(names.values())
+    return {fp: (f"{name} · {fp[:6]}" if seen[name] > 1 else name) for fp, name in names.items()}
 
 
 def timeline_frame(steps: Sequence[Any], max_lanes: int = MAX_LANES) -> pd.DataFrame:
@@ -264,17 +477,20 @@ def timeline_frame(steps: Sequence[Any], max_lanes: int = MAX_LANES) -> pd.DataF
     """
     counts = Counter(s.fingerprint for s in steps if s.tool)
     own = {fp for fp, _ in counts.most_common(max_lanes)}
+    names = lane_labels(steps, own)
     rows = []
     for s in steps:
         if s.tool is None:
             lane = AGENT_LANE
         elif s.fingerprint in own:
-            lane = _lane_label(s.tool, s.fingerprint)
+            lane = names[s.fingerprint]
         else:
             lane = OTHER_LANE
         outcome = s.status if s.status in ("ok", "error") else "running"
         line = "live" if s.on_live_line else "abandoned"
-        parts = [f"<b>step {s.n}</b> · {plot_text(s.tool or 'agent turn')}"]
+        at = when(s.started_at)
+        parts = [f"<b>step {s.n}</b> · {plot_text(s.tool or 'agent turn')}",
+                 f"at {at:%Y-%m-%d %H:%M:%S}" if at else ""]
         if s.tool:
             parts.append("args: " + plot_text(short_json(s.args)))
         if s.error:
@@ -287,9 +503,26 @@ def timeline_frame(steps: Sequence[Any], max_lanes: int = MAX_LANES) -> pd.DataF
         if s.side_effect:
             parts.append("side effect")
         rows.append({"n": s.n, "lane": lane, "tool": s.tool, "fingerprint": s.fingerprint,
-                     "outcome": outcome, "line": line, "hover": "<br>".join(parts)})
+                     "outcome": outcome, "line": line,
+                     "hover": "<br>".join(p for p in parts if p), "at": s.started_at})
     return pd.DataFrame(rows, columns=["n", "lane", "tool", "fingerprint", "outcome", "line",
-                                       "hover"])
+                                       "hover", "at"])
+
+
+def clock_ticks(frame: pd.DataFrame, count: int = 8) -> tuple[list[int], list[str]]:
+    """About `count` step numbers spread over the timeline, labelled with step and clock time
+    (the date too when the steps span more than one day)."""
+    if frame.empty:
+        return [], []
+    ordered = frame.drop_duplicates("n").sort_values("n")
+    picks = ordered.iloc[sorted({round(i * (len(ordered) - 1) / max(count - 1, 1))
+                                 for i in range(count)})]
+    times = [when(t) for t in picks["at"]]
+    days = {t.date() for t in times if t is not None}
+    fmt = "%d %b %H:%M" if len(days) > 1 else "%H:%M:%S"
+    return ([int(n) for n in picks["n"]],
+            [f"{int(n)}<br>{t:{fmt}}" if t else str(int(n)) for n, t in zip(picks["n"], times,
+                                                                             strict=True)])
 
 
 def lane_order(frame: pd.DataFrame) -> list[str]:
@@ -441,13 +674,19 @@ def tree_layout(nodes: Sequence[Any], branches: Sequence[Any] = (),
         elif not n.restorable:
             hover.append("retired by retention: not restorable")
         rows.append({"id": n.id, "x": x, "y": lanes.get(n.branch, 0) if n.branch else 0,
-                     "label": n.label or n.kind, "state": state, "is_head": n.is_head,
+                     "label": node_label(n), "state": state, "is_head": n.is_head,
                      "restorable": n.restorable and n.on_live_line, "next_step": n.next_step,
                      "branch": n.branch, "reason": b.reason if b else None,
                      "hover": "<br>".join(hover)})
     frame = pd.DataFrame(rows, columns=["id", "x", "y", "label", "state", "is_head",
                                         "restorable", "next_step", "branch", "reason", "hover"])
     return frame, edges
+
+
+def node_label(node: Any, limit: int = 18) -> str:
+    """The short text drawn next to a snapshot node: its label, else "step N"."""
+    text = node.label or (f"step {node.next_step}" if node.kind == "step" else node.kind)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def rollback_choices(nodes: Sequence[Any], suggested: str | None) -> tuple[list[str], int]:
@@ -503,6 +742,76 @@ def messages_view(records: Sequence[Any], branches: Sequence[Any]) -> list[Messa
     ) for r in records]
 
 
+def user_view(items: Sequence[MessageView]) -> list[MessageView]:
+    """The conversation as the user sees it now: live messages only, the user's and the
+    assistant's words (notices included, shown as any other answer); tool traffic, system
+    prompts and empty assistant turns (tool calls) are not shown to users."""
+    return [m for m in items if not m.abandoned and m.role in ("user", "assistant")
+            and m.text.strip()]
+
+
+def user_view_html(items: Sequence[MessageView]) -> str:
+    """`user_view` as chat bubbles for st.html (every text escaped)."""
+    out = []
+    for m in items:
+        side = "rw-you" if m.role == "user" else "rw-bot"
+        out.append(f"<div class='rw-bubble {side}' data-seq='{m.seq}'>"
+                   f"{escape_text(m.text)}</div>")
+    return "<div class='rw-chat'>" + "\n".join(out) + "</div>"
+
+
+USER_VIEW_CSS = """<style>
+.rw-chat{display:flex;flex-direction:column;gap:.4rem;max-width:46rem}
+.rw-bubble{padding:.45rem .75rem;border-radius:12px;max-width:85%;word-break:break-word}
+.rw-you{align-self:flex-end;background:rgba(59,110,143,.16)}
+.rw-bot{align-self:flex-start;background:rgba(127,127,127,.12)}
+</style>"""
+
+
+@dataclass(frozen=True)
+class NoticeSeen:
+    """The newest notice the session's user got (or that a rollback took back)."""
+
+    text: str
+    at: float
+    actor: str | None
+    """Who sent it, from the audit trail; None when no audit event matches."""
+    live: bool
+    """Still in the live history (False: a later rollback took it off)."""
+
+
+def last_notice(records: Sequence[Any], audit: Iterable[Any] = ()) -> NoticeSeen | None:
+    """The newest notice among a session's messages, with its sender from the audit events
+    (`notice`, or `rollback` for a rollback's notice) written closest to it."""
+    notices = [r for r in records if r.message.get(NOTICE_FLAG)]
+    if not notices:
+        return None
+    r = max(notices, key=lambda r: r.seq)
+    events = [e for e in audit if e.action in ("notice", "rollback")]
+    near = min(events, key=lambda e: abs(e.at - r.created_at), default=None)
+    actor = near.actor if near is not None and abs(near.at - r.created_at) <= 5 else None
+    return NoticeSeen(content_text(r.message.get("content")), r.created_at, actor,
+                      r.branch is None)
+
+
+def notices_leaving(preview: Any) -> int:
+    """How many notices (messages the user already saw) a rollback preview takes back."""
+    count = 0
+    for m in preview.messages:
+        message = m.message if hasattr(m, "message") else m  # dicts, or records
+        count += bool(isinstance(message, Mapping) and message.get(NOTICE_FLAG))
+    return count
+
+
+PRESET_REASONS = (
+    "Loop confirmed: the agent repeats a failing call",
+    "User waiting: the agent is stuck",
+    "Duplicate side effects: undo them",
+    "Wrong direction: back to the last good point",
+)
+"""Reasons an operator can pick instead of typing; the text goes to the audit log as is."""
+
+
 def escape_text(text: str) -> str:
     """Text safe to put inside HTML (st.html): no tags survive, line breaks are kept."""
     return html.escape(text, quote=True).replace("\n", "<br>")
@@ -528,14 +837,17 @@ def messages_html(items: Sequence[MessageView]) -> str:
     return "\n".join(out)
 
 
+# Translucent backgrounds and inherited text colour: the blocks read the same in the light and
+# the dark theme (the console follows the browser's preference).
 MESSAGES_CSS = """<style>
 .rw-msg{border-left:3px solid #c9d3dd;padding:.35rem .7rem;margin:.35rem 0;border-radius:4px;
- background:#fbfcfd}
+ background:rgba(127,140,153,.06)}
 .rw-user{border-left-color:#7a9cc6}.rw-assistant{border-left-color:#6aa58f}
 .rw-system,.rw-tool{border-left-color:#b7a27a}
-.rw-notice{border-left-color:#d08a2e;background:#fff7ec}
-.rw-abandoned{opacity:.62;background:#f4f4f4}
-.rw-role{font-weight:600;font-size:.8rem;text-transform:uppercase;letter-spacing:.04em;color:#50606f}
+.rw-notice{border-left-color:#d08a2e;background:rgba(208,138,46,.12)}
+.rw-abandoned{opacity:.62;background:rgba(127,127,127,.10)}
+.rw-role{font-weight:600;font-size:.8rem;text-transform:uppercase;letter-spacing:.04em;
+ opacity:.75}
 .rw-badge{background:#d08a2e;color:#fff;border-radius:3px;padding:0 .3rem;font-size:.72rem}
 .rw-branch{color:#8a5a5a;font-size:.75rem}
 .rw-body{white-space:normal;word-break:break-word}
@@ -573,6 +885,26 @@ def preview_frames(preview: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
         columns=["step", "compensation", "args"],
     )
     return steps, comps
+
+
+# -- compensations -----------------------------------------------------------------------------
+COMPENSATION_COLUMNS = ["id", "status", "state", "handler", "session", "link", "step", "attempts",
+                        "age", "created", "updated", "last_error", "args", "stuck"]
+COMPENSATION_COLORS = {"pending": "orange", "running": "blue", "failed": "red", "done": "green"}
+
+
+def compensations_frame(comps: Iterable[Any], now: float) -> pd.DataFrame:
+    """Compensations as the read-only page shows them: state as text (coloured by the page),
+    age as words, blanks for what is missing, `stuck` for pending ones older than STUCK_AFTER_S
+    (no live process has claimed them: most likely none registered the handler)."""
+    rows = [{"id": c.id, "status": str(c.status), "state": [str(c.status)], "handler": c.name,
+             "session": c.session, "link": session_link(c.session), "step": c.step,
+             "attempts": c.attempts, "age": duration_text(now - c.created_at),
+             "created": when(c.created_at), "updated": when(c.updated_at),
+             "last_error": c.error or "", "args": short_json(c.args),
+             "stuck": c.status == "pending" and now - c.created_at >= STUCK_AFTER_S}
+            for c in comps]
+    return pd.DataFrame(rows, columns=COMPENSATION_COLUMNS)
 
 
 # -- audit ------------------------------------------------------------------------------------

@@ -137,7 +137,8 @@ def test_session_deep_link_renders_every_tab(store, tab):
     if tab == "Timeline":
         assert len(charts) == 1
     elif tab == "Why flagged":
-        assert labels(at.metric) == ["Rule", "Loop began at step", "Evidence steps"]
+        # The header's since-when/how-bad metrics come first; the tab's three follow.
+        assert labels(at.metric)[-3:] == ["Rule", "Loop began at step", "Evidence steps"]
         assert at.dataframe[0].value["tool"].eq("refund_api").all()
     elif tab == "Snapshot tree":
         assert len(charts) == 1
@@ -221,6 +222,122 @@ def test_audit_lists_filters_and_exports(store):
     assert set(at.dataframe[0].value["action"]) == {"rollback"}
     at.text_input(key="audit-session").input(AUTO_ROLLED_BACK).run()
     assert at.dataframe[0].value["session"].tolist() == [AUTO_ROLLED_BACK]
+
+
+# -- on-call (issue 15) ---------------------------------------------------------------------------
+def page_links(at) -> list:
+    return [e.proto for e in at.get("page_link")]
+
+
+def test_fleet_says_what_needs_you_first(store):
+    at = app(store)
+    assert not at.exception
+    band = [b for b in at.button if b.key and b.key.startswith("needs-you-")]
+    assert band and band[0].label.startswith("refund\\-42") and "6 steps in the loop" in \
+        band[0].label
+    looping_kpi = at.metric[1]
+    assert looping_kpi.label == "Looping now" and looping_kpi.proto.delta == "needs you"
+    at.button(key="kpi-looping").click().run()  # the KPI opens the filtered table
+    assert not at.exception and set(at.dataframe[0].value["status"]) == {"looping"}
+    assert at.query_params.get("status") in (["looping"], "looping")
+    at = app(store)
+    table = at.dataframe[0].value
+    assert table.iloc[0]["session"] == LOOPING  # looping first by default
+    assert table.iloc[0]["loop_steps"] == "6" and "None" not in set(table["tenant"])
+    at.button(key=band[0].key).click().run()  # opens the session
+    assert not at.exception and [t.value for t in at.title] == [views.plain(LOOPING)]
+
+
+def test_fleet_search_sort_and_window_come_from_the_url(store):
+    at = app(store, query={"q": "img-crop", "sort": "Steps", "window": "7 days"})
+    assert not at.exception
+    assert at.dataframe[0].value["session"].tolist() == [AUTO_ROLLED_BACK]
+    assert at.selectbox(key="sort").value == "Steps"
+    assert at.selectbox(key="window").value == "7 days"
+    at = app(store, query={"status": "looping"})
+    assert set(at.dataframe[0].value["status"]) == {"looping"}
+
+
+def test_session_header_says_since_when_and_how_bad(store):
+    at = app(store, page="screens/session.py", query={"session": LOOPING, "tab": "Messages"})
+    assert not at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Steps wasted"] == "6" and metrics["Side effects in the loop"] == "0"
+    assert "Looping for" in metrics and "Loop began" in metrics
+    at.button(key="open-audit").click().run()  # to the session's audit trail
+    assert not at.exception and [t.value for t in at.title] == ["Audit"]
+    assert at.text_input(key="audit-session").value == LOOPING
+    at = app(store, page="screens/session.py", query={"session": LOOPING, "tab": "Messages"})
+    html = [h.proto.body for h in at.get("html")]
+    user_side = [h for h in html if "rw-chat" in h]
+    assert user_side and "Please refund order A-1" in user_side[0]
+    assert "HTTP 500" not in user_side[0]  # tool traffic is not what the user sees
+
+
+def test_roll_back_is_secondary_on_a_session_that_is_not_looping(store):
+    at = app(store, page="screens/session.py", query={"session": AUTO_ROLLED_BACK})
+    button = at.button(key="open-rollback")
+    assert button.label == "Roll back anyway…" and button.proto.type == "secondary"
+    at.button(key="open-rollback").click().run()
+    assert not at.exception
+    assert "not looping" in texts(at.warning) and "notice" in texts(at.warning)
+    assert at.button(key=f"rb-confirm-{AUTO_ROLLED_BACK}").disabled  # no reason yet
+    at = app(store, page="screens/session.py", query={"session": LOOPING})
+    assert at.button(key="open-rollback").proto.type == "primary"
+
+
+def test_the_rollback_confirm_waits_for_a_reason_and_offers_presets(store):
+    at = app(store, page="screens/session.py", query={"session": LOOPING})
+    at.button(key="open-rollback").click().run()
+    assert at.button(key=f"rb-confirm-{LOOPING}").disabled
+    presets = at.get("button_group")[0]
+    assert list(presets.options) == list(views.PRESET_REASONS)
+    # Typing the reason reruns the dialog as a fragment, which AppTest does not replay: the
+    # browser test drives that part (tests/e2e/test_console.py).
+
+
+def test_a_second_notice_needs_a_confirmation(store):
+    at = app(store, page="screens/session.py", query={"session": AUTO_ROLLED_BACK})
+    at.button(key="open-notice").click().run()
+    assert not at.exception
+    assert "already got a notice" in texts(at.warning) and "rewind" in texts(at.warning)
+    assert at.button(key=f"nt-send-{AUTO_ROLLED_BACK}").disabled
+    assert labels(at.checkbox) == ["Send another notice anyway"]  # ticking it: browser test
+    at = app(store, page="screens/session.py", query={"session": LOOPING})
+    at.button(key="open-notice").click().run()
+    assert "already got a notice" not in texts(at.warning)
+    assert not at.button(key=f"nt-send-{LOOPING}").disabled
+
+
+def test_compensations_page_lists_stuck_and_failed_ones(tmp_path):
+    from e2e.seed import StepClock
+
+    url = f"sqlite:///{tmp_path}/comp.db"
+    with Engine.open(url, clock=StepClock(back_s=3600.0)) as engine:
+        s = engine.session("comp-1", meta={"tenant": "acme"})
+        s.append_message("user", "refund please")
+        s.snapshot("start")
+        with s.step("points_debit", {"user": "u"}, side_effect=True,
+                    compensation=("points_refund", {"user": "u"})) as call:
+            call.ok({"balance": 1})
+        engine.rollback("comp-1", to=s.tree()[0].id, actor="rewind", reason="test")
+    at = app(url, page="screens/compensations.py")
+    assert not at.exception
+    assert [t.value for t in at.title] == ["Compensations"]
+    table = at.dataframe[0].value
+    assert table["handler"].tolist() == ["points_refund"]
+    assert table["status"].tolist() == ["pending"]
+    assert "points\\_refund" in texts(at.warning) or "points_refund" in texts(at.warning)
+    fleet = app(url)
+    assert any("compensation points" in b.label for b in fleet.button), labels(fleet.button)
+
+
+def test_audit_links_sessions_and_takes_the_session_from_the_url(store):
+    at = app(store, page="screens/audit.py", query={"audit-session": AUTO_ROLLED_BACK})
+    assert not at.exception
+    table = at.dataframe[0].value
+    assert set(table["session"]) == {AUTO_ROLLED_BACK}
+    assert set(table["link"]) == {f"session?session={AUTO_ROLLED_BACK}"}
 
 
 # -- demo mode and single sign-on ----------------------------------------------------------------

@@ -60,7 +60,9 @@ def test_timeline_marks_errors_abandoned_steps_loops_and_rollbacks():
     kinds = sorted(s.type for s in fig.layout.shapes)
     assert kinds == ["line", "rect"]  # one rollback line, one loop window
     assert "↩ snap-2" in annotations(fig) and "loop: exact_repeat" in annotations(fig)
-    assert list(fig.layout.yaxis.categoryarray) == ["crop · B", "crop · A"]
+    # Lanes named by tool and short arguments (the first call of each fingerprint), not hashes.
+    assert list(fig.layout.yaxis.categoryarray) == ['crop {"x":5}', 'crop {"x":1}']
+    assert "1<br>" in fig.layout.xaxis.ticktext[0]  # step number over its clock time
     assert all(isinstance(t, go.Scatter) for t in fig.data)
 
 
@@ -178,8 +180,11 @@ def test_hostile_tool_names_errors_and_rollbacks_are_escaped_in_the_timeline():
     fig = charts.timeline(frame, views.lane_order(frame), views.loop_windows(steps),
                           views.rollback_markers(steps, [BranchInfo(EVIL, EVIL, EVIL, EVIL,
                                                                     9.0, 1)]))
-    assert list(fig.layout.yaxis.categoryarray) == [views.plot_text(f"{EVIL} · A")]
-    assert set(fig.data[0].y) == {views.plot_text(f"{EVIL} · A")}
+    lane = views.plot_text(f"{EVIL} {views.short_json({'u': EVIL}, views.LANE_ARGS_CHARS)}")
+    assert list(fig.layout.yaxis.categoryarray) == [lane]
+    assert "<a" not in lane
+    assert set(fig.data[0].y) == {views.plot_text(
+        f"{EVIL} {views.short_json({'u': EVIL}, views.LANE_ARGS_CHARS)}")}
     assert_no_markup_from(fig)
 
 

@@ -127,10 +127,11 @@ def test_timeline_frame_lanes_outcomes_and_escaped_hover():
     assert frame["outcome"].tolist() == ["ok", "error", "ok", "error"]
     assert frame["line"].tolist() == ["live", "live", "live", "abandoned"]
     assert frame.loc[2, "lane"] == views.AGENT_LANE
-    assert frame.loc[0, "lane"] == frame.loc[3, "lane"] == "crop · A"
+    # Lanes read as the tool and its short arguments (issue 15), not as fingerprint hashes.
+    assert frame.loc[0, "lane"] == frame.loc[3, "lane"] == 'crop {"x":1}'
     assert "&lt;b&gt;" in frame.loc[1, "hover"] and "<i>" not in frame.loc[1, "hover"]
     assert "branch-9" in frame.loc[3, "hover"] and "late" in frame.loc[3, "hover"]
-    assert views.lane_order(frame) == ["crop · A", "crop · B", views.AGENT_LANE]
+    assert views.lane_order(frame) == ['crop {"x":1}', 'crop {"x":"<b>"}', views.AGENT_LANE]
 
 
 def test_timeline_frame_groups_rare_fingerprints_into_one_lane():
@@ -404,3 +405,166 @@ def test_sessions_frame_of_hand_made_info():
                        updated_at=2.0)
     frame = views.sessions_frame([info])
     assert frame.loc[0, "locale"] == "en" and frame.loc[0, "tenant"] is None
+
+
+# -- on-call: needs you, since when, how bad (issue 15) -------------------------------------------
+def budget_step(n, tool="refund", *, total=1000, side_effect=False, status="ok", verdict=None):
+    s = step(n, tool, {"n": n}, status, side_effect=side_effect, verdict=verdict)
+    return StepRecord(**{**s.__dict__, "budget": {"total": total}})
+
+
+def test_loop_cost_of_a_session_still_looping():
+    verdict = {"rule": "exact_repeat", "loop_start_step": 3, "evidence_steps": [3, 4, 5],
+               "explanation": "", "details": {}, "at": 1005.0}
+    steps = [budget_step(1), budget_step(2, "debit", side_effect=True),
+             budget_step(3, total=2000), budget_step(4, "charge", total=3000, side_effect=True),
+             budget_step(5, total=4000, verdict=verdict), budget_step(6, total=5000)]
+    cost = views.loop_cost(steps, verdict, looping=True, now=1100.0)
+    assert (cost.start_step, cost.end_step, cost.steps) == (3, 6, 4)
+    assert cost.started_at == 1003.0 and cost.ongoing and cost.duration_s == 97.0
+    assert cost.tokens == 2000 + 3000 + 4000 + 5000
+    assert cost.side_effects == ((4, "charge"),)  # the debit came before the loop
+    line = views.loop_cost_line(cost)
+    assert "step 3" in line and "4 steps wasted" in line and "charge (step 4)" in line
+
+
+def test_loop_cost_after_a_rollback_ends_at_the_flagging_step_and_knows_missing_budgets():
+    verdict = {"rule": "exact_repeat", "loop_start_step": 2, "evidence_steps": [2, 3],
+               "explanation": "", "details": {}, "at": 1004.0}
+    steps = [step(1), step(2, status="error"), step(3, status="error", verdict=verdict),
+             step(4)]
+    cost = views.loop_cost(steps, verdict, looping=False, now=5000.0)
+    assert (cost.start_step, cost.end_step, cost.steps) == (2, 3, 2)
+    assert not cost.ongoing and cost.duration_s == 1003.5 - 1002.0
+    assert cost.tokens is None and cost.side_effects == ()
+    assert views.loop_cost(steps, None, looping=True) is None
+    assert views.loop_cost([], verdict, looping=True) is None
+
+
+def test_duration_text_reads_like_people_write():
+    assert views.duration_text(42) == "42 s"
+    assert views.duration_text(12 * 60 + 5) == "12 min"
+    assert views.duration_text(3 * 3600 + 5 * 60) == "3 h 05 min"
+    assert views.duration_text(2 * 86400 + 4 * 3600) == "2 d 4 h"
+    assert views.duration_text(None) == "" and views.duration_text(-3) == "0 s"
+
+
+def test_loop_steps_counts_from_the_loop_start_to_the_newest_step():
+    verdict = {"loop_start_step": 3}
+    assert views.loop_steps(8, verdict) == 6
+    assert views.loop_steps(8, None) is None and views.loop_steps(8, {}) is None
+
+
+def test_looping_sessions_come_first_by_default_with_since_when_columns(fleet):
+    frame = views.sessions_frame(fleet.sessions(limit=100))
+    shown = views.select_sessions(frame)
+    assert shown.iloc[0]["session"] == LOOPING and shown.iloc[0]["status"] == "looping"
+    row = frame.set_index("session").loc[LOOPING]
+    assert row["loop_steps"] == 6 and pd.notna(row["flagged_at"])
+    assert row["state"] == ["looping"]  # a word, coloured by the table; never emoji alone
+    calm = frame.set_index("session").loc[AUTO_ROLLED_BACK]
+    assert pd.isna(calm["loop_steps"]) and pd.isna(calm["flagged_at"])
+    blank = views.blank_missing(frame).set_index("session")
+    assert blank.loc["bg-001", "verdict"] == "" and blank.loc["bg-001", "loop_steps"] == ""
+    assert blank.loc[LOOPING, "loop_steps"] == "6"
+    assert "None" not in blank[list(views.BLANK_COLUMNS)].astype(str).to_numpy()
+
+
+def test_status_words_and_colours_cover_every_status():
+    for status in views.STATUS_ORDER:
+        assert views.status_label(status).replace(" ", "").isalpha()
+        assert views.status_markdown(status).startswith(f":{views.STATUS_COLORS[status]}[")
+
+
+def test_needs_you_lists_looping_sessions_then_failed_and_stuck_compensations(fleet):
+    from engine.records import Compensation
+
+    frame = views.sessions_frame(fleet.sessions(limit=100))
+    looping = frame[frame["status"] == "looping"]
+    now = time.time()
+
+    def comp(i, status, age, error=None):
+        return Compensation(id=i, session=f"s-{i}", step=2, name="points_refund", args={},
+                            idempotency_key=f"k{i}", status=status, attempts=1, error=error,
+                            created_at=now - age, updated_at=now - age)
+
+    comps = [comp(1, "failed", 30, "HTTP 500"), comp(2, "pending", 3600), comp(3, "pending", 5)]
+    items = views.needs_you(looping, comps, now)
+    assert [i.kind for i in items] == ["loop", "compensation", "compensation"]
+    assert items[0].session == LOOPING and "6 steps in the loop" in items[0].text
+    assert "failed (HTTP 500)" in items[1].text and "pending for 1 h 00 min" in items[2].text
+    assert items[0].query == {"session": LOOPING}
+    assert [i.query for i in items[1:]] == [{"comp-status": "failed"}, {"comp-status": "pending"}]
+    assert views.needs_you(looping.iloc[0:0], [comp(3, "pending", 5)], now) == []
+
+
+def test_compensations_frame_ages_and_marks_stuck_ones():
+    from engine.records import Compensation
+
+    now = 10_000.0
+    comps = [Compensation(id=1, session="s", step=2, name="refund", args={"ref": 1},
+                          idempotency_key="k", status="pending", attempts=0, error=None,
+                          created_at=now - 900, updated_at=now - 900),
+             Compensation(id=2, session="t", step=3, name="refund", args={}, idempotency_key="j",
+                          status="failed", attempts=3, error="boom", created_at=now - 10,
+                          updated_at=now - 5)]
+    frame = views.compensations_frame(comps, now)
+    assert frame["stuck"].tolist() == [True, False]
+    assert frame["age"].tolist() == ["15 min", "10 s"]
+    assert frame["last_error"].tolist() == ["", "boom"]
+    assert frame["link"].tolist() == ["session?session=s", "session?session=t"]
+
+
+def test_user_view_shows_live_words_and_notices_only():
+    def rec(seq, role, content, branch=None, **extra):
+        return MessageRecord(seq=seq, pos=seq, message={"role": role, "content": content,
+                                                        **extra}, branch=branch,
+                             created_at=1000.0 + seq)
+
+    records = [rec(1, "system", "be brief"), rec(2, "user", "refund <b>me</b>"),
+               rec(3, "assistant", ""), rec(4, "tool", "HTTP 500"),
+               rec(5, "assistant", "trying again", branch="b1"),
+               rec(6, "assistant", "Sorry for the wait", rewind_notice=True)]
+    items = views.messages_view(records, [])
+    seen = views.user_view(items)
+    assert [m.seq for m in seen] == [2, 6]
+    html = views.user_view_html(seen)
+    assert "refund &lt;b&gt;me&lt;/b&gt;" in html and "<b>" not in html
+    assert "HTTP 500" not in html and "trying again" not in html
+
+
+def test_last_notice_names_when_who_and_what():
+    from engine.sessions.notices import NOTICE_FLAG
+
+    records = [MessageRecord(1, 1, {"role": "user", "content": "hi"}, None, 1000.0),
+               MessageRecord(2, 2, {"role": "assistant", "content": "first", NOTICE_FLAG: True},
+                             "b1", 1010.0),
+               MessageRecord(3, 3, {"role": "assistant", "content": "again", NOTICE_FLAG: True},
+                             None, 1100.0)]
+    audit = [AuditEvent(1, 1010.2, "rewind", "rollback", "s", "snap-1", "loop"),
+             AuditEvent(2, 1100.3, "alice", "notice", "s", None, None)]
+    seen = views.last_notice(records, audit)
+    assert (seen.text, seen.at, seen.actor, seen.live) == ("again", 1100.0, "alice", True)
+    assert views.last_notice(records[:2], audit).actor == "rewind"
+    assert views.last_notice(records[:2], []).actor is None
+    assert views.last_notice(records[:1], audit) is None
+    preview = RollbackPreview("s", "snap-1", [records[2].message, records[0].message], [], [])
+    assert views.notices_leaving(preview) == 1
+
+
+def test_clock_ticks_label_steps_with_their_time():
+    steps = [step(n) for n in range(1, 31)]
+    frame = views.timeline_frame(steps)
+    vals, text = views.clock_ticks(frame, count=4)
+    assert vals[0] == 1 and vals[-1] == 30 and len(vals) == 4
+    assert text[0] == f"1<br>{views.when(1001.0):%H:%M:%S}"
+    assert views.clock_ticks(views.timeline_frame([])) == ([], [])
+
+
+def test_snapshot_nodes_get_short_labels():
+    assert views.node_label(node("a", n=7)) == "step 7"
+    assert views.node_label(node("b", kind="manual", label="before the refund call")) == \
+        "before the refund…"
+    layout, _ = views.tree_layout([node("a", n=1), node("b", "a", n=2, label="start",
+                                                          kind="manual")])
+    assert layout["label"].tolist() == ["step 1", "start"]

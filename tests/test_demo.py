@@ -6,6 +6,7 @@ by `once`, and waits poll the store with a generous deadline."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import threading
 import time
 import types
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -328,3 +330,103 @@ def test_finance_memories_with_the_real_memory(tmp_path, open_engine):
     hits = session.memory.recall("EUR/USD exchange rate for this invoice", k=5)
     assert hits and str(rate) in hits[0].text
     assert any(s.budget and s.budget.get("memories", 0) > 0 for s in session.steps())
+
+
+def test_held_sessions_wait_for_on_call_looping_and_labelled(tmp_path):
+    """With a hold share, looping sessions run under the flag policy: the engine does not roll
+    them back, they stay looping, and their meta says they wait for a person."""
+    url = _url(tmp_path)
+    stats = run_demo(url, sessions=3, speed=0, seed=1, once=True, scenarios=["refund"],
+                     ledger=str(tmp_path / "world.db"), memory=False, hold_share=1.0)
+    infos = Engine.open(url).sessions()
+    held = [i for i in infos if i.meta.get("hold") == "waits for on-call"]
+    assert held and {i.id for i in held} == set(stats["refund"].held)
+    for info in held:
+        assert info.status == "looping" and info.rollbacks == 0 and info.last_verdict
+    assert stats["refund"].rollbacks == 0
+
+
+def test_hold_share_never_changes_the_rest_of_a_plan():
+    plain_plans = [plan_session(4, i) for i in range(60)]
+    held_plans = [plan_session(4, i, hold_share=0.5) for i in range(60)]
+    assert any(p.hold for p in held_plans) and not any(p.hold for p in plain_plans)
+    for a, b in zip(plain_plans, held_plans, strict=True):
+        assert (a.session_id, a.scenario, a.prompt_version, a.loop, a.tenant) == (
+            b.session_id, b.scenario, b.prompt_version, b.loop, b.tenant)
+        assert not b.hold or b.loop
+    first_round = held_plans[: len(SCENARIOS)]
+    assert any(p.hold for p in first_round), "a fresh fleet has a session waiting at once"
+    assert all("hold" not in p.meta for p in plain_plans)
+
+
+def test_a_held_session_resumes_after_an_operator_rollback(tmp_path):
+    url = _url(tmp_path)
+    stop = threading.Event()
+    done: dict = {}
+
+    def run():
+        done["stats"] = run_demo(url, sessions=1, speed=200, seed=1, once=True,
+                                 scenarios=["refund"], ledger=str(tmp_path / "world.db"),
+                                 memory=False, hold_share=1.0, hold_s=120, stop_event=stop)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    try:
+        operator = Engine.open(url)
+        deadline = time.monotonic() + 60
+        info = None
+        while time.monotonic() < deadline:
+            infos = operator.sessions()
+            info = next((i for i in infos if i.status == "looping"), None)
+            if info is not None:
+                break
+            time.sleep(0.1)
+        assert info is not None and info.meta.get("hold")
+        session = operator.get_session(info.id)
+        operator.rollback(info.id, to=session.suggested_target(),
+                          actor=Actor("alice", "operator"), reason="on-call")
+        worker.join(timeout=60)
+        assert not worker.is_alive()
+    finally:
+        stop.set()
+        worker.join()
+    after = operator.get_session(info.id).info()
+    assert after.status != "looping" and after.rollbacks == 1
+    assert after.steps > info.steps  # the agent went on after the rollback
+
+
+def test_install_skips_pip_when_pyproject_is_unchanged(tmp_path):
+    """scripts/install runs pip on the first run and after pyproject.toml changes, not on every
+    start (a fake .venv python records what it is asked to do)."""
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(root / "scripts" / "install", tmp_path / "scripts" / "install")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    venv_bin = tmp_path / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    calls = tmp_path / "calls.log"
+    fake = venv_bin / "python"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\n')
+    fake.chmod(0o755)
+
+    def install() -> list[str]:
+        calls.write_text("")
+        subprocess.run(["bash", str(tmp_path / "scripts" / "install")], check=True,
+                       capture_output=True, text=True)
+        return [c for c in calls.read_text().splitlines() if "pip install" in c]
+
+    assert install(), "the first run installs"
+    assert install() == [], "nothing changed: no pip"
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "2"\n')
+    assert install(), "pyproject.toml changed: pip again"
+    assert install() == []
+
+
+def test_the_demo_prints_progress_lines(tmp_path, capsys):
+    code = cli_main(["--store", _url(tmp_path), "demo", "--sessions", "2", "--speed", "20",
+                     "--duration", "2", "--progress", "0.5", "--backfill", "0", "--no-memory",
+                     "--ledger", str(tmp_path / "world.db")])
+    assert code == 0
+    out = capsys.readouterr().out
+    progress = [line for line in out.splitlines() if "held for on-call" in line]
+    assert progress and "looping now" in progress[-1]

@@ -19,7 +19,8 @@ st.title("Audit")
 f = st.columns([1, 1, 1.4, 1, 0.8])
 action = f[0].selectbox("Action", ACTIONS, key="action", bind="query-params")
 actor = f[1].text_input("Actor", key="actor", placeholder="e.g. alice, rewind").strip()
-session = f[2].text_input("Session", key="audit-session", placeholder="session id")  # exact
+session = f[2].text_input("Session", key="audit-session", placeholder="session id",
+                          bind="query-params")  # exact, never trimmed
 period = f[3].selectbox("Period", list(PERIODS), index=2, key="period")
 limit = f[4].selectbox("Rows", [200, 1000, 10000], index=1, key="limit")
 
@@ -29,10 +30,20 @@ with data.store_errors():
                        action=None if action == "All" else action,
                        since=None if span is None else time.time() - span, limit=limit)
 
-st.dataframe(frame, hide_index=True, column_config={
-    "time": st.column_config.DatetimeColumn("time", format="YYYY-MM-DD HH:mm:ss"),
-    "detail": st.column_config.TextColumn("detail", width="large"),
-})
+shown = frame.copy()
+shown["link"] = [views.session_link(s) if isinstance(s, str) and s else None
+                 for s in shown["session"]]
+for column in ("snapshot", "reason"):
+    shown[column] = shown[column].astype(object).where(shown[column].notna(), "")
+st.dataframe(shown, hide_index=True,
+             column_order=["time", "actor", "action", "link", "snapshot", "reason", "detail",
+                           "id"],
+             column_config={
+                 "time": st.column_config.DatetimeColumn("time", format="YYYY-MM-DD HH:mm:ss"),
+                 "link": st.column_config.LinkColumn("session",
+                                                     display_text=r"session\?session=(.*)"),
+                 "detail": st.column_config.TextColumn("detail", width="large"),
+             })
 st.caption(f"{len(frame):,} events" + (f" (the newest {limit:,})" if len(frame) >= limit else ""))
 st.download_button("Export CSV", views.audit_csv(frame), mime="text/csv",
                    file_name=f"rewind-audit-{time.strftime('%Y%m%d-%H%M%S')}.csv",

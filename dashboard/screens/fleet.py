@@ -7,6 +7,7 @@ import time
 import streamlit as st
 
 from dashboard import access, charts, data, settings, views
+from engine import SessionStatus
 
 user = access.require_user()
 url = data.store_url()
@@ -30,6 +31,48 @@ def _pick(value: str) -> str | None:
     return None if value == ALL else value
 
 
+def render_needs_you(stats: dict, looping, now: float) -> None:
+    """The band on top: what waits for a person now, each a link to where to act."""
+    with data.store_errors():
+        comps = data.attention_compensations(url, stats)
+    items = views.needs_you(looping, comps, now)
+    if not items:
+        st.caption("Nothing needs you now: no session is looping and no compensation is "
+                   "failed or stuck.")
+        return
+    with st.container(border=True, key="needs-you"):
+        st.markdown(f":red[**Needs you ({len(items)})**]")
+        # Buttons that navigate, not <a href>: a session id is foreign text, and this band must
+        # not put it into the page's markup as a URL (the table draws its links on a canvas).
+        for n, item in enumerate(items):
+            loop = item.page == "session"
+            if st.button(views.plain(item.text), key=f"needs-you-{n}", type="tertiary",
+                         icon=":material/autorenew:" if loop else ":material/build:"):
+                st.switch_page("screens/session.py" if loop else "screens/compensations.py",
+                               query_params=item.query)
+
+
+def _filter_looping() -> None:
+    st.session_state["status"] = SessionStatus.LOOPING
+    st.session_state["sort"] = views.DEFAULT_SORT
+
+
+def render_kpis(stats: dict) -> None:
+    for col, kpi in zip(st.columns(4), views.kpis(stats), strict=True):
+        if kpi.alert:
+            col.metric(kpi.label, kpi.value, help=kpi.help, border=True, delta="needs you",
+                       delta_color="inverse", delta_arrow="off")
+            if kpi.label == "Looping now":
+                # Sets the status filter (bound to ?status=), so the filtered table has a URL.
+                col.button("Show the looping sessions", key="kpi-looping", type="tertiary",
+                           icon=":material/filter_list:", on_click=_filter_looping)
+            else:
+                col.page_link("screens/compensations.py", label="Open compensations",
+                              query_params={"comp-status": "failed"}, icon=":material/build:")
+        else:
+            col.metric(kpi.label, kpi.value, help=kpi.help, border=True)
+
+
 # Everything below refreshes together. The charts come before the filters and the table, so the
 # browser starts loading plotly while the (larger) table is still being read.
 @st.fragment(run_every=interval if live else None)
@@ -37,13 +80,15 @@ def live_view() -> None:
     now = time.time()
     with data.store_errors():
         stats = data.fleet_stats(url)
-    for col, kpi in zip(st.columns(4), views.kpis(stats), strict=True):
-        col.metric(kpi.label, kpi.value, help=kpi.help, border=True)
+        looping = (data.sessions(url, SessionStatus.LOOPING) if stats.get("looping", 0)
+                   else views.sessions_frame([]))
+    render_needs_you(stats, looping, now)
+    render_kpis(stats)
 
     heading, choice = st.columns([4, 1], vertical_alignment="bottom")
     heading.subheader("Loops over time")
     window_label = choice.selectbox("Window", list(WINDOWS), index=1, key="window",
-                                    label_visibility="collapsed")
+                                    label_visibility="collapsed", bind="query-params")
     window_s = WINDOWS[window_label]
     with data.store_errors():
         episodes = data.loop_episodes(url, window_s)
@@ -61,26 +106,38 @@ def live_view() -> None:
         menus = data.facets(url)
     f = st.columns([1, 1, 1, 1, 1.4, 1, 0.7])
     status = f[0].selectbox("Status", [ALL, *views.STATUS_ORDER], key="status",
-                            bind="query-params")
+                            bind="query-params",
+                            format_func=lambda v: v if v == ALL else views.status_label(v))
     tenant = f[1].selectbox("Tenant", [ALL, *menus["tenant"]], key="tenant",
                             bind="query-params")
     scenario = f[2].selectbox("Scenario", [ALL, *menus["scenario"]], key="scenario",
                               bind="query-params")
     prompt = f[3].selectbox("Prompt version", [ALL, *menus["prompt_version"]], key="prompt",
                             bind="query-params")
-    search = f[4].text_input("Search", placeholder="session id, tenant, scenario…", key="q")
-    sort = f[5].selectbox("Sort by", list(views.SORTS), key="sort")
-    rows = f[6].selectbox("Rows", [100, 500, 2000], key="rows")
+    search = f[4].text_input("Search", placeholder="session id, tenant, scenario…", key="q",
+                             bind="query-params")
+    sort = f[5].selectbox("Sort by", list(views.SORTS), key="sort", bind="query-params")
+    rows = f[6].selectbox("Rows", [100, 500, 2000], key="rows", bind="query-params")
     with data.store_errors():
         frame = data.sessions(url, _pick(status), _pick(tenant), _pick(scenario), _pick(prompt))
     shown = views.select_sessions(frame, search=search, sort=sort, limit=rows)
     picked = st.dataframe(
-        shown,
-        column_order=["link", "state", "tenant", "scenario", "prompt_version", "last_activity",
-                      "steps", "loops", "rollbacks", "verdict", "explanation"],
+        views.blank_missing(shown),
+        column_order=["link", "state", "flagged_at", "loop_steps", "explanation", "tenant",
+                      "scenario", "prompt_version", "last_activity", "steps", "loops",
+                      "rollbacks", "verdict", "hold"],
         column_config={
             "link": st.column_config.LinkColumn("session", display_text=r"session\?session=(.*)"),
-            "state": st.column_config.TextColumn("status"),
+            "state": st.column_config.MultiselectColumn(
+                "status", options=[views.STATUS_LABELS[s] for s in views.STATUS_ORDER],
+                color=[views.STATUS_COLORS[s] for s in views.STATUS_ORDER]),
+            "flagged_at": st.column_config.DatetimeColumn(
+                "looping since", format="HH:mm:ss",
+                help="When the loop was flagged (its latest verdict), for sessions looping now."),
+            "loop_steps": st.column_config.TextColumn(
+                "steps in loop", help="Steps spent since the loop began; a rollback takes them "
+                "off the live line."),
+            "hold": st.column_config.TextColumn("policy note"),
             "prompt_version": "prompt",
             "loops": st.column_config.NumberColumn(
                 "loop verdicts", help="Loop verdicts so far; under the flag policy one loop can "

@@ -5,6 +5,7 @@ One render function per tab; `main` reads the session once and wires them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -84,10 +85,10 @@ def render_header(head, page: Page) -> None:
     st.caption(
         " · ".join(
             [
-                views.plain(views.STATUS_LABELS.get(info.status, info.status)),
+                views.status_markdown(info.status),
                 *(
                     f"{k.replace('_', ' ')} **{views.plain(str(meta[k]))}**"
-                    for k in ("tenant", "scenario", "prompt_version", "locale", "channel")
+                    for k in ("tenant", "scenario", "prompt_version", "locale", "channel", "hold")
                     if meta.get(k)
                 ),
                 f"{info.steps:,} steps",
@@ -121,6 +122,52 @@ def render_header(head, page: Page) -> None:
         )
     else:
         st.success("No loop verdict for this session.")
+    render_loop_cost(page)
+
+
+def render_loop_cost(page: Page) -> None:
+    """Since when and how bad: the latest loop's start, length, waste and side effects."""
+    info = page.bundle.info
+    looping = info.status == SessionStatus.LOOPING
+    cost = views.loop_cost(page.bundle.steps, page.verdict, looping, time.time())
+    if cost is None:
+        return
+    c = st.columns(5)
+    c[0].metric(
+        "Loop began",
+        f"{views.when(cost.started_at):%H:%M:%S}",
+        help=f"{views.when(cost.started_at):%Y-%m-%d %H:%M:%S %Z}, at step {cost.start_step}.",
+    )
+    c[1].metric(
+        "Looping for" if cost.ongoing else "Loop lasted", views.duration_text(cost.duration_s)
+    )
+    c[2].metric(
+        "Steps wasted",
+        f"{cost.steps:,}",
+        help=f"Steps {cost.start_step}–{cost.end_step}, spent inside the loop.",
+    )
+    c[3].metric(
+        "Context tokens in the loop",
+        "not recorded" if cost.tokens is None else f"{cost.tokens:,}",
+        help="Sum of the context each loop step sent to the model (its token budget).",
+    )
+    c[4].metric(
+        "Side effects in the loop",
+        f"{len(cost.side_effects)}",
+        help="Side-effecting steps that completed while the agent was stuck.",
+    )
+    if cost.side_effects:
+        st.caption(
+            "Side effects during the loop: "
+            + ", ".join(f"{views.plain(tool)} (step {n})" for n, tool in cost.side_effects[:10])
+        )
+
+
+def render_audit_link(page: Page) -> None:
+    """To the session's audit trail: a button, not an <a href>, so the (foreign) id never
+    becomes a URL in the page's markup."""
+    if st.button("Audit trail", key="open-audit", type="tertiary", icon=":material/receipt_long:"):
+        st.switch_page("screens/audit.py", query_params={"audit-session": page.sid})
 
 
 def render_actions(page: Page) -> None:
@@ -129,16 +176,23 @@ def render_actions(page: Page) -> None:
         st.caption(
             "You are signed in as a viewer: rolling back and sending notices are for operators."
         )
+        render_audit_link(page)
         return
+    looping = page.bundle.info.status == SessionStatus.LOOPING
     with st.container(horizontal=True):
         open_rollback = st.button(
-            "Roll back…",
-            type="primary",
+            "Roll back…" if looping else "Roll back anyway…",
+            type="primary" if looping else "secondary",
             key="open-rollback",
             icon=":material/undo:",
             disabled=not any(n.restorable for n in page.bundle.tree),
+            help=None
+            if looping
+            else "The session is not looping: a rollback would take steps and messages off "
+            "its live line, including notices the user already got. The dialog shows what.",
         )
         open_notice = st.button("Send notice…", key="open-notice", icon=":material/chat:")
+        render_audit_link(page)
     if open_rollback:
         dialogs.rollback_dialog(page.sid, page.user)
     elif open_notice:
@@ -289,10 +343,20 @@ def render_messages(page: Page) -> None:
     )
     limit = MESSAGE_WINDOWS[window]
     shown = items[-limit:] if limit else items
-    if shown:
-        st.html(views.MESSAGES_CSS + views.messages_html(shown))
-    else:
+    if not shown:
         st.info("No messages yet.")
+        return
+    forensic, user_side = st.columns([3, 2])
+    with forensic:
+        st.markdown("**Forensic:** every write, abandoned ones struck through")
+        st.html(views.MESSAGES_CSS + views.messages_html(shown))
+    with user_side:
+        seen = views.user_view(shown)
+        st.markdown("**As the user sees it:** live messages, notices as shown")
+        if seen:
+            st.html(views.USER_VIEW_CSS + views.user_view_html(seen))
+        else:
+            st.caption("The user sees no message yet.")
 
 
 TABS: dict[str, Callable[[Page], None]] = {

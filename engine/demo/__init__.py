@@ -57,6 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run only this scenario (repeatable; default: all, see --list)")
     parser.add_argument("--no-memory", action="store_true",
                         help="do not write or recall session memories (faster load generation)")
+    parser.add_argument("--hold", type=float, default=0.3, metavar="SHARE",
+                        help="share of looping sessions that run under the flag policy and wait "
+                             "for on-call instead of being rolled back (default 0.3; 0: none)")
+    parser.add_argument("--hold-minutes", type=float, default=10.0, metavar="MINUTES",
+                        help="how long a held session waits for an operator before its user "
+                             "gives up (default 10)")
+    parser.add_argument("--progress", type=float, default=30.0, metavar="SECONDS",
+                        help="seconds between progress lines (default 30; 0: none)")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
 
 
@@ -92,7 +100,9 @@ def main(args: argparse.Namespace) -> int:
                          workers=args.workers, duration=args.duration, stop_event=stop,
                          once=args.once, run=args.run_id, ledger=args.ledger,
                          backfill_minutes=args.backfill, scenarios=args.scenarios,
-                         memory=False if args.no_memory else None)
+                         memory=False if args.no_memory else None,
+                         hold_share=args.hold, hold_s=args.hold_minutes * 60,
+                         progress_s=args.progress)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

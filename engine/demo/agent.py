@@ -148,13 +148,17 @@ class SimAgent:
         window: context window (tokens) for the budget view.
         on_loop: called with each LoopDetected the engine raises, before it propagates.
         memory: False never uses session memory; None or True does.
+        hold_s: under the flag policy (`engine.session(..., on_loop="flag")`) a flagged step
+            does not raise; the agent then holds for up to `hold_s` seconds of wall time,
+            waiting for an operator to roll the session back (see `hold_for_oncall`).
     """
 
     def __init__(self, session: Session, rng: random.Random, jitter: random.Random, pace: Pace,
                  locale: str, *, snapshots: str = "step", window: int = 8192,
                  on_loop: Callable[[LoopDetected], None] | None = None,
-                 memory: bool | None = None):
+                 memory: bool | None = None, hold_s: float = 0.0):
         self.s = session
+        self.hold_s = hold_s
         self.rng = rng
         self.jitter = jitter
         self.pace = pace
@@ -245,6 +249,8 @@ class SimAgent:
             raise
         if call.late:  # an operator rolled the session back while the tool ran
             self.late_steps += 1
+        held = (self.s.on_loop == "flag" and call.verdict is not None
+                and call.verdict.looping and not call.late)
         call_id = f"call_{self.rng.getrandbits(40):010x}"
         content = (json.dumps(outcome.result, ensure_ascii=False) if outcome.ok
                    else f"Error: {outcome.error}")
@@ -255,6 +261,11 @@ class SimAgent:
                                           "arguments": json.dumps(args, ensure_ascii=False)}}]},
             {"role": "tool", "tool_call_id": call_id, "name": name, "content": content},
         ])
+        if held:
+            flagged = LoopDetected(call.verdict, None)
+            self._flagged(flagged)
+            self.hold_for_oncall()
+            raise flagged
         return outcome
 
     def repeat_until_flagged(self, attempt: Callable[[], Any], limit: int = 12
@@ -271,6 +282,30 @@ class SimAgent:
             except LoopDetected as exc:
                 return exc
         return None
+
+    def hold_for_oncall(self) -> None:
+        """Wait for an operator after a flag under the flag policy, as a runtime that pages
+        on-call would: return once someone rolled the session back (its epoch moved or it is no
+        longer looping); after `hold_s` seconds the user gives up and the session stops.
+
+        Simulated history (a virtual clock) and runs without pauses cannot wait: the session is
+        left looping where it stands.
+
+        Raises:
+            Stopped: the fleet is stopping, nobody came in time, or waiting is not possible.
+        """
+        if self.pace.clock is not None or self.pace.speed <= 0 or self.hold_s <= 0:
+            raise Stopped
+        epoch = self.s.info().epoch
+        deadline = time.monotonic() + self.hold_s
+        while time.monotonic() < deadline:
+            if self.pace.stop.wait(1.0):
+                raise Stopped
+            info = self.s.info()
+            if info.epoch != epoch or info.status != "looping":
+                return
+        self.s.stop()  # the user left; the session no longer waits for anyone
+        raise Stopped
 
     def set_vars(self, **values: Any) -> None:
         self.s.set_vars(values)

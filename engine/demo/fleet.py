@@ -60,6 +60,8 @@ class ScenarioStats:
     """Flagged sessions that were not planned to loop."""
     missed: list[str] = field(default_factory=list)
     """Sessions that ran their loop to the iteration cap without being flagged."""
+    held: list[str] = field(default_factory=list)
+    """Flagged sessions that waited for on-call (policy "flag") instead of being rolled back."""
 
     def merge(self, other: ScenarioStats) -> None:
         for name in ("sessions", "finished", "planned_loops", "loops", "rollbacks",
@@ -68,6 +70,7 @@ class ScenarioStats:
         self.flagged += other.flagged
         self.false_alarms += other.false_alarms
         self.missed += other.missed
+        self.held += other.held
 
 
 @dataclass
@@ -147,6 +150,12 @@ class DemoConfig:
     """Run only these scenarios; None: all."""
     memory: bool | None = None
     """Write and recall session memories: None when the engine has them, False never."""
+    hold_share: float = 0.0
+    """Share of looping sessions that run under `on_loop="flag"` and wait for on-call."""
+    hold_s: float = 600.0
+    """Seconds a held session waits for an operator before its user gives up."""
+    progress_s: float = 0.0
+    """Seconds between progress lines on stdout (0: none)."""
 
 
 def new_run_tag() -> str:
@@ -187,10 +196,11 @@ def register_compensations(engine: Engine, ledger: Ledger, stats: DemoStats) -> 
 # -- one worker -------------------------------------------------------------------------------
 def _run_session(engine: Engine, ledger: Ledger, cfg: DemoConfig, index: int, pace: Pace,
                  stats: DemoStats) -> None:
-    plan = plan_session(cfg.seed, index, cfg.run, cfg.scenarios)
+    plan = plan_session(cfg.seed, index, cfg.run, cfg.scenarios, cfg.hold_share)
     scenario = SCENARIOS[plan.scenario]
     own = ScenarioStats(sessions=1, planned_loops=int(plan.loop))
-    session = engine.session(plan.session_id, meta=plan.meta)
+    session = engine.session(plan.session_id, meta=plan.meta,
+                             on_loop="flag" if plan.hold else None)
 
     def on_loop(exc: LoopDetected) -> None:
         own.loops += 1
@@ -200,7 +210,7 @@ def _run_session(engine: Engine, ledger: Ledger, cfg: DemoConfig, index: int, pa
     agent = SimAgent(session, random.Random(f"{plan.seed}:content"),
                      random.Random(f"{plan.seed}:timing"), pace, plan.locale,
                      snapshots=scenario.snapshots, window=scenario.window, on_loop=on_loop,
-                     memory=cfg.memory)
+                     memory=cfg.memory, hold_s=cfg.hold_s)
     error = None
     try:
         scenario.script(agent, plan, ledger)
@@ -218,6 +228,8 @@ def _run_session(engine: Engine, ledger: Ledger, cfg: DemoConfig, index: int, pa
         log.error("demo session %s failed:\n%s", plan.session_id, traceback.format_exc())
     if own.loops:
         own.flagged.append(plan.session_id)
+        if plan.hold:
+            own.held.append(plan.session_id)
         if not plan.loop:
             own.false_alarms.append(plan.session_id)
     elif plan.loop and own.finished:
@@ -291,12 +303,16 @@ def run_worker(cfg: DemoConfig, slots: list[int], stop, duration: float = 0.0) -
                                 args=(engine, ledger, cfg, slot, stop, stats, budget),
                                 daemon=True) for slot in slots]
     started = time.monotonic()
+    next_progress = started + cfg.progress_s
     for t in threads:
         t.start()
     try:
         while any(t.is_alive() for t in threads):
             if duration and time.monotonic() - started >= duration:
                 stop.set()
+            if cfg.progress_s and time.monotonic() >= next_progress:
+                next_progress += cfg.progress_s
+                print(progress_line(stats, engine), flush=True)
             for t in threads:
                 t.join(timeout=0.1)
     finally:
@@ -313,6 +329,23 @@ def run_worker(cfg: DemoConfig, slots: list[int], stop, duration: float = 0.0) -
     return stats
 
 
+def progress_line(stats: DemoStats, engine: Engine | None = None) -> str:
+    """One line for the demo log: what this worker did so far, and what waits in the store."""
+    with stats._lock:
+        line = (f"{time.strftime('%H:%M:%S')} pid {os.getpid()}: "
+                f"{stats.total('sessions')} sessions, {stats.total('loops')} loop verdicts, "
+                f"{stats.total('rollbacks')} automatic rollbacks, "
+                f"{sum(len(s.held) for s in stats.scenarios.values())} held for on-call, "
+                f"{stats.compensation_calls} compensation calls, {len(stats.errors)} errors")
+    if engine is not None:
+        try:
+            kpis = engine.fleet_stats()
+            line += f"; store: {kpis.get('looping', 0)} looping now"
+        except Exception:  # noqa: BLE001 - a progress line never stops the fleet
+            pass
+    return line
+
+
 HISTORY_SPEED = 0.2
 """Steps per second per session in simulated history: a real agent's pace (model + tool time)."""
 
@@ -325,6 +358,9 @@ def backfill(cfg: DemoConfig, minutes: float, stop, stats: DemoStats) -> None:
     ids carry the run tag plus ``h``; plans come from a seed of their own.
     """
     until = time.time()
+    if cfg.progress_s:
+        print(f"{time.strftime('%H:%M:%S')} backfilling {minutes:g} minutes of history for "
+              f"{cfg.sessions} sessions…", flush=True)
     # History skips session memory: it would cost minutes of embedding time before the live
     # fleet starts; the live sessions write and recall memories.
     cfg = DemoConfig(**{**cfg.__dict__, "run": f"{cfg.run}h", "seed": cfg.seed + 7919,
@@ -346,6 +382,9 @@ def backfill(cfg: DemoConfig, minutes: float, stop, stats: DemoStats) -> None:
                 engine.run_compensations()
             finally:
                 engine.close()
+            if cfg.progress_s:
+                print(f"{time.strftime('%H:%M:%S')} history: slot {slot + 1} of "
+                      f"{cfg.sessions} done", flush=True)
     finally:
         ledger.close()
 
@@ -387,7 +426,8 @@ def run_demo(url: str | None = None, sessions: int = 12, speed: float = 1.0, see
              run: str | None = None, ledger: str | None = None,
              compensation_interval: float = 1.0, max_sessions: int | None = None,
              backfill_minutes: float = 0.0, scenarios: list[str] | None = None,
-             memory: bool | None = None) -> DemoStats:
+             memory: bool | None = None, hold_share: float = 0.0, hold_s: float = 600.0,
+             progress_s: float = 0.0) -> DemoStats:
     """Run the demo fleet and return what it did.
 
     Args:
@@ -409,6 +449,10 @@ def run_demo(url: str | None = None, sessions: int = 12, speed: float = 1.0, see
         scenarios: run only these scenarios (names from `SCENARIOS`); None: all.
         memory: None writes and recalls session memories when the engine has them; False
             never does (faster load generation).
+        hold_share: share (0–1) of looping sessions run under `on_loop="flag"`: they stay
+            looping and wait up to `hold_s` seconds for an operator (meta `hold`), so the
+            console always has something for on-call. 0: the engine rolls every loop back.
+        progress_s: print a progress line every this many seconds (0: none).
 
     Raises:
         ValueError: bad arguments, or an in-memory store with worker processes.
@@ -418,6 +462,8 @@ def run_demo(url: str | None = None, sessions: int = 12, speed: float = 1.0, see
     url = url or os.environ.get("REWIND_STORE") or DEFAULT_URL
     if sessions < 1:
         raise ValueError("sessions must be at least 1")
+    if not 0 <= hold_share <= 1:
+        raise ValueError("hold_share must be between 0 and 1")
     if duration < 0:
         raise ValueError("duration must not be negative")
     workers = max(1, int(workers))
@@ -430,7 +476,8 @@ def run_demo(url: str | None = None, sessions: int = 12, speed: float = 1.0, see
                      run=run or new_run_tag(), once=once,
                      ledger=ledger or default_path(url),
                      compensation_interval=compensation_interval, max_sessions=max_sessions,
-                     scenarios=only, memory=memory)
+                     scenarios=only, memory=memory, hold_share=hold_share, hold_s=hold_s,
+                     progress_s=progress_s)
     with Engine.open(url) as engine:  # create the store, or fail early naming it
         empty = not engine.sessions(limit=1)
     started = time.monotonic()

@@ -81,12 +81,22 @@ class Plan:
     """The session ends with `Session.stop()` (otherwise the user just walks away)."""
     seed: str
     """Seed of the session's own random source."""
+    hold: bool = False
+    """The session runs under `on_loop="flag"`: when it loops, it waits for a person (on-call)
+    instead of being rolled back by the engine."""
 
     @property
     def meta(self) -> dict:
-        return {"tenant": self.tenant, "scenario": self.scenario,
+        meta = {"tenant": self.tenant, "scenario": self.scenario,
                 "prompt_version": self.prompt_version, "locale": self.locale,
                 "channel": self.channel, "model": self.model, "source": "rewind-demo"}
+        if self.hold:
+            meta["hold"] = HOLD_LABEL
+        return meta
+
+
+HOLD_LABEL = "waits for on-call"
+"""`meta["hold"]` of sessions that loop under the flag policy and wait for an operator."""
 
 
 TENANTS = (("acme", "en"), ("globex", "en"), ("initech", "en"), ("tianhe", "zh"),
@@ -107,12 +117,17 @@ def scenario_order(seed: int, only: tuple[str, ...] | None = None) -> list[str]:
 
 
 def plan_session(seed: int, index: int, run: str = "demo",
-                 only: tuple[str, ...] | None = None) -> Plan:
+                 only: tuple[str, ...] | None = None, hold_share: float = 0.0) -> Plan:
     """Plan session number `index` of a run. The same seed gives the same plans.
 
     The first sessions cover every scenario (of `only`, when given) once, later ones pick at
     random; the first session of each looping scenario runs its faulty prompt version and loops,
     so a fresh fleet shows loops within its first minute.
+
+    `hold_share` of the looping sessions hold (see `Plan.hold`): they wait for on-call instead of
+    being rolled back. With any share above 0 the first looping scenario of the run always
+    holds, so a fresh fleet has a session waiting for a person within its first minute. The
+    hold draw has its own random source: the share never changes anything else in a plan.
     """
     order = scenario_order(seed, only)
     rng = random.Random(f"{seed}:{index}:plan")
@@ -124,6 +139,10 @@ def plan_session(seed: int, index: int, run: str = "demo",
     else:
         version = rng.choices(scenario.versions, weights=[v.weight for v in scenario.versions])[0]
         loop = rng.random() < version.loop_rate
+    first_looping = next((n for n in order if SCENARIOS[n].can_loop), None)
+    hold = loop and hold_share > 0 and (
+        (first and scenario.name == first_looping)
+        or random.Random(f"{seed}:{index}:hold").random() < hold_share)
     tenant, locale = rng.choice(TENANTS)
     if locale is None:
         locale = rng.choice(("en", "zh"))
@@ -141,6 +160,7 @@ def plan_session(seed: int, index: int, run: str = "demo",
         model=rng.choice(MODELS),
         finish=rng.random() < 0.85,
         seed=f"{seed}:{index}",
+        hold=hold,
     )
 
 

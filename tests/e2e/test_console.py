@@ -13,6 +13,7 @@ from playwright.sync_api import Page, expect
 from support.console import ACCOUNTS
 from support.fleet import AUTO_ROLLED_BACK, LOOPING
 
+from dashboard import views
 from engine import Engine
 from engine.sessions.notices import TEMPLATES
 
@@ -75,6 +76,34 @@ def test_fleet_is_live_and_can_be_paused(console, page, shots):
     expect(caption).to_contain_text("27 of 27")
 
 
+def test_on_call_finds_the_looping_session_on_the_first_screen(console, page, shots):
+    """From the fleet's first screen, without scrolling: the band names the looping session;
+    its page says since when and how bad. At 1440x900 and at a phone's 390 px."""
+    for width, height in ((1440, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        sign_in(page, console.url, "olivia")
+        link = page.get_by_role("button", name=re.compile(rf"^{LOOPING} · refund · looping"))
+        expect(link).to_be_visible()
+        box = link.bounding_box()
+        assert box["y"] + box["height"] <= height, (width, box)  # no scrolling needed
+        expect(link).to_contain_text("steps in the loop")
+        if width == 1440:
+            page.screenshot(path=str(shots / "console-fleet-needs-you.png"))
+        link.click()
+        expect(page.get_by_role("heading", name=LOOPING)).to_be_visible()
+        for label in ("Loop began", "Looping for", "Steps wasted", "Side effects in the loop"):
+            expect(page.get_by_text(label, exact=True)).to_be_visible()
+        expect(page.get_by_role("button", name="Roll back…")).to_be_visible()
+
+
+def test_looping_kpi_links_to_the_filtered_table(console, page):
+    sign_in(page, console.url, "victor")
+    expect(page.get_by_text("needs you", exact=True)).to_be_visible()
+    page.get_by_role("button", name="Show the looping sessions").click()
+    expect(page.get_by_text(re.compile(r"^1 of 1 matching sessions"))).to_be_visible()
+    expect(page).to_have_url(re.compile(r"status=looping"))  # the filtered table can be shared
+
+
 def test_selecting_a_fleet_row_opens_the_session(console, page):
     sign_in(page, console.url, "victor")
     search = page.get_by_role("textbox", name="Search")
@@ -83,7 +112,9 @@ def test_selecting_a_fleet_row_opens_the_session(console, page):
     expect(page.get_by_text(re.compile(r"^1 of \d+ matching sessions"))).to_be_visible()
     page.get_by_text(re.compile("^Live: refresh every")).click()  # hold the table still
     expect(page.get_by_text(re.compile(r"matching sessions .* paused"))).to_be_visible()
-    grid = page.locator('[data-testid="stDataFrame"]').first.bounding_box()
+    table = page.locator('[data-testid="stDataFrame"]').first
+    table.scroll_into_view_if_needed()  # the needs-you band sits above it now
+    grid = table.bounding_box()
     page.mouse.click(grid["x"] + 18, grid["y"] + 35 + 17)  # the first row's selection cell
     expect(page.get_by_role("heading", name=AUTO_ROLLED_BACK)).to_be_visible()
     assert page.url.endswith(f"/session?session={AUTO_ROLLED_BACK}")
@@ -158,6 +189,11 @@ def test_operator_sends_a_chinese_notice(console, page):
     page.get_by_role("button", name="Send notice…").click()
     dialog = page.get_by_role("dialog")
     expect(dialog.get_by_role("radio", name="Chinese template")).to_be_checked()
+    # The automatic rollback already told the user: the dialog says so and asks before another.
+    expect(dialog.get_by_text("The user already got a notice")).to_be_visible()
+    expect(dialog.get_by_role("button", name="Send notice", exact=True)).to_be_disabled()
+    dialog.get_by_text("Send another notice anyway").click()
+    settle(page)
     dialog.get_by_text("Custom text").click()
     dialog.get_by_role("textbox", name="Notice text").fill("图片已经裁好了，请查看。")
     dialog.get_by_role("textbox", name="Notice text").press("Control+Enter")
@@ -188,6 +224,42 @@ def test_clicking_a_snapshot_in_the_tree_offers_rolling_back_to_it(console, page
     expect(page.get_by_role("dialog")).to_have_count(0)
     with Engine.open(console.store) as engine:  # cancelled: nothing happened
         assert engine.get_session(AUTO_ROLLED_BACK).info().rollbacks == 1
+
+
+def test_rolling_back_a_session_that_is_not_looping_says_what_it_removes(console, page):
+    sign_in(page, f"{console.url}/session?session={AUTO_ROLLED_BACK}", "olivia")
+    button = page.get_by_role("button", name="Roll back anyway…")
+    expect(button).to_be_visible()
+    button.click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_text(re.compile(r"This session is not looping"))).to_be_visible()
+    expect(dialog.get_by_text(re.compile(r"notice\(s\) the user already got"))).to_be_visible()
+    confirm = dialog.get_by_role("button", name="Roll back", exact=True)
+    expect(confirm).to_be_disabled()  # no reason yet
+    dialog.get_by_text(views.PRESET_REASONS[3], exact=True).click()
+    settle(page)
+    expect(confirm).to_be_enabled()
+    confirm_box = confirm.bounding_box()
+    assert confirm_box["y"] + confirm_box["height"] <= page.viewport_size["height"]
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    with Engine.open(console.store) as engine:  # cancelled: nothing happened
+        assert engine.get_session(AUTO_ROLLED_BACK).info().rollbacks == 1
+
+
+def test_the_theme_follows_the_browser_preference(console, browser):
+    backgrounds = {}
+    for scheme in ("dark", "light"):
+        context = browser.new_context(viewport={"width": 1440, "height": 900},
+                                      color_scheme=scheme)
+        page = context.new_page()
+        try:
+            sign_in(page, console.url, "victor")
+            app = page.locator('[data-testid="stApp"]')
+            backgrounds[scheme] = app.evaluate("e => getComputedStyle(e).backgroundColor")
+        finally:
+            context.close()
+    assert backgrounds == {"dark": "rgb(17, 22, 28)", "light": "rgb(247, 248, 250)"}
 
 
 def test_viewer_finds_no_way_to_act(console, page):
