@@ -462,10 +462,10 @@ def test_bulk_rollbacks_while_agent_processes_step(store_url):
         pytest.skip("agent processes need a shared store")
     import time
 
-    from test_multiprocess import _spawn, assert_consistent
+    from support.agents import assert_consistent, spawn_agent
 
     engine = Engine.open(store_url)
-    agents = [_spawn(store_url, f"agent-{i}", 150) for i in range(2)]
+    agents = [spawn_agent(store_url, f"agent-{i}", 150) for i in range(2)]
     results: list[BulkRollbackItem] = []
     try:
         deadline = time.monotonic() + 120

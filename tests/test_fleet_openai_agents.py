@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
-pytest.importorskip("agents", reason="needs the openai-agents extra")
-
 from agents import Agent, Runner  # noqa: E402
-from test_openai_agents import (  # noqa: E402
+from support.agents_sdk import (  # noqa: E402
     CHARGES,
     CONFIG,
     Scripted,
