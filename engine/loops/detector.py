@@ -12,9 +12,10 @@ Vocabulary
 - *State*: call fingerprint plus outcome: the normalized result digest of a success, the error
   signature of a failure (its informative lines, with ids, times, counters and echoed argument
   values masked), or just "done" for a successful write: a side effect, a tool named after a
-  write (``edit_file``…), a shell command that writes (``sed -i``, ``>>``…). A second ticket
-  with a fresh id is still the same ticket; the same edit is the same edit however long the
-  file it grows.
+  write (``edit_file``…), a shell command that writes (``sed -i``, ``>>``…), with the revision
+  its result reports if any (``revision``, ``version``…). A second ticket with a fresh id is
+  still the same ticket (the id of the conversation it went to is kept); the same edit is the
+  same edit however long the file it grows.
 - *Waiting*: a call of a wait tool (``sleep``…) or a shell command starting with ``sleep``.
 - *Progress*: a successful step whose state was not seen in the window. Polling with a moving
   percentage, the next page, a debugger step that lands somewhere new, a test run with fewer
@@ -95,6 +96,7 @@ from engine.loops.normalize import (
     classify_call,
     error_signature,
     result_digest,
+    result_version,
 )
 from engine.loops.rules import (
     CIRCUIT_BREAKER,
@@ -462,7 +464,11 @@ class LoopDetector:
         overflow = False
         write, waiting = self._kind_of_call(tool, step)
         if ok:
-            outcome = "done" if write else result_digest(step.result, self._normalizer)
+            if write:
+                version = result_version(step.result) if type(step.result) is dict else ""
+                outcome = f"done {version}" if version else "done"
+            else:
+                outcome = result_digest(step.result, self._normalizer)
             signature = ""
         else:
             signature, overflow = self._error_signature(call, step, args)

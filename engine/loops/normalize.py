@@ -49,6 +49,8 @@ __all__ = [
     "mask_volatile",
     "error_signature",
     "informative_lines",
+    "result_version",
+    "VERSION_KEYS",
     "turn_signature",
     "flatten",
     "values_close",
@@ -201,6 +203,22 @@ paraphrase that only reorders or recases the words is the same search."""
 _ID_KEY = re.compile(r"(?:^|_)(?:id|uuid|guid|etag)$|[a-z]Id$")
 """Result keys whose values are generated identifiers (``id``, ``message_id``, ``etag``…)."""
 
+_REFERENCE = (
+    r"(?:conversation|chat|channel|thread|room|space|group|recipient|target|parent|user"
+    r"|account|project|repo|repository|workspace|folder|directory|file)"
+)
+_REFERENCE_KEY = re.compile(rf"^{_REFERENCE}$", re.IGNORECASE)
+_REFERENCE_ID_KEY = re.compile(rf"^{_REFERENCE}_?(?:id|Id|ID)$", re.IGNORECASE)
+"""Result keys naming where a call went, not what it made: the id of the conversation a message
+was sent to (``conversation.id``, ``chat_id``) is kept, since a send to another conversation is
+another send; only the ids of what the call created are masked."""
+
+VERSION_KEYS: frozenset[str] = frozenset(
+    {"revision", "rev", "version", "generation", "seq", "sequence", "version_id"}
+)
+"""Result keys of a write that report the new version of what it wrote: a write acknowledged
+with a new revision changed something (a file whose content only grows does not count)."""
+
 _PATH_LIKE = re.compile(r"[\w.~\-/\\:@+]+")
 _TIME_PATTERNS = {
     "time": r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
@@ -229,8 +247,10 @@ def _placeholder(match: re.Match[str]) -> str:
 
 
 _NUMBER_TOKEN = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
-# Counters that go up on every run of the same command: a shell's "line 11301:", a long number.
-_COUNTER = re.compile(r"\b(line) \d+|\b\d{5,}\b", re.IGNORECASE)
+# A shell's script line counter (``bash: line 11301: …``) goes up with every command; a line
+# number without the colon (``Cell In[1], line 10``, ``detected at line 3``) points into the
+# code and tells one error from another.
+_COUNTER = re.compile(r"\b(line) \d+(?=:)|\b\d{5,}\b", re.IGNORECASE)
 # Lines that say nothing about this failure: separators, test-runner banners, warnings that
 # every command of an environment prints.
 _SEPARATOR_CHARS = "=-_*~#+. \t"
@@ -247,6 +267,9 @@ _ERRORISH = re.compile(
     r"|unexpected|traceback|exit (?:code|status)|errno",
     re.IGNORECASE,
 )
+# Lines that say where in the code the error is (``File "x.py", line 12``, ``Cell In[1], line
+# 10``): the same message at another place is another failure.
+_LOCATION = re.compile(r"\bline \d+\b(?!:)", re.IGNORECASE)
 _MAX_LINES = 6
 _PUNCTUATION = re.compile(r"[^\w\s]+")
 _DIGITS = re.compile(r"\d+")
@@ -354,7 +377,9 @@ class Normalizer:
         if _is_dropped(key, drop):
             return _DROP
         if mask:  # a result
-            return _ID if _ID_KEY.search(key) else _KEEP
+            if _REFERENCE_KEY.match(key):
+                return _REF
+            return _ID if _ID_KEY.search(key) and not _REFERENCE_ID_KEY.match(key) else _KEEP
         if name in code:
             return _CODE
         return _QUERY if name in self._query else _KEEP
@@ -380,6 +405,20 @@ class Normalizer:
             elif isinstance(value, (list, tuple)):
                 stack.extend(value)
         return found
+
+    def _reference(
+        self, value: Any, drop: frozenset[str], code: frozenset[str], cache: dict[str, int]
+    ) -> Any:
+        """A result value naming where a call went (``conversation: {id: …}``): its own ids
+        are kept as they are, the rest is normalized like any result."""
+        if type(value) is not dict:
+            return self._walk(value, drop, code, cache, True)
+        return {
+            key: item
+            if type(key) is str and _ID_KEY.search(key) and type(item) in (str, int)
+            else self._walk(item, drop, code, cache, True)
+            for key, item in value.items()
+        }
 
     def _walk(
         self,
@@ -413,6 +452,8 @@ class Normalizer:
                     out[key] = self._walk(item, drop, code, cache, mask)
                 elif treatment == _DROP:
                     continue
+                elif treatment == _REF:
+                    out[key] = self._reference(item, drop, code, cache)
                 elif type(item) is str:
                     out[key] = (
                         normalize_code(item)
@@ -437,9 +478,31 @@ class Normalizer:
         return self._walk(plain, drop, code, cache, mask)
 
 
-_KEEP, _DROP, _CODE, _QUERY, _ID = 0, 1, 2, 3, 4
+_KEEP, _DROP, _CODE, _QUERY, _ID, _REF = 0, 1, 2, 3, 4, 5
 """How `Normalizer` treats a key: keep and normalize, drop, keep its string as code, compare
-its string as a set of words, mask its value as a generated id."""
+its string as a set of words, mask its value as a generated id, keep the ids of the object it
+refers to."""
+
+
+def result_version(result: Any) -> str:
+    """The values of `VERSION_KEYS` in a (nested) dict result, as text ("" when none): what a
+    write's acknowledgement says about the new state, where its text may only echo the file."""
+    found: list[str] = []
+    stack = [result]
+    budget = 64
+    while stack and budget:
+        budget -= 1
+        value = stack.pop()
+        if type(value) is dict:
+            for key, item in value.items():
+                if type(key) is str and _key_name(key) in VERSION_KEYS:
+                    if type(item) in (str, int, float):
+                        found.append(f"{key}={item}")
+                elif type(item) in (dict, list):
+                    stack.append(item)
+        elif type(value) is list:
+            stack.extend(value[:16])
+    return ",".join(sorted(found))
 
 
 def normalize_query(text: str) -> str:
@@ -494,9 +557,9 @@ def informative_lines(error: str) -> str:
     """The part of a (multi-line) error text that tells one failure from another.
 
     Blank and separator lines, test-runner banners and environment warnings are left out; of
-    the rest, the lines that read like an error (error, failed, not found, …) are kept, or all
-    of them when none does; at most the first two and the last four, joined with `` | ``. A
-    one-line error is returned as it is.
+    the rest, the lines that read like an error (error, failed, not found, …) or say where the
+    error is (``line 12``) are kept, or all of them when none does; at most the first two and the
+    last four, joined with `` | ``. A one-line error is returned as it is.
     """
     if "\n" not in error:
         return error
@@ -505,7 +568,7 @@ def informative_lines(error: str) -> str:
         line = line.strip().strip(_SEPARATOR_CHARS)
         if line and not _BOILERPLATE.match(line):
             kept.append(line)
-    errorish = [line for line in kept if _ERRORISH.search(line)]
+    errorish = [line for line in kept if _ERRORISH.search(line) or _LOCATION.search(line)]
     chosen = errorish or kept
     if len(chosen) > _MAX_LINES:
         chosen = chosen[:2] + chosen[-(_MAX_LINES - 2) :]
