@@ -34,11 +34,6 @@ def _load_peers():
 SUITES = _load_peers().SUITES
 
 KNOWN_FAILURES: dict[str, str] = {
-    "openhands/repeating_action_error": (
-        "the same call failing 3 times in a row with different error texts is not flagged: "
-        "exact_repeat and near_duplicate need one error signature, the breaker waits for 5 "
-        "(issue 12, class 2)"
-    ),
     "openhands/repeating_action_observation_pattern": (
         "a 2-step cycle is flagged after two rounds (ABAB); peers wait for the third head (issue "
         "12, class 1)"
@@ -70,10 +65,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "openclaw/exec_running_volatile_text": (
         "fresh session ids, pids and start times in the result make identical results look new "
         "(issue 12, class 6)"
-    ),
-    "openclaw/exec_failures_with_counter": (
-        "an attempt counter in the error text makes identical failures look different; only the "
-        "breaker fires, at the 5th (issue 12, class 3)"
     ),
     "openclaw/send_loop_fresh_ids": (
         "fresh message/run/receipt ids in each send result make identical sends look new (issue "

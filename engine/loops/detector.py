@@ -28,7 +28,9 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
 - ``exact_repeat``: the same state 3 times (`repeat_threshold`) with no progress in between,
   unless the agent waited before every repeat (polling with back-off: see ``poll_budget``).
 - ``circuit_breaker``: K consecutive failures of one tool (`breaker_failures`, per-tool
-  overrides), whatever the arguments, with no success of it and no progress elsewhere between.
+  overrides), whatever the arguments, with no success of it and no progress elsewhere between;
+  or `repeat_threshold` failures of one call back to back (nothing in between), whatever the
+  errors say, unless the error moved to another line of the code.
 - ``near_duplicate``: 3 failures of one tool with the same error signature on the same target, or
   3 side-effecting successes on the same target, whose arguments differ only slightly (numbers
   nudged, strings reworded); no progress and no success of that tool in between. `details`

@@ -49,6 +49,7 @@ __all__ = [
     "mask_volatile",
     "error_signature",
     "informative_lines",
+    "error_location",
     "result_version",
     "VERSION_KEYS",
     "turn_signature",
@@ -250,7 +251,7 @@ _NUMBER_TOKEN = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
 # A shell's script line counter (``bash: line 11301: …``) goes up with every command; a line
 # number without the colon (``Cell In[1], line 10``, ``detected at line 3``) points into the
 # code and tells one error from another.
-_COUNTER = re.compile(r"\b(line) \d+(?=:)|\b\d{5,}\b", re.IGNORECASE)
+_COUNTER = re.compile(r"\b(line) \d+(?=:)|\b(attempt|retry|try) #?\d+\b|\b\d{5,}\b", re.IGNORECASE)
 # Lines that say nothing about this failure: separators, test-runner banners, warnings that
 # every command of an environment prints.
 _SEPARATOR_CHARS = "=-_*~#+. \t"
@@ -580,8 +581,9 @@ def error_signature(error: str | None, args: Any = None, volatile: Iterable[str]
 
     Built from the `informative_lines` of the error, lower-cased, whitespace collapsed, ids /
     timestamps / durations / addresses masked, counters masked (``line 11301:`` -> ``line <n>``,
-    numbers of five or more digits), and every value the agent passed in `args` (normalized
-    arguments, and each word of 4+ characters of a multi-word string argument) replaced by
+    ``attempt 3`` -> ``attempt <n>``, numbers of five or more digits), and every value the agent
+    passed in `args` (normalized arguments, and each word of 4+ characters of a multi-word string
+    argument) replaced by
     ``<arg>``, so retries whose arguments were jittered and echoed back in the error share one
     signature. Values in `volatile` (request ids and the like dropped from the arguments) are
     masked as ``<volatile>``. Cut to 400 chars.
@@ -613,8 +615,21 @@ def error_signature(error: str | None, args: Any = None, volatile: Iterable[str]
     if numbers:
         text = _NUMBER_TOKEN.sub(lambda m: "<arg>" if m.group() in numbers else m.group(), text)
     text = mask_volatile(text, ids=True)
-    text = _COUNTER.sub(lambda m: f"{m.group(1)} <n>" if m.group(1) else "<n>", text).lower()
+    text = _COUNTER.sub(_counter, text).lower()
     return text[:_SIGNATURE_CHARS]
+
+
+def _counter(match: re.Match[str]) -> str:
+    word = match.group(1) or match.group(2)
+    return f"{word} <n>" if word else "<n>"
+
+
+def error_location(signature: str) -> str:
+    """Where in the code an error (its `error_signature`) says it happened: its ``line N``
+    mentions, "" when it names none."""
+    if "line" not in signature:
+        return ""
+    return ",".join(_LOCATION.findall(signature))
 
 
 def turn_signature(text: str | None) -> str:
