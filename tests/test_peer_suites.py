@@ -38,18 +38,6 @@ KNOWN_FAILURES: dict[str, str] = {
         "a 2-step cycle is flagged after two rounds (ABAB); peers wait for the third head (issue "
         "12, class 1)"
     ),
-    "openhands/context_window_error_loop": (
-        "condensation turns count as empty agent turns (idle_turns at the 3rd); OpenHands counts "
-        "10 in a row (issue 12, class 7)"
-    ),
-    "openhands/context_window_error_with_other_events": (
-        "condensations separated by real work are flagged by context_overflow at the 3rd (issue "
-        "12, class 7)"
-    ),
-    "openhands/context_window_error_less_than_ten": (
-        "nine condensations in a row are flagged (idle_turns at the 3rd); OpenHands needs 10 "
-        "(issue 12, class 7)"
-    ),
     "cline/strip_task_progress": (
         "a cosmetic progress counter in the arguments (task_progress: 'step i of 5') makes "
         "identical calls look new (issue 12, class 6)"

@@ -43,7 +43,8 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
   make the same failure new); successful reads never count.
 - ``context_overflow``: 3 context-overflow / condensation episodes with fewer than
   `overflow_min_progress` progress steps between consecutive ones (one new step is enough
-  after a planned condensation that failed nothing), or 10 events back to back
+  after a planned condensation that failed nothing, as is a turn in which the runtime says it
+  trims the context), or 10 events back to back
   (`overflow_run_threshold`).
 - ``idle_turns``: 3 agent turns in a row without a tool call, each empty or (nearly) repeating
   another turn of the run (case, numbers and punctuation ignored); or, once the run has called
@@ -153,6 +154,10 @@ DEFAULT_OVERFLOW_PATTERN = (
     r"|prompt is too long|token limit|exceeds? the (?:model'?s? )?(?:maximum|max) (?:context|input)"
 )
 """Error texts that mean the model's context overflowed (matched case-insensitively)."""
+
+_CONDENSING = re.compile(r"\b(?:trimm|condens|summari[sz]|truncat|compact)", re.IGNORECASE)
+"""A context event that says the runtime is shrinking the context to fit ("Trimming prompt to
+meet context window limitations"): a planned condensation, not a failed model call."""
 
 
 @dataclass(frozen=True)
@@ -448,6 +453,10 @@ class LoopDetector:
         elif kind == TURN and not step.ok and step.error and self._overflow.search(step.error):
             # The model call overflowed: the tool output read just before it is the cause.
             overflow, cause = True, window.last_call
+            if _CONDENSING.search(step.error):
+                # the runtime says it trims the context to fit: a planned condensation, not a
+                # failure, and no turn the agent spoke
+                kind = CONDENSATION
         else:
             overflow, cause = False, None
         obs = self._obs
