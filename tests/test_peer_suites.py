@@ -38,28 +38,9 @@ KNOWN_FAILURES: dict[str, str] = {
         "a 2-step cycle is flagged after two rounds (ABAB); peers wait for the third head (issue "
         "12, class 1)"
     ),
-    "cline/strip_task_progress": (
-        "a cosmetic progress counter in the arguments (task_progress: 'step i of 5') makes "
-        "identical calls look new (issue 12, class 6)"
-    ),
     "openclaw/stable_argument_churn": (
         "the 3rd identical write is not flagged because a first write of another file in between "
         "counts as progress (issue 12, class 2)"
-    ),
-    "openclaw/exec_volatile_details": (
-        "volatile result fields (durationMs, a fresh cwd) make identical results look new (issue "
-        "12, class 6)"
-    ),
-    "openclaw/exec_running_volatile_text": (
-        "fresh session ids, pids and start times in the result make identical results look new "
-        "(issue 12, class 6)"
-    ),
-    "openclaw/send_loop_fresh_ids": (
-        "fresh message/run/receipt ids in each send result make identical sends look new (issue "
-        "12, class 6)"
-    ),
-    "openclaw/sessions_send_fresh_run_id": (
-        "a fresh run id in each result makes identical sends look new (issue 12, class 6)"
     ),
 }
 """``suite/case`` -> why the current detector misses it (as of the first run, before the detector

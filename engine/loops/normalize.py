@@ -92,11 +92,19 @@ DEFAULT_VOLATILE_KEYS: frozenset[str] = frozenset(
         "took",
         "took_ms",
         "latency_ms",
+        "started_at",
+        "finished_at",
+        "ended_at",
+        "completed_at",
         "cache_buster",
         "cachebuster",
     }
 )
 """Keys whose values change on every call without changing its meaning (dropped everywhere)."""
+
+RESULT_VOLATILE_KEYS: frozenset[str] = frozenset({"pid", "ppid", "process_id"})
+"""Result keys whose values are fresh on every run (a process id); dropped from results only,
+since an argument naming a process picks which one."""
 
 VOLATILE_KEY_SUFFIXES: tuple[str, ...] = (
     "_request_id",
@@ -110,6 +118,7 @@ VOLATILE_KEY_SUFFIXES: tuple[str, ...] = (
 
 DEFAULT_PROGRESS_KEYS: frozenset[str] = frozenset(
     {
+        "task_progress",
         "attempt",
         "attempts",
         "attempt_number",
@@ -122,7 +131,8 @@ DEFAULT_PROGRESS_KEYS: frozenset[str] = frozenset(
         "call_count",
     }
 )
-"""Argument keys that count the agent's own retries; dropped from arguments only."""
+"""Argument keys that count the agent's own retries or track its progress through the task
+(Cline's ``task_progress`` checklist, sent with every call); dropped from arguments only."""
 
 DEFAULT_THOUGHT_KEYS: frozenset[str] = frozenset(
     {
@@ -225,6 +235,8 @@ _TIME_PATTERNS = {
     "time": r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
     r"|\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b",
     "duration": r"\b\d+(?:\.\d+)?\s?(?:ms|us|µs|ns|s|sec|secs|seconds)\b",
+    # a fresh scratch directory per run: /tmp/run-3, /var/folders/…/T/tmpab12
+    "tmp": r"(?:/private)?(?:/tmp|/var/tmp|/var/folders)/[\w.-]*\d[\w.-]*",
 }
 _ID_PATTERNS = {
     "uuid": r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",
@@ -341,7 +353,13 @@ def mask_volatile(text: str, ids: bool = False) -> str:
 
 
 def _key_name(key: str) -> str:
+    """``durationMs``, ``duration-ms`` and ``DURATION_MS`` all name ``duration_ms``."""
+    if not key.islower() and not key.isupper():
+        key = _CAMEL.sub("_", key)
     return key.lower().replace("-", "_")
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 class Normalizer:
@@ -351,7 +369,15 @@ class Normalizer:
     `engine.loops.fingerprint.canonical_json`.
     """
 
-    __slots__ = ("_arg_drop", "_result_drop", "_code", "_query", "_arg_cache", "_result_cache")
+    __slots__ = (
+        "_arg_drop",
+        "_result_drop",
+        "_code",
+        "_query",
+        "_arg_cache",
+        "_result_cache",
+        "_labelled",
+    )
 
     def __init__(
         self,
@@ -362,12 +388,13 @@ class Normalizer:
         query_keys: Iterable[str] = DEFAULT_QUERY_KEYS,
     ) -> None:
         volatile = frozenset(_key_name(k) for k in volatile_keys)
-        self._result_drop = volatile
+        self._result_drop = volatile | RESULT_VOLATILE_KEYS
         self._arg_drop = volatile | {_key_name(k) for k in (*progress_keys, *thought_keys)}
         self._code = frozenset(_key_name(k) for k in code_keys)
         self._query = frozenset(_key_name(k) for k in query_keys)
         self._arg_cache: dict[str, int] = {}
         self._result_cache: dict[str, int] = {}
+        self._labelled: list[str] = []
 
     def args(self, value: Any) -> Any:
         """Tool arguments without volatile, progress and thought keys, strings normalized."""
@@ -386,8 +413,17 @@ class Normalizer:
         return _QUERY if name in self._query else _KEEP
 
     def result(self, value: Any) -> Any:
-        """A tool result without volatile keys; timestamps and durations in strings masked."""
-        return self._walk(value, self._result_drop, frozenset(), self._result_cache, True)
+        """A tool result without volatile keys; timestamps and durations in strings masked, and
+        the values the result itself labels as ids or volatile (``sessionId: "sess-3"``, ``pid:
+        1003``) masked where its text repeats them ("still running (session sess-3, pid
+        1003)")."""
+        labelled = self._labelled
+        labelled.clear()
+        out = self._walk(value, self._result_drop, frozenset(), self._result_cache, True)
+        if labelled:
+            out = _mask_strings(out, sorted(set(labelled), key=len, reverse=True))
+            labelled.clear()
+        return out
 
     def volatile_values(self, args: Any) -> list[str]:
         """The values (as text) of the volatile keys in `args`; an error message that echoes a
@@ -451,9 +487,14 @@ class Normalizer:
                     cache[key] = treatment
                 if treatment == _KEEP:
                     out[key] = self._walk(item, drop, code, cache, mask)
-                elif treatment == _DROP:
                     continue
-                elif treatment == _REF:
+                if mask and treatment != _REF and type(item) in (str, int):
+                    text = str(item)
+                    if len(text) >= 3:
+                        self._labelled.append(text)
+                if treatment == _DROP:
+                    continue
+                if treatment == _REF:
                     out[key] = self._reference(item, drop, code, cache)
                 elif type(item) is str:
                     out[key] = (
@@ -483,6 +524,26 @@ _KEEP, _DROP, _CODE, _QUERY, _ID, _REF = 0, 1, 2, 3, 4, 5
 """How `Normalizer` treats a key: keep and normalize, drop, keep its string as code, compare
 its string as a set of words, mask its value as a generated id, keep the ids of the object it
 refers to."""
+
+
+def _mask_strings(value: Any, labelled: list[str]) -> Any:
+    """`value` with the `labelled` values inside its strings replaced by ``<id>`` (a number
+    only as a whole number)."""
+    if type(value) is str:
+        if len(value) <= 3 or value == "<id>":
+            return value
+        for item in labelled:
+            if item in value:
+                if item.isdigit():
+                    value = re.sub(rf"(?<!\d){item}(?!\d)", "<id>", value)
+                else:
+                    value = value.replace(item, "<id>")
+        return value
+    if type(value) is dict:
+        return {key: _mask_strings(item, labelled) for key, item in value.items()}
+    if type(value) is list:
+        return [_mask_strings(item, labelled) for item in value]
+    return value
 
 
 def result_version(result: Any) -> str:
