@@ -35,16 +35,18 @@ SUITES = _load_peers().SUITES
 
 KNOWN_FAILURES: dict[str, str] = {
     "openhands/repeating_action_observation_pattern": (
-        "a 2-step cycle is flagged after two rounds (ABAB); peers wait for the third head (issue "
-        "12, class 1)"
+        "one step early: we flag a 2-step cycle at its third head (ABABA, step 4), the rule the "
+        "Gemini CLI and OpenClaw cases hold us to; OpenHands waits for three full rounds (ABABAB, "
+        "step 5) (issue 12, class 1)"
     ),
     "openclaw/stable_argument_churn": (
-        "the 3rd identical write is not flagged because a first write of another file in between "
-        "counts as progress (issue 12, class 2)"
+        "two steps late: the case expects the 3rd identical write of a.md (step 3), but the "
+        "first write of b.md between the 1st and 2nd is progress for exact_repeat and 'another "
+        "change' for recurrence, so exact_repeat fires at step 5 (writes 2, 3, 5 with nothing new "
+        "between); OpenClaw itself waits for its global breaker (step 30) (issue 12, class 2)"
     ),
 }
-"""``suite/case`` -> why the current detector misses it (as of the first run, before the detector
-was fixed for issue 12). Remove an entry once the case passes."""
+"""``suite/case`` -> why the detector still misses it. Remove an entry once the case passes."""
 
 
 def first_flag(steps) -> int | None:
