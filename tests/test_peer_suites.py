@@ -34,111 +34,19 @@ def _load_peers():
 SUITES = _load_peers().SUITES
 
 KNOWN_FAILURES: dict[str, str] = {
-    "openhands/repeating_action_error": (
-        "the same call failing 3 times in a row with different error texts is not flagged: "
-        "exact_repeat and near_duplicate need one error signature, the breaker waits for 5 "
-        "(issue 12, class 2)"
-    ),
     "openhands/repeating_action_observation_pattern": (
-        "a 2-step cycle is flagged after two rounds (ABAB); peers wait for the third head (issue "
-        "12, class 1)"
-    ),
-    "openhands/not_stuck": (
-        "'pwd, read file2, pwd, read file2' after distinct work is flagged as a cycle after two "
-        "rounds (issue 12, class 1)"
-    ),
-    "openhands/context_window_error_loop": (
-        "condensation turns count as empty agent turns (idle_turns at the 3rd); OpenHands counts "
-        "10 in a row (issue 12, class 7)"
-    ),
-    "openhands/context_window_error_with_other_events": (
-        "condensations separated by real work are flagged by context_overflow at the 3rd (issue "
-        "12, class 7)"
-    ),
-    "openhands/context_window_error_less_than_ten": (
-        "nine condensations in a row are flagged (idle_turns at the 3rd); OpenHands needs 10 "
-        "(issue 12, class 7)"
-    ),
-    "gemini-cli/different_tool_calls": (
-        "a 3-step block is flagged after two rounds (ABCABC) instead of at its third head (issue "
-        "12, class 1)"
-    ),
-    "gemini-cli/cycle_2": (
-        "cycle flagged after two rounds (ABAB), one step before the third head (issue 12, class 1)"
-    ),
-    "gemini-cli/cycle_3": (
-        "cycle flagged after two rounds (ABCABC), one step before the third head (issue 12, class "
-        "1)"
-    ),
-    "gemini-cli/cycle_5": (
-        "cycle flagged after two rounds, one step before the third head (issue 12, class 1)"
-    ),
-    "gemini-cli/broken_alternation": (
-        "A B A B C A B A B is flagged as a cycle at the 4th step (issue 12, class 1)"
-    ),
-    "gemini-cli/chunk_repeats": (
-        "content chanting inside one streamed reply is not detected (issue 12, class 9)"
-    ),
-    "gemini-cli/long_pattern": (
-        "content chanting inside one streamed reply is not detected (issue 12, class 9)"
-    ),
-    "gemini-cli/user_example_1": (
-        "content chanting inside one streamed reply is not detected (issue 12, class 9)"
-    ),
-    "gemini-cli/user_example_2": (
-        "content chanting inside one streamed reply is not detected (issue 12, class 9)"
-    ),
-    "gemini-cli/alternating_short_phrases": (
-        "content chanting inside one streamed reply is not detected (issue 12, class 9)"
-    ),
-    "gemini-cli/repeated_thought_process": (
-        "content chanting inside one streamed reply is not detected (issue 12, class 9)"
-    ),
-    "gemini-cli/looping_text_after_code_block": (
-        "content chanting inside one streamed reply is not detected (issue 12, class 9)"
-    ),
-    "cline/strip_task_progress": (
-        "a cosmetic progress counter in the arguments (task_progress: 'step i of 5') makes "
-        "identical calls look new (issue 12, class 6)"
+        "one step early: we flag a 2-step cycle at its third head (ABABA, step 4), the rule the "
+        "Gemini CLI and OpenClaw cases hold us to; OpenHands waits for three full rounds (ABABAB, "
+        "step 5) (issue 12, class 1)"
     ),
     "openclaw/stable_argument_churn": (
-        "the 3rd identical write is not flagged because a first write of another file in between "
-        "counts as progress (issue 12, class 2)"
-    ),
-    "openclaw/argument_churn_with_probes": (
-        "an alternation of two writes is flagged after two rounds (ABAB) instead of at the third "
-        "head (issue 12, class 1)"
-    ),
-    "openclaw/exec_volatile_details": (
-        "volatile result fields (durationMs, a fresh cwd) make identical results look new (issue "
-        "12, class 6)"
-    ),
-    "openclaw/exec_running_volatile_text": (
-        "fresh session ids, pids and start times in the result make identical results look new "
-        "(issue 12, class 6)"
-    ),
-    "openclaw/exec_failures_with_counter": (
-        "an attempt counter in the error text makes identical failures look different; only the "
-        "breaker fires, at the 5th (issue 12, class 3)"
-    ),
-    "openclaw/ping_pong_warning": (
-        "alternation flagged after two rounds (ABAB) instead of at the third head (issue 12, "
-        "class 1)"
-    ),
-    "openclaw/ping_pong_stable_critical": (
-        "alternation flagged after two rounds (ABAB) instead of at the third head (issue 12, "
-        "class 1)"
-    ),
-    "openclaw/send_loop_fresh_ids": (
-        "fresh message/run/receipt ids in each send result make identical sends look new (issue "
-        "12, class 6)"
-    ),
-    "openclaw/sessions_send_fresh_run_id": (
-        "a fresh run id in each result makes identical sends look new (issue 12, class 6)"
+        "two steps late: the case expects the 3rd identical write of a.md (step 3), but the "
+        "first write of b.md between the 1st and 2nd is progress for exact_repeat and 'another "
+        "change' for recurrence, so exact_repeat fires at step 5 (writes 2, 3, 5 with nothing new "
+        "between); OpenClaw itself waits for its global breaker (step 30) (issue 12, class 2)"
     ),
 }
-"""``suite/case`` -> why the current detector misses it (as of the first run, before the detector
-was fixed for issue 12). Remove an entry once the case passes."""
+"""``suite/case`` -> why the detector still misses it. Remove an entry once the case passes."""
 
 
 def first_flag(steps) -> int | None:

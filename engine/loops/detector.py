@@ -12,9 +12,10 @@ Vocabulary
 - *State*: call fingerprint plus outcome: the normalized result digest of a success, the error
   signature of a failure (its informative lines, with ids, times, counters and echoed argument
   values masked), or just "done" for a successful write: a side effect, a tool named after a
-  write (``edit_file``…), a shell command that writes (``sed -i``, ``>>``…). A second ticket
-  with a fresh id is still the same ticket; the same edit is the same edit however long the
-  file it grows.
+  write (``edit_file``…), a shell command that writes (``sed -i``, ``>>``…), with the revision
+  its result reports if any (``revision``, ``version``…). A second ticket with a fresh id is
+  still the same ticket (the id of the conversation it went to is kept); the same edit is the
+  same edit however long the file it grows.
 - *Waiting*: a call of a wait tool (``sleep``…) or a shell command starting with ``sleep``.
 - *Progress*: a successful step whose state was not seen in the window. Polling with a moving
   percentage, the next page, a debugger step that lands somewhere new, a test run with fewer
@@ -27,7 +28,9 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
 - ``exact_repeat``: the same state 3 times (`repeat_threshold`) with no progress in between,
   unless the agent waited before every repeat (polling with back-off: see ``poll_budget``).
 - ``circuit_breaker``: K consecutive failures of one tool (`breaker_failures`, per-tool
-  overrides), whatever the arguments, with no success of it and no progress elsewhere between.
+  overrides), whatever the arguments, with no success of it and no progress elsewhere between;
+  or `repeat_threshold` failures of one call back to back (nothing in between), whatever the
+  errors say, unless the error moved to another line of the code.
 - ``near_duplicate``: 3 failures of one tool with the same error signature on the same target, or
   3 side-effecting successes on the same target, whose arguments differ only slightly (numbers
   nudged, strings reworded); no progress and no success of that tool in between. `details`
@@ -40,7 +43,8 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
   make the same failure new); successful reads never count.
 - ``context_overflow``: 3 context-overflow / condensation episodes with fewer than
   `overflow_min_progress` progress steps between consecutive ones (one new step is enough
-  after a planned condensation that failed nothing), or 10 events back to back
+  after a planned condensation that failed nothing, as is a turn in which the runtime says it
+  trims the context), or 10 events back to back
   (`overflow_run_threshold`).
 - ``idle_turns``: 3 agent turns in a row without a tool call, each empty or (nearly) repeating
   another turn of the run (case, numbers and punctuation ignored); or, once the run has called
@@ -95,6 +99,7 @@ from engine.loops.normalize import (
     classify_call,
     error_signature,
     result_digest,
+    result_version,
 )
 from engine.loops.rules import (
     CIRCUIT_BREAKER,
@@ -149,6 +154,10 @@ DEFAULT_OVERFLOW_PATTERN = (
     r"|prompt is too long|token limit|exceeds? the (?:model'?s? )?(?:maximum|max) (?:context|input)"
 )
 """Error texts that mean the model's context overflowed (matched case-insensitively)."""
+
+_CONDENSING = re.compile(r"\b(?:trimm|condens|summari[sz]|truncat|compact)", re.IGNORECASE)
+"""A context event that says the runtime is shrinking the context to fit ("Trimming prompt to
+meet context window limitations"): a planned condensation, not a failed model call."""
 
 
 @dataclass(frozen=True)
@@ -444,6 +453,10 @@ class LoopDetector:
         elif kind == TURN and not step.ok and step.error and self._overflow.search(step.error):
             # The model call overflowed: the tool output read just before it is the cause.
             overflow, cause = True, window.last_call
+            if _CONDENSING.search(step.error):
+                # the runtime says it trims the context to fit: a planned condensation, not a
+                # failure, and no turn the agent spoke
+                kind = CONDENSATION
         else:
             overflow, cause = False, None
         obs = self._obs
@@ -462,7 +475,11 @@ class LoopDetector:
         overflow = False
         write, waiting = self._kind_of_call(tool, step)
         if ok:
-            outcome = "done" if write else result_digest(step.result, self._normalizer)
+            if write:
+                version = result_version(step.result) if type(step.result) is dict else ""
+                outcome = f"done {version}" if version else "done"
+            else:
+                outcome = result_digest(step.result, self._normalizer)
             signature = ""
         else:
             signature, overflow = self._error_signature(call, step, args)

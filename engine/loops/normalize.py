@@ -49,6 +49,9 @@ __all__ = [
     "mask_volatile",
     "error_signature",
     "informative_lines",
+    "error_location",
+    "result_version",
+    "VERSION_KEYS",
     "turn_signature",
     "flatten",
     "values_close",
@@ -89,11 +92,19 @@ DEFAULT_VOLATILE_KEYS: frozenset[str] = frozenset(
         "took",
         "took_ms",
         "latency_ms",
+        "started_at",
+        "finished_at",
+        "ended_at",
+        "completed_at",
         "cache_buster",
         "cachebuster",
     }
 )
 """Keys whose values change on every call without changing its meaning (dropped everywhere)."""
+
+RESULT_VOLATILE_KEYS: frozenset[str] = frozenset({"pid", "ppid", "process_id"})
+"""Result keys whose values are fresh on every run (a process id); dropped from results only,
+since an argument naming a process picks which one."""
 
 VOLATILE_KEY_SUFFIXES: tuple[str, ...] = (
     "_request_id",
@@ -107,6 +118,7 @@ VOLATILE_KEY_SUFFIXES: tuple[str, ...] = (
 
 DEFAULT_PROGRESS_KEYS: frozenset[str] = frozenset(
     {
+        "task_progress",
         "attempt",
         "attempts",
         "attempt_number",
@@ -119,7 +131,8 @@ DEFAULT_PROGRESS_KEYS: frozenset[str] = frozenset(
         "call_count",
     }
 )
-"""Argument keys that count the agent's own retries; dropped from arguments only."""
+"""Argument keys that count the agent's own retries or track its progress through the task
+(Cline's ``task_progress`` checklist, sent with every call); dropped from arguments only."""
 
 DEFAULT_THOUGHT_KEYS: frozenset[str] = frozenset(
     {
@@ -201,11 +214,29 @@ paraphrase that only reorders or recases the words is the same search."""
 _ID_KEY = re.compile(r"(?:^|_)(?:id|uuid|guid|etag)$|[a-z]Id$")
 """Result keys whose values are generated identifiers (``id``, ``message_id``, ``etag``…)."""
 
+_REFERENCE = (
+    r"(?:conversation|chat|channel|thread|room|space|group|recipient|target|parent|user"
+    r"|account|project|repo|repository|workspace|folder|directory|file)"
+)
+_REFERENCE_KEY = re.compile(rf"^{_REFERENCE}$", re.IGNORECASE)
+_REFERENCE_ID_KEY = re.compile(rf"^{_REFERENCE}_?(?:id|Id|ID)$", re.IGNORECASE)
+"""Result keys naming where a call went, not what it made: the id of the conversation a message
+was sent to (``conversation.id``, ``chat_id``) is kept, since a send to another conversation is
+another send; only the ids of what the call created are masked."""
+
+VERSION_KEYS: frozenset[str] = frozenset(
+    {"revision", "rev", "version", "generation", "seq", "sequence", "version_id"}
+)
+"""Result keys of a write that report the new version of what it wrote: a write acknowledged
+with a new revision changed something (a file whose content only grows does not count)."""
+
 _PATH_LIKE = re.compile(r"[\w.~\-/\\:@+]+")
 _TIME_PATTERNS = {
     "time": r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
     r"|\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b",
     "duration": r"\b\d+(?:\.\d+)?\s?(?:ms|us|µs|ns|s|sec|secs|seconds)\b",
+    # a fresh scratch directory per run: /tmp/run-3, /var/folders/…/T/tmpab12
+    "tmp": r"(?:/private)?(?:/tmp|/var/tmp|/var/folders)/[\w.-]*\d[\w.-]*",
 }
 _ID_PATTERNS = {
     "uuid": r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",
@@ -229,8 +260,10 @@ def _placeholder(match: re.Match[str]) -> str:
 
 
 _NUMBER_TOKEN = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
-# Counters that go up on every run of the same command: a shell's "line 11301:", a long number.
-_COUNTER = re.compile(r"\b(line) \d+|\b\d{5,}\b", re.IGNORECASE)
+# A shell's script line counter (``bash: line 11301: …``) goes up with every command; a line
+# number without the colon (``Cell In[1], line 10``, ``detected at line 3``) points into the
+# code and tells one error from another.
+_COUNTER = re.compile(r"\b(line) \d+(?=:)|\b(attempt|retry|try) #?\d+\b|\b\d{5,}\b", re.IGNORECASE)
 # Lines that say nothing about this failure: separators, test-runner banners, warnings that
 # every command of an environment prints.
 _SEPARATOR_CHARS = "=-_*~#+. \t"
@@ -247,6 +280,9 @@ _ERRORISH = re.compile(
     r"|unexpected|traceback|exit (?:code|status)|errno",
     re.IGNORECASE,
 )
+# Lines that say where in the code the error is (``File "x.py", line 12``, ``Cell In[1], line
+# 10``): the same message at another place is another failure.
+_LOCATION = re.compile(r"\bline \d+\b(?!:)", re.IGNORECASE)
 _MAX_LINES = 6
 _PUNCTUATION = re.compile(r"[^\w\s]+")
 _DIGITS = re.compile(r"\d+")
@@ -317,7 +353,13 @@ def mask_volatile(text: str, ids: bool = False) -> str:
 
 
 def _key_name(key: str) -> str:
+    """``durationMs``, ``duration-ms`` and ``DURATION_MS`` all name ``duration_ms``."""
+    if not key.islower() and not key.isupper():
+        key = _CAMEL.sub("_", key)
     return key.lower().replace("-", "_")
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 class Normalizer:
@@ -327,7 +369,15 @@ class Normalizer:
     `engine.loops.fingerprint.canonical_json`.
     """
 
-    __slots__ = ("_arg_drop", "_result_drop", "_code", "_query", "_arg_cache", "_result_cache")
+    __slots__ = (
+        "_arg_drop",
+        "_result_drop",
+        "_code",
+        "_query",
+        "_arg_cache",
+        "_result_cache",
+        "_labelled",
+    )
 
     def __init__(
         self,
@@ -338,12 +388,13 @@ class Normalizer:
         query_keys: Iterable[str] = DEFAULT_QUERY_KEYS,
     ) -> None:
         volatile = frozenset(_key_name(k) for k in volatile_keys)
-        self._result_drop = volatile
+        self._result_drop = volatile | RESULT_VOLATILE_KEYS
         self._arg_drop = volatile | {_key_name(k) for k in (*progress_keys, *thought_keys)}
         self._code = frozenset(_key_name(k) for k in code_keys)
         self._query = frozenset(_key_name(k) for k in query_keys)
         self._arg_cache: dict[str, int] = {}
         self._result_cache: dict[str, int] = {}
+        self._labelled: list[str] = []
 
     def args(self, value: Any) -> Any:
         """Tool arguments without volatile, progress and thought keys, strings normalized."""
@@ -354,14 +405,25 @@ class Normalizer:
         if _is_dropped(key, drop):
             return _DROP
         if mask:  # a result
-            return _ID if _ID_KEY.search(key) else _KEEP
+            if _REFERENCE_KEY.match(key):
+                return _REF
+            return _ID if _ID_KEY.search(key) and not _REFERENCE_ID_KEY.match(key) else _KEEP
         if name in code:
             return _CODE
         return _QUERY if name in self._query else _KEEP
 
     def result(self, value: Any) -> Any:
-        """A tool result without volatile keys; timestamps and durations in strings masked."""
-        return self._walk(value, self._result_drop, frozenset(), self._result_cache, True)
+        """A tool result without volatile keys; timestamps and durations in strings masked, and
+        the values the result itself labels as ids or volatile (``sessionId: "sess-3"``, ``pid:
+        1003``) masked where its text repeats them ("still running (session sess-3, pid
+        1003)")."""
+        labelled = self._labelled
+        labelled.clear()
+        out = self._walk(value, self._result_drop, frozenset(), self._result_cache, True)
+        if labelled:
+            out = _mask_strings(out, sorted(set(labelled), key=len, reverse=True))
+            labelled.clear()
+        return out
 
     def volatile_values(self, args: Any) -> list[str]:
         """The values (as text) of the volatile keys in `args`; an error message that echoes a
@@ -380,6 +442,20 @@ class Normalizer:
             elif isinstance(value, (list, tuple)):
                 stack.extend(value)
         return found
+
+    def _reference(
+        self, value: Any, drop: frozenset[str], code: frozenset[str], cache: dict[str, int]
+    ) -> Any:
+        """A result value naming where a call went (``conversation: {id: …}``): its own ids
+        are kept as they are, the rest is normalized like any result."""
+        if type(value) is not dict:
+            return self._walk(value, drop, code, cache, True)
+        return {
+            key: item
+            if type(key) is str and _ID_KEY.search(key) and type(item) in (str, int)
+            else self._walk(item, drop, code, cache, True)
+            for key, item in value.items()
+        }
 
     def _walk(
         self,
@@ -411,8 +487,15 @@ class Normalizer:
                     cache[key] = treatment
                 if treatment == _KEEP:
                     out[key] = self._walk(item, drop, code, cache, mask)
-                elif treatment == _DROP:
                     continue
+                if mask and treatment != _REF and type(item) in (str, int):
+                    text = str(item)
+                    if len(text) >= 3:
+                        self._labelled.append(text)
+                if treatment == _DROP:
+                    continue
+                if treatment == _REF:
+                    out[key] = self._reference(item, drop, code, cache)
                 elif type(item) is str:
                     out[key] = (
                         normalize_code(item)
@@ -437,9 +520,51 @@ class Normalizer:
         return self._walk(plain, drop, code, cache, mask)
 
 
-_KEEP, _DROP, _CODE, _QUERY, _ID = 0, 1, 2, 3, 4
+_KEEP, _DROP, _CODE, _QUERY, _ID, _REF = 0, 1, 2, 3, 4, 5
 """How `Normalizer` treats a key: keep and normalize, drop, keep its string as code, compare
-its string as a set of words, mask its value as a generated id."""
+its string as a set of words, mask its value as a generated id, keep the ids of the object it
+refers to."""
+
+
+def _mask_strings(value: Any, labelled: list[str]) -> Any:
+    """`value` with the `labelled` values inside its strings replaced by ``<id>`` (a number
+    only as a whole number)."""
+    if type(value) is str:
+        if len(value) <= 3 or value == "<id>":
+            return value
+        for item in labelled:
+            if item in value:
+                if item.isdigit():
+                    value = re.sub(rf"(?<!\d){item}(?!\d)", "<id>", value)
+                else:
+                    value = value.replace(item, "<id>")
+        return value
+    if type(value) is dict:
+        return {key: _mask_strings(item, labelled) for key, item in value.items()}
+    if type(value) is list:
+        return [_mask_strings(item, labelled) for item in value]
+    return value
+
+
+def result_version(result: Any) -> str:
+    """The values of `VERSION_KEYS` in a (nested) dict result, as text ("" when none): what a
+    write's acknowledgement says about the new state, where its text may only echo the file."""
+    found: list[str] = []
+    stack = [result]
+    budget = 64
+    while stack and budget:
+        budget -= 1
+        value = stack.pop()
+        if type(value) is dict:
+            for key, item in value.items():
+                if type(key) is str and _key_name(key) in VERSION_KEYS:
+                    if type(item) in (str, int, float):
+                        found.append(f"{key}={item}")
+                elif type(item) in (dict, list):
+                    stack.append(item)
+        elif type(value) is list:
+            stack.extend(value[:16])
+    return ",".join(sorted(found))
 
 
 def normalize_query(text: str) -> str:
@@ -494,9 +619,9 @@ def informative_lines(error: str) -> str:
     """The part of a (multi-line) error text that tells one failure from another.
 
     Blank and separator lines, test-runner banners and environment warnings are left out; of
-    the rest, the lines that read like an error (error, failed, not found, …) are kept, or all
-    of them when none does; at most the first two and the last four, joined with `` | ``. A
-    one-line error is returned as it is.
+    the rest, the lines that read like an error (error, failed, not found, …) or say where the
+    error is (``line 12``) are kept, or all of them when none does; at most the first two and the
+    last four, joined with `` | ``. A one-line error is returned as it is.
     """
     if "\n" not in error:
         return error
@@ -505,7 +630,7 @@ def informative_lines(error: str) -> str:
         line = line.strip().strip(_SEPARATOR_CHARS)
         if line and not _BOILERPLATE.match(line):
             kept.append(line)
-    errorish = [line for line in kept if _ERRORISH.search(line)]
+    errorish = [line for line in kept if _ERRORISH.search(line) or _LOCATION.search(line)]
     chosen = errorish or kept
     if len(chosen) > _MAX_LINES:
         chosen = chosen[:2] + chosen[-(_MAX_LINES - 2) :]
@@ -517,8 +642,9 @@ def error_signature(error: str | None, args: Any = None, volatile: Iterable[str]
 
     Built from the `informative_lines` of the error, lower-cased, whitespace collapsed, ids /
     timestamps / durations / addresses masked, counters masked (``line 11301:`` -> ``line <n>``,
-    numbers of five or more digits), and every value the agent passed in `args` (normalized
-    arguments, and each word of 4+ characters of a multi-word string argument) replaced by
+    ``attempt 3`` -> ``attempt <n>``, numbers of five or more digits), and every value the agent
+    passed in `args` (normalized arguments, and each word of 4+ characters of a multi-word string
+    argument) replaced by
     ``<arg>``, so retries whose arguments were jittered and echoed back in the error share one
     signature. Values in `volatile` (request ids and the like dropped from the arguments) are
     masked as ``<volatile>``. Cut to 400 chars.
@@ -550,8 +676,21 @@ def error_signature(error: str | None, args: Any = None, volatile: Iterable[str]
     if numbers:
         text = _NUMBER_TOKEN.sub(lambda m: "<arg>" if m.group() in numbers else m.group(), text)
     text = mask_volatile(text, ids=True)
-    text = _COUNTER.sub(lambda m: f"{m.group(1)} <n>" if m.group(1) else "<n>", text).lower()
+    text = _COUNTER.sub(_counter, text).lower()
     return text[:_SIGNATURE_CHARS]
+
+
+def _counter(match: re.Match[str]) -> str:
+    word = match.group(1) or match.group(2)
+    return f"{word} <n>" if word else "<n>"
+
+
+def error_location(signature: str) -> str:
+    """Where in the code an error (its `error_signature`) says it happened: its ``line N``
+    mentions, "" when it names none."""
+    if "line" not in signature:
+        return ""
+    return ",".join(_LOCATION.findall(signature))
 
 
 def turn_signature(text: str | None) -> str:

@@ -19,7 +19,7 @@ class IdleTurns(Rule):
     `turn_similarity`) repeating another turn of the run; or, in a run that has called tools,
     at that many message turns in a row without a tool call, whatever they say (an agent that
     works through tools and stops calling them is talking instead of acting). A tool call
-    ends the run."""
+    ends the run; a model call that overflowed is no turn (``context_overflow`` counts it)."""
 
     id = IDLE_TURNS
     kinds = frozenset({TURN})
@@ -49,6 +49,8 @@ class IdleTurns(Rule):
         self._messages.clear()  # answering the user is talking to them, not instead of acting
 
     def check(self, obs: Observation, window: Window) -> Finding | None:
+        if obs.overflow:
+            return None  # a model call that overflowed is no turn the agent spoke
         turns, counts = self._turns, self._counts
         if turns and (window.last_call or -1) > turns[-1][0]:
             self.after_flag()  # a tool call ended the last run of idle turns

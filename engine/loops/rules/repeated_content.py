@@ -14,13 +14,24 @@ __all__ = ["REPEATED_CONTENT", "RepeatedContent"]
 REPEATED_CONTENT: Final = "repeated_content"
 
 _CODE_FENCE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
-_TABLE_ROW = re.compile(r"^\s*\|.*$", re.MULTILINE)
+# Markdown structure repeats by nature (table rows, list items, headings, quotes, rules): a
+# passage is counted only within one stretch of prose between two such marks. A table is two
+# cells' pipes anywhere; a ``*``/``+`` bullet anywhere after white space; a ``-`` or numbered
+# bullet, heading, quote or rule at the start of a line.
+_STRUCTURE = re.compile(
+    r"\|[^|\n]+\||(?:^|(?<=\s))[*+]\s"
+    r"|^[ \t]*(?:-|\d+[.)]|#+|>)[ \t]|^[ \t]*[-=_*]{3,}[ \t]*$",
+    re.MULTILINE,
+)
+_FENCE = "`" * 3
+_SPACES = re.compile(r"\s+")
 
 
 class RepeatedContent(Rule):
     """Fires on an agent message in which one passage of `content_chunk_size` characters comes
-    back `content_repeats` times, on average at most five passages apart. Code blocks and
-    table rows are left out: they repeat by nature."""
+    back `content_repeats` times, on average at most five passages apart, with the same text
+    between its returns. Code blocks are left out, and markdown structure (table rows, list
+    items, headings…) splits the message: they repeat by nature."""
 
     id = REPEATED_CONTENT
     kinds = frozenset({TURN})
@@ -36,25 +47,16 @@ class RepeatedContent(Rule):
 
     def check(self, obs: Observation, window: Window) -> Finding | None:
         text = obs.step.text
-        chunk, repeats = self.chunk, self.repeats
-        if not text or len(text) < chunk * repeats:
+        if not text or len(text) < self.chunk * self.repeats:
             return None
-        if "```" in text or "|" in text:
-            text = _TABLE_ROW.sub("", _CODE_FENCE.sub("", text))
-        text = " ".join(text.split())
-        positions: dict[str, list[int]] = {}
-        reach = 5 * chunk * (repeats - 1)
-        for start in range(len(text) - chunk + 1):
-            passage = text[start : start + chunk]
-            seen = positions.get(passage)
-            if seen is None:
-                positions[passage] = [start]
-                continue
-            seen.append(start)
-            if len(seen) >= repeats and start - seen[-repeats] <= reach:
+        if _FENCE in text:
+            text = _CODE_FENCE.sub("\n", text)
+        for stretch in _STRUCTURE.split(text):
+            found = self._chant(_SPACES.sub(" ", stretch))
+            if found is not None:
                 if not self.allowed(()):
                     return None
-                count = len(seen)
+                passage, count = found
                 return Finding(
                     passage,
                     None,
@@ -65,4 +67,31 @@ class RepeatedContent(Rule):
                     "Your last message repeated itself; stop, and write one short, new answer.",
                     {"passage": passage, "repeats": count, "chars": len(text)},
                 )
+        return None
+
+    def _chant(self, text: str) -> tuple[str, int] | None:
+        """The passage `text` chants and how often, or None.
+
+        A passage chants when it comes back `repeats` times, on average at most five passages
+        apart, and what lies between its returns is mostly the same text (at most half of the
+        gaps differ): the whole stretch repeats, not only a shared prefix (a list of names that
+        all start with the same long path is no chant).
+        """
+        chunk, repeats = self.chunk, self.repeats
+        if len(text) < chunk * repeats:
+            return None
+        positions: dict[str, list[int]] = {}
+        reach = 5 * chunk * (repeats - 1)
+        for start in range(len(text) - chunk + 1):
+            passage = text[start : start + chunk]
+            seen = positions.get(passage)
+            if seen is None:
+                positions[passage] = [start]
+                continue
+            seen.append(start)
+            if len(seen) >= repeats and start - seen[-repeats] <= reach:
+                recent = seen[-repeats:]
+                gaps = {text[a:b] for a, b in zip(recent, recent[1:], strict=False)}
+                if len(gaps) <= repeats // 2:
+                    return passage, len(seen)
         return None
