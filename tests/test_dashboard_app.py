@@ -310,7 +310,7 @@ def test_a_second_notice_needs_a_confirmation(store):
 
 
 def test_compensations_page_lists_stuck_and_failed_ones(tmp_path):
-    from e2e.seed import StepClock
+    from support.fleet import StepClock
 
     url = f"sqlite:///{tmp_path}/comp.db"
     with Engine.open(url, clock=StepClock(back_s=3600.0)) as engine:
