@@ -181,8 +181,10 @@ def delete_session(
     return found
 
 
-def purge_abandoned(rt: Runtime, older_than_s: float = 7 * 86400.0) -> dict:
-    """Delete abandoned branches older than `older_than_s`; the store records what it removed.
+def purge_abandoned(rt: Runtime, older_than_s: float = 7 * 86400.0, *,
+                    dry_run: bool = False) -> dict[str, int]:
+    """Delete abandoned branches older than `older_than_s`; the store audits every branch id it
+    removed. `dry_run` counts what would go and removes nothing.
 
     Raises:
         ValueError: a negative age.
@@ -190,7 +192,25 @@ def purge_abandoned(rt: Runtime, older_than_s: float = 7 * 86400.0) -> dict:
     if older_than_s < 0:
         raise ValueError("older_than_s must not be negative")
     now = rt.clock()
-    return rt.store.purge_branches(now - older_than_s, now)
+    return rt.store.purge_branches(now - older_than_s, now, dry_run=dry_run)
+
+
+def purge_idle_sessions(rt: Runtime, older_than_s: float, *,
+                        dry_run: bool = False) -> dict[str, int]:
+    """Delete sessions idle for longer than `older_than_s` that are not evidence (no loop
+    verdict, rollback, notice, compensation or audit row); evidence stays however old. The
+    store audits the removed ids as ``retention``. `dry_run` counts and removes nothing.
+
+    Returns:
+        ``sessions``: how many went (or would go); ``evidence``: how many as old were kept.
+
+    Raises:
+        ValueError: a negative age.
+    """
+    if older_than_s < 0:
+        raise ValueError("older_than_s must not be negative")
+    now = rt.clock()
+    return rt.store.purge_sessions(now - older_than_s, now, dry_run=dry_run)
 
 
 WHERE_KEYS = ("status", "tenant", "scenario", "prompt_version", "tool")

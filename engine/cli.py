@@ -474,6 +474,8 @@ def cmd_purge(args) -> int:
     age = args.older_than if args.older_than is not None else args.days
     age = 7 * 86400.0 if age is None else age
     engine = _engine(args)
+    if args.idle_sessions:
+        return _purge_idle_sessions(engine, age, args)
     now = engine.clock()
     candidates = purge_candidates(engine, now - age)
     where = redact(engine.store.url)
@@ -491,15 +493,39 @@ def cmd_purge(args) -> int:
     sessions = len({sid for sid, _ in candidates})
     question = (f"delete {len(candidates)} abandoned branch(es) of {sessions} session(s), "
                 f"older than {_describe_age(age)}, from {where}?")
-    if not args.yes:
-        if not (sys.stdin and sys.stdin.isatty()):
-            raise CLIError(f"refusing to {question[:-1]} without confirmation: stdin is not a "
-                           "terminal. Check the list with --dry-run, then pass --yes.")
-        answer = input(scrub(question) + " [y/N] ").strip().lower()
-        if answer not in ("y", "yes"):
-            raise CLIError("purge cancelled; nothing was deleted")
+    _confirm_purge(question, args)
     removed = engine.purge_abandoned(older_than_s=age)
     print(json.dumps(removed))
+    return 0
+
+
+def _confirm_purge(question: str, args) -> None:
+    """Ask `question` unless --yes; refuse without a terminal to answer it."""
+    if args.yes:
+        return
+    if not (sys.stdin and sys.stdin.isatty()):
+        raise CLIError(f"refusing to {question[:-1]} without confirmation: stdin is not a "
+                       "terminal. Check with --dry-run, then pass --yes.")
+    answer = input(scrub(question) + " [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise CLIError("purge cancelled; nothing was deleted")
+
+
+def _purge_idle_sessions(engine: Engine, age: float, args) -> int:
+    where = redact(engine.store.url)
+    found = engine.purge_idle_sessions(age, dry_run=True)
+    kept = f"{found['evidence']} as old kept as evidence"
+    if args.dry_run:
+        out(f"dry run: {found['sessions']} idle session(s) older than {_describe_age(age)} "
+            f"would be deleted from {where} ({kept}); nothing was deleted")
+        return 0
+    if not found["sessions"]:
+        out(f"no idle session older than {_describe_age(age)} that is not evidence in {where} "
+            f"({kept}); nothing to delete")
+        return 0
+    _confirm_purge(f"delete {found['sessions']} idle session(s) older than "
+                   f"{_describe_age(age)} that are not evidence, from {where}?", args)
+    print(json.dumps(engine.purge_idle_sessions(age)))
     return 0
 
 
@@ -699,7 +725,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compensations)
 
     p = sub.add_parser(
-        "purge", help="apply retention: delete old abandoned branches",
+        "purge", help="apply retention: delete old abandoned branches (or idle sessions)",
         epilog="Asks for confirmation unless --yes; without a terminal and without --yes it "
         "refuses (exit 1). List what would go first with --dry-run.",
     )
@@ -710,6 +736,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete "
                    "nothing")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--idle-sessions", action="store_true",
+                   help="delete whole sessions idle longer than the age that are not evidence "
+                   "(no loop verdict, rollback, notice, compensation or audit row) instead of "
+                   "abandoned branches")
     p.set_defaults(func=cmd_purge)
 
     p = sub.add_parser("doctor", help="check the store and rebuild fleet indexes")

@@ -265,3 +265,20 @@ def test_the_command_line_hashes_a_password_read_from_stdin():
     done = _rewind_process("hash-password", stdin="victor-reads\n")
     assert done.returncode == 0, done.stderr
     assert verify_password("victor-reads", done.stdout.strip())
+
+
+def test_purge_idle_sessions_keeps_evidence(store, rewind, open_engine):
+    """`purge --idle-sessions` removes idle sessions that are not evidence and keeps the
+    flagged one, however old; a dry run removes nothing."""
+    code, out = rewind("--store", store, "purge", "--idle-sessions", "--older-than", "0",
+                       "--dry-run")
+    assert code == 0 and "1 idle session(s)" in out and "1 as old kept as evidence" in out
+    engine = open_engine(store)
+    assert {i.id for i in engine.sessions()} == {LOOPING, HEALTHY}
+
+    code, out = rewind("--store", store, "purge", "--idle-sessions", "--older-than", "0",
+                       "--yes")
+    assert code == 0 and json.loads(out) == {"sessions": 1, "evidence": 1}
+    assert {i.id for i in engine.sessions()} == {LOOPING}
+    (entry,) = [a for a in engine.audit(action="retention") if a.detail.get("session_ids")]
+    assert entry.detail["session_ids"] == [HEALTHY]
