@@ -17,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import access, settings, views
-from engine import Engine, SessionStatus, StoreUnavailable
+from engine import Engine, SessionStatus, StoreError, StoreUnavailable
 from engine.fleet import LoopTally
 
 FLEET_TTL = 5
@@ -50,6 +50,9 @@ def store_errors() -> Iterator[None]:
         yield
     except StoreUnavailable as exc:
         st.error(f"The store cannot be reached: {views.plain(exc)}")
+        st.stop()
+    except StoreError as exc:  # wrong password, schema from a newer version, …
+        st.error(f"The store refused the request: {views.plain(exc)}")
         st.stop()
 
 

@@ -418,6 +418,20 @@ def test_a_degraded_store_is_shown_in_a_banner(tmp_path):
     assert "pw-secret" not in banner
 
 
+def test_a_store_from_a_newer_release_is_an_error_not_a_traceback(tmp_path):
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path}/newer.db"
+    Engine.open(url).close()
+    with sqlite3.connect(tmp_path / "newer.db") as conn:
+        conn.execute("UPDATE rewind_meta SET value = '999' WHERE key = 'schema_version'")
+    at = app(url)
+    assert not at.exception
+    shown = texts(at.error)
+    assert "newer Rewind" in shown and views.plain("upgrade agent-rewind") in shown
+    assert not at.dataframe
+
+
 # -- hostile text ---------------------------------------------------------------------------------
 UNESCAPED_LINK = r"https?://|www\.|(?<!\\)\]\(|(?<!\\)<a[\s>]|@evil"
 """What would become a link if Streamlit's Markdown rendered it (plain() breaks each of these)."""
