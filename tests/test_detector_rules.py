@@ -7,7 +7,7 @@ import json
 import tracemalloc
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engine.loops.detector import (
@@ -27,7 +27,7 @@ from engine.loops.detector import (
     Step,
     Verdict,
 )
-from engine.loops.fingerprint import canonical_json, fingerprint
+from engine.loops.fingerprint import canonical_json, fingerprint, fingerprint_normalized
 from engine.loops.normalize import (
     error_signature,
     normalize_args,
@@ -1039,3 +1039,29 @@ def test_a_stream_of_never_repeated_calls_is_healthy(names):
     detector = LoopDetector()
     for name in names:
         assert not detector.observe(ok("read_file", {"path": name}, f"content of {name}")).looping
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
+                                                                max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.none(), st.text(max_size=12)), JSON_VALUES)
+@example("search", {"q": "half an emoji \ud83d"})
+@example("search", ["\udfff"])
+@example("calc", {"x": float("nan")})
+@example("calc", {"x": [float("inf")]})
+def test_the_detectors_fast_fingerprint_is_the_canonical_one(tool, args):
+    """The detector skips re-canonicalizing normalized arguments; the digest must not change, and
+    what `fingerprint` refuses (NaN, infinity, lone surrogates) is refused with the same error."""
+    try:
+        expected = fingerprint(tool, args)
+    except (TypeError, ValueError) as exc:
+        with pytest.raises(type(exc), match="no JSON form|lone surrogate"):
+            fingerprint_normalized(tool, args)
+    else:
+        assert fingerprint_normalized(tool, args) == expected

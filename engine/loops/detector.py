@@ -87,7 +87,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.loops.fingerprint import digest, fingerprint
+from engine.loops.fingerprint import digest, fingerprint_normalized
 from engine.loops.normalize import (
     DEFAULT_CODE_KEYS,
     DEFAULT_PROGRESS_KEYS,
@@ -470,7 +470,7 @@ class LoopDetector:
         """A tool call: normalized arguments, fingerprint, state, novelty and progress."""
         window = self._window
         args = self._normalizer.args(step.args)
-        call = fingerprint(tool, args)
+        call = fingerprint_normalized(tool, args)
         ok = step.ok
         overflow = False
         write, waiting = self._kind_of_call(tool, step)

@@ -132,6 +132,31 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+_PLAIN_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                               allow_nan=False)
+
+
+def normalized_digest(value: Any, prefix: str = "") -> str:
+    """`digest(prefix + canonical_json(value))` for a value the loop normalizer returned, without
+    converting it again.
+
+    The normalizer's output is plain JSON data with string keys, so its JSON text is already the
+    canonical one and the digest is the same. Anything the fast encoder refuses (NaN, a lone
+    surrogate, a cycle, a value that is not JSON) goes through `canonical_json`, which raises its
+    clear errors. Unlike `canonical_json` it does not refuse nesting deeper than `MAX_DEPTH`;
+    `Session.step` refuses that before the detector sees the arguments.
+    """
+    try:
+        return digest(prefix + _PLAIN_JSON.encode(value))
+    except (TypeError, ValueError, RecursionError):
+        return digest(prefix + canonical_json(value))
+
+
+def fingerprint_normalized(tool: str | None, args: Any) -> str:
+    """`fingerprint` of arguments the loop normalizer returned (see `normalized_digest`)."""
+    return normalized_digest(args if args is not None else {}, f"{tool or ''}\x00")
+
+
 def fingerprint(tool: str | None, args: Any) -> str:
     """Stable fingerprint of a tool call: digest of the tool name and the canonical args."""
     return digest(f"{tool or ''}\x00{canonical_json(args if args is not None else {})}")

@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from engine.loops.fingerprint import canonical_json, canonicalize, digest
+from engine.loops.fingerprint import canonicalize, digest, normalized_digest
 
 __all__ = [
     "DEFAULT_VOLATILE_KEYS",
@@ -601,7 +601,7 @@ def result_digest(result: Any, normalizer: Normalizer = _DEFAULT_NORMALIZER) -> 
     value whether it is fed the live result or the stored digest (a digest string is hashed as is,
     which keeps equal digests equal).
     """
-    return digest(canonical_json(normalizer.result(result)))
+    return normalized_digest(normalizer.result(result))
 
 
 def _leaves(value: Any, out: list[Any]) -> None:
