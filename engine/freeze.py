@@ -47,8 +47,8 @@ from engine.types import LOOP_POLICIES, LoopPolicy
 
 __all__ = [
     "DEFAULT_NAME", "ENV_END", "ENV_NAME", "ENV_ON_LOOP", "ENV_START", "MAX_NAME_CHARS",
-    "FreezeWindow", "PolicyChoice", "PolicySource", "freeze_window", "from_environment",
-    "parse_time", "read_table", "resolve",
+    "POLICY_SENTENCES", "POLICY_SHORT", "FreezeWindow", "PolicyChoice", "PolicySource", "freeze_window",
+    "from_environment", "parse_time", "policy_sentence", "read_table", "resolve",
 ]
 
 ENV_START = "REWIND_FREEZE_START"
@@ -131,6 +131,36 @@ def resolve(explicit: LoopPolicy | None, freeze: FreezeWindow | None, default: L
     if inside is not None and inside.on_loop is not None:
         return PolicyChoice(inside.on_loop, "freeze", inside)
     return PolicyChoice(default, "engine", inside)
+
+
+POLICY_SENTENCES: dict[LoopPolicy | None, str] = {
+    "flag": "Loops are flagged for on-call, not rolled back automatically (freeze policy): roll "
+            "looping sessions back by hand and tell their users.",
+    "rollback": "Loops are rolled back automatically (freeze policy); tell their users, fixes "
+                "ship after the freeze.",
+    "nudge_then_rollback": "Looping agents are nudged once, then rolled back automatically "
+                           "(freeze policy); fixes ship after the freeze.",
+    "off": "Loop detection is off (freeze policy): nothing is flagged or rolled back "
+           "automatically.",
+    None: "Roll looping sessions back and tell their users; fixes ship after the freeze.",
+}
+"""What happens to loops during a freeze, per freeze policy (None: the freeze sets none), in
+words for banners. Sessions given a policy of their own keep it."""
+
+
+POLICY_SHORT: dict[LoopPolicy | None, str] = {
+    "flag": "loops flagged, not rolled back",
+    "rollback": "loops rolled back",
+    "nudge_then_rollback": "loops nudged, then rolled back",
+    "off": "loop detection off",
+    None: "",
+}
+"""The same in a few words, for chart legends and captions ("" when the freeze sets none)."""
+
+
+def policy_sentence(window: FreezeWindow) -> str:
+    """One sentence saying what happens to loops while `window` is in force (plain text)."""
+    return POLICY_SENTENCES[window.on_loop]
 
 
 # -- configuration ------------------------------------------------------------------------------
