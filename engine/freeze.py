@@ -37,7 +37,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -47,8 +47,9 @@ from engine.types import LOOP_POLICIES, LoopPolicy
 
 __all__ = [
     "DEFAULT_NAME", "ENV_END", "ENV_NAME", "ENV_ON_LOOP", "ENV_START", "MAX_NAME_CHARS",
-    "POLICY_SENTENCES", "POLICY_SHORT", "FreezeWindow", "PolicyChoice", "PolicySource", "freeze_window",
-    "from_environment", "parse_time", "policy_sentence", "read_table", "resolve",
+    "POLICY_SENTENCES", "POLICY_SHORT", "FreezeWindow", "PolicyChoice", "PolicySource",
+    "configured", "freeze_window", "from_environment", "parse_time", "policy_sentence",
+    "read_table", "resolve",
 ]
 
 ENV_START = "REWIND_FREEZE_START"
@@ -257,6 +258,20 @@ def from_environment(env: Mapping[str, str] | None = None) -> FreezeWindow | Non
     Raises:
         ConfigError: as `freeze_window`.
     """
+    return freeze_window(None, env)
+
+
+def configured(paths: Iterable[str | Path] = (),
+               env: Mapping[str, str] | None = None) -> FreezeWindow | None:
+    """The freeze as the console sees it: `[rewind.freeze]` of the first file of `paths` that
+    exists (a `.streamlit/secrets.toml`), each key overridden by the environment.
+
+    Raises:
+        ConfigError: as `freeze_window`, or the file is not valid TOML.
+    """
+    for path in paths:
+        if Path(path).is_file():
+            return freeze_window(read_table(path), env)
     return freeze_window(None, env)
 
 
