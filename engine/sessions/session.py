@@ -110,6 +110,8 @@ class StepCall:
         """Write-ahead snapshot taken before the step."""
         self.verdict: Verdict | None = None
         """The detector's verdict, known once the step ended."""
+        self.policy: PolicyChoice | None = None
+        """The loop policy in effect when the step ended, and why (see `Session.loop_policy`)."""
         self.late = False
         """True when the session was rolled back while this step ran."""
         self._outcome: StepOutcome | None = None
@@ -190,6 +192,10 @@ class Session:
         self._rt = runtime
         self.id = info.id
         self._on_loop: LoopPolicy | None = _checked_policy(on_loop)
+        self.acts_on_loops = True
+        """False when an integration acts on loops itself (the LangGraph tool guard): the handle
+        still stores each verdict with the policy in effect, but neither rolls back, nudges nor
+        stops; the integration reads the policy from `StepCall.policy`."""
         self._epoch: int | None = None
         self._detector = runtime.detector_factory()
         self._observed: list[int] = []  # detector index - offset -> step number
@@ -454,6 +460,7 @@ class Session:
             rt.clock(),
         )
         call.verdict = verdict
+        call.policy = choice
         if late:
             call.late = True
             self._epoch = None  # force a rebuild on the next call
@@ -461,7 +468,7 @@ class Session:
         if stored is None:
             return
         metrics.record_loop(verdict, call.tool, self.info().meta)
-        if policy == "flag":
+        if policy == "flag" or not self.acts_on_loops:
             return
         if verdict.remedy == "stop":
             # A budget ran out: there is no healthy point to return to, only a stop.
