@@ -17,7 +17,6 @@ on_loop = "flag"            # loop policy during the freeze; absent: the engine'
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -90,19 +89,6 @@ def refresh_seconds(secrets: Mapping[str, Any] | None) -> float:
 
 FreezeWindow = freeze.FreezeWindow
 """The change freeze, as the engine reads it (`engine.freeze`)."""
-
-
-def parse_time(value: Any, what: str) -> dt.datetime:
-    """An aware datetime from an ISO 8601 string, a TOML datetime or a unix time
-    (`engine.freeze.parse_time`; a value without a time zone is local time).
-
-    Raises:
-        SettingsError: the value is none of those.
-    """
-    try:
-        return freeze.parse_time(value, what)
-    except ConfigError as exc:
-        raise SettingsError(str(exc)) from exc
 
 
 def freeze_window(
