@@ -63,9 +63,6 @@ except settings.SettingsError as exc:
     st.warning(f"The freeze window setting is wrong and was ignored: {views.plain(exc)}")
     freeze = None
 if freeze is not None and freeze.active(time.time()):
-    st.warning(f"**{views.plain(freeze.name)}** until {freeze.end:%a %d %b %H:%M %Z}: no "
-               "deploys. Roll looping sessions back and tell their users; fixes ship after the "
-               "freeze.",
-               icon=":material/ac_unit:")
+    st.warning(settings.freeze_banner(freeze), icon=":material/ac_unit:")
 
 page.run()

@@ -31,7 +31,10 @@ FLEET_CAP = 20_000
 @st.cache_resource(show_spinner=False)
 def engine_for(url: str | None) -> Engine:
     """One engine (and store connection pool) per store URL for the whole console process."""
-    return Engine.open(url)
+    # The console runs no sessions, so its engine needs no freeze; the frame reads the freeze
+    # from secrets and the environment (`settings.freeze_window`) and shows a malformed one as a
+    # warning, where the engine's own reading would refuse to open.
+    return Engine.open(url, freeze=None)
 
 
 def store_url() -> str | None:

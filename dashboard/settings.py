@@ -7,21 +7,24 @@ Everything here takes the secrets as a plain mapping so it can be tested without
 store = "sqlite:///.rewind/rewind.db"   # else $REWIND_STORE, else the engine's default
 refresh_seconds = 5                     # fleet auto-refresh interval
 
-[rewind.freeze]                         # or $REWIND_FREEZE_START / _END / _NAME
+[rewind.freeze]             # or $REWIND_FREEZE_START / _END / _NAME / _ON_LOOP (engine.freeze)
 start = "2026-10-01T00:00:00+08:00"
 end = "2026-10-08T00:00:00+08:00"
 name = "National Day change freeze"
+on_loop = "flag"            # loop policy during the freeze; absent: the engine's default
 ```
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+
+from dashboard.views import plain
+from engine import freeze
+from engine.errors import ConfigError
 
 DEFAULT_STORE = "sqlite:///.rewind/rewind.db"
 """The engine's default store when neither secrets nor $REWIND_STORE name one."""
@@ -84,78 +87,40 @@ def refresh_seconds(secrets: Mapping[str, Any] | None) -> float:
     return max(seconds, MIN_REFRESH_S)
 
 
-@dataclass(frozen=True)
-class FreezeWindow:
-    """A change freeze: no deploys between `start` and `end`; on-call rolls back instead."""
-
-    start: dt.datetime
-    """Aware datetime the freeze begins."""
-    end: dt.datetime
-    """Aware datetime the freeze ends (exclusive)."""
-    name: str = "Change freeze"
-    """What the banner calls it."""
-
-    def active(self, now: float) -> bool:
-        """True while unix time `now` lies inside the window."""
-        return self.start.timestamp() <= now < self.end.timestamp()
-
-    def span(self) -> tuple[float, float]:
-        """(start, end) as unix times."""
-        return self.start.timestamp(), self.end.timestamp()
-
-
-def parse_time(value: Any, what: str) -> dt.datetime:
-    """An aware datetime from an ISO 8601 string, a TOML datetime or a unix time.
-
-    A value without a time zone is taken as local time.
-
-    Raises:
-        SettingsError: the value is none of those.
-    """
-    if isinstance(value, dt.datetime):
-        parsed = value
-    elif isinstance(value, dt.date):
-        parsed = dt.datetime.combine(value, dt.time())
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        return dt.datetime.fromtimestamp(float(value), tz=dt.UTC)
-    elif isinstance(value, str) and value.strip():
-        try:
-            parsed = dt.datetime.fromisoformat(value.strip())
-        except ValueError as exc:
-            raise SettingsError(
-                f"{what} must be an ISO 8601 time such as 2026-10-01T00:00:00+08:00, "
-                f"not {value!r}"
-            ) from exc
-    else:
-        raise SettingsError(f"{what} is missing or empty")
-    return parsed if parsed.tzinfo else parsed.astimezone()
+FreezeWindow = freeze.FreezeWindow
+"""The change freeze, as the engine reads it (`engine.freeze`)."""
 
 
 def freeze_window(
     secrets: Mapping[str, Any] | None, env: Mapping[str, str] | None = None
 ) -> FreezeWindow | None:
-    """The configured freeze window; the environment overrides `[rewind.freeze]`.
+    """The configured freeze window: `[rewind.freeze]`, each key overridden by its environment
+    variable. Parsed by the engine (`engine.freeze.freeze_window`), so the console, the demo and
+    the agents read one configuration the same way.
 
     Raises:
-        SettingsError: only one end is given, a time is malformed, or end is not after start.
+        SettingsError: only one end is given, a time or the policy is malformed, or end is not
+            after start.
     """
-    env = os.environ if env is None else env
-    conf = section(secrets, "rewind", "freeze")
-    start = env.get("REWIND_FREEZE_START") or conf.get("start")
-    end = env.get("REWIND_FREEZE_END") or conf.get("end")
-    name = env.get("REWIND_FREEZE_NAME") or conf.get("name") or "Change freeze"
-    if not start and not end:
-        return None
-    if not start or not end:
-        raise SettingsError(
-            "a freeze window needs both start and end ([rewind.freeze] in secrets.toml or "
-            "REWIND_FREEZE_START and REWIND_FREEZE_END)"
-        )
-    window = FreezeWindow(parse_time(start, "freeze start"), parse_time(end, "freeze end"),
-                          str(name))
-    if window.end <= window.start:
-        raise SettingsError(
-            f"the freeze ends ({window.end.isoformat()}) before it starts "
-            f"({window.start.isoformat()})"
-        )
-    return window
+    try:
+        return freeze.freeze_window(section(secrets, "rewind", "freeze"), env)
+    except ConfigError as exc:
+        raise SettingsError(str(exc)) from exc
+
+
+def freeze_banner(window: FreezeWindow) -> str:
+    """The banner text while `window` is in force: until when, and what happens to loops.
+
+    Markdown with the name escaped: the name is configuration text, shown as plain text.
+    """
+    until = f"{window.end:%a %d %b %H:%M %Z}".strip()
+    head = f"**{plain(window.name)}** until {until}: no deploys."
+    return f"{head} {plain(freeze.policy_sentence(window))}"
+
+
+def freeze_caption(window: FreezeWindow) -> str:
+    """What the shaded band on the loop charts is: the freeze, its span, its loop policy."""
+    span = f"{window.start:%d %b %H:%M} to {window.end:%d %b %H:%M %Z}".strip()
+    policy = freeze.POLICY_SHORT[window.on_loop]
+    return f"Shaded: {plain(window.name)}, {plain(span)}" + (
+        f" ({plain(policy)} by the freeze policy)" if policy else "")

@@ -12,6 +12,7 @@ from engine.actions import Actor
 from engine.engine import Engine
 from engine.errors import (
     BudgetError,
+    ConfigError,
     EncodingIntegrityError,
     EncodingUnavailable,
     InvalidSessionId,
@@ -34,6 +35,7 @@ from engine.errors import (
     UnknownSession,
     UnknownSnapshot,
 )
+from engine.freeze import FreezeWindow, PolicyChoice
 from engine.limits import Limits
 from engine.loops.detector import LoopDetector, Step, Verdict
 from engine.records import (
@@ -75,6 +77,7 @@ __all__ = [
     "StoredVerdict", "TokenBreakdown", "UnknownCompensation", "UnknownEncoding",
     "UnknownSession", "UnknownSnapshot", "Verdict",
     "BulkRollbackItem", "Quarantine", "ToolQuarantined", "UnknownQuarantine",
+    "ConfigError", "FreezeWindow", "PolicyChoice",
 ]
 __version__ = "0.1.0"
 

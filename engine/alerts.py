@@ -281,6 +281,10 @@ class AlertWorker:
                 if "loop" in rules:
                     rule = (verdict or {}).get("rule") or "loop"
                     why = (verdict or {}).get("explanation") or "the detector flagged a loop"
+                    policy = (verdict or {}).get("policy")
+                    if policy:  # e.g. "; policy flag (freeze: National Day change freeze)"
+                        reason = (verdict or {}).get("policy_reason")
+                        why += f"; policy {policy}" + (f" ({reason})" if reason else "")
                     out.append(
                         self._alert(
                             "loop",

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.errors import (
+    ConfigError,
     RewindError,
     StoreError,
     UnknownCompensation,
@@ -41,7 +42,8 @@ EXIT_CODES = {
     EXIT_OK: "ok",
     EXIT_REFUSED: "the operation was refused or failed (nothing to roll back, someone else "
     "rolled the session back first, a size limit, a viewer's role, purge not confirmed, …)",
-    EXIT_USAGE: "usage error: a missing or malformed argument, an unknown store URL scheme",
+    EXIT_USAGE: "usage error: a missing or malformed argument or setting ($REWIND_FREEZE_*), an "
+    "unknown store URL scheme",
     EXIT_STORE: "the store is unreachable, refuses the credentials, is read-only, or is broken "
     "(a corrupt database file, a newer schema)",
     EXIT_NOT_FOUND: "the session, snapshot, compensation or quarantine does not exist",
@@ -209,6 +211,8 @@ def cmd_show(args) -> int:
         out(f"verdict: {v.get('rule')}: {v.get('explanation')} "
             f"(evidence steps {v.get('evidence_steps')}, loop began at step "
             f"{v.get('loop_start_step')})")
+        if v.get("policy"):
+            out(f"policy: {v.get('policy')} ({v.get('policy_reason') or 'reason not recorded'})")
     out(f"suggested rollback target: {s.suggested_target() or '-'}\n")
     rows = [[n.id, n.parent or "-", n.label or "-", _fmt_time(n.created_at),
              "head" if n.is_head else ("live" if n.on_live_line else "abandoned"),
@@ -815,6 +819,8 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(exc), exc.code)
     except (UnknownSession, UnknownSnapshot, UnknownCompensation, UnknownQuarantine) as exc:
         return fail(str(exc), EXIT_NOT_FOUND)
+    except ConfigError as exc:  # a malformed setting ($REWIND_FREEZE_*): the user's to fix
+        return fail(str(exc), EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001 - the one place that turns failures into exit codes
         if os.environ.get("REWIND_DEBUG"):
             raise

@@ -15,6 +15,7 @@ from typing import Any
 
 from engine import actions, fleet, metrics, quarantine, saga
 from engine.actions import Actor
+from engine.freeze import FreezeWindow, PolicyChoice, from_environment
 from engine.limits import Limits, canonical_within
 from engine.loops.detector import LoopDetector
 from engine.records import (
@@ -50,12 +51,16 @@ class Engine:
         compensation_attempts: int = 3,
         memory: Any = None,
         limits: Limits | None = None,
+        freeze: FreezeWindow | None = None,
     ):
+        """Wire an engine on `store`. The constructor reads no environment: `freeze` is the
+        change freeze whose loop policy applies while `clock` lies inside it (None: none);
+        `Engine.open` fills it from the environment."""
         self.runtime = Runtime(
             store=store, clock=clock, retention=retention or Retention(),
             detector_factory=detector_factory, on_loop=on_loop,
             compensation_attempts=compensation_attempts, memory_config=memory,
-            limits=limits or Limits(),
+            limits=limits or Limits(), freeze=freeze,
         )
 
     @classmethod
@@ -63,13 +68,18 @@ class Engine:
         """Open the store at `url` (None: $REWIND_STORE, else sqlite:///.rewind/rewind.db).
 
         Options are passed to `Engine` (detector_factory, retention, on_loop, clock, memory,
-        limits);
-        store options go in `store_options`.
+        limits, freeze); store options go in `store_options`. Without a `freeze` option the
+        change freeze comes from $REWIND_FREEZE_START / _END / _NAME / _ON_LOOP (none when they
+        are unset), as the store comes from $REWIND_STORE; pass ``freeze=None`` for no freeze.
 
         Raises:
-            ValueError: unknown URL scheme. StoreUnavailable: store cannot be reached.
+            ValueError: unknown URL scheme. ConfigError: the freeze variables are malformed.
+            StoreUnavailable: store cannot be reached.
         """
         store_options = options.pop("store_options", {})
+        if "freeze" not in options:
+            # Read before the store opens: a malformed setting fails without touching it.
+            options["freeze"] = from_environment()
         return cls(open_store(url, **store_options), **options)
 
     # -- wiring (read through to the runtime) -------------------------------------------------
@@ -83,7 +93,20 @@ class Engine:
 
     @property
     def on_loop(self) -> LoopPolicy:
+        """The default loop policy (outside a freeze) of session handles given none."""
         return self.runtime.on_loop
+
+    @property
+    def freeze(self) -> FreezeWindow | None:
+        """The configured change freeze (whether or not it is in force now)."""
+        return self.runtime.freeze
+
+    def loop_policy(self, now: float | None = None) -> PolicyChoice:
+        """The loop policy a session handle given no policy of its own follows at unix time
+        `now` (None: the engine's clock), and why (`.policy`, `.source`, `.reason`, `.freeze`):
+        the freeze's policy while a freeze that sets one is in force, else the engine default.
+        """
+        return self.runtime.loop_policy(None, now)
 
     @property
     def detector_factory(self) -> Callable[[], LoopDetector]:
@@ -123,6 +146,9 @@ class Engine:
     def session(self, sid: str, meta: dict | None = None, *,
                 on_loop: LoopPolicy | None = None) -> Session:
         """Get or create the session `sid`; `meta` keys are merged into its metadata.
+
+        `on_loop` fixes this handle's loop policy, freeze or not; None follows the engine's
+        (`loop_policy`: the freeze's while one is in force, else the default).
 
         Raises:
             InvalidSessionId: bad id. TypeError: meta not representable as JSON.

@@ -60,6 +60,11 @@ class SchemaMismatch(StoreError):
     """The store was written by a newer release of Rewind."""
 
 
+class ConfigError(RewindError, ValueError):
+    """A setting (an environment variable or a configuration table) is malformed; the message
+    names the setting and what it accepts."""
+
+
 class PermissionDenied(RewindError, PermissionError):
     """The actor's role does not allow this action."""
 

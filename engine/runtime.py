@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import UnknownSession
+from engine.freeze import FreezeWindow, PolicyChoice, resolve
 from engine.limits import Limits
 from engine.loops.detector import LoopDetector
 from engine.records import SessionInfo
@@ -44,7 +45,9 @@ class Runtime:
     detector_factory: Callable[[], LoopDetector] = LoopDetector
     """Makes the loop detector of each session handle."""
     on_loop: LoopPolicy = "rollback"
-    """Default loop policy of new session handles."""
+    """Default loop policy of session handles that were given none (outside a freeze)."""
+    freeze: FreezeWindow | None = None
+    """The change freeze whose loop policy applies while `clock` lies inside it."""
     compensation_attempts: int = 3
     """Tries before a failing compensation stays failed."""
     memory_config: Any = None
@@ -61,6 +64,12 @@ class Runtime:
             raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}")
         if not self.worker_id:
             self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+
+    def loop_policy(self, explicit: LoopPolicy | None = None,
+                    now: float | None = None) -> PolicyChoice:
+        """The loop policy in effect at unix time `now` (None: the clock) for a session handle
+        given `explicit` (None: it was given none); see `engine.freeze.resolve`."""
+        return resolve(explicit, self.freeze, self.on_loop, self.clock() if now is None else now)
 
     def memory(self) -> MemoryConfig:
         """The memory config, created with the defaults on first use."""

@@ -8,7 +8,7 @@ stored and serialised as that string.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 
 class SessionStatus(StrEnum):
@@ -81,6 +81,11 @@ class StoredVerdict(TypedDict):
     """Rule-specific details (argument diffs, counts, advice, remedy)."""
     at: float
     """Unix time of the verdict (engine clock)."""
+    policy: NotRequired[LoopPolicy]
+    """The loop policy the session followed on this verdict (absent in verdicts stored before
+    policies were recorded)."""
+    policy_reason: NotRequired[str]
+    """Why that policy: "set for this session", "freeze: <name>" or "engine default"."""
 
 
 class TokenBreakdown(TypedDict, total=False):

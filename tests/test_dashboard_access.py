@@ -153,7 +153,7 @@ def test_secrets_example_is_valid_and_configures_local_accounts():
     example = tomllib.loads((root / ".streamlit" / "secrets.example.toml").read_text())
     assert access.access_mode(example) == "local"
     assert set(access.local_accounts(example)) == {"alice", "bob"}
-    assert settings.freeze_window(example, env={}) is not None
+    assert settings.freeze_window(example, env={}).on_loop == "flag"
     config = tomllib.loads((root / ".streamlit" / "config.toml").read_text())
     assert config["server"]["enableXsrfProtection"] is True
     assert config["browser"]["gatherUsageStats"] is False

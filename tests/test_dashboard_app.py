@@ -35,10 +35,11 @@ def local_secrets(store, freeze=False):
     rewind = {"store": store, "users": {
         "olivia": {"role": "operator", "password_hash": HASHES["olivia"]},
         "victor": {"role": "viewer", "password_hash": HASHES["victor"]}}}
-    if freeze:
+    if freeze:  # True, or the keys to set in [rewind.freeze]
         rewind["freeze"] = {"start": (now - dt.timedelta(hours=1)).isoformat(),
                             "end": (now + dt.timedelta(days=1)).isoformat(),
-                            "name": "Holiday change freeze"}
+                            "name": "Holiday change freeze",
+                            **(freeze if isinstance(freeze, dict) else {})}
     return {"rewind": rewind}
 
 
@@ -101,6 +102,28 @@ def test_fleet_shows_kpis_loop_charts_table_and_the_freeze(store):
     assert "Holiday change freeze" in texts(at.warning)
     assert labels(at.toggle)[0].startswith("Live")
     assert "matching sessions" in texts(at.caption)
+
+
+def test_the_freeze_banner_says_what_happens_to_loops(store):
+    def shown(markdown: str) -> str:  # what a reader sees of escaped Markdown, roughly
+        return markdown.replace("\u2060", "").replace("\\", "")
+
+    name = "**Ops** [freeze](https://evil.example)"
+    at = app(store, freeze={"on_loop": "flag", "name": name})
+    assert not at.exception
+    banner = at.warning[0].value
+    assert (f"**{name}** until " in shown(banner)
+            and "Loops are flagged for on-call, not rolled back automatically (freeze policy)"
+            in shown(banner))
+    assert views.plain(name) in banner  # the name is plain text: no emphasis, no link
+    assert "flagged, not rolled back by the freeze policy" in shown(texts(at.caption))
+    without = app(store, freeze=True).warning[0].value
+    assert "Roll looping sessions back and tell their users" in shown(without)
+    wrong = app(store, freeze={"on_loop": "page"})
+    assert not wrong.exception
+    assert ("The freeze window setting is wrong and was ignored: [rewind.freeze] on_loop must be "
+            "one of rollback, nudge_then_rollback, flag, off, not 'page'"
+            in shown(texts(wrong.warning)))
 
 
 def test_fleet_filters_and_sorts_through_the_engine(store):

@@ -5,6 +5,7 @@ by `once`, and waits poll the store with a generous deadline."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import shutil
 import signal
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import Actor, Engine
+from engine import Actor, Engine, FreezeWindow
 from engine.cli import main as cli_main
 from engine.demo import HEALTHY, LOOPING, SCENARIOS, Ledger, plan_session, run_demo
 
@@ -430,3 +431,46 @@ def test_the_demo_prints_progress_lines(tmp_path, capsys):
     out = capsys.readouterr().out
     progress = [line for line in out.splitlines() if "held for on-call" in line]
     assert progress and "looping now" in progress[-1]
+
+
+def _assert_flagged_for_the_freeze(engine: Engine, name: str) -> None:
+    flagged = [i for i in engine.sessions() if i.last_verdict]
+    assert flagged
+    for info in flagged:
+        assert info.last_verdict["policy"] == "flag"
+        assert info.last_verdict["policy_reason"] == f"freeze: {name}"
+        assert info.status == "looping" and info.rollbacks == 0
+    assert not [e for e in engine.audit(action="rollback") if e.actor == "rewind"]
+
+
+def test_the_demo_follows_the_freeze_the_console_shows(tmp_path, monkeypatch, capsys,
+                                                       open_engine):
+    """`rewind demo` reads `[rewind.freeze]` from .streamlit/secrets.toml, as the console does:
+    while the freeze is in force its loops are flagged for on-call, not rolled back."""
+    for var in ("START", "END", "NAME", "ON_LOOP"):
+        monkeypatch.delenv(f"REWIND_FREEZE_{var}", raising=False)
+    now = time.time()
+    (tmp_path / ".streamlit").mkdir()
+    (tmp_path / ".streamlit" / "secrets.toml").write_text(
+        f'[rewind.freeze]\nstart = {now - 3600:.0f}\nend = {now + 86400:.0f}\n'
+        f'name = "Demo freeze"\non_loop = "flag"\n')
+    monkeypatch.chdir(tmp_path)
+    url = _url(tmp_path)
+    code = cli_main(["--store", url, "demo", "--sessions", "4", "--speed", "0", "--once",
+                     "--seed", "1", "--backfill", "0", "--no-memory", "--hold", "0",
+                     "--scenario", "refund", "--ledger", str(tmp_path / "world.db")])
+    assert code == 0
+    assert "freeze: Demo freeze" in capsys.readouterr().out
+    _assert_flagged_for_the_freeze(open_engine(url), "Demo freeze")
+
+
+def test_worker_processes_follow_the_freeze_too(tmp_path, open_engine):
+    now = dt.datetime.now(dt.UTC)
+    window = FreezeWindow(now - dt.timedelta(hours=1), now + dt.timedelta(days=1), "Workers",
+                          "flag")
+    url = _url(tmp_path)
+    stats = run_demo(url, sessions=4, workers=2, speed=0, seed=1, once=True,
+                     scenarios=["refund"], ledger=str(tmp_path / "world.db"), memory=False,
+                     freeze=window)
+    assert stats.errors == [] and stats["refund"].rollbacks == 0
+    _assert_flagged_for_the_freeze(open_engine(url), "Workers")

@@ -451,3 +451,28 @@ def test_step_of_an_aborted_run_stored_late_is_fenced(engine, saver):
     fresh = put_chain_from(saver, sid, first, [[HumanMessage("a", id="a"),
                                                 HumanMessage("c", id="c")]])[0]
     assert saver.get_tuple({"configurable": {"thread_id": sid}}).config == fresh
+
+
+def test_guard_follows_the_freeze_unless_given_a_policy(store_url, open_engine):
+    import datetime as dt
+
+    from engine import FreezeWindow
+
+    now = dt.datetime.now(dt.UTC)
+    engine = open_engine(store_url, freeze=FreezeWindow(
+        now - dt.timedelta(hours=1), now + dt.timedelta(days=1), "Holiday freeze", "flag"))
+    node = RewindToolNode([flaky], engine, handle_tool_errors=True)
+    engine.session("frozen").snapshot("start")
+    for _ in range(4):  # flagged, not rolled back: no LoopDetected
+        run_tools(node, [("flaky", {"x": -1})], sid="frozen")
+    info = engine.get_session("frozen").info()
+    assert info.status == "looping" and info.rollbacks == 0
+    assert info.last_verdict["policy_reason"] == "freeze: Holiday freeze"
+    strict = RewindToolNode([flaky], engine, handle_tool_errors=True, on_loop="rollback")
+    engine.session("strict").snapshot("start")
+    with pytest.raises(LoopDetected) as caught:
+        for _ in range(4):
+            run_tools(strict, [("flaky", {"x": -1})], sid="strict")
+    assert caught.value.rollback is not None
+    assert engine.get_session("strict").info().last_verdict["policy_reason"] == (
+        "set for this session")

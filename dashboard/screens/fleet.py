@@ -100,6 +100,8 @@ def live_view() -> None:
         buckets = views.loop_buckets(episodes, by, now - window_s, now, bucket)
         col.plotly_chart(charts.loops_over_time(buckets, by, title=name, freeze=span),
                          key=f"loops-{by}", config={"displayModeBar": False})
+    if span is not None and freeze is not None and span[0] < now and span[1] > now - window_s:
+        st.caption(settings.freeze_caption(freeze))
 
     st.subheader("Sessions")
     with data.store_errors():

@@ -19,13 +19,21 @@ import logging
 import signal
 import sys
 import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
 
+from engine import freeze as freeze_mod
 from engine.demo.fleet import DemoStats, ScenarioStats, run_demo
 from engine.demo.ledger import Ledger
 from engine.demo.scenarios import HEALTHY, LOOPING, SCENARIOS, Plan, plan_session
+from engine.freeze import FreezeWindow
 
 __all__ = ["HEALTHY", "LOOPING", "SCENARIOS", "DemoStats", "Ledger", "Plan", "ScenarioStats",
-           "add_arguments", "main", "plan_session", "run_demo"]
+           "add_arguments", "configured_freeze", "main", "plan_session", "run_demo"]
+
+SECRETS = Path(".streamlit") / "secrets.toml"
+"""Where the console's settings live, relative to the directory it runs in."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +76,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
 
 
+def configured_freeze(env: Mapping[str, str] | None = None) -> FreezeWindow | None:
+    """The change freeze the console shows: `[rewind.freeze]` of `.streamlit/secrets.toml` in
+    the working directory, else in the project (where `rewind dashboard` runs the console), each
+    key overridden by $REWIND_FREEZE_*. Read in the demo's process, as the console reads it in
+    its own.
+
+    Raises:
+        ConfigError: the setting is malformed (the message names it).
+    """
+    project = Path(__file__).resolve().parents[2]
+    paths = [Path.cwd() / SECRETS, project / SECRETS]
+    return freeze_mod.configured(paths, env)
+
+
+def freeze_line(window: FreezeWindow) -> str:
+    """The freeze in one line for the demo's log: name, span, what happens to loops."""
+    policy = window.on_loop or "the engine's default"
+    now = "in force now" if window.active(time.time()) else "not in force now"
+    return (f"{window.name}, {window.start.isoformat()} to {window.end.isoformat()} ({now}); "
+            f"loop policy during it: {policy}")
+
+
 def main(args: argparse.Namespace) -> int:
     """`rewind demo`: run until the duration passes or Ctrl-C/SIGTERM, then print a summary.
 
@@ -91,10 +121,13 @@ def main(args: argparse.Namespace) -> int:
     from engine.store import redact
 
     store = getattr(args, "store", None)
+    freeze = configured_freeze()
     print(f"rewind demo: {args.sessions} sessions at {args.speed:g} steps/s"
           f"{f' on {redact(store)}' if store else ''}, seed {args.seed}"
           f"{f', {args.workers} workers' if args.workers > 1 else ''}; "
           f"{'Ctrl-C stops' if not args.duration else f'{args.duration:g} s'}", flush=True)
+    if freeze is not None:
+        print(f"freeze: {freeze_line(freeze)}", flush=True)
     try:
         stats = run_demo(store, sessions=args.sessions, speed=args.speed, seed=args.seed,
                          workers=args.workers, duration=args.duration, stop_event=stop,
@@ -102,7 +135,7 @@ def main(args: argparse.Namespace) -> int:
                          backfill_minutes=args.backfill, scenarios=args.scenarios,
                          memory=False if args.no_memory else None,
                          hold_share=args.hold, hold_s=args.hold_minutes * 60,
-                         progress_s=args.progress)
+                         progress_s=args.progress, freeze=freeze)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -27,12 +27,13 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from engine import Engine, LoopDetected
 from engine.demo.agent import Pace, SimAgent, Stopped, VirtualClock, warnings
 from engine.demo.ledger import Ledger, default_path
 from engine.demo.scenarios import COMPENSATIONS, SCENARIOS, plan_session, scenario_order
+from engine.freeze import FreezeWindow, from_environment
 
 log = logging.getLogger("rewind.demo")
 
@@ -156,6 +157,8 @@ class DemoConfig:
     """Seconds a held session waits for an operator before its user gives up."""
     progress_s: float = 0.0
     """Seconds between progress lines on stdout (0: none)."""
+    freeze: FreezeWindow | None = None
+    """The change freeze every worker's engine follows (its loop policy while in force)."""
 
 
 def new_run_tag() -> str:
@@ -284,7 +287,7 @@ def run_worker(cfg: DemoConfig, slots: list[int], stop, duration: float = 0.0) -
         This worker's statistics.
     """
     stats = DemoStats(run=cfg.run)
-    engine = Engine.open(cfg.url)
+    engine = Engine.open(cfg.url, freeze=cfg.freeze)
     ledger = Ledger(cfg.ledger)
     register_compensations(engine, ledger, stats)
     budget = _SessionBudget(cfg.max_sessions)
@@ -371,7 +374,7 @@ def backfill(cfg: DemoConfig, minutes: float, stop, stats: DemoStats) -> None:
             jitter = random.Random(f"{cfg.seed}:backfill:{slot}")
             clock = VirtualClock(until - minutes * 60 + jitter.uniform(0, 90))
             pace = Pace(cfg.speed, stop, clock)
-            engine = Engine.open(cfg.url, clock=clock)
+            engine = Engine.open(cfg.url, clock=clock, freeze=cfg.freeze)
             register_compensations(engine, ledger, stats)
             k = 0
             try:
@@ -427,7 +430,9 @@ def run_demo(url: str | None = None, sessions: int = 12, speed: float = 1.0, see
              compensation_interval: float = 1.0, max_sessions: int | None = None,
              backfill_minutes: float = 0.0, scenarios: list[str] | None = None,
              memory: bool | None = None, hold_share: float = 0.0, hold_s: float = 600.0,
-             progress_s: float = 0.0) -> DemoStats:
+             progress_s: float = 0.0,
+             freeze: FreezeWindow | Literal["environment"] | None = "environment"
+             ) -> DemoStats:
     """Run the demo fleet and return what it did.
 
     Args:
@@ -451,11 +456,16 @@ def run_demo(url: str | None = None, sessions: int = 12, speed: float = 1.0, see
             never does (faster load generation).
         hold_share: share (0–1) of looping sessions run under `on_loop="flag"`: they stay
             looping and wait up to `hold_s` seconds for an operator (meta `hold`), so the
-            console always has something for on-call. 0: the engine rolls every loop back.
+            console always has something for on-call. 0: the engine's policy decides for every
+            loop (rolled back, unless a freeze policy says otherwise).
         progress_s: print a progress line every this many seconds (0: none).
+        freeze: the change freeze the sessions follow (`engine.freeze`): while the clock is in
+            it, sessions without a policy of their own follow its loop policy; "environment"
+            reads $REWIND_FREEZE_* as `Engine.open` does; None: no freeze.
 
     Raises:
         ValueError: bad arguments, or an in-memory store with worker processes.
+        ConfigError: the freeze variables are malformed.
     """
     from engine.store import DEFAULT_URL
 
@@ -470,6 +480,8 @@ def run_demo(url: str | None = None, sessions: int = 12, speed: float = 1.0, see
     if workers > 1 and ":memory:" in url:
         raise ValueError("an in-memory store cannot be shared by worker processes; use a file "
                          "store (sqlite:///path) or Redis, or --workers 1")
+    if freeze == "environment":
+        freeze = from_environment()  # once, here: worker processes get the parsed window
     only = tuple(scenarios) if scenarios else None
     scenario_order(seed, only)  # unknown names fail here, before anything starts
     cfg = DemoConfig(url=url, sessions=sessions, speed=speed, seed=seed,
@@ -477,8 +489,8 @@ def run_demo(url: str | None = None, sessions: int = 12, speed: float = 1.0, see
                      ledger=ledger or default_path(url),
                      compensation_interval=compensation_interval, max_sessions=max_sessions,
                      scenarios=only, memory=memory, hold_share=hold_share, hold_s=hold_s,
-                     progress_s=progress_s)
-    with Engine.open(url) as engine:  # create the store, or fail early naming it
+                     progress_s=progress_s, freeze=freeze)
+    with Engine.open(url, freeze=freeze) as engine:  # create the store, or fail early naming it
         empty = not engine.sessions(limit=1)
     started = time.monotonic()
     history = DemoStats(run=cfg.run)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from engine import actions, metrics, quarantine
 from engine.errors import LoopDetected, StepError, ToolQuarantined
+from engine.freeze import PolicyChoice
 from engine.limits import canonical_within, check_text, cut_text
 from engine.loops.detector import Step, Verdict
 from engine.loops.fingerprint import fingerprint
@@ -49,6 +50,14 @@ NUDGE_TEXT = (
     "Rewind: the last tool calls repeat without progress ({explanation}). Stop repeating them; "
     "change the arguments, try another tool, or ask the user."
 )
+
+
+def _checked_policy(on_loop: LoopPolicy | None) -> LoopPolicy | None:
+    if not on_loop:
+        return None
+    if on_loop not in LOOP_POLICIES:
+        raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}, not {on_loop!r}")
+    return on_loop
 
 
 class StepCall:
@@ -101,6 +110,8 @@ class StepCall:
         """Write-ahead snapshot taken before the step."""
         self.verdict: Verdict | None = None
         """The detector's verdict, known once the step ended."""
+        self.policy: PolicyChoice | None = None
+        """The loop policy in effect when the step ended, and why (see `Session.loop_policy`)."""
         self.late = False
         """True when the session was rolled back while this step ran."""
         self._outcome: StepOutcome | None = None
@@ -178,17 +189,35 @@ class Session:
     """Handle on one session. Cheap to create; every call goes to the store."""
 
     def __init__(self, runtime: Runtime, info: SessionInfo, on_loop: LoopPolicy | None = None):
-        on_loop = on_loop or runtime.on_loop
-        if on_loop not in LOOP_POLICIES:
-            raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}, not {on_loop!r}")
         self._rt = runtime
         self.id = info.id
-        self.on_loop: LoopPolicy = on_loop
+        self._on_loop: LoopPolicy | None = _checked_policy(on_loop)
+        self.acts_on_loops = True
+        """False when an integration acts on loops itself (the LangGraph tool guard): the handle
+        still stores each verdict with the policy in effect, but neither rolls back, nudges nor
+        stops; the integration reads the policy from `StepCall.policy`."""
         self._epoch: int | None = None
         self._detector = runtime.detector_factory()
         self._observed: list[int] = []  # detector index - offset -> step number
         self._count = 0  # steps the detector has observed since its last reset
         self._memory: SessionMemory | None = None
+
+    # -- loop policy ------------------------------------------------------------------------
+    @property
+    def on_loop(self) -> LoopPolicy:
+        """The loop policy in effect now (see `loop_policy`); setting it fixes this handle's
+        policy, freeze or not."""
+        return self.loop_policy().policy
+
+    @on_loop.setter
+    def on_loop(self, value: LoopPolicy | None) -> None:
+        self._on_loop = _checked_policy(value)
+
+    def loop_policy(self, now: float | None = None) -> PolicyChoice:
+        """The loop policy this handle follows at unix time `now` (None: the engine's clock),
+        and why: the policy given for this handle, else the freeze's while one is in force,
+        else the engine's default (`engine.freeze.resolve`)."""
+        return self._rt.loop_policy(self._on_loop, now)
 
     # -- reading ----------------------------------------------------------------------------
     def info(self) -> SessionInfo:
@@ -415,10 +444,15 @@ class Session:
             side_effect=call.side_effect,
         )
         verdict = self._observe(call.n, step)
-        stored: StoredVerdict | None = None
-        if verdict.looping and self.on_loop != "off":
-            stored = verdict_record(verdict, self._step_number, self._rt.clock())
         rt = self._rt
+        now = rt.clock()
+        # Decided once, at the moment of the verdict: a freeze that begins or ends while the
+        # session handles the loop must not split one loop between two policies.
+        choice = self.loop_policy(now)
+        policy = choice.policy
+        stored: StoredVerdict | None = None
+        if verdict.looping and policy != "off":
+            stored = verdict_record(verdict, self._step_number, now, choice)
         late = rt.store.end_step(
             self.id,
             ticket,
@@ -426,6 +460,7 @@ class Session:
             rt.clock(),
         )
         call.verdict = verdict
+        call.policy = choice
         if late:
             call.late = True
             self._epoch = None  # force a rebuild on the next call
@@ -433,13 +468,13 @@ class Session:
         if stored is None:
             return
         metrics.record_loop(verdict, call.tool, self.info().meta)
-        if self.on_loop == "flag":
+        if policy == "flag" or not self.acts_on_loops:
             return
         if verdict.remedy == "stop":
             # A budget ran out: there is no healthy point to return to, only a stop.
             self.stop()
             raise LoopDetected(verdict, None)
-        if self.on_loop == "nudge_then_rollback" and verdict.flag_count <= 1:
+        if policy == "nudge_then_rollback" and verdict.flag_count <= 1:
             advice = verdict.advice or NUDGE_TEXT.format(explanation=verdict.explanation)
             self.append_message("system", f"Rewind: {advice}", rewind_nudge=True)
             return
@@ -452,7 +487,7 @@ class Session:
                 self.id,
                 to=target,
                 actor="rewind",
-                reason=f"loop detected ({verdict.rule}): {verdict.explanation}",
+                reason=f"loop detected ({verdict.rule}): {verdict.explanation}; {choice}",
                 notice=True,
                 automatic=True,
                 rule=verdict.rule,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from engine.freeze import PolicyChoice
 from engine.limits import Limits, canonical_within, check_text
 from engine.loops.detector import Step, Verdict
 from engine.loops.fingerprint import canonicalize, digest
@@ -87,10 +88,14 @@ def budget_record(context: Any) -> TokenBreakdown | None:
 
 
 def verdict_record(
-    verdict: Verdict, step_number: Callable[[int | None], int | None], now: float
+    verdict: Verdict,
+    step_number: Callable[[int | None], int | None],
+    now: float,
+    policy: PolicyChoice | None = None,
 ) -> StoredVerdict:
-    """The JSON form of a verdict, with detector indexes mapped to session step numbers."""
-    return StoredVerdict(
+    """The JSON form of a verdict, with detector indexes mapped to session step numbers and,
+    when given, the loop policy the session follows on it and why."""
+    record = StoredVerdict(
         rule=verdict.rule or "",
         explanation=verdict.explanation,
         evidence_steps=[n for n in (step_number(i) for i in verdict.evidence) if n is not None],
@@ -98,3 +103,7 @@ def verdict_record(
         details=canonicalize(verdict.details or {}, "details"),
         at=now,
     )
+    if policy is not None:
+        record["policy"] = policy.policy
+        record["policy_reason"] = policy.reason
+    return record

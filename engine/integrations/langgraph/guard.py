@@ -27,9 +27,10 @@ When the detector flags a loop (default policy ``rollback``):
 The caller catches `LoopDetected` (``.verdict`` says why, ``.rollback`` what was done) and invokes
 the graph again (new user input, or ``None`` to let the agent continue).
 
-Policies (``on_loop``, default the engine's): ``rollback`` as above; ``nudge_then_rollback``
-appends the detector's advice to the looping tool's result on the first flag of a loop and rolls
-back when the same loop is flagged again; ``flag`` marks the session looping and carries on;
+Policies (``on_loop``; default the engine's, which is a freeze's while one is in force, see
+`engine.freeze`): ``rollback`` as above; ``nudge_then_rollback`` appends the detector's advice to
+the looping tool's result on the first flag of a loop and rolls back when the same loop is flagged
+again; ``flag`` marks the session looping and carries on;
 ``off`` records steps only. A verdict whose remedy is ``stop`` (a step budget ran out) stops the
 session and raises `LoopDetected` without a rollback, as the engine does. The state rollback
 needs `RewindSaver` as the graph's checkpointer on the same store; with another checkpointer the
@@ -114,10 +115,10 @@ class LoopGuard:
                  error_when: Callable[[ToolMessage], str | bool | None] | None = None,
                  checkpoint_wait: float = 10.0):
         self.engine: Engine = rewind.engine if isinstance(rewind, RewindSaver) else rewind
-        self.on_loop: LoopPolicy = on_loop or self.engine.on_loop
-        if self.on_loop not in LOOP_POLICIES:
+        if on_loop and on_loop not in LOOP_POLICIES:
             raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}, "
-                             f"not {self.on_loop!r}")
+                             f"not {on_loop!r}")
+        self._on_loop: LoopPolicy | None = on_loop or None
         self.side_effects: dict[str, Compensator | None] = (
             dict(side_effects) if isinstance(side_effects, Mapping)
             else dict.fromkeys(side_effects))
@@ -125,6 +126,12 @@ class LoopGuard:
         self.checkpoint_wait = checkpoint_wait
         self._lock = threading.Lock()
         self._sessions: dict[str, tuple[Session, threading.Lock]] = {}
+
+    @property
+    def on_loop(self) -> LoopPolicy:
+        """The policy in effect now: the one given, else the engine's (its freeze policy while
+        a freeze is in force)."""
+        return self._on_loop or self.engine.loop_policy().policy
 
     # -- ToolNode hooks ---------------------------------------------------------------------
     def wrap_tool_call(self, request: Any, execute: Callable[[Any], Any]) -> Any:
@@ -173,9 +180,11 @@ class LoopGuard:
         with self._lock:
             found = self._sessions.get(sid)
         if found is None:
-            # the guard picks the target
-            policy: LoopPolicy = "off" if self.on_loop == "off" else "flag"
-            found = (self.engine.session(sid, on_loop=policy), threading.Lock())
+            # The handle records each verdict with the policy in effect; the guard acts on it
+            # (it picks the rollback target from the graph's checkpoints).
+            session = self.engine.session(sid, on_loop=self._on_loop)
+            session.acts_on_loops = False
+            found = (session, threading.Lock())
             with self._lock:
                 found = self._sessions.setdefault(sid, found)
         return found
@@ -233,15 +242,16 @@ class LoopGuard:
                     step.ok(_result_of(result))
                 step.__exit__(None, None, None)
         verdict = step.verdict
+        policy = step.policy.policy if step.policy is not None else self.on_loop
         if (verdict is None or not verdict.looping or step.late
-                or self.on_loop in ("off", "flag")):
+                or policy in ("off", "flag")):
             return result
         session = call.session
         if getattr(verdict, "remedy", None) == "stop":
             # A budget ran out: there is no healthy point to return to, only a stop.
             session.stop()
             raise LoopDetected(verdict, None) from error
-        if self.on_loop == "nudge_then_rollback" and getattr(verdict, "flag_count", 0) <= 1:
+        if policy == "nudge_then_rollback" and getattr(verdict, "flag_count", 0) <= 1:
             advice = getattr(verdict, "advice", "") or NUDGE_TEXT.format(
                 explanation=verdict.explanation)
             return _nudge(result, f"Rewind: {advice}")
