@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -40,6 +41,19 @@ BACKENDS = {"sqlite-memory": _sqlite_memory, "sqlite-file": _sqlite_file, **REDI
 def store_url(request, tmp_path):
     """A fresh, empty store URL for each backend."""
     return BACKENDS[request.param](tmp_path, request)
+
+
+@pytest.fixture(autouse=True)
+def main_module_restored() -> Iterator[None]:
+    """Put `sys.modules["__main__"]` back after each test.
+
+    Streamlit's AppTest runs the page as `__main__` and leaves it there; a process spawned later
+    in the same pytest run (the demo's workers, multiprocessing tests) would then re-run the
+    console page as its main module and crash.
+    """
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
 
 
 @pytest.fixture(autouse=True)
