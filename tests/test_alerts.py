@@ -203,6 +203,32 @@ def test_a_flagged_loop_repeating_its_verdict_pages_once(store_url, hooks):
     assert len(keys_of(a, "loop")) == 2 and set(a.keys().values()) == {1}
 
 
+def test_a_loop_during_a_freeze_says_the_freeze_policy_left_it_for_on_call(store_url, hooks):
+    import datetime as dt
+
+    from engine import FreezeWindow
+
+    a = hooks()
+    now = dt.datetime.now(dt.UTC)
+    freeze = FreezeWindow(now - dt.timedelta(hours=1), now + dt.timedelta(hours=1),
+                          "National Day change freeze", "flag")
+    engine = Engine.open(store_url, freeze=freeze)
+    try:
+        s = engine.session("frozen")
+        for _ in range(4):
+            with s.step("image_crop", {"x": 1}) as call:
+                call.fail("invalid slice")
+        assert s.state().status == "looping"  # flagged, not rolled back: the freeze policy
+        worker = AlertWorker(engine, [a.url])
+        worker.run_once()
+        worker.close()
+    finally:
+        engine.close()
+    [loop] = [b for b in a.received if b["rule"] == "loop"]
+    assert "policy flag (freeze: National Day change freeze)" in loop["text"]
+    assert not [b for b in a.received if b["rule"] == "rollback"]
+
+
 def test_loops_of_one_prompt_version_over_the_threshold_page_a_spike(engine, hooks):
     a = hooks()
     for i in range(3):
