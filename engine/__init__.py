@@ -12,6 +12,7 @@ from engine.actions import Actor
 from engine.engine import Engine
 from engine.errors import (
     BudgetError,
+    CompensationConflict,
     EncodingIntegrityError,
     EncodingUnavailable,
     InvalidSessionId,
@@ -41,6 +42,7 @@ from engine.records import (
     BranchInfo,
     BulkRollbackItem,
     Compensation,
+    CompensationWorker,
     Event,
     MessageRecord,
     Quarantine,
@@ -75,6 +77,7 @@ __all__ = [
     "StoredVerdict", "TokenBreakdown", "UnknownCompensation", "UnknownEncoding",
     "UnknownSession", "UnknownSnapshot", "Verdict",
     "BulkRollbackItem", "Quarantine", "ToolQuarantined", "UnknownQuarantine",
+    "CompensationConflict", "CompensationWorker",
 ]
 __version__ = "0.1.0"
 
