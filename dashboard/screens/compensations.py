@@ -54,15 +54,15 @@ frame = views.compensations_frame(comps, now, live)
 missing = views.handlers_without_process(frame)
 if missing:
     window = f"in the last {LIVE_S / 60:g} minutes"
-    advice = ("Start the agent runtime (or worker) that registers it, or undo by hand and mark "
+    advice = ("Start the agent runtime (or worker) that registers {}, or undo by hand and mark "
               "resolved.")
     if len(missing) == 1:
         name, waiting = missing[0]
         text = (f"No running process has registered {views.literal(name)} {window}; retrying "
-                f"will not help until one does ({waiting} waiting). {advice}")
+                f"will not help until one does ({waiting} waiting). {advice.format('it')}")
     else:
         text = (f"No running process has registered these handlers {window}; retrying will "
-                f"not help until one does. {advice}\n"
+                f"not help until one does. {advice.format('each')}\n"
                 + "".join(f"\n- {views.literal(name)} ({waiting} waiting)"
                           for name, waiting in missing[:SHOWN_HANDLERS])
                 + (f"\n- … and {len(missing) - SHOWN_HANDLERS} more"
