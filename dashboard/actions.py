@@ -4,10 +4,12 @@ the role and writes the audit event with the operator's name; the console never 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dashboard.access import User
-from engine import Engine
+from engine import Engine, PermissionDenied, RewindError
 from engine.records import RollbackResult
 
 
@@ -57,3 +59,62 @@ def describe_rollback(result: Any) -> str:
     if result.notice:
         parts.append("notice sent")
     return "; ".join(parts) + "."
+
+
+@dataclass(frozen=True)
+class CompensationOutcome:
+    """What a retry or resolve did to one compensation."""
+
+    id: int
+    name: str
+    """Handler name ("" when the engine refused before reading it)."""
+    ok: bool
+    error: str = ""
+    """Why it was refused (done already, a worker holds its lease, unknown id)."""
+
+
+def _on_compensations(engine: Engine, user: User, comps: Sequence[Any], reason: str,
+                      action: str) -> list[CompensationOutcome]:
+    reason = (reason or "").strip()
+    if not reason:
+        raise ActionRefused(f"say why you {action} these compensations; the reason goes to the "
+                            "audit log")
+    if not comps:
+        raise ActionRefused("select the compensations first (tick their rows in the table)")
+    act = engine.retry_compensation if action == "retry" else engine.resolve_compensation
+    out = []
+    for c in comps:
+        try:
+            after = act(int(c.id), actor=user.actor(), reason=reason)
+        except PermissionDenied:
+            raise
+        except RewindError as exc:  # done already, leased, gone: say so, go on with the rest
+            out.append(CompensationOutcome(int(c.id), str(c.name), False, str(exc)))
+        else:
+            out.append(CompensationOutcome(after.id, after.name, True))
+    return out
+
+
+def retry_compensations(engine: Engine, user: User, comps: Sequence[Any],
+                        reason: str) -> list[CompensationOutcome]:
+    """Put each of `comps` (records with .id and .name) back to pending with its attempts reset,
+    on behalf of `user`; one refusal never stops the rest.
+
+    Raises:
+        ActionRefused: no reason or nothing selected. PermissionDenied: the user is a viewer
+        (raised by the engine).
+    """
+    return _on_compensations(engine, user, comps, reason, "retry")
+
+
+def resolve_compensations(engine: Engine, user: User, comps: Sequence[Any],
+                          reason: str) -> list[CompensationOutcome]:
+    """Mark each of `comps` resolved by hand on behalf of `user`; one refusal never stops the
+    rest.
+
+    Raises:
+        ActionRefused: no reason or nothing selected. PermissionDenied: the user is a viewer
+        (raised by the engine).
+    """
+    return _on_compensations(engine, user, comps, reason, "resolve")
+

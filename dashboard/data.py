@@ -102,6 +102,13 @@ def compensations(url: str | None, status: str | None = None, limit: int = 1000)
     return engine_for(url).compensations(**filters)
 
 
+@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
+def compensation_handlers(url: str | None) -> dict[str, float]:
+    """Handler name -> last heartbeat of a live process that registered it
+    (`Engine.compensation_handlers`)."""
+    return engine_for(url).compensation_handlers()
+
+
 def attention_compensations(url: str | None, stats: dict) -> list:
     """Failed and pending compensations for the "needs you" band; no query when the KPIs say
     there are none (the common case on a healthy fleet)."""
@@ -161,6 +168,7 @@ def forget_session(sid: str | None = None) -> None:
     session_bundle.clear()
     session_audit.clear()
     compensations.clear()
+    compensation_handlers.clear()
     fleet_stats.clear()
     sessions.clear()
     loop_episodes.clear()

@@ -12,6 +12,7 @@ from engine.actions import Actor
 from engine.engine import Engine
 from engine.errors import (
     BudgetError,
+    CompensationConflict,
     ConfigError,
     EncodingIntegrityError,
     EncodingUnavailable,
@@ -43,6 +44,7 @@ from engine.records import (
     BranchInfo,
     BulkRollbackItem,
     Compensation,
+    CompensationWorker,
     Event,
     MessageRecord,
     Quarantine,
@@ -78,6 +80,7 @@ __all__ = [
     "UnknownSession", "UnknownSnapshot", "Verdict",
     "BulkRollbackItem", "Quarantine", "ToolQuarantined", "UnknownQuarantine",
     "ConfigError", "FreezeWindow", "PolicyChoice",
+    "CompensationConflict", "CompensationWorker",
 ]
 __version__ = "0.1.0"
 

@@ -1,6 +1,7 @@
 """Operator actions: the one implementation of everything that changes a session on someone's
-behalf (rollback, notice, delete, retention). `Engine`, `Session`, the console and the CLI all
-come here, and the actor's role is checked here, so hiding a button is never the only guard.
+behalf (rollback, notice, delete, retention, retrying or resolving a compensation). `Engine`,
+`Session`, the console and the CLI all come here, and the actor's role is checked here, so hiding
+a button is never the only guard.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from engine import metrics, saga
 from engine.errors import NothingToRollBack, PermissionDenied
 from engine.limits import check_text, cut_text
-from engine.records import BulkRollbackItem, RollbackResult, SessionInfo
+from engine.records import BulkRollbackItem, Compensation, RollbackResult, SessionInfo
 from engine.runtime import Runtime
 from engine.sessions.ids import validate_session_id
 from engine.sessions.notices import NOTICE_FLAG, notice_message, template_for
@@ -179,6 +180,59 @@ def delete_session(
     if found:
         rt.store.add_audit(who.name, "delete", sid, None, reason, {}, rt.clock())
     return found
+
+
+def _compensation_action(
+    rt: Runtime, cid: int, actor: str | Actor, reason: str, action: str
+) -> tuple[int, Actor, str]:
+    who = checked_actor(rt, actor)
+    require_operator(who, f"{action} compensations")
+    if isinstance(cid, bool) or not isinstance(cid, int):
+        raise TypeError(f"a compensation id is an int, not {cid!r}")
+    reason = checked_reason(rt, reason)
+    if not reason.strip():
+        raise ValueError(f"to {action} a compensation needs a reason: it goes to the audit log")
+    return cid, who, reason
+
+
+def retry_compensation(
+    rt: Runtime, cid: int, *, actor: str | Actor, reason: str
+) -> Compensation:
+    """Put compensation `cid` (failed, pending, or running under a lease that ended) back to
+    pending with its attempts reset, so the next process that registered its handler runs it
+    again on its next pass (`Engine.run_compensations`). Audited as ``compensation.retry``, with
+    a feed event; one atomic write.
+
+    Returns:
+        The compensation after the change.
+
+    Raises:
+        PermissionDenied: the actor is a viewer. ValueError: empty reason. TypeError: the id is
+        not an int. UnknownCompensation: no such id. CompensationConflict: it is done or
+        resolved, or a worker holds its lease right now.
+    """
+    cid, who, reason = _compensation_action(rt, cid, actor, reason, "retry")
+    return rt.store.retry_compensation(cid, who.name, reason, rt.clock())
+
+
+def resolve_compensation(
+    rt: Runtime, cid: int, *, actor: str | Actor, reason: str
+) -> Compensation:
+    """Mark compensation `cid` (failed, pending, or running under a lease that ended) resolved
+    by hand: the side effect was undone outside Rewind, or there is nothing to undo. The record
+    keeps who and why; no worker runs it afterwards. Audited as ``compensation.resolve``, with a
+    feed event; one atomic write.
+
+    Returns:
+        The compensation after the change (status resolved).
+
+    Raises:
+        PermissionDenied: the actor is a viewer. ValueError: empty reason. TypeError: the id is
+        not an int. UnknownCompensation: no such id. CompensationConflict: it is done or
+        resolved already, or a worker holds its lease right now.
+    """
+    cid, who, reason = _compensation_action(rt, cid, actor, reason, "resolve")
+    return rt.store.resolve_compensation(cid, who.name, reason, rt.clock())
 
 
 def purge_abandoned(rt: Runtime, older_than_s: float = 7 * 86400.0, *,

@@ -41,7 +41,8 @@ EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_STORE, EXIT_NOT_FOUND, EXIT_INTERRUPTED 
 EXIT_CODES = {
     EXIT_OK: "ok",
     EXIT_REFUSED: "the operation was refused or failed (nothing to roll back, someone else "
-    "rolled the session back first, a size limit, a viewer's role, purge not confirmed, …)",
+    "rolled the session back first, a size limit, a viewer's role, purge not confirmed, a "
+    "compensation that is done or leased, …)",
     EXIT_USAGE: "usage error: a missing or malformed argument or setting ($REWIND_FREEZE_*), an "
     "unknown store URL scheme",
     EXIT_STORE: "the store is unreachable, refuses the credentials, is read-only, or is broken "
@@ -447,12 +448,44 @@ def cmd_audit(args) -> int:
     return 0
 
 
+def _no_live_handler(name: str) -> str:
+    from engine.saga import LIVE_S
+
+    return (f"warning: no running process has registered {name} in the last "
+            f"{LIVE_S / 60:g} minutes; retrying will not help until one does (start the agent "
+            "runtime or worker that registers it)")
+
+
 def cmd_compensations(args) -> int:
+    from engine import Actor
+
+    cid = args.retry if args.retry is not None else args.resolve
+    if cid is None:
+        if args.actor is not None or args.reason is not None:
+            raise CLIError("--actor and --reason go with --retry ID or --resolve ID", EXIT_USAGE)
+        engine = _engine(args)
+        comps = engine.compensations(session=args.session, status=args.status, limit=args.limit)
+        live = engine.compensation_handlers()
+        rows = [[str(c.id), c.session, str(c.step), c.name, c.status, str(c.attempts),
+                 "yes" if c.name in live else "no", (c.error or "")[:60]] for c in comps]
+        print(_table(rows, ["ID", "SESSION", "STEP", "HANDLER", "STATUS", "ATTEMPTS", "LIVE",
+                            "ERROR"]))
+        return 0
+    if args.actor is None or args.reason is None:
+        raise CLIError("retrying or resolving a compensation needs --actor and --reason (both "
+                       "audited)", EXIT_USAGE)
     engine = _engine(args)
-    comps = engine.compensations(session=args.session, status=args.status, limit=args.limit)
-    rows = [[str(c.id), c.session, str(c.step), c.name, c.status, str(c.attempts),
-             (c.error or "")[:60]] for c in comps]
-    print(_table(rows, ["ID", "SESSION", "STEP", "HANDLER", "STATUS", "ATTEMPTS", "ERROR"]))
+    who = Actor(args.actor, Role.OPERATOR)
+    what = "compensation {c.id} ({c.name} for {c.session}, step {c.step})"
+    if args.retry is not None:
+        c = engine.retry_compensation(cid, actor=who, reason=args.reason)
+        out(what.format(c=c) + " is pending again with its attempts reset; a process that "
+            "registered the handler runs it on its next pass")
+        if c.name not in engine.compensation_handlers():
+            print(f"rewind: {scrub(_no_live_handler(c.name))}", file=sys.stderr)
+    else:
+        c = engine.resolve_compensation(cid, actor=who, reason=args.reason)
+        out(what.format(c=c) + f" is marked resolved by {who.name}; no process will run it")
     return 0
 
 
@@ -722,10 +755,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_non_negative("--limit", int), default=50)
     p.set_defaults(func=cmd_audit)
 
-    p = sub.add_parser("compensations", help="saga outbox")
+    p = sub.add_parser(
+        "compensations", help="saga outbox: list, retry or mark resolved",
+        epilog="LIVE says whether a process seen in the last 2 minutes registered the handler. "
+        "--retry ID puts a failed (or stuck) compensation back to pending with its attempts "
+        "reset; --resolve ID marks it resolved by hand (undone outside Rewind). Both need "
+        "--actor and --reason, are audited, and are refused for done ones and while a worker "
+        "holds the compensation's lease.",
+    )
     p.add_argument("--session")
-    p.add_argument("--status", choices=["pending", "running", "done", "failed"])
+    p.add_argument("--status", choices=["pending", "running", "done", "failed", "resolved"])
     p.add_argument("--limit", type=_non_negative("--limit", int), default=50)
+    acting = p.add_mutually_exclusive_group()
+    acting.add_argument("--retry", type=_non_negative("--retry", int), metavar="ID",
+                        help="run compensation ID again (back to pending, attempts reset)")
+    acting.add_argument("--resolve", type=_non_negative("--resolve", int), metavar="ID",
+                        help="mark compensation ID resolved by hand")
+    p.add_argument("--actor", type=actor)
+    p.add_argument("--reason", type=_nonblank("--reason"))
     p.set_defaults(func=cmd_compensations)
 
     p = sub.add_parser(

@@ -292,6 +292,34 @@ class Engine:
         `engine.saga`). Returns the compensations processed, with their final status."""
         return saga.run_pending(self.runtime, limit, lease_s)
 
+    def retry_compensation(self, cid: int, *, actor: str | Actor, reason: str) -> Compensation:
+        """Put compensation `cid` back to pending with its attempts reset, so a process with
+        its handler runs it again; audited (see `engine.actions.retry_compensation`).
+
+        Raises:
+            PermissionDenied: the actor is a viewer. ValueError: no reason.
+            UnknownCompensation: no such id. CompensationConflict: done or resolved already, or
+            a worker holds its lease right now.
+        """
+        return actions.retry_compensation(self.runtime, cid, actor=actor, reason=reason)
+
+    def resolve_compensation(self, cid: int, *, actor: str | Actor, reason: str) -> Compensation:
+        """Mark compensation `cid` resolved by hand (status resolved, who and why kept);
+        audited (see `engine.actions.resolve_compensation`).
+
+        Raises:
+            PermissionDenied: the actor is a viewer. ValueError: no reason.
+            UnknownCompensation: no such id. CompensationConflict: done or resolved already, or
+            a worker holds its lease right now.
+        """
+        return actions.resolve_compensation(self.runtime, cid, actor=actor, reason=reason)
+
+    def compensation_handlers(self, within_s: float = saga.LIVE_S) -> dict[str, float]:
+        """Compensation handlers some live process has registered: name -> time of the newest
+        heartbeat of such a process within the last `within_s` seconds. A handler missing here
+        has no process to run it: retrying its compensations will not help until one starts."""
+        return saga.live_handlers(self.runtime, within_s)
+
     # -- maintenance ------------------------------------------------------------------------
     def doctor(self) -> dict:
         """Rebuild the store's fleet-wide indexes from the sessions (after a crash or drift)."""

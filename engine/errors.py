@@ -70,10 +70,16 @@ class PermissionDenied(RewindError, PermissionError):
 
 
 class UnknownCompensation(RewindError, KeyError):
-    """No handler is registered under that compensation name in this process."""
+    """No compensation with that id is in the store, or no handler is registered under that
+    compensation name in this process."""
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "unknown compensation"
+
+
+class CompensationConflict(RewindError, RuntimeError):
+    """The compensation's status does not allow the action: it is done or resolved already, or
+    a worker holds its lease right now."""
 
 
 class LoopDetected(RewindError):

@@ -205,13 +205,19 @@ class Compensation:
     idempotency_key: str
     """Stable key (session + step): a handler may see it again after a crash, never a new one."""
     status: CompensationStatus
-    """pending, running, done or failed (`CompensationStatus`)."""
+    """pending, running, done, failed or resolved (`CompensationStatus`)."""
     attempts: int
+    """Runs of the handler since it was queued (or since an operator last retried it)."""
     error: str | None
+    """Error of the handler's last failed run (kept after a retry until it succeeds)."""
     created_at: float
     updated_at: float
     branch: str | None = None
     """Abandoned branch whose rollback queued it."""
+    resolved_by: str | None = None
+    """Operator who marked it resolved by hand (status resolved); None otherwise."""
+    resolved_reason: str | None = None
+    """Why the operator marked it resolved (also in the audit log)."""
 
 
 @dataclass(frozen=True)
@@ -328,3 +334,15 @@ class Quarantine:
             and self.active(now)
             and all(meta.get(k) == v for k, v in self.scope.items())
         )
+
+
+@dataclass(frozen=True)
+class CompensationWorker:
+    """A process that registered compensation handlers, as its last heartbeat in the store says."""
+
+    id: str
+    """The process's worker id (host, pid and engine: `Engine.worker_id`)."""
+    handlers: tuple[str, ...]
+    """Names of the compensation handlers it registered, sorted."""
+    seen_at: float
+    """Unix time of its last heartbeat (engine clock of that process)."""

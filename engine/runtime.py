@@ -58,6 +58,10 @@ class Runtime:
     """Who claims compensations in the outbox: host, pid and this runtime."""
     limits: Limits = field(default_factory=Limits)
     """Size limits of what one call may write, checked before the store is touched."""
+    announced: tuple[str, ...] = field(default=(), repr=False)
+    """Handler names of this process's last worker heartbeat in the store (`engine.saga`)."""
+    announced_at: float = field(default=float("-inf"), repr=False)
+    """Engine-clock time of that heartbeat."""
 
     def __post_init__(self) -> None:
         if self.on_loop not in LOOP_POLICIES:

@@ -6,6 +6,13 @@ it once: the handler gets (args, idempotency_key), and the key is stable across 
 and processes (it names the session incarnation and the step), so a handler that stores it can
 refuse to act twice. A handler that keeps raising is retried `compensation_attempts` times, then
 stays failed, visible to operators as needing manual action.
+
+Operators then retry it (back to pending, attempts reset: the next process with the handler runs
+it again) or mark it resolved by hand (`engine.actions.retry_compensation`,
+`resolve_compensation`). Retrying helps only if some process has the handler, so every process
+that registers handlers announces them in the store (a worker heartbeat, at registration and at
+most every `HEARTBEAT_S` while it runs compensations); `live_handlers` reads who was seen in the
+last `LIVE_S` seconds, which the console shows next to each compensation.
 """
 
 from __future__ import annotations
@@ -14,12 +21,21 @@ import dataclasses
 import logging
 from typing import Any
 
-from engine.errors import UnknownCompensation
+from engine.errors import StoreError, UnknownCompensation
 from engine.records import Compensation
 from engine.runtime import CompensationHandler, Runtime
 from engine.types import CompensationStatus
 
 log = logging.getLogger("rewind")
+
+HEARTBEAT_S = 30.0
+"""A process that runs compensations renews its heartbeat at most this often."""
+LIVE_S = 120.0
+"""A handler is live when a process that registered it was seen within this many seconds."""
+FORGET_S = 3600.0
+"""Heartbeats older than this are removed by the next heartbeat of any process (bounded)."""
+MAX_HANDLERS = 500
+"""Most handler names one heartbeat carries."""
 
 
 def register(rt: Runtime, name: str, handler: CompensationHandler) -> None:
@@ -33,6 +49,34 @@ def register(rt: Runtime, name: str, handler: CompensationHandler) -> None:
     if not callable(handler):
         raise TypeError(f"the handler for {name!r} is not callable")
     rt.handlers[name] = handler
+    heartbeat(rt)
+
+
+def heartbeat(rt: Runtime) -> None:
+    """Tell the store which handlers this process has (its worker heartbeat), when they changed
+    or the last heartbeat is `HEARTBEAT_S` old. Liveness is advice for operators, so a store
+    failure here is logged, never raised: registering a handler must not fail on it."""
+    names = tuple(sorted(n for n in rt.handlers if len(n) <= rt.limits.name_chars))
+    names = names[:MAX_HANDLERS]
+    now = rt.clock()
+    if names == rt.announced and (not names or now - rt.announced_at < HEARTBEAT_S):
+        return
+    try:
+        rt.store.heartbeat_worker(rt.worker_id, list(names), now, now - FORGET_S)
+    except StoreError as exc:
+        log.warning("could not announce compensation handlers to the store: %s", exc)
+        return
+    rt.announced, rt.announced_at = names, now
+
+
+def live_handlers(rt: Runtime, within_s: float = LIVE_S) -> dict[str, float]:
+    """Handler name -> time of the newest heartbeat of a process that registered it, for the
+    processes seen in the last `within_s` seconds (engine clock)."""
+    out: dict[str, float] = {}
+    for worker in rt.store.compensation_workers(rt.clock() - within_s):
+        for name in worker.handlers:
+            out[name] = max(out.get(name, worker.seen_at), worker.seen_at)
+    return out
 
 
 def run_pending(rt: Runtime, limit: int = 100, lease_s: float = 60.0) -> list[Compensation]:
@@ -41,6 +85,7 @@ def run_pending(rt: Runtime, limit: int = 100, lease_s: float = 60.0) -> list[Co
     Returns:
         The compensations processed, with their final status.
     """
+    heartbeat(rt)
     done: list[Compensation] = []
     names = sorted(rt.handlers)
     for _ in range(limit):

@@ -43,6 +43,9 @@ class CompensationStatus(StrEnum):
     """The handler returned."""
     FAILED = "failed"
     """The handler kept raising; needs manual action."""
+    RESOLVED = "resolved"
+    """An operator marked it resolved by hand (undone outside Rewind, or nothing to undo); the
+    record keeps who and why. Terminal, like done, but the handler never succeeded."""
 
 
 class Role(StrEnum):

@@ -139,6 +139,50 @@ def test_rollback_across_a_side_effect_queues_its_compensation(store, rewind, op
     assert code == 0 and rows(out) == {}
 
 
+def test_compensations_are_retried_and_resolved_with_an_actor_and_a_reason(
+    store, capsys, open_engine
+):
+    engine = open_engine(store, compensation_attempts=1)
+    engine.rollback(LOOPING, to=snapshot_labelled(engine, LOOPING, "start"), actor="alice",
+                    reason="loop", notice=False)
+    worker = open_engine(store, compensation_attempts=1)
+    worker.register_compensation("points_refund", lambda args, key: 1 / 0)
+    worker.run_compensations()
+    [comp] = engine.compensations(status="failed")
+    worker.close()  # its heartbeat stays for two minutes: forget it, as after a long pause
+    engine.store.heartbeat_worker(worker.worker_id, [], engine.clock(), 0)
+
+    def rewind(*args: str) -> tuple[int, str, str]:
+        code = main(["--store", store, "compensations", *args])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    code, out, _ = rewind()
+    assert code == 0 and rows(out)[str(comp.id)][4:7] == ["failed", "1", "no"]
+    code, out, err = rewind("--retry", str(comp.id), "--actor", "alice", "--reason",
+                            "points service is back")
+    assert code == 0 and "is pending again" in out
+    assert "no running process has registered points_refund" in err
+    assert engine.compensations()[0].status == "pending"
+    [event] = engine.audit(action="compensation.retry")
+    assert (event.actor, event.reason) == ("alice", "points service is back")
+
+    code, out, err = rewind("--resolve", str(comp.id), "--actor", "alice", "--reason",
+                            "refunded by hand")
+    assert code == 0 and "marked resolved by alice" in out
+    assert engine.compensations()[0].resolved_by == "alice"
+    code, _, err = rewind("--retry", str(comp.id), "--actor", "alice", "--reason", "again")
+    assert code == 1 and "resolved by hand by alice" in err
+    code, _, err = rewind("--resolve", "9999", "--actor", "alice", "--reason", "typo")
+    assert code == 4 and "no compensation 9999" in err
+    code, _, err = rewind("--retry", str(comp.id), "--actor", "alice")
+    assert code == 2 and "--reason" in err
+    with pytest.raises(SystemExit):  # argparse: one action at a time
+        main(["--store", store, "compensations", "--retry", "1", "--resolve", "1"])
+    code, out, _ = rewind("--status", "resolved")
+    assert code == 0 and list(rows(out)) == [str(comp.id)]
+
+
 def test_notice_lands_in_the_session_messages(store, rewind, open_engine):
     text = "We reset this conversation; please check the last answer."
     code, out = rewind("--store", store, "notice", HEALTHY, text, "--actor", "alice")

@@ -62,3 +62,31 @@ def test_send_notice_appends_exactly_the_text_and_audits_the_operator(engine):
     last = engine.get_session(LOOPING).state().messages[-1]
     assert last["content"] == TEMPLATES["zh"] and last["role"] == "assistant"
     assert engine.audit(action="notice")[0].actor == "olivia"
+
+
+def test_compensations_are_retried_and_resolved_as_the_operator_one_refusal_at_a_time(engine):
+    from dashboard import views
+
+    s = engine.get_session(LOOPING)
+    start = next(n.id for n in s.tree() if n.label == "start")
+    engine.rollback(LOOPING, to=start, actor="rewind", reason="loop", notice=False)
+    [comp] = engine.compensations()
+    worker = Engine(engine.store)
+    worker.register_compensation("points_refund", lambda args, key: None)
+    with pytest.raises(actions.ActionRefused, match="say why"):
+        actions.retry_compensations(engine, OPERATOR, [comp], "   ")
+    with pytest.raises(actions.ActionRefused, match="select"):
+        actions.resolve_compensations(engine, OPERATOR, [], "by hand")
+    with pytest.raises(PermissionDenied):
+        actions.retry_compensations(engine, VIEWER, [comp], "I only read")
+
+    [retried] = actions.retry_compensations(engine, OPERATOR, [comp], " service back ")
+    assert retried.ok and engine.audit(action="compensation.retry")[0].reason == "service back"
+    worker.run_compensations()
+    # done now: the engine refuses, and the page says so next to the ones that went through
+    outcomes = actions.resolve_compensations(engine, OPERATOR, [comp], "by hand")
+    assert [(o.id, o.ok) for o in outcomes] == [(comp.id, False)] and "is done" in outcomes[0].error
+    kind, lines = views.compensation_outcomes_text("resolve", outcomes)
+    assert kind == "error" and lines == [f"#{comp.id}: {outcomes[0].error}"]
+    kind, lines = views.compensation_outcomes_text("retry", [retried])
+    assert kind == "success" and lines[0].startswith(f"Retried 1: #{comp.id} points_refund")

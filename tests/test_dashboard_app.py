@@ -355,6 +355,33 @@ def test_compensations_page_lists_stuck_and_failed_ones(tmp_path):
     assert any("compensation points" in b.label for b in fleet.button), labels(fleet.button)
 
 
+def test_compensations_page_gives_operators_the_actions_and_viewers_none(tmp_path):
+    url = f"sqlite:///{tmp_path}/comp.db"
+    with Engine.open(url, compensation_attempts=1) as engine:
+        s = engine.session("comp-2")
+        start = s.snapshot("start")
+        with s.step("points_debit", {"user": "u"}, side_effect=True,
+                    compensation=("points_refund", {"user": "u"})) as call:
+            call.ok({"balance": 1})
+        engine.rollback("comp-2", to=start, actor="rewind", reason="test", notice=False)
+        live = Engine(engine.store)
+        live.register_compensation("points_refund", lambda args, key: 1 / 0)
+        live.run_compensations()  # failed for good, and its process is live
+    at = app(url, page="screens/compensations.py", query={"comp-status": "failed"})
+    assert not at.exception
+    assert at.dataframe[0].value["live"].tolist() == ["yes"]
+    assert "registered" not in texts(at.warning)
+    assert "Fix the cause and retry" in texts(at.error)
+    assert at.button(key="comp-retry").disabled and at.button(key="comp-resolve").disabled
+    at.text_input(key="comp-reason-0").input("service back").run()
+    assert at.button(key="comp-retry").disabled  # still nothing selected
+    viewer = app(url, user=VIEWER, page="screens/compensations.py",
+                 query={"comp-status": "failed"})
+    assert not viewer.exception
+    assert "comp-retry" not in [b.key for b in viewer.button]
+    assert "Only operators can retry" in texts(viewer.caption)
+
+
 def test_audit_links_sessions_and_takes_the_session_from_the_url(store):
     at = app(store, page="screens/audit.py", query={"audit-session": AUTO_ROLLED_BACK})
     assert not at.exception

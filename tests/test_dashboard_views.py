@@ -568,3 +568,23 @@ def test_snapshot_nodes_get_short_labels():
     layout, _ = views.tree_layout([node("a", n=1), node("b", "a", n=2, label="start",
                                                           kind="manual")])
     assert layout["label"].tolist() == ["step 1", "start"]
+
+
+def test_compensations_frame_says_which_handlers_a_live_process_has():
+    from engine.records import Compensation
+
+    def comp(cid, name, status):
+        return Compensation(id=cid, session="s", step=cid, name=name, args={},
+                            idempotency_key=f"k{cid}", status=status, attempts=1, error=None,
+                            created_at=0.0, updated_at=0.0,
+                            resolved_by="olivia" if status == "resolved" else None,
+                            resolved_reason="by hand" if status == "resolved" else None)
+
+    comps = [comp(1, "refund", "failed"), comp(2, "refund", "pending"), comp(3, "mail", "running"),
+             comp(4, "points", "pending"), comp(5, "refund", "done"), comp(6, "mail", "resolved")]
+    frame = views.compensations_frame(comps, 100.0, live={"points": 99.0})
+    assert frame["live"].tolist() == ["no", "no", "no", "yes", "", ""]
+    assert frame["resolved"].tolist() == ["", "", "", "", "", "olivia: by hand"]
+    assert views.handlers_without_process(frame) == [("refund", 2), ("mail", 1)]
+    assert views.compensations_frame(comps, 100.0)["live"].tolist() == [""] * 6
+    assert set(views.COMPENSATION_COLORS) >= {"pending", "running", "failed", "done", "resolved"}

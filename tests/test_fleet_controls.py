@@ -492,7 +492,7 @@ def test_bulk_rollbacks_while_agent_processes_step(store_url):
         engine.close()
 
 
-def test_a_schema_1_file_gets_fleet_documents_and_is_marked_schema_2(tmp_path):
+def test_a_schema_1_file_gets_fleet_documents_and_is_marked_current(tmp_path):
     import sqlite3
 
     from engine.store.sqlite.schema import SCHEMA_VERSION
@@ -509,4 +509,4 @@ def test_a_schema_1_file_gets_fleet_documents_and_is_marked_schema_2(tmp_path):
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute(
             "SELECT value FROM rewind_meta WHERE key = 'schema_version'").fetchone()
-    assert SCHEMA_VERSION == 2 and version == "2"
+    assert SCHEMA_VERSION == 3 and version == "3"

@@ -15,12 +15,14 @@ All state-changing methods are atomic per session: they either happen entirely o
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any, NotRequired, Protocol, TypedDict, runtime_checkable
 
 from engine.records import (
     AuditEvent,
     BranchInfo,
     Compensation,
+    CompensationWorker,
     Event,
     MessageRecord,
     RollbackResult,
@@ -101,6 +103,38 @@ class Retention:
         """Named snapshots (taken with `Session.snapshot`) that stay restorable on the live line."""
         self.keep_step_snapshots = keep_step_snapshots
         """Write-ahead step snapshots stay restorable while their step is among the last N steps."""
+
+
+OPERABLE_COMPENSATIONS = (
+    CompensationStatus.FAILED,
+    CompensationStatus.PENDING,
+    CompensationStatus.RUNNING,
+)
+"""Statuses an operator may retry or resolve from (running only once its lease has ended)."""
+
+
+def compensation_refusal(
+    comp: Compensation, lease_until: float | None, now: float, action: str
+) -> str | None:
+    """Why an operator may not `action` (retry, resolve) `comp` now, or None when they may:
+    the one rule (and wording) of `Store.retry_compensation` and `resolve_compensation` on
+    every backend. `lease_until` is the end of its lease when it is running."""
+    what = f"compensation {comp.id} ({comp.name} for session {comp.session!r}, step {comp.step})"
+    if comp.status == CompensationStatus.DONE:
+        return f"{what} is done: its handler succeeded; there is nothing to {action}"
+    if comp.status == CompensationStatus.RESOLVED:
+        by = f" by {comp.resolved_by}" if comp.resolved_by else ""
+        return f"{what} was resolved by hand{by}; there is nothing to {action}"
+    leased = lease_until is not None and lease_until >= now
+    if comp.status == CompensationStatus.RUNNING and leased:
+        assert lease_until is not None
+        until = dt.datetime.fromtimestamp(lease_until, dt.UTC).strftime("%H:%M:%S UTC")
+        return (f"{what} is running: a worker holds its lease until {until} and may be running "
+                f"the handler right now; wait for its outcome (or for the lease to end), then "
+                f"{action} it if it is still needed")
+    if comp.status not in OPERABLE_COMPENSATIONS:
+        return f"{what} is {comp.status}; only failed, pending or stalled ones can be {action}d"
+    return None
 
 
 @runtime_checkable
@@ -448,6 +482,60 @@ class Store(Protocol):
         Done and failed outcomes are audited. A worker that lost its lease (another took the
         compensation over) changes nothing: the other worker's outcome stands.
         """
+        ...
+
+    def retry_compensation(self, cid: int, actor: str, reason: str, now: float) -> Compensation:
+        """Put compensation `cid` back to pending with no attempts counted, so the next process
+        with its handler runs it again (its last error stays until a run succeeds); audited as
+        ``compensation.retry`` with a feed event of that type, all in one atomic write.
+
+        Allowed from failed, pending, and running whose lease ended before `now` (its worker
+        is gone; were it only slow, its `finish_compensation` changes nothing afterwards, as
+        the claim is no longer its own).
+
+        Args:
+            actor: the operator (audited). reason: why (audited).
+
+        Returns:
+            The compensation after the change.
+
+        Raises:
+            UnknownCompensation: no compensation `cid`.
+            CompensationConflict: it is done or resolved, or running under a lease that has not
+                ended (its worker may be running the handler right now). Nothing is written.
+        """
+        ...
+
+    def resolve_compensation(self, cid: int, actor: str, reason: str, now: float) -> Compensation:
+        """Mark compensation `cid` resolved by hand: status resolved, `actor` and `reason` kept
+        on the record; audited as ``compensation.resolve`` with a feed event of that type, all
+        in one atomic write. No worker claims it afterwards, and a worker whose lease had ended
+        changes nothing when it finishes.
+
+        Allowed from failed, pending, and running whose lease ended before `now`.
+
+        Returns:
+            The compensation after the change.
+
+        Raises:
+            UnknownCompensation: no compensation `cid`.
+            CompensationConflict: it is done or resolved already, or running under a lease that
+                has not ended. Nothing is written.
+        """
+        ...
+
+    def heartbeat_worker(
+        self, worker: str, handlers: list[str], now: float, expire_before: float
+    ) -> None:
+        """Record that process `worker` has the compensation handlers `handlers`, seen at `now`,
+        and forget every worker last seen before `expire_before`, in one atomic write (so the
+        record stays as small as the set of recently live processes). An empty `handlers`
+        forgets `worker`.
+        """
+        ...
+
+    def compensation_workers(self, since: float) -> list[CompensationWorker]:
+        """Workers whose last heartbeat is at or after `since`, most recently seen first."""
         ...
 
     # -- documents (unversioned) --------------------------------------------------------------

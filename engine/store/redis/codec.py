@@ -83,6 +83,8 @@ def compensation(d: dict[str, str]) -> Compensation:
         created_at=float(d["created"]),
         updated_at=float(d["updated"]),
         branch=d.get("branch") or None,
+        resolved_by=d.get("resolved_by"),
+        resolved_reason=d.get("resolved_reason"),
     )
 
 

@@ -9,11 +9,16 @@ here flushes this process's pending entries first, so a process always sees its 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from engine.records import AuditEvent, Compensation, Event, SessionInfo
+from redis.exceptions import ResponseError
+
+from engine.errors import CompensationConflict, UnknownCompensation
+from engine.records import AuditEvent, Compensation, CompensationWorker, Event, SessionInfo
+from engine.store.base import compensation_refusal
 from engine.store.redis import codec, keys
 from engine.store.redis.client import RedisClient
 from engine.store.redis.codec import dumps, num
@@ -352,6 +357,54 @@ class FleetViews:
                 0,  # a session with a compensation is evidence: its feed does not expire
             ],
         )
+
+    def operate_compensation(
+        self, cid: int, action: str, actor: str, reason: str, now: float
+    ) -> Compensation:
+        """Retry or resolve compensation `cid` in one fleet script (see
+        `Store.retry_compensation`)."""
+        self.flush()  # on Redis Cluster, a compensation queued by this process lands first
+        try:
+            flat = self.run(
+                "operate",
+                [*self._maxlens, str(int(cid)), action, actor, dumps(actor), reason,
+                 dumps(reason), num(now)],
+            )
+        except ResponseError as exc:
+            if str(exc).startswith("REWIND UNKNOWN_COMPENSATION"):
+                raise UnknownCompensation(
+                    f"no compensation {cid} in this store; list them with "
+                    "`rewind compensations`"
+                ) from None
+            raise self._client.error(exc) from None
+        ok, fields = int(flat[0]), dict(zip(flat[1::2], flat[2::2], strict=True))
+        comp = codec.compensation(fields)
+        if not ok:
+            lease = fields.get("lease")
+            why = compensation_refusal(comp, float(lease) if lease else None, now, action)
+            raise CompensationConflict(why or f"compensation {cid} cannot be {action}d now")
+        return comp
+
+    def heartbeat_worker(
+        self, worker: str, handlers: list[str], now: float, expire_before: float
+    ) -> None:
+        self.run("heartbeat", [worker, num(now), num(expire_before),
+                               dumps(sorted(handlers)) if handlers else ""])
+
+    def compensation_workers(self, since: float) -> list[CompensationWorker]:
+        rows = self._client.call(
+            self._r.zrevrangebyscore, keys.workers_seen(self.fb), "+inf", num(since),
+            withscores=True,
+        )
+        if not rows:
+            return []
+        ids = [w for w, _ in rows]
+        found = self._client.call(self._r.hmget, keys.workers(self.fb), ids)
+        return [
+            CompensationWorker(w, tuple(json.loads(h)), float(at))
+            for (w, at), h in zip(rows, found, strict=True)
+            if h is not None  # forgotten between the two reads
+        ]
 
     def record_purge(
         self,

@@ -75,6 +75,9 @@ comp_by_status(s)       ZSET      compensation ids with that status
 comp_by_session(enc)    ZSET      compensation ids of one session
 comp_pending(name)      ZSET      pending ids of one handler name (score = id)
 comp_running(name)      ZSET      running ids of one handler name (score = lease end)
+workers                 HASH      worker id -> JSON list of its compensation handler names
+workers_seen            ZSET      worker id -> its last heartbeat (old ones are pruned by the
+                                  next heartbeat, so both stay as small as the live fleet)
 fleet_docs(ns)          HASH      key -> JSON fleet document of namespace ``ns`` (quarantines,
                                   the alert cursor)
 ======================  ========  ============================================================
@@ -360,6 +363,14 @@ def comp_running(fb: str, name: str) -> str:
     return fb + "co:r:" + name
 
 
+def workers(fb: str) -> str:
+    return fb + "wk"
+
+
+def workers_seen(fb: str) -> str:
+    return fb + "wk:at"
+
+
 def fleet_docs(fb: str, ns: str) -> str:
     return fb + "fd:" + ns
 
@@ -389,6 +400,8 @@ FLEET_KEYS = (
     comp_by_session,
     comp_pending,
     comp_running,
+    workers,
+    workers_seen,
     fleet_docs,
 )
 

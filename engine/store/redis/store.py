@@ -75,6 +75,7 @@ from engine.records import (
     AuditEvent,
     BranchInfo,
     Compensation,
+    CompensationWorker,
     Event,
     MessageRecord,
     RollbackResult,
@@ -587,6 +588,20 @@ class RedisStore(FleetDocs):
         self, cid: int, owner: str, ok: bool, error: str | None, now: float, final: bool
     ) -> None:
         self._views.finish_compensation(cid, owner, ok, error, now, final)
+
+    def retry_compensation(self, cid: int, actor: str, reason: str, now: float) -> Compensation:
+        return self._views.operate_compensation(cid, "retry", actor, reason, now)
+
+    def resolve_compensation(self, cid: int, actor: str, reason: str, now: float) -> Compensation:
+        return self._views.operate_compensation(cid, "resolve", actor, reason, now)
+
+    def heartbeat_worker(
+        self, worker: str, handlers: list[str], now: float, expire_before: float
+    ) -> None:
+        self._views.heartbeat_worker(worker, handlers, now, expire_before)
+
+    def compensation_workers(self, since: float) -> list[CompensationWorker]:
+        return self._views.compensation_workers(since)
 
     # -- documents --------------------------------------------------------------------------
     def doc_put(self, sid: str, ns: str, items: dict[str, Any], now: float) -> None:

@@ -156,7 +156,7 @@ def to_step(r: tuple[Any, ...]) -> StepRecord:
 
 COMP_COLS = (
     "id, session, step, name, args, idem_key, status, attempts, error, created_at, "
-    "updated_at, branch"
+    "updated_at, branch, resolved_by, resolved_reason"
 )
 
 
@@ -175,6 +175,8 @@ def to_compensation(r: tuple[Any, ...]) -> Compensation:
         created_at=r[9],
         updated_at=r[10],
         branch=r[11],
+        resolved_by=r[12],
+        resolved_reason=r[13],
     )
 
 

@@ -1,5 +1,6 @@
-"""The saga outbox on SQLite: queueing compensations when steps leave the live line, and the
-workers' claim/finish cycle under leases."""
+"""The saga outbox on SQLite: queueing compensations when steps leave the live line, the
+workers' claim/finish cycle under leases, the operators' retry and resolve, and the workers'
+heartbeats (which handlers a live process has)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import dataclasses
 import json
 import sqlite3
 
-from engine.records import Compensation
+from engine.errors import CompensationConflict, UnknownCompensation
+from engine.records import Compensation, CompensationWorker
+from engine.store.base import compensation_refusal
 from engine.store.sqlite.rows import COMP_COLS, add_audit, add_event, dumps, to_compensation, where
 from engine.store.sqlite.tx import SQLiteDB
 from engine.types import CompensationStatus
@@ -59,6 +62,12 @@ class SagaOutbox:
     """The compensation methods of `SQLiteStore`."""
 
     _db: SQLiteDB
+    url: str
+    _comp_cols: str = COMP_COLS
+    """Columns read (a read-only file of an older schema has no resolved_by/resolved_reason:
+    NULLs stand in for them)."""
+    _has_workers: bool = True
+    """False on a read-only file of an older schema (no workers table)."""
 
     def compensations(
         self,
@@ -70,7 +79,7 @@ class SagaOutbox:
         """Compensations matching every given filter, newest first."""
         clause, params = where({"session": session, "status": status})
         rows = self._db.read(
-            f"SELECT {COMP_COLS} FROM compensations{clause} ORDER BY id DESC LIMIT ?",
+            f"SELECT {self._comp_cols} FROM compensations{clause} ORDER BY id DESC LIMIT ?",
             (*params, limit),
         )
         return [to_compensation(r) for r in rows]
@@ -89,7 +98,7 @@ class SagaOutbox:
         marks = ",".join("?" * len(names))
         with self._db.write() as conn:
             row = conn.execute(
-                f"SELECT {COMP_COLS} FROM compensations WHERE name IN ({marks}) AND "
+                f"SELECT {self._comp_cols} FROM compensations WHERE name IN ({marks}) AND "
                 "(status = 'pending' OR (status = 'running' AND lease_until < ?)) "
                 "ORDER BY id LIMIT 1",
                 (*names, now),
@@ -141,3 +150,93 @@ class SagaOutbox:
             add_event(
                 conn, now, row[0], "compensation", {"id": cid, "name": row[1], "status": status}
             )
+
+    def _operate(
+        self, cid: int, actor: str, reason: str, now: float, action: str
+    ) -> Compensation:
+        """Retry or resolve compensation `cid` (see `retry_compensation`)."""
+        with self._db.write() as conn:
+            row = conn.execute(
+                f"SELECT {COMP_COLS}, lease_until FROM compensations WHERE id = ?", (cid,)
+            ).fetchone()
+            if row is None:
+                raise UnknownCompensation(
+                    f"no compensation {cid} in {self.url}; list them with "
+                    "`rewind compensations`"
+                )
+            comp, lease_until = to_compensation(row[:-1]), row[-1]
+            why = compensation_refusal(comp, lease_until, now, action)
+            if why is not None:
+                raise CompensationConflict(why)
+            if action == "retry":
+                conn.execute(
+                    "UPDATE compensations SET status = 'pending', attempts = 0, owner = NULL, "
+                    "lease_until = NULL, updated_at = ? WHERE id = ?",
+                    (now, cid),
+                )
+                after = dataclasses.replace(
+                    comp, status=CompensationStatus.PENDING, attempts=0, updated_at=now
+                )
+            else:
+                conn.execute(
+                    "UPDATE compensations SET status = 'resolved', owner = NULL, "
+                    "lease_until = NULL, resolved_by = ?, resolved_reason = ?, updated_at = ? "
+                    "WHERE id = ?",
+                    (actor, reason, now, cid),
+                )
+                after = dataclasses.replace(
+                    comp,
+                    status=CompensationStatus.RESOLVED,
+                    resolved_by=actor,
+                    resolved_reason=reason,
+                    updated_at=now,
+                )
+            detail = {
+                "id": cid,
+                "name": comp.name,
+                "step": comp.step,
+                "status": after.status,
+                "from": comp.status,
+                "attempts": comp.attempts,
+            }
+            add_audit(conn, now, actor, f"compensation.{action}", comp.session, None, reason,
+                      detail)
+            add_event(conn, now, comp.session, f"compensation.{action}",
+                      {"actor": actor, **detail})
+        return after
+
+    def retry_compensation(self, cid: int, actor: str, reason: str, now: float) -> Compensation:
+        """Put compensation `cid` back to pending with no attempts counted (audited)."""
+        return self._operate(cid, actor, reason, now, "retry")
+
+    def resolve_compensation(self, cid: int, actor: str, reason: str, now: float) -> Compensation:
+        """Mark compensation `cid` resolved by hand (audited)."""
+        return self._operate(cid, actor, reason, now, "resolve")
+
+    def heartbeat_worker(
+        self, worker: str, handlers: list[str], now: float, expire_before: float
+    ) -> None:
+        """Record `worker`'s handlers as seen at `now`; forget workers not seen since
+        `expire_before`."""
+        with self._db.write() as conn:
+            conn.execute("DELETE FROM workers WHERE seen_at < ?", (expire_before,))
+            if handlers:
+                conn.execute(
+                    "INSERT INTO workers(id, handlers, seen_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT(id) DO UPDATE SET handlers = excluded.handlers, "
+                    "seen_at = excluded.seen_at",
+                    (worker, dumps(sorted(handlers)), now),
+                )
+            else:
+                conn.execute("DELETE FROM workers WHERE id = ?", (worker,))
+
+    def compensation_workers(self, since: float) -> list[CompensationWorker]:
+        """Workers seen at or after `since`, most recently seen first."""
+        if not self._has_workers:
+            return []
+        rows = self._db.read(
+            "SELECT id, handlers, seen_at FROM workers WHERE seen_at >= ? "
+            "ORDER BY seen_at DESC, id",
+            (since,),
+        )
+        return [CompensationWorker(r[0], tuple(json.loads(r[1])), r[2]) for r in rows]

@@ -19,9 +19,11 @@ import sqlite3
 
 from engine.errors import SchemaMismatch, StoreUnavailable
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """1: the first release. 2: ``fleet_docs`` (tool quarantines every agent process must honour, so
-a file that has them must not be opened by a release that would ignore them)."""
+a file that has them must not be opened by a release that would ignore them). 3: compensations
+resolved by hand (status ``resolved``, ``resolved_by``, ``resolved_reason``, which an older
+release cannot read) and ``workers`` (heartbeats of processes with compensation handlers)."""
 
 DDL = """
 CREATE TABLE IF NOT EXISTS rewind_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -93,7 +95,8 @@ CREATE TABLE IF NOT EXISTS compensations (
     session TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, args TEXT NOT NULL,
     idem_key TEXT NOT NULL UNIQUE, status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
     error TEXT, owner TEXT, lease_until REAL, branch TEXT,
-    created_at REAL NOT NULL, updated_at REAL NOT NULL
+    created_at REAL NOT NULL, updated_at REAL NOT NULL,
+    resolved_by TEXT, resolved_reason TEXT
 );
 CREATE INDEX IF NOT EXISTS compensations_status ON compensations(status, id);
 CREATE INDEX IF NOT EXISTS compensations_session ON compensations(session, id);
@@ -112,7 +115,26 @@ CREATE TABLE IF NOT EXISTS fleet_docs (
     ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, updated_at REAL NOT NULL,
     PRIMARY KEY (ns, key)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS workers (
+    id TEXT PRIMARY KEY, handlers TEXT NOT NULL, seen_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS workers_seen ON workers(seen_at);
 """
+
+ADDED_COLUMNS = {"compensations": ("resolved_by TEXT", "resolved_reason TEXT")}
+"""Columns later schema versions added to tables an older file already has (``CREATE TABLE IF
+NOT EXISTS`` leaves those as they are)."""
+
+
+def missing_columns(conn: sqlite3.Connection) -> dict[str, list[str]]:
+    """Per table, the `ADDED_COLUMNS` (with their types) an older file lacks."""
+    out: dict[str, list[str]] = {}
+    for table, columns in ADDED_COLUMNS.items():
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        lacking = [c for c in columns if c.split()[0] not in have]
+        if lacking:
+            out[table] = lacking
+    return out
 
 
 def check_schema(conn: sqlite3.Connection, name: str) -> None:
@@ -155,6 +177,9 @@ def init_schema(conn: sqlite3.Connection, name: str) -> None:
             f"knows {SCHEMA_VERSION}); upgrade agent-rewind"
         )
     run_script(conn, DDL)
+    for table, columns in missing_columns(conn).items():
+        for column in columns:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
     # An older file now has every table of this release: record that, so an older release
     # refuses it instead of ignoring what it does not know (e.g. quarantines).
     conn.execute(

@@ -32,6 +32,7 @@ from engine.store.base import Retention, StepOutcome, StepStart, StepTicket
 from engine.store.sqlite.branches import BranchLine
 from engine.store.sqlite.rows import (
     AUDIT_COLS,
+    COMP_COLS,
     SESSION_COLS,
     STEP_COLS,
     add_audit,
@@ -47,7 +48,12 @@ from engine.store.sqlite.rows import (
     where,
 )
 from engine.store.sqlite.saga import SagaOutbox, queue_compensations
-from engine.store.sqlite.schema import SCHEMA_VERSION, check_schema, init_schema
+from engine.store.sqlite.schema import (
+    SCHEMA_VERSION,
+    check_schema,
+    init_schema,
+    missing_columns,
+)
 from engine.store.sqlite.tx import SQLiteDB, path_from_url
 from engine.types import SessionStatus, SnapshotKind, StoredVerdict
 
@@ -110,6 +116,9 @@ class SQLiteStore(BranchLine, SagaOutbox):
         self._db = SQLiteDB(path, name=f"the SQLite store {url}", synchronous=synchronous)
         if self._db.read_only:
             check_schema(self._db.conn, url)
+            if missing_columns(self._db.conn):  # an older file this user may not upgrade
+                self._comp_cols = COMP_COLS.replace("resolved_by, resolved_reason", "NULL, NULL")
+                self._has_workers = False
         else:
             with self._db.write() as conn:
                 init_schema(conn, url)
