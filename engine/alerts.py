@@ -15,7 +15,8 @@ Rules, in the order an event is checked (enable a subset with ``rules``):
 ``rollback``
     a rollback, automatic or by an operator. Key ``rollback:<session>:<epoch>``.
 ``compensation_failed``
-    a saga compensation ended failed for good. Key ``compensation_failed:<id>``.
+    a saga compensation ended failed for good. Key ``compensation_failed:<id>:<event>``: an
+    operator's retry that fails for good again pages again.
 ``loop_spike``
     loops (episodes) of one prompt version, or of one tool, reach ``spike_threshold`` within
     ``spike_window_s`` seconds of event time. Key ``loop_spike:<prompt_version|tool>:<value>``,
@@ -322,7 +323,7 @@ class AlertWorker:
                 out.append(
                     self._alert(
                         "compensation_failed",
-                        f"compensation_failed:{data.get('id')}",
+                        f"compensation_failed:{data.get('id')}:{ev.id}",
                         ev,
                         meta,
                         None,

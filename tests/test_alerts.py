@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import Engine, LoopDetected
+from engine import Actor, Engine, LoopDetected
 from engine.alerts import NAMESPACE, AlertConfig, AlertWorker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -268,6 +268,18 @@ def test_a_failed_compensation_pages(engine, hooks):
         worker.close()
     (alert,) = a.received
     assert alert["rule"] == "compensation_failed" and "NOT undone" in alert["text"]
+    # An operator retries it, it fails for good again: that pages again, once.
+    [comp] = engine.compensations(status="failed")
+    engine.retry_compensation(comp.id, actor=Actor("olivia", "operator"), reason="service back?")
+    engine.run_compensations()
+    worker = AlertWorker(engine, [a.url], AlertConfig(rules=("compensation_failed",)))
+    try:
+        worker.run_once()
+        worker.run_once()
+    finally:
+        worker.close()
+    assert len(keys_of(a, "compensation_failed")) == 2
+    assert set(a.keys().values()) == {1}
 
 
 def test_config_and_webhooks_are_checked(engine):
