@@ -138,7 +138,7 @@ def test_session_deep_link_renders_every_tab(store, tab):
         assert len(charts) == 1
     elif tab == "Why flagged":
         # The header's since-when/how-bad metrics come first; the tab's three follow.
-        assert labels(at.metric)[-3:] == ["Rule", "Loop began at step", "Evidence steps"]
+        assert labels(at.metric)[-3:] == ["Rule", "Loop began at step", "Steps in evidence"]
         assert at.dataframe[0].value["tool"].eq("refund_api").all()
     elif tab == "Snapshot tree":
         assert len(charts) == 1

@@ -225,7 +225,14 @@ def render_why_flagged(page: Page) -> None:
     c1, c2, c3 = st.columns(3)
     c1.metric("Rule", views.plain(verdict["rule"] or "?"))
     c2.metric("Loop began at step", verdict["loop_start_step"] or "?")
-    c3.metric("Evidence steps", len(verdict["evidence_steps"]))
+    evidence = sorted(verdict["evidence_steps"])
+    c3.metric(
+        "Steps in evidence",
+        f"{len(evidence)} steps",
+        help="The steps the rule looked at: " + views.step_list(evidence) if evidence else None,
+    )
+    if evidence:
+        c3.caption(f"steps {views.step_list(evidence)}")
     st.markdown(f"**Why:** {views.plain(verdict['explanation'])}")
     st.markdown("**Evidence**")
     st.dataframe(views.evidence_frame(steps, verdict), hide_index=True)
