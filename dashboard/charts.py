@@ -26,8 +26,10 @@ ROLLBACK = "#D08A2E"
 HEAD = "#2F5D7C"
 LOOP_SHADE = "rgba(200, 85, 61, 0.10)"
 FREEZE_SHADE = "rgba(91, 141, 184, 0.10)"
-SERIES = ["#3B6E8F", "#6AA58F", "#D08A2E", "#8E6C8A", "#C8553D", "#7A9CC6", "#B7A27A",
-          "#5F7470", "#A3C4BC", "#E0A458"]
+SERIES = ["#4E79A7", "#F28E2B", "#59A14F", "#B07AA1", "#E15759", "#76B7B2", "#EDC948",
+          "#9C755F", "#FF9DA7"]
+"""Series colours (Tableau 10 without its grey; grey means "other"): nine hues told apart at a
+glance, where the old muted palette had near twins (two oranges, two teals)."""
 PART_COLORS = {"system": "#8E6C8A", "dialogue": "#5B8DB8", "memories": "#6AA58F",
                "reserve": "#B7A27A", "free": "#E4E8EC", "dropped": "#C8553D"}
 WEBGL_FROM = 1500

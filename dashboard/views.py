@@ -967,6 +967,26 @@ MESSAGES_CSS = """<style>
 
 
 # -- actions ----------------------------------------------------------------------------------
+DECIDE_KEY = "rw-decide"
+"""Key of the dialogs' block with the reason and the confirm and cancel buttons."""
+DIALOG_CSS = """<style>
+.stDialog > div:has(.st-key-rw-decide){overflow:clip}
+.stDialog > div *:has(.st-key-rw-decide){background-color:inherit}
+.stDialog .st-key-rw-decide,
+.stDialog [data-testid="stLayoutWrapper"]:has(> .st-key-rw-decide){position:sticky;bottom:0;
+ z-index:3}
+.stDialog .st-key-rw-decide{background-color:inherit;padding:.5rem 0 .75rem;
+ border-top:1px solid rgba(127,140,153,.35)}
+@media (max-width:640px){.stDialog .st-key-rw-decide [data-testid="stButtonGroup"]
+ div:has(> button){flex-wrap:nowrap;overflow-x:auto;scrollbar-width:thin}
+ .stDialog .st-key-rw-decide [data-testid="stButtonGroup"] button{flex-shrink:0}}
+</style>"""
+"""Keeps the reason and the buttons on screen while a long preview scrolls under them, on a
+laptop and on a phone: the block sticks to the bottom of the dialog's visible part (the dialog
+box clips instead of hiding its overflow, which would make it the sticky block's scroller). It
+takes the dialog's own background, whatever the theme, through the blocks between them. On a
+phone the preset reasons scroll sideways in one row, so the block stays short."""
+
 NOTICE_CHOICES = ("English template", "Chinese template", "Custom text")
 
 

@@ -132,30 +132,32 @@ def render_loop_cost(page: Page) -> None:
     cost = views.loop_cost(page.bundle.steps, page.verdict, looping, time.time())
     if cost is None:
         return
-    c = st.columns(5)
-    c[0].metric(
-        "Loop began",
-        f"{views.when(cost.started_at):%H:%M:%S}",
-        help=f"{views.when(cost.started_at):%Y-%m-%d %H:%M:%S %Z}, at step {cost.start_step}.",
-    )
-    c[1].metric(
-        "Looping for" if cost.ongoing else "Loop lasted", views.duration_text(cost.duration_s)
-    )
-    c[2].metric(
-        "Steps wasted",
-        f"{cost.steps:,}",
-        help=f"Steps {cost.start_step}–{cost.end_step}, spent inside the loop.",
-    )
-    c[3].metric(
-        "Context tokens in the loop",
-        "not recorded" if cost.tokens is None else f"{cost.tokens:,}",
-        help="Sum of the context each loop step sent to the model (its token budget).",
-    )
-    c[4].metric(
-        "Side effects in the loop",
-        f"{len(cost.side_effects)}",
-        help="Side-effecting steps that completed while the agent was stuck.",
-    )
+    # A row that wraps (not columns, which stack one per line on a phone): two or three
+    # figures a line on a narrow screen.
+    with st.container(horizontal=True, key="loop-cost"):
+        st.metric(
+            "Loop began",
+            f"{views.when(cost.started_at):%H:%M:%S}",
+            help=f"{views.when(cost.started_at):%Y-%m-%d %H:%M:%S %Z}, at step {cost.start_step}.",
+        )
+        st.metric(
+            "Looping for" if cost.ongoing else "Loop lasted", views.duration_text(cost.duration_s)
+        )
+        st.metric(
+            "Steps wasted",
+            f"{cost.steps:,}",
+            help=f"Steps {cost.start_step}–{cost.end_step}, spent inside the loop.",
+        )
+        st.metric(
+            "Context tokens in the loop",
+            "not recorded" if cost.tokens is None else f"{cost.tokens:,}",
+            help="Sum of the context each loop step sent to the model (its token budget).",
+        )
+        st.metric(
+            "Side effects in the loop",
+            f"{len(cost.side_effects)}",
+            help="Side-effecting steps that completed while the agent was stuck.",
+        )
     if cost.side_effects:
         st.caption(
             "Side effects during the loop: "
