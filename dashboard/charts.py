@@ -243,6 +243,21 @@ def timeline(frame: pd.DataFrame, lanes: Sequence[str],
     return fig
 
 
+def label_positions(nodes: pd.DataFrame) -> pd.Series:
+    """Where each node's label goes: above and below in turn along a lane, so neighbours'
+    labels do not run into each other on a narrow screen; at the ends of the tree, towards the
+    inside, so they are not cut at the chart's edge."""
+    if nodes.empty:
+        return pd.Series([], dtype=object)
+    first, last = nodes["x"].min(), nodes["x"].max()
+    rank = nodes.groupby("y")["x"].rank(method="first").astype(int) - 1
+    vertical = rank.map(lambda r: "top" if r % 2 == 0 else "bottom")
+    horizontal = nodes["x"].map(
+        lambda x: "left" if x == last and last > first else "right" if x == first and last >
+        first else "center")
+    return vertical + " " + horizontal
+
+
 def snapshot_tree(nodes: pd.DataFrame, edges: Sequence[tuple[str, str]],
                   lane_names: dict[int, str] | None = None) -> go.Figure:
     """Node-link tree of snapshots: live line on top, abandoned branches below, head marked.
@@ -263,6 +278,7 @@ def snapshot_tree(nodes: pd.DataFrame, edges: Sequence[tuple[str, str]],
               ("retired", "retired", RUNNING, "circle-open", 7),
               ("abandoned", "abandoned", ERROR, "circle-x-open", 10),
               ("head", "head", HEAD, "star", 18)]
+    where = label_positions(nodes)
     for state, name, color, symbol, size in styles:
         part = nodes[nodes["state"] == state]
         if part.empty:
@@ -271,19 +287,24 @@ def snapshot_tree(nodes: pd.DataFrame, edges: Sequence[tuple[str, str]],
             x=part["x"], y=part["y"], mode="markers+text" if len(nodes) <= 60 else "markers",
             name=name, customdata=part["id"], hovertext=part["hover"],
             hovertemplate="%{hovertext}<extra></extra>",
-            text=part["label"].map(plot_text), textposition="top center",
+            text=part["label"].map(plot_text), textposition=where[part.index].tolist(),
+            cliponaxis=False,
             textfont={"size": 10, "color": "#52606D"},
             marker={"color": color, "symbol": symbol, "size": size,
                     "line": {"width": 1.5, "color": color}},
         ))
     lanes = sorted(set(nodes["y"].tolist())) if not nodes.empty else [0]
+    xs = nodes["x"].tolist() if not nodes.empty else [0]
     names = {0: "live line", **(lane_names or {})}
-    _base(fig, 160 + 44 * len(lanes), clickmode="event+select", dragmode="pan",
+    # Room above the top lane and below the bottom one for the node labels (the head's star is
+    # tall): nothing is cut at the plot's edge.
+    _base(fig, 170 + 64 * len(lanes), clickmode="event+select", dragmode="pan",
           xaxis={"title": "snapshots, oldest → newest", "showticklabels": False,
-                 "zeroline": False},
+                 "zeroline": False, "range": [min(xs) - 0.6, max(xs) + 0.6]},
           yaxis={"tickvals": lanes,
                  "ticktext": [plot_text(names.get(v, f"branch {v}")) for v in lanes],
-                 "autorange": "reversed", "zeroline": False, "automargin": True})
+                 "range": [max(lanes) + 0.6, min(lanes) - 0.6], "zeroline": False,
+                 "automargin": True})
     if nodes.empty:
         _empty(fig, "No snapshots taken yet")
     return fig
@@ -362,7 +383,10 @@ def budget_over_steps(history: pd.DataFrame, markers: Sequence[dict] = ()) -> go
     if "max_tokens" in history and history["max_tokens"].notna().any():
         fig.add_trace(go.Scatter(x=history["step"], y=history["max_tokens"], name="window",
                                  mode="lines", line={"color": ERROR, "dash": "dash"}))
-    _base(fig, 320, xaxis={"title": "step"}, yaxis={"title": "tokens", "rangemode": "tozero"},
+    steps = len(history)
+    _base(fig, 320, xaxis={"title": "step", "tickformat": "d",
+                           "dtick": max(1, math.ceil(steps / 10)) if steps else None},
+          yaxis={"title": "tokens", "rangemode": "tozero"},
           hovermode="x unified", shapes=_rollback_shapes(markers)[0])
     if history.empty:
         _empty(fig, "No steps with a token breakdown")

@@ -91,6 +91,19 @@ def test_snapshot_tree_carries_snapshot_ids_for_selection():
     assert next(t for t in points if t.name == "head").marker.symbol == "star"
     assert list(fig.layout.yaxis.ticktext) == ["live line", "branch-7 (rewind)"]
     assert fig.layout.clickmode == "event+select"
+    # labelled nodes, never cut at the plot's edge: room above the top lane and beside the ends
+    assert list(points[0].text) == ["start"] and points[0].cliponaxis is False
+    bottom, top = fig.layout.yaxis.range
+    assert top <= -0.5 and bottom >= 1.5  # reversed: the live line (0) on top
+    # the ends' labels lean inwards; neighbours on a lane alternate above and below
+    assert {t.name: list(t.textposition) for t in points} == {
+        "restorable": ["top right"], "abandoned": ["top center"], "head": ["bottom left"]}
+
+
+def test_node_labels_alternate_along_each_lane():
+    nodes = pd.DataFrame({"x": [0, 1, 2, 3, 2], "y": [0, 0, 0, 0, 1]})
+    assert charts.label_positions(nodes).tolist() == [
+        "top right", "bottom center", "top center", "bottom left", "top center"]
 
 
 def test_snapshot_tree_without_snapshots():
