@@ -8,11 +8,14 @@ Hover columns built by `dashboard.views` arrive escaped already.
 
 from __future__ import annotations
 
+import math
+import zlib
 from collections.abc import Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 
+from dashboard import views
 from dashboard.views import BUDGET_PARTS, clock_ticks, plot_text
 
 # A calm palette: muted blues and greens for normal work, warm tones only where attention is due.
@@ -23,20 +26,27 @@ ROLLBACK = "#D08A2E"
 HEAD = "#2F5D7C"
 LOOP_SHADE = "rgba(200, 85, 61, 0.10)"
 FREEZE_SHADE = "rgba(91, 141, 184, 0.10)"
-SERIES = ["#3B6E8F", "#6AA58F", "#D08A2E", "#8E6C8A", "#C8553D", "#7A9CC6", "#B7A27A",
-          "#5F7470", "#A3C4BC", "#E0A458"]
+SERIES = ["#4E79A7", "#F28E2B", "#59A14F", "#B07AA1", "#E15759", "#76B7B2", "#EDC948",
+          "#9C755F", "#FF9DA7"]
+"""Series colours (Tableau 10 without its grey; grey means "other"): nine hues told apart at a
+glance, where the old muted palette had near twins (two oranges, two teals)."""
 PART_COLORS = {"system": "#8E6C8A", "dialogue": "#5B8DB8", "memories": "#6AA58F",
                "reserve": "#B7A27A", "free": "#E4E8EC", "dropped": "#C8553D"}
 WEBGL_FROM = 1500
 """Scatter traces switch to WebGL beyond this many points."""
 
 
+LEGEND_BELOW = {"orientation": "h", "xref": "container", "yref": "container", "x": 0,
+                "xanchor": "left", "y": 0, "yanchor": "bottom"}
+"""Legends sit under the plot, referenced to the figure's box: plotly then widens the bottom
+margin to fit them, below the tick labels and axis title, and they never meet the title or the
+labels drawn in the top margin (rollback markers)."""
+
+
 def _base(fig: go.Figure, height: int, **layout) -> go.Figure:
-    fig.update_layout(
-        template="plotly_white", height=height, margin={"l": 10, "r": 10, "t": 36, "b": 10},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1},
-        hoverlabel={"align": "left"}, **layout,
-    )
+    layout = {"legend": LEGEND_BELOW, "margin": {"l": 10, "r": 10, "t": 36, "b": 10}, **layout}
+    fig.update_layout(template="plotly_white", height=height, hoverlabel={"align": "left"},
+                      **layout)
     return fig
 
 
@@ -46,61 +56,139 @@ def _empty(fig: go.Figure, text: str) -> go.Figure:
     return fig
 
 
+OTHER_COLOR = "#B8C2CC"
+
+
+def series_colors(keys: Sequence[str]) -> dict[str, str]:
+    """A colour per series that stays the same across refreshes and windows: each key takes
+    the palette slot its name hashes to; only a key whose slot another key (first by name)
+    already holds moves to the next free one, so series keep distinct colours."""
+    natural = {key: zlib.crc32(key.encode("utf-8")) % len(SERIES) for key in sorted(keys)}
+    slots: dict[str, int] = {}
+    for key, slot in natural.items():
+        if slot not in slots.values():
+            slots[key] = slot
+    for key, slot in natural.items():
+        if key not in slots:
+            while slot in slots.values() and len(slots) < len(SERIES):
+                slot = (slot + 1) % len(SERIES)
+            slots[key] = slot
+    return {key: SERIES[slots[key]] for key in natural}
+
+
 def loops_over_time(buckets: pd.DataFrame, by: str, *, title: str = "",
-                    freeze: tuple[float, float] | None = None, height: int = 280) -> go.Figure:
-    """Stacked bars of loop episodes per time bucket, one colour per value of `by`.
+                    freeze: tuple[float, float] | None = None, height: int = 300,
+                    bucket_s: int | None = None, top: int = views.TOP_SERIES) -> go.Figure:
+    """Stacked bars of loop episodes per time bucket: the `top` values of `by` with the most
+    loops get a bar colour each, the rest stack as one grey "other" series.
 
     Args:
         buckets: `views.loop_buckets` output (bucket, `by`, loops).
         by: the grouping column (prompt_version, scenario, …).
         freeze: (start, end) unix times of a change freeze, shaded.
+        bucket_s: bucket width, so each bar covers its bucket and the last one is not cut.
     """
     fig = go.Figure()
-    keys = [k for k in buckets[by].unique().tolist() if k != ""] if not buckets.empty else []
-    for i, key in enumerate(keys):
-        part = buckets[buckets[by] == key]
-        name = plot_text(key)
+    series = views.top_series(buckets, by, top)
+    names = list(dict.fromkeys(series.loc[~series["other"], "series"].tolist()))
+    colors = series_colors(names)
+    width_ms = bucket_s * 1000 if bucket_s else None
+    for (name, other), part in series.groupby(["series", "other"], sort=False):
         fig.add_trace(go.Bar(
-            x=part["bucket"], y=part["loops"], name=name, marker_color=SERIES[i % len(SERIES)],
+            x=part["bucket"], y=part["loops"], name=plot_text(name),
+            marker_color=OTHER_COLOR if other else colors[name],
+            offset=0 if width_ms else None, width=0.85 * width_ms if width_ms else None,
             hovertemplate=f"{by}: %{{fullData.name}}<br>%{{x|%b %d %H:%M}}<br>"
                           "%{y} loops<extra></extra>",
         ))
     _base(fig, height, barmode="stack", title={"text": title, "font": {"size": 14}},
-          yaxis={"title": "loops", "rangemode": "tozero"}, bargap=0.15)
+          yaxis={"title": "loops", "rangemode": "tozero"}, bargap=0.15,
+          legend={**LEGEND_BELOW, "traceorder": "normal"})
+    lo = hi = None
     if not buckets.empty:
-        fig.update_xaxes(range=[buckets["bucket"].min(), buckets["bucket"].max()])
+        lo = buckets["bucket"].min()
+        hi = buckets["bucket"].max() + pd.Timedelta(seconds=bucket_s or 0)
+        fig.update_xaxes(range=[lo, hi])
     if freeze is not None:
         x0, x1 = (pd.Timestamp(int(t), unit="s", tz="UTC") for t in freeze)
+        if lo is not None and hi is not None:  # inside the range, so its label shows
+            x0, x1 = max(x0, lo), min(x1, hi)
+    if freeze is not None and x0 < x1:
         fig.add_vrect(x0=x0, x1=x1, fillcolor=FREEZE_SHADE, line_width=0, layer="below",
                       annotation_text="freeze", annotation_position="top left")
-    if not keys or int(buckets["loops"].sum()) == 0:
+    if series.empty or int(series["loops"].sum()) == 0:
         _empty(fig, "No loops in this window")
     return fig
 
 
 # Shapes are built as plain dicts and set in one layout update: `add_vrect`/`add_vline` validate
 # and copy the whole shape list on every call, which costs seconds on a session with many loops.
-def _loop_shapes(windows: Sequence[tuple[float, float, str]]) -> tuple[list[dict], list[dict]]:
+LABEL_ROOM = 0.25
+"""Labels closer than this share of the x range may overlap (the plot is narrow on a phone):
+the later one moves a row."""
+LABEL_ROW_PX = 13
+LABEL_ROWS = 3
+
+
+def stagger(xs: Sequence[float], span: float, rows: int = LABEL_ROWS,
+            room: float = LABEL_ROOM) -> list[int]:
+    """A row (0, 1, …) per label at `xs` (in order) so that labels on one row are at least
+    `room * span` apart; when all rows are taken, the row whose last label is furthest back."""
+    last: list[float | None] = [None] * rows
+    out = []
+    for x in xs:
+        gaps = [math.inf if at is None else x - at for at in last]
+        free = [r for r, gap in enumerate(gaps) if gap >= room * span]
+        row = free[0] if free else max(range(rows), key=lambda r: gaps[r])
+        last[row] = x
+        out.append(row)
+    return out
+
+
+def _loop_shapes(windows: Sequence[tuple[float, float, str]],
+                 span: float = 1.0) -> tuple[list[dict], list[dict]]:
     shapes = [{"type": "rect", "xref": "x", "yref": "paper", "x0": x0, "x1": x1, "y0": 0,
                "y1": 1, "fillcolor": LOOP_SHADE, "line": {"width": 0}, "layer": "below"}
               for x0, x1, _ in windows]
+    rows = stagger([x0 for x0, _, _ in windows], span)
     notes = [{"x": x0, "y": 1, "xref": "x", "yref": "paper", "xanchor": "left",
               "yanchor": "top", "showarrow": False, "text": f"loop: {plot_text(rule)}",
-              "font": {"size": 10, "color": ERROR}} for x0, _, rule in windows]
+              "yshift": -LABEL_ROW_PX * row, "font": {"size": 10, "color": ERROR}}
+             for (x0, _, rule), row in zip(windows, rows, strict=True)]
     return shapes, notes
 
 
-def _rollback_shapes(markers: Sequence[dict]) -> tuple[list[dict], list[dict]]:
+def _rollback_shapes(markers: Sequence[dict],
+                     span: float = 1.0) -> tuple[list[dict], list[dict]]:
+    """Dashed lines, labelled "↩ target" above the plot (in the top margin, where no legend
+    is), staggered upwards when two rollbacks are close."""
     shapes = [{"type": "line", "xref": "x", "yref": "paper", "x0": m["x"], "x1": m["x"],
                "y0": 0, "y1": 1, "line": {"color": ROLLBACK, "dash": "dash", "width": 2}}
               for m in markers]
+    rows = stagger([m["x"] for m in markers], span)
     notes = [{"x": m["x"], "y": 1.0, "xref": "x", "yref": "paper", "showarrow": False,
               "yanchor": "bottom", "text": f"↩ {plot_text(m['target'])}",
-              "font": {"size": 10, "color": ROLLBACK},
+              "yshift": LABEL_ROW_PX * row, "font": {"size": 10, "color": ROLLBACK},
               "hovertext": plot_text(f"rolled back to {m['target']} by {m['actor']}: "
                                      f"{m['reason']}")}
-             for m in markers]
+             for m, row in zip(markers, rows, strict=True)]
     return shapes, notes
+
+
+LANE_LINE_CHARS = 24
+
+
+def lane_tick(lane: str, width: int = LANE_LINE_CHARS) -> str:
+    """A lane's name as its axis shows it: the tool on one line and its arguments on the next,
+    each cut to `width` characters, so the names leave the plot room on a phone (the hover
+    keeps the whole call)."""
+    def cut(text: str) -> str:
+        return plot_text(text if len(text) <= width else text[: width - 1] + "…")
+
+    tool, _, args = lane.partition(" ")
+    if not args or len(lane) <= width:
+        return cut(lane)
+    return f"{cut(tool)}<br>{cut(args)}"
 
 
 def timeline(frame: pd.DataFrame, lanes: Sequence[str],
@@ -134,21 +222,40 @@ def timeline(frame: pd.DataFrame, lanes: Sequence[str],
                     "line": {"width": 1, "color": color}},
             text=part["hover"], hovertemplate="%{text}<extra></extra>",
         ))
-    shapes, notes = _loop_shapes(windows)
-    more_shapes, more_notes = _rollback_shapes(markers)
+    span = float(frame["n"].max() - frame["n"].min() + 1) if not frame.empty else 1.0
+    shapes, notes = _loop_shapes(windows, span)
+    more_shapes, more_notes = _rollback_shapes(markers, span)
+    top = 36 + LABEL_ROW_PX * max((n["yshift"] // LABEL_ROW_PX for n in more_notes), default=0)
+    names = [lane_tick(lane) for lane in lanes]
     lanes = [plot_text(lane) for lane in lanes]
-    tickvals, ticktext = clock_ticks(frame) if "at" in frame else ([], [])
+    tickvals, ticktext = clock_ticks(frame, 6) if "at" in frame else ([], [])
     xaxis = {"title": "step and clock time", "rangemode": "tozero", "zeroline": False}
     if tickvals:
         xaxis.update(tickmode="array", tickvals=tickvals, ticktext=ticktext)
-    _base(fig, 160 + 26 * max(len(lanes), 2), shapes=shapes + more_shapes,
-          annotations=notes + more_notes,
+    _base(fig, 190 + 34 * max(len(lanes), 2), shapes=shapes + more_shapes,
+          annotations=notes + more_notes, margin={"l": 10, "r": 10, "t": top, "b": 10},
           xaxis=xaxis,
           yaxis={"type": "category", "categoryorder": "array", "categoryarray": lanes[::-1],
-                 "title": None, "automargin": True})
+                 "tickmode": "array", "tickvals": lanes, "ticktext": names,
+                 "tickfont": {"size": 11}, "title": None, "automargin": True})
     if frame.empty:
         _empty(fig, "No steps recorded")
     return fig
+
+
+def label_positions(nodes: pd.DataFrame) -> pd.Series:
+    """Where each node's label goes: above and below in turn along a lane, so neighbours'
+    labels do not run into each other on a narrow screen; at the ends of the tree, towards the
+    inside, so they are not cut at the chart's edge."""
+    if nodes.empty:
+        return pd.Series([], dtype=object)
+    first, last = nodes["x"].min(), nodes["x"].max()
+    rank = nodes.groupby("y")["x"].rank(method="first").astype(int) - 1
+    vertical = rank.map(lambda r: "top" if r % 2 == 0 else "bottom")
+    horizontal = nodes["x"].map(
+        lambda x: "left" if x == last and last > first else "right" if x == first and last >
+        first else "center")
+    return vertical + " " + horizontal
 
 
 def snapshot_tree(nodes: pd.DataFrame, edges: Sequence[tuple[str, str]],
@@ -171,6 +278,7 @@ def snapshot_tree(nodes: pd.DataFrame, edges: Sequence[tuple[str, str]],
               ("retired", "retired", RUNNING, "circle-open", 7),
               ("abandoned", "abandoned", ERROR, "circle-x-open", 10),
               ("head", "head", HEAD, "star", 18)]
+    where = label_positions(nodes)
     for state, name, color, symbol, size in styles:
         part = nodes[nodes["state"] == state]
         if part.empty:
@@ -179,19 +287,24 @@ def snapshot_tree(nodes: pd.DataFrame, edges: Sequence[tuple[str, str]],
             x=part["x"], y=part["y"], mode="markers+text" if len(nodes) <= 60 else "markers",
             name=name, customdata=part["id"], hovertext=part["hover"],
             hovertemplate="%{hovertext}<extra></extra>",
-            text=part["label"].map(plot_text), textposition="top center",
+            text=part["label"].map(plot_text), textposition=where[part.index].tolist(),
+            cliponaxis=False,
             textfont={"size": 10, "color": "#52606D"},
             marker={"color": color, "symbol": symbol, "size": size,
                     "line": {"width": 1.5, "color": color}},
         ))
     lanes = sorted(set(nodes["y"].tolist())) if not nodes.empty else [0]
+    xs = nodes["x"].tolist() if not nodes.empty else [0]
     names = {0: "live line", **(lane_names or {})}
-    _base(fig, 160 + 44 * len(lanes), clickmode="event+select", dragmode="pan",
+    # Room above the top lane and below the bottom one for the node labels (the head's star is
+    # tall): nothing is cut at the plot's edge.
+    _base(fig, 170 + 64 * len(lanes), clickmode="event+select", dragmode="pan",
           xaxis={"title": "snapshots, oldest → newest", "showticklabels": False,
-                 "zeroline": False},
+                 "zeroline": False, "range": [min(xs) - 0.6, max(xs) + 0.6]},
           yaxis={"tickvals": lanes,
                  "ticktext": [plot_text(names.get(v, f"branch {v}")) for v in lanes],
-                 "autorange": "reversed", "zeroline": False, "automargin": True})
+                 "range": [max(lanes) + 0.6, min(lanes) - 0.6], "zeroline": False,
+                 "automargin": True})
     if nodes.empty:
         _empty(fig, "No snapshots taken yet")
     return fig
@@ -213,18 +326,23 @@ def decay_curves(curves: pd.DataFrame, accesses: pd.DataFrame | None = None,
                                  name=plot_text(str(memory)[:40]),
                                  meta=[plot_text(str(memory)[:80])],
                                  line={"color": color, "width": 2},
-                                 hovertemplate="%{meta[0]}<br>%{y:.2f}<extra></extra>"))
+                                 hovertemplate="%{meta[0]}<br>%{x|%H:%M:%S}: "
+                                               "%{y:.2f}<extra></extra>"))
         if accesses is not None and not accesses.empty:
             hits = accesses[accesses["memory"] == memory]
             if not hits.empty:
                 fig.add_trace(go.Scatter(x=hits["t"], y=hits["strength"], mode="markers",
                                          showlegend=False, marker={"color": color, "size": 8,
                                                                    "symbol": "diamond"},
-                                         hovertemplate="recalled<extra></extra>"))
+                                         hovertemplate="recalled at %{x|%H:%M:%S}"
+                                                       "<extra></extra>"))
     if threshold is not None:
         fig.add_hline(y=threshold, line={"color": ERROR, "dash": "dot"},
                       annotation_text="forget threshold", annotation_position="bottom right")
-    _base(fig, 340, yaxis={"title": "strength", "rangemode": "tozero"}, xaxis={"title": None})
+    xaxis: dict = {"title": None}
+    if not curves.empty:  # the span the curves were computed for: the session's life
+        xaxis["range"] = [curves["t"].min(), curves["t"].max()]
+    _base(fig, 340, yaxis={"title": "strength", "rangemode": "tozero"}, xaxis=xaxis)
     if curves.empty:
         _empty(fig, "No memories")
     return fig
@@ -265,7 +383,10 @@ def budget_over_steps(history: pd.DataFrame, markers: Sequence[dict] = ()) -> go
     if "max_tokens" in history and history["max_tokens"].notna().any():
         fig.add_trace(go.Scatter(x=history["step"], y=history["max_tokens"], name="window",
                                  mode="lines", line={"color": ERROR, "dash": "dash"}))
-    _base(fig, 320, xaxis={"title": "step"}, yaxis={"title": "tokens", "rangemode": "tozero"},
+    steps = len(history)
+    _base(fig, 320, xaxis={"title": "step", "tickformat": "d",
+                           "dtick": max(1, math.ceil(steps / 10)) if steps else None},
+          yaxis={"title": "tokens", "rangemode": "tozero"},
           hovermode="x unified", shapes=_rollback_shapes(markers)[0])
     if history.empty:
         _empty(fig, "No steps with a token breakdown")

@@ -212,7 +212,8 @@ def memory_view(url: str | None, sid: str) -> MemoryView | None:
         return None
     if not items:
         return None
-    curve = memory.curves()
+    span = views.memory_span(items, time.time())
+    curve = memory.curves(*span, points=160) if span else memory.curves()
     return MemoryView(*views.memory_frames(items, curve),
                       log=views.memory_log_frame([*memory.log(), *memory.corrections()],
                                                  {m.id: m.text for m in items}))

@@ -124,12 +124,16 @@ def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
                 f"deleted) · **{len(comps)} compensations** queued.")
     _last_notice_note(sid)
     notice = _notice_picker(bundle.info.locale, f"rb-notice-{sid}", allow_none=True)
-    # Reason and buttons before the long tables, so they are on screen without scrolling.
-    reason = _reason(f"rb-reason-{sid}")
-    with st.container(horizontal=True):
-        confirm = st.button("Roll back", type="primary", key=f"rb-confirm-{sid}",
-                            disabled=not reason, help=None if reason else "Give a reason first.")
-        cancel = st.button("Cancel", key=f"rb-cancel-{sid}")
+    # Reason and buttons before the long tables, and stuck to the bottom of the screen while
+    # the preview scrolls (DIALOG_CSS), so they are always on screen.
+    st.html(views.DIALOG_CSS)
+    with st.container(key=views.DECIDE_KEY):
+        reason = _reason(f"rb-reason-{sid}")
+        with st.container(horizontal=True):
+            confirm = st.button("Roll back", type="primary", key=f"rb-confirm-{sid}",
+                                disabled=not reason,
+                                help=None if reason else "Give a reason first.")
+            cancel = st.button("Cancel", key=f"rb-cancel-{sid}")
     if not steps.empty:
         with st.expander(f"Steps leaving ({len(steps)})", expanded=len(steps) <= 8):
             st.dataframe(steps.head(500), hide_index=True)
@@ -174,7 +178,8 @@ def notice_dialog(sid: str, user: User) -> None:
     if seen is not None:
         again = st.checkbox("Send another notice anyway", key=f"nt-again-{sid}",
                             help="The user sees every notice; a second one is rarely wanted.")
-    with st.container(horizontal=True):
+    st.html(views.DIALOG_CSS)
+    with st.container(key=views.DECIDE_KEY, horizontal=True):
         send = st.button("Send notice", type="primary", key=f"nt-send-{sid}", disabled=not again)
         cancel = st.button("Cancel", key=f"nt-cancel-{sid}")
     if cancel:

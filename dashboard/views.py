@@ -417,6 +417,72 @@ def loop_cost_line(cost: LoopCost) -> str:
 
 
 # -- loops over time --------------------------------------------------------------------------
+AUTO_WINDOW = "Auto (fit the data)"
+"""The fleet's default window: from the first loop episode to the last (or now)."""
+FIXED_WINDOWS = {"6 hours": 6 * 3600, "24 hours": 86400, "7 days": 7 * 86400}
+WINDOW_CHOICES = (AUTO_WINDOW, *FIXED_WINDOWS)
+AUTO_LOOKBACK_S = 7 * 86400
+"""How far back the auto window looks for loop episodes (the longest fixed window)."""
+AUTO_MIN_SPAN_S = 900
+"""The auto window is never narrower than this, so a single loop still shows as one bar among
+many, not as a bar filling the chart."""
+AUTO_BUCKETS = (30, 60, 120, 300, 600, 900, 1800, 3600, 2 * 3600, 3 * 3600, 6 * 3600,
+                12 * 3600, 86400)
+"""Bucket widths the auto window picks from; each at most 2.5 times the one before, so some
+width always gives between MIN_BARS and MAX_BARS bars."""
+MIN_BARS, MAX_BARS = 20, 60
+
+
+@dataclass(frozen=True)
+class ChartWindow:
+    """The time span the loop charts show and their bar width."""
+
+    since: float
+    until: float
+    bucket_s: int
+
+    def caption(self) -> str:
+        start, end = when(self.since), when(self.until)
+        fmt = "%H:%M" if start.date() == end.date() and self.until - self.since < 86400 \
+            else "%d %b %H:%M"
+        return f"{start:{fmt}}–{end:{fmt}}, one bar per {bucket_text(self.bucket_s)}"
+
+
+def bucket_text(seconds: int) -> str:
+    """A bar width for people: "30 s", "5 min", "2 h", "1 d"."""
+    for unit, name in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= unit and seconds % unit == 0:
+            return f"{seconds // unit} {name}"
+    return f"{seconds} s"
+
+
+def fit_bucket(span_s: float) -> int:
+    """The narrowest bucket that gives at most MAX_BARS bars over `span_s` (edges included)."""
+    for width in AUTO_BUCKETS:
+        if span_s / width <= MAX_BARS - 2:
+            return width
+    return AUTO_BUCKETS[-1]
+
+
+def fit_window(ats: Iterable[float], now: float, min_span_s: float = AUTO_MIN_SPAN_S,
+               lookback_s: float = AUTO_LOOKBACK_S) -> ChartWindow:
+    """The window that fits the loop episodes at unix times `ats` (seen in the last
+    `lookback_s`): from the first episode to the last, stretched to now when the last one is
+    recent (so a live fleet's chart ends at the present), padded by 5 % on each side, at least
+    `min_span_s` wide; with a bucket width giving MIN_BARS to MAX_BARS bars."""
+    times = sorted(t for t in ats if now - lookback_s <= t <= now)
+    if not times:
+        return ChartWindow(now - 3600, now, fit_bucket(3600))
+    first, last = times[0], times[-1]
+    until = now if now - last <= max(0.25 * (last - first), min_span_s) else last
+    span = until - first
+    pad = 0.05 * span
+    since, until = first - pad, min(until + pad, now)
+    if until - since < min_span_s:
+        since = until - min_span_s
+    return ChartWindow(since, until, fit_bucket(until - since))
+
+
 def bucket_seconds(window_s: float) -> int:
     """A bucket width that gives at most 36 bars over the window (24 for 6 h, 24 h, 7 d…)."""
     for width in (300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400):
@@ -447,6 +513,40 @@ def loop_buckets(loops: pd.DataFrame, by: str, since: float, until: float,
     out = grid.merge(counts, on=["bucket", by], how="left").fillna({"loops": 0})
     out["loops"] = out["loops"].astype(int)
     out["bucket"] = pd.to_datetime(out["bucket"], unit="s", utc=True)
+    return out[columns]
+
+
+TOP_SERIES = 6
+"""Loop charts draw this many series of their own; the rest are summed as one "other"."""
+
+
+def top_series(buckets: pd.DataFrame, by: str, n: int = TOP_SERIES) -> pd.DataFrame:
+    """`loop_buckets` output cut to the `n` values of `by` with the most loops in the window
+    (ties by name), the rest summed per bucket into one series named "other (k more)".
+
+    Returns columns bucket, series, loops, other (True on the summed series), series in rank
+    order, the other series last. Empty keys (a window without loops) are dropped.
+    """
+    columns = ["bucket", "series", "loops", "other"]
+    frame = buckets[buckets[by] != ""] if not buckets.empty else buckets
+    if frame.empty:
+        return pd.DataFrame(columns=columns)
+    totals = frame.groupby(by)["loops"].sum()
+    ranked = sorted(totals.index, key=lambda k: (-int(totals[k]), str(k)))
+    keep, rest = ranked[:n], ranked[n:]
+    if len(rest) == 1:  # "other (1 more)" would hide a name for no space saved
+        keep, rest = ranked, []
+    parts = []
+    for key in keep:
+        part = frame[frame[by] == key]
+        parts.append(pd.DataFrame({"bucket": part["bucket"].to_numpy(), "series": str(key),
+                                   "loops": part["loops"].to_numpy(), "other": False}))
+    if rest:
+        summed = frame[frame[by].isin(rest)].groupby("bucket", sort=True)["loops"].sum()
+        parts.append(pd.DataFrame({"bucket": summed.index, "series": f"other ({len(rest)} more)",
+                                   "loops": summed.to_numpy(), "other": True}))
+    out = pd.concat(parts, ignore_index=True)
+    out["loops"] = out["loops"].astype(int)
     return out[columns]
 
 
@@ -569,6 +669,18 @@ def rollback_markers(steps: Sequence[Any], branches: Sequence[Any]) -> list[dict
 
 
 # -- session: why flagged ---------------------------------------------------------------------
+def step_list(steps: Sequence[int], limit: int = 12) -> str:
+    """Step numbers for people, runs joined: "4–9, 12" (the first `limit` runs, then "…")."""
+    runs: list[list[int]] = []
+    for n in sorted(set(steps)):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    text = [f"{a}" if a == b else f"{a}–{b}" for a, b in runs[:limit]]
+    return ", ".join(text) + (", …" if len(runs) > limit else "")
+
+
 def evidence_frame(steps: Sequence[Any], verdict: StoredVerdict | None) -> pd.DataFrame:
     """The verdict's evidence steps with tool, args, outcome and error."""
     wanted = set(verdict["evidence_steps"]) if verdict else set()
@@ -855,6 +967,26 @@ MESSAGES_CSS = """<style>
 
 
 # -- actions ----------------------------------------------------------------------------------
+DECIDE_KEY = "rw-decide"
+"""Key of the dialogs' block with the reason and the confirm and cancel buttons."""
+DIALOG_CSS = """<style>
+.stDialog > div:has(.st-key-rw-decide){overflow:clip}
+.stDialog > div *:has(.st-key-rw-decide){background-color:inherit}
+.stDialog .st-key-rw-decide,
+.stDialog [data-testid="stLayoutWrapper"]:has(> .st-key-rw-decide){position:sticky;bottom:0;
+ z-index:3}
+.stDialog .st-key-rw-decide{background-color:inherit;padding:.5rem 0 .75rem;
+ border-top:1px solid rgba(127,140,153,.35)}
+@media (max-width:640px){.stDialog .st-key-rw-decide [data-testid="stButtonGroup"]
+ div:has(> button){flex-wrap:nowrap;overflow-x:auto;scrollbar-width:thin}
+ .stDialog .st-key-rw-decide [data-testid="stButtonGroup"] button{flex-shrink:0}}
+</style>"""
+"""Keeps the reason and the buttons on screen while a long preview scrolls under them, on a
+laptop and on a phone: the block sticks to the bottom of the dialog's visible part (the dialog
+box clips instead of hiding its overflow, which would make it the sticky block's scroller). It
+takes the dialog's own background, whatever the theme, through the blocks between them. On a
+phone the preset reasons scroll sideways in one row, so the block stays short."""
+
 NOTICE_CHOICES = ("English template", "Chinese template", "Custom text")
 
 
@@ -995,6 +1127,25 @@ BUDGET_COLUMNS = ["step", *BUDGET_PARTS, "dropped", "total", "max_tokens", "line
 
 def memory_label(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+MEMORY_MIN_SPAN_S = 300.0
+
+
+def memory_span(items: Sequence[Any], now: float,
+                min_span_s: float = MEMORY_MIN_SPAN_S) -> tuple[float, float] | None:
+    """The time span the decay curves cover: the session's life as its memories record it,
+    from the first memory to now, padded (5 % before, 10 % after) and at least `min_span_s`
+    wide. A session idle for longer than it lived is cut at its last memory event plus as long
+    again, so its recalls do not crowd into the first pixels. None without memories."""
+    if not items:
+        return None
+    start = min(m.created_at for m in items)
+    last = max(max([m.created_at, *m.access_times,
+                    *([m.invalid_at] if m.invalid_at is not None else [])]) for m in items)
+    end = min(max(now, last), last + max(last - start, min_span_s))
+    span = max(end - start, min_span_s)
+    return start - 0.05 * span, start + 1.1 * span
 
 
 def memory_frames(items: Sequence[Any], curve: Any) -> tuple[pd.DataFrame, pd.DataFrame,

@@ -4,6 +4,7 @@ each way of signing in. Dialog flows and fragments run in the browser tests (tes
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import pytest
@@ -161,7 +162,7 @@ def test_session_deep_link_renders_every_tab(store, tab):
         assert len(charts) == 1
     elif tab == "Why flagged":
         # The header's since-when/how-bad metrics come first; the tab's three follow.
-        assert labels(at.metric)[-3:] == ["Rule", "Loop began at step", "Evidence steps"]
+        assert labels(at.metric)[-3:] == ["Rule", "Loop began at step", "Steps in evidence"]
         assert at.dataframe[0].value["tool"].eq("refund_api").all()
     elif tab == "Snapshot tree":
         assert len(charts) == 1
@@ -279,6 +280,18 @@ def test_fleet_search_sort_and_window_come_from_the_url(store):
     assert at.selectbox(key="window").value == "7 days"
     at = app(store, query={"status": "looping"})
     assert set(at.dataframe[0].value["status"]) == {"looping"}
+
+
+def test_fleet_charts_fit_the_loops_by_default(store):
+    at = app(store)
+    assert not at.exception
+    assert at.selectbox(key="window").value == views.AUTO_WINDOW
+    caption = next(c.value for c in at.caption if "one bar per" in c.value)
+    assert "the rest summed as" in caption
+    figures = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    # the seeded loops spread over a day: the fitted window gives a readable number of bars
+    bars = {len(t["x"]) for f in figures for t in f["data"]}
+    assert len(figures) == 2 and all(views.MIN_BARS <= n <= views.MAX_BARS for n in bars)
 
 
 def test_session_header_says_since_when_and_how_bad(store):

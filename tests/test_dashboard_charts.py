@@ -91,6 +91,19 @@ def test_snapshot_tree_carries_snapshot_ids_for_selection():
     assert next(t for t in points if t.name == "head").marker.symbol == "star"
     assert list(fig.layout.yaxis.ticktext) == ["live line", "branch-7 (rewind)"]
     assert fig.layout.clickmode == "event+select"
+    # labelled nodes, never cut at the plot's edge: room above the top lane and beside the ends
+    assert list(points[0].text) == ["start"] and points[0].cliponaxis is False
+    bottom, top = fig.layout.yaxis.range
+    assert top <= -0.5 and bottom >= 1.5  # reversed: the live line (0) on top
+    # the ends' labels lean inwards; neighbours on a lane alternate above and below
+    assert {t.name: list(t.textposition) for t in points} == {
+        "restorable": ["top right"], "abandoned": ["top center"], "head": ["bottom left"]}
+
+
+def test_node_labels_alternate_along_each_lane():
+    nodes = pd.DataFrame({"x": [0, 1, 2, 3, 2], "y": [0, 0, 0, 0, 1]})
+    assert charts.label_positions(nodes).tolist() == [
+        "top right", "bottom center", "top center", "bottom left", "top center"]
 
 
 def test_snapshot_tree_without_snapshots():
@@ -126,6 +139,107 @@ def test_budget_charts():
     assert all(t.stackgroup == "tokens" for t in over.data[:4])
     assert "No steps with a token breakdown" in annotations(
         charts.budget_over_steps(history.iloc[0:0]))
+
+
+
+# -- legibility ----------------------------------------------------------------------------------
+def legend_is_below_the_plot(fig: go.Figure) -> bool:
+    """The legend hangs from the figure's bottom edge, under the plot and its axis labels (plotly
+    widens the bottom margin for a container-referenced legend), so it never meets the title or
+    labels in the top margin."""
+    legend = fig.layout.legend
+    return (legend.yref == "container" and legend.y == 0 and legend.yanchor == "bottom"
+            and legend.orientation == "h")
+
+
+def thirteen_prompt_versions() -> pd.DataFrame:
+    keys = [f"support-v{i}" for i in range(13)]
+    loops = pd.DataFrame({"at": [60.0 * j for i in range(13) for j in range(i + 1)],
+                          "prompt_version": [keys[i] for i in range(13) for _ in range(i + 1)]})
+    return views.loop_buckets(loops, "prompt_version", 0, 900, 60)
+
+
+def test_thirteen_prompt_versions_draw_six_series_and_other_under_the_title():
+    buckets = thirteen_prompt_versions()
+    fig = charts.loops_over_time(buckets, "prompt_version", title="by prompt version",
+                                 bucket_s=60)
+    names = [t.name for t in fig.data]
+    assert len(fig.data) == 7 and names[-1] == "other (7 more)"
+    assert names[:6] == [f"support-v{i}" for i in (12, 11, 10, 9, 8, 7)]  # busiest first
+    assert sum(sum(t.y) for t in fig.data) == buckets["loops"].sum()
+    colors = [t.marker.color for t in fig.data]
+    assert len(set(colors)) == 7 and colors[-1] == charts.OTHER_COLOR
+    assert legend_is_below_the_plot(fig)
+    assert fig.layout.title.text == "by prompt version"
+    # each bar covers its minute, and the last one is inside the x range
+    assert {t.width for t in fig.data} == {0.85 * 60_000} and {t.offset for t in fig.data} == {0}
+    assert pd.Timestamp(fig.layout.xaxis.range[1]) == buckets["bucket"].max() + pd.Timedelta(
+        seconds=60)
+
+
+def test_series_keep_their_colour_when_other_series_come_and_go():
+    few = charts.series_colors(["v7", "v8"])
+    more = charts.series_colors(["v1", "v6", "v7", "v8", "v9"])
+    assert few["v7"] == more["v7"] and few["v8"] == more["v8"]
+    assert charts.series_colors(["v8"]) == {"v8": few["v8"]}
+    clash = charts.series_colors(["v2", "v4"])  # both hash to one slot: the first keeps it
+    assert clash["v2"] == charts.series_colors(["v2"])["v2"] and clash["v4"] != clash["v2"]
+    six = charts.series_colors([f"p{i}" for i in range(6)])
+    assert len(set(six.values())) == 6  # collisions move to a free colour
+
+
+def test_the_freeze_label_stays_inside_the_charts_range():
+    buckets = views.loop_buckets(pd.DataFrame({"at": [7200.0], "scenario": ["refund"]}),
+                                 "scenario", 3600, 4 * 3600, 600)
+    fig = charts.loops_over_time(buckets, "scenario", freeze=(0.0, 1e9), bucket_s=600)
+    (shade,) = fig.layout.shapes
+    lo, hi = (pd.Timestamp(x) for x in fig.layout.xaxis.range)
+    assert lo <= pd.Timestamp(shade.x0) and pd.Timestamp(shade.x1) <= hi
+    outside = charts.loops_over_time(buckets, "scenario", freeze=(0.0, 60.0), bucket_s=600)
+    assert len(outside.layout.shapes) == 0
+
+
+def test_close_rollback_labels_are_staggered_above_the_plot_and_the_legend_is_below():
+    steps = [step(n, status="error" if 3 <= n <= 11 else "ok", fp="A" if n < 12 else "B",
+                  branch=("b1" if n < 9 else "b2") if 3 <= n <= 11 else None)
+             for n in range(1, 21)]
+    branches = [BranchInfo("b1", "snap-2", "rewind", "loop", 9.0, 1),
+                BranchInfo("b2", "snap-8", "olivia", "again", 19.0, 1)]
+    markers = views.rollback_markers(steps, branches)
+    assert [m["x"] for m in markers] == [8.5, 11.5]  # 3 steps apart in 20: labels would touch
+    frame = views.timeline_frame(steps)
+    fig = charts.timeline(frame, views.lane_order(frame), [(2.5, 8.5, "exact_repeat")], markers)
+    rollback = [a for a in fig.layout.annotations if a.text.startswith("↩")]
+    loop = [a for a in fig.layout.annotations if a.text.startswith("loop:")]
+    assert all(a.yref == "paper" and a.y == 1 and a.yanchor == "bottom" for a in rollback)
+    assert sorted(a.yshift for a in rollback) == [0, charts.LABEL_ROW_PX]
+    assert fig.layout.margin.t >= 36 + charts.LABEL_ROW_PX  # room for the second row
+    assert all(a.yanchor == "top" for a in loop)  # inside the plot, below the rollback labels
+    assert legend_is_below_the_plot(fig)
+
+
+def test_stagger_moves_only_labels_that_would_touch():
+    assert charts.stagger([0, 50, 100], span=100, room=0.25) == [0, 0, 0]
+    assert charts.stagger([0, 5, 10, 60], span=100, room=0.25) == [0, 1, 2, 0]
+    assert charts.stagger([0, 1, 2, 3], span=100, rows=2, room=0.25) == [0, 1, 0, 1]
+
+
+def test_long_lane_names_wrap_onto_two_short_lines():
+    assert charts.lane_tick('crop {"x":5}') == 'crop {"x":5}'
+    tick = charts.lane_tick('refund_api {"amount":42.0,"order":"A-1","reason":"lost"}')
+    tool, args = tick.split("<br>")
+    assert tool == "refund_api" and len(args) <= charts.LANE_LINE_CHARS
+    assert args.endswith("…")
+
+
+def test_memory_axis_spans_the_curves_not_a_fixed_week():
+    t0 = dt.datetime(2026, 10, 1, tzinfo=dt.UTC)
+    curves = pd.DataFrame([{"memory": "fx", "t": t0 + dt.timedelta(minutes=m), "strength": 1.0}
+                           for m in range(0, 21, 5)])
+    fig = charts.decay_curves(curves, None, 0.2)
+    lo, hi = (pd.Timestamp(x) for x in fig.layout.xaxis.range)
+    assert (lo, hi) == (pd.Timestamp(t0), pd.Timestamp(t0 + dt.timedelta(minutes=20)))
+    assert legend_is_below_the_plot(fig)
 
 
 # -- hostile text ------------------------------------------------------------------------------

@@ -588,3 +588,91 @@ def test_compensations_frame_says_which_handlers_a_live_process_has():
     assert views.handlers_without_process(frame) == [("refund", 2), ("mail", 1)]
     assert views.compensations_frame(comps, 100.0)["live"].tolist() == [""] * 6
     assert set(views.COMPENSATION_COLORS) >= {"pending", "running", "failed", "done", "resolved"}
+
+
+# -- legible charts: the fitted window, top-N series, the memory span --------------------------
+def bars(window: views.ChartWindow) -> int:
+    """How many bars the loop charts draw for `window` (as `loop_buckets` lays them out)."""
+    out = views.loop_buckets(pd.DataFrame(columns=["at", "scenario"]), "scenario",
+                             window.since, window.until, window.bucket_s)
+    return len(out)
+
+
+@pytest.mark.parametrize("span_s", [0, 40, 600, 1800, 3 * 3600, 20 * 3600, 3 * 86400,
+                                    7 * 86400 - 60])
+def test_the_auto_window_covers_every_episode_with_a_readable_number_of_bars(span_s):
+    now = 2_000_000_000.0
+    ats = [now - 30 - span_s + i * span_s / 9 for i in range(10)]
+    window = views.fit_window(ats, now)
+    assert window.since <= min(ats) and window.until >= max(ats)
+    assert views.MIN_BARS <= bars(window) <= views.MAX_BARS, (span_s, window)
+    assert window.until - window.since >= views.AUTO_MIN_SPAN_S
+    # the demo's half hour of loops fills the chart instead of one or two bars of 24 hours
+    if 0 < span_s <= 3600:
+        assert window.until - window.since <= 2 * max(span_s, views.AUTO_MIN_SPAN_S)
+
+
+def test_the_auto_window_ends_now_while_loops_are_recent_and_at_the_last_one_otherwise():
+    now = 2_000_000_000.0
+    live = views.fit_window([now - 3000, now - 1200, now - 60], now)
+    assert live.until == now
+    quiet = views.fit_window([now - 5 * 86400, now - 4 * 86400], now)  # nothing for 4 days
+    assert quiet.until < now - 3 * 86400 and quiet.since <= now - 5 * 86400
+    assert views.MIN_BARS <= bars(quiet) <= views.MAX_BARS
+    old = views.fit_window([now - 30 * 86400], now)  # beyond the lookback: an empty last hour
+    assert (old.since, old.until) == (now - 3600, now)
+    assert "one bar per" in live.caption()
+
+
+def test_top_series_keeps_the_busiest_and_sums_the_rest_as_other():
+    keys = [f"v{i:02d}" for i in range(13)]
+    loops = pd.DataFrame({"at": [100.0 * j for i, k in enumerate(keys) for j in range(i + 1)],
+                          "prompt_version": [k for i, k in enumerate(keys) for _ in range(i + 1)]})
+    buckets = views.loop_buckets(loops, "prompt_version", 0, 1300, 300)
+    top = views.top_series(buckets, "prompt_version")
+    names = list(dict.fromkeys(top["series"]))
+    assert names == ["v12", "v11", "v10", "v09", "v08", "v07", "other (7 more)"]
+    assert top["loops"].sum() == buckets["loops"].sum() == len(loops)  # nothing lost
+    assert top.loc[top["other"], "loops"].sum() == sum(range(1, 8))
+    seven = views.top_series(buckets[buckets["prompt_version"].isin(keys[:7])], "prompt_version")
+    assert not seven["other"].any() and seven["series"].nunique() == 7  # never "1 more"
+    assert views.top_series(views.loop_buckets(loops.iloc[0:0], "prompt_version", 0, 600, 300),
+                            "prompt_version").empty
+
+
+class Mem:
+    def __init__(self, created_at, access_times=(), invalid_at=None):
+        self.created_at, self.access_times, self.invalid_at = created_at, access_times, invalid_at
+
+
+def test_memory_span_follows_the_sessions_life_not_a_fixed_week():
+    t0 = 1_900_000_000.0
+    items = [Mem(t0), Mem(t0 + 60, (t0 + 400, t0 + 900))]
+    start, end = views.memory_span(items, now=t0 + 1000)
+    assert start < t0 and end >= t0 + 1000  # the first memory to now, padded
+    assert end - start < 1.3 * 1000  # a quarter-hour session is not drawn on a 7-day axis
+    # idle for a month after a 15-minute life: cut soon after its last recall
+    start, end = views.memory_span(items, now=t0 + 30 * 86400)
+    assert t0 + 900 < end < t0 + 3 * 900
+    # a short life still gets a readable minimum span; no memories, no span
+    start, end = views.memory_span([Mem(t0)], now=t0 + 5)
+    assert end - start >= views.MEMORY_MIN_SPAN_S
+    assert views.memory_span([], now=t0) is None
+
+
+def test_memory_curves_over_the_span_keep_recalls_apart(fleet):
+    memory = fleet.get_session(AUTO_ROLLED_BACK).memory
+    items = memory.items(include_invalid=True)
+    span = views.memory_span(items, time.time())
+    curves, hits, _, _ = views.memory_frames(items, memory.curves(*span, points=50))
+    assert curves["t"].min() >= views.when(span[0]) and curves["t"].max() <= views.when(span[1])
+    assert len(hits) == 1 and views.when(span[0]) <= hits["t"][0] <= views.when(span[1])
+    assert (curves["t"].max() - curves["t"].min()).total_seconds() < 86400  # not a week
+
+
+def test_step_list_joins_runs():
+    assert views.step_list([9, 4, 5, 6, 12]) == "4–6, 9, 12"
+    assert views.step_list([3]) == "3"
+    assert views.step_list(range(0, 40, 2), limit=3) == "0, 2, 4, …"
+    assert views.bucket_text(60) == "1 min" and views.bucket_text(7200) == "2 h"
+    assert views.bucket_text(30) == "30 s" and views.bucket_text(86400) == "1 d"

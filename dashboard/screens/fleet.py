@@ -18,7 +18,6 @@ try:
 except settings.SettingsError:
     freeze = None  # the frame already said what is wrong with it
 
-WINDOWS = {"6 hours": 6 * 3600, "24 hours": 86400, "7 days": 7 * 86400}
 ALL = "All"
 
 title, toggle = st.columns([4, 1], vertical_alignment="bottom")
@@ -73,6 +72,39 @@ def render_kpis(stats: dict) -> None:
             col.metric(kpi.label, kpi.value, help=kpi.help, border=True)
 
 
+def chart_window(label: str, episodes, now: float) -> views.ChartWindow:
+    """The charts' span and bar width: fitted to the episodes ("Auto"), or the last 6 h…7 d."""
+    if label in views.FIXED_WINDOWS:
+        window_s = views.FIXED_WINDOWS[label]
+        return views.ChartWindow(now - window_s, now, views.bucket_seconds(window_s))
+    return views.fit_window(episodes["at"], now)
+
+
+def render_loop_charts(now: float) -> None:
+    heading, choice = st.columns([3, 1], vertical_alignment="bottom")
+    heading.subheader("Loops over time")
+    label = choice.selectbox("Window", views.WINDOW_CHOICES, index=0, key="window",
+                             label_visibility="collapsed", bind="query-params",
+                             help="Auto fits the window to the loops of the last 7 days.")
+    lookback = views.FIXED_WINDOWS.get(label, views.AUTO_LOOKBACK_S)
+    with data.store_errors():
+        episodes = data.loop_episodes(url, lookback)
+    window = chart_window(label, episodes, now)
+    span = freeze.span() if freeze is not None else None
+    left, right = st.columns(2)
+    for col, by, name in ((left, "prompt_version", "by prompt version"),
+                          (right, "scenario", "by scenario")):
+        buckets = views.loop_buckets(episodes, by, window.since, window.until, window.bucket_s)
+        col.plotly_chart(charts.loops_over_time(buckets, by, title=name, freeze=span,
+                                                bucket_s=window.bucket_s),
+                         key=f"loops-{by}", config={"displayModeBar": False})
+    st.caption(f"{views.plain(window.caption())} · the top {views.TOP_SERIES} series by loops, "
+               "the rest summed as “other”")
+    if span is not None and freeze is not None and span[0] < window.until \
+            and span[1] > window.since:
+        st.caption(settings.freeze_caption(freeze))
+
+
 # Everything below refreshes together. The charts come before the filters and the table, so the
 # browser starts loading plotly while the (larger) table is still being read.
 @st.fragment(run_every=interval if live else None)
@@ -85,23 +117,7 @@ def live_view() -> None:
     render_needs_you(stats, looping, now)
     render_kpis(stats)
 
-    heading, choice = st.columns([4, 1], vertical_alignment="bottom")
-    heading.subheader("Loops over time")
-    window_label = choice.selectbox("Window", list(WINDOWS), index=1, key="window",
-                                    label_visibility="collapsed", bind="query-params")
-    window_s = WINDOWS[window_label]
-    with data.store_errors():
-        episodes = data.loop_episodes(url, window_s)
-    bucket = views.bucket_seconds(window_s)
-    span = freeze.span() if freeze is not None else None
-    left, right = st.columns(2)
-    for col, by, name in ((left, "prompt_version", "by prompt version"),
-                          (right, "scenario", "by scenario")):
-        buckets = views.loop_buckets(episodes, by, now - window_s, now, bucket)
-        col.plotly_chart(charts.loops_over_time(buckets, by, title=name, freeze=span),
-                         key=f"loops-{by}", config={"displayModeBar": False})
-    if span is not None and freeze is not None and span[0] < now and span[1] > now - window_s:
-        st.caption(settings.freeze_caption(freeze))
+    render_loop_charts(now)
 
     st.subheader("Sessions")
     with data.store_errors():

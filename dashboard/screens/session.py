@@ -132,30 +132,32 @@ def render_loop_cost(page: Page) -> None:
     cost = views.loop_cost(page.bundle.steps, page.verdict, looping, time.time())
     if cost is None:
         return
-    c = st.columns(5)
-    c[0].metric(
-        "Loop began",
-        f"{views.when(cost.started_at):%H:%M:%S}",
-        help=f"{views.when(cost.started_at):%Y-%m-%d %H:%M:%S %Z}, at step {cost.start_step}.",
-    )
-    c[1].metric(
-        "Looping for" if cost.ongoing else "Loop lasted", views.duration_text(cost.duration_s)
-    )
-    c[2].metric(
-        "Steps wasted",
-        f"{cost.steps:,}",
-        help=f"Steps {cost.start_step}–{cost.end_step}, spent inside the loop.",
-    )
-    c[3].metric(
-        "Context tokens in the loop",
-        "not recorded" if cost.tokens is None else f"{cost.tokens:,}",
-        help="Sum of the context each loop step sent to the model (its token budget).",
-    )
-    c[4].metric(
-        "Side effects in the loop",
-        f"{len(cost.side_effects)}",
-        help="Side-effecting steps that completed while the agent was stuck.",
-    )
+    # A row that wraps (not columns, which stack one per line on a phone): two or three
+    # figures a line on a narrow screen.
+    with st.container(horizontal=True, key="loop-cost"):
+        st.metric(
+            "Loop began",
+            f"{views.when(cost.started_at):%H:%M:%S}",
+            help=f"{views.when(cost.started_at):%Y-%m-%d %H:%M:%S %Z}, at step {cost.start_step}.",
+        )
+        st.metric(
+            "Looping for" if cost.ongoing else "Loop lasted", views.duration_text(cost.duration_s)
+        )
+        st.metric(
+            "Steps wasted",
+            f"{cost.steps:,}",
+            help=f"Steps {cost.start_step}–{cost.end_step}, spent inside the loop.",
+        )
+        st.metric(
+            "Context tokens in the loop",
+            "not recorded" if cost.tokens is None else f"{cost.tokens:,}",
+            help="Sum of the context each loop step sent to the model (its token budget).",
+        )
+        st.metric(
+            "Side effects in the loop",
+            f"{len(cost.side_effects)}",
+            help="Side-effecting steps that completed while the agent was stuck.",
+        )
     if cost.side_effects:
         st.caption(
             "Side effects during the loop: "
@@ -225,7 +227,14 @@ def render_why_flagged(page: Page) -> None:
     c1, c2, c3 = st.columns(3)
     c1.metric("Rule", views.plain(verdict["rule"] or "?"))
     c2.metric("Loop began at step", verdict["loop_start_step"] or "?")
-    c3.metric("Evidence steps", len(verdict["evidence_steps"]))
+    evidence = sorted(verdict["evidence_steps"])
+    c3.metric(
+        "Steps in evidence",
+        f"{len(evidence)} steps",
+        help="The steps the rule looked at: " + views.step_list(evidence) if evidence else None,
+    )
+    if evidence:
+        c3.caption(f"steps {views.step_list(evidence)}")
     st.markdown(f"**Why:** {views.plain(verdict['explanation'])}")
     st.markdown("**Evidence**")
     st.dataframe(views.evidence_frame(steps, verdict), hide_index=True)

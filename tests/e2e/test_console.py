@@ -11,7 +11,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 from support.console import ACCOUNTS
-from support.fleet import AUTO_ROLLED_BACK, LOOPING
+from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_looping
 
 from dashboard import views
 from engine import Engine
@@ -20,6 +20,10 @@ from engine.sessions.notices import TEMPLATES
 pytestmark = pytest.mark.browser
 
 CHART = '[data-testid="stPlotlyChart"]'
+DESKTOP = {"width": 1440, "height": 900}
+PHONE = {"width": 390, "height": 844}
+VIEWPORTS = pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440x900", "390x844"])
+"""Every on-call job runs on a laptop and on a phone."""
 
 
 def sign_in(page: Page, url: str, name: str) -> None:
@@ -33,6 +37,15 @@ def sign_in(page: Page, url: str, name: str) -> None:
 def open_tab(page: Page, name: str) -> None:
     page.get_by_role("tab", name=name).click()
     expect(page.get_by_role("tab", name=name)).to_have_attribute("aria-selected", "true")
+
+
+def on_screen(page: Page, locator) -> None:
+    """`locator` is visible inside the viewport as it is now (no scrolling)."""
+    expect(locator).to_be_visible()
+    box = locator.bounding_box()
+    size = page.viewport_size
+    assert box["y"] >= 0 and box["y"] + box["height"] <= size["height"], (box, size)
+    assert box["x"] >= 0 and box["x"] + box["width"] <= size["width"], (box, size)
 
 
 def settle(page: Page) -> None:
@@ -76,24 +89,22 @@ def test_fleet_is_live_and_can_be_paused(console, page, shots):
     expect(caption).to_contain_text("27 of 27")
 
 
-def test_on_call_finds_the_looping_session_on_the_first_screen(console, page, shots):
+@VIEWPORTS
+def test_on_call_finds_the_looping_session_on_the_first_screen(console, page, shots, viewport):
     """From the fleet's first screen, without scrolling: the band names the looping session;
-    its page says since when and how bad. At 1440x900 and at a phone's 390 px."""
-    for width, height in ((1440, 900), (390, 844)):
-        page.set_viewport_size({"width": width, "height": height})
-        sign_in(page, console.url, "olivia")
-        link = page.get_by_role("button", name=re.compile(rf"^{LOOPING} · refund · looping"))
-        expect(link).to_be_visible()
-        box = link.bounding_box()
-        assert box["y"] + box["height"] <= height, (width, box)  # no scrolling needed
-        expect(link).to_contain_text("steps in the loop")
-        if width == 1440:
-            page.screenshot(path=str(shots / "console-fleet-needs-you.png"))
-        link.click()
-        expect(page.get_by_role("heading", name=LOOPING)).to_be_visible()
-        for label in ("Loop began", "Looping for", "Steps wasted", "Side effects in the loop"):
-            expect(page.get_by_text(label, exact=True)).to_be_visible()
-        expect(page.get_by_role("button", name="Roll back…")).to_be_visible()
+    its page says since when and how bad."""
+    page.set_viewport_size(viewport)
+    sign_in(page, console.url, "olivia")
+    link = page.get_by_role("button", name=re.compile(rf"^{LOOPING} · refund · looping"))
+    on_screen(page, link)  # no scrolling needed
+    expect(link).to_contain_text("steps in the loop")
+    if viewport is DESKTOP:
+        page.screenshot(path=str(shots / "console-fleet-needs-you.png"))
+    link.click()
+    expect(page.get_by_role("heading", name=LOOPING)).to_be_visible()
+    for label in ("Loop began", "Looping for", "Steps wasted", "Side effects in the loop"):
+        expect(page.get_by_text(label, exact=True)).to_be_visible()
+    expect(page.get_by_role("button", name="Roll back…")).to_be_visible()
 
 
 def test_looping_kpi_links_to_the_filtered_table(console, page):
@@ -120,20 +131,27 @@ def test_selecting_a_fleet_row_opens_the_session(console, page):
     assert page.url.endswith(f"/session?session={AUTO_ROLLED_BACK}")
 
 
-def test_operator_rolls_back_a_looping_session_through_the_dialog(console, page, shots):
+@VIEWPORTS
+def test_operator_rolls_back_a_looping_session_through_the_dialog(console, page, shots, viewport):
+    page.set_viewport_size(viewport)
+    desktop = viewport is DESKTOP
+    sid = LOOPING if desktop else f"{LOOPING}-phone"
     with Engine.open(console.store) as engine:
-        s = engine.get_session(LOOPING)
+        if not desktop:  # the desktop run rolled LOOPING back: the same loop, another session
+            seed_looping(engine, sid)
+        s = engine.get_session(sid)
         explanation = s.info().last_verdict["explanation"]
         suggested = s.suggested_target()
         live_before = len(s.state().messages)
 
-    sign_in(page, f"{console.url}/session?session={LOOPING}", "olivia")
-    expect(page.get_by_role("heading", name=LOOPING)).to_be_visible()  # the deep link survived
+    sign_in(page, f"{console.url}/session?session={sid}", "olivia")
+    expect(page.get_by_role("heading", name=sid)).to_be_visible()  # the deep link survived
     expect(page.get_by_text(explanation).first).to_be_visible()
     expect(page.get_by_text(f"Suggested rollback target: {suggested}")).to_be_visible()
     expect(page.locator(f"{CHART} .main-svg").first).to_be_visible()
     page.wait_for_timeout(1000)
-    page.screenshot(path=str(shots / "console-session.png"), full_page=True)
+    page.screenshot(path=str(shots / ("console-session.png" if desktop
+                                      else "console-session-390.png")), full_page=True)
 
     open_tab(page, "Why flagged")
     expect(page.get_by_text("Evidence", exact=True)).to_be_visible()
@@ -151,12 +169,18 @@ def test_operator_rolls_back_a_looping_session_through_the_dialog(console, page,
     expect(dialog.get_by_text("Compensations that will be queued (1)")).to_be_visible()
     expect(dialog.get_by_text(re.compile(r"\d+ messages and 8 steps"))).to_be_visible()
     expect(dialog.get_by_text(TEMPLATES["en"])).to_be_visible()  # the exact notice preview
-    page.screenshot(path=str(shots / "console-rollback-dialog.png"))
     reason = dialog.get_by_role("textbox", name="Reason (required, written to the audit log)")
+    confirm = dialog.get_by_role("button", name="Roll back", exact=True)
+    on_screen(page, reason)  # reason and confirm on screen without scrolling, whatever the width
+    on_screen(page, confirm)
+    expect(confirm).to_be_disabled()  # no reason yet
+    page.screenshot(path=str(shots / ("console-rollback-dialog.png" if desktop
+                                      else "console-rollback-dialog-390.png")))
     reason.fill("refund_api keeps failing with HTTP 500; undo the debit too")
     reason.press("Enter")
     settle(page)
-    dialog.get_by_role("button", name="Roll back", exact=True).click()
+    expect(confirm).to_be_enabled()
+    confirm.click()
 
     expect(page.get_by_role("dialog")).to_have_count(0)
     expect(page.get_by_text(re.compile(r"^Rolled back to snap-\d+: 8 steps"))).to_be_visible()
@@ -174,24 +198,29 @@ def test_operator_rolls_back_a_looping_session_through_the_dialog(console, page,
     notice = page.locator(".rw-notice")
     expect(notice).to_contain_text(TEMPLATES["en"])
     expect(page.get_by_text(re.compile(r"^2 live and \d+ abandoned messages"))).to_be_visible()
-    page.screenshot(path=str(shots / "console-session-rolled-back.png"), full_page=True)
+    if desktop:
+        page.screenshot(path=str(shots / "console-session-rolled-back.png"), full_page=True)
 
     with Engine.open(console.store) as engine:
-        event = engine.audit(action="rollback", session=LOOPING)[0]
+        event = engine.audit(action="rollback", session=sid)[0]
         assert (event.actor, event.reason) == (
             "olivia", "refund_api keeps failing with HTTP 500; undo the debit too")
-        assert [c.name for c in engine.compensations(session=LOOPING)] == ["points_refund"]
-        assert engine.get_session(LOOPING).state().messages[-1]["content"] == TEMPLATES["en"]
+        assert [c.name for c in engine.compensations(session=sid)] == ["points_refund"]
+        assert engine.get_session(sid).state().messages[-1]["content"] == TEMPLATES["en"]
 
 
-def test_operator_sends_a_chinese_notice(console, page):
+@VIEWPORTS
+def test_operator_sends_a_chinese_notice(console, page, viewport):
+    page.set_viewport_size(viewport)
     sign_in(page, f"{console.url}/session?session={AUTO_ROLLED_BACK}&tab=Messages", "olivia")
     page.get_by_role("button", name="Send notice…").click()
     dialog = page.get_by_role("dialog")
     expect(dialog.get_by_role("radio", name="Chinese template")).to_be_checked()
     # The automatic rollback already told the user: the dialog says so and asks before another.
-    expect(dialog.get_by_text("The user already got a notice")).to_be_visible()
-    expect(dialog.get_by_role("button", name="Send notice", exact=True)).to_be_disabled()
+    on_screen(page, dialog.get_by_text("The user already got a notice"))
+    send = dialog.get_by_role("button", name="Send notice", exact=True)
+    on_screen(page, send)
+    expect(send).to_be_disabled()
     dialog.get_by_text("Send another notice anyway").click()
     settle(page)
     dialog.get_by_text("Custom text").click()

@@ -107,8 +107,8 @@ def seed_auto_rolled_back(engine: Engine) -> None:
     s.append_message("assistant", "Here is your square photo.")
 
 
-def seed_looping(engine: Engine) -> None:
-    s = engine.session(LOOPING, meta={"tenant": "globex", "scenario": "refund",
+def seed_looping(engine: Engine, sid: str = LOOPING) -> None:
+    s = engine.session(sid, meta={"tenant": "globex", "scenario": "refund",
                                       "prompt_version": "v8", "locale": "en", "channel": "web"},
                        on_loop="flag")
     s.append_message("user", "Please refund order A-1, the parcel never arrived.")
