@@ -232,7 +232,7 @@ def _bulk_result(items: list, left_alone: list[str], key: str) -> None:
         st.markdown(f"Batch {views.literal(batch)}: every rollback of it is audited with this id.")
         st.page_link("screens/audit.py", label="Open the batch in the audit log",
                      query_params={"batch": batch}, icon=":material/receipt_long:")
-    if st.button("Close", key=f"{key}-close", type="primary"):
+    if st.button("Done", key=f"{key}-done", type="primary"):
         st.rerun()
     st.dataframe(views.bulk_result_frame(items, left_alone), hide_index=True,
                  column_config={"back_to": "back to", "steps": "steps left the live line",
@@ -263,7 +263,7 @@ def bulk_rollback_dialog(user: User, request: BulkRequest) -> None:
         st.session_state[f"{key}-preview"] = preview
     ready = [i.session for i in preview if i.ok]
     totals = views.bulk_totals(preview)
-    st.markdown(f"**{views.plain(request.what)}**: {len(preview)} sessions match · "
+    st.markdown(f"**{views.plain(request.what)}**: {len(preview)} match · "
                 f"**{len(ready)} will be rolled back**, each to its last healthy snapshot"
                 + (f" · {totals.skipped} skipped (see why below)" if totals.skipped else "")
                 + f" · at most {actions.BULK_CAP} at once.")
@@ -274,7 +274,7 @@ def bulk_rollback_dialog(user: User, request: BulkRequest) -> None:
                    "takes work off their live lines too.", icon=":material/warning:")
     comps = totals.compensations_text()
     st.markdown(f"**Leaving the live lines:** {totals.steps} steps and {totals.messages} messages"
-                + (f" ({totals.notices} notices)" if totals.notices else "")
+                + (f" ({views.counted(totals.notices, 'notice')})" if totals.notices else "")
                 + " (kept on abandoned branches, nothing is deleted) · "
                 + (f"**compensations queued:** {views.plain(comps)}" if comps
                    else "no compensation"))
@@ -283,7 +283,7 @@ def bulk_rollback_dialog(user: User, request: BulkRequest) -> None:
     # Reason and buttons before the long table, so they are on screen without scrolling.
     reason = _reason(f"{key}-reason")
     with st.container(horizontal=True):
-        confirm = st.button(f"Roll back {len(ready)} sessions", type="primary",
+        confirm = st.button(f"Roll back {views.counted(len(ready), 'session')}", type="primary",
                             key=f"{key}-confirm", disabled=not reason or not ready,
                             help=None if reason else "Give a reason first.")
         cancel = st.button("Cancel", key=f"{key}-cancel")

@@ -915,6 +915,11 @@ AUDIT_ACTIONS = ("rollback", "rollback_many", "notice", "compensation", "quarant
 """Actions the audit page filters by (what the engine writes)."""
 
 
+def counted(n: int, noun: str) -> str:
+    """A count with its noun, plural with an s: "1 notice", "2 notices"."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def audit_summary(action: str, snapshot: str | None, detail: Mapping[str, Any]) -> str:
     """What an audit event did, in words (plain text; foreign values included as they are)."""
     d = detail or {}
@@ -923,13 +928,15 @@ def audit_summary(action: str, snapshot: str | None, detail: Mapping[str, Any]) 
         if d.get("steps") is not None:
             text += f": {d.get('steps')} steps, {d.get('messages', 0)} messages left the live line"
         if d.get("compensations"):
-            text += f", {len(d['compensations'])} compensations queued"
+            text += f", {counted(len(d['compensations']), 'compensation')} queued"
         return text
     if action == "rollback_many":
         where = d.get("where") or {}
-        scope = ", ".join(f"{k}={v}" if k != "session" else
-                          f"{len(v) if isinstance(v, list) else 1} listed sessions"
-                          for k, v in where.items())
+        order = ("status", "tenant", "scenario", "prompt_version", "tool")
+        keys = [k for k in order if k in where] + [k for k in where if k not in order]
+        scope = ", ".join(f"{k}={where[k]}" if k != "session" else
+                          f"{len(where[k]) if isinstance(where[k], list) else 1} listed sessions"
+                          for k in keys)
         text = (f"bulk rollback: {d.get('rolled_back', 0)} of {d.get('sessions', 0)} sessions "
                 f"rolled back" + (f" ({scope})" if scope else ""))
         failed = d.get("failed") or {}
@@ -1110,7 +1117,8 @@ def bulk_preview_frame(items: Sequence[Any],
             "tenant": row.get("tenant") or "", "prompt_version": row.get("prompt_version") or "",
             "back_to": p.target if p is not None else "",
             "steps": len(p.steps) if p is not None else None,
-            "messages": (f"{len(p.messages)}" + (f" ({notices} notices)" if notices else "")
+            "messages": (f"{len(p.messages)}"
+                         + (f" ({counted(notices, 'notice')})" if notices else "")
                          if p is not None else ""),
             "compensations": ", ".join(f"{name} (step {n})" for n, name, _ in p.compensations)
                              if p is not None else "",

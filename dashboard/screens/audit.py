@@ -40,8 +40,8 @@ shown["link"] = [views.session_link(s) if isinstance(s, str) and s else None
                  for s in shown["session"]]
 for column in ("snapshot", "reason"):
     shown[column] = shown[column].astype(object).where(shown[column].notna(), "")
-st.dataframe(shown, hide_index=True,
-             column_order=["time", "actor", "action", "link", "summary", "reason", "batch",
+st.dataframe(shown, hide_index=True, placeholder="—",  # fleet-wide events have no session
+             column_order=["time", "actor", "action", "link", "summary", "batch", "reason",
                            "snapshot", "detail", "id"],
              column_config={
                  "time": st.column_config.DatetimeColumn("time", format="YYYY-MM-DD HH:mm:ss"),

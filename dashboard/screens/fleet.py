@@ -126,7 +126,8 @@ def render_actions(chosen: pd.DataFrame, matching: pd.DataFrame, where: dict,
         st.button(
             f"Roll back {n} selected", key="bulk-selected", icon=":material/undo:",
             disabled=not n or n > cap, on_click=_ask_bulk,
-            args=(_bulk_request(f"{n} selected sessions", {"session": chosen["session"].tolist()},
+            args=(_bulk_request(f"{views.counted(n, 'selected session')}",
+                                {"session": chosen["session"].tolist()},
                                 chosen),),
             help=("Select rows first (the box at the left of each row)." if not n else
                   f"At most {cap} sessions at once." if n > cap else
