@@ -4,13 +4,22 @@ the role and writes the audit event with the operator's name; the console never 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dashboard.access import User
 from engine import Engine, PermissionDenied, RewindError
-from engine.records import RollbackResult
+from engine.records import BulkRollbackItem, Quarantine, RollbackResult
+
+BULK_CAP = 200
+"""Most sessions one bulk rollback takes from the console at once. Each is its own store
+transaction (and its own preview before it), so 200 stay within seconds on Redis and fit a
+preview an operator can read; for more, narrow the filter or run `rewind rollback --where`."""
+FILTER_KEYS = ("status", "tenant", "scenario", "prompt_version")
+"""`where` keys the fleet table's filters map to (see `Engine.rollback_many`)."""
 
 
 class ActionRefused(ValueError):
@@ -118,3 +127,120 @@ def resolve_compensations(engine: Engine, user: User, comps: Sequence[Any],
     """
     return _on_compensations(engine, user, comps, reason, "resolve")
 
+
+
+# -- fleet controls ---------------------------------------------------------------------------
+def bulk_size(engine: Engine, where: Mapping[str, Any]) -> int:
+    """How many sessions `where` can take, counted up to BULK_CAP + 1 (cheap: no preview).
+
+    An explicit ``session`` list counts its distinct ids; otherwise the fleet filters are
+    counted through `Engine.sessions` (a ``tool`` filter only narrows that further).
+    """
+    ids = where.get("session")
+    if ids is not None:
+        return len({ids} if isinstance(ids, str) else set(ids))
+    filters = {k: where[k] for k in FILTER_KEYS if k in where}
+    return len(engine.sessions(**filters, limit=BULK_CAP + 1))
+
+
+def _within_cap(engine: Engine, where: Mapping[str, Any]) -> None:
+    if not where:
+        raise ActionRefused("pick a filter or select rows first: a bulk rollback never takes "
+                            "the whole fleet")
+    count = bulk_size(engine, where)
+    if count > BULK_CAP:
+        many = f"{count}" if "session" in where else f"more than {BULK_CAP}"
+        raise ActionRefused(f"{many} sessions match; the console rolls back at most {BULK_CAP} "
+                            "at once. Narrow the filter, or use `rewind rollback --where` for "
+                            "more.")
+
+
+def preview_many(engine: Engine, user: User, where: Mapping[str, Any]) -> list[BulkRollbackItem]:
+    """What a bulk rollback of `where` would do (a dry run: nothing is written), per session.
+
+    Raises:
+        ActionRefused: no filter, or more than BULK_CAP sessions match. PermissionDenied: the
+        user is a viewer (raised by the engine). ValueError: a malformed filter.
+    """
+    _within_cap(engine, where)
+    return engine.rollback_many(dict(where), actor=user.actor(), reason="", dry_run=True)
+
+
+def roll_back_many(engine: Engine, user: User, where: Mapping[str, Any], reason: str,
+                   notice: bool = True) -> list[BulkRollbackItem]:
+    """Roll back every session matching `where` on behalf of `user`, each to its last healthy
+    snapshot, under one batch id; a failure never stops the rest.
+
+    The console passes the previewed sessions as ``session`` together with the filters, so
+    only sessions the operator saw are taken, and only while they still match.
+
+    Args:
+        notice: True for the template of each session's locale, False for none.
+
+    Returns:
+        One item per session taken (`.ok`, `.error`, `.rollback`, `.batch`).
+
+    Raises:
+        ActionRefused: no reason, no filter, or more than BULK_CAP sessions. PermissionDenied:
+        the user is a viewer (raised by the engine). ValueError: a malformed filter.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise ActionRefused("say why you roll these sessions back; the reason labels every "
+                            "abandoned branch and goes to the audit log")
+    _within_cap(engine, where)
+    return engine.rollback_many(dict(where), actor=user.actor(), reason=reason, notice=notice)
+
+
+def describe_bulk(items: Sequence[BulkRollbackItem]) -> str:
+    """One line for the operator after a bulk rollback."""
+    if not items:
+        return "No session matched any more; nothing was rolled back."
+    done = [i for i in items if i.ok]
+    text = f"Rolled back {len(done)} of {len(items)} sessions (batch {items[0].batch})"
+    comps: Counter[str] = Counter(c.name for i in done if i.rollback
+                                  for c in i.rollback.compensations)
+    if comps:
+        text += "; compensations queued: " + ", ".join(
+            f"{name} ×{n}" if n > 1 else name for name, n in sorted(comps.items()))
+    failed = [i for i in items if not i.ok]
+    if failed:
+        text += f"; {len(failed)} failed: " + ", ".join(i.session for i in failed[:5])
+        text += "…" if len(failed) > 5 else ""
+    return text + "."
+
+
+def quarantine_tool(engine: Engine, user: User, tool: str, reason: str,
+                    scope: Mapping[str, str | None] | None = None,
+                    until: dt.datetime | dt.timedelta | None = None) -> Quarantine:
+    """Quarantine `tool` (taken exactly as given) on behalf of `user`.
+
+    Args:
+        scope: tenant / scenario / prompt_version values; empty or None values mean any.
+        until: when it ends by itself (a datetime, or a timedelta from now); None: until lifted.
+
+    Raises:
+        ActionRefused: no tool name or no reason. PermissionDenied: the user is a viewer
+        (raised by the engine). ValueError: `until` in the past, a bad scope.
+    """
+    if not tool or not tool.strip():
+        raise ActionRefused("name the tool to quarantine, exactly as agents call it")
+    reason = (reason or "").strip()
+    if not reason:
+        raise ActionRefused("give a reason for the quarantine; agents and the audit log read it")
+    picked = {k: v for k, v in (scope or {}).items() if v}
+    return engine.quarantine(tool, actor=user.actor(), reason=reason, scope=picked or None,
+                             until=until)
+
+
+def lift_quarantine(engine: Engine, user: User, qid: str, reason: str) -> Quarantine:
+    """Lift quarantine `qid` on behalf of `user`; returns it.
+
+    Raises:
+        ActionRefused: no reason. PermissionDenied: the user is a viewer (raised by the
+        engine). UnknownQuarantine: lifted already, or no such id.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise ActionRefused("say why you lift this quarantine; the reason goes to the audit log")
+    return engine.lift_quarantine(qid, actor=user.actor(), reason=reason)

@@ -25,6 +25,8 @@ PAGES = [
     st.Page("screens/session.py", title="Session", icon=":material/timeline:", url_path="session"),
     st.Page("screens/compensations.py", title="Compensations", icon=":material/build:",
             url_path="compensations"),
+    st.Page("screens/quarantine.py", title="Quarantine", icon=":material/block:",
+            url_path="quarantine"),
     st.Page("screens/audit.py", title="Audit", icon=":material/receipt_long:", url_path="audit"),
 ]
 

@@ -120,6 +120,18 @@ def attention_compensations(url: str | None, stats: dict) -> list:
     return out
 
 
+@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
+def quarantines(url: str | None) -> list:
+    """Tool quarantines in force, oldest first (`Engine.quarantines`)."""
+    return engine_for(url).quarantines()
+
+
+def forget_quarantines() -> None:
+    """Drop the cached quarantine list after setting or lifting one."""
+    quarantines.clear()
+    audit.clear()
+
+
 # -- one session ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SessionBundle:
@@ -172,6 +184,7 @@ def forget_session(sid: str | None = None) -> None:
     fleet_stats.clear()
     sessions.clear()
     loop_episodes.clear()
+    audit.clear()
 
 
 # -- audit ------------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
-"""The two operator dialogs: Roll back… and Send notice…. UI only; the work is in
-`dashboard.actions`, which goes through the engine with the operator as actor."""
+"""The operator dialogs: Roll back…, Send notice… and the fleet's bulk rollback. UI only; the
+work is in `dashboard.actions`, which goes through the engine with the operator as actor."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import streamlit as st
 
@@ -197,3 +200,119 @@ def notice_dialog(sid: str, user: User) -> None:
     data.forget_session(sid)
     flash("success", "Notice sent; it is now the last message of the live history.")
     st.rerun()
+
+
+# -- bulk rollback (fleet page) -----------------------------------------------------------------
+BULK_NOTICES = ("Template in each session's language", "No notice")
+
+
+@dataclass(frozen=True)
+class BulkRequest:
+    """What the fleet page asks the bulk rollback dialog to take."""
+
+    token: str
+    """Identifies one opening of the dialog: its preview and result are kept under it."""
+    what: str
+    """Plain text for the header, e.g. "3 selected sessions"."""
+    where: dict[str, Any]
+    """`Engine.rollback_many` filters: the fleet filters and/or ``session`` ids."""
+    rows: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Fleet rows of the sessions the operator saw (session -> status, tenant, …), for display."""
+
+
+def _bulk_result(items: list, left_alone: list[str], key: str) -> None:
+    done = sum(i.ok for i in items)
+    failed = len(items) - done
+    text = f"**Rolled back {done} of {len(items)} sessions**"
+    if failed:
+        st.error(f"{text} · {failed} failed; the others were rolled back. Each failure says "
+                 "why below.", icon=":material/error:")
+    else:
+        st.success(text + ".", icon=":material/check_circle:")
+    if left_alone:
+        st.caption(f"{len(left_alone)} previewed sessions no longer matched when you confirmed "
+                   "and were left alone.")
+    if items:
+        batch = items[0].batch
+        st.markdown(f"Batch {views.literal(batch)}: every rollback of it is audited with this id.")
+        st.page_link("screens/audit.py", label="Open the batch in the audit log",
+                     query_params={"batch": batch}, icon=":material/receipt_long:")
+    if st.button("Done", key=f"{key}-done", type="primary"):
+        st.rerun()
+    st.dataframe(views.bulk_result_frame(items, left_alone), hide_index=True,
+                 column_config={"back_to": "back to", "steps": "steps left the live line",
+                                "compensations": "compensations queued",
+                                "error": st.column_config.TextColumn("error", width="large")})
+
+
+@st.dialog("Roll back sessions", width="large")
+def bulk_rollback_dialog(user: User, request: BulkRequest) -> None:
+    """Preview (a dry run), one reason, confirm; then the per-session result."""
+    if not user.can_act:
+        st.error("Only operators can roll sessions back.")
+        return
+    key = f"bulk-{request.token}"
+    finished = st.session_state.get(f"{key}-result")
+    if finished is not None:
+        _bulk_result(*finished, key=key)
+        return
+    engine = data.engine()
+    preview = st.session_state.get(f"{key}-preview")
+    if preview is None:  # once per opening: typing the reason reruns this dialog
+        try:
+            with st.spinner("Previewing every session…"):
+                preview = actions.preview_many(engine, user, request.where)
+        except (actions.ActionRefused, RewindError, PermissionError, ValueError) as exc:
+            st.error(views.plain(exc))
+            return
+        st.session_state[f"{key}-preview"] = preview
+    ready = [i.session for i in preview if i.ok]
+    totals = views.bulk_totals(preview)
+    st.markdown(f"**{views.plain(request.what)}**: {len(preview)} match · "
+                f"**{len(ready)} will be rolled back**, each to its last healthy snapshot"
+                + (f" · {totals.skipped} skipped (see why below)" if totals.skipped else "")
+                + f" · at most {actions.BULK_CAP} at once.")
+    not_looping = [sid for sid in ready
+                   if request.rows.get(sid, {}).get("status") not in (None, SessionStatus.LOOPING)]
+    if not_looping:
+        st.warning(f"{len(not_looping)} of these sessions are not looping; rolling them back "
+                   "takes work off their live lines too.", icon=":material/warning:")
+    comps = totals.compensations_text()
+    st.markdown(f"**Leaving the live lines:** {totals.steps} steps and {totals.messages} messages"
+                + (f" ({views.counted(totals.notices, 'notice')})" if totals.notices else "")
+                + " (kept on abandoned branches, nothing is deleted) · "
+                + (f"**compensations queued:** {views.plain(comps)}" if comps
+                   else "no compensation"))
+    choice = st.radio("Notice to each user", BULK_NOTICES, horizontal=True,
+                      key=f"{key}-notice")
+    # Reason and buttons before the long table, so they are on screen without scrolling.
+    reason = _reason(f"{key}-reason")
+    with st.container(horizontal=True):
+        confirm = st.button(f"Roll back {views.counted(len(ready), 'session')}", type="primary",
+                            key=f"{key}-confirm", disabled=not reason or not ready,
+                            help=None if reason else "Give a reason first.")
+        cancel = st.button("Cancel", key=f"{key}-cancel")
+    st.dataframe(views.bulk_preview_frame(preview, request.rows), hide_index=True,
+                 height=min(38 + 35 * len(preview), 420),
+                 column_config={"prompt_version": "prompt", "back_to": "back to",
+                                "steps": "steps leaving", "messages": "messages leaving",
+                                "compensations": "compensations to queue",
+                                "note": st.column_config.TextColumn("note", width="large")})
+    if cancel:
+        st.rerun()
+    if not confirm:
+        return
+    # Only the sessions the operator saw, and only while they still match the filters.
+    where = {**request.where, "session": ready}
+    try:
+        items = actions.roll_back_many(engine, user, where, reason,
+                                       notice=choice == BULK_NOTICES[0])
+    except (actions.ActionRefused, RewindError, PermissionError, ValueError) as exc:
+        st.error(views.plain(exc))
+        return
+    data.forget_session()
+    taken = {i.session for i in items}
+    st.session_state.pop(f"{key}-preview", None)
+    st.session_state[f"{key}-result"] = (items, [sid for sid in ready if sid not in taken])
+    flash("success" if all(i.ok for i in items) else "error", actions.describe_bulk(items))
+    st.rerun(scope="fragment")

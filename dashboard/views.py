@@ -1087,13 +1087,55 @@ def compensation_outcomes_text(action: str, outcomes: Sequence[Any]) -> tuple[st
 
 
 # -- audit ------------------------------------------------------------------------------------
-AUDIT_COLUMNS = ["time", "actor", "action", "session", "snapshot", "reason", "detail", "id"]
+AUDIT_COLUMNS = ["time", "actor", "action", "session", "snapshot", "reason", "summary", "batch",
+                 "detail", "id"]
+AUDIT_ACTIONS = ("rollback", "rollback_many", "notice", "compensation", "quarantine",
+                 "quarantine_lift", "delete", "retention")
+"""Actions the audit page filters by (what the engine writes)."""
+
+
+def counted(n: int, noun: str) -> str:
+    """A count with its noun, plural with an s: "1 notice", "2 notices"."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def audit_summary(action: str, snapshot: str | None, detail: Mapping[str, Any]) -> str:
+    """What an audit event did, in words (plain text; foreign values included as they are)."""
+    d = detail or {}
+    if action == "rollback":
+        text = f"to {snapshot}" if snapshot else "rollback"
+        if d.get("steps") is not None:
+            text += f": {d.get('steps')} steps, {d.get('messages', 0)} messages left the live line"
+        if d.get("compensations"):
+            text += f", {counted(len(d['compensations']), 'compensation')} queued"
+        return text
+    if action == "rollback_many":
+        where = d.get("where") or {}
+        order = ("status", "tenant", "scenario", "prompt_version", "tool")
+        keys = [k for k in order if k in where] + [k for k in where if k not in order]
+        scope = ", ".join(f"{k}={where[k]}" if k != "session" else
+                          f"{len(where[k]) if isinstance(where[k], list) else 1} listed sessions"
+                          for k in keys)
+        text = (f"bulk rollback: {d.get('rolled_back', 0)} of {d.get('sessions', 0)} sessions "
+                f"rolled back" + (f" ({scope})" if scope else ""))
+        failed = d.get("failed") or {}
+        return text + (f"; {len(failed)} failed: {', '.join(list(failed)[:5])}" if failed else "")
+    if action in ("quarantine", "quarantine_lift"):
+        verb = "quarantined" if action == "quarantine" else "lifted the quarantine of"
+        text = f"{verb} tool {d.get('tool')} for {scope_text(d.get('scope') or {})}"
+        if action == "quarantine":
+            text += " " + until_text(d.get("until"), None)
+        return text + (f" ({d['id']})" if d.get("id") else "")
+    return ""
 
 
 def audit_frame(events: Iterable[Any]) -> pd.DataFrame:
-    """Audit events as a table; `detail` is compact JSON."""
+    """Audit events as a table; `summary` says what happened in words, `batch` is the bulk
+    rollback id (on the batch's summary and on each of its rollbacks), `detail` compact JSON."""
     rows = [{"time": when(e.at), "actor": e.actor, "action": e.action, "session": e.session,
              "snapshot": e.snapshot, "reason": e.reason,
+             "summary": audit_summary(e.action, e.snapshot, e.detail),
+             "batch": str((e.detail or {}).get("batch") or ""),
              "detail": short_json(e.detail, 100_000), "id": e.id} for e in events]
     return pd.DataFrame(rows, columns=AUDIT_COLUMNS)
 
@@ -1217,3 +1259,124 @@ def budget_parts(breakdown: TokenBreakdown | pd.Series, max_tokens: int | None) 
     if max_tokens:
         rows.append({"part": "free", "tokens": max(int(max_tokens) - used, 0)})
     return pd.DataFrame(rows, columns=["part", "tokens"])
+
+
+# -- fleet controls: bulk rollback and tool quarantine ------------------------------------------
+BULK_PREVIEW_COLUMNS = ["session", "status", "tenant", "prompt_version", "back_to", "steps",
+                        "messages", "compensations", "note"]
+
+
+@dataclass(frozen=True)
+class BulkTotals:
+    """What a bulk rollback preview adds up to."""
+
+    sessions: int
+    """Sessions that would be rolled back."""
+    skipped: int
+    """Matching sessions that would not (nothing to roll back, no snapshot…)."""
+    steps: int
+    """Steps leaving the live lines, over all sessions."""
+    messages: int
+    """Messages leaving the live lines, over all sessions."""
+    notices: int
+    """Of those messages, notices the users already got."""
+    compensations: dict[str, int]
+    """Compensation handler -> how many would be queued."""
+
+    def compensations_text(self) -> str:
+        """E.g. "points_refund ×3, crop_undo"; blank when none."""
+        return ", ".join(f"{name} ×{n}" if n > 1 else name
+                         for name, n in sorted(self.compensations.items()))
+
+
+def bulk_totals(items: Sequence[Any]) -> BulkTotals:
+    """Totals of a dry run (`Engine.rollback_many(..., dry_run=True)`)."""
+    previews = [i.preview for i in items if i.ok and i.preview is not None]
+    comps = Counter(name for p in previews for _, name, _ in p.compensations)
+    return BulkTotals(len(previews), len(items) - len(previews),
+                      sum(len(p.steps) for p in previews),
+                      sum(len(p.messages) for p in previews),
+                      sum(notices_leaving(p) for p in previews), dict(comps))
+
+
+def bulk_preview_frame(items: Sequence[Any],
+                       rows: Mapping[str, Mapping[str, Any]] | None = None) -> pd.DataFrame:
+    """One line per session of a dry run: where it would go back to, how many steps and
+    messages would leave its live line, which compensations would be queued, or why it is
+    skipped. `rows` (session -> fleet row) adds status, tenant and prompt version."""
+    rows = rows or {}
+    out = []
+    for i in items:
+        row = rows.get(i.session, {})
+        p = i.preview if i.ok else None
+        notices = notices_leaving(p) if p is not None else 0
+        out.append({
+            "session": i.session, "status": status_label(row.get("status") or ""),
+            "tenant": row.get("tenant") or "", "prompt_version": row.get("prompt_version") or "",
+            "back_to": p.target if p is not None else "",
+            "steps": len(p.steps) if p is not None else None,
+            "messages": (f"{len(p.messages)}"
+                         + (f" ({counted(notices, 'notice')})" if notices else "")
+                         if p is not None else ""),
+            "compensations": ", ".join(f"{name} (step {n})" for n, name, _ in p.compensations)
+                             if p is not None else "",
+            "note": "" if i.ok else f"skipped: {i.error}",
+        })
+    frame = pd.DataFrame(out, columns=BULK_PREVIEW_COLUMNS)
+    frame["steps"] = frame["steps"].astype("Int64")
+    return frame
+
+
+BULK_RESULT_COLUMNS = ["session", "result", "back_to", "steps", "compensations", "error"]
+
+
+def bulk_result_frame(items: Sequence[Any], left_alone: Iterable[str] = ()) -> pd.DataFrame:
+    """One line per session of a bulk rollback: rolled back (where to, what left, which
+    compensations were queued) or failed (why); `left_alone`: previewed sessions that no longer
+    matched the filter when the operator confirmed."""
+    out = []
+    for i in items:
+        r = i.rollback
+        out.append({"session": i.session, "result": "rolled back" if i.ok else "failed",
+                    "back_to": r.target if r is not None else "",
+                    "steps": r.abandoned_steps if r is not None else None,
+                    "compensations": ", ".join(c.name for c in r.compensations)
+                                     if r is not None else "",
+                    "error": i.error or ""})
+    for sid in left_alone:
+        out.append({"session": sid, "result": "left alone", "back_to": "", "steps": None,
+                    "compensations": "",
+                    "error": "no longer matched the filter (rolled back meanwhile, or gone)"})
+    frame = pd.DataFrame(out, columns=BULK_RESULT_COLUMNS)
+    frame["steps"] = frame["steps"].astype("Int64")
+    return frame
+
+
+def scope_text(scope: Mapping[str, Any]) -> str:
+    """A quarantine's scope in words: "every session" or "tenant=acme, prompt_version=v8"."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(scope.items())) or "every session"
+
+
+def until_text(until: float | None, now: float | None) -> str:
+    """When a quarantine ends: "until lifted", or "until 2026-01-02 13:00 (in 3 h 05 min)"."""
+    if until is None:
+        return "until lifted"
+    text = f"until {when(until):%Y-%m-%d %H:%M %Z}"
+    return text + (f" (in {duration_text(until - now)})" if now is not None else "")
+
+
+QUARANTINE_COLUMNS = ["tool", "scope", "actor", "reason", "since", "until", "id"]
+
+
+def quarantines_frame(quarantines: Iterable[Any], now: float) -> pd.DataFrame:
+    """Quarantines as the page lists them, oldest first."""
+    rows = [{"tool": q.tool, "scope": scope_text(q.scope), "actor": q.actor, "reason": q.reason,
+             "since": when(q.created_at), "until": until_text(q.until, now), "id": q.id}
+            for q in quarantines]
+    return pd.DataFrame(rows, columns=QUARANTINE_COLUMNS)
+
+
+def quarantine_label(q: Any, limit: int = 60) -> str:
+    """A quarantine in one line, for a picker: tool · scope · id (plain text)."""
+    tool = q.tool if len(q.tool) <= limit else q.tool[: limit - 1] + "…"
+    return f"{tool} · {scope_text(q.scope)} · {q.id}"

@@ -267,10 +267,23 @@ def purge_idle_sessions(rt: Runtime, older_than_s: float, *,
     return rt.store.purge_sessions(now - older_than_s, now, dry_run=dry_run)
 
 
-WHERE_KEYS = ("status", "tenant", "scenario", "prompt_version", "tool")
+WHERE_KEYS = ("status", "tenant", "scenario", "prompt_version", "tool", "session")
 """Filters `rollback_many` takes, as the fleet table's: the first four as in
 `Engine.sessions`; ``tool``: the tool appears among the session's recent live steps (the loop
-detector's horizon)."""
+detector's horizon); ``session``: one id, or a list of ids, taken exactly (rows an operator
+selected, or the sessions a preview showed); unknown ids match nothing."""
+
+
+def _session_ids(value: Any) -> list[str]:
+    """The ``session`` filter as a list of distinct ids, in the order given.
+
+    Raises:
+        ValueError: an empty list. InvalidSessionId: an id that is not one.
+    """
+    ids = [value] if isinstance(value, str) else list(value)
+    if not ids:
+        raise ValueError("filter session needs at least one session id")
+    return list(dict.fromkeys(validate_session_id(sid) for sid in ids))
 
 
 def matching_sessions(rt: Runtime, where: Mapping[str, Any]) -> list[SessionInfo]:
@@ -282,27 +295,40 @@ def matching_sessions(rt: Runtime, where: Mapping[str, Any]) -> list[SessionInfo
     if not where:
         raise ValueError(
             "a bulk rollback needs at least one filter (status, tenant, scenario, "
-            "prompt_version, tool); it never rolls back the whole fleet by default"
+            "prompt_version, tool, session); it never rolls back the whole fleet by default"
         )
     for key, value in where.items():
         if key not in WHERE_KEYS:
             raise ValueError(f"unknown filter {key!r}; use {', '.join(WHERE_KEYS)}")
+        if key == "session" and isinstance(value, (list, tuple)):
+            continue  # checked by _session_ids
         if not isinstance(value, str) or not value:
             raise ValueError(f"filter {key} needs a non-empty string, not {value!r}")
     if "status" in where and where["status"] not in tuple(SessionStatus):
         raise ValueError(
             f"status must be one of {', '.join(SessionStatus)}, not {where['status']!r}"
         )
-    filters = {k: v for k, v in where.items() if k != "tool"}
+    filters = {k: v for k, v in where.items() if k not in ("tool", "session")}
     tool = where.get("tool")
     found: list[SessionInfo] = []
-    offset, page = 0, 500
-    while True:  # collect first: rolling back reorders and refilters the listing
-        infos = rt.store.list_sessions(**filters, limit=page, offset=offset)
-        found += infos
-        if len(infos) < page:
-            break
-        offset += page
+    if "session" in where:
+        for sid in _session_ids(where["session"]):
+            info = rt.store.get_session(sid)
+            if info is None:
+                continue
+            meta = info.meta or {}
+            if all((info.status if k == "status" else meta.get(k)) == v
+                   for k, v in filters.items()):
+                found.append(info)
+        found.sort(key=lambda i: i.updated_at, reverse=True)
+    else:
+        offset, page = 0, 500
+        while True:  # collect first: rolling back reorders and refilters the listing
+            infos = rt.store.list_sessions(**filters, limit=page, offset=offset)
+            found += infos
+            if len(infos) < page:
+                break
+            offset += page
     if tool is not None:
         found = [
             i

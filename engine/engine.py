@@ -211,8 +211,8 @@ class Engine:
                       dry_run: bool = False, notice: bool | str = True
                       ) -> list[BulkRollbackItem]:
         """Roll back every session matching `where` (status, tenant, scenario, prompt_version,
-        tool), each with its own expected epoch, under one batch id; see
-        `engine.actions.rollback_many`. A failure never stops the rest.
+        tool, session: one id or a list), each with its own expected epoch, under one batch id;
+        see `engine.actions.rollback_many`. A failure never stops the rest.
 
         Returns:
             Per session: `.session`, `.ok`, `.error`, `.rollback` (dry run: `.preview`).

@@ -648,3 +648,82 @@ def test_the_sidebar_never_shows_a_store_password(tmp_path):
     assert sidebar.startswith("Store:")
     assert "pw-secret" not in sidebar and "qs-secret" not in sidebar
     assert "secret" not in texts(at.error)
+
+
+# -- fleet controls (issue 16) --------------------------------------------------------------------
+@pytest.fixture
+def controls_store(tmp_path):
+    """Its own store (these tests change it): refund-42 and three sessions looping under v9."""
+    from support.fleet import seed_looping, seed_prompt_loops
+
+    url = f"sqlite:///{tmp_path}/rewind.db"
+    with Engine.open(url) as engine:
+        seed_looping(engine)
+    return url, seed_prompt_loops(url, "v9", 3)
+
+
+def test_fleet_offers_bulk_rollback_to_operators_only(controls_store):
+    url, v9 = controls_store
+    at = app(url)
+    assert not at.exception
+    selected, matching = at.button(key="bulk-selected"), at.button(key="bulk-filter")
+    assert selected.label == "Roll back 0 selected" and selected.disabled
+    assert matching.disabled  # no filter yet: never the whole fleet
+    at.selectbox(key="prompt").select("v9").run()
+    matching = at.button(key="bulk-filter")
+    assert matching.label == "Roll back all 3 matching the filter" and not matching.disabled
+    assert any("at most 200 sessions at once" in c.value for c in at.caption)
+    viewer = app(url, user=VIEWER, query={"prompt": "v9"})
+    assert not viewer.exception
+    assert not [b for b in labels(viewer.button) if b.startswith("Roll back")]
+
+
+def test_operator_quarantines_and_lifts_a_tool_from_the_console(controls_store):
+    url, _ = controls_store
+    at = app(url, page="screens/quarantine.py")
+    assert not at.exception and "No tool is quarantined" in texts(at.info)
+    at.text_input(key="q-tool").input("refund_api")
+    at.button(key="FormSubmitter:quarantine-form-Quarantine tool").click().run()
+    assert "give a reason" in texts(at.error)  # refused: nothing stored
+    assert Engine.open(url).quarantines() == []
+    at.text_input(key="q-reason").input("HTTP 500 for everyone")
+    at.selectbox(key="q-tenant").select("globex")
+    at.button(key="FormSubmitter:quarantine-form-Quarantine tool").click().run()
+    assert not at.exception
+    (q,) = Engine.open(url).quarantines()
+    assert (q.tool, q.actor, q.scope, q.until) == ("refund_api", "olivia", {"tenant": "globex"},
+                                                  None)
+    table = at.dataframe[0].value
+    assert table[["tool", "scope", "actor", "until"]].values.tolist() == [
+        ["refund_api", "tenant=globex", "olivia", "until lifted"]]
+
+    fleet = app(url)
+    (link,) = [e.proto for e in fleet.get("page_link") if "quarantine" in e.proto.label]
+    assert link.label == "1 tool quarantine in force: refund\\_api"
+
+    viewer = app(url, user=VIEWER, page="screens/quarantine.py")
+    assert not viewer.exception and len(viewer.dataframe) == 1
+    assert "Quarantine tool" not in labels(viewer.button) and not viewer.text_input
+
+    at.text_input(key="lift-reason").input("fixed upstream")
+    at.button(key="FormSubmitter:lift-form-Lift quarantine").click().run()
+    assert not at.exception and Engine.open(url).quarantines() == []
+    assert [e.action for e in Engine.open(url).audit()] == ["quarantine_lift", "quarantine"]
+
+
+def test_audit_shows_a_bulk_rollback_and_filters_its_batch(controls_store):
+    url, v9 = controls_store
+    with Engine.open(url) as engine:
+        (first, *_) = engine.rollback_many({"prompt_version": "v9"}, actor="olivia",
+                                           reason="v9 loops")
+        engine.quarantine("refund_api", actor="olivia", reason="HTTP 500")
+    at = app(url, page="screens/audit.py", query={"batch": first.batch})
+    assert not at.exception
+    table = at.dataframe[0].value
+    assert sorted(table["action"]) == ["rollback", "rollback", "rollback", "rollback_many"]
+    assert set(table["batch"]) == {first.batch}
+    summary = table[table["action"] == "rollback_many"]["summary"].item()
+    assert summary == "bulk rollback: 3 of 3 sessions rolled back (prompt_version=v9)"
+    at = app(url, page="screens/audit.py", query={"action": "quarantine"})
+    (summary,) = at.dataframe[0].value["summary"]
+    assert summary.startswith("quarantined tool refund_api for every session until lifted (q-")

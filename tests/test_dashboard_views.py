@@ -676,3 +676,45 @@ def test_step_list_joins_runs():
     assert views.step_list(range(0, 40, 2), limit=3) == "0, 2, 4, …"
     assert views.bucket_text(60) == "1 min" and views.bucket_text(7200) == "2 h"
     assert views.bucket_text(30) == "30 s" and views.bucket_text(86400) == "1 d"
+
+
+# -- fleet controls (issue 16) --------------------------------------------------------------------
+def test_bulk_preview_adds_up_each_session_and_says_why_one_is_skipped():
+    from engine.records import BulkRollbackItem
+
+    notice = {"role": "assistant", "content": "reset", "rewind_notice": True}
+    leaving = RollbackPreview(session="a", target="snap-2", messages=[{"role": "user"}, notice],
+                              steps=[step(3, "refund_api"), step(4, "refund_api")],
+                              compensations=[(4, "refund.undo", {}), (3, "refund.undo", {})])
+    items = [BulkRollbackItem("a", True, preview=leaving, batch="b-1"),
+             BulkRollbackItem("bare", False, "NothingToRollBack: no snapshot", batch="b-1")]
+    totals = views.bulk_totals(items)
+    assert (totals.sessions, totals.skipped, totals.steps, totals.messages) == (1, 1, 2, 2)
+    assert totals.compensations_text() == "refund.undo ×2"
+    frame = views.bulk_preview_frame(items, {"a": {"status": "looping", "tenant": "acme"}})
+    assert frame.to_dict("records")[0] == {
+        "session": "a", "status": "looping", "tenant": "acme", "prompt_version": "",
+        "back_to": "snap-2", "steps": 2, "messages": "2 (1 notice)", "note": "",
+        "compensations": "refund.undo (step 4), refund.undo (step 3)"}
+    skipped = frame.to_dict("records")[1]
+    assert skipped["note"] == "skipped: NothingToRollBack: no snapshot"
+    assert pd.isna(skipped["steps"])
+
+
+def test_audit_summaries_say_what_fleet_controls_did():
+    bulk = AuditEvent(3, 1000.0, "olivia", "rollback_many", None, None, "v9 loops",
+                      {"batch": "batch-1", "sessions": 3, "rolled_back": 2,
+                       "failed": {"c": "RollbackConflict: …"},
+                       "where": {"session": ["a", "b", "c"], "status": "looping"}})
+    quarantine = AuditEvent(2, 1000.0, "olivia", "quarantine", None, None, "HTTP 500",
+                            {"id": "q-1", "tool": "refund_api", "scope": {"tenant": "acme"},
+                             "until": None})
+    one = AuditEvent(1, 1000.0, "olivia", "rollback", "a", "snap-2", "v9 loops",
+                     {"batch": "batch-1", "steps": 3, "messages": 2, "compensations": [1]})
+    frame = views.audit_frame([bulk, quarantine, one])
+    assert frame["summary"].tolist() == [
+        "bulk rollback: 2 of 3 sessions rolled back (status=looping, 3 listed sessions); "
+        "1 failed: c",
+        "quarantined tool refund_api for tenant=acme until lifted (q-1)",
+        "to snap-2: 3 steps, 2 messages left the live line, 1 compensation queued"]
+    assert frame["batch"].tolist() == ["batch-1", "", "batch-1"]

@@ -510,3 +510,21 @@ def test_a_schema_1_file_gets_fleet_documents_and_is_marked_current(tmp_path):
         (version,) = conn.execute(
             "SELECT value FROM rewind_meta WHERE key = 'schema_version'").fetchone()
     assert SCHEMA_VERSION == 3 and version == "3"
+
+
+def test_bulk_rollback_takes_exactly_the_listed_sessions(engine):
+    """What the console sends: the rows an operator selected, or the sessions its preview
+    showed, with the filters still applying; unknown ids match nothing."""
+    for sid in ("a", "b", "c"):
+        _looping(engine, sid)
+    _looping(engine, "v7-one", prompt_version="v7")
+    items = engine.rollback_many(
+        {"session": ["a", "c", "v7-one", "gone", "a"], "prompt_version": "v8"},
+        actor="alice", reason="the two I checked")
+    assert sorted(i.session for i in items) == ["a", "c"] and all(i.ok for i in items)
+    assert engine.get_session("b").info().status == "looping"
+    assert engine.get_session("v7-one").info().status == "looping"
+    (one,) = engine.rollback_many({"session": "b"}, actor="alice", reason="just b", dry_run=True)
+    assert one.session == "b" and one.preview is not None
+    with pytest.raises(ValueError, match="at least one session id"):
+        engine.rollback_many({"session": []}, actor="alice", reason="none")

@@ -1,4 +1,5 @@
-"""Audit: operator and engine actions, filterable, exportable as CSV."""
+"""Audit: operator and engine actions (rollbacks, bulk rollbacks, notices, quarantines, …),
+filterable, exportable as CSV."""
 
 from __future__ import annotations
 
@@ -10,19 +11,21 @@ from dashboard import access, data, views
 
 PERIODS = {"last hour": 3600, "last 24 hours": 86400, "last 7 days": 7 * 86400,
            "last 30 days": 30 * 86400, "all time": None}
-ACTIONS = ["All", "rollback", "notice", "compensation", "retention"]
+ACTIONS = ["All", *views.AUDIT_ACTIONS]
 
 user = access.require_user()
 url = data.store_url()
 
 st.title("Audit")
-f = st.columns([1, 1, 1.4, 1, 0.8])
+f = st.columns([1, 1, 1.4, 1.2, 1, 0.8])
 action = f[0].selectbox("Action", ACTIONS, key="action", bind="query-params")
 actor = f[1].text_input("Actor", key="actor", placeholder="e.g. alice, rewind").strip()
 session = f[2].text_input("Session", key="audit-session", placeholder="session id",
                           bind="query-params")  # exact, never trimmed
-period = f[3].selectbox("Period", list(PERIODS), index=2, key="period")
-limit = f[4].selectbox("Rows", [200, 1000, 10000], index=1, key="limit")
+batch = f[3].text_input("Batch", key="batch", placeholder="bulk rollback id",
+                        bind="query-params").strip()
+period = f[4].selectbox("Period", list(PERIODS), index=2, key="period")
+limit = f[5].selectbox("Rows", [200, 1000, 10000], index=1, key="limit")
 
 span = PERIODS[period]
 with data.store_errors():
@@ -30,19 +33,22 @@ with data.store_errors():
                        action=None if action == "All" else action,
                        since=None if span is None else time.time() - span, limit=limit)
 
+if batch:  # the batch's summary and each of its rollbacks carry the id
+    frame = frame[frame["batch"] == batch]
 shown = frame.copy()
 shown["link"] = [views.session_link(s) if isinstance(s, str) and s else None
                  for s in shown["session"]]
 for column in ("snapshot", "reason"):
     shown[column] = shown[column].astype(object).where(shown[column].notna(), "")
-st.dataframe(shown, hide_index=True,
-             column_order=["time", "actor", "action", "link", "snapshot", "reason", "detail",
-                           "id"],
+st.dataframe(shown, hide_index=True, placeholder="—",  # fleet-wide events have no session
+             column_order=["time", "actor", "action", "link", "summary", "batch", "reason",
+                           "snapshot", "detail", "id"],
              column_config={
                  "time": st.column_config.DatetimeColumn("time", format="YYYY-MM-DD HH:mm:ss"),
                  "link": st.column_config.LinkColumn("session",
                                                      display_text=r"session\?session=(.*)"),
-                 "detail": st.column_config.TextColumn("detail", width="large"),
+                 "summary": st.column_config.TextColumn("what happened", width="large"),
+                 "detail": st.column_config.TextColumn("detail", width="medium"),
              })
 st.caption(f"{len(frame):,} events" + (f" (the newest {limit:,})" if len(frame) >= limit else ""))
 st.download_button("Export CSV", views.audit_csv(frame), mime="text/csv",

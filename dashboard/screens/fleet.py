@@ -1,12 +1,18 @@
-"""Fleet: KPIs, loops over time, the sessions table. Refreshes itself unless paused."""
+"""Fleet: KPIs, loops over time, the sessions table and its bulk rollback. Refreshes itself
+unless paused (and pauses while rows are selected)."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import time
+import uuid
 
+import pandas as pd
 import streamlit as st
 
-from dashboard import access, charts, data, settings, views
+from dashboard import access, actions, charts, data, dialogs, settings, views
 from engine import SessionStatus
 
 user = access.require_user()
@@ -19,11 +25,19 @@ except settings.SettingsError:
     freeze = None  # the frame already said what is wrong with it
 
 ALL = "All"
+FULL_RERUN = "fleet-full-rerun"
+"""Set by a callback of a widget inside the live fragment when the whole page must run again
+(the refresh interval changed, a dialog must open): a fragment run cannot do either."""
+HELD = "fleet-held-for-selection"
+"""The live refresh was paused because rows got selected; clearing them resumes it."""
+BULK_REQUEST = "fleet-bulk-request"
+"""The bulk rollback the operator asked for; the page opens its dialog outside the fragment."""
 
 title, toggle = st.columns([4, 1], vertical_alignment="bottom")
 title.title("Fleet")
 live = toggle.toggle(f"Live: refresh every {interval:g} s", value=True, key="live",
-                     help="Pause to read the table without it moving.")
+                     help="Pause to read the table without it moving. Selecting rows pauses it.")
+dialogs.show_flash()
 
 
 def _pick(value: str) -> str | None:
@@ -49,6 +63,93 @@ def render_needs_you(stats: dict, looping, now: float) -> None:
                          icon=":material/autorenew:" if loop else ":material/build:"):
                 st.switch_page("screens/session.py" if loop else "screens/compensations.py",
                                query_params=item.query)
+
+
+def render_quarantines() -> None:
+    """One line, only while some tool is quarantined: how many, which, and a link."""
+    with data.store_errors():
+        active = data.quarantines(url)
+    if not active:
+        return
+    tools = sorted({q.tool for q in active})
+    names = ", ".join(t if len(t) <= 40 else t[:39] + "…" for t in tools[:4])
+    names += f" and {len(tools) - 4} more" if len(tools) > 4 else ""
+    count = f"{len(active)} tool quarantine{'s' if len(active) != 1 else ''} in force"
+    st.page_link("screens/quarantine.py", label=f"{count}: {views.plain(names)}",
+                 icon=":material/block:")
+
+
+def _hold_for_selection(table_key: str) -> None:
+    """Pause the live refresh while rows are selected (a selection is by row position, and a
+    refresh re-sorts the table); clearing the selection resumes it."""
+    rows = st.session_state[table_key]["selection"]["rows"]
+    if rows and st.session_state.get("live", True):
+        st.session_state["live"] = False
+        st.session_state[HELD] = True
+        st.session_state[FULL_RERUN] = True
+    elif not rows and st.session_state.pop(HELD, False):
+        st.session_state["live"] = True
+        st.session_state[FULL_RERUN] = True
+
+
+def _ask_bulk(request: dialogs.BulkRequest) -> None:
+    st.session_state[BULK_REQUEST] = request
+    st.session_state[FULL_RERUN] = True
+
+
+def _fleet_rows(frame: pd.DataFrame) -> dict[str, dict]:
+    """session -> the fleet columns the bulk dialog shows."""
+    columns = ["session", "status", "tenant", "scenario", "prompt_version"]
+    return {r["session"]: r for r in frame[columns].to_dict("records")}
+
+
+def _bulk_request(what: str, where: dict, frame: pd.DataFrame) -> dialogs.BulkRequest:
+    return dialogs.BulkRequest(uuid.uuid4().hex[:12], what, where, _fleet_rows(frame))
+
+
+def render_actions(chosen: pd.DataFrame, matching: pd.DataFrame, where: dict,
+                   search: str) -> None:
+    """Open one selected session; for operators, roll back the selected rows or everything the
+    filters match (capped at actions.BULK_CAP, the count on the button)."""
+    cap = actions.BULK_CAP
+    with st.container(horizontal=True, vertical_alignment="center", key="fleet-actions"):
+        if len(chosen) == 1:
+            sid = chosen.iloc[0]["session"]
+            short = sid if len(sid) <= 40 else sid[:39] + "…"
+            if st.button(f"Open {views.plain(short)}", key="open-selected",
+                         icon=":material/open_in_new:"):
+                st.switch_page("screens/session.py", query_params={"session": sid})
+        if not user.can_act:
+            return
+        n = len(chosen)
+        st.button(
+            f"Roll back {n} selected", key="bulk-selected", icon=":material/undo:",
+            disabled=not n or n > cap, on_click=_ask_bulk,
+            args=(_bulk_request(f"{views.counted(n, 'selected session')}",
+                                {"session": chosen["session"].tolist()},
+                                chosen),),
+            help=("Select rows first (the box at the left of each row)." if not n else
+                  f"At most {cap} sessions at once." if n > cap else
+                  "Preview first; nothing happens before you confirm."))
+        scope = dict(where)
+        if search.strip():
+            scope["session"] = matching["session"].tolist()[: cap + 1]
+        count = len(matching)
+        described = ", ".join(f"{k}={v}" for k, v in where.items())
+        if search.strip():
+            described += (", " if described else "") + f"search “{search.strip()}”"
+        too_many = count > cap
+        st.button(
+            f"Roll back all {count:,} matching the filter", key="bulk-filter",
+            icon=":material/filter_alt:", disabled=not scope or not count or too_many,
+            on_click=_ask_bulk,
+            args=(_bulk_request(f"All sessions matching {described}", scope,
+                                matching if not too_many else matching.head(0)),),
+            help=("Choose a status, tenant, scenario or prompt version (or search) first: a "
+                  "bulk rollback never takes the whole fleet." if not scope else
+                  f"{count:,} sessions match; at most {cap} at once: narrow the filter."
+                  if too_many else "Preview first; nothing happens before you confirm."))
+        st.caption(f"Bulk rollback: at most {cap} sessions at once, preview first.")
 
 
 def _filter_looping() -> None:
@@ -109,12 +210,15 @@ def render_loop_charts(now: float) -> None:
 # browser starts loading plotly while the (larger) table is still being read.
 @st.fragment(run_every=interval if live else None)
 def live_view() -> None:
+    if st.session_state.pop(FULL_RERUN, False):
+        st.rerun(scope="app")
     now = time.time()
     with data.store_errors():
         stats = data.fleet_stats(url)
         looping = (data.sessions(url, SessionStatus.LOOPING) if stats.get("looping", 0)
                    else views.sessions_frame([]))
     render_needs_you(stats, looping, now)
+    render_quarantines()
     render_kpis(stats)
 
     render_loop_charts(now)
@@ -139,6 +243,14 @@ def live_view() -> None:
     with data.store_errors():
         frame = data.sessions(url, _pick(status), _pick(tenant), _pick(scenario), _pick(prompt))
     shown = views.select_sessions(frame, search=search, sort=sort, limit=rows)
+    matching = views.select_sessions(frame, search=search) if search.strip() else frame
+    where = {k: v for k, v in (("status", _pick(status)), ("tenant", _pick(tenant)),
+                               ("scenario", _pick(scenario)), ("prompt_version", _pick(prompt)))
+             if v is not None}
+    # A selection is by row position: a new filter or order is a new table, with none.
+    view = json.dumps([status, tenant, scenario, prompt, search, sort, rows], default=str)
+    table_key = f"fleet-table-{hashlib.sha1(view.encode()).hexdigest()[:12]}"
+    bar = st.container()
     picked = st.dataframe(
         views.blank_missing(shown),
         column_order=["link", "state", "flagged_at", "loop_steps", "explanation", "tenant",
@@ -164,7 +276,8 @@ def live_view() -> None:
                                                              format="YYYY-MM-DD HH:mm:ss"),
             "explanation": st.column_config.TextColumn("why flagged", width="large"),
         },
-        hide_index=True, on_select="rerun", selection_mode="single-row", key="fleet-table",
+        hide_index=True, on_select=functools.partial(_hold_for_selection, table_key),
+        selection_mode="multi-row", key=table_key,
     )
     capped = len(frame) >= data.FLEET_CAP
     st.caption(
@@ -173,12 +286,17 @@ def live_view() -> None:
         + (" · live" if live else " · paused")
         + (f" · the table reads the {data.FLEET_CAP:,} most recently active; narrow the filters"
            if capped else "")
-        + " · select a row to open the session"
+        + (" · select rows to open one or roll them back" if user.can_act
+           else " · select a row to open the session")
     )
-    selected = picked.selection.rows if picked is not None else []
-    if selected:
-        sid = shown.iloc[selected[0]]["session"]
-        st.switch_page("screens/session.py", query_params={"session": sid})
+    selected = [r for r in (picked.selection.rows if picked is not None else []) if r < len(shown)]
+    with bar:
+        render_actions(shown.iloc[selected], matching, where, search)
 
 
 live_view()
+
+# Outside the fragment: a dialog opened inside it would vanish at its next refresh.
+request = st.session_state.pop(BULK_REQUEST, None)
+if request is not None and user.can_act:
+    dialogs.bulk_rollback_dialog(user, request)

@@ -127,6 +127,7 @@ def test_selecting_a_fleet_row_opens_the_session(console, page):
     table.scroll_into_view_if_needed()  # the needs-you band sits above it now
     grid = table.bounding_box()
     page.mouse.click(grid["x"] + 18, grid["y"] + 35 + 17)  # the first row's selection cell
+    page.get_by_role("button", name=f"Open {AUTO_ROLLED_BACK}").click()  # rows: multi-select
     expect(page.get_by_role("heading", name=AUTO_ROLLED_BACK)).to_be_visible()
     assert page.url.endswith(f"/session?session={AUTO_ROLLED_BACK}")
 

@@ -136,6 +136,38 @@ def seed_fleet(url: str, background: int = 24) -> None:
         seed_looping(engine)
 
 
+def seed_prompt_loops(url: str, prompt_version: str, count: int,
+                      prefix: str | None = None) -> list[str]:
+    """`count` sessions under `prompt_version`, each left looping (policy flag) for an operator
+    to roll back: even ones re-issue the same refund (a side effect: rolling back queues a
+    `refund_api.undo` per duplicate), odd ones re-send a crop that fails. Returns their ids."""
+    ids = []
+    with Engine.open(url) as engine:
+        for n in range(count):
+            sid = f"{prefix or 'loop-' + prompt_version}-{n}"
+            s = engine.session(sid, meta={"tenant": TENANTS[n % 3], "scenario": "refund",
+                                          "prompt_version": prompt_version, "locale": "en"},
+                               on_loop="flag")
+            s.append_message("user", f"refund order A-{n}")
+            s.snapshot("start")
+            with s.step("lookup_order", {"order": f"A-{n}"}) as call:
+                call.ok({"amount": 5})
+            for _ in range(6):
+                if n % 2 == 0:
+                    with s.step("refund_api", {"order": f"A-{n}"}, side_effect=True,
+                                compensation=("refund_api.undo", {"order": f"A-{n}"})) as call:
+                        call.ok({"status": "pending"})
+                else:
+                    with s.step("image_crop", {"box": [0, 0, 0, n]}) as call:
+                        call.fail("invalid slice")
+                s.append_message("assistant", "trying again")
+                if s.info().status == "looping":
+                    break
+            assert s.info().status == "looping", sid
+            ids.append(sid)
+    return ids
+
+
 # -- hostile text ---------------------------------------------------------------------------------
 # What an attacker can put in front of an operator: a Markdown link that imitates a console
 # message, an HTML anchor (plotly renders <a href> in labels), bare URLs and an address that
