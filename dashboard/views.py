@@ -325,6 +325,19 @@ def needs_you(looping: pd.DataFrame, compensations: Sequence[Any], now: float,
     return out
 
 
+def needs_you_heading(items: Sequence[NeedsYou], looping_total: int) -> tuple[str, int]:
+    """The band's heading and how many looping sessions it leaves out (the band lists at most a
+    few; the heading counts them all, so "Needs you (6)" never hides 13 loops)."""
+    shown = sum(1 for i in items if i.kind == "loop")
+    comps = len(items) - shown
+    parts = []
+    if looping_total:
+        parts.append(f"{looping_total} looping session{'s' if looping_total != 1 else ''}")
+    if comps:
+        parts.append(f"{comps} compensation{'s' if comps != 1 else ''}")
+    return f"Needs you: {' and '.join(parts)}", max(looping_total - shown, 0)
+
+
 def duration_text(seconds: float | None) -> str:
     """A duration for people: "45 s", "12 min", "3 h 05 min", "2 d 4 h"; blank when unknown."""
     if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):

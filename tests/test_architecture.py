@@ -121,3 +121,32 @@ def test_no_engine_module_outgrows_a_reader():
     sizes = {mod: len(path.read_text(encoding="utf-8").splitlines())
              for mod, path in _modules("engine").items()}
     assert {m: n for m, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+def _bare_strings(body: list[ast.stmt], top: bool) -> list[int]:
+    """Lines of string-literal statements Streamlit's magic would print (not the module
+    docstring, not inside functions or classes)."""
+    found = []
+    for i, node in enumerate(body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str) and not (top and i == 0)):
+            found.append(node.lineno)
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            sub = getattr(node, field, None)
+            if isinstance(sub, list):
+                found += _bare_strings(sub, False)
+    return found
+
+
+def test_console_pages_hold_no_bare_strings_that_streamlit_would_print(tmp_path):
+    """A string under an assignment reads like an attribute docstring, but in a page script
+    Streamlit's magic writes it onto the page; pages use comments instead."""
+    pages = [ROOT / "dashboard" / "app.py", *sorted((ROOT / "dashboard" / "screens").glob("*.py"))]
+    found = {str(p.relative_to(ROOT)): lines for p in pages
+             if (lines := _bare_strings(ast.parse(p.read_text()).body, True))}
+    assert found == {}
+    sample = tmp_path / "page.py"
+    sample.write_text('"""Page."""\nX = 1\n"""About X."""\nif X:\n    "shown too"\n')
+    assert _bare_strings(ast.parse(sample.read_text()).body, True) == [3, 5]

@@ -496,6 +496,19 @@ def test_needs_you_lists_looping_sessions_then_failed_and_stuck_compensations(fl
     assert items[0].query == {"session": LOOPING}
     assert [i.query for i in items[1:]] == [{"comp-status": "failed"}, {"comp-status": "pending"}]
     assert views.needs_you(looping.iloc[0:0], [comp(3, "pending", 5)], now) == []
+    assert views.needs_you_heading(items, len(looping)) == (
+        "Needs you: 1 looping session and 2 compensations", 0)
+
+
+def test_the_needs_you_heading_counts_every_looping_session_not_just_those_listed():
+    now = 1_000.0
+    looping = pd.DataFrame({
+        "session": [f"s{i}" for i in range(13)], "scenario": "refund", "status": "looping",
+        "flagged_at": pd.to_datetime([now - i for i in range(13)], unit="s", utc=True),
+        "loop_steps": 3, "hold": ""})
+    items = views.needs_you(looping, [], now)
+    assert len(items) == 6
+    assert views.needs_you_heading(items, len(looping)) == ("Needs you: 13 looping sessions", 7)
 
 
 def test_compensations_frame_ages_and_marks_stuck_ones():

@@ -25,13 +25,14 @@ except settings.SettingsError:
     freeze = None  # the frame already said what is wrong with it
 
 ALL = "All"
+# (Comments, not docstrings: Streamlit's magic would print a bare string on the page.)
+# Set by a callback of a widget inside the live fragment when the whole page must run again
+# (the refresh interval changed, a dialog must open): a fragment run cannot do either.
 FULL_RERUN = "fleet-full-rerun"
-"""Set by a callback of a widget inside the live fragment when the whole page must run again
-(the refresh interval changed, a dialog must open): a fragment run cannot do either."""
+# The live refresh was paused because rows got selected; clearing them resumes it.
 HELD = "fleet-held-for-selection"
-"""The live refresh was paused because rows got selected; clearing them resumes it."""
+# The bulk rollback the operator asked for; the page opens its dialog outside the fragment.
 BULK_REQUEST = "fleet-bulk-request"
-"""The bulk rollback the operator asked for; the page opens its dialog outside the fragment."""
 
 title, toggle = st.columns([4, 1], vertical_alignment="bottom")
 title.title("Fleet")
@@ -54,7 +55,8 @@ def render_needs_you(stats: dict, looping, now: float) -> None:
                    "failed or stuck.")
         return
     with st.container(border=True, key="needs-you"):
-        st.markdown(f":red[**Needs you ({len(items)})**]")
+        heading, hidden = views.needs_you_heading(items, len(looping))
+        st.markdown(f":red[**{heading}**]")
         # Buttons that navigate, not <a href>: a session id is foreign text, and this band must
         # not put it into the page's markup as a URL (the table draws its links on a canvas).
         for n, item in enumerate(items):
@@ -63,6 +65,10 @@ def render_needs_you(stats: dict, looping, now: float) -> None:
                          icon=":material/autorenew:" if loop else ":material/build:"):
                 st.switch_page("screens/session.py" if loop else "screens/compensations.py",
                                query_params=item.query)
+        if hidden:
+            st.button(f"…and {hidden} more looping: show all {len(looping)} in the table",
+                      key="needs-you-more", type="tertiary", icon=":material/filter_list:",
+                      on_click=_filter_looping)
 
 
 def render_quarantines() -> None:
