@@ -168,7 +168,7 @@ def seed(path: Path, sessions: int, total_steps: int, workers: int) -> float:
 # -- measuring ----------------------------------------------------------------------------------
 def engine_timings(path: Path) -> dict[str, float]:
     """Seconds the engine calls behind each page take in a fresh process (no caches)."""
-    from dashboard.loops import LoopTally
+    from engine.fleet import LoopTally
 
     out = {}
     with Engine.open(f"sqlite:///{path}") as engine:

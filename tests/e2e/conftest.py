@@ -1,7 +1,8 @@
 """The real console, started with `streamlit run` on a free port against a seeded SQLite store,
 and a headless Chromium to drive it (see `support.console`).
 
-Refresh the README screenshots with `REWIND_SCREENSHOTS=docs pytest -m browser tests/e2e`.
+The tests' screenshots go to $REWIND_SCREENSHOTS (else a temp dir); the README's come from the
+demo fleet: `.venv/bin/python scripts/screenshots.py`.
 """
 
 from __future__ import annotations
