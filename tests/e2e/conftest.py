@@ -40,7 +40,7 @@ def console(tmp_path_factory) -> Console:
 
 @pytest.fixture(scope="session")
 def shots(tmp_path_factory) -> Path:
-    """Where screenshots go: $REWIND_SCREENSHOTS (e.g. docs, for the README), else a temp dir."""
+    """Where screenshots go: $REWIND_SCREENSHOTS, else a temp dir (not docs/: see the README)."""
     target = os.environ.get("REWIND_SCREENSHOTS")
     path = Path(target) if target else tmp_path_factory.mktemp("screenshots")
     path.mkdir(parents=True, exist_ok=True)

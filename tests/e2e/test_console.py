@@ -1,7 +1,8 @@
 """The console in headless Chromium against `streamlit run` and a seeded SQLite store: what AppTest
 cannot reach (dialogs, the live fragment, plotly charts, a deep link surviving sign-in).
 
-Screenshots of the fleet and session pages go to $REWIND_SCREENSHOTS (docs/ for the README).
+Screenshots of the fleet and session pages go to $REWIND_SCREENSHOTS (else a temp dir); never point
+it at docs/: the README's images come from the demo fleet (scripts/screenshots.py).
 """
 
 from __future__ import annotations
