@@ -375,6 +375,9 @@ class LoopCost:
     side_effects: tuple[tuple[int, str], ...]
     """(step, tool) of side-effecting steps that completed inside the loop: the outside world
     changed while the agent was stuck."""
+    rolled_back_at: float | None = None
+    """Unix time of the rollback that ended the loop (its steps lie on that abandoned branch);
+    the loop lasts until then, however long the session waited for on-call."""
 
     @property
     def duration_s(self) -> float:
@@ -382,11 +385,13 @@ class LoopCost:
 
 
 def loop_cost(steps: Sequence[Any], verdict: StoredVerdict | None, looping: bool,
-              now: float | None = None) -> LoopCost | None:
+              now: float | None = None, branches: Sequence[Any] = ()) -> LoopCost | None:
     """The cost of the loop `verdict` describes, or None without a verdict or its steps.
 
-    While `looping`, the loop runs from its first step to the newest step and until `now`;
-    after a rollback it ends at the last step that carried a verdict for the same loop.
+    While `looping`, the loop runs from its first step to the newest step and until `now`.
+    Otherwise its steps end at the last step that carried a verdict for the same loop, and its
+    time at the rollback that abandoned that step (one of `branches`) when there was one: a
+    session flagged and left waiting for on-call looped until someone rolled it back.
     """
     if not verdict or not steps:
         return None
@@ -406,18 +411,25 @@ def loop_cost(steps: Sequence[Any], verdict: StoredVerdict | None, looping: bool
     last = by_n.get(end) or inside[-1]
     ended_at = (now if looping and now is not None
                 else (last.ended_at or last.started_at))
+    rolled_back_at = None
+    if not looping and last.branch:
+        cut = next((b.created_at for b in branches if b.id == last.branch), None)
+        if cut is not None and cut >= ended_at:
+            ended_at = rolled_back_at = cut
     budgets = [s.budget.get("total") for s in inside if getattr(s, "budget", None)]
     tokens = sum(int(t or 0) for t in budgets) if budgets else None
     effects = tuple((s.n, s.tool or "agent turn") for s in inside
                     if s.side_effect and s.status == "ok")
     return LoopCost(start, end, by_n[start].started_at, ended_at, looping, len(inside),
-                    tokens, effects)
+                    tokens, effects, rolled_back_at)
 
 
 def loop_cost_line(cost: LoopCost) -> str:
     """The cost as one plain sentence (foreign tool names included: render through `plain`)."""
     parts = [f"loop began {when(cost.started_at):%Y-%m-%d %H:%M:%S} at step {cost.start_step}",
-             ("running for " if cost.ongoing else "lasted ") + duration_text(cost.duration_s),
+             ("running for " if cost.ongoing else "lasted ") + duration_text(cost.duration_s)
+             + (f" (until the rollback at {when(cost.rolled_back_at):%H:%M:%S})"
+                if cost.rolled_back_at is not None else ""),
              f"{cost.steps} steps wasted"]
     if cost.tokens is not None:
         parts.append(f"{cost.tokens:,} context tokens")

@@ -441,6 +441,28 @@ def test_loop_cost_after_a_rollback_ends_at_the_flagging_step_and_knows_missing_
     assert views.loop_cost([], verdict, looping=True) is None
 
 
+def test_a_loop_left_for_on_call_lasts_until_the_rollback_that_ended_it():
+    """Flagged at step 3, the session waited six minutes for a person to roll it back: the
+    loop lasted until that rollback, not until the flag."""
+    from engine.records import BranchInfo
+
+    verdict = {"rule": "exact_repeat", "loop_start_step": 2, "evidence_steps": [2, 3],
+               "explanation": "", "details": {}, "at": 1004.0}
+    steps = [step(1), step(2, status="error", branch="b1"),
+             step(3, status="error", verdict=verdict, branch="b1")]
+    cut = BranchInfo(id="b1", from_snapshot="start", actor="olivia", reason="loop",
+                     created_at=1003.5 + 360, epoch=1)
+    other = BranchInfo(id="b0", from_snapshot="x", actor="a", reason="r", created_at=9999.0,
+                       epoch=0)
+    cost = views.loop_cost(steps, verdict, looping=False, now=5000.0, branches=[other, cut])
+    assert cost.rolled_back_at == cut.created_at
+    assert cost.duration_s == 1003.5 + 360 - 1002.0
+    assert "lasted 6 min" in views.loop_cost_line(cost)
+    assert "until the rollback at" in views.loop_cost_line(cost)
+    unknown = views.loop_cost(steps, verdict, looping=False, now=5000.0, branches=[other])
+    assert unknown.rolled_back_at is None and unknown.duration_s == 1.5
+
+
 def test_duration_text_reads_like_people_write():
     assert views.duration_text(42) == "42 s"
     assert views.duration_text(12 * 60 + 5) == "12 min"

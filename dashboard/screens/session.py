@@ -129,7 +129,8 @@ def render_loop_cost(page: Page) -> None:
     """Since when and how bad: the latest loop's start, length, waste and side effects."""
     info = page.bundle.info
     looping = info.status == SessionStatus.LOOPING
-    cost = views.loop_cost(page.bundle.steps, page.verdict, looping, time.time())
+    cost = views.loop_cost(page.bundle.steps, page.verdict, looping, time.time(),
+                           page.bundle.branches)
     if cost is None:
         return
     # A row that wraps (not columns, which stack one per line on a phone): two or three
@@ -141,7 +142,9 @@ def render_loop_cost(page: Page) -> None:
             help=f"{views.when(cost.started_at):%Y-%m-%d %H:%M:%S %Z}, at step {cost.start_step}.",
         )
         st.metric(
-            "Looping for" if cost.ongoing else "Loop lasted", views.duration_text(cost.duration_s)
+            "Looping for" if cost.ongoing else "Loop lasted", views.duration_text(cost.duration_s),
+            help=None if cost.rolled_back_at is None else
+            f"From its first step until the rollback at {views.when(cost.rolled_back_at):%H:%M:%S}.",
         )
         st.metric(
             "Steps wasted",
