@@ -57,7 +57,10 @@ def test_readme_run_command_serves_a_live_fleet(tmp_path, browser):
     command = readme_run_command()
     assert command.startswith("./scripts/run")
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("REWIND_", "VIRTUAL_ENV"))}
+    # A newcomer has no REWIND_*, no active virtual environment and no PYTHONPATH (which would
+    # make the clone run this checkout's console instead of its own).
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("REWIND_", "VIRTUAL_ENV", "PYTHONPATH"))}
     env.update(PORT=str(port), DEMO_SESSIONS="6")
     log = tmp_path / "run.log"
     with log.open("w") as out:
