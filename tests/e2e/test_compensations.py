@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
+from support import console
 from support.console import ACCOUNTS, CHROMIUM, start_console, stop_console, write_secrets
 
 from engine import Engine
@@ -59,10 +60,7 @@ def failed_compensation(store: str, sid: str, handler: str, error: str) -> int:
 
 
 def sign_in(page: Page, url: str, name: str) -> None:
-    page.goto(url)
-    page.get_by_role("textbox", name="Username").fill(name)
-    page.get_by_role("textbox", name="Password").fill(ACCOUNTS[name][1])
-    page.get_by_role("button", name="Sign in").click()
+    console.sign_in(page, url, name)
     expect(page.get_by_role("heading", name="Compensations")).to_be_visible()
     page.get_by_role("button", name="Refresh").click()  # past the console's few-second cache
     settle(page)

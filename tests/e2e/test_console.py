@@ -11,7 +11,7 @@ import re
 
 import pytest
 from playwright.sync_api import Page, expect
-from support.console import ACCOUNTS
+from support.console import sign_in
 from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_looping
 
 from dashboard import views
@@ -25,14 +25,6 @@ DESKTOP = {"width": 1440, "height": 900}
 PHONE = {"width": 390, "height": 844}
 VIEWPORTS = pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440x900", "390x844"])
 """Every on-call job runs on a laptop and on a phone."""
-
-
-def sign_in(page: Page, url: str, name: str) -> None:
-    page.goto(url)
-    page.get_by_role("textbox", name="Username").fill(name)
-    page.get_by_role("textbox", name="Password").fill(ACCOUNTS[name][1])
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_text(f"{name} · {ACCOUNTS[name][0]}")).to_be_visible()
 
 
 def open_tab(page: Page, name: str) -> None:

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
-from support.console import ACCOUNTS, CHROMIUM, start_console, stop_console, write_secrets
+from support.console import (
+    ACCOUNTS,
+    CHROMIUM,
+    sign_in,
+    start_console,
+    stop_console,
+    write_secrets,
+)
 from support.fleet import LOOPING, seed_fleet, seed_prompt_loops
 
 from dashboard import actions
@@ -52,14 +59,6 @@ def page(browser):
     pg.set_default_timeout(WAIT_MS)
     yield pg
     context.close()
-
-
-def sign_in(page: Page, url: str, name: str) -> None:
-    page.goto(url)
-    page.get_by_role("textbox", name="Username").fill(name)
-    page.get_by_role("textbox", name="Password").fill(ACCOUNTS[name][1])
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_text(f"{name} · {ACCOUNTS[name][0]}")).to_be_visible()
 
 
 def settle(page: Page) -> None:

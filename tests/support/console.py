@@ -88,3 +88,15 @@ def stop_console(process: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+def sign_in(page, url: str, name: str) -> None:
+    """Open `url` in Playwright's `page` and sign in as `name` (one of ACCOUNTS); returns once
+    the sidebar names the user."""
+    from playwright.sync_api import expect
+
+    page.goto(url)
+    page.get_by_role("textbox", name="Username").fill(name)
+    page.get_by_role("textbox", name="Password").fill(ACCOUNTS[name][1])
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_text(f"{name} · {ACCOUNTS[name][0]}")).to_be_visible()
