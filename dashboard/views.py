@@ -12,7 +12,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -446,8 +446,12 @@ AUTO_WINDOW = "Auto (fit the data)"
 """The fleet's default window: from the first loop episode to the last (or now)."""
 FIXED_WINDOWS = {"6 hours": 6 * 3600, "24 hours": 86400, "7 days": 7 * 86400}
 WINDOW_CHOICES = (AUTO_WINDOW, *FIXED_WINDOWS)
-AUTO_LOOKBACK_S = 7 * 86400
-"""How far back the auto window looks for loop episodes (the longest fixed window)."""
+AUTO_LOOKBACKS = (86400, 7 * 86400)
+"""How far back the auto window looks for loop episodes: the last day, and only when that
+holds none, the last 7 days (reading a week of events costs seconds on a large fleet's first
+visit; an incident always has loops in the last day)."""
+AUTO_LOOKBACK_S = AUTO_LOOKBACKS[-1]
+"""The farthest the auto window looks back (the longest fixed window)."""
 AUTO_MIN_SPAN_S = 900
 """The auto window is never narrower than this, so a single loop still shows as one bar among
 many, not as a bar filling the chart."""
@@ -487,6 +491,17 @@ def fit_bucket(span_s: float) -> int:
         if span_s / width <= MAX_BARS - 2:
             return width
     return AUTO_BUCKETS[-1]
+
+
+def auto_episodes(fetch: Callable[[float], pd.DataFrame]) -> tuple[pd.DataFrame, float]:
+    """The loop episodes the auto window fits, and how far back they were read: `fetch(s)`
+    (episodes of the last `s` seconds) for the last day, and for the last 7 days only when the
+    last day had none."""
+    for lookback in AUTO_LOOKBACKS:
+        episodes = fetch(lookback)
+        if not episodes.empty:
+            break
+    return episodes, lookback
 
 
 def fit_window(ats: Iterable[float], now: float, min_span_s: float = AUTO_MIN_SPAN_S,

@@ -753,3 +753,18 @@ def test_audit_summaries_say_what_fleet_controls_did():
         "quarantined tool refund_api for tenant=acme until lifted (q-1)",
         "to snap-2: 3 steps, 2 messages left the live line, 1 compensation queued"]
     assert frame["batch"].tolist() == ["batch-1", "", "batch-1"]
+
+
+def test_the_auto_window_reads_a_week_only_when_the_last_day_had_no_loop():
+    asked: list[float] = []
+    day_old = pd.DataFrame({"at": [100.0]})
+
+    def fetch(lookback):
+        asked.append(lookback)
+        return day_old if lookback > 86400 else day_old.iloc[0:0]
+
+    episodes, lookback = views.auto_episodes(fetch)
+    assert asked == [86400, 7 * 86400] and lookback == 7 * 86400 and len(episodes) == 1
+    asked.clear()
+    episodes, lookback = views.auto_episodes(lambda s: asked.append(s) or day_old)
+    assert asked == [86400] and lookback == 86400

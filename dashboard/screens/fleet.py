@@ -179,12 +179,17 @@ def render_kpis(stats: dict) -> None:
             col.metric(kpi.label, kpi.value, help=kpi.help, border=True)
 
 
-def chart_window(label: str, episodes, now: float) -> views.ChartWindow:
-    """The charts' span and bar width: fitted to the episodes ("Auto"), or the last 6 h…7 d."""
+def chart_episodes(label: str, now: float):
+    """The loop episodes and the window the charts show: the last 6 h…7 d, or ("Auto") fitted
+    to the episodes of the last day, or of the last 7 days when the last day had none."""
     if label in views.FIXED_WINDOWS:
         window_s = views.FIXED_WINDOWS[label]
-        return views.ChartWindow(now - window_s, now, views.bucket_seconds(window_s))
-    return views.fit_window(episodes["at"], now)
+        with data.store_errors():
+            episodes = data.loop_episodes(url, window_s)
+        return episodes, views.ChartWindow(now - window_s, now, views.bucket_seconds(window_s))
+    with data.store_errors():
+        episodes, lookback = views.auto_episodes(lambda s: data.loop_episodes(url, s))
+    return episodes, views.fit_window(episodes["at"], now, lookback_s=lookback)
 
 
 def render_loop_charts(now: float) -> None:
@@ -192,11 +197,9 @@ def render_loop_charts(now: float) -> None:
     heading.subheader("Loops over time")
     label = choice.selectbox("Window", views.WINDOW_CHOICES, index=0, key="window",
                              label_visibility="collapsed", bind="query-params",
-                             help="Auto fits the window to the loops of the last 7 days.")
-    lookback = views.FIXED_WINDOWS.get(label, views.AUTO_LOOKBACK_S)
-    with data.store_errors():
-        episodes = data.loop_episodes(url, lookback)
-    window = chart_window(label, episodes, now)
+                             help="Auto fits the window to the loops of the last day (of "
+                                  "the last 7 days when the last day had none).")
+    episodes, window = chart_episodes(label, now)
     span = freeze.span() if freeze is not None else None
     left, right = st.columns(2)
     for col, by, name in ((left, "prompt_version", "by prompt version"),
