@@ -143,8 +143,8 @@ def render_loop_cost(page: Page) -> None:
         )
         st.metric(
             "Looping for" if cost.ongoing else "Loop lasted", views.duration_text(cost.duration_s),
-            help=None if cost.rolled_back_at is None else
-            f"From its first step until the rollback at {views.when(cost.rolled_back_at):%H:%M:%S}.",
+            help=None if cost.rolled_back_at is None else "From its first step until the "
+            f"rollback at {views.when(cost.rolled_back_at):%H:%M:%S}.",
         )
         st.metric(
             "Steps wasted",
