@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from engine.loops.fingerprint import canonicalize, digest, normalized_digest
+from engine.loops.fingerprint import canonicalize, normalized_digest
 
 __all__ = [
     "DEFAULT_VOLATILE_KEYS",
