@@ -91,6 +91,7 @@ def test_on_call_finds_the_looping_session_on_the_first_screen(console, page, sh
     link = page.get_by_role("button", name=re.compile(rf"^{LOOPING} · refund · looping"))
     on_screen(page, link)  # no scrolling needed
     expect(link).to_contain_text("steps in the loop")
+    on_screen(page, page.get_by_text(re.compile(r"^Needs you: \d+ looping session")))
     if viewport is DESKTOP:
         page.screenshot(path=str(shots / "console-fleet-needs-you.png"))
     link.click()
