@@ -1002,7 +1002,7 @@ MESSAGES_CSS = """<style>
  opacity:.75}
 .rw-badge{background:#d08a2e;color:#fff;border-radius:3px;padding:0 .3rem;font-size:.72rem}
 .rw-branch{color:#8a5a5a;font-size:.75rem}
-.rw-body{white-space:normal;word-break:break-word}
+.rw-body{white-space:pre-wrap;word-break:break-word}
 </style>"""
 
 
