@@ -33,6 +33,9 @@ FULL_RERUN = "fleet-full-rerun"
 HELD = "fleet-held-for-selection"
 # The bulk rollback the operator asked for; the page opens its dialog outside the fragment.
 BULK_REQUEST = "fleet-bulk-request"
+# A page to open, asked for inside the live fragment: st.switch_page from a fragment that
+# refreshes on a timer left the next page blank now and then (its timer fired on the new page).
+OPEN_REQUEST = "fleet-open-request"
 
 title, toggle = st.columns([4, 1], vertical_alignment="bottom")
 title.title("Fleet")
@@ -61,10 +64,11 @@ def render_needs_you(stats: dict, looping, now: float) -> None:
         # not put it into the page's markup as a URL (the table draws its links on a canvas).
         for n, item in enumerate(items):
             loop = item.page == "session"
-            if st.button(views.plain(item.text), key=f"needs-you-{n}", type="tertiary",
-                         icon=":material/autorenew:" if loop else ":material/build:"):
-                st.switch_page("screens/session.py" if loop else "screens/compensations.py",
-                               query_params=item.query)
+            st.button(views.plain(item.text), key=f"needs-you-{n}", type="tertiary",
+                      icon=":material/autorenew:" if loop else ":material/build:",
+                      on_click=_ask_open,
+                      args=("screens/session.py" if loop else "screens/compensations.py",
+                            item.query))
         if hidden:
             st.button(f"…and {hidden} more looping: show all {len(looping)} in the table",
                       key="needs-you-more", type="tertiary", icon=":material/filter_list:",
@@ -98,6 +102,11 @@ def _hold_for_selection(table_key: str) -> None:
         st.session_state[FULL_RERUN] = True
 
 
+def _ask_open(page: str, query: dict[str, str]) -> None:
+    st.session_state[OPEN_REQUEST] = (page, query)
+    st.session_state[FULL_RERUN] = True
+
+
 def _ask_bulk(request: dialogs.BulkRequest) -> None:
     st.session_state[BULK_REQUEST] = request
     st.session_state[FULL_RERUN] = True
@@ -122,9 +131,9 @@ def render_actions(chosen: pd.DataFrame, matching: pd.DataFrame, where: dict,
         if len(chosen) == 1:
             sid = chosen.iloc[0]["session"]
             short = sid if len(sid) <= 40 else sid[:39] + "…"
-            if st.button(f"Open {views.plain(short)}", key="open-selected",
-                         icon=":material/open_in_new:"):
-                st.switch_page("screens/session.py", query_params={"session": sid})
+            st.button(f"Open {views.plain(short)}", key="open-selected",
+                      icon=":material/open_in_new:", on_click=_ask_open,
+                      args=("screens/session.py", {"session": sid}))
         if not user.can_act:
             return
         n = len(chosen)
@@ -164,19 +173,26 @@ def _filter_looping() -> None:
 
 
 def render_kpis(stats: dict) -> None:
-    for col, kpi in zip(st.columns(4), views.kpis(stats), strict=True):
-        if kpi.alert:
-            col.metric(kpi.label, kpi.value, help=kpi.help, border=True, delta="needs you",
-                       delta_color="inverse", delta_arrow="off")
-            if kpi.label == "Looping now":
-                # Sets the status filter (bound to ?status=), so the filtered table has a URL.
-                col.button("Show the looping sessions", key="kpi-looping", type="tertiary",
-                           icon=":material/filter_list:", on_click=_filter_looping)
-            else:
-                col.page_link("screens/compensations.py", label="Open compensations",
-                              query_params={"comp-status": "failed"}, icon=":material/build:")
-        else:
-            col.metric(kpi.label, kpi.value, help=kpi.help, border=True)
+    # A row that wraps (not columns, which stack one card per line on a phone).
+    with st.container(horizontal=True, key="kpis"):
+        for kpi in views.kpis(stats):
+            with st.container(width="stretch"):
+                render_kpi(kpi)
+
+
+def render_kpi(kpi: views.Kpi) -> None:
+    if not kpi.alert:
+        st.metric(kpi.label, kpi.value, help=kpi.help, border=True)
+        return
+    st.metric(kpi.label, kpi.value, help=kpi.help, border=True, delta="needs you",
+              delta_color="inverse", delta_arrow="off")
+    if kpi.label == "Looping now":
+        # Sets the status filter (bound to ?status=), so the filtered table has a URL.
+        st.button("Show the looping sessions", key="kpi-looping", type="tertiary",
+                  icon=":material/filter_list:", on_click=_filter_looping)
+    else:
+        st.page_link("screens/compensations.py", label="Open compensations",
+                     query_params={"comp-status": "failed"}, icon=":material/build:")
 
 
 def chart_episodes(label: str, now: float):
@@ -303,6 +319,9 @@ def live_view() -> None:
         render_actions(shown.iloc[selected], matching, where, search)
 
 
+opening = st.session_state.pop(OPEN_REQUEST, None)
+if opening is not None:
+    st.switch_page(opening[0], query_params=opening[1])
 live_view()
 
 # Outside the fragment: a dialog opened inside it would vanish at its next refresh.

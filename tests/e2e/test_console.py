@@ -60,7 +60,8 @@ def test_wrong_password_is_refused(console, page):
 def test_fleet_is_live_and_can_be_paused(console, page, shots):
     sign_in(page, console.url, "olivia")
     expect(page.get_by_role("heading", name="Fleet")).to_be_visible()
-    expect(page.get_by_text("Holiday change freeze")).to_be_visible()
+    banner = page.get_by_test_id("stAlertContentWarning").filter(has_text="Holiday change freeze")
+    expect(banner).to_be_visible()
     for label in ("Active sessions", "Looping now", "Rollbacks, last hour"):
         expect(page.get_by_text(label, exact=True)).to_be_visible()
     expect(page.locator(CHART)).to_have_count(2)
