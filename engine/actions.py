@@ -53,15 +53,18 @@ def checked_actor(rt: Runtime, actor: str | Actor) -> Actor:
     return who
 
 
-def checked_reason(rt: Runtime, reason: str | None) -> str:
-    """`reason` ("" for None) when it fits `rt.limits.reason_chars`.
+def checked_reason(rt: Runtime, reason: str | None, required: str | None = None) -> str:
+    """`reason` ("" for None) when it fits `rt.limits.reason_chars`; with `required` (the
+    message), a blank reason is refused.
 
     Raises:
-        TypeError: not a string. SizeLimitExceeded: too long.
+        TypeError: not a string. SizeLimitExceeded: too long. ValueError: blank but required.
     """
     reason = reason or ""
     if not isinstance(reason, str):
         raise TypeError(f"a reason must be a string, not {type(reason).__name__}")
+    if required is not None and not reason.strip():
+        raise ValueError(required)
     return check_text(reason, rt.limits.reason_chars, "the reason", "reason_chars")
 
 
@@ -189,9 +192,8 @@ def _compensation_action(
     require_operator(who, f"{action} compensations")
     if isinstance(cid, bool) or not isinstance(cid, int):
         raise TypeError(f"a compensation id is an int, not {cid!r}")
-    reason = checked_reason(rt, reason)
-    if not reason.strip():
-        raise ValueError(f"to {action} a compensation needs a reason: it goes to the audit log")
+    reason = checked_reason(
+        rt, reason, f"to {action} a compensation needs a reason: it goes to the audit log")
     return cid, who, reason
 
 
@@ -374,9 +376,8 @@ def rollback_many(
     """
     who = checked_actor(rt, actor)
     require_operator(who, "roll sessions back")
-    reason = checked_reason(rt, reason)
-    if not reason.strip() and not dry_run:
-        raise ValueError("a bulk rollback needs a reason: it labels every abandoned branch")
+    reason = checked_reason(rt, reason, None if dry_run else
+                            "a bulk rollback needs a reason: it labels every abandoned branch")
     batch = f"batch-{uuid.uuid4().hex[:12]}"
     items: list[BulkRollbackItem] = []
     for info in matching_sessions(rt, where):

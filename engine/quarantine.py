@@ -187,9 +187,8 @@ def quarantine(
     if not isinstance(tool, str) or not tool.strip():
         raise ValueError("quarantine needs a tool name")
     check_text(tool, rt.limits.name_chars, "a tool name", "name_chars")
-    reason = checked_reason(rt, reason)
-    if not reason.strip():
-        raise ValueError("a quarantine needs a reason: agents and operators read it")
+    reason = checked_reason(rt, reason,
+                            "a quarantine needs a reason: agents and operators read it")
     now = rt.clock()
     q = Quarantine(
         id=f"q-{uuid.uuid4().hex[:12]}",

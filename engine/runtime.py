@@ -23,7 +23,7 @@ from engine.loops.detector import LoopDetector
 from engine.records import SessionInfo
 from engine.sessions.ids import validate_session_id
 from engine.store.base import Retention, Store
-from engine.types import LOOP_POLICIES, LoopPolicy
+from engine.types import LOOP_POLICIES, LoopPolicy, checked_policy
 
 if TYPE_CHECKING:
     from engine.memory.config import MemoryConfig
@@ -64,8 +64,8 @@ class Runtime:
     """Engine-clock time of that heartbeat."""
 
     def __post_init__(self) -> None:
-        if self.on_loop not in LOOP_POLICIES:
-            raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}")
+        if checked_policy(self.on_loop) is None:
+            raise ValueError("on_loop must be one of " + ", ".join(LOOP_POLICIES))
         if not self.worker_id:
             self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
 

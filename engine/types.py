@@ -61,6 +61,19 @@ then roll back, only flag it, or not check at all."""
 
 LOOP_POLICIES: tuple[LoopPolicy, ...] = ("rollback", "nudge_then_rollback", "flag", "off")
 
+
+def checked_policy(value: LoopPolicy | None) -> LoopPolicy | None:
+    """`value` as an ``on_loop`` policy (None or "" for none given).
+
+    Raises:
+        ValueError: not one of `LOOP_POLICIES`.
+    """
+    if not value:
+        return None
+    if value not in LOOP_POLICIES:
+        raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}, not {value!r}")
+    return value
+
 RollbackKind = Literal["rollback", "fork"]
 """A recovery (counted, sets the status) or an integration's time travel (neither)."""
 

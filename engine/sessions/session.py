@@ -39,7 +39,14 @@ from engine.sessions.steps import (
     verdict_record,
 )
 from engine.store.base import StepOutcome, StepTicket
-from engine.types import LOOP_POLICIES, LoopPolicy, SessionStatus, StepStatus, StoredVerdict
+from engine.types import (
+    LOOP_POLICIES,
+    LoopPolicy,
+    SessionStatus,
+    StepStatus,
+    StoredVerdict,
+    checked_policy,
+)
 
 if TYPE_CHECKING:
     from engine.memory.session import SessionMemory
@@ -50,14 +57,6 @@ NUDGE_TEXT = (
     "Rewind: the last tool calls repeat without progress ({explanation}). Stop repeating them; "
     "change the arguments, try another tool, or ask the user."
 )
-
-
-def _checked_policy(on_loop: LoopPolicy | None) -> LoopPolicy | None:
-    if not on_loop:
-        return None
-    if on_loop not in LOOP_POLICIES:
-        raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}, not {on_loop!r}")
-    return on_loop
 
 
 class StepCall:
@@ -111,7 +110,8 @@ class StepCall:
         self.verdict: Verdict | None = None
         """The detector's verdict, known once the step ended."""
         self.policy: PolicyChoice | None = None
-        """The loop policy in effect when the step ended, and why (see `Session.loop_policy`)."""
+        """The loop policy in effect when the step ended with a looping verdict, and why (see
+        `Session.loop_policy`); None for a step that did not loop."""
         self.late = False
         """True when the session was rolled back while this step ran."""
         self._outcome: StepOutcome | None = None
@@ -191,7 +191,7 @@ class Session:
     def __init__(self, runtime: Runtime, info: SessionInfo, on_loop: LoopPolicy | None = None):
         self._rt = runtime
         self.id = info.id
-        self._on_loop: LoopPolicy | None = _checked_policy(on_loop)
+        self._on_loop: LoopPolicy | None = checked_policy(on_loop)
         self.acts_on_loops = True
         """False when an integration acts on loops itself (the LangGraph tool guard): the handle
         still stores each verdict with the policy in effect, but neither rolls back, nudges nor
@@ -211,7 +211,7 @@ class Session:
 
     @on_loop.setter
     def on_loop(self, value: LoopPolicy | None) -> None:
-        self._on_loop = _checked_policy(value)
+        self._on_loop = checked_policy(value)
 
     def loop_policy(self, now: float | None = None) -> PolicyChoice:
         """The loop policy this handle follows at unix time `now` (None: the engine's clock),
@@ -448,10 +448,9 @@ class Session:
         now = rt.clock()
         # Decided once, at the moment of the verdict: a freeze that begins or ends while the
         # session handles the loop must not split one loop between two policies.
-        choice = self.loop_policy(now)
-        policy = choice.policy
+        choice = self.loop_policy(now) if verdict.looping else None
         stored: StoredVerdict | None = None
-        if verdict.looping and policy != "off":
+        if choice is not None and choice.policy != "off":
             stored = verdict_record(verdict, self._step_number, now, choice)
         late = rt.store.end_step(
             self.id,
@@ -465,8 +464,9 @@ class Session:
             call.late = True
             self._epoch = None  # force a rebuild on the next call
             return
-        if stored is None:
+        if stored is None or choice is None:
             return
+        policy = choice.policy
         metrics.record_loop(verdict, call.tool, self.info().meta)
         if policy == "flag" or not self.acts_on_loops:
             return

@@ -63,7 +63,7 @@ from engine.errors import (
 from engine.integrations.langgraph import layout
 from engine.integrations.langgraph.saver import RewindSaver, healthy_checkpoint, session_id
 from engine.sessions.session import NUDGE_TEXT, Session, StepCall
-from engine.types import LOOP_POLICIES, LoopPolicy
+from engine.types import LoopPolicy, checked_policy
 
 log = logging.getLogger("rewind.langgraph")
 
@@ -115,10 +115,7 @@ class LoopGuard:
                  error_when: Callable[[ToolMessage], str | bool | None] | None = None,
                  checkpoint_wait: float = 10.0):
         self.engine: Engine = rewind.engine if isinstance(rewind, RewindSaver) else rewind
-        if on_loop and on_loop not in LOOP_POLICIES:
-            raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}, "
-                             f"not {on_loop!r}")
-        self._on_loop: LoopPolicy | None = on_loop or None
+        self._on_loop: LoopPolicy | None = checked_policy(on_loop)
         self.side_effects: dict[str, Compensator | None] = (
             dict(side_effects) if isinstance(side_effects, Mapping)
             else dict.fromkeys(side_effects))
@@ -242,9 +239,10 @@ class LoopGuard:
                     step.ok(_result_of(result))
                 step.__exit__(None, None, None)
         verdict = step.verdict
+        if verdict is None or not verdict.looping or step.late:
+            return result
         policy = step.policy.policy if step.policy is not None else self.on_loop
-        if (verdict is None or not verdict.looping or step.late
-                or policy in ("off", "flag")):
+        if policy in ("off", "flag"):
             return result
         session = call.session
         if getattr(verdict, "remedy", None) == "stop":
