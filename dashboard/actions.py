@@ -26,6 +26,14 @@ class ActionRefused(ValueError):
     """The action was asked for without what it needs (e.g. a reason)."""
 
 
+def _required_reason(reason: str | None, refusal: str) -> str:
+    """`reason` stripped; blank is refused with `refusal` before the engine is asked."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise ActionRefused(refusal)
+    return reason
+
+
 def roll_back(engine: Engine, user: User, sid: str, target: str, reason: str,
               notice: bool | str = True, expect_epoch: int | None = None) -> RollbackResult:
     """Roll session `sid` back to snapshot `target` on behalf of `user`.
@@ -40,9 +48,8 @@ def roll_back(engine: Engine, user: User, sid: str, target: str, reason: str,
         ActionRefused: no reason given. PermissionDenied: the user is a viewer (raised by the
         engine). UnknownSnapshot, SnapshotNotRestorable, NothingToRollBack, RollbackConflict.
     """
-    reason = (reason or "").strip()
-    if not reason:
-        raise ActionRefused("say why you roll this session back; the reason goes to the audit log")
+    reason = _required_reason(
+        reason, "say why you roll this session back; the reason goes to the audit log")
     return engine.rollback(sid, to=target, actor=user.actor(), reason=reason, notice=notice,
                            expect_epoch=expect_epoch)
 
@@ -84,10 +91,8 @@ class CompensationOutcome:
 
 def _on_compensations(engine: Engine, user: User, comps: Sequence[Any], reason: str,
                       action: str) -> list[CompensationOutcome]:
-    reason = (reason or "").strip()
-    if not reason:
-        raise ActionRefused(f"say why you {action} these compensations; the reason goes to the "
-                            "audit log")
+    reason = _required_reason(
+        reason, f"say why you {action} these compensations; the reason goes to the audit log")
     if not comps:
         raise ActionRefused("select the compensations first (tick their rows in the table)")
     act = engine.retry_compensation if action == "retry" else engine.resolve_compensation
@@ -184,10 +189,9 @@ def roll_back_many(engine: Engine, user: User, where: Mapping[str, Any], reason:
         ActionRefused: no reason, no filter, or more than BULK_CAP sessions. PermissionDenied:
         the user is a viewer (raised by the engine). ValueError: a malformed filter.
     """
-    reason = (reason or "").strip()
-    if not reason:
-        raise ActionRefused("say why you roll these sessions back; the reason labels every "
-                            "abandoned branch and goes to the audit log")
+    reason = _required_reason(
+        reason, "say why you roll these sessions back; the reason labels every abandoned "
+        "branch and goes to the audit log")
     _within_cap(engine, where)
     return engine.rollback_many(dict(where), actor=user.actor(), reason=reason, notice=notice)
 
@@ -225,9 +229,8 @@ def quarantine_tool(engine: Engine, user: User, tool: str, reason: str,
     """
     if not tool or not tool.strip():
         raise ActionRefused("name the tool to quarantine, exactly as agents call it")
-    reason = (reason or "").strip()
-    if not reason:
-        raise ActionRefused("give a reason for the quarantine; agents and the audit log read it")
+    reason = _required_reason(
+        reason, "give a reason for the quarantine; agents and the audit log read it")
     picked = {k: v for k, v in (scope or {}).items() if v}
     return engine.quarantine(tool, actor=user.actor(), reason=reason, scope=picked or None,
                              until=until)
@@ -240,7 +243,6 @@ def lift_quarantine(engine: Engine, user: User, qid: str, reason: str) -> Quaran
         ActionRefused: no reason. PermissionDenied: the user is a viewer (raised by the
         engine). UnknownQuarantine: lifted already, or no such id.
     """
-    reason = (reason or "").strip()
-    if not reason:
-        raise ActionRefused("say why you lift this quarantine; the reason goes to the audit log")
+    reason = _required_reason(
+        reason, "say why you lift this quarantine; the reason goes to the audit log")
     return engine.lift_quarantine(qid, actor=user.actor(), reason=reason)
