@@ -10,6 +10,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,12 +19,16 @@ from engine import Engine, NothingToRollBack, SnapshotNotRestorable
 AGENT = Path(__file__).resolve().parents[1] / "workers" / "agent.py"
 
 
-def spawn_agent(url: str, sid: str, steps: int, rollback_every: int = 0) -> subprocess.Popen:
+def spawn_agent(url: str, sid: str, steps: int, rollback_every: int = 0,
+                stop_file: Path | None = None) -> subprocess.Popen:
     """Start the stand-in agent on `url`; it prints "ACK <step> <content>" per acknowledged
-    step and "ROLLBACK <snapshot>" when it rolls itself back every `rollback_every` steps."""
+    step and "ROLLBACK <snapshot>" when it rolls itself back every `rollback_every` steps. With
+    `stop_file`, it keeps stepping after `steps` until that file exists."""
     args = [sys.executable, str(AGENT), url, sid, str(steps)]
     if rollback_every:
         args += ["--rollback-every", str(rollback_every)]
+    if stop_file is not None:
+        args += ["--stop-file", str(stop_file)]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -50,12 +55,15 @@ def assert_consistent(engine: Engine, sid: str) -> None:
 def operator_rolls_back_while_the_agent_steps(url: str) -> None:
     """An agent process steps on session "busy" while this process, as an operator, keeps
     rolling it back; afterwards the session is consistent and nothing acknowledged was lost."""
-    with Engine.open(url) as engine:
-        agent = spawn_agent(url, "busy", 300)
+    with Engine.open(url) as engine, tempfile.TemporaryDirectory() as tmp:
+        stop = Path(tmp) / "stop"
+        # The agent runs until this process has rolled back often enough (however fast either
+        # is on this machine), then stops at the next step after its first 300.
+        agent = spawn_agent(url, "busy", 300, stop_file=stop)
         rollbacks = 0
         s = None
         deadline = time.time() + 60
-        while agent.poll() is None and time.time() < deadline:
+        while agent.poll() is None and time.time() < deadline and rollbacks < 8:
             time.sleep(0.02)
             try:
                 s = s or engine.get_session("busy")
@@ -67,7 +75,8 @@ def operator_rolls_back_while_the_agent_steps(url: str) -> None:
                     rollbacks += 1
             except (SnapshotNotRestorable, NothingToRollBack, LookupError):
                 continue  # the agent moved on between reading the target and rolling back
-        out, err = agent.communicate(timeout=60)
+        stop.touch()
+        out, err = agent.communicate(timeout=120)
         assert agent.returncode == 0, err
         assert rollbacks > 3
         assert_consistent(engine, "busy")

@@ -1,8 +1,10 @@
 """A stand-in agent process for the multi-process and crash tests.
 
-Usage: python agent.py STORE_URL SESSION_ID STEPS [--rollback-every K]
+Usage: python agent.py STORE_URL SESSION_ID STEPS [--rollback-every K] [--stop-file PATH]
 Prints "ACK <n> <content>" (flushed) after each acknowledged step and message, so the parent knows
-exactly what the store confirmed before any kill.
+exactly what the store confirmed before any kill. With --stop-file, it goes on past STEPS until
+PATH exists (at most 100 times STEPS), so a test's own pace, not the machine's, decides how long
+it runs.
 """
 
 from __future__ import annotations
@@ -16,11 +18,15 @@ from engine import Engine, LoopDetected
 
 def main() -> int:
     url, sid, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    rollback_every = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+    options = dict(zip(sys.argv[4::2], sys.argv[5::2], strict=True))
+    rollback_every = int(options.get("--rollback-every", 0))
+    stop_file = options.get("--stop-file")
     rng = random.Random(sid)
     engine = Engine.open(url)
     s = engine.session(sid, meta={"scenario": "stress"})
-    for i in range(steps):
+    for i in range(steps * 100 if stop_file else steps):
+        if stop_file and i >= steps and os.path.exists(stop_file):
+            break
         try:
             with s.step("tool", {"i": i, "pid": rng.random()}) as call:
                 call.ok({"i": i})
