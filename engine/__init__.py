@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.actions import Actor
+from engine.identity import Actor
 from engine.engine import Engine
 from engine.errors import (
     BudgetError,

@@ -8,64 +8,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from engine import metrics, saga
-from engine.errors import NothingToRollBack, PermissionDenied
+from engine.errors import NothingToRollBack
+from engine.identity import Actor, as_actor, checked_actor, checked_reason, require_operator
 from engine.limits import check_text, cut_text
 from engine.records import BulkRollbackItem, Compensation, RollbackResult, SessionInfo
 from engine.runtime import Runtime
-from engine.sessions.ids import validate_session_id
+from engine.ids import validate_session_id
 from engine.sessions.notices import NOTICE_FLAG, notice_message, template_for
 from engine.sessions.snapshots import preview_rollback, suggested_target
-from engine.types import Role, RollbackKind, SessionStatus
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who performs an action: a name for the audit log and a role (viewer or operator)."""
-
-    name: str
-    role: Role = Role.OPERATOR
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise ValueError("an actor needs a non-empty name")
-        if self.role not in tuple(Role):
-            raise ValueError(f"role must be one of {', '.join(Role)}, not {self.role!r}")
-        object.__setattr__(self, "role", Role(self.role))
-
-
-def as_actor(actor: str | Actor) -> Actor:
-    """An `Actor` as given, or an operator of that name."""
-    return actor if isinstance(actor, Actor) else Actor(str(actor), Role.OPERATOR)
-
-
-def checked_actor(rt: Runtime, actor: str | Actor) -> Actor:
-    """`actor` as an `Actor` whose name fits `rt.limits.actor_chars`.
-
-    Raises:
-        ValueError: empty name. SizeLimitExceeded: the name is too long.
-    """
-    who = as_actor(actor)
-    check_text(who.name, rt.limits.actor_chars, "an actor's name", "actor_chars")
-    return who
-
-
-def checked_reason(rt: Runtime, reason: str | None, required: str | None = None) -> str:
-    """`reason` ("" for None) when it fits `rt.limits.reason_chars`; with `required` (the
-    message), a blank reason is refused.
-
-    Raises:
-        TypeError: not a string. SizeLimitExceeded: too long. ValueError: blank but required.
-    """
-    reason = reason or ""
-    if not isinstance(reason, str):
-        raise TypeError(f"a reason must be a string, not {type(reason).__name__}")
-    if required is not None and not reason.strip():
-        raise ValueError(required)
-    return check_text(reason, rt.limits.reason_chars, "the reason", "reason_chars")
+from engine.types import RollbackKind, SessionStatus
 
 
 def checked_notice(rt: Runtime, text: str) -> dict:
@@ -77,12 +31,6 @@ def checked_notice(rt: Runtime, text: str) -> dict:
     message = notice_message(text)
     check_text(message["content"], rt.limits.notice_chars, "the notice", "notice_chars")
     return message
-
-
-def require_operator(actor: Actor, action: str) -> None:
-    """Raises PermissionDenied unless `actor` is an operator; `action` completes "may …"."""
-    if actor.role != Role.OPERATOR:
-        raise PermissionDenied(f"{actor.name} is a {actor.role}; only operators may {action}")
 
 
 def rollback(
@@ -114,13 +62,13 @@ def rollback(
         PermissionDenied: the actor is a viewer. UnknownSession, UnknownSnapshot,
         SnapshotNotRestorable, NothingToRollBack, RollbackConflict.
     """
-    who = checked_actor(rt, actor)
+    who = checked_actor(rt.limits, actor)
     require_operator(who, "roll sessions back")
     if kind not in ("rollback", "fork"):
         raise ValueError(f"kind must be rollback or fork, not {kind!r}")
     if automatic:  # the engine's own reason quotes the verdict: cut it, never refuse a rescue
         reason = cut_text(reason or "", rt.limits.reason_chars)
-    reason = checked_reason(rt, reason)
+    reason = checked_reason(rt.limits, reason)
     info = rt.require_session(sid)
     target = to if to is not None else suggested_target(rt, sid, info)
     if target is None:
@@ -160,7 +108,7 @@ def notice(rt: Runtime, sid: str, text: str | None = None, *, actor: str | Actor
     Raises:
         PermissionDenied: the actor is a viewer. UnknownSession. ValueError: empty text.
     """
-    who = checked_actor(rt, actor)
+    who = checked_actor(rt.limits, actor)
     require_operator(who, "send notices")
     info = rt.require_session(sid)
     message = checked_notice(rt, text if text is not None else template_for(info.locale))
@@ -176,9 +124,9 @@ def delete_session(
     Raises:
         PermissionDenied: the actor is a viewer. InvalidSessionId.
     """
-    who = checked_actor(rt, actor)
+    who = checked_actor(rt.limits, actor)
     require_operator(who, "delete sessions")
-    reason = checked_reason(rt, reason)
+    reason = checked_reason(rt.limits, reason)
     found = rt.store.delete_session(validate_session_id(sid), rt.clock())
     if found:
         rt.store.add_audit(who.name, "delete", sid, None, reason, {}, rt.clock())
@@ -188,12 +136,12 @@ def delete_session(
 def _compensation_action(
     rt: Runtime, cid: int, actor: str | Actor, reason: str, action: str
 ) -> tuple[int, Actor, str]:
-    who = checked_actor(rt, actor)
+    who = checked_actor(rt.limits, actor)
     require_operator(who, f"{action} compensations")
     if isinstance(cid, bool) or not isinstance(cid, int):
         raise TypeError(f"a compensation id is an int, not {cid!r}")
     reason = checked_reason(
-        rt, reason, f"to {action} a compensation needs a reason: it goes to the audit log")
+        rt.limits, reason, f"to {action} a compensation needs a reason: it goes to the audit log")
     return cid, who, reason
 
 
@@ -374,9 +322,9 @@ def rollback_many(
         PermissionDenied: the actor is a viewer (even for a dry run). ValueError: bad `where`,
         empty reason. SizeLimitExceeded: reason too long.
     """
-    who = checked_actor(rt, actor)
+    who = checked_actor(rt.limits, actor)
     require_operator(who, "roll sessions back")
-    reason = checked_reason(rt, reason, None if dry_run else
+    reason = checked_reason(rt.limits, reason, None if dry_run else
                             "a bulk rollback needs a reason: it labels every abandoned branch")
     batch = f"batch-{uuid.uuid4().hex[:12]}"
     items: list[BulkRollbackItem] = []

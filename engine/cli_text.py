@@ -69,7 +69,7 @@ def _nonblank(what: str):
 
 
 def _session_id(text: str) -> str:
-    from engine.sessions.ids import validate_session_id
+    from engine.ids import validate_session_id
 
     try:
         return validate_session_id(text)

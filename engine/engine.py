@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from engine import actions, fleet, metrics, quarantine, saga
-from engine.actions import Actor
+from engine.identity import Actor
 from engine.freeze import FreezeWindow, PolicyChoice, from_environment
 from engine.limits import Limits, canonical_within
 from engine.loops.detector import LoopDetector
@@ -29,7 +29,7 @@ from engine.records import (
     SessionInfo,
 )
 from engine.runtime import CompensationHandler, Runtime
-from engine.sessions.ids import validate_session_id
+from engine.ids import validate_session_id
 from engine.sessions.session import Session
 from engine.store import Retention, Store, open_store
 from engine.types import LoopPolicy, RollbackKind

@@ -34,7 +34,7 @@ import uuid
 import weakref
 from typing import Any
 
-from engine.actions import Actor, checked_actor, checked_reason, require_operator
+from engine.identity import Actor, checked_actor, checked_reason, require_operator
 from engine.errors import ToolQuarantined, UnknownQuarantine
 from engine.limits import check_text, cut_text
 from engine.records import Quarantine
@@ -182,12 +182,12 @@ def quarantine(
         PermissionDenied: the actor is a viewer. ValueError: empty tool or reason, bad scope,
         `until` in the past. SizeLimitExceeded: tool name or reason too long.
     """
-    who = checked_actor(rt, actor)
+    who = checked_actor(rt.limits, actor)
     require_operator(who, "quarantine tools")
     if not isinstance(tool, str) or not tool.strip():
         raise ValueError("quarantine needs a tool name")
     check_text(tool, rt.limits.name_chars, "a tool name", "name_chars")
-    reason = checked_reason(rt, reason,
+    reason = checked_reason(rt.limits, reason,
                             "a quarantine needs a reason: agents and operators read it")
     now = rt.clock()
     q = Quarantine(
@@ -225,9 +225,9 @@ def lift(rt: Runtime, qid: str, *, actor: str | Actor, reason: str = "") -> Quar
     Raises:
         PermissionDenied: the actor is a viewer. UnknownQuarantine: no such id.
     """
-    who = checked_actor(rt, actor)
+    who = checked_actor(rt.limits, actor)
     require_operator(who, "lift quarantines")
-    reason = checked_reason(rt, reason)
+    reason = checked_reason(rt.limits, reason)
     found = next((q for q in _stored(rt) if q.id == qid), None)
     if found is None:
         raise UnknownQuarantine(

@@ -21,7 +21,7 @@ from engine.freeze import FreezeWindow, PolicyChoice, resolve
 from engine.limits import Limits
 from engine.loops.detector import LoopDetector
 from engine.records import SessionInfo
-from engine.sessions.ids import validate_session_id
+from engine.ids import validate_session_id
 from engine.store.base import Retention, Store
 from engine.types import LOOP_POLICIES, LoopPolicy, checked_policy
 

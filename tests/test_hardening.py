@@ -12,7 +12,7 @@ from engine import Engine, InvalidSessionId
 from engine.errors import SizeLimitExceeded
 from engine.limits import Limits, canonical_within, cut_text
 from engine.loops.fingerprint import MAX_DEPTH, canonical_json, canonicalize, fingerprint
-from engine.sessions.ids import validate_session_id
+from engine.ids import validate_session_id
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from engine import actions, metrics, quarantine
 from engine.errors import LoopDetected, StepError, ToolQuarantined
 from engine.freeze import PolicyChoice
+from engine.identity import Actor
 from engine.limits import canonical_within, check_text, cut_text
 from engine.loops.detector import Step, Verdict
 from engine.loops.fingerprint import fingerprint
@@ -30,7 +31,7 @@ from engine.records import (
 )
 from engine.runtime import Runtime
 from engine.sessions import snapshots
-from engine.sessions.ids import validate_session_id
+from engine.ids import validate_session_id
 from engine.sessions.steps import (
     budget_record,
     chat_message,
@@ -381,7 +382,7 @@ class Session:
     def rollback(
         self,
         to: str | None = None,
-        actor: str | actions.Actor = "system",
+        actor: str | Actor = "system",
         reason: str = "",
         notice: bool | str = True,
     ) -> RollbackResult:
@@ -396,7 +397,7 @@ class Session:
         """
         return actions.rollback(self._rt, self.id, to=to, actor=actor, reason=reason, notice=notice)
 
-    def inject_notice(self, text: str | None = None, actor: str | actions.Actor = "system") -> str:
+    def inject_notice(self, text: str | None = None, actor: str | Actor = "system") -> str:
         """Append a recovery notice (None: the default template for the session's locale).
         `actor` is a name or an `Actor` (a viewer is refused)."""
         return actions.notice(self._rt, self.id, text, actor=actor)

@@ -63,7 +63,7 @@ from engine.engine import Engine
 from engine.errors import SnapshotNotRestorable, StoreError, UnknownSession, UnknownSnapshot
 from engine.integrations.langgraph import codec, layout
 from engine.integrations.langgraph.chat import is_notice, notice_message, to_chat
-from engine.sessions.ids import validate_session_id
+from engine.ids import validate_session_id
 from engine.store import Retention
 
 ACTOR = "langgraph"
