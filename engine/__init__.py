@@ -2,99 +2,214 @@
 
 Public contract (see DESIGN.md): Engine, ContextBuilder, LoopDetector, LoopDetected, Step, plus
 the records, config classes, vocabulary and errors exported below.
+
+Every name loads on first use (PEP 562): ``import engine.loops.detector`` or ``from engine import
+LoopDetector`` costs the detector alone, never the stores, the Redis client or prometheus_client,
+and ``from engine import Engine`` loads what an engine needs.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from engine.identity import Actor
-from engine.engine import Engine
-from engine.errors import (
-    BudgetError,
-    CompensationConflict,
-    ConfigError,
-    EncodingIntegrityError,
-    EncodingUnavailable,
-    InvalidSessionId,
-    LoopDetected,
-    NothingToRollBack,
-    PermissionDenied,
-    RewindError,
-    RollbackConflict,
-    SchemaMismatch,
-    SizeLimitExceeded,
-    SnapshotNotRestorable,
-    StepError,
-    StoreAuthError,
-    StoreError,
-    StoreUnavailable,
-    ToolQuarantined,
-    UnknownCompensation,
-    UnknownEncoding,
-    UnknownQuarantine,
-    UnknownSession,
-    UnknownSnapshot,
-)
-from engine.freeze import FreezeWindow, PolicyChoice
-from engine.limits import Limits
-from engine.loops.detector import LoopDetector, Step, Verdict
-from engine.records import (
-    AuditEvent,
-    BranchInfo,
-    BulkRollbackItem,
-    Compensation,
-    CompensationWorker,
-    Event,
-    MessageRecord,
-    Quarantine,
-    RollbackPreview,
-    RollbackResult,
-    SessionInfo,
-    SnapshotNode,
-    State,
-    StepRecord,
-)
-from engine.sessions.session import Session, StepCall
-from engine.store.base import Retention
-from engine.types import (
-    CompensationStatus,
-    LoopPolicy,
-    Role,
-    SessionStatus,
-    StepStatus,
-    StoredVerdict,
-    TokenBreakdown,
-)
+if TYPE_CHECKING:
+    from engine.budget.builder import Context, ContextBuilder
+    from engine.engine import Engine
+    from engine.errors import (
+        BudgetError,
+        CompensationConflict,
+        ConfigError,
+        EncodingIntegrityError,
+        EncodingUnavailable,
+        InvalidSessionId,
+        LoopDetected,
+        NothingToRollBack,
+        PermissionDenied,
+        RewindError,
+        RollbackConflict,
+        SchemaMismatch,
+        SizeLimitExceeded,
+        SnapshotNotRestorable,
+        StepError,
+        StoreAuthError,
+        StoreError,
+        StoreUnavailable,
+        ToolQuarantined,
+        UnknownCompensation,
+        UnknownEncoding,
+        UnknownQuarantine,
+        UnknownSession,
+        UnknownSnapshot,
+    )
+    from engine.freeze import FreezeWindow, PolicyChoice
+    from engine.identity import Actor
+    from engine.limits import Limits
+    from engine.loops.detector import LoopDetector, Step, Verdict
+    from engine.memory.config import MemoryConfig
+    from engine.records import (
+        AuditEvent,
+        BranchInfo,
+        BulkRollbackItem,
+        Compensation,
+        CompensationWorker,
+        Event,
+        MessageRecord,
+        Quarantine,
+        RollbackPreview,
+        RollbackResult,
+        SessionInfo,
+        SnapshotNode,
+        State,
+        StepRecord,
+    )
+    from engine.sessions.session import Session, StepCall
+    from engine.store.base import Retention
+    from engine.types import (
+        CompensationStatus,
+        LoopPolicy,
+        Role,
+        SessionStatus,
+        StepStatus,
+        StoredVerdict,
+        TokenBreakdown,
+    )
 
 __all__ = [
-    "Actor", "AuditEvent", "BranchInfo", "BudgetError", "Compensation", "CompensationStatus",
-    "Context", "ContextBuilder", "EncodingIntegrityError", "EncodingUnavailable", "Engine",
-    "Event", "InvalidSessionId", "Limits", "LoopDetected", "LoopDetector", "LoopPolicy",
-    "MemoryConfig", "MessageRecord", "NothingToRollBack", "PermissionDenied", "Retention",
-    "RewindError", "Role", "RollbackConflict", "RollbackPreview", "RollbackResult",
-    "SchemaMismatch", "Session", "SessionInfo", "SessionStatus", "SizeLimitExceeded",
-    "SnapshotNode", "SnapshotNotRestorable", "State", "Step", "StepCall", "StepError",
-    "StepRecord", "StepStatus", "StoreAuthError", "StoreError", "StoreUnavailable",
-    "StoredVerdict", "TokenBreakdown", "UnknownCompensation", "UnknownEncoding",
-    "UnknownSession", "UnknownSnapshot", "Verdict",
-    "BulkRollbackItem", "Quarantine", "ToolQuarantined", "UnknownQuarantine",
-    "ConfigError", "FreezeWindow", "PolicyChoice",
-    "CompensationConflict", "CompensationWorker",
+    "Actor",
+    "AuditEvent",
+    "BranchInfo",
+    "BudgetError",
+    "BulkRollbackItem",
+    "Compensation",
+    "CompensationConflict",
+    "CompensationStatus",
+    "CompensationWorker",
+    "ConfigError",
+    "Context",
+    "ContextBuilder",
+    "EncodingIntegrityError",
+    "EncodingUnavailable",
+    "Engine",
+    "Event",
+    "FreezeWindow",
+    "InvalidSessionId",
+    "Limits",
+    "LoopDetected",
+    "LoopDetector",
+    "LoopPolicy",
+    "MemoryConfig",
+    "MessageRecord",
+    "NothingToRollBack",
+    "PermissionDenied",
+    "PolicyChoice",
+    "Quarantine",
+    "Retention",
+    "RewindError",
+    "Role",
+    "RollbackConflict",
+    "RollbackPreview",
+    "RollbackResult",
+    "SchemaMismatch",
+    "Session",
+    "SessionInfo",
+    "SessionStatus",
+    "SizeLimitExceeded",
+    "SnapshotNode",
+    "SnapshotNotRestorable",
+    "State",
+    "Step",
+    "StepCall",
+    "StepError",
+    "StepRecord",
+    "StepStatus",
+    "StoreAuthError",
+    "StoreError",
+    "StoreUnavailable",
+    "StoredVerdict",
+    "TokenBreakdown",
+    "ToolQuarantined",
+    "UnknownCompensation",
+    "UnknownEncoding",
+    "UnknownQuarantine",
+    "UnknownSession",
+    "UnknownSnapshot",
+    "Verdict",
 ]
 __version__ = "0.1.0"
 
-_LAZY = {  # tiktoken and the retrieval stack load only when they are used
-    "ContextBuilder": "engine.budget.builder",
+_LAZY: dict[str, str] = {
+    "Actor": "engine.identity",
+    "AuditEvent": "engine.records",
+    "BranchInfo": "engine.records",
+    "BudgetError": "engine.errors",
+    "BulkRollbackItem": "engine.records",
+    "Compensation": "engine.records",
+    "CompensationConflict": "engine.errors",
+    "CompensationStatus": "engine.types",
+    "CompensationWorker": "engine.records",
+    "ConfigError": "engine.errors",
     "Context": "engine.budget.builder",
+    "ContextBuilder": "engine.budget.builder",
+    "EncodingIntegrityError": "engine.errors",
+    "EncodingUnavailable": "engine.errors",
+    "Engine": "engine.engine",
+    "Event": "engine.records",
+    "FreezeWindow": "engine.freeze",
+    "InvalidSessionId": "engine.errors",
+    "Limits": "engine.limits",
+    "LoopDetected": "engine.errors",
+    "LoopDetector": "engine.loops.detector",
+    "LoopPolicy": "engine.types",
     "MemoryConfig": "engine.memory.config",
+    "MessageRecord": "engine.records",
+    "NothingToRollBack": "engine.errors",
+    "PermissionDenied": "engine.errors",
+    "PolicyChoice": "engine.freeze",
+    "Quarantine": "engine.records",
+    "Retention": "engine.store.base",
+    "RewindError": "engine.errors",
+    "Role": "engine.types",
+    "RollbackConflict": "engine.errors",
+    "RollbackPreview": "engine.records",
+    "RollbackResult": "engine.records",
+    "SchemaMismatch": "engine.errors",
+    "Session": "engine.sessions.session",
+    "SessionInfo": "engine.records",
+    "SessionStatus": "engine.types",
+    "SizeLimitExceeded": "engine.errors",
+    "SnapshotNode": "engine.records",
+    "SnapshotNotRestorable": "engine.errors",
+    "State": "engine.records",
+    "Step": "engine.loops.detector",
+    "StepCall": "engine.sessions.session",
+    "StepError": "engine.errors",
+    "StepRecord": "engine.records",
+    "StepStatus": "engine.types",
+    "StoreAuthError": "engine.errors",
+    "StoreError": "engine.errors",
+    "StoreUnavailable": "engine.errors",
+    "StoredVerdict": "engine.types",
+    "TokenBreakdown": "engine.types",
+    "ToolQuarantined": "engine.errors",
+    "UnknownCompensation": "engine.errors",
+    "UnknownEncoding": "engine.errors",
+    "UnknownQuarantine": "engine.errors",
+    "UnknownSession": "engine.errors",
+    "UnknownSnapshot": "engine.errors",
+    "Verdict": "engine.loops.detector",
 }
+"""Where each public name lives."""
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'engine' has no attribute {name!r}")
-    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute read
+    return value
 
-    return getattr(importlib.import_module(module), name)
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -125,7 +125,7 @@ def cmd_show(args) -> int:
 
 
 def _where_item(text: str) -> tuple[str, str]:
-    from engine.actions import WHERE_KEYS
+    from engine.recovery.bulk import WHERE_KEYS
 
     key, sep, value = text.partition("=")
     key = key.strip().replace("-", "_")
@@ -224,8 +224,11 @@ def cmd_rollback(args) -> int:
                 "a notice. Pick an earlier snapshot with --to (see `rewind show`), or pass "
                 "--force to roll back anyway."
             )
+    # The engine refuses a session that was rolled back already (NothingToRollBack, exit 1,
+    # saying why) unless --force: a second rollback would only take the first one's notice away.
     result = engine.rollback(args.session, to=args.to, actor=Actor(args.actor, Role.OPERATOR),
-                             reason=args.reason, notice=not args.no_notice, expect_epoch=expect)
+                             reason=args.reason, notice=not args.no_notice, expect_epoch=expect,
+                             force=args.force)
     out(f"rolled {result.session} back to {result.target} (epoch {result.epoch}); "
         f"{result.abandoned_messages} message(s) and {result.abandoned_steps} step(s) kept "
         f"on abandoned branch {result.branch}")

@@ -14,8 +14,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from engine import actions, fleet, metrics, quarantine, saga
-from engine.identity import Actor
 from engine.freeze import FreezeWindow, PolicyChoice, from_environment
+from engine.identity import Actor
+from engine.ids import validate_session_id
 from engine.limits import Limits, canonical_within
 from engine.loops.detector import LoopDetector
 from engine.records import (
@@ -28,8 +29,8 @@ from engine.records import (
     RollbackResult,
     SessionInfo,
 )
+from engine.recovery import bulk, verbs
 from engine.runtime import CompensationHandler, Runtime
-from engine.ids import validate_session_id
 from engine.sessions.session import Session
 from engine.store import Retention, Store, open_store
 from engine.types import LoopPolicy, RollbackKind
@@ -180,13 +181,13 @@ class Engine:
 
     def suggested_target(self, sid: str) -> str | None:
         """The snapshot a rollback of `sid` goes to by default (see `Session.suggested_target`)."""
-        from engine.sessions.snapshots import suggested_target
+        from engine.recovery.targets import suggested_target
 
         return suggested_target(self.runtime, sid)
 
     def preview_rollback(self, sid: str, to: str | None = None) -> RollbackPreview:
         """What `rollback(sid, to)` would take off the live line and which compensations run."""
-        from engine.sessions.snapshots import preview_rollback
+        from engine.recovery.targets import preview_rollback
 
         return preview_rollback(self.runtime, sid, to)
 
@@ -195,24 +196,26 @@ class Engine:
                  reason: str = "", notice: bool | str = True,
                  automatic: bool = False, rule: str | None = None,
                  expect_epoch: int | None = None,
-                 kind: RollbackKind = "rollback") -> RollbackResult:
-        """Roll session `sid` back to snapshot `to` (None: its last healthy snapshot); see
-        `engine.actions.rollback`.
+                 kind: RollbackKind = "rollback", force: bool = False) -> RollbackResult:
+        """Roll session `sid` back to snapshot `to` (None: its last healthy snapshot); a
+        session rolled back already is refused unless `force`. See
+        `engine.recovery.verbs.rollback`.
 
         Raises:
-            PermissionDenied: the actor is a viewer. UnknownSession, UnknownSnapshot,
-            SnapshotNotRestorable, NothingToRollBack, RollbackConflict.
+            PermissionDenied: the actor is a viewer. ValueError: a person (an `Actor`) gave no
+            reason. UnknownSession, UnknownSnapshot, SnapshotNotRestorable, NothingToRollBack,
+            RollbackConflict.
         """
-        return actions.rollback(self.runtime, sid, to, actor=actor, reason=reason,
-                                notice=notice, automatic=automatic, rule=rule,
-                                expect_epoch=expect_epoch, kind=kind)
+        return verbs.rollback(self.runtime, sid, to, actor=actor, reason=reason,
+                              notice=notice, automatic=automatic, rule=rule,
+                              expect_epoch=expect_epoch, kind=kind, force=force)
 
     def rollback_many(self, where: Mapping[str, Any], *, actor: str | Actor, reason: str,
                       dry_run: bool = False, notice: bool | str = True
                       ) -> list[BulkRollbackItem]:
         """Roll back every session matching `where` (status, tenant, scenario, prompt_version,
         tool, session: one id or a list), each with its own expected epoch, under one batch id;
-        see `engine.actions.rollback_many`. A failure never stops the rest.
+        see `engine.recovery.bulk.rollback_many`. A failure never stops the rest.
 
         Returns:
             Per session: `.session`, `.ok`, `.error`, `.rollback` (dry run: `.preview`).
@@ -220,7 +223,7 @@ class Engine:
         Raises:
             PermissionDenied: the actor is a viewer. ValueError: no or unknown filter.
         """
-        return actions.rollback_many(self.runtime, where, actor=actor, reason=reason,
+        return bulk.rollback_many(self.runtime, where, actor=actor, reason=reason,
                                      dry_run=dry_run, notice=notice)
 
     def quarantine(self, tool: str, *, actor: str | Actor, reason: str,
@@ -255,7 +258,7 @@ class Engine:
         Returns:
             The text that was appended.
         """
-        return actions.notice(self.runtime, sid, text, actor=actor)
+        return verbs.notice(self.runtime, sid, text, actor=actor)
 
     def delete_session(self, sid: str, *, actor: str | Actor = "system", reason: str = "") -> bool:
         """Delete a session and all it owns; the audit log keeps a record. True if it existed."""

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, Protocol
 
 from engine.records import Event
 from engine.runtime import Runtime
-from engine.types import CompensationStatus, SessionStatus, StepStatus
+from engine.types import FACET, CompensationStatus, EventType, SessionStatus, StepStatus
 
 
 class EventSource(Protocol):
@@ -61,7 +61,7 @@ def stats(rt: Runtime, window_s: float = 3600.0, active_s: float = 300.0) -> dic
 
 PAGE = 5000
 """Events read per call to `Engine.events`."""
-META_KEYS = ("tenant", "scenario", "prompt_version")
+META_KEYS = FACET
 
 
 def first_cursor_at(engine: EventSource, t: float) -> int:
@@ -158,7 +158,7 @@ class LoopTally:
         sid = ev.session
         if sid is None:
             return
-        if ev.type == "step":
+        if ev.type == EventType.STEP:
             data = ev.data or {}
             if data.get("late"):
                 return
@@ -168,7 +168,7 @@ class LoopTally:
                     self._looping.add(sid)
             elif data.get("status") == StepStatus.OK:  # healthy again: the loop is over
                 self._looping.discard(sid)
-        elif ev.type == "rollback":
+        elif ev.type == EventType.ROLLBACK:
             self._looping.discard(sid)
 
     def episodes(self, since: float | None = None) -> list[LoopEpisode]:

@@ -34,19 +34,19 @@ import uuid
 import weakref
 from typing import Any
 
-from engine.identity import Actor, checked_actor, checked_reason, require_operator
 from engine.errors import ToolQuarantined, UnknownQuarantine
+from engine.identity import Actor, checked_actor, checked_reason, require_operator
 from engine.limits import check_text, cut_text
 from engine.records import Quarantine
 from engine.runtime import Runtime
 from engine.store.base import StepOutcome
-from engine.types import StepStatus
+from engine.types import FACET, StepStatus
 
 NAMESPACE = "quarantine"
 """Fleet document namespace of the quarantines (key: quarantine id)."""
 CACHE_S = 1.0
 """Seconds a process reuses the stored list before reading it again."""
-SCOPE_KEYS = ("tenant", "scenario", "prompt_version")
+SCOPE_KEYS = FACET
 """Session meta keys a quarantine may be scoped to."""
 REFUSAL_PREFIX = "ToolQuarantined: "
 """Start of the error text of a step refused by a quarantine."""

@@ -301,6 +301,10 @@ class BulkRollbackItem:
     """Dry run: what would leave the live line and which compensations would run."""
     batch: str = ""
     """Id shared by every rollback of one `rollback_many` call (in each audit event's detail)."""
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+    """The exception that stopped this session's rollback, None when ok: callers tell a
+    conflict from a missing target by its type (``isinstance(item.exception,
+    RollbackConflict)``), never by parsing `error`."""
 
 
 @dataclass(frozen=True)

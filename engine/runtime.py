@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import UnknownSession
 from engine.freeze import FreezeWindow, PolicyChoice, resolve
+from engine.ids import validate_session_id
 from engine.limits import Limits
 from engine.loops.detector import LoopDetector
 from engine.records import SessionInfo
-from engine.ids import validate_session_id
 from engine.store.base import Retention, Store
 from engine.types import LOOP_POLICIES, LoopPolicy, checked_policy
 

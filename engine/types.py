@@ -7,8 +7,56 @@ stored and serialised as that string.
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from typing import Any, Literal, NotRequired, TypedDict
+
+FACET: tuple[str, str, str] = ("tenant", "scenario", "prompt_version")
+"""The meta keys the fleet is sliced by: store indexes, filters, quarantine scopes, charts and
+metrics all use these three, in this order."""
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False)
+
+
+def canonical_json(value: Any) -> str:
+    """`value` as canonical JSON: keys sorted, no spaces, non-ASCII kept as is. Two equal
+    values give the same text, so stores can compare and index what they write.
+
+    Raises:
+        TypeError: not representable as JSON. ValueError: NaN or infinity (not JSON).
+    """
+    return _CANONICAL.encode(value)
+
+
+class EventType(StrEnum):
+    """Kinds of entries in the change feed (`Event.type`), as every store writes them."""
+
+    SESSION = "session"
+    """A session was created or its meta changed."""
+    STATUS = "status"
+    """A session's status changed."""
+    MESSAGE = "message"
+    """Messages were appended to the live history."""
+    VARS = "var"
+    """Session variables were set (the ``var`` namespace; other namespaces, like memory, use
+    their own name)."""
+    SNAPSHOT = "snapshot"
+    """A snapshot was taken."""
+    STEP = "step"
+    """A guarded step ended (its verdict, if any, is in the data)."""
+    ROLLBACK = "rollback"
+    """A rollback moved the live line back."""
+    FORK = "fork"
+    """An integration's time travel moved the live line (no recovery)."""
+    NOTICE = "notice"
+    """A recovery notice was appended."""
+    COMPENSATION = "compensation"
+    """A compensation changed status (operator verbs use ``compensation.<verb>``)."""
+    DELETED = "deleted"
+    """A session was deleted."""
+    RETENTION = "retention"
+    """Retention removed branches or sessions."""
 
 
 class SessionStatus(StrEnum):

@@ -1,12 +1,20 @@
 """The house rules of DESIGN.md, checked on the source tree: the dependency graph of `engine/`
-runs one way (no import cycle, counting imports inside functions and under TYPE_CHECKING), the
-engine never imports UI libraries, the console never reaches a store, and no engine module grows
-past what a reader can hold."""
+runs one way between modules (no import cycle, counting imports inside functions and under
+TYPE_CHECKING) and between rooms (a room is a direct sub-package of `engine/` or a module
+directly in it; imports inside functions count, `if TYPE_CHECKING:` ones may stay), the engine
+never imports UI libraries, the console never reaches a store, no engine module grows past what
+a reader can hold, the pure parts load without the stores, and no file cites a file that is not
+in the repository."""
 
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_MODULE_LINES = 900
@@ -17,13 +25,26 @@ def _modules(package: str) -> dict[str, Path]:
     return {".".join(p.relative_to(ROOT).with_suffix("").parts): p for p in base.rglob("*.py")}
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module named by an import anywhere in the file (top level, functions,
-    TYPE_CHECKING blocks), relative imports resolved."""
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """Ids of every node under an ``if TYPE_CHECKING:`` block (annotations only, never run)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            found.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return found
+
+
+def _imports(path: Path, *, type_checking: bool = True) -> set[str]:
+    """Every module named by an import anywhere in the file (top level, functions, and, with
+    `type_checking`, TYPE_CHECKING blocks), relative imports resolved."""
     names: set[str] = set()
     inside = path.is_relative_to(ROOT)
     package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1]) if inside else ""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = set() if type_checking else _type_checking_nodes(tree)
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -90,6 +111,134 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_engine_has_no_import_cycle():
     assert _cycles(_graph()) == []
+
+
+def _room(module: str) -> str:
+    """The room of an engine module: `engine.<first part>` (a sub-package or a module)."""
+    return ".".join(module.split(".")[:2])
+
+
+def _room_graph() -> dict[str, dict[str, set[str]]]:
+    """room -> room it imports -> the modules whose imports make that arrow. Imports inside
+    functions count (they run); `if TYPE_CHECKING:` imports do not (they never run). The
+    package's own `engine/__init__.py` re-exports lazily and is no room."""
+    mods = _modules("engine")
+    edges: dict[str, dict[str, set[str]]] = {}
+    for mod, path in mods.items():
+        if mod == "engine.__init__":
+            continue
+        room = _room(mod)
+        edges.setdefault(room, {})
+        for target in _imports(path, type_checking=False):
+            while target and target not in mods and target != "engine":
+                target = target.rpartition(".")[0]
+            if not target or target in ("engine", "engine.__init__"):
+                continue
+            other = _room(target)
+            if other != room:
+                edges[room].setdefault(other, set()).add(mod)
+    return edges
+
+
+def test_rooms_have_no_import_cycle():
+    """Rooms import each other one way: a cycle means two rooms can no longer be understood,
+    tested or replaced apart. The message names each arrow of the cycle and who makes it."""
+    graph = _room_graph()
+    cycles = _cycles({room: set(targets) for room, targets in graph.items()})
+    described = [
+        [f"{a} -> {b} ({', '.join(sorted(graph[a][b]))})"
+         for a in cycle for b in cycle if b in graph.get(a, {})]
+        for cycle in cycles
+    ]
+    assert described == []
+
+
+def test_the_room_check_counts_function_imports_but_not_type_checking(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import engine.x\n"
+        "def f():\n    from engine.y import z\n"
+    )
+    assert "engine.x" not in _imports(source, type_checking=False)
+    assert {"engine.y", "engine.y.z"} <= _imports(source, type_checking=False)
+    assert _room("engine.recovery.verbs") == "engine.recovery"
+    assert _room("engine.saga") == "engine.saga"
+
+
+def test_recovery_sits_below_the_session_handle_and_the_engine():
+    """Rollback, notices and the loop policy are called by sessions and the engine, never the
+    other way round; ids and the operator identity are rooms everything may import, so they
+    import no room that acts."""
+    graph = _room_graph()
+    assert set(graph["engine.recovery"]) & {"engine.sessions", "engine.engine",
+                                            "engine.actions", "engine.integrations"} == set()
+    for base in ("engine.ids", "engine.identity"):
+        assert set(graph[base]) <= {"engine.errors", "engine.types", "engine.limits",
+                                    "engine.loops"}, base
+
+
+PURE_PARTS = ("engine.loops.detector", "engine.loops.fingerprint", "engine.loops.normalize",
+              "engine.memory.decay", "engine.budget.builder")
+HEAVY = ("engine.store", "engine.engine", "engine.runtime", "prometheus_client", "redis",
+         "sqlite3", "engine.metrics")
+
+
+@pytest.mark.parametrize("module", PURE_PARTS)
+def test_pure_parts_load_without_stores_or_metrics(module):
+    """A detector in a notebook, or in another product, must not pay for the stores, the Redis
+    client or prometheus_client (nor register metrics) just to judge steps."""
+    code = (f"import sys, {module}\n"
+            f"print(sorted(m for m in sys.modules if m.startswith({HEAVY!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout.strip()
+    assert out == "[]", f"import {module} loaded {out}"
+
+
+def test_the_engine_package_still_exports_every_public_name_on_use():
+    code = ("import engine\n"
+            "missing = [n for n in engine.__all__ if getattr(engine, n, None) is None]\n"
+            "print(missing)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout.strip()
+    assert out == "[]"
+
+
+CITED = re.compile(r"(?<![\w./-])((?:engine|dashboard|tests|bench|scripts|examples|docs|ops)"
+                   r"/[\w./-]*\w\.(?:py|md|toml|lua|yml|yaml|jsonl\.gz|jsonl|json|png|sh))(?![\w.])")
+
+NOT_OURS = {
+    "examples/NAME.py": "a placeholder in the README's command line",
+    "tests/test_a.py": "pytest output quoted as an example of what the normalizer masks",
+    "tests/test_b.py": "pytest output quoted as an example of what the normalizer masks",
+    "tests/test_crop.py": "a file of the traced agent's own project, inside a recorded trace",
+    "tests/unit/controller/test_is_stuck.py": "OpenHands' test suite, the peer suite's source",
+    "bench/corpora/realruns.jsonl.gz": "where convert_realruns.py writes the corpus if asked",
+}
+"""Paths that are cited but are not files of this repository, and why."""
+
+
+def _cited_files() -> dict[str, set[str]]:
+    """file in the repository -> paths of project files it cites that do not exist."""
+    sources = [*ROOT.glob("*.md"), *ROOT.glob("pyproject.toml")]
+    for folder in ("engine", "dashboard", "tests", "bench", "scripts", "examples", "ops"):
+        sources += [p for p in (ROOT / folder).rglob("*")
+                    if p.suffix in (".py", ".md", ".toml", ".lua", ".sh", "") and p.is_file()]
+    missing: dict[str, set[str]] = {}
+    for path in sources:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, IsADirectoryError):
+            continue
+        for cited in CITED.findall(text):
+            target = cited.rstrip(".")
+            if "*" in target or target in NOT_OURS or (ROOT / target).exists():
+                continue
+            missing.setdefault(str(path.relative_to(ROOT)), set()).add(target)
+    return missing
+
+
+def test_code_and_notes_cite_only_files_that_exist():
+    assert _cited_files() == {}
 
 
 def test_the_cycle_check_sees_imports_inside_functions_and_type_checking(tmp_path):

@@ -30,13 +30,15 @@ import heapq
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.limits import canonical_within, check_text
 from engine.memory.config import MemoryConfig
 from engine.memory.decay import Curve, MemoryItem
 from engine.memory.retrieval import HybridIndex
-from engine.runtime import Runtime
+
+if TYPE_CHECKING:  # the runtime hands itself in; memory sits below it and never imports it
+    from engine.runtime import Runtime
 
 __all__ = ["Memory", "MemoryConfig", "MemoryHit", "SessionMemory"]
 

@@ -1,31 +1,5 @@
-"""Recovery notices shown to the end user after a rollback."""
+"""Kept for code that imported it from here: notices live in `engine.recovery.notices`."""
 
-from __future__ import annotations
+from engine.recovery.notices import NOTICE_FLAG, TEMPLATES, notice_message, template_for
 
-TEMPLATES = {
-    "en": (
-        "Some earlier results in this conversation were off, so the context was reset to the "
-        "last good point and a safe mode started. Please check the last answer before relying "
-        "on it."
-    ),
-    "zh": (
-        "之前的部分结果有误，对话上下文已重置到最近一个正常的状态，并已进入安全模式。"
-        "请在使用前核对最新的回答。"
-    ),
-}
-
-NOTICE_FLAG = "rewind_notice"
-"""Key set to True on notice messages, so runtimes and the console can tell them apart."""
-
-
-def template_for(locale: str | None) -> str:
-    """The default notice for a locale ("zh", "zh-CN", "en-GB", …); English when unknown."""
-    lang = (locale or "en").replace("_", "-").split("-", 1)[0].lower()
-    return TEMPLATES.get(lang, TEMPLATES["en"])
-
-
-def notice_message(text: str) -> dict:
-    """The assistant message that carries a notice in the live history."""
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("a notice needs non-empty text")
-    return {"role": "assistant", "content": text, NOTICE_FLAG: True}
+__all__ = ["NOTICE_FLAG", "TEMPLATES", "notice_message", "template_for"]

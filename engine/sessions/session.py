@@ -4,18 +4,18 @@ The handle keeps no state of its own that matters: everything lives in the store
 an agent process keeps working after an operator rolled the session back from another process. The
 only local state is the loop detector's window, rebuilt from the store whenever the session's epoch
 moves. A handle takes the engine's `Runtime` (never the `Engine`); rollbacks and notices go
-through `engine.actions`, like every operator action.
+through `engine.recovery`, like every operator action.
 """
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any, Literal
 
-from engine import actions, metrics, quarantine
+from engine import quarantine
 from engine.errors import LoopDetected, StepError, ToolQuarantined
 from engine.freeze import PolicyChoice
 from engine.identity import Actor
+from engine.ids import validate_session_id
 from engine.limits import canonical_within, check_text, cut_text
 from engine.loops.detector import Step, Verdict
 from engine.loops.fingerprint import fingerprint
@@ -29,9 +29,9 @@ from engine.records import (
     State,
     StepRecord,
 )
+from engine.recovery import policy, targets, verbs
+from engine.recovery.policy import NUDGE_TEXT
 from engine.runtime import Runtime
-from engine.sessions import snapshots
-from engine.ids import validate_session_id
 from engine.sessions.steps import (
     budget_record,
     chat_message,
@@ -46,6 +46,7 @@ from engine.types import (
     SessionStatus,
     StepStatus,
     StoredVerdict,
+    canonical_json,
     checked_policy,
 )
 
@@ -53,11 +54,6 @@ if TYPE_CHECKING:
     from engine.memory.session import SessionMemory
 
 __all__ = ["LOOP_POLICIES", "NUDGE_TEXT", "Session", "StepCall", "validate_session_id"]
-
-NUDGE_TEXT = (
-    "Rewind: the last tool calls repeat without progress ({explanation}). Stop repeating them; "
-    "change the arguments, try another tool, or ask the user."
-)
 
 
 class StepCall:
@@ -136,7 +132,7 @@ class StepCall:
                 "side_effect": self.side_effect,
                 "compensation": None
                 if self.compensation is None
-                else json.dumps(list(self.compensation), ensure_ascii=False, sort_keys=True),
+                else canonical_json(list(self.compensation)),
                 "text": self.text,
             },
             label if self._snapshot else None,
@@ -373,11 +369,11 @@ class Session:
     def suggested_target(self) -> str | None:
         """The last healthy snapshot: before the flagged loop if the session is looping, else
         before the trailing run of failed steps, else the head."""
-        return snapshots.suggested_target(self._rt, self.id)
+        return targets.suggested_target(self._rt, self.id)
 
     def preview_rollback(self, to: str | None = None) -> RollbackPreview:
         """What `rollback(to)` would take off the live line and which compensations it queues."""
-        return snapshots.preview_rollback(self._rt, self.id, to)
+        return targets.preview_rollback(self._rt, self.id, to)
 
     def rollback(
         self,
@@ -385,22 +381,26 @@ class Session:
         actor: str | Actor = "system",
         reason: str = "",
         notice: bool | str = True,
+        force: bool = False,
     ) -> RollbackResult:
         """Roll the live line back to snapshot `to` (None: the last healthy snapshot).
 
         What leaves the live line is kept as an abandoned branch labelled with actor, reason and
         time; compensations of side-effecting steps on it are queued; `notice` (True: the default
-        template for the session's locale, a string: that text, False: none) is appended.
+        template for the session's locale, a string: that text, False: none) is appended. A
+        session rolled back already (only notices would leave the live line) is refused unless
+        `force`.
 
         Raises:
             UnknownSnapshot, SnapshotNotRestorable, NothingToRollBack.
         """
-        return actions.rollback(self._rt, self.id, to=to, actor=actor, reason=reason, notice=notice)
+        return verbs.rollback(self._rt, self.id, to=to, actor=actor, reason=reason, notice=notice,
+                              force=force)
 
     def inject_notice(self, text: str | None = None, actor: str | Actor = "system") -> str:
         """Append a recovery notice (None: the default template for the session's locale).
         `actor` is a name or an `Actor` (a viewer is refused)."""
-        return actions.notice(self._rt, self.id, text, actor=actor)
+        return verbs.notice(self._rt, self.id, text, actor=actor)
 
     # -- internals --------------------------------------------------------------------------
     def _sync_epoch(self, epoch: int, exclude: int | None = None) -> None:
@@ -467,30 +467,12 @@ class Session:
             return
         if stored is None or choice is None:
             return
-        policy = choice.policy
-        metrics.record_loop(verdict, call.tool, self.info().meta)
-        if policy == "flag" or not self.acts_on_loops:
+        response = policy.respond(verdict, choice, acts=self.acts_on_loops)
+        if response.action == "nudge":
+            policy.recover(rt, self.id, call.tool, verdict, stored, choice, response)
+            self.append_message("system", f"Rewind: {response.nudge}", rewind_nudge=True)
             return
-        if verdict.remedy == "stop":
-            # A budget ran out: there is no healthy point to return to, only a stop.
-            self.stop()
-            raise LoopDetected(verdict, None)
-        if policy == "nudge_then_rollback" and verdict.flag_count <= 1:
-            advice = verdict.advice or NUDGE_TEXT.format(explanation=verdict.explanation)
-            self.append_message("system", f"Rewind: {advice}", rewind_nudge=True)
+        result = policy.recover(rt, self.id, call.tool, verdict, stored, choice, response)
+        if response.action == "flag":
             return
-        start = stored["loop_start_step"]
-        target = rt.store.restorable_snapshot(self.id, start) if start is not None else None
-        result = None
-        if target is not None:
-            result = actions.rollback(
-                rt,
-                self.id,
-                to=target,
-                actor="rewind",
-                reason=f"loop detected ({verdict.rule}): {verdict.explanation}; {choice}",
-                notice=True,
-                automatic=True,
-                rule=verdict.rule,
-            )
         raise LoopDetected(verdict, result)

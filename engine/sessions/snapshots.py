@@ -1,58 +1,6 @@
-"""Snapshot helpers: where a rollback should go, and what it would do.
+"""Kept for code that imported it from here: rollback targets and previews live in
+`engine.recovery.targets`."""
 
-Both read the store only; the rollback itself is an operator action (`engine.actions`).
-"""
+from engine.recovery.targets import preview_rollback, suggested_target
 
-from __future__ import annotations
-
-from engine.errors import NothingToRollBack, UnknownSnapshot
-from engine.records import RollbackPreview, SessionInfo
-from engine.runtime import Runtime
-from engine.types import SessionStatus, StepStatus
-
-
-def suggested_target(rt: Runtime, sid: str, info: SessionInfo | None = None) -> str | None:
-    """The last healthy snapshot of session `sid`: before the flagged loop if the session is
-    looping, else before the trailing run of failed steps (within the detector's horizon), else
-    the head. None when no snapshot is restorable."""
-    info = info or rt.require_session(sid)
-    before = None
-    if info.status == SessionStatus.LOOPING and info.last_verdict:
-        before = info.last_verdict.get("loop_start_step")
-    if before is None:
-        recent = rt.store.steps(sid, live_only=True, last=rt.detector_horizon)
-        for rec in reversed(recent):
-            if rec.status == StepStatus.ERROR:
-                before = rec.n
-            elif rec.status == StepStatus.OK:
-                break
-    return rt.store.restorable_snapshot(sid, before)
-
-
-def preview_rollback(rt: Runtime, sid: str, to: str | None = None) -> RollbackPreview:
-    """What a rollback of `sid` to `to` (None: the suggested target) would take off the live
-    line and which compensations it would queue, newest step first.
-
-    Raises:
-        UnknownSession, NothingToRollBack, UnknownSnapshot.
-    """
-    target = to or suggested_target(rt, sid)
-    if target is None:
-        raise NothingToRollBack(f"session {sid!r} has no restorable snapshot")
-    node = next((n for n in rt.store.snapshots(sid) if n.id == target), None)
-    if node is None:
-        raise UnknownSnapshot(f"session {sid!r} has no snapshot {target!r}")
-    live = rt.store.live_messages(sid)
-    leaving = [s for s in rt.store.steps(sid, live_only=True) if s.n >= node.next_step]
-    comps = [
-        (s.n, s.compensation[0], s.compensation[1])
-        for s in reversed(leaving)
-        if s.side_effect and s.compensation and s.status == StepStatus.OK
-    ]
-    return RollbackPreview(
-        session=sid,
-        target=target,
-        messages=live[node.messages :],
-        steps=leaving,
-        compensations=comps,
-    )
+__all__ = ["preview_rollback", "suggested_target"]

@@ -61,9 +61,9 @@ from langgraph.checkpoint.base.id import uuid6
 
 from engine.engine import Engine
 from engine.errors import SnapshotNotRestorable, StoreError, UnknownSession, UnknownSnapshot
+from engine.ids import validate_session_id
 from engine.integrations.langgraph import codec, layout
 from engine.integrations.langgraph.chat import is_notice, notice_message, to_chat
-from engine.ids import validate_session_id
 from engine.store import Retention
 
 ACTOR = "langgraph"

@@ -1,0 +1,77 @@
+"""Where a rollback should go, what it would do, and when there is nothing to roll back.
+
+All three read the store only; the rollback itself is `engine.recovery.verbs.rollback`.
+"""
+
+from __future__ import annotations
+
+from engine.errors import NothingToRollBack, UnknownSnapshot
+from engine.records import RollbackPreview, SessionInfo
+from engine.recovery.notices import NOTICE_FLAG
+from engine.runtime import Runtime
+from engine.types import SessionStatus, StepStatus
+
+
+def suggested_target(rt: Runtime, sid: str, info: SessionInfo | None = None) -> str | None:
+    """The last healthy snapshot of session `sid`: before the flagged loop if the session is
+    looping, else before the trailing run of failed steps (within the detector's horizon), else
+    the head. None when no snapshot is restorable."""
+    info = info or rt.require_session(sid)
+    before = None
+    if info.status == SessionStatus.LOOPING and info.last_verdict:
+        before = info.last_verdict.get("loop_start_step")
+    if before is None:
+        recent = rt.store.steps(sid, live_only=True, last=rt.detector_horizon)
+        for rec in reversed(recent):
+            if rec.status == StepStatus.ERROR:
+                before = rec.n
+            elif rec.status == StepStatus.OK:
+                break
+    return rt.store.restorable_snapshot(sid, before)
+
+
+def preview_rollback(rt: Runtime, sid: str, to: str | None = None) -> RollbackPreview:
+    """What a rollback of `sid` to `to` (None: the suggested target) would take off the live
+    line and which compensations it would queue, newest step first.
+
+    Raises:
+        UnknownSession, NothingToRollBack, UnknownSnapshot.
+    """
+    target = to or suggested_target(rt, sid)
+    if target is None:
+        raise NothingToRollBack(f"session {sid!r} has no restorable snapshot")
+    node = next((n for n in rt.store.snapshots(sid) if n.id == target), None)
+    if node is None:
+        raise UnknownSnapshot(f"session {sid!r} has no snapshot {target!r}")
+    live = rt.store.live_messages(sid)
+    leaving = [s for s in rt.store.steps(sid, live_only=True) if s.n >= node.next_step]
+    comps = [
+        (s.n, s.compensation[0], s.compensation[1])
+        for s in reversed(leaving)
+        if s.side_effect and s.compensation and s.status == StepStatus.OK
+    ]
+    return RollbackPreview(
+        session=sid,
+        target=target,
+        messages=live[node.messages :],
+        steps=leaving,
+        compensations=comps,
+    )
+
+
+def only_notices_would_leave(preview: RollbackPreview) -> bool:
+    """The one definition of "nothing to roll back": no step and no message but recovery notices
+    would leave the live line, so the session was rolled back already (by a loop's own rollback,
+    an operator, a first bulk run) and going back again would only take the user's notice away.
+    """
+    return not preview.steps and all(m.get(NOTICE_FLAG) for m in preview.messages)
+
+
+def refuse_if_rolled_back(sid: str, preview: RollbackPreview) -> None:
+    """Raises NothingToRollBack when `only_notices_would_leave(preview)`, saying why."""
+    if only_notices_would_leave(preview):
+        raise NothingToRollBack(
+            f"session {sid!r}: no step and no message but recovery notices would leave the live "
+            "line; it was rolled back already. Pick an earlier snapshot, or force the rollback "
+            "(the CLI: --force) to go back anyway"
+        )

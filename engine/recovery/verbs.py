@@ -1,0 +1,137 @@
+"""The recovery verbs: roll a session back, and tell its user.
+
+The one implementation behind `Session.rollback`, `Engine.rollback`, the console and the CLI. The
+actor's role and the reason are checked here, so hiding a button is never the only guard.
+
+The reason rule: a rollback takes a branch off the user's live line, and the abandoned branch is
+labelled with its reason for whoever reads it later. A person acting as an operator (an `Actor`,
+as the console and the CLI pass) must say why; a program naming itself with a plain string (an
+agent runtime, an integration's time travel) may leave it blank; the engine's own automatic
+rollback always gives one (the verdict), cut to the limit rather than refused, since refusing
+would stop a rescue.
+"""
+
+from __future__ import annotations
+
+from engine import metrics, saga
+from engine.errors import NothingToRollBack
+from engine.identity import Actor, checked_actor, checked_reason, require_operator
+from engine.limits import Limits, cut_text
+from engine.records import RollbackResult
+from engine.recovery.notices import checked_notice, template_for
+from engine.recovery.targets import preview_rollback, refuse_if_rolled_back, suggested_target
+from engine.runtime import Runtime
+from engine.types import RollbackKind
+
+REASON_REQUIRED = (
+    "a rollback needs a reason: it labels the abandoned branch and goes to the audit log"
+)
+"""Why a person's blank reason is refused (see the module docstring)."""
+
+
+def rollback_reason(limits: Limits, actor: str | Actor, reason: str | None, *,
+                    automatic: bool = False) -> str:
+    """The reason a rollback by `actor` records (see the reason rule in the module docstring).
+
+    Raises:
+        ValueError: a person (an `Actor`) gave a blank reason. TypeError: not a string.
+        SizeLimitExceeded: too long (never for an automatic rollback, whose reason is cut).
+    """
+    if automatic:
+        return checked_reason(limits, cut_text(reason or "", limits.reason_chars))
+    required = REASON_REQUIRED if isinstance(actor, Actor) else None
+    return checked_reason(limits, reason, required)
+
+
+def rollback(
+    rt: Runtime,
+    sid: str,
+    to: str | None = None,
+    *,
+    actor: str | Actor = "system",
+    reason: str = "",
+    notice: bool | str = True,
+    automatic: bool = False,
+    rule: str | None = None,
+    expect_epoch: int | None = None,
+    kind: RollbackKind = "rollback",
+    batch: str | None = None,
+    force: bool = False,
+) -> RollbackResult:
+    """Roll session `sid` back to snapshot `to` (None: its last healthy snapshot).
+
+    What leaves the live line is kept as an abandoned branch labelled with actor, reason and
+    time; compensations of side-effecting steps on it are queued (and run at once when this
+    process has their handlers); `notice` (True: the default template for the session's locale,
+    a string: that text, False: none) is appended. `expect_epoch` (the epoch the operator saw in
+    the preview) makes the rollback refuse with RollbackConflict if someone else rolled the
+    session back in the meantime. `kind="fork"` is an integration's time travel: same
+    mechanics, no recovery status, not counted as a rollback. `batch` (from `rollback_many`)
+    is kept in the audit event's detail.
+
+    A session that was rolled back already (nothing but recovery notices would leave the live
+    line, `targets.only_notices_would_leave`) is refused with NothingToRollBack unless `force`:
+    going back again would only take the user's notice away and send another. The check and
+    the rollback are fenced by the session's epoch, so of two operators racing, the second is
+    refused (RollbackConflict) instead of undoing the first one's notice.
+
+    Raises:
+        PermissionDenied: the actor is a viewer. ValueError: a person gave no reason.
+        UnknownSession, UnknownSnapshot, SnapshotNotRestorable, NothingToRollBack,
+        RollbackConflict.
+    """
+    who = checked_actor(rt.limits, actor)
+    require_operator(who, "roll sessions back")
+    if kind not in ("rollback", "fork"):
+        raise ValueError(f"kind must be rollback or fork, not {kind!r}")
+    reason = rollback_reason(rt.limits, actor, reason, automatic=automatic)
+    info = rt.require_session(sid)
+    target = to if to is not None else suggested_target(rt, sid, info)
+    if target is None:
+        raise NothingToRollBack(
+            f"session {sid!r} has no restorable snapshot to roll back to; take snapshots "
+            "with Session.snapshot() or guard tool calls with Session.step()"
+        )
+    if not force and not automatic and kind == "rollback":
+        if expect_epoch is None:
+            expect_epoch = info.epoch
+        if expect_epoch == info.epoch:  # a stale epoch is the store's RollbackConflict to say
+            refuse_if_rolled_back(sid, preview_rollback(rt, sid, target))
+    message = None
+    if notice:
+        message = checked_notice(
+            rt.limits, notice if isinstance(notice, str) else template_for(info.locale)
+        )
+    result = rt.store.rollback(
+        sid,
+        target,
+        actor=who.name,
+        reason=reason,
+        notice=message,
+        now=rt.clock(),
+        expect_epoch=expect_epoch,
+        kind=kind,
+        batch=batch,
+    )
+    if kind == "rollback":
+        metrics.record_rollback(info.meta, automatic, rule)
+    if result.compensations and rt.handlers:
+        saga.run_pending(rt)
+    return result
+
+
+def notice(rt: Runtime, sid: str, text: str | None = None, *, actor: str | Actor = "system") -> str:
+    """Append a recovery notice to session `sid` (None: default template for its locale).
+
+    Returns:
+        The text that was appended.
+
+    Raises:
+        PermissionDenied: the actor is a viewer. UnknownSession. ValueError: empty text.
+    """
+    who = checked_actor(rt.limits, actor)
+    require_operator(who, "send notices")
+    info = rt.require_session(sid)
+    message = checked_notice(rt.limits, text if text is not None else template_for(info.locale))
+    rt.store.add_notice(sid, message, who.name, rt.clock())
+    return message["content"]
