@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         StepError,
         StoreAuthError,
         StoreError,
+        StoreNotFound,
         StoreUnavailable,
         ToolQuarantined,
         UnknownCompensation,
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
         State,
         StepRecord,
     )
+    from engine.recovery.notices import NOTICE_FLAG, TEMPLATES, template_for
     from engine.sessions.session import Session, StepCall
     from engine.store.base import Retention
     from engine.types import (
@@ -76,6 +78,9 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "template_for",
+    "TEMPLATES",
+    "NOTICE_FLAG",
     "Actor",
     "AuditEvent",
     "BranchInfo",
@@ -125,6 +130,7 @@ __all__ = [
     "StepStatus",
     "StoreAuthError",
     "StoreError",
+    "StoreNotFound",
     "StoreUnavailable",
     "StoredVerdict",
     "TokenBreakdown",
@@ -139,6 +145,9 @@ __all__ = [
 __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
+    "template_for": "engine.recovery.notices",
+    "TEMPLATES": "engine.recovery.notices",
+    "NOTICE_FLAG": "engine.recovery.notices",
     "Actor": "engine.identity",
     "AuditEvent": "engine.records",
     "BranchInfo": "engine.records",
@@ -188,6 +197,7 @@ _LAZY: dict[str, str] = {
     "StepStatus": "engine.types",
     "StoreAuthError": "engine.errors",
     "StoreError": "engine.errors",
+    "StoreNotFound": "engine.errors",
     "StoreUnavailable": "engine.errors",
     "StoredVerdict": "engine.types",
     "TokenBreakdown": "engine.types",

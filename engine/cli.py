@@ -74,14 +74,33 @@ class CLIError(Exception):
 
 
 def _engine(args):
-    from engine import Engine
+    """The engine on the store the command names. Every command here works on a fleet that
+    exists, so a store that does not exist is refused (exit 4, naming the absolute path), never
+    created empty: from the wrong folder, "0 looping" would be the worst possible answer. Which
+    store was read goes to stderr, so piped output stays clean."""
+    from engine import Engine, StoreNotFound
 
     try:
-        return Engine.open(args.store)
+        engine = Engine.open(args.store, create=False)
+    except StoreNotFound as exc:
+        raise CLIError(str(exc), EXIT_NOT_FOUND) from exc
     except ValueError as exc:  # an unknown scheme or a malformed URL: the user's to fix
         if isinstance(exc, RewindError):
             raise
         raise CLIError(str(exc), EXIT_USAGE) from exc
+    print(f"rewind: store {_store_name(engine.store.url)}", file=sys.stderr)
+    return engine
+
+
+def _store_name(url: str) -> str:
+    """The store as people check it: a SQLite file by its absolute path, others by their URL
+    with the password masked."""
+    from engine.store.sqlite.tx import path_from_url
+
+    if url.lower().startswith("sqlite:"):
+        path = path_from_url(url)
+        return path if path == ":memory:" else os.path.abspath(path)
+    return redact(url)
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -697,6 +716,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("upstream_command", nargs=argparse.REMAINDER,
                    help="-- COMMAND [ARGS...]: a stdio MCP server to front")
     p.set_defaults(func=cmd_mcp_proxy)
+    _store_after_the_command(parser)
     return parser
 
 
@@ -732,6 +752,12 @@ def run(args: argparse.Namespace) -> int:
         return args.func(args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `rewind sessions | head -1`: the reader had enough. Not a failure; point stdout at
+        # nothing so the interpreter's final flush does not complain either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
     except CLIError as exc:
         return fail(str(exc), exc.code)
     except (UnknownSession, UnknownSnapshot, UnknownCompensation, UnknownQuarantine) as exc:
@@ -748,6 +774,18 @@ def run(args: argparse.Namespace) -> int:
             return fail(str(exc), EXIT_REFUSED)
         return fail(f"unexpected {type(exc).__name__}: {exc} (set REWIND_DEBUG=1 for the "
                     "traceback, and please report it)", EXIT_REFUSED)
+
+
+def _store_after_the_command(parser: argparse.ArgumentParser) -> None:
+    """Every command takes --store after its name too (`rewind sessions --store URL`), the habit
+    of kubectl, docker and git -C; given in both places, the one after the command wins."""
+    for action in parser._subparsers._group_actions if parser._subparsers else []:
+        for name, sub in getattr(action, "choices", {}).items():
+            if name == "hash-password" or any("--store" in a.option_strings
+                                              for a in sub._actions):
+                continue
+            sub.add_argument("--store", default=argparse.SUPPRESS,
+                             help="store URL (as for rewind --store)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,7 +69,8 @@ class Engine:
         """Open the store at `url` (None: $REWIND_STORE, else sqlite:///.rewind/rewind.db).
 
         Options are passed to `Engine` (detector_factory, retention, on_loop, clock, memory,
-        limits, freeze); store options go in `store_options`. Without a `freeze` option the
+        limits, freeze); store options go in `store_options`; ``create=False`` (for readers)
+        refuses a SQLite store that does not exist (StoreNotFound) instead of creating it. Without a `freeze` option the
         change freeze comes from $REWIND_FREEZE_START / _END / _NAME / _ON_LOOP (none when they
         are unset), as the store comes from $REWIND_STORE; pass ``freeze=None`` for no freeze.
 
@@ -78,10 +79,11 @@ class Engine:
             StoreUnavailable: store cannot be reached.
         """
         store_options = options.pop("store_options", {})
+        create = options.pop("create", True)
         if "freeze" not in options:
             # Read before the store opens: a malformed setting fails without touching it.
             options["freeze"] = from_environment()
-        return cls(open_store(url, **store_options), **options)
+        return cls(open_store(url, create=create, **store_options), **options)
 
     # -- wiring (read through to the runtime) -------------------------------------------------
     @property

@@ -56,6 +56,11 @@ class StoreUnavailable(StoreError, ConnectionError):
     """The store cannot be reached."""
 
 
+class StoreNotFound(StoreError, LookupError):
+    """A reading command was pointed at a store that does not exist (a SQLite file that is not
+    there): refused, never created empty, so a wrong path cannot pass for an empty fleet."""
+
+
 class SchemaMismatch(StoreError):
     """The store was written by a newer release of Rewind."""
 

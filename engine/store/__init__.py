@@ -13,27 +13,35 @@ __all__ = ["DEFAULT_URL", "Retention", "StepTicket", "Store", "open_store", "red
 DEFAULT_URL = "sqlite:///.rewind/rewind.db"
 
 
-def open_store(url: str | None = None, **options: Any) -> Store:
+def open_store(url: str | None = None, *, create: bool = True, **options: Any) -> Store:
     """Open the store at `url`; None means $REWIND_STORE, else the embedded SQLite default.
 
     Args:
         url: ``sqlite:///path``, ``sqlite:///:memory:``, ``redis://…``, ``rediss://…`` or
-            ``redis+cluster://…``.
+            ``redis+cluster://…``. An empty string is refused (an unset variable pasted into a
+            command line must not quietly mean the default).
+        create: False for readers: a SQLite file that does not exist is refused with
+            StoreNotFound (naming its absolute path) instead of being created empty.
         options: backend options (Redis: ttl, prefix, fallback, …; see the Redis store).
 
     Returns:
         The open store.
 
     Raises:
-        ValueError: the URL's scheme is not one Rewind knows.
+        ValueError: the URL is empty or its scheme is not one Rewind knows.
         StoreUnavailable: the store cannot be reached (the message names it, never a password).
+        StoreNotFound: `create` is False and the SQLite file does not exist.
     """
+    if url is not None and not str(url).strip():
+        raise ValueError("the store URL is empty: give sqlite:///path, redis://host:port/db, "
+                         "rediss://… or redis+cluster://host:port, or leave it out for "
+                         "$REWIND_STORE (else sqlite:///.rewind/rewind.db)")
     url = url or os.environ.get("REWIND_STORE") or DEFAULT_URL
     scheme = url.split(":", 1)[0].lower()
     if scheme == "sqlite":
         from engine.store.sqlite.store import SQLiteStore
 
-        return SQLiteStore(url)
+        return SQLiteStore(url, create=create)
     if scheme in {"redis", "rediss", "redis+cluster", "rediss+cluster"}:
         from engine.store.fallback import open_redis
 

@@ -15,11 +15,12 @@ connection. The class is assembled from the parts that own each concern:
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from engine.errors import StoreUnavailable, UnknownSession
+from engine.errors import StoreNotFound, StoreUnavailable, UnknownSession
 from engine.records import (
     AuditEvent,
     Event,
@@ -99,11 +100,17 @@ class SQLiteStore(BranchLine, SagaOutbox):
         SchemaMismatch: the file was written by a newer release.
     """
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, create: bool = True):
         path = path_from_url(url)
         if not path:
             raise ValueError(
                 f"{url!r}: a SQLite URL needs a path, e.g. sqlite:///.rewind/rewind.db"
+            )
+        if not create and path != ":memory:" and not os.path.exists(path):
+            raise StoreNotFound(
+                f"no Rewind store at {os.path.abspath(path)} (from {url}): the file does not "
+                "exist. Check --store or $REWIND_STORE, or run the command from the folder "
+                "that holds .rewind/"
             )
         options = {k: v[-1] for k, v in parse_qs(urlparse(url).query).items()}
         synchronous = options.get("synchronous", "NORMAL").upper()
