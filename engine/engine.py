@@ -71,8 +71,9 @@ class Engine:
         Options are passed to `Engine` (detector_factory, retention, on_loop, clock, memory,
         limits, freeze); store options go in `store_options`; ``create=False`` (for readers)
         refuses a SQLite store that does not exist (StoreNotFound) instead of creating it.
-        Without a `freeze` option the change freeze comes from $REWIND_FREEZE_START / _END / _NAME / _ON_LOOP (none when they
-        are unset), as the store comes from $REWIND_STORE; pass ``freeze=None`` for no freeze.
+        Without a `freeze` option the change freeze comes from $REWIND_FREEZE_START / _END /
+        _NAME / _ON_LOOP (none when they are unset), as the store comes from $REWIND_STORE;
+        pass ``freeze=None`` for no freeze.
 
         Raises:
             ValueError: unknown URL scheme. ConfigError: the freeze variables are malformed.
