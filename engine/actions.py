@@ -93,13 +93,14 @@ def resolve_compensation(
 
 
 def purge_abandoned(rt: Runtime, older_than_s: float = 7 * 86400.0, *,
-                    dry_run: bool = False) -> dict[str, int]:
+                    dry_run: bool = False, actor: str | Actor = "system") -> dict[str, int]:
     """Delete abandoned branches older than `older_than_s`; the store audits every branch id it
     removed. `dry_run` counts what would go and removes nothing.
 
     Raises:
         ValueError: a negative age.
     """
+    require_operator(checked_actor(rt.limits, actor), "purge abandoned branches")
     if older_than_s < 0:
         raise ValueError("older_than_s must not be negative")
     now = rt.clock()
@@ -107,7 +108,7 @@ def purge_abandoned(rt: Runtime, older_than_s: float = 7 * 86400.0, *,
 
 
 def purge_idle_sessions(rt: Runtime, older_than_s: float, *,
-                        dry_run: bool = False) -> dict[str, int]:
+                        dry_run: bool = False, actor: str | Actor = "system") -> dict[str, int]:
     """Delete sessions idle for longer than `older_than_s` that are not evidence (no loop
     verdict, rollback, notice, compensation or audit row); evidence stays however old. The
     store audits the removed ids as ``retention``. `dry_run` counts and removes nothing.
@@ -118,6 +119,7 @@ def purge_idle_sessions(rt: Runtime, older_than_s: float, *,
     Raises:
         ValueError: a negative age.
     """
+    require_operator(checked_actor(rt.limits, actor), "purge idle sessions")
     if older_than_s < 0:
         raise ValueError("older_than_s must not be negative")
     now = rt.clock()

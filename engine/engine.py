@@ -267,14 +267,22 @@ class Engine:
         """Delete a session and all it owns; the audit log keeps a record. True if it existed."""
         return actions.delete_session(self.runtime, sid, actor=actor, reason=reason)
 
-    def purge_abandoned(self, older_than_s: float = 7 * 86400.0, *,
-                        dry_run: bool = False) -> dict[str, int]:
-        """Delete abandoned branches older than `older_than_s` (see `actions.purge_abandoned`)."""
-        return actions.purge_abandoned(self.runtime, older_than_s, dry_run=dry_run)
+    def purge_abandoned(self, older_than_s: float = 7 * 86400.0, *, dry_run: bool = False,
+                        actor: str | Actor = "system") -> dict[str, int]:
+        """Delete abandoned branches older than `older_than_s` (see `actions.purge_abandoned`).
 
-    def purge_idle_sessions(self, older_than_s: float, *, dry_run: bool = False) -> dict[str, int]:
-        """Delete idle sessions that are not evidence (see `actions.purge_idle_sessions`)."""
-        return actions.purge_idle_sessions(self.runtime, older_than_s, dry_run=dry_run)
+        Raises:
+            PermissionDenied: the actor is not an operator (now)."""
+        return actions.purge_abandoned(self.runtime, older_than_s, dry_run=dry_run, actor=actor)
+
+    def purge_idle_sessions(self, older_than_s: float, *, dry_run: bool = False,
+                            actor: str | Actor = "system") -> dict[str, int]:
+        """Delete idle sessions that are not evidence (see `actions.purge_idle_sessions`).
+
+        Raises:
+            PermissionDenied: the actor is not an operator (now)."""
+        return actions.purge_idle_sessions(self.runtime, older_than_s, dry_run=dry_run,
+                                           actor=actor)
 
     def audit(self, **filters: Any) -> list[AuditEvent]:
         """Audit events, newest first. Filters: session, actor, action, since, limit."""

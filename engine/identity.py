@@ -8,19 +8,50 @@ depends on nothing but the vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from engine.errors import PermissionDenied
 from engine.limits import Limits, check_text
 from engine.types import Role
 
 
+Authority = Callable[[str], "Role | str | None"]
+"""Says what role an account holds right now (None: the account no longer exists)."""
+
+
 @dataclass(frozen=True)
 class Actor:
-    """Who performs an action: a name for the audit log and a role (viewer or operator)."""
+    """Who performs an action: a name for the audit log and a role (viewer or operator).
+
+    An actor from a long-lived front end (the console, where a dialog stays open while an
+    administrator demotes or deletes the account) carries its `authority`: every action asks it
+    for the account's role at the moment it acts, so rights are never those the page had when
+    it was drawn."""
 
     name: str
     role: Role = Role.OPERATOR
+    authority: Authority | None = field(default=None, compare=False, repr=False)
+    """Asked for the account's current role each time the actor acts (None: `role` as given,
+    for the CLI and programs, whose caller is trusted as it is)."""
+
+    def current_role(self) -> Role:
+        """The role this actor holds now: `authority`'s answer, else `role`.
+
+        Raises:
+            PermissionDenied: the authority no longer knows the account, or names no role.
+        """
+        if self.authority is None:
+            return self.role
+        now = self.authority(self.name)
+        if now is None:
+            raise PermissionDenied(
+                f"{self.name} is no longer an account of this console; sign in again")
+        try:
+            return Role(now)
+        except ValueError:
+            raise PermissionDenied(
+                f"{self.name} has no valid role now ({now!r}); ask an administrator") from None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -62,6 +93,8 @@ def checked_reason(limits: Limits, reason: str | None, required: str | None = No
 
 
 def require_operator(actor: Actor, action: str) -> None:
-    """Raises PermissionDenied unless `actor` is an operator; `action` completes "may …"."""
-    if actor.role != Role.OPERATOR:
-        raise PermissionDenied(f"{actor.name} is a {actor.role}; only operators may {action}")
+    """Raises PermissionDenied unless `actor` is an operator now (its authority is asked at
+    this moment, see `Actor`); `action` completes "may …"."""
+    role = actor.current_role()
+    if role != Role.OPERATOR:
+        raise PermissionDenied(f"{actor.name} is a {role}; only operators may {action}")
