@@ -67,6 +67,19 @@ def only_notices_would_leave(preview: RollbackPreview) -> bool:
     return not preview.steps and all(m.get(NOTICE_FLAG) for m in preview.messages)
 
 
+def rolled_back_already(rt: Runtime, sid: str, target: str, info: SessionInfo) -> bool:
+    """True when session `sid` (summary `info`) stands rolled back and going back to `target`
+    would take nothing but recovery notices off the live line. False also when `target` is
+    unknown, abandoned or no longer restorable, or nothing at all was written after it: the
+    store refuses those with the error that says so."""
+    if info.status != SessionStatus.ROLLED_BACK:
+        return False
+    node = next((n for n in rt.store.snapshots(sid) if n.id == target), None)
+    if node is None or not node.on_live_line or not node.restorable:
+        return False
+    return only_notices_would_leave(preview_rollback(rt, sid, target))
+
+
 def refuse_if_rolled_back(sid: str, preview: RollbackPreview) -> None:
     """Raises NothingToRollBack when `only_notices_would_leave(preview)`, saying why."""
     if only_notices_would_leave(preview):

@@ -19,7 +19,12 @@ from engine.identity import Actor, checked_actor, checked_reason, require_operat
 from engine.limits import Limits, cut_text
 from engine.records import RollbackResult
 from engine.recovery.notices import checked_notice, template_for
-from engine.recovery.targets import preview_rollback, refuse_if_rolled_back, suggested_target
+from engine.recovery.targets import (
+    preview_rollback,
+    refuse_if_rolled_back,
+    rolled_back_already,
+    suggested_target,
+)
 from engine.runtime import Runtime
 from engine.types import RollbackKind
 
@@ -95,7 +100,8 @@ def rollback(
     if not force and not automatic and kind == "rollback":
         if expect_epoch is None:
             expect_epoch = info.epoch
-        if expect_epoch == info.epoch:  # a stale epoch is the store's RollbackConflict to say
+        # A stale epoch is the store's RollbackConflict to say, a bad target its own error.
+        if expect_epoch == info.epoch and rolled_back_already(rt, sid, target, info):
             refuse_if_rolled_back(sid, preview_rollback(rt, sid, target))
     message = None
     if notice:
