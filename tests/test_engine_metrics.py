@@ -22,7 +22,7 @@ def test_an_automatic_loop_rollback_is_counted(open_engine):
                           **labels) == loops_before + 1
     assert metrics.sample("agent_rollbacks_total", actor_kind="automatic", rule="exact_repeat",
                           **labels) >= 1
-    engine.rollback("m", actor="alice", reason="manual")
+    engine.rollback("m", actor="alice", reason="manual", force=True)  # again, on purpose
     assert metrics.sample("agent_rollbacks_total", actor_kind="operator", rule="none",
                           **labels) == 1
 

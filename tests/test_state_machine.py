@@ -45,6 +45,7 @@ class Model:
         self.step_count = 0
         self.memories: dict[str, str] = {}  # id -> text
         self.writes = 0  # live-line writes: a rollback with none after its target is refused
+        self.rolled_back = False  # status rolled_back: set by a rollback, cleared by an ok step
 
     def write(self) -> None:
         self.writes += 1
@@ -83,9 +84,19 @@ class Model:
         self.memories = dict(saved["memories"])
         self.head = target
         self.writes = saved["writes"]
+        self.rolled_back = True
 
     def nothing_after(self, target: str) -> bool:
         return self.writes == self.snapshots[target]["writes"]
+
+    def refused(self, target: str) -> bool:
+        """A rollback to a restorable `target` is refused when nothing was written after it, or
+        when the session stands rolled back and only recovery notices would leave the live line
+        (going back again would only take the user's notice away)."""
+        saved = self.snapshots[target]
+        only_notices = (self.steps == saved["steps"] and all(
+            m.get("rewind_notice") for m in self.messages[len(saved["messages"]):]))
+        return self.nothing_after(target) or (self.rolled_back and only_notices)
 
 
 def make_machine(engine: Engine):
@@ -126,12 +137,14 @@ def make_machine(engine: Engine):
             self.m.save(call.snapshot_id, "step")
             self.m.write()
             self.m.step_count += 1
+            if ok:
+                self.m.rolled_back = False
             assert call.n == self.m.step_count
             self.m.steps.append((call.n, tool))
 
         @rule(target=snaps, snap=consumes(snaps), notice=st.booleans())
         def rollback(self, snap, notice):
-            if snap in self.m.restorable() and not self.m.nothing_after(snap):
+            if snap in self.m.restorable() and not self.m.refused(snap):
                 self.s.rollback(to=snap, actor="prop", reason="test", notice=notice)
                 self.m.rollback(snap)
                 if notice:
@@ -152,7 +165,7 @@ def make_machine(engine: Engine):
             candidates = [s for s in self.m.restorable() if self.m.snapshots[s]["kind"] == "step"]
             if candidates:
                 target = sorted(candidates)[0]
-                if self.m.nothing_after(target):
+                if self.m.refused(target):
                     with pytest.raises(NothingToRollBack):
                         self.s.rollback(to=target, actor="prop", reason="step", notice=False)
                     return
