@@ -19,6 +19,7 @@ from engine.runtime import Runtime
 from engine.ids import validate_session_id
 from engine.sessions.notices import NOTICE_FLAG, notice_message, template_for
 from engine.sessions.snapshots import preview_rollback, suggested_target
+from engine.store import RollbackRequest, SessionFilter
 from engine.types import RollbackKind, SessionStatus
 
 
@@ -81,9 +82,8 @@ def rollback(
         message = checked_notice(
             rt, notice if isinstance(notice, str) else template_for(info.locale)
         )
-    result = rt.store.rollback(
-        sid,
-        target,
+    result = rt.store.rollback(sid, RollbackRequest(
+        target=target,
         actor=who.name,
         reason=reason,
         notice=message,
@@ -91,7 +91,7 @@ def rollback(
         expect_epoch=expect_epoch,
         kind=kind,
         batch=batch,
-    )
+    ))
     if kind == "rollback":
         metrics.record_rollback(info.meta, automatic, rule)
     if result.compensations and rt.handlers:
@@ -274,7 +274,7 @@ def matching_sessions(rt: Runtime, where: Mapping[str, Any]) -> list[SessionInfo
     else:
         offset, page = 0, 500
         while True:  # collect first: rolling back reorders and refilters the listing
-            infos = rt.store.list_sessions(**filters, limit=page, offset=offset)
+            infos = rt.store.list_sessions(SessionFilter(**filters), limit=page, offset=offset)
             found += infos
             if len(infos) < page:
                 break

@@ -74,6 +74,10 @@ def checked_policy(value: LoopPolicy | None) -> LoopPolicy | None:
         raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}, not {value!r}")
     return value
 
+FACETS: tuple[str, ...] = ("tenant", "scenario", "prompt_version")
+"""The session meta fields the fleet is sliced by: sessions are listed, counted, rolled back in
+bulk and quarantined per facet, and the stores index them."""
+
 RollbackKind = Literal["rollback", "fork"]
 """A recovery (counted, sets the status) or an integration's time travel (neither)."""
 

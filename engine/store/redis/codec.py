@@ -19,10 +19,10 @@ from engine.records import (
     StepRecord,
 )
 from engine.store.redis import keys
-from engine.types import CompensationStatus, SessionStatus, StepStatus
+from engine.types import FACETS, CompensationStatus, SessionStatus, StepStatus
 
-META_INDEX_FIELDS = ("tenant", "scenario", "prompt_version")
-"""Session meta fields the fleet indexes (`list_sessions` filters)."""
+META_INDEX_FIELDS = FACETS
+"""Session meta fields the fleet indexes (the facets of `SessionFilter`)."""
 
 
 def dumps(value: Any) -> str:

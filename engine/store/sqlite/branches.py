@@ -4,7 +4,6 @@ leaves behind, and their removal by retention."""
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
 
 from engine.errors import (
     NothingToRollBack,
@@ -13,6 +12,7 @@ from engine.errors import (
     UnknownSnapshot,
 )
 from engine.records import BranchInfo, RollbackResult
+from engine.store.requests import RollbackRequest
 from engine.store.sqlite.rows import (
     add_audit,
     add_event,
@@ -23,7 +23,6 @@ from engine.store.sqlite.rows import (
 )
 from engine.store.sqlite.saga import queue_compensations
 from engine.store.sqlite.tx import SQLiteDB
-from engine.types import RollbackKind
 
 _LINE_TABLES = ("messages", "steps", "snapshots", "kv_writes")
 """Tables whose rows are written on the live line and move to a branch on rollback."""
@@ -83,20 +82,13 @@ class BranchLine:
             for r in rows
         ]
 
-    def rollback(
-        self,
-        sid: str,
-        target: str,
-        *,
-        actor: str,
-        reason: str,
-        notice: dict[str, Any] | None,
-        now: float,
-        expect_epoch: int | None = None,
-        kind: RollbackKind = "rollback",
-        batch: str | None = None,
-    ) -> RollbackResult:
-        """Make snapshot `target` the head, abandon what came after, queue compensations."""
+    def rollback(self, sid: str, request: RollbackRequest) -> RollbackResult:
+        """Make snapshot `request.target` the head, abandon what came after, queue
+        compensations."""
+        target, actor, reason, now = request.target, request.actor, request.reason, request.now
+        notice, expect_epoch, kind, batch = (
+            request.notice, request.expect_epoch, request.kind, request.batch
+        )
         with self._db.write() as conn:
             seq, epoch, _msgs, _steps, _head = session_row(conn, sid)
             if expect_epoch is not None and epoch != expect_epoch:

@@ -28,7 +28,14 @@ from engine.records import (
     SnapshotNode,
     StepRecord,
 )
-from engine.store.base import Retention, StepOutcome, StepStart, StepTicket
+from engine.store.base import (
+    ALL_SESSIONS,
+    Retention,
+    SessionFilter,
+    StepOutcome,
+    StepStart,
+    StepTicket,
+)
 from engine.store.sqlite.branches import BranchLine
 from engine.store.sqlite.rows import (
     AUDIT_COLS,
@@ -45,8 +52,8 @@ from engine.store.sqlite.rows import (
     to_audit,
     to_session,
     to_step,
-    where,
 )
+from engine.store.sqlite.rows import where as rows_where  # `where` names session filters here
 from engine.store.sqlite.saga import SagaOutbox, queue_compensations
 from engine.store.sqlite.schema import (
     SCHEMA_VERSION,
@@ -75,6 +82,13 @@ _EVIDENCE = (
 """SQL truth of "session `s` is evidence": it has a loop verdict, a rollback, or an audit row
 (rollbacks, forks, notices, operator actions) or a compensation of its own incarnation (rows left
 by an earlier session of the same id do not count)."""
+
+
+def _session_where(where: SessionFilter) -> tuple[str, list[object]]:
+    # The facets are columns of their own (kept with the meta), so each filter is one index.
+    return rows_where(
+        {"status": where.status, **where.facets()}, ("updated_at", where.updated_since)
+    )
 
 
 def _delete_session(conn: sqlite3.Connection, sid: str) -> bool:
@@ -175,26 +189,10 @@ class SQLiteStore(BranchLine, SagaOutbox):
         return to_session(rows[0]) if rows else None
 
     def list_sessions(
-        self,
-        *,
-        status: SessionStatus | None = None,
-        tenant: str | None = None,
-        scenario: str | None = None,
-        prompt_version: str | None = None,
-        updated_since: float | None = None,
-        limit: int = 200,
-        offset: int = 0,
+        self, where: SessionFilter = ALL_SESSIONS, *, limit: int = 200, offset: int = 0
     ) -> list[SessionInfo]:
-        """Sessions matching every given filter, most recently active first."""
-        clause, params = where(
-            {
-                "status": status,
-                "tenant": tenant,
-                "scenario": scenario,
-                "prompt_version": prompt_version,
-            },
-            ("updated_at", updated_since),
-        )
+        """Sessions matching every field `where` gives, most recently active first."""
+        clause, params = _session_where(where)
         rows = self._read(
             f"SELECT {SESSION_COLS} FROM sessions{clause} "
             "ORDER BY updated_at DESC LIMIT ? OFFSET ?",
@@ -202,11 +200,9 @@ class SQLiteStore(BranchLine, SagaOutbox):
         )
         return [to_session(r) for r in rows]
 
-    def count_sessions(
-        self, *, status: SessionStatus | None = None, updated_since: float | None = None
-    ) -> int:
-        """How many sessions match every given filter."""
-        clause, params = where({"status": status}, ("updated_at", updated_since))
+    def count_sessions(self, where: SessionFilter = ALL_SESSIONS) -> int:
+        """How many sessions match every field `where` gives."""
+        clause, params = _session_where(where)
         return int(self._read(f"SELECT COUNT(*) FROM sessions{clause}", params)[0][0])
 
     def set_status(
@@ -546,7 +542,7 @@ class SQLiteStore(BranchLine, SagaOutbox):
         limit: int = 1000,
     ) -> list[AuditEvent]:
         """Audit events matching every given filter, newest first."""
-        clause, params = where(
+        clause, params = rows_where(
             {"session": session, "actor": actor, "action": action}, ("at", since)
         )
         rows = self._read(
@@ -556,7 +552,7 @@ class SQLiteStore(BranchLine, SagaOutbox):
 
     def count_audit(self, action: str, since: float) -> int:
         """How many audit events of `action` happened at or after `since`."""
-        clause, params = where({"action": action}, ("at", since))
+        clause, params = rows_where({"action": action}, ("at", since))
         return int(self._read(f"SELECT COUNT(*) FROM audit{clause}", params)[0][0])
 
     def add_audit(
@@ -576,7 +572,7 @@ class SQLiteStore(BranchLine, SagaOutbox):
 
     def events(self, since: int = 0, limit: int = 1000, session: str | None = None) -> list[Event]:
         """Feed events with cursor greater than `since`, oldest first."""
-        clause, params = where({"session": session})
+        clause, params = rows_where({"session": session})
         rows = self._read(
             f"SELECT id, at, session, type, data FROM events{clause}"
             f"{' AND' if clause else ' WHERE'} id > ? ORDER BY id LIMIT ?",
