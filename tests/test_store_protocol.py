@@ -139,3 +139,69 @@ def test_an_open_sqlite_store_is_a_store():
         assert isinstance(store, Store)  # every method and the url attribute
     finally:
         store.close()
+
+
+def _maps(module: str) -> dict[str, Any]:
+    from engine.store.fieldmap import FieldMap
+
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        pytest.skip(f"{module} cannot be imported here: {exc}")
+    return {n: v for n, v in vars(mod).items() if isinstance(v, FieldMap)}
+
+
+# Fields a decoder passes itself (derived from several columns or from outside the row).
+DERIVED = {
+    ("sqlite", "SNAPSHOT"): {"abandoned_reason", "restorable", "is_head"},
+    ("redis", "EVENT"): {"id"},
+    ("redis", "BRANCH"): {"id"},
+    ("redis", "MESSAGE"): {"branch"},
+}
+
+
+@pytest.mark.parametrize(
+    ("backend", "module"),
+    [("sqlite", "engine.store.sqlite.rows"), ("redis", "engine.store.redis.codec")],
+)
+def test_every_record_field_is_read_from_a_named_column(backend, module):
+    import dataclasses
+
+    maps = _maps(module)
+    assert maps, f"{module} declares no column-to-field maps"
+    for name, fmap in maps.items():
+        if not dataclasses.is_dataclass(fmap.record):
+            continue  # a partial map (a step's begin or end object) builds a dict
+        fields = [c.field for c in fmap.columns]
+        assert len(fields) == len(set(fields)), f"{name} fills a field twice"
+        expected = {f.name for f in dataclasses.fields(fmap.record)}
+        derived = DERIVED.get((backend, name), set())
+        assert set(fields) | derived == expected, (
+            f"{backend} {name}: fields without a column: {expected - set(fields) - derived}; "
+            f"columns for no field: {set(fields) - expected}"
+        )
+
+
+def test_a_field_map_reads_by_name_and_stands_null_in_for_absent_columns():
+    import dataclasses
+
+    from engine.store.fieldmap import Column, FieldMap
+
+    @dataclasses.dataclass(frozen=True)
+    class Thing:
+        id: int
+        missing: bool
+        note: str | None
+
+    fmap = FieldMap(
+        Thing,
+        Column("ref", "id", int),
+        Column("ref", "missing", lambda v: v is None),
+        Column("note", "note", optional=True),
+    )
+    assert fmap.select() == "ref, note"
+    assert fmap.select(absent=frozenset({"note"})) == "ref, NULL AS note"
+    assert fmap.decode({"note": "x", "ref": "7"}) == Thing(7, False, "x")
+    assert fmap.decode({"ref": "7"}) == Thing(7, False, None)
+    with pytest.raises(KeyError):
+        fmap.decode({"note": "x"})

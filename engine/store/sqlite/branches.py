@@ -14,6 +14,7 @@ from engine.errors import (
 from engine.records import BranchInfo, RollbackResult
 from engine.store.requests import RollbackRequest
 from engine.store.sqlite.rows import (
+    BRANCH,
     add_audit,
     add_event,
     add_retention,
@@ -70,17 +71,10 @@ class BranchLine:
 
     def branches(self, sid: str) -> list[BranchInfo]:
         """Every abandoned branch, oldest first."""
-        rows = self._db.read(
-            "SELECT id, from_snapshot, actor, reason, created_at, epoch FROM branches "
-            "WHERE session = ? ORDER BY seq",
-            (sid,),
+        rows = self._db.read_named(
+            f"SELECT {BRANCH.select()} FROM branches WHERE session = ? ORDER BY seq", (sid,)
         )
-        return [
-            BranchInfo(
-                id=r[0], from_snapshot=r[1], actor=r[2], reason=r[3], created_at=r[4], epoch=r[5]
-            )
-            for r in rows
-        ]
+        return [BRANCH.decode(r) for r in rows]
 
     def rollback(self, sid: str, request: RollbackRequest) -> RollbackResult:
         """Make snapshot `request.target` the head, abandon what came after, queue

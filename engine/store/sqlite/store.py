@@ -39,8 +39,12 @@ from engine.store.base import (
 from engine.store.sqlite.branches import BranchLine
 from engine.store.sqlite.rows import (
     AUDIT_COLS,
-    COMP_COLS,
+    COMPENSATION,
+    EVENT,
+    MESSAGE,
+    RESOLUTION_COLUMNS,
     SESSION_COLS,
+    SNAPSHOT,
     STEP_COLS,
     add_audit,
     add_event,
@@ -131,7 +135,7 @@ class SQLiteStore(BranchLine, SagaOutbox):
         if self._db.read_only:
             check_schema(self._db.conn, url)
             if missing_columns(self._db.conn):  # an older file this user may not upgrade
-                self._comp_cols = COMP_COLS.replace("resolved_by, resolved_reason", "NULL, NULL")
+                self._comp_cols = COMPENSATION.select(absent=RESOLUTION_COLUMNS)
                 self._has_workers = False
         else:
             with self._db.write() as conn:
@@ -139,6 +143,9 @@ class SQLiteStore(BranchLine, SagaOutbox):
 
     def _read(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[Any]:
         return self._db.read(sql, params)
+
+    def _named(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[sqlite3.Row]:
+        return self._db.read_named(sql, params)
 
     def close(self) -> None:
         """Close this thread's connection (and the shared in-memory one)."""
@@ -185,7 +192,7 @@ class SQLiteStore(BranchLine, SagaOutbox):
 
     def get_session(self, sid: str) -> SessionInfo | None:
         """The session summary, or None when no such session exists."""
-        rows = self._read(f"SELECT {SESSION_COLS} FROM sessions WHERE id = ?", (sid,))
+        rows = self._named(f"SELECT {SESSION_COLS} FROM sessions WHERE id = ?", (sid,))
         return to_session(rows[0]) if rows else None
 
     def list_sessions(
@@ -193,7 +200,7 @@ class SQLiteStore(BranchLine, SagaOutbox):
     ) -> list[SessionInfo]:
         """Sessions matching every field `where` gives, most recently active first."""
         clause, params = _session_where(where)
-        rows = self._read(
+        rows = self._named(
             f"SELECT {SESSION_COLS} FROM sessions{clause} "
             "ORDER BY updated_at DESC LIMIT ? OFFSET ?",
             (*params, limit, offset),
@@ -267,17 +274,10 @@ class SQLiteStore(BranchLine, SagaOutbox):
 
     def all_messages(self, sid: str) -> list[MessageRecord]:
         """Every message, live and abandoned, in write order."""
-        rows = self._read(
-            "SELECT seq, pos, body, branch, created_at FROM messages WHERE session = ? "
-            "ORDER BY seq",
-            (sid,),
+        rows = self._named(
+            f"SELECT {MESSAGE.select()} FROM messages WHERE session = ? ORDER BY seq", (sid,)
         )
-        return [
-            MessageRecord(
-                seq=r[0], pos=r[1], message=json.loads(r[2]), branch=r[3], created_at=r[4]
-            )
-            for r in rows
-        ]
+        return [MESSAGE.decode(r) for r in rows]
 
     # -- snapshots --------------------------------------------------------------------------
     def _snapshot(
@@ -354,31 +354,23 @@ class SQLiteStore(BranchLine, SagaOutbox):
         head_rows = self._read("SELECT head FROM sessions WHERE id = ?", (sid,))
         head = head_rows[0][0] if head_rows else None
         branches = {b.id: b for b in self.branches(sid)}
-        rows = self._read(
-            "SELECT id, parent, label, kind, seq, msg_count, next_step, created_at, branch, "
-            "retired_at FROM snapshots WHERE session = ? ORDER BY seq",
+        rows = self._named(
+            f"SELECT {SNAPSHOT.select()}, retired_at FROM snapshots WHERE session = ? "
+            "ORDER BY seq",
             (sid,),
         )
         out = []
         for r in rows:
-            branch = branches.get(r[8])
+            branch = branches.get(r["branch"])
             reason = None
             if branch is not None:
                 reason = f"rolled back to {branch.from_snapshot} by {branch.actor}: {branch.reason}"
             out.append(
-                SnapshotNode(
-                    id=r[0],
-                    parent=r[1],
-                    label=r[2],
-                    created_at=r[7],
-                    on_live_line=r[8] is None,
+                SNAPSHOT.decode(
+                    r,
                     abandoned_reason=reason,
-                    kind=r[3],
-                    restorable=r[8] is None and r[9] is None,
-                    next_step=r[6],
-                    messages=r[5],
-                    branch=r[8],
-                    is_head=r[0] == head,
+                    restorable=r["branch"] is None and r["retired_at"] is None,
+                    is_head=r["id"] == head,
                 )
             )
         return out
@@ -513,13 +505,13 @@ class SQLiteStore(BranchLine, SagaOutbox):
         """Steps in step order; `last` keeps only the newest N."""
         live = " AND branch IS NULL" if live_only else ""
         if last is not None:
-            rows = self._read(
+            rows = self._named(
                 f"SELECT {STEP_COLS} FROM steps WHERE session = ?{live} ORDER BY n DESC LIMIT ?",
                 (sid, last),
             )
             rows.reverse()
         else:
-            rows = self._read(
+            rows = self._named(
                 f"SELECT {STEP_COLS} FROM steps WHERE session = ?{live} ORDER BY n", (sid,)
             )
         return [to_step(r) for r in rows]
@@ -545,7 +537,7 @@ class SQLiteStore(BranchLine, SagaOutbox):
         clause, params = rows_where(
             {"session": session, "actor": actor, "action": action}, ("at", since)
         )
-        rows = self._read(
+        rows = self._named(
             f"SELECT {AUDIT_COLS} FROM audit{clause} ORDER BY id DESC LIMIT ?", (*params, limit)
         )
         return [to_audit(r) for r in rows]
@@ -573,14 +565,12 @@ class SQLiteStore(BranchLine, SagaOutbox):
     def events(self, since: int = 0, limit: int = 1000, session: str | None = None) -> list[Event]:
         """Feed events with cursor greater than `since`, oldest first."""
         clause, params = rows_where({"session": session})
-        rows = self._read(
-            f"SELECT id, at, session, type, data FROM events{clause}"
+        rows = self._named(
+            f"SELECT {EVENT.select()} FROM events{clause}"
             f"{' AND' if clause else ' WHERE'} id > ? ORDER BY id LIMIT ?",
             (*params, since, limit),
         )
-        return [
-            Event(id=r[0], at=r[1], session=r[2], type=r[3], data=json.loads(r[4])) for r in rows
-        ]
+        return [EVENT.decode(r) for r in rows]
 
     def last_event_id(self) -> int:
         """Cursor of the newest event (0 when none)."""
