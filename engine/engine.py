@@ -32,7 +32,7 @@ from engine.records import (
 from engine.recovery import bulk, verbs
 from engine.runtime import CompensationHandler, Runtime
 from engine.sessions.session import Session
-from engine.store import Retention, Store, open_store
+from engine.store import Retention, SessionFilter, Store, open_store
 from engine.types import LoopPolicy, RollbackKind
 
 __all__ = ["Actor", "CompensationHandler", "Engine"]
@@ -176,7 +176,8 @@ class Engine:
     def sessions(self, **filters: Any) -> list[SessionInfo]:
         """Fleet summaries, most recently active first. Filters: status, tenant, scenario,
         prompt_version, updated_since, limit, offset."""
-        return self.store.list_sessions(**filters)
+        paging = {k: filters.pop(k) for k in ("limit", "offset") if k in filters}
+        return self.store.list_sessions(SessionFilter(**filters), **paging)
 
     def fleet_stats(self, window_s: float = 3600.0, active_s: float = 300.0) -> dict:
         """KPIs for the fleet view: active sessions, looping now, rollbacks and compensations."""

@@ -20,7 +20,8 @@ from typing import Any, NamedTuple, Protocol
 
 from engine.records import Event
 from engine.runtime import Runtime
-from engine.types import FACET, CompensationStatus, EventType, SessionStatus, StepStatus
+from engine.store import SessionFilter
+from engine.types import FACETS, CompensationStatus, EventType, SessionStatus, StepStatus
 
 
 class EventSource(Protocol):
@@ -51,8 +52,8 @@ def stats(rt: Runtime, window_s: float = 3600.0, active_s: float = 300.0) -> dic
     store = rt.store
     return {
         "sessions": store.count_sessions(),
-        "active": store.count_sessions(updated_since=now - active_s),
-        "looping": store.count_sessions(status=SessionStatus.LOOPING),
+        "active": store.count_sessions(SessionFilter(updated_since=now - active_s)),
+        "looping": store.count_sessions(SessionFilter(status=SessionStatus.LOOPING)),
         "rollbacks_window": store.count_audit("rollback", now - window_s),
         "compensations_pending": store.count_compensations(CompensationStatus.PENDING),
         "compensations_failed": store.count_compensations(CompensationStatus.FAILED),
@@ -61,7 +62,7 @@ def stats(rt: Runtime, window_s: float = 3600.0, active_s: float = 300.0) -> dic
 
 PAGE = 5000
 """Events read per call to `Engine.events`."""
-META_KEYS = FACET
+META_KEYS = FACETS
 
 
 def first_cursor_at(engine: EventSource, t: float) -> int:

@@ -15,7 +15,6 @@ from engine.errors import PermissionDenied
 from engine.limits import Limits, check_text
 from engine.types import Role
 
-
 Authority = Callable[[str], "Role | str | None"]
 """Says what role an account holds right now (None: the account no longer exists)."""
 

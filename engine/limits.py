@@ -14,7 +14,6 @@ still be recorded as failed.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -22,6 +21,7 @@ from typing import Any
 
 from engine.errors import SizeLimitExceeded
 from engine.loops.fingerprint import MAX_DEPTH, canonicalize
+from engine.types import CANONICAL_JSON
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -84,10 +84,9 @@ def canonical_within(value: Any, limit: int, what: str, field: str) -> tuple[Any
     if _surely_longer(value, limit):
         raise _too_big(what, f"more than {limit:,}", limit, field, "bytes")
     canonical = canonicalize(value, what)
-    encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     pieces: list[str] = []
     size = 0
-    for piece in encoder.iterencode(canonical):
+    for piece in CANONICAL_JSON.iterencode(canonical):
         size += len(piece.encode("utf-8"))
         if size > limit:
             raise _too_big(what, f"more than {limit:,}", limit, field, "bytes")

@@ -40,13 +40,13 @@ from engine.limits import check_text, cut_text
 from engine.records import Quarantine
 from engine.runtime import Runtime
 from engine.store.base import StepOutcome
-from engine.types import FACET, StepStatus
+from engine.types import FACETS, StepStatus
 
 NAMESPACE = "quarantine"
 """Fleet document namespace of the quarantines (key: quarantine id)."""
 CACHE_S = 1.0
 """Seconds a process reuses the stored list before reading it again."""
-SCOPE_KEYS = FACET
+SCOPE_KEYS = FACETS
 """Session meta keys a quarantine may be scoped to."""
 REFUSAL_PREFIX = "ToolQuarantined: "
 """Start of the error text of a step refused by a quarantine."""

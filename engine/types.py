@@ -11,12 +11,9 @@ import json
 from enum import StrEnum
 from typing import Any, Literal, NotRequired, TypedDict
 
-FACET: tuple[str, str, str] = ("tenant", "scenario", "prompt_version")
-"""The meta keys the fleet is sliced by: store indexes, filters, quarantine scopes, charts and
-metrics all use these three, in this order."""
-
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                              allow_nan=False)
+CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""The one encoder of canonical JSON (`canonical_json`); its `iterencode` lets a caller stop
+early at a size limit."""
 
 
 def canonical_json(value: Any) -> str:
@@ -24,9 +21,9 @@ def canonical_json(value: Any) -> str:
     values give the same text, so stores can compare and index what they write.
 
     Raises:
-        TypeError: not representable as JSON. ValueError: NaN or infinity (not JSON).
+        TypeError: not representable as JSON.
     """
-    return _CANONICAL.encode(value)
+    return CANONICAL_JSON.encode(value)
 
 
 class EventType(StrEnum):
@@ -121,6 +118,11 @@ def checked_policy(value: LoopPolicy | None) -> LoopPolicy | None:
     if value not in LOOP_POLICIES:
         raise ValueError(f"on_loop must be one of {', '.join(LOOP_POLICIES)}, not {value!r}")
     return value
+
+
+FACETS: tuple[str, ...] = ("tenant", "scenario", "prompt_version")
+"""The session meta fields the fleet is sliced by: sessions are listed, counted, rolled back in
+bulk and quarantined per facet, and the stores index them."""
 
 RollbackKind = Literal["rollback", "fork"]
 """A recovery (counted, sets the status) or an integration's time travel (neither)."""

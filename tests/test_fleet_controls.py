@@ -156,11 +156,11 @@ def test_a_concurrent_single_rollback_wins_and_the_bulk_one_is_refused(engine):
     real = store.rollback
     raced = []
 
-    def rollback(sid, target, **kwargs):
+    def rollback(sid, request):
         if sid == "a" and not raced:  # the operator's click lands after the bulk read the epoch
             raced.append(sid)
             Engine(store).rollback("a", actor="bob", reason="by hand", notice=False)
-        return real(sid, target, **kwargs)
+        return real(sid, request)
 
     store.rollback = rollback  # type: ignore[method-assign]
     try:

@@ -20,7 +20,8 @@ from engine import (
     UnknownSnapshot,
 )
 from engine.sessions.notices import TEMPLATES
-from engine.store import Retention
+from engine.store import Retention, RollbackRequest, SessionFilter
+from engine.types import SessionStatus
 
 
 def _fail_three_times(s, tool="image_crop", args=None):
@@ -72,6 +73,28 @@ def test_sessions_filter_by_meta_and_status(engine):
     assert [i.id for i in engine.sessions(prompt_version="v2")] == ["b"]
     assert {i.id for i in engine.sessions(status="healthy")} == {"a", "b"}
     assert engine.sessions(status="looping") == []
+
+
+def test_sessions_are_counted_by_the_same_filter_they_are_listed_by(engine):
+    engine.session("a", meta={"tenant": "t1", "scenario": "refund"})
+    engine.session("b", meta={"tenant": "t1", "scenario": "crop"})
+    engine.session("c", meta={"tenant": "t2", "scenario": "crop"})
+    engine.store.set_status("c", SessionStatus.STOPPED, None, engine.clock())
+    filters = [
+        SessionFilter(),
+        SessionFilter(tenant="t1"),
+        SessionFilter(tenant="t1", scenario="crop"),
+        SessionFilter(status=SessionStatus.HEALTHY, scenario="crop"),
+        SessionFilter(status=SessionStatus.STOPPED),
+        SessionFilter(tenant="nobody"),
+        SessionFilter(updated_since=engine.clock() + 3600),
+    ]
+    expected = [3, 2, 1, 1, 1, 0, 0]
+    for where, count in zip(filters, expected, strict=True):
+        assert engine.store.count_sessions(where) == count, where
+        assert len(engine.store.list_sessions(where)) == count, where
+    assert [i.id for i in engine.store.list_sessions(SessionFilter(tenant="t1", scenario="crop"))] \
+        == ["b"]
 
 
 # -- history and state ------------------------------------------------------------------------
@@ -723,8 +746,9 @@ def test_a_rollback_in_a_batch_keeps_the_batch_id_in_its_audit_and_feed(engine):
     s = engine.session("s")
     s.snapshot("start")
     s.append_message("user", "one")
-    r = engine.store.rollback("s", s.tree()[0].id, actor="alice", reason="bulk", notice=None,
+    request = RollbackRequest(target=s.tree()[0].id, actor="alice", reason="bulk", notice=None,
                               now=engine.clock(), batch="batch-1")
+    r = engine.store.rollback("s", request)
     assert r.epoch == 1
     (event,) = engine.audit(action="rollback")
     assert event.detail["batch"] == "batch-1" and event.detail["branch"] == r.branch

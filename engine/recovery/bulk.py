@@ -17,9 +17,10 @@ from engine.records import BulkRollbackItem, SessionInfo
 from engine.recovery.targets import preview_rollback, refuse_if_rolled_back
 from engine.recovery.verbs import rollback
 from engine.runtime import Runtime
-from engine.types import FACET, SessionStatus
+from engine.store import SessionFilter
+from engine.types import FACETS, SessionStatus
 
-WHERE_KEYS = ("status", *FACET, "tool", "session")
+WHERE_KEYS = ("status", *FACETS, "tool", "session")
 """Filters `rollback_many` takes, as the fleet table's: the first four as in
 `Engine.sessions`; ``tool``: the tool appears among the session's recent live steps (the loop
 detector's horizon); ``session``: one id, or a list of ids, taken exactly (rows an operator
@@ -76,7 +77,7 @@ def matching_sessions(rt: Runtime, where: Mapping[str, Any]) -> list[SessionInfo
     else:
         offset, page = 0, 500
         while True:  # collect first: rolling back reorders and refilters the listing
-            infos = rt.store.list_sessions(**filters, limit=page, offset=offset)
+            infos = rt.store.list_sessions(SessionFilter(**filters), limit=page, offset=offset)
             found += infos
             if len(infos) < page:
                 break

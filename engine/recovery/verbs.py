@@ -26,6 +26,7 @@ from engine.recovery.targets import (
     suggested_target,
 )
 from engine.runtime import Runtime
+from engine.store import RollbackRequest
 from engine.types import RollbackKind
 
 REASON_REQUIRED = (
@@ -108,9 +109,8 @@ def rollback(
         message = checked_notice(
             rt.limits, notice if isinstance(notice, str) else template_for(info.locale)
         )
-    result = rt.store.rollback(
-        sid,
-        target,
+    result = rt.store.rollback(sid, RollbackRequest(
+        target=target,
         actor=who.name,
         reason=reason,
         notice=message,
@@ -118,7 +118,7 @@ def rollback(
         expect_epoch=expect_epoch,
         kind=kind,
         batch=batch,
-    )
+    ))
     if kind == "rollback":
         metrics.record_rollback(info.meta, automatic, rule)
     if result.compensations and rt.handlers:

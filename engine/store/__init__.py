@@ -5,10 +5,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from engine.store.base import Retention, StepTicket, Store
+from engine.store.base import Retention, RollbackRequest, SessionFilter, StepTicket, Store
 from engine.store.urls import redact
 
-__all__ = ["DEFAULT_URL", "Retention", "StepTicket", "Store", "open_store", "redact"]
+__all__ = [
+    "DEFAULT_URL",
+    "Retention",
+    "RollbackRequest",
+    "SessionFilter",
+    "StepTicket",
+    "Store",
+    "open_store",
+    "redact",
+]
 
 DEFAULT_URL = "sqlite:///.rewind/rewind.db"
 

@@ -25,7 +25,7 @@ from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from engine.errors import StoreError, StoreUnavailable
-from engine.store.base import Store
+from engine.store.base import Store, protocol_members
 from engine.store.urls import redact
 
 log = logging.getLogger("rewind.store")
@@ -141,11 +141,9 @@ def _delegate(name: str) -> Callable[..., Any]:
     return method
 
 
-# Every method of the Store contract that FallbackStore does not define itself goes to the
-# active store; deriving the list from the contract keeps new methods from being forgotten.
-for _name in [
-    n
-    for n, v in vars(Store).items()
-    if callable(v) and not n.startswith("_") and n not in vars(FallbackStore)
-]:
-    setattr(FallbackStore, _name, _delegate(_name))
+# Every member of the Store contract (all its focused protocols) that FallbackStore does not
+# define itself goes to the active store; deriving the list from the contract keeps new methods
+# from being forgotten.
+for _name in protocol_members(Store):
+    if _name not in vars(FallbackStore):
+        setattr(FallbackStore, _name, _delegate(_name))

@@ -18,7 +18,7 @@ from redis.exceptions import ResponseError
 
 from engine.errors import CompensationConflict, UnknownCompensation
 from engine.records import AuditEvent, Compensation, CompensationWorker, Event, SessionInfo
-from engine.store.base import compensation_refusal
+from engine.store.base import SessionFilter, compensation_refusal
 from engine.store.redis import codec, keys
 from engine.store.redis.client import RedisClient
 from engine.store.redis.codec import dumps, num
@@ -110,33 +110,26 @@ class FleetViews:
             if len(sids) < 500:
                 return
 
-    def list_sessions(
-        self,
-        *,
-        status: str | None = None,
-        tenant: str | None = None,
-        scenario: str | None = None,
-        prompt_version: str | None = None,
-        updated_since: float | None = None,
-        limit: int = 200,
-        offset: int = 0,
-    ) -> list[SessionInfo]:
+    def _index(self, where: SessionFilter) -> str:
+        """The narrowest session index `where` allows: a facet's, else its status's, else all
+        (every index is scored by `updated_at`)."""
+        for name, value in where.facets().items():
+            return keys.meta_index(self.fb, keys.meta_index_suffix(name, dumps(value)))
+        if where.status is not None:
+            return keys.status_index(self.fb, where.status)
+        return keys.session_index(self.fb)
+
+    def _matching(self, where: SessionFilter, want: int | None) -> list[SessionInfo]:
+        """The first `want` sessions (None: all) matching `where`, newest first; index entries
+        whose session is gone are forgotten on the way."""
         self._read_views()
-        index = keys.session_index(self.fb)
-        meta_filters = {"tenant": tenant, "scenario": scenario, "prompt_version": prompt_version}
-        for name, value in meta_filters.items():
-            if value is not None:
-                index = keys.meta_index(self.fb, keys.meta_index_suffix(name, dumps(value)))
-                break
-        else:
-            if status is not None:
-                index = keys.status_index(self.fb, status)
-        low = "-inf" if updated_since is None else num(updated_since)
-        want = offset + limit
+        index = self._index(where)
+        facets = where.facets()
+        low = "-inf" if where.updated_since is None else num(where.updated_since)
         out: list[SessionInfo] = []
         missing: list[str] = []
-        start, page = 0, max(100, want)
-        while len(out) < want:
+        start, page = 0, 500 if want is None else max(100, want)
+        while want is None or len(out) < want:
             members = self._client.call(
                 self._r.zrevrangebyscore, index, "+inf", low, start=start, num=page, withscores=True
             )
@@ -150,28 +143,31 @@ class FleetViews:
                     missing += [sid, keys.encode(sid), num(score)]
                     continue
                 info = codec.session_info(d)
-                if status is not None and info.status != status:
+                if where.status is not None and info.status != where.status:
                     continue
-                if any(v is not None and info.meta.get(f) != v for f, v in meta_filters.items()):
+                if any(info.meta.get(f) != v for f, v in facets.items()):
                     continue
-                if updated_since is not None and info.updated_at < updated_since:
+                if where.updated_since is not None and info.updated_at < where.updated_since:
                     continue
                 out.append(info)
             if len(members) < page:
                 break
         if missing:
             self.run("forget", ["missing", *missing])
-        return out[offset : offset + limit]
+        return out
 
-    def count_sessions(
-        self, *, status: str | None = None, updated_since: float | None = None
-    ) -> int:
+    def list_sessions(
+        self, where: SessionFilter, *, limit: int, offset: int
+    ) -> list[SessionInfo]:
+        return self._matching(where, offset + limit)[offset : offset + limit]
+
+    def count_sessions(self, where: SessionFilter) -> int:
+        if len(where.facets()) + (where.status is not None) > 1:
+            # No index holds both: walk the narrowest one (its sessions are loaded).
+            return len(self._matching(where, None))
         self._read_views()
-        index = (
-            keys.session_index(self.fb) if status is None else keys.status_index(self.fb, status)
-        )
-        low = "-inf" if updated_since is None else num(updated_since)
-        return int(self._client.call(self._r.zcount, index, low, "+inf"))
+        low = "-inf" if where.updated_since is None else num(where.updated_since)
+        return int(self._client.call(self._r.zcount, self._index(where), low, "+inf"))
 
     def _ids_newest_first(
         self,

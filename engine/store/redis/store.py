@@ -83,7 +83,15 @@ from engine.records import (
     SnapshotNode,
     StepRecord,
 )
-from engine.store.base import Retention, StepOutcome, StepStart, StepTicket
+from engine.store.base import (
+    ALL_SESSIONS,
+    Retention,
+    RollbackRequest,
+    SessionFilter,
+    StepOutcome,
+    StepStart,
+    StepTicket,
+)
 from engine.store.redis import codec, doctor, keys
 from engine.store.redis.client import RedisClient, script_error
 from engine.store.redis.codec import dumps, num
@@ -92,7 +100,6 @@ from engine.store.redis.fleetdocs import FleetDocs
 from engine.store.redis.scripts import OUTBOX_BATCH, SOURCES
 from engine.types import (
     CompensationStatus,
-    RollbackKind,
     SessionStatus,
     SnapshotKind,
     StoredVerdict,
@@ -225,30 +232,12 @@ class RedisStore(FleetDocs):
         return codec.session_info(d) if d else None
 
     def list_sessions(
-        self,
-        *,
-        status: SessionStatus | None = None,
-        tenant: str | None = None,
-        scenario: str | None = None,
-        prompt_version: str | None = None,
-        updated_since: float | None = None,
-        limit: int = 200,
-        offset: int = 0,
+        self, where: SessionFilter = ALL_SESSIONS, *, limit: int = 200, offset: int = 0
     ) -> list[SessionInfo]:
-        return self._views.list_sessions(
-            status=status,
-            tenant=tenant,
-            scenario=scenario,
-            prompt_version=prompt_version,
-            updated_since=updated_since,
-            limit=limit,
-            offset=offset,
-        )
+        return self._views.list_sessions(where, limit=limit, offset=offset)
 
-    def count_sessions(
-        self, *, status: SessionStatus | None = None, updated_since: float | None = None
-    ) -> int:
-        return self._views.count_sessions(status=status, updated_since=updated_since)
+    def count_sessions(self, where: SessionFilter = ALL_SESSIONS) -> int:
+        return self._views.count_sessions(where)
 
     def set_status(
         self, sid: str, status: SessionStatus, verdict: StoredVerdict | None, now: float
@@ -441,19 +430,11 @@ class RedisStore(FleetDocs):
         return codec.steps({flat[i]: flat[i + 1] for i in range(0, len(flat), 2)})
 
     # -- rollback ---------------------------------------------------------------------------
-    def rollback(
-        self,
-        sid: str,
-        target: str,
-        *,
-        actor: str,
-        reason: str,
-        notice: dict[str, Any] | None,
-        now: float,
-        expect_epoch: int | None = None,
-        kind: RollbackKind = "rollback",
-        batch: str | None = None,
-    ) -> RollbackResult:
+    def rollback(self, sid: str, request: RollbackRequest) -> RollbackResult:
+        target, actor, reason, now = request.target, request.actor, request.reason, request.now
+        notice, expect_epoch, kind, batch = (
+            request.notice, request.expect_epoch, request.kind, request.batch
+        )
         notice_text = None if notice is None else notice.get("content")
         result, extra = self._write(
             "rollback",

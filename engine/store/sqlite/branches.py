@@ -4,7 +4,6 @@ leaves behind, and their removal by retention."""
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
 
 from engine.errors import (
     NothingToRollBack,
@@ -13,7 +12,9 @@ from engine.errors import (
     UnknownSnapshot,
 )
 from engine.records import BranchInfo, RollbackResult
+from engine.store.requests import RollbackRequest
 from engine.store.sqlite.rows import (
+    BRANCH,
     add_audit,
     add_event,
     add_retention,
@@ -23,7 +24,6 @@ from engine.store.sqlite.rows import (
 )
 from engine.store.sqlite.saga import queue_compensations
 from engine.store.sqlite.tx import SQLiteDB
-from engine.types import RollbackKind
 
 _LINE_TABLES = ("messages", "steps", "snapshots", "kv_writes")
 """Tables whose rows are written on the live line and move to a branch on rollback."""
@@ -71,32 +71,18 @@ class BranchLine:
 
     def branches(self, sid: str) -> list[BranchInfo]:
         """Every abandoned branch, oldest first."""
-        rows = self._db.read(
-            "SELECT id, from_snapshot, actor, reason, created_at, epoch FROM branches "
-            "WHERE session = ? ORDER BY seq",
-            (sid,),
+        rows = self._db.read_named(
+            f"SELECT {BRANCH.select()} FROM branches WHERE session = ? ORDER BY seq", (sid,)
         )
-        return [
-            BranchInfo(
-                id=r[0], from_snapshot=r[1], actor=r[2], reason=r[3], created_at=r[4], epoch=r[5]
-            )
-            for r in rows
-        ]
+        return [BRANCH.decode(r) for r in rows]
 
-    def rollback(
-        self,
-        sid: str,
-        target: str,
-        *,
-        actor: str,
-        reason: str,
-        notice: dict[str, Any] | None,
-        now: float,
-        expect_epoch: int | None = None,
-        kind: RollbackKind = "rollback",
-        batch: str | None = None,
-    ) -> RollbackResult:
-        """Make snapshot `target` the head, abandon what came after, queue compensations."""
+    def rollback(self, sid: str, request: RollbackRequest) -> RollbackResult:
+        """Make snapshot `request.target` the head, abandon what came after, queue
+        compensations."""
+        target, actor, reason, now = request.target, request.actor, request.reason, request.now
+        notice, expect_epoch, kind, batch = (
+            request.notice, request.expect_epoch, request.kind, request.batch
+        )
         with self._db.write() as conn:
             seq, epoch, _msgs, _steps, _head = session_row(conn, sid)
             if expect_epoch is not None and epoch != expect_epoch:

@@ -1,27 +1,31 @@
-"""From SQLite rows to typed records and back: JSON columns, the record builders, the one WHERE
-builder of the fleet queries, and the audit and feed writes every state change shares."""
+"""From SQLite rows to typed records and back: JSON columns, one column-to-field map per record
+(rows are read by column name), the one WHERE builder of the fleet queries, and the audit and
+feed writes every state change shares."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 from engine.errors import UnknownSession
-from engine.records import AuditEvent, Compensation, SessionInfo, StepRecord
-from engine.types import (
-    CompensationStatus,
-    SessionStatus,
-    StepStatus,
-    StoredVerdict,
-    TokenBreakdown,
+from engine.records import (
+    AuditEvent,
+    BranchInfo,
+    Compensation,
+    CompensationWorker,
+    Event,
+    MessageRecord,
+    SessionInfo,
+    SnapshotNode,
+    StepRecord,
 )
+from engine.store.fieldmap import Column, FieldMap
+from engine.types import CompensationStatus, SessionStatus, StepStatus, canonical_json
 
-
-def dumps(value: Any) -> str:
-    """Compact, key-sorted JSON text (the form stored in every JSON column)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+dumps = canonical_json
+"""The form stored in every JSON column."""
 
 
 def loads(text: str | None) -> Any:
@@ -97,104 +101,180 @@ def add_retention(
     add_event(conn, now, None, "retention", counts)
 
 
-SESSION_COLS = (
-    "id, meta, status, head, epoch, created_at, updated_at, step_count, msg_count, loops, "
-    "rollbacks, last_verdict"
+def named(cursor: sqlite3.Cursor) -> sqlite3.Cursor:
+    """`cursor` with rows read by column name (`sqlite3.Row`), for the `FieldMap` decoders."""
+    cursor.row_factory = sqlite3.Row
+    return cursor
+
+
+def _comp_pair(text: str | None) -> tuple[str, Any] | None:
+    comp = loads(text)
+    return (comp[0], comp[1]) if comp else None  # stored as [name, args]
+
+
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+def _handlers(text: str) -> tuple[str, ...]:
+    return tuple(json.loads(text))
+
+
+SESSION: FieldMap[SessionInfo] = FieldMap(
+    SessionInfo,
+    Column("id", "id"),
+    Column("meta", "meta", json.loads),
+    Column("status", "status", SessionStatus),
+    Column("head", "head"),
+    Column("epoch", "epoch"),
+    Column("created_at", "created_at"),
+    Column("updated_at", "updated_at"),
+    Column("step_count", "steps"),
+    Column("msg_count", "messages"),
+    Column("loops", "loops"),
+    Column("rollbacks", "rollbacks"),
+    Column("last_verdict", "last_verdict", loads),
 )
+"""A `sessions` row as a `SessionInfo`."""
 
-
-def to_session(row: tuple[Any, ...]) -> SessionInfo:
-    """A `SessionInfo` from a row of `SESSION_COLS`."""
-    return SessionInfo(
-        id=row[0],
-        meta=json.loads(row[1]),
-        status=SessionStatus(row[2]),
-        head=row[3],
-        epoch=row[4],
-        created_at=row[5],
-        updated_at=row[6],
-        steps=row[7],
-        messages=row[8],
-        loops=row[9],
-        rollbacks=row[10],
-        last_verdict=cast(StoredVerdict | None, loads(row[11])),
-    )
-
-
-STEP_COLS = (
-    "n, tool, args, fingerprint, status, error, result_digest, result_preview, started_at, "
-    "ended_at, side_effect, compensation, verdict, branch, late, snapshot, text, epoch, budget"
+STEP: FieldMap[StepRecord] = FieldMap(
+    StepRecord,
+    Column("n", "n"),
+    Column("tool", "tool"),
+    Column("args", "args", json.loads),
+    Column("fingerprint", "fingerprint"),
+    Column("status", "status", StepStatus),
+    Column("error", "error"),
+    Column("result_digest", "result_digest"),
+    Column("result_preview", "result_preview"),
+    Column("started_at", "started_at"),
+    Column("ended_at", "ended_at"),
+    Column("side_effect", "side_effect", bool),
+    Column("compensation", "compensation", _comp_pair),
+    Column("verdict", "verdict", loads),
+    Column("branch", "branch"),
+    Column("branch", "on_live_line", _is_none),
+    Column("late", "late", bool),
+    Column("snapshot", "snapshot"),
+    Column("text", "text"),
+    Column("epoch", "epoch"),
+    Column("budget", "budget", loads),
 )
+"""A `steps` row as a `StepRecord`."""
 
-
-def to_step(r: tuple[Any, ...]) -> StepRecord:
-    """A `StepRecord` from a row of `STEP_COLS`."""
-    comp = loads(r[11])
-    return StepRecord(
-        n=r[0],
-        tool=r[1],
-        args=json.loads(r[2]),
-        fingerprint=r[3],
-        status=StepStatus(r[4]),
-        error=r[5],
-        result_digest=r[6],
-        result_preview=r[7],
-        started_at=r[8],
-        ended_at=r[9],
-        side_effect=bool(r[10]),
-        compensation=(comp[0], comp[1]) if comp else None,  # stored as [name, args]
-        verdict=cast(StoredVerdict | None, loads(r[12])),
-        on_live_line=r[13] is None,
-        branch=r[13],
-        late=bool(r[14]),
-        snapshot=r[15],
-        text=r[16],
-        epoch=r[17],
-        budget=cast(TokenBreakdown | None, loads(r[18])),
-    )
-
-
-COMP_COLS = (
-    "id, session, step, name, args, idem_key, status, attempts, error, created_at, "
-    "updated_at, branch, resolved_by, resolved_reason"
+COMPENSATION: FieldMap[Compensation] = FieldMap(
+    Compensation,
+    Column("id", "id"),
+    Column("session", "session"),
+    Column("step", "step"),
+    Column("name", "name"),
+    Column("args", "args", json.loads),
+    Column("idem_key", "idempotency_key"),
+    Column("status", "status", CompensationStatus),
+    Column("attempts", "attempts"),
+    Column("error", "error"),
+    Column("created_at", "created_at"),
+    Column("updated_at", "updated_at"),
+    Column("branch", "branch"),
+    Column("resolved_by", "resolved_by"),
+    Column("resolved_reason", "resolved_reason"),
 )
+"""A `compensations` row as a `Compensation`."""
+
+RESOLUTION_COLUMNS = frozenset({"resolved_by", "resolved_reason"})
+"""Compensation columns a file of an older schema lacks."""
+
+AUDIT: FieldMap[AuditEvent] = FieldMap(
+    AuditEvent,
+    Column("id", "id"),
+    Column("at", "at"),
+    Column("actor", "actor"),
+    Column("action", "action"),
+    Column("session", "session"),
+    Column("snapshot", "snapshot"),
+    Column("reason", "reason"),
+    Column("detail", "detail", json.loads),
+)
+"""An `audit` row as an `AuditEvent`."""
+
+EVENT: FieldMap[Event] = FieldMap(
+    Event,
+    Column("id", "id"),
+    Column("at", "at"),
+    Column("session", "session"),
+    Column("type", "type"),
+    Column("data", "data", json.loads),
+)
+"""An `events` row as an `Event`."""
+
+MESSAGE: FieldMap[MessageRecord] = FieldMap(
+    MessageRecord,
+    Column("seq", "seq"),
+    Column("pos", "pos"),
+    Column("body", "message", json.loads),
+    Column("branch", "branch"),
+    Column("created_at", "created_at"),
+)
+"""A `messages` row as a `MessageRecord`."""
+
+BRANCH: FieldMap[BranchInfo] = FieldMap(
+    BranchInfo,
+    Column("id", "id"),
+    Column("from_snapshot", "from_snapshot"),
+    Column("actor", "actor"),
+    Column("reason", "reason"),
+    Column("created_at", "created_at"),
+    Column("epoch", "epoch"),
+)
+"""A `branches` row as a `BranchInfo`."""
+
+WORKER: FieldMap[CompensationWorker] = FieldMap(
+    CompensationWorker,
+    Column("id", "id"),
+    Column("handlers", "handlers", _handlers),
+    Column("seen_at", "seen_at"),
+)
+"""A `workers` row as a `CompensationWorker`."""
+
+SNAPSHOT: FieldMap[SnapshotNode] = FieldMap(
+    SnapshotNode,
+    Column("id", "id"),
+    Column("parent", "parent"),
+    Column("label", "label"),
+    Column("kind", "kind"),
+    Column("created_at", "created_at"),
+    Column("next_step", "next_step"),
+    Column("msg_count", "messages"),
+    Column("branch", "branch"),
+    Column("branch", "on_live_line", _is_none),
+)
+"""A `snapshots` row as a `SnapshotNode`, but for what the caller derives (is_head, restorable,
+abandoned_reason)."""
+
+SESSION_COLS = SESSION.select()
+STEP_COLS = STEP.select()
+COMP_COLS = COMPENSATION.select()
+AUDIT_COLS = AUDIT.select()
 
 
-def to_compensation(r: tuple[Any, ...]) -> Compensation:
-    """A `Compensation` from a row of `COMP_COLS`."""
-    return Compensation(
-        id=r[0],
-        session=r[1],
-        step=r[2],
-        name=r[3],
-        args=json.loads(r[4]),
-        idempotency_key=r[5],
-        status=CompensationStatus(r[6]),
-        attempts=r[7],
-        error=r[8],
-        created_at=r[9],
-        updated_at=r[10],
-        branch=r[11],
-        resolved_by=r[12],
-        resolved_reason=r[13],
-    )
+def to_session(row: sqlite3.Row) -> SessionInfo:
+    """A `SessionInfo` from a named row of `SESSION_COLS`."""
+    return SESSION.decode(row)
 
 
-AUDIT_COLS = "id, at, actor, action, session, snapshot, reason, detail"
+def to_step(row: sqlite3.Row) -> StepRecord:
+    """A `StepRecord` from a named row of `STEP_COLS`."""
+    return STEP.decode(row)
 
 
-def to_audit(r: tuple[Any, ...]) -> AuditEvent:
-    """An `AuditEvent` from a row of `AUDIT_COLS`."""
-    return AuditEvent(
-        id=r[0],
-        at=r[1],
-        actor=r[2],
-        action=r[3],
-        session=r[4],
-        snapshot=r[5],
-        reason=r[6],
-        detail=json.loads(r[7]),
-    )
+def to_compensation(row: sqlite3.Row) -> Compensation:
+    """A `Compensation` from a named row of `COMP_COLS` (other columns are ignored)."""
+    return COMPENSATION.decode(row)
+
+
+def to_audit(row: sqlite3.Row) -> AuditEvent:
+    """An `AuditEvent` from a named row of `AUDIT_COLS`."""
+    return AUDIT.decode(row)
 
 
 SessionRow = tuple[int, int, int, int, str | None]

@@ -11,7 +11,16 @@ import sqlite3
 from engine.errors import CompensationConflict, UnknownCompensation
 from engine.records import Compensation, CompensationWorker
 from engine.store.base import compensation_refusal
-from engine.store.sqlite.rows import COMP_COLS, add_audit, add_event, dumps, to_compensation, where
+from engine.store.sqlite.rows import (
+    COMP_COLS,
+    WORKER,
+    add_audit,
+    add_event,
+    dumps,
+    named,
+    to_compensation,
+    where,
+)
 from engine.store.sqlite.tx import SQLiteDB
 from engine.types import CompensationStatus
 
@@ -78,7 +87,7 @@ class SagaOutbox:
     ) -> list[Compensation]:
         """Compensations matching every given filter, newest first."""
         clause, params = where({"session": session, "status": status})
-        rows = self._db.read(
+        rows = self._db.read_named(
             f"SELECT {self._comp_cols} FROM compensations{clause} ORDER BY id DESC LIMIT ?",
             (*params, limit),
         )
@@ -97,18 +106,18 @@ class SagaOutbox:
             return None
         marks = ",".join("?" * len(names))
         with self._db.write() as conn:
-            row = conn.execute(
+            row = named(conn.execute(
                 f"SELECT {self._comp_cols} FROM compensations WHERE name IN ({marks}) AND "
                 "(status = 'pending' OR (status = 'running' AND lease_until < ?)) "
                 "ORDER BY id LIMIT 1",
                 (*names, now),
-            ).fetchone()
+            )).fetchone()
             if row is None:
                 return None
             conn.execute(
                 "UPDATE compensations SET status = 'running', owner = ?, lease_until = ?, "
                 "attempts = attempts + 1, updated_at = ? WHERE id = ?",
-                (owner, now + lease_s, now, row[0]),
+                (owner, now + lease_s, now, row["id"]),
             )
         comp = to_compensation(row)
         return dataclasses.replace(
@@ -156,15 +165,15 @@ class SagaOutbox:
     ) -> Compensation:
         """Retry or resolve compensation `cid` (see `retry_compensation`)."""
         with self._db.write() as conn:
-            row = conn.execute(
+            row = named(conn.execute(
                 f"SELECT {COMP_COLS}, lease_until FROM compensations WHERE id = ?", (cid,)
-            ).fetchone()
+            )).fetchone()
             if row is None:
                 raise UnknownCompensation(
                     f"no compensation {cid} in {self.url}; list them with "
                     "`rewind compensations`"
                 )
-            comp, lease_until = to_compensation(row[:-1]), row[-1]
+            comp, lease_until = to_compensation(row), row["lease_until"]
             why = compensation_refusal(comp, lease_until, now, action)
             if why is not None:
                 raise CompensationConflict(why)
@@ -234,9 +243,8 @@ class SagaOutbox:
         """Workers seen at or after `since`, most recently seen first."""
         if not self._has_workers:
             return []
-        rows = self._db.read(
-            "SELECT id, handlers, seen_at FROM workers WHERE seen_at >= ? "
-            "ORDER BY seen_at DESC, id",
+        rows = self._db.read_named(
+            f"SELECT {WORKER.select()} FROM workers WHERE seen_at >= ? ORDER BY seen_at DESC, id",
             (since,),
         )
-        return [CompensationWorker(r[0], tuple(json.loads(r[1])), r[2]) for r in rows]
+        return [WORKER.decode(r) for r in rows]

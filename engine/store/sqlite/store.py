@@ -29,12 +29,23 @@ from engine.records import (
     SnapshotNode,
     StepRecord,
 )
-from engine.store.base import Retention, StepOutcome, StepStart, StepTicket
+from engine.store.base import (
+    ALL_SESSIONS,
+    Retention,
+    SessionFilter,
+    StepOutcome,
+    StepStart,
+    StepTicket,
+)
 from engine.store.sqlite.branches import BranchLine
 from engine.store.sqlite.rows import (
     AUDIT_COLS,
-    COMP_COLS,
+    COMPENSATION,
+    EVENT,
+    MESSAGE,
+    RESOLUTION_COLUMNS,
     SESSION_COLS,
+    SNAPSHOT,
     STEP_COLS,
     add_audit,
     add_event,
@@ -46,8 +57,8 @@ from engine.store.sqlite.rows import (
     to_audit,
     to_session,
     to_step,
-    where,
 )
+from engine.store.sqlite.rows import where as rows_where  # `where` names session filters here
 from engine.store.sqlite.saga import SagaOutbox, queue_compensations
 from engine.store.sqlite.schema import (
     SCHEMA_VERSION,
@@ -76,6 +87,13 @@ _EVIDENCE = (
 """SQL truth of "session `s` is evidence": it has a loop verdict, a rollback, or an audit row
 (rollbacks, forks, notices, operator actions) or a compensation of its own incarnation (rows left
 by an earlier session of the same id do not count)."""
+
+
+def _session_where(where: SessionFilter) -> tuple[str, list[object]]:
+    # The facets are columns of their own (kept with the meta), so each filter is one index.
+    return rows_where(
+        {"status": where.status, **where.facets()}, ("updated_at", where.updated_since)
+    )
 
 
 def _delete_session(conn: sqlite3.Connection, sid: str) -> bool:
@@ -124,7 +142,7 @@ class SQLiteStore(BranchLine, SagaOutbox):
         if self._db.read_only:
             check_schema(self._db.conn, url)
             if missing_columns(self._db.conn):  # an older file this user may not upgrade
-                self._comp_cols = COMP_COLS.replace("resolved_by, resolved_reason", "NULL, NULL")
+                self._comp_cols = COMPENSATION.select(absent=RESOLUTION_COLUMNS)
                 self._has_workers = False
         else:
             with self._db.write() as conn:
@@ -132,6 +150,9 @@ class SQLiteStore(BranchLine, SagaOutbox):
 
     def _read(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[Any]:
         return self._db.read(sql, params)
+
+    def _named(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[sqlite3.Row]:
+        return self._db.read_named(sql, params)
 
     def close(self) -> None:
         """Close this thread's connection (and the shared in-memory one)."""
@@ -178,42 +199,24 @@ class SQLiteStore(BranchLine, SagaOutbox):
 
     def get_session(self, sid: str) -> SessionInfo | None:
         """The session summary, or None when no such session exists."""
-        rows = self._read(f"SELECT {SESSION_COLS} FROM sessions WHERE id = ?", (sid,))
+        rows = self._named(f"SELECT {SESSION_COLS} FROM sessions WHERE id = ?", (sid,))
         return to_session(rows[0]) if rows else None
 
     def list_sessions(
-        self,
-        *,
-        status: SessionStatus | None = None,
-        tenant: str | None = None,
-        scenario: str | None = None,
-        prompt_version: str | None = None,
-        updated_since: float | None = None,
-        limit: int = 200,
-        offset: int = 0,
+        self, where: SessionFilter = ALL_SESSIONS, *, limit: int = 200, offset: int = 0
     ) -> list[SessionInfo]:
-        """Sessions matching every given filter, most recently active first."""
-        clause, params = where(
-            {
-                "status": status,
-                "tenant": tenant,
-                "scenario": scenario,
-                "prompt_version": prompt_version,
-            },
-            ("updated_at", updated_since),
-        )
-        rows = self._read(
+        """Sessions matching every field `where` gives, most recently active first."""
+        clause, params = _session_where(where)
+        rows = self._named(
             f"SELECT {SESSION_COLS} FROM sessions{clause} "
             "ORDER BY updated_at DESC LIMIT ? OFFSET ?",
             (*params, limit, offset),
         )
         return [to_session(r) for r in rows]
 
-    def count_sessions(
-        self, *, status: SessionStatus | None = None, updated_since: float | None = None
-    ) -> int:
-        """How many sessions match every given filter."""
-        clause, params = where({"status": status}, ("updated_at", updated_since))
+    def count_sessions(self, where: SessionFilter = ALL_SESSIONS) -> int:
+        """How many sessions match every field `where` gives."""
+        clause, params = _session_where(where)
         return int(self._read(f"SELECT COUNT(*) FROM sessions{clause}", params)[0][0])
 
     def set_status(
@@ -278,17 +281,10 @@ class SQLiteStore(BranchLine, SagaOutbox):
 
     def all_messages(self, sid: str) -> list[MessageRecord]:
         """Every message, live and abandoned, in write order."""
-        rows = self._read(
-            "SELECT seq, pos, body, branch, created_at FROM messages WHERE session = ? "
-            "ORDER BY seq",
-            (sid,),
+        rows = self._named(
+            f"SELECT {MESSAGE.select()} FROM messages WHERE session = ? ORDER BY seq", (sid,)
         )
-        return [
-            MessageRecord(
-                seq=r[0], pos=r[1], message=json.loads(r[2]), branch=r[3], created_at=r[4]
-            )
-            for r in rows
-        ]
+        return [MESSAGE.decode(r) for r in rows]
 
     # -- snapshots --------------------------------------------------------------------------
     def _snapshot(
@@ -365,31 +361,23 @@ class SQLiteStore(BranchLine, SagaOutbox):
         head_rows = self._read("SELECT head FROM sessions WHERE id = ?", (sid,))
         head = head_rows[0][0] if head_rows else None
         branches = {b.id: b for b in self.branches(sid)}
-        rows = self._read(
-            "SELECT id, parent, label, kind, seq, msg_count, next_step, created_at, branch, "
-            "retired_at FROM snapshots WHERE session = ? ORDER BY seq",
+        rows = self._named(
+            f"SELECT {SNAPSHOT.select()}, retired_at FROM snapshots WHERE session = ? "
+            "ORDER BY seq",
             (sid,),
         )
         out = []
         for r in rows:
-            branch = branches.get(r[8])
+            branch = branches.get(r["branch"])
             reason = None
             if branch is not None:
                 reason = f"rolled back to {branch.from_snapshot} by {branch.actor}: {branch.reason}"
             out.append(
-                SnapshotNode(
-                    id=r[0],
-                    parent=r[1],
-                    label=r[2],
-                    created_at=r[7],
-                    on_live_line=r[8] is None,
+                SNAPSHOT.decode(
+                    r,
                     abandoned_reason=reason,
-                    kind=r[3],
-                    restorable=r[8] is None and r[9] is None,
-                    next_step=r[6],
-                    messages=r[5],
-                    branch=r[8],
-                    is_head=r[0] == head,
+                    restorable=r["branch"] is None and r["retired_at"] is None,
+                    is_head=r["id"] == head,
                 )
             )
         return out
@@ -524,13 +512,13 @@ class SQLiteStore(BranchLine, SagaOutbox):
         """Steps in step order; `last` keeps only the newest N."""
         live = " AND branch IS NULL" if live_only else ""
         if last is not None:
-            rows = self._read(
+            rows = self._named(
                 f"SELECT {STEP_COLS} FROM steps WHERE session = ?{live} ORDER BY n DESC LIMIT ?",
                 (sid, last),
             )
             rows.reverse()
         else:
-            rows = self._read(
+            rows = self._named(
                 f"SELECT {STEP_COLS} FROM steps WHERE session = ?{live} ORDER BY n", (sid,)
             )
         return [to_step(r) for r in rows]
@@ -553,17 +541,17 @@ class SQLiteStore(BranchLine, SagaOutbox):
         limit: int = 1000,
     ) -> list[AuditEvent]:
         """Audit events matching every given filter, newest first."""
-        clause, params = where(
+        clause, params = rows_where(
             {"session": session, "actor": actor, "action": action}, ("at", since)
         )
-        rows = self._read(
+        rows = self._named(
             f"SELECT {AUDIT_COLS} FROM audit{clause} ORDER BY id DESC LIMIT ?", (*params, limit)
         )
         return [to_audit(r) for r in rows]
 
     def count_audit(self, action: str, since: float) -> int:
         """How many audit events of `action` happened at or after `since`."""
-        clause, params = where({"action": action}, ("at", since))
+        clause, params = rows_where({"action": action}, ("at", since))
         return int(self._read(f"SELECT COUNT(*) FROM audit{clause}", params)[0][0])
 
     def add_audit(
@@ -583,15 +571,13 @@ class SQLiteStore(BranchLine, SagaOutbox):
 
     def events(self, since: int = 0, limit: int = 1000, session: str | None = None) -> list[Event]:
         """Feed events with cursor greater than `since`, oldest first."""
-        clause, params = where({"session": session})
-        rows = self._read(
-            f"SELECT id, at, session, type, data FROM events{clause}"
+        clause, params = rows_where({"session": session})
+        rows = self._named(
+            f"SELECT {EVENT.select()} FROM events{clause}"
             f"{' AND' if clause else ' WHERE'} id > ? ORDER BY id LIMIT ?",
             (*params, since, limit),
         )
-        return [
-            Event(id=r[0], at=r[1], session=r[2], type=r[3], data=json.loads(r[4])) for r in rows
-        ]
+        return [EVENT.decode(r) for r in rows]
 
     def last_event_id(self) -> int:
         """Cursor of the newest event (0 when none)."""

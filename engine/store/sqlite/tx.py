@@ -123,6 +123,13 @@ class SQLiteDB:
         with self._lock:
             return self.conn.execute(sql, params).fetchall()
 
+    def read_named(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Like `read`, with each row's columns readable by name (`sqlite3.Row`)."""
+        with self._lock:
+            cursor = self.conn.execute(sql, params)
+            cursor.row_factory = sqlite3.Row
+            return cursor.fetchall()
+
     def close(self) -> None:
         """Close this thread's connection (and the shared one); reopened on next use."""
         conn = getattr(self._local, "conn", None)

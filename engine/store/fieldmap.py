@@ -1,0 +1,75 @@
+"""Declarative maps from a stored row (a SQLite row, a Redis hash, a decoded JSON object) to a
+typed record: one `FieldMap` per record type and backend names each column, the record field it
+fills and how its text becomes the field's value. Decoders read columns by name, never by
+position, so a column added to a SELECT list or a hash cannot shift the others.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+R = TypeVar("R")
+
+
+def same(value: Any) -> Any:
+    """The stored value as it is."""
+    return value
+
+
+class Named(Protocol):
+    """A row whose columns are read by name (`sqlite3.Row`, a dict)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Column:
+    """One stored column and the record field it fills."""
+
+    name: str
+    """The column (or hash field, or JSON key) as stored."""
+    field: str
+    """The record field it fills; one column may fill several fields."""
+    convert: Callable[[Any], Any] = same
+    """From the stored value to the field's value."""
+    optional: bool = False
+    """The column may be absent (a hash written before it existed): read as None then."""
+
+
+class FieldMap(Generic[R]):
+    """How one record type is read from one backend's rows.
+
+    Args:
+        record: the record type (or any callable taking the fields as keywords).
+        columns: every column the record is built from, in SELECT order.
+    """
+
+    def __init__(self, record: Callable[..., R], *columns: Column):
+        self.record = record
+        self.columns = columns
+        names = dict.fromkeys(c.name for c in columns)
+        self.names: tuple[str, ...] = tuple(names)
+        """The columns read, each once, in the order given."""
+
+    def select(self, absent: frozenset[str] = frozenset()) -> str:
+        """The SQL SELECT list of the columns; those in `absent` (missing from an older file)
+        read as NULL under their own name."""
+        return ", ".join(f"NULL AS {n}" if n in absent else n for n in self.names)
+
+    def decode(self, row: Named, **extra: Any) -> R:
+        """The record of `row`; `extra` fills the fields no column holds (derived by the
+        caller from more than one column or from outside the row)."""
+        values = {}
+        for column in self.columns:
+            try:
+                raw = row[column.name]
+            except KeyError:
+                if not column.optional:
+                    raise
+                raw = None
+            values[column.field] = column.convert(raw)
+        return self.record(**values, **extra)

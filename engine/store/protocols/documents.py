@@ -1,0 +1,48 @@
+"""Unversioned documents: the part of the storage contract integrations and fleet settings keep
+their own state in.
+
+Part of `engine.store.base.Store` (see there for the model and the rules every method follows).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class DocumentStore(Protocol):
+    """Unversioned documents: a session's (rollbacks leave them alone) and the fleet's (no
+    session owns them)."""
+
+    def doc_put(self, sid: str, ns: str, items: dict[str, Any], now: float) -> None:
+        """Set documents of namespace `ns` (None deletes one). Unlike `put`, documents are not
+        versioned and rollbacks do not touch them: integrations keep their own history here
+        (e.g. LangGraph checkpoints). Atomic.
+
+        Raises:
+            UnknownSession: no such session.
+        """
+        ...
+
+    def doc_get(self, sid: str, ns: str, keys: list[str]) -> dict[str, Any]:
+        """The documents among `keys` that exist."""
+        ...
+
+    def doc_scan(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
+        """Every document of `ns` whose key starts with `prefix`, in key order."""
+        ...
+
+    def fleet_docs(self, ns: str) -> dict[str, Any]:
+        """Every fleet document of namespace `ns` (key -> JSON value), in key order.
+
+        Fleet documents hold small fleet-wide settings every process must see (tool
+        quarantines, the alert worker's cursor). No session owns them: deleting or purging
+        sessions never touches them.
+        """
+        ...
+
+    def fleet_doc_put(self, ns: str, values: dict[str, Any | None], now: float) -> None:
+        """Set fleet documents of namespace `ns` (a value of None deletes the key), all in one
+        atomic write; the values must be JSON-representable. `now` is the time of the write.
+        """
+        ...

@@ -1,0 +1,183 @@
+"""Sessions and steps: the part of the storage contract an agent writes through on every turn.
+
+Part of `engine.store.base.Store` (see there for the model and the rules every method follows).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from engine.records import MessageRecord, SessionInfo, StepRecord
+from engine.store.requests import (
+    ALL_SESSIONS,
+    Retention,
+    SessionFilter,
+    StepOutcome,
+    StepStart,
+    StepTicket,
+)
+from engine.types import SessionStatus, StoredVerdict
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Sessions and steps: the session records, their history (messages and versioned
+    key-value namespaces) and the steps recorded on them."""
+
+    def ensure_session(self, sid: str, meta: dict[str, Any] | None, now: float) -> SessionInfo:
+        """Create the session if missing; merge `meta` keys into an existing one.
+
+        Args:
+            sid: the session id.
+            meta: free metadata (tenant, scenario, prompt_version, locale, …); None or {} leaves
+                an existing session's meta as it is.
+            now: creation time of a new session.
+
+        Returns:
+            The session summary after the call.
+        """
+        ...
+
+    def get_session(self, sid: str) -> SessionInfo | None:
+        """The session summary.
+
+        Returns:
+            The summary, or None when no such session exists.
+        """
+        ...
+
+    def list_sessions(
+        self, where: SessionFilter = ALL_SESSIONS, *, limit: int = 200, offset: int = 0
+    ) -> list[SessionInfo]:
+        """Sessions matching every field `where` gives, most recently active first.
+
+        Args:
+            where: the filter (status, tenant, scenario, prompt_version, updated_since);
+                `ALL_SESSIONS` for none.
+            limit: at most this many.
+            offset: skip this many first (paging).
+
+        Returns:
+            The summaries, newest `updated_at` first.
+        """
+        ...
+
+    def count_sessions(self, where: SessionFilter = ALL_SESSIONS) -> int:
+        """How many sessions match every field `where` gives (as in `list_sessions`).
+
+        Args:
+            where: the filter; `ALL_SESSIONS` for none.
+
+        Returns:
+            The count. One field besides `updated_since` is counted without loading the
+            sessions; a Redis store loads them to count a status and a facet, or two facets.
+        """
+        ...
+
+    def set_status(
+        self, sid: str, status: SessionStatus, verdict: StoredVerdict | None, now: float
+    ) -> None:
+        """Set the session status; a verdict (loop) is stored as the session's last verdict and
+        counted as a loop.
+
+        Raises:
+            UnknownSession: no such session.
+        """
+        ...
+
+    def delete_session(self, sid: str, now: float) -> bool:
+        """Delete a session and everything it owns (audit events and compensations stay).
+
+        Returns:
+            True if it existed.
+        """
+        ...
+
+    def append_messages(self, sid: str, messages: list[dict[str, Any]], now: float) -> int:
+        """Append chat messages (each with a ``role``) to the live line.
+
+        Returns:
+            The session's epoch after the write.
+
+        Raises:
+            UnknownSession: no such session.
+        """
+        ...
+
+    def put(self, sid: str, ns: str, items: dict[str, Any], now: float) -> int:
+        """Set keys of namespace `ns` (None deletes a key), versioned, in one write.
+
+        Returns:
+            The session's epoch after the write.
+
+        Raises:
+            UnknownSession: no such session.
+        """
+        ...
+
+    def get_all(self, sid: str, ns: str) -> dict[str, Any]:
+        """Current values of namespace `ns` on the live line ({} for an unknown session)."""
+        ...
+
+    def live_messages(self, sid: str) -> list[dict[str, Any]]:
+        """Messages on the live line, oldest first ([] for an unknown session)."""
+        ...
+
+    def all_messages(self, sid: str) -> list[MessageRecord]:
+        """Every message, live and abandoned, in write order."""
+        ...
+
+    def begin_step(
+        self,
+        sid: str,
+        step: StepStart,
+        snapshot_label: str | None,
+        now: float,
+        retention: Retention,
+    ) -> StepTicket:
+        """Record the start of a step (status running), after a write-ahead snapshot of kind
+        ``step`` when `snapshot_label` is given; both in one atomic write.
+
+        Returns:
+            The ticket that `end_step` takes.
+
+        Raises:
+            UnknownSession: no such session.
+        """
+        ...
+
+    def end_step(self, sid: str, ticket: StepTicket, outcome: StepOutcome, now: float) -> bool:
+        """Record a step's outcome.
+
+        A step whose session was rolled back while it ran lands on the abandoned branch and is
+        marked late; it never reaches the live line. A late side-effecting step that ended ok
+        gets its compensation queued, as the rollback would have done. A looping verdict also
+        sets the session status to looping and stores the verdict as the session's last verdict;
+        a step that ends ok without one makes the session healthy again (unless stopped).
+
+        Returns:
+            True when the step was late.
+
+        Raises:
+            UnknownSession: no such session.
+        """
+        ...
+
+    def steps(
+        self, sid: str, *, live_only: bool = False, last: int | None = None
+    ) -> list[StepRecord]:
+        """Steps in step order.
+
+        Args:
+            live_only: only the steps on the live line.
+            last: keep only the newest N.
+        """
+        ...
+
+    def add_notice(self, sid: str, message: dict[str, Any], actor: str, now: float) -> None:
+        """Append a recovery notice (a chat message) to the live line and audit it.
+
+        Raises:
+            UnknownSession: no such session.
+        """
+        ...

@@ -1,0 +1,129 @@
+"""What callers hand the store: the shapes of step records, retention settings, session filters
+and rollback requests (the arguments the `engine.store.base.Store` protocols take)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict
+
+from engine.types import (
+    FACETS,
+    RollbackKind,
+    SessionStatus,
+    StepStatus,
+    StoredVerdict,
+    TokenBreakdown,
+)
+
+
+class StepStart(TypedDict):
+    """What `Store.begin_step` records about a step as it begins."""
+
+    tool: str | None
+    """Tool name; None for a plain agent message turn."""
+    args: str
+    """Canonical JSON text of the arguments."""
+    fingerprint: str
+    """Stable hash of tool + canonical args."""
+    side_effect: NotRequired[bool]
+    """The tool changes the outside world (default False)."""
+    compensation: NotRequired[str | None]
+    """JSON text of ``[handler name, args]`` that undoes the side effect, or None."""
+    text: NotRequired[str | None]
+    """Agent text of a message turn."""
+
+
+class StepOutcome(TypedDict):
+    """What `Store.end_step` records about a step as it ends."""
+
+    status: StepStatus
+    """ok or error."""
+    error: NotRequired[str | None]
+    """Error text of a failed step."""
+    result_digest: NotRequired[str | None]
+    """Digest of the result (equal results, equal digests)."""
+    result_preview: NotRequired[str | None]
+    """First characters of the result, for people."""
+    verdict: NotRequired[StoredVerdict | None]
+    """The loop verdict this step flagged, if any."""
+    budget: NotRequired[TokenBreakdown | None]
+    """Token breakdown of the context the agent built for this step, if given."""
+
+
+class StepTicket:
+    """What `begin_step` hands back: the step number, the epoch and the write-ahead snapshot."""
+
+    __slots__ = ("n", "epoch", "snapshot", "seq")
+
+    def __init__(self, n: int, epoch: int, snapshot: str | None, seq: int):
+        self.n = n
+        """Step number within the session."""
+        self.epoch = epoch
+        """The session's epoch when the step began (a rollback meanwhile makes it late)."""
+        self.snapshot = snapshot
+        """Id of the write-ahead snapshot taken right before the step, if one was asked for."""
+        self.seq = seq
+        """Session sequence number of the step's record."""
+
+
+class Retention:
+    """Retention settings applied by the store as snapshots are taken."""
+
+    __slots__ = ("keep_snapshots", "keep_step_snapshots")
+
+    def __init__(self, keep_snapshots: int = 5, keep_step_snapshots: int = 50):
+        if keep_snapshots < 1 or keep_step_snapshots < 1:
+            raise ValueError("retention windows must keep at least one snapshot")
+        self.keep_snapshots = keep_snapshots
+        """Named snapshots (taken with `Session.snapshot`) that stay restorable on the live line."""
+        self.keep_step_snapshots = keep_step_snapshots
+        """Write-ahead step snapshots stay restorable while their step is among the last N steps."""
+
+
+@dataclass(frozen=True)
+class SessionFilter:
+    """Which sessions `list_sessions` and `count_sessions` take: every given field must match
+    (None: no filter on it)."""
+
+    status: SessionStatus | None = None
+    """Only sessions in this status."""
+    tenant: str | None = None
+    """Only sessions whose meta names this tenant."""
+    scenario: str | None = None
+    """Only sessions whose meta names this scenario."""
+    prompt_version: str | None = None
+    """Only sessions whose meta names this prompt version."""
+    updated_since: float | None = None
+    """Only sessions changed at or after this time."""
+
+    def facets(self) -> dict[str, str]:
+        """The meta facets (`engine.types.FACETS`) this filter asks for, name -> value."""
+        wanted = {name: getattr(self, name) for name in FACETS}
+        return {name: value for name, value in wanted.items() if value is not None}
+
+
+ALL_SESSIONS = SessionFilter()
+"""The filter every session matches (the default of `list_sessions` and `count_sessions`)."""
+
+
+@dataclass(frozen=True)
+class RollbackRequest:
+    """What `Store.rollback` is asked to do: which snapshot, on whose behalf, and under which
+    conditions."""
+
+    target: str
+    """Id of a restorable snapshot on the live line."""
+    actor: str
+    """Who rolls back (audited)."""
+    reason: str
+    """Why (audited, labels the branch)."""
+    now: float
+    """Time of the rollback (engine clock)."""
+    notice: dict[str, Any] | None = None
+    """Chat message appended after the rollback, or None."""
+    expect_epoch: int | None = None
+    """Refuse unless the session's epoch is still this one (None: any epoch)."""
+    kind: RollbackKind = "rollback"
+    """A recovery (counted, sets the status) or an integration's time travel (``fork``)."""
+    batch: str | None = None
+    """Id of the bulk rollback this one belongs to (None: not part of one)."""
