@@ -33,8 +33,7 @@ from urllib.parse import urlsplit
 import streamlit as st
 
 from dashboard.settings import section
-from engine import Actor
-from engine.auth import hash_password, verify_password
+from engine import Actor, hash_password, verify_password
 
 ROLES = ("viewer", "operator")
 SESSION_KEY = "rewind_user"

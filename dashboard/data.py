@@ -17,8 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import access, settings, views
-from engine import Engine, SessionStatus, StoreError, StoreUnavailable
-from engine.fleet import LoopTally
+from engine import Engine, LoopTally, SessionStatus, StoreError, StoreUnavailable
 
 FLEET_TTL = 5
 SESSION_TTL = 3
@@ -218,10 +217,14 @@ class MemoryView:
 def memory_view(url: str | None, sid: str) -> MemoryView | None:
     """The session's memories and their decay curves; None when none are recorded (or the
     engine has no memory module)."""
+    session = engine_for(url).get_session(sid)
+    # Every Session has `.memory` (typed in the engine), so no AttributeError is expected here,
+    # and catching one would show a bug in the memory module as "no memories". What can fail is
+    # the first use loading the retrieval stack: without it the tab shows no memories.
     try:
-        memory = engine_for(url).get_session(sid).memory
+        memory = session.memory
         items = memory.items(include_invalid=True)
-    except (ImportError, AttributeError):
+    except ImportError:
         return None
     if not items:
         return None

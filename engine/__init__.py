@@ -66,6 +66,11 @@ from engine.types import (
     StoredVerdict,
     TokenBreakdown,
 )
+from engine.auth import hash_password, verify_password
+from engine.fleet import LoopTally
+from engine.freeze import POLICY_SHORT, freeze_window, policy_sentence
+from engine.saga import LIVE_S
+from engine.sessions.notices import NOTICE_FLAG, TEMPLATES, template_for
 
 __all__ = [
     "Actor", "AuditEvent", "BranchInfo", "BudgetError", "Compensation", "CompensationStatus",
@@ -81,6 +86,8 @@ __all__ = [
     "BulkRollbackItem", "Quarantine", "ToolQuarantined", "UnknownQuarantine",
     "ConfigError", "FreezeWindow", "PolicyChoice",
     "CompensationConflict", "CompensationWorker",
+    "LIVE_S", "LoopTally", "NOTICE_FLAG", "POLICY_SHORT", "TEMPLATES", "freeze_window",
+    "hash_password", "policy_sentence", "template_for", "verify_password",
 ]
 __version__ = "0.1.0"
 
