@@ -65,9 +65,11 @@ def fleet_stats(url: str | None, window_s: float = 3600.0) -> dict:
 
 
 @st.cache_data(ttl=FLEET_TTL, show_spinner=False)
-def sessions(url: str | None, status: SessionStatus | None = None, tenant: str | None = None,
-             scenario: str | None = None, prompt_version: str | None = None) -> pd.DataFrame:
-    """Sessions matching the engine-side filters, as the fleet table frame (up to FLEET_CAP)."""
+def sessions(url: str | None, status: SessionStatus | str | None = None,
+             tenant: str | None = None, scenario: str | None = None,
+             prompt_version: str | None = None) -> pd.DataFrame:
+    """Sessions matching the engine-side filters, as the fleet table frame (up to FLEET_CAP);
+    `status` as the enum or its text (the engine takes either)."""
     infos = engine_for(url).sessions(status=status, tenant=tenant, scenario=scenario,
                                      prompt_version=prompt_version, limit=FLEET_CAP)
     return views.sessions_frame(infos)

@@ -8,7 +8,7 @@ import html
 import json
 import math
 import re
-from typing import Any
+from typing import Any, overload
 
 from engine import SessionStatus
 
@@ -46,6 +46,11 @@ def status_markdown(status: Any) -> str:
     return f":{color}[**{plain(status_label(status))}**]"
 
 
+# Typed per argument so a caller with a time it knows is there gets a datetime, not an Optional.
+@overload
+def when(ts: float) -> dt.datetime: ...
+@overload
+def when(ts: float | None) -> dt.datetime | None: ...
 def when(ts: float | None) -> dt.datetime | None:
     """A unix time as a local, aware datetime (None stays None)."""
     return None if ts is None else dt.datetime.fromtimestamp(ts).astimezone()

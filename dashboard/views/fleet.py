@@ -60,15 +60,16 @@ def sessions_frame(infos: Iterable[Any]) -> pd.DataFrame:
     for i in infos:
         verdict: StoredVerdict | None = i.last_verdict
         meta = i.meta or {}
-        looping = i.status == SessionStatus.LOOPING and verdict is not None
+        # The loop columns are filled only while the session loops (and has a verdict saying so).
+        loop = verdict if i.status == SessionStatus.LOOPING else None
         rows.append((
             i.id, i.status, [status_label(i.status)], meta.get("tenant"),
             meta.get("scenario"), meta.get("prompt_version"), meta.get("locale") or "en",
             i.updated_at, i.steps, i.messages, i.loops, i.rollbacks,
             verdict["rule"] if verdict else None, verdict["explanation"] if verdict else None,
             session_link(i.id),
-            verdict.get("at") if looping else None,
-            loop_steps(i.steps, verdict) if looping else None,
+            loop.get("at") if loop is not None else None,
+            loop_steps(i.steps, loop) if loop is not None else None,
             meta.get("hold"),
         ))
     frame = pd.DataFrame.from_records(rows, columns=SESSION_COLUMNS)
@@ -155,9 +156,10 @@ def kpis(stats: Mapping[str, int], window_s: float = 3600.0) -> list[Kpi]:
 def loop_steps(steps_total: int, verdict: StoredVerdict | None) -> int | None:
     """Steps taken since a loop began: step numbers are never reused, so a session still
     looping has spent steps `loop_start_step` … `steps_total` inside its loop."""
-    if not verdict or not verdict.get("loop_start_step"):
+    start = verdict.get("loop_start_step") if verdict else None
+    if not start:
         return None
-    return max(int(steps_total) - int(verdict["loop_start_step"]) + 1, 0)
+    return max(int(steps_total) - int(start) + 1, 0)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -512,7 +512,10 @@ MESSAGES_CSS = """<style>
 
 
 # -- memory and budget ------------------------------------------------------------------------
-BUDGET_PARTS = ("system", "dialogue", "memories", "reserve")
+BudgetPart = Literal["system", "dialogue", "memories", "reserve"]
+BUDGET_PARTS: tuple[BudgetPart, ...] = ("system", "dialogue", "memories", "reserve")
+"""The parts of a context the budget charts stack (`TokenBreakdown` keys, typed as such so
+reading one from a breakdown is typed too)."""
 BUDGET_COLUMNS = ["step", *BUDGET_PARTS, "dropped", "total", "max_tokens", "line"]
 
 
@@ -566,15 +569,20 @@ def memory_log_frame(entries: Iterable[Mapping[str, Any]],
                      names: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Memory lifecycle events (promote, evict, prune) and contradiction fixes, by time;
     `names` maps memory ids to their text."""
-    names = names or {}
+    known = names or {}
+
+    def name(mid: Any) -> Any:
+        # Memory ids are strings; anything else (None when an entry has no id) shows as is.
+        return known.get(mid, mid) if isinstance(mid, str) else mid
+
     rows = []
     for e in sorted(entries, key=lambda e: e.get("at") or 0):
         if "event" in e:
-            what, about = e["event"], names.get(e.get("id"), e.get("id"))
+            what, about = e["event"], name(e.get("id"))
         else:
             kept, gone = e.get("kept"), e.get("invalidated")
             what = f"contradiction ({e.get('kind', '?')})"
-            about = f"kept “{names.get(kept, kept)}”, invalidated “{names.get(gone, gone)}”"
+            about = f"kept “{name(kept)}”, invalidated “{name(gone)}”"
         rows.append({"time": when(e.get("at")), "event": what, "memory": about,
                      "reason": e.get("reason")})
     return pd.DataFrame(rows, columns=["time", "event", "memory", "reason"])
@@ -603,8 +611,8 @@ def current_budget(history: pd.DataFrame) -> pd.Series | None:
 
 def budget_parts(breakdown: TokenBreakdown | pd.Series, max_tokens: int | None) -> pd.DataFrame:
     """One context's token split (system, dialogue, memories, reserve, free) against the window."""
-    rows = [{"part": p, "tokens": int(breakdown.get(p) or 0)} for p in BUDGET_PARTS]
-    used = sum(r["tokens"] for r in rows)
+    tokens: dict[str, int] = {p: int(breakdown.get(p) or 0) for p in BUDGET_PARTS}
     if max_tokens:
-        rows.append({"part": "free", "tokens": max(int(max_tokens) - used, 0)})
-    return pd.DataFrame(rows, columns=["part", "tokens"])
+        tokens["free"] = max(int(max_tokens) - sum(tokens.values()), 0)
+    return pd.DataFrame([{"part": p, "tokens": n} for p, n in tokens.items()],
+                        columns=["part", "tokens"])
