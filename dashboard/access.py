@@ -25,7 +25,7 @@ import fnmatch
 import ipaddress
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,8 +33,7 @@ from urllib.parse import urlsplit
 import streamlit as st
 
 from dashboard.settings import section
-from engine import Actor
-from engine.auth import hash_password, verify_password
+from engine import Actor, Role, hash_password, verify_password
 
 ROLES = ("viewer", "operator")
 SESSION_KEY = "rewind_user"
@@ -59,7 +58,7 @@ class User:
 
     def actor(self) -> Actor:
         """The engine actor for this user; the engine enforces the role again."""
-        return Actor(self.name, self.role)
+        return Actor(self.name, Role(self.role))
 
 
 DEMO_USER = User(DEMO_NAME, "operator", "demo")
@@ -171,7 +170,7 @@ def role_for_identity(identity: str | None, roles: Mapping[str, Any]) -> str | N
     return default if default in ROLES else None
 
 
-def oidc_providers(auth: Mapping[str, Any]) -> list[str | None]:
+def oidc_providers(auth: Mapping[str, Any]) -> Sequence[str | None]:
     """Named providers (`[auth.<name>]` tables with a client_id); [None] for the unnamed one."""
     named = [k for k, v in auth.items() if isinstance(v, Mapping) and "client_id" in v]
     if named:

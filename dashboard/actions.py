@@ -11,8 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from dashboard.access import User
-from engine import Engine, PermissionDenied, RewindError
-from engine.records import BulkRollbackItem, Quarantine, RollbackResult
+from engine import (
+    BulkRollbackItem,
+    Engine,
+    PermissionDenied,
+    Quarantine,
+    RewindError,
+    RollbackResult,
+)
 
 BULK_CAP = 200
 """Most sessions one bulk rollback takes from the console at once. Each is its own store

@@ -17,8 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import access, settings, views
-from engine import Engine, SessionStatus, StoreError, StoreUnavailable
-from engine.fleet import LoopTally
+from engine import Engine, LoopTally, SessionStatus, StoreError, StoreUnavailable
 
 FLEET_TTL = 5
 SESSION_TTL = 3
@@ -66,9 +65,11 @@ def fleet_stats(url: str | None, window_s: float = 3600.0) -> dict:
 
 
 @st.cache_data(ttl=FLEET_TTL, show_spinner=False)
-def sessions(url: str | None, status: SessionStatus | None = None, tenant: str | None = None,
-             scenario: str | None = None, prompt_version: str | None = None) -> pd.DataFrame:
-    """Sessions matching the engine-side filters, as the fleet table frame (up to FLEET_CAP)."""
+def sessions(url: str | None, status: SessionStatus | str | None = None,
+             tenant: str | None = None, scenario: str | None = None,
+             prompt_version: str | None = None) -> pd.DataFrame:
+    """Sessions matching the engine-side filters, as the fleet table frame (up to FLEET_CAP);
+    `status` as the enum or its text (the engine takes either)."""
     infos = engine_for(url).sessions(status=status, tenant=tenant, scenario=scenario,
                                      prompt_version=prompt_version, limit=FLEET_CAP)
     return views.sessions_frame(infos)
@@ -218,10 +219,14 @@ class MemoryView:
 def memory_view(url: str | None, sid: str) -> MemoryView | None:
     """The session's memories and their decay curves; None when none are recorded (or the
     engine has no memory module)."""
+    session = engine_for(url).get_session(sid)
+    # Every Session has `.memory` (typed in the engine), so no AttributeError is expected here,
+    # and catching one would show a bug in the memory module as "no memories". What can fail is
+    # the first use loading the retrieval stack: without it the tab shows no memories.
     try:
-        memory = engine_for(url).get_session(sid).memory
+        memory = session.memory
         items = memory.items(include_invalid=True)
-    except (ImportError, AttributeError):
+    except ImportError:
         return None
     if not items:
         return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 import streamlit as st
 
@@ -41,8 +41,13 @@ def _notice_preview(text: str | None) -> None:
         st.html(f"<div class='rw-notice-preview'>{views.escape_text(text)}</div>")
 
 
-def _notice_picker(locale: str, key: str, allow_none: bool) -> str | None | bool:
-    """Radio + text area; returns the exact text, None for an empty custom text, False for none."""
+@overload
+def _notice_picker(locale: str, key: str, allow_none: Literal[False]) -> str | None: ...
+@overload
+def _notice_picker(locale: str, key: str, allow_none: bool) -> str | None | Literal[False]: ...
+def _notice_picker(locale: str, key: str, allow_none: bool) -> str | None | Literal[False]:
+    """Radio + text area; returns the exact text, None for an empty custom text, False for none
+    (only offered when `allow_none`)."""
     options = [*views.NOTICE_CHOICES, *([NO_NOTICE] if allow_none else [])]
     choice = st.radio("Notice to the user", options, horizontal=True, key=f"{key}-choice",
                       index=options.index(views.default_notice_choice(locale)))
@@ -254,7 +259,8 @@ def bulk_rollback_dialog(user: User, request: BulkRequest) -> None:
     key = f"bulk-{request.token}"
     finished = st.session_state.get(f"{key}-result")
     if finished is not None:
-        _bulk_result(*finished, key=key)
+        results, left_alone = finished  # as stored below, after the rollbacks
+        _bulk_result(results, left_alone, key=key)
         return
     engine = data.engine()
     preview = st.session_state.get(f"{key}-preview")

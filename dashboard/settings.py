@@ -23,8 +23,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from dashboard.views import plain
-from engine import freeze
-from engine.errors import ConfigError
+from engine import POLICY_SHORT, ConfigError, FreezeWindow, policy_sentence
+from engine import freeze_window as read_freeze_window
 
 DEFAULT_STORE = "sqlite:///.rewind/rewind.db"
 """The engine's default store when neither secrets nor $REWIND_STORE name one."""
@@ -87,15 +87,11 @@ def refresh_seconds(secrets: Mapping[str, Any] | None) -> float:
     return max(seconds, MIN_REFRESH_S)
 
 
-FreezeWindow = freeze.FreezeWindow
-"""The change freeze, as the engine reads it (`engine.freeze`)."""
-
-
 def freeze_window(
     secrets: Mapping[str, Any] | None, env: Mapping[str, str] | None = None
 ) -> FreezeWindow | None:
     """The configured freeze window: `[rewind.freeze]`, each key overridden by its environment
-    variable. Parsed by the engine (`engine.freeze.freeze_window`), so the console, the demo and
+    variable. Parsed by the engine (`engine.freeze_window`), so the console, the demo and
     the agents read one configuration the same way.
 
     Raises:
@@ -103,7 +99,7 @@ def freeze_window(
             after start.
     """
     try:
-        return freeze.freeze_window(section(secrets, "rewind", "freeze"), env)
+        return read_freeze_window(section(secrets, "rewind", "freeze"), env)
     except ConfigError as exc:
         raise SettingsError(str(exc)) from exc
 
@@ -115,12 +111,12 @@ def freeze_banner(window: FreezeWindow) -> str:
     """
     until = f"{window.end:%a %d %b %H:%M %Z}".strip()
     head = f"**{plain(window.name)}** until {until}: no deploys."
-    return f"{head} {plain(freeze.policy_sentence(window))}"
+    return f"{head} {plain(policy_sentence(window))}"
 
 
 def freeze_caption(window: FreezeWindow) -> str:
     """What the shaded band on the loop charts is: the freeze, its span, its loop policy."""
     span = f"{window.start:%d %b %H:%M} to {window.end:%d %b %H:%M %Z}".strip()
-    policy = freeze.POLICY_SHORT[window.on_loop]
+    policy = POLICY_SHORT[window.on_loop]
     return f"Shaded: {plain(window.name)}, {plain(span)}" + (
         f" ({plain(policy)} by the freeze policy)" if policy else "")

@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from engine.auth import hash_password, verify_password
     from engine.budget.builder import Context, ContextBuilder
     from engine.engine import Engine
     from engine.errors import (
@@ -43,7 +44,14 @@ if TYPE_CHECKING:
         UnknownSession,
         UnknownSnapshot,
     )
-    from engine.freeze import FreezeWindow, PolicyChoice
+    from engine.fleet import LoopTally
+    from engine.freeze import (
+        POLICY_SHORT,
+        FreezeWindow,
+        PolicyChoice,
+        freeze_window,
+        policy_sentence,
+    )
     from engine.identity import Actor
     from engine.limits import Limits
     from engine.loops.detector import LoopDetector, Step, Verdict
@@ -65,6 +73,7 @@ if TYPE_CHECKING:
         StepRecord,
     )
     from engine.recovery.notices import NOTICE_FLAG, TEMPLATES, template_for
+    from engine.saga import LIVE_S
     from engine.sessions.session import Session, StepCall
     from engine.store.base import Retention
     from engine.types import (
@@ -78,6 +87,13 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "LIVE_S",
+    "policy_sentence",
+    "freeze_window",
+    "POLICY_SHORT",
+    "LoopTally",
+    "verify_password",
+    "hash_password",
     "template_for",
     "TEMPLATES",
     "NOTICE_FLAG",
@@ -145,6 +161,13 @@ __all__ = [
 __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
+    "LIVE_S": "engine.saga",
+    "policy_sentence": "engine.freeze",
+    "freeze_window": "engine.freeze",
+    "POLICY_SHORT": "engine.freeze",
+    "LoopTally": "engine.fleet",
+    "verify_password": "engine.auth",
+    "hash_password": "engine.auth",
     "template_for": "engine.recovery.notices",
     "TEMPLATES": "engine.recovery.notices",
     "NOTICE_FLAG": "engine.recovery.notices",

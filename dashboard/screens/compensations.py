@@ -15,8 +15,7 @@ import time
 import streamlit as st
 
 from dashboard import access, actions, data, views
-from engine import PermissionDenied
-from engine.saga import LIVE_S
+from engine import LIVE_S, PermissionDenied
 
 STATUSES = ["needs attention", "pending", "running", "failed", "done", "resolved", "all"]
 ATTENTION = views.OPEN_COMPENSATIONS

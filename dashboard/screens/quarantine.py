@@ -76,7 +76,7 @@ with left, st.form("quarantine-form", border=True):
     submitted = st.form_submit_button("Quarantine tool", type="primary")
 
 if submitted:
-    until = UNTIL.get(until_choice)
+    until: dt.datetime | dt.timedelta | None = UNTIL.get(until_choice)
     if until_choice == FREEZE_END and freeze is not None:
         until = freeze.end
     try:

@@ -1,0 +1,618 @@
+"""View models of the session page: what a loop cost, the step timeline, why it was flagged
+(evidence, argument diffs), the snapshot tree, the messages and notices, and the memory and
+token-budget tabs (pure, no Streamlit, no I/O)."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pandas as pd
+
+from dashboard.views.common import (
+    ARGS_CHARS,
+    duration_text,
+    escape_text,
+    plot_text,
+    short_json,
+    when,
+)
+from engine import NOTICE_FLAG, StoredVerdict, TokenBreakdown
+
+MAX_LANES = 12
+"""Timeline lanes for the most frequent fingerprints; rarer calls share one lane."""
+OTHER_LANE = "other calls"
+AGENT_LANE = "agent turn"
+
+
+@dataclass(frozen=True)
+class LoopCost:
+    """Since when and how bad: what one loop cost, from the session's steps."""
+
+    start_step: int
+    """First step of the loop."""
+    end_step: int
+    """Last step inside the loop: the newest step while the session still loops, else the
+    step whose verdict flagged it."""
+    started_at: float
+    """Unix time the loop's first step began."""
+    ended_at: float
+    """Unix time of the loop's last step (its end, or its start while it runs)."""
+    ongoing: bool
+    """The session is still looping: the cost keeps growing."""
+    steps: int
+    """Steps spent inside the loop (wasted: a rollback takes them off the live line)."""
+    tokens: int | None
+    """Context tokens sent to the model over those steps (sum of each step's recorded
+    `budget.total`); None when the runtime recorded no budgets."""
+    side_effects: tuple[tuple[int, str], ...]
+    """(step, tool) of side-effecting steps that completed inside the loop: the outside world
+    changed while the agent was stuck."""
+    rolled_back_at: float | None = None
+    """Unix time of the rollback that ended the loop (its steps lie on that abandoned branch);
+    the loop lasts until then, however long the session waited for on-call."""
+
+    @property
+    def duration_s(self) -> float:
+        return max(self.ended_at - self.started_at, 0.0)
+
+
+def loop_cost(steps: Sequence[Any], verdict: StoredVerdict | None, looping: bool,
+              now: float | None = None, branches: Sequence[Any] = ()) -> LoopCost | None:
+    """The cost of the loop `verdict` describes, or None without a verdict or its steps.
+
+    While `looping`, the loop runs from its first step to the newest step and until `now`.
+    Otherwise its steps end at the last step that carried a verdict for the same loop, and its
+    time at the rollback that abandoned that step (one of `branches`) when there was one: a
+    session flagged and left waiting for on-call looped until someone rolled it back.
+    """
+    if not verdict or not steps:
+        return None
+    start = verdict.get("loop_start_step") or min(verdict.get("evidence_steps") or [0]) or None
+    if start is None:
+        return None
+    by_n = {s.n: s for s in steps}
+    if start not in by_n:
+        return None
+    if looping:
+        end = max(by_n)
+    else:
+        flagged = [s.n for s in steps if s.verdict and
+                   (s.verdict.get("loop_start_step") or start) == start]
+        end = max(flagged) if flagged else max(verdict.get("evidence_steps") or [start])
+    inside = [s for s in steps if start <= s.n <= end]
+    last = by_n.get(end) or inside[-1]
+    ended_at = (now if looping and now is not None
+                else (last.ended_at or last.started_at))
+    rolled_back_at = None
+    if not looping and last.branch:
+        cut = next((b.created_at for b in branches if b.id == last.branch), None)
+        if cut is not None and cut >= ended_at:
+            ended_at = rolled_back_at = cut
+    budgets = [s.budget.get("total") for s in inside if getattr(s, "budget", None)]
+    tokens = sum(int(t or 0) for t in budgets) if budgets else None
+    effects = tuple((s.n, s.tool or "agent turn") for s in inside
+                    if s.side_effect and s.status == "ok")
+    return LoopCost(start, end, by_n[start].started_at, ended_at, looping, len(inside),
+                    tokens, effects, rolled_back_at)
+
+
+def loop_cost_line(cost: LoopCost) -> str:
+    """The cost as one plain sentence (foreign tool names included: render through `plain`)."""
+    parts = [f"loop began {when(cost.started_at):%Y-%m-%d %H:%M:%S} at step {cost.start_step}",
+             ("running for " if cost.ongoing else "lasted ") + duration_text(cost.duration_s)
+             + (f" (until the rollback at {when(cost.rolled_back_at):%H:%M:%S})"
+                if cost.rolled_back_at is not None else ""),
+             f"{cost.steps} steps wasted"]
+    if cost.tokens is not None:
+        parts.append(f"{cost.tokens:,} context tokens")
+    if cost.side_effects:
+        parts.append(f"{len(cost.side_effects)} side effects ran during the loop: "
+                     + ", ".join(f"{tool} (step {n})" for n, tool in cost.side_effects[:5]))
+    else:
+        parts.append("no side effects during the loop")
+    return " · ".join(parts)
+
+
+# -- session: timeline ------------------------------------------------------------------------
+LANE_ARGS_CHARS = 36
+"""Arguments shown in a lane's name."""
+
+
+def lane_labels(steps: Sequence[Any], fingerprints: Iterable[str]) -> dict[str, str]:
+    """Lane names for fingerprints: the tool and its short arguments, e.g.
+    `refund_api {"amount":42,…}`; the fingerprint's start is added only where two lanes would
+    read the same."""
+    first: dict[str, Any] = {}
+    wanted = set(fingerprints)
+    for s in steps:
+        if s.fingerprint in wanted and s.fingerprint not in first:
+            first[s.fingerprint] = s
+    names = {fp: f"{s.tool} {short_json(s.args, LANE_ARGS_CHARS)}" for fp, s in first.items()}
+    seen = Counter(names.values())
+    return {fp: (f"{name} · {fp[:6]}" if seen[name] > 1 else name) for fp, name in names.items()}
+
+
+def timeline_frame(steps: Sequence[Any], max_lanes: int = MAX_LANES) -> pd.DataFrame:
+    """One row per step: x (step), lane (fingerprint lane), outcome, line, hover text.
+
+    The `max_lanes` most frequent fingerprints get their own lane; the rest share
+    "other calls", so a 5,000-step session with thousands of distinct calls stays readable.
+    """
+    counts = Counter(s.fingerprint for s in steps if s.tool)
+    own = {fp for fp, _ in counts.most_common(max_lanes)}
+    names = lane_labels(steps, own)
+    rows = []
+    for s in steps:
+        if s.tool is None:
+            lane = AGENT_LANE
+        elif s.fingerprint in own:
+            lane = names[s.fingerprint]
+        else:
+            lane = OTHER_LANE
+        outcome = s.status if s.status in ("ok", "error") else "running"
+        line = "live" if s.on_live_line else "abandoned"
+        at = when(s.started_at)
+        parts = [f"<b>step {s.n}</b> · {plot_text(s.tool or 'agent turn')}",
+                 f"at {at:%Y-%m-%d %H:%M:%S}" if at else ""]
+        if s.tool:
+            parts.append("args: " + plot_text(short_json(s.args)))
+        if s.error:
+            parts.append("error: " + plot_text(s.error[:ARGS_CHARS]))
+        if s.text:
+            parts.append("text: " + plot_text(s.text[:ARGS_CHARS]))
+        if not s.on_live_line:
+            late = " · late" if s.late else ""
+            parts.append(f"abandoned ({plot_text(str(s.branch))}){late}")
+        if s.side_effect:
+            parts.append("side effect")
+        rows.append({"n": s.n, "lane": lane, "tool": s.tool, "fingerprint": s.fingerprint,
+                     "outcome": outcome, "line": line,
+                     "hover": "<br>".join(p for p in parts if p), "at": s.started_at})
+    return pd.DataFrame(rows, columns=["n", "lane", "tool", "fingerprint", "outcome", "line",
+                                       "hover", "at"])
+
+
+def clock_ticks(frame: pd.DataFrame, count: int = 8) -> tuple[list[int], list[str]]:
+    """About `count` step numbers spread over the timeline, labelled with step and clock time
+    (the date too when the steps span more than one day)."""
+    if frame.empty:
+        return [], []
+    ordered = frame.drop_duplicates("n").sort_values("n")
+    picks = ordered.iloc[sorted({round(i * (len(ordered) - 1) / max(count - 1, 1))
+                                 for i in range(count)})]
+    times = [when(t) for t in picks["at"]]
+    days = {t.date() for t in times if t is not None}
+    fmt = "%d %b %H:%M" if len(days) > 1 else "%H:%M:%S"
+    return ([int(n) for n in picks["n"]],
+            [f"{int(n)}<br>{t:{fmt}}" if t else str(int(n)) for n, t in zip(picks["n"], times,
+                                                                             strict=True)])
+
+
+def lane_order(frame: pd.DataFrame) -> list[str]:
+    """Lanes in order of first appearance (top to bottom), shared lanes last."""
+    seen = list(dict.fromkeys(frame["lane"].tolist())) if not frame.empty else []
+    tail = [x for x in (OTHER_LANE, AGENT_LANE) if x in seen]
+    return [x for x in seen if x not in tail] + tail
+
+
+def loop_windows(steps: Sequence[Any]) -> list[tuple[float, float, str]]:
+    """(x0, x1, rule) spans to shade: from each loop's first step to the step that flagged it.
+
+    Verdicts repeated on later steps of the same loop (policy "flag") widen one span.
+    """
+    spans: list[list] = []
+    for s in steps:
+        v: StoredVerdict | None = s.verdict
+        if not v:
+            continue
+        start = v["loop_start_step"] or min(v["evidence_steps"] or [s.n])
+        rule = v["rule"] or "loop"
+        x0, x1 = start - 0.5, s.n + 0.5
+        if spans and spans[-1][2] == rule and x0 <= spans[-1][1] + 1:
+            spans[-1][1] = max(spans[-1][1], x1)
+            spans[-1][0] = min(spans[-1][0], x0)
+        else:
+            spans.append([x0, x1, rule])
+    return [(a, b, r) for a, b, r in spans]
+
+
+def rollback_markers(steps: Sequence[Any], branches: Sequence[Any]) -> list[dict]:
+    """Where each rollback cut the line: x after the last step it abandoned, with who and why."""
+    last_on: dict[str, int] = {}
+    for s in steps:
+        if s.branch and not s.late:
+            last_on[s.branch] = max(last_on.get(s.branch, 0), s.n)
+    out = []
+    for b in branches:
+        if b.id not in last_on:
+            continue
+        out.append({"x": last_on[b.id] + 0.5, "branch": b.id, "target": b.from_snapshot,
+                    "actor": b.actor, "reason": b.reason, "at": when(b.created_at)})
+    return out
+
+
+# -- session: why flagged ---------------------------------------------------------------------
+def step_list(steps: Sequence[int], limit: int = 12) -> str:
+    """Step numbers for people, runs joined: "4–9, 12" (the first `limit` runs, then "…")."""
+    runs: list[list[int]] = []
+    for n in sorted(set(steps)):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    text = [f"{a}" if a == b else f"{a}–{b}" for a, b in runs[:limit]]
+    return ", ".join(text) + (", …" if len(runs) > limit else "")
+
+
+def evidence_frame(steps: Sequence[Any], verdict: StoredVerdict | None) -> pd.DataFrame:
+    """The verdict's evidence steps with tool, args, outcome and error."""
+    wanted = set(verdict["evidence_steps"]) if verdict else set()
+    rows = [{"step": s.n, "tool": s.tool or "agent turn", "args": short_json(s.args, 400),
+             "status": s.status, "error": s.error, "line": "live" if s.on_live_line else
+             f"abandoned ({s.branch})"} for s in steps if s.n in wanted]
+    return pd.DataFrame(rows, columns=["step", "tool", "args", "status", "error", "line"])
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out or {prefix or "(args)": {}}
+    if isinstance(value, list):
+        out = {}
+        for i, v in enumerate(value):
+            out.update(_flatten(v, f"{prefix}[{i}]"))
+        return out or {prefix or "(args)": []}
+    return {prefix or "(args)": value}
+
+
+def arg_diffs(steps: Sequence[Any]) -> pd.DataFrame:
+    """Argument paths whose values differ between the given steps, one column per step.
+
+    Empty when every step has the same arguments (an exact repeat).
+    """
+    flat = {s.n: _flatten(s.args) for s in steps}
+    paths = sorted({p for f in flat.values() for p in f})
+    missing = object()
+    rows = []
+    for path in paths:
+        values = [flat[n].get(path, missing) for n in flat]
+        if len({short_json(v) if v is not missing else "∅" for v in values}) > 1:
+            row = {"argument": path}
+            for n, v in zip(flat, values, strict=True):
+                row[f"step {n}"] = "—" if v is missing else short_json(v, 80)
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["argument", *[f"step {n}" for n in flat]])
+
+
+def near_duplicate_groups(steps: Sequence[Any]) -> list[list[Any]]:
+    """Evidence steps grouped by tool where the arguments are not all identical."""
+    by_tool: dict[str | None, list] = {}
+    for s in steps:
+        by_tool.setdefault(s.tool, []).append(s)
+    return [group for group in by_tool.values()
+            if len(group) > 1 and len({s.fingerprint for s in group}) > 1]
+
+
+# -- session: snapshot tree -------------------------------------------------------------------
+def tree_layout(nodes: Sequence[Any], branches: Sequence[Any] = (),
+                include_retired: bool = False) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+    """Node positions and edges for the snapshot tree.
+
+    x is the creation order, y the lane: 0 for the live line, 1, 2, … for abandoned branches in
+    the order they were cut. Retired step snapshots (no longer restorable) are hidden unless
+    `include_retired`; their children are linked to the nearest shown ancestor.
+
+    Returns:
+        (nodes frame with id, x, y, label, state, is_head, restorable, hover; edges as
+        (parent id, child id)).
+    """
+    by_id = {n.id: n for n in nodes}
+
+    def shown(n) -> bool:
+        return (include_retired or n.restorable or not n.on_live_line or n.is_head
+                or n.kind != "step")
+
+    lanes = {b.id: i + 1 for i, b in enumerate(branches)}
+    for n in nodes:
+        if n.branch and n.branch not in lanes:
+            lanes[n.branch] = len(lanes) + 1
+    reasons = {b.id: b for b in branches}
+    rows, edges = [], []
+    visible = [n for n in nodes if shown(n)]
+    visible_ids = {n.id for n in visible}
+    for x, n in enumerate(visible):
+        parent = n.parent
+        guard = 0
+        while parent is not None and parent not in visible_ids and guard < len(by_id):
+            parent = by_id[parent].parent if parent in by_id else None
+            guard += 1
+        if parent is not None:
+            edges.append((parent, n.id))
+        if n.is_head:
+            state = "head"
+        elif not n.on_live_line:
+            state = "abandoned"
+        elif n.restorable:
+            state = "restorable"
+        else:
+            state = "retired"
+        b = reasons.get(n.branch) if n.branch else None
+        hover = [f"<b>{plot_text(n.id)}</b> · {plot_text(n.label or n.kind)}",
+                 f"{n.kind} snapshot, before step {n.next_step}, {n.messages} messages",
+                 f"taken {when(n.created_at):%Y-%m-%d %H:%M:%S}"]
+        if n.is_head:
+            hover.append("HEAD (live line ends here)")
+        if n.abandoned_reason:
+            hover.append(plot_text(n.abandoned_reason[:300]))
+        elif not n.restorable:
+            hover.append("retired by retention: not restorable")
+        rows.append({"id": n.id, "x": x, "y": lanes.get(n.branch, 0) if n.branch else 0,
+                     "label": node_label(n), "state": state, "is_head": n.is_head,
+                     "restorable": n.restorable and n.on_live_line, "next_step": n.next_step,
+                     "branch": n.branch, "reason": b.reason if b else None,
+                     "hover": "<br>".join(hover)})
+    frame = pd.DataFrame(rows, columns=["id", "x", "y", "label", "state", "is_head",
+                                        "restorable", "next_step", "branch", "reason", "hover"])
+    return frame, edges
+
+
+def node_label(node: Any, limit: int = 18) -> str:
+    """The short text drawn next to a snapshot node: its label, else "step N"."""
+    text = node.label or (f"step {node.next_step}" if node.kind == "step" else node.kind)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def rollback_choices(nodes: Sequence[Any], suggested: str | None) -> tuple[list[str], int]:
+    """Restorable snapshots on the live line, newest first, and the index of `suggested`."""
+    choices = [n.id for n in reversed(nodes) if n.on_live_line and n.restorable]
+    index = choices.index(suggested) if suggested in choices else 0
+    return choices, index
+
+
+def snapshot_caption(node: Any, suggested: str | None = None) -> str:
+    """How a snapshot is named in menus: id, label, position, and a mark for the suggested."""
+    text = f"{node.id} · {node.label or node.kind} · before step {node.next_step}"
+    if node.is_head:
+        text += " · head"
+    if node.id == suggested:
+        text += " · suggested"
+    return text
+
+
+# -- session: messages ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MessageView:
+    seq: int
+    role: str
+    text: str
+    abandoned: bool
+    branch: str | None
+    reason: str | None
+    notice: bool
+
+
+def content_text(content: Any) -> str:
+    """Readable text of a chat message's content (strings, content-part lists, other JSON)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") if isinstance(p, Mapping) and "text" in p else short_json(p, 400)
+                 for p in content]
+        return "\n".join(str(p) for p in parts)
+    return short_json(content, 2000)
+
+
+def messages_view(records: Sequence[Any], branches: Sequence[Any]) -> list[MessageView]:
+    """Every message in write order; abandoned ones say which rollback took them off the line."""
+    why = {b.id: f"rolled back to {b.from_snapshot} by {b.actor}: {b.reason}" for b in branches}
+    return [MessageView(
+        seq=r.seq, role=str(r.message.get("role", "?")),
+        text=content_text(r.message.get("content")), abandoned=r.branch is not None,
+        branch=r.branch, reason=why.get(r.branch) if r.branch else None,
+        notice=bool(r.message.get(NOTICE_FLAG)),
+    ) for r in records]
+
+
+def user_view(items: Sequence[MessageView]) -> list[MessageView]:
+    """The conversation as the user sees it now: live messages only, the user's and the
+    assistant's words (notices included, shown as any other answer); tool traffic, system
+    prompts and empty assistant turns (tool calls) are not shown to users."""
+    return [m for m in items if not m.abandoned and m.role in ("user", "assistant")
+            and m.text.strip()]
+
+
+def user_view_html(items: Sequence[MessageView]) -> str:
+    """`user_view` as chat bubbles for st.html (every text escaped)."""
+    out = []
+    for m in items:
+        side = "rw-you" if m.role == "user" else "rw-bot"
+        out.append(f"<div class='rw-bubble {side}' data-seq='{m.seq}'>"
+                   f"{escape_text(m.text)}</div>")
+    return "<div class='rw-chat'>" + "\n".join(out) + "</div>"
+
+
+USER_VIEW_CSS = """<style>
+.rw-chat{display:flex;flex-direction:column;gap:.4rem;max-width:46rem}
+.rw-bubble{padding:.45rem .75rem;border-radius:12px;max-width:85%;word-break:break-word}
+.rw-you{align-self:flex-end;background:rgba(59,110,143,.16)}
+.rw-bot{align-self:flex-start;background:rgba(127,127,127,.12)}
+</style>"""
+
+
+@dataclass(frozen=True)
+class NoticeSeen:
+    """The newest notice the session's user got (or that a rollback took back)."""
+
+    text: str
+    at: float
+    actor: str | None
+    """Who sent it, from the audit trail; None when no audit event matches."""
+    live: bool
+    """Still in the live history (False: a later rollback took it off)."""
+
+
+def last_notice(records: Sequence[Any], audit: Iterable[Any] = ()) -> NoticeSeen | None:
+    """The newest notice among a session's messages, with its sender from the audit events
+    (`notice`, or `rollback` for a rollback's notice) written closest to it."""
+    notices = [r for r in records if r.message.get(NOTICE_FLAG)]
+    if not notices:
+        return None
+    r = max(notices, key=lambda r: r.seq)
+    events = [e for e in audit if e.action in ("notice", "rollback")]
+    near = min(events, key=lambda e: abs(e.at - r.created_at), default=None)
+    actor = near.actor if near is not None and abs(near.at - r.created_at) <= 5 else None
+    return NoticeSeen(content_text(r.message.get("content")), r.created_at, actor,
+                      r.branch is None)
+
+
+def messages_html(items: Sequence[MessageView]) -> str:
+    """The history as one HTML block for st.html: abandoned messages struck, notices marked."""
+    out = []
+    for m in items:
+        classes = ["rw-msg", f"rw-{re.sub('[^a-z]', '', m.role.lower()) or 'other'}"]
+        head = f"<span class='rw-role'>{html.escape(m.role)}</span>"
+        if m.notice:
+            classes.append("rw-notice")
+            head += " <span class='rw-badge'>notice</span>"
+        body = escape_text(m.text)
+        if m.abandoned:
+            classes.append("rw-abandoned")
+            head += (f" <span class='rw-branch' title='{html.escape(m.reason or '', quote=True)}'>"
+                     f"abandoned · {html.escape(m.branch or '')}</span>")
+            body = f"<del>{body}</del>"
+        out.append(f"<div class='{' '.join(classes)}' data-seq='{m.seq}'>{head}"
+                   f"<div class='rw-body'>{body}</div></div>")
+    return "\n".join(out)
+
+
+# Translucent backgrounds and inherited text colour: the blocks read the same in the light and
+# the dark theme (the console follows the browser's preference).
+MESSAGES_CSS = """<style>
+.rw-msg{border-left:3px solid #c9d3dd;padding:.35rem .7rem;margin:.35rem 0;border-radius:4px;
+ background:rgba(127,140,153,.06)}
+.rw-user{border-left-color:#7a9cc6}.rw-assistant{border-left-color:#6aa58f}
+.rw-system,.rw-tool{border-left-color:#b7a27a}
+.rw-notice{border-left-color:#d08a2e;background:rgba(208,138,46,.12)}
+.rw-abandoned{opacity:.62;background:rgba(127,127,127,.10)}
+.rw-role{font-weight:600;font-size:.8rem;text-transform:uppercase;letter-spacing:.04em;
+ opacity:.75}
+.rw-badge{background:#d08a2e;color:#fff;border-radius:3px;padding:0 .3rem;font-size:.72rem}
+.rw-branch{color:#8a5a5a;font-size:.75rem}
+.rw-body{white-space:pre-wrap;word-break:break-word}
+</style>"""
+
+
+# -- memory and budget ------------------------------------------------------------------------
+BudgetPart = Literal["system", "dialogue", "memories", "reserve"]
+BUDGET_PARTS: tuple[BudgetPart, ...] = ("system", "dialogue", "memories", "reserve")
+"""The parts of a context the budget charts stack (`TokenBreakdown` keys, typed as such so
+reading one from a breakdown is typed too)."""
+BUDGET_COLUMNS = ["step", *BUDGET_PARTS, "dropped", "total", "max_tokens", "line"]
+
+
+def memory_label(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+MEMORY_MIN_SPAN_S = 300.0
+
+
+def memory_span(items: Sequence[Any], now: float,
+                min_span_s: float = MEMORY_MIN_SPAN_S) -> tuple[float, float] | None:
+    """The time span the decay curves cover: the session's life as its memories record it,
+    from the first memory to now, padded (5 % before, 10 % after) and at least `min_span_s`
+    wide. A session idle for longer than it lived is cut at its last memory event plus as long
+    again, so its recalls do not crowd into the first pixels. None without memories."""
+    if not items:
+        return None
+    start = min(m.created_at for m in items)
+    last = max(max([m.created_at, *m.access_times,
+                    *([m.invalid_at] if m.invalid_at is not None else [])]) for m in items)
+    end = min(max(now, last), last + max(last - start, min_span_s))
+    span = max(end - start, min_span_s)
+    return start - 0.05 * span, start + 1.1 * span
+
+
+def memory_frames(items: Sequence[Any], curve: Any) -> tuple[pd.DataFrame, pd.DataFrame,
+                                                             float | None, pd.DataFrame]:
+    """(curves, recalls, threshold, items) for the Memory tab from `SessionMemory.items()` and
+    `SessionMemory.curves()` (a decay `Curve`: times, weights per id, accesses, threshold)."""
+    names = {m.id: memory_label(m.text) for m in items}
+    curves = pd.DataFrame(
+        [{"memory": names.get(mid, mid), "t": when(t), "strength": w}
+         for mid, series in curve.weights.items()
+         for t, w in zip(curve.times, series, strict=True) if w is not None],
+        columns=["memory", "t", "strength"])
+    hits = pd.DataFrame(
+        [{"memory": names.get(mid, mid), "t": when(t), "strength": w}
+         for mid, marks in curve.accesses.items() for t, w in marks],
+        columns=["memory", "t", "strength"])
+    table = pd.DataFrame(
+        [{"memory": m.text, "tier": m.tier, "importance": m.importance,
+          "recalls": m.access_count, "created": when(m.created_at),
+          "state": "valid" if m.invalid_at is None else f"invalidated: {m.invalid_reason or ''}"}
+         for m in items],
+        columns=["memory", "tier", "importance", "recalls", "created", "state"])
+    return curves, hits, curve.threshold, table
+
+
+def memory_log_frame(entries: Iterable[Mapping[str, Any]],
+                     names: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Memory lifecycle events (promote, evict, prune) and contradiction fixes, by time;
+    `names` maps memory ids to their text."""
+    known = names or {}
+
+    def name(mid: Any) -> Any:
+        # Memory ids are strings; anything else (None when an entry has no id) shows as is.
+        return known.get(mid, mid) if isinstance(mid, str) else mid
+
+    rows = []
+    for e in sorted(entries, key=lambda e: e.get("at") or 0):
+        if "event" in e:
+            what, about = e["event"], name(e.get("id"))
+        else:
+            kept, gone = e.get("kept"), e.get("invalidated")
+            what = f"contradiction ({e.get('kind', '?')})"
+            about = f"kept “{name(kept)}”, invalidated “{name(gone)}”"
+        rows.append({"time": when(e.get("at")), "event": what, "memory": about,
+                     "reason": e.get("reason")})
+    return pd.DataFrame(rows, columns=["time", "event", "memory", "reason"])
+
+
+def budget_history(steps: Sequence[Any]) -> pd.DataFrame:
+    """Token breakdown per step (from `StepRecord.budget`), live and abandoned, in step order.
+
+    Empty when the runtime never passed a context to `Session.step`.
+    """
+    rows = []
+    for s in steps:
+        budget: TokenBreakdown | None = getattr(s, "budget", None)
+        if not budget:
+            continue
+        rows.append({"step": s.n, **{k: budget.get(k) for k in BUDGET_COLUMNS[1:-1]},
+                     "line": "live" if s.on_live_line else "abandoned"})
+    return pd.DataFrame(rows, columns=BUDGET_COLUMNS)
+
+
+def current_budget(history: pd.DataFrame) -> pd.Series | None:
+    """The newest breakdown on the live line (the context the agent works with now)."""
+    live = history[history["line"] == "live"]
+    return None if live.empty else live.iloc[-1]
+
+
+def budget_parts(breakdown: TokenBreakdown | pd.Series, max_tokens: int | None) -> pd.DataFrame:
+    """One context's token split (system, dialogue, memories, reserve, free) against the window."""
+    tokens: dict[str, int] = {p: int(breakdown.get(p) or 0) for p in BUDGET_PARTS}
+    if max_tokens:
+        tokens["free"] = max(int(max_tokens) - sum(tokens.values()), 0)
+    return pd.DataFrame([{"part": p, "tokens": n} for p, n in tokens.items()],
+                        columns=["part", "tokens"])
