@@ -55,6 +55,9 @@ class Limits:
     """A failed step's error text; longer texts are cut (not refused) to this many characters."""
     memory_text: int = 100_000
     """One memory's text (characters); enforced by ``SessionMemory.add``."""
+    document_bytes: int = 10_000_000
+    """One document an integration keeps in a session or fleet-wide (a LangGraph checkpoint
+    record or channel value, the alert worker's state; canonical JSON, bytes)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -630,3 +630,65 @@ class Store(Protocol):
             Counts of what went (or would go): branches, messages, steps, snapshots, kv_writes.
         """
         ...
+
+    # -- atomic multi-part writes (one door to the store; issue 21) ---------------------------
+    def write_session(
+        self, sid: str, write: SessionWrite, now: float, retention: Retention
+    ) -> tuple[int, SnapshotNode | None]:
+        """Several writes to one session as one atomic write (one transaction on SQLite, one
+        script on Redis and Redis Cluster): all of them happen, or none.
+
+        In this order, each exactly as its own method would write it (same sequence numbers,
+        same feed events): `write["messages"]` appended (`append_messages`; skipped when
+        `write["messages_if_empty"]` and the live line holds messages already), each namespace
+        of `write["values"]` set (`put`), a ``manual`` snapshot labelled `write["snapshot"]`
+        taken (`take_snapshot`, with `retention`), and each namespace of `write["documents"]`
+        set (`doc_put`). The document `write["stamp"]` names, a dict among the documents, is
+        stored with the snapshot's ``snap`` (id), ``msgs`` (live message count) and ``epoch``.
+
+        Returns:
+            (the session's epoch, the snapshot taken or None).
+
+        Raises:
+            UnknownSession: no such session. Nothing is written.
+            ValueError: a stamp without a snapshot, or naming no dict among the documents.
+        """
+        ...
+
+
+class SessionWrite(TypedDict):
+    """The parts of one atomic `Store.write_session`; every part may be left out."""
+
+    messages: NotRequired[list[dict[str, Any]]]
+    """Chat messages (each with a ``role``) to append to the live line."""
+    messages_if_empty: NotRequired[bool]
+    """Append `messages` only when the session's live line holds no message yet."""
+    values: NotRequired[dict[str, dict[str, Any]]]
+    """Versioned key-value writes: namespace -> items (None deletes a key), as `Store.put`."""
+    snapshot: NotRequired[str]
+    """Label of a ``manual`` snapshot taken after the messages and values."""
+    documents: NotRequired[dict[str, dict[str, Any]]]
+    """Unversioned documents: namespace -> items (None deletes one), as `Store.doc_put`."""
+    stamp: NotRequired[tuple[str, str]]
+    """(namespace, key) of a document in `documents` that records the snapshot taken."""
+
+
+def stamped(write: SessionWrite, epoch: int, node: SnapshotNode | None
+            ) -> dict[str, dict[str, Any]]:
+    """The documents of `write`, the one its stamp names holding the snapshot `node` (its id as
+    ``snap``, its live message count as ``msgs``) and the session's `epoch`.
+
+    Raises:
+        ValueError: a stamp without a snapshot, or naming no dict among the documents.
+    """
+    documents = dict(write.get("documents") or {})
+    stamp = write.get("stamp")
+    if stamp is None:
+        return documents
+    ns, key = stamp
+    doc = documents.get(ns, {}).get(key)
+    if node is None or not isinstance(doc, dict):
+        raise ValueError(f"the stamp {stamp!r} needs a snapshot and a document that is a dict")
+    documents[ns] = {**documents[ns], key: {**doc, "snap": node.id, "msgs": node.messages,
+                                            "epoch": epoch}}
+    return documents
