@@ -124,7 +124,8 @@ def check_webhook(url: str) -> str:
     """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"a webhook must be an http:// or https:// URL, not {Engine.redact_url(url)!r}")
+        raise ValueError("a webhook must be an http:// or https:// URL, "
+                         f"not {Engine.redact_url(url)!r}")
     return url
 
 

@@ -62,13 +62,13 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.base.id import uuid6
 
+from engine import Retention
 from engine.engine import Engine
 from engine.errors import SnapshotNotRestorable, StoreError, UnknownSession, UnknownSnapshot
+from engine.ids import validate_session_id
 from engine.integrations.langgraph import codec, layout
 from engine.integrations.langgraph.chat import is_notice, notice_message, to_chat
 from engine.limits import cut_text
-from engine.ids import validate_session_id
-from engine import Retention
 
 ACTOR = "langgraph"
 """Actor name of the saver's own actions (forks, deletions) in the audit log."""
@@ -354,6 +354,10 @@ class RewindSaver(BaseCheckpointSaver[str]):
         Args:
             source_thread_id: thread to copy from; a missing thread copies nothing.
             target_thread_id: thread to copy to (created when missing).
+
+        Raises:
+            SizeLimitExceeded: a copied document or message is over the engine's limits;
+                nothing is written, and a missing target is not created.
         """
         src, dst = session_id(source_thread_id), session_id(target_thread_id)
         docs = self.engine.scan_documents(src, layout.DOCS, "")
@@ -384,7 +388,16 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 documents={layout.DOCS: copied}, stamp=(layout.DOCS, head_key),
                 retention=self.retention)
 
-        self._retrying(dst, run)
+        # Write first, create the target only when it is missing: a copy refused by a size
+        # limit then leaves no trace at all, not even an empty target session.
+        try:
+            run()
+        except UnknownSession:
+            self._forget(dst)
+            self._ensure(dst)
+            run()
+        else:
+            self._ensure(dst)  # an existing target is marked as a LangGraph thread, as before
         self._forget_cache(dst)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -656,7 +669,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 rec = self.engine.get_documents(sid, layout.DOCS, [key]).get(key)
                 if rec is not None:
                     return rec
-        recs = list(self.engine.scan_documents(sid, layout.DOCS, layout.checkpoint_prefix(ns)).values())
+        recs = list(self.engine.scan_documents(sid, layout.DOCS,
+                                               layout.checkpoint_prefix(ns)).values())
         live = [r for r in recs if not r.get("late")]
         return max(live, key=lambda r: r["id"], default=None)
 
@@ -731,7 +745,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
         ns, checkpoint_id = rec["ns"], rec["id"]
         values = self._values(sid, ns, rec["cp"].get("channel_versions", {}), scans, remember)
         writes = sorted(
-            self.engine.scan_documents(sid, layout.DOCS, layout.write_prefix(ns, checkpoint_id)).values(),
+            self.engine.scan_documents(sid, layout.DOCS,
+                                       layout.write_prefix(ns, checkpoint_id)).values(),
             key=lambda w: writes_sort_key(w["path"], w["task"], w["idx"]),
         )
         parent = rec.get("parent")
