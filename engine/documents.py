@@ -11,7 +11,7 @@ leaves none of them behind.
 
 What is checked, and against which limit:
 
-- every document, with its key: ``Limits.document_bytes`` (canonical JSON);
+- every document, with its key: ``Limits.document_bytes`` (its JSON text, stored as given);
 - the values of one versioned write: ``Limits.variables_bytes``, their keys ``name_chars``;
 - every chat message: as `Session.append_messages` checks it (``message_bytes``);
 - a snapshot label: ``name_chars``.
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.ids import validate_session_id
-from engine.limits import canonical_within, check_text
+from engine.limits import canonical_within, check_text, json_within
 from engine.records import SessionInfo, SnapshotNode
 from engine.runtime import Runtime
 from engine.sessions.steps import chat_message
@@ -50,8 +50,8 @@ def _key(key: Any, what: str) -> str:
 
 
 def checked_documents(rt: Runtime, ns: str, items: Mapping[str, Any]) -> dict[str, Any]:
-    """`items` as canonical data, each document (with its key) within
-    ``Limits.document_bytes``; None (delete) passes as it is.
+    """`items`, each document (with its key) within ``Limits.document_bytes``; None (delete)
+    passes as it is.
 
     Raises:
         ValueError: bad namespace or key. SizeLimitExceeded: a document over the limit.
@@ -67,8 +67,8 @@ def checked_documents(rt: Runtime, ns: str, items: Mapping[str, Any]) -> dict[st
         if value is None:
             out[key] = None
             continue
-        (_, out[key]), _ = canonical_within([key, value], limit, f"document {key[:80]!r}",
-                                            "document_bytes")
+        json_within([key, value], limit, f"document {key[:80]!r}", "document_bytes")
+        out[key] = value
     return out
 
 

@@ -176,6 +176,15 @@ def test_documents_and_fleet_documents_are_size_checked_before_the_store(engine)
     assert engine.fleet_documents("alerts") == {}
 
 
+def test_a_document_without_a_json_form_is_refused_before_the_store(engine):
+    engine.session("s")
+    with pytest.raises(TypeError):
+        engine.put_documents("s", "lg", {"a": {"v": 1}, "b": object()})
+    with pytest.raises(ValueError, match="surrogate"):
+        engine.put_documents("s", "lg", {"a": {"v": 1}, "b": {"t": "\ud800"}})
+    assert engine.scan_documents("s", "lg") == {}
+
+
 def test_the_engines_own_namespaces_are_not_writable_as_values(engine):
     s = engine.session("s")
     for ns in ("var", "mem"):
