@@ -54,8 +54,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from engine.engine import Engine
 from engine.records import Event
-from engine.store.urls import redact
 
 log = logging.getLogger("rewind.alerts")
 
@@ -124,7 +124,8 @@ def check_webhook(url: str) -> str:
     """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"a webhook must be an http:// or https:// URL, not {redact(url)!r}")
+        raise ValueError("a webhook must be an http:// or https:// URL, "
+                         f"not {Engine.redact_url(url)!r}")
     return url
 
 
@@ -184,7 +185,8 @@ class AlertWorker:
     round (read new events, queue their alerts, deliver what is due).
 
     Args:
-        engine: an `Engine` (anything with ``events``, ``get_session``, ``store``, ``clock``).
+        engine: an `Engine` (anything with ``events``, ``get_session``, ``fleet_documents``,
+            ``put_fleet_documents``).
         webhooks: the URLs to POST to.
         config: rules, thresholds, retries.
         name: the state's key: two workers with different names page independently.
@@ -218,10 +220,10 @@ class AlertWorker:
 
     # -- state ----------------------------------------------------------------------------------
     def _load(self) -> _State:
-        return _State.load(self.engine.store.fleet_docs(NAMESPACE).get(self.name))
+        return _State.load(self.engine.fleet_documents(NAMESPACE).get(self.name))
 
     def _save(self, state: _State) -> None:
-        self.engine.store.fleet_doc_put(NAMESPACE, {self.name: state.dump()}, self.engine.clock())
+        self.engine.put_fleet_documents(NAMESPACE, {self.name: state.dump()})
 
     # -- one round --------------------------------------------------------------------------------
     def run_once(self) -> dict[str, int]:

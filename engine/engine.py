@@ -9,11 +9,13 @@ goes through `engine.actions`, the saga lives in `engine.saga`, fleet queries in
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from engine import actions, fleet, metrics, quarantine, saga
+from engine import documents as _documents
 from engine.freeze import FreezeWindow, PolicyChoice, from_environment
 from engine.identity import Actor
 from engine.ids import validate_session_id
@@ -28,6 +30,7 @@ from engine.records import (
     RollbackPreview,
     RollbackResult,
     SessionInfo,
+    SnapshotNode,
 )
 from engine.recovery import bulk, verbs
 from engine.runtime import CompensationHandler, Runtime
@@ -89,6 +92,10 @@ class Engine:
     # -- wiring (read through to the runtime) -------------------------------------------------
     @property
     def store(self) -> Store:
+        """Internal: the store under this engine, for the engine's own modules, the console's
+        sidebar and tests. Integrations use the engine's methods instead (`put_documents`,
+        `write_session`, `url`, …), which check size limits and write atomically;
+        tests/test_one_door.py keeps them from reaching here."""
         return self.runtime.store
 
     @property
@@ -352,3 +359,146 @@ class Engine:
         """Expose this process's Prometheus counters (agent_loop_detected_total,
         agent_rollbacks_total) at http://addr:port/metrics. Returns (server, thread)."""
         return metrics.serve_metrics(port, addr)
+
+    # -- integrations: the one door to the store (engine.documents) ---------------------------
+    # Integrations (LangGraph, the MCP proxy, the alert worker, the demo) keep state of their own
+    # in the store; they reach it here, never through `store`, so every write is size-checked
+    # and the parts of one change are written atomically.
+    @property
+    def url(self) -> str:
+        """The store's URL with any password replaced by ***, safe to print or log."""
+        return self.store.url
+
+    @property
+    def limits(self) -> Limits:
+        """The size limits this engine checks every write against (`engine.limits`)."""
+        return self.runtime.limits
+
+    @staticmethod
+    def resolve_url(url: str | None = None) -> str:
+        """The store URL `Engine.open(url)` opens: `url`, else $REWIND_STORE, else the embedded
+        default (``sqlite:///.rewind/rewind.db``). Not redacted: it is the one to open."""
+        from engine.store import DEFAULT_URL
+
+        return url or os.environ.get("REWIND_STORE") or DEFAULT_URL
+
+    @staticmethod
+    def redact_url(url: str) -> str:
+        """`url` (a store URL, a webhook, …) with every password replaced by ***."""
+        from engine.store.urls import redact
+
+        return redact(url)
+
+    def session_info(self, sid: str) -> SessionInfo | None:
+        """The stored summary of session `sid`, or None when there is none (unlike
+        `get_session`, which raises).
+
+        Raises:
+            InvalidSessionId: bad id.
+        """
+        return _documents.session_info(self.runtime, sid)
+
+    def get_documents(self, sid: str, ns: str, keys: Sequence[str]) -> dict[str, Any]:
+        """The documents among `keys` that exist in namespace `ns` of session `sid`. Documents
+        are unversioned (rollbacks leave them alone): integrations keep their own history there.
+
+        Raises:
+            InvalidSessionId: bad id. ValueError: `ns` is not an identifier.
+        """
+        return _documents.get_documents(self.runtime, sid, ns, keys)
+
+    def scan_documents(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
+        """Every document of namespace `ns` of session `sid` whose key starts with `prefix`, in
+        key order ({} for an unknown session).
+
+        Raises:
+            InvalidSessionId: bad id. ValueError: `ns` is not an identifier.
+        """
+        return _documents.scan_documents(self.runtime, sid, ns, prefix)
+
+    def put_documents(self, sid: str, ns: str, items: Mapping[str, Any]) -> None:
+        """Set documents of namespace `ns` of session `sid` (a value of None deletes one), in
+        one atomic write; each document is checked against ``Limits.document_bytes`` first.
+
+        Raises:
+            UnknownSession: no such session. ValueError: bad namespace or key.
+            SizeLimitExceeded: a document over its limit (nothing written). TypeError: a
+            document with no JSON form.
+        """
+        _documents.put_documents(self.runtime, sid, ns, items)
+
+    def fleet_documents(self, ns: str) -> dict[str, Any]:
+        """Every fleet document of namespace `ns` (small fleet-wide state no session owns, such
+        as the alert worker's cursor), in key order.
+
+        Raises:
+            ValueError: `ns` is not an identifier.
+        """
+        return _documents.fleet_documents(self.runtime, ns)
+
+    def put_fleet_documents(self, ns: str, values: Mapping[str, Any]) -> None:
+        """Set fleet documents of namespace `ns` (None deletes one) in one atomic write, each
+        checked against ``Limits.document_bytes`` first.
+
+        Raises:
+            ValueError: bad namespace or key. SizeLimitExceeded: a document over its limit
+            (nothing written). TypeError: a document with no JSON form.
+        """
+        _documents.put_fleet_documents(self.runtime, ns, values)
+
+    def get_values(self, sid: str, ns: str) -> dict[str, Any]:
+        """Current values of versioned namespace `ns` on the live line of session `sid` ({} for
+        an unknown session); a rollback restores them as they were at its snapshot.
+
+        Raises:
+            InvalidSessionId: bad id. ValueError: `ns` is not an identifier.
+        """
+        return _documents.get_values(self.runtime, sid, ns)
+
+    def put_values(self, sid: str, ns: str, items: Mapping[str, Any]) -> int:
+        """Set keys of versioned namespace `ns` of session `sid` (None deletes one) in one
+        write, checked like `Session.set_vars`. ``var`` and ``mem`` are refused: they hold the
+        session's variables and memory.
+
+        Returns:
+            The session's epoch.
+
+        Raises:
+            UnknownSession: no such session. ValueError: bad or reserved namespace, bad key.
+            SizeLimitExceeded: over ``Limits.variables_bytes`` (nothing written).
+        """
+        return _documents.put_values(self.runtime, sid, ns, items)
+
+    def write_session(
+        self,
+        sid: str,
+        *,
+        messages: Sequence[Mapping[str, Any]] = (),
+        messages_if_empty: bool = False,
+        values: Mapping[str, Mapping[str, Any]] | None = None,
+        snapshot: str | None = None,
+        documents: Mapping[str, Mapping[str, Any]] | None = None,
+        stamp: tuple[str, str] | None = None,
+        retention: Retention | None = None,
+    ) -> tuple[int, SnapshotNode | None]:
+        """Several writes to session `sid` as one atomic write: all happen, or none.
+
+        In this order: `messages` appended to the live line (only when it holds none yet, with
+        `messages_if_empty`), `values` set (namespace -> items, as `put_values`), a manual
+        snapshot labelled `snapshot` taken (older ones retired by `retention`, None: the
+        engine's), `documents` set (namespace -> items, as `put_documents`). The document that
+        `stamp` (namespace, key) names records the snapshot: its ``snap`` (id), ``msgs`` (live
+        message count) and ``epoch``. Every part is size-checked before the store is touched.
+
+        Returns:
+            (the session's epoch, the snapshot taken or None).
+
+        Raises:
+            UnknownSession: no such session. ValueError: a bad part, or a stamp without a
+            snapshot or naming no dict among `documents`. SizeLimitExceeded: a part over its
+            limit. Nothing is written when any of these is raised.
+        """
+        return _documents.write_session(
+            self.runtime, sid, messages=messages, messages_if_empty=messages_if_empty,
+            values=values, snapshot=snapshot, documents=documents, stamp=stamp,
+            retention=retention)

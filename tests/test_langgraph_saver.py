@@ -21,7 +21,13 @@ from langchain_core.tools import tool  # noqa: E402
 from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
 
-from engine import LoopDetected  # noqa: E402
+from engine import (  # noqa: E402
+    Engine,
+    Limits,
+    LoopDetected,
+    SizeLimitExceeded,
+    StoreUnavailable,
+)
 from engine.integrations.langgraph import (  # noqa: E402
     LoopGuard,
     RewindSaver,
@@ -267,6 +273,69 @@ def test_copy_thread_target_is_a_session_with_history(engine, saver):
     assert copied.info().head is not None
     graph.invoke({"messages": [HumanMessage("two")]}, copy_config)
     assert len(graph.get_state(config).values["messages"]) == 2
+
+
+def _thread_state(engine, sid: str) -> dict:
+    """Everything a copy could write to thread `sid`, and the feed of its session."""
+    info = engine.session_info(sid)
+    if info is None:
+        return {"session": None}
+    s = engine.get_session(sid)
+    return {"head": (info.head, info.messages), "messages": s.state().messages,
+            "pointer": engine.get_values(sid, layout.HEAD), "tree": [n.id for n in s.tree()],
+            "docs": engine.scan_documents(sid, layout.DOCS),
+            "events": [(e.id, e.type) for e in engine.events(session=sid)]}
+
+
+@pytest.mark.parametrize("limits", [Limits(document_bytes=300), Limits(message_bytes=40)],
+                         ids=["document", "message"])
+def test_a_copy_refused_by_a_size_limit_writes_nothing(engine, saver, limits):
+    graph = echo_graph(saver)
+    source, target = thread(), thread()
+    graph.invoke({"messages": [HumanMessage("one " * 20)]}, source)
+    src, dst = source["configurable"]["thread_id"], target["configurable"]["thread_id"]
+    small = RewindSaver(Engine(engine.store, limits=limits))
+    with pytest.raises(SizeLimitExceeded):
+        small.copy_thread(src, dst)
+    assert _thread_state(engine, dst) == {"session": None}  # not even an empty target
+    engine.session(dst)  # an existing, empty target takes the history as well
+    before = _thread_state(engine, dst)
+    with pytest.raises(SizeLimitExceeded):
+        small.copy_thread(src, dst)
+    assert _thread_state(engine, dst) == before
+
+
+def test_a_copy_is_one_write_and_a_failure_in_it_leaves_the_target_as_it_was(
+        engine, saver, monkeypatch):
+    graph = echo_graph(saver)
+    source, target = thread(), thread()
+    graph.invoke({"messages": [HumanMessage("one")]}, source)
+    graph.invoke({"messages": [HumanMessage("mine")]}, target)
+    src, dst = source["configurable"]["thread_id"], target["configurable"]["thread_id"]
+    before = _thread_state(engine, dst)
+    store = engine.store
+    writes: list[str] = []
+    for name in ("ensure_session", "append_messages", "put", "take_snapshot", "doc_put",
+                 "write_session", "rollback", "set_status"):
+        def recorded(*args, _name=name, _real=getattr(store, name), **kwargs):
+            writes.append(_name)
+            if _name == "write_session" and fail:
+                raise StoreUnavailable("the store went away mid-copy")
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(store, name, recorded)
+    fail = True
+    with pytest.raises(StoreUnavailable):
+        saver.copy_thread(src, dst)
+    assert writes == ["write_session"]
+    assert _thread_state(engine, dst) == before
+    fail = False
+    saver.copy_thread(src, dst)
+    assert writes == ["write_session", "write_session"]
+    monkeypatch.undo()
+    after = _thread_state(engine, dst)
+    assert after["messages"] == before["messages"]  # the target had a conversation already
+    assert after["pointer"]["root"] != before["pointer"]["root"]
+    assert graph.get_state(target).values == graph.get_state(source).values
 
 
 def test_delete_thread_deletes_the_session(engine, saver):

@@ -118,12 +118,12 @@ def main(args: argparse.Namespace) -> int:
             previous[signum] = signal.signal(signum, lambda *_: stop.set())
         except ValueError:  # not the main thread: the caller owns the signals
             pass
-    from engine.store import redact
+    from engine.engine import Engine
 
     store = getattr(args, "store", None)
     freeze = configured_freeze()
     print(f"rewind demo: {args.sessions} sessions at {args.speed:g} steps/s"
-          f"{f' on {redact(store)}' if store else ''}, seed {args.seed}"
+          f"{f' on {Engine.redact_url(store)}' if store else ''}, seed {args.seed}"
           f"{f', {args.workers} workers' if args.workers > 1 else ''}; "
           f"{'Ctrl-C stops' if not args.duration else f'{args.duration:g} s'}", flush=True)
     if freeze is not None:

@@ -467,9 +467,7 @@ def run_demo(url: str | None = None, sessions: int = 12, speed: float = 1.0, see
         ValueError: bad arguments, or an in-memory store with worker processes.
         ConfigError: the freeze variables are malformed.
     """
-    from engine.store import DEFAULT_URL
-
-    url = url or os.environ.get("REWIND_STORE") or DEFAULT_URL
+    url = Engine.resolve_url(url)
     if sessions < 1:
         raise ValueError("sessions must be at least 1")
     if not 0 <= hold_share <= 1:

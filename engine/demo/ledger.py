@@ -25,6 +25,10 @@ import os
 import time
 from dataclasses import dataclass
 
+# The one exemption from "no store access outside the engine" (tests/test_one_door.py): these are
+# SQLite helpers (connections, WAL, write transactions, the script runner, the URL's path) for the
+# ledger's OWN database, a stand-in for the outside world that must not live in the Rewind store.
+# Nothing here reads or writes the Rewind store; a second copy of the helpers would only drift.
 from engine.store.sqlite.schema import run_script
 from engine.store.sqlite.tx import SQLiteDB, path_from_url
 
@@ -155,9 +159,9 @@ class Ledger:
 
 def default_path(url: str | None) -> str:
     """Where the ledger of a demo on store `url` lives (see `Ledger.for_store`)."""
-    from engine.store import DEFAULT_URL
+    from engine.engine import Engine
 
-    url = url or os.environ.get("REWIND_STORE") or DEFAULT_URL
+    url = Engine.resolve_url(url)
     if url.lower().startswith("sqlite:"):
         path = path_from_url(url)
         if path == ":memory:":

@@ -171,7 +171,7 @@ class McpProxy:
     """The proxy's logic, independent of the transport it is served on.
 
     Args:
-        engine: the engine whose store records the calls.
+        engine: the engine that records the calls.
         upstreams: the servers fronted (tools, resources and prompts are routed by name; the
             first server listing a name wins).
         session: the Rewind session of the connection (None: ``mcp-<random>``).
@@ -249,13 +249,13 @@ class McpProxy:
         return self.default_session
 
     def _blocked(self, session: Session, fp: str) -> dict | None:
-        found = self.engine.store.doc_get(session.id, BLOCKED_DOCS, [f"blocked:{fp}"])
+        found = self.engine.get_documents(session.id, BLOCKED_DOCS, [f"blocked:{fp}"])
         return found.get(f"blocked:{fp}")
 
     def _block(self, session: Session, fps: set[str], loop: LoopDetected) -> None:
         record = {"rule": loop.verdict.rule, "explanation": loop.verdict.explanation}
-        self.engine.store.doc_put(
-            session.id, BLOCKED_DOCS, {f"blocked:{fp}": record for fp in fps}, self.engine.clock()
+        self.engine.put_documents(
+            session.id, BLOCKED_DOCS, {f"blocked:{fp}": record for fp in fps}
         )
 
     def _pending_notice(self, session: Session) -> str | None:

@@ -258,7 +258,7 @@ class RewindSession:
 
     async def clear_session(self, *, wrapper: Any = None) -> None:
         """Hide every item stored so far (the messages stay in Rewind's history)."""
-        count = len(self.engine.store.live_messages(self.session_id))
+        count = len(self.rewind.state().messages)
         self.rewind.set_vars({START_VAR: count, HIDDEN_VAR: None})
 
     # -- Rewind --------------------------------------------------------------------------------

@@ -33,9 +33,11 @@ from engine.store.requests import (
     Retention,
     RollbackRequest,
     SessionFilter,
+    SessionWrite,
     StepOutcome,
     StepStart,
     StepTicket,
+    stamped,
 )
 from engine.types import CompensationStatus
 
@@ -50,6 +52,7 @@ __all__ = [
     "Retention",
     "RollbackRequest",
     "SessionFilter",
+    "SessionWrite",
     "SessionStore",
     "SnapshotStore",
     "StepOutcome",
@@ -58,6 +61,7 @@ __all__ = [
     "Store",
     "compensation_refusal",
     "protocol_members",
+    "stamped",
 ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
+from engine.records import SnapshotNode
 from engine.types import (
     FACETS,
     RollbackKind,
@@ -127,3 +128,41 @@ class RollbackRequest:
     """A recovery (counted, sets the status) or an integration's time travel (``fork``)."""
     batch: str | None = None
     """Id of the bulk rollback this one belongs to (None: not part of one)."""
+
+
+class SessionWrite(TypedDict):
+    """The parts of one atomic `Store.write_session`; every part may be left out."""
+
+    messages: NotRequired[list[dict[str, Any]]]
+    """Chat messages (each with a ``role``) to append to the live line."""
+    messages_if_empty: NotRequired[bool]
+    """Append `messages` only when the session's live line holds no message yet."""
+    values: NotRequired[dict[str, dict[str, Any]]]
+    """Versioned key-value writes: namespace -> items (None deletes a key), as `Store.put`."""
+    snapshot: NotRequired[str]
+    """Label of a ``manual`` snapshot taken after the messages and values."""
+    documents: NotRequired[dict[str, dict[str, Any]]]
+    """Unversioned documents: namespace -> items (None deletes one), as `Store.doc_put`."""
+    stamp: NotRequired[tuple[str, str]]
+    """(namespace, key) of a document in `documents` that records the snapshot taken."""
+
+
+def stamped(write: SessionWrite, epoch: int, node: SnapshotNode | None
+            ) -> dict[str, dict[str, Any]]:
+    """The documents of `write`, the one its stamp names holding the snapshot `node` (its id as
+    ``snap``, its live message count as ``msgs``) and the session's `epoch`.
+
+    Raises:
+        ValueError: a stamp without a snapshot, or naming no dict among the documents.
+    """
+    documents = dict(write.get("documents") or {})
+    stamp = write.get("stamp")
+    if stamp is None:
+        return documents
+    ns, key = stamp
+    doc = documents.get(ns, {}).get(key)
+    if node is None or not isinstance(doc, dict):
+        raise ValueError(f"the stamp {stamp!r} needs a snapshot and a document that is a dict")
+    documents[ns] = {**documents[ns], key: {**doc, "snap": node.id, "msgs": node.messages,
+                                            "epoch": epoch}}
+    return documents

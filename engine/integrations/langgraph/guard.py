@@ -201,7 +201,7 @@ class LoopGuard:
         root = (configurable.get("checkpoint_map") or {}).get("")
         saver = configurable.get(CHECKPOINTER_KEY)
         rewind_checkpoints = isinstance(saver, RewindSaver) and bool(root) and (
-            saver.engine.store.url == self.engine.store.url)
+            saver.engine.url == self.engine.url)
         if (isinstance(saver, RewindSaver) and root and rewind_checkpoints
                 and configurable.get(DURABILITY_KEY) != "exit"):
             if not saver.wait_for_checkpoint(thread_id, root, self.checkpoint_wait):
@@ -220,10 +220,9 @@ class LoopGuard:
                 if attempt == 2:
                     raise
         if rewind_checkpoints and step.n is not None:
-            self.engine.store.doc_put(
+            self.engine.put_documents(
                 session.id, layout.DOCS,
-                {layout.step_key(step.n): {"checkpoint": root, "call": tool_call.get("id")}},
-                self.engine.clock())
+                {layout.step_key(step.n): {"checkpoint": root, "call": tool_call.get("id")}})
         return _Call(session, lock, step, root)
 
     def _finish(self, call: _Call, result: Any, error: BaseException | None) -> Any:
@@ -273,7 +272,7 @@ class LoopGuard:
         """Roll the session back to the healthy checkpoint's snapshot (else the engine's
         suggestion) and fence off the checkpoints of the aborted run."""
         targets = []
-        healthy = healthy_checkpoint(self.engine.store, session.id, start)
+        healthy = healthy_checkpoint(self.engine, session.id, start)
         if healthy is not None and healthy.get("snap"):
             targets.append(healthy["snap"])
         suggested = session.suggested_target()
@@ -287,10 +286,9 @@ class LoopGuard:
             except (UnknownSnapshot, SnapshotNotRestorable):
                 continue
             if root:
-                base = self.engine.store.get_all(session.id, layout.HEAD).get(layout.ROOT)
-                self.engine.store.put(session.id, layout.HEAD,
-                                      {layout.FENCE: {"base": base, "until": root}},
-                                      self.engine.clock())
+                base = self.engine.get_values(session.id, layout.HEAD).get(layout.ROOT)
+                self.engine.put_values(session.id, layout.HEAD,
+                                       {layout.FENCE: {"base": base, "until": root}})
             return result
         return None
 

@@ -26,7 +26,10 @@ Storage does not copy the message list at every checkpoint: channel values are s
 (channel, version), like LangGraph's Postgres saver, and list values as deltas against the
 parent's version (`codec`).
 
-Every store call goes through the `Store` protocol. Async methods run the sync ones in the default
+Every read and write goes through the engine's public API (`Engine.get_documents`,
+`Engine.write_session`, …), never the store itself: the engine checks size limits before the store
+is touched, and a checkpoint's parts (mirrored messages, head pointer, snapshot, documents) are
+written in one atomic write, as is a copied thread. Async methods run the sync ones in the default
 executor.
 """
 
@@ -59,12 +62,13 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.base.id import uuid6
 
+from engine import Retention
 from engine.engine import Engine
 from engine.errors import SnapshotNotRestorable, StoreError, UnknownSession, UnknownSnapshot
 from engine.ids import validate_session_id
 from engine.integrations.langgraph import codec, layout
 from engine.integrations.langgraph.chat import is_notice, notice_message, to_chat
-from engine.store import Retention
+from engine.limits import cut_text
 
 ACTOR = "langgraph"
 """Actor name of the saver's own actions (forks, deletions) in the audit log."""
@@ -83,25 +87,29 @@ def session_id(thread_id: Any) -> str:
     return validate_session_id(str(thread_id))
 
 
-def healthy_checkpoint(store: Any, sid: str, step: int | None) -> dict | None:
+def healthy_checkpoint(engine: Engine | Any, sid: str, step: int | None) -> dict | None:
     """The record of the last checkpoint before the model turn that led to guarded step `step`.
 
     A tool call runs under a root checkpoint that already holds the model's message asking for
     it; the checkpoint before that one is the last state without any of it. None when unknown
     (the step was not recorded by the guard, or the thread is not checkpointed by `RewindSaver`).
+    `engine` is the `Engine` (a `Store`, as this function took before, still works).
     """
     if step is None:
         return None
-    key = layout.step_key(step)
-    ran = store.doc_get(sid, layout.DOCS, [key]).get(key)
+    get = (engine.get_documents if isinstance(engine, Engine)
+           else engine.doc_get)  # the old signature took the store
+
+    def doc(key: str) -> Any:
+        return get(sid, layout.DOCS, [key]).get(key)
+
+    ran = doc(layout.step_key(step))
     if not ran or not ran.get("checkpoint"):
         return None
-    key = layout.checkpoint_key("", ran["checkpoint"])
-    rec = store.doc_get(sid, layout.DOCS, [key]).get(key)
+    rec = doc(layout.checkpoint_key("", ran["checkpoint"]))
     if not rec or not rec.get("parent"):
         return None
-    key = layout.checkpoint_key("", rec["parent"])
-    return store.doc_get(sid, layout.DOCS, [key]).get(key)
+    return doc(layout.checkpoint_key("", rec["parent"]))
 
 
 class RewindSaver(BaseCheckpointSaver[str]):
@@ -139,10 +147,6 @@ class RewindSaver(BaseCheckpointSaver[str]):
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._seen_changed = threading.Condition(self._lock)
 
-    @property
-    def store(self):
-        return self.engine.store
-
     def wait_for_checkpoint(self, thread_id: Any, checkpoint_id: str, timeout: float) -> bool:
         """Wait until this saver stored (or read) checkpoint `checkpoint_id` of the thread.
 
@@ -162,7 +166,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
                                                max(0.0, min(0.05, deadline - time.monotonic()))):
                     return True
             # stored by another saver, or forgotten by this one's bounded memory
-            if self.store.doc_get(key[0], layout.DOCS, [ckey]):
+            if self.engine.get_documents(key[0], layout.DOCS, [ckey]):
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -188,9 +192,9 @@ class RewindSaver(BaseCheckpointSaver[str]):
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
             key = layout.checkpoint_key(ns, checkpoint_id)
-            rec = self.store.doc_get(sid, layout.DOCS, [key]).get(key)
+            rec = self.engine.get_documents(sid, layout.DOCS, [key]).get(key)
         else:
-            info = self.store.get_session(sid) if ns == "" else None
+            info = self.engine.session_info(sid) if ns == "" else None
             if ns == "" and info is None:
                 return None
             rec = self._latest(sid, ns)
@@ -236,7 +240,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         before_id = get_checkpoint_id(before) if before else None
         for thread_id in threads:
             sid = session_id(thread_id)
-            recs = list(self.store.doc_scan(sid, layout.DOCS,
+            recs = list(self.engine.scan_documents(sid, layout.DOCS,
                                             layout.checkpoint_prefix(ns_filter)).values())
             recs.sort(key=lambda r: r["id"], reverse=True)
             scans: dict = {}
@@ -316,7 +320,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         regular = [key for key, entry in entries.items() if entry[0] >= 0]
 
         def run() -> None:
-            existing = self.store.doc_get(sid, layout.DOCS, regular) if regular else {}
+            existing = self.engine.get_documents(sid, layout.DOCS, regular) if regular else {}
             items = {
                 key: {"task": task_id, "path": task_path, "idx": widx, "ch": channel,
                       "value": codec.encode(self.serde, value)}
@@ -324,7 +328,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 if widx < 0 or key not in existing
             }
             if items:
-                self.store.doc_put(sid, layout.DOCS, items, self.engine.clock())
+                self.engine.put_documents(sid, layout.DOCS, items)
 
         self._retrying(sid, run)
 
@@ -343,14 +347,20 @@ class RewindSaver(BaseCheckpointSaver[str]):
 
         The target gets LangGraph's whole history (all namespaces, the full parent chains), the
         source's live conversation if it has none yet, and one snapshot of the copied latest
-        checkpoint. Steps and snapshots of the source stay with the source.
+        checkpoint. Steps and snapshots of the source stay with the source. All of it is one
+        atomic write (`Engine.write_session`): a copy that fails (a size limit, the store) leaves
+        the target's history, head and documents as they were.
 
         Args:
             source_thread_id: thread to copy from; a missing thread copies nothing.
             target_thread_id: thread to copy to (created when missing).
+
+        Raises:
+            SizeLimitExceeded: a copied document or message is over the engine's limits;
+                nothing is written, and a missing target is not created.
         """
         src, dst = session_id(source_thread_id), session_id(target_thread_id)
-        docs = self.store.doc_scan(src, layout.DOCS, "")
+        docs = self.engine.scan_documents(src, layout.DOCS, "")
         if not docs:
             return
         head = self._head(src)
@@ -362,27 +372,32 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 doc = {**doc, "snap": None, "msgs": None, "epoch": None}
             copied[key] = doc
         head_key = layout.checkpoint_key("", head) if head else None
+        rec = copied.get(head_key) if head_key else None
+        label = cut_text(f"checkpoint {head} (copied from thread {source_thread_id})",
+                         self.engine.limits.name_chars)  # a long thread id cuts the label
 
         def run() -> None:
-            now = self.engine.clock()
-            self.store.doc_put(dst, layout.DOCS, copied, now)
-            rec = copied.get(head_key) if head_key else None
-            if rec is None or rec.get("late"):
+            if rec is None or rec.get("late") or head_key is None:
+                self.engine.put_documents(dst, layout.DOCS, copied)
                 return
-            info = self.store.get_session(dst)
-            if info is not None and info.messages == 0:
-                history = self.store.live_messages(src)
-                if history:
-                    self.store.append_messages(dst, history, now)
-            epoch = self.store.put(dst, layout.HEAD, {layout.ROOT: head}, now)
-            node = self.store.take_snapshot(
-                dst, f"checkpoint {head} (copied from thread {source_thread_id})", "manual",
-                now, self.retention)
-            self.store.doc_put(dst, layout.DOCS, {head_key: {**rec, "snap": node.id,
-                                                             "msgs": node.messages,
-                                                             "epoch": epoch}}, now)
+            info = self.engine.session_info(dst)
+            history = self._live_messages(src) if info is None or info.messages == 0 else []
+            self.engine.write_session(
+                dst, messages=history, messages_if_empty=True,
+                values={layout.HEAD: {layout.ROOT: head}}, snapshot=label,
+                documents={layout.DOCS: copied}, stamp=(layout.DOCS, head_key),
+                retention=self.retention)
 
-        self._retrying(dst, run)
+        # Write first, create the target only when it is missing: a copy refused by a size
+        # limit then leaves no trace at all, not even an empty target session.
+        try:
+            run()
+        except UnknownSession:
+            self._forget(dst)
+            self._ensure(dst)
+            run()
+        else:
+            self._ensure(dst)  # an existing target is marked as a LangGraph thread, as before
         self._forget_cache(dst)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -404,7 +419,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
             raise ValueError(f"strategy must be 'keep_latest' or 'delete', not {strategy!r}")
         for thread_id in thread_ids:
             sid = session_id(thread_id)
-            docs = self.store.doc_scan(sid, layout.DOCS, "")
+            docs = self.engine.scan_documents(sid, layout.DOCS, "")
             if not docs:
                 continue
             if strategy == "delete":
@@ -438,7 +453,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         if not runs:
             return
         for sid in self._threads():
-            docs = self.store.doc_scan(sid, layout.DOCS, "")
+            docs = self.engine.scan_documents(sid, layout.DOCS, "")
             recs = [doc for key, doc in docs.items() if key.startswith("c/")]
             if not any(rec.get("run") in runs for rec in recs):
                 continue
@@ -508,8 +523,6 @@ class RewindSaver(BaseCheckpointSaver[str]):
     # -- put --------------------------------------------------------------------------------
     def _put(self, sid: str, ns: str, parent_id: str | None, checkpoint: Checkpoint,
              meta: CheckpointMetadata | dict, new_versions: ChannelVersions) -> None:
-        store = self.store
-        now = self.engine.clock()
         checkpoint_id = checkpoint["id"]
         parent = self._record(sid, ns, parent_id) if parent_id else None
         parent_versions = parent["cp"].get("channel_versions", {}) if parent else {}
@@ -543,7 +556,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
             "late": False, "snap": None, "msgs": None, "epoch": None,
         }
         if ns == "":
-            pointers = self.store.get_all(sid, layout.HEAD)
+            pointers = self.engine.get_values(sid, layout.HEAD)
             head, fence = pointers.get(layout.ROOT), pointers.get(layout.FENCE) or {}
             if (fence and parent_id == fence.get("base")
                     and checkpoint_id <= fence.get("until", "")
@@ -554,18 +567,24 @@ class RewindSaver(BaseCheckpointSaver[str]):
                     head = parent_id
                 elif parent is not None and (parent.get("late") or meta.get("source") == "loop"):
                     rec["late"] = True
-            if not rec["late"]:
-                if appended and (parent_id == head or (parent_id is None and head is None)):
-                    chat = [c for c in (to_chat(m) for m in appended if not is_notice(m)) if c]
-                    if chat:
-                        store.append_messages(sid, chat, now)
-                epoch = store.put(sid, layout.HEAD, {layout.ROOT: checkpoint_id}, now)
-                label = (f"checkpoint {checkpoint_id} ({meta.get('source', '?')}, "
-                         f"step {meta.get('step', '?')})")
-                node = store.take_snapshot(sid, label, "manual", now, self.retention)
-                rec.update(snap=node.id, msgs=node.messages, epoch=epoch)
-        docs[layout.checkpoint_key(ns, checkpoint_id)] = rec
-        store.doc_put(sid, layout.DOCS, docs, now)
+        key = layout.checkpoint_key(ns, checkpoint_id)
+        docs[key] = rec
+        if ns == "" and not rec["late"]:
+            # mirrored messages, head pointer, snapshot and documents: one atomic write
+            chat: builtins.list[dict] = []
+            if appended and (parent_id == head or (parent_id is None and head is None)):
+                chat = [c for c in (to_chat(m) for m in appended if not is_notice(m)) if c]
+            label = (f"checkpoint {checkpoint_id} ({meta.get('source', '?')}, "
+                     f"step {meta.get('step', '?')})")
+            epoch, node = self.engine.write_session(
+                sid, messages=chat, values={layout.HEAD: {layout.ROOT: checkpoint_id}},
+                snapshot=cut_text(label, self.engine.limits.name_chars),
+                documents={layout.DOCS: docs}, stamp=(layout.DOCS, key),
+                retention=self.retention)
+            assert node is not None
+            rec.update(snap=node.id, msgs=node.messages, epoch=epoch)
+        else:
+            self.engine.put_documents(sid, layout.DOCS, docs)
         with self._seen_changed:
             for channel, state in lists.items():
                 self._remember(self._lists, (sid, ns, channel), state)
@@ -598,7 +617,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         if channel is None:
             return rec
         if rec is None:
-            fence = self.store.get_all(sid, layout.HEAD).get(layout.FENCE)
+            fence = self.engine.get_values(sid, layout.HEAD).get(layout.FENCE)
             if not fence or fence.get("base") is not None:
                 return None
             seen = 0
@@ -608,7 +627,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
             seen = rec["msgs"]
         if info.messages <= seen:
             return rec
-        notices = [m for m in self.store.live_messages(sid)[seen:] if is_notice(m)]
+        notices = [m for m in self._live_messages(sid)[seen:] if is_notice(m)]
         if not notices:
             return rec
         if rec is None:
@@ -640,17 +659,18 @@ class RewindSaver(BaseCheckpointSaver[str]):
 
     # -- records and values -----------------------------------------------------------------
     def _head(self, sid: str) -> str | None:
-        return self.store.get_all(sid, layout.HEAD).get(layout.ROOT)
+        return self.engine.get_values(sid, layout.HEAD).get(layout.ROOT)
 
     def _latest(self, sid: str, ns: str) -> dict | None:
         if ns == "":
             head = self._head(sid)
             if head:
                 key = layout.checkpoint_key("", head)
-                rec = self.store.doc_get(sid, layout.DOCS, [key]).get(key)
+                rec = self.engine.get_documents(sid, layout.DOCS, [key]).get(key)
                 if rec is not None:
                     return rec
-        recs = list(self.store.doc_scan(sid, layout.DOCS, layout.checkpoint_prefix(ns)).values())
+        recs = list(self.engine.scan_documents(sid, layout.DOCS,
+                                               layout.checkpoint_prefix(ns)).values())
         live = [r for r in recs if not r.get("late")]
         return max(live, key=lambda r: r["id"], default=None)
 
@@ -660,7 +680,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         if last is not None and last["id"] == checkpoint_id:
             return last
         key = layout.checkpoint_key(ns, checkpoint_id)
-        return self.store.doc_get(sid, layout.DOCS, [key]).get(key)
+        return self.engine.get_documents(sid, layout.DOCS, [key]).get(key)
 
     def _list_state(self, sid: str, ns: str, channel: str, version: Any
                     ) -> codec.ListState | None:
@@ -670,7 +690,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         if cached is not None and cached.version == version:
             return cached
         key = layout.blob_key(ns, channel, version)
-        doc = self.store.doc_get(sid, layout.DOCS, [key]).get(key)
+        doc = self.engine.get_documents(sid, layout.DOCS, [key]).get(key)
         if doc is None or not codec.is_list_doc(doc):
             return None
         return codec.ListState(version, self._encodings(sid, ns, channel, version, doc, {}))
@@ -686,21 +706,21 @@ class RewindSaver(BaseCheckpointSaver[str]):
         scan = scans.get((ns, channel))
         if scan is None:
             prefix = layout.blob_prefix(ns, channel)
-            found = self.store.doc_scan(sid, layout.DOCS, prefix)
+            found = self.engine.scan_documents(sid, layout.DOCS, prefix)
             scan = scans[(ns, channel)] = {layout.version_of(k, prefix): d
                                            for k, d in found.items()}
         try:
             return codec.materialize(scan, version)
         except KeyError as exc:
             raise StoreError(
-                f"thread {sid!r} in {self.store.url}: channel {channel!r} version {version} "
+                f"thread {sid!r} in {self.engine.url}: channel {channel!r} version {version} "
                 f"builds on a version that is no longer stored ({exc}); the thread's checkpoints "
                 "were damaged"
             ) from exc
 
     def _values(self, sid: str, ns: str, versions: dict, scans: dict, remember: bool) -> dict:
         keys = {ch: layout.blob_key(ns, ch, v) for ch, v in versions.items()}
-        docs = self.store.doc_get(sid, layout.DOCS, list(keys.values())) if keys else {}
+        docs = self.engine.get_documents(sid, layout.DOCS, list(keys.values())) if keys else {}
         values = {}
         for channel, key in keys.items():
             doc = docs.get(key)
@@ -725,7 +745,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
         ns, checkpoint_id = rec["ns"], rec["id"]
         values = self._values(sid, ns, rec["cp"].get("channel_versions", {}), scans, remember)
         writes = sorted(
-            self.store.doc_scan(sid, layout.DOCS, layout.write_prefix(ns, checkpoint_id)).values(),
+            self.engine.scan_documents(sid, layout.DOCS,
+                                       layout.write_prefix(ns, checkpoint_id)).values(),
             key=lambda w: writes_sort_key(w["path"], w["task"], w["idx"]),
         )
         parent = rec.get("parent")
@@ -787,12 +808,18 @@ class RewindSaver(BaseCheckpointSaver[str]):
         return doomed
 
     def _delete_docs(self, sid: str, doomed: dict[str, None], *, head: bool) -> None:
-        now = self.engine.clock()
-        if doomed:
-            self.store.doc_put(sid, layout.DOCS, doomed, now)
-        if head:
-            self.store.put(sid, layout.HEAD, {layout.ROOT: None}, now)
+        if head:  # the documents and the head pointer go together, or neither does
+            self.engine.write_session(sid, values={layout.HEAD: {layout.ROOT: None}},
+                                      documents={layout.DOCS: doomed})
+        elif doomed:
+            self.engine.put_documents(sid, layout.DOCS, doomed)
         self._forget_cache(sid)
+
+    def _live_messages(self, sid: str) -> builtins.list[dict]:
+        try:
+            return self.engine.get_session(sid).state().messages
+        except UnknownSession:
+            return []
 
     def _threads(self) -> builtins.list[str]:
         """Ids of every session this integration created, by paging through the fleet."""

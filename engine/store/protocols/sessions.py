@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from engine.records import MessageRecord, SessionInfo, StepRecord
+from engine.records import MessageRecord, SessionInfo, SnapshotNode, StepRecord
 from engine.store.requests import (
     ALL_SESSIONS,
     Retention,
     SessionFilter,
+    SessionWrite,
     StepOutcome,
     StepStart,
     StepTicket,
@@ -179,5 +180,29 @@ class SessionStore(Protocol):
 
         Raises:
             UnknownSession: no such session.
+        """
+        ...
+
+    # -- atomic multi-part writes (one door to the store) ------------------------------------
+    def write_session(
+        self, sid: str, write: SessionWrite, now: float, retention: Retention
+    ) -> tuple[int, SnapshotNode | None]:
+        """Several writes to one session as one atomic write (one transaction on SQLite, one
+        script on Redis and Redis Cluster): all of them happen, or none.
+
+        In this order, each exactly as its own method would write it (same sequence numbers,
+        same feed events): `write["messages"]` appended (`append_messages`; skipped when
+        `write["messages_if_empty"]` and the live line holds messages already), each namespace
+        of `write["values"]` set (`put`), a ``manual`` snapshot labelled `write["snapshot"]`
+        taken (`take_snapshot`, with `retention`), and each namespace of `write["documents"]`
+        set (`doc_put`). The document `write["stamp"]` names, a dict among the documents, is
+        stored with the snapshot's ``snap`` (id), ``msgs`` (live message count) and ``epoch``.
+
+        Returns:
+            (the session's epoch, the snapshot taken or None).
+
+        Raises:
+            UnknownSession: no such session. Nothing is written.
+            ValueError: a stamp without a snapshot, or naming no dict among the documents.
         """
         ...

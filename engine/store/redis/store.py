@@ -88,6 +88,7 @@ from engine.store.base import (
     Retention,
     RollbackRequest,
     SessionFilter,
+    SessionWrite,
     StepOutcome,
     StepStart,
     StepTicket,
@@ -605,6 +606,52 @@ class RedisStore(FleetDocs):
 
     def doc_scan(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
         return self._docs(sid, [ns, "scan", prefix])
+
+    # -- atomic multi-part writes ------------------------------------------------------------
+    def write_session(
+        self, sid: str, write: SessionWrite, now: float, retention: Retention
+    ) -> tuple[int, SnapshotNode | None]:
+        """Messages, versioned values, a snapshot and documents in one script (see write.lua)."""
+        label = write.get("snapshot")
+        documents = write.get("documents") or {}
+        stamp = write.get("stamp")
+        if stamp is not None and (label is None
+                                  or not isinstance(documents.get(stamp[0], {}).get(stamp[1]),
+                                                    dict)):
+            raise ValueError(f"the stamp {stamp!r} needs a snapshot and a document that is a dict")
+        messages = write.get("messages") or []
+        args: list[Any] = ["1" if write.get("messages_if_empty") else "0",
+                           dumps([m["role"] for m in messages]), len(messages),
+                           *(dumps(m) for m in messages)]
+        values = write.get("values") or {}
+        args.append(len(values))
+        for ns, items in values.items():
+            if not ns.isidentifier():
+                raise ValueError(f"a key-value namespace must be an identifier, not {ns!r}")
+            args += [ns, dumps({"keys": sorted(items)[:20], "count": len(items)}), 2 * len(items)]
+            for key, value in items.items():
+                args += [key, "" if value is None else dumps(value)]
+        args += ["" if label is None else dumps(label), *self._retention_args(retention)]
+        args.append(len(documents))
+        for ns, docs in documents.items():
+            if not ns.isidentifier():
+                raise ValueError(f"a document namespace must be an identifier, not {ns!r}")
+            args += [ns, 2 * len(docs)]
+            for key, value in docs.items():
+                if stamp == (ns, key):  # write.lua adds these three from the snapshot it takes
+                    value = {k: v for k, v in value.items() if k not in ("snap", "msgs", "epoch")}
+                args += [key, "" if value is None else dumps(value)]
+        args += list(stamp) if stamp is not None else ["", ""]
+        result, _ = self._write("write", sid, now, args)
+        epoch, snap = json.loads(result)
+        if snap is None:
+            return int(epoch), None
+        snap_id, parent, count, next_step = snap
+        return int(epoch), SnapshotNode(
+            id=snap_id, parent=parent, label=label, created_at=now, on_live_line=True,
+            abandoned_reason=None, kind="manual", restorable=True, next_step=next_step,
+            messages=count, is_head=True,
+        )
 
     def delete_session(self, sid: str, now: float) -> bool:
         self.flush()  # this process's pending fleet changes first, then the forgetting

@@ -33,9 +33,11 @@ from engine.store.base import (
     ALL_SESSIONS,
     Retention,
     SessionFilter,
+    SessionWrite,
     StepOutcome,
     StepStart,
     StepTicket,
+    stamped,
 )
 from engine.store.sqlite.branches import BranchLine
 from engine.store.sqlite.rows import (
@@ -242,29 +244,35 @@ class SQLiteStore(BranchLine, SagaOutbox):
     def append_messages(self, sid: str, messages: list[dict[str, Any]], now: float) -> int:
         """Append chat messages to the live line; returns the epoch."""
         with self._db.write() as conn:
-            epoch, pos = append_live(conn, sid, messages, now)
-            roles = [m["role"] for m in messages]
-            add_event(
-                conn, now, sid, "message", {"count": len(messages), "pos": pos, "roles": roles}
-            )
+            return self._append(conn, sid, messages, now)
+
+    @staticmethod
+    def _append(conn: sqlite3.Connection, sid: str, messages: list[dict[str, Any]],
+                now: float) -> int:
+        epoch, pos = append_live(conn, sid, messages, now)
+        roles = [m["role"] for m in messages]
+        add_event(conn, now, sid, "message", {"count": len(messages), "pos": pos, "roles": roles})
         return epoch
 
     def put(self, sid: str, ns: str, items: dict[str, Any], now: float) -> int:
         """Set keys of namespace `ns` (None deletes), versioned; returns the epoch."""
         with self._db.write() as conn:
-            seq, epoch, *_ = session_row(conn, sid)
-            seq += 1
-            for key, value in items.items():
-                text = None if value is None else dumps(value)
-                conn.execute(
-                    "INSERT INTO kv_writes(session, seq, ns, key, value) VALUES (?, ?, ?, ?, ?)",
-                    (sid, seq, ns, key, text),
-                )
-                put_value(conn, "kv", sid, ns, key, text)
+            return self._put(conn, sid, ns, items, now)
+
+    @staticmethod
+    def _put(conn: sqlite3.Connection, sid: str, ns: str, items: dict[str, Any],
+             now: float) -> int:
+        seq, epoch, *_ = session_row(conn, sid)
+        seq += 1
+        for key, value in items.items():
+            text = None if value is None else dumps(value)
             conn.execute(
-                "UPDATE sessions SET seq = ?, updated_at = ? WHERE id = ?", (seq, now, sid)
+                "INSERT INTO kv_writes(session, seq, ns, key, value) VALUES (?, ?, ?, ?, ?)",
+                (sid, seq, ns, key, text),
             )
-            add_event(conn, now, sid, ns, {"keys": sorted(items)[:20], "count": len(items)})
+            put_value(conn, "kv", sid, ns, key, text)
+        conn.execute("UPDATE sessions SET seq = ?, updated_at = ? WHERE id = ?", (seq, now, sid))
+        add_event(conn, now, sid, ns, {"keys": sorted(items)[:20], "count": len(items)})
         return epoch
 
     def get_all(self, sid: str, ns: str) -> dict[str, Any]:
@@ -587,10 +595,15 @@ class SQLiteStore(BranchLine, SagaOutbox):
     def doc_put(self, sid: str, ns: str, items: dict[str, Any], now: float) -> None:
         """Set documents of namespace `ns` (None deletes one), unversioned."""
         with self._db.write() as conn:
-            session_row(conn, sid)
-            for key, value in items.items():
-                put_value(conn, "docs", sid, ns, key, None if value is None else dumps(value))
-            conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
+            self._doc_put(conn, sid, ns, items, now)
+
+    @staticmethod
+    def _doc_put(conn: sqlite3.Connection, sid: str, ns: str, items: dict[str, Any],
+                 now: float) -> None:
+        session_row(conn, sid)
+        for key, value in items.items():
+            put_value(conn, "docs", sid, ns, key, None if value is None else dumps(value))
+        conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
 
     def doc_get(self, sid: str, ns: str, keys: list[str]) -> dict[str, Any]:
         """The documents among `keys` that exist."""
@@ -662,6 +675,30 @@ class SQLiteStore(BranchLine, SagaOutbox):
             reason = "idle sessions past their time limit (evidence kept)"
             add_retention(conn, now, reason, counts, ("session_ids", doomed))
         return counts
+
+    # -- atomic multi-part writes ------------------------------------------------------------
+    def write_session(
+        self, sid: str, write: SessionWrite, now: float, retention: Retention
+    ) -> tuple[int, SnapshotNode | None]:
+        """Messages, versioned values, a snapshot and documents in one transaction."""
+        with self._db.write() as conn:
+            _seq, epoch, live_messages, *_ = session_row(conn, sid)
+            messages = write.get("messages") or []
+            if write.get("messages_if_empty") and live_messages:
+                messages = []
+            if messages:
+                self._append(conn, sid, messages, now)
+            for ns, items in (write.get("values") or {}).items():
+                self._put(conn, sid, ns, items, now)
+            node = None
+            label = write.get("snapshot")
+            if label is not None:
+                node = self._snapshot(conn, sid, label, "manual", now, retention)
+                add_event(conn, now, sid, "snapshot",
+                          {"id": node.id, "label": label, "kind": "manual"})
+            for ns, docs in stamped(write, epoch, node).items():
+                self._doc_put(conn, sid, ns, docs, now)
+        return epoch, node
 
     # -- maintenance ------------------------------------------------------------------------
     def rebuild_indexes(self) -> dict[str, int]:

@@ -183,3 +183,50 @@ end
 local function snapshot_kind(rec)
   return string.match(rec, '^%[%d+,%d+,"([^"]*)"')
 end
+
+-- Set versioned key-values of namespace `ns`: `pairs` is {key, value JSON ("" deletes), …}.
+local function kv_put(ns, pairs, event_data)
+  local seq = int(tonumber(S.seq) + 1)
+  local kw, values, versions = K_kv_writes(B), K_kv_values(B, ns), K_kv_versions(B, ns)
+  local group = {ns}
+  local i = 0
+  for a = 1, #pairs, 2 do
+    local key, value = pairs[a], pairs[a + 1]
+    i = i + 1
+    local field = seq .. ":" .. int(i)
+    local prev = redis.call("HGET", versions, key) or ""
+    redis.call("HSET", kw, field, prev .. "|" .. value)
+    redis.call("HSET", versions, key, field)
+    if value == "" then redis.call("HDEL", values, key)
+    else redis.call("HSET", values, key, value) end
+    group[#group + 1] = key
+  end
+  redis.call("HSET", kw, seq, cjson.encode(group))
+  redis.call("RPUSH", K_live_kv_writes(B), seq)
+  add_to_list_field("nss", ns)
+  set("seq", seq, "updated", NOW)
+  event(ns, event_data)
+end
+
+-- Set unversioned documents of namespace `ns`: `pairs` is {key, value JSON ("" deletes), …}.
+local function doc_put(ns, pairs)
+  local values, order = K_doc_values(B, ns), K_doc_keys(B, ns)
+  for a = 1, #pairs, 2 do
+    if pairs[a + 1] == "" then
+      redis.call("HDEL", values, pairs[a])
+      redis.call("ZREM", order, pairs[a])
+    else
+      redis.call("HSET", values, pairs[a], pairs[a + 1])
+      redis.call("ZADD", order, 0, pairs[a])
+    end
+  end
+  add_to_list_field("dns", ns)
+  set("updated", NOW)
+end
+
+-- ARGV[from..to] as a list.
+local function argv_slice(from, to)
+  local out = {}
+  for a = from, to do out[#out + 1] = ARGV[a] end
+  return out
+end
