@@ -22,6 +22,7 @@ from dashboard.views import BUDGET_PARTS, clock_ticks, plot_text
 OK = "#5B8DB8"
 ERROR = "#C8553D"
 RUNNING = "#9AA5B1"
+REFUSED = "#8E6C8A"
 ROLLBACK = "#D08A2E"
 HEAD = "#2F5D7C"
 LOOP_SHADE = "rgba(200, 85, 61, 0.10)"
@@ -208,9 +209,11 @@ def timeline(frame: pd.DataFrame, lanes: Sequence[str],
         ("ok", "live", "ok", OK, "circle", 1.0),
         ("error", "live", "error", ERROR, "x", 1.0),
         ("running", "live", "running", RUNNING, "circle-open", 1.0),
+        ("refused", "live", "refused (quarantined tool)", REFUSED, "square-x-open", 1.0),
         ("ok", "abandoned", "ok (abandoned)", OK, "circle-open", 0.45),
         ("error", "abandoned", "error (abandoned)", ERROR, "x-open", 0.45),
         ("running", "abandoned", "in flight (abandoned)", RUNNING, "circle-open", 0.45),
+        ("refused", "abandoned", "refused (abandoned)", REFUSED, "square-x-open", 0.45),
     ]
     for outcome, line, name, color, symbol, opacity in styles:
         part = frame[(frame["outcome"] == outcome) & (frame["line"] == line)]

@@ -37,7 +37,7 @@ from typing import Any
 from engine.errors import ToolQuarantined, UnknownQuarantine
 from engine.identity import Actor, checked_actor, checked_reason, require_operator
 from engine.limits import check_text, cut_text
-from engine.records import Quarantine
+from engine.records import Quarantine, StepRecord
 from engine.runtime import Runtime
 from engine.store.base import StepOutcome
 from engine.types import FACETS, StepStatus
@@ -277,7 +277,7 @@ def refuse(
         sid,
         ticket,
         StepOutcome(
-            status=StepStatus.ERROR,
+            status=StepStatus.REFUSED,
             error=cut_text(f"{REFUSAL_PREFIX}{error}", rt.limits.error_chars),
         ),
         rt.clock(),
@@ -285,6 +285,10 @@ def refuse(
     return ticket.n
 
 
-def is_refusal(error: str | None) -> bool:
-    """True for the error text of a step refused by a quarantine."""
-    return bool(error) and str(error).startswith(REFUSAL_PREFIX)
+def is_refusal(step: StepRecord) -> bool:
+    """True for a step a quarantine refused: its status says so (`StepStatus.REFUSED`). Steps
+    stored before that status existed ended in error with `REFUSAL_PREFIX` and count too."""
+    if step.status == StepStatus.REFUSED:
+        return True
+    return (step.status == StepStatus.ERROR and bool(step.error)
+            and str(step.error).startswith(REFUSAL_PREFIX))

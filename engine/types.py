@@ -75,6 +75,9 @@ class StepStatus(StrEnum):
     RUNNING = "running"
     OK = "ok"
     ERROR = "error"
+    REFUSED = "refused"
+    """Refused before it ran (an operator's quarantine): the tool never ran, so the step is
+    no evidence of a loop and no failure of the tool."""
 
 
 class CompensationStatus(StrEnum):

@@ -16,6 +16,7 @@ from engine import (
     PermissionDenied,
     Quarantine,
     RollbackConflict,
+    StepStatus,
     ToolQuarantined,
     UnknownQuarantine,
 )
@@ -248,7 +249,7 @@ def test_a_quarantined_tool_is_refused_before_the_body_runs(engine):
     for part in ("refund_api", "HTTP 500 on every call", "alice", "until it is lifted", q.id):
         assert part in str(exc)
     (refusal,) = s.steps()
-    assert refusal.tool == "refund_api" and refusal.status == "error"
+    assert refusal.tool == "refund_api" and refusal.status == StepStatus.REFUSED
     assert refusal.error.startswith(REFUSAL_PREFIX) and q.id in refusal.error
     assert refusal.snapshot is None and refusal.args == {"order": "A-1"}
     with s.step("other_tool", {}) as call:  # other tools still run

@@ -43,6 +43,6 @@ def test_a_quarantined_tool_becomes_a_tool_message_the_model_reads(engine, handl
     assert "payments are down" in reply.content and q.id in reply.content
     assert CALLS == ["A-1"]  # the tool never ran
     steps = engine.get_session("t").steps()
-    assert [s.status for s in steps] == ["ok", "error"] and q.id in steps[-1].error
+    assert [s.status for s in steps] == ["ok", "refused"] and q.id in steps[-1].error
     engine.lift_quarantine(q.id, actor="alice", reason="back")
     assert _run(node, "t", "A-3")[0].content == "refunded A-3"

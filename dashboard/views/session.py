@@ -154,7 +154,7 @@ def timeline_frame(steps: Sequence[Any], max_lanes: int = MAX_LANES) -> pd.DataF
             lane = names[s.fingerprint]
         else:
             lane = OTHER_LANE
-        outcome = s.status if s.status in ("ok", "error") else "running"
+        outcome = s.status if s.status in ("ok", "error", "refused") else "running"
         line = "live" if s.on_live_line else "abandoned"
         at = when(s.started_at)
         parts = [f"<b>step {s.n}</b> · {plot_text(s.tool or 'agent turn')}",

@@ -412,7 +412,7 @@ class Session:
         self._observed = []
         self._count = 0
         for rec in self.steps(live_only=True, last=self._detector.horizon):
-            if rec.n == exclude or rec.status == "running" or quarantine.is_refusal(rec.error):
+            if rec.n == exclude or rec.status == "running" or quarantine.is_refusal(rec):
                 continue  # a refused call never ran: not a step the detector judges
             self._observe(rec.n, detector_step(rec))
 
