@@ -60,9 +60,11 @@ from engine.errors import (
     UnknownSession,
     UnknownSnapshot,
 )
+from engine.freeze import PolicyChoice
 from engine.integrations.langgraph import layout
 from engine.integrations.langgraph.saver import RewindSaver, healthy_checkpoint, session_id
-from engine.sessions.session import NUDGE_TEXT, Session, StepCall
+from engine.recovery.policy import respond
+from engine.sessions.session import Session, StepCall
 from engine.types import LoopPolicy, checked_policy
 
 log = logging.getLogger("rewind.langgraph")
@@ -240,18 +242,19 @@ class LoopGuard:
         verdict = step.verdict
         if verdict is None or not verdict.looping or step.late:
             return result
-        policy = step.policy.policy if step.policy is not None else self.on_loop
-        if policy in ("off", "flag"):
+        # The engine's one rule for what follows a loop verdict (`engine.recovery.policy`); the
+        # guard only carries it out its own way (the nudge rides on the tool's result, the
+        # rollback goes to the graph's healthy checkpoint).
+        choice = step.policy or PolicyChoice(self.on_loop, "session")
+        response = respond(verdict, choice)
+        if response.action in ("none", "flag"):
             return result
         session = call.session
-        if getattr(verdict, "remedy", None) == "stop":
-            # A budget ran out: there is no healthy point to return to, only a stop.
+        if response.action == "stop":
             session.stop()
             raise LoopDetected(verdict, None) from error
-        if policy == "nudge_then_rollback" and getattr(verdict, "flag_count", 0) <= 1:
-            advice = getattr(verdict, "advice", "") or NUDGE_TEXT.format(
-                explanation=verdict.explanation)
-            return _nudge(result, f"Rewind: {advice}")
+        if response.action == "nudge":
+            return _nudge(result, f"Rewind: {response.nudge}")
         last = session.info().last_verdict
         start = last["loop_start_step"] if last else None
         rollback = self._roll_back(session, verdict, start, call.root)
