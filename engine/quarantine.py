@@ -28,6 +28,7 @@ Rules, in the order they are checked:
 from __future__ import annotations
 
 import datetime as dt
+import math
 import threading
 import time
 import uuid
@@ -39,7 +40,7 @@ from engine.identity import Actor, checked_actor, checked_reason, require_operat
 from engine.limits import check_text, cut_text
 from engine.records import Quarantine, StepRecord
 from engine.runtime import Runtime
-from engine.store.base import StepOutcome
+from engine.store.base import AuditEntry, StepOutcome
 from engine.types import FACETS, StepStatus
 
 NAMESPACE = "quarantine"
@@ -47,6 +48,8 @@ NAMESPACE = "quarantine"
 CACHE_S = 1.0
 """Seconds a process reuses the stored list before reading it again."""
 SCOPE_KEYS = FACETS
+LAST_MOMENT = dt.datetime(9999, 12, 31, tzinfo=dt.UTC).timestamp()
+"""Quarantines end before this (the last day a datetime can show), or are open-ended (None)."""
 """Session meta keys a quarantine may be scoped to."""
 REFUSAL_PREFIX = "ToolQuarantined: "
 """Start of the error text of a step refused by a quarantine."""
@@ -121,7 +124,8 @@ def until_time(until: float | dt.datetime | dt.timedelta | None, now: float) -> 
     """`until` as unix seconds: a number as is, a datetime (naive: UTC), a timedelta from `now`.
 
     Raises:
-        TypeError: another type. ValueError: not later than `now`.
+        TypeError: another type. ValueError: not later than `now`, not a finite number, or
+        past the last moment a calendar shows (9999-12-31): "until lifted" is None.
     """
     if until is None:
         return None
@@ -134,6 +138,10 @@ def until_time(until: float | dt.datetime | dt.timedelta | None, now: float) -> 
         value = float(until)
     else:
         raise TypeError(f"until must be unix seconds, a datetime or a timedelta, not {until!r}")
+    if not math.isfinite(value) or value >= LAST_MOMENT:
+        raise ValueError(
+            f"until must be a time before 9999-12-31, not {until!r}; for a quarantine that "
+            "lasts until someone lifts it, leave until out")
     if not value > now:
         raise ValueError("until lies in the past: a quarantine must end later than now")
     return value
@@ -200,10 +208,8 @@ def quarantine(
         scope=checked_scope(scope),
     )
     expired: dict[str, Any] = {old.id: None for old in _stored(rt) if not old.active(now)}
-    rt.store.fleet_doc_put(NAMESPACE, {**expired, q.id: _document(q)}, now)
-    rt.store.add_audit(
-        who.name, "quarantine", None, None, reason, {"id": q.id, **_document(q)}, now
-    )
+    rt.store.fleet_doc_put(NAMESPACE, {**expired, q.id: _document(q)}, now, AuditEntry(
+        who.name, "quarantine", reason, {"id": q.id, **_document(q)}))
     _refresh(rt)
     return q
 
@@ -230,14 +236,19 @@ def lift(rt: Runtime, qid: str, *, actor: str | Actor, reason: str = "") -> Quar
     reason = checked_reason(rt.limits, reason)
     found = next((q for q in _stored(rt) if q.id == qid), None)
     if found is None:
+        lifted = next((e for e in rt.store.audit(action="quarantine_lift", limit=1000)
+                       if e.detail.get("id") == qid), None)
+        if lifted is not None:
+            raise UnknownQuarantine(
+                f"quarantine {qid} ({lifted.detail.get('tool')}) was lifted already, by "
+                f"{lifted.actor} at {_when(lifted.at)}; list those in force with "
+                "`rewind quarantine --list`")
         raise UnknownQuarantine(
             f"no quarantine {qid!r} in {rt.store.url}; list them with `rewind quarantine --list`"
         )
     now = rt.clock()
-    rt.store.fleet_doc_put(NAMESPACE, {qid: None}, now)
-    rt.store.add_audit(
-        who.name, "quarantine_lift", None, None, reason, {"id": qid, **_document(found)}, now
-    )
+    rt.store.fleet_doc_put(NAMESPACE, {qid: None}, now, AuditEntry(
+        who.name, "quarantine_lift", reason, {"id": qid, **_document(found)}))
     _refresh(rt)
     return found
 
@@ -292,3 +303,8 @@ def is_refusal(step: StepRecord) -> bool:
         return True
     return (step.status == StepStatus.ERROR and bool(step.error)
             and str(step.error).startswith(REFUSAL_PREFIX))
+
+
+def _when(at: float) -> str:
+    """A unix time as people read it in a message (UTC, to the second)."""
+    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -529,3 +529,40 @@ def test_bulk_rollback_takes_exactly_the_listed_sessions(engine):
     assert one.session == "b" and one.preview is not None
     with pytest.raises(ValueError, match="at least one session id"):
         engine.rollback_many({"session": []}, actor="alice", reason="none")
+
+
+@pytest.mark.parametrize("until", [float("inf"), float("nan"), 253402300800.0 + 86400,
+                                   dt.datetime(9999, 12, 31, 23, 0, tzinfo=dt.UTC)])
+def test_a_quarantine_end_no_calendar_shows_is_refused(engine, until):
+    with pytest.raises(ValueError, match="until"):
+        engine.quarantine("refund_api", actor="alice", reason="broken", until=until)
+    assert engine.quarantines(include_expired=True) == []
+
+
+def test_a_quarantine_and_its_audit_row_are_one_write(engine):
+    q = engine.quarantine("refund_api", actor="alice", reason="broken")
+    (row,) = engine.audit(action="quarantine")
+    assert row.detail["id"] == q.id and row.actor == "alice" and row.reason == "broken"
+    engine.lift_quarantine(q.id, actor="bob", reason="fixed upstream")
+    (lift,) = engine.audit(action="quarantine_lift")
+    assert lift.detail["tool"] == "refund_api" and lift.actor == "bob"
+    with pytest.raises(UnknownQuarantine, match="lifted already, by bob"):
+        engine.lift_quarantine(q.id, actor="bob", reason="again")
+
+
+def test_a_quarantine_whose_audit_row_fails_is_not_stored(tmp_path, open_engine, monkeypatch):
+    """The change and its audit row commit together: a failure writing the row leaves no
+    quarantine in force that the audit log does not show."""
+    import engine.store.sqlite.store as sqlite_store
+
+    engine = open_engine(f"sqlite:///{tmp_path}/r.db")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk went away while writing the audit row")
+
+    monkeypatch.setattr(sqlite_store, "add_audit", broken)
+    with pytest.raises(RuntimeError):
+        engine.quarantine("refund_api", actor="alice", reason="broken")
+    monkeypatch.undo()
+    assert engine.quarantines(include_expired=True) == []
+    assert engine.audit(action="quarantine") == []

@@ -10,9 +10,9 @@ import pytest
 
 from engine import Engine, InvalidSessionId
 from engine.errors import SizeLimitExceeded
+from engine.ids import validate_session_id
 from engine.limits import Limits, canonical_within, cut_text
 from engine.loops.fingerprint import MAX_DEPTH, canonical_json, canonicalize, fingerprint
-from engine.ids import validate_session_id
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from engine.store.protocols.sessions import SessionStore
 from engine.store.protocols.snapshots import SnapshotStore
 from engine.store.requests import (
     ALL_SESSIONS,
+    AuditEntry,
     Retention,
     RollbackRequest,
     SessionFilter,
@@ -43,6 +44,7 @@ from engine.types import CompensationStatus
 
 __all__ = [
     "ALL_SESSIONS",
+    "AuditEntry",
     "OPERABLE_COMPENSATIONS",
     "STORE_PROTOCOLS",
     "AuditStore",

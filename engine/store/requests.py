@@ -3,7 +3,7 @@ and rollback requests (the arguments the `engine.store.base.Store` protocols tak
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
 from engine.records import SnapshotNode
@@ -166,3 +166,18 @@ def stamped(write: SessionWrite, epoch: int, node: SnapshotNode | None
     documents[ns] = {**documents[ns], key: {**doc, "snap": node.id, "msgs": node.messages,
                                             "epoch": epoch}}
     return documents
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """An audit row written in the same atomic write as the change it records (a quarantine set
+    or lifted, a freeze declared or ended): a crash can leave neither without the other."""
+
+    actor: str
+    """Who acted."""
+    action: str
+    """What was done (``quarantine``, ``quarantine_lift``, ``freeze``, …)."""
+    reason: str = ""
+    """Why, as the actor said it."""
+    detail: dict[str, Any] = field(default_factory=dict)
+    """What the change was (JSON-representable), also the feed event's data."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from engine.store.requests import AuditEntry
+
 
 @runtime_checkable
 class DocumentStore(Protocol):
@@ -41,8 +43,11 @@ class DocumentStore(Protocol):
         """
         ...
 
-    def fleet_doc_put(self, ns: str, values: dict[str, Any | None], now: float) -> None:
+    def fleet_doc_put(self, ns: str, values: dict[str, Any | None], now: float,
+                      audit: AuditEntry | None = None) -> None:
         """Set fleet documents of namespace `ns` (a value of None deletes the key), all in one
         atomic write; the values must be JSON-representable. `now` is the time of the write.
+        `audit`, when given, is written in that same atomic write (an audit row without a
+        session, and its feed event).
         """
         ...

@@ -12,8 +12,10 @@ from typing import Any
 
 from engine.store.redis import keys
 from engine.store.redis.client import RedisClient
-from engine.store.redis.codec import dumps
+from engine.store.redis.codec import dumps, num
+from engine.store.redis.fleet import FleetViews
 from engine.store.redis.scripts import SOURCES
+from engine.store.requests import AuditEntry
 
 
 class FleetDocs:
@@ -21,18 +23,25 @@ class FleetDocs:
 
     _client: RedisClient
     _fb: str
+    _views: FleetViews
 
     def fleet_docs(self, ns: str) -> dict[str, Any]:
         """Every fleet document of namespace `ns`, in key order."""
         raw = self._client.call(self._client.r.hgetall, keys.fleet_docs(self._fb, ns))
         return {k: json.loads(raw[k]) for k in sorted(raw)}
 
-    def fleet_doc_put(self, ns: str, values: dict[str, Any | None], now: float) -> None:
-        """Set fleet documents of `ns` (None deletes one) in one script. Setting a value is
-        idempotent, so a retried call after a lost reply changes nothing more."""
-        if not values:
+    def fleet_doc_put(self, ns: str, values: dict[str, Any | None], now: float,
+                      audit: AuditEntry | None = None) -> None:
+        """Set fleet documents of `ns` (None deletes one), and write `audit`, in one script.
+        Setting a value is idempotent; an audited write is not retried after a lost reply (the
+        client's rule for every write that appends)."""
+        if not values and audit is None:
             return
-        args: list[str] = [ns]
+        entry = "" if audit is None else dumps([
+            audit.action, dumps(audit.actor), "null", dumps(audit.reason), dumps(audit.detail),
+            dumps({"actor": audit.actor, **audit.detail})])
+        args: list[str] = [*map(str, self._views._maxlens), num(now), str(self._views._ttl), entry,
+                           ns]
         for key, value in values.items():
             args += [key, "" if value is None else dumps(value)]
         name = "fleet_docs_put"

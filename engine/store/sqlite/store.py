@@ -31,6 +31,7 @@ from engine.records import (
 )
 from engine.store.base import (
     ALL_SESSIONS,
+    AuditEntry,
     Retention,
     SessionFilter,
     SessionWrite,
@@ -633,10 +634,16 @@ class SQLiteStore(BranchLine, SagaOutbox):
         rows = self._read("SELECT key, value FROM fleet_docs WHERE ns = ? ORDER BY key", (ns,))
         return {k: json.loads(v) for k, v in rows}
 
-    def fleet_doc_put(self, ns: str, values: dict[str, Any | None], now: float) -> None:
-        """Set fleet documents of `ns` (None deletes one) in one transaction."""
+    def fleet_doc_put(self, ns: str, values: dict[str, Any | None], now: float,
+                      audit: AuditEntry | None = None) -> None:
+        """Set fleet documents of `ns` (None deletes one), and write `audit`, in one
+        transaction."""
         encoded = {k: None if v is None else dumps(v) for k, v in values.items()}
         with self._db.write() as conn:
+            if audit is not None:
+                add_audit(conn, now, audit.actor, audit.action, None, None, audit.reason,
+                          audit.detail)
+                add_event(conn, now, None, audit.action, {"actor": audit.actor, **audit.detail})
             for key, value in encoded.items():
                 if value is None:
                     conn.execute("DELETE FROM fleet_docs WHERE ns = ? AND key = ?", (ns, key))
