@@ -7,6 +7,9 @@ for code that imported them from this module.
 
 from __future__ import annotations
 
+from engine.freeze import STORE_KEY as FREEZE_KEY
+from engine.freeze import STORE_NAMESPACE as FREEZE_NAMESPACE
+from engine.freeze import FreezeWindow, from_document, to_document
 from engine.identity import Actor, as_actor, checked_actor, checked_reason, require_operator
 from engine.ids import validate_session_id
 from engine.records import Compensation
@@ -14,10 +17,12 @@ from engine.recovery.bulk import WHERE_KEYS, matching_sessions, rollback_many
 from engine.recovery.notices import checked_notice
 from engine.recovery.verbs import notice, rollback
 from engine.runtime import Runtime
+from engine.store.base import AuditEntry
 
 __all__ = [
     "WHERE_KEYS", "Actor", "as_actor", "checked_actor", "checked_notice", "checked_reason",
-    "delete_session", "matching_sessions", "notice", "purge_abandoned", "purge_idle_sessions",
+    "declare_freeze", "delete_session", "end_freeze", "matching_sessions", "notice",
+    "purge_abandoned", "purge_idle_sessions",
     "require_operator", "resolve_compensation", "retry_compensation", "rollback",
     "rollback_many",
 ]
@@ -126,3 +131,43 @@ def purge_idle_sessions(rt: Runtime, older_than_s: float, *,
     return rt.store.purge_sessions(now - older_than_s, now, dry_run=dry_run)
 
 
+def declare_freeze(rt: Runtime, window: FreezeWindow, *, actor: str | Actor,
+                   reason: str) -> FreezeWindow:
+    """Declare `window` the fleet's change freeze: stored in the store with its audit row in
+    one atomic write, so every process on the store (agents, the MCP proxy, the demo, the
+    console) follows the same window and loop policy within a second, whatever its own
+    environment says. Replaces a freeze declared before.
+
+    Raises:
+        PermissionDenied: the actor is not an operator (now). ValueError: empty reason.
+    """
+    who = checked_actor(rt.limits, actor)
+    require_operator(who, "declare a change freeze")
+    reason = checked_reason(rt.limits, reason,
+                            "declaring a freeze needs a reason: it goes to the audit log")
+    now = rt.clock()
+    doc = to_document(window, who.name, reason, now)
+    rt.store.fleet_doc_put(FREEZE_NAMESPACE, {FREEZE_KEY: doc}, now,
+                           AuditEntry(who.name, "freeze", reason, doc))
+    rt.forget_declared_freeze()
+    return window
+
+
+def end_freeze(rt: Runtime, *, actor: str | Actor, reason: str) -> FreezeWindow | None:
+    """Take the declared freeze out of the store (audited, one atomic write); processes fall
+    back to their own configuration. Returns the freeze that was declared, None if none was.
+
+    Raises:
+        PermissionDenied: the actor is not an operator (now). ValueError: empty reason.
+    """
+    who = checked_actor(rt.limits, actor)
+    require_operator(who, "end a change freeze")
+    reason = checked_reason(rt.limits, reason,
+                            "ending a freeze needs a reason: it goes to the audit log")
+    doc = rt.store.fleet_docs(FREEZE_NAMESPACE).get(FREEZE_KEY)
+    if doc is None:
+        return None
+    rt.store.fleet_doc_put(FREEZE_NAMESPACE, {FREEZE_KEY: None}, rt.clock(),
+                           AuditEntry(who.name, "freeze_end", reason, dict(doc)))
+    rt.forget_declared_freeze()
+    return from_document(doc)

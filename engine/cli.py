@@ -292,6 +292,42 @@ def cmd_quarantine(args) -> int:
     return 0
 
 
+def cmd_freeze(args) -> int:
+    from engine import Actor
+
+    if (args.start or args.end_at or args.lift) and not args.actor:
+        raise CLIError("declaring or ending a freeze needs --actor (and --reason)", EXIT_USAGE)
+    engine = _engine(args)
+    if args.start or args.end_at:
+        if not (args.start and args.end_at):
+            raise CLIError("a freeze needs both --start and --end", EXIT_USAGE)
+        window = engine.declare_freeze(args.start, args.end_at, name=args.name,
+                                       on_loop=args.on_loop,
+                                       actor=Actor(args.actor, Role.OPERATOR),
+                                       reason=args.reason or "")
+        out(f"freeze declared in the store: {window.name}, {window.start.isoformat()} to "
+            f"{window.end.isoformat()}; loops: {window.on_loop or 'engine default'}. Every "
+            "process on this store follows it within a second.")
+        return EXIT_OK
+    if args.lift:
+        ended = engine.end_freeze(actor=Actor(args.actor, Role.OPERATOR), reason=args.reason or "")
+        if ended is None:
+            raise CLIError("no freeze is declared in this store", EXIT_NOT_FOUND)
+        out(f"freeze ended: {ended.name}; processes fall back to their own configuration")
+        return EXIT_OK
+    window, source = engine.freeze_in_force()
+    if window is None:
+        out("no freeze declared in this store, none configured here")
+        return EXIT_OK
+    where = ("declared in the store: every process on it follows it" if source == "store" else
+             "configured in this process only ($REWIND_FREEZE_*): agents on the store do not "
+             "follow it; declare it with `rewind freeze --start … --end …`")
+    state = "in force" if window.active(time.time()) else "not in force now"
+    out(f"{window.name}: {window.start.isoformat()} to {window.end.isoformat()} ({state}); "
+        f"loops: {window.on_loop or 'engine default'}; {where}")
+    return EXIT_OK
+
+
 def cmd_alert(args) -> int:
     import signal
 
@@ -604,6 +640,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="with --list: also expired ones")
     p.add_argument("--lift", metavar="ID", help="lift a quarantine (needs --reason)")
     p.set_defaults(func=cmd_quarantine)
+
+    p = sub.add_parser(
+        "freeze", help="show, declare or end the fleet's change freeze",
+        epilog="A declared freeze lives in the store: every process on it (agents, the MCP "
+        "proxy, the demo, the console) follows its window and loop policy, whatever its own "
+        "$REWIND_FREEZE_* says. Declaring and ending are audited.")
+    p.add_argument("--start", metavar="TIME", help="ISO 8601 start (declares a freeze)")
+    p.add_argument("--end", dest="end_at", metavar="TIME", help="ISO 8601 end (exclusive)")
+    p.add_argument("--name", help="what banners and verdicts call it")
+    p.add_argument("--on-loop", choices=["rollback", "nudge_then_rollback", "flag", "off"],
+                   help="what sessions do on a loop while it lasts (default: engine default)")
+    p.add_argument("--lift", action="store_true", help="end the declared freeze")
+    p.add_argument("--actor", type=actor, default=None, help="who declares or ends it")
+    p.add_argument("--reason", help="why (required to declare or end)")
+    p.set_defaults(func=cmd_freeze)
 
     p = sub.add_parser(
         "alert", help="page webhooks on loops, rollbacks, failed compensations, loop spikes",

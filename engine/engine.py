@@ -16,7 +16,8 @@ from typing import Any
 
 from engine import actions, fleet, metrics, quarantine, saga
 from engine import documents as _documents
-from engine.freeze import FreezeWindow, PolicyChoice, from_environment
+from engine.errors import ConfigError
+from engine.freeze import FreezeWindow, PolicyChoice, freeze_window, from_environment
 from engine.identity import Actor
 from engine.ids import validate_session_id
 from engine.limits import Limits, canonical_within
@@ -109,8 +110,41 @@ class Engine:
 
     @property
     def freeze(self) -> FreezeWindow | None:
-        """The configured change freeze (whether or not it is in force now)."""
-        return self.runtime.freeze
+        """The change freeze this engine follows (whether or not it is in force now): the one
+        declared in the store, else this process's configuration; see `freeze_in_force`."""
+        return self.runtime.freeze_in_force()[0]
+
+    def freeze_in_force(self) -> tuple[FreezeWindow | None, str]:
+        """(the freeze this engine follows, where it comes from): ``"store"`` when declared
+        in the store (`declare_freeze`; every process on the store follows it), ``"config"``
+        when only this process's environment or configuration sets it (other processes may
+        not follow it), ``""`` for none."""
+        return self.runtime.freeze_in_force()
+
+    def declare_freeze(self, start: Any, end: Any, *, name: str | None = None,
+                       on_loop: LoopPolicy | None = None, actor: str | Actor,
+                       reason: str) -> FreezeWindow:
+        """Declare the fleet's change freeze from `start` to `end` (ISO 8601 text, datetimes
+        or unix times), with the loop policy sessions follow while it lasts; stored and
+        audited in one write, followed by every process on the store within a second.
+
+        Raises:
+            PermissionDenied: not an operator (now). ConfigError: a bad time, policy, or an end
+            not after the start. ValueError: empty reason.
+        """
+        conf = {"start": start, "end": end, "name": name, "on_loop": on_loop}
+        window = freeze_window({k: v for k, v in conf.items() if v is not None}, env={})
+        if window is None:
+            raise ConfigError("a freeze needs a start and an end")
+        return actions.declare_freeze(self.runtime, window, actor=actor, reason=reason)
+
+    def end_freeze(self, *, actor: str | Actor, reason: str) -> FreezeWindow | None:
+        """End the declared freeze (audited); returns it, or None when none was declared.
+
+        Raises:
+            PermissionDenied: not an operator (now). ValueError: empty reason.
+        """
+        return actions.end_freeze(self.runtime, actor=actor, reason=reason)
 
     def loop_policy(self, now: float | None = None) -> PolicyChoice:
         """The loop policy a session handle given no policy of its own follows at unix time

@@ -49,7 +49,7 @@ __all__ = [
     "DEFAULT_NAME", "ENV_END", "ENV_NAME", "ENV_ON_LOOP", "ENV_START", "MAX_NAME_CHARS",
     "POLICY_SENTENCES", "POLICY_SHORT", "FreezeWindow", "PolicyChoice", "PolicySource",
     "configured", "freeze_window", "from_environment", "parse_time", "policy_sentence",
-    "read_table", "resolve",
+    "read_table", "resolve", "STORE_KEY", "STORE_NAMESPACE", "from_document", "to_document",
 ]
 
 ENV_START = "REWIND_FREEZE_START"
@@ -294,3 +294,30 @@ def read_table(path: str | Path) -> dict[str, Any]:
     table = doc.get("rewind", {})
     table = table.get("freeze", {}) if isinstance(table, dict) else {}
     return dict(table) if isinstance(table, dict) else {}
+
+
+# -- the fleet's freeze, as stored -------------------------------------------------------------
+STORE_NAMESPACE = "freeze"
+"""Fleet document namespace of the declared freeze (one key, `STORE_KEY`)."""
+STORE_KEY = "current"
+
+
+def to_document(window: FreezeWindow, actor: str, reason: str, at: float) -> dict[str, Any]:
+    """`window` as the fleet document every process on the store reads (plain JSON)."""
+    return {"start": window.start.isoformat(), "end": window.end.isoformat(),
+            "name": window.name, "on_loop": window.on_loop, "actor": actor, "reason": reason,
+            "at": at}
+
+
+def from_document(doc: Any) -> FreezeWindow | None:
+    """The window a stored fleet document declares; None for no document or one that cannot
+    be read (written by a newer release, say): a broken document must not stop agents."""
+    if not isinstance(doc, Mapping):
+        return None
+    try:
+        return FreezeWindow(parse_time(doc.get("start"), "the stored freeze start"),
+                            parse_time(doc.get("end"), "the stored freeze end"),
+                            str(doc.get("name") or DEFAULT_NAME)[:MAX_NAME_CHARS],
+                            _policy(doc.get("on_loop"), "the stored freeze on_loop"))
+    except ConfigError:
+        return None

@@ -17,7 +17,14 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import UnknownSession
-from engine.freeze import FreezeWindow, PolicyChoice, resolve
+from engine.freeze import (
+    STORE_KEY,
+    STORE_NAMESPACE,
+    FreezeWindow,
+    PolicyChoice,
+    from_document,
+    resolve,
+)
 from engine.ids import validate_session_id
 from engine.limits import Limits
 from engine.loops.detector import LoopDetector
@@ -27,6 +34,9 @@ from engine.types import LOOP_POLICIES, LoopPolicy, checked_policy
 
 if TYPE_CHECKING:
     from engine.memory.config import MemoryConfig
+
+FREEZE_CACHE_S = 1.0
+"""Seconds a process reuses the store's declared freeze before reading it again."""
 
 CompensationHandler = Callable[[Any, str], Any]
 """A compensation handler: called with (args, idempotency_key); raising means it failed."""
@@ -47,7 +57,8 @@ class Runtime:
     on_loop: LoopPolicy = "rollback"
     """Default loop policy of session handles that were given none (outside a freeze)."""
     freeze: FreezeWindow | None = None
-    """The change freeze whose loop policy applies while `clock` lies inside it."""
+    """This process's configured change freeze ($REWIND_FREEZE_*, `[rewind.freeze]`, or given
+    to the engine); a freeze declared in the store (`declared_freeze`) wins over it."""
     compensation_attempts: int = 3
     """Tries before a failing compensation stays failed."""
     memory_config: Any = None
@@ -62,6 +73,8 @@ class Runtime:
     """Handler names of this process's last worker heartbeat in the store (`engine.saga`)."""
     announced_at: float = field(default=float("-inf"), repr=False)
     """Engine-clock time of that heartbeat."""
+    _declared: FreezeWindow | None = field(default=None, repr=False)
+    _freeze_read_at: float = field(default=float("-inf"), repr=False)
 
     def __post_init__(self) -> None:
         if checked_policy(self.on_loop) is None:
@@ -72,8 +85,34 @@ class Runtime:
     def loop_policy(self, explicit: LoopPolicy | None = None,
                     now: float | None = None) -> PolicyChoice:
         """The loop policy in effect at unix time `now` (None: the clock) for a session handle
-        given `explicit` (None: it was given none); see `engine.freeze.resolve`."""
-        return resolve(explicit, self.freeze, self.on_loop, self.clock() if now is None else now)
+        given `explicit` (None: it was given none); see `engine.freeze.resolve`. The freeze is
+        the fleet's (`freeze_in_force`)."""
+        return resolve(explicit, self.freeze_in_force()[0], self.on_loop,
+                       self.clock() if now is None else now)
+
+    def freeze_in_force(self) -> tuple[FreezeWindow | None, str]:
+        """The freeze this process follows and where it comes from: the one declared in the
+        store (``"store"``, the fleet fact every process on the store follows), else this
+        process's configuration (``"config"``), else none (``""``)."""
+        declared = self.declared_freeze()
+        if declared is not None:
+            return declared, "store"
+        return (self.freeze, "config") if self.freeze is not None else (None, "")
+
+    def declared_freeze(self) -> FreezeWindow | None:
+        """The freeze declared in the store, read at most once per `FREEZE_CACHE_S` seconds
+        (monotonic), so a guarded step costs no store read and every process follows a new
+        declaration within a second."""
+        at = time.monotonic()
+        if at - self._freeze_read_at >= FREEZE_CACHE_S:
+            docs = self.store.fleet_docs(STORE_NAMESPACE)
+            self._declared = from_document(docs.get(STORE_KEY))
+            self._freeze_read_at = at
+        return self._declared
+
+    def forget_declared_freeze(self) -> None:
+        """Read the store's freeze again on next use (after this process changed it)."""
+        self._freeze_read_at = float("-inf")
 
     def memory(self) -> MemoryConfig:
         """The memory config, created with the defaults on first use."""
