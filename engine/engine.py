@@ -37,7 +37,7 @@ from engine.recovery import bulk, verbs
 from engine.runtime import CompensationHandler, Runtime
 from engine.sessions.session import Session
 from engine.store import Retention, SessionFilter, Store, open_store
-from engine.types import LoopPolicy, RollbackKind
+from engine.types import FACETS, LoopPolicy, RollbackKind
 
 __all__ = ["Actor", "CompensationHandler", "Engine"]
 
@@ -196,11 +196,18 @@ class Engine:
         (`loop_policy`: the freeze's while one is in force, else the default).
 
         Raises:
-            InvalidSessionId: bad id. TypeError: meta not representable as JSON.
+            InvalidSessionId: bad id. TypeError: meta not representable as JSON, or a facet
+            (tenant, scenario, prompt_version, locale) that is not a string.
         """
         validate_session_id(sid)
         if meta is not None and not isinstance(meta, dict):
             raise TypeError("meta must be a dict")
+        for key in (*FACETS, "locale"):
+            # The fleet is filtered, indexed and quarantined by these: one rule on every store.
+            value = (meta or {}).get(key)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"meta {key} must be a string (or left out), not "
+                                f"{type(value).__name__} {value!r:.80}")
         if meta:
             meta, _ = canonical_within(meta, self.runtime.limits.meta_bytes, "meta", "meta_bytes")
         info = self.store.ensure_session(sid, meta or None, self.clock())

@@ -6,6 +6,8 @@ before anything is written.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from engine import Engine, InvalidSessionId
@@ -295,3 +297,36 @@ def test_memory_text_and_meta_have_limits_checked_before_writing(tmp_path):
         assert s.memory.items() == []
         s.memory.add("the budget is 500 EUR")
         assert [m.text for m in s.memory.items()] == ["the budget is 500 EUR"]
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:6399/notanumber", "redis://127.0.0.1:6399/1x",
+                                 "redis+cluster://127.0.0.1:6399/2"])
+def test_a_redis_database_that_is_not_a_number_is_refused(url):
+    from engine import Engine
+
+    with pytest.raises(ValueError, match="database"):
+        Engine.open(url)
+
+
+def test_a_sqlite_url_with_credentials_is_refused_and_never_shows_the_password(tmp_path):
+    from engine import Engine
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        with pytest.raises(ValueError) as refused:
+            Engine.open("sqlite://user:hunter2@h/x.db")
+    finally:
+        os.chdir(cwd)
+    assert "hunter2" not in str(refused.value) and "no user or password" in str(refused.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("meta", [{"tenant": ["a"]}, {"scenario": 3}, {"prompt_version": {}},
+                                  {"locale": True}])
+def test_a_facet_that_is_not_a_string_is_one_clear_error_on_every_store(open_engine, meta,
+                                                                          tmp_path):
+    engine = open_engine(f"sqlite:///{tmp_path}/r.db")
+    with pytest.raises(TypeError, match="must be a string"):
+        engine.session("s", meta=meta)
+    assert engine.sessions() == []

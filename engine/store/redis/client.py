@@ -178,6 +178,13 @@ class RedisClient:
         self.url = redact(url)
         """The URL without any password (safe to print)."""
         self.cluster = scheme.endswith("+cluster")
+        database = parts.path.strip("/")
+        if database and not (database.isdigit() and database.isascii()):
+            # redis-py would quietly use db 0: the wrong database looks like an empty fleet.
+            raise ValueError(f"{redact(url)}: the database after the host must be a number "
+                             f"(redis://host:6379/0), not {database[:40]!r}")
+        if database and self.cluster and database != "0":
+            raise ValueError(f"{redact(url)}: Redis Cluster has only database 0")
         self.host = parts.hostname or "localhost"
         self.port = parts.port or 6379
         self.retries = self.settings.retries

@@ -70,6 +70,7 @@ from engine.store.sqlite.schema import (
     missing_columns,
 )
 from engine.store.sqlite.tx import SQLiteDB, path_from_url
+from engine.store.urls import redact
 from engine.types import SessionStatus, SnapshotKind, StoredVerdict
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -122,6 +123,11 @@ class SQLiteStore(BranchLine, SagaOutbox):
     """
 
     def __init__(self, url: str, *, create: bool = True):
+        if urlparse(url).username is not None or urlparse(url).password is not None:
+            # A SQLite file takes no credentials: refuse the URL instead of creating a folder
+            # named after them, and never repeat the password.
+            raise ValueError(f"{redact(url)}: a SQLite URL takes no user or password; use "
+                             "sqlite:///path/to/file.db")
         path = path_from_url(url)
         if not path:
             raise ValueError(
