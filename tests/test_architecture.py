@@ -299,3 +299,25 @@ def test_console_pages_hold_no_bare_strings_that_streamlit_would_print(tmp_path)
     sample = tmp_path / "page.py"
     sample.write_text('"""Page."""\nX = 1\n"""About X."""\nif X:\n    "shown too"\n')
     assert _bare_strings(ast.parse(sample.read_text()).body, True) == [3, 5]
+
+
+def _layout_rows() -> list[str]:
+    """The first cells of the README's Layout table."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text[text.index("| room | what lives there |"):].split("\n\n", 1)[0]
+    return [line.split("|")[1] for line in table.splitlines()[2:]]
+
+
+def test_the_readme_layout_table_matches_the_tree():
+    """Every path the Layout table names exists, and every room of `engine/` (a sub-package
+    or a module) and every top-level folder of the project is named in it."""
+    named = {p for row in _layout_rows() for p in re.findall(r"`([\w./]+)`", row)}
+    missing = {p for p in named if not (ROOT / p.rstrip("/")).exists()}
+    assert missing == set()
+    rooms = {f"engine/{p.name}/" if p.is_dir() else f"engine/{p.name}"
+             for p in (ROOT / "engine").iterdir()
+             if not p.name.startswith(("_", ".")) and (p.is_dir() or p.suffix == ".py")}
+    rooms.add("engine/__init__.py")
+    folders = {f"{p.name}/" for p in ROOT.iterdir() if p.is_dir()
+               and p.name in ("engine", "dashboard", "tests", "bench", "ops")}
+    assert (rooms | (folders - {"engine/"})) - named == set()
