@@ -270,7 +270,7 @@ def cmd_quarantine(args) -> int:
         now = engine.clock()
         rows = [[q.id, q.tool, ", ".join(f"{k}={v}" for k, v in sorted(q.scope.items())) or
                  "every session", q.actor, _fmt_utc(q.until),
-                 "active" if q.active(now) else "expired", q.reason[:60]]
+                 "active" if q.active(now) else "expired", _cut(q.reason, 60)]
                 for q in engine.quarantines(include_expired=args.all)]
         print(_table(rows, ["ID", "TOOL", "SCOPE", "BY", "UNTIL", "STATE", "REASON"]))
         return 0
@@ -287,7 +287,8 @@ def cmd_quarantine(args) -> int:
     q = engine.quarantine(args.tool, actor=who, reason=args.reason, scope=scope or None,
                           until=_until_value(args.until))
     where = ", ".join(f"{k}={v}" for k, v in sorted(q.scope.items())) or "every session"
-    out(f"quarantined {q.tool} for {where} {_fmt_utc(q.until)} (id {q.id}); agents see "
+    until = "until lifted" if q.until is None else f"until {_fmt_utc(q.until)}"
+    out(f"quarantined {q.tool} for {where} {until} (id {q.id}); agents see "
         "ToolQuarantined within a second")
     return 0
 
@@ -364,13 +365,38 @@ def cmd_notice(args) -> int:
 
 
 def cmd_audit(args) -> int:
+    from engine.types import AUDIT_ACTIONS
+
+    if args.action is not None and args.action not in AUDIT_ACTIONS:
+        # An empty table would read as "nobody did that"; a typo must not say so.
+        raise CLIError(f"unknown action {args.action!r}; the audit log records "
+                       f"{', '.join(AUDIT_ACTIONS)}", EXIT_USAGE)
     engine = _engine(args)
     events = engine.audit(session=args.session, actor=args.actor, action=args.action,
                           limit=args.limit)
     rows = [[_fmt_time(e.at), e.actor, e.action, e.session or "-", e.snapshot or "-",
-             (e.reason or "")[:60]] for e in events]
-    print(_table(rows, ["TIME", "ACTOR", "ACTION", "SESSION", "SNAPSHOT", "REASON"]))
+             _cut(_audit_what(e.detail), 40), _cut(e.reason or "", 60)] for e in events]
+    print(_table(rows, ["TIME", "ACTOR", "ACTION", "SESSION", "SNAPSHOT", "WHAT", "REASON"]))
     return 0
+
+
+def _cut(text: str, width: int) -> str:
+    """`text` in at most `width` characters, an ellipsis saying when some was cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _audit_what(detail: dict) -> str:
+    """What an audit row was about, in a few words: the tool, the batch, the freeze."""
+    parts = []
+    if detail.get("tool"):
+        parts.append(f"tool {detail['tool']}")
+    if detail.get("batch"):
+        parts.append(f"batch {detail['batch']}")
+    if detail.get("name") and "start" in detail:
+        parts.append(f"freeze {detail['name']}")
+    if detail.get("id") and not parts:
+        parts.append(str(detail["id"]))
+    return ", ".join(parts) or "-"
 
 
 def _no_live_handler(name: str) -> str:

@@ -177,3 +177,11 @@ class TokenBreakdown(TypedDict, total=False):
 
 
 TOKEN_BREAKDOWN_KEYS: tuple[str, ...] = tuple(TokenBreakdown.__annotations__)
+
+
+AUDIT_ACTIONS: tuple[str, ...] = (
+    "rollback", "rollback_many", "fork", "notice", "delete", "retention", "compensation",
+    "compensation.retry", "compensation.resolve", "quarantine", "quarantine_lift", "freeze",
+    "freeze_end",
+)
+"""Every action the audit log records, as stored (`AuditEvent.action`)."""

@@ -100,3 +100,20 @@ def test_a_closed_pipe_ends_the_command_quietly(store, tmp_path, open_engine):
     assert done.returncode == 0, done.stderr
     assert "BrokenPipe" not in done.stderr and "failed" not in done.stderr
     assert done.stdout.startswith("SESSION")
+
+
+def test_audit_refuses_an_action_it_never_records(store, capsys):
+    assert main(["--store", store, "audit", "--action", "bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown action 'bogus'" in err and "quarantine_lift" in err
+
+
+def test_quarantine_and_audit_say_until_which_tool_and_cut_with_an_ellipsis(store, capsys):
+    reason = "the refund API answers HTTP 500 to every call since the 14:00 deploy " * 2
+    assert main(["--store", store, "quarantine", "refund_api", "--actor", "alice",
+                 "--reason", reason, "--until", "+2h"]) == 0
+    said = capsys.readouterr().out
+    assert "until 20" in said  # "until <date> UTC", not a bare date
+    assert main(["--store", store, "audit", "--action", "quarantine"]) == 0
+    out = capsys.readouterr().out
+    assert "tool refund_api" in out and "…" in out
