@@ -72,7 +72,7 @@ if TYPE_CHECKING:
         State,
         StepRecord,
     )
-    from engine.recovery.notices import NOTICE_FLAG, TEMPLATES, template_for
+    from engine.recovery.notices import NOTICE_FLAG, PAUSED_TEMPLATES, TEMPLATES, template_for
     from engine.saga import LIVE_S
     from engine.sessions.session import Session, StepCall
     from engine.store.base import Retention
@@ -87,6 +87,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "PAUSED_TEMPLATES",
     "LIVE_S",
     "policy_sentence",
     "freeze_window",
@@ -161,6 +162,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
+    "PAUSED_TEMPLATES": "engine.recovery.notices",
     "LIVE_S": "engine.saga",
     "policy_sentence": "engine.freeze",
     "freeze_window": "engine.freeze",

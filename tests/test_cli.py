@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from support.fleet import LOOPING, seed_looping
 
+from engine import NOTICE_FLAG, PAUSED_TEMPLATES, TEMPLATES
 from engine.auth import verify_password
 from engine.cli import main
-from engine.sessions.notices import NOTICE_FLAG, TEMPLATES
 
 HEALTHY = "faq-7"
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,12 +190,14 @@ def test_notice_lands_in_the_session_messages(store, rewind, open_engine):
     assert f"notice appended to {HEALTHY}: {text}" in out
     code, out = rewind("--store", store, "notice", LOOPING, "--actor", "alice")
     assert code == 0
-    assert TEMPLATES["en"] in out  # no text: the template for the session's locale
+    # No text: the template for the session's locale and for what happened. LOOPING was
+    # flagged, not rolled back, so the notice claims no reset.
+    assert PAUSED_TEMPLATES["en"] in out and "reset" not in out
 
     engine = open_engine(store)
     last = engine.get_session(HEALTHY).state().messages[-1]
     assert last == {"role": "assistant", "content": text, NOTICE_FLAG: True}
-    assert engine.get_session(LOOPING).state().messages[-1]["content"] == TEMPLATES["en"]
+    assert engine.get_session(LOOPING).state().messages[-1]["content"] == PAUSED_TEMPLATES["en"]
 
 
 def test_audit_lists_who_did_what(store, rewind):

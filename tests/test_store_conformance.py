@@ -8,6 +8,8 @@ import decimal
 import pytest
 
 from engine import (
+    PAUSED_TEMPLATES,
+    TEMPLATES,
     Actor,
     Engine,
     InvalidSessionId,
@@ -19,7 +21,6 @@ from engine import (
     UnknownSession,
     UnknownSnapshot,
 )
-from engine.sessions.notices import TEMPLATES
 from engine.store import Retention, RollbackRequest, SessionFilter
 from engine.types import SessionStatus
 
@@ -200,10 +201,12 @@ def test_notice_uses_the_session_locale_and_custom_text(engine):
     assert last["role"] == "assistant" and last["content"] == TEMPLATES["zh"]
     assert last["rewind_notice"] is True
 
-    en = engine.session("en")
-    assert en.inject_notice(actor="op") == TEMPLATES["en"]
+    en = engine.session("en")  # never rolled back: the notice claims no reset
+    assert en.inject_notice(actor="op") == PAUSED_TEMPLATES["en"]
     assert en.inject_notice("Custom words", actor="op") == "Custom words"
-    assert [m["content"] for m in en.state().messages] == [TEMPLATES["en"], "Custom words"]
+    assert [m["content"] for m in en.state().messages] == [PAUSED_TEMPLATES["en"],
+                                                          "Custom words"]
+    assert zh.inject_notice(actor="op") == TEMPLATES["zh"]  # stands rolled back
     actions = [(e.action, e.actor, e.session) for e in engine.audit(action="notice")]
     assert ("notice", "op", "en") in actions and ("notice", "op", "zh") in actions
 

@@ -16,14 +16,31 @@ TEMPLATES = {
     ),
 }
 
+PAUSED_TEMPLATES = {
+    "en": (
+        "The assistant was repeating itself without getting anywhere, so it was stopped and "
+        "someone is looking at this conversation now. Nothing you said was lost. Please check "
+        "the last answer before relying on it."
+    ),
+    "zh": (
+        "助手在重复同样的操作而没有进展，已被暂停，工作人员正在查看这段对话。"
+        "您之前的内容都已保留。请在使用前核对最新的回答。"
+    ),
+}
+"""Notices for a session that was not rolled back (flagged, or paused during a freeze): they
+must not claim that anything was reset."""
+
 NOTICE_FLAG = "rewind_notice"
 """Key set to True on notice messages, so runtimes and the console can tell them apart."""
 
 
-def template_for(locale: str | None) -> str:
-    """The default notice for a locale ("zh", "zh-CN", "en-GB", …); English when unknown."""
+def template_for(locale: str | None, rolled_back: bool = True) -> str:
+    """The default notice for a locale ("zh", "zh-CN", "en-GB", …; English when unknown): the
+    rollback notice, or, for a session that was not rolled back, one that says the agent was
+    stopped and someone is looking (`PAUSED_TEMPLATES`) without claiming a reset."""
     lang = (locale or "en").replace("_", "-").split("-", 1)[0].lower()
-    return TEMPLATES.get(lang, TEMPLATES["en"])
+    templates = TEMPLATES if rolled_back else PAUSED_TEMPLATES
+    return templates.get(lang, templates["en"])
 
 
 def notice_message(text: str) -> dict:

@@ -27,7 +27,7 @@ from engine.recovery.targets import (
 )
 from engine.runtime import Runtime
 from engine.store import RollbackRequest
-from engine.types import RollbackKind
+from engine.types import RollbackKind, SessionStatus
 
 REASON_REQUIRED = (
     "a rollback needs a reason: it labels the abandoned branch and goes to the audit log"
@@ -127,7 +127,9 @@ def rollback(
 
 
 def notice(rt: Runtime, sid: str, text: str | None = None, *, actor: str | Actor = "system") -> str:
-    """Append a recovery notice to session `sid` (None: default template for its locale).
+    """Append a recovery notice to session `sid` (None: the default template for its locale
+    and for what happened: the rollback notice when the session stands rolled back, else the
+    notice that the agent was stopped and someone is looking, which claims no reset).
 
     Returns:
         The text that was appended.
@@ -138,6 +140,8 @@ def notice(rt: Runtime, sid: str, text: str | None = None, *, actor: str | Actor
     who = checked_actor(rt.limits, actor)
     require_operator(who, "send notices")
     info = rt.require_session(sid)
-    message = checked_notice(rt.limits, text if text is not None else template_for(info.locale))
+    if text is None:
+        text = template_for(info.locale, rolled_back=info.status == SessionStatus.ROLLED_BACK)
+    message = checked_notice(rt.limits, text)
     rt.store.add_notice(sid, message, who.name, rt.clock())
     return message["content"]
