@@ -418,9 +418,10 @@ def cmd_compensations(args) -> int:
         comps = engine.compensations(session=args.session, status=args.status, limit=args.limit)
         live = engine.compensation_handlers()
         rows = [[str(c.id), c.session, str(c.step), c.name, c.status, str(c.attempts),
-                 "yes" if c.name in live else "no", (c.error or "")[:60]] for c in comps]
-        print(_table(rows, ["ID", "SESSION", "STEP", "HANDLER", "STATUS", "ATTEMPTS", "LIVE",
-                            "ERROR"]))
+                 "-" if c.next_attempt_at is None else _fmt_utc(c.next_attempt_at),
+                 "yes" if c.name in live else "no", _cut(c.error or "", 60)] for c in comps]
+        print(_table(rows, ["ID", "SESSION", "STEP", "HANDLER", "STATUS", "ATTEMPTS",
+                            "NEXT TRY", "LIVE", "ERROR"]))
         return 0
     if args.actor is None or args.reason is None:
         raise CLIError("retrying or resolving a compensation needs --actor and --reason (both "

@@ -53,7 +53,8 @@ class Engine:
         retention: Retention | None = None,
         on_loop: LoopPolicy = "rollback",
         clock: Callable[[], float] = time.time,
-        compensation_attempts: int = 3,
+        compensation_attempts: int = 5,
+        compensation_backoff: tuple[float, float, float] = (2.0, 4.0, 300.0),
         memory: Any = None,
         limits: Limits | None = None,
         freeze: FreezeWindow | None = None,
@@ -64,7 +65,8 @@ class Engine:
         self.runtime = Runtime(
             store=store, clock=clock, retention=retention or Retention(),
             detector_factory=detector_factory, on_loop=on_loop,
-            compensation_attempts=compensation_attempts, memory_config=memory,
+            compensation_attempts=compensation_attempts,
+            compensation_backoff=compensation_backoff, memory_config=memory,
             limits=limits or Limits(), freeze=freeze,
         )
 

@@ -218,6 +218,14 @@ class Compensation:
     """Operator who marked it resolved by hand (status resolved); None otherwise."""
     resolved_reason: str | None = None
     """Why the operator marked it resolved (also in the audit log)."""
+    lease_until: float | None = None
+    """Unix time until which it is not taken: a running one's lease, a pending one's next
+    attempt after a failure (backoff); None when it may be taken now."""
+
+    @property
+    def next_attempt_at(self) -> float | None:
+        """For a pending compensation that failed before: when it is tried next (unix time)."""
+        return self.lease_until if self.status == CompensationStatus.PENDING else None
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,12 @@ class Runtime:
     freeze: FreezeWindow | None = None
     """This process's configured change freeze ($REWIND_FREEZE_*, `[rewind.freeze]`, or given
     to the engine); a freeze declared in the store (`declared_freeze`) wins over it."""
-    compensation_attempts: int = 3
+    compensation_attempts: int = 5
     """Tries before a failing compensation stays failed."""
+    compensation_backoff: tuple[float, float, float] = (2.0, 4.0, 300.0)
+    """(first wait, factor, longest wait) in seconds between tries of a failing compensation:
+    2 s, 8 s, 32 s, 128 s by default, so a blip of a few seconds needs no person. The next
+    try is due then; a process with the handler runs it on its next `run_compensations`."""
     memory_config: Any = None
     """`MemoryConfig` of the sessions' memory; None: the defaults, made on first use."""
     handlers: dict[str, CompensationHandler] = field(default_factory=dict)

@@ -4,8 +4,10 @@ A rollback queues one compensation per side-effecting step it abandons, newest f
 store's durable outbox. Any process that registered the handler claims it under a lease and runs
 it once: the handler gets (args, idempotency_key), and the key is stable across retries, crashes
 and processes (it names the session incarnation and the step), so a handler that stores it can
-refuse to act twice. A handler that keeps raising is retried `compensation_attempts` times, then
-stays failed, visible to operators as needing manual action.
+refuse to act twice. A handler that keeps raising is tried `compensation_attempts` times, with a
+growing wait between tries (`compensation_backoff`: 2 s, 8 s, 32 s, 128 s by default; the next
+try's time is the compensation's `next_attempt_at`), then stays failed, visible to operators as
+needing manual action.
 
 Operators then retry it (back to pending, attempts reset: the next process with the handler runs
 it again) or mark it resolved by hand (`engine.actions.retry_compensation`,
@@ -106,11 +108,20 @@ def _run_one(rt: Runtime, comp: Compensation, handler: CompensationHandler) -> C
         final = comp.attempts >= rt.compensation_attempts
         error = f"{type(exc).__name__}: {exc}"
         log.warning("compensation %s for %s failed: %s", comp.name, comp.session, error)
-        rt.store.finish_compensation(comp.id, rt.worker_id, False, error, rt.clock(), final)
+        now = rt.clock()
+        retry_at = None if final else now + backoff(rt.compensation_backoff, comp.attempts)
+        rt.store.finish_compensation(comp.id, rt.worker_id, False, error, now, final, retry_at)
         status = CompensationStatus.FAILED if final else CompensationStatus.PENDING
-        return dataclasses.replace(comp, status=status, error=error)
+        return dataclasses.replace(comp, status=status, error=error, lease_until=retry_at)
     rt.store.finish_compensation(comp.id, rt.worker_id, True, None, rt.clock(), True)
     return dataclasses.replace(comp, status=CompensationStatus.DONE)
+
+
+def backoff(policy: tuple[float, float, float], attempts: int) -> float:
+    """Seconds to wait after the `attempts`-th failed try: first wait x factor^(attempts-1),
+    at most the longest wait."""
+    first, factor, longest = policy
+    return min(longest, first * factor ** max(attempts - 1, 0))
 
 
 def list_compensations(rt: Runtime, **filters: Any) -> list[Compensation]:

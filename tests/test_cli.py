@@ -158,7 +158,7 @@ def test_compensations_are_retried_and_resolved_with_an_actor_and_a_reason(
         return code, captured.out, captured.err
 
     code, out, _ = rewind()
-    assert code == 0 and rows(out)[str(comp.id)][4:7] == ["failed", "1", "no"]
+    assert code == 0 and rows(out)[str(comp.id)][4:8] == ["failed", "1", "-", "no"]
     code, out, err = rewind("--retry", str(comp.id), "--actor", "alice", "--reason",
                             "points service is back")
     assert code == 0 and "is pending again" in out

@@ -28,6 +28,10 @@ class Clock:
     def __call__(self) -> float:
         return self.t
 
+NO_WAIT = (0.0, 1.0, 0.0)
+"""No backoff between tries: these tests want a compensation that failed for good at once
+(the backoff itself is tested in the conformance suite)."""
+
 
 def _queue(engine: Engine, sid: str = "s", name: str = "pay.undo") -> int:
     """A session whose rollback queued one pending compensation `name`; returns its id."""
@@ -42,7 +46,8 @@ def _queue(engine: Engine, sid: str = "s", name: str = "pay.undo") -> int:
 def _failed(engine: Engine, sid: str = "s") -> int:
     """A compensation whose handler kept raising: failed after `compensation_attempts` runs."""
     cid = _queue(engine, sid)
-    broken = Engine(engine.store, clock=engine.clock, compensation_attempts=2)
+    broken = Engine(engine.store, clock=engine.clock, compensation_attempts=2,
+                    compensation_backoff=NO_WAIT)
 
     def refund_down(args, key):
         raise RuntimeError("refund service down")
@@ -87,7 +92,7 @@ def test_a_retried_failed_compensation_is_run_to_done_by_a_worker_with_the_handl
 
 def test_retry_resets_the_attempts_of_a_pending_one_that_keeps_failing(engine):
     cid = _queue(engine)
-    worker = Engine(engine.store, compensation_attempts=3)
+    worker = Engine(engine.store, compensation_attempts=3, compensation_backoff=NO_WAIT)
     worker.register_compensation("pay.undo", lambda a, k: 1 / 0)
     worker.run_compensations(limit=1)
     assert (_one(engine, cid).status, _one(engine, cid).attempts) == ("pending", 1)

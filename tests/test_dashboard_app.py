@@ -377,7 +377,7 @@ def test_compensations_page_gives_operators_the_actions_and_viewers_none(tmp_pat
                     compensation=("points_refund", {"user": "u"})) as call:
             call.ok({"balance": 1})
         engine.rollback("comp-2", to=start, actor="rewind", reason="test", notice=False)
-        live = Engine(engine.store)
+        live = Engine(engine.store, compensation_attempts=1)
         live.register_compensation("points_refund", lambda args, key: 1 / 0)
         live.run_compensations()  # failed for good, and its process is live
     at = app(url, page="screens/compensations.py", query={"comp-status": "failed"})

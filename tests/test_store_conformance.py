@@ -369,7 +369,8 @@ def test_compensations_run_newest_first_exactly_once(engine):
 
 
 def test_failing_compensation_is_retried_then_stays_failed(store_url):
-    engine = Engine.open(store_url, compensation_attempts=2)
+    now = [1000.0]
+    engine = Engine.open(store_url, compensation_attempts=3, clock=lambda: now[0])
     s = engine.session("s")
     snap = s.snapshot()
     with s.step("pay", {}, side_effect=True, compensation=("pay.undo", {"id": 1})) as c:
@@ -382,10 +383,19 @@ def test_failing_compensation_is_retried_then_stays_failed(store_url):
 
     engine.register_compensation("pay.undo", broken)
     s.rollback(to=snap, actor="alice", reason="r", notice=False)  # runs it once right away
+    [comp] = engine.compensations(session="s")
+    # A blip needs no person: the next try waits (2 s, then 8 s), it does not run back to back.
+    assert comp.status == "pending" and comp.next_attempt_at == 1002.0
+    assert engine.run_compensations() == [] and len(attempts) == 1  # not due yet
+    now[0] = 1002.0
+    engine.run_compensations()
+    assert engine.compensations(session="s")[0].next_attempt_at == 1010.0
+    now[0] = 1010.0
     engine.run_compensations()
     [comp] = engine.compensations(session="s")
-    assert comp.status == "failed" and comp.attempts == 2 and "refund service down" in comp.error
-    assert len(attempts) == 2 and attempts[0] == attempts[1] == comp.idempotency_key
+    assert comp.status == "failed" and comp.attempts == 3 and "refund service down" in comp.error
+    assert comp.next_attempt_at is None
+    assert len(attempts) == 3 and attempts[0] == attempts[2] == comp.idempotency_key
     assert comp.idempotency_key.startswith("s#1@")
     assert engine.compensations(status="failed")[0].id == comp.id
 

@@ -33,8 +33,9 @@ class OutboxStore(Protocol):
     def claim_compensation(
         self, names: list[str], owner: str, lease_s: float, now: float
     ) -> Compensation | None:
-        """Atomically take one pending compensation (or one whose lease expired) with a handler
-        in `names`, oldest queued first, leased to `owner` for `lease_s` seconds.
+        """Atomically take one pending compensation whose next attempt is due (or a running one
+        whose lease expired) with a handler in `names`, oldest queued first, leased to `owner`
+        for `lease_s` seconds.
 
         Returns:
             The claimed compensation (status running, attempts counted), or None when there is
@@ -43,9 +44,11 @@ class OutboxStore(Protocol):
         ...
 
     def finish_compensation(
-        self, cid: int, owner: str, ok: bool, error: str | None, now: float, final: bool
+        self, cid: int, owner: str, ok: bool, error: str | None, now: float, final: bool,
+        retry_at: float | None = None,
     ) -> None:
-        """Mark a claimed compensation done, or failed (pending again unless `final`).
+        """Mark a claimed compensation done, or failed (pending again unless `final`; a pending
+        one is not claimed before `retry_at`, its `next_attempt_at`).
 
         Done and failed outcomes are audited. A worker that lost its lease (another took the
         compensation over) changes nothing: the other worker's outcome stands.

@@ -54,6 +54,10 @@ def _or_none(value: str | None) -> str | None:
     return value or None  # an empty hash field stands for "none"
 
 
+def _float_or_none(value: str | None) -> float | None:
+    return float(value) if value else None
+
+
 def _json_or_none(value: str | None) -> Any:
     return json.loads(value) if value else None
 
@@ -95,6 +99,7 @@ COMPENSATION: FieldMap[Compensation] = FieldMap(
     Column("branch", "branch", _or_none, optional=True),
     Column("resolved_by", "resolved_by", optional=True),
     Column("resolved_reason", "resolved_reason", optional=True),
+    Column("lease", "lease_until", _float_or_none, optional=True),
 )
 """A compensation hash as a `Compensation`."""
 

@@ -333,7 +333,8 @@ class FleetViews:
         return codec.compensation(dict(zip(flat[::2], flat[1::2], strict=True)))
 
     def finish_compensation(
-        self, cid: int, owner: str, ok: bool, error: str | None, now: float, final: bool
+        self, cid: int, owner: str, ok: bool, error: str | None, now: float, final: bool,
+        retry_at: float | None = None,
     ) -> None:
         status = (
             CompensationStatus.DONE
@@ -351,6 +352,7 @@ class FleetViews:
                 error or "",
                 num(now),
                 0,  # a session with a compensation is evidence: its feed does not expire
+                "" if retry_at is None or status != CompensationStatus.PENDING else num(retry_at),
             ],
         )
 

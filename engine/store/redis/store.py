@@ -567,9 +567,10 @@ class RedisStore(FleetDocs):
         return self._views.claim_compensation(names, owner, lease_s, now)
 
     def finish_compensation(
-        self, cid: int, owner: str, ok: bool, error: str | None, now: float, final: bool
+        self, cid: int, owner: str, ok: bool, error: str | None, now: float, final: bool,
+        retry_at: float | None = None,
     ) -> None:
-        self._views.finish_compensation(cid, owner, ok, error, now, final)
+        self._views.finish_compensation(cid, owner, ok, error, now, final, retry_at)
 
     def retry_compensation(self, cid: int, actor: str, reason: str, now: float) -> Compensation:
         return self._views.operate_compensation(cid, "retry", actor, reason, now)

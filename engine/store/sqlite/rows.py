@@ -178,6 +178,7 @@ COMPENSATION: FieldMap[Compensation] = FieldMap(
     Column("branch", "branch"),
     Column("resolved_by", "resolved_by"),
     Column("resolved_reason", "resolved_reason"),
+    Column("lease_until", "lease_until"),
 )
 """A `compensations` row as a `Compensation`."""
 

@@ -108,9 +108,9 @@ class SagaOutbox:
         with self._db.write() as conn:
             row = named(conn.execute(
                 f"SELECT {self._comp_cols} FROM compensations WHERE name IN ({marks}) AND "
-                "(status = 'pending' OR (status = 'running' AND lease_until < ?)) "
-                "ORDER BY id LIMIT 1",
-                (*names, now),
+                "((status = 'pending' AND (lease_until IS NULL OR lease_until <= ?)) "
+                "OR (status = 'running' AND lease_until < ?)) ORDER BY id LIMIT 1",
+                (*names, now, now),
             )).fetchone()
             if row is None:
                 return None
@@ -125,9 +125,11 @@ class SagaOutbox:
         )
 
     def finish_compensation(
-        self, cid: int, owner: str, ok: bool, error: str | None, now: float, final: bool
+        self, cid: int, owner: str, ok: bool, error: str | None, now: float, final: bool,
+        retry_at: float | None = None,
     ) -> None:
-        """Mark a claimed compensation done, or failed (pending again unless `final`)."""
+        """Mark a claimed compensation done, or failed (pending again unless `final`, not
+        claimed before `retry_at`)."""
         if ok:
             status = CompensationStatus.DONE
         else:
@@ -141,9 +143,10 @@ class SagaOutbox:
             if row is None:  # lease lost to another worker; its outcome stands
                 return
             conn.execute(
-                "UPDATE compensations SET status = ?, error = ?, lease_until = NULL, "
+                "UPDATE compensations SET status = ?, error = ?, lease_until = ?, "
                 "updated_at = ? WHERE id = ?",
-                (status, error, now, cid),
+                (status, error, retry_at if status == CompensationStatus.PENDING else None, now,
+                 cid),
             )
             if status != CompensationStatus.PENDING:
                 add_audit(
