@@ -108,7 +108,7 @@ EMBEDDERS: dict[str, Callable[[], object]] = {
     "hashing": HashingEmbedder,
 }
 MEMORY_R10_TARGET = 0.65
-INVALIDATED_TARGET = 0.02
+INVALIDATED_TARGET = 0.005
 
 
 def normalize_evidence(evidence: Sequence[str]) -> list[str]:
@@ -123,6 +123,15 @@ def normalize_evidence(evidence: Sequence[str]) -> list[str]:
     return out
 
 
+def render(turn: dict) -> str:
+    """A LoCoMo turn as users feed it: ``Speaker: text``, and the image caption LoCoMo ships
+    appended as ``[shares image: a photo of …]``."""
+    text = f"{turn['speaker']}: {turn['text']}"
+    if turn.get("blip_caption"):
+        text += f" [shares image: {turn['blip_caption']}]"
+    return text
+
+
 def load(path: Path) -> list[dict]:
     """Conversations as ``{"turns": [(id, "Speaker: text")], "questions": [(q, gold, cat)]}``."""
     raw = json.loads(path.read_text(encoding="utf-8"))
@@ -132,11 +141,7 @@ def load(path: Path) -> list[dict]:
         sessions = sorted(
             (k for k in conv if re.fullmatch(r"session_\d+", k)), key=lambda k: int(k[8:])
         )
-        turns = [
-            (turn["dia_id"], f"{turn['speaker']}: {turn['text']}")
-            for key in sessions
-            for turn in conv[key]
-        ]
+        turns = [(turn["dia_id"], render(turn)) for key in sessions for turn in conv[key]]
         questions = [
             (q["question"], normalize_evidence(q.get("evidence", [])), int(q["category"]))
             for q in sample["qa"]

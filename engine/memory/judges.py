@@ -369,17 +369,22 @@ _ZH_SWITCHED = re.compile(
     rf"(?P<subj>我们|我){_ZH_ADV}(?:从(?P<old>[^，,。]{{1,12}}?))?(?:改用|换成|换用|转用|改成|改喝|改吃|换到)了?"
     r"(?P<val>[^，,。！？!?；;]{1,20})"
 )
-_DET = r"(?P<subj>[Tt]he|[Mm]y|[Oo]ur|[A-Z][a-z]+'s)"
-_THING = r"(?P<attr>[a-z][\w/-]*(?:\s+[a-z][\w/-]*){0,3}?)"
+_DET = r"(?P<subj>[Tt]he\s+|[Mm]y\s+|[Oo]ur\s+|[A-Z][a-z]+'s\s+|)"
+_THING = (
+    r"(?P<attr>(?!(?:i|it|this|that|these|those|he|she|they|we|you|everything|everyone|"
+    r"something|nothing|life|things|there|here|what|which|who)\b)"
+    r"(?:[a-z][\w/-]*|[A-Z][\w/-]*(?=\s+[a-z]))(?:\s+[a-z][\w/-]*){0,3}?)"
+)
 _THING_CHANGED = re.compile(
-    rf"{_DET}\s+{_THING}\s+(?:has\s+|have\s+|was\s+|were\s+|got\s+|has\s+been\s+|was\s+just\s+)?"
+    rf"^{_DET}{_THING}\s+(?:has\s+|have\s+|was\s+|were\s+|got\s+|has\s+been\s+|was\s+just\s+)?"
     r"(?:moved|changed|switched|updated|pushed|postponed|rescheduled|reset|raised|lowered|cut|"
+    r"corrected|upgraded|downgraded|renamed|adjusted|extended|"
     r"increased|decreased|bumped)\s+(?:back\s+|up\s+|down\s+)?to\s+(?P<val>.+)"
-    rf"|{_DET.replace('subj', 'subj2')}\s+{_THING.replace('attr', 'attr2')}"
+    rf"|^{_DET.replace('subj', 'subj2')}{_THING.replace('attr', 'attr2')}"
     r"\s+(?:is|are)\s+now\s+(?P<val2>.+)"
 )
 _THING_IS = re.compile(
-    rf"{_DET}\s+{_THING}\s+"
+    rf"^{_DET}{_THING}\s+"
     r"(?:is|are|was|'s|will be|is set to|is scheduled for|is due)\s+(?P<val>.+)"
 )
 _EVALUATIVE = re.compile(
@@ -388,6 +393,35 @@ _EVALUATIVE = re.compile(
     r"there|back|full|empty|important|everything|all|what|how|like|going|getting|about)\b",
     re.IGNORECASE,
 )
+_AGE = re.compile(
+    rf"{_SUBJ}(?:'m|\s+am|\s+is){_ADV}\s+(?P<val>\d{{1,3}})(?:\s+years?\s+old)?(?:\s+now)?$"
+    rf"|(?P<subj2>I|[Ww]e|[A-Z][a-z]+){_ADV}\s+turned\s+(?P<val2>\d{{1,3}})\b"
+)
+_RELATION = re.compile(
+    rf"{_SUBJ}(?:'m|\s+am|\s+are|\s+is){_ADV}(?:\s+(?:happily|still|officially))?\s+"
+    r"(?P<val>single|married|engaged|divorced|widowed|dating|in a relationship|seeing someone)"
+    rf"|(?P<subj2>I|[Ww]e|[A-Z][a-z]+)(?:'ve|\s+have|\s+has)?{_ADV}\s+"
+    r"(?P<val2>got married|got engaged|got divorced|broke up|split up|separated)\b"
+)
+_RELATION_VALUE = {
+    "got married": "married",
+    "got engaged": "engaged",
+    "got divorced": "divorced",
+    "broke up": "single",
+    "split up": "single",
+    "separated": "single",
+    "seeing someone": "dating",
+    "in a relationship": "dating",
+}
+_ZH_THING = rf"(?P<attr>(?:我的|我们的)?(?![我你他她它这那])[{HAN}A-Za-z0-9/+-]{{2,10}}?)"
+_ZH_THING_CHANGED = re.compile(
+    rf"{_ZH_THING}(?:现在|已经|已)?(?:改为|改成了?|改到了?|调整为|调整到|换成了?|推迟到了?|提前到了?|"
+    rf"迁到了?|更新为|变成了?|升级为|升级到|降为|涨到了?|降到了?|现在是)(?P<val>[^，,。！？!?；;]{{1,30}})"
+)
+_ZH_THING_IS = re.compile(
+    rf"{_ZH_THING}(?:是|为|定在|定为|设为|在)(?P<val>[^，,。！？!?；;]{{1,30}})"
+)
+_ZH_EVALUATIVE = re.compile(r"(?:很|非常|太|真|挺|特别|好|不错|什么|怎么|谁|哪)")
 _CUT_EN = re.compile(
     r"\s+(?:and|but|because|so|since|when|while|after|before|which|who|where|with|for|"
     r"last|this|next|ago|now|recently|yesterday|today|at the moment)\b.*$|[,;:].*$"
@@ -411,8 +445,8 @@ def _owner(subject: str, speaker: str) -> str:
     s = subject.lower().strip().removesuffix("'s")
     if s in {"i", "we", "my", "our", "我", "我们", "我的", "我们的", "i'm"}:
         return speaker
-    if s == "the":
-        return ""
+    if s in {"the", ""}:
+        return "*"  # nobody in particular ("the deadline"): meets any owner
     return s.removesuffix("的").removesuffix("'")
 
 
@@ -485,6 +519,21 @@ class RulesJudge:
                 )
             )
             break
+        for pattern, attribute in ((_AGE, "age"), (_RELATION, "relationship")):
+            m = pattern.match(text)
+            if m is not None:
+                subj = m.group("subj") or m.group("subj2")
+                raw = (m.group("val") or m.group("val2")).lower()
+                changed = bool(m.group("val2")) or bool(re.search(r"\b(?:now|again)\b", text))
+                out.append(
+                    _Claim(
+                        _owner(subj, s.owner),
+                        attribute,
+                        _RELATION_VALUE.get(raw, raw),
+                        False,
+                        changed,
+                    )
+                )
         m = _THING_CHANGED.match(text)
         changed = m is not None
         if m is None and not out:
@@ -560,6 +609,15 @@ class RulesJudge:
                     )
                 )
                 break
+        if not out:
+            m = _ZH_THING_CHANGED.match(text) or _ZH_THING_IS.match(text)
+            if m is not None and not _ZH_EVALUATIVE.match(m.group("val")):
+                changed = m.re is _ZH_THING_CHANGED
+                attr = m.group("attr").removeprefix("我的").removeprefix("我们的")
+                owner = s.owner if m.group("attr").startswith("我") else "*"
+                out.append(
+                    _Claim(owner, f"the:{_attr(attr)}", m.group("val").strip(), False, changed)
+                )
         m = _ZH_SWITCHED.match(text)
         if m is not None and m.group("old"):
             out.append(
@@ -604,7 +662,11 @@ class RulesJudge:
         old_claims, old_sentences = self.claims(old_text)
         for new in new_claims:
             for old in old_claims:
-                if old.owner != new.owner or old.attribute != new.attribute:
+                if _base(old.attribute) != _base(new.attribute):
+                    continue
+                if old.owner != new.owner and not (
+                    new.attribute.startswith(("the:", "my:")) and "*" in (old.owner, new.owner)
+                ):
                     continue
                 if new.attribute in {"do", "use"} or old.negated:
                     continue
@@ -647,6 +709,11 @@ class RulesJudge:
         return NO
 
 
+def _base(attribute: str) -> str:
+    """``my:budget`` and ``the:budget`` name one attribute."""
+    return attribute.removeprefix("my:").removeprefix("the:")
+
+
 def _attr(label: str) -> str:
     """One name per personal attribute (``phone number``, ``number``, ``cell`` -> ``phone``)."""
     label = re.sub(r"\s+", " ", label.lower()).replace("favourite", "favorite")
@@ -660,7 +727,7 @@ def _attr(label: str) -> str:
 
 
 def _who(owner: str) -> str:
-    return owner.title() if owner else "the user"
+    return {"": "the user", "*": "the"}.get(owner, owner.title())
 
 
 def _terms(text: str) -> frozenset[str]:

@@ -60,6 +60,7 @@ conversations 0-4 (recall@10 0.641 -> 0.724), held out on 5-9 (0.646 -> 0.690)."
 RRF_K = 60
 """The constant of reciprocal rank fusion (Cormack et al., 2009)."""
 
+
 # fmt: off
 class _LazyIdf:
     """Okapi IDF, as rank-bm25's ``BM25Okapi._calc_idf`` defines it, computed per term on demand.

@@ -117,6 +117,8 @@ def statements(text: str) -> list[Sentence]:
         Its statements, in order; empty when nothing in it is a statement.
     """
     text = normalize(text)
+    if _machine(text.split("\n", 1)[0]):
+        return []  # "ERROR: …", "2024-05-01 12:00 INFO …": a log line, not a speaker
     speaker, rest = split_speaker(text)
     owner = speaker or ""
     lines = strip_wrappers(rest).split("\n")
