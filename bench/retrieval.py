@@ -150,6 +150,33 @@ def load(path: Path) -> list[dict]:
     return conversations
 
 
+def load_longmemeval(path: Path, limit: int) -> list[dict]:
+    """A LongMemEval file (``longmemeval_s.json`` or ``_cleaned``) as conversations: each
+    instance's haystack is one conversation, its turns rendered ``role: content`` (the roles as
+    given, lower case), gold = the turns marked ``has_answer``. Instances with no marked turn
+    (abstention questions) are left out; the first half of the kept ones is dev, the rest held-out.
+    """
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    conversations = []
+    for item in raw:
+        turns, gold = [], []
+        for sid, session in zip(
+            item["haystack_session_ids"], item["haystack_sessions"], strict=True
+        ):
+            for i, turn in enumerate(session):
+                tid = f"{sid}:{i}"
+                turns.append((tid, f"{turn['role']}: {turn['content']}"))
+                if turn.get("has_answer"):
+                    gold.append(tid)
+        if gold:
+            conversations.append({"turns": turns, "questions": [(item["question"], gold, 0)]})
+        if len(conversations) >= limit:
+            break
+    for i, conv in enumerate(conversations):
+        conv["split"] = "dev" if i < len(conversations) // 2 else "held-out"
+    return conversations
+
+
 def score(ranked: list[str], gold: list[str]) -> dict[str, float]:
     """recall@k for each k and reciprocal rank of one ranking."""
     g = set(gold)
@@ -214,7 +241,7 @@ def run_bare(conversations: list[dict], embedders: dict[str, CachedEmbedder]) ->
         results[split].setdefault(name, []).append(score(ranked, gold))
 
     for ci, conv in enumerate(conversations):
-        split = next(s for s, r in SPLITS.items() if ci in r)
+        split = conv.get("split") or next(s for s, r in SPLITS.items() if ci in r)
         plain = BM25Index(context=0.0)
         plain.add_many(conv["turns"])
         bm25 = BM25Index(context=DEFAULT_CONTEXT)  # the lexical side of HybridIndex
@@ -260,7 +287,7 @@ def run_memory(conversations: list[dict], embedder) -> tuple[dict, dict]:
     results: dict[str, list[dict[str, float]]] = {s: [] for s in SPLITS}
     counts = {"turns": 0, "invalidated": 0, "add_s": 0.0, "recall_s": 0.0, "queries": 0}
     for ci, conv in enumerate(conversations):
-        split = next(s for s, r in SPLITS.items() if ci in r)
+        split = conv.get("split") or next(s for s, r in SPLITS.items() if ci in r)
         clock = [1_800_000_000.0]
 
         def tick(clock: list[float] = clock) -> float:
@@ -326,6 +353,14 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         "or one of --embedders",
     )
     parser.add_argument("--no-memory", action="store_true", help="skip the s.memory run")
+    parser.add_argument(
+        "--second",
+        type=Path,
+        default=ROOT.parent / "shared" / "data" / "longmemeval_s_cleaned.json",
+        help="a second benchmark in LongMemEval's format (not shipped: its licence and size keep "
+        "it out of the repository); skipped with a message when absent",
+    )
+    parser.add_argument("--second-limit", type=int, default=40, help="instances of --second")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     args = parser.parse_args(argv)
     if not args.data.is_file():
@@ -428,6 +463,28 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         out(f"target invalidated <= {INVALIDATED_TARGET:.0%}: {share:.2%} {verdict}")
         if verdict != "ok":
             failures.append("invalidated")
+    if args.second.is_file():
+        second = load_longmemeval(args.second, args.second_limit)
+        bare2 = run_bare(second, {})
+        memory2, counts2 = run_memory(second, None)
+        for split in SPLITS:
+            bm25 = mean(bare2[split]["BM25"])["R@10"] if bare2[split] else float("nan")
+            mem = mean(memory2[split])["R@10"] if memory2[split] else float("nan")
+            mark = " [held-out]" if split == "held-out" else ""
+            out(
+                f"{args.second.name} {split}{mark}: R@10 s.memory {mem:.3f} vs BM25 alone "
+                f"{bm25:.3f} ({mem - bm25:+.3f}), n={len(memory2[split])}"
+            )
+        share2 = counts2["invalidated"] / max(1, counts2["turns"])
+        out(
+            f"{args.second.name}: invalidated {counts2['invalidated']} of {counts2['turns']} "
+            f"({share2:.2%})"
+        )
+    else:
+        out(
+            f"second benchmark not found at {args.second}: skipped (pass --second PATH to a "
+            "LongMemEval-format file)"
+        )
     out(
         f"total {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.2f} on "
         f"{os.cpu_count()} cores"
