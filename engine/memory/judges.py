@@ -422,6 +422,21 @@ _ZH_THING_IS = re.compile(
     rf"{_ZH_THING}(?:是|为|定在|定为|设为|在)(?P<val>[^，,。！？!?；;]{{1,30}})"
 )
 _ZH_EVALUATIVE = re.compile(r"(?:很|非常|太|真|挺|特别|好|不错|什么|怎么|谁|哪)")
+_PREF = re.compile(
+    rf"{_SUBJ}{_ADV}(?:\s+(?:really|actually|still|totally|absolutely))?\s+"
+    r"(?P<neg>don't|do not|doesn't|does not|no longer|can't|cannot)?\s*"
+    r"(?P<verb>love|loves|like|likes|enjoy|enjoys|prefer|prefers|hate|hates|dislike|dislikes|"
+    r"stand)\s+(?P<val>.+)"
+)
+_CHANGE_MARK = re.compile(
+    r"\b(?:now|anymore|any more|no longer|these days|nowadays|again|changed my mind|"
+    r"not anymore|since then|switched)\b",
+    re.IGNORECASE,
+)
+_HAVE_COUNT = re.compile(
+    rf"{_SUBJ}{_ADV}\s+(?:have|has|own|owns)\s+(?P<val>\d+|one|two|three|four|five|six|seven|"
+    r"eight|nine|ten|no)\s+(?P<attr>[a-z]+)"
+)
 _CUT_EN = re.compile(
     r"\s+(?:and|but|because|so|since|when|while|after|before|which|who|where|with|for|"
     r"last|this|next|ago|now|recently|yesterday|today|at the moment)\b.*$|[,;:].*$"
@@ -534,6 +549,28 @@ class RulesJudge:
                         changed,
                     )
                 )
+        marked = bool(_CHANGE_MARK.search(text))
+        m = _PREF.match(text)
+        if m is not None:
+            value = _clean(m.group("val"))
+            verb = m.group("verb").rstrip("s")
+            if value and not re.match(r"(?:it|that|this|them|you|to|how|what|when)\b", value):
+                negative = verb in {"hate", "dislike"} or verb == "stand"
+                negated = bool(m.group("neg")) != negative
+                attribute = "prefer" if verb == "prefer" else "pref"
+                out.append(
+                    _Claim(
+                        _owner(m.group("subj"), s.owner), attribute, value.lower(), negated, marked
+                    )
+                )
+        m = _HAVE_COUNT.match(text)
+        if m is not None:
+            noun = re.sub(r"(?:es|s)$", "", m.group("attr"))
+            out.append(
+                _Claim(
+                    _owner(m.group("subj"), s.owner), f"count:{noun}", m.group("val"), False, marked
+                )
+            )
         m = _THING_CHANGED.match(text)
         changed = m is not None
         if m is None and not out:
@@ -640,7 +677,7 @@ class RulesJudge:
         even without a shared word (``I live in Berlin`` / ``I moved to Paris``)."""
         claims, _ = self.claims(text)
         return frozenset(
-            f"{c.owner}|{c.attribute}" for c in claims if c.attribute not in {"do", "use"}
+            f"{c.owner}|{c.attribute}" for c in claims if c.attribute not in {"do", "use", "pref"}
         )
 
     # -- judging ---------------------------------------------------------------------------
@@ -668,7 +705,27 @@ class RulesJudge:
                     new.attribute.startswith(("the:", "my:")) and "*" in (old.owner, new.owner)
                 ):
                     continue
-                if new.attribute in {"do", "use"} or old.negated:
+                if new.attribute in {"do", "use"}:
+                    continue
+                if new.attribute == "pref":
+                    if (
+                        new.changed
+                        and old.negated != new.negated
+                        and _overlaps(old.value, new.value)
+                    ):
+                        return Judgement(
+                            True,
+                            0.85,
+                            f"{_who(new.owner)} changed their mind about {new.value}",
+                            "negation",
+                        )
+                    continue
+                if new.attribute == "prefer" or new.attribute.startswith("count:"):
+                    if not new.changed:
+                        continue  # "I prefer tea" / "I prefer coffee": contexts, not a change
+                if new.attribute.startswith("count:") and not new.changed:
+                    continue
+                if old.negated:
                     continue
                 if new.negated:
                     if not new.value or _overlaps(old.value, new.value):
