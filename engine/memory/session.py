@@ -5,8 +5,8 @@ so a rollback removes every memory written after the target snapshot and undoes 
 (recall counts, promotions, invalidations). What a loop wrote never survives a rollback.
 
 Each handle keeps an in-process view of the namespace (items, corrections, lifecycle log), the
-retrieval index (BM25 + dense), the contradiction checker's (owner, attribute) keys, a heap of
-prune times and the short-term set, and brings them up to date without reading every item:
+retrieval index (BM25 + dense), the contradiction judge's (owner, attribute) keys, the exact
+fact keys (``add(..., key=)``), a heap of prune times and the short-term set, and brings them up to date without reading every item:
 
 - its own writes are applied to the view as they are written;
 - before each call it reads the session's event feed after its cursor (one indexed query that
