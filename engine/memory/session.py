@@ -6,7 +6,8 @@ so a rollback removes every memory written after the target snapshot and undoes 
 
 Each handle keeps an in-process view of the namespace (items, corrections, lifecycle log), the
 retrieval index (BM25 + dense), the contradiction judge's (owner, attribute) keys, the exact
-fact keys (``add(..., key=)``), a heap of prune times and the short-term set, and brings them up to date without reading every item:
+fact keys (``add(..., key=)``), a heap of prune times and the short-term set, and brings them
+up to date without reading every item:
 
 - its own writes are applied to the view as they are written;
 - before each call it reads the session's event feed after its cursor (one indexed query that
