@@ -187,6 +187,7 @@ class CheckerJudge:
 _LEAD_EN = re.compile(
     r"^(?:(?:so|well|oh|ok|okay|yeah|yes|yep|hey|hi|guess what|big news|great news|news|update|"
     r"correction|actually|anyway|btw|by the way|just so you know|fyi|also|and|but|now|finally|"
+    r"honestly|frankly|to be honest|tbh|"
     r"as of (?:today|now)|these days|since then)\b[\s,!:.-]*)+",
     re.IGNORECASE,
 )
@@ -363,7 +364,7 @@ _ZH_BA = re.compile(
     r"(?P<val>[^，,。！？!?；;]{1,40})"
 )
 _ZH_STOPPED = re.compile(
-    rf"(?P<subj>我们|我){_ZH_ADV}(?:不再|已经不|再也不|戒了|不)(?P<val>[{HAN}A-Za-z]{{1,10}}?)(?:了|$)"
+    rf"(?P<subj>我们|我){_ZH_ADV}(?:不再|已经不|再也不|戒掉了?|戒了|戒|不)(?P<val>[{HAN}A-Za-z]{{1,10}}?)(?:了|$)"
 )
 _ZH_SWITCHED = re.compile(
     rf"(?P<subj>我们|我){_ZH_ADV}(?:从(?P<old>[^，,。]{{1,12}}?))?(?:改用|换成|换用|转用|改成|改喝|改吃|换到)了?"
@@ -371,7 +372,7 @@ _ZH_SWITCHED = re.compile(
 )
 _DET = r"(?P<subj>[Tt]he\s+|[Mm]y\s+|[Oo]ur\s+|[A-Z][a-z]+'s\s+|)"
 _THING = (
-    r"(?P<attr>(?!(?:i|it|this|that|these|those|he|she|they|we|you|everything|everyone|"
+    r"(?P<attr>(?!(?i:i|it|this|that|these|those|he|she|they|we|you|everything|everyone|"
     r"something|nothing|life|things|there|here|what|which|who)\b)"
     r"(?:[a-z][\w/-]*|[A-Z][\w/-]*(?=\s+[a-z]))(?:\s+[a-z][\w/-]*){0,3}?)"
 )
@@ -379,7 +380,9 @@ _THING_CHANGED = re.compile(
     rf"^{_DET}{_THING}\s+(?:has\s+|have\s+|was\s+|were\s+|got\s+|has\s+been\s+|was\s+just\s+)?"
     r"(?:moved|changed|switched|updated|pushed|postponed|rescheduled|reset|raised|lowered|cut|"
     r"corrected|upgraded|downgraded|renamed|adjusted|extended|"
-    r"increased|decreased|bumped)\s+(?:back\s+|up\s+|down\s+)?to\s+(?P<val>.+)"
+    r"increased|decreased|bumped|went(?=\s+(?:up|down)\b)|rose|dropped|fell|jumped)\s+"
+    r"(?:back\s+|up\s+|down\s+)?"
+    r"to\s+(?P<val>.+)"
     rf"|^{_DET.replace('subj', 'subj2')}{_THING.replace('attr', 'attr2')}"
     r"\s+(?:is|are)\s+now\s+(?P<val2>.+)"
 )
@@ -438,8 +441,9 @@ _HAVE_COUNT = re.compile(
     r"eight|nine|ten|no)\s+(?P<attr>[a-z]+)"
 )
 _CUT_EN = re.compile(
-    r"\s+(?:and|but|because|so|since|when|while|after|before|which|who|where|with|for|"
-    r"last|this|next|ago|now|recently|yesterday|today|at the moment)\b.*$|[,;:].*$"
+    r"\s+(?:and|but|because|so|since|when|while|after|before|which|who|where|with|for|in|on|"
+    r"during|"
+    r"last|this|next|ago|now|recently|yesterday|today|at the moment)\b.*$|(?:,\s|;|:\s).*$"
 )
 
 
@@ -554,9 +558,13 @@ class RulesJudge:
         if m is not None:
             value = _clean(m.group("val"))
             verb = m.group("verb").rstrip("s")
-            if value and not re.match(r"(?:it|that|this|them|you|to|how|what|when)\b", value):
-                negative = verb in {"hate", "dislike"} or verb == "stand"
+            if value and not re.match(r"(?:it|that|this|them|you|to|how|what|when|up)\b", value):
+                negative = verb in {"hate", "dislike"}
                 negated = bool(m.group("neg")) != negative
+                if verb == "stand":  # only "can't stand X" is a preference: a dislike
+                    negated = True
+                    if not m.group("neg"):
+                        value = ""
                 attribute = "prefer" if verb == "prefer" else "pref"
                 out.append(
                     _Claim(

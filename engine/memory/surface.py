@@ -21,7 +21,7 @@ HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 # ("12:30", "http://", "a:b" are not speakers); a full-width colon does not (小明：你好).
 _NAME = r"[^\W\d_][\w.'’-]{0,30}"
 SPEAKER = re.compile(
-    rf"^\s*(?P<who>{_NAME}(?:[ \t]{_NAME}){{0,2}})\s*(?::[ \t]+|：\s*)(?P<rest>.+)$",
+    rf"^\s*(?P<who>{_NAME}(?:[ \t]{_NAME}){{0,2}})\s*(?::[ \t]+|:(?=[{HAN}])|：\s*)(?P<rest>.+)$",
     re.DOTALL,
 )
 # Bracketed and angle-bracketed spans are captions, attachments, markup or stage directions.
@@ -135,11 +135,11 @@ def statements(text: str) -> list[Sentence]:
             body = raw.rstrip(".!。！~ ")
             han = bool(re.search(f"[{HAN}]", body))
             if han:
-                if len(re.findall(f"[{HAN}]", body)) < 4 or QUESTION_ZH.search(body):
+                if len(re.findall(f"[{HAN}]", body)) < 3 or QUESTION_ZH.search(body):
                     continue
                 hedged = bool(HEDGE_ZH.search(body))
             else:
-                if len(re.findall(r"[^\W\d_]+", body)) < 3 or QUESTION_EN.match(body):
+                if len(body.split()) < 2 or QUESTION_EN.match(body):
                     continue
                 hedged = bool(HEDGE_EN.search(body))
             out.append(Sentence(owner=owner, text=body, hedged=hedged))
