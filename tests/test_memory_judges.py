@@ -57,6 +57,12 @@ def noise(draw) -> str:
                 f"你搬到{city}了吗？",
                 f"他说他搬到了{city}",
                 "haha",
+                f"assistant: Great, so you moved to {city}! Anything else?",
+                f"# I moved to {city}\nx = compute(city='{city}')",
+                f"SELECT * FROM users WHERE city = '{city}';",
+                f"tool output: {{'status': 'ok', 'city': '{city}', 'employer': '{job}'}}",
+                f"Mom says she moved to {city}.",
+                f"Imagine if I worked at {job}!",
                 f"city: {city}",
                 f"Budget: {draw(st.integers(1, 9999))}",
             ]
@@ -67,7 +73,7 @@ def noise(draw) -> str:
     return body
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(noise(), min_size=1, max_size=16))
 def test_surface_format_never_invalidates(texts):
     facts = ["Caroline: I live in Boston these days.", "I work at Initrode.", "我住在北京。"]

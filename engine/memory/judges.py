@@ -440,6 +440,10 @@ _HAVE_COUNT = re.compile(
     rf"{_SUBJ}{_ADV}\s+(?:have|has|own|owns)\s+(?P<val>\d+|one|two|three|four|five|six|seven|"
     r"eight|nine|ten|no)\s+(?P<attr>[a-z]+)"
 )
+_NOT_ATTRIBUTE = frozenset(
+    "i me you he him she her it we us they them so and but then that this what who which "
+    "everyone someone somebody everybody".split()
+)
 _CUT_EN = re.compile(
     r"\s+(?:and|but|because|so|since|when|while|after|before|which|who|where|with|for|in|on|"
     r"during|"
@@ -586,6 +590,9 @@ class RulesJudge:
         if m is not None:
             subj = m.group("subj") or m.groupdict().get("subj2") or ""
             attr = (m.group("attr") or m.groupdict().get("attr2") or "").lower()
+            if _NOT_ATTRIBUTE.intersection(attr.split()):
+                m = None  # "so you moved to Paris": a person, not an attribute
+        if m is not None:
             value = _clean(m.group("val") or m.groupdict().get("val2") or "")
             if value and not _EVALUATIVE.match(value) and len(value.split()) <= 6:
                 out.append(
