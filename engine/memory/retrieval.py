@@ -130,9 +130,9 @@ class BM25Index:
             b: BM25 length normalization.
             epsilon: rank-bm25's floor for negative IDFs, as a fraction of the mean IDF.
             context: share of a document's score given to the documents indexed just before
-                and just after it (the stronger of the two neighbours counts; 0: plain BM25). Memories written one after the other are
-                each other's context: an answer turn rarely repeats the words of the question
-                it answers, the turn before it does.
+                and just after it (the stronger of the two neighbours counts; 0: plain BM25).
+                Memories written one after the other are each other's context: an answer turn
+                rarely repeats the words of the question it answers, the turn before it does.
         """
         if context < 0:
             raise ValueError(f"context must be non-negative, got {context}")
