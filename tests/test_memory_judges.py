@@ -163,6 +163,25 @@ def test_a_scripted_judge_is_asked_once_per_add_and_its_reason_is_kept():
         engine.close()
 
 
+def test_the_judge_sees_only_pairs_that_may_share_an_owner():
+    judge = Scripted({})
+    engine = Engine.open(
+        "sqlite:///:memory:", memory=MemoryConfig(embedder=HashingEmbedder(), judge=judge)
+    )
+    try:
+        s = engine.session("s")
+        s.memory.add("Melanie: I live in Boston near the river")
+        s.memory.add("Caroline: I live in Boston near the park")
+        judge.batches.clear()
+        s.memory.add("Caroline: I moved from Boston to Denver")
+        [batch] = judge.batches
+        assert [old for old, _ in batch] == ["Caroline: I live in Boston near the park"]
+        s.memory.add("Caroline: Melanie moved out of Boston")  # names Melanie: her turn counts
+        assert "Melanie: I live in Boston near the river" in [o for o, _ in judge.batches[-1]]
+    finally:
+        engine.close()
+
+
 def test_function_judge_batches_and_caches():
     calls = []
 

@@ -39,6 +39,7 @@ from engine.memory.decay import Curve, MemoryItem
 from engine.memory.host import MemoryHost
 from engine.memory.judges import Judgement
 from engine.memory.retrieval import HybridIndex
+from engine.memory.surface import normalize, split_speaker
 
 __all__ = ["Memory", "MemoryConfig", "MemoryHit", "SessionMemory"]
 
@@ -432,6 +433,7 @@ class SessionMemory:
         for claim_key in keys or ():
             owners = view.by_key.get(claim_key, {})
             seen += heapq.nlargest(KEY_CANDIDATES, owners, key=owners.__getitem__)
+        speaker = _speaker(text)
         candidates = [
             view.items[h]
             for h in dict.fromkeys(seen)
@@ -439,6 +441,7 @@ class SessionMemory:
             and view.items[h].valid
             and view.items[h].key is None
             and view.items[h].text != text
+            and _same_owner(speaker, _speaker(view.items[h].text), text)
         ]
         if not candidates:
             return []
@@ -552,6 +555,16 @@ class SessionMemory:
                 self._stage(view, writes, key, None, now)
         for i, entry in enumerate(entries):
             self._stage(view, writes, f"{LOG}{now:.6f}:{i:04d}:{entry['id']}", entry, now)
+
+
+def _speaker(text: str) -> str | None:
+    return split_speaker(normalize(text))[0]
+
+
+def _same_owner(new: str | None, old: str | None, new_text: str) -> bool:
+    """Whether an older memory may be about the same owner as the new one: same speaker, no
+    speaker on either side, or the new text names the older one's speaker."""
+    return new is None or old is None or new == old or old in new_text.lower()
 
 
 def _current(view: _View, m: Memory) -> bool:
