@@ -1,9 +1,9 @@
 """LoCoMo turn-level evidence retrieval: BM25, dense embedders, their fusion, and the whole
 protocol through the public API (`s.memory.add` / `s.memory.recall`).
 
-The lexical side is BM25 (rank-bm25's Okapi formula, our tokenizer) plus *context*: a matching
-turn passes a share of its score to the turns written just before and after it (the default
-0.6 was chosen on the dev split; ``BM25 plain`` is without it).
+The lexical side is BM25 (rank-bm25's Okapi formula, our tokenizer) plus *context*: a turn gets
+a share of the score of its stronger matching neighbour (the turns written just before and after
+it; the default 0.6 was chosen on the dev split; ``BM25 plain`` is without it).
 
 Protocol: one index (or one session) per conversation over its turns as LoCoMo ships them:
 ``"Speaker: text"``, with the image caption LoCoMo provides appended as ``[shares image: …]``;

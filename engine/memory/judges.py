@@ -65,7 +65,9 @@ class ContradictionJudge(Protocol):
     """Decides which older memories a newer one replaces."""
 
     name: str
-    """Shown with each invalidation (``rules``, ``llm``, …)."""
+    """Shown with each invalidation (``rules``, ``llm``, …). A judge may also have
+    ``keys(text) -> set of str`` (the owner|attribute pairs a text claims): older memories sharing
+    one are candidates even without a shared word."""
 
     def judge(self, pairs: Sequence[tuple[str, str]]) -> list[Judgement]:
         """Judge a batch of pairs.
