@@ -7,8 +7,7 @@ import re
 import threading
 import unicodedata
 
-ENGLISH_STOPWORDS = frozenset(
-    """
+ENGLISH_STOPWORDS = frozenset("""
 a about above after again against all am an and any are as at be because been before being
 below between both but by can could did do does doing down during each few for from further had
 has have having he her here hers herself him himself his how i if in into is it its itself just
@@ -16,14 +15,11 @@ me more most my myself no nor not now of off on once only or other our ours ours
 own same she should so some such than that the their theirs them themselves then there these
 they this those through to too under until up very was we were what when where which while who
 whom why will with would you your yours yourself yourselves also yet ever s t d ll m re ve
-""".split()
-)
-CHINESE_STOPWORDS = frozenset(
-    """
+""".split())
+CHINESE_STOPWORDS = frozenset("""
 的 了 是 在 和 与 及 就 都 而 也 还 又 或 即 我 你 您 他 她 它 我们 你们 他们 她们 这 那 这个 那个
 之 个 吗 呢 吧 啊 呀 哦 嗯 把 被 让 给 对 从 为 以 于 着 过 等 很 么 什么 怎么 哪 哪个 谁 一个
-""".split()
-)
+""".split())
 # fmt: on
 
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
