@@ -1,11 +1,12 @@
 """LoCoMo turn-level evidence retrieval: BM25, dense embedders, their fusion, and the whole
 protocol through the public API (`s.memory.add` / `s.memory.recall`).
 
-The lexical side is BM25 (rank-bm25's Okapi formula, our tokenizer) plus *context*: a matching
-turn passes a share of its score to the turns written just before and after it (the default
-0.6 was chosen on the dev split; ``BM25 plain`` is without it).
+The lexical side is BM25 (rank-bm25's Okapi formula, our tokenizer) plus *context*: a turn gets
+a share of the score of its stronger matching neighbour (the turns written just before and after
+it; the default 0.6 was chosen on the dev split; ``BM25 plain`` is without it).
 
-Protocol: one index (or one session) per conversation over its turns rendered ``"Speaker: text"``;
+Protocol: one index (or one session) per conversation over its turns as LoCoMo ships them:
+``"Speaker: text"``, with the image caption LoCoMo provides appended as ``[shares image: …]``;
 each question is a query; gold = its evidence turn ids ``D<session>:<turn>``. recall@k is the share
 of a question's gold turns found in the top k, averaged over questions; MRR is the mean reciprocal
 rank of the first gold turn within the top 100. Conversations 0-4 are the dev split (anything
@@ -17,7 +18,9 @@ Through the public API every turn goes through ``s.memory.add(text, importance=0
 meta={"turn": id})`` in an in-memory SQLite engine with the default `MemoryConfig` (contradiction
 checks on; importance 0.8 keeps turns out of the short-term eviction; the clock advances one second
 per call, so nothing decays), and every question through ``s.memory.recall(question, k=100)``. The
-share of turns the contradiction checker invalidated is reported too (target: at most 2%).
+share of turns the contradiction judge invalidated is reported too (target: at most 0.5%).
+``--second PATH`` adds a second benchmark in LongMemEval's format (roles as given, gold = turns
+marked ``has_answer``), read from a path and skipped with a message when absent.
 
 Embedders (``--embedders``): ``minilm`` (the ``[dense]`` extra: torch + sentence-transformers +
 all-MiniLM-L6-v2), ``minilm-numpy`` (the same weights run by numpy, no torch), ``minilm-static``
@@ -108,7 +111,7 @@ EMBEDDERS: dict[str, Callable[[], object]] = {
     "hashing": HashingEmbedder,
 }
 MEMORY_R10_TARGET = 0.65
-INVALIDATED_TARGET = 0.02
+INVALIDATED_TARGET = 0.005
 
 
 def normalize_evidence(evidence: Sequence[str]) -> list[str]:
@@ -123,6 +126,15 @@ def normalize_evidence(evidence: Sequence[str]) -> list[str]:
     return out
 
 
+def render(turn: dict) -> str:
+    """A LoCoMo turn as users feed it: ``Speaker: text``, and the image caption LoCoMo ships
+    appended as ``[shares image: a photo of …]``."""
+    text = f"{turn['speaker']}: {turn['text']}"
+    if turn.get("blip_caption"):
+        text += f" [shares image: {turn['blip_caption']}]"
+    return text
+
+
 def load(path: Path) -> list[dict]:
     """Conversations as ``{"turns": [(id, "Speaker: text")], "questions": [(q, gold, cat)]}``."""
     raw = json.loads(path.read_text(encoding="utf-8"))
@@ -132,16 +144,39 @@ def load(path: Path) -> list[dict]:
         sessions = sorted(
             (k for k in conv if re.fullmatch(r"session_\d+", k)), key=lambda k: int(k[8:])
         )
-        turns = [
-            (turn["dia_id"], f"{turn['speaker']}: {turn['text']}")
-            for key in sessions
-            for turn in conv[key]
-        ]
+        turns = [(turn["dia_id"], render(turn)) for key in sessions for turn in conv[key]]
         questions = [
             (q["question"], normalize_evidence(q.get("evidence", [])), int(q["category"]))
             for q in sample["qa"]
         ]
         conversations.append({"turns": turns, "questions": questions})
+    return conversations
+
+
+def load_longmemeval(path: Path, limit: int) -> list[dict]:
+    """A LongMemEval file (``longmemeval_s.json`` or ``_cleaned``) as conversations: each
+    instance's haystack is one conversation, its turns rendered ``role: content`` (the roles as
+    given, lower case), gold = the turns marked ``has_answer``. Instances with no marked turn
+    (abstention questions) are left out; the first half of the kept ones is dev, the rest held-out.
+    """
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    conversations = []
+    for item in raw:
+        turns, gold = [], []
+        for sid, session in zip(
+            item["haystack_session_ids"], item["haystack_sessions"], strict=True
+        ):
+            for i, turn in enumerate(session):
+                tid = f"{sid}:{i}"
+                turns.append((tid, f"{turn['role']}: {turn['content']}"))
+                if turn.get("has_answer"):
+                    gold.append(tid)
+        if gold:
+            conversations.append({"turns": turns, "questions": [(item["question"], gold, 0)]})
+        if len(conversations) >= limit:
+            break
+    for i, conv in enumerate(conversations):
+        conv["split"] = "dev" if i < len(conversations) // 2 else "held-out"
     return conversations
 
 
@@ -209,7 +244,7 @@ def run_bare(conversations: list[dict], embedders: dict[str, CachedEmbedder]) ->
         results[split].setdefault(name, []).append(score(ranked, gold))
 
     for ci, conv in enumerate(conversations):
-        split = next(s for s, r in SPLITS.items() if ci in r)
+        split = conv.get("split") or next(s for s, r in SPLITS.items() if ci in r)
         plain = BM25Index(context=0.0)
         plain.add_many(conv["turns"])
         bm25 = BM25Index(context=DEFAULT_CONTEXT)  # the lexical side of HybridIndex
@@ -255,7 +290,7 @@ def run_memory(conversations: list[dict], embedder) -> tuple[dict, dict]:
     results: dict[str, list[dict[str, float]]] = {s: [] for s in SPLITS}
     counts = {"turns": 0, "invalidated": 0, "add_s": 0.0, "recall_s": 0.0, "queries": 0}
     for ci, conv in enumerate(conversations):
-        split = next(s for s, r in SPLITS.items() if ci in r)
+        split = conv.get("split") or next(s for s, r in SPLITS.items() if ci in r)
         clock = [1_800_000_000.0]
 
         def tick(clock: list[float] = clock) -> float:
@@ -321,6 +356,14 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         "or one of --embedders",
     )
     parser.add_argument("--no-memory", action="store_true", help="skip the s.memory run")
+    parser.add_argument(
+        "--second",
+        type=Path,
+        default=ROOT.parent / "shared" / "data" / "longmemeval_s_cleaned.json",
+        help="a second benchmark in LongMemEval's format (not shipped: its licence and size keep "
+        "it out of the repository); skipped with a message when absent",
+    )
+    parser.add_argument("--second-limit", type=int, default=40, help="instances of --second")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     args = parser.parse_args(argv)
     if not args.data.is_file():
@@ -409,7 +452,7 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         )
         share = counts["invalidated"] / max(1, counts["turns"])
         out(
-            f"memories invalidated by the contradiction checker: {counts['invalidated']} of "
+            f"memories invalidated by the contradiction judge: {counts['invalidated']} of "
             f"{counts['turns']} ({share:.2%}); adds {counts['add_s']:.1f} s, recalls "
             f"{counts['recall_s'] / max(1, counts['queries']) * 1000:.1f} ms each; "
             f"{time.perf_counter() - t1:.0f} s"
@@ -420,9 +463,31 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         if verdict != "ok":
             failures.append("s.memory R@10")
         verdict = "ok" if share <= INVALIDATED_TARGET else "MISSED"
-        out(f"target invalidated <= {INVALIDATED_TARGET:.0%}: {share:.2%} {verdict}")
+        out(f"target invalidated <= {INVALIDATED_TARGET:.1%}: {share:.2%} {verdict}")
         if verdict != "ok":
             failures.append("invalidated")
+    if args.second.is_file():
+        second = load_longmemeval(args.second, args.second_limit)
+        bare2 = run_bare(second, {})
+        memory2, counts2 = run_memory(second, None)
+        for split in SPLITS:
+            bm25 = mean(bare2[split]["BM25"])["R@10"] if bare2[split] else float("nan")
+            mem = mean(memory2[split])["R@10"] if memory2[split] else float("nan")
+            mark = " [held-out]" if split == "held-out" else ""
+            out(
+                f"{args.second.name} {split}{mark}: R@10 s.memory {mem:.3f} vs BM25 alone "
+                f"{bm25:.3f} ({mem - bm25:+.3f}), n={len(memory2[split])}"
+            )
+        share2 = counts2["invalidated"] / max(1, counts2["turns"])
+        out(
+            f"{args.second.name}: invalidated {counts2['invalidated']} of {counts2['turns']} "
+            f"({share2:.2%})"
+        )
+    else:
+        out(
+            f"second benchmark not found at {args.second}: skipped (pass --second PATH to a "
+            "LongMemEval-format file)"
+        )
     out(
         f"total {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.2f} on "
         f"{os.cpu_count()} cores"

@@ -1,12 +1,13 @@
-"""How session memory behaves: tiers, decay, fusion weights, embedder, contradiction checker."""
+"""How session memory behaves: tiers, decay, fusion weights, embedder, contradiction judge."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.memory.contradictions import ContradictionChecker, RuleChecker
+from engine.memory.contradictions import ContradictionChecker
 from engine.memory.decay import Decay, MemoryPolicy
+from engine.memory.judges import CheckerJudge, ContradictionJudge, RulesJudge
 from engine.memory.retrieval import DEFAULT_WEIGHTS, HybridIndex
 
 
@@ -23,8 +24,25 @@ class MemoryConfig:
     embedder: Any = None
     """Dense `Embedder`; None: all-MiniLM-L6-v2 when the ``[dense]`` extra is installed (loaded
     offline), else BM25 alone."""
-    checker: ContradictionChecker = field(default_factory=RuleChecker)
-    """Contradiction checker; the default is deterministic and offline."""
+    judge: ContradictionJudge | None = field(default_factory=RulesJudge)
+    """Decides which older free-text memories a new one replaces (`engine.memory.judges`); the
+    default `RulesJudge` is conservative, deterministic and offline. None: free text never
+    invalidates anything (keyed facts still replace each other)."""
+    min_confidence: float = 0.7
+    """A judgement invalidates an older memory only at or above this confidence."""
+    checker: ContradictionChecker | None = None
+    """Deprecated: an old-style checker (e.g. `RuleChecker`); when set it is used through
+    `CheckerJudge` instead of `judge`."""
 
     def new_index(self) -> HybridIndex:
         return HybridIndex(embedder=self.embedder, weights=self.weights)
+
+    def active_judge(self) -> ContradictionJudge | None:
+        """The judge `SessionMemory.add` asks: `checker` (adapted) when set, else `judge`."""
+        if self.checker is not None:
+            cached = getattr(self, "_adapted", None)
+            if cached is None or cached.checker is not self.checker:
+                cached = CheckerJudge(self.checker)
+                object.__setattr__(self, "_adapted", cached)
+            return cached
+        return self.judge

@@ -60,6 +60,7 @@ conversations 0-4 (recall@10 0.641 -> 0.724), held out on 5-9 (0.646 -> 0.690)."
 RRF_K = 60
 """The constant of reciprocal rank fusion (Cormack et al., 2009)."""
 
+
 # fmt: off
 class _LazyIdf:
     """Okapi IDF, as rank-bm25's ``BM25Okapi._calc_idf`` defines it, computed per term on demand.
@@ -129,9 +130,9 @@ class BM25Index:
             b: BM25 length normalization.
             epsilon: rank-bm25's floor for negative IDFs, as a fraction of the mean IDF.
             context: share of a document's score given to the documents indexed just before
-                and just after it (0: plain BM25). Memories written one after the other are
-                each other's context: an answer turn rarely repeats the words of the question
-                it answers, the turn before it does.
+                and just after it (the stronger of the two neighbours counts; 0: plain BM25).
+                Memories written one after the other are each other's context: an answer turn
+                rarely repeats the words of the question it answers, the turn before it does.
         """
         if context < 0:
             raise ValueError(f"context must be non-negative, got {context}")
@@ -326,13 +327,16 @@ class BM25Index:
                 total[slots] += idf * (tf * (okapi.k1 + 1) / (tf + norm[slots]))
                 matched[slots] = True
             if self.context:
+                # A memory gets a share of its stronger matching neighbour's score, not of both:
+                # summing let a turn between two strong matches outrank direct matches, and the
+                # top k filled with neighbours (LoCoMo: as good or better on both splits).
                 hit = np.flatnonzero(matched)
-                share = self.context * total[hit]
-                total = total.copy()
+                bonus = np.zeros(n)
                 for neighbour in (self._prev[hit], self._next[hit]):  # each injective
                     ok = neighbour >= 0
-                    total[neighbour[ok]] += share[ok]
-                    matched[neighbour[ok]] = True
+                    np.maximum.at(bonus, neighbour[ok], total[hit][ok])
+                total = total + self.context * bonus
+                matched |= bonus > 0
             slots = np.flatnonzero(matched)
             if not len(slots):
                 return []

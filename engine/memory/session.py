@@ -5,8 +5,9 @@ so a rollback removes every memory written after the target snapshot and undoes 
 (recall counts, promotions, invalidations). What a loop wrote never survives a rollback.
 
 Each handle keeps an in-process view of the namespace (items, corrections, lifecycle log), the
-retrieval index (BM25 + dense), the contradiction checker's (owner, attribute) keys, a heap of
-prune times and the short-term set, and brings them up to date without reading every item:
+retrieval index (BM25 + dense), the contradiction judge's (owner, attribute) keys, the exact
+fact keys (``add(..., key=)``), a heap of prune times and the short-term set, and brings them
+up to date without reading every item:
 
 - its own writes are applied to the view as they are written;
 - before each call it reads the session's event feed after its cursor (one indexed query that
@@ -30,15 +31,15 @@ import heapq
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.limits import canonical_within, check_text
 from engine.memory.config import MemoryConfig
 from engine.memory.decay import Curve, MemoryItem
+from engine.memory.host import MemoryHost
+from engine.memory.judges import Judgement
 from engine.memory.retrieval import HybridIndex
-
-if TYPE_CHECKING:  # the runtime hands itself in; memory sits below it and never imports it
-    from engine.runtime import Runtime
+from engine.memory.surface import normalize, split_speaker
 
 __all__ = ["Memory", "MemoryConfig", "MemoryHit", "SessionMemory"]
 
@@ -68,7 +69,14 @@ class Memory:
     invalid_reason: str | None = None
     superseded_by: str | None = None
     claim_keys: tuple[str, ...] | None = None
-    """The contradiction checker's (owner, attribute) keys, computed once when written."""
+    """The contradiction judge's (owner, attribute) keys, computed once when written."""
+    key: str | None = None
+    """The fact key it was written with (``add(..., key=)``): a newer memory with the same key
+    replaces it exactly."""
+    invalid_by: str | None = None
+    """Who invalidated it: the judge's name (``rules``, ``llm``, …) or ``key``."""
+    invalid_confidence: float | None = None
+    """The judge's confidence (1.0 for a keyed replacement)."""
 
     @property
     def valid(self) -> bool:
@@ -114,6 +122,9 @@ def _memory(mid: str, d: dict) -> Memory:
         invalid_reason=d.get("invalid_reason"),
         superseded_by=d.get("superseded_by"),
         claim_keys=tuple(d["claim_keys"]) if d.get("claim_keys") is not None else None,
+        key=d.get("key"),
+        invalid_by=d.get("invalid_by"),
+        invalid_confidence=d.get("invalid_confidence"),
     )
 
 
@@ -141,12 +152,13 @@ class _View:
         self.prune_at: dict[str, float] = {}  # id -> when its decay weight falls under the floor
         self.heap: list[tuple[float, str]] = []  # (prune_at, id); stale entries are skipped
         self.short: dict[str, None] = {}  # valid short-term ids, in insertion order
+        self.keyed: dict[str, dict[str, float]] = {}  # fact key -> {valid id: created_at}
 
 
 class SessionMemory:
     """`session.memory`: add, recall, inspect."""
 
-    def __init__(self, runtime: Runtime, sid: str):
+    def __init__(self, runtime: MemoryHost, sid: str):
         self._rt = runtime
         self._sid = sid
         self.config: MemoryConfig = runtime.memory()
@@ -213,13 +225,18 @@ class SessionMemory:
         if live is not None and mid not in view.indexed:
             view.index.add(mid, live.text)
             view.indexed[mid] = live.text
+        # exact fact keys
+        if old is not None and old.key is not None:
+            view.keyed.get(old.key, {}).pop(mid, None)
+        if live is not None and live.key is not None:
+            view.keyed.setdefault(live.key, {})[mid] = live.created_at
         # contradiction keys
-        keys_of = getattr(self.config.checker, "keys", None)
+        keys_of = getattr(self.config.active_judge(), "keys", None)
         for k in view.item_keys.pop(mid, ()):
             view.by_key.get(k, {}).pop(mid, None)
         if live is not None and value is not None and keys_of is not None:
             stored = value.get("claim_keys")
-            keys = frozenset(stored) if stored is not None else keys_of(live.text)
+            keys = frozenset(stored) if stored is not None else frozenset(keys_of(live.text))
             view.item_keys[mid] = keys
             for k in keys:
                 view.by_key.setdefault(k, {})[mid] = live.created_at
@@ -261,7 +278,8 @@ class SessionMemory:
         return out if include_invalid else [m for m in out if m.valid]
 
     def corrections(self) -> list[dict]:
-        """Contradiction resolutions, oldest first: at, kept, invalidated, kind, reason."""
+        """Contradiction resolutions, oldest first: at, kept, invalidated, kind, reason, judge
+        (its name, or ``key`` for a keyed fact), confidence, key, old_text, new_text."""
         return sorted(self._refresh().fixes.values(), key=lambda f: f["at"])
 
     def log(self) -> list[dict]:
@@ -280,24 +298,50 @@ class SessionMemory:
         return self.config.decay.curve(items, start=start, end=end, points=points)
 
     # -- writing ----------------------------------------------------------------------------
-    def add(self, text: str, importance: float = 0.5, meta: dict | None = None) -> str:
+    def add(
+        self,
+        text: str,
+        importance: float = 0.5,
+        meta: dict | None = None,
+        key: str | None = None,
+    ) -> str:
         """Write a memory; returns its id.
 
-        A newer fact that contradicts older memories invalidates them (kept, marked with the
-        time and reason) and logs a correction. The checker sees the most similar older
-        memories and those that share an (owner, attribute) key with the new one. The
-        short-term buffer is then consolidated (important or often-recalled items move to long
-        term; the least important oldest items beyond capacity are evicted) and memories whose
-        decay weight fell under the threshold are pruned. Everything lands in one atomic write.
+        With a ``key`` (``"user.home_city"``) the memory is an exact fact: it replaces every
+        older valid memory with the same key (marked invalid by ``key``, confidence 1), and no
+        judge is asked. Without one, the engine's `ContradictionJudge` decides which older
+        free-text memories it replaces: it sees, in one batch, the older memories closest in
+        words and those sharing an (owner, attribute) key with the new one; each replacement at
+        or above `MemoryConfig.min_confidence` marks the older memory invalid (kept, not
+        deleted) with the judge's name, confidence and reason, and logs a correction. Keyed
+        memories are never judged against free text. The short-term buffer is then
+        consolidated (important or often-recalled items move to long term; the least important
+        oldest items beyond capacity are evicted) and memories whose decay weight fell under
+        the threshold are pruned. Everything lands in one atomic write, so a rollback undoes
+        it whole.
+
+        Args:
+            text: what to remember.
+            importance: 0..1.
+            meta: JSON-able details returned with recalls.
+            key: an exact fact key; None for free text.
 
         Raises:
-            ValueError: empty text or importance outside [0, 1]. TypeError: meta not JSON.
-            SizeLimitExceeded: text or meta over the engine's `Limits` (nothing is written).
+            ValueError: empty text, empty key or importance outside [0, 1]. TypeError: meta not
+                JSON or key not a string. SizeLimitExceeded: text or meta over the engine's
+                `Limits` (nothing is written).
         """
         if not isinstance(text, str) or not text.strip():
             raise ValueError("a memory needs non-empty text")
+        if key is not None:
+            if not isinstance(key, str):
+                raise TypeError(f"a memory key must be a string, got {type(key).__name__}")
+            if not key.strip():
+                raise ValueError("a memory key must be non-empty (or None for free text)")
         limits = self._rt.limits
         check_text(text, limits.memory_text, "a memory's text", "memory_text")
+        if key is not None:
+            check_text(key, limits.memory_text, "a memory's key", "memory_text")
         if not isinstance(importance, (int, float)) or not 0 <= importance <= 1:
             raise ValueError(f"importance must be between 0 and 1, got {importance!r}")
         meta, _ = canonical_within(meta or {}, limits.meta_bytes, "a memory's meta", "meta_bytes")
@@ -305,24 +349,27 @@ class SessionMemory:
         view = self._refresh()
         mid = f"m-{uuid.uuid4().hex[:12]}"
         writes: dict[str, Any] = {}
-
-        checker = self.config.checker
-        keys_of = getattr(checker, "keys", None)
-        keys = frozenset(keys_of(text)) if keys_of is not None else None
-        # lexical neighbours (BM25 alone: the dense side adds nothing the keys do not cover)
-        seen = [h for h, _ in view.index.bm25.search(text, CONTRADICTION_CANDIDATES)]
-        for key in keys or ():
-            owners = view.by_key.get(key, {})
-            seen += heapq.nlargest(KEY_CANDIDATES, owners, key=owners.__getitem__)
-        candidates = [
-            (h, view.items[h])
-            for h in dict.fromkeys(seen)
-            if h in view.items and view.items[h].valid
-        ]
+        judge = self.config.active_judge()
+        keys = None
         try:
-            for found in checker.check(text, [(h, m.text) for h, m in candidates]):
-                old = view.items.get(found.older_id)
-                if old is None or not old.valid:
+            if key is not None:
+                replaced = [
+                    (
+                        view.items[h],
+                        Judgement(True, 1.0, f"replaced by a newer {key!r}", "key"),
+                        "key",
+                    )
+                    for h in view.keyed.get(key, {})
+                    if h in view.items
+                ]
+            elif judge is not None:
+                keys_of = getattr(judge, "keys", None)
+                keys = frozenset(keys_of(text)) if keys_of is not None else None
+                replaced = self._judged(view, judge, text, keys)
+            else:
+                replaced = []
+            for old, verdict, by in replaced:
+                if not old.valid:
                     continue
                 self._stage(
                     view,
@@ -331,8 +378,10 @@ class SessionMemory:
                     {
                         **_dump(old),
                         "invalid_at": now,
-                        "invalid_reason": found.reason,
+                        "invalid_reason": verdict.reason,
                         "superseded_by": mid,
+                        "invalid_by": by,
+                        "invalid_confidence": verdict.confidence,
                     },
                     now,
                 )
@@ -344,8 +393,11 @@ class SessionMemory:
                         "at": now,
                         "kept": mid,
                         "invalidated": old.id,
-                        "kind": found.kind,
-                        "reason": found.reason,
+                        "kind": verdict.kind,
+                        "reason": verdict.reason,
+                        "judge": by,
+                        "confidence": verdict.confidence,
+                        "key": key,
                         "old_text": old.text,
                         "new_text": text,
                     },
@@ -360,6 +412,8 @@ class SessionMemory:
                 "access_times": [],
                 "access_count": 0,
             }
+            if key is not None:
+                new["key"] = key
             if keys is not None:
                 new["claim_keys"] = sorted(keys)
             self._stage(view, writes, ITEM + mid, new, now)
@@ -369,6 +423,36 @@ class SessionMemory:
             raise
         self._write(view, writes, now)
         return mid
+
+    def _judged(
+        self, view: _View, judge: Any, text: str, keys: frozenset[str] | None
+    ) -> list[tuple[Memory, Judgement, str]]:
+        """Older free-text memories the judge says ``text`` replaces, with its judgements."""
+        # lexical neighbours (BM25 alone: the dense side adds nothing the keys do not cover)
+        seen = [h for h, _ in view.index.bm25.search(text, CONTRADICTION_CANDIDATES)]
+        for claim_key in keys or ():
+            owners = view.by_key.get(claim_key, {})
+            seen += heapq.nlargest(KEY_CANDIDATES, owners, key=owners.__getitem__)
+        speaker = _speaker(text)
+        candidates = [
+            view.items[h]
+            for h in dict.fromkeys(seen)
+            if h in view.items
+            and view.items[h].valid
+            and view.items[h].key is None
+            and view.items[h].text != text
+            and _same_owner(speaker, _speaker(view.items[h].text), text)
+        ]
+        if not candidates:
+            return []
+        verdicts = judge.judge([(m.text, text) for m in candidates])
+        floor = self.config.min_confidence
+        name = str(getattr(judge, "name", type(judge).__name__))
+        return [
+            (m, v, name)
+            for m, v in zip(candidates, verdicts, strict=True)
+            if v.contradicts and v.confidence >= floor
+        ]
 
     def recall(self, query: str, k: int = 10) -> list[MemoryHit]:
         """The `k` memories most relevant to `query`, best first (hybrid BM25 + dense).
@@ -387,7 +471,7 @@ class SessionMemory:
         try:
             for mid, score in view.index.search(query, k):
                 m = view.items.get(mid)
-                if m is None or not m.valid:
+                if m is None or not m.valid or not _current(view, m):
                     continue
                 times = (list(m.access_times) + [now])[-MAX_ACCESS_TIMES:]
                 updated = {**_dump(m), "access_times": times, "access_count": m.access_count + 1}
@@ -473,6 +557,25 @@ class SessionMemory:
             self._stage(view, writes, f"{LOG}{now:.6f}:{i:04d}:{entry['id']}", entry, now)
 
 
+def _speaker(text: str) -> str | None:
+    return split_speaker(normalize(text))[0]
+
+
+def _same_owner(new: str | None, old: str | None, new_text: str) -> bool:
+    """Whether an older memory may be about the same owner as the new one: same speaker, no
+    speaker on either side, or the new text names the older one's speaker."""
+    return new is None or old is None or new == old or old in new_text.lower()
+
+
+def _current(view: _View, m: Memory) -> bool:
+    """Whether a memory is the newest of its fact key (two processes may each have written one
+    before seeing the other's: the newer wins at read time too)."""
+    if m.key is None:
+        return True
+    same = view.keyed.get(m.key, {})
+    return max(same, key=lambda i: (same[i], i), default=m.id) == m.id
+
+
 def _set(target: dict, key: str, value: Any) -> None:
     if value is None:
         target.pop(key, None)
@@ -492,8 +595,14 @@ def _dump(m: Memory) -> dict:
     }
     if m.claim_keys is not None:
         d["claim_keys"] = list(m.claim_keys)
+    if m.key is not None:
+        d["key"] = m.key
     if m.invalid_at is not None:
         d.update(
-            invalid_at=m.invalid_at, invalid_reason=m.invalid_reason, superseded_by=m.superseded_by
+            invalid_at=m.invalid_at,
+            invalid_reason=m.invalid_reason,
+            superseded_by=m.superseded_by,
+            invalid_by=m.invalid_by,
+            invalid_confidence=m.invalid_confidence,
         )
     return d

@@ -1,0 +1,839 @@
+"""Contradiction judges: does a newer memory replace an older one? (pure code)
+
+`SessionMemory.add` picks candidate pairs by retrieval (the older memories closest in words, and
+those the judge's `keys` say talk about the same owner and attribute) and asks a
+`ContradictionJudge` about all of them in one batch. Each answer is a `Judgement` with a
+confidence and a reason, which the memory stores on the invalidated item and in its correction
+log, with the judge's name, so the console can show why and by whom a memory was invalidated.
+
+Shipped judges:
+
+- `RulesJudge` (the default): conservative, offline rules for first-person and owner-attributed
+  state changes in English and Chinese: where someone lives (``I moved to Denver``,
+  ``我搬到了上海``), where and as what they work (``I now work at …``, ``I quit my job``,
+  ``我跳槽到…``), personal attributes (``my new number is …``, ``I changed my email to …``,
+  ``我的手机号改成…``), habits that stopped (``I no longer …``, ``I don't … anymore``,
+  ``I stopped …``, ``我不再…``, ``我不…了``) and switches (``I switched from X to Y``, ``我改用…``).
+  It reads only prose statements (`engine.memory.surface`): formats never decide.
+- `FunctionJudge`: calls a function the user passes (their LLM), batched and cached.
+- `CheckerJudge`: wraps an older `ContradictionChecker` (such as `RuleChecker`).
+
+A natural-language-inference judge is not shipped: no package on the registries this project
+installs from ships an NLI model offline, and weights are never fetched from a model hub at run
+time. `FunctionJudge` wraps a local NLI model as easily as an LLM.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from engine.memory.surface import HAN, Sentence, statements
+from engine.memory.tokenize import tokenize
+
+__all__ = [
+    "CheckerJudge",
+    "ContradictionJudge",
+    "FunctionJudge",
+    "Judgement",
+    "RulesJudge",
+]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A judge's answer about one (older, newer) pair."""
+
+    contradicts: bool
+    """Whether the newer memory replaces the older one."""
+    confidence: float
+    """0..1; the memory invalidates only at or above `MemoryConfig.min_confidence`."""
+    reason: str
+    """One sentence for the console."""
+    kind: str = "update"
+    """``update``, ``negation``, ``key`` (an exact keyed fact) or the judge's own word."""
+
+
+NO = Judgement(False, 0.0, "")
+
+
+@runtime_checkable
+class ContradictionJudge(Protocol):
+    """Decides which older memories a newer one replaces."""
+
+    name: str
+    """Shown with each invalidation (``rules``, ``llm``, …). A judge may also have
+    ``keys(text) -> set of str`` (the owner|attribute pairs a text claims): older memories sharing
+    one are candidates even without a shared word."""
+
+    def judge(self, pairs: Sequence[tuple[str, str]]) -> list[Judgement]:
+        """Judge a batch of pairs.
+
+        Args:
+            pairs: ``(older_text, newer_text)`` pairs, all with the same newer text when called
+                by `SessionMemory.add`.
+
+        Returns:
+            One `Judgement` per pair, in order.
+        """
+        ...
+
+
+class _Cache:
+    """A small LRU of judgements by (older, newer) text."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.data: OrderedDict[tuple[str, str], Judgement] = OrderedDict()
+
+    def get(self, pair: tuple[str, str]) -> Judgement | None:
+        found = self.data.get(pair)
+        if found is not None:
+            self.data.move_to_end(pair)
+        return found
+
+    def put(self, pair: tuple[str, str], value: Judgement) -> None:
+        self.data[pair] = value
+        if len(self.data) > self.size:
+            self.data.popitem(last=False)
+
+
+class FunctionJudge:
+    """Asks a function the user passes (an LLM call, a local NLI model), batched and cached."""
+
+    def __init__(
+        self,
+        fn: Callable[[list[tuple[str, str]]], Sequence[Any]],
+        name: str = "llm",
+        cache_size: int = 4096,
+    ) -> None:
+        """Wrap a judging function.
+
+        Args:
+            fn: takes ``[(older_text, newer_text), …]`` and returns one answer per pair: a
+                `Judgement`, a ``(contradicts, confidence, reason)`` tuple, a dict with those
+                keys, or a bool (confidence 1 or 0).
+            name: shown with each invalidation.
+            cache_size: pairs remembered (the same pair is never asked twice while cached).
+        """
+        self.fn = fn
+        self.name = name
+        self._cache = _Cache(cache_size)
+
+    def judge(self, pairs: Sequence[tuple[str, str]]) -> list[Judgement]:
+        """Judge a batch; only the pairs not cached reach the function, in one call.
+
+        Raises:
+            ValueError: the function returned a different number of answers than pairs.
+        """
+        out: list[Judgement | None] = [self._cache.get(p) for p in pairs]
+        todo = list(dict.fromkeys(p for p, j in zip(pairs, out, strict=True) if j is None))
+        if todo:
+            answers = list(self.fn(todo))
+            if len(answers) != len(todo):
+                raise ValueError(
+                    f"judge {self.name!r} returned {len(answers)} answers for {len(todo)} pairs: "
+                    "return exactly one per pair, in order"
+                )
+            for pair, answer in zip(todo, answers, strict=True):
+                self._cache.put(pair, _judgement(answer))
+        return [
+            j if j is not None else self._cache.get(p) or NO
+            for p, j in zip(pairs, out, strict=True)
+        ]
+
+
+def _judgement(answer: Any) -> Judgement:
+    if isinstance(answer, Judgement):
+        return answer
+    if isinstance(answer, bool):
+        return Judgement(answer, 1.0 if answer else 0.0, "")
+    if isinstance(answer, dict):
+        return Judgement(
+            bool(answer.get("contradicts")),
+            float(answer.get("confidence", 1.0 if answer.get("contradicts") else 0.0)),
+            str(answer.get("reason", "")),
+            str(answer.get("kind", "update")),
+        )
+    contradicts, confidence, reason = answer
+    return Judgement(bool(contradicts), float(confidence), str(reason))
+
+
+class CheckerJudge:
+    """Adapts a `ContradictionChecker` (``check(new_text, [(id, text)])``) to a judge."""
+
+    def __init__(self, checker: Any, name: str | None = None, confidence: float = 0.8) -> None:
+        self.checker = checker
+        self.name = name or type(checker).__name__
+        self.confidence = confidence
+        self.keys = getattr(checker, "keys", None)
+
+    def judge(self, pairs: Sequence[tuple[str, str]]) -> list[Judgement]:
+        """One `check` per distinct newer text."""
+        out = [NO] * len(pairs)
+        by_new: dict[str, list[int]] = {}
+        for i, (_, new) in enumerate(pairs):
+            by_new.setdefault(new, []).append(i)
+        for new, rows in by_new.items():
+            found = self.checker.check(new, [(str(i), pairs[i][0]) for i in rows])
+            for c in found:
+                out[int(c.older_id)] = Judgement(True, self.confidence, c.reason, c.kind)
+        return out
+
+
+# -- the rules judge ---------------------------------------------------------------------------
+
+_LEAD_EN = re.compile(
+    r"^(?:(?:so|well|oh|ok|okay|yeah|yes|yep|hey|hi|guess what|big news|great news|news|update|"
+    r"correction|actually|anyway|btw|by the way|just so you know|fyi|also|and|but|now|finally|"
+    r"honestly|frankly|to be honest|tbh|"
+    r"as of (?:today|now)|these days|since then)\b[\s,!:.-]*)+",
+    re.IGNORECASE,
+)
+_SUBJ = r"(?P<subj>I|[Ww]e|[A-Z][a-z]+)"
+_ADV = r"(?:\s+(?:just|recently|finally|now|also|actually|officially|already|since|have|has|had))*"
+_PLACE = r"(?P<val>(?:the\s+)?[A-Z][\w'.-]*(?:\s+(?:[A-Z][\w'.-]*|(?:of|de|la|upon)\b))*)"
+_ORG = (
+    r"(?P<val>(?:a|an|the|my)?\s*[\w'&.-]+"
+    r"(?:\s+(?!(?:as|in|for|since|and|but|because|with|on)\b)[\w'&.-]+){0,3})"
+)
+_PERSONAL = (
+    r"(?:(?:phone|mobile|cell|work|home)\s+)?(?:number|phone)|e-?mail(?:\s+address)?|address|"
+    r"username|handle|(?:last\s+|first\s+|nick)?name|surname|birthday|job(?:\s+title)?|title|"
+    r"role|position|employer|company|boss|manager|school|major|partner|boyfriend|girlfriend|"
+    r"husband|wife|car|doctor|dentist|therapist|diet|favou?rite\s+[a-z]+(?:\s+[a-z]+)?|password|"
+    r"budget|salary|rent|pronouns|team|city|hometown|zip\s+code|time\s*zone|landlord|coach"
+)
+_PAST_EN = re.compile(
+    r"\b(?:when (?:i|we) (?:was|were)|as a (?:kid|child|teen)|growing up|back then|used to|"
+    r"in (?:19|20)\d\d|years? later|at the time|before that)\b",
+    re.IGNORECASE,
+)
+_EN_SOURCES = [
+    # (attribute, negated, changed, pattern)
+    (
+        "residence",
+        False,
+        True,
+        rf"{_SUBJ}{_ADV}\s+(?:moved|relocated)(?:\s+(?:back|over|out))?\s+(?:to|into)\s+{_PLACE}",
+    ),
+    (
+        "residence",
+        False,
+        False,
+        rf"{_SUBJ}(?:'m|\s+am|\s+are|\s+is)?{_ADV}(?:\s+(?:currently|still))?\s+(?:live|lives|living|based|settled)\s+in\s+{_PLACE}",
+    ),
+    (
+        "residence",
+        True,
+        True,
+        rf"{_SUBJ}{_ADV}\s+(?:no longer live|moved (?:away )?(?:out of|away from|from))\s+{_PLACE}",
+    ),
+    (
+        "employer",
+        False,
+        False,
+        rf"{_SUBJ}{_ADV}(?:\s+(?:currently|still))?\s+(?:work|works|working)\s+(?:at|for)\s+{_ORG}",
+    ),
+    (
+        "employer",
+        False,
+        True,
+        rf"{_SUBJ}(?:'ve|\s+have|\s+has)?{_ADV}\s+(?:got|landed|accepted|took|started|began)\s+(?:a\s+|an\s+)?(?:new\s+)?(?:job|position|role)\s+(?:at|with)\s+{_ORG}",
+    ),
+    (
+        "employer",
+        False,
+        True,
+        rf"{_SUBJ}(?:'ve|\s+have|\s+has)?{_ADV}\s+(?:started working (?:at|for)|"
+        r"been hired (?:at|by)|got hired (?:at|by)|joined)\s+"
+        r"(?P<val>[A-Z][\w'&.-]*(?:\s+[A-Z][\w'&.-]*)*)",
+    ),
+    (
+        "employer",
+        True,
+        True,
+        rf"{_SUBJ}(?:'ve|\s+have|\s+has)?{_ADV}\s+(?:quit|left|lost)\s+(?:my|our|his|her)\s+job(?:\s+at\s+{_ORG})?",
+    ),
+    (
+        "employer",
+        True,
+        True,
+        rf"{_SUBJ}{_ADV}\s+(?:no longer work|don't work|do not work)\s+(?:at|for)\s+{_ORG}",
+    ),
+    (
+        "employer",
+        True,
+        True,
+        rf"{_SUBJ}(?:'ve|\s+have|\s+has)?(?:\s+been|\s+was|\s+got)\s+"
+        rf"(?:laid off|fired|let go)(?:\s+(?:from|by)\s+{_ORG})?",
+    ),
+    (
+        "job",
+        False,
+        False,
+        rf"{_SUBJ}(?:'m|\s+am|\s+is)?{_ADV}\s+(?:working|employed|work|works)\s+as\s+(?:a|an)\s+(?P<val>[a-z]+(?:\s+[a-z]+){{0,2}})",
+    ),
+]
+_EN = [(a, n, c, re.compile(p)) for a, n, c, p in _EN_SOURCES]
+_MY_ATTR = re.compile(
+    rf"(?P<subj>my|our|[A-Z][a-z]+'s)\s+(?P<new>new\s+)?(?P<attr>{_PERSONAL})\s+(?:is|'s|are)"
+    r"(?P<now>\s+now)?\s+(?P<val>.+)",
+    re.IGNORECASE,
+)
+_MY_NEW = re.compile(
+    r"(?P<subj>my|our)\s+new\s+(?P<attr>[a-z]+(?:\s+[a-z]+)?)\s+(?:is|'s|are)\s+"
+    r"(?P<val>(?:[A-Z0-9@+]|the\s+[A-Z]).*)"
+)
+_CHANGED = re.compile(
+    rf"(?P<subj>I|[Ww]e){_ADV}\s+(?:changed|switched|updated|moved)\s+(?:my|our)\s+"
+    rf"(?P<attr>{_PERSONAL})\s+to\s+(?P<val>.+)"
+    rf"|(?P<subj2>my|our)\s+(?P<attr2>{_PERSONAL})\s+(?:has\s+)?(?:changed|moved|switched)\s+to\s+(?P<val2>.+)",
+    re.IGNORECASE,
+)
+_STOPPED = re.compile(
+    rf"{_SUBJ}(?:'m|\s+am|\s+is|\s+are)?{_ADV}\s+(?:no longer|not\s+(?P<anymore1>.+?)\s+any\s*more|"
+    r"(?:don't|do not|doesn't|does not|never)\s+(?P<anymore2>.+?)\s+any\s*more|"
+    r"stopped(?!\s+(?:by|at|in|for|to|off|over)\b)|quit(?!\s+(?:my|our|his|her)\s+job)|gave up|"
+    r"have given up|(?:'ve|have) stopped)(?:\s+(?P<val>.+))?",
+)
+_SWITCHED = re.compile(
+    rf"{_SUBJ}(?:'ve|\s+have|\s+has)?{_ADV}\s+(?:switched|moved|changed|converted|gone)\s+"
+    r"(?:over\s+)?from\s+(?P<old>.+?)\s+to\s+(?P<val>.+)"
+)
+
+_ZH_STOP = r"(?=[，,。！？!?；;、\s]|了|啦|去|住|居住|生活|工作|上班|的时候|以后|之后|$)"
+_ZH_ADV = r"(?:现在|目前|已经|刚刚|刚|终于|也|还|今年|去年|上个月|上周|最近|前不久|正式)*"
+_ZH_SUBJ = rf"(?P<subj>我们|我|[{HAN}]{{2,3}}?)"
+_ZH_SOURCES = [
+    (
+        "residence",
+        False,
+        True,
+        rf"{_ZH_SUBJ}{_ZH_ADV}(?:搬到了?|搬家到了?|搬去了?|迁到了?|定居到了?)(?P<val>[{HAN}A-Za-z]{{2,12}}?){_ZH_STOP}",
+    ),
+    (
+        "residence",
+        False,
+        False,
+        rf"{_ZH_SUBJ}{_ZH_ADV}(?:住在|定居在|生活在)(?P<val>[{HAN}A-Za-z]{{2,12}}?){_ZH_STOP}",
+    ),
+    (
+        "residence",
+        True,
+        True,
+        rf"{_ZH_SUBJ}{_ZH_ADV}(?:不再住在|不住在|搬离了?|离开了?)(?P<val>[{HAN}A-Za-z]{{2,12}}?){_ZH_STOP}",
+    ),
+    (
+        "employer",
+        False,
+        False,
+        rf"{_ZH_SUBJ}{_ZH_ADV}在(?P<val>[{HAN}A-Za-z0-9]{{2,12}}?)(?:工作|上班|任职)",
+    ),
+    (
+        "employer",
+        False,
+        True,
+        rf"{_ZH_SUBJ}{_ZH_ADV}(?:跳槽到了?|跳槽去了?|入职了?|加入了?|去了)(?P<val>[{HAN}A-Za-z0-9]{{2,12}}?)(?:工作|上班|任职|{_ZH_STOP})",
+    ),
+    (
+        "employer",
+        True,
+        True,
+        rf"{_ZH_SUBJ}{_ZH_ADV}(?:辞职了?|离职了?|被裁员了?|被开除了?|失业了?)(?P<val>)",
+    ),
+    (
+        "employer",
+        True,
+        True,
+        rf"{_ZH_SUBJ}{_ZH_ADV}(?:不再在|不在)(?P<val>[{HAN}A-Za-z0-9]{{2,12}}?)(?:工作|上班)",
+    ),
+]
+_ZH = [(a, n, c, re.compile(p)) for a, n, c, p in _ZH_SOURCES]
+_ZH_PERSONAL = (
+    r"手机号码?|电话号码?|电话|号码|邮箱|电子邮件|地址|住址|名字|微信号?|生日|工作|职位|老板|公司|学校|专业|"
+    r"车|密码|预算|工资|房租|男朋友|女朋友|对象|医生|城市|家乡"
+)
+_ZH_ATTR = re.compile(
+    rf"(?P<subj>我的|我们的|[{HAN}]{{2,3}}的)(?P<new>新)?(?P<attr>{_ZH_PERSONAL}|(?<=新)[{HAN}]{{1,4}}?)"
+    rf"(?:现在|已经)?(?:是|改成了?|换成了?|变成了?|改为|换为|更新为)(?P<val>[^，,。！？!?；;]{{1,40}})"
+)
+_ZH_BA = re.compile(
+    rf"(?P<subj>我们|我){_ZH_ADV}把(?P<attr>{_ZH_PERSONAL})(?:改成了?|换成了?|改为|更新为)"
+    r"(?P<val>[^，,。！？!?；;]{1,40})"
+)
+_ZH_STOPPED = re.compile(
+    rf"(?P<subj>我们|我){_ZH_ADV}(?:不再|已经不|再也不|戒掉了?|戒了|戒|不)(?P<val>[{HAN}A-Za-z]{{1,10}}?)(?:了|$)"
+)
+_ZH_SWITCHED = re.compile(
+    rf"(?P<subj>我们|我){_ZH_ADV}(?:从(?P<old>[^，,。]{{1,12}}?))?(?:改用|换成|换用|转用|改成|改喝|改吃|换到)了?"
+    r"(?P<val>[^，,。！？!?；;]{1,20})"
+)
+_DET = r"(?P<subj>[Tt]he\s+|[Mm]y\s+|[Oo]ur\s+|[A-Z][a-z]+'s\s+|)"
+_THING = (
+    r"(?P<attr>(?!(?i:i|it|this|that|these|those|he|she|they|we|you|everything|everyone|"
+    r"something|nothing|life|things|there|here|what|which|who)\b)"
+    r"(?:[a-z][\w/-]*|[A-Z][\w/-]*(?=\s+[a-z]))(?:\s+[a-z][\w/-]*){0,3}?)"
+)
+_THING_CHANGED = re.compile(
+    rf"^{_DET}{_THING}\s+(?:has\s+|have\s+|was\s+|were\s+|got\s+|has\s+been\s+|was\s+just\s+)?"
+    r"(?:moved|changed|switched|updated|pushed|postponed|rescheduled|reset|raised|lowered|cut|"
+    r"corrected|upgraded|downgraded|renamed|adjusted|extended|"
+    r"increased|decreased|bumped|went(?=\s+(?:up|down)\b)|rose|dropped|fell|jumped)\s+"
+    r"(?:back\s+|up\s+|down\s+)?"
+    r"to\s+(?P<val>.+)"
+    rf"|^{_DET.replace('subj', 'subj2')}{_THING.replace('attr', 'attr2')}"
+    r"\s+(?:is|are)\s+now\s+(?P<val2>.+)"
+)
+_THING_IS = re.compile(
+    rf"^{_DET}{_THING}\s+"
+    r"(?:is|are|was|'s|will be|is set to|is scheduled for|is due)\s+(?P<val>.+)"
+)
+_EVALUATIVE = re.compile(
+    r"(?:so|very|really|too|pretty|quite|super|a bit|kind of|great|good|bad|nice|awesome|amazing|"
+    r"fine|ok|okay|beautiful|lovely|hard|tough|crazy|wild|fun|better|worse|over|done|gone|here|"
+    r"there|back|full|empty|important|everything|all|what|how|like|going|getting|about)\b",
+    re.IGNORECASE,
+)
+_AGE = re.compile(
+    rf"{_SUBJ}(?:'m|\s+am|\s+is){_ADV}\s+(?P<val>\d{{1,3}})(?:\s+years?\s+old)?(?:\s+now)?$"
+    rf"|(?P<subj2>I|[Ww]e|[A-Z][a-z]+){_ADV}\s+turned\s+(?P<val2>\d{{1,3}})\b"
+)
+_RELATION = re.compile(
+    rf"{_SUBJ}(?:'m|\s+am|\s+are|\s+is){_ADV}(?:\s+(?:happily|still|officially))?\s+"
+    r"(?P<val>single|married|engaged|divorced|widowed|dating|in a relationship|seeing someone)"
+    rf"|(?P<subj2>I|[Ww]e|[A-Z][a-z]+)(?:'ve|\s+have|\s+has)?{_ADV}\s+"
+    r"(?P<val2>got married|got engaged|got divorced|broke up|split up|separated)\b"
+)
+_RELATION_VALUE = {
+    "got married": "married",
+    "got engaged": "engaged",
+    "got divorced": "divorced",
+    "broke up": "single",
+    "split up": "single",
+    "separated": "single",
+    "seeing someone": "dating",
+    "in a relationship": "dating",
+}
+_ZH_THING = rf"(?P<attr>(?:我的|我们的)?(?![我你他她它这那])[{HAN}A-Za-z0-9/+-]{{2,10}}?)"
+_ZH_THING_CHANGED = re.compile(
+    rf"{_ZH_THING}(?:现在|已经|已)?(?:改为|改成了?|改到了?|调整为|调整到|换成了?|推迟到了?|提前到了?|"
+    rf"迁到了?|更新为|变成了?|升级为|升级到|降为|涨到了?|降到了?|现在是)(?P<val>[^，,。！？!?；;]{{1,30}})"
+)
+_ZH_THING_IS = re.compile(
+    rf"{_ZH_THING}(?:是|为|定在|定为|设为|在)(?P<val>[^，,。！？!?；;]{{1,30}})"
+)
+_ZH_EVALUATIVE = re.compile(r"(?:很|非常|太|真|挺|特别|好|不错|什么|怎么|谁|哪)")
+_PREF = re.compile(
+    rf"{_SUBJ}{_ADV}(?:\s+(?:really|actually|still|totally|absolutely))?\s+"
+    r"(?P<neg>don't|do not|doesn't|does not|no longer|can't|cannot)?\s*"
+    r"(?P<verb>love|loves|like|likes|enjoy|enjoys|prefer|prefers|hate|hates|dislike|dislikes|"
+    r"stand)\s+(?P<val>.+)"
+)
+_CHANGE_MARK = re.compile(
+    r"\b(?:now|anymore|any more|no longer|these days|nowadays|again|changed my mind|"
+    r"not anymore|since then|switched)\b",
+    re.IGNORECASE,
+)
+_HAVE_COUNT = re.compile(
+    rf"{_SUBJ}{_ADV}\s+(?:have|has|own|owns)\s+(?P<val>\d+|one|two|three|four|five|six|seven|"
+    r"eight|nine|ten|no)\s+(?P<attr>[a-z]+)"
+)
+_NOT_ATTRIBUTE = frozenset(
+    "i me you he him she her it we us they them so and but then that this what who which "
+    "everyone someone somebody everybody".split()
+)
+_CUT_EN = re.compile(
+    r"\s+(?:and|but|because|so|since|when|while|after|before|which|who|where|with|for|in|on|"
+    r"during|"
+    r"last|this|next|ago|now|recently|yesterday|today|at the moment)\b.*$|(?:,\s|;|:\s).*$"
+)
+
+
+@dataclass(frozen=True)
+class _Claim:
+    owner: str
+    attribute: str
+    """``residence``, ``employer``, ``job``, ``my:<attr>``, ``do`` (a habit), ``use``."""
+    value: str
+    negated: bool
+    changed: bool
+    """Said as a change (``moved to``, ``new``, ``no longer``): higher confidence."""
+    old: str = ""
+    """What was switched from (``switched from X to Y``)."""
+
+
+def _owner(subject: str, speaker: str) -> str:
+    s = subject.lower().strip().removesuffix("'s")
+    if s in {"i", "we", "my", "our", "我", "我们", "我的", "我们的", "i'm"}:
+        return speaker
+    if s in {"the", ""}:
+        return "*"  # nobody in particular ("the deadline"): meets any owner
+    return s.removesuffix("的").removesuffix("'")
+
+
+def _clean(value: str) -> str:
+    value = _CUT_EN.sub("", value.strip())
+    return value.strip(" .!,'\"").strip()
+
+
+class RulesJudge:
+    """The default judge: conservative rules for explicit state changes (see the module)."""
+
+    name = "rules"
+
+    def __init__(self, cache_size: int = 20_000) -> None:
+        self._claims: dict[str, tuple[list[_Claim], list[Sentence]]] = {}
+        self._size = cache_size
+        self._cache = _Cache(cache_size)
+
+    # -- reading ---------------------------------------------------------------------------
+    def claims(self, text: str) -> tuple[list[_Claim], list[Sentence]]:
+        """The state claims of a text, and its prose statements (cached)."""
+        found = self._claims.get(text)
+        if found is not None:
+            return found
+        sentences = statements(text)
+        claims: list[_Claim] = []
+        for s in sentences:
+            if s.hedged:
+                continue
+            if re.search(f"[{HAN}]", s.text):
+                claims += self._zh(s)
+            elif not _PAST_EN.search(s.text):
+                claims += self._en(s)
+        if len(self._claims) > self._size:
+            self._claims.clear()
+        self._claims[text] = (claims, sentences)
+        return claims, sentences
+
+    def _en(self, s: Sentence) -> list[_Claim]:
+        text = _LEAD_EN.sub("", s.text)
+        text = re.sub(r"^[A-Z][a-z]+,\s+", "", text)  # "Mel, I moved …"
+        if text[:1].islower():
+            text = text[0].upper() + text[1:] if text.startswith("i ") else text
+        out = []
+        for attribute, negated, changed, pattern in _EN:
+            m = pattern.match(text)
+            if m is None:
+                continue
+            value = _clean(m.group("val") or "")
+            if attribute != "employer" or not negated:
+                if not value or value.lower() in {"it", "this", "that", "home", "there", "here"}:
+                    continue
+            out.append(
+                _Claim(_owner(m.group("subj"), s.owner), attribute, value.lower(), negated, changed)
+            )
+            break
+        for m in (_MY_ATTR.match(text), _MY_NEW.match(text)):
+            if m is None:
+                continue
+            value = _clean(m.group("val"))
+            if not value or re.match(
+                r"(?:so|very|really|too|pretty|quite|super|a bit|kind of)\b", value
+            ):
+                continue
+            attr = _attr(m.group("attr"))
+            changed = bool(m.groupdict().get("new") or m.groupdict().get("now"))
+            out.append(
+                _Claim(
+                    _owner(m.group("subj"), s.owner), f"my:{attr}", value.lower(), False, changed
+                )
+            )
+            break
+        for pattern, attribute in ((_AGE, "age"), (_RELATION, "relationship")):
+            m = pattern.match(text)
+            if m is not None:
+                subj = m.group("subj") or m.group("subj2")
+                raw = (m.group("val") or m.group("val2")).lower()
+                changed = bool(m.group("val2")) or bool(re.search(r"\b(?:now|again)\b", text))
+                out.append(
+                    _Claim(
+                        _owner(subj, s.owner),
+                        attribute,
+                        _RELATION_VALUE.get(raw, raw),
+                        False,
+                        changed,
+                    )
+                )
+        marked = bool(_CHANGE_MARK.search(text))
+        m = _PREF.match(text)
+        if m is not None:
+            value = _clean(m.group("val"))
+            verb = m.group("verb").rstrip("s")
+            if value and not re.match(r"(?:it|that|this|them|you|to|how|what|when|up)\b", value):
+                negative = verb in {"hate", "dislike"}
+                negated = bool(m.group("neg")) != negative
+                if verb == "stand":  # only "can't stand X" is a preference: a dislike
+                    negated = True
+                    if not m.group("neg"):
+                        value = ""
+                attribute = "prefer" if verb == "prefer" else "pref"
+                out.append(
+                    _Claim(
+                        _owner(m.group("subj"), s.owner), attribute, value.lower(), negated, marked
+                    )
+                )
+        m = _HAVE_COUNT.match(text)
+        if m is not None:
+            noun = re.sub(r"(?:es|s)$", "", m.group("attr"))
+            out.append(
+                _Claim(
+                    _owner(m.group("subj"), s.owner), f"count:{noun}", m.group("val"), False, marked
+                )
+            )
+        m = _THING_CHANGED.match(text)
+        changed = m is not None
+        if m is None and not out:
+            m = _THING_IS.match(text)
+        if m is not None:
+            subj = m.group("subj") or m.groupdict().get("subj2") or ""
+            attr = (m.group("attr") or m.groupdict().get("attr2") or "").lower()
+            if _NOT_ATTRIBUTE.intersection(attr.split()):
+                m = None  # "so you moved to Paris": a person, not an attribute
+        if m is not None:
+            value = _clean(m.group("val") or m.groupdict().get("val2") or "")
+            if value and not _EVALUATIVE.match(value) and len(value.split()) <= 6:
+                out.append(
+                    _Claim(
+                        _owner(subj, s.owner), f"the:{_attr(attr)}", value.lower(), False, changed
+                    )
+                )
+        m = _CHANGED.match(text)
+        if m is not None:
+            subj = m.group("subj") or m.group("subj2")
+            attr = _attr(m.group("attr") or m.group("attr2"))
+            value = _clean(m.group("val") or m.group("val2"))
+            if value:
+                out.append(_Claim(_owner(subj, s.owner), f"my:{attr}", value.lower(), False, True))
+        m = _SWITCHED.match(text)
+        if m is not None:
+            value, old = _clean(m.group("val")), _clean(m.group("old"))
+            if value and old:
+                out.append(
+                    _Claim(
+                        _owner(m.group("subj"), s.owner),
+                        "use",
+                        value.lower(),
+                        False,
+                        True,
+                        old.lower(),
+                    )
+                )
+        m = _STOPPED.match(text)
+        if m is not None:
+            value = _clean(m.group("anymore1") or m.group("anymore2") or m.group("val") or "")
+            if value and len(tokenize(value)) >= 1:
+                out.append(
+                    _Claim(_owner(m.group("subj"), s.owner), "do", value.lower(), True, True)
+                )
+        return out
+
+    def _zh(self, s: Sentence) -> list[_Claim]:
+        text = re.sub(
+            r"^(?:对了|其实|告诉你|好消息|更新一下|顺便说一下|现在|嗯|哦|啊)[，,！!\s]*", "", s.text
+        )
+        out = []
+        for attribute, negated, changed, pattern in _ZH:
+            m = pattern.match(text)
+            if m is None:
+                continue
+            value = (m.group("val") or "").strip()
+            if not value and not negated:
+                continue
+            out.append(_Claim(_owner(m.group("subj"), s.owner), attribute, value, negated, changed))
+            break
+        for pattern in (_ZH_ATTR, _ZH_BA):
+            m = pattern.match(text)
+            if m is not None:
+                value = m.group("val").strip()
+                changed = bool(m.groupdict().get("new")) or bool(
+                    re.search("改|换|变|更新", m.group())
+                )
+                out.append(
+                    _Claim(
+                        _owner(m.group("subj"), s.owner),
+                        f"my:{_attr(m.group('attr'))}",
+                        value,
+                        False,
+                        changed,
+                    )
+                )
+                break
+        if not out:
+            m = _ZH_THING_CHANGED.match(text) or _ZH_THING_IS.match(text)
+            if m is not None and not _ZH_EVALUATIVE.match(m.group("val")):
+                changed = m.re is _ZH_THING_CHANGED
+                attr = m.group("attr").removeprefix("我的").removeprefix("我们的")
+                owner = s.owner if m.group("attr").startswith("我") else "*"
+                out.append(
+                    _Claim(owner, f"the:{_attr(attr)}", m.group("val").strip(), False, changed)
+                )
+        m = _ZH_SWITCHED.match(text)
+        if m is not None and m.group("old"):
+            out.append(
+                _Claim(
+                    _owner(m.group("subj"), s.owner),
+                    "use",
+                    m.group("val").strip(),
+                    False,
+                    True,
+                    m.group("old").strip(),
+                )
+            )
+        m = _ZH_STOPPED.match(text)
+        if m is not None and not out:
+            out.append(_Claim(_owner(m.group("subj"), s.owner), "do", m.group("val"), True, True))
+        return out
+
+    def keys(self, text: str) -> frozenset[str]:
+        """``owner|attribute`` pairs the text claims: older memories sharing one are candidates
+        even without a shared word (``I live in Berlin`` / ``I moved to Paris``)."""
+        claims, _ = self.claims(text)
+        return frozenset(
+            f"{c.owner}|{c.attribute}" for c in claims if c.attribute not in {"do", "use", "pref"}
+        )
+
+    # -- judging ---------------------------------------------------------------------------
+    def judge(self, pairs: Sequence[tuple[str, str]]) -> list[Judgement]:
+        """Judge each ``(older, newer)`` pair (cached)."""
+        out = []
+        for pair in pairs:
+            found = self._cache.get(pair)
+            if found is None:
+                found = self._one(*pair)
+                self._cache.put(pair, found)
+            out.append(found)
+        return out
+
+    def _one(self, old_text: str, new_text: str) -> Judgement:
+        new_claims, _ = self.claims(new_text)
+        if not new_claims:
+            return NO
+        old_claims, old_sentences = self.claims(old_text)
+        for new in new_claims:
+            for old in old_claims:
+                if _base(old.attribute) != _base(new.attribute):
+                    continue
+                if old.owner != new.owner and not (
+                    new.attribute.startswith(("the:", "my:")) and "*" in (old.owner, new.owner)
+                ):
+                    continue
+                if new.attribute in {"do", "use"}:
+                    continue
+                if new.attribute == "pref":
+                    if (
+                        new.changed
+                        and old.negated != new.negated
+                        and _overlaps(old.value, new.value)
+                    ):
+                        return Judgement(
+                            True,
+                            0.85,
+                            f"{_who(new.owner)} changed their mind about {new.value}",
+                            "negation",
+                        )
+                    continue
+                if new.attribute == "prefer" or new.attribute.startswith("count:"):
+                    if not new.changed:
+                        continue  # "I prefer tea" / "I prefer coffee": contexts, not a change
+                if new.attribute.startswith("count:") and not new.changed:
+                    continue
+                if old.negated:
+                    continue
+                if new.negated:
+                    if not new.value or _overlaps(old.value, new.value):
+                        shown = f" {old.value}" if old.value else ""
+                        return Judgement(
+                            True,
+                            0.85,
+                            f"{_who(new.owner)} no longer: {new.attribute}{shown}",
+                            "negation",
+                        )
+                    continue
+                if _overlaps(old.value, new.value):
+                    continue
+                if new.attribute.startswith("the:") and not new.changed:
+                    continue  # "the X is A" then "the X is B": two descriptions, not a change
+                label = new.attribute.removeprefix("my:").removeprefix("the:")
+                confidence = 0.9 if new.changed else 0.75
+                return Judgement(
+                    True,
+                    confidence,
+                    f"{_who(new.owner)} {label} changed: '{old.value}' -> '{new.value}'",
+                )
+            if new.attribute in {"do", "use"}:
+                target = new.value if new.attribute == "do" else new.old
+                for s in old_sentences:
+                    if s.owner != new.owner or s.hedged or _negated(s.text):
+                        continue
+                    if not _first_person(s.text, new.owner):
+                        continue
+                    if _contains(s.text, target):
+                        verb = "stopped" if new.attribute == "do" else f"switched to {new.value}"
+                        return Judgement(
+                            True,
+                            0.85,
+                            f"{_who(new.owner)} {verb}: was '{target}'",
+                            "negation" if new.attribute == "do" else "update",
+                        )
+        return NO
+
+
+def _base(attribute: str) -> str:
+    """``my:budget`` and ``the:budget`` name one attribute."""
+    return attribute.removeprefix("my:").removeprefix("the:")
+
+
+def _attr(label: str) -> str:
+    """One name per personal attribute (``phone number``, ``number``, ``cell`` -> ``phone``)."""
+    label = re.sub(r"\s+", " ", label.lower()).replace("favourite", "favorite")
+    if re.fullmatch(r"(?:(?:phone|mobile|cell|work|home) )?(?:number|phone)", label):
+        return "phone"
+    if re.fullmatch(r"e-?mail(?: address)?", label):
+        return "email"
+    if re.fullmatch(r"手机号码?|电话号码?|电话|号码", label):
+        return "phone"
+    return label
+
+
+def _who(owner: str) -> str:
+    return {"": "the user", "*": "the"}.get(owner, owner.title())
+
+
+def _terms(text: str) -> frozenset[str]:
+    return frozenset(tokenize(text))
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Same value, or one refines the other (``Boston`` / ``Boston, MA``)."""
+    if re.search(f"[{HAN}]", a + b):
+        x, y = a.replace(" ", ""), b.replace(" ", "")
+        return bool(x) and bool(y) and (x in y or y in x)
+    ta, tb = _terms(a), _terms(b)
+    if not ta or not tb:
+        return a.strip().lower() == b.strip().lower()
+    return ta <= tb or tb <= ta
+
+
+def _contains(sentence: str, phrase: str) -> bool:
+    if re.search(f"[{HAN}]", phrase):
+        return phrase.replace(" ", "") in sentence.replace(" ", "")
+    need = _terms(phrase)
+    return bool(need) and need <= _terms(sentence)
+
+
+def _negated(text: str) -> bool:
+    return bool(
+        re.search(r"\b(?:not|never|no longer|don't|doesn't|didn't|won't|can't)\b|n't\b", text, re.I)
+        or re.search(r"不|没|别", text)
+    )
+
+
+def _first_person(text: str, owner: str) -> bool:
+    if re.search(r"\b(?:i|i'm|i've|we|my|our)\b", text, re.I) or "我" in text:
+        return True
+    return bool(owner) and owner in text.lower()

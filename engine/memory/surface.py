@@ -1,0 +1,146 @@
+"""What a memory's text says, apart from its surface format (pure code).
+
+Chat turns and agent notes come wrapped: a speaker prefix in any case or script (``Caroline: …``,
+``caroline: …``, ``小明：…``), captions and attachments (``[shares image: a photo of …]``), quoted
+text, JSON, tool output, code, tables and logs. None of that is a statement by the speaker, so
+`statements` strips or skips it and hands the contradiction judges only prose sentences, each with
+its owner: the speaker when there is one, "" otherwise. Questions, backchannel and one-word replies
+(``Yeah``, ``Scrambled``) are dropped too: a colon, a bracket or a short reply makes no claim.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+__all__ = ["Sentence", "split_speaker", "statements", "strip_wrappers"]
+
+HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+# A speaker is one to three name-like words before a colon. An ASCII colon needs a space after it
+# ("12:30", "http://", "a:b" are not speakers); a full-width colon does not (小明：你好).
+_NAME = r"[^\W\d_][\w.'’-]{0,30}"
+SPEAKER = re.compile(
+    rf"^\s*(?P<who>{_NAME}(?:[ \t]{_NAME}){{0,2}})\s*(?::[ \t]+|:(?=[{HAN}])|：\s*)(?P<rest>.+)$",
+    re.DOTALL,
+)
+# Bracketed and angle-bracketed spans are captions, attachments, markup or stage directions.
+WRAPPERS = re.compile(r"\[[^\[\]]{0,2000}\]|<[^<>]{0,500}>|\([^()]{0,300}\)|【[^【】]{0,500}】")
+URL = re.compile(r"\b(?:https?|ftp|file)://\S+|\bwww\.\S+", re.IGNORECASE)
+QUOTED = re.compile(
+    r"\"[^\"\n]{0,500}\"|“[^”\n]{0,500}”|「[^」\n]{0,500}」|『[^』\n]{0,500}』|‘[^’\n]{0,500}’"
+    r"|`[^`\n]{0,500}`|(?<![\w])'[^'\n]{2,300}'(?![\w])"
+)
+FENCE = re.compile(r"```.*?(?:```|$)|~~~.*?(?:~~~|$)", re.DOTALL)
+# Lines that are machine output, not prose: JSON, code, tables, logs, quotes, stack traces.
+MACHINE_LINE = re.compile(
+    r"^\s*(?:[{}\[\]]|[|+]|>|#|//|/\*|\$\s|>>>|\.\.\.\s|[-=_*]{3,}|@@|[A-Za-z_][\w.]*\s*=[^=]"
+    r"|(?:def|class|import|from|return|function|const|let|var|if|for|while|try|except|raise|"
+    r"SELECT|INSERT|UPDATE|DELETE|CREATE)\b[^.!?。！？]*$"
+    r"|Traceback|File \"|at [\w.$]+\(|\d{4}-\d\d-\d\d[T ]\d\d:\d\d|\d\d:\d\d:\d\d|"
+    r"\[?(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|FATAL|CRITICAL)\b)"
+)
+CODE_MARKS = re.compile(r"[{};]\s*$|=>|->|::|\(\)|\w\(\S*\)|\w\.\w+\(|==|!=|&&|\|\||\w/\w+/\w")
+SENTENCE = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
+QUESTION_EN = re.compile(
+    r"^(?:what|who|whom|whose|where|when|why|how|which|do|does|did|are|is|am|was|were|have|has|"
+    r"had|can|could|would|will|shall|should|may|might|isn['’]t|aren['’]t|don['’]t|didn['’]t)\b",
+    re.IGNORECASE,
+)
+QUESTION_ZH = re.compile(r"[吗呢么嘛]$|什么|怎么|为什么|哪里|哪儿|多少|是否|有没有|是不是")
+HEDGE_EN = re.compile(
+    r"\b(?:if|unless|maybe|perhaps|might|would|could|should|hope|wish|suppose|imagine|pretend|"
+    r"thinking (?:of|about)|considering|planning|plan to|want to|wanna|going to|gonna|will|"
+    r"someday|one day|dream|said|says|told|tell|asked|thinks?|thought|believes?)\b|['’](?:d|ll)\b",
+    re.IGNORECASE,
+)
+HEDGE_ZH = re.compile(
+    r"如果|要是|假如|可能|也许|大概|想要|想|打算|计划|希望|梦想|将来|以后|说|告诉|问"
+)
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One prose statement of a memory."""
+
+    owner: str
+    """Who ``I``/``my``/``我`` refers to: the speaker (lower case), or "" without a speaker."""
+    text: str
+    hedged: bool
+    """A plan, wish, hypothetical or reported speech (never a current state)."""
+
+
+def normalize(text: str) -> str:
+    """NFKC, no zero-width characters, curly apostrophes made straight."""
+    text = unicodedata.normalize("NFKC", text)
+    return re.sub(r"[\u200b-\u200f\ufeff]", "", text).replace("’", "'").replace("‘", "'")
+
+
+def split_speaker(text: str) -> tuple[str | None, str]:
+    """``("caroline", "I moved")`` for ``"Caroline: I moved"``; ``(None, text)`` without a prefix.
+
+    Any case and script: ``caroline: …``, ``小明：…``, ``Dr. Lee: …``.
+    """
+    m = SPEAKER.match(text)
+    if m is None:
+        return None, text
+    return m.group("who").strip().lower(), m.group("rest")
+
+
+def strip_wrappers(text: str) -> str:
+    """The text without captions, attachments, markup, URLs, quotes and code fences."""
+    text = FENCE.sub("\n", text)
+    previous = None
+    while previous != text:  # nested brackets
+        previous = text
+        text = WRAPPERS.sub(" ", text)
+    text = URL.sub(" ", text)
+    return QUOTED.sub(" ", text)
+
+
+def _machine(line: str) -> bool:
+    if MACHINE_LINE.match(line):
+        return True
+    if len(CODE_MARKS.findall(line)) >= 1 and not re.search(rf"[{HAN}]", line):
+        words = re.findall(r"[A-Za-z]+", line)
+        return len(words) < 4 or bool(re.search(r"[{};]\s*$|=>|==", line))
+    return line.count("|") >= 2 or line.count("\t") >= 2
+
+
+def statements(text: str) -> list[Sentence]:
+    """The prose statements of a memory (see the module docstring for what is left out).
+
+    Args:
+        text: the memory as written.
+
+    Returns:
+        Its statements, in order; empty when nothing in it is a statement.
+    """
+    text = normalize(text)
+    if _machine(text.split("\n", 1)[0]):
+        return []  # "ERROR: …", "2024-05-01 12:00 INFO …": a log line, not a speaker
+    speaker, rest = split_speaker(text)
+    owner = speaker or ""
+    lines = strip_wrappers(rest).split("\n")
+    if sum(_machine(line) for line in lines if line.strip()) * 2 > len([x for x in lines if x]):
+        return []  # mostly machine output: the prose lines in it are its captions
+    out = []
+    for line in lines:
+        if not line.strip() or _machine(line):
+            continue
+        for raw in SENTENCE.split(line):
+            raw = raw.strip(" \t,;:-—")
+            if not raw or raw.endswith(("?", "？")):
+                continue
+            body = raw.rstrip(".!。！~ ")
+            han = bool(re.search(f"[{HAN}]", body))
+            if han:
+                if len(re.findall(f"[{HAN}]", body)) < 3 or QUESTION_ZH.search(body):
+                    continue
+                hedged = bool(HEDGE_ZH.search(body))
+            else:
+                if len(body.split()) < 2 or QUESTION_EN.match(body):
+                    continue
+                hedged = bool(HEDGE_EN.search(body))
+            out.append(Sentence(owner=owner, text=body, hedged=hedged))
+    return out
