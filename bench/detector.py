@@ -44,9 +44,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.loops.detector import LoopDetector, Step
-from engine.loops.fingerprint import digest, fingerprint
-from engine.loops.normalize import Normalizer, error_signature, result_digest
+# the engine of this checkout, not whichever one is installed (run as a script, sys.path[0] is
+# bench/)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine.loops.detector import LoopDetector, Step  # noqa: E402
+from engine.loops.fingerprint import digest, fingerprint  # noqa: E402
+from engine.loops.normalize import Normalizer, error_signature, result_digest  # noqa: E402
 
 TARGET_MEDIAN_US = 20.0
 
