@@ -13,9 +13,13 @@ Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000] 
   expected step, over the true positives. "Flagged ok" is the share of runs that finished
   successfully (real runs: resolved) that were flagged at all; for the traces and the peer suites,
   where nothing "finishes", the share of healthy cases flagged. "ok, no loop": the same over the
-  successful runs whose label shows no loop (a run may loop for a while and still succeed). "Peer step" counts the peer
-  cases the peer flags where our first flag is the peer's own step or one later, whatever we
-  expect (our disagreements lower it on purpose).
+  successful runs whose label shows no loop (a run may loop for a while and still succeed).
+  "Peer step" counts the peer cases the peer flags where our first flag is the peer's own step or
+  one later, whatever we expect (our disagreements lower it on purpose).
+- Conversational runs (bench/data/tau2runs.jsonl.gz, labels in bench/corpora/tau2_labels.json):
+  a customer-service agent and a simulated customer, each half in two forms (the customer's turns
+  as user input between agent turns, and tau-bench's ``respond`` calls); only the tuned half's
+  mistakes are listed.
 
 - Cost: ``observe`` is timed step by step on a healthy stream (a coding agent doing distinct
   work with status checks, polls and transient errors) and on a looping stream (crop retries,

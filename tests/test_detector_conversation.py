@@ -4,6 +4,7 @@ item 5): the three classes as the detector's mechanisms."""
 from __future__ import annotations
 
 from engine.loops.detector import DetectorConfig, LoopDetector, Step
+from engine.loops.normalize import error_signature
 
 
 def book(payment: str = "credit_card_7815826", amount: int = 104) -> Step:
@@ -90,3 +91,108 @@ class TestRetryBetweenUserTurns:
         ] * 3
         assert first_flag(detector, steps) == (4, "exact_repeat")
         assert "respond" in DetectorConfig().user_tools
+
+
+PTH_BANNER = """Error processing line 1 of /opt/conda/lib/python3.9/site-packages/distutils.pth:
+
+  Traceback (most recent call last):
+    File "/opt/conda/lib/python3.9/site.py", line 177, in addpackage
+      exec(line)
+    File "<string>", line 1, in <module>
+  ModuleNotFoundError: No module named '_distutils_hack'
+
+Remainder of file ignored
+"""
+
+MAVEN = """[INFO] BUILD FAILURE
+[INFO] ------------------------------------------------------------------------
+[INFO] Total time:  {seconds} s
+[ERROR] Failed to execute goal org.apache.maven.plugins:maven-compiler-plugin:3.8.1:compile \
+(default-compile) on project core: Compilation failure
+[ERROR] /repo/core/src/main/java/a/Foo.java:[12,8] cannot find symbol
+[ERROR]   symbol:   class {symbol}
+[ERROR]   location: package a
+[ERROR] -> [Help 1]
+[ERROR]
+[ERROR] To see the full stack trace of the errors, re-run Maven with the -e switch.
+[ERROR] Re-run Maven using the -X switch to enable full debug logging.
+[ERROR]
+[ERROR] For more information about the errors and possible solutions, please read the \
+following articles:
+[ERROR] [Help 1] http://cwiki.apache.org/confluence/display/MAVEN/MojoFailureException
+"""
+
+
+class TestBoilerplateErrors:
+    def test_an_environment_banner_does_not_change_a_failure(self):
+        failure = "Traceback (most recent call last):\n  File \"repro.py\", line 3\nKeyError: 'k'"
+        assert error_signature(PTH_BANNER + failure) == error_signature(failure)
+
+    def test_failures_under_the_same_banner_stay_apart(self):
+        one = PTH_BANNER + "pylint: error: argument --rgx: missing ), unterminated subpattern"
+        two = PTH_BANNER + "pylint: error: unrecognized arguments: --bad-names"
+        assert error_signature(one) != error_signature(two)
+
+    def test_maven_failures_differ_by_what_failed_not_by_the_closing_advice(self):
+        bar, baz = (
+            MAVEN.format(seconds="3.1", symbol="Bar"),
+            MAVEN.format(seconds="9", symbol="Baz"),
+        )
+        assert error_signature(bar) != error_signature(baz)
+        assert error_signature(bar) == error_signature(MAVEN.format(seconds="42", symbol="Bar"))
+
+
+def mvn(command: str) -> Step:
+    return Step(
+        tool="bash",
+        args={"command": command},
+        ok=False,
+        error=MAVEN.format(seconds="12", symbol="Bar"),
+    )
+
+
+class TestNudgedFailingCommands:
+    def test_a_build_retried_with_other_flags_and_paths_is_a_loop(self):
+        steps: list[Step | str] = [
+            mvn("mvn -q test -Dtest=FooTest"),
+            mvn("cd /repo/core && mvn -o -B test -Dtest=FooTest -DfailIfNoTests=false"),
+            mvn("mvn -e -U -Dmaven.test.failure.ignore=true -Dcheckstyle.skip=true test"),
+        ]
+        assert first_flag(LoopDetector(), steps) == (2, "near_duplicate")
+
+    def test_other_packages_failing_the_same_way_are_not_details(self):
+        steps: list[Step | str] = [
+            Step(
+                tool="bash",
+                args={"command": f"pip install {name}"},
+                ok=False,
+                error=f"ERROR: No matching distribution found for {name}",
+            )
+            for name in ("requests-oauthlib", "flask", "numpy")
+        ]
+        assert first_flag(LoopDetector(), steps) is None
+
+    def test_an_amount_nudged_into_the_same_complaint_is_a_loop(self):
+        def pay(amount: int) -> Step:
+            return Step(
+                tool="book_reservation",
+                args={"user_id": "liam_khan_2521", "payment": {"id": "cc_1", "amount": amount}},
+                ok=False,
+                error=f"Error: Payment amount does not add up, total is 1332, but paid {amount}",
+            )
+
+        steps: list[Step | str] = [pay(417), "Use my card.", pay(822), "Go ahead.", pay(666)]
+        assert first_flag(LoopDetector(), steps) == (2, "near_duplicate")
+
+    def test_another_payment_method_is_not_a_detail(self):
+        def pay(method: str) -> Step:
+            return Step(
+                tool="book_reservation",
+                args={"user_id": "u1", "payment": {"id": method, "amount": 500}},
+                ok=False,
+                error=f"Error: Not enough balance in payment method {method}",
+            )
+
+        steps: list[Step | str] = [pay("gift_card_8887175"), pay("certificate_7473723")]
+        steps.append(Step(tool="book_reservation", args={"payment": "credit_card_1"}, result="ok"))
+        assert first_flag(LoopDetector(), steps) is None

@@ -59,6 +59,7 @@ __all__ = [
     "is_shell_wait",
     "classify_call",
     "shell_target",
+    "command_words",
     "result_digest",
 ]
 
@@ -271,9 +272,27 @@ _BOILERPLATE = re.compile(
     r"platform \S+ -- python|rootdir:|cachedir:|configfile:|testpaths:|plugins:"
     r"|collect(?:ed|ing) \d+ items?|test session starts|short test summary info"
     r"|.*setlocale: |.*warning: running pip as the 'root' user|\[notice\]"
-    r"|.*(?:deprecation|future|user|runtime)warning:",
+    r"|.*(?:deprecation|future|user|runtime)warning:"
+    # Python frames inside the interpreter, the same for every failure
+    r"|file \"<frozen |file \"<string>\", line 1, in <module>"
+    # Maven's and Gradle's closing advice, printed under every build failure
+    r"|\[error\]\s*$|\[error\] (?:-> \[help|\[help \d|re-run maven|to see the full stack trace"
+    r"|for more information about the errors|after correcting the problems)"
+    r"|\[info\] (?:build failure|total time|finished at)"
+    r"|\* (?:try|get more help|what went wrong):|> (?:run with --|get more help)"
+    r"|failure: build failed with an exception|build failed in \d"
+    r"|deprecated gradle features|you can use '--warning-mode"
+    # npm's log pointer and disclaimers
+    r"|npm err! (?:a complete log of this run|this is probably not a problem with npm"
+    r"|code elifecycle|errno \d)|npm err!\s*$",
     re.IGNORECASE,
 )
+# A site-packages .pth file that fails to load prints a banner and a traceback before every
+# Python command of a broken environment ("Error processing line 1 of x.pth: ... Remainder of
+# file ignored"): the whole block says nothing about the command's own failure.
+_PTH_BANNER = re.compile(r"error processing line \d+ of .*\.pth", re.IGNORECASE)
+_PTH_BANNER_END = re.compile(r"remainder of file ignored", re.IGNORECASE)
+_PTH_BANNER_LINES = 14
 _ERRORISH = re.compile(
     r"error|exception|fail|fatal|cannot|can't|could not|couldn't|not found|no such|denied"
     r"|invalid|refused|unable|timed? ?out|abort|panic|missing|unknown|undefined|not defined"
@@ -618,7 +637,9 @@ def _leaves(value: Any, out: list[Any]) -> None:
 def informative_lines(error: str) -> str:
     """The part of a (multi-line) error text that tells one failure from another.
 
-    Blank and separator lines, test-runner banners and environment warnings are left out; of
+    Blank and separator lines, test-runner banners, build tools' closing advice (Maven, Gradle,
+    npm), interpreter-internal frames and environment warnings (a broken ``.pth`` file's banner
+    and traceback before every Python command) are left out; of
     the rest, the lines that read like an error (error, failed, not found, …) or say where the
     error is (``line 12``) are kept, or all of them when none does; at most the first two and the
     last four, joined with `` | ``. A one-line error is returned as it is.
@@ -626,8 +647,15 @@ def informative_lines(error: str) -> str:
     if "\n" not in error:
         return error
     kept = []
+    banner = 0  # lines left of a .pth banner block
     for line in error.splitlines():
         line = line.strip().strip(_SEPARATOR_CHARS)
+        if banner:
+            banner = 0 if _PTH_BANNER_END.match(line) else banner - 1
+            continue
+        if _PTH_BANNER.match(line):
+            banner = _PTH_BANNER_LINES
+            continue
         if line and not _BOILERPLATE.match(line):
             kept.append(line)
     errorish = [line for line in kept if _ERRORISH.search(line) or _LOCATION.search(line)]
@@ -662,10 +690,12 @@ def error_signature(error: str | None, args: Any = None, volatile: Iterable[str]
             if 3 <= len(leaf) <= 300:
                 strings.add(leaf)
             if " " in leaf:  # errors often echo one word of a command: "… for pillow==9.0"
+                # (not a directory it names: ``cd /repo/core && mvn test`` and ``mvn test``
+                # report the same failure at the same place)
                 strings.update(
                     token
                     for token in (t.strip(_TOKEN_QUOTES) for t in leaf.split())
-                    if len(token) >= 4
+                    if len(token) >= 4 and not (token.startswith("/") and "." not in token)
                 )
         elif isinstance(leaf, (int, float)):
             numbers.add(str(leaf))
@@ -830,18 +860,51 @@ _FILE_TOKEN = re.compile(r"[\w.\-]+\.[A-Za-z]\w{0,5}")
 _WORD = re.compile(r"[A-Za-z][\w\-]*")
 
 
+_CD_PREFIX = re.compile(r"^\s*cd\s+\S+\s*&&\s*")
+
+
+@functools.lru_cache(maxsize=256)
+def command_words(command: str) -> tuple[str, ...]:
+    """The words of a shell command without its flags: ``cd DIR &&`` prefixes, tokens starting
+    with ``-`` and the directories of paths left out, quotes stripped (``cd /repo && mvn -q
+    test -Dtest=A`` -> ``("mvn", "test")``); () for a text that is not a command (one word, or
+    a multi-line script)."""
+    if "\n" in command or " " not in command.strip():
+        return ()
+    while True:
+        stripped = _CD_PREFIX.sub("", command, count=1)
+        if stripped == command:
+            break
+        command = stripped
+    words = []
+    for token in command.split():
+        token = token.strip(_TOKEN_QUOTES)
+        if not token or token.startswith("-"):
+            continue
+        words.append(posixpath.basename(token.rstrip("/")) if "/" in token else token)
+    return tuple(words) if len(words) >= 2 else ()
+
+
 def shell_target(args: Any) -> str:
     """What a free-form shell command acts on, for calls without a target key: the program,
     its sub-command (``pip install``, ``git push``, ``python -m pytest``) and the paths and
     file names among its arguments; "" when `args` holds no shell command.
 
     ``python -m pytest tests/test_a.py`` and ``… tests/test_b.py`` act on different targets;
-    ``pip install pillow==9.0.0`` and ``pip install pillow==9.0.1`` on the same one.
+    ``pip install pillow==9.0.0`` and ``pip install pillow==9.0.1`` on the same one, as do
+    ``mvn -q test`` and ``cd /repo && mvn -B test`` (switches before the sub-command and the
+    directory it is run from are details).
     """
     command = _shell_command(args)
     if not command:
         return ""
-    tokens = command.strip().split("\n", 1)[0].split()
+    line = command.strip().split("\n", 1)[0]
+    while True:  # the directory a command is run from is a detail of how it is run
+        stripped = _CD_PREFIX.sub("", line, count=1)
+        if stripped == line:
+            break
+        line = stripped
+    tokens = line.split()
     while tokens and "=" in tokens[0] and not tokens[0].startswith("-"):
         tokens.pop(0)  # FOO=1 env assignments
     if not tokens:
@@ -851,9 +914,14 @@ def shell_target(args: Any) -> str:
     if len(rest) >= 2 and rest[0] == "-m":
         head += rest[:2]
         rest = rest[2:]
-    elif rest and _WORD.fullmatch(rest[0]):
-        head.append(rest[0])
-        rest = rest[1:]
+    else:
+        # the sub-command may come after switches: ``mvn -q -B test``
+        flags = 0
+        while flags < len(rest) and rest[flags].startswith("-"):
+            flags += 1
+        if flags < len(rest) and _WORD.fullmatch(rest[flags]):
+            head.append(rest[flags])
+            rest = rest[:flags] + rest[flags + 1 :]
     paths = sorted(
         {
             normalize_path(t.strip(_TOKEN_QUOTES))
