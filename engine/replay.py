@@ -344,11 +344,32 @@ def first_flag(
     """
     detector = LoopDetector(detector_config(config))
     observe, user_input = detector.observe, detector.user_input
-    for record in _stream(records, until):
-        if record is None:
-            user_input()
+    running, ok = StepStatus.RUNNING, StepStatus.OK
+    # one pass without helpers: a fleet's replay is millions of steps
+    for record in records:
+        if type(record) is not StepRecord:
+            if isinstance(record, MessageRecord):
+                if record.message.get("role") == "user":
+                    user_input()
+                continue
+            if not isinstance(record, StepRecord):
+                continue
+        if until is not None and record.n > until:
+            break
+        status, error = record.status, record.error
+        if status == running or (error and error.startswith(_REFUSAL_PREFIX)):
             continue
-        verdict = observe(step_of(record))
+        verdict = observe(
+            Step(
+                record.tool,
+                record.args,
+                status == ok,
+                error,
+                record.result_digest,
+                record.text,
+                record.side_effect,
+            )
+        )
         if verdict.looping:
             return Flag(record.n, verdict.rule or "")
     return None
