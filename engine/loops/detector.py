@@ -20,6 +20,11 @@ Vocabulary
 - *Progress*: a successful step whose state was not seen in the window. Polling with a moving
   percentage, the next page, a debugger step that lands somewhere new, a test run with fewer
   failures: all progress. Failures, agent turns, waiting and repeats are not.
+- *User turn*: the user speaking (`LoopDetector.user_input`, or a call of a user tool such as
+  tau-bench's ``respond``, whose result is the user's reply). It is never progress by itself: a
+  user turn counts only through what the agent does next, so the same failing call retried
+  between "please try again" turns is still a loop; it only tells ``idle_turns`` that the
+  agent's messages answer someone.
 
 Rules, in the order they are checked on a step (the first that fires wins, and the rules after
 it do not see that step); each can be disabled (`disabled_rules`) or switched off for one tool
