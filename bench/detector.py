@@ -12,9 +12,14 @@ Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000] 
   later or never; a flag on a healthy case is a false positive. Median delay: first flag minus the
   expected step, over the true positives. "Flagged ok" is the share of runs that finished
   successfully (real runs: resolved) that were flagged at all; for the traces and the peer suites,
-  where nothing "finishes", the share of healthy cases flagged. "Peer step" counts the peer
-  cases the peer flags where our first flag is the peer's own step or one later, whatever we
-  expect (our disagreements lower it on purpose).
+  where nothing "finishes", the share of healthy cases flagged. "ok, no loop": the same over the
+  successful runs whose label shows no loop (a run may loop for a while and still succeed).
+  "Peer step" counts the peer cases the peer flags where our first flag is the peer's own step or
+  one later, whatever we expect (our disagreements lower it on purpose).
+- Conversational runs (bench/data/tau2runs.jsonl.gz, labels in bench/corpora/tau2_labels.json):
+  a customer-service agent and a simulated customer, each half in two forms (the customer's turns
+  as user input between agent turns, and tau-bench's ``respond`` calls); only the tuned half's
+  mistakes are listed.
 
 - Cost: ``observe`` is timed step by step on a healthy stream (a coding agent doing distinct
   work with status checks, polls and transient errors) and on a looping stream (crop retries,
@@ -43,9 +48,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.loops.detector import LoopDetector, Step
-from engine.loops.fingerprint import digest, fingerprint
-from engine.loops.normalize import Normalizer, error_signature, result_digest
+# the engine of this checkout, not whichever one is installed (run as a script, sys.path[0] is
+# bench/)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine.loops.detector import LoopDetector, Step  # noqa: E402
+from engine.loops.fingerprint import digest, fingerprint  # noqa: E402
+from engine.loops.normalize import Normalizer, error_signature, result_digest  # noqa: E402
 
 TARGET_MEDIAN_US = 20.0
 
@@ -262,13 +271,18 @@ def _continue(start: int, end: int) -> Iterator[Step]:
 # --- detection quality per source --------------------------------------------------------------
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = ROOT / "bench" / "corpora" / "labels.json"
+TAU2_RUNS = ROOT / "bench" / "data" / "tau2runs.jsonl.gz"
+TAU2_LABELS = ROOT / "bench" / "corpora" / "tau2_labels.json"
+USER = None
+"""In a case's steps: the user spoke here (a conversational run's customer turn); not a step."""
 REALRUNS_CANDIDATES = (
     Path(os.environ["REWIND_REALRUNS"]) if os.environ.get("REWIND_REALRUNS") else None,
     ROOT / "bench" / "corpora" / "realruns.jsonl.gz",
-    ROOT.parent / "shared" / "data" / "realruns.jsonl.gz",
+    *(folder / "shared" / "data" / "realruns.jsonl.gz" for folder in ROOT.parents),
 )
 """Where the converted real-runs corpus may be (it is generated, not committed: see
-bench/corpora/convert_realruns.py)."""
+bench/corpora/convert_realruns.py): ``shared/data`` beside the checkout (``/work/main`` and the
+worktrees under ``/work/wt`` both find ``/work/shared``)."""
 
 
 @dataclass(frozen=True)
@@ -276,7 +290,8 @@ class Case:
     """One scored scenario."""
 
     name: str
-    steps: Sequence[Step]
+    steps: Sequence[Step | None]
+    """The steps in order; `USER` (None) where the user spoke (not a step, no index)."""
     expected: int | None
     """Step at which a flag is expected; None: the case is healthy."""
     earliest: int | None = None
@@ -368,11 +383,67 @@ def realrun_cases(path: Path) -> dict[str, list[Case]]:
     return out
 
 
-def first_flag(steps: Sequence[Step]) -> int | None:
+def _respond_form(entries: list[dict]) -> list[Step]:
+    """The tau-bench action form of a conversation: each agent message is a call of the
+    ``respond`` tool whose result is the customer's reply; the customer's turns are no steps."""
+    steps: list[Step] = []
+    for d in entries:
+        if "user" in d:
+            last = steps[-1] if steps else None
+            if last is not None and last.tool == "respond":
+                reply = f"{last.result} {d['user']}" if last.result else d["user"]
+                steps[-1] = Step(tool="respond", args=last.args, result=reply)
+            continue
+        if d.get("tool") is None:
+            steps.append(Step(tool="respond", args={"content": d.get("text") or ""}))
+        else:
+            steps.append(_step(d))
+    return steps
+
+
+def tau2_cases() -> dict[str, list[Case]]:
+    """The conversational runs (tau2-bench), per labelled split, in two forms: agent turns with
+    the customer's turns between (`USER`), and tau-bench's action form (a ``respond`` call whose
+    result is the customer's reply). Both have the same step indexes."""
+    labels = json.loads(TAU2_LABELS.read_text())
+    names = {
+        ("tuned", "turns"): "conversational, tuned",
+        ("heldout", "turns"): "conversational, held-out",
+        ("tuned", "respond"): "conversational (respond), tuned",
+        ("heldout", "respond"): "conversational (respond), held-out",
+    }
+    out: dict[str, list[Case]] = {name: [] for name in names.values()}
+    with gzip.open(TAU2_RUNS, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            run = json.loads(line)
+            label = labels[run["id"]]
+            forms = {
+                "turns": [USER if "user" in d else _step(d) for d in run["steps"]],
+                "respond": _respond_form(run["steps"]),
+            }
+            for form, steps in forms.items():
+                out[names[label["split"], form]].append(
+                    Case(
+                        run["id"],
+                        steps,
+                        label["flag_at"] if label["looping"] else None,
+                        label["loop_start"],
+                        finished_ok=run.get("resolved"),
+                    )
+                )
+    return out
+
+
+def first_flag(steps: Sequence[Step | None]) -> int | None:
     detector = LoopDetector()
-    for i, step in enumerate(steps):
+    i = 0
+    for step in steps:
+        if step is USER:
+            detector.user_input()
+            continue
         if detector.observe(step).looping:
             return i
+        i += 1
     return None
 
 
@@ -388,6 +459,9 @@ class Score:
     delays: list[int] | None = None
     ok_runs: int = 0
     ok_flagged: int = 0
+    ok_healthy: int = 0
+    """Successful runs the labels show no loop in."""
+    ok_healthy_flagged: int = 0
     peer_cases: int = 0
     peer_hits: int = 0
     misses: list[str] | None = None
@@ -416,6 +490,9 @@ def score(source: str, cases: list[Case], labelled: bool = True) -> Score:
         if c.finished_ok:
             sc.ok_runs += 1
             sc.ok_flagged += got is not None
+            if labelled and c.expected is None:
+                sc.ok_healthy += 1
+                sc.ok_healthy_flagged += got is not None
         if c.peer_flag is not None:
             sc.peer_cases += 1
             sc.peer_hits += got is not None and c.peer_flag <= got <= c.peer_flag + 1
@@ -449,11 +526,13 @@ def quality_report(show_misses: bool) -> None:
     if path is not None:
         for name, cases in realrun_cases(path).items():
             scores.append(score(name, cases, labelled="no labels" not in name))
+    for name, cases in tau2_cases().items():
+        scores.append(score(name, cases))
     print("Detection quality per source (LoopDetector() production defaults)")
     print()
     header = (
         f"{'source':36} {'cases':>5} {'loops':>5} {'precision':>9} {'recall':>6} "
-        f"{'median delay':>12} {'peer step':>9} {'flagged ok':>13}"
+        f"{'median delay':>12} {'peer step':>9} {'flagged ok':>13} {'ok, no loop':>13}"
     )
     print(header)
     print("-" * len(header))
@@ -463,21 +542,26 @@ def quality_report(show_misses: bool) -> None:
         ok = f"{sc.ok_flagged}/{sc.ok_runs}" if sc.ok_runs else "—"
         if sc.ok_runs:
             ok += f" {100 * sc.ok_flagged / sc.ok_runs:3.0f}%"
+        healthy = f"{sc.ok_healthy_flagged}/{sc.ok_healthy}" if sc.ok_healthy else "—"
+        if sc.ok_healthy:
+            healthy += f" {100 * sc.ok_healthy_flagged / sc.ok_healthy:3.0f}%"
         print(
             f"{sc.source:36} {sc.cases:5d} {sc.loops if sc.labelled else '—':>5} "
             f"{sc.cell(sc.precision, '.3f'):>9} {sc.cell(sc.recall, '.3f'):>6} "
-            f"{sc.cell(delay, '+.1f'):>12} {peer:>9} {ok:>13}"
+            f"{sc.cell(delay, '+.1f'):>12} {peer:>9} {ok:>13} {healthy:>13}"
         )
     if path is None:
         print()
         print(
             "real runs: no converted corpus found (looked for $REWIND_REALRUNS, "
-            "bench/corpora/realruns.jsonl.gz, ../shared/data/realruns.jsonl.gz); "
+            "bench/corpora/realruns.jsonl.gz, shared/data/realruns.jsonl.gz beside the "
+            "checkout or above it); "
             "build it with bench/corpora/convert_realruns.py"
         )
     if show_misses:
         for sc in scores:
-            if sc.misses and not sc.source.startswith("peers: all"):
+            # the held-out halves are never tuned on: their mistakes are not listed
+            if sc.misses and not sc.source.startswith("peers: all") and "held-out" not in sc.source:
                 print()
                 print(f"{sc.source}:")
                 for line in sc.misses:

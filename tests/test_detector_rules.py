@@ -932,6 +932,7 @@ class TestRegistry:
             "overflow_pattern",
             "condensation_tools",
             "thought_tools",
+            "user_tools",
             "wait_tools",
             "exempt_tools",
             "tool_exemptions",

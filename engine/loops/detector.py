@@ -20,6 +20,11 @@ Vocabulary
 - *Progress*: a successful step whose state was not seen in the window. Polling with a moving
   percentage, the next page, a debugger step that lands somewhere new, a test run with fewer
   failures: all progress. Failures, agent turns, waiting and repeats are not.
+- *User turn*: the user speaking (`LoopDetector.user_input`, or a call of a user tool such as
+  tau-bench's ``respond``, whose result is the user's reply). It is never progress by itself: a
+  user turn counts only through what the agent does next, so the same failing call retried
+  between "please try again" turns is still a loop; it only tells ``idle_turns`` that the
+  agent's messages answer someone.
 
 Rules, in the order they are checked on a step (the first that fires wins, and the rules after
 it do not see that step); each can be disabled (`disabled_rules`) or switched off for one tool
@@ -155,6 +160,20 @@ DEFAULT_OVERFLOW_PATTERN = (
 )
 """Error texts that mean the model's context overflowed (matched case-insensitively)."""
 
+DEFAULT_USER_TOOLS = frozenset(
+    {
+        "respond",
+        "reply",
+        "respond_to_user",
+        "reply_to_user",
+        "message_user",
+        "send_message_to_user",
+        "ask_user",
+        "talk_to_user",
+    }
+)
+"""Tools whose call is the agent speaking to the user and whose result is the user's reply."""
+
 _CONDENSING = re.compile(r"\b(?:trimm|condens|summari[sz]|truncat|compact)", re.IGNORECASE)
 """A context event that says the runtime is shrinking the context to fit ("Trimming prompt to
 meet context window limitations"): a planned condensation, not a failed model call."""
@@ -258,6 +277,11 @@ class DetectorConfig:
     """Tools whose call is a context condensation (counted only by ``context_overflow``)."""
     thought_tools: frozenset[str] = frozenset({"think", "thought", "reflect"})
     """Tools that only record the agent's thinking; treated as agent turns, not as calls."""
+    user_tools: frozenset[str] = DEFAULT_USER_TOOLS
+    """Tools through which the agent talks to the user (tau-bench's ``respond``…): a call is an
+    agent message turn followed by the user's reply (`LoopDetector.user_input`), never
+    progress by itself: a user turn is progress only when it changes what the agent does next,
+    so the same failing call retried between "please try again" turns is still a loop."""
     wait_tools: frozenset[str] = frozenset({"sleep", "wait", "wait_for", "pause"})
     """Tools that only let time pass: never progress and never part of a ``cycle`` pattern
     (poll, sleep, poll, sleep is judged on the polls: three identical answers, not two)."""
@@ -315,6 +339,7 @@ class DetectorConfig:
 _SET_FIELDS = (
     "condensation_tools",
     "thought_tools",
+    "user_tools",
     "wait_tools",
     "exempt_tools",
     "disabled_rules",
@@ -427,6 +452,8 @@ class LoopDetector:
         if not cfg.enabled:
             return HEALTHY
         tool = step.tool
+        if tool is not None and tool in cfg.user_tools:
+            return self._talk(index, step)
         if tool is None or tool in cfg.thought_tools:
             obs = self._read_other(index, step, TURN)
         elif tool in cfg.exempt_tools:
@@ -440,6 +467,18 @@ class LoopDetector:
             if finding is not None:
                 return self._flag(index, rule, finding)
         return HEALTHY
+
+    def _talk(self, index: int, step: Step) -> Verdict:
+        """A call of a user tool: the agent's message turn, then the user's reply."""
+        obs = self._read_other(index, step, TURN)
+        verdict = HEALTHY
+        for rule in self._by_kind[TURN]:
+            finding = rule.check(obs, self._window)
+            if finding is not None:
+                verdict = self._flag(index, rule, finding)
+                break
+        self.user_input()
+        return verdict
 
     # -- reading a step -----------------------------------------------------------------------
     def _read_other(self, index: int, step: Step, kind: Kind) -> Observation:

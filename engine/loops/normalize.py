@@ -26,13 +26,21 @@ error texts and agent turns into such canonical forms; `engine.loops.fingerprint
 from __future__ import annotations
 
 import difflib
-import functools
-import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from engine.loops.fingerprint import canonicalize, normalized_digest
+from engine.loops.shell import (
+    _QUOTED,
+    _TOKEN_QUOTES,
+    classify_call,
+    command_words,
+    is_shell_wait,
+    is_write,
+    normalize_path,
+    shell_target,
+)
 
 __all__ = [
     "DEFAULT_VOLATILE_KEYS",
@@ -59,6 +67,7 @@ __all__ = [
     "is_shell_wait",
     "classify_call",
     "shell_target",
+    "command_words",
     "result_digest",
 ]
 
@@ -230,7 +239,6 @@ VERSION_KEYS: frozenset[str] = frozenset(
 """Result keys of a write that report the new version of what it wrote: a write acknowledged
 with a new revision changed something (a file whose content only grows does not count)."""
 
-_PATH_LIKE = re.compile(r"[\w.~\-/\\:@+]+")
 _TIME_PATTERNS = {
     "time": r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
     r"|\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b",
@@ -271,9 +279,27 @@ _BOILERPLATE = re.compile(
     r"platform \S+ -- python|rootdir:|cachedir:|configfile:|testpaths:|plugins:"
     r"|collect(?:ed|ing) \d+ items?|test session starts|short test summary info"
     r"|.*setlocale: |.*warning: running pip as the 'root' user|\[notice\]"
-    r"|.*(?:deprecation|future|user|runtime)warning:",
+    r"|.*(?:deprecation|future|user|runtime)warning:"
+    # Python frames inside the interpreter, the same for every failure
+    r"|file \"<frozen |file \"<string>\", line 1, in <module>"
+    # Maven's and Gradle's closing advice, printed under every build failure
+    r"|\[error\]\s*$|\[error\] (?:-> \[help|\[help \d|re-run maven|to see the full stack trace"
+    r"|for more information about the errors|after correcting the problems)"
+    r"|\[info\] (?:build failure|total time|finished at)"
+    r"|\* (?:try|get more help|what went wrong):|> (?:run with --|get more help)"
+    r"|failure: build failed with an exception|build failed in \d"
+    r"|deprecated gradle features|you can use '--warning-mode"
+    # npm's log pointer and disclaimers
+    r"|npm err! (?:a complete log of this run|this is probably not a problem with npm"
+    r"|code elifecycle|errno \d)|npm err!\s*$",
     re.IGNORECASE,
 )
+# A site-packages .pth file that fails to load prints a banner and a traceback before every
+# Python command of a broken environment ("Error processing line 1 of x.pth: ... Remainder of
+# file ignored"): the whole block says nothing about the command's own failure.
+_PTH_BANNER = re.compile(r"error processing line \d+ of .*\.pth", re.IGNORECASE)
+_PTH_BANNER_END = re.compile(r"remainder of file ignored", re.IGNORECASE)
+_PTH_BANNER_LINES = 14
 _ERRORISH = re.compile(
     r"error|exception|fail|fatal|cannot|can't|could not|couldn't|not found|no such|denied"
     r"|invalid|refused|unable|timed? ?out|abort|panic|missing|unknown|undefined|not defined"
@@ -288,18 +314,6 @@ _PUNCTUATION = re.compile(r"[^\w\s]+")
 _DIGITS = re.compile(r"\d+")
 _DIGIT = re.compile(r"\d")
 _SIGNATURE_CHARS = 400
-_TOKEN_QUOTES = "'\"`,;()[]{}"
-
-
-def normalize_path(text: str) -> str:
-    """Canonical spelling of a path-like string: slashes, no ``.``/``..``/double or trailing slash.
-
-    URLs (``scheme://…``) and strings that do not look like a path are returned unchanged.
-    """
-    if "://" in text or ("/" not in text and "\\" not in text) or not _PATH_LIKE.fullmatch(text):
-        return text
-    path = posixpath.normpath(text.replace("\\", "/"))
-    return "" if path == "." else path
 
 
 def normalize_text(text: str) -> str:
@@ -328,9 +342,6 @@ def normalize_code(text: str) -> str:
     if "\r" in text:
         return text.replace("\r\n", "\n").replace("\r", "\n")
     return text
-
-
-_QUOTED = re.compile(r"""'[^']*'?|"(?:[^"\\]|\\.)*"?""")
 
 
 def _collapse_outside_quotes(text: str) -> str:
@@ -618,7 +629,9 @@ def _leaves(value: Any, out: list[Any]) -> None:
 def informative_lines(error: str) -> str:
     """The part of a (multi-line) error text that tells one failure from another.
 
-    Blank and separator lines, test-runner banners and environment warnings are left out; of
+    Blank and separator lines, test-runner banners, build tools' closing advice (Maven, Gradle,
+    npm), interpreter-internal frames and environment warnings (a broken ``.pth`` file's banner
+    and traceback before every Python command) are left out; of
     the rest, the lines that read like an error (error, failed, not found, …) or say where the
     error is (``line 12``) are kept, or all of them when none does; at most the first two and the
     last four, joined with `` | ``. A one-line error is returned as it is.
@@ -626,8 +639,15 @@ def informative_lines(error: str) -> str:
     if "\n" not in error:
         return error
     kept = []
+    banner = 0  # lines left of a .pth banner block
     for line in error.splitlines():
         line = line.strip().strip(_SEPARATOR_CHARS)
+        if banner:
+            banner = 0 if _PTH_BANNER_END.match(line) else banner - 1
+            continue
+        if _PTH_BANNER.match(line):
+            banner = _PTH_BANNER_LINES
+            continue
         if line and not _BOILERPLATE.match(line):
             kept.append(line)
     errorish = [line for line in kept if _ERRORISH.search(line) or _LOCATION.search(line)]
@@ -662,10 +682,12 @@ def error_signature(error: str | None, args: Any = None, volatile: Iterable[str]
             if 3 <= len(leaf) <= 300:
                 strings.add(leaf)
             if " " in leaf:  # errors often echo one word of a command: "… for pillow==9.0"
+                # (not a directory it names: ``cd /repo/core && mvn test`` and ``mvn test``
+                # report the same failure at the same place)
                 strings.update(
                     token
                     for token in (t.strip(_TOKEN_QUOTES) for t in leaf.split())
-                    if len(token) >= 4
+                    if len(token) >= 4 and not (token.startswith("/") and "." not in token)
                 )
         elif isinstance(leaf, (int, float)):
             numbers.add(str(leaf))
@@ -740,125 +762,3 @@ def values_close(
             return True
         return matcher.ratio() >= text_similarity
     return False
-
-
-_WRITE_VERBS = frozenset(
-    {
-        "edit",
-        "write",
-        "insert",
-        "append",
-        "create",
-        "replace",
-        "str_replace",
-        "patch",
-        "save",
-        "put",
-        "overwrite",
-        "delete",
-        "remove",
-        "rename",
-        "move",
-        "mkdir",
-        "touch",
-        "undo_edit",
-    }
-)
-_NAME_TOKENS = re.compile(r"[a-z]+")
-_SHELL_WRITE = re.compile(
-    r"(?:^|[;&|(]\s*)(?:sed\s+(?:-\w+\s+)*-i|tee\b|cp\b|mv\b|rm\b|mkdir\b|touch\b|patch\b"
-    r"|git\s+(?:apply|checkout|commit|add|rm|mv|reset|stash)\b"
-    r"|(?:edit|create|insert|append|str_replace)\b)"
-    r"|>>|(?:^|[^\d&<>])>\|?\s*(?!/dev/null|&)[^\s&>]",
-)
-_SHELL_SLEEP = re.compile(r"\s*(?:sleep|timeout)\s+\d")
-
-
-def _shell_command(args: Any) -> str | None:
-    if type(args) is dict:
-        value = args.get("command")
-        if value is None:
-            value = args.get("cmd")
-            if value is None:
-                value = args.get("script")
-        return value if type(value) is str else None
-    return args if type(args) is str else None
-
-
-@functools.lru_cache(maxsize=1024)
-def _named_like_a_write(tool: str) -> bool:
-    return any(t in _WRITE_VERBS for t in _NAME_TOKENS.findall(tool.lower()))
-
-
-def classify_call(tool: str, args: Any) -> tuple[bool, bool]:
-    """(`is_write`, `is_shell_wait`) of one call, computed together."""
-    command = _shell_command(args)
-    if command is None:
-        return _named_like_a_write(tool), False
-    if len(command) <= 200:  # agents repeat short commands; long ones are rarely re-run
-        return _shell_kind(command)
-    return _shell_kind.__wrapped__(command)
-
-
-@functools.lru_cache(maxsize=256)
-def _shell_kind(command: str) -> tuple[bool, bool]:
-    stripped = command.strip()
-    if " " not in stripped:
-        # a sub-command of a multi-purpose tool: str_replace_editor {"command": "view"}
-        return stripped.lower() in _WRITE_VERBS, False
-    if _SHELL_SLEEP.match(command):
-        return False, True
-    return _SHELL_WRITE.search(_QUOTED.sub("''", command)) is not None, False
-
-
-def is_write(tool: str, args: Any) -> bool:
-    """Whether a call changes files or other state: a tool named after a write (``edit_file``,
-    ``write``, ``str_replace_editor`` with a ``str_replace`` / ``insert`` / ``create``
-    sub-command), or a shell command that writes (``sed -i``, ``>``, ``>>``, ``tee``, ``mv``,
-    ``git apply``…). Its outcome is "done", whatever it prints (a file that keeps growing does
-    not make the same write new)."""
-    return classify_call(tool, args)[0]
-
-
-def is_shell_wait(args: Any) -> bool:
-    """Whether a shell command only waits (``sleep 30``, ``timeout 60 …`` at its start)."""
-    command = _shell_command(args)
-    return command is not None and _SHELL_SLEEP.match(command) is not None
-
-
-_FILE_TOKEN = re.compile(r"[\w.\-]+\.[A-Za-z]\w{0,5}")
-_WORD = re.compile(r"[A-Za-z][\w\-]*")
-
-
-def shell_target(args: Any) -> str:
-    """What a free-form shell command acts on, for calls without a target key: the program,
-    its sub-command (``pip install``, ``git push``, ``python -m pytest``) and the paths and
-    file names among its arguments; "" when `args` holds no shell command.
-
-    ``python -m pytest tests/test_a.py`` and ``… tests/test_b.py`` act on different targets;
-    ``pip install pillow==9.0.0`` and ``pip install pillow==9.0.1`` on the same one.
-    """
-    command = _shell_command(args)
-    if not command:
-        return ""
-    tokens = command.strip().split("\n", 1)[0].split()
-    while tokens and "=" in tokens[0] and not tokens[0].startswith("-"):
-        tokens.pop(0)  # FOO=1 env assignments
-    if not tokens:
-        return ""
-    head = [posixpath.basename(tokens[0])]
-    rest = tokens[1:]
-    if len(rest) >= 2 and rest[0] == "-m":
-        head += rest[:2]
-        rest = rest[2:]
-    elif rest and _WORD.fullmatch(rest[0]):
-        head.append(rest[0])
-        rest = rest[1:]
-    paths = sorted(
-        {
-            normalize_path(t.strip(_TOKEN_QUOTES))
-            for t in rest
-            if not t.startswith("-") and ("/" in t or _FILE_TOKEN.fullmatch(t.strip(_TOKEN_QUOTES)))
-        }
-    )
-    return "sh:" + " ".join(head + paths)

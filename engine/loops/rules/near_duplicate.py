@@ -7,7 +7,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final
 
-from engine.loops.normalize import flatten, shell_target, values_close
+from engine.loops.normalize import command_words, flatten, shell_target, values_close
 from engine.loops.rules.base import Finding, Rule, clip, quote
 from engine.loops.window import CALL, Observation, Window
 
@@ -25,13 +25,21 @@ class _Attempt:
     index: int
     leaves: dict[str, Any]
     progress: int
+    error: str = ""
+    """The error text of a failure ("" for a side effect)."""
 
 
 class NearDuplicate(Rule):
     """Fires at `near_duplicate_threshold` failures of one tool with one error signature on one
     target (or side-effecting successes on one target) whose arguments differ only slightly,
     with no progress and no success of that tool in between. The target is the values of the
-    `target_keys`, or for a free-form shell command its program, sub-command and paths."""
+    `target_keys`, or for a free-form shell command its program, sub-command and paths.
+
+    For failures, two more changes are details, however large: a command that keeps its words
+    and changes only its flags and the directories of its paths (``mvn -q test -Dtest=A`` and
+    ``mvn test -o -Dtest=A -DfailIfNoTests=false`` failing the same way: the same build failure,
+    the same target); and a number the error quotes back each time (``but paid 417``, ``but paid
+    822``: the same complaint about the amount the agent keeps changing)."""
 
     id = NEAR_DUPLICATE
     kinds = frozenset({CALL})
@@ -93,7 +101,9 @@ class NearDuplicate(Rule):
             )
             if broken:
                 chain.clear()
-        chain.append(_Attempt(index, leaves, window.progress))
+        chain.append(
+            _Attempt(index, leaves, window.progress, step.error or "" if not step.ok else "")
+        )
         needed = self.threshold
         if len(chain) < needed:
             return None
@@ -165,14 +175,15 @@ class NearDuplicate(Rule):
         frontier = [chain[-1]]
         while frontier and rest:
             current = frontier.pop()
-            linked = [a for a in rest if self._near(a.leaves, current.leaves, side_effect)]
+            linked = [a for a in rest if self._near(a, current, side_effect)]
             if linked:
                 rest = [a for a in rest if a not in linked]
                 group.extend(linked)
                 frontier.extend(linked)
         return sorted(group, key=lambda a: a.index)
 
-    def _near(self, a: dict[str, Any], b: dict[str, Any], side_effect: bool) -> bool:
+    def _near(self, first: _Attempt, second: _Attempt, side_effect: bool) -> bool:
+        a, b = first.leaves, second.leaves
         changed = 0
         for path in a.keys() | b.keys():
             x, y = a.get(path, _MISSING), b.get(path, _MISSING)
@@ -183,9 +194,39 @@ class NearDuplicate(Rule):
                 return False
             if side_effect and not (isinstance(x, str) and isinstance(y, str)):
                 return False  # a different number in a side effect is a different entity
-            if not values_close(x, y, self.numeric_abs, self.numeric_rel, self.text_similarity):
+            if values_close(x, y, self.numeric_abs, self.numeric_rel, self.text_similarity):
+                continue
+            if side_effect or not _detail(x, y, first.error, second.error):
                 return False
         return True
+
+
+def _detail(x: Any, y: Any, error_x: str, error_y: str) -> bool:
+    """Whether two values of one argument of two failures (with the same error signature)
+    differ only in a detail: a command's flags and directories, or a number each error quotes
+    (another id or name is another thing to try, not a detail)."""
+    if isinstance(x, str) and isinstance(y, str):
+        words = command_words(x)
+        return bool(words) and words == command_words(y)
+    if isinstance(x, bool) or isinstance(y, bool):
+        return False
+    if not isinstance(x, (int, float)) or not isinstance(y, (int, float)):
+        return False
+    return _quotes(error_x, x) and _quotes(error_y, y)
+
+
+def _quotes(error: str, number: float) -> bool:
+    """Whether `error` quotes `number` (as a whole number, not inside a longer one)."""
+    text = str(int(number)) if float(number).is_integer() else str(number)
+    start = error.find(text)
+    while start >= 0:
+        end = start + len(text)
+        if (start == 0 or not error[start - 1].isdigit()) and (
+            end == len(error) or not error[end].isdigit()
+        ):
+            return True
+        start = error.find(text, end)
+    return False
 
 
 def _differences(attempts: list[dict[str, Any]]) -> dict[str, list[Any]]:

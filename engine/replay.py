@@ -1,0 +1,565 @@
+"""Replay: re-run a session's stored steps through a detector built from another configuration,
+and compare the verdicts across sessions (pure code: no store, no I/O).
+
+An operator during a freeze asks "would a stricter or looser rule have caught this sooner, or not
+flagged it?" and "how often is this detector wrong on our fleet?". The store gives each session's
+step records (every branch, in time order); this module answers from them:
+
+- `first_flag(records, config)`: the first step the detector built from `config` flags, and the
+  rule; the records are fed as they happened (abandoned branches included), and the user's
+  messages, when given, are fed as user input.
+- `compare(sessions, config, before=..., labels=...)`: per session the first flag before and after,
+  the operator's label, and a `Summary` (newly flagged, no longer flagged, earlier, later,
+  precision and recall against the labels).
+- `smallest_change(records, config, step)`: the smallest change of one setting that would not
+  have flagged that step ("why flagged, and by how much").
+- `detector_config(value)` and `parse_setting(field, text)`: a `DetectorConfig` from a mapping of
+  its field names (``{"repeat_threshold": 5}``) or from ``FIELD=VALUE`` text (a CLI's ``--set``).
+
+The engine wires this to the store (``engine.replay(config, where=...)``); nothing here writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from engine.errors import ConfigError
+from engine.loops.detector import DetectorConfig, LoopDetector
+from engine.loops.rules import REGISTRY
+from engine.loops.step import Step
+from engine.records import MessageRecord, StepRecord
+from engine.types import StepStatus
+
+__all__ = [
+    "Flag",
+    "SessionReplay",
+    "Summary",
+    "SettingChange",
+    "Label",
+    "detector_config",
+    "parse_setting",
+    "step_of",
+    "first_flag",
+    "compare",
+    "summarize",
+    "smallest_change",
+]
+
+Label = Literal["loop", "not_loop"]
+"""An operator's answer to "was this a loop?"."""
+
+_REFUSAL_PREFIX = "ToolQuarantined: "
+"""`engine.quarantine.REFUSAL_PREFIX`, copied so that replay needs no runtime: a call refused by
+a quarantine never ran, and the live detector never judged it."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    """Where a detector first flagged a session."""
+
+    step: int
+    """Session step number (`StepRecord.n`) of the flagged step."""
+    rule: str
+    """Rule id that fired (``exact_repeat``…)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"step": ..., "rule": ...}`` (the JSON form)."""
+        return {"step": self.step, "rule": self.rule}
+
+
+@dataclass(frozen=True)
+class SessionReplay:
+    """One session under two configurations."""
+
+    session: str
+    before: Flag | None
+    """First flag under the `before` configuration; None: never flagged."""
+    after: Flag | None
+    """First flag under the configuration being tried; None: never flagged."""
+    label: Label | None = None
+    """The operator's label, if any."""
+
+    @property
+    def change(self) -> str:
+        """``newly_flagged``, ``no_longer_flagged``, ``earlier``, ``later``, ``other_rule`` or
+        ``same``."""
+        before, after = self.before, self.after
+        if before is None and after is None:
+            return "same"
+        if before is None:
+            return "newly_flagged"
+        if after is None:
+            return "no_longer_flagged"
+        if after.step < before.step:
+            return "earlier"
+        if after.step > before.step:
+            return "later"
+        return "same" if after.rule == before.rule else "other_rule"
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"session", "before", "after", "label"}`` with flags as dicts or None."""
+        return {
+            "session": self.session,
+            "before": None if self.before is None else self.before.as_dict(),
+            "after": None if self.after is None else self.after.as_dict(),
+            "label": self.label,
+        }
+
+
+@dataclass(frozen=True)
+class Summary:
+    """How the verdicts moved across sessions, and how they agree with the labels."""
+
+    sessions: int
+    newly_flagged: int
+    no_longer_flagged: int
+    earlier: int
+    later: int
+    other_rule: int
+    labelled: int
+    """Sessions with a label."""
+    precision_before: float | None
+    """Of the labelled sessions flagged before, the share labelled ``loop`` (None: none flagged)."""
+    recall_before: float | None
+    """Of the sessions labelled ``loop``, the share flagged before (None: none labelled loop)."""
+    precision_after: float | None
+    recall_after: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The summary as plain JSON data."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class SettingChange:
+    """One setting changed, and what it does to a flagged step."""
+
+    field: str
+    """The `DetectorConfig` field."""
+    before: Any
+    after: Any
+    flag: Flag | None
+    """The first flag with the change (None: never flagged, or later than the session's end)."""
+    size: float = 0.0
+    """How big the change is, relative to the setting (0.2 = 20 %); inf for switching a rule
+    off for a tool or for every tool."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The change as plain JSON data."""
+
+        def plain(value: Any) -> Any:
+            if isinstance(value, frozenset):
+                return sorted(value)
+            if isinstance(value, Mapping):
+                return {k: plain(v) for k, v in value.items()}
+            return value
+
+        return {
+            "field": self.field,
+            "before": plain(self.before),
+            "after": plain(self.after),
+            "flag": None if self.flag is None else self.flag.as_dict(),
+        }
+
+
+# -- configuration ------------------------------------------------------------------------------
+_FIELDS = {f.name: f for f in dataclasses.fields(DetectorConfig)}
+_HINTS = typing.get_type_hints(DetectorConfig)
+
+
+def detector_config(
+    value: DetectorConfig | Mapping[str, Any] | None = None, base: DetectorConfig | None = None
+) -> DetectorConfig:
+    """A `DetectorConfig` from a config, or from a mapping of its field names applied over `base`
+    (default: the production defaults). String values are parsed as `parse_setting` does.
+
+    Raises:
+        ConfigError: an unknown field, or a value the field does not accept.
+    """
+    if isinstance(value, DetectorConfig):
+        return value
+    base = base or DetectorConfig()
+    if not value:
+        return base
+    changes = {}
+    for name, raw in value.items():
+        if name not in _FIELDS:
+            raise ConfigError(
+                f"{name!r} is not a detector setting; settings are: {', '.join(sorted(_FIELDS))}"
+            )
+        changes[name] = parse_setting(name, raw) if isinstance(raw, str) else raw
+    try:
+        return replace(base, **changes)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"detector settings {sorted(changes)} refused: {exc}") from None
+
+
+def parse_setting(name: str, text: str) -> Any:
+    """The value of `DetectorConfig` field `name` written as text: ``5``, ``0.7``, ``true``,
+    ``none`` (for an optional number), ``a,b,c`` (a set of names; empty for none), or
+    ``tool:5,other:8`` / ``tool:rule+rule`` for per-tool mappings. A ``NAME=VALUE`` pair is split
+    by the caller.
+
+    Raises:
+        ConfigError: an unknown field or text the field cannot take.
+    """
+    if name not in _FIELDS:
+        raise ConfigError(
+            f"{name!r} is not a detector setting; settings are: {', '.join(sorted(_FIELDS))}"
+        )
+    hint = _HINTS[name]
+    text = text.strip()
+    try:
+        return _parse(hint, text)
+    except ValueError:
+        raise ConfigError(
+            f"{name}={text!r}: {_describe(hint)} expected (for example {name}={_example(hint)})"
+        ) from None
+
+
+def _parse(hint: Any, text: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        if text.lower() in ("none", "null", ""):
+            return None
+        return _parse(next(a for a in args if a is not type(None)), text)
+    if hint is bool:
+        lowered = text.lower()
+        if lowered in ("true", "yes", "on", "1"):
+            return True
+        if lowered in ("false", "no", "off", "0"):
+            return False
+        raise ValueError(text)
+    if hint is int:
+        return int(text)
+    if hint is float:
+        return float(text)
+    if hint is str:
+        return text
+    if origin is frozenset:
+        return frozenset(p.strip() for p in text.split(",") if p.strip())
+    if origin is Mapping:
+        value_type = args[1]
+        out: dict[str, Any] = {}
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            tool, sep, raw = part.partition(":")
+            if not sep or not tool.strip():
+                raise ValueError(part)
+            if typing.get_origin(value_type) is frozenset:
+                out[tool.strip()] = frozenset(r.strip() for r in raw.split("+") if r.strip())
+            else:
+                out[tool.strip()] = _parse(value_type, raw.strip())
+        return out
+    raise ValueError(text)
+
+
+def _describe(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        inner = next(a for a in typing.get_args(hint) if a is not type(None))
+        return f"{_describe(inner)} or none"
+    if origin is frozenset:
+        return "a comma-separated list of names"
+    if origin is Mapping:
+        return "a comma-separated list of tool:value"
+    return {bool: "true or false", int: "a whole number", float: "a number"}.get(hint, "text")
+
+
+def _example(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        return "500"
+    if origin is frozenset:
+        return "sleep,wait"
+    if origin is Mapping:
+        return "wait_ci:20"
+    return {bool: "false", int: "5", float: "0.8"}.get(hint, "text")
+
+
+# -- replaying one session ----------------------------------------------------------------------
+def step_of(record: StepRecord) -> Step:
+    """The detector's view of a stored step: what the live detector was given (the stored result
+    digest stands for the result; digests of equal results are equal)."""
+    return Step(
+        tool=record.tool,
+        args=record.args,
+        ok=record.status == StepStatus.OK,
+        error=record.error,
+        result=record.result_digest,
+        text=record.text,
+        side_effect=record.side_effect,
+    )
+
+
+def _judged(record: StepRecord) -> bool:
+    """Whether the live detector saw this step: it finished, and no quarantine refused it."""
+    if record.status == StepStatus.RUNNING:
+        return False
+    error = record.error
+    return not (error and error.startswith(_REFUSAL_PREFIX))
+
+
+def _stream(
+    records: Iterable[StepRecord | MessageRecord], until: int | None = None
+) -> Iterable[StepRecord | None]:
+    """The steps the detector judges, with None where the user spoke, up to step `until`."""
+    for record in records:
+        if isinstance(record, MessageRecord):
+            if record.message.get("role") == "user":
+                yield None
+            continue
+        if until is not None and record.n > until:
+            return
+        if _judged(record):
+            yield record
+
+
+def first_flag(
+    records: Iterable[StepRecord | MessageRecord],
+    config: DetectorConfig | Mapping[str, Any] | None = None,
+    *,
+    until: int | None = None,
+) -> Flag | None:
+    """The first step a detector built from `config` flags in a session's records.
+
+    Args:
+        records: the session's step records, every branch, in the order they happened; the
+            user's messages (`MessageRecord`, role ``user``) may be interleaved where they came,
+            and are fed as user input. Running steps and calls a quarantine refused are skipped,
+            as the live detector skipped them.
+        config: a `DetectorConfig`, or a mapping of its field names (over the defaults).
+        until: stop after this step number (None: the whole session).
+
+    Returns:
+        The first flag (step number and rule), or None when nothing is flagged.
+
+    Raises:
+        ConfigError: for settings the detector refuses.
+    """
+    detector = LoopDetector(detector_config(config))
+    observe, user_input = detector.observe, detector.user_input
+    running, ok = StepStatus.RUNNING, StepStatus.OK
+    # one pass without helpers: a fleet's replay is millions of steps
+    for record in records:
+        if type(record) is not StepRecord:
+            if isinstance(record, MessageRecord):
+                if record.message.get("role") == "user":
+                    user_input()
+                continue
+            if not isinstance(record, StepRecord):
+                continue
+        if until is not None and record.n > until:
+            break
+        status, error = record.status, record.error
+        if status == running or (error and error.startswith(_REFUSAL_PREFIX)):
+            continue
+        verdict = observe(
+            Step(
+                record.tool,
+                record.args,
+                status == ok,
+                error,
+                record.result_digest,
+                record.text,
+                record.side_effect,
+            )
+        )
+        if verdict.looping:
+            return Flag(record.n, verdict.rule or "")
+    return None
+
+
+# -- comparing sessions -------------------------------------------------------------------------
+def compare(
+    sessions: Mapping[str, Sequence[StepRecord | MessageRecord]],
+    config: DetectorConfig | Mapping[str, Any] | None,
+    *,
+    before: DetectorConfig | Mapping[str, Any] | None = None,
+    labels: Mapping[str, Label] | None = None,
+) -> tuple[list[SessionReplay], Summary]:
+    """Replay every session under `before` (default: the production defaults) and under
+    `config`, and summarize how the verdicts moved.
+
+    Args:
+        sessions: session id -> its records (see `first_flag`).
+        config: the configuration to try.
+        before: the configuration to compare with.
+        labels: session id -> ``loop`` / ``not_loop`` (the operators' labels).
+
+    Returns:
+        One `SessionReplay` per session (in the order given) and the `Summary`.
+
+    Raises:
+        ConfigError: for settings the detector refuses.
+    """
+    after_config, before_config = detector_config(config), detector_config(before)
+    labels = labels or {}
+    results = []
+    for session, records in sessions.items():
+        flag_before = first_flag(records, before_config)
+        flag_after = (
+            flag_before if after_config == before_config else first_flag(records, after_config)
+        )
+        results.append(SessionReplay(session, flag_before, flag_after, labels.get(session)))
+    return results, summarize(results)
+
+
+def summarize(results: Iterable[SessionReplay]) -> Summary:
+    """Count how the verdicts moved, and precision and recall against the labels (a session
+    counts as flagged when it was flagged at all; ``loop`` labels are the positives)."""
+    results = list(results)
+    changes = [r.change for r in results]
+    labelled = [r for r in results if r.label is not None]
+
+    def rates(flagged: list[bool], loops: list[bool]) -> tuple[float | None, float | None]:
+        hits = sum(f and lp for f, lp in zip(flagged, loops, strict=True))
+        flags, positives = sum(flagged), sum(loops)
+        return (hits / flags if flags else None, hits / positives if positives else None)
+
+    loops = [r.label == "loop" for r in labelled]
+    p_before, r_before = rates([r.before is not None for r in labelled], loops)
+    p_after, r_after = rates([r.after is not None for r in labelled], loops)
+    return Summary(
+        sessions=len(results),
+        newly_flagged=changes.count("newly_flagged"),
+        no_longer_flagged=changes.count("no_longer_flagged"),
+        earlier=changes.count("earlier"),
+        later=changes.count("later"),
+        other_rule=changes.count("other_rule"),
+        labelled=len(labelled),
+        precision_before=p_before,
+        recall_before=r_before,
+        precision_after=p_after,
+        recall_after=r_after,
+    )
+
+
+# -- why flagged: the smallest change -----------------------------------------------------------
+_LOWER_IS_LOOSER = frozenset({"near_numeric_abs", "near_numeric_rel", "near_max_changed"})
+"""Numeric settings that loosen the rule when lowered (the others when raised)."""
+_SIMILARITY = frozenset({"near_text_similarity", "turn_similarity"})
+"""Settings in (0, 1] that loosen the rule when raised toward 1."""
+_DETECTOR_ONLY = frozenset({"window"})
+"""Numeric settings that are not tried: the window also bounds every other rule."""
+
+
+def smallest_change(
+    records: Sequence[StepRecord | MessageRecord],
+    config: DetectorConfig | Mapping[str, Any] | None,
+    step: int,
+    *,
+    max_tries: int = 12,
+) -> SettingChange | None:
+    """The smallest change of one setting with which the detector would not have flagged
+    `step`, without flagging an earlier step instead: the thresholds of the rule that fired,
+    nudged one unit at a time (tolerances 10 % at a time, similarities toward 1), the smallest
+    relative change winning; else that rule switched off for the step's tool; else switched off.
+
+    Args:
+        records: the session's records (see `first_flag`).
+        config: the configuration that flagged `step`.
+        step: the flagged step number (the first flag of the session, or a later one).
+        max_tries: how many nudges of one setting to try before giving up on it.
+
+    Returns:
+        The change, with the first flag of the session under it (None: never flagged); None when
+        `config` did not flag `step` in the first place.
+
+    Raises:
+        ConfigError: for settings the detector refuses.
+    """
+    base = detector_config(config)
+    earlier, rule_id = _run_to(records, base, step)
+    if rule_id is None:
+        return None
+    rule = next(r for r in REGISTRY if r.id == rule_id)
+    best: SettingChange | None = None
+    for name in rule.settings:
+        if name in _DETECTOR_ONLY or _HINTS[name] not in (int, float):
+            continue
+        found = _nudge(records, base, name, step, earlier, max_tries)
+        if found is not None and (best is None or found.size < best.size):
+            best = found
+    if best is not None:
+        return best
+    candidates: list[tuple[str, Any]] = []
+    tool = _tool_at(records, step)
+    if tool is not None:
+        exemptions = dict(base.tool_exemptions)
+        exemptions[tool] = exemptions.get(tool, frozenset()) | {rule.id}
+        candidates.append(("tool_exemptions", exemptions))
+    candidates.append(("disabled_rules", base.disabled_rules | {rule.id}))
+    for name, value in candidates:
+        changed = replace(base, **{name: value})
+        if _run_to(records, changed, step) == (earlier, None):
+            return SettingChange(
+                name, getattr(base, name), value, first_flag(records, changed), float("inf")
+            )
+    return None
+
+
+def _nudge(
+    records: Sequence[StepRecord | MessageRecord],
+    base: DetectorConfig,
+    name: str,
+    step: int,
+    earlier: Flag | None,
+    max_tries: int,
+) -> SettingChange | None:
+    """The first value of `name`, stepping away from the current one in the loosening
+    direction, with which `step` is not flagged and the flags before it stay as they were."""
+    current = getattr(base, name)
+    for k in range(1, max_tries + 1):
+        if _HINTS[name] is int:
+            value: Any = current - k if name in _LOWER_IS_LOOSER else current + k
+            if value < 0:
+                return None
+            size = k / max(abs(current), 1)
+        elif name in _SIMILARITY:
+            value = round(current + (1 - current) * k / max_tries, 4)
+            size = (value - current) / max(current, 1e-9)
+        else:
+            factor = 1 - 0.1 * k if name in _LOWER_IS_LOOSER else 1 + 0.1 * k
+            if factor <= 0:
+                return None
+            value = round(current * factor, 6)
+            size = abs(1 - factor)
+        try:
+            changed = replace(base, **{name: value})
+        except ValueError:
+            return None  # the detector refuses the value: no looser setting this way
+        if _run_to(records, changed, step) == (earlier, None):
+            return SettingChange(name, current, value, first_flag(records, changed), size)
+    return None
+
+
+def _run_to(
+    records: Sequence[StepRecord | MessageRecord], config: DetectorConfig, step: int
+) -> tuple[Flag | None, str | None]:
+    """Replay up to `step`: the first flag before it, and the rule that flags `step` (None:
+    healthy there)."""
+    detector = LoopDetector(config)
+    first: Flag | None = None
+    for record in _stream(records, step):
+        if record is None:
+            detector.user_input()
+            continue
+        verdict = detector.observe(step_of(record))
+        if record.n == step:
+            return first, verdict.rule if verdict.looping else None
+        if verdict.looping and first is None:
+            first = Flag(record.n, verdict.rule or "")
+    return first, None
+
+
+def _tool_at(records: Sequence[StepRecord | MessageRecord], step: int) -> str | None:
+    for record in records:
+        if isinstance(record, StepRecord) and record.n == step:
+            return record.tool
+    return None

@@ -1,0 +1,198 @@
+"""Loops of conversational agents, boilerplate error text and nudged build commands (issue 26,
+item 5): the three classes as the detector's mechanisms."""
+
+from __future__ import annotations
+
+from engine.loops.detector import DetectorConfig, LoopDetector, Step
+from engine.loops.normalize import error_signature
+
+
+def book(payment: str = "credit_card_7815826", amount: int = 104) -> Step:
+    return Step(
+        tool="book_reservation",
+        args={
+            "user_id": "aarav_garcia_1177",
+            "flights": [{"flight_number": "HAT063", "date": "2024-05-16"}],
+            "payment_methods": [{"payment_id": payment, "amount": amount}],
+        },
+        ok=False,
+        error=f"Error: Payment method {payment} not found",
+    )
+
+
+def respond(text: str, reply: str) -> Step:
+    return Step(tool="respond", args={"content": text}, result=reply)
+
+
+def first_flag(detector: LoopDetector, steps: list[Step | str]) -> tuple[int, str] | None:
+    """Feed steps; a plain string is a user message (not a step)."""
+    index = 0
+    for item in steps:
+        if isinstance(item, str):
+            detector.user_input()
+            continue
+        verdict = detector.observe(item)
+        if verdict.looping:
+            assert verdict.rule is not None
+            return index, verdict.rule
+        index += 1
+    return None
+
+
+class TestRetryBetweenUserTurns:
+    def test_the_same_failing_call_between_respond_calls_is_a_loop(self):
+        steps: list[Step | str] = []
+        for _ in range(4):
+            steps += [book(), respond("Sorry, let me try again.", "Yes, please try again.")]
+        assert first_flag(LoopDetector(), steps) == (4, "exact_repeat")
+
+    def test_the_same_failing_call_between_user_messages_is_a_loop(self):
+        steps: list[Step | str] = []
+        for _ in range(4):
+            steps += [book(), Step(tool=None, text="Sorry, let me try again."), "Please go ahead."]
+        assert first_flag(LoopDetector(), steps) == (4, "exact_repeat")
+
+    def test_a_reply_that_changes_the_next_call_is_progress(self):
+        steps: list[Step | str] = [
+            book(),
+            respond("That card is not on file.", "Use my gift card then."),
+            book("gift_card_1"),
+            respond("The gift card is not on file either.", "Try my other card, 4421."),
+            Step(tool="book_reservation", args={"payment": "credit_card_4421"}, result="HATHAT"),
+            respond("Booked: HATHAT.", "Thanks."),
+        ]
+        assert first_flag(LoopDetector(), steps) is None
+
+    def test_a_conversation_is_not_talking_instead_of_acting(self):
+        steps: list[Step | str] = [
+            Step(tool="get_user_details", args={"user_id": "u1"}, result={"name": "Mia"}),
+        ]
+        questions = ["Where to?", "Which date suits you?", "How many passengers travel?"]
+        questions += ["Which cabin would you like?", "Any checked bags?", "Shall I book it?"]
+        for question in questions:
+            steps.append(respond(question, "An answer."))
+        assert first_flag(LoopDetector(), steps) is None
+
+    def test_the_same_line_said_again_and_again_is_a_loop(self):
+        steps: list[Step | str] = [
+            respond(
+                "I apologize, but I encountered an error: Recursion limit of 25 reached.",
+                "Could you please try sending your request again?",
+            )
+            for _ in range(5)
+        ]
+        assert first_flag(LoopDetector(), steps) == (2, "idle_turns")
+
+    def test_user_tools_are_a_setting(self):
+        detector = LoopDetector(user_tools={"say"})
+        steps: list[Step | str] = [
+            Step(tool="fetch", args={"url": "u"}, ok=False, error="HTTP 500"),
+            Step(tool="say", args={"content": "retrying"}, result="ok, retry"),
+        ] * 3
+        assert first_flag(detector, steps) == (4, "exact_repeat")
+        assert "respond" in DetectorConfig().user_tools
+
+
+PTH_BANNER = """Error processing line 1 of /opt/conda/lib/python3.9/site-packages/distutils.pth:
+
+  Traceback (most recent call last):
+    File "/opt/conda/lib/python3.9/site.py", line 177, in addpackage
+      exec(line)
+    File "<string>", line 1, in <module>
+  ModuleNotFoundError: No module named '_distutils_hack'
+
+Remainder of file ignored
+"""
+
+MAVEN = """[INFO] BUILD FAILURE
+[INFO] ------------------------------------------------------------------------
+[INFO] Total time:  {seconds} s
+[ERROR] Failed to execute goal org.apache.maven.plugins:maven-compiler-plugin:3.8.1:compile \
+(default-compile) on project core: Compilation failure
+[ERROR] /repo/core/src/main/java/a/Foo.java:[12,8] cannot find symbol
+[ERROR]   symbol:   class {symbol}
+[ERROR]   location: package a
+[ERROR] -> [Help 1]
+[ERROR]
+[ERROR] To see the full stack trace of the errors, re-run Maven with the -e switch.
+[ERROR] Re-run Maven using the -X switch to enable full debug logging.
+[ERROR]
+[ERROR] For more information about the errors and possible solutions, please read the \
+following articles:
+[ERROR] [Help 1] http://cwiki.apache.org/confluence/display/MAVEN/MojoFailureException
+"""
+
+
+class TestBoilerplateErrors:
+    def test_an_environment_banner_does_not_change_a_failure(self):
+        failure = "Traceback (most recent call last):\n  File \"repro.py\", line 3\nKeyError: 'k'"
+        assert error_signature(PTH_BANNER + failure) == error_signature(failure)
+
+    def test_failures_under_the_same_banner_stay_apart(self):
+        one = PTH_BANNER + "pylint: error: argument --rgx: missing ), unterminated subpattern"
+        two = PTH_BANNER + "pylint: error: unrecognized arguments: --bad-names"
+        assert error_signature(one) != error_signature(two)
+
+    def test_maven_failures_differ_by_what_failed_not_by_the_closing_advice(self):
+        bar, baz = (
+            MAVEN.format(seconds="3.1", symbol="Bar"),
+            MAVEN.format(seconds="9", symbol="Baz"),
+        )
+        assert error_signature(bar) != error_signature(baz)
+        assert error_signature(bar) == error_signature(MAVEN.format(seconds="42", symbol="Bar"))
+
+
+def mvn(command: str) -> Step:
+    return Step(
+        tool="bash",
+        args={"command": command},
+        ok=False,
+        error=MAVEN.format(seconds="12", symbol="Bar"),
+    )
+
+
+class TestNudgedFailingCommands:
+    def test_a_build_retried_with_other_flags_and_paths_is_a_loop(self):
+        steps: list[Step | str] = [
+            mvn("mvn -q test -Dtest=FooTest"),
+            mvn("cd /repo/core && mvn -o -B test -Dtest=FooTest -DfailIfNoTests=false"),
+            mvn("mvn -e -U -Dmaven.test.failure.ignore=true -Dcheckstyle.skip=true test"),
+        ]
+        assert first_flag(LoopDetector(), steps) == (2, "near_duplicate")
+
+    def test_other_packages_failing_the_same_way_are_not_details(self):
+        steps: list[Step | str] = [
+            Step(
+                tool="bash",
+                args={"command": f"pip install {name}"},
+                ok=False,
+                error=f"ERROR: No matching distribution found for {name}",
+            )
+            for name in ("requests-oauthlib", "flask", "numpy")
+        ]
+        assert first_flag(LoopDetector(), steps) is None
+
+    def test_an_amount_nudged_into_the_same_complaint_is_a_loop(self):
+        def pay(amount: int) -> Step:
+            return Step(
+                tool="book_reservation",
+                args={"user_id": "liam_khan_2521", "payment": {"id": "cc_1", "amount": amount}},
+                ok=False,
+                error=f"Error: Payment amount does not add up, total is 1332, but paid {amount}",
+            )
+
+        steps: list[Step | str] = [pay(417), "Use my card.", pay(822), "Go ahead.", pay(666)]
+        assert first_flag(LoopDetector(), steps) == (2, "near_duplicate")
+
+    def test_another_payment_method_is_not_a_detail(self):
+        def pay(method: str) -> Step:
+            return Step(
+                tool="book_reservation",
+                args={"user_id": "u1", "payment": {"id": method, "amount": 500}},
+                ok=False,
+                error=f"Error: Not enough balance in payment method {method}",
+            )
+
+        steps: list[Step | str] = [pay("gift_card_8887175"), pay("certificate_7473723")]
+        steps.append(Step(tool="book_reservation", args={"payment": "credit_card_1"}, result="ok"))
+        assert first_flag(LoopDetector(), steps) is None
