@@ -329,6 +329,63 @@ def cmd_freeze(args) -> int:
     return EXIT_OK
 
 
+def _set_item(text: str) -> tuple[str, str]:
+    """``FIELD=VALUE`` of `--set` (checked against `DetectorConfig` when the command runs)."""
+    field, sep, value = text.partition("=")
+    if not sep or not field.strip():
+        raise argparse.ArgumentTypeError(f"--set takes FIELD=VALUE, not {text!r}")
+    return field.strip().replace("-", "_"), value.strip()
+
+
+def cmd_replay(args) -> int:
+    from engine.replay import parse_setting
+
+    where: dict[str, str] = {}
+    for key, value in args.where or []:
+        if key in where and where[key] != value:
+            raise CLIError(f"--where {key} is given twice ({where[key]!r}, {value!r})",
+                           EXIT_USAGE)
+        where[key] = value
+    try:
+        config = {name: parse_setting(name, text) for name, text in args.set or []}
+    except ConfigError as exc:
+        raise CLIError(str(exc), EXIT_USAGE) from exc
+    engine = _engine(args)
+    report = engine.replay(config, where=where or None)
+    if args.json:
+        print(json.dumps(report.as_dict(), ensure_ascii=True, indent=1))
+        return EXIT_OK
+
+    def flag(f) -> str:
+        return "-" if f is None else f"step {f.step} ({f.rule})"
+
+    moved = [r for r in report.sessions if r.change != "same"]
+    rows = [[r.session, flag(r.before), flag(r.after), r.change.replace("_", " "),
+             (r.label or "-").replace("_", "-")] for r in moved]
+    print(_table(rows, ["SESSION", "NOW", "WITH --set", "CHANGE", "LABEL"]))
+    s = report.summary
+
+    def rate(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    out(f"\n{s.sessions} session(s) replayed, {len(moved)} changed: {s.newly_flagged} newly "
+        f"flagged, {s.no_longer_flagged} no longer flagged, {s.earlier} earlier, {s.later} "
+        f"later. On {s.labelled} labelled: precision {rate(s.precision_before)} -> "
+        f"{rate(s.precision_after)}, recall {rate(s.recall_before)} -> "
+        f"{rate(s.recall_after)}. Nothing was written.")
+    return EXIT_OK
+
+
+def cmd_label(args) -> int:
+    from engine import Actor
+
+    engine = _engine(args)
+    label = args.label.replace("-", "_")
+    engine.label(args.session, label, actor=Actor(args.actor, Role.OPERATOR), reason=args.reason)
+    out(f"labelled {args.session} {args.label}; replay measures the detector against it")
+    return EXIT_OK
+
+
 def cmd_alert(args) -> int:
     import signal
 
@@ -682,6 +739,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--actor", type=actor, default=None, help="who declares or ends it")
     p.add_argument("--reason", help="why (required to declare or end)")
     p.set_defaults(func=cmd_freeze)
+
+    p = sub.add_parser(
+        "replay", help="re-run the fleet's stored steps under other detector settings",
+        epilog="Replays every matching session (all branches, in time order) through the "
+        "detector in force and through one with the --set changes, and says which flags "
+        "appear, vanish, move earlier or later, with precision and recall against operator "
+        "labels (rewind label). Writes nothing.")
+    p.add_argument("--where", type=_where_item, action="append", metavar="KEY=VALUE",
+                   help="only sessions matching (repeatable; status, tenant, scenario, "
+                   "prompt_version, tool, session)")
+    p.add_argument("--set", type=_set_item, action="append", metavar="FIELD=VALUE",
+                   help="a DetectorConfig field to change (repeatable), e.g. repeat_threshold=5")
+    p.add_argument("--json", action="store_true", help='{"sessions": [...], "summary": {...}}')
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("label", help="say whether a session was a loop (audited)")
+    p.add_argument("session", type=_session_id)
+    p.add_argument("label", choices=["loop", "not-loop"])
+    p.add_argument("--actor", type=actor, required=True)
+    p.add_argument("--reason")
+    p.set_defaults(func=cmd_label)
 
     p = sub.add_parser(
         "alert", help="page webhooks on loops, rollbacks, failed compensations, loop spikes",

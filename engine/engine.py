@@ -12,16 +12,16 @@ import datetime as dt
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine import actions, fleet, metrics, quarantine, saga
 from engine import documents as _documents
 from engine.errors import ConfigError
 from engine.freeze import FreezeWindow, PolicyChoice, freeze_window, from_environment
-from engine.identity import Actor
+from engine.identity import Actor, checked_actor, checked_reason, require_operator
 from engine.ids import validate_session_id
 from engine.limits import Limits, canonical_within
-from engine.loops.detector import LoopDetector
+from engine.loops.detector import DetectorConfig, LoopDetector
 from engine.records import (
     AuditEvent,
     BulkRollbackItem,
@@ -38,6 +38,9 @@ from engine.runtime import CompensationHandler, Runtime
 from engine.sessions.session import Session
 from engine.store import Retention, SessionFilter, Store, open_store
 from engine.types import FACETS, LoopPolicy, RollbackKind
+
+if TYPE_CHECKING:
+    from engine.replay import Replay
 
 __all__ = ["Actor", "CompensationHandler", "Engine"]
 
@@ -228,6 +231,61 @@ class Engine:
         prompt_version, updated_since, limit, offset."""
         paging = {k: filters.pop(k) for k in ("limit", "offset") if k in filters}
         return self.store.list_sessions(SessionFilter(**filters), **paging)
+
+    def replay(self, config: DetectorConfig | Mapping[str, Any] | None,
+               where: Mapping[str, Any] | None = None) -> Replay:
+        """Re-run the stored step stream of every session matching `where` (the filters of
+        `rollback_many`; None: the whole fleet), as it happened (abandoned branches included,
+        user messages as user input, in time order), through the detector this engine runs now
+        and through one built from `config` (a `DetectorConfig` or a mapping of its field
+        names). Writes nothing.
+
+        Returns:
+            A `Replay`: per session the first flag now and under `config` (step, rule) and the
+            operator's label, and a summary (newly flagged, no longer flagged, earlier, later,
+            precision and recall against the labels).
+
+        Raises:
+            ConfigError: an unknown setting or a value the detector refuses. ValueError: a bad
+            filter.
+        """
+        from engine.replay import Replay, detector_config
+
+        detector_config(config)  # refuse a bad setting before reading the fleet
+        if where:
+            infos = bulk.matching_sessions(self.runtime, where)
+        else:
+            infos, page = [], 500
+            while True:
+                batch = self.sessions(limit=page, offset=len(infos))
+                infos += batch
+                if len(batch) < page:
+                    break
+        results, summary = fleet.replay(self.runtime, config, infos)
+        return Replay(results, summary)
+
+    def label(self, sid: str, label: str, *, actor: str | Actor,
+              reason: str | None = None) -> None:
+        """Record an operator's answer to "was this a loop?" for session `sid`: ``loop`` or
+        ``not_loop``. The label is an audit row (action ``label``; one atomic write); the newest
+        one counts, and replay's precision and recall are measured against them.
+
+        Raises:
+            PermissionDenied: not an operator (now). ValueError: another label.
+            UnknownSession: no such session.
+        """
+        who = checked_actor(self.runtime.limits, actor)
+        require_operator(who, "label sessions")
+        if label not in ("loop", "not_loop"):
+            raise ValueError(f"a label is loop or not_loop, not {label!r}")
+        reason = checked_reason(self.runtime.limits, reason)
+        self.runtime.require_session(sid)
+        self.store.add_audit(who.name, fleet.LABEL_ACTION, sid, None, reason, {"label": label},
+                             self.clock())
+
+    def labels(self) -> dict[str, str]:
+        """Session id -> its operator label (``loop`` / ``not_loop``), newest per session."""
+        return dict(fleet.labels(self.runtime))
 
     def fleet_stats(self, window_s: float = 3600.0, active_s: float = 300.0) -> dict:
         """KPIs for the fleet view: active sessions, looping now, rollbacks and compensations."""

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
-from engine.records import Event
+from engine.loops.detector import DetectorConfig
+from engine.records import Event, MessageRecord, SessionInfo, StepRecord
+from engine.replay import Label, SessionReplay, Summary, compare
 from engine.runtime import Runtime
 from engine.store import SessionFilter
 from engine.types import FACETS, CompensationStatus, EventType, SessionStatus, StepStatus
@@ -191,3 +193,40 @@ class LoopTally:
                 meta = {}
             self._meta[sid] = meta
         return meta
+
+
+# -- replay and labels --------------------------------------------------------------------------
+LABEL_ACTION = "label"
+"""Audit action of an operator's label: the label is the audit row itself (one atomic write,
+audited by construction); a session's label is its newest one."""
+
+
+def labels(rt: Runtime, limit: int = 100_000) -> dict[str, Label]:
+    """Session id -> the newest operator label ("loop" / "not_loop")."""
+    found: dict[str, Label] = {}
+    for event in rt.store.audit(action=LABEL_ACTION, limit=limit):  # newest first
+        value = event.detail.get("label")
+        if event.session and event.session not in found and value in ("loop", "not_loop"):
+            found[event.session] = value
+    return found
+
+
+def session_history(rt: Runtime, sid: str) -> list[StepRecord | MessageRecord]:
+    """Every step (all branches) and every user message of `sid`, in the order they happened
+    (a message before a step that started in the same instant)."""
+    steps = rt.store.steps(sid)
+    messages = [m for m in rt.store.all_messages(sid) if m.message.get("role") == "user"]
+    timed: list[tuple[float, int, int, StepRecord | MessageRecord]] = [
+        (m.created_at, 0, m.seq, m) for m in messages]
+    timed += [(s.started_at, 1, s.n, s) for s in steps]
+    timed.sort(key=lambda item: item[:3])
+    return [item[3] for item in timed]
+
+
+def replay(rt: Runtime, config: DetectorConfig | Mapping[str, Any] | None,
+           sessions: list[SessionInfo]) -> tuple[list[SessionReplay], Summary]:
+    """Replay `sessions` under the detector this runtime runs now and under `config` (see
+    `engine.replay.compare`); reads the store, writes nothing."""
+    before = rt.detector_factory().config
+    history = {info.id: session_history(rt, info.id) for info in sessions}
+    return compare(history, config, before=before, labels=labels(rt))

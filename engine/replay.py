@@ -37,6 +37,7 @@ from engine.types import StepStatus
 
 __all__ = [
     "Flag",
+    "Replay",
     "SessionReplay",
     "Summary",
     "SettingChange",
@@ -133,6 +134,19 @@ class Summary:
     def as_dict(self) -> dict[str, Any]:
         """The summary as plain JSON data."""
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What `Engine.replay` returns: every matching session, and the summary."""
+
+    sessions: list[SessionReplay]
+    summary: Summary
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"sessions": [{"session", "before", "after", "label"}], "summary": {...}}``."""
+        return {"sessions": [r.as_dict() for r in self.sessions],
+                "summary": self.summary.as_dict()}
 
 
 @dataclass(frozen=True)
@@ -299,7 +313,7 @@ def step_of(record: StepRecord) -> Step:
 
 def _judged(record: StepRecord) -> bool:
     """Whether the live detector saw this step: it finished, and no quarantine refused it."""
-    if record.status == StepStatus.RUNNING:
+    if record.status in (StepStatus.RUNNING, StepStatus.REFUSED):
         return False
     error = record.error
     return not (error and error.startswith(_REFUSAL_PREFIX))
@@ -344,7 +358,7 @@ def first_flag(
     """
     detector = LoopDetector(detector_config(config))
     observe, user_input = detector.observe, detector.user_input
-    running, ok = StepStatus.RUNNING, StepStatus.OK
+    running, ok, refused = StepStatus.RUNNING, StepStatus.OK, StepStatus.REFUSED
     # one pass without helpers: a fleet's replay is millions of steps
     for record in records:
         if type(record) is not StepRecord:
@@ -357,7 +371,8 @@ def first_flag(
         if until is not None and record.n > until:
             break
         status, error = record.status, record.error
-        if status == running or (error and error.startswith(_REFUSAL_PREFIX)):
+        if status == running or status == refused or (
+                error and error.startswith(_REFUSAL_PREFIX)):
             continue
         verdict = observe(
             Step(

@@ -182,6 +182,6 @@ TOKEN_BREAKDOWN_KEYS: tuple[str, ...] = tuple(TokenBreakdown.__annotations__)
 AUDIT_ACTIONS: tuple[str, ...] = (
     "rollback", "rollback_many", "fork", "notice", "delete", "retention", "compensation",
     "compensation.retry", "compensation.resolve", "quarantine", "quarantine_lift", "freeze",
-    "freeze_end",
+    "freeze_end", "label",
 )
 """Every action the audit log records, as stored (`AuditEvent.action`)."""

@@ -1,0 +1,98 @@
+"""Replay of the fleet's own history and operator labels (issue 26), through the public API and
+the CLI, on a real store: replay writes nothing, sees abandoned branches, and measures the
+detector against the labels."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support.fleet import LOOPING, seed_looping
+
+from engine import Actor, PermissionDenied, Role
+from engine.cli import main
+
+
+@pytest.fixture
+def fleet(open_engine, tmp_path):
+    url = f"sqlite:///{tmp_path}/r.db"
+    engine = open_engine(url)
+    seed_looping(engine)  # refund_api fails 6 times (policy flag)
+    calm = engine.session("calm")
+    for i in range(3):
+        with calm.step("search", {"q": i}) as call:
+            call.ok(i)
+    retried = engine.session("retried")  # two failures, then it works: no loop
+    for ok in (False, False, True):
+        with retried.step("fetch", {"url": "a"}) as call:
+            call.ok("x") if ok else call.fail("timeout")
+    return engine, url
+
+
+def _feed_ids(engine):
+    return [e.id for e in engine.events(limit=100_000)]
+
+
+def test_replay_reports_the_flag_now_and_under_another_config_and_writes_nothing(fleet):
+    engine, _ = fleet
+    before = (_feed_ids(engine), engine.audit(limit=10_000))
+    report = engine.replay({"repeat_threshold": 6})
+    by = {r.session: r for r in report.sessions}
+    assert set(by) == {LOOPING, "calm", "retried"}
+    now, later = by[LOOPING].before, by[LOOPING].after
+    assert now is not None and later is not None and later.step >= now.step
+    assert by["calm"].before is None and by["calm"].after is None
+    assert report.summary.sessions == 3
+    assert (_feed_ids(engine), engine.audit(limit=10_000)) == before  # nothing written
+
+
+def test_replay_sees_abandoned_branches(fleet):
+    engine, _ = fleet
+    start = next(n.id for n in engine.get_session(LOOPING).tree() if n.label == "start")
+    engine.rollback(LOOPING, to=start, actor="alice", reason="loop")
+    (after,) = [r for r in engine.replay({}).sessions if r.session == LOOPING]
+    assert after.before is not None  # the loop left the live line, not the history
+
+
+def test_labels_feed_precision_and_recall(fleet):
+    engine, _ = fleet
+    engine.label(LOOPING, "loop", actor="alice", reason="it was")
+    engine.label("retried", "loop", actor="alice")
+    engine.label("retried", "not_loop", actor="bob", reason="it recovered")  # newest counts
+    assert engine.labels() == {LOOPING: "loop", "retried": "not_loop"}
+    summary = engine.replay({}).summary
+    assert summary.labelled == 2 and summary.precision_before == 1.0
+    assert summary.recall_before == 1.0
+    assert [e.actor for e in engine.audit(action="label")] == ["bob", "alice", "alice"]
+
+
+def test_labels_are_operator_actions_and_take_two_values(fleet):
+    engine, _ = fleet
+    with pytest.raises(PermissionDenied):
+        engine.label(LOOPING, "loop", actor=Actor("v", Role.VIEWER))
+    with pytest.raises(ValueError, match="loop or not_loop"):
+        engine.label(LOOPING, "maybe", actor="alice")
+    assert engine.labels() == {}
+
+
+def test_a_bad_setting_is_refused_before_the_fleet_is_read(fleet):
+    engine, _ = fleet
+    from engine import ConfigError
+
+    with pytest.raises(ConfigError):
+        engine.replay({"no_such_field": 1})
+
+
+def test_the_cli_replays_and_labels(fleet, capsys):
+    engine, url = fleet
+    assert main(["label", LOOPING, "loop", "--actor", "alice", "--store", url]) == 0
+    capsys.readouterr()
+    assert main(["--store", url, "replay", "--set", "repeat_threshold=6", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"sessions", "summary"}
+    row = next(r for r in data["sessions"] if r["session"] == LOOPING)
+    assert set(row) == {"session", "before", "after", "label"} and row["label"] == "loop"
+    assert set(row["before"]) == {"step", "rule"}
+    assert main(["--store", url, "replay", "--set", "nonsense=1"]) == 2
+    assert main(["--store", url, "replay", "--where", "tenant=globex"]) == 0
+    assert "Nothing was written" in capsys.readouterr().out
