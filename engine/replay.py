@@ -357,7 +357,7 @@ def first_flag(
         ConfigError: for settings the detector refuses.
     """
     detector = LoopDetector(detector_config(config))
-    observe, user_input = detector.observe, detector.user_input
+    observe, user_input, new_task = detector.observe, detector.user_input, detector.new_task
     running, ok, refused = StepStatus.RUNNING, StepStatus.OK, StepStatus.REFUSED
     # one pass without helpers: a fleet's replay is millions of steps
     for record in records:
@@ -365,6 +365,7 @@ def first_flag(
             if isinstance(record, MessageRecord):
                 if record.message.get("role") == "user":
                     user_input()
+                    new_task()
                 continue
             if not isinstance(record, StepRecord):
                 continue

@@ -51,6 +51,46 @@ def test_step_budget_stops_the_session_instead_of_rolling_back():
     assert s.info().status == "stopped"
 
 
+def test_the_step_budget_counts_per_task_not_per_session():
+    """A long healthy session where the user asks something new every 20 steps is never
+    stopped; a task that runs away without the user is, and the verdict says where it began."""
+    engine = Engine.open("sqlite:///:memory:",
+                         detector_factory=lambda: LoopDetector(max_steps=30))
+    s = engine.session("day-long-chat")
+    for i in range(300):  # ten times the budget
+        if i % 20 == 0:
+            s.append_message("user", f"next question {i}")
+        with s.step("read_page", {"page": i}) as call:
+            call.ok(f"page {i}")
+    assert s.info().status == "healthy"
+
+    s.append_message("user", "one more thing")
+    first = None
+    with pytest.raises(LoopDetected) as info:
+        for i in range(300, 400):
+            with s.step("read_page", {"page": i}) as call:
+                call.ok(f"page {i}")
+            first = first or call.n
+    verdict = info.value.verdict
+    assert verdict.rule == "step_budget" and verdict.details["steps"] == 30
+    stored = s.info().last_verdict
+    assert stored is not None and stored["evidence_steps"][0] == first  # where the task began
+
+
+def test_a_new_task_starts_the_budget_again_without_a_user_message():
+    """A new run or graph invocation, or an MCP client back after an idle gap, calls
+    `Session.new_task`."""
+    engine = Engine.open("sqlite:///:memory:",
+                         detector_factory=lambda: LoopDetector(max_steps=10))
+    s = engine.session("runs")
+    for run in range(5):
+        s.new_task()
+        for i in range(9):
+            with s.step("read_page", {"run": run, "page": i}) as call:
+                call.ok(f"{run}/{i}")
+    assert s.info().status == "healthy"
+
+
 def test_a_rebuilt_detector_sees_what_the_live_one_saw(engine):
     """After a rollback from elsewhere, the handle replays stored steps: equal results must
     still look equal (the stored digest is the detector's own)."""

@@ -60,7 +60,9 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
 - ``poll_budget``: one call returned something new, or was repeated after a wait, more than
   `poll_budget` times (per-tool overrides) while nothing else new was going on: it is polling
   something that never finishes.
-- ``step_budget``: the session reached `max_steps` observed steps (remedy ``stop``).
+- ``step_budget``: the current task reached `max_steps` observed steps (remedy ``stop``); a
+  task begins with a user message, a new run or graph invocation, or an idle gap
+  (`LoopDetector.new_task`), so a long healthy session is never stopped for being long.
 
 Limitation: a tool whose output hides the state it moves through (a debugger printing only the
 current line while stepping through a program loop) looks exactly like a cycle; make it return
@@ -294,7 +296,8 @@ class DetectorConfig:
     tool_poll_budgets: Mapping[str, int] = field(default_factory=dict)
     """Per-tool override of `poll_budget` (e.g. a CI status tool that may poll for an hour)."""
     max_steps: int | None = 500
-    """Hard budget of observed steps per session (since the last reset); None: no budget."""
+    """Hard budget of observed steps per task (since the task began: a user message, a new run
+    or graph invocation, an idle gap; `LoopDetector.new_task`); None: no budget."""
     exempt_tools: frozenset[str] = frozenset()
     """Tools ignored by every rule except the step budget (their steps are transparent)."""
     tool_exemptions: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -442,6 +445,13 @@ class LoopDetector:
         that answer the user are not an agent talking instead of acting."""
         for rule in self._rules:
             rule.user_input()
+
+    def new_task(self) -> None:
+        """A new task starts with the next step (a user message, a new run or graph
+        invocation, a client back after an idle gap): per-task budgets begin again
+        (``step_budget``); loop evidence is kept, a retry across tasks is the same loop."""
+        for rule in self._rules:
+            rule.new_task(self._window.n)
 
     def observe(self, step: Step) -> Verdict:
         """Take in one step (in the order they happened) and say whether the session loops."""

@@ -269,6 +269,7 @@ class Session:
         self._sync_epoch(self._rt.store.append_messages(self.id, [msg], self._rt.clock()))
         if role == "user":
             self._detector.user_input()
+            self._detector.new_task()
 
     def append_messages(self, messages: list[dict]) -> None:
         """Append several chat messages in one atomic write."""
@@ -282,6 +283,13 @@ class Session:
             self._sync_epoch(self._rt.store.append_messages(self.id, msgs, self._rt.clock()))
             if any(m["role"] == "user" for m in msgs):
                 self._detector.user_input()
+                self._detector.new_task()
+
+    def new_task(self) -> None:
+        """A new task starts here (a new run or graph invocation, a client back after an idle
+        gap; a user message starts one by itself): the hard step budget counts again from the
+        next step. Loop evidence is kept."""
+        self._detector.new_task()
 
     def set_var(self, key: str, value: Any) -> None:
         """Set a session variable (plain data); rolled back with the session."""

@@ -125,6 +125,8 @@ class LoopGuard:
         self.checkpoint_wait = checkpoint_wait
         self._lock = threading.Lock()
         self._sessions: dict[str, tuple[Session, threading.Lock]] = {}
+        self._users_seen: dict[str, int] = {}
+        """User messages in each thread's graph state at its last tool call (task starts)."""
 
     @property
     def on_loop(self) -> LoopPolicy:
@@ -188,6 +190,18 @@ class LoopGuard:
                 found = self._sessions.setdefault(sid, found)
         return found
 
+    def _mark_task(self, session: Session, request: Any) -> None:
+        """A new graph invocation with a new user message starts a new task: the hard step
+        budget counts per task, never per thread lifetime. Seen as more user messages in the
+        graph's state than at this thread's previous tool call."""
+        users = _user_messages(getattr(request, "state", None))
+        if users is None:
+            return
+        before = self._users_seen.get(session.id)
+        self._users_seen[session.id] = users
+        if before is not None and users > before:
+            session.new_task()
+
     def _begin(self, request: Any) -> _Call | None:
         configurable = _configurable(request)
         thread_id = configurable.get("thread_id")
@@ -211,6 +225,7 @@ class LoopGuard:
                             "tool call is recorded anyway", root, thread_id, self.checkpoint_wait)
         for attempt in (1, 2):
             session, lock = self._session(thread_id)
+            self._mark_task(session, request)
             step = session.step(name, args, side_effect=side_effect, compensation=compensation)
             try:
                 with lock:
@@ -430,3 +445,17 @@ def _nudge(result: Any, text: str) -> Any:
     else:
         content = [*content, {"type": "text", "text": text}]
     return result.model_copy(update={"content": content})
+
+
+def _user_messages(state: Any) -> int | None:
+    """How many user (human) messages the graph state holds; None when it holds no message
+    list this guard can read."""
+    messages = state.get("messages") if isinstance(state, Mapping) else getattr(
+        state, "messages", None)
+    if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
+        return None
+    count = 0
+    for m in messages:
+        role = m.get("role") if isinstance(m, Mapping) else getattr(m, "type", None)
+        count += role in ("human", "user")
+    return count

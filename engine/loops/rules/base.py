@@ -85,6 +85,11 @@ class Rule:
     def user_input(self) -> None:
         """The user spoke: what the agent says next answers them, a new exchange begins."""
 
+    def new_task(self, next_index: int) -> None:
+        """A new task starts with the step that will get `next_index` (a user message, a new
+        run or graph invocation, a client back after an idle gap): budgets of the task begin
+        again. Loop evidence is kept: a retry across tasks is still the same loop."""
+
     def check(self, obs: Observation, window: Window) -> Finding | None:
         """Take in one step (already in `window`) and report a loop, or None."""
         raise NotImplementedError

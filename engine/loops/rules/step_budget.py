@@ -1,4 +1,10 @@
-"""``step_budget``: the session used up its hard budget of steps."""
+"""``step_budget``: a task used up its hard budget of steps.
+
+The budget stops a runaway task, not a long session: it counts the steps since the current task
+began (`LoopDetector.new_task`: a user message, a new `Runner.run`, a new graph invocation, an MCP
+client back after an idle gap), so a support chat that lasts a day, with a new request every
+fifty steps, is never stopped for being long.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +19,8 @@ STEP_BUDGET: Final = "step_budget"
 
 
 class StepBudget(Rule):
-    """Fires once, at the `max_steps`-th observed step since the last reset (remedy ``stop``,
-    nothing to roll back to); None: no budget."""
+    """Fires once per task, at its `max_steps`-th observed step (remedy ``stop``, nothing to
+    roll back to); None: no budget."""
 
     id = STEP_BUDGET
     kinds = frozenset({CALL, TURN, CONDENSATION, EXEMPT})
@@ -27,19 +33,26 @@ class StepBudget(Rule):
 
     def reset(self) -> None:
         self._flagged = False
+        self._task_start = 0
+
+    def new_task(self, next_index: int) -> None:
+        self._flagged = False
+        self._task_start = next_index
 
     def check(self, obs: Observation, window: Window) -> Finding | None:
         budget = self.max_steps
-        if budget is None or window.n < budget or self._flagged:
+        used = window.n - self._task_start
+        if budget is None or used < budget or self._flagged:
             return None
         self._flagged = True
         return Finding(
             "budget",
             None,
-            (obs.index,),
+            (self._task_start, obs.index),
             None,
-            f"The session used up its hard budget of {budget} steps, so it must stop here.",
+            f"The task that began at the first step in evidence used up its hard budget of "
+            f"{budget} steps, so it must stop here.",
             "You have used all the steps allowed for this task; stop and summarize.",
-            {"steps": window.n, "budget": budget},
+            {"steps": used, "budget": budget, "task_start_index": self._task_start},
             remedy="stop",
         )
