@@ -50,6 +50,9 @@ SCOPE_KEYS = FACETS
 """Session meta keys a quarantine may be scoped to."""
 REFUSAL_PREFIX = "ToolQuarantined: "
 """Start of the error text of a step refused by a quarantine."""
+GUARD_REFUSAL_PREFIX = "Refused by Rewind: "
+"""Start of the error text of a call an integration's own guard refused before it ran (the MCP
+proxy's loop block, `refuse_call`); not counted by the loop detector either."""
 
 
 class _Cache:
@@ -285,6 +288,33 @@ def refuse(
     return ticket.n
 
 
+def refuse_call(rt: Runtime, sid: str, tool: str, args: Any, reason: str) -> int:
+    """Record on session `sid`'s timeline a call to `tool` that an integration refused before
+    it ran (a step that ended in error with `GUARD_REFUSAL_PREFIX` and `reason`, no snapshot).
+    The tool never ran, so the loop detector never counts it: refusals are no loop evidence.
+    Returns its step number.
+
+    Raises:
+        UnknownSession: no such session. SizeLimitExceeded: `args` or `tool` over its limit.
+    """
+    from engine.limits import canonical_within
+    from engine.loops.fingerprint import fingerprint
+
+    rt.require_session(sid)
+    check_text(tool, rt.limits.name_chars, "a tool name", "name_chars")
+    clean, args_json = canonical_within(
+        args if args is not None else {}, rt.limits.args_bytes, "args", "args_bytes")
+    ticket = rt.store.begin_step(
+        sid, {"tool": tool, "args": args_json, "fingerprint": fingerprint(tool, clean)},
+        None, rt.clock(), rt.retention)
+    rt.store.end_step(
+        sid, ticket,
+        StepOutcome(status=StepStatus.ERROR,
+                    error=cut_text(f"{GUARD_REFUSAL_PREFIX}{reason}", rt.limits.error_chars)),
+        rt.clock())
+    return ticket.n
+
+
 def is_refusal(error: str | None) -> bool:
-    """True for the error text of a step refused by a quarantine."""
-    return bool(error) and str(error).startswith(REFUSAL_PREFIX)
+    """True for the error text of a step refused by a quarantine or an integration's guard."""
+    return bool(error) and str(error).startswith((REFUSAL_PREFIX, GUARD_REFUSAL_PREFIX))
