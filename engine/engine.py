@@ -507,7 +507,7 @@ class Engine:
     def record_refusal(self, sid: str, tool: str, args: Any, reason: str) -> int:
         """Record on session `sid`'s timeline a call to `tool` that an integration's own guard
         refused before it ran (the MCP proxy's loop block): a step that ended in error, its
-        text ``Refused by Rewind: <reason>``, no snapshot. The loop detector never counts it, so
+        text ``refused by Rewind: <reason>``, no snapshot. The loop detector never counts it, so
         a refused call is never evidence of a loop. Returns its step number.
 
         Raises:

@@ -50,7 +50,7 @@ SCOPE_KEYS = FACETS
 """Session meta keys a quarantine may be scoped to."""
 REFUSAL_PREFIX = "ToolQuarantined: "
 """Start of the error text of a step refused by a quarantine."""
-GUARD_REFUSAL_PREFIX = "Refused by Rewind: "
+GUARD_REFUSAL_PREFIX = "refused by Rewind: "
 """Start of the error text of a call an integration's own guard refused before it ran (the MCP
 proxy's loop block, `refuse_call`); not counted by the loop detector either."""
 

@@ -117,14 +117,14 @@ def check_steps(store: str, sid: str) -> None:
         assert len(crops) == 5 and {s.args == CROP for s in crops} == {True}
         assert [s.status for s in crops] == ["error"] * 5
         assert crops[2].verdict and crops[2].verdict["rule"] == "exact_repeat"
-        assert crops[3].error.startswith("Refused by Rewind: this call repeats a loop")
+        assert crops[3].error.startswith("refused by Rewind: this call repeats a loop")
         info = engine.get_session(sid).info()
         # the refusals are no evidence: the one loop is the upstream's error, as "why flagged"
         # and `rewind show` tell it
         assert info.loops == 1 and info.rollbacks == 1 and info.meta.get("channel") == "mcp"
         assert info.last_verdict["evidence_steps"] == [c.n for c in crops[:3]]
         assert "invalid slice" in info.last_verdict["explanation"]
-        assert "Refused" not in info.last_verdict["explanation"]
+        assert "refused" not in info.last_verdict["explanation"]
         assert [a.actor for a in engine.audit(session=sid, action="rollback")] == ["rewind"]
         notices = [m["content"] for m in engine.get_session(sid).state().messages
                    if m.get("rewind_notice")]
