@@ -348,7 +348,8 @@ class McpProxy:
             self.engine.record_refusal(
                 session.id, name, args,
                 f"this call repeats a loop ({blocked.get('rule')}); the tool was not called")
-            return _refusal(REFUSAL.format(tool=name, explanation=_clause(blocked.get("explanation"))))
+            return _refusal(
+                REFUSAL.format(tool=name, explanation=_clause(blocked.get("explanation"))))
         upstream = await self._route(name)
         if upstream is None:
             return _refusal(f"Unknown tool {name}: no upstream server lists it.")

@@ -44,7 +44,7 @@ def bearer_guard(app: Any, token: str) -> Any:
     <token>`` (compared in constant time); lifespan and other scopes pass through."""
     expected = f"Bearer {token}".encode()
     body = json.dumps({"error": "unauthorized: send Authorization: Bearer <token>, the token "
-                                "given to rewind mcp-proxy (--token or $REWIND_MCP_TOKEN)"}).encode()
+                       "given to rewind mcp-proxy (--token or $REWIND_MCP_TOKEN)"}).encode()
 
     async def guarded(scope: dict, receive: Any, send: Any) -> None:
         if scope.get("type") in ("http", "websocket"):
