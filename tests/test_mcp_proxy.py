@@ -326,3 +326,42 @@ def test_a_config_file_names_the_servers(tmp_path):
     assert texts(asyncio.run(scenario())) == ["42.00 EUR"]
     with Engine.open(store) as engine:
         assert [s.tool for s in engine.get_session("cfg").steps()] == ["read_total"]
+
+
+def test_the_proxys_refusals_are_never_loop_evidence(tmp_path, capsys):
+    """However often a blocked call is repeated, the session keeps one loop, the upstream's:
+    "why flagged" and `rewind show` describe the tool's own error, not Rewind's refusals."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from engine.cli import main
+    from engine.integrations.mcp_proxy import McpProxy, Upstream
+
+    server = MCPServer("receipts")
+
+    @server.tool()
+    def image_crop(x: int, y: int, width: int, height: int) -> str:
+        """Crop."""
+        raise ToolError("invalid slice [10:130, 70:90] on a 100x80 image")
+
+    store = f"sqlite:///{tmp_path}/evidence.db"
+
+    async def scenario():
+        async with Client(server) as client:
+            with Engine.open(store) as engine:
+                proxy = McpProxy(engine, [Upstream(client=client)], session="ev")
+                session = proxy.session_for(None)
+                return [await proxy.call(session, "image_crop", CROP) for _ in range(8)]
+
+    results = asyncio.run(scenario())
+    assert all(texts(r)[0].startswith("Rewind refused this call") for r in results[3:])
+    with Engine.open(store) as engine:
+        info = engine.get_session("ev").info()
+        steps = engine.get_session("ev").steps()
+    assert [s.error.startswith("refused by Rewind") for s in steps] == [False] * 3 + [True] * 5
+    assert info.loops == 1 and info.rollbacks == 1
+    assert info.last_verdict["evidence_steps"] == [1, 2, 3]
+    assert "invalid slice" in info.last_verdict["explanation"]
+    assert main(["show", "ev", "--store", store]) == 0
+    shown = capsys.readouterr().out
+    assert "invalid slice" in shown and "failed with 'refused by Rewind" not in shown
