@@ -365,3 +365,31 @@ def test_the_proxys_refusals_are_never_loop_evidence(tmp_path, capsys):
     assert main(["show", "ev", "--store", store]) == 0
     shown = capsys.readouterr().out
     assert "invalid slice" in shown and "failed with 'refused by Rewind" not in shown
+
+
+def test_a_session_handle_the_caller_made_still_gets_its_loop_blocked(tmp_path):
+    """`McpProxy.call` with a handle of the caller's (which acts on loops itself, as the
+    benchmark's do): the engine rolls back with its own notice and the loop's calls are blocked."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from engine.integrations.mcp_proxy import McpProxy, Upstream
+
+    server = MCPServer("receipts")
+
+    @server.tool()
+    def image_crop(x: int, y: int, width: int, height: int) -> str:
+        """Crop."""
+        raise ToolError("invalid slice")
+
+    async def scenario():
+        async with Client(server) as client:
+            with Engine.open(f"sqlite:///{tmp_path}/own.db") as engine:
+                proxy = McpProxy(engine, [Upstream(client=client)])
+                session = engine.session("own-handle")
+                return [await proxy.call(session, "image_crop", CROP) for _ in range(4)]
+
+    results = asyncio.run(scenario())
+    assert "this call completed a loop" in texts(results[2])[1]
+    assert texts(results[2])[2].startswith("Rewind notice: ")
+    assert texts(results[3])[0].startswith("Rewind refused this call")

@@ -24,6 +24,7 @@ from mcp.shared.exceptions import MCPError
 from engine.engine import Engine
 from engine.errors import (
     InvalidSessionId,
+    LoopDetected,
     NothingToRollBack,
     RollbackConflict,
     SizeLimitExceeded,
@@ -410,8 +411,16 @@ class McpProxy:
              result: types.CallToolResult | None) -> types.CallToolResult:
         """End `step` and act on its verdict as the loop policy says (see the module doc of
         `engine.recovery.policy`): block the loop's calls, roll back or pause, with a notice."""
-        step.__exit__(None, None, None)
         out = result if result is not None else _refusal(CANCELLED)
+        try:
+            step.__exit__(None, None, None)
+        except LoopDetected as loop:
+            # A handle the caller made, which acts on loops itself: the engine has rolled back
+            # already, with its own notice.
+            out = self._block_loop(session, fp, loop.verdict, out)
+            if loop.rollback is not None and loop.rollback.notice:
+                out = _with_text(out, f"Rewind notice: {loop.rollback.notice}")
+            return out
         verdict, choice = step.verdict, step.policy
         if verdict is None or not verdict.looping or step.late or choice is None:
             return out
@@ -421,11 +430,7 @@ class McpProxy:
                 verdict.remedy != "stop"):
             advice = verdict.advice or NUDGE_TEXT.format(explanation=verdict.explanation)
             return _with_text(out, f"Rewind: {advice}")
-        last = session.info().last_verdict
-        numbers = set(last["evidence_steps"]) if last else set()
-        evidence = {s.fingerprint for s in session.steps(last=50) if s.n in numbers}
-        self._block(session, evidence | {fp}, verdict)
-        out = _with_text(out, LOOP_NOTE.format(explanation=_clause(verdict.explanation)))
+        out = self._block_loop(session, fp, verdict, out)
         tool = step.tool or "tool"
         if verdict.remedy == "stop":
             session.stop()
@@ -437,6 +442,16 @@ class McpProxy:
         if notice:
             out = _with_text(out, f"Rewind notice: {notice}")
         return out
+
+    def _block_loop(self, session: Session, fp: str, verdict: Any,
+                    out: types.CallToolResult) -> types.CallToolResult:
+        """Block the calls of the loop just flagged (its evidence and this call); `out` with
+        Rewind's explanation."""
+        last = session.info().last_verdict
+        numbers = set(last["evidence_steps"]) if last else set()
+        evidence = {s.fingerprint for s in session.steps(last=50) if s.n in numbers}
+        self._block(session, evidence | {fp}, verdict)
+        return _with_text(out, LOOP_NOTE.format(explanation=_clause(verdict.explanation)))
 
     def _roll_back(self, session: Session, verdict: Any, choice: Any, notice: str) -> str | None:
         """Roll `session` back to before the loop with `notice`; the notice given, or None when

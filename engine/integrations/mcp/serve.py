@@ -139,6 +139,10 @@ def main(
               f"anyone who reaches it could write steps and roll sessions back. Give --token or "
               f"set ${TOKEN_ENV}", file=sys.stderr)
         return 2
+    if http_port is not None and not token:
+        print(f"rewind mcp-proxy: warning: no bearer token (--token or ${TOKEN_ENV}); any "
+              f"program on this machine can call the tools behind {host}:{http_port}",
+              file=sys.stderr)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     with Engine.open(store) as engine:
         try:
