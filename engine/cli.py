@@ -595,6 +595,15 @@ def cmd_doctor(args) -> int:
     out(f"{where}: ok" + (f"; rebuilt {json.dumps(rebuilt)}" if rebuilt else ""))
     if engine.degraded:
         out(f"warning: {engine.degraded}")
+    stuck = engine.running_steps(args.stuck_after)
+    if stuck:
+        # A step that never ended: its process died or lost the call (an MCP proxy before
+        # issue 23). The session's timeline shows it running for ever; say where.
+        out(f"warning: {len(stuck)} step(s) left running for more than "
+            f"{_describe_age(args.stuck_after)} (their process died or lost the call):")
+        for sid, step in stuck[:20]:
+            out(f"  session {sid} step {step.n} ({step.tool or 'agent turn'}) running since "
+                f"{_fmt_time(step.started_at)}")
     return 0
 
 
@@ -643,7 +652,9 @@ def cmd_mcp_proxy(args) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     return proxy_main(args.store, command, args.upstream or [], session=args.session,
-                      http_port=args.http, config=args.config)
+                      http_port=args.http, config=args.config, host=args.address,
+                      timeout=args.timeout or None, session_prefix=args.session_prefix,
+                      token=args.token)
 
 
 EPILOG = "exit codes:\n" + "\n".join(
@@ -839,6 +850,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_purge)
 
     p = sub.add_parser("doctor", help="check the store and rebuild fleet indexes")
+    p.add_argument("--stuck-after", type=parse_age, metavar="AGE", default=300.0,
+                   help="report steps running for longer than AGE: a number with s, m, h, d "
+                   "or w (a bare number is days; default 5m)")
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("hash-password", help="print a password hash for secrets.toml")
@@ -861,6 +875,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("mcp-proxy", help="guard the tools of MCP servers (an MCP server itself)",
                        usage="rewind mcp-proxy [--store URL] [--session ID] [--upstream URL] "
+                             "[--timeout S] [--session-prefix P] [--address A] [--token T] "
                              "[--config FILE] [--http PORT] [-- COMMAND [ARGS...]]")
     p.add_argument("--store", default=argparse.SUPPRESS, help="store URL (as for rewind)")
     p.add_argument("--session", help="Rewind session of the connection (default: mcp-<random>)")
@@ -868,7 +883,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a streamable HTTP MCP server to front (repeatable)")
     p.add_argument("--config", metavar="FILE", help='servers to front: {"mcpServers": {…}}')
     p.add_argument("--http", type=int, metavar="PORT",
-                   help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
+                   help="serve streamable HTTP on ADDRESS:PORT instead of stdio")
+    p.add_argument("--address", default="127.0.0.1",
+                   help="address --http listens on (default 127.0.0.1; any other needs a token)")
+    p.add_argument("--token", default=None,
+                   help="bearer token every HTTP request must carry (default: "
+                   "$REWIND_MCP_TOKEN); required off loopback")
+    p.add_argument("--timeout", type=_non_negative("--timeout"), default=120.0,
+                   metavar="SECONDS", help="wait at most SECONDS for an upstream's answer "
+                   "(default 120; 0: no limit)")
+    p.add_argument("--session-prefix", metavar="PREFIX",
+                   help="let _meta name sessions whose id starts with PREFIX even when no MCP "
+                   "proxy created them (default: only the proxies' own sessions)")
     p.add_argument("upstream_command", nargs=argparse.REMAINDER,
                    help="-- COMMAND [ARGS...]: a stdio MCP server to front")
     p.set_defaults(func=cmd_mcp_proxy)

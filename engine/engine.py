@@ -32,6 +32,7 @@ from engine.records import (
     RollbackResult,
     SessionInfo,
     SnapshotNode,
+    StepRecord,
 )
 from engine.recovery import bulk, verbs
 from engine.runtime import CompensationHandler, Runtime
@@ -603,3 +604,31 @@ class Engine:
             self.runtime, sid, messages=messages, messages_if_empty=messages_if_empty,
             values=values, snapshot=snapshot, documents=documents, stamp=stamp,
             retention=retention)
+
+    def record_refusal(self, sid: str, tool: str, args: Any, reason: str) -> int:
+        """Record on session `sid`'s timeline a call to `tool` that an integration's own guard
+        refused before it ran (the MCP proxy's loop block): a step that ended in error, its
+        text ``refused by Rewind: <reason>``, no snapshot. The loop detector never counts it, so
+        a refused call is never evidence of a loop. Returns its step number.
+
+        Raises:
+            UnknownSession: no such session. SizeLimitExceeded: `args` over its limit.
+        """
+        return quarantine.refuse_call(self.runtime, sid, tool, args, reason)
+
+    def running_steps(self, older_than_s: float = 300.0, *, sessions: int = 200,
+                      last: int = 50) -> list[tuple[str, StepRecord]]:
+        """Steps begun more than `older_than_s` seconds ago that never ended (their process died,
+        or lost the call), among the `last` steps of the `sessions` most recently active
+        sessions: a bounded look for `rewind doctor`, not a scan of the whole fleet.
+
+        Returns:
+            (session id, `StepRecord`) pairs, oldest step first.
+        """
+        cutoff = self.clock() - older_than_s
+        found: list[tuple[str, StepRecord]] = []
+        for info in self.sessions(limit=sessions):
+            for step in self.store.steps(info.id, last=last):
+                if step.status == "running" and step.started_at <= cutoff:
+                    found.append((info.id, step))
+        return sorted(found, key=lambda pair: pair[1].started_at)

@@ -53,6 +53,9 @@ LAST_MOMENT = dt.datetime(9999, 12, 31, tzinfo=dt.UTC).timestamp()
 """Session meta keys a quarantine may be scoped to."""
 REFUSAL_PREFIX = "ToolQuarantined: "
 """Start of the error text of a step refused by a quarantine."""
+GUARD_REFUSAL_PREFIX = "refused by Rewind: "
+"""Start of the error text of a call an integration's own guard refused before it ran (the MCP
+proxy's loop block, `refuse_call`); not counted by the loop detector either."""
 
 
 class _Cache:
@@ -296,13 +299,41 @@ def refuse(
     return ticket.n
 
 
+def refuse_call(rt: Runtime, sid: str, tool: str, args: Any, reason: str) -> int:
+    """Record on session `sid`'s timeline a call to `tool` that an integration refused before
+    it ran (a step with status refused, its text `GUARD_REFUSAL_PREFIX` and `reason`, no snapshot).
+    The tool never ran, so the loop detector never counts it: refusals are no loop evidence.
+    Returns its step number.
+
+    Raises:
+        UnknownSession: no such session. SizeLimitExceeded: `args` or `tool` over its limit.
+    """
+    from engine.limits import canonical_within
+    from engine.loops.fingerprint import fingerprint
+
+    rt.require_session(sid)
+    check_text(tool, rt.limits.name_chars, "a tool name", "name_chars")
+    clean, args_json = canonical_within(
+        args if args is not None else {}, rt.limits.args_bytes, "args", "args_bytes")
+    ticket = rt.store.begin_step(
+        sid, {"tool": tool, "args": args_json, "fingerprint": fingerprint(tool, clean)},
+        None, rt.clock(), rt.retention)
+    rt.store.end_step(
+        sid, ticket,
+        StepOutcome(status=StepStatus.REFUSED,
+                    error=cut_text(f"{GUARD_REFUSAL_PREFIX}{reason}", rt.limits.error_chars)),
+        rt.clock())
+    return ticket.n
+
+
 def is_refusal(step: StepRecord) -> bool:
-    """True for a step a quarantine refused: its status says so (`StepStatus.REFUSED`). Steps
-    stored before that status existed ended in error with `REFUSAL_PREFIX` and count too."""
+    """True for a step refused before it ran (a quarantine, an integration's guard): its status
+    says so (`StepStatus.REFUSED`). Steps stored before that status existed ended in error
+    with `REFUSAL_PREFIX` or `GUARD_REFUSAL_PREFIX` and count too."""
     if step.status == StepStatus.REFUSED:
         return True
     return (step.status == StepStatus.ERROR and bool(step.error)
-            and str(step.error).startswith(REFUSAL_PREFIX))
+            and str(step.error).startswith((REFUSAL_PREFIX, GUARD_REFUSAL_PREFIX)))
 
 
 def _when(at: float) -> str:

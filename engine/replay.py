@@ -54,9 +54,10 @@ __all__ = [
 Label = Literal["loop", "not_loop"]
 """An operator's answer to "was this a loop?"."""
 
-_REFUSAL_PREFIX = "ToolQuarantined: "
-"""`engine.quarantine.REFUSAL_PREFIX`, copied so that replay needs no runtime: a call refused by
-a quarantine never ran, and the live detector never judged it."""
+_REFUSAL_PREFIX = ("ToolQuarantined: ", "refused by Rewind: ")
+"""`engine.quarantine.REFUSAL_PREFIX` and `GUARD_REFUSAL_PREFIX`, copied so that replay needs no
+runtime: refusals stored before `StepStatus.REFUSED` existed ended in error with these; a call
+refused never ran, and the live detector never judged it."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,10 @@ result comes back with Rewind's explanation and the recovery notice), and answer
 itself with an ``isError`` result telling the model what to do instead; the server never sees it.
 
     python examples/mcp_proxy_loop.py [STORE_URL] [--session ID]
+
+Without STORE_URL it writes where the console reads by default ($REWIND_STORE, else
+sqlite:///.rewind/rewind.db in the current folder), so `rewind dashboard` run from the same
+folder shows the session.
 """
 
 from __future__ import annotations
@@ -92,19 +96,26 @@ async def run_async(store: str, session: str, out: Callable[[str], Any] = print)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("store", nargs="?", default="sqlite:///.rewind/mcp-example.db")
+    parser.add_argument("store", nargs="?", default=None,
+                        help="store URL (default: the console's, $REWIND_STORE or "
+                        "sqlite:///.rewind/rewind.db)")
     parser.add_argument("--session", default="mcp-receipts")
     parser.add_argument("--serve", action="store_true", help="be the upstream MCP server")
     args = parser.parse_args(argv)
     if args.serve:
         serve()
         return 0
-    if args.store.startswith("sqlite:///") and ":memory:" not in args.store:
-        Path(args.store[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    asyncio.run(run_async(args.store, args.session))
     from engine import Engine
 
-    with Engine.open(args.store) as engine:
+    store = Engine.resolve_url(args.store)
+    if store.startswith("sqlite:///") and ":memory:" not in store:
+        # The proxy runs from the project folder: a relative path must name the file the
+        # console opens from the folder this example was started in.
+        path = Path(store[len("sqlite:///") :]).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store = f"sqlite:///{path}"
+    asyncio.run(run_async(store, args.session))
+    with Engine.open(store) as engine:
         steps = engine.get_session(args.session).steps()
         print(f"session {args.session}: " + ", ".join(f"{s.tool}={s.status}" for s in steps))
     return 0

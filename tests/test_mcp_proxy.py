@@ -21,7 +21,7 @@ pytest.importorskip("mcp", reason="needs the mcp extra")
 from mcp import Client, StdioServerParameters  # noqa: E402
 
 from engine import Engine  # noqa: E402
-from engine.sessions.notices import TEMPLATES  # noqa: E402
+from engine.integrations.mcp_proxy import ROLLED_BACK_NOTICE  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVER = os.path.join(ROOT, "tests", "mcp_servers", "receipts.py")
@@ -95,7 +95,11 @@ def check_loop_results(results) -> None:
     # the third completes the loop: the server's answer, then Rewind's explanation and notice
     assert third.is_error and texts(third)[0] == texts(first)[0]
     assert "this call completed a loop" in texts(third)[1]
-    assert texts(third)[2] == f"Rewind notice: {TEMPLATES['en']}"
+    # the notice says what happened to the proxy's records, never that the client's context
+    # was reset (the proxy cannot touch it), and what the client should do
+    notice = texts(third)[2]
+    assert notice == f"Rewind notice: {ROLLED_BACK_NOTICE.format(tool='image_crop')}"
+    assert "reset" not in notice and "do not repeat them" in notice
     # a call that would continue the loop is refused without reaching the server
     for refused in (fourth, fifth):
         assert refused.is_error and len(refused.content) == 1
@@ -111,12 +115,21 @@ def check_steps(store: str, sid: str) -> None:
         steps = engine.get_session(sid).steps()
         crops = [s for s in steps if s.tool == "image_crop"]
         assert len(crops) == 5 and {s.args == CROP for s in crops} == {True}
-        assert [s.status for s in crops] == ["error"] * 5
+        # three upstream failures, then two calls Rewind refused before they ran
+        assert [s.status for s in crops] == ["error"] * 3 + ["refused"] * 2
         assert crops[2].verdict and crops[2].verdict["rule"] == "exact_repeat"
-        assert crops[3].error.startswith("refused by Rewind")
+        assert crops[3].error.startswith("refused by Rewind: this call repeats a loop")
         info = engine.get_session(sid).info()
-        assert info.loops >= 1 and info.rollbacks == 1 and info.meta.get("channel") == "mcp"
+        # the refusals are no evidence: the one loop is the upstream's error, as "why flagged"
+        # and `rewind show` tell it
+        assert info.loops == 1 and info.rollbacks == 1 and info.meta.get("channel") == "mcp"
+        assert info.last_verdict["evidence_steps"] == [c.n for c in crops[:3]]
+        assert "invalid slice" in info.last_verdict["explanation"]
+        assert "refused" not in info.last_verdict["explanation"]
         assert [a.actor for a in engine.audit(session=sid, action="rollback")] == ["rewind"]
+        notices = [m["content"] for m in engine.get_session(sid).state().messages
+                   if m.get("rewind_notice")]
+        assert notices == [ROLLED_BACK_NOTICE.format(tool="image_crop")]
 
 
 def test_stdio_proxy_refuses_a_loop_and_passes_healthy_calls(tmp_path):
@@ -242,27 +255,13 @@ def test_cli_needs_an_upstream(capsys):
     assert "give an upstream" in capsys.readouterr().err
 
 
-def test_a_quarantined_tool_is_refused_without_calling_it(tmp_path, monkeypatch):
-    """The seam for fleet quarantines: when the engine raises ToolQuarantined as a step
-    begins, the proxy answers with an isError result and the upstream tool is not called."""
+def test_a_quarantined_tool_is_refused_without_calling_it(tmp_path):
+    """An operator's quarantine: the proxy answers with an isError result and the upstream tool
+    is not called."""
     from mcp.server.mcpserver import MCPServer
 
-    from engine import errors
     from engine.integrations.mcp_proxy import McpProxy, Upstream
-    from engine.sessions.session import StepCall
 
-    class ToolQuarantined(errors.RewindError):
-        pass
-
-    monkeypatch.setattr(errors, "ToolQuarantined", ToolQuarantined, raising=False)
-    original_enter = StepCall.__enter__
-
-    def enter(self):
-        if self.tool == "refund":
-            raise ToolQuarantined("refund is quarantined fleet-wide by alice: double refunds")
-        return original_enter(self)
-
-    monkeypatch.setattr(StepCall, "__enter__", enter)
     server = MCPServer("shop")
     refunds: list[str] = []
 
@@ -275,6 +274,7 @@ def test_a_quarantined_tool_is_refused_without_calling_it(tmp_path, monkeypatch)
     async def scenario():
         async with Client(server) as client:
             with Engine.open(f"sqlite:///{tmp_path}/q.db") as engine:
+                engine.quarantine("refund", actor="alice", reason="double refunds")
                 proxy = McpProxy(engine, [Upstream(client=client)], session="q")
                 return await proxy.call(proxy.session_for(None), "refund", {"order": "A-1"})
 
@@ -327,3 +327,70 @@ def test_a_config_file_names_the_servers(tmp_path):
     assert texts(asyncio.run(scenario())) == ["42.00 EUR"]
     with Engine.open(store) as engine:
         assert [s.tool for s in engine.get_session("cfg").steps()] == ["read_total"]
+
+
+def test_the_proxys_refusals_are_never_loop_evidence(tmp_path, capsys):
+    """However often a blocked call is repeated, the session keeps one loop, the upstream's:
+    "why flagged" and `rewind show` describe the tool's own error, not Rewind's refusals."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from engine.cli import main
+    from engine.integrations.mcp_proxy import McpProxy, Upstream
+
+    server = MCPServer("receipts")
+
+    @server.tool()
+    def image_crop(x: int, y: int, width: int, height: int) -> str:
+        """Crop."""
+        raise ToolError("invalid slice [10:130, 70:90] on a 100x80 image")
+
+    store = f"sqlite:///{tmp_path}/evidence.db"
+
+    async def scenario():
+        async with Client(server) as client:
+            with Engine.open(store) as engine:
+                proxy = McpProxy(engine, [Upstream(client=client)], session="ev")
+                session = proxy.session_for(None)
+                return [await proxy.call(session, "image_crop", CROP) for _ in range(8)]
+
+    results = asyncio.run(scenario())
+    assert all(texts(r)[0].startswith("Rewind refused this call") for r in results[3:])
+    with Engine.open(store) as engine:
+        info = engine.get_session("ev").info()
+        steps = engine.get_session("ev").steps()
+    assert [s.error.startswith("refused by Rewind") for s in steps] == [False] * 3 + [True] * 5
+    assert info.loops == 1 and info.rollbacks == 1
+    assert info.last_verdict["evidence_steps"] == [1, 2, 3]
+    assert "invalid slice" in info.last_verdict["explanation"]
+    assert main(["show", "ev", "--store", store]) == 0
+    shown = capsys.readouterr().out
+    assert "invalid slice" in shown and "failed with 'refused by Rewind" not in shown
+
+
+def test_a_session_handle_the_caller_made_still_gets_its_loop_blocked(tmp_path):
+    """`McpProxy.call` with a handle of the caller's (which acts on loops itself, as the
+    benchmark's do): the engine rolls back with its own notice and the loop's calls are blocked."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from engine.integrations.mcp_proxy import McpProxy, Upstream
+
+    server = MCPServer("receipts")
+
+    @server.tool()
+    def image_crop(x: int, y: int, width: int, height: int) -> str:
+        """Crop."""
+        raise ToolError("invalid slice")
+
+    async def scenario():
+        async with Client(server) as client:
+            with Engine.open(f"sqlite:///{tmp_path}/own.db") as engine:
+                proxy = McpProxy(engine, [Upstream(client=client)])
+                session = engine.session("own-handle")
+                return [await proxy.call(session, "image_crop", CROP) for _ in range(4)]
+
+    results = asyncio.run(scenario())
+    assert "this call completed a loop" in texts(results[2])[1]
+    assert texts(results[2])[2].startswith("Rewind notice: ")
+    assert texts(results[3])[0].startswith("Rewind refused this call")

@@ -1,0 +1,162 @@
+"""Serving `McpProxy` on stdio or streamable HTTP, and the `rewind mcp-proxy` command.
+
+Over HTTP every request must carry ``Authorization: Bearer <token>`` when a token is set
+(``--token`` or $REWIND_MCP_TOKEN); the proxy refuses to listen on an address other than
+loopback without one, since anyone who reaches it could write steps and trigger rollbacks.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import mcp_types as types
+from mcp.server.stdio import stdio_server
+
+from engine.engine import Engine
+from engine.integrations.mcp.proxy import DEFAULT_TIMEOUT_S, McpProxy, UpstreamUnavailable, _text
+from engine.integrations.mcp.upstream import Upstream, load_config
+
+__all__ = ["TOKEN_ENV", "bearer_guard", "describe", "is_loopback", "main", "serve"]
+
+TOKEN_ENV = "REWIND_MCP_TOKEN"
+"""Environment variable holding the bearer token of ``rewind mcp-proxy --http``."""
+
+
+def is_loopback(host: str) -> bool:
+    """True when `host` (a name or an address) can be reached from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def bearer_guard(app: Any, token: str) -> Any:
+    """The ASGI app `app` answering 401 to an HTTP request without ``Authorization: Bearer
+    <token>`` (compared in constant time); lifespan and other scopes pass through."""
+    expected = f"Bearer {token}".encode()
+    body = json.dumps({"error": "unauthorized: send Authorization: Bearer <token>, the token "
+                       "given to rewind mcp-proxy (--token or $REWIND_MCP_TOKEN)"}).encode()
+
+    async def guarded(scope: dict, receive: Any, send: Any) -> None:
+        if scope.get("type") in ("http", "websocket"):
+            given = b""
+            for key, value in scope.get("headers") or []:
+                if key.lower() == b"authorization":
+                    given = value
+            if not hmac.compare_digest(given, expected):
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"www-authenticate", b'Bearer realm="rewind-mcp-proxy"')]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+async def serve(
+    engine: Engine,
+    upstreams: Sequence[Upstream],
+    *,
+    session: str | None = None,
+    http_port: int | None = None,
+    host: str = "127.0.0.1",
+    timeout: float | None = DEFAULT_TIMEOUT_S,
+    session_prefix: str | None = None,
+    token: str | None = None,
+) -> None:
+    """Run the proxy until the client disconnects (stdio) or the process is stopped (HTTP).
+
+    Raises:
+        UpstreamUnavailable: an upstream server could not be started or connected.
+        ValueError: HTTP on an address other than loopback without a `token`.
+    """
+    if http_port is not None and not token and not is_loopback(host):
+        raise ValueError(f"refusing to serve MCP on {host} without a bearer token: anyone who "
+                         f"reaches it could write steps and roll sessions back. Give --token "
+                         f"or set ${TOKEN_ENV}")
+    proxy = McpProxy(engine, upstreams, session=session, timeout=timeout,
+                     session_prefix=session_prefix)
+    server = proxy.server()
+    async with proxy.connected():
+        if http_port is None:
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+            return
+        import uvicorn
+
+        app = server.streamable_http_app(host=host)
+        if token:
+            app = bearer_guard(app, token)
+        config = uvicorn.Config(app, host=host, port=http_port, log_level="warning")
+        await uvicorn.Server(config).serve()
+
+
+def main(
+    store: str | None,
+    command: Sequence[str],
+    upstream_urls: Sequence[str],
+    *,
+    session: str | None = None,
+    http_port: int | None = None,
+    config: str | None = None,
+    host: str = "127.0.0.1",
+    timeout: float | None = DEFAULT_TIMEOUT_S,
+    session_prefix: str | None = None,
+    token: str | None = None,
+) -> int:
+    """The `rewind mcp-proxy` command (see `engine.cli`); returns the exit code."""
+    import anyio
+
+    upstreams = ([Upstream(command=list(command))] if command else []) + [
+        Upstream(url=u) for u in upstream_urls
+    ]
+    if config:
+        try:
+            upstreams += load_config(config)
+        except ValueError as exc:
+            print(f"rewind mcp-proxy: {exc}", file=sys.stderr)
+            return 2
+    if not upstreams:
+        print(
+            "rewind mcp-proxy: give an upstream: -- COMMAND [ARGS…], --upstream URL or "
+            "--config FILE",
+            file=sys.stderr,
+        )
+        return 2
+    token = token or os.environ.get(TOKEN_ENV) or None
+    if http_port is not None and not token and not is_loopback(host):
+        print(f"rewind mcp-proxy: refusing to serve MCP on {host} without a bearer token: "
+              f"anyone who reaches it could write steps and roll sessions back. Give --token or "
+              f"set ${TOKEN_ENV}", file=sys.stderr)
+        return 2
+    if http_port is not None and not token:
+        print(f"rewind mcp-proxy: warning: no bearer token (--token or ${TOKEN_ENV}); any "
+              f"program on this machine can call the tools behind {host}:{http_port}",
+              file=sys.stderr)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    with Engine.open(store) as engine:
+        try:
+            anyio.run(lambda: serve(engine, upstreams, session=session, http_port=http_port,
+                                    host=host, timeout=timeout, session_prefix=session_prefix,
+                                    token=token))
+        except UpstreamUnavailable as exc:
+            print(f"rewind mcp-proxy: {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def describe(result: types.CallToolResult) -> str:
+    """A one-line summary of a tool result (for logs and examples)."""
+    return json.dumps(
+        {"is_error": bool(result.is_error), "text": _text(result)[:200]}, ensure_ascii=False
+    )

@@ -1,0 +1,240 @@
+"""The upstream MCP servers of `rewind mcp-proxy`: how each is started, held and read.
+
+Each upstream is held by a task of its own (`Upstream.hold`), so whatever happens to one server
+(it exits, its transport fails) ends that connection only: the proxy keeps serving, and calls to
+the lost server get an error result saying what happened (`Upstream.failure`).
+
+A stdio server inherits the proxy's whole environment (as ``env``, ``timeout`` and ``sudo -E``
+pass theirs on), with the variables its config entry sets on top: an MCP client configured the
+proxy's environment for the server behind it.
+
+What an upstream sends is read defensively (`repairing`): a line the SDK cannot parse (a lone
+surrogate such as ``"\\ud800"``, which has no UTF-8 form, or a byte that is not UTF-8) would be
+dropped by the SDK and leave its call waiting forever; it becomes a JSON-RPC error for that
+request instead, naming what was wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.message import SessionMessage
+
+__all__ = ["Upstream", "load_config", "repairing"]
+
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+_LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+class _Params(StdioServerParameters):
+    """The SDK's stdio parameters, decoding with ``surrogateescape`` (its own field allows only
+    strict, ignore or replace): a byte that is not UTF-8 then reaches `repairing` as a lone
+    surrogate, which tells it apart from one the server escaped itself, instead of killing the
+    SDK's reader (strict) or passing for text (replace)."""
+
+    encoding_error_handler: str = "surrogateescape"  # type: ignore[assignment]
+
+
+def _unreadable(exc: BaseException) -> tuple[Any, str] | None:
+    """(request id, what was wrong) for the parse error of an upstream line that still names its
+    request, else None."""
+    errors = getattr(exc, "errors", None)
+    try:
+        line = errors()[0].get("input") if callable(errors) else None
+    except (IndexError, TypeError, AttributeError):
+        return None
+    if not isinstance(line, str):
+        return None
+    if bad := _ESCAPED_BYTE.search(line):
+        what = f"bytes that are not UTF-8 (0x{ord(bad.group()) - 0xDC00:02X})"
+    elif bad_escape := _LONE_SURROGATE.search(line):
+        what = f"a lone surrogate ({bad_escape.group()}), which has no UTF-8 form"
+    else:
+        what = "a line that is not JSON-RPC"
+    try:
+        rid = json.loads(line).get("id")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(rid, (int, str)) or isinstance(rid, bool):
+        return None
+    return rid, what
+
+
+class _Repairing:
+    """A read stream that turns an unparseable response into a JSON-RPC error for its request."""
+
+    def __init__(self, inner: Any, name: str):
+        self._inner = inner
+        self._name = name
+
+    def _fix(self, item: Any) -> Any:
+        if not isinstance(item, Exception):
+            return item
+        found = _unreadable(item)
+        if found is None:
+            return item
+        rid, what = found
+        message = f"the upstream server {self._name} answered with {what}"
+        error = types.JSONRPCError(
+            jsonrpc="2.0", id=rid, error=types.ErrorData(code=types.INTERNAL_ERROR, message=message)
+        )
+        return SessionMessage(error)
+
+    async def receive(self) -> Any:
+        return self._fix(await self._inner.receive())
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _Repairing:
+        return self
+
+    async def __anext__(self) -> Any:
+        return self._fix(await self._inner.__anext__())
+
+    async def __aenter__(self) -> _Repairing:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+@contextlib.asynccontextmanager
+async def repairing(transport: Any, name: str) -> AsyncIterator[Any]:
+    """`transport` (an SDK transport) whose read stream is `_Repairing`."""
+    async with transport as (read, write):
+        yield _Repairing(read, name), write
+
+
+@dataclass
+class Upstream:
+    """One upstream MCP server: a command on stdio or a streamable HTTP URL."""
+
+    command: Sequence[str] = ()
+    """The command line of a stdio server (empty for an HTTP one)."""
+    url: str | None = None
+    """The streamable HTTP endpoint of an HTTP server."""
+    env: dict[str, str] | None = None
+    """Environment of a stdio server on top of the proxy's own (which it inherits whole)."""
+    client: Any = field(default=None, repr=False)
+    """The connected `mcp.Client`, while the proxy runs."""
+    failure: str | None = None
+    """Why the connection ended, once it did (None while it serves)."""
+    stale: bool = True
+    """True until the proxy listed this server's tools, and again after it said its list
+    changed (notifications/tools/list_changed)."""
+    _closing: anyio.Event | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.url or " ".join(self.command)
+
+    def target(self) -> Any:
+        """What the SDK's `Client` connects to: the URL, or the stdio parameters."""
+        if self.url:
+            return self.url
+        env = {**os.environ, **(self.env or {})}
+        return _Params(command=self.command[0], args=list(self.command[1:]), env=env)
+
+    def transport(self) -> Any:
+        """The SDK transport to this server, read through `repairing`."""
+        target = self.target()
+        if isinstance(target, str):
+            inner = streamable_http_client(target)
+        else:
+            from mcp.client.stdio import stdio_client
+
+            inner = stdio_client(target)
+        return repairing(inner, self.name)
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.stale = True
+
+    async def hold(self, timeout: float | None, ready: anyio.Event) -> None:
+        """Connect, set `ready`, and keep the connection until `close` (run as a task of its
+        own: a failure ends this connection, never the proxy). Records `failure`."""
+        self._closing = anyio.Event()
+        try:
+            async with Client(
+                self.transport(), read_timeout_seconds=timeout, message_handler=self._on_message
+            ) as client:
+                self.client = client
+                ready.set()
+                await self._closing.wait()
+        except Exception as exc:  # noqa: BLE001 - kept as what the calls report
+            self.failure = self.failure or describe_failure(self, exc)
+        finally:
+            self.client = None
+            if self.failure is None:
+                self.failure = "the proxy closed the connection"
+            ready.set()
+
+    def close(self) -> None:
+        """End `hold`."""
+        if self._closing is not None:
+            self._closing.set()
+
+    def lost(self, exc: BaseException) -> None:
+        """Record that the connection was lost, as `exc` says."""
+        self.failure = self.failure or describe_failure(self, exc)
+
+
+def describe_failure(upstream: Upstream, exc: BaseException) -> str:
+    """One sentence on why the connection to `upstream` failed, for people."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, FileNotFoundError):
+        return (f"cannot start the upstream server `{upstream.name}`: {exc.strerror or exc} "
+                f"({upstream.command[0] if upstream.command else upstream.name!r}); is it "
+                "installed and on PATH?")
+    if isinstance(exc, PermissionError):
+        return f"cannot start the upstream server `{upstream.name}`: {exc}"
+    code = getattr(getattr(exc, "error", None), "code", None)
+    if code == types.CONNECTION_CLOSED:
+        if upstream.url:
+            return f"the upstream server {upstream.url} closed the connection"
+        return (f"the upstream server `{upstream.name}` exited or closed its output (its own "
+                "messages, if any, are on the proxy's stderr)")
+    return f"the connection to the upstream server `{upstream.name}` failed: " + (
+        f"{type(exc).__name__}: {exc}")
+
+
+def load_config(path: str) -> list[Upstream]:
+    """The upstream servers of a config file, in the format MCP clients use::
+
+        {"mcpServers": {"files": {"command": "python", "args": ["files.py"], "env": {}},
+                        "search": {"url": "http://10.0.0.5:9000/mcp"}}}
+
+    Raises:
+        ValueError: the file is not such a JSON document (the message says what is wrong).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read the MCP config {path}: {exc}") from exc
+    servers = doc.get("mcpServers") if isinstance(doc, dict) else None
+    if not isinstance(servers, dict) or not servers:
+        raise ValueError(f'{path}: expected {{"mcpServers": {{name: {{command|url …}}}}}}')
+    upstreams = []
+    for name, spec in servers.items():
+        if isinstance(spec, dict) and isinstance(spec.get("url"), str):
+            upstreams.append(Upstream(url=spec["url"]))
+        elif isinstance(spec, dict) and isinstance(spec.get("command"), str):
+            args = [str(a) for a in spec.get("args") or []]
+            env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
+            upstreams.append(Upstream(command=[spec["command"], *args], env=env or None))
+        else:
+            raise ValueError(f"{path}: server {name!r} needs a command or a url")
+    return upstreams

@@ -1,0 +1,190 @@
+"""`rewind mcp-proxy` in front of a hostile or broken MCP server (tests/mcp_servers/hostile.py, a
+real server started as a subprocess by the proxy the test starts): whatever the server does, the
+client gets an answer that says what happened, the proxy keeps serving, and every step the proxy
+opened has ended. Also: the server inherits the proxy's environment, a server that cannot start
+is reported plainly, an unknown tool costs no re-listing, and `rewind doctor` reports steps left
+running."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("mcp", reason="needs the mcp extra")
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
+
+from engine import Engine  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOSTILE = os.path.join(ROOT, "tests", "mcp_servers", "hostile.py")
+RECEIPTS = os.path.join(ROOT, "tests", "mcp_servers", "receipts.py")
+ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+ENV.pop("HOSTILE_TOKEN", None)
+
+
+def proxy(store: str, *args: str, env: dict | None = None) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "engine.cli", "mcp-proxy", "--store", store, "--session", "s", *args],
+        env=env or ENV,
+        cwd=ROOT,
+    )
+
+
+def text(result) -> str:
+    return "\n".join(getattr(block, "text", "") for block in result.content)
+
+
+def steps(store: str, sid: str = "s") -> list:
+    with Engine.open(store) as engine:
+        return engine.get_session(sid).steps()
+
+
+def assert_every_step_ended(store: str, sid: str = "s") -> None:
+    assert [s.n for s in steps(store, sid) if s.status == "running"] == []
+
+
+def test_oversized_and_undecodable_results_become_clear_errors_and_the_proxy_serves_on(tmp_path):
+    store = f"sqlite:///{tmp_path}/hostile.db"
+
+    async def scenario():
+        async with Client(proxy(store, "--", sys.executable, HOSTILE)) as client:
+            out = {}
+            for tool in ("big", "surrogate", "bad_utf8"):
+                out[tool] = await client.call_tool(tool, {})
+                out[f"after {tool}"] = await client.call_tool("echo", {"text": f"after {tool}"})
+            return out
+
+    out = asyncio.run(scenario())
+    big, surrogate, bad = out["big"], out["surrogate"], out["bad_utf8"]
+    assert big.is_error and "was not passed on" in text(big)
+    assert "10,000,000 bytes" in text(big) and "Ask for less" in text(big)
+    assert surrogate.is_error and "lone surrogate (\\ud800)" in text(surrogate)
+    assert bad.is_error and "not UTF-8 (0xFF)" in text(bad)
+    for tool in ("big", "surrogate", "bad_utf8"):
+        after = out[f"after {tool}"]
+        assert not after.is_error and text(after) == f"after {tool}"
+    recorded = steps(store)
+    assert [(s.tool, s.status) for s in recorded] == [
+        ("big", "error"), ("echo", "ok"), ("surrogate", "error"), ("echo", "ok"),
+        ("bad_utf8", "error"), ("echo", "ok")]
+    assert "not passed on" in recorded[0].error and "lone surrogate" in recorded[2].error
+
+
+def test_an_upstream_that_never_answers_times_out(tmp_path):
+    store = f"sqlite:///{tmp_path}/hang.db"
+
+    async def scenario():
+        async with Client(proxy(store, "--timeout", "1", "--", sys.executable, HOSTILE)) as client:
+            return await client.call_tool("hang", {}), await client.call_tool("echo", {"text": "x"})
+
+    hung, echoed = asyncio.run(scenario())
+    assert hung.is_error and "did not answer hang within 1 s" in text(hung)
+    assert "--timeout" in text(hung) and not echoed.is_error
+    assert [(s.tool, s.status) for s in steps(store)] == [("hang", "error"), ("echo", "ok")]
+
+
+def test_a_call_the_client_gives_up_on_ends_its_step(tmp_path):
+    store = f"sqlite:///{tmp_path}/gave-up.db"
+
+    async def scenario():
+        async with Client(proxy(store, "--", sys.executable, HOSTILE)) as client:
+            with pytest.raises(MCPError, match="timed out"):
+                await client.call_tool("hang", {}, read_timeout_seconds=0.5)
+            return await client.call_tool("echo", {"text": "still here"})
+
+    assert text(asyncio.run(scenario())) == "still here"
+    recorded = steps(store)
+    assert [(s.tool, s.status) for s in recorded] == [("hang", "error"), ("echo", "ok")]
+    assert recorded[0].error.startswith("cancelled: the client gave up")
+
+
+def test_an_upstream_that_exits_ends_its_own_calls_only(tmp_path):
+    store = f"sqlite:///{tmp_path}/exit.db"
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {
+        "hostile": {"command": sys.executable, "args": [HOSTILE]},
+        "receipts": {"command": sys.executable, "args": [RECEIPTS]}}}))
+
+    async def scenario():
+        async with Client(proxy(store, "--config", str(config))) as client:
+            return [await client.call_tool(name, args) for name, args in
+                    [("exit", {}), ("echo", {"text": "x"}), ("read_total", {})]]
+
+    exited, echoed, total = asyncio.run(scenario())
+    assert exited.is_error and "failed during the call" in text(exited)
+    assert "exited or closed its output" in text(exited)
+    assert echoed.is_error and text(echoed).startswith("The upstream server is not available")
+    assert not total.is_error and text(total) == "42.00 EUR"  # the other server still serves
+    assert [(s.tool, s.status) for s in steps(store)] == [
+        ("exit", "error"), ("echo", "error"), ("read_total", "ok")]
+
+
+def test_the_upstream_inherits_the_proxys_environment(tmp_path):
+    """A server that needs a variable the MCP client configured for it (a token) gets it."""
+    store = f"sqlite:///{tmp_path}/env.db"
+    env = {**ENV, "HOSTILE_TOKEN": "s3cret"}
+
+    async def scenario():
+        params = proxy(store, "--", sys.executable, HOSTILE, "--needs-env", "HOSTILE_TOKEN",
+                       env=env)
+        async with Client(params) as client:
+            return await client.call_tool("secret", {})
+
+    assert text(asyncio.run(scenario())) == "s3cret"
+
+
+@pytest.mark.parametrize("command, said", [
+    (["/nonexistent/mcp-server"], "cannot start the upstream server `/nonexistent/mcp-server`"),
+    ([sys.executable, HOSTILE, "--needs-env", "HOSTILE_TOKEN"], "exited or closed its output"),
+])
+def test_an_upstream_that_cannot_start_is_reported_plainly(tmp_path, command, said):
+    done = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "mcp-proxy", "--store",
+         f"sqlite:///{tmp_path}/x.db", "--", *command],
+        env=ENV, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert said in done.stderr and "please report" not in done.stderr
+    if "--needs-env" in command:  # the server's own reason reaches the user too
+        assert "$HOSTILE_TOKEN is not set" in done.stderr
+
+
+def test_an_unknown_tool_costs_no_relisting_until_the_list_changes(tmp_path):
+    store = f"sqlite:///{tmp_path}/cache.db"
+
+    async def scenario():
+        async with Client(proxy(store, "--", sys.executable, HOSTILE)) as client:
+            unknown = [await client.call_tool("nosuch", {}) for _ in range(4)]
+            before = json.loads(text(await client.call_tool("stats", {})))["lists"]
+            await client.call_tool("grow", {})  # adds `late`, says notifications/tools/list_changed
+            late = await client.call_tool("late", {})
+            after = json.loads(text(await client.call_tool("stats", {})))["lists"]
+            return unknown, before, late, after
+
+    unknown, before, late, after = asyncio.run(scenario())
+    assert all(r.is_error and "Unknown tool nosuch" in text(r) for r in unknown)
+    assert before == 1  # one listing for four calls of an unknown tool
+    assert not late.is_error and text(late) == "late" and after > before
+
+
+def test_doctor_reports_steps_left_running(tmp_path, capsys):
+    from engine.cli import main
+
+    store = f"sqlite:///{tmp_path}/doctor.db"
+    with Engine.open(store) as engine:
+        engine.session("lost").step("fetch", {"url": "x"}).__enter__()  # its process "died"
+        with engine.session("fine").step("fetch", {}) as call:
+            call.ok("done")
+    assert main(["doctor", "--store", store, "--stuck-after", "0s"]) == 0
+    said = capsys.readouterr().out
+    assert "1 step(s) left running" in said and "session lost step 1 (fetch)" in said
+    assert "session fine" not in said
+    assert main(["doctor", "--store", store]) == 0  # only steps older than 5 minutes by default
+    assert "left running" not in capsys.readouterr().out
