@@ -62,12 +62,12 @@ def test_a_trickling_webhook_holds_back_neither_the_healthy_one_nor_the_cursor(e
     runner.start()
     try:
         _loop(engine, "one")
-        _until(lambda: len(healthy.keys()) == 1 and slow.trickling == 1)
+        _until(lambda: len(healthy.keys()) == 1 and slow.trickling >= 1)
         # The slow webhook is mid-POST (for a minute, at one byte per 0.3 s); the feed moves on.
         _loop(engine, "two")
         _until(lambda: len(healthy.keys()) == 2)
         _until(lambda: _cursor(engine) == _newest_event(engine))
-        assert slow.trickling == 1 and not slow.received
+        assert not slow.received  # still mid-POST: its deadline is a minute
     finally:
         worker.stop()
         worker.close()
@@ -86,7 +86,7 @@ def test_sigterm_stops_rewind_alert_in_the_middle_of_a_slow_post(store_url, hook
         # A first run starts at the newest event; once it has saved that, what follows pages.
         _until(lambda: "default" in engine.fleet_documents(NAMESPACE), 60)
         _loop(engine, "one")
-        _until(lambda: len(healthy.keys()) == 2 and slow.trickling == 1, 60)
+        _until(lambda: len(healthy.keys()) == 2 and slow.trickling >= 1, 60)
         proc.send_signal(signal.SIGTERM)
         try:
             code = proc.wait(60)  # generous; it used to wait for the trickle forever
