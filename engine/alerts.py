@@ -475,7 +475,8 @@ class AlertWorker:
             failures = {s.label: s.last_error for w, s in self._senders.items()
                         if s.failed > before[w][1]}
             waiting = 0
-            for wid, box in self._loaded().outbox.items():
+            state = self._state  # loaded by _read_feed (loading here would take the lock)
+            for wid, box in (state.outbox if state else {}).items():
                 kept = [item for item in box if item.get("attempts")]
                 waiting += len(kept) if wid in self.webhooks else 0
                 if kept and wid in self.webhooks:
