@@ -27,34 +27,52 @@ Every key is sent once per ``dedup_s`` (keys of spikes: once per window). Each a
 ``prompt_version``, ``tenant``, ``scenario``, ``tool``, ``link`` (the console's session page when
 ``console_url`` is set, else null), ``at`` and ``event`` (the feed cursor).
 
+Where a first run starts: a worker with no state yet begins at ``start`` (see `AlertWorker`):
+the whole feed by default, the newest event (``"now"``, what `rewind alert` does unless given
+``--since``), or the first event at or after a unix time. It saves that cursor at once, so what
+happens after it pages even if it dies before its first round ends. A worker with a state resumes
+from its cursor; ``start`` is ignored then.
+
 Delivery: a new alert is first written to the outbox of every webhook, in the same state write
 that moves the cursor past its event; so a worker killed and restarted neither skips an alert
-(it is in the outbox or after the cursor) nor alerts twice (its key is remembered). Then each
-webhook's outbox is sent in order, the webhooks in parallel threads: a 2xx removes the alert, a
-failure (connection refused, timeout, a non-2xx answer) keeps it for a retry after
-``backoff_s`` doubling per attempt (at most ``max_backoff_s``), given up after ``attempts``
-tries; a dead or slow webhook never holds back the others. A webhook sends at most
-``rate_per_minute`` alerts a minute; the rest wait in its outbox. Delivery is at least once:
-a worker killed after a POST and before it saved the outcome sends that alert again, with the
-same ``key`` for the receiver to drop.
+(it is in the outbox or after the cursor) nor alerts twice (its key is remembered). The state is
+saved after every page of the feed it reads, whatever the webhooks are doing. Each webhook has a
+sender thread of its own that sends its outbox in order: a 2xx removes the alert, a failure
+(connection refused, the deadline passed, a non-2xx answer, a redirect: redirects are never
+followed) keeps it for a retry after ``backoff_s`` doubling per attempt (at most
+``max_backoff_s``), given up after ``attempts`` tries. So a dead, failing or slow webhook holds
+back only its own alerts, never the feed or the other webhooks. Each POST has a total deadline
+(``timeout_s``, for connecting, sending and the answer's status line), so a webhook that
+trickles bytes is cut off too. A webhook sends at most ``rate_per_minute`` alerts a minute; the
+rest wait in its outbox. Delivery is at least once: a worker killed after a POST and before it
+saved the outcome sends that alert again, with the same ``key`` for the receiver to drop.
+
+Markup and secrets: the ``text`` is Slack markup, so every ``&``, ``<`` and ``>`` that comes from
+a session (its id, meta, tool names, the detector's explanation) is escaped as Slack asks
+(`slack_escape`): ``<!channel>`` arrives as text, not as a mention; the one link is the console's,
+with the session id percent-encoded. A webhook URL with credentials (``https://user:pw@host/…``)
+is sent with basic authorization. Logs and error messages name a webhook by scheme, host and
+id only (`webhook_label`): its credentials, path and query (an incoming webhook's path is its
+secret) never appear.
 """
 
 from __future__ import annotations
 
+import base64
+import copy
 import hashlib
+import http.client
 import json
 import logging
+import math
+import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import quote, urlsplit
+from typing import Any, Literal
+from urllib.parse import quote, unquote, urlsplit
 
-from engine.engine import Engine
 from engine.records import Event
 
 log = logging.getLogger("rewind.alerts")
@@ -65,8 +83,12 @@ RULES = ("loop", "rollback", "compensation_failed", "loop_spike")
 """Every rule, in the order they are checked."""
 
 Poster = Callable[[str, bytes, float], int]
-"""Sends one POST (url, JSON body, timeout seconds) and returns the HTTP status; raises OSError
-when the webhook cannot be reached."""
+"""Sends one POST (url, JSON body, deadline in seconds) and returns the HTTP status; raises
+OSError when the webhook cannot be reached or does not answer in time."""
+
+Start = float | Literal["now"] | None
+"""Where a worker without a state begins: None the whole feed, "now" the newest event, a unix
+time the first event at or after it."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +112,7 @@ class AlertConfig:
     max_backoff_s: float = 300.0
     """Longest wait between retries."""
     timeout_s: float = 5.0
-    """Seconds a webhook may take to answer one POST."""
+    """Seconds one POST may take in all (connecting, sending, the answer's status line)."""
     rate_per_minute: int = 60
     """Alerts one webhook receives at most per minute (the rest wait in its outbox)."""
     outbox_limit: int = 1000
@@ -102,39 +124,108 @@ class AlertConfig:
             raise ValueError(f"unknown alert rule {unknown[0]!r}; rules are {', '.join(RULES)}")
         if self.spike_threshold < 1 or self.spike_window_s <= 0 or self.attempts < 1:
             raise ValueError("spike_threshold and attempts must be >= 1, the window > 0")
+        if not self.timeout_s > 0:
+            raise ValueError("timeout_s must be > 0: it is the deadline of one POST")
 
 
+# -- text -------------------------------------------------------------------------------------
+def slack_escape(text: str) -> str:
+    """`text` with ``&``, ``<`` and ``>`` as the entities Slack asks for, so nothing in it is
+    read as markup (a mention like ``<!channel>``, a link with a label of its own)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _clause(text: str) -> str:
+    """`text` without the full stop it may end with, to go on with ``;`` or end with ``.``."""
+    return text.rstrip().rstrip(".").rstrip()
+
+
+# -- webhooks ---------------------------------------------------------------------------------
 def http_post(url: str, body: bytes, timeout: float) -> int:
-    """POST `body` as JSON to `url`; returns the HTTP status (raises OSError when unreachable)."""
-    request = urllib.request.Request(
-        url, data=body, method="POST", headers={"Content-Type": "application/json"}
-    )
+    """POST `body` as JSON to `url` within `timeout` seconds in all, and return the HTTP status.
+
+    The deadline covers connecting, sending and reading the answer's status line: a webhook that
+    trickles a byte at a time is cut off at it, which a socket timeout (per read) would not do.
+    Name resolution is the one step it does not bound. Redirects are not followed (a 3xx status
+    is returned). A URL with credentials (``https://user:pw@host/…``) is sent with basic
+    authorization and without them in the request line.
+
+    Returns:
+        The HTTP status of the answer.
+
+    Raises:
+        TimeoutError: no status line within `timeout` seconds. OSError: the webhook cannot be
+        reached, or its answer is not HTTP.
+    """
+    parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    headers = {"Content-Type": "application/json", "User-Agent": "rewind-alert"}
+    if parts.username is not None or parts.password is not None:
+        pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = kind(parts.hostname or "", parts.port, timeout=timeout)
+    cut = threading.Event()
+
+    def cut_off() -> None:
+        cut.set()
+        sock = conn.sock
+        if sock is not None:
+            try:  # the plain socket's shutdown: it wakes a read blocked in another thread
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    timer = threading.Timer(timeout, cut_off)
+    timer.daemon = True
+    timer.start()
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
+        conn.request("POST", target, body=body, headers=headers)
+        return int(conn.getresponse().status)
+    except (OSError, http.client.HTTPException) as exc:
+        if cut.is_set() or isinstance(exc, TimeoutError):
+            raise TimeoutError(f"no answer within the deadline of {timeout:g} s") from None
+        if isinstance(exc, OSError):
+            raise
+        raise ConnectionError(f"the answer is not HTTP ({type(exc).__name__})") from None
+    finally:
+        timer.cancel()
+        conn.close()
 
 
 def check_webhook(url: str) -> str:
-    """`url` when it is an http(s) URL with a host.
+    """`url` when it is an http(s) URL with a host (and a numeric port, if any).
 
     Raises:
-        ValueError: another scheme or no host.
+        ValueError: another scheme, no host, a port that is not a number; the message shows
+        neither the URL's credentials nor its path.
     """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("a webhook must be an http:// or https:// URL, "
-                         f"not {Engine.redact_url(url)!r}")
+        raise ValueError("a webhook must be an http:// or https:// URL with a host, "
+                         f"not {webhook_label(url)}")
+    try:
+        parts.port  # noqa: B018 - urllib checks the port when it is read
+    except ValueError:
+        raise ValueError(f"the port of webhook {webhook_label(url)} is not a number") from None
     return url
 
 
 def webhook_label(url: str) -> str:
-    """What logs say about a webhook: scheme, host and id, never its path or query (an incoming
-    webhook's path is its secret)."""
+    """What logs say about a webhook: scheme, host, port and id, never its credentials, path or
+    query (an incoming webhook's path is its secret)."""
     parts = urlsplit(url)
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{parts.hostname}{port}/… ({webhook_id(url)})"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    host = parts.hostname or ""
+    scheme = parts.scheme if parts.scheme.isalnum() else "?"
+    return f"{scheme}://{host}{port}/… ({webhook_id(url)})"
 
 
 def webhook_id(url: str) -> str:
@@ -142,6 +233,20 @@ def webhook_id(url: str) -> str:
     return hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
 
 
+def redact_webhook(text: str, url: str) -> str:
+    """`text` (an error message) without the secrets of webhook `url`: its user, password, path
+    and query, as written and percent-decoded, each replaced by ***."""
+    parts = urlsplit(url)
+    pieces = {parts.username, parts.password, parts.query, parts.path, parts.netloc.rpartition(
+        "@")[0] or None}
+    found = {p for p in pieces if p and p != "/"}
+    found |= {unquote(p) for p in found}
+    for secret in sorted(found, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+# -- the worker's state -----------------------------------------------------------------------
 @dataclass
 class _State:
     cursor: int = 0
@@ -152,7 +257,7 @@ class _State:
     recent: list[list[Any]] = field(default_factory=list)
     """[at, prompt_version, tool] of recent loop episodes (the spike window)."""
     outbox: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    """webhook id -> pending deliveries {key, body, attempts, next_at}."""
+    """webhook id -> pending deliveries {key, body, attempts, next_at, error}."""
     sent: dict[str, list[float]] = field(default_factory=dict)
     """webhook id -> times of the POSTs of the last minute (rate limit)."""
 
@@ -180,17 +285,74 @@ class _State:
         }
 
 
+class _Sender:
+    """One webhook's sender thread: it sends that webhook's outbox when asked (a *pass*), so a
+    slow or dead webhook holds back only its own alerts. Counters are guarded by the worker's
+    lock; passes by the condition."""
+
+    def __init__(self, worker: AlertWorker, wid: str) -> None:
+        self.worker = worker
+        self.wid = wid
+        self.url = worker.webhooks[wid]
+        self.label = webhook_label(self.url)
+        self.delivered = self.failed = 0
+        self.last_error = ""
+        self._asked = self._done = 0
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def ask(self) -> int:
+        """Ask for a pass over the outbox; returns its ticket for `wait`."""
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name=f"rewind-alert-{self.wid[:8]}", daemon=True)
+                self._thread.start()
+            self._asked += 1
+            self._cond.notify_all()
+            return self._asked
+
+    def wait(self, ticket: int) -> None:
+        """Until the pass of `ticket` is done, or the worker is stopped."""
+        with self._cond:
+            while self._done < ticket and not self.worker.stopped:
+                # A short wait, so a stop asked by a signal handler is seen promptly.
+                self._cond.wait(0.1)
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._done >= self._asked and not self.worker.stopped:
+                    self._cond.wait(1.0)
+                if self.worker.stopped:
+                    return
+                ticket = self._asked
+            try:
+                self.worker._send_due(self)
+            except Exception:  # noqa: BLE001 - the sender must outlive any one bad alert
+                log.exception("webhook %s: sending failed", self.label)
+            with self._cond:
+                self._done = ticket
+                self._cond.notify_all()
+
+
 class AlertWorker:
     """Follows the feed of `engine` and pages `webhooks`; `run()` loops, `run_once()` is one
-    round (read new events, queue their alerts, deliver what is due).
+    round (read new events, queue their alerts, deliver what is due, and wait for that).
 
     Args:
         engine: an `Engine` (anything with ``events``, ``get_session``, ``fleet_documents``,
-            ``put_fleet_documents``).
+            ``put_fleet_documents``, ``clock``).
         webhooks: the URLs to POST to.
         config: rules, thresholds, retries.
         name: the state's key: two workers with different names page independently.
         post: sends one POST (tests pass their own); default `http_post`.
+        page: events read per query of the feed.
+        start: where a worker without a state begins (see `Start`); ignored when it has one.
 
     Raises:
         ValueError: no webhook, or one that is not http(s).
@@ -205,6 +367,7 @@ class AlertWorker:
         name: str = "default",
         post: Poster = http_post,
         page: int = 500,
+        start: Start = None,
     ) -> None:
         if not webhooks:
             raise ValueError("give at least one webhook URL")
@@ -214,58 +377,168 @@ class AlertWorker:
         self.name = name
         self.post = post
         self.page = page
-        self._pool = ThreadPoolExecutor(max_workers=len(self.webhooks), thread_name_prefix="alert")
+        self.start = start
+        self.failures: dict[str, str] = {}
+        """After `run_once`: webhook label -> what went wrong, for each webhook that failed in
+        the round or still holds alerts that failed (redacted)."""
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # the state: the feed reader and the senders share it
+        self._state: _State | None = None
+        self._resumed = False
+        self._dirty = False
+        self._senders = {wid: _Sender(self, wid) for wid in self.webhooks}
         self._meta: dict[str, dict[str, Any]] = {}
 
+    @property
+    def stopped(self) -> bool:
+        """True once `stop` or `close` was called."""
+        return self._stop.is_set()
+
     # -- state ----------------------------------------------------------------------------------
-    def _load(self) -> _State:
-        return _State.load(self.engine.fleet_documents(NAMESPACE).get(self.name))
-
-    def _save(self, state: _State) -> None:
-        self.engine.put_fleet_documents(NAMESPACE, {self.name: state.dump()})
-
-    # -- one round --------------------------------------------------------------------------------
-    def run_once(self) -> dict[str, int]:
-        """Read the events after the cursor, queue their alerts, deliver what is due.
+    def start_point(self) -> tuple[int, bool]:
+        """Load the state, or on a first run place the cursor at `start` and save it.
 
         Returns:
-            ``events`` read, ``queued`` alerts, ``delivered`` and ``failed`` POSTs.
+            The cursor (the feed is read after that event id) and whether a saved state was
+            resumed (False: a first run).
         """
-        state = self._load()
-        read = queued = 0
-        while True:
-            events = self.engine.events(since=state.cursor, limit=self.page)
-            for ev in events:
-                queued += self._queue(state, self._alerts(state, ev))
-                state.cursor = ev.id
-            read += len(events)
-            if events:
-                self._prune(state)
-                self._save(state)  # alerts queued and cursor moved: one write
-            if len(events) < self.page:
-                break
-        delivered, failed = self._deliver(state)
-        return {"events": read, "queued": queued, "delivered": delivered, "failed": failed}
+        state = self._loaded()
+        return state.cursor, self._resumed
+
+    def _loaded(self) -> _State:
+        if self._state is None:
+            doc = self.engine.fleet_documents(NAMESPACE).get(self.name)
+            self._resumed = doc is not None
+            if doc is None:
+                first = self.start
+                at = math.inf if first == "now" else first
+                state = _State(cursor=0 if at is None else self._cursor_before(float(at)))
+            else:
+                state = _State.load(doc)
+            self._state = state
+            if doc is None:
+                self._save()  # from here on, what happens pages even if this run dies
+        return self._state
+
+    def _cursor_before(self, at: float) -> int:
+        """The cursor after which every event is at or after unix time `at` (the last id for
+        infinity), found by bisecting the ids: O(log n) one-event queries."""
+
+        def earlier(cursor: int) -> bool:  # is the first event after `cursor` before `at`?
+            ahead = self.engine.events(since=cursor, limit=1)
+            return bool(ahead) and ahead[0].at < at
+
+        if not earlier(0):
+            return 0
+        low, high = 0, 1
+        while earlier(high):
+            low, high = high, high * 2
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if earlier(middle) else (low, middle)
+        return high
+
+    def _save(self) -> None:
+        with self._lock:
+            assert self._state is not None
+            doc = copy.deepcopy(self._state.dump())
+            self._dirty = False
+        try:
+            self.engine.put_fleet_documents(NAMESPACE, {self.name: doc})
+        except Exception:
+            with self._lock:
+                self._dirty = True
+            raise
+
+    def _save_if_dirty(self) -> None:
+        if self._dirty:
+            self._save()
+
+    # -- rounds ---------------------------------------------------------------------------------
+    def run_once(self) -> dict[str, int]:
+        """Read the events after the cursor, queue their alerts, deliver what is due (each
+        webhook on its own thread, each POST within ``timeout_s``) and wait for that.
+
+        Returns:
+            ``events`` read, ``queued`` alerts, ``delivered`` and ``failed`` POSTs, ``waiting``
+            alerts kept in outboxes after a failure (for a retry). `failures` says which
+            webhooks failed and why.
+        """
+        read, queued = self._read_feed()
+        before = {wid: (s.delivered, s.failed) for wid, s in self._senders.items()}
+        tickets = {wid: s.ask() for wid, s in self._senders.items()}
+        for wid, sender in self._senders.items():
+            sender.wait(tickets[wid])
+        with self._lock:
+            delivered = sum(s.delivered - before[w][0] for w, s in self._senders.items())
+            failed = sum(s.failed - before[w][1] for w, s in self._senders.items())
+            failures = {s.label: s.last_error for w, s in self._senders.items()
+                        if s.failed > before[w][1]}
+            waiting = 0
+            state = self._state  # loaded by _read_feed (loading here would take the lock)
+            for wid, box in (state.outbox if state else {}).items():
+                kept = [item for item in box if item.get("attempts")]
+                waiting += len(kept) if wid in self.webhooks else 0
+                if kept and wid in self.webhooks:
+                    failures.setdefault(self._senders[wid].label,
+                                        kept[0].get("error") or "an earlier try failed")
+        self.failures = failures
+        self._save_if_dirty()
+        return {"events": read, "queued": queued, "delivered": delivered, "failed": failed,
+                "waiting": waiting}
 
     def run(self, interval_s: float = 1.0, rounds: int | None = None) -> None:
-        """Run rounds every `interval_s` seconds until `stop()` (or `rounds` rounds)."""
+        """Read the feed every `interval_s` seconds until `stop()` (or `rounds` rounds); each
+        round asks the senders to deliver what is due and does not wait for them."""
         done = 0
-        while not self._stop.is_set() and (rounds is None or done < rounds):
+        try:
+            while not self._stop.is_set() and (rounds is None or done < rounds):
+                try:
+                    self._read_feed()
+                    for sender in self._senders.values():
+                        sender.ask()
+                    self._save_if_dirty()
+                except Exception as exc:  # noqa: BLE001 - a store hiccup must not end the pager
+                    log.warning("alert round failed: %s", exc)
+                done += 1
+                self._stop.wait(interval_s)
+        finally:  # stopped, or Ctrl-C: keep the outcomes of the last deliveries
             try:
-                self.run_once()
-            except Exception as exc:  # noqa: BLE001 - a store hiccup must not end the pager
-                log.warning("alert round failed: %s", exc)
-            done += 1
-            self._stop.wait(interval_s)
+                self._save_if_dirty()
+            except Exception as exc:  # noqa: BLE001 - at least once: a lost outcome is resent
+                log.warning("saving the alert state failed: %s", exc)
 
     def stop(self) -> None:
-        """Ask `run` to return after the current round."""
+        """Ask `run` (and a `run_once` waiting for its webhooks) to return soon; safe in a
+        signal handler."""
         self._stop.set()
 
     def close(self) -> None:
+        """Stop, and let the sender threads end (a POST under way is abandoned: its alert is
+        sent again by the next run, at least once)."""
         self.stop()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for sender in self._senders.values():
+            sender.wake()
+
+    def _read_feed(self) -> tuple[int, int]:
+        state = self._loaded()
+        read = queued = 0
+        while not self._stop.is_set():
+            events = self.engine.events(since=state.cursor, limit=self.page)
+            alerts = []
+            for ev in events:
+                alerts += self._alerts(state, ev)
+            with self._lock:
+                queued += self._queue(state, alerts)
+                if events:
+                    state.cursor = events[-1].id
+                    self._prune(state)
+            read += len(events)
+            if events:
+                self._save()  # alerts queued and cursor moved: one write, page by page
+            if len(events) < self.page:
+                break
+        return read, queued
 
     # -- rules ----------------------------------------------------------------------------------
     def _alerts(self, state: _State, ev: Event) -> list[dict[str, Any]]:
@@ -283,7 +556,8 @@ class AlertWorker:
                 state.recent.append([ev.at, meta.get("prompt_version"), tool])
                 if "loop" in rules:
                     rule = (verdict or {}).get("rule") or "loop"
-                    why = (verdict or {}).get("explanation") or "the detector flagged a loop"
+                    why = _clause((verdict or {}).get("explanation") or "")
+                    why = why or "the detector flagged a loop"
                     policy = (verdict or {}).get("policy")
                     if policy:  # e.g. "; policy flag (freeze: National Day change freeze)"
                         reason = (verdict or {}).get("policy_reason")
@@ -295,7 +569,7 @@ class AlertWorker:
                             ev,
                             meta,
                             tool,
-                            f"Loop detected in session {sid} ({rule}): {why}",
+                            f"Loop detected in session {sid} ({rule}): {why}.",
                         )
                     )
                 if "loop_spike" in rules:
@@ -308,6 +582,9 @@ class AlertWorker:
                 meta = self._meta_of(sid)
                 who = data.get("actor") or "someone"
                 batch = f" (bulk {data['batch']})" if data.get("batch") else ""
+                target = data.get("target")
+                to = f"snapshot {target}" if target else "an earlier snapshot"
+                undone = _count(int(data.get("steps") or 0), "step")
                 out.append(
                     self._alert(
                         "rollback",
@@ -315,8 +592,8 @@ class AlertWorker:
                         ev,
                         meta,
                         None,
-                        f"Session {sid} was rolled back to {data.get('target')} by {who}{batch}; "
-                        f"{data.get('steps', 0)} step(s) left the live line",
+                        f"Session {sid} was rolled back to {to} by {who}{batch}: {undone} "
+                        "undone.",
                     )
                 )
         elif ev.type == "compensation" and data.get("status") == "failed":
@@ -329,8 +606,8 @@ class AlertWorker:
                         ev,
                         meta,
                         None,
-                        f"Compensation {data.get('name')} (#{data.get('id')}) of session "
-                        f"{sid} failed for good: its side effect is NOT undone",
+                        f"Compensation {data.get('name') or 'unnamed'} (#{data.get('id')}) of "
+                        f"session {sid} failed for good: its side effect is NOT undone.",
                     )
                 )
         return out
@@ -352,6 +629,8 @@ class AlertWorker:
             if count >= cfg.spike_threshold:
                 key = f"loop_spike:{label}:{value}"
                 minutes = cfg.spike_window_s / 60
+                window = _count(int(minutes), "minute") if minutes.is_integer() else (
+                    f"{minutes:g} minutes")
                 out.append(
                     self._alert(
                         "loop_spike",
@@ -359,8 +638,8 @@ class AlertWorker:
                         ev,
                         meta,
                         tool,
-                        f"{count} loops of {label.replace('_', ' ')} {value} in the last "
-                        f"{minutes:g} minutes (threshold {cfg.spike_threshold})",
+                        f"{_count(count, 'loop')} of {label.replace('_', ' ')} {value} in the "
+                        f"last {window} (threshold {cfg.spike_threshold}).",
                         ttl=cfg.spike_window_s,
                     )
                 )
@@ -402,9 +681,13 @@ class AlertWorker:
     ) -> dict[str, Any]:
         link = None
         if self.config.console_url and ev.session is not None:
-            link = f"{self.config.console_url.rstrip('/')}/session?session={quote(ev.session)}"
+            link = (f"{self.config.console_url.rstrip('/')}/session?session="
+                    f"{quote(ev.session, safe='')}")
+        # Everything in `text` is plain text but the console link Rewind adds ("|" would end
+        # the link's address and start a label of its own).
+        shown = f" <{slack_escape(link).replace('|', '%7C')}>" if link else ""
         body = {
-            "text": f"[Rewind] {text}" + (f" <{link}>" if link else ""),
+            "text": f"[Rewind] {slack_escape(text)}{shown}",
             "rule": rule,
             "key": key,
             "session": ev.session,
@@ -429,7 +712,8 @@ class AlertWorker:
             state.seen[key] = now + (alert["ttl"] or self.config.dedup_s)
             for wid in self.webhooks:
                 box = state.outbox.setdefault(wid, [])
-                box.append({"key": key, "body": alert["body"], "attempts": 0, "next_at": 0.0})
+                box.append({"key": key, "body": alert["body"], "attempts": 0, "next_at": 0.0,
+                            "error": None})
                 if len(box) > self.config.outbox_limit:
                     dropped = box.pop(0)
                     log.warning(
@@ -447,69 +731,61 @@ class AlertWorker:
             if wid not in self.webhooks and not state.outbox[wid]:
                 del state.outbox[wid]
 
-    def _deliver(self, state: _State) -> tuple[int, int]:
-        due = {wid: box for wid, box in state.outbox.items() if wid in self.webhooks and box}
-        if not due:
-            return 0, 0
-        futures = {
-            wid: self._pool.submit(self._send_due, wid, box, state.sent.get(wid, []))
-            for wid, box in due.items()
-        }
-        delivered = failed = 0
-        for wid, future in futures.items():
-            box, sent, ok, bad = future.result()
-            state.outbox[wid] = box
-            state.sent[wid] = sent
-            delivered += ok
-            failed += bad
-        self._save(state)
-        return delivered, failed
-
-    def _send_due(
-        self, wid: str, box: list[dict[str, Any]], sent: list[float]
-    ) -> tuple[list[dict[str, Any]], list[float], int, int]:
-        """Send one webhook's due alerts in order; stop at its first failure (order kept)."""
+    def _send_due(self, sender: _Sender) -> None:
+        """Send one webhook's due alerts in order, outside the lock; stop at its first failure
+        (order kept: the alerts behind it wait for its retry)."""
         cfg = self.config
-        url = self.webhooks[wid]
-        now = time.time()
-        sent = [t for t in sent if t > now - 60.0]
-        keep: list[dict[str, Any]] = []
-        ok = bad = 0
-        blocked = False
-        for item in box:
-            if blocked or item["next_at"] > now or len(sent) >= cfg.rate_per_minute:
-                keep.append(item)
-                blocked = blocked or item["next_at"] > now
-                continue
-            body = json.dumps(item["body"], ensure_ascii=False).encode("utf-8")
-            try:
-                status = self.post(url, body, cfg.timeout_s)
-                error = None if 200 <= status < 300 else f"HTTP {status}"
-            except Exception as exc:  # noqa: BLE001 - unreachable, TLS, a garbled answer, …
-                error = f"{type(exc).__name__}: {exc}"
-            sent.append(time.time())
-            if error is None:
-                ok += 1
-                continue
-            bad += 1
-            attempts = int(item["attempts"]) + 1
-            if attempts >= cfg.attempts:
-                log.error(
-                    "webhook %s: gave up alert %s after %d tries (%s)",
-                    webhook_label(url),
-                    item["key"],
-                    attempts,
-                    error,
-                )
-                continue
-            delay = min(cfg.backoff_s * 2 ** (attempts - 1), cfg.max_backoff_s)
-            log.warning(
-                "webhook %s: alert %s failed (%s); retry in %.1f s",
-                webhook_label(url),
-                item["key"],
-                error,
-                delay,
-            )
-            keep.append({**item, "attempts": attempts, "next_at": time.time() + delay})
-            blocked = True  # keep this webhook's alerts in order
-        return keep, sent, ok, bad
+        while not self._stop.is_set():
+            with self._lock:
+                state = self._state
+                if state is None:  # asked before the feed was read: nothing queued yet
+                    return
+                now = time.time()
+                sent = [t for t in state.sent.get(sender.wid, []) if t > now - 60.0]
+                state.sent[sender.wid] = sent
+                box = state.outbox.get(sender.wid) or []
+                if not box or box[0]["next_at"] > now or len(sent) >= cfg.rate_per_minute:
+                    return
+                item = box[0]
+                body = json.dumps(item["body"], ensure_ascii=False).encode("utf-8")
+            error = self._post(sender.url, body)
+            with self._lock:
+                self._dirty = True
+                state.sent.setdefault(sender.wid, []).append(time.time())
+                box = state.outbox.get(sender.wid) or []
+                # The reader may have dropped it meanwhile (a full outbox).
+                index = next((i for i, x in enumerate(box) if x is item), None)
+                if error is None:
+                    sender.delivered += 1
+                    if index is not None:
+                        del box[index]
+                    continue
+                sender.failed += 1
+                sender.last_error = error
+                attempts = int(item["attempts"]) + 1
+                if attempts >= cfg.attempts:
+                    log.error("webhook %s: gave up alert %s after %s (%s)", sender.label,
+                              item["key"], _count(attempts, "try"), error)
+                    if index is not None:
+                        del box[index]
+                    continue
+                delay = min(cfg.backoff_s * 2 ** (attempts - 1), cfg.max_backoff_s)
+                log.warning("webhook %s: alert %s failed (%s); retry in %.1f s", sender.label,
+                            item["key"], error, delay)
+                if index is not None:
+                    box[index] = {**item, "attempts": attempts, "next_at": time.time() + delay,
+                                  "error": error}
+                return
+
+    def _post(self, url: str, body: bytes) -> str | None:
+        """None when `url` took `body`, else what went wrong, without the webhook's secrets."""
+        try:
+            status = self.post(url, body, self.config.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - unreachable, TLS, a garbled answer, …
+            return redact_webhook(f"{type(exc).__name__}: {exc}", url)
+        if 200 <= status < 300:
+            return None
+        if 300 <= status < 400:
+            return (f"HTTP {status}: a redirect, which is not followed (a webhook must take the "
+                    "POST itself); give its final URL")
+        return f"HTTP {status}"

@@ -386,6 +386,27 @@ def cmd_label(args) -> int:
     return EXIT_OK
 
 
+def _since(text: str) -> float:
+    """`rewind alert --since`: an age (30m, 2h, 1d) or an ISO time (UTC unless it has an
+    offset), as the unix time a first run starts at; ``now`` is the default."""
+    import datetime as dt
+
+    text = (text or "").strip()
+    if text == "now":
+        return time.time()
+    try:
+        return time.time() - parse_age(text)
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--since takes an age (30m, 2h, 1d) or an ISO time (2026-12-01T08:00, UTC unless "
+            f"it has an offset), not {text!r}") from None
+    return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
+
+
 def cmd_alert(args) -> int:
     import signal
 
@@ -395,21 +416,47 @@ def cmd_alert(args) -> int:
     try:
         config = AlertConfig(rules=rules, console_url=args.console_url,
                              spike_threshold=args.spike_threshold,
-                             spike_window_s=args.spike_window)
+                             spike_window_s=args.spike_window, timeout_s=args.timeout)
         engine = _engine(args)
-        worker = AlertWorker(engine, args.webhook, config, name=args.name)
+        worker = AlertWorker(engine, args.webhook, config, name=args.name,
+                             start="now" if args.since is None else args.since)
     except ValueError as exc:
         if isinstance(exc, RewindError):
             raise
         raise CLIError(str(exc), EXIT_USAGE) from exc
+    def count(n: int, noun: str) -> str:
+        return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     out(f"rewind alert: following {redact(engine.store.url)} for {', '.join(rules)}; "
-        f"{len(args.webhook)} webhook(s); Ctrl-C stops")
+        f"{count(len(worker.webhooks), 'webhook')}; Ctrl-C stops")
     try:
-        worker.run(interval_s=args.interval, rounds=1 if args.once else None)
+        cursor, resumed = worker.start_point()
+        if resumed:
+            note = ("; --since applies to a first run only (another --name starts afresh)"
+                    if args.since is not None else "")
+            out(f"rewind alert: resuming after event #{cursor}, where {args.name!r} stopped{note}")
+        elif args.since is None:
+            out(f"rewind alert: first run: starting at the newest event (#{cursor}); earlier "
+                "events do not page (--since 1h would page the last hour)")
+        else:
+            out(f"rewind alert: first run: starting after event #{cursor}, the last one before "
+                f"{_fmt_utc(args.since)}")
+        if not args.once:
+            worker.run(interval_s=args.interval)
+            return EXIT_OK
+        result = worker.run_once()
     finally:
         worker.close()
-    return 0
+    out(f"rewind alert: read {count(result['events'], 'event')}, queued "
+        f"{count(result['queued'], 'alert')}, delivered {result['delivered']}")
+    if worker.failures:
+        failed = "; ".join(f"{label}: {why}" for label, why in worker.failures.items())
+        raise CLIError(
+            f"{len(worker.failures)} of {count(len(worker.webhooks), 'webhook')} failed "
+            f"({failed}); {count(result['waiting'], 'alert')} wait in the outbox for the next "
+            "run", EXIT_REFUSED)
+    return EXIT_OK
 
 
 def cmd_notice(args) -> int:
@@ -777,7 +824,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Follows the event feed from a cursor kept in the store: a restart neither "
         "skips nor repeats an alert. Each alert is a JSON POST whose `text` a Slack-compatible "
         "incoming webhook shows. Rules: loop, rollback, compensation_failed, loop_spike (loops "
-        "of one prompt version or tool reaching --spike-threshold within --spike-window).",
+        "of one prompt version or tool reaching --spike-threshold within --spike-window). "
+        "A first run starts at the newest event (see --since); later runs resume. SIGTERM or "
+        "Ctrl-C stops it within a second. Exit codes with --once: 0 every due alert was "
+        "delivered (or none was due), 1 a webhook could not be reached, answered other than "
+        "2xx (a redirect too: redirects are not followed) or still holds alerts that failed "
+        "(they wait in its outbox for the next run).",
     )
     p.add_argument("--webhook", action="append", required=True, metavar="URL",
                    help="http(s) URL to POST alerts to (repeatable)")
@@ -794,7 +846,13 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="SECONDS", help="seconds between rounds (default 1)")
     p.add_argument("--name", default="default", type=_nonblank("--name"),
                    help="name of this pager's state in the store (default: default)")
-    p.add_argument("--once", action="store_true", help="one round, then exit")
+    p.add_argument("--once", action="store_true",
+                   help="one round, then exit (1 when a webhook failed; see below)")
+    p.add_argument("--since", type=_since, metavar="AGE|TIME",
+                   help="where a first run starts: an age (30m, 2h) or an ISO time (UTC unless "
+                   "it has an offset); default: now. A pager that has run before resumes")
+    p.add_argument("--timeout", type=_non_negative("--timeout"), default=5.0,
+                   metavar="SECONDS", help="deadline of one POST, all included (default 5)")
     p.set_defaults(func=cmd_alert)
 
     p = sub.add_parser("notice", help="send the user a recovery notice")

@@ -3,6 +3,7 @@ repeat, a failing webhook is retried while the others still receive."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -23,18 +24,57 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class Hook:
-    """A webhook on a free loopback port. `fail_first` answers 500 to the first N POSTs."""
+    """A webhook on a free loopback port. `fail_first` answers 500 to the first N POSTs;
+    `trickle` (seconds) answers one byte per that many seconds and never finishes its status line;
+    `redirect_to` answers 302 with that Location; `auth` ("user:password") answers 401 to a POST
+    without that basic authorization. Every request's headers are kept in `headers`."""
 
-    def __init__(self, fail_first: int = 0):
+    def __init__(self, fail_first: int = 0, *, trickle: float | None = None,
+                 redirect_to: str | None = None, auth: str | None = None):
         self.received: list[dict] = []
+        self.headers: list[dict[str, str]] = []
         self.attempts = 0
+        self.trickling = 0
         self.fail_first = fail_first
         self.lock = threading.Lock()
+        self.closed = threading.Event()
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - a followed redirect arrives as a GET
+                with hook.lock:
+                    hook.headers.append(dict(self.headers))
+                self.send_response(200)
+                self.end_headers()
+
             def do_POST(self):  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with hook.lock:
+                    hook.headers.append(dict(self.headers))
+                if trickle is not None:
+                    with hook.lock:
+                        hook.trickling += 1
+                    try:
+                        while not hook.closed.is_set():
+                            self.wfile.write(b"H")
+                            self.wfile.flush()
+                            hook.closed.wait(trickle)
+                    except OSError:
+                        pass
+                    self.close_connection = True
+                    return
+                if redirect_to is not None:
+                    self.send_response(302)
+                    self.send_header("Location", redirect_to)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if auth is not None:
+                    expected = "Basic " + base64.b64encode(auth.encode()).decode()
+                    if self.headers.get("Authorization") != expected:
+                        self.send_response(401)
+                        self.end_headers()
+                        return
                 with hook.lock:
                     hook.attempts += 1
                     failing = hook.attempts <= hook.fail_first
@@ -47,6 +87,7 @@ class Hook:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -56,21 +97,28 @@ class Hook:
             return Counter(b["key"] for b in self.received)
 
     def close(self):
+        self.closed.set()
         self.server.shutdown()
         self.server.server_close()
 
 
-@pytest.fixture
-def hooks():
+def made_hooks():
+    """The body of the `hooks` fixture (other alert test modules make theirs from it): yields
+    `make(fail_first=0, **kinds)`, which starts a `Hook`; closes them all afterwards."""
     made: list[Hook] = []
 
-    def make(fail_first: int = 0) -> Hook:
-        made.append(Hook(fail_first))
+    def make(fail_first: int = 0, **kinds) -> Hook:
+        made.append(Hook(fail_first, **kinds))
         return made[-1]
 
     yield make
     for h in made:
         h.close()
+
+
+@pytest.fixture
+def hooks():
+    yield from made_hooks()
 
 
 def _loop(engine: Engine, sid: str, prompt_version: str = "v8", tool: str = "image_crop"):
@@ -307,6 +355,8 @@ def test_killing_and_restarting_rewind_alert_neither_skips_nor_repeats(store_url
     engine = Engine.open(store_url)
     proc = _rewind_alert(store_url, a.url)
     try:
+        # A first run starts at the newest event: once it has saved that, what follows pages.
+        _until(lambda: "default" in engine.fleet_documents(NAMESPACE), 60)
         _loop(engine, "one")
         _until(lambda: len(a.keys()) == 2, 60)
         time.sleep(0.5)  # let it save the outcome of its last round
