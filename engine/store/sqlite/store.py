@@ -304,7 +304,28 @@ class SQLiteStore(BranchLine, SagaOutbox):
         now: float,
         retention: Retention,
     ) -> SnapshotNode:
-        seq, _epoch, msg_count, step_count, head = session_row(conn, sid)
+        row = session_row(conn, sid)
+        node = self._insert_snapshot(conn, sid, row, label, kind, now, retention)
+        conn.execute(
+            "UPDATE sessions SET seq = ?, head = ?, updated_at = ? WHERE id = ?",
+            (row[0] + 1, node.id, now, sid),
+        )
+        return node
+
+    @classmethod
+    def _insert_snapshot(
+        cls,
+        conn: sqlite3.Connection,
+        sid: str,
+        row: tuple[int, int, int, int, str | None],
+        label: str | None,
+        kind: SnapshotKind,
+        now: float,
+        retention: Retention,
+    ) -> SnapshotNode:
+        """Insert a snapshot at sequence number ``seq + 1`` of the session row `row` and retire
+        what falls out of its window; the caller moves the session's seq and head."""
+        seq, _epoch, msg_count, step_count, head = row
         seq += 1
         snap_id = f"snap-{seq}"
         conn.execute(
@@ -312,11 +333,7 @@ class SQLiteStore(BranchLine, SagaOutbox):
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (sid, snap_id, head, label, kind, seq, msg_count, step_count + 1, now),
         )
-        conn.execute(
-            "UPDATE sessions SET seq = ?, head = ?, updated_at = ? WHERE id = ?",
-            (seq, snap_id, now, sid),
-        )
-        self._retire(conn, sid, kind, step_count + 1, now, retention)
+        cls._retire(conn, sid, kind, step_count + 1, now, retention)
         return SnapshotNode(
             id=snap_id,
             parent=head,
@@ -340,15 +357,20 @@ class SQLiteStore(BranchLine, SagaOutbox):
         now: float,
         retention: Retention,
     ) -> None:
+        # INDEXED BY: the partial index holds only the restorable snapshots (at most the window
+        # plus one), so retiring costs the window, not the session's history; left to itself
+        # the planner walks every snapshot row of the session.
         if kind == "step":
             conn.execute(
-                "UPDATE snapshots SET retired_at = ? WHERE session = ? AND kind = 'step' "
+                "UPDATE snapshots INDEXED BY snapshots_restorable SET retired_at = ? "
+                "WHERE session = ? AND kind = 'step' "
                 "AND branch IS NULL AND retired_at IS NULL AND next_step <= ?",
                 (now, sid, next_step - retention.keep_step_snapshots),
             )
         else:
             conn.execute(
-                "UPDATE snapshots SET retired_at = ? WHERE session = ? AND kind = ? "
+                "UPDATE snapshots INDEXED BY snapshots_restorable SET retired_at = ? "
+                "WHERE session = ? AND kind = ? "
                 "AND branch IS NULL AND retired_at IS NULL AND seq < ("
                 "  SELECT MIN(seq) FROM (SELECT seq FROM snapshots WHERE session = ? AND kind = ?"
                 "  AND branch IS NULL AND retired_at IS NULL ORDER BY seq DESC LIMIT ?))",
@@ -414,10 +436,14 @@ class SQLiteStore(BranchLine, SagaOutbox):
     ) -> StepTicket:
         """Record the start of a step, after a write-ahead snapshot when a label is given."""
         with self._db.write() as conn:
+            row = session_row(conn, sid)
+            seq, epoch, _msgs, step_count, head = row
             snap_id = None
             if snapshot_label is not None:
-                snap_id = self._snapshot(conn, sid, snapshot_label, "step", now, retention).id
-            seq, epoch, _msgs, step_count, _head = session_row(conn, sid)
+                snap_id = self._insert_snapshot(
+                    conn, sid, row, snapshot_label, "step", now, retention
+                ).id
+                seq, head = seq + 1, snap_id
             seq += 1
             n = step_count + 1
             conn.execute(
@@ -439,9 +465,11 @@ class SQLiteStore(BranchLine, SagaOutbox):
                     step.get("text"),
                 ),
             )
+            # One update for the snapshot and the step: each statement is a page touched again.
             conn.execute(
-                "UPDATE sessions SET seq = ?, step_count = ?, updated_at = ? WHERE id = ?",
-                (seq, n, now, sid),
+                "UPDATE sessions SET seq = ?, step_count = ?, head = ?, updated_at = ? "
+                "WHERE id = ?",
+                (seq, n, head, now, sid),
             )
         return StepTicket(n=n, epoch=epoch, snapshot=snap_id, seq=seq)
 
