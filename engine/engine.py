@@ -35,7 +35,7 @@ from engine.records import (
 from engine.recovery import bulk, verbs
 from engine.runtime import CompensationHandler, Runtime
 from engine.sessions.session import Session
-from engine.store import Retention, SessionFilter, Store, open_store
+from engine.store import Retention, SessionCursor, SessionFilter, Store, open_store
 from engine.types import LoopPolicy, RollbackKind
 
 __all__ = ["Actor", "CompensationHandler", "Engine"]
@@ -181,9 +181,22 @@ class Engine:
         return Session(self.runtime, self.runtime.require_session(sid))
 
     def sessions(self, **filters: Any) -> list[SessionInfo]:
-        """Fleet summaries, most recently active first. Filters: status, tenant, scenario,
-        prompt_version, updated_since, limit, offset."""
-        paging = {k: filters.pop(k) for k in ("limit", "offset") if k in filters}
+        """Fleet summaries, most recently active first (ties: greater id first). Filters:
+        status, tenant, scenario, prompt_version, updated_since; paging: limit, offset, and
+        ``after``: the last `SessionInfo` of the previous page (or a `SessionCursor`, or its
+        text), so each page costs what it reads, however deep it is.
+
+        Raises:
+            ValueError: `after` is no cursor.
+        """
+        paging: dict[str, Any] = {k: filters.pop(k) for k in ("limit", "offset") if k in filters}
+        after = filters.pop("after", None)
+        if after is not None:
+            if isinstance(after, str):
+                after = SessionCursor.decode(after)
+            elif not isinstance(after, SessionCursor):
+                after = SessionCursor.after(after)
+            paging["after"] = after
         return self.store.list_sessions(SessionFilter(**filters), **paging)
 
     def fleet_stats(self, window_s: float = 3600.0, active_s: float = 300.0) -> dict:

@@ -11,6 +11,7 @@ from engine.records import MessageRecord, SessionInfo, SnapshotNode, StepRecord
 from engine.store.requests import (
     ALL_SESSIONS,
     Retention,
+    SessionCursor,
     SessionFilter,
     SessionWrite,
     StepOutcome,
@@ -48,7 +49,12 @@ class SessionStore(Protocol):
         ...
 
     def list_sessions(
-        self, where: SessionFilter = ALL_SESSIONS, *, limit: int = 200, offset: int = 0
+        self,
+        where: SessionFilter = ALL_SESSIONS,
+        *,
+        limit: int = 200,
+        offset: int = 0,
+        after: SessionCursor | None = None,
     ) -> list[SessionInfo]:
         """Sessions matching every field `where` gives, most recently active first.
 
@@ -56,10 +62,12 @@ class SessionStore(Protocol):
             where: the filter (status, tenant, scenario, prompt_version, updated_since);
                 `ALL_SESSIONS` for none.
             limit: at most this many.
-            offset: skip this many first (paging).
+            offset: skip this many first (paging; each page costs the rows skipped).
+            after: start right after this session (keyset paging: each page costs only what
+                it reads; `SessionCursor.after(last_of_the_previous_page)`).
 
         Returns:
-            The summaries, newest `updated_at` first.
+            The summaries, newest `updated_at` first (ties: greater id first).
         """
         ...
 

@@ -87,6 +87,7 @@ from engine.store.base import (
     ALL_SESSIONS,
     Retention,
     RollbackRequest,
+    SessionCursor,
     SessionFilter,
     SessionWrite,
     StepOutcome,
@@ -233,9 +234,14 @@ class RedisStore(FleetDocs):
         return codec.session_info(d) if d else None
 
     def list_sessions(
-        self, where: SessionFilter = ALL_SESSIONS, *, limit: int = 200, offset: int = 0
+        self,
+        where: SessionFilter = ALL_SESSIONS,
+        *,
+        limit: int = 200,
+        offset: int = 0,
+        after: SessionCursor | None = None,
     ) -> list[SessionInfo]:
-        return self._views.list_sessions(where, limit=limit, offset=offset)
+        return self._views.list_sessions(where, limit=limit, offset=offset, after=after)
 
     def count_sessions(self, where: SessionFilter = ALL_SESSIONS) -> int:
         return self._views.count_sessions(where)

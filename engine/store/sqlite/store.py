@@ -32,6 +32,7 @@ from engine.records import (
 from engine.store.base import (
     ALL_SESSIONS,
     Retention,
+    SessionCursor,
     SessionFilter,
     SessionWrite,
     StepOutcome,
@@ -205,13 +206,22 @@ class SQLiteStore(BranchLine, SagaOutbox):
         return to_session(rows[0]) if rows else None
 
     def list_sessions(
-        self, where: SessionFilter = ALL_SESSIONS, *, limit: int = 200, offset: int = 0
+        self,
+        where: SessionFilter = ALL_SESSIONS,
+        *,
+        limit: int = 200,
+        offset: int = 0,
+        after: SessionCursor | None = None,
     ) -> list[SessionInfo]:
         """Sessions matching every field `where` gives, most recently active first."""
         clause, params = _session_where(where)
+        if after is not None:
+            # A row-value comparison: the index on (updated_at, id) starts right at the cursor.
+            clause += f"{' AND' if clause else ' WHERE'} (updated_at, id) < (?, ?)"
+            params += [after.updated_at, after.id]
         rows = self._named(
             f"SELECT {SESSION_COLS} FROM sessions{clause} "
-            "ORDER BY updated_at DESC LIMIT ? OFFSET ?",
+            "ORDER BY updated_at DESC, id DESC LIMIT ? OFFSET ?",
             (*params, limit, offset),
         )
         return [to_session(r) for r in rows]
@@ -478,10 +488,30 @@ class SQLiteStore(BranchLine, SagaOutbox):
         verdict = outcome.get("verdict")
         budget = outcome.get("budget")
         with self._db.write() as conn:
-            _seq, epoch, *_ = session_row(conn, sid)
-            late = epoch != ticket.epoch
+            # The common case first, guarded by the ticket's epoch: the session's update is
+            # also the check that no rollback cut the step's branch meanwhile (no row updated:
+            # late, or the session is gone), one statement instead of a read and a write.
+            if verdict is not None:
+                current = conn.execute(
+                    "UPDATE sessions SET status = 'looping', last_verdict = ?, loops = loops + 1, "
+                    "updated_at = ? WHERE id = ? AND epoch = ?",
+                    (dumps(verdict), now, sid, ticket.epoch),
+                )
+            elif outcome["status"] == "ok":
+                current = conn.execute(
+                    "UPDATE sessions SET status = CASE WHEN status = 'stopped' THEN status "
+                    "ELSE 'healthy' END, updated_at = ? WHERE id = ? AND epoch = ?",
+                    (now, sid, ticket.epoch),
+                )
+            else:
+                current = conn.execute(
+                    "UPDATE sessions SET updated_at = ? WHERE id = ? AND epoch = ?",
+                    (now, sid, ticket.epoch),
+                )
+            late = current.rowcount == 0
             branch = None
             if late:
+                session_row(conn, sid)  # raises UnknownSession when it is gone
                 row = conn.execute(
                     "SELECT id FROM branches WHERE session = ? AND epoch > ? ORDER BY seq LIMIT 1",
                     (sid, ticket.epoch),
@@ -514,20 +544,6 @@ class SQLiteStore(BranchLine, SagaOutbox):
                         (sid, ticket.n),
                     ).fetchall()
                     queue_compensations(conn, sid, rows, branch, now)
-            elif verdict is not None:
-                conn.execute(
-                    "UPDATE sessions SET status = 'looping', last_verdict = ?, loops = loops + 1, "
-                    "updated_at = ? WHERE id = ?",
-                    (dumps(verdict), now, sid),
-                )
-            elif outcome["status"] == "ok":
-                conn.execute(
-                    "UPDATE sessions SET status = CASE WHEN status = 'stopped' THEN status "
-                    "ELSE 'healthy' END, updated_at = ? WHERE id = ?",
-                    (now, sid),
-                )
-            else:
-                conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
             add_event(
                 conn,
                 now,

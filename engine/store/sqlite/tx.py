@@ -38,6 +38,14 @@ CHECKPOINT_DELAY_S = 0.1
 burst of steps is checkpointed once, and a busy writer still sees one checkpoint per delay."""
 
 
+RESTART_FRAMES = 8_192
+"""WAL frames (pages, 4 KiB each by default) past which the checkpointer restarts the WAL even
+while writes go on: it bounds the WAL at about 32 MiB under a steady stream of steps."""
+
+RESTART_WAIT_S = 0.05
+"""How long a RESTART checkpoint waits for a writer or reader before giving up until later."""
+
+
 class _Run:
     """One checkpointer thread's own wake-up event and stop flag (a restarted checkpointer
     gets new ones, so an old thread can never miss its stop)."""
@@ -87,17 +95,30 @@ class Checkpointer:
                 time.sleep(CHECKPOINT_DELAY_S)
                 try:
                     if conn is None:
+                        # A short busy timeout: a RESTART checkpoint holds new writers back
+                        # while it waits, so it gives up early and tries again later instead.
                         conn = sqlite3.connect(
-                            self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                            self.path, timeout=RESTART_WAIT_S, isolation_level=None,
                             check_same_thread=False,
                         )
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self._checkpoint(conn, idle=not run.wake.is_set())
                 except sqlite3.Error:
                     # Nothing is lost: the pages stay in the WAL, and the next write retries.
                     pass
         finally:
             if conn is not None:
                 conn.close()
+
+    @staticmethod
+    def _checkpoint(conn: sqlite3.Connection, *, idle: bool) -> None:
+        # A PASSIVE checkpoint copies the WAL while writers go on, but a writer that began
+        # during the copy keeps the WAL from starting over, so under steady writes the file
+        # would only grow. Once writes pause (idle), or past RESTART_FRAMES, a RESTART
+        # checkpoint, after the PASSIVE one did the bulk of the copying, holds writers back for
+        # the last few pages only, and the next write starts the WAL from its beginning.
+        busy, frames, _done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if not busy and (idle or frames >= RESTART_FRAMES):
+            conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
 
     def stop(self) -> None:
         """End the thread (a later `poke` starts a new one)."""
