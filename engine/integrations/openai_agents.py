@@ -161,10 +161,11 @@ def item_message(item: Any) -> dict:
 
 
 def _message_item(message: dict) -> dict | None:
-    """The SDK item a live message stands for (None: nothing the model can be given)."""
+    """The SDK item a live message stands for (None: nothing the model can be given). The
+    message was just decoded from the store, so its item is handed over as is, not copied."""
     stored = message.get(ITEM_KEY)
     if isinstance(stored, dict):
-        return copy.deepcopy(stored)
+        return stored
     role = message.get("role")
     if role not in CHAT_ROLES:
         return None
@@ -218,10 +219,9 @@ class RewindSession:
         if limit is None and self.session_settings is not None:
             limit = getattr(self.session_settings, "limit", None)
         self._begin_run(wrapper)
-        items = [item for _, item in self._visible()]
-        if limit is not None:
-            items = items[-limit:] if limit > 0 else []
-        return items
+        if limit is not None and limit <= 0:
+            return []
+        return [item for _, item in self._visible(limit)[0]]
 
     async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
         """Append items to the history (one atomic write); dropped when the session was rolled
@@ -248,18 +248,16 @@ class RewindSession:
     async def pop_item(self, *, wrapper: Any = None) -> dict | None:
         """Remove and return the newest visible item (None when there is none). The message
         stays in Rewind's history; it is hidden from the SDK (restored by a rollback)."""
-        visible = self._visible()
+        visible, hidden = self._visible(1)
         if not visible:
             return None
         position, item = visible[-1]
-        hidden = list(self.rewind.state().variables.get(HIDDEN_VAR) or [])
         self.rewind.set_var(HIDDEN_VAR, [*hidden, position])
         return item
 
     async def clear_session(self, *, wrapper: Any = None) -> None:
         """Hide every item stored so far (the messages stay in Rewind's history)."""
-        count = len(self.rewind.state().messages)
-        self.rewind.set_vars({START_VAR: count, HIDDEN_VAR: None})
+        self.rewind.set_vars({START_VAR: self.rewind.info().messages, HIDDEN_VAR: None})
 
     # -- Rewind --------------------------------------------------------------------------------
     def guard(self, agent: Any, **options: Any) -> Any:
@@ -267,18 +265,30 @@ class RewindSession:
         (options: `ToolGuard`'s)."""
         return ToolGuard(self, **options).agent(agent)
 
-    def _visible(self) -> list[tuple[int, dict]]:
-        state = self.rewind.state()
-        start = state.variables.get(START_VAR) or 0
-        hidden = set(state.variables.get(HIDDEN_VAR) or ())
-        out = []
-        for position, message in enumerate(state.messages):
-            if position < start or position in hidden:
-                continue
-            item = _message_item(message)
-            if item is not None:
-                out.append((position, item))
-        return out
+    def _visible(self, newest: int | None = None) -> tuple[list[tuple[int, dict]], list[int]]:
+        """The visible (position, item) pairs, oldest first: all of them, or only the `newest`
+        N; and the hidden positions. Only the tail is read: twice as much of it each time
+        hidden messages or messages without an item leave it short of N."""
+        variables = self.engine.get_values(self.session_id, "var")
+        start = variables.get(START_VAR) or 0
+        hidden_list = list(variables.get(HIDDEN_VAR) or ())
+        hidden = set(hidden_list)
+        span = None if newest is None else newest + len(hidden)
+        while True:
+            since = start
+            if span is not None:
+                since = max(start, self.rewind.info().messages - span)
+            out = []
+            messages = self.engine.live_messages(self.session_id, since=since)
+            for position, message in enumerate(messages, start=since):
+                if position in hidden:
+                    continue
+                item = _message_item(message)
+                if item is not None:
+                    out.append((position, item))
+            if newest is None or span is None or len(out) >= newest or since <= start:
+                return (out if newest is None else out[-newest:]), hidden_list
+            span *= 2
 
     def _begin_run(self, wrapper: Any) -> None:
         key = id(wrapper) if wrapper is not None else None

@@ -128,8 +128,13 @@ class SessionStore(Protocol):
         """Current values of namespace `ns` on the live line ({} for an unknown session)."""
         ...
 
-    def live_messages(self, sid: str) -> list[dict[str, Any]]:
-        """Messages on the live line, oldest first ([] for an unknown session)."""
+    def live_messages(self, sid: str, *, since: int = 0) -> list[dict[str, Any]]:
+        """Messages on the live line, oldest first ([] for an unknown session).
+
+        Args:
+            since: only those at live-line positions `since` and after (0: all); a read of
+                the tail costs what it returns, not the history.
+        """
         ...
 
     def all_messages(self, sid: str) -> list[MessageRecord]:

@@ -284,9 +284,10 @@ class RedisStore(FleetDocs):
         raw = self._guard(self._r.hgetall, keys.kv_values(base, ns))
         return {k: json.loads(v) for k, v in raw.items()}
 
-    def live_messages(self, sid: str) -> list[dict[str, Any]]:
+    def live_messages(self, sid: str, *, since: int = 0) -> list[dict[str, Any]]:
         base = keys.session_base(sid, self.prefix)
-        rows = self._guard(self._r.lrange, keys.live_messages(base), 0, -1)
+        # the live list holds one entry per live-line position, so a position is its index
+        rows = self._guard(self._r.lrange, keys.live_messages(base), max(since, 0), -1)
         return [json.loads(r)[3] for r in rows]
 
     def all_messages(self, sid: str) -> list[MessageRecord]:

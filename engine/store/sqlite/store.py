@@ -290,10 +290,12 @@ class SQLiteStore(BranchLine, SagaOutbox):
         rows = self._read("SELECT key, value FROM kv WHERE session = ? AND ns = ?", (sid, ns))
         return {k: json.loads(v) for k, v in rows}
 
-    def live_messages(self, sid: str) -> list[dict[str, Any]]:
-        """Messages on the live line, oldest first."""
+    def live_messages(self, sid: str, *, since: int = 0) -> list[dict[str, Any]]:
+        """Messages on the live line from position `since` on, oldest first."""
         rows = self._read(
-            "SELECT body FROM messages WHERE session = ? AND branch IS NULL ORDER BY pos", (sid,)
+            "SELECT body FROM messages WHERE session = ? AND branch IS NULL AND pos >= ? "
+            "ORDER BY pos",
+            (sid, since),
         )
         return [json.loads(r[0]) for r in rows]
 
