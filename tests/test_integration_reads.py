@@ -63,3 +63,25 @@ def test_live_messages_since_a_position(store_url):
     assert len(engine.live_messages("tail")) == 10
     assert engine.live_messages("tail", since=10) == []
     assert engine.live_messages("nobody", since=3) == []
+
+
+def test_items_come_back_exactly_and_their_text_is_stored_once(store_url):
+    engine = Engine.open(store_url)
+    session = RewindSession(engine, "shapes")
+    text = "the refund of order A-1 went through " * 20
+    items = [
+        {"role": "user", "content": text},
+        {"type": "message", "role": "assistant", "id": "m1", "status": "completed",
+         "content": [{"type": "output_text", "text": text, "annotations": []}]},
+        {"type": "function_call", "call_id": "c1", "name": "refund", "arguments": '{"o": 1}'},
+        {"type": "function_call_output", "call_id": "c1", "output": text},
+        {"role": "assistant", "content": ""},
+    ]
+    asyncio.run(session.add_items(items))
+    assert asyncio.run(session.get_items()) == items
+    assert asyncio.run(session.get_items(limit=2)) == items[-2:]
+    stored = session.rewind.state().messages
+    assert [m["content"] for m in stored][:1] == [text]
+    plain = [stored[i] for i in (0, 3)]
+    assert all(text not in str({k: v for k, v in m.items() if k != "content"}) for m in plain)
+    assert asyncio.run(session.pop_item()) == items[-1]

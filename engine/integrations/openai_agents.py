@@ -15,7 +15,9 @@ guard for function tools.
 
 **Items are session messages.** Every item the SDK stores (`add_items`) becomes one message of
 the Rewind session: ``role`` and a readable ``content`` for the console, the item itself under
-``sdk_item``, so `get_items` hands back exactly what was stored. Messages written by Rewind (the
+``sdk_item``, so `get_items` hands back exactly what was stored. An item whose text is a plain
+string (a chat message's ``content``, a tool output's ``output``) keeps that text once, as the
+message's content, and the rest of the item under ``sdk_rest``. Messages written by Rewind (the
 recovery notice, a nudge) come back as plain chat items (``{"role": "assistant", "content": …}``).
 `pop_item` and `clear_session` never delete: history is append-only in Rewind, so they hide
 messages through two session variables (``openai_agents.hidden``, ``openai_agents.start``) that a
@@ -76,6 +78,14 @@ log = logging.getLogger("rewind.openai_agents")
 
 ITEM_KEY = "sdk_item"
 """Message key holding the SDK item a message was stored from."""
+
+REST_KEY = "sdk_rest"
+"""Message key holding the SDK item without its text, when the message's ``content`` is that
+text (stored once, not twice): the item is ``rest`` plus ``content`` under `TEXT_KEY`'s field
+(and, for an item with a role, the message's role)."""
+
+TEXT_KEY = "sdk_text"
+"""Message key naming the item field (``content`` or ``output``) that the content restores."""
 
 HIDDEN_VAR = "openai_agents.hidden"
 """Session variable: live-line positions of messages `pop_item` removed."""
@@ -157,7 +167,19 @@ def item_message(item: Any) -> dict:
     else:
         role = "assistant"
         content = f"[{kind or 'item'}]"
-    return {"role": role, "content": content, ITEM_KEY: plain}
+    text_field = None
+    if isinstance(plain.get("role"), str) and plain["role"] and isinstance(
+            plain.get("content"), str):
+        text_field = "content"
+    elif isinstance(kind, str) and kind.endswith("_output") and isinstance(
+            plain.get("output"), str):
+        text_field = "output"
+    if text_field is None:
+        return {"role": role, "content": content, ITEM_KEY: plain}
+    # The text is the message's content already: keeping it twice doubled what a chat costs.
+    rest = {k: v for k, v in plain.items()
+            if k != text_field and not (text_field == "content" and k == "role")}
+    return {"role": role, "content": content, REST_KEY: rest, TEXT_KEY: text_field}
 
 
 def _message_item(message: dict) -> dict | None:
@@ -166,6 +188,13 @@ def _message_item(message: dict) -> dict | None:
     stored = message.get(ITEM_KEY)
     if isinstance(stored, dict):
         return stored
+    rest, field = message.get(REST_KEY), message.get(TEXT_KEY)
+    if isinstance(rest, dict) and field in ("content", "output"):
+        item = dict(rest)
+        if field == "content":
+            item["role"] = message.get("role")
+        item[field] = message.get("content")
+        return item
     role = message.get("role")
     if role not in CHAT_ROLES:
         return None
@@ -240,9 +269,10 @@ class RewindSession:
                 len(items),
             )
             return
-        messages = [item_message(item) for item in items]
+        plain = [_plain(item) for item in items]
+        messages = [item_message(item) for item in plain]
         self.rewind.append_messages(messages)
-        if _ends_run([m[ITEM_KEY] for m in messages]):
+        if _ends_run(plain):
             self._snapshot("run end")
 
     async def pop_item(self, *, wrapper: Any = None) -> dict | None:
