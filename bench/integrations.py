@@ -233,7 +233,8 @@ def bench_sessions_vs_sdk(tmp: str, repeat: int) -> list[list[str]] | None:
                 asyncio.run(session.add_items(items[i:i + 100]))
             get = _median_us(lambda s=session: asyncio.run(s.get_items(limit=20)), repeat)
             extra = iter(_sdk_items(repeat))
-            add = _median_us(lambda s=session: asyncio.run(s.add_items([next(extra)])), repeat)
+            add = _median_us(lambda s=session, e=extra: asyncio.run(s.add_items([next(e)])),
+                             repeat)
             pops = min(repeat, n)
             pop = _median_us(lambda s=session: asyncio.run(s.pop_item()), pops)
             figures[name] = (get, pop, add)

@@ -136,8 +136,8 @@ class BranchLine:
             # has no index and would walk every step of the session.
             comp_rows = conn.execute(
                 "SELECT n, compensation FROM steps INDEXED BY steps_seq WHERE session = ? "
-                "AND seq > ? AND branch = ? AND side_effect = 1 AND compensation IS NOT NULL AND status = 'ok' "
-                "ORDER BY n DESC",
+                "AND seq > ? AND branch = ? AND side_effect = 1 AND compensation IS NOT NULL "
+                "AND status = 'ok' ORDER BY n DESC",
                 (sid, snap_seq, branch),
             ).fetchall()
             queued = queue_compensations(conn, sid, comp_rows, branch, now)
