@@ -14,7 +14,16 @@ median bare call (target: under 1 ms on SQLite).
 - MCP proxy: `McpProxy.call` vs the upstream client's ``call_tool``, the upstream an in-process
   MCP server (no subprocess, so the figure is the proxy's own cost, not the pipe's).
 
-    python bench/integrations.py [--calls N] [--store URL]
+Then the integrations' own reads and writes against the SDKs' own stores, same run, both at
+their default settings, at 10, 100 and 1,000 items (or checkpoints) of history:
+
+- `RewindSession` vs the Agents SDK's `SQLiteSession` (a file each): ``get_items(limit=20)``,
+  ``pop_item``, ``add_items`` of one item, and the stored bytes per item (the row text);
+- `RewindSaver` vs LangGraph's `SqliteSaver`: ``put`` (median of the last 10) and reading the
+  latest checkpoint with a fresh saver object (cold cache) on both sides (bench/langgraph.py's
+  plan: a ReAct thread whose message list grows by one message per checkpoint).
+
+    python bench/integrations.py [--calls N] [--store URL] [--no-history]
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -183,10 +193,129 @@ def bench_mcp(engine: Engine, calls: int) -> Row | None:
     return ("MCP proxy", *asyncio.run(run()))
 
 
+HISTORY_SIZES = (10, 100, 1_000)
+"""Items (or checkpoints) of history at which the integrations' reads are compared."""
+
+
+def _median_us(fn: Callable[[], Any], repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples) * 1e6
+
+
+def _sdk_items(n: int) -> list[dict]:
+    return [{"role": "user" if i % 2 else "assistant",
+             "content": f"turn {i}: " + lookup_result(f"A-{i}") * 3} for i in range(n)]
+
+
+def bench_sessions_vs_sdk(tmp: str, repeat: int) -> list[list[str]] | None:
+    """RewindSession vs the SDK's SQLiteSession: rows of the table (None: SDK not installed)."""
+    try:
+        from agents import SQLiteSession
+
+        from engine.integrations.openai_agents import RewindSession
+    except ImportError:
+        return None
+    rows = []
+    for n in HISTORY_SIZES:
+        items = _sdk_items(n)
+        engine = Engine.open(f"sqlite:///{tmp}/rewind-session-{n}.db")
+        sides = {
+            "RewindSession": RewindSession(engine, f"chat-{n}"),
+            "SQLiteSession": SQLiteSession(f"chat-{n}", f"{tmp}/sdk-session-{n}.db"),
+        }
+        figures = {}
+        for name, session in sides.items():
+            for i in range(0, n, 100):
+                asyncio.run(session.add_items(items[i:i + 100]))
+            get = _median_us(lambda s=session: asyncio.run(s.get_items(limit=20)), repeat)
+            extra = iter(_sdk_items(repeat))
+            add = _median_us(lambda s=session, e=extra: asyncio.run(s.add_items([next(e)])),
+                             repeat)
+            pops = min(repeat, n)
+            pop = _median_us(lambda s=session: asyncio.run(s.pop_item()), pops)
+            figures[name] = (get, pop, add)
+        with sqlite3.connect(f"{tmp}/rewind-session-{n}.db") as db:
+            (rewind_bytes,) = db.execute(
+                "SELECT SUM(LENGTH(body)) FROM messages WHERE session = ?", (f"chat-{n}",)
+            ).fetchone()
+        with sqlite3.connect(f"{tmp}/sdk-session-{n}.db") as db:
+            sdk_bytes, sdk_count = db.execute(
+                "SELECT SUM(LENGTH(message_data)), COUNT(*) FROM agent_messages").fetchone()
+        engine.close()
+        count = n + repeat  # Rewind keeps every item added (a pop hides one); the SDK deletes
+        (rg, rp, ra), (sg, sp, sa) = figures["RewindSession"], figures["SQLiteSession"]
+        rows.append([f"{n:,}", f"{rg:.0f}", f"{sg:.0f}", f"{rg / sg:.1f}x", f"{rp:.0f}",
+                     f"{sp:.0f}", f"{rp / sp:.1f}x", f"{ra:.0f}", f"{sa:.0f}",
+                     f"{rewind_bytes / count:.0f}", f"{sdk_bytes / sdk_count:.0f}",
+                     f"{(rewind_bytes / count) / (sdk_bytes / sdk_count):.2f}x"])
+    return rows
+
+
+def bench_savers(tmp: str) -> list[list[str]] | None:
+    """RewindSaver vs LangGraph's SqliteSaver: rows of the table (None: LangGraph missing)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "bench_langgraph", os.path.join(HERE, "langgraph.py"))
+        assert spec is not None and spec.loader is not None
+        lg = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(lg)
+    except ImportError:
+        return None
+    rows = []
+    for n in HISTORY_SIZES:
+        plan = lg.checkpoints(n)
+        rewind_file = os.path.join(tmp, f"rewind-saver-{n}.db")
+        rewind = lg.bench_rewind(f"sqlite:///{rewind_file}", f"thread-{n}", plan, rewind_file)
+        sqlite = lg.bench_sqlite_saver(os.path.join(tmp, f"lg-saver-{n}.db"), f"thread-{n}", plan)
+        rp = statistics.median(rewind["times"][-10:]) * 1e6
+        sp = statistics.median(sqlite["times"][-10:]) * 1e6
+        rl, sl = rewind["latest"] * 1e6, sqlite["latest"] * 1e6
+        rows.append([f"{n:,}", f"{rp:.0f}", f"{sp:.0f}", f"{rp / sp:.2f}x", f"{rl:.0f}",
+                     f"{sl:.0f}", f"{rl / sl:.2f}x"])
+    return rows
+
+
+def print_table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    print("  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)))
+    for r in rows:
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
+
+
+def history_tables(repeat: int) -> None:
+    """The integrations' reads against the SDKs' own stores, by history length."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sessions = bench_sessions_vs_sdk(tmp, repeat)
+        if sessions is None:
+            print("\nRewindSession vs SQLiteSession: skipped (openai-agents is not installed)")
+        else:
+            print(f"\nRewindSession vs the Agents SDK's SQLiteSession, default settings, "
+                  f"median µs of {repeat}; bytes: stored row text per item")
+            print_table(["items", "get(20) rw", "get(20) sdk", "ratio", "pop rw", "pop sdk",
+                         "ratio", "add rw", "add sdk", "B/item rw", "B/item sdk", "ratio"],
+                        sessions)
+        savers = bench_savers(tmp)
+        if savers is None:
+            print("\nRewindSaver vs SqliteSaver: skipped (langgraph is not installed)")
+        else:
+            print("\nRewindSaver vs LangGraph's SqliteSaver, default settings, µs; put: median "
+                  "of the last 10; latest: a fresh saver reads the newest checkpoint (median of 5)")
+            print_table(["checkpoints", "put rw", "put lg", "ratio", "latest rw", "latest lg",
+                         "ratio"], savers)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=400, help="calls per integration")
     parser.add_argument("--store", default=None, help="store URL (default: a SQLite file)")
+    parser.add_argument("--no-history", action="store_true",
+                        help="skip the SDK-store comparisons by history length")
     args = parser.parse_args(argv)
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as tmp:
@@ -237,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
                 for i, (c, w) in enumerate(zip(r, widths, strict=True))
             )
         )
+    if not args.no_history:
+        history_tables(repeat=20)
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
     return 0
 

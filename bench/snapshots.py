@@ -4,7 +4,14 @@ Compares Rewind's SQLite store with a full-copy baseline (deepcopy of the histor
 stored as JSON in the same kind of SQLite file) in the same run. Machines here are noisy: read the
 ratios, not the absolute times.
 
-    python bench/snapshots.py [--quick]
+The guarded step (``with s.step(...)``, default settings: a write-ahead snapshot each step) is
+timed at 10, 1,000, 10,000 and 100,000 steps of history, on SQLite and on Redis, against a bare
+two-transaction floor on the same store (SQLite: two ``BEGIN IMMEDIATE`` … ``COMMIT`` with one
+row written each, on the same file and pragmas; Redis: two MULTI/EXEC round trips). Step and
+floor samples alternate, so both see the same machine load. The history grows through the step
+path itself (a user message every 50 steps, a new task), one session per store.
+
+    python bench/snapshots.py [--quick] [--no-redis] [--steps-only]
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests"))
 
 from common import message, timed  # noqa: E402
 
@@ -121,12 +131,164 @@ def bench_space(tmp: str, steps: int) -> dict:
     }
 
 
+STEP_LENGTHS = (10, 1_000, 10_000, 100_000)
+"""Steps of history at which the guarded step is timed."""
+
+
+def sqlite_floor(path: str):
+    """Two bare write transactions on the store's file, with the store's pragmas."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA wal_autocheckpoint = 0")  # as the store's connections (a thread checkpoints)
+    db.execute("PRAGMA synchronous = NORMAL")
+    db.execute("CREATE TABLE IF NOT EXISTS floor (id INTEGER PRIMARY KEY, v TEXT)")
+    counter = iter(range(10**9))
+
+    def two_transactions() -> None:
+        i = next(counter)
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO floor(id, v) VALUES (?, ?)", (i, "running"))
+        db.execute("COMMIT")
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("UPDATE floor SET v = ? WHERE id = ?", ("ok", i))
+        db.execute("COMMIT")
+
+    return two_transactions
+
+
+def redis_floor(url: str):
+    """Two bare MULTI/EXEC round trips (a hash field and a list push each) on the same server."""
+    import redis
+
+    r = redis.Redis.from_url(url.split("?")[0])
+    counter = iter(range(10**9))
+
+    def two_transactions() -> None:
+        i = next(counter)
+        for status in ("running", "ok"):
+            pipe = r.pipeline(transaction=True)
+            pipe.hset("bench-floor:h", str(i), status)
+            pipe.rpush("bench-floor:l", i)
+            pipe.execute()
+
+    return two_transactions
+
+
+def _quantiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered) * 1e6, ordered[int(len(ordered) * 0.99)] * 1e6
+
+
+def bench_guarded_step(url: str, floor, lengths: tuple[int, ...], samples: int) -> list[dict]:
+    """Median and p99 of the guarded step at each history length, with the floor beside it."""
+    # The hard step budget (per session lifetime until it counts per task) would stop a
+    # 100,000-step session: lifted, which changes nothing on the step's path.
+    engine = Engine.open(url, detector_factory=lambda: LoopDetector(max_steps=None))
+    s = engine.session("long-session", meta={"tenant": "bench"})
+    done = 0
+    rows = []
+
+    def one_step(i: int) -> None:
+        with s.step(f"tool_{i % 7}", {"q": f"task {i // 50} part {i % 50}"}) as call:
+            call.ok({"answer": i})
+
+    for length in lengths:
+        while done < length:  # grow the history through the step path
+            if done % 50 == 0:
+                s.append_message("user", f"task {done // 50}")
+            one_step(done)
+            done += 1
+        steps, floors = [], []
+        for _ in range(samples):
+            if done % 50 == 0:
+                s.append_message("user", f"task {done // 50}")
+            t0 = time.perf_counter()
+            floor()
+            t1 = time.perf_counter()
+            one_step(done)
+            t2 = time.perf_counter()
+            done += 1
+            floors.append(t1 - t0)
+            steps.append(t2 - t1)
+        step_med, step_p99 = _quantiles(steps)
+        floor_med, floor_p99 = _quantiles(floors)
+        rows.append({"history": length, "median_us": step_med, "p99_us": step_p99,
+                     "floor_median_us": floor_med, "floor_p99_us": floor_p99})
+        print(f"  {url.split(':')[0]:>6} {length:>8,} steps: median {step_med:6.0f} us, "
+              f"p99 {step_p99:6.0f} us (floor {floor_med:.0f} / {floor_p99:.0f})", flush=True)
+    engine.close()
+    return rows
+
+
+def guarded_step_tables(tmp: str, lengths: tuple[int, ...], samples: int,
+                        use_redis: bool) -> list[tuple[str, bool, float]]:
+    """Run the guarded-step bench on SQLite (and Redis), print its table; returns the checks."""
+    results = {}
+    print("\nGuarded step by steps of history (seeding as it goes) ...", flush=True)
+    path = f"{tmp}/steps.db"
+    results["sqlite"] = bench_guarded_step(f"sqlite:///{path}", sqlite_floor(path), lengths,
+                                           samples)
+    if use_redis:
+        from support.redis_servers import RedisServer, have_redis
+
+        if not have_redis():
+            print("  redis: skipped (redis-server is not installed)")
+        else:
+            server = RedisServer().start()
+            try:
+                url = server.url(prefix="bench")
+                results["redis"] = bench_guarded_step(url, redis_floor(url), lengths, samples)
+            finally:
+                server.remove()
+    print(f"\nGuarded step (`with s.step(...)`, default settings), {samples} samples per row, "
+          "microseconds; floor: two bare transactions, same store, same run")
+    print(f"{'store':>7} {'history':>8} {'median':>8} {'p99':>8} {'floor med':>10} "
+          f"{'floor p99':>10} {'med/floor':>10} {'p99/floor':>10}")
+    checks = []
+    for name, rows in results.items():
+        for r in rows:
+            print(f"{name:>7} {r['history']:>8,} {r['median_us']:>8.0f} {r['p99_us']:>8.0f} "
+                  f"{r['floor_median_us']:>10.0f} {r['floor_p99_us']:>10.0f} "
+                  f"{r['median_us'] / r['floor_median_us']:>9.1f}x "
+                  f"{r['p99_us'] / r['floor_p99_us']:>9.1f}x")
+        flat = rows[-1]["median_us"] / rows[0]["median_us"]
+        worst_med = max(r["median_us"] / r["floor_median_us"] for r in rows)
+        worst_p99 = max(r["p99_us"] / r["floor_p99_us"] for r in rows)
+        longest = f"{rows[-1]['history']:,}"
+        # the same ratio measured against the floor of its own row: what is left when the
+        # machine's load moved both (the floor runs beside the step, on the same store)
+        flat_vs_floor = ((rows[-1]["median_us"] / rows[-1]["floor_median_us"])
+                         / (rows[0]["median_us"] / rows[0]["floor_median_us"]))
+        checks += [
+            (f"{name}: step median at {longest} <= 1.2x at {rows[0]['history']}", flat,
+             flat <= 1.2),
+            (f"{name}: the same, each median divided by its row's floor", flat_vs_floor,
+             flat_vs_floor <= 1.2),
+            (f"{name}: step median <= 5x the floor (worst row)", worst_med, worst_med <= 5),
+            (f"{name}: step p99 <= 10x the floor p99 (worst row)", worst_p99, worst_p99 <= 10),
+        ]
+    return checks
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer repeats; guarded steps up to 10,000 steps of history")
+    parser.add_argument("--no-redis", action="store_true", help="guarded steps on SQLite only")
+    parser.add_argument("--steps-only", action="store_true",
+                        help="only the guarded step by history length")
     args = parser.parse_args()
     repeat = 20 if args.quick else 60
+    lengths = STEP_LENGTHS[:-1] if args.quick else STEP_LENGTHS
+    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as tmp:
+        step_checks = guarded_step_tables(tmp, lengths, 300 if args.quick else 1000,
+                                          not args.no_redis)
+        if args.steps_only:
+            print("\nTargets")
+            for name, value, ok in step_checks:
+                print(f"  [{'ok' if ok else 'MISS'}] {name}: {value:.2f}")
+            return 0
         rows = bench_lengths(tmp, [10, 100, 1_000, 10_000], repeat)
         space = bench_space(tmp, 2_000)
 
@@ -157,6 +319,7 @@ def main() -> int:
         ("snapshots of a 2,000-step session <= 2x history bytes", ratio, ratio <= 2.0),
         ("guarded step median < 500 us", space["step_median_us"],
          space["step_median_us"] < 500),
+        *step_checks,
     ]
     for name, value, ok in checks:
         print(f"  [{'ok' if ok else 'MISS'}] {name}: {value:.2f}")

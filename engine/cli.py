@@ -11,6 +11,7 @@ import argparse
 import getpass
 import json
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -43,7 +44,7 @@ from engine.errors import (
     UnknownSession,
     UnknownSnapshot,
 )
-from engine.store import redact
+from engine.store import SessionCursor, redact
 from engine.types import Role
 
 if TYPE_CHECKING:
@@ -107,9 +108,13 @@ def _store_name(url: str) -> str:
 def cmd_sessions(args) -> int:
     engine = _engine(args)
     since = time.time() - args.active * 60 if args.active else None
+    try:
+        after = SessionCursor.decode(args.after) if args.after else None
+    except ValueError as exc:
+        raise CLIError(str(exc), EXIT_USAGE) from None
     infos = engine.sessions(status=args.status, tenant=args.tenant, scenario=args.scenario,
                             prompt_version=args.prompt_version, updated_since=since,
-                            limit=args.limit)
+                            limit=args.limit, after=after)
     if args.json:
         print(json.dumps([i.__dict__ for i in infos], ensure_ascii=True, indent=1))
         return 0
@@ -119,6 +124,8 @@ def cmd_sessions(args) -> int:
     print(_table(rows, ["SESSION", "STATUS", "TENANT", "SCENARIO", "PROMPT", "STEPS",
                         "ROLLBACKS", "LAST ACTIVITY", "VERDICT"]))
     out(f"\n{len(infos)} session(s) in {redact(engine.store.url)}")
+    if infos and len(infos) == args.limit:
+        out(f"next page: --after {shlex.quote(SessionCursor.after(infos[-1]).encode())}")
     return 0
 
 
@@ -549,16 +556,16 @@ def purge_candidates(engine: Engine, before: float) -> list[tuple[str, BranchInf
     """(session id, BranchInfo) of every abandoned branch created before `before`, read
     through the engine API (sessions page by page, then each session's branches)."""
     found = []
-    offset, page = 0, 500
+    after, page = None, 500
     while True:
-        infos = engine.sessions(limit=page, offset=offset)
+        infos = engine.sessions(limit=page, after=after)
         for info in infos:
             for branch in engine.get_session(info.id).branches():
                 if branch.created_at < before:
                     found.append((info.id, branch))
         if len(infos) < page:
             return found
-        offset += page
+        after = infos[-1]
 
 
 def cmd_purge(args) -> int:
@@ -728,6 +735,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--active", type=_non_negative("--active"), metavar="MINUTES",
                    help="only sessions active in the last MINUTES")
     p.add_argument("--limit", type=_non_negative("--limit", int), default=50)
+    p.add_argument("--after", metavar="CURSOR",
+                   help="the page after this cursor (the previous page prints it)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sessions)
 

@@ -37,7 +37,7 @@ from engine.records import (
 from engine.recovery import bulk, verbs
 from engine.runtime import CompensationHandler, Runtime
 from engine.sessions.session import Session
-from engine.store import Retention, SessionFilter, Store, open_store
+from engine.store import Retention, SessionCursor, SessionFilter, Store, open_store
 from engine.types import FACETS, LoopPolicy, RollbackKind
 
 if TYPE_CHECKING:
@@ -228,9 +228,22 @@ class Engine:
         return Session(self.runtime, self.runtime.require_session(sid))
 
     def sessions(self, **filters: Any) -> list[SessionInfo]:
-        """Fleet summaries, most recently active first. Filters: status, tenant, scenario,
-        prompt_version, updated_since, limit, offset."""
-        paging = {k: filters.pop(k) for k in ("limit", "offset") if k in filters}
+        """Fleet summaries, most recently active first (ties: greater id first). Filters:
+        status, tenant, scenario, prompt_version, updated_since; paging: limit, offset, and
+        ``after``: the last `SessionInfo` of the previous page (or a `SessionCursor`, or its
+        text), so each page costs what it reads, however deep it is.
+
+        Raises:
+            ValueError: `after` is no cursor.
+        """
+        paging: dict[str, Any] = {k: filters.pop(k) for k in ("limit", "offset") if k in filters}
+        after = filters.pop("after", None)
+        if after is not None:
+            if isinstance(after, str):
+                after = SessionCursor.decode(after)
+            elif not isinstance(after, SessionCursor):
+                after = SessionCursor.after(after)
+            paging["after"] = after
         return self.store.list_sessions(SessionFilter(**filters), **paging)
 
     def replay(self, config: DetectorConfig | Mapping[str, Any] | None,
@@ -490,6 +503,16 @@ class Engine:
         from engine.store.urls import redact
 
         return redact(url)
+
+    def live_messages(self, sid: str, *, since: int = 0) -> list[dict[str, Any]]:
+        """The messages on the live line of session `sid` from position `since` on (0: all;
+        `SessionInfo.messages` counts them), oldest first, [] for an unknown session. Reading
+        the tail costs what it returns, however long the history.
+
+        Raises:
+            InvalidSessionId: bad id.
+        """
+        return self.store.live_messages(validate_session_id(sid), since=since)
 
     def session_info(self, sid: str) -> SessionInfo | None:
         """The stored summary of session `sid`, or None when there is none (unlike

@@ -21,7 +21,7 @@ from engine import (
     UnknownSession,
     UnknownSnapshot,
 )
-from engine.store import Retention, RollbackRequest, SessionFilter
+from engine.store import Retention, RollbackRequest, SessionCursor, SessionFilter
 from engine.types import SessionStatus
 
 
@@ -96,6 +96,32 @@ def test_sessions_are_counted_by_the_same_filter_they_are_listed_by(engine):
         assert len(engine.store.list_sessions(where)) == count, where
     assert [i.id for i in engine.store.list_sessions(SessionFilter(tenant="t1", scenario="crop"))] \
         == ["b"]
+
+
+def test_sessions_page_by_cursor_without_gaps_or_repeats(store_url):
+    now = [1000.0]
+    engine = Engine.open(store_url, clock=lambda: now[0])
+    for i in range(23):
+        if i % 3 == 0:
+            now[0] += 1.0  # three sessions share each activity time: the id breaks the tie
+        engine.session(f"s-{i:02d}", meta={"tenant": "acme" if i % 2 else "other"})
+    listed = [i.id for i in engine.sessions(limit=100)]
+    assert listed[:4] == ["s-22", "s-21", "s-20", "s-19"]  # newest first, greater id first
+    for filters in ({}, {"tenant": "acme"}, {"status": "healthy"}):
+        expected = [i.id for i in engine.sessions(limit=100, **filters)]
+        pages: list[list[str]] = []
+        after = None
+        while True:
+            page = engine.sessions(limit=4, after=after, **filters)
+            pages.append([i.id for i in page])
+            if len(page) < 4:
+                break
+            after = SessionCursor.after(page[-1]).encode() if len(pages) % 2 else page[-1]
+        assert [sid for p in pages for sid in p] == expected, filters
+        assert all(len(p) == 4 for p in pages[:-1])
+    assert engine.sessions(after=SessionCursor(0.0, "")) == []
+    with pytest.raises(ValueError, match="cursor"):
+        engine.sessions(after="not a cursor")
 
 
 # -- history and state ------------------------------------------------------------------------

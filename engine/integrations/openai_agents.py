@@ -15,7 +15,9 @@ guard for function tools.
 
 **Items are session messages.** Every item the SDK stores (`add_items`) becomes one message of
 the Rewind session: ``role`` and a readable ``content`` for the console, the item itself under
-``sdk_item``, so `get_items` hands back exactly what was stored. Messages written by Rewind (the
+``sdk_item``, so `get_items` hands back exactly what was stored. An item whose text is a plain
+string (a chat message's ``content``, a tool output's ``output``) keeps that text once, as the
+message's content, and the rest of the item under ``sdk_rest``. Messages written by Rewind (the
 recovery notice, a nudge) come back as plain chat items (``{"role": "assistant", "content": …}``).
 `pop_item` and `clear_session` never delete: history is append-only in Rewind, so they hide
 messages through two session variables (``openai_agents.hidden``, ``openai_agents.start``) that a
@@ -76,6 +78,14 @@ log = logging.getLogger("rewind.openai_agents")
 
 ITEM_KEY = "sdk_item"
 """Message key holding the SDK item a message was stored from."""
+
+REST_KEY = "sdk_rest"
+"""Message key holding the SDK item without its text, when the message's ``content`` is that
+text (stored once, not twice): the item is ``rest`` plus ``content`` under `TEXT_KEY`'s field
+(and, for an item with a role, the message's role)."""
+
+TEXT_KEY = "sdk_text"
+"""Message key naming the item field (``content`` or ``output``) that the content restores."""
 
 HIDDEN_VAR = "openai_agents.hidden"
 """Session variable: live-line positions of messages `pop_item` removed."""
@@ -157,14 +167,34 @@ def item_message(item: Any) -> dict:
     else:
         role = "assistant"
         content = f"[{kind or 'item'}]"
-    return {"role": role, "content": content, ITEM_KEY: plain}
+    text_field = None
+    if isinstance(plain.get("role"), str) and plain["role"] and isinstance(
+            plain.get("content"), str):
+        text_field = "content"
+    elif isinstance(kind, str) and kind.endswith("_output") and isinstance(
+            plain.get("output"), str):
+        text_field = "output"
+    if text_field is None:
+        return {"role": role, "content": content, ITEM_KEY: plain}
+    # The text is the message's content already: keeping it twice doubled what a chat costs.
+    rest = {k: v for k, v in plain.items()
+            if k != text_field and not (text_field == "content" and k == "role")}
+    return {"role": role, "content": content, REST_KEY: rest, TEXT_KEY: text_field}
 
 
 def _message_item(message: dict) -> dict | None:
-    """The SDK item a live message stands for (None: nothing the model can be given)."""
+    """The SDK item a live message stands for (None: nothing the model can be given). The
+    message was just decoded from the store, so its item is handed over as is, not copied."""
     stored = message.get(ITEM_KEY)
     if isinstance(stored, dict):
-        return copy.deepcopy(stored)
+        return stored
+    rest, field = message.get(REST_KEY), message.get(TEXT_KEY)
+    if isinstance(rest, dict) and field in ("content", "output"):
+        item = dict(rest)
+        if field == "content":
+            item["role"] = message.get("role")
+        item[field] = message.get("content")
+        return item
     role = message.get("role")
     if role not in CHAT_ROLES:
         return None
@@ -218,10 +248,9 @@ class RewindSession:
         if limit is None and self.session_settings is not None:
             limit = getattr(self.session_settings, "limit", None)
         self._begin_run(wrapper)
-        items = [item for _, item in self._visible()]
-        if limit is not None:
-            items = items[-limit:] if limit > 0 else []
-        return items
+        if limit is not None and limit <= 0:
+            return []
+        return [item for _, item in self._visible(limit)[0]]
 
     async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
         """Append items to the history (one atomic write); dropped when the session was rolled
@@ -240,26 +269,25 @@ class RewindSession:
                 len(items),
             )
             return
-        messages = [item_message(item) for item in items]
+        plain = [_plain(item) for item in items]
+        messages = [item_message(item) for item in plain]
         self.rewind.append_messages(messages)
-        if _ends_run([m[ITEM_KEY] for m in messages]):
+        if _ends_run(plain):
             self._snapshot("run end")
 
     async def pop_item(self, *, wrapper: Any = None) -> dict | None:
         """Remove and return the newest visible item (None when there is none). The message
         stays in Rewind's history; it is hidden from the SDK (restored by a rollback)."""
-        visible = self._visible()
+        visible, hidden = self._visible(1)
         if not visible:
             return None
         position, item = visible[-1]
-        hidden = list(self.rewind.state().variables.get(HIDDEN_VAR) or [])
         self.rewind.set_var(HIDDEN_VAR, [*hidden, position])
         return item
 
     async def clear_session(self, *, wrapper: Any = None) -> None:
         """Hide every item stored so far (the messages stay in Rewind's history)."""
-        count = len(self.rewind.state().messages)
-        self.rewind.set_vars({START_VAR: count, HIDDEN_VAR: None})
+        self.rewind.set_vars({START_VAR: self.rewind.info().messages, HIDDEN_VAR: None})
 
     # -- Rewind --------------------------------------------------------------------------------
     def guard(self, agent: Any, **options: Any) -> Any:
@@ -267,18 +295,30 @@ class RewindSession:
         (options: `ToolGuard`'s)."""
         return ToolGuard(self, **options).agent(agent)
 
-    def _visible(self) -> list[tuple[int, dict]]:
-        state = self.rewind.state()
-        start = state.variables.get(START_VAR) or 0
-        hidden = set(state.variables.get(HIDDEN_VAR) or ())
-        out = []
-        for position, message in enumerate(state.messages):
-            if position < start or position in hidden:
-                continue
-            item = _message_item(message)
-            if item is not None:
-                out.append((position, item))
-        return out
+    def _visible(self, newest: int | None = None) -> tuple[list[tuple[int, dict]], list[int]]:
+        """The visible (position, item) pairs, oldest first: all of them, or only the `newest`
+        N; and the hidden positions. Only the tail is read: twice as much of it each time
+        hidden messages or messages without an item leave it short of N."""
+        variables = self.engine.get_values(self.session_id, "var")
+        start = variables.get(START_VAR) or 0
+        hidden_list = list(variables.get(HIDDEN_VAR) or ())
+        hidden = set(hidden_list)
+        span = None if newest is None else newest + len(hidden)
+        while True:
+            since = start
+            if span is not None:
+                since = max(start, self.rewind.info().messages - span)
+            out = []
+            messages = self.engine.live_messages(self.session_id, since=since)
+            for position, message in enumerate(messages, start=since):
+                if position in hidden:
+                    continue
+                item = _message_item(message)
+                if item is not None:
+                    out.append((position, item))
+            if newest is None or span is None or len(out) >= newest or since <= start:
+                return (out if newest is None else out[-newest:]), hidden_list
+            span *= 2
 
     def _begin_run(self, wrapper: Any) -> None:
         key = id(wrapper) if wrapper is not None else None

@@ -5,13 +5,21 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from engine.store.base import Retention, RollbackRequest, SessionFilter, StepTicket, Store
+from engine.store.base import (
+    Retention,
+    RollbackRequest,
+    SessionCursor,
+    SessionFilter,
+    StepTicket,
+    Store,
+)
 from engine.store.urls import redact
 
 __all__ = [
     "DEFAULT_URL",
     "Retention",
     "RollbackRequest",
+    "SessionCursor",
     "SessionFilter",
     "StepTicket",
     "Store",

@@ -103,6 +103,46 @@ class SessionFilter:
         return {name: value for name, value in wanted.items() if value is not None}
 
 
+@dataclass(frozen=True, order=True)
+class SessionCursor:
+    """Where a page of the fleet listing ended: the last session it showed. The next page
+    starts right after it (keyset paging: no rows are skipped to get there, so every page costs
+    what it reads, and a session that changes meanwhile is neither shown twice nor skipped
+    unless it moved past the cursor)."""
+
+    updated_at: float
+    """The last session's activity time (the listing's order, newest first)."""
+    id: str
+    """The last session's id (the order among sessions active at the same time)."""
+
+    @classmethod
+    def after(cls, info: Any) -> SessionCursor:
+        """The cursor after session summary `info` (a `SessionInfo`)."""
+        return cls(float(info.updated_at), str(info.id))
+
+    def encode(self) -> str:
+        """The cursor as text (``rewind sessions --after``): ``<updated_at>/<id>``."""
+        return f"{self.updated_at!r}/{self.id}"
+
+    @classmethod
+    def decode(cls, text: str) -> SessionCursor:
+        """The cursor `encode` wrote.
+
+        Raises:
+            ValueError: `text` is no cursor.
+        """
+        at, sep, sid = text.partition("/")
+        try:
+            return cls(float(at), sid) if sep and sid else cls._bad(text)
+        except ValueError:
+            return cls._bad(text)
+
+    @staticmethod
+    def _bad(text: str) -> SessionCursor:
+        raise ValueError(f"{text!r} is not a page cursor; pass the one the last page printed "
+                         "(<time>/<session id>)")
+
+
 ALL_SESSIONS = SessionFilter()
 """The filter every session matches (the default of `list_sessions` and `count_sessions`)."""
 

@@ -11,6 +11,7 @@ from engine.records import MessageRecord, SessionInfo, SnapshotNode, StepRecord
 from engine.store.requests import (
     ALL_SESSIONS,
     Retention,
+    SessionCursor,
     SessionFilter,
     SessionWrite,
     StepOutcome,
@@ -48,7 +49,12 @@ class SessionStore(Protocol):
         ...
 
     def list_sessions(
-        self, where: SessionFilter = ALL_SESSIONS, *, limit: int = 200, offset: int = 0
+        self,
+        where: SessionFilter = ALL_SESSIONS,
+        *,
+        limit: int = 200,
+        offset: int = 0,
+        after: SessionCursor | None = None,
     ) -> list[SessionInfo]:
         """Sessions matching every field `where` gives, most recently active first.
 
@@ -56,10 +62,12 @@ class SessionStore(Protocol):
             where: the filter (status, tenant, scenario, prompt_version, updated_since);
                 `ALL_SESSIONS` for none.
             limit: at most this many.
-            offset: skip this many first (paging).
+            offset: skip this many first (paging; each page costs the rows skipped).
+            after: start right after this session (keyset paging: each page costs only what
+                it reads; `SessionCursor.after(last_of_the_previous_page)`).
 
         Returns:
-            The summaries, newest `updated_at` first.
+            The summaries, newest `updated_at` first (ties: greater id first).
         """
         ...
 
@@ -120,8 +128,13 @@ class SessionStore(Protocol):
         """Current values of namespace `ns` on the live line ({} for an unknown session)."""
         ...
 
-    def live_messages(self, sid: str) -> list[dict[str, Any]]:
-        """Messages on the live line, oldest first ([] for an unknown session)."""
+    def live_messages(self, sid: str, *, since: int = 0) -> list[dict[str, Any]]:
+        """Messages on the live line, oldest first ([] for an unknown session).
+
+        Args:
+            since: only those at live-line positions `since` and after (0: all); a read of
+                the tail costs what it returns, not the history.
+        """
         ...
 
     def all_messages(self, sid: str) -> list[MessageRecord]:

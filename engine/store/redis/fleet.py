@@ -18,7 +18,7 @@ from redis.exceptions import ResponseError
 
 from engine.errors import CompensationConflict, UnknownCompensation
 from engine.records import AuditEvent, Compensation, CompensationWorker, Event, SessionInfo
-from engine.store.base import SessionFilter, compensation_refusal
+from engine.store.base import SessionCursor, SessionFilter, compensation_refusal
 from engine.store.redis import codec, keys
 from engine.store.redis.client import RedisClient
 from engine.store.redis.codec import dumps, num
@@ -119,23 +119,30 @@ class FleetViews:
             return keys.status_index(self.fb, where.status)
         return keys.session_index(self.fb)
 
-    def _matching(self, where: SessionFilter, want: int | None) -> list[SessionInfo]:
-        """The first `want` sessions (None: all) matching `where`, newest first; index entries
-        whose session is gone are forgotten on the way."""
+    def _matching(
+        self, where: SessionFilter, want: int | None, after: SessionCursor | None = None
+    ) -> list[SessionInfo]:
+        """The first `want` sessions (None: all) matching `where`, newest first (after the
+        cursor `after`: from its score down, skipping the ties it already passed); index
+        entries whose session is gone are forgotten on the way."""
         self._read_views()
         index = self._index(where)
         facets = where.facets()
         low = "-inf" if where.updated_since is None else num(where.updated_since)
+        high = "+inf" if after is None else num(after.updated_at)
         out: list[SessionInfo] = []
         missing: list[str] = []
         start, page = 0, 500 if want is None else max(100, want)
         while want is None or len(out) < want:
             members = self._client.call(
-                self._r.zrevrangebyscore, index, "+inf", low, start=start, num=page, withscores=True
+                self._r.zrevrangebyscore, index, high, low, start=start, num=page, withscores=True
             )
             if not members:
                 break
             start += len(members)
+            if after is not None:  # ties sort by member, greatest first, as SQLite's id DESC
+                members = [(m, s) for m, s in members
+                           if s < after.updated_at or m.encode() < after.id.encode()]
             for (sid, score), d in zip(
                 members, self.fetch_sessions([m[0] for m in members]), strict=True
             ):
@@ -157,9 +164,9 @@ class FleetViews:
         return out
 
     def list_sessions(
-        self, where: SessionFilter, *, limit: int, offset: int
+        self, where: SessionFilter, *, limit: int, offset: int, after: SessionCursor | None = None
     ) -> list[SessionInfo]:
-        return self._matching(where, offset + limit)[offset : offset + limit]
+        return self._matching(where, offset + limit, after)[offset : offset + limit]
 
     def count_sessions(self, where: SessionFilter) -> int:
         if len(where.facets()) + (where.status is not None) > 1:

@@ -87,6 +87,7 @@ from engine.store.base import (
     ALL_SESSIONS,
     Retention,
     RollbackRequest,
+    SessionCursor,
     SessionFilter,
     SessionWrite,
     StepOutcome,
@@ -233,9 +234,14 @@ class RedisStore(FleetDocs):
         return codec.session_info(d) if d else None
 
     def list_sessions(
-        self, where: SessionFilter = ALL_SESSIONS, *, limit: int = 200, offset: int = 0
+        self,
+        where: SessionFilter = ALL_SESSIONS,
+        *,
+        limit: int = 200,
+        offset: int = 0,
+        after: SessionCursor | None = None,
     ) -> list[SessionInfo]:
-        return self._views.list_sessions(where, limit=limit, offset=offset)
+        return self._views.list_sessions(where, limit=limit, offset=offset, after=after)
 
     def count_sessions(self, where: SessionFilter = ALL_SESSIONS) -> int:
         return self._views.count_sessions(where)
@@ -278,9 +284,10 @@ class RedisStore(FleetDocs):
         raw = self._guard(self._r.hgetall, keys.kv_values(base, ns))
         return {k: json.loads(v) for k, v in raw.items()}
 
-    def live_messages(self, sid: str) -> list[dict[str, Any]]:
+    def live_messages(self, sid: str, *, since: int = 0) -> list[dict[str, Any]]:
         base = keys.session_base(sid, self.prefix)
-        rows = self._guard(self._r.lrange, keys.live_messages(base), 0, -1)
+        # the live list holds one entry per live-line position, so a position is its index
+        rows = self._guard(self._r.lrange, keys.live_messages(base), max(since, 0), -1)
         return [json.loads(r)[3] for r in rows]
 
     def all_messages(self, sid: str) -> list[MessageRecord]:

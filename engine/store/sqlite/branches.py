@@ -132,11 +132,13 @@ class BranchLine:
                 counts[table] = cur.rowcount
             abandoned_memories = _restore_kv(conn, sid, snap_seq, branch)
             # Saga: side-effecting steps that completed on the abandoned branch, newest first.
+            # `seq > snap_seq` reaches the branch's steps through steps_seq: the branch alone
+            # has no index and would walk every step of the session.
             comp_rows = conn.execute(
-                "SELECT n, compensation FROM steps WHERE session = ? AND branch = ? "
-                "AND side_effect = 1 AND compensation IS NOT NULL AND status = 'ok' "
-                "ORDER BY n DESC",
-                (sid, branch),
+                "SELECT n, compensation FROM steps INDEXED BY steps_seq WHERE session = ? "
+                "AND seq > ? AND branch = ? AND side_effect = 1 AND compensation IS NOT NULL "
+                "AND status = 'ok' ORDER BY n DESC",
+                (sid, snap_seq, branch),
             ).fetchall()
             queued = queue_compensations(conn, sid, comp_rows, branch, now)
             fork = kind == "fork"  # a fork moves the line but is no recovery: status stays

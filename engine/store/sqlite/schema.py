@@ -45,6 +45,8 @@ CREATE TABLE IF NOT EXISTS sessions (
 );
 CREATE INDEX IF NOT EXISTS sessions_updated ON sessions(updated_at DESC);
 CREATE INDEX IF NOT EXISTS sessions_status ON sessions(status, updated_at DESC);
+CREATE INDEX IF NOT EXISTS sessions_page ON sessions(updated_at, id);
+CREATE INDEX IF NOT EXISTS sessions_status_page ON sessions(status, updated_at, id);
 CREATE TABLE IF NOT EXISTS messages (
     session TEXT NOT NULL, seq INTEGER NOT NULL, pos INTEGER NOT NULL,
     body TEXT NOT NULL, branch TEXT, created_at REAL NOT NULL,

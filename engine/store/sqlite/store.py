@@ -33,6 +33,7 @@ from engine.store.base import (
     ALL_SESSIONS,
     AuditEntry,
     Retention,
+    SessionCursor,
     SessionFilter,
     SessionWrite,
     StepOutcome,
@@ -212,13 +213,22 @@ class SQLiteStore(BranchLine, SagaOutbox):
         return to_session(rows[0]) if rows else None
 
     def list_sessions(
-        self, where: SessionFilter = ALL_SESSIONS, *, limit: int = 200, offset: int = 0
+        self,
+        where: SessionFilter = ALL_SESSIONS,
+        *,
+        limit: int = 200,
+        offset: int = 0,
+        after: SessionCursor | None = None,
     ) -> list[SessionInfo]:
         """Sessions matching every field `where` gives, most recently active first."""
         clause, params = _session_where(where)
+        if after is not None:
+            # A row-value comparison: the index on (updated_at, id) starts right at the cursor.
+            clause += f"{' AND' if clause else ' WHERE'} (updated_at, id) < (?, ?)"
+            params += [after.updated_at, after.id]
         rows = self._named(
             f"SELECT {SESSION_COLS} FROM sessions{clause} "
-            "ORDER BY updated_at DESC LIMIT ? OFFSET ?",
+            "ORDER BY updated_at DESC, id DESC LIMIT ? OFFSET ?",
             (*params, limit, offset),
         )
         return [to_session(r) for r in rows]
@@ -287,10 +297,12 @@ class SQLiteStore(BranchLine, SagaOutbox):
         rows = self._read("SELECT key, value FROM kv WHERE session = ? AND ns = ?", (sid, ns))
         return {k: json.loads(v) for k, v in rows}
 
-    def live_messages(self, sid: str) -> list[dict[str, Any]]:
-        """Messages on the live line, oldest first."""
+    def live_messages(self, sid: str, *, since: int = 0) -> list[dict[str, Any]]:
+        """Messages on the live line from position `since` on, oldest first."""
         rows = self._read(
-            "SELECT body FROM messages WHERE session = ? AND branch IS NULL ORDER BY pos", (sid,)
+            "SELECT body FROM messages WHERE session = ? AND branch IS NULL AND pos >= ? "
+            "ORDER BY pos",
+            (sid, since),
         )
         return [json.loads(r[0]) for r in rows]
 
@@ -311,7 +323,28 @@ class SQLiteStore(BranchLine, SagaOutbox):
         now: float,
         retention: Retention,
     ) -> SnapshotNode:
-        seq, _epoch, msg_count, step_count, head = session_row(conn, sid)
+        row = session_row(conn, sid)
+        node = self._insert_snapshot(conn, sid, row, label, kind, now, retention)
+        conn.execute(
+            "UPDATE sessions SET seq = ?, head = ?, updated_at = ? WHERE id = ?",
+            (row[0] + 1, node.id, now, sid),
+        )
+        return node
+
+    @classmethod
+    def _insert_snapshot(
+        cls,
+        conn: sqlite3.Connection,
+        sid: str,
+        row: tuple[int, int, int, int, str | None],
+        label: str | None,
+        kind: SnapshotKind,
+        now: float,
+        retention: Retention,
+    ) -> SnapshotNode:
+        """Insert a snapshot at sequence number ``seq + 1`` of the session row `row` and retire
+        what falls out of its window; the caller moves the session's seq and head."""
+        seq, _epoch, msg_count, step_count, head = row
         seq += 1
         snap_id = f"snap-{seq}"
         conn.execute(
@@ -319,11 +352,7 @@ class SQLiteStore(BranchLine, SagaOutbox):
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (sid, snap_id, head, label, kind, seq, msg_count, step_count + 1, now),
         )
-        conn.execute(
-            "UPDATE sessions SET seq = ?, head = ?, updated_at = ? WHERE id = ?",
-            (seq, snap_id, now, sid),
-        )
-        self._retire(conn, sid, kind, step_count + 1, now, retention)
+        cls._retire(conn, sid, kind, step_count + 1, now, retention)
         return SnapshotNode(
             id=snap_id,
             parent=head,
@@ -347,15 +376,20 @@ class SQLiteStore(BranchLine, SagaOutbox):
         now: float,
         retention: Retention,
     ) -> None:
+        # INDEXED BY: the partial index holds only the restorable snapshots (at most the window
+        # plus one), so retiring costs the window, not the session's history; left to itself
+        # the planner walks every snapshot row of the session.
         if kind == "step":
             conn.execute(
-                "UPDATE snapshots SET retired_at = ? WHERE session = ? AND kind = 'step' "
+                "UPDATE snapshots INDEXED BY snapshots_restorable SET retired_at = ? "
+                "WHERE session = ? AND kind = 'step' "
                 "AND branch IS NULL AND retired_at IS NULL AND next_step <= ?",
                 (now, sid, next_step - retention.keep_step_snapshots),
             )
         else:
             conn.execute(
-                "UPDATE snapshots SET retired_at = ? WHERE session = ? AND kind = ? "
+                "UPDATE snapshots INDEXED BY snapshots_restorable SET retired_at = ? "
+                "WHERE session = ? AND kind = ? "
                 "AND branch IS NULL AND retired_at IS NULL AND seq < ("
                 "  SELECT MIN(seq) FROM (SELECT seq FROM snapshots WHERE session = ? AND kind = ?"
                 "  AND branch IS NULL AND retired_at IS NULL ORDER BY seq DESC LIMIT ?))",
@@ -421,10 +455,14 @@ class SQLiteStore(BranchLine, SagaOutbox):
     ) -> StepTicket:
         """Record the start of a step, after a write-ahead snapshot when a label is given."""
         with self._db.write() as conn:
+            row = session_row(conn, sid)
+            seq, epoch, _msgs, step_count, head = row
             snap_id = None
             if snapshot_label is not None:
-                snap_id = self._snapshot(conn, sid, snapshot_label, "step", now, retention).id
-            seq, epoch, _msgs, step_count, _head = session_row(conn, sid)
+                snap_id = self._insert_snapshot(
+                    conn, sid, row, snapshot_label, "step", now, retention
+                ).id
+                seq, head = seq + 1, snap_id
             seq += 1
             n = step_count + 1
             conn.execute(
@@ -446,9 +484,11 @@ class SQLiteStore(BranchLine, SagaOutbox):
                     step.get("text"),
                 ),
             )
+            # One update for the snapshot and the step: each statement is a page touched again.
             conn.execute(
-                "UPDATE sessions SET seq = ?, step_count = ?, updated_at = ? WHERE id = ?",
-                (seq, n, now, sid),
+                "UPDATE sessions SET seq = ?, step_count = ?, head = ?, updated_at = ? "
+                "WHERE id = ?",
+                (seq, n, head, now, sid),
             )
         return StepTicket(n=n, epoch=epoch, snapshot=snap_id, seq=seq)
 
@@ -457,10 +497,30 @@ class SQLiteStore(BranchLine, SagaOutbox):
         verdict = outcome.get("verdict")
         budget = outcome.get("budget")
         with self._db.write() as conn:
-            _seq, epoch, *_ = session_row(conn, sid)
-            late = epoch != ticket.epoch
+            # The common case first, guarded by the ticket's epoch: the session's update is
+            # also the check that no rollback cut the step's branch meanwhile (no row updated:
+            # late, or the session is gone), one statement instead of a read and a write.
+            if verdict is not None:
+                current = conn.execute(
+                    "UPDATE sessions SET status = 'looping', last_verdict = ?, loops = loops + 1, "
+                    "updated_at = ? WHERE id = ? AND epoch = ?",
+                    (dumps(verdict), now, sid, ticket.epoch),
+                )
+            elif outcome["status"] == "ok":
+                current = conn.execute(
+                    "UPDATE sessions SET status = CASE WHEN status = 'stopped' THEN status "
+                    "ELSE 'healthy' END, updated_at = ? WHERE id = ? AND epoch = ?",
+                    (now, sid, ticket.epoch),
+                )
+            else:
+                current = conn.execute(
+                    "UPDATE sessions SET updated_at = ? WHERE id = ? AND epoch = ?",
+                    (now, sid, ticket.epoch),
+                )
+            late = current.rowcount == 0
             branch = None
             if late:
+                session_row(conn, sid)  # raises UnknownSession when it is gone
                 row = conn.execute(
                     "SELECT id FROM branches WHERE session = ? AND epoch > ? ORDER BY seq LIMIT 1",
                     (sid, ticket.epoch),
@@ -493,20 +553,6 @@ class SQLiteStore(BranchLine, SagaOutbox):
                         (sid, ticket.n),
                     ).fetchall()
                     queue_compensations(conn, sid, rows, branch, now)
-            elif verdict is not None:
-                conn.execute(
-                    "UPDATE sessions SET status = 'looping', last_verdict = ?, loops = loops + 1, "
-                    "updated_at = ? WHERE id = ?",
-                    (dumps(verdict), now, sid),
-                )
-            elif outcome["status"] == "ok":
-                conn.execute(
-                    "UPDATE sessions SET status = CASE WHEN status = 'stopped' THEN status "
-                    "ELSE 'healthy' END, updated_at = ? WHERE id = ?",
-                    (now, sid),
-                )
-            else:
-                conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
             add_event(
                 conn,
                 now,

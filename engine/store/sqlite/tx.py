@@ -5,6 +5,13 @@ database has a single shared connection instead, because each `:memory:` connect
 database of its own. Writes run in ``BEGIN IMMEDIATE`` transactions: the write lock is taken at
 the start, so two processes never interleave half-done changes and a busy database is waited for
 (``busy_timeout``) rather than failing half-way through a transaction.
+
+WAL checkpoints run off the writer's path: the connections turn SQLite's automatic checkpoint
+off (``wal_autocheckpoint = 0``), which would otherwise land on whichever commit crosses 1,000
+pages and cost that agent step milliseconds, and a `Checkpointer` thread per handle copies the
+WAL back into the file shortly after writes. A checkpoint only copies pages that are already
+durable in the WAL, so a process killed at any moment loses nothing: the next opener replays the
+WAL, as before.
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -23,6 +32,101 @@ BUSY_TIMEOUT_S = 30.0
 """How long a connection waits for another process's write lock before giving up."""
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+
+CHECKPOINT_DELAY_S = 0.1
+"""How long the checkpointer lets writes gather after the first one before it checkpoints: a
+burst of steps is checkpointed once, and a busy writer still sees one checkpoint per delay."""
+
+
+RESTART_FRAMES = 8_192
+"""WAL frames (pages, 4 KiB each by default) past which the checkpointer restarts the WAL even
+while writes go on: it bounds the WAL at about 32 MiB under a steady stream of steps."""
+
+RESTART_WAIT_S = 0.05
+"""How long a RESTART checkpoint waits for a writer or reader before giving up until later."""
+
+
+class _Run:
+    """One checkpointer thread's own wake-up event and stop flag (a restarted checkpointer
+    gets new ones, so an old thread can never miss its stop)."""
+
+    __slots__ = ("pid", "stopped", "wake")
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.stopped = False
+        self.wake = threading.Event()
+
+
+class Checkpointer:
+    """A daemon thread that checkpoints one WAL file shortly after writes (PASSIVE: it never
+    waits for, nor blocks, a writer or a reader).
+
+    Args:
+        path: the database file.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._run: _Run | None = None
+        self._lock = threading.Lock()
+
+    def poke(self) -> None:
+        """Note a commit: a checkpoint follows within `CHECKPOINT_DELAY_S`."""
+        run = self._run
+        if run is None or run.pid != os.getpid():  # first write, or a forked child
+            with self._lock:
+                run = self._run
+                if run is None or run.pid != os.getpid():
+                    run = self._run = _Run()
+                    threading.Thread(
+                        target=self._loop, args=(run,), name="rewind-checkpoint", daemon=True
+                    ).start()
+        run.wake.set()
+
+    def _loop(self, run: _Run) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            while True:
+                run.wake.wait()
+                if run.stopped:
+                    return
+                run.wake.clear()
+                time.sleep(CHECKPOINT_DELAY_S)
+                try:
+                    if conn is None:
+                        # A short busy timeout: a RESTART checkpoint holds new writers back
+                        # while it waits, so it gives up early and tries again later instead.
+                        conn = sqlite3.connect(
+                            self.path, timeout=RESTART_WAIT_S, isolation_level=None,
+                            check_same_thread=False,
+                        )
+                    self._checkpoint(conn, idle=not run.wake.is_set())
+                except sqlite3.Error:
+                    # Nothing is lost: the pages stay in the WAL, and the next write retries.
+                    pass
+        finally:
+            if conn is not None:
+                conn.close()
+
+    @staticmethod
+    def _checkpoint(conn: sqlite3.Connection, *, idle: bool) -> None:
+        # A PASSIVE checkpoint copies the WAL while writers go on, but a writer that began
+        # during the copy keeps the WAL from starting over, so under steady writes the file
+        # would only grow. Once writes pause (idle), or past RESTART_FRAMES, a RESTART
+        # checkpoint, after the PASSIVE one did the bulk of the copying, holds writers back for
+        # the last few pages only, and the next write starts the WAL from its beginning.
+        busy, frames, _done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if not busy and (idle or frames >= RESTART_FRAMES):
+            conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+
+    def stop(self) -> None:
+        """End the thread (a later `poke` starts a new one)."""
+        with self._lock:
+            run, self._run = self._run, None
+        if run is not None:
+            run.stopped = True
+            run.wake.set()
 
 
 def path_from_url(url: str) -> str:
@@ -62,6 +166,7 @@ class SQLiteDB:
         # once, and a thread's own connection is cheap to guard the same way.
         self._lock = threading.RLock()
         self._shared: sqlite3.Connection | None = None
+        self._checkpointer: Checkpointer | None = None
         self.read_only = (not self.memory and os.path.exists(path)
                           and not os.access(path, os.W_OK))
         """The file exists but this process may not write it: opened read-only, so reading
@@ -72,6 +177,10 @@ class SQLiteDB:
                 os.makedirs(directory, exist_ok=True)
             except OSError as exc:
                 raise StoreUnavailable(f"cannot create the folder for {name}: {exc}") from exc
+            if not self.read_only:
+                self._checkpointer = Checkpointer(path)
+                # a handle dropped without close() must not leave its thread behind
+                weakref.finalize(self, self._checkpointer.stop)
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -85,6 +194,7 @@ class SQLiteDB:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             if not self.memory and not self.read_only:
                 conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA wal_autocheckpoint = 0")  # the Checkpointer does it
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA foreign_keys = OFF")
         except sqlite3.Error as exc:
@@ -117,6 +227,8 @@ class SQLiteDB:
                 raise
             else:
                 conn.execute("COMMIT")
+                if self._checkpointer is not None:
+                    self._checkpointer.poke()
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Rows of one query, outside any write transaction (the last committed state)."""
@@ -132,6 +244,8 @@ class SQLiteDB:
 
     def close(self) -> None:
         """Close this thread's connection (and the shared one); reopened on next use."""
+        if self._checkpointer is not None:
+            self._checkpointer.stop()  # a reopened handle starts it again
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()

@@ -1,0 +1,152 @@
+"""Flat guarded steps, proven by the query plans: every statement a guarded step, a snapshot or a
+rollback runs on SQLite reaches a session's rows through an index bounded by what it touches,
+never by walking the session's history.
+
+The statements are captured (`set_trace_callback`) while the engine works on a session with a
+long history, then each is run through ``EXPLAIN QUERY PLAN``. A plan fails when it scans a
+table, or searches a history table on the session alone (``(session=?)``) without an ORDER BY the
+index already gives and a LIMIT that bounds the walk. The one partial index bounded by the
+retention window (the restorable snapshots) may be searched on the session and kind.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+
+import pytest
+
+from engine import Engine, LoopDetected, LoopDetector
+
+HISTORY_TABLES = {"messages", "kv_writes", "kv", "docs", "snapshots", "steps", "branches"}
+BOUNDED_BY_RETENTION = {"snapshots_restorable"}
+"""Partial indexes holding at most a retention window of rows per session."""
+
+PLAN_LINE = re.compile(
+    r"^(?P<op>SCAN|SEARCH) (?P<table>\w+)"
+    r"(?: USING (?:COVERING )?(?:INDEX (?P<index>\w+)|PRIMARY KEY|INTEGER PRIMARY KEY))?"
+    r"(?: \((?P<cons>[^)]*)\))?"
+)
+HISTORY_STEPS = 1_200
+
+
+def _problems(conn: sqlite3.Connection, sql: str) -> list[str]:
+    """What is wrong with the plan of `sql` (empty when every access is bounded)."""
+    plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql)]
+    ordered_limit = (re.search(r"ORDER BY [\w\s,.]+ LIMIT", sql) is not None
+                     and not any("TEMP B-TREE" in line for line in plan))
+    out = []
+    for line in plan:
+        m = PLAN_LINE.match(line)
+        if m is None or m["table"] in ("CONSTANT",):
+            continue
+        if m["op"] == "SCAN":
+            out.append(f"{line!r} in {sql[:160]!r}")
+        elif (m["table"] in HISTORY_TABLES and (m["cons"] or "") == "session=?"
+              and m["index"] not in BOUNDED_BY_RETENTION and not ordered_limit):
+            out.append(f"{line!r} walks the session's history in {sql[:160]!r}")
+    return out
+
+
+def _capture(engine: Engine) -> list[str]:
+    statements: list[str] = []
+    engine.store._db.conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+    return statements
+
+
+def _checked(path: str, statements: list[str]) -> list[str]:
+    conn = sqlite3.connect(path)
+    try:
+        seen, problems = set(), []
+        for sql in statements:
+            head = sql.lstrip().split(None, 1)[0].upper()
+            if head in ("BEGIN", "COMMIT", "ROLLBACK", "PRAGMA") or sql in seen:
+                continue
+            seen.add(sql)
+            problems += _problems(conn, sql)
+        return problems
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def long_session(tmp_path_factory):
+    """An engine on a SQLite file holding one session with a long history: steps (some with
+    side effects), messages, variables, manual snapshots and an earlier rollback. One for the
+    module, as seeding is the slow part; each test adds to the session."""
+    path = str(tmp_path_factory.mktemp("plans") / "plans.db")
+    engine = Engine.open(f"sqlite:///{path}",
+                         detector_factory=lambda: LoopDetector(max_steps=None))
+    s = engine.session("long", meta={"tenant": "acme"})
+    for i in range(HISTORY_STEPS):
+        with s.step("search", {"q": i}, side_effect=i % 10 == 0,
+                    compensation=("undo", {"i": i}) if i % 10 == 0 else None) as call:
+            call.ok({"hits": i})
+        if i % 50 == 0:
+            s.append_message("user", f"task {i}")
+            s.set_var("turn", i)
+        if i % 300 == 0:
+            s.snapshot(f"manual {i}")
+    target = s.snapshot("before the tail")
+    for i in range(5):
+        with s.step("tail", {"i": i}) as call:
+            call.ok(i)
+    s.rollback(to=target, actor="test", reason="seed a branch", notice=False)
+    for i in range(20):
+        with s.step("search", {"q": f"after {i}"}) as call:
+            call.ok(i)
+    yield engine, s, path
+    engine.close()
+
+
+def test_guarded_step_statements_use_bounded_indexes(long_session):
+    engine, s, path = long_session
+    statements = _capture(engine)
+    with s.step("search", {"q": "plain"}) as call:
+        call.ok({"hits": 1})
+    with s.step("refund_api", {"order": "A-1"}, side_effect=True,
+                compensation=("refund_api.undo", {"order": "A-1"})) as call:
+        call.ok({"refunded": True})
+    with s.step("search", {"q": "failing"}) as call:
+        call.fail("HTTP 500")
+    s.agent_turn("an agent turn without a tool")
+    s.append_message("user", "next task")
+    assert len(statements) > 10  # the capture saw the steps
+    assert _checked(path, statements) == []
+
+
+def test_snapshot_and_rollback_statements_use_bounded_indexes(long_session):
+    engine, s, path = long_session
+    statements = _capture(engine)
+    snap = s.snapshot("operator snapshot")
+    s.set_var("plan", "b")
+    with s.step("refund_api", {"order": "B-2"}, side_effect=True,
+                compensation=("refund_api.undo", {"order": "B-2"})) as call:
+        call.ok()
+    s.rollback(to=snap, actor="alice", reason="wrong plan")
+    with s.step("search", {"q": "resumed"}) as call:
+        call.ok()
+    s.rollback(to=None, actor="alice", reason="last healthy", force=True)
+    assert any("UPDATE steps SET branch" in sql for sql in statements)
+    assert _checked(path, statements) == []
+
+
+def test_loop_and_automatic_rollback_statements_use_bounded_indexes(long_session):
+    engine, s, path = long_session
+    statements = _capture(engine)
+    with pytest.raises(LoopDetected):
+        for _ in range(10):
+            with s.step("image_crop", {"x": 10}) as call:
+                call.fail("invalid slice")
+    assert any("INSERT INTO branches" in sql for sql in statements)
+    assert _checked(path, statements) == []
+
+
+def test_the_check_catches_a_walk_over_the_history(long_session):
+    """The checker itself: the retiring UPDATE as it was before it named its index walks every
+    snapshot row of the session, and is reported."""
+    _engine, _s, path = long_session
+    old = ("UPDATE snapshots SET retired_at = 1.0 WHERE session = 'long' AND kind = 'step' "
+           "AND branch IS NULL AND retired_at IS NULL AND next_step <= 10")
+    assert _checked(path, [old]) != []
+    assert _checked(path, ["SELECT * FROM steps WHERE session = 'long' AND branch = 'b'"]) != []
