@@ -85,7 +85,7 @@ class _Handler(BaseHTTPRequestHandler):
         content_type = self.headers.get("Content-Type", "")
         payload, kind = body if body is not None else _status_body(
             3 if status < 500 else 14, message, content_type)
-        self.send_response(status, message.splitlines()[0][:200] if message else None)
+        self.send_response(status)  # the reason goes in the body: a header line must stay latin-1
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(payload)))
         if retry_after is not None:
@@ -112,7 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, f"not found: only POST {PATH} and GET /health are served")
             return
         if not self._authorized():
-            self._answer(401, "a bearer token is required (Authorization: Bearer …)")
+            self._answer(401, "a bearer token is required (Authorization: Bearer TOKEN)")
             return
         stats = {"status": "ok", "buffered": self.receiver.ingestor.buffered,
                  **self.receiver.ingestor.counts}
@@ -124,7 +124,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, f"not found: traces go to POST {PATH}")
             return
         if not self._authorized():
-            self._answer(401, "a bearer token is required (Authorization: Bearer …)")
+            self._answer(401, "a bearer token is required (Authorization: Bearer TOKEN)")
             return
         length_text = self.headers.get("Content-Length")
         if length_text is None:
