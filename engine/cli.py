@@ -293,7 +293,7 @@ def cmd_quarantine(args) -> int:
     where = ", ".join(f"{k}={v}" for k, v in sorted(q.scope.items())) or "every session"
     until = "until lifted" if q.until is None else f"until {_fmt_utc(q.until)}"
     out(f"quarantined {q.tool} for {where} {until} (id {q.id}); agents see "
-        "ToolQuarantined within a second")
+        "ToolQuarantined within a second (not watch-only agents: Rewind does not run them)")
     return 0
 
 

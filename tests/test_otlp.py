@@ -411,3 +411,14 @@ def test_only_the_cli_imports_the_receiver():
                 importers.add(path.name)
     assert importers == {"cli.py"}
     assert {p.name: hits for p in (root / "otlp").glob("*.py") if (hits := back_doors(p))} == {}
+
+
+def test_a_quarantine_cannot_stop_a_watched_agent_and_its_real_calls_are_kept(receiver, engine):
+    engine.quarantine("image_crop", actor="alice", reason="loops in the fleet")
+    send(receiver, gen_ai_tool(1, error="invalid slice"), gen_ai_tool(2, tool="lookup"))
+    receiver.ingestor.flush(force=True)
+    assert receiver.ingestor.counts["quarantined"] == 1
+    kept = engine.get_documents("conv-1", "otlp", ["quarantined"])["quarantined"]
+    assert kept == [{"span": f"{1:016x}", "tool": "image_crop", "ok": False,
+                     "error": "ValueError: invalid slice"}]
+    assert [s.tool for s in engine.get_session("conv-1").steps()] == ["image_crop", "lookup"]

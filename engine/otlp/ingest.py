@@ -21,8 +21,10 @@ let one redelivered span through once.)
 **Watch-only.** Sessions are created with meta ``{"source": "otlp", "watch_only": True}`` and
 judged with the loop policy ``flag``: Rewind cannot roll back or notify an agent it does not run,
 so a loop is flagged (and paged by `rewind alert`), never acted on. No write-ahead snapshots are
-taken (nothing could be restored into the agent). A quarantined tool cannot be refused either:
-its span is counted (``quarantined``) and recorded as the refusal the engine writes.
+taken (nothing could be restored into the agent). A quarantined tool cannot be refused either,
+yet the engine records a quarantined call as a refusal (a step the detector skips): the span is
+counted (``quarantined``) and what really happened (span, tool, outcome) is kept in the session's
+``otlp`` document ``quarantined``.
 
 **Bounds.** At most `max_session_spans` spans wait per session and `max_buffered_spans` in all:
 a request that would pass either is refused whole (`Backpressure`, HTTP 429, safe to retry since
@@ -96,6 +98,7 @@ class _State:
     last_user: str | None = None
     """Digest of the last user message written: a model turn repeats its input every call."""
     late_spans: list[dict[str, Any]] = field(default_factory=list)
+    quarantined: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, str] = field(default_factory=dict)
 
 
@@ -231,13 +234,14 @@ class Ingestor:
         handle = self.engine.session(sid, meta={"source": "otlp", "watch_only": True, **meta},
                                      on_loop="flag")
         state = _State(judged=handle, meta=meta)
-        saved = self.engine.get_documents(sid, NAMESPACE, ["state", "late"])
+        saved = self.engine.get_documents(sid, NAMESPACE, ["state", "late", "quarantined"])
         doc = saved.get("state") or {}
         for span in doc.get("seen", []):
             state.seen[int(span, 16)] = None
         state.high_ns = int(doc.get("high_ns") or 0)
         state.last_user = doc.get("last_user")
         state.late_spans = list(saved.get("late") or [])
+        state.quarantined = list(saved.get("quarantined") or [])
         self._states[sid] = state
         while len(self._states) > self.config.max_sessions:
             self._states.popitem(last=False)
@@ -257,6 +261,10 @@ class Ingestor:
             handle = state.late
         if action.kind == "tool":
             step = self._step(handle, action)
+            if step is None:
+                state.quarantined = [*state.quarantined, {
+                    "span": action.span_id, "tool": action.tool, "ok": action.ok,
+                    "error": (action.error or "")[:500]}][-LATE_KEPT:]
             if late:
                 state.late_spans = [*state.late_spans, {"span": action.span_id, "step": step,
                                     "start_ns": action.start_ns}][-LATE_KEPT:]
@@ -297,7 +305,8 @@ class Ingestor:
     def _save(self, sid: str, state: _State) -> None:
         doc = {"seen": [f"{k:016x}" for k in state.seen], "high_ns": state.high_ns,
                "last_user": state.last_user}
-        self.engine.put_documents(sid, NAMESPACE, {"state": doc, "late": state.late_spans})
+        self.engine.put_documents(sid, NAMESPACE, {"state": doc, "late": state.late_spans,
+                                                   "quarantined": state.quarantined})
 
     def run(self, stop: threading.Event, interval_s: float = 0.1) -> None:
         """Flush settled sessions every `interval_s` until `stop` is set, then everything."""
