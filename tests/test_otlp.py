@@ -422,3 +422,71 @@ def test_a_quarantine_cannot_stop_a_watched_agent_and_its_real_calls_are_kept(re
     assert kept == [{"span": f"{1:016x}", "tool": "image_crop", "ok": False,
                      "error": "ValueError: invalid slice"}]
     assert [s.tool for s in engine.get_session("conv-1").steps()] == ["image_crop", "lookup"]
+
+
+def test_a_client_that_hangs_up_mid_body_costs_nothing_and_the_server_keeps_serving(
+        receiver, engine):
+    import socket
+
+    with socket.create_connection(("127.0.0.1", receiver.port), timeout=30) as sock:
+        sock.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/x-protobuf\r\nContent-Length: 1000\r\n\r\n0123456789")
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.0 400") and b"ended after 10 of 1000 bytes" in answer
+    send(receiver, gen_ai_tool(1))
+    receiver.ingestor.flush(force=True)
+    assert len(engine.get_session("conv-1").steps()) == 1
+
+
+attribute_values = st.one_of(st.text(), st.integers(), st.floats(allow_nan=False),
+                             st.booleans(), st.sampled_from(["{", "[]", "null", '{"a": 1}']))
+
+
+@settings(max_examples=150, deadline=None)
+@given(attrs=st.dictionaries(st.sampled_from([
+    "gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.tool.call.arguments",
+    "gen_ai.conversation.id", "gen_ai.input.messages", "gen_ai.output.messages", "error.type",
+    "openinference.span.kind", "tool.name", "input.value", "session.id",
+    "llm.output_messages.0.message.role", "llm.output_messages.0.message.content",
+    "traceloop.span.kind", "traceloop.entity.input", "gen_ai.completion.0.content"]),
+    attribute_values), kind=st.sampled_from(["execute_tool", "chat", "TOOL", "LLM", "tool"]))
+def test_classifying_any_attributes_never_raises(attrs, kind):
+    from engine.otlp.conventions import classify
+    from engine.otlp.decode import SpanData
+
+    for key in ("gen_ai.operation.name", "openinference.span.kind", "traceloop.span.kind"):
+        attrs.setdefault(key, kind)
+        action = classify(SpanData("ab" * 16, "cd" * 8, "x", 1, 2, attrs))
+        assert action is None or action.kind in ("tool", "chat")
+        del attrs[key]
+
+
+def test_a_lone_surrogate_in_otlp_json_is_refused_with_its_reason(receiver, engine):
+    body = as_otlp_json(request(gen_ai_tool(1, tool="crop"))).replace(b'"crop"', b'"cr\\ud800p"')
+    code, answer, _ = post(receiver.endpoint, body, JSON)
+    assert code == 400 and "surrogate" in json.loads(answer)["message"]
+    assert receiver.ingestor.buffered == 0
+
+
+def test_spans_over_the_engines_limits_are_kept_by_digest_or_dropped_never_retried(open_engine):
+    from engine import Limits
+
+    engine = open_engine("sqlite:///:memory:", freeze=None,
+                         limits=Limits(args_bytes=200, message_bytes=200))
+    ingestor = Ingestor(engine, IngestConfig(settle_s=NEVER))
+    big_args = json.dumps({"blob": "x" * 1000})
+    huge_answer = {"gen_ai.operation.name": "chat", "gen_ai.conversation.id": "conv-1",
+                   "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [
+                       {"type": "text", "content": "y" * 1000}]}])}
+    ingestor.accept(decode(request(gen_ai_tool(1, args=big_args, error="too big"),
+                                   gen_ai_tool(2, args=big_args, error="too big"),
+                                   span(3, huge_answer), gen_ai_tool(4, tool="lookup"))))
+    ingestor.flush(force=True)
+    recorded = engine.get_session("conv-1").steps()
+    assert [s.tool for s in recorded] == ["image_crop", "image_crop", "lookup"]
+    assert set(recorded[0].args) == {"digest", "bytes"} and recorded[0].args == recorded[1].args
+    assert ingestor.counts["malformed"] == 1 and ingestor.buffered == 0
+    assert ingestor.flush(force=True) == 0

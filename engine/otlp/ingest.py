@@ -114,10 +114,10 @@ class Ingestor:
         self.clock = clock
         self.counts: dict[str, int] = dict.fromkeys(
             ("spans", "tool", "chat", "unknown", "duplicate", "late", "steps", "messages",
-             "quarantined", "refused", "errors"), 0)
+             "quarantined", "refused", "malformed", "errors"), 0)
         """Running totals: spans received, tool / chat / unknown spans, duplicates dropped,
-        late spans, steps and messages written, quarantined tools, spans refused (429),
-        write errors."""
+        late spans, steps and messages written, quarantined tools, spans refused (429), spans
+        the engine refused as data (dropped), write errors (retried)."""
         self.last_error: str | None = None
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
@@ -134,9 +134,18 @@ class Ingestor:
         Raises:
             Backpressure: a bound would be passed; nothing was buffered.
         """
-        actions = [a for a in (classify(s, self.config.session_attributes) for s in spans) if a]
+        actions, malformed = [], 0
+        for span in spans:
+            try:
+                action = classify(span, self.config.session_attributes)
+            except (ValueError, TypeError, KeyError, AttributeError):
+                malformed += 1  # one odd span must not cost the rest of the request
+                continue
+            if action is not None:
+                actions.append(action)
         now = self.clock()
         with self._lock:
+            self.counts["malformed"] += malformed
             for a in actions:
                 if a.session is not None:
                     self._link(a.trace_id, a.session)
@@ -164,7 +173,7 @@ class Ingestor:
                     buffer[a.span_id] = (now, a)
                     self._buffered += 1
             self.counts["spans"] += len(spans)
-            self.counts["unknown"] += len(spans) - len(actions)
+            self.counts["unknown"] += len(spans) - len(actions) - malformed
             for a in actions:
                 self.counts[a.kind] += 1
         return len(actions)
@@ -203,7 +212,13 @@ class Ingestor:
         try:
             state = self._state(sid, items)
             for _, action in items:
-                self._write_one(sid, state, action)
+                try:
+                    self._write_one(sid, state, action)
+                except (ValueError, TypeError) as exc:
+                    # The span, not the store: retrying would fail the same way, forever.
+                    self.counts["malformed"] += 1
+                    self.last_error = f"span {action.span_id}: {type(exc).__name__}: {exc}"
+                    self._remember(state, action)
                 done += 1
             self._save(sid, state)
         except Exception as exc:  # noqa: BLE001 - the writer must outlive a store hiccup
@@ -276,7 +291,10 @@ class Ingestor:
                 self.counts["messages"] += len(messages)
             users = [_digest(m["content"]) for m in action.messages if m["role"] == "user"]
             state.last_user = users[-1] if users else state.last_user
-        state.seen[key] = None
+        self._remember(state, action)
+
+    def _remember(self, state: _State, action: Action) -> None:
+        state.seen[int(action.span_id or "0", 16)] = None
         while len(state.seen) > self.config.remembered_span_ids:
             state.seen.popitem(last=False)
         state.high_ns = max(state.high_ns, action.start_ns)

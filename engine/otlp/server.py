@@ -142,6 +142,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             self._export(length)
+        except OSError:
+            self.close_connection = True  # the client went away or stalled: nothing to answer
+        except Exception as exc:  # noqa: BLE001 - one bad request must not stop the server
+            print(f"rewind otlp: request failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            self._answer(500, "the receiver failed on this request; see its log")
         finally:
             self.receiver.slots.release()
 
@@ -167,6 +172,15 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(200, body=encode_response(content_type))
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            return  # a client that hung up or timed out is no news
+        super().handle_error(request, client_address)
+
+
 class Receiver:
     """The HTTP server and the writer thread, around one engine.
 
@@ -181,8 +195,7 @@ class Receiver:
         # `timeout` bounds each read of a request: a client that stalls is dropped.
         handler = type("Handler", (_Handler,), {"receiver": self,
                                                 "timeout": self.config.read_timeout_s})
-        self.httpd = ThreadingHTTPServer((self.config.address, self.config.port), handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _Server((self.config.address, self.config.port), handler)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
