@@ -490,3 +490,17 @@ def test_spans_over_the_engines_limits_are_kept_by_digest_or_dropped_never_retri
     assert set(recorded[0].args) == {"digest", "bytes"} and recorded[0].args == recorded[1].args
     assert ingestor.counts["malformed"] == 1 and ingestor.buffered == 0
     assert ingestor.flush(force=True) == 0
+
+
+def test_watched_sessions_are_flagged_and_redeliveries_dropped_on_every_store(store_url,
+                                                                              open_engine):
+    engine = open_engine(store_url, freeze=None)
+    batch = [gen_ai_tool(n, error="invalid slice") for n in range(1, 5)]
+    for _ in range(2):  # a second receiver process reads the remembered span ids from the store
+        ingestor = Ingestor(engine, IngestConfig(settle_s=NEVER))
+        ingestor.accept(decode(request(*batch)))
+        ingestor.accept(decode(request(*batch[2:])))
+        ingestor.flush(force=True)
+    info = engine.session_info("conv-1")
+    assert info.steps == 4 and info.status == "looping" and info.meta["watch_only"] is True
+    assert info.rollbacks == 0
