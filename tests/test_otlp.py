@@ -504,3 +504,15 @@ def test_watched_sessions_are_flagged_and_redeliveries_dropped_on_every_store(st
     info = engine.session_info("conv-1")
     assert info.steps == 4 and info.status == "looping" and info.meta["watch_only"] is True
     assert info.rollbacks == 0
+
+
+def test_rewind_otlp_on_a_port_in_use_says_so_and_exits_2(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["otlp", "--store", f"sqlite:///{tmp_path}/r.db", "--port", str(port)])
+    assert code == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err

@@ -272,6 +272,7 @@ def main(args: argparse.Namespace) -> int:
             IngestConfig(settle_s=args.settle,
                          session_attributes=tuple(args.session_attribute)))
     except OSError as exc:
+        engine.close()
         raise ConfigError(f"cannot listen on {args.address}:{args.port}: {exc.strerror or exc}; "
                           "pick another --port or stop what holds it") from exc
     if args.address not in ("127.0.0.1", "::1", "localhost") and token is None:
