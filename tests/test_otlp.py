@@ -516,3 +516,15 @@ def test_rewind_otlp_on_a_port_in_use_says_so_and_exits_2(tmp_path, capsys):
         code = main(["otlp", "--store", f"sqlite:///{tmp_path}/r.db", "--port", str(port)])
     assert code == 2
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_spans_of_a_session_an_embedded_engine_guards_are_not_written_twice(engine):
+    s = engine.session("conv-1", meta={"tenant": "acme"})
+    with s.step("image_crop", {"x": 10, "y": 4}) as call:
+        call.fail("invalid slice")
+    ingestor = Ingestor(engine, IngestConfig(settle_s=NEVER))
+    ingestor.accept(decode(request(gen_ai_tool(1, error="invalid slice"))))
+    ingestor.flush(force=True)
+    info = engine.session_info("conv-1")
+    assert info.steps == 1 and "watch_only" not in info.meta
+    assert ingestor.counts["embedded"] == 1

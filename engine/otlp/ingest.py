@@ -26,6 +26,10 @@ yet the engine records a quarantined call as a refusal (a step the detector skip
 counted (``quarantined``) and what really happened (span, tool, outcome) is kept in the session's
 ``otlp`` document ``quarantined``.
 
+**Embedded agents.** A span naming a session that exists and is not watch-only (an agent that
+embeds Rewind and exports traces too) is dropped (``embedded``): that session is guarded
+already, and its steps must not be written twice.
+
 **Bounds.** At most `max_session_spans` spans wait per session and `max_buffered_spans` in all:
 a request that would pass either is refused whole (`Backpressure`, HTTP 429, safe to retry since
 span ids are idempotent). At most `max_sessions` sessions' states and `max_traces` trace-to-
@@ -114,10 +118,11 @@ class Ingestor:
         self.clock = clock
         self.counts: dict[str, int] = dict.fromkeys(
             ("spans", "tool", "chat", "unknown", "duplicate", "late", "steps", "messages",
-             "quarantined", "refused", "malformed", "errors"), 0)
+             "quarantined", "refused", "malformed", "embedded", "errors"), 0)
         """Running totals: spans received, tool / chat / unknown spans, duplicates dropped,
         late spans, steps and messages written, quarantined tools, spans refused (429), spans
-        the engine refused as data (dropped), write errors (retried)."""
+        the engine refused as data (dropped), spans of sessions an embedded engine guards
+        (dropped), write errors (retried)."""
         self.last_error: str | None = None
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
@@ -211,6 +216,9 @@ class Ingestor:
         done = 0
         try:
             state = self._state(sid, items)
+            if state is None:
+                self.counts["embedded"] += len(items)
+                return
             for _, action in items:
                 try:
                     self._write_one(sid, state, action)
@@ -234,7 +242,7 @@ class Ingestor:
                         buffer[action.span_id] = (arrived, action)
                         self._buffered += 1
 
-    def _state(self, sid: str, items: list[tuple[float, Action]]) -> _State:
+    def _state(self, sid: str, items: list[tuple[float, Action]]) -> _State | None:
         meta: dict[str, str] = {}
         for _, a in items:
             meta.update(a.meta)
@@ -246,6 +254,9 @@ class Ingestor:
             state.meta.update(meta)
             self.engine.session(sid, meta=dict(meta))
             return state
+        known = self.engine.session_info(sid)
+        if known is not None and not known.meta.get("watch_only"):
+            return None  # an agent that embeds Rewind is guarded already: its spans add nothing
         handle = self.engine.session(sid, meta={"source": "otlp", "watch_only": True, **meta},
                                      on_loop="flag")
         state = _State(judged=handle, meta=meta)
