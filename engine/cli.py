@@ -118,7 +118,8 @@ def cmd_sessions(args) -> int:
     if args.json:
         print(json.dumps([i.__dict__ for i in infos], ensure_ascii=True, indent=1))
         return 0
-    rows = [[i.id, i.status, i.tenant or "-", i.scenario or "-", i.prompt_version or "-",
+    rows = [[i.id, i.status + (" (watch-only)" if i.meta.get("watch_only") else ""),
+             i.tenant or "-", i.scenario or "-", i.prompt_version or "-",
              str(i.steps), str(i.rollbacks), _fmt_time(i.updated_at),
              (i.last_verdict or {}).get("rule") or "-"] for i in infos]
     print(_table(rows, ["SESSION", "STATUS", "TENANT", "SCENARIO", "PROMPT", "STEPS",
@@ -134,6 +135,8 @@ def cmd_show(args) -> int:
     s = engine.get_session(args.session)
     info = s.info()
     out(f"session {info.id}  status={info.status}  head={info.head}  epoch={info.epoch}")
+    if info.meta.get("watch_only"):
+        out(WATCH_ONLY.format(sid=info.id, verb="rolled back or notified"))
     out(f"meta: {json.dumps(info.meta, ensure_ascii=False)}")
     if info.last_verdict:
         v = info.last_verdict
@@ -238,6 +241,7 @@ def cmd_rollback(args) -> int:
                        "`rewind show`", EXIT_USAGE)
     engine = _engine(args)
     info = engine.get_session(args.session).info()
+    _refuse_watch_only(info, "rolled back")
     # The epoch read here (or the one the operator saw, --expect-epoch) goes with the rollback:
     # if someone else rolls the session back in between, this one is refused, not repeated.
     expect = info.epoch if args.expect_epoch is None else args.expect_epoch
@@ -296,7 +300,7 @@ def cmd_quarantine(args) -> int:
     where = ", ".join(f"{k}={v}" for k, v in sorted(q.scope.items())) or "every session"
     until = "until lifted" if q.until is None else f"until {_fmt_utc(q.until)}"
     out(f"quarantined {q.tool} for {where} {until} (id {q.id}); agents see "
-        "ToolQuarantined within a second")
+        "ToolQuarantined within a second (not watch-only agents: Rewind does not run them)")
     return 0
 
 
@@ -470,9 +474,20 @@ def cmd_notice(args) -> int:
     from engine import Actor
 
     engine = _engine(args)
+    _refuse_watch_only(engine.get_session(args.session).info(), "sent a notice")
     text = engine.notice(args.session, args.text, actor=Actor(args.actor, Role.OPERATOR))
     out(f"notice appended to {args.session}: {text}")
     return 0
+
+
+WATCH_ONLY = ("watch-only: session {sid} is of an agent Rewind watches through OpenTelemetry "
+              "(rewind otlp) but does not run, so it cannot be {verb}; its loops are flagged, "
+              "paged and labelled. Stop or fix the agent where it runs")
+
+
+def _refuse_watch_only(info, verb: str) -> None:
+    if info.meta.get("watch_only"):
+        raise CLIError(WATCH_ONLY.format(sid=info.id, verb=verb))
 
 
 def cmd_audit(args) -> int:
@@ -939,6 +954,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a host name people open the console under (repeatable); only "
                    "localhost, 127.0.0.1 and [::1] are accepted otherwise")
     p.set_defaults(func=cmd_dashboard)
+
+    p = sub.add_parser("otlp", help="watch agents through OpenTelemetry: an OTLP/HTTP receiver "
+                       "(POST /v1/traces) whose sessions are flagged, never rolled back")
+    from engine.otlp import server as otlp
+
+    otlp.add_arguments(p)
+    p.set_defaults(func=otlp.main)
 
     p = sub.add_parser("mcp-proxy", help="guard the tools of MCP servers (an MCP server itself)",
                        usage="rewind mcp-proxy [--store URL] [--session ID] [--upstream URL] "

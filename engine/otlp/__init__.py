@@ -1,0 +1,13 @@
+"""Watch agents Rewind does not run: an OTLP/HTTP receiver that turns OpenTelemetry GenAI,
+OpenInference and OpenLLMetry spans into watch-only sessions and steps, and flags their loops.
+
+`decode` reads request bodies (gzip, protobuf, JSON) with the official `opentelemetry-proto`;
+`conventions` says which spans are tool calls or model turns (pure); `ingest` orders, dedupes
+and writes them through the engine's public API; `server` is the HTTP listener `rewind otlp`
+runs. Nothing in the engine imports this room; only the CLI does.
+"""
+
+from engine.otlp.ingest import Backpressure, IngestConfig, Ingestor
+from engine.otlp.server import Receiver, ServerConfig
+
+__all__ = ["Backpressure", "IngestConfig", "Ingestor", "Receiver", "ServerConfig"]

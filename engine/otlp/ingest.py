@@ -1,0 +1,344 @@
+"""Spans to steps: per-session buffering, start-time order, idempotent span ids, bounded memory.
+
+**Delivery.** Exporters send spans in batches, out of order across batches, and again after a
+timeout (a retry). Every accepted span waits in its session's buffer; once the oldest span of a
+session has waited `settle_s` seconds, the whole buffer is written in start-time order (ties by
+span id). So a span that arrives within the settle window of its neighbours takes its right place
+among them, and the detector judges the steps in the order the agent made them.
+
+**Late spans.** A span arriving after spans of its session that started later were written is
+*late*: it is still recorded as a step (after them: step numbers follow writing order) but is not
+judged: it goes through a handle with the loop policy ``off``, whose verdict is discarded, and the
+judging handle's window never sees it, so a late span can neither raise a flag nor re-flag a loop
+that was flagged already. Its span id, start time and step number are kept in the session's
+``otlp`` document (``late``), so its true place can be shown.
+
+**Idempotency.** The ids of the last `remembered_span_ids` spans written to a session are kept in
+its ``otlp`` document (``state``) and in memory; a span id seen before is counted as a duplicate
+and dropped, across restarts too. (A crash between a step's write and the document's write can
+let one redelivered span through once.)
+
+**Watch-only.** Sessions are created with meta ``{"source": "otlp", "watch_only": True}`` and
+judged with the loop policy ``flag``: Rewind cannot roll back or notify an agent it does not run,
+so a loop is flagged (and paged by `rewind alert`), never acted on. No write-ahead snapshots are
+taken (nothing could be restored into the agent). A quarantined tool cannot be refused either,
+yet the engine records a quarantined call as a refusal (a step the detector skips): the span is
+counted (``quarantined``) and what really happened (span, tool, outcome) is kept in the session's
+``otlp`` document ``quarantined``.
+
+**Embedded agents.** A span naming a session that exists and is not watch-only (an agent that
+embeds Rewind and exports traces too) is dropped (``embedded``): that session is guarded
+already, and its steps must not be written twice.
+
+**Bounds.** At most `max_session_spans` spans wait per session and `max_buffered_spans` in all:
+a request that would pass either is refused whole (`Backpressure`, HTTP 429, safe to retry since
+span ids are idempotent). At most `max_sessions` sessions' states and `max_traces` trace-to-
+session links are kept in memory (least recently used go first; a state is reread from its
+document).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import SizeLimitExceeded, ToolQuarantined
+from engine.otlp.conventions import Action, classify
+from engine.otlp.decode import SpanData
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
+    from engine.sessions.session import Session
+
+__all__ = ["Backpressure", "IngestConfig", "Ingestor"]
+
+NAMESPACE = "otlp"
+LATE_KEPT = 100
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    """How the receiver turns spans into steps, and its memory bounds."""
+
+    settle_s: float = 2.0
+    """Seconds a session's spans wait for their out-of-order neighbours before being written."""
+    session_attributes: tuple[str, ...] = ()
+    """Attributes naming the session, read after `gen_ai.conversation.id` (see conventions)."""
+    max_session_spans: int = 5_000
+    """Spans that may wait in one session's buffer."""
+    max_buffered_spans: int = 100_000
+    """Spans that may wait in all buffers together."""
+    remembered_span_ids: int = 2_048
+    """Span ids kept per session to drop redeliveries."""
+    max_sessions: int = 1_000
+    """Session states kept in memory."""
+    max_traces: int = 10_000
+    """Trace-to-session links kept in memory (a span with no session id of its own joins the
+    session another span of its trace named)."""
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
+
+
+class Backpressure(Exception):
+    """Accepting a request would pass a memory bound; nothing of it was accepted."""
+
+
+@dataclass
+class _State:
+    """What the writer remembers of one session between flushes."""
+
+    judged: Session
+    late: Session | None = None
+    seen: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    high_ns: int = 0
+    last_user: str | None = None
+    """Digest of the last user message written: a model turn repeats its input every call."""
+    late_spans: list[dict[str, Any]] = field(default_factory=list)
+    quarantined: list[dict[str, Any]] = field(default_factory=list)
+    meta: dict[str, str] = field(default_factory=dict)
+
+
+class Ingestor:
+    """Buffers accepted spans per session and writes them through the engine's API.
+
+    `accept` is called by request threads; `flush` by one writer thread (or a test)."""
+
+    def __init__(self, engine: Engine, config: IngestConfig | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.engine = engine
+        self.config = config or IngestConfig()
+        self.clock = clock
+        self.counts: dict[str, int] = dict.fromkeys(
+            ("spans", "tool", "chat", "unknown", "duplicate", "late", "steps", "messages",
+             "quarantined", "refused", "malformed", "embedded", "errors"), 0)
+        """Running totals: spans received, tool / chat / unknown spans, duplicates dropped,
+        late spans, steps and messages written, quarantined tools, spans refused (429), spans
+        the engine refused as data (dropped), spans of sessions an embedded engine guards
+        (dropped), write errors (retried)."""
+        self.last_error: str | None = None
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._pending: dict[str, dict[str, tuple[float, Action]]] = {}
+        self._buffered = 0
+        self._traces: OrderedDict[str, str] = OrderedDict()
+        self._states: OrderedDict[str, _State] = OrderedDict()
+
+    # -- request side ---------------------------------------------------------------------
+    def accept(self, spans: Sequence[SpanData]) -> int:
+        """Classify `spans` and buffer the agent steps among them. Returns how many were
+        buffered (unknown spans are counted and ignored).
+
+        Raises:
+            Backpressure: a bound would be passed; nothing was buffered.
+        """
+        actions, malformed = [], 0
+        for span in spans:
+            try:
+                action = classify(span, self.config.session_attributes)
+            except (ValueError, TypeError, KeyError, AttributeError):
+                malformed += 1  # one odd span must not cost the rest of the request
+                continue
+            if action is not None:
+                actions.append(action)
+        now = self.clock()
+        with self._lock:
+            self.counts["malformed"] += malformed
+            for a in actions:
+                if a.session is not None:
+                    self._link(a.trace_id, a.session)
+            by_session: dict[str, list[Action]] = {}
+            for a in actions:
+                if a.session is None:
+                    a.session = self._traces.get(a.trace_id) or f"trace-{a.trace_id or 'none'}"
+                by_session.setdefault(a.session, []).append(a)
+            if self._buffered + len(actions) > self.config.max_buffered_spans:
+                self.counts["refused"] += len(spans)
+                raise Backpressure(f"{self._buffered} spans are waiting to be written (at most "
+                                   f"{self.config.max_buffered_spans}); retry later")
+            for sid, items in by_session.items():
+                waiting = len(self._pending.get(sid, ()))
+                if waiting + len(items) > self.config.max_session_spans:
+                    self.counts["refused"] += len(spans)
+                    raise Backpressure(f"session {sid!r} has {waiting} spans waiting (at most "
+                                       f"{self.config.max_session_spans}); retry later")
+            for sid, items in by_session.items():
+                buffer = self._pending.setdefault(sid, {})
+                for a in items:
+                    if a.span_id in buffer:
+                        self.counts["duplicate"] += 1
+                        continue
+                    buffer[a.span_id] = (now, a)
+                    self._buffered += 1
+            self.counts["spans"] += len(spans)
+            self.counts["unknown"] += len(spans) - len(actions) - malformed
+            for a in actions:
+                self.counts[a.kind] += 1
+        return len(actions)
+
+    def _link(self, trace_id: str, sid: str) -> None:
+        self._traces[trace_id] = sid
+        self._traces.move_to_end(trace_id)
+        while len(self._traces) > self.config.max_traces:
+            self._traces.popitem(last=False)
+
+    @property
+    def buffered(self) -> int:
+        """Spans accepted and not yet written."""
+        return self._buffered
+
+    # -- writer side ----------------------------------------------------------------------
+    def flush(self, force: bool = False) -> int:
+        """Write every session whose oldest waiting span has settled (all with `force`), in
+        start-time order. Returns the number of spans taken from the buffers."""
+        with self._write_lock:
+            now = self.clock()
+            ripe: dict[str, list[tuple[float, Action]]] = {}
+            with self._lock:
+                for sid, buffer in list(self._pending.items()):
+                    if force or min(t for t, _ in buffer.values()) <= now - self.config.settle_s:
+                        ripe[sid] = list(buffer.values())
+                        del self._pending[sid]
+                        self._buffered -= len(buffer)
+            for sid, items in ripe.items():
+                items.sort(key=lambda item: (item[1].start_ns, item[1].span_id))
+                self._write(sid, items)
+            return sum(len(items) for items in ripe.values())
+
+    def _write(self, sid: str, items: list[tuple[float, Action]]) -> None:
+        done = 0
+        try:
+            state = self._state(sid, items)
+            if state is None:
+                self.counts["embedded"] += len(items)
+                return
+            for _, action in items:
+                try:
+                    self._write_one(sid, state, action)
+                except (ValueError, TypeError) as exc:
+                    # The span, not the store: retrying would fail the same way, forever.
+                    self.counts["malformed"] += 1
+                    self.last_error = f"span {action.span_id}: {type(exc).__name__}: {exc}"
+                    self._remember(state, action)
+                done += 1
+            self._save(sid, state)
+        except Exception as exc:  # noqa: BLE001 - the writer must outlive a store hiccup
+            self.counts["errors"] += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            print(f"rewind otlp: writing session {sid!r} failed ({self.last_error}); "
+                  f"{len(items) - done} span(s) will be retried", file=sys.stderr)
+            self._states.pop(sid, None)
+            with self._lock:
+                buffer = self._pending.setdefault(sid, {})
+                for arrived, action in items[done:]:
+                    if action.span_id not in buffer:
+                        buffer[action.span_id] = (arrived, action)
+                        self._buffered += 1
+
+    def _state(self, sid: str, items: list[tuple[float, Action]]) -> _State | None:
+        meta: dict[str, str] = {}
+        for _, a in items:
+            meta.update(a.meta)
+        state = self._states.get(sid)
+        if state is not None:
+            self._states.move_to_end(sid)
+            if all(state.meta.get(k) == v for k, v in meta.items()):
+                return state
+            state.meta.update(meta)
+            self.engine.session(sid, meta=dict(meta))
+            return state
+        known = self.engine.session_info(sid)
+        if known is not None and not known.meta.get("watch_only"):
+            return None  # an agent that embeds Rewind is guarded already: its spans add nothing
+        handle = self.engine.session(sid, meta={"source": "otlp", "watch_only": True, **meta},
+                                     on_loop="flag")
+        state = _State(judged=handle, meta=meta)
+        saved = self.engine.get_documents(sid, NAMESPACE, ["state", "late", "quarantined"])
+        doc = saved.get("state") or {}
+        for span in doc.get("seen", []):
+            state.seen[int(span, 16)] = None
+        state.high_ns = int(doc.get("high_ns") or 0)
+        state.last_user = doc.get("last_user")
+        state.late_spans = list(saved.get("late") or [])
+        state.quarantined = list(saved.get("quarantined") or [])
+        self._states[sid] = state
+        while len(self._states) > self.config.max_sessions:
+            self._states.popitem(last=False)
+        return state
+
+    def _write_one(self, sid: str, state: _State, action: Action) -> None:
+        key = int(action.span_id or "0", 16)
+        if key in state.seen:
+            self.counts["duplicate"] += 1
+            return
+        late = action.start_ns < state.high_ns
+        handle = state.judged
+        if late:
+            self.counts["late"] += 1
+            if state.late is None:
+                state.late = self.engine.session(sid, on_loop="off")
+            handle = state.late
+        if action.kind == "tool":
+            step = self._step(handle, action)
+            if step is None:
+                state.quarantined = [*state.quarantined, {
+                    "span": action.span_id, "tool": action.tool, "ok": action.ok,
+                    "error": (action.error or "")[:500]}][-LATE_KEPT:]
+            if late:
+                state.late_spans = [*state.late_spans, {"span": action.span_id, "step": step,
+                                    "start_ns": action.start_ns}][-LATE_KEPT:]
+        else:
+            messages = [m for m in action.messages
+                        if not (m["role"] == "user" and _digest(m["content"]) == state.last_user)]
+            if messages:
+                handle.append_messages(messages)
+                self.counts["messages"] += len(messages)
+            users = [_digest(m["content"]) for m in action.messages if m["role"] == "user"]
+            state.last_user = users[-1] if users else state.last_user
+        self._remember(state, action)
+
+    def _remember(self, state: _State, action: Action) -> None:
+        state.seen[int(action.span_id or "0", 16)] = None
+        while len(state.seen) > self.config.remembered_span_ids:
+            state.seen.popitem(last=False)
+        state.high_ns = max(state.high_ns, action.start_ns)
+
+    def _step(self, handle: Session, action: Action) -> int | None:
+        tool = (action.tool or "tool")[: self.engine.limits.name_chars]
+        try:
+            call = handle.step(tool, action.args, snapshot=False)
+        except (SizeLimitExceeded, TypeError, ValueError):
+            # Too large or not JSON: the digest still lets the detector see a repeat.
+            text = repr(action.args).encode("utf-8", "replace")
+            call = handle.step(tool, {"digest": hashlib.sha256(text).hexdigest(),
+                                      "bytes": len(text)}, snapshot=False)
+        try:
+            with call:
+                if action.ok:
+                    call.ok(action.result)
+                else:
+                    call.fail(action.error or "error")
+        except ToolQuarantined:
+            self.counts["quarantined"] += 1
+            return None
+        self.counts["steps"] += 1
+        return call.n
+
+    def _save(self, sid: str, state: _State) -> None:
+        doc = {"seen": [f"{k:016x}" for k in state.seen], "high_ns": state.high_ns,
+               "last_user": state.last_user}
+        self.engine.put_documents(sid, NAMESPACE, {"state": doc, "late": state.late_spans,
+                                                   "quarantined": state.quarantined})
+
+    def run(self, stop: threading.Event, interval_s: float = 0.1) -> None:
+        """Flush settled sessions every `interval_s` until `stop` is set, then everything."""
+        while not stop.wait(interval_s):
+            self.flush()
+        self.flush(force=True)
