@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         UnknownQuarantine,
         UnknownSession,
         UnknownSnapshot,
+        WatchOnly,
     )
     from engine.fleet import LoopTally
     from engine.freeze import (
@@ -87,6 +88,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "WatchOnly",
     "PAUSED_TEMPLATES",
     "LIVE_S",
     "policy_sentence",
@@ -162,6 +164,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
+    "WatchOnly": "engine.errors",
     "PAUSED_TEMPLATES": "engine.recovery.notices",
     "LIVE_S": "engine.saga",
     "policy_sentence": "engine.freeze",

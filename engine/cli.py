@@ -486,6 +486,7 @@ WATCH_ONLY = ("watch-only: session {sid} is of an agent Rewind watches through O
 
 
 def _refuse_watch_only(info, verb: str) -> None:
+    """The engine refuses too (`WatchOnly`); here before any preview is read."""
     if info.meta.get("watch_only"):
         raise CLIError(WATCH_ONLY.format(sid=info.id, verb=verb))
 

@@ -61,6 +61,12 @@ class StoreNotFound(StoreError, LookupError):
     there): refused, never created empty, so a wrong path cannot pass for an empty fleet."""
 
 
+class WatchOnly(RewindError):
+    """The session is of an agent Rewind only watches (through OpenTelemetry, `rewind otlp`):
+    it can be flagged, paged, shown and labelled, but Rewind cannot roll it back or tell its
+    user anything, since it does not run that agent."""
+
+
 class SchemaMismatch(StoreError):
     """The store was written by a newer release of Rewind."""
 

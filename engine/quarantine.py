@@ -257,18 +257,21 @@ def lift(rt: Runtime, qid: str, *, actor: str | Actor, reason: str = "") -> Quar
 
 
 def applying(rt: Runtime, sid: str, tool: str) -> Quarantine | None:
-    """The quarantine that refuses `tool` for session `sid` now, or None. Reads the session's
-    meta only when some quarantine names the tool and has a scope."""
+    """The quarantine that refuses `tool` for session `sid` now, or None (always None for a
+    session Rewind only watches). Reads the session's meta only when some quarantine names the
+    tool."""
     now = rt.clock()
     named = [q for q in cached(rt) if q.tool == tool and q.active(now)]
     if not named:
         return None
-    meta: dict[str, Any] | None = None
+    info = rt.store.get_session(sid)
+    meta: dict[str, Any] = dict(info.meta) if info is not None else {}
+    if meta.get("watch_only"):
+        # Rewind does not run a watched agent: a "refusal" would only hide its calls from the
+        # detector, while the agent calls the tool anyway.
+        return None
     for q in named:
-        if q.scope and meta is None:
-            info = rt.store.get_session(sid)
-            meta = dict(info.meta) if info is not None else {}
-        if q.applies(tool, meta or {}, now):
+        if q.applies(tool, meta, now):
             return q
     return None
 

@@ -96,3 +96,26 @@ def test_the_cli_replays_and_labels(fleet, capsys):
     assert main(["--store", url, "replay", "--set", "nonsense=1"]) == 2
     assert main(["--store", url, "replay", "--where", "tenant=globex"]) == 0
     assert "Nothing was written" in capsys.readouterr().out
+
+
+def test_a_watched_session_says_what_rewind_cannot_do(open_engine, tmp_path):
+    """An agent Rewind only watches (OpenTelemetry) is flagged like any other, but the engine
+    refuses to pretend it rolled it back or told its user; a quarantine does not hide its
+    calls from the detector."""
+    from engine import WatchOnly
+
+    engine = open_engine(f"sqlite:///{tmp_path}/w.db")
+    s = engine.session("otel-1", meta={"source": "otlp", "watch_only": True}, on_loop="flag")
+    engine.quarantine("image_crop", actor="alice", reason="broken")
+    for _ in range(4):
+        with s.step("image_crop", {"x": 1}, snapshot=False) as call:
+            call.fail("invalid slice")
+    assert s.info().status == "looping"  # judged, not refused
+    with pytest.raises(WatchOnly, match="cannot be rolled back"):
+        engine.rollback("otel-1", actor="alice", reason="loop")
+    with pytest.raises(WatchOnly, match="cannot be sent a notice"):
+        engine.notice("otel-1", actor="alice")
+    (item,) = engine.rollback_many({"session": "otel-1"}, actor="alice", reason="loop")
+    assert not item.ok and isinstance(item.exception, WatchOnly)
+    engine.label("otel-1", "loop", actor="alice")  # labels work
+    assert engine.labels() == {"otel-1": "loop"}

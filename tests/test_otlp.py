@@ -417,11 +417,11 @@ def test_a_quarantine_cannot_stop_a_watched_agent_and_its_real_calls_are_kept(re
     engine.quarantine("image_crop", actor="alice", reason="loops in the fleet")
     send(receiver, gen_ai_tool(1, error="invalid slice"), gen_ai_tool(2, tool="lookup"))
     receiver.ingestor.flush(force=True)
-    assert receiver.ingestor.counts["quarantined"] == 1
-    kept = engine.get_documents("conv-1", "otlp", ["quarantined"])["quarantined"]
-    assert kept == [{"span": f"{1:016x}", "tool": "image_crop", "ok": False,
-                     "error": "ValueError: invalid slice"}]
-    assert [s.tool for s in engine.get_session("conv-1").steps()] == ["image_crop", "lookup"]
+    # The engine applies no quarantine to a session it only watches: the agent called the tool
+    # anyway, so the call is recorded as it happened and the detector judges it.
+    assert receiver.ingestor.counts.get("quarantined", 0) == 0
+    steps = engine.get_session("conv-1").steps()
+    assert [(s.tool, s.status) for s in steps] == [("image_crop", "error"), ("lookup", "ok")]
 
 
 def test_a_client_that_hangs_up_mid_body_costs_nothing_and_the_server_keeps_serving(

@@ -15,7 +15,7 @@ from engine.identity import Actor, checked_actor, checked_reason, require_operat
 from engine.ids import validate_session_id
 from engine.records import BulkRollbackItem, SessionInfo
 from engine.recovery.targets import preview_rollback, refuse_if_rolled_back
-from engine.recovery.verbs import rollback
+from engine.recovery.verbs import refuse_watch_only, rollback
 from engine.runtime import Runtime
 from engine.store import SessionFilter
 from engine.types import FACETS, SessionStatus
@@ -134,6 +134,7 @@ def rollback_many(
     for info in matching_sessions(rt, where):
         sid = info.id
         try:
+            refuse_watch_only(info, "rolled back")
             preview = preview_rollback(rt, sid)
             refuse_if_rolled_back(sid, preview)
             if dry_run:

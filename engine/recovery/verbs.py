@@ -14,10 +14,10 @@ would stop a rescue.
 from __future__ import annotations
 
 from engine import metrics, saga
-from engine.errors import NothingToRollBack
+from engine.errors import NothingToRollBack, WatchOnly
 from engine.identity import Actor, checked_actor, checked_reason, require_operator
 from engine.limits import Limits, cut_text
-from engine.records import RollbackResult
+from engine.records import RollbackResult, SessionInfo
 from engine.recovery.notices import checked_notice, template_for
 from engine.recovery.targets import (
     preview_rollback,
@@ -33,6 +33,20 @@ REASON_REQUIRED = (
     "a rollback needs a reason: it labels the abandoned branch and goes to the audit log"
 )
 """Why a person's blank reason is refused (see the module docstring)."""
+
+
+WATCH_ONLY_SENTENCE = (
+    "session {sid} is of an agent Rewind watches through OpenTelemetry (rewind otlp) but does "
+    "not run, so it cannot be {verb}: its loops are flagged, paged and labelled here; stop or "
+    "fix the agent where it runs"
+)
+
+
+def refuse_watch_only(info: SessionInfo, verb: str) -> None:
+    """Raises WatchOnly for a session Rewind only watches (meta ``watch_only``), saying what it
+    can and cannot do there."""
+    if (info.meta or {}).get("watch_only"):
+        raise WatchOnly(WATCH_ONLY_SENTENCE.format(sid=info.id, verb=verb))
 
 
 def rollback_reason(limits: Limits, actor: str | Actor, reason: str | None, *,
@@ -92,6 +106,7 @@ def rollback(
         raise ValueError(f"kind must be rollback or fork, not {kind!r}")
     reason = rollback_reason(rt.limits, actor, reason, automatic=automatic)
     info = rt.require_session(sid)
+    refuse_watch_only(info, "rolled back")
     target = to if to is not None else suggested_target(rt, sid, info)
     if target is None:
         raise NothingToRollBack(
@@ -140,6 +155,7 @@ def notice(rt: Runtime, sid: str, text: str | None = None, *, actor: str | Actor
     who = checked_actor(rt.limits, actor)
     require_operator(who, "send notices")
     info = rt.require_session(sid)
+    refuse_watch_only(info, "sent a notice")
     if text is None:
         text = template_for(info.locale, rolled_back=info.status == SessionStatus.ROLLED_BACK)
     message = checked_notice(rt.limits, text)
