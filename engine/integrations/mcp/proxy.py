@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -40,6 +41,9 @@ from engine.sessions.session import NUDGE_TEXT, Session, StepCall
 __all__ = ["DEFAULT_TIMEOUT_S", "META_SESSION_KEYS", "McpProxy", "UpstreamUnavailable"]
 
 log = logging.getLogger("rewind.mcp_proxy")
+
+IDLE_TASK_S = 300.0
+"""A tools/call after this many idle seconds starts a new task (the step budget counts per task)."""
 
 META_SESSION_KEYS = ("rewind/session", "rewind_session")
 """Keys of a call's ``_meta`` naming the Rewind session the call belongs to."""
@@ -170,6 +174,8 @@ class McpProxy:
         self.session_prefix = session_prefix or None
         self._sessions: dict[str, Session] = {}
         self._epochs: dict[str, int] = {}
+        self._last_call: dict[str, float] = {}
+        """Monotonic time of each session's last tools/call (a new task after `IDLE_TASK_S`)."""
         self._tools: dict[str, Upstream] = {}
         self._prompts: dict[str, Upstream] = {}
 
@@ -354,6 +360,12 @@ class McpProxy:
         upstream = await self._route(name)
         if upstream is None:
             return _refusal(f"Unknown tool {name}: no upstream server lists it.")
+        now = time.monotonic()
+        if now - self._last_call.get(session.id, now) >= IDLE_TASK_S:
+            # The client came back after a pause: a new task, so a client connected all day is
+            # never stopped by the step budget for being connected long (loops still count).
+            session.new_task()
+        self._last_call[session.id] = now
         step = session.step(name, args)
         try:
             step.__enter__()
