@@ -39,10 +39,8 @@ def delete_session(
     who = checked_actor(rt.limits, actor)
     require_operator(who, "delete sessions")
     reason = checked_reason(rt.limits, reason)
-    found = rt.store.delete_session(validate_session_id(sid), rt.clock())
-    if found:
-        rt.store.add_audit(who.name, "delete", sid, None, reason, {}, rt.clock())
-    return found
+    return rt.store.delete_session(validate_session_id(sid), rt.clock(),
+                                   AuditEntry(who.name, "delete", reason))
 
 
 def _compensation_action(

@@ -180,7 +180,8 @@ TOKEN_BREAKDOWN_KEYS: tuple[str, ...] = tuple(TokenBreakdown.__annotations__)
 
 
 AUDIT_ACTIONS: tuple[str, ...] = (
-    "rollback", "rollback_many", "fork", "notice", "delete", "retention", "compensation",
+    "rollback", "rollback_many", "rollback_many.start", "fork", "notice", "delete",
+    "retention", "compensation",
     "compensation.retry", "compensation.resolve", "quarantine", "quarantine_lift", "freeze",
     "freeze_end", "label",
 )

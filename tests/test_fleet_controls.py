@@ -566,3 +566,60 @@ def test_a_quarantine_whose_audit_row_fails_is_not_stored(tmp_path, open_engine,
     monkeypatch.undo()
     assert engine.quarantines(include_expired=True) == []
     assert engine.audit(action="quarantine") == []
+
+
+def test_a_bulk_rollback_is_on_record_before_its_first_rollback(engine, monkeypatch):
+    """A run killed midway leaves the batch's start row (what was planned) and each done
+    session's own rollback row."""
+    from engine.recovery import bulk
+
+    ids = seed_prompt_loops_in(engine, 3)
+    done = []
+    real = bulk.rollback
+
+    def dies_after_one(*args, **kwargs):
+        if done:
+            raise KeyboardInterrupt  # the process is killed during the second rollback
+        done.append(real(*args, **kwargs))
+        return done[-1]
+
+    monkeypatch.setattr(bulk, "rollback", dies_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        engine.rollback_many({"prompt_version": "v-bulk"}, actor="alice", reason="v-bulk loops")
+    (start,) = engine.audit(action="rollback_many.start")
+    assert start.detail["sessions"] == 3 and sorted(start.detail["planned"]) == sorted(ids)
+    (one,) = engine.audit(action="rollback")
+    assert one.detail["batch"] == start.detail["batch"]
+    assert engine.audit(action="rollback_many") == []  # the summary never came
+
+
+def seed_prompt_loops_in(engine, count):
+    ids = []
+    for n in range(count):
+        s = engine.session(f"bulk-{n}", meta={"prompt_version": "v-bulk"}, on_loop="flag")
+        s.snapshot("start")
+        for _ in range(4):
+            with s.step("image_crop", {"x": n}) as call:
+                call.fail("invalid slice")
+        ids.append(s.id)
+    return ids
+
+
+def test_deleting_a_session_writes_its_audit_row_in_the_same_write(tmp_path, open_engine,
+                                                                    monkeypatch):
+    import engine.store.sqlite.store as sqlite_store
+
+    engine = open_engine(f"sqlite:///{tmp_path}/d.db")
+    engine.session("gone").append_message("user", "hi")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk went away while writing the audit row")
+
+    monkeypatch.setattr(sqlite_store, "add_audit", broken)
+    with pytest.raises(RuntimeError):
+        engine.delete_session("gone", actor="alice", reason="gdpr")
+    monkeypatch.undo()
+    assert engine.get_session("gone").state().messages  # not deleted without its row
+    assert engine.delete_session("gone", actor="alice", reason="gdpr") is True
+    (row,) = engine.audit(action="delete")
+    assert row.session == "gone" and row.reason == "gdpr"

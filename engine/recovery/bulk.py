@@ -20,6 +20,9 @@ from engine.runtime import Runtime
 from engine.store import SessionFilter
 from engine.types import FACETS, SessionStatus
 
+PLANNED_SHOWN = 200
+"""Session ids a bulk rollback's start row lists (the console takes at most 200 at once)."""
+
 WHERE_KEYS = ("status", *FACETS, "tool", "session")
 """Filters `rollback_many` takes, as the fleet table's: the first four as in
 `Engine.sessions`; ``tool``: the tool appears among the session's recent live steps (the loop
@@ -110,7 +113,8 @@ def rollback_many(
     RollbackConflict), and audited as a rollback whose detail holds the shared ``batch`` id. A
     session that fails (nothing to roll back, a conflict, a store error) is reported in its item
     and the rest go on. After the batch, one ``rollback_many`` audit event (no session) sums it
-    up: batch id, filters, counts and each failure.
+    up: batch id, filters, counts and each failure; a ``rollback_many.start`` row, written before
+    the first rollback, says what was planned, so a run killed midway is on record.
 
     With `dry_run`, nothing is written: each item's `preview` says what would leave the live
     line and which compensations would be queued.
@@ -131,7 +135,14 @@ def rollback_many(
                             "a bulk rollback needs a reason: it labels every abandoned branch")
     batch = f"batch-{uuid.uuid4().hex[:12]}"
     items: list[BulkRollbackItem] = []
-    for info in matching_sessions(rt, where):
+    matching = matching_sessions(rt, where)
+    if not dry_run and matching:
+        # The batch is on record before its first rollback: a run killed midway leaves this
+        # row (what was planned) and each session's own rollback row, never silence.
+        rt.store.add_audit(who.name, "rollback_many.start", None, None, reason,
+                           {"batch": batch, "where": dict(where), "sessions": len(matching),
+                            "planned": [i.id for i in matching[:PLANNED_SHOWN]]}, rt.clock())
+    for info in matching:
         sid = info.id
         try:
             refuse_watch_only(info, "rolled back")

@@ -10,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 from engine.records import MessageRecord, SessionInfo, SnapshotNode, StepRecord
 from engine.store.requests import (
     ALL_SESSIONS,
+    AuditEntry,
     Retention,
     SessionCursor,
     SessionFilter,
@@ -94,8 +95,11 @@ class SessionStore(Protocol):
         """
         ...
 
-    def delete_session(self, sid: str, now: float) -> bool:
-        """Delete a session and everything it owns (audit events and compensations stay).
+    def delete_session(self, sid: str, now: float, audit: AuditEntry | None = None) -> bool:
+        """Delete a session and everything it owns (audit events and compensations stay), and
+        write `audit` (about `sid`) when it existed: in the same transaction on SQLite; on Redis
+        before the delete (the audit log is fleet-wide there), so a crash between the two can
+        leave the audit row of an attempted delete, never a deleted session without one.
 
         Returns:
             True if it existed.

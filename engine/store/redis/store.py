@@ -85,6 +85,7 @@ from engine.records import (
 )
 from engine.store.base import (
     ALL_SESSIONS,
+    AuditEntry,
     Retention,
     RollbackRequest,
     SessionCursor,
@@ -661,7 +662,14 @@ class RedisStore(FleetDocs):
             messages=count, is_head=True,
         )
 
-    def delete_session(self, sid: str, now: float) -> bool:
+    def delete_session(self, sid: str, now: float, audit: AuditEntry | None = None) -> bool:
+        if audit is not None:
+            if self.get_session(sid) is None:
+                return False
+            # The audit log is fleet-wide (another slot on a cluster): the row goes first, so
+            # no crash can leave a deleted session without it.
+            self._views.add_audit(audit.actor, audit.action, sid, None, audit.reason,
+                                  audit.detail, now)
         self.flush()  # this process's pending fleet changes first, then the forgetting
         result, _ = self._write("delete", sid, now, [], sync=True)
         return result == "1"

@@ -707,12 +707,16 @@ class SQLiteStore(BranchLine, SagaOutbox):
                         (ns, key, value, now),
                     )
 
-    def delete_session(self, sid: str, now: float) -> bool:
-        """Delete a session and everything it owns (audit events stay)."""
+    def delete_session(self, sid: str, now: float, audit: AuditEntry | None = None) -> bool:
+        """Delete a session and everything it owns (audit events stay), with its audit row in
+        the same transaction."""
         with self._db.write() as conn:
             found = _delete_session(conn, sid)
             if found:
                 add_event(conn, now, sid, "deleted", {})
+                if audit is not None:
+                    add_audit(conn, now, audit.actor, audit.action, sid, None, audit.reason,
+                              audit.detail)
         return found
 
     def purge_sessions(self, before: float, now: float, *, dry_run: bool = False) -> dict[str, int]:
