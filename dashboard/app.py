@@ -45,8 +45,8 @@ with st.sidebar:
         access.sign_out(user)
         st.rerun()
     with data.store_errors():
-        store = data.engine().store  # its URL is redacted by the engine
-    st.caption(f"Store: {views.literal(views.store_label(store.url))}")
+        url = data.engine().url  # redacted by the engine
+    st.caption(f"Store: {views.literal(views.store_label(url))}")
 
 if user.source == "demo":
     st.info("Demo mode: no accounts are configured, so this console only answers on localhost "

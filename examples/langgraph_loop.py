@@ -109,7 +109,7 @@ def run(store: str | Engine | None, thread_id: str = "receipt-42", out=print) ->
                                     "prompt_version": "v7", "channel": "langgraph"})
     graph = build_graph(saver)
     config = {"configurable": {"thread_id": thread_id}}
-    out(f"thread {thread_id} on {engine.store.url}")
+    out(f"thread {thread_id} on {engine.url}")
     verdict = rollback = None
     try:
         graph.invoke({"messages": [HumanMessage("What is the total on receipt-42.png? "
@@ -130,7 +130,7 @@ def run(store: str | Engine | None, thread_id: str = "receipt-42", out=print) ->
     info = engine.get_session(thread_id).info()
     out(f"session {info.id}: status={info.status} steps={info.steps} loops={info.loops} "
         f"rollbacks={info.rollbacks}")
-    out(f"see it in the console: rewind --store {engine.store.url} sessions")
+    out(f"see it in the console: rewind --store {engine.url} sessions")
     summary = {"verdict": verdict, "rollback": rollback, "messages": result["messages"],
                "session": info}
     if engine is not store:

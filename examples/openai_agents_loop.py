@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with Engine.open(args.store) as engine:
         run(engine, args.session)
-        print(f"sessions in {engine.store.url}: {[s.id for s in engine.sessions()]}")
+        print(f"{len(engine.sessions(limit=100_000))} session(s) in {engine.url}")
     return 0
 
 

@@ -122,7 +122,7 @@ def escape_text(text: str) -> str:
 
 
 def store_label(url: str) -> str:
-    """How the sidebar names the store: scheme, host and path of `Engine.store.url`.
+    """How the sidebar names the store: scheme, host and path of `Engine.url`.
 
     The engine's URL has its `user:password@` redacted already; options in the query string
     (`password=`, `fallback=`, retries…) say nothing an operator needs there, and may hold a
