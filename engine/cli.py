@@ -16,17 +16,10 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from engine.cli_text import (  # noqa: F401 - parse_age, scrub: part of the CLI's API
-    _cell,
     _days,
-    _describe_age,
-    _fmt_time,
-    _fmt_utc,
     _non_negative,
     _nonblank,
     _session_id,
-    _table,
-    _until_value,
-    out,
     parse_age,
     parse_until,
     scrub,

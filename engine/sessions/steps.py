@@ -12,7 +12,8 @@ from engine.loops.detector import Step, Verdict
 from engine.loops.fingerprint import canonicalize, digest
 from engine.loops.normalize import result_digest
 from engine.records import StepRecord
-from engine.types import TOKEN_BREAKDOWN_KEYS, StepStatus, StoredVerdict, TokenBreakdown
+from engine.replay import step_of
+from engine.types import TOKEN_BREAKDOWN_KEYS, StoredVerdict, TokenBreakdown
 
 PREVIEW_CHARS = 500
 """Characters of a tool result kept for people (the digest covers the whole result)."""
@@ -54,16 +55,9 @@ def result_preview(result: Any, limits: Limits | None = None) -> tuple[str | Non
 
 
 def detector_step(rec: StepRecord) -> Step:
-    """The detector's view of a stored step (to rebuild its window after a rollback)."""
-    return Step(
-        tool=rec.tool,
-        args=rec.args,
-        ok=rec.status == StepStatus.OK,
-        error=rec.error,
-        result=rec.result_digest,
-        text=rec.text,
-        side_effect=rec.side_effect,
-    )
+    """The detector's view of a stored step (to rebuild its window after a rollback): the same
+    view replay takes (`engine.replay.step_of`), so a rebuilt window judges as replay does."""
+    return step_of(rec)
 
 
 def budget_record(context: Any) -> TokenBreakdown | None:
