@@ -7,22 +7,26 @@ for code that imported them from this module.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from engine.freeze import STORE_KEY as FREEZE_KEY
 from engine.freeze import STORE_NAMESPACE as FREEZE_NAMESPACE
 from engine.freeze import FreezeWindow, from_document, to_document
 from engine.identity import Actor, as_actor, checked_actor, checked_reason, require_operator
 from engine.ids import validate_session_id
+from engine.limits import canonical_within
 from engine.records import Compensation
 from engine.recovery.bulk import WHERE_KEYS, matching_sessions, rollback_many
 from engine.recovery.notices import checked_notice
 from engine.recovery.verbs import notice, rollback
-from engine.runtime import Runtime
+from engine.runtime import DETECTOR_KEY, DETECTOR_NAMESPACE, Runtime
 from engine.store.base import AuditEntry
 
 __all__ = [
     "WHERE_KEYS", "Actor", "as_actor", "checked_actor", "checked_notice", "checked_reason",
-    "declare_freeze", "delete_session", "end_freeze", "matching_sessions", "notice",
-    "purge_abandoned", "purge_idle_sessions",
+    "declare_detector", "declare_freeze", "delete_session", "end_freeze", "matching_sessions",
+    "notice", "purge_abandoned", "purge_idle_sessions",
     "require_operator", "resolve_compensation", "retry_compensation", "rollback",
     "rollback_many",
 ]
@@ -169,3 +173,31 @@ def end_freeze(rt: Runtime, *, actor: str | Actor, reason: str) -> FreezeWindow 
                            AuditEntry(who.name, "freeze_end", reason, dict(doc)))
     rt.forget_declared_freeze()
     return from_document(doc)
+
+
+def declare_detector(rt: Runtime, settings: Mapping[str, Any], *, actor: str | Actor,
+                     reason: str) -> dict[str, Any]:
+    """Declare the detector settings every process on the store follows (`DetectorConfig`
+    field -> value, over each process's own configuration): stored with its audit row in one
+    atomic write; new session handles use them within a second, and each verdict records them.
+    Empty `settings` go back to each process's own configuration.
+
+    Raises:
+        PermissionDenied: not an operator (now). ConfigError: an unknown field or a value the
+        detector refuses. ValueError: empty reason. TypeError: a value with no JSON form.
+    """
+    from engine.replay import detector_config
+
+    who = checked_actor(rt.limits, actor)
+    require_operator(who, "change the loop detector")
+    reason = checked_reason(rt.limits, reason,
+                            "changing the detector needs a reason: it goes to the audit log")
+    clean = dict(canonical_within(dict(settings), rt.limits.meta_bytes, "detector settings",
+                                  "meta_bytes")[0])
+    detector_config(clean)  # refuse what the detector refuses, before anything is written
+    now = rt.clock()
+    doc = {"settings": clean, "actor": who.name, "reason": reason, "at": now} if clean else None
+    rt.store.fleet_doc_put(DETECTOR_NAMESPACE, {DETECTOR_KEY: doc}, now,
+                           AuditEntry(who.name, "detector", reason, {"settings": clean}))
+    rt.forget_declared_detector()
+    return clean

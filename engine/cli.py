@@ -45,6 +45,7 @@ from engine.cli_commands import (
     cmd_compensations,
     cmd_dashboard,
     cmd_demo,
+    cmd_detector,
     cmd_doctor,
     cmd_freeze,
     cmd_hash_password,
@@ -179,6 +180,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a DetectorConfig field to change (repeatable), e.g. repeat_threshold=5")
     p.add_argument("--json", action="store_true", help='{"sessions": [...], "summary": {...}}')
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser(
+        "detector", help="show or declare the loop-detector settings every process follows",
+        epilog="Declared settings live in the store: agents, the demo, the MCP proxy and the "
+        "integrations on it build new session handles with them, and each verdict records "
+        "them. Try a change first with `rewind replay --set`.")
+    p.add_argument("--set", type=_set_item, action="append", metavar="FIELD=VALUE",
+                   help="a DetectorConfig field (repeatable), e.g. repeat_threshold=5")
+    p.add_argument("--reset", action="store_true", help="back to each process's own settings")
+    p.add_argument("--actor", type=actor)
+    p.add_argument("--reason")
+    p.set_defaults(func=cmd_detector)
 
     p = sub.add_parser("label", help="say whether a session was a loop (audited)")
     p.add_argument("session", type=_session_id)

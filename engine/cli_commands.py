@@ -330,6 +330,34 @@ def cmd_replay(args) -> int:
     return EXIT_OK
 
 
+def cmd_detector(args) -> int:
+    from engine import Actor
+    from engine.replay import parse_setting
+
+    changing = bool(args.set) or args.reset
+    if changing and not (args.actor and args.reason):
+        raise CLIError("changing the detector needs --actor and --reason (audited)", EXIT_USAGE)
+    try:  # a bad field or value is a usage error, found before the store is opened
+        for name, text in args.set or []:
+            parse_setting(name, text)
+    except ConfigError as exc:
+        raise CLIError(str(exc), EXIT_USAGE) from exc
+    engine = _engine(args)
+    if changing:
+        # stored as typed on the command line (text): every process parses it the same way
+        declared = engine.declare_detector(
+            {} if args.reset else dict(args.set), actor=Actor(args.actor, Role.OPERATOR),
+            reason=args.reason)
+        out("every process on this store follows "
+            + (", ".join(f"{k}={v}" for k, v in declared.items()) or "its own configuration")
+            + " within a second (new session handles)")
+        return EXIT_OK
+    declared = engine.detector_settings()
+    out(", ".join(f"{k}={v}" for k, v in declared.items())
+        or "no detector settings declared in this store: each process uses its own")
+    return EXIT_OK
+
+
 def cmd_label(args) -> int:
     from engine import Actor
 

@@ -144,6 +144,24 @@ class Engine:
             raise ConfigError("a freeze needs a start and an end")
         return actions.declare_freeze(self.runtime, window, actor=actor, reason=reason)
 
+    def declare_detector(self, settings: Mapping[str, Any], *, actor: str | Actor,
+                         reason: str) -> dict[str, Any]:
+        """Declare the loop-detector settings (`DetectorConfig` field -> value) every process
+        on the store follows, over its own configuration: agents, the demo, the MCP proxy and
+        the integrations build new session handles with them within a second, and each verdict
+        records them (`StoredVerdict["detector"]`). Audited, one atomic write; ``{}`` goes back
+        to each process's own configuration. Try a change first with `replay`.
+
+        Raises:
+            PermissionDenied: not an operator (now). ConfigError: an unknown field or a value
+            the detector refuses. ValueError: empty reason.
+        """
+        return actions.declare_detector(self.runtime, settings, actor=actor, reason=reason)
+
+    def detector_settings(self) -> dict[str, Any]:
+        """The detector settings declared in the store (``{}``: none)."""
+        return dict(self.runtime.declared_detector())
+
     def end_freeze(self, *, actor: str | Actor, reason: str) -> FreezeWindow | None:
         """End the declared freeze (audited); returns it, or None when none was declared.
 

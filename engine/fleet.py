@@ -227,6 +227,6 @@ def replay(rt: Runtime, config: DetectorConfig | Mapping[str, Any] | None,
            sessions: list[SessionInfo]) -> tuple[list[SessionReplay], Summary]:
     """Replay `sessions` under the detector this runtime runs now and under `config` (see
     `engine.replay.compare`); reads the store, writes nothing."""
-    before = rt.detector_factory().config
+    before = rt.new_detector()[0].config
     history = {info.id: session_history(rt, info.id) for info in sessions}
     return compare(history, config, before=before, labels=labels(rt))

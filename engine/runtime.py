@@ -8,6 +8,7 @@ runs one way: engine -> sessions, actions, saga, fleet -> runtime -> store, loop
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import UnknownSession
+from engine.errors import ConfigError, UnknownSession
 from engine.freeze import (
     STORE_KEY,
     STORE_NAMESPACE,
@@ -35,6 +36,11 @@ from engine.types import LOOP_POLICIES, LoopPolicy, checked_policy
 if TYPE_CHECKING:
     from engine.memory.config import MemoryConfig
 
+log = logging.getLogger("rewind")
+
+DETECTOR_NAMESPACE = "detector"
+"""Fleet document namespace of the declared detector settings (one key, `DETECTOR_KEY`)."""
+DETECTOR_KEY = "current"
 FREEZE_CACHE_S = 1.0
 """Seconds a process reuses the store's declared freeze before reading it again."""
 
@@ -78,6 +84,8 @@ class Runtime:
     announced_at: float = field(default=float("-inf"), repr=False)
     """Engine-clock time of that heartbeat."""
     _declared: FreezeWindow | None = field(default=None, repr=False)
+    _declared_detector: dict[str, Any] = field(default_factory=dict, repr=False)
+    _detector_read_at: float = field(default=float("-inf"), repr=False)
     _freeze_read_at: float = field(default=float("-inf"), repr=False)
 
     def __post_init__(self) -> None:
@@ -113,6 +121,37 @@ class Runtime:
             self._declared = from_document(docs.get(STORE_KEY))
             self._freeze_read_at = at
         return self._declared
+
+    def new_detector(self) -> tuple[LoopDetector, dict[str, Any]]:
+        """A loop detector for a session handle, and the settings declared in the store that
+        it follows (``{}``: none): every process on the store builds its detectors the same
+        way (`engine.actions.declare_detector`), over `detector_factory`'s own config."""
+        detector = self.detector_factory()
+        settings = self.declared_detector()
+        if not settings:
+            return detector, {}
+        from engine.replay import detector_config
+
+        try:
+            return LoopDetector(detector_config(settings, base=detector.config)), dict(settings)
+        except ConfigError as exc:  # a document from a newer release, say: never stop agents
+            log.warning("ignoring the detector settings declared in the store: %s", exc)
+            return detector, {}
+
+    def declared_detector(self) -> dict[str, Any]:
+        """The detector settings declared in the store (field -> value), read at most once per
+        `FREEZE_CACHE_S` seconds."""
+        at = time.monotonic()
+        if at - self._detector_read_at >= FREEZE_CACHE_S:
+            doc = self.store.fleet_docs(DETECTOR_NAMESPACE).get(DETECTOR_KEY)
+            settings = doc.get("settings") if isinstance(doc, dict) else None
+            self._declared_detector = dict(settings) if isinstance(settings, dict) else {}
+            self._detector_read_at = at
+        return self._declared_detector
+
+    def forget_declared_detector(self) -> None:
+        """Read the store's detector settings again on next use."""
+        self._detector_read_at = float("-inf")
 
     def forget_declared_freeze(self) -> None:
         """Read the store's freeze again on next use (after this process changed it)."""

@@ -155,6 +155,9 @@ class StoredVerdict(TypedDict):
     policies were recorded)."""
     policy_reason: NotRequired[str]
     """Why that policy: "set for this session", "freeze: <name>" or "engine default"."""
+    detector: NotRequired[dict[str, Any]]
+    """The detector settings declared for the fleet that produced the verdict (absent: the
+    engine's own configuration)."""
 
 
 class TokenBreakdown(TypedDict, total=False):
@@ -183,6 +186,6 @@ AUDIT_ACTIONS: tuple[str, ...] = (
     "rollback", "rollback_many", "rollback_many.start", "fork", "notice", "delete",
     "retention", "compensation",
     "compensation.retry", "compensation.resolve", "quarantine", "quarantine_lift", "freeze",
-    "freeze_end", "label",
+    "freeze_end", "label", "detector",
 )
 """Every action the audit log records, as stored (`AuditEvent.action`)."""

@@ -119,3 +119,42 @@ def test_a_watched_session_says_what_rewind_cannot_do(open_engine, tmp_path):
     assert not item.ok and isinstance(item.exception, WatchOnly)
     engine.label("otel-1", "loop", actor="alice")  # labels work
     assert engine.labels() == {"otel-1": "loop"}
+
+
+def test_one_detector_configuration_for_every_process(open_engine, tmp_path):
+    """Settings declared once reach every engine on the store, whatever its own detector, and
+    each verdict records the configuration that produced it."""
+    from engine import ConfigError, LoopDetector
+
+    url = f"sqlite:///{tmp_path}/d.db"
+    console = open_engine(url)
+    agent = open_engine(url, detector_factory=lambda: LoopDetector(repeat_threshold=3))
+    with pytest.raises(ConfigError):
+        console.declare_detector({"no_such_field": 1}, actor="alice", reason="typo")
+    console.declare_detector({"repeat_threshold": 5}, actor="alice", reason="fewer flags")
+    agent.runtime.forget_declared_detector()  # another process: within a second
+    s = agent.session("crop", on_loop="flag")
+    flagged_at = None
+    for i in range(8):
+        with s.step("image_crop", {"x": 1}) as call:
+            call.fail("invalid slice")
+        if flagged_at is None and s.info().status == "looping":
+            flagged_at = i + 1
+    assert flagged_at == 5  # the declared threshold, not the process's own 3
+    assert s.info().last_verdict["detector"] == {"repeat_threshold": 5}
+    (row,) = console.audit(action="detector")
+    assert row.actor == "alice" and row.detail["settings"] == {"repeat_threshold": 5}
+    console.declare_detector({}, actor="alice", reason="back to defaults")
+    assert console.detector_settings() == {}
+
+
+def test_the_cli_declares_and_shows_the_detector_settings(fleet, capsys):
+    engine, url = fleet
+    assert main(["--store", url, "detector", "--set", "repeat_threshold=5"]) == 2  # no actor
+    assert main(["--store", url, "detector", "--set", "repeat_threshold=5", "--actor", "alice",
+                 "--reason", "fewer flags"]) == 0
+    assert main(["--store", url, "detector"]) == 0
+    assert "repeat_threshold=5" in capsys.readouterr().out
+    engine.runtime.forget_declared_detector()
+    assert engine.detector_settings() == {"repeat_threshold": "5"}
+    assert main(["--store", url, "detector", "--reset", "--actor", "alice", "--reason", "x"]) == 0

@@ -194,7 +194,7 @@ class Session:
         still stores each verdict with the policy in effect, but neither rolls back, nudges nor
         stops; the integration reads the policy from `StepCall.policy`."""
         self._epoch: int | None = None
-        self._detector = runtime.detector_factory()
+        self._detector, self._settings = runtime.new_detector()
         self._observed: list[int] = []  # detector index - offset -> step number
         self._count = 0  # steps the detector has observed since its last reset
         self._memory: SessionMemory | None = None
@@ -461,6 +461,8 @@ class Session:
         stored: StoredVerdict | None = None
         if choice is not None and choice.policy != "off":
             stored = verdict_record(verdict, self._step_number, now, choice)
+            if self._settings:
+                stored["detector"] = self._settings  # the configuration that produced it
         late = rt.store.end_step(
             self.id,
             ticket,
