@@ -16,24 +16,30 @@ Three modes, chosen from `.streamlit/secrets.toml`:
 
 The pure functions at the top hold every decision and are tested without Streamlit; the functions
 at the bottom only draw. Hiding buttons is a courtesy: the engine checks the actor's role again in
-every action (see `dashboard.actions`).
+every action (see `dashboard.actions`), and asks the secrets file for it at that moment: the
+`Actor` of a console user carries an authority (`role_authority`) that re-reads the accounts and
+the OIDC role map, so a dialog left open by an account since demoted or deleted acts no more.
+A secrets file that exists but cannot be read or parsed fails closed (`dashboard.secrets_file`).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import ipaddress
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 import streamlit as st
 
+from dashboard import secrets_file
+from dashboard.secrets_file import SecretsFileError
 from dashboard.settings import section
-from engine import Actor, Role, hash_password, verify_password
+from engine import Actor, PermissionDenied, Role, hash_password, verify_password
 
 ROLES = ("viewer", "operator")
 SESSION_KEY = "rewind_user"
@@ -50,6 +56,10 @@ class User:
     """viewer or operator."""
     source: str
     """local, oidc or demo: how the user signed in."""
+    authority: Callable[[str], str | None] | None = field(default=None, compare=False,
+                                                          repr=False)
+    """Asked by the engine for the account's role at the moment each action runs (see
+    `role_authority`); None: `role` as given (tests, programs)."""
 
     @property
     def can_act(self) -> bool:
@@ -57,8 +67,9 @@ class User:
         return self.role == "operator"
 
     def actor(self) -> Actor:
-        """The engine actor for this user; the engine enforces the role again."""
-        return Actor(self.name, Role(self.role))
+        """The engine actor for this user; the engine enforces the role again, asking
+        `authority` (when set) for the role the account holds at that moment."""
+        return Actor(self.name, Role(self.role), authority=self.authority)
 
 
 DEMO_USER = User(DEMO_NAME, "operator", "demo")
@@ -102,6 +113,24 @@ def local_accounts(secrets: Mapping[str, Any] | None) -> dict[str, dict]:
             )
         accounts[name] = {"role": role, "password_hash": password_hash}
     return accounts
+
+
+def role_now(secrets: Mapping[str, Any] | None, source: str, name: str) -> str | None:
+    """The role `name`, signed in through `source` (local, oidc or demo), holds under `secrets`
+    as they are now; None when the account no longer exists, or the console no longer signs
+    people in that way (accounts added to a demo console, SSO switched on or off).
+
+    Raises:
+        AccessConfigError: the accounts are malformed now.
+    """
+    if access_mode(secrets) != source:
+        return None
+    if source == "demo":
+        return "operator"
+    if source == "local":
+        account = local_accounts(secrets).get(name)
+        return account["role"] if account is not None else None
+    return role_for_identity(name, section(secrets, "rewind", "roles"))
 
 
 _DUMMY_HASH: list[str] = []
@@ -304,11 +333,33 @@ class SignInThrottle:
 
 # -- Streamlit glue ---------------------------------------------------------------------------
 def read_secrets() -> dict:
-    """st.secrets as a plain dict; {} when no secrets file exists."""
+    """The secrets as the files hold them now, as a plain dict; {} when there are none.
+
+    Raises:
+        SecretsFileError: a secrets file exists but cannot be read or parsed (`current_user`
+            then serves only that error).
+    """
+    return secrets_file.current_secrets()
+
+
+def _authority_now(source: str, paths: Sequence[str], name: str) -> str | None:
     try:
-        return st.secrets.to_dict()
-    except Exception:  # noqa: BLE001 - no or unreadable secrets file: treated as none configured
-        return {}
+        return role_now(secrets_file.current_secrets(paths), source, name)
+    except (SecretsFileError, AccessConfigError) as exc:
+        raise PermissionDenied(
+            f"the console's access settings cannot be read now, so nothing was done: {exc}"
+        ) from exc
+
+
+def role_authority(source: str, paths: Sequence[str] | None = None) -> Callable[[str], str | None]:
+    """What the engine asks for a console user's role when an action runs: the secrets files
+    (`paths`, else those configured now) are read again (parsed only when changed), so a
+    demotion or deletion applies to dialogs and fragments already open.
+
+    The returned callable raises PermissionDenied when the files cannot be read or parsed.
+    """
+    return functools.partial(_authority_now, source,
+                             tuple(secrets_file.configured_paths() if paths is None else paths))
 
 
 @st.cache_resource
@@ -329,18 +380,29 @@ def require_user() -> User:
 
 
 def current_user() -> User | None:
-    """The signed-in user, or None after drawing what it takes to sign in."""
-    secrets = read_secrets()
+    """The signed-in user, or None after drawing what it takes to sign in, or the error that
+    stops the console when its access settings cannot be read."""
     try:
+        secrets = read_secrets()
         mode = access_mode(secrets)
         if mode == "demo":
-            return _demo_user()
-        if mode == "oidc":
-            return _oidc_user(secrets)
-        return _local_user(local_accounts(secrets))
+            user = _demo_user()
+        elif mode == "oidc":
+            user = _oidc_user(secrets)
+        else:
+            user = _local_user(local_accounts(secrets))
+    except SecretsFileError as exc:
+        st.title("Rewind console")
+        st.error("The console's secrets file cannot be read, so it serves nothing (never demo "
+                 "mode) until the file is fixed:")
+        st.text(str(exc))  # plain text: a path and a parser message
+        return None
     except AccessConfigError as exc:
         st.error(f"The console's access settings are wrong: {exc}")
         return None
+    if user is None:
+        return None
+    return User(user.name, user.role, user.source, authority=role_authority(user.source))
 
 
 def browser_request() -> BrowserRequest | None:
