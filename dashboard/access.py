@@ -294,41 +294,68 @@ def demo_request_allowed(server_address: str | None, request: BrowserRequest | N
 
 
 class SignInThrottle:
-    """Slows password guessing: after `limit` failures in a row a name is locked `lock_s`."""
+    """Slows password guessing without letting a stranger lock the owner out.
+
+    Failures are counted three ways: per client and name, per client (any name), and per name
+    (any client). After `limit` failures in a row a key waits `lock_s`, doubling with each
+    further failure up to `max_s`: a guessing client slows down steeply. The per-name wait is
+    capped at `account_max_s`, so failures from elsewhere cost the real user a few seconds at
+    most, never a lock-out; a success clears the client's counts for that name.
+    """
 
     MAX_TRACKED = 10_000
-    """Names tracked at most; the stalest are forgotten first, so guessing at random names
+    """Keys tracked at most; the stalest are forgotten first, so guessing at random names
     cannot grow the table without bound."""
 
-    def __init__(self, limit: int = 5, lock_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, limit: int = 5, lock_s: float = 30.0, max_s: float = 900.0,
+                 account_max_s: float = 5.0, clock: Callable[[], float] = time.monotonic):
         self.limit = limit
         self.lock_s = lock_s
+        self.max_s = max_s
+        self.account_max_s = account_max_s
         self.clock = clock
-        self._failures: dict[str, tuple[int, float]] = {}
+        self._failures: dict[tuple[str, ...], tuple[int, float]] = {}
         self._lock = threading.Lock()
 
-    def locked_for(self, username: str) -> float:
-        """Seconds until `username` may try again (0 when it may now). Names are compared as
-        sign-in compares them (`normalize_username`)."""
-        username = normalize_username(username)
-        with self._lock:
-            count, last = self._failures.get(username, (0, 0.0))
-        if count < self.limit:
-            return 0.0
-        return max(0.0, last + self.lock_s - self.clock())
+    @staticmethod
+    def _keys(username: str, client: str | None) -> list[tuple[str, ...]]:
+        name = normalize_username(username)
+        who = client or ""
+        # the per-client key counts every name, so it allows more failures (see _wait)
+        return [("pair", who, name), ("client", who), ("name", name)]
 
-    def failed(self, username: str) -> None:
-        username = normalize_username(username)
+    def _wait(self, key: tuple[str, ...]) -> float:
+        count, last = self._failures.get(key, (0, 0.0))
+        limit = self.limit * 4 if key[0] == "client" else self.limit
+        if count < limit:
+            return 0.0
+        wait = min(self.lock_s * 2 ** (count - limit), self.max_s)
+        if key[0] == "name":
+            wait = min(wait, self.account_max_s)
+        return max(0.0, last + wait - self.clock())
+
+    def locked_for(self, username: str, client: str | None = None) -> float:
+        """Seconds until `client` may try `username` again (0 when it may now). Names are
+        compared as sign-in compares them (`normalize_username`)."""
         with self._lock:
-            count, _ = self._failures.pop(username, (0, 0.0))
-            self._failures[username] = (count + 1, self.clock())  # re-inserted: newest last
+            return max(self._wait(key) for key in self._keys(username, client))
+
+    def failed(self, username: str, client: str | None = None) -> None:
+        """Count a failed attempt of `client` on `username`."""
+        now = self.clock()
+        with self._lock:
+            for key in self._keys(username, client):
+                count, _ = self._failures.pop(key, (0, 0.0))
+                self._failures[key] = (count + 1, now)  # re-inserted: newest last
             while len(self._failures) > self.MAX_TRACKED:
                 del self._failures[next(iter(self._failures))]
 
-    def succeeded(self, username: str) -> None:
+    def succeeded(self, username: str, client: str | None = None) -> None:
+        """The owner got in: forget this client's failures on this name, and the name's."""
         with self._lock:
-            self._failures.pop(normalize_username(username), None)
+            for key in self._keys(username, client):
+                if key[0] != "client":  # a client that sprays names stays slowed
+                    self._failures.pop(key, None)
 
 
 # -- Streamlit glue ---------------------------------------------------------------------------
@@ -497,18 +524,20 @@ def _sign_in_form(accounts: dict[str, dict]) -> None:
         submitted = st.form_submit_button("Sign in", type="primary")
     if not submitted:
         return
-    name = normalize_username(username)  # the lock-out keys on the name sign-in checks
+    name = normalize_username(username)  # the throttle keys on the name sign-in checks
+    request = browser_request()
+    client = request.peer if request is not None else None
     throttle = _throttle()
-    wait = throttle.locked_for(name)
+    wait = throttle.locked_for(name, client)
     if wait > 0:
-        st.error(f"Too many failed attempts for this name; try again in {wait:.0f} s.")
+        st.error(f"Too many failed attempts; try again in {wait:.0f} s.")
         return
     user = authenticate(accounts, name, password)
     if user is None:
-        throttle.failed(name)
+        throttle.failed(name, client)
         st.error("Unknown username or wrong password.")
         return
-    throttle.succeeded(name)
+    throttle.succeeded(name, client)
     st.session_state[SESSION_KEY] = user
     st.rerun()
 
