@@ -502,7 +502,10 @@ def cmd_demo(args) -> int:
 
 
 def cmd_dashboard(args) -> int:
-    app = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+    import signal
+
+    # serve.py runs app.py behind the console's response headers (no framing, metrics shut)
+    app = Path(__file__).resolve().parent.parent / "dashboard" / "serve.py"
     env = dict(os.environ)
     if args.store:
         env["REWIND_STORE"] = args.store
@@ -513,7 +516,30 @@ def cmd_dashboard(args) -> int:
         # Replaces the loopback names of .streamlit/config.toml, so keep them for local use.
         for host in ["localhost", "127.0.0.1", "::1", *args.allowed_host]:
             cmd += ["--server.allowedHosts", host]
-    return subprocess.call(cmd, env=env, cwd=str(app.parent.parent))
+    child = subprocess.Popen(cmd, env=env, cwd=str(app.parent.parent))
+
+    def forward(signum, _frame) -> None:
+        # A service manager stops us with SIGTERM/SIGHUP: the server must stop with us, not
+        # keep serving as an orphan.
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:  # Ctrl+C reached the child too; wait for it to stop
+                continue
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
 
 
 def cmd_mcp_proxy(args) -> int:
