@@ -114,3 +114,27 @@ def test_a_broken_secrets_file_closes_the_console_and_a_fix_reopens_it(served, p
     rewrite(secrets, ACCOUNTS)  # fixed: served again without a restart
     page.reload()
     expect(page.get_by_role("textbox", name="Username")).to_be_visible()
+
+
+def test_a_framed_console_shows_nothing_to_click(served, page):
+    """Even without the headers `rewind dashboard` sends (this console runs app.py alone), a page
+    of another origin that frames the console gets no controls to trick anyone into clicking."""
+    console, secrets = served
+    rewrite(secrets, ACCOUNTS)
+    page.set_content(f'<iframe src="{console.url}/" width="1200" height="800"></iframe>')
+    frame = page.frame_locator("iframe")
+    expect(frame.locator("#rw-framed")).to_have_text(re.compile("does not run inside another"))
+    expect(frame.get_by_role("textbox", name="Username")).to_be_hidden()
+    expect(frame.get_by_role("button", name="Sign in")).to_be_hidden()
+
+
+def test_tables_offer_no_builtin_csv_download(served, page):
+    console, secrets = served
+    rewrite(secrets, ACCOUNTS)
+    sign_in(page, console.url, "victor")
+    table = page.locator('[data-testid="stDataFrame"]').first
+    expect(table).to_be_visible()
+    table.hover()
+    page.wait_for_timeout(500)
+    expect(page.get_by_role("button", name="Download as CSV")).to_have_count(0)
+    expect(page.locator("#rw-framed")).to_have_count(0)  # the top window shows everything
