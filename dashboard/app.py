@@ -22,6 +22,9 @@ st.set_page_config(page_title="Rewind console", page_icon="⏪", layout="wide")
 # formulas (=HYPERLINK(…)); the audit page has its own export, which neutralises them.
 st.set_option("client.disableDataExport", True)
 
+# A console framed by another page is a clickjacking target: whatever the headers (which
+# `dashboard/serve.py` sends), it hides itself, operator controls included, unless it is the top
+# window.
 FRAME_GUARD = """<script>
 if (window.top !== window.self) {
   const style = document.createElement('style');
@@ -33,9 +36,6 @@ if (window.top !== window.self) {
   document.body.appendChild(note);
 }
 </script>"""
-"""A console framed by another page is a clickjacking target: whatever the headers (which
-`dashboard/serve.py` sends), it hides itself, operator controls included, unless it is the top
-window."""
 st.html(FRAME_GUARD, unsafe_allow_javascript=True)
 
 PAGES = [
