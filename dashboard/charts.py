@@ -274,10 +274,11 @@ def snapshot_tree(nodes: pd.DataFrame, edges: Sequence[tuple[str, str]],
             ey += [y0, y1, None]
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", hoverinfo="skip", showlegend=False,
                              line={"color": "#B8C2CC", "width": 1.5}))
-    styles = [("restorable", "restorable", OK, "circle", 11),
-              ("retired", "retired", RUNNING, "circle-open", 7),
-              ("abandoned", "abandoned", ERROR, "circle-x-open", 10),
-              ("head", "head", HEAD, "star", 18)]
+    # Legend names in on-call's words: the state keys stay the engine's.
+    styles = [("restorable", "can roll back here", OK, "circle", 11),
+              ("retired", "expired (cannot roll back here)", RUNNING, "circle-open", 7),
+              ("abandoned", "taken out by a rollback", ERROR, "circle-x-open", 10),
+              ("head", "latest (where the agent is now)", HEAD, "star", 18)]
     where = label_positions(nodes)
     for state, name, color, symbol, size in styles:
         part = nodes[nodes["state"] == state]
@@ -295,7 +296,7 @@ def snapshot_tree(nodes: pd.DataFrame, edges: Sequence[tuple[str, str]],
         ))
     lanes = sorted(set(nodes["y"].tolist())) if not nodes.empty else [0]
     xs = nodes["x"].tolist() if not nodes.empty else [0]
-    names = {0: "live line", **(lane_names or {})}
+    names = {0: "current", **(lane_names or {})}
     # Room above the top lane and below the bottom one for the node labels (the head's star is
     # tall): nothing is cut at the plot's edge.
     _base(fig, 170 + 64 * len(lanes), clickmode="event+select", dragmode="pan",

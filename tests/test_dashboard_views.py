@@ -87,7 +87,7 @@ def test_kpis_flag_what_needs_attention():
     calm = views.kpis({"sessions": 10, "active": 3, "looping": 0, "rollbacks_window": 2,
                        "compensations_pending": 1, "compensations_failed": 0})
     assert [k.label for k in calm] == ["Active sessions", "Looping now", "Rollbacks, last hour",
-                                      "Compensations pending / failed"]
+                                      "Compensations"]
     assert [k.value for k in calm] == ["3", "0", "2", "1 / 0"]
     assert not any(k.alert for k in calm)
     busy = views.kpis({"looping": 2, "compensations_failed": 1}, window_s=6 * 3600)
@@ -530,6 +530,7 @@ def test_the_needs_you_heading_counts_every_looping_session_not_just_those_liste
         "loop_steps": 3, "hold": ""})
     items = views.needs_you(looping, [], now)
     assert len(items) == 6
+    assert [i.session for i in items] == [f"s{i}" for i in range(6)]  # newest loop first
     assert views.needs_you_heading(items, len(looping)) == ("Needs you: 13 looping sessions", 7)
 
 
@@ -751,7 +752,7 @@ def test_audit_summaries_say_what_fleet_controls_did():
         "bulk rollback: 2 of 3 sessions rolled back (status=looping, 3 listed sessions); "
         "1 failed: c",
         "quarantined tool refund_api for tenant=acme until lifted (q-1)",
-        "to snap-2: 3 steps, 2 messages left the live line, 1 compensation queued"]
+        "to snap-2: 3 steps, 2 messages taken out of the conversation, 1 compensation queued"]
     assert frame["batch"].tolist() == ["batch-1", "", "batch-1"]
 
 

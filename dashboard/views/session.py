@@ -348,11 +348,11 @@ def tree_layout(nodes: Sequence[Any], branches: Sequence[Any] = (),
                  f"{n.kind} snapshot, before step {n.next_step}, {n.messages} messages",
                  f"taken {when(n.created_at):%Y-%m-%d %H:%M:%S}"]
         if n.is_head:
-            hover.append("HEAD (live line ends here)")
+            hover.append("latest: where the agent is now")
         if n.abandoned_reason:
             hover.append(plot_text(n.abandoned_reason[:300]))
         elif not n.restorable:
-            hover.append("retired by retention: not restorable")
+            hover.append("expired by retention: cannot roll back here")
         rows.append({"id": n.id, "x": x, "y": lanes.get(n.branch, 0) if n.branch else 0,
                      "label": node_label(n), "state": state, "is_head": n.is_head,
                      "restorable": n.restorable and n.on_live_line, "next_step": n.next_step,

@@ -186,7 +186,7 @@ def test_operator_rolls_back_a_looping_session_through_the_dialog(console, page,
     open_tab(page, "Snapshot tree")
     tree = page.locator(CHART).first
     expect(tree.get_by_text(re.compile(r"branch-\d+ \(olivia\)"))).to_be_visible()
-    expect(tree.get_by_text("abandoned", exact=True)).to_be_visible()
+    expect(tree.get_by_text("taken out by a rollback", exact=True)).to_be_visible()
 
     open_tab(page, "Messages")
     expect(page.locator("del").first).to_be_visible()
