@@ -18,11 +18,11 @@ PHONE = {"width": 390, "height": 844}
 VIEWPORTS = pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440x900", "390x844"])
 
 CLIPPED = """(root) => [root, ...root.querySelectorAll('*')]
-  .filter(e => e.children.length === 0 && e.textContent.trim()
+  .filter(e => e.textContent.trim()
           && e.scrollWidth > e.clientWidth + 1
           && ['hidden', 'clip'].includes(getComputedStyle(e).overflowX))
   .map(e => e.textContent.trim())"""
-"""Texts of the leaf elements under `root` that their box cuts off (an ellipsis or a clip)."""
+"""Texts of the elements under `root` that their box cuts off (an ellipsis or a clip)."""
 
 
 def clipped(locator) -> list[str]:
