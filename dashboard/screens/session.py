@@ -422,6 +422,7 @@ def main() -> None:
     page = Page(url, sid, user, bundle, verdict, target_text)
     render_header(head, page)
     render_actions(page)
+    st.html(views.TABS_CSS)
     for tab, render in zip(
         st.tabs(list(TABS), key="tab", bind="query-params"), TABS.values(), strict=True
     ):

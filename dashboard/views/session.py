@@ -440,6 +440,17 @@ def user_view_html(items: Sequence[MessageView]) -> str:
     return "<div class='rw-chat'>" + "\n".join(out) + "</div>"
 
 
+TABS_CSS = """<style>
+@media (max-width:640px){.stTabs [role="tablist"]{flex-wrap:wrap;row-gap:.2rem;
+ overflow:visible}
+.stTabs [role="tablist"] > *{flex-shrink:0}
+.stTabs [data-baseweb="tab-highlight"],.stTabs [data-baseweb="tab-border"]{display:none}
+.stTabs [role="tab"][aria-selected="true"]{border-bottom:2px solid currentColor}}
+</style>"""
+"""On a phone the session's six tabs wrap onto a second row instead of scrolling sideways, where
+the last ones were off-screen; the sliding underline cannot follow a wrapped row, so the chosen
+tab is underlined itself."""
+
 USER_VIEW_CSS = """<style>
 .rw-chat{display:flex;flex-direction:column;gap:.4rem;max-width:46rem}
 .rw-bubble{padding:.45rem .75rem;border-radius:12px;max-width:85%;word-break:break-word}

@@ -89,7 +89,7 @@ def test_on_call_finds_the_looping_session_on_the_first_screen(console, page, sh
     its page says since when and how bad."""
     page.set_viewport_size(viewport)
     sign_in(page, console.url, "olivia")
-    link = page.get_by_role("button", name=re.compile(rf"^{LOOPING} · refund · looping"))
+    link = page.get_by_role("link", name=re.compile(rf"^{LOOPING} · refund · looping"))
     on_screen(page, link)  # no scrolling needed
     expect(link).to_contain_text("steps in the loop")
     on_screen(page, page.get_by_text(re.compile(r"^Needs you: \d+ looping session")))

@@ -68,3 +68,17 @@ def test_the_session_header_speaks_plainly(console, page: Page):
     expect(header).to_contain_text(re.compile(r"flagged as looping (once|\d+ times)"))
     for jargon in ("epoch", "loop verdicts", "live messages"):
         expect(header).not_to_contain_text(jargon)
+
+
+def test_every_session_tab_is_on_a_phone_screen(console, page: Page):
+    page.set_viewport_size(PHONE)
+    sign_in(page, f"{console.url}/session?session={LOOPING}", "victor")
+    tabs = page.get_by_role("tab")
+    expect(tabs.first).to_be_visible()
+    names = tabs.all_inner_texts()
+    assert len(names) == 6, names
+    for i in range(len(names)):
+        box = tabs.nth(i).bounding_box()
+        assert box and 0 <= box["x"] and box["x"] + box["width"] <= PHONE["width"], (names[i], box)
+    page.get_by_role("tab", name=names[-1]).click()  # the last one works without scrolling
+    expect(page.get_by_role("tab", name=names[-1])).to_have_attribute("aria-selected", "true")
