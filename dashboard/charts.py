@@ -228,8 +228,10 @@ def timeline(frame: pd.DataFrame, lanes: Sequence[str],
     top = 36 + LABEL_ROW_PX * max((n["yshift"] // LABEL_ROW_PX for n in more_notes), default=0)
     names = [lane_tick(lane) for lane in lanes]
     lanes = [plot_text(lane) for lane in lanes]
-    tickvals, ticktext = clock_ticks(frame, 6) if "at" in frame else ([], [])
-    xaxis = {"title": "step and clock time", "rangemode": "tozero", "zeroline": False}
+    # Four upright ticks fit a phone's plot (390 px); more made plotly turn them sideways.
+    tickvals, ticktext = clock_ticks(frame, 4) if "at" in frame else ([], [])
+    xaxis = {"title": "step and clock time", "rangemode": "tozero", "zeroline": False,
+             "tickangle": 0}
     if tickvals:
         xaxis.update(tickmode="array", tickvals=tickvals, ticktext=ticktext)
     _base(fig, 190 + 34 * max(len(lanes), 2), shapes=shapes + more_shapes,

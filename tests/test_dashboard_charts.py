@@ -63,6 +63,8 @@ def test_timeline_marks_errors_abandoned_steps_loops_and_rollbacks():
     # Lanes named by tool and short arguments (the first call of each fingerprint), not hashes.
     assert list(fig.layout.yaxis.categoryarray) == ['crop {"x":5}', 'crop {"x":1}']
     assert "1<br>" in fig.layout.xaxis.ticktext[0]  # step number over its clock time
+    # upright, and few enough to stay legible on a phone
+    assert fig.layout.xaxis.tickangle == 0 and len(fig.layout.xaxis.tickvals) <= 4
     assert all(isinstance(t, go.Scatter) for t in fig.data)
 
 
