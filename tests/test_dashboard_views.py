@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pandas as pd
@@ -514,6 +515,7 @@ def test_needs_you_lists_looping_sessions_then_failed_and_stuck_compensations(fl
     items = views.needs_you(looping, comps, now)
     assert [i.kind for i in items] == ["loop", "compensation", "compensation"]
     assert items[0].session == LOOPING and "6 steps in the loop" in items[0].text
+    assert re.search(r"last step \d+ (s|min)", items[0].text)  # is an agent still on it?
     assert "failed (HTTP 500)" in items[1].text and "pending for 1 h 00 min" in items[2].text
     assert items[0].query == {"session": LOOPING}
     assert [i.query for i in items[1:]] == [{"comp-status": "failed"}, {"comp-status": "pending"}]

@@ -195,6 +195,10 @@ def needs_you(looping: pd.DataFrame, compensations: Sequence[Any], now: float,
                              " ago)")
             if pd.notna(row.loop_steps):
                 parts.append(f"{int(row.loop_steps)} steps in the loop")
+            # whether an agent still works on it: a loop still growing, or one left standing
+            last = row._asdict().get("last_activity")
+            if last is not None and pd.notna(last):
+                parts.append(f"last step {duration_text(now - last.timestamp())} ago")
             if row.hold:
                 parts.append(str(row.hold))
             out.append(NeedsYou("loop", row.session, " · ".join(p for p in parts if p),
