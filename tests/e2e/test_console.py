@@ -319,7 +319,12 @@ def test_hostile_names_never_become_links(console, page):
         timeout=30_000)  # the table (drawn on a canvas) lists the hostile sessions too
     expect(page.locator(CHART)).to_have_count(2, timeout=30_000)
     expect(page.locator(f"{CHART} .main-svg").last).to_be_visible(timeout=30_000)
-    assert page.locator(EVIL_HREF).count() == 0
+    # "Needs you" links to the hostile sessions with their ids percent-encoded, in the app
+    expect(page.get_by_role("link", name=re.compile(r"^\[Your session expired"))).to_be_visible()
+    assert page.locator(OFFSITE_EVIL_HREF).count() == 0
+    assert all(href.rsplit("/", 1)[-1].startswith("session?session=%5BYour")
+               for href in page.locator(EVIL_HREF).evaluate_all(
+                   "els => els.map(e => e.getAttribute('href'))"))
 
     page.get_by_role("link", name="Session", exact=True).click()  # lists the looping ones
     expect(page.get_by_role("heading", name="Session", exact=True)).to_be_visible(timeout=30_000)
