@@ -16,24 +16,30 @@ Three modes, chosen from `.streamlit/secrets.toml`:
 
 The pure functions at the top hold every decision and are tested without Streamlit; the functions
 at the bottom only draw. Hiding buttons is a courtesy: the engine checks the actor's role again in
-every action (see `dashboard.actions`).
+every action (see `dashboard.actions`), and asks the secrets file for it at that moment: the
+`Actor` of a console user carries an authority (`role_authority`) that re-reads the accounts and
+the OIDC role map, so a dialog left open by an account since demoted or deleted acts no more.
+A secrets file that exists but cannot be read or parsed fails closed (`dashboard.secrets_file`).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import ipaddress
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 import streamlit as st
 
+from dashboard import secrets_file
+from dashboard.secrets_file import SecretsFileError
 from dashboard.settings import section
-from engine import Actor, Role, hash_password, verify_password
+from engine import Actor, PermissionDenied, Role, hash_password, verify_password
 
 ROLES = ("viewer", "operator")
 SESSION_KEY = "rewind_user"
@@ -50,6 +56,10 @@ class User:
     """viewer or operator."""
     source: str
     """local, oidc or demo: how the user signed in."""
+    authority: Callable[[str], str | None] | None = field(default=None, compare=False,
+                                                          repr=False)
+    """Asked by the engine for the account's role at the moment each action runs (see
+    `role_authority`); None: `role` as given (tests, programs)."""
 
     @property
     def can_act(self) -> bool:
@@ -57,8 +67,9 @@ class User:
         return self.role == "operator"
 
     def actor(self) -> Actor:
-        """The engine actor for this user; the engine enforces the role again."""
-        return Actor(self.name, Role(self.role))
+        """The engine actor for this user; the engine enforces the role again, asking
+        `authority` (when set) for the role the account holds at that moment."""
+        return Actor(self.name, Role(self.role), authority=self.authority)
 
 
 DEMO_USER = User(DEMO_NAME, "operator", "demo")
@@ -102,6 +113,24 @@ def local_accounts(secrets: Mapping[str, Any] | None) -> dict[str, dict]:
             )
         accounts[name] = {"role": role, "password_hash": password_hash}
     return accounts
+
+
+def role_now(secrets: Mapping[str, Any] | None, source: str, name: str) -> str | None:
+    """The role `name`, signed in through `source` (local, oidc or demo), holds under `secrets`
+    as they are now; None when the account no longer exists, or the console no longer signs
+    people in that way (accounts added to a demo console, SSO switched on or off).
+
+    Raises:
+        AccessConfigError: the accounts are malformed now.
+    """
+    if access_mode(secrets) != source:
+        return None
+    if source == "demo":
+        return "operator"
+    if source == "local":
+        account = local_accounts(secrets).get(name)
+        return account["role"] if account is not None else None
+    return role_for_identity(name, section(secrets, "rewind", "roles"))
 
 
 _DUMMY_HASH: list[str] = []
@@ -265,50 +294,99 @@ def demo_request_allowed(server_address: str | None, request: BrowserRequest | N
 
 
 class SignInThrottle:
-    """Slows password guessing: after `limit` failures in a row a name is locked `lock_s`."""
+    """Slows password guessing without letting a stranger lock the owner out.
+
+    Failures are counted three ways: per client and name, per client (any name), and per name
+    (any client). After `limit` failures in a row a key waits `lock_s`, doubling with each
+    further failure up to `max_s`: a guessing client slows down steeply. The per-name wait is
+    capped at `account_max_s`, so failures from elsewhere cost the real user a few seconds at
+    most, never a lock-out; a success clears the client's counts for that name.
+    """
 
     MAX_TRACKED = 10_000
-    """Names tracked at most; the stalest are forgotten first, so guessing at random names
+    """Keys tracked at most; the stalest are forgotten first, so guessing at random names
     cannot grow the table without bound."""
 
-    def __init__(self, limit: int = 5, lock_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, limit: int = 5, lock_s: float = 30.0, max_s: float = 900.0,
+                 account_max_s: float = 5.0, clock: Callable[[], float] = time.monotonic):
         self.limit = limit
         self.lock_s = lock_s
+        self.max_s = max_s
+        self.account_max_s = account_max_s
         self.clock = clock
-        self._failures: dict[str, tuple[int, float]] = {}
+        self._failures: dict[tuple[str, ...], tuple[int, float]] = {}
         self._lock = threading.Lock()
 
-    def locked_for(self, username: str) -> float:
-        """Seconds until `username` may try again (0 when it may now). Names are compared as
-        sign-in compares them (`normalize_username`)."""
-        username = normalize_username(username)
-        with self._lock:
-            count, last = self._failures.get(username, (0, 0.0))
-        if count < self.limit:
-            return 0.0
-        return max(0.0, last + self.lock_s - self.clock())
+    @staticmethod
+    def _keys(username: str, client: str | None) -> list[tuple[str, ...]]:
+        name = normalize_username(username)
+        who = client or ""
+        # the per-client key counts every name, so it allows more failures (see _wait)
+        return [("pair", who, name), ("client", who), ("name", name)]
 
-    def failed(self, username: str) -> None:
-        username = normalize_username(username)
+    def _wait(self, key: tuple[str, ...]) -> float:
+        count, last = self._failures.get(key, (0, 0.0))
+        limit = self.limit * 4 if key[0] == "client" else self.limit
+        if count < limit:
+            return 0.0
+        wait = min(self.lock_s * 2 ** (count - limit), self.max_s)
+        if key[0] == "name":
+            wait = min(wait, self.account_max_s)
+        return max(0.0, last + wait - self.clock())
+
+    def locked_for(self, username: str, client: str | None = None) -> float:
+        """Seconds until `client` may try `username` again (0 when it may now). Names are
+        compared as sign-in compares them (`normalize_username`)."""
         with self._lock:
-            count, _ = self._failures.pop(username, (0, 0.0))
-            self._failures[username] = (count + 1, self.clock())  # re-inserted: newest last
+            return max(self._wait(key) for key in self._keys(username, client))
+
+    def failed(self, username: str, client: str | None = None) -> None:
+        """Count a failed attempt of `client` on `username`."""
+        now = self.clock()
+        with self._lock:
+            for key in self._keys(username, client):
+                count, _ = self._failures.pop(key, (0, 0.0))
+                self._failures[key] = (count + 1, now)  # re-inserted: newest last
             while len(self._failures) > self.MAX_TRACKED:
                 del self._failures[next(iter(self._failures))]
 
-    def succeeded(self, username: str) -> None:
+    def succeeded(self, username: str, client: str | None = None) -> None:
+        """The owner got in: forget this client's failures on this name, and the name's."""
         with self._lock:
-            self._failures.pop(normalize_username(username), None)
+            for key in self._keys(username, client):
+                if key[0] != "client":  # a client that sprays names stays slowed
+                    self._failures.pop(key, None)
 
 
 # -- Streamlit glue ---------------------------------------------------------------------------
 def read_secrets() -> dict:
-    """st.secrets as a plain dict; {} when no secrets file exists."""
+    """The secrets as the files hold them now, as a plain dict; {} when there are none.
+
+    Raises:
+        SecretsFileError: a secrets file exists but cannot be read or parsed (`current_user`
+            then serves only that error).
+    """
+    return secrets_file.current_secrets()
+
+
+def _authority_now(source: str, paths: Sequence[str], name: str) -> str | None:
     try:
-        return st.secrets.to_dict()
-    except Exception:  # noqa: BLE001 - no or unreadable secrets file: treated as none configured
-        return {}
+        return role_now(secrets_file.current_secrets(paths), source, name)
+    except (SecretsFileError, AccessConfigError) as exc:
+        raise PermissionDenied(
+            f"the console's access settings cannot be read now, so nothing was done: {exc}"
+        ) from exc
+
+
+def role_authority(source: str, paths: Sequence[str] | None = None) -> Callable[[str], str | None]:
+    """What the engine asks for a console user's role when an action runs: the secrets files
+    (`paths`, else those configured now) are read again (parsed only when changed), so a
+    demotion or deletion applies to dialogs and fragments already open.
+
+    The returned callable raises PermissionDenied when the files cannot be read or parsed.
+    """
+    return functools.partial(_authority_now, source,
+                             tuple(secrets_file.configured_paths() if paths is None else paths))
 
 
 @st.cache_resource
@@ -329,18 +407,29 @@ def require_user() -> User:
 
 
 def current_user() -> User | None:
-    """The signed-in user, or None after drawing what it takes to sign in."""
-    secrets = read_secrets()
+    """The signed-in user, or None after drawing what it takes to sign in, or the error that
+    stops the console when its access settings cannot be read."""
     try:
+        secrets = read_secrets()
         mode = access_mode(secrets)
         if mode == "demo":
-            return _demo_user()
-        if mode == "oidc":
-            return _oidc_user(secrets)
-        return _local_user(local_accounts(secrets))
+            user = _demo_user()
+        elif mode == "oidc":
+            user = _oidc_user(secrets)
+        else:
+            user = _local_user(local_accounts(secrets))
+    except SecretsFileError as exc:
+        st.title("Rewind console")
+        st.error("The console's secrets file cannot be read, so it serves nothing (never demo "
+                 "mode) until the file is fixed:")
+        st.text(str(exc))  # plain text: a path and a parser message
+        return None
     except AccessConfigError as exc:
         st.error(f"The console's access settings are wrong: {exc}")
         return None
+    if user is None:
+        return None
+    return User(user.name, user.role, user.source, authority=role_authority(user.source))
 
 
 def browser_request() -> BrowserRequest | None:
@@ -435,18 +524,20 @@ def _sign_in_form(accounts: dict[str, dict]) -> None:
         submitted = st.form_submit_button("Sign in", type="primary")
     if not submitted:
         return
-    name = normalize_username(username)  # the lock-out keys on the name sign-in checks
+    name = normalize_username(username)  # the throttle keys on the name sign-in checks
+    request = browser_request()
+    client = request.peer if request is not None else None
     throttle = _throttle()
-    wait = throttle.locked_for(name)
+    wait = throttle.locked_for(name, client)
     if wait > 0:
-        st.error(f"Too many failed attempts for this name; try again in {wait:.0f} s.")
+        st.error(f"Too many failed attempts; try again in {wait:.0f} s.")
         return
     user = authenticate(accounts, name, password)
     if user is None:
-        throttle.failed(name)
+        throttle.failed(name, client)
         st.error("Unknown username or wrong password.")
         return
-    throttle.succeeded(name)
+    throttle.succeeded(name, client)
     st.session_state[SESSION_KEY] = user
     st.rerun()
 

@@ -74,7 +74,8 @@ def send_notice(engine: Engine, user: User, sid: str, text: str | None) -> str:
 def describe_rollback(result: Any) -> str:
     """One line for the operator after a rollback."""
     parts = [f"Rolled back to {result.target}: {result.abandoned_steps} steps and "
-             f"{result.abandoned_messages} messages left the live line (kept on {result.branch})"]
+             f"{result.abandoned_messages} messages taken out of the conversation "
+             f"(kept on {result.branch})"]
     if result.compensations:
         names = ", ".join(f"{c.name} (step {c.step})" for c in result.compensations)
         parts.append(f"compensations queued: {names}")

@@ -18,6 +18,25 @@ import streamlit as st
 from dashboard import access, data, settings, views
 
 st.set_page_config(page_title="Rewind console", page_icon="⏪", layout="wide")
+# The tables' own "Download as CSV" and copy would hand agents' text to a spreadsheet as
+# formulas (=HYPERLINK(…)); the audit page has its own export, which neutralises them.
+st.set_option("client.disableDataExport", True)
+
+# A console framed by another page is a clickjacking target: whatever the headers (which
+# `dashboard/serve.py` sends), it hides itself, operator controls included, unless it is the top
+# window.
+FRAME_GUARD = """<script>
+if (window.top !== window.self) {
+  const style = document.createElement('style');
+  style.textContent = '[data-testid="stApp"]{display:none !important}';
+  document.head.appendChild(style);
+  const note = document.createElement('p');
+  note.id = 'rw-framed';
+  note.textContent = 'The Rewind console does not run inside another page. Open it directly.';
+  document.body.appendChild(note);
+}
+</script>"""
+st.html(FRAME_GUARD, unsafe_allow_javascript=True)
 
 PAGES = [
     st.Page("screens/fleet.py", title="Fleet", icon=":material/monitoring:", url_path="fleet",

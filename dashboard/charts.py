@@ -231,8 +231,10 @@ def timeline(frame: pd.DataFrame, lanes: Sequence[str],
     top = 36 + LABEL_ROW_PX * max((n["yshift"] // LABEL_ROW_PX for n in more_notes), default=0)
     names = [lane_tick(lane) for lane in lanes]
     lanes = [plot_text(lane) for lane in lanes]
-    tickvals, ticktext = clock_ticks(frame, 6) if "at" in frame else ([], [])
-    xaxis = {"title": "step and clock time", "rangemode": "tozero", "zeroline": False}
+    # Four upright ticks fit a phone's plot (390 px); more made plotly turn them sideways.
+    tickvals, ticktext = clock_ticks(frame, 4) if "at" in frame else ([], [])
+    xaxis = {"title": "step and clock time", "rangemode": "tozero", "zeroline": False,
+             "tickangle": 0}
     if tickvals:
         xaxis.update(tickmode="array", tickvals=tickvals, ticktext=ticktext)
     _base(fig, 190 + 34 * max(len(lanes), 2), shapes=shapes + more_shapes,
@@ -277,10 +279,11 @@ def snapshot_tree(nodes: pd.DataFrame, edges: Sequence[tuple[str, str]],
             ey += [y0, y1, None]
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", hoverinfo="skip", showlegend=False,
                              line={"color": "#B8C2CC", "width": 1.5}))
-    styles = [("restorable", "restorable", OK, "circle", 11),
-              ("retired", "retired", RUNNING, "circle-open", 7),
-              ("abandoned", "abandoned", ERROR, "circle-x-open", 10),
-              ("head", "head", HEAD, "star", 18)]
+    # Legend names in on-call's words: the state keys stay the engine's.
+    styles = [("restorable", "can roll back here", OK, "circle", 11),
+              ("retired", "expired (cannot roll back here)", RUNNING, "circle-open", 7),
+              ("abandoned", "taken out by a rollback", ERROR, "circle-x-open", 10),
+              ("head", "latest (where the agent is now)", HEAD, "star", 18)]
     where = label_positions(nodes)
     for state, name, color, symbol, size in styles:
         part = nodes[nodes["state"] == state]
@@ -298,7 +301,7 @@ def snapshot_tree(nodes: pd.DataFrame, edges: Sequence[tuple[str, str]],
         ))
     lanes = sorted(set(nodes["y"].tolist())) if not nodes.empty else [0]
     xs = nodes["x"].tolist() if not nodes.empty else [0]
-    names = {0: "live line", **(lane_names or {})}
+    names = {0: "current", **(lane_names or {})}
     # Room above the top lane and below the bottom one for the node labels (the head's star is
     # tall): nothing is cut at the plot's edge.
     _base(fig, 170 + 64 * len(lanes), clickmode="event+select", dragmode="pan",

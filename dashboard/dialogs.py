@@ -102,7 +102,7 @@ def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
     nodes = {n.id: n for n in bundle.tree}
     choices, index = views.rollback_choices(bundle.tree, target or bundle.suggested)
     if not choices:
-        st.warning("This session has no restorable snapshot on its live line.")
+        st.warning("This session has no snapshot left to roll back to.")
         return
     looping = bundle.info.status == SessionStatus.LOOPING
     if target is None and choices[index] == bundle.info.head and len(choices) > 1:
@@ -116,7 +116,7 @@ def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
         st.warning(
             f"This session is not looping ({views.plain(views.status_label(bundle.info.status))})."
             f" Rolling back would remove {len(preview.steps)} steps and "
-            f"{len(preview.messages)} messages from its live line"
+            f"{len(preview.messages)} messages from its conversation"
             + (f", including {taken_back} notice(s) the user already got" if taken_back else "")
             + ".", icon=":material/warning:")
     # A confirm is refused when another rollback happened after the preview the operator read.
@@ -126,7 +126,7 @@ def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
     seen = st.session_state.get(seen_key)
     st.session_state[seen_key] = (chosen, state)
     steps, comps = views.preview_frames(preview)
-    st.markdown(f"**Leaving the live line:** {len(preview.messages)} messages"
+    st.markdown(f"**Taken out of the conversation:** {len(preview.messages)} messages"
                 + (f" ({taken_back} notices)" if taken_back else "")
                 + f" and {len(preview.steps)} steps (kept on an abandoned branch, nothing is "
                 f"deleted) · **{len(comps)} compensations** queued.")
@@ -146,7 +146,7 @@ def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
         with st.expander(f"Steps leaving ({len(steps)})", expanded=len(steps) <= 8):
             st.dataframe(steps.head(500), hide_index=True)
     if comps.empty:
-        st.caption("Compensations: none (no completed side-effecting step leaves the live line).")
+        st.caption("Compensations: none (no completed side-effecting step is taken out).")
     else:
         st.markdown(f"**Compensations that will be queued ({len(comps)}):**")
         st.dataframe(comps, hide_index=True)
@@ -245,7 +245,7 @@ def _bulk_result(items: list, left_alone: list[str], key: str) -> None:
     if st.button("Done", key=f"{key}-done", type="primary"):
         st.rerun()
     st.dataframe(views.bulk_result_frame(items, left_alone), hide_index=True,
-                 column_config={"back_to": "back to", "steps": "steps left the live line",
+                 column_config={"back_to": "back to", "steps": "steps taken out",
                                 "compensations": "compensations queued",
                                 "error": st.column_config.TextColumn("error", width="large")})
 
@@ -282,9 +282,10 @@ def bulk_rollback_dialog(user: User, request: BulkRequest) -> None:
                    if request.rows.get(sid, {}).get("status") not in (None, SessionStatus.LOOPING)]
     if not_looping:
         st.warning(f"{len(not_looping)} of these sessions are not looping; rolling them back "
-                   "takes work off their live lines too.", icon=":material/warning:")
+                   "takes work out of their conversations too.", icon=":material/warning:")
     comps = totals.compensations_text()
-    st.markdown(f"**Leaving the live lines:** {totals.steps} steps and {totals.messages} messages"
+    st.markdown(f"**Taken out of the conversations:** {totals.steps} steps and "
+                f"{totals.messages} messages"
                 + (f" ({views.counted(totals.notices, 'notice')})" if totals.notices else "")
                 + " (kept on abandoned branches, nothing is deleted) · "
                 + (f"**compensations queued:** {views.plain(comps)}" if comps

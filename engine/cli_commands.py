@@ -672,7 +672,8 @@ def cmd_demo(args) -> int:
 
 
 def cmd_dashboard(args) -> int:
-    app = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+    # serve.py runs app.py behind the console's response headers (no framing, metrics shut)
+    app = Path(__file__).resolve().parent.parent / "dashboard" / "serve.py"
     env = dict(os.environ)
     if args.store:
         env["REWIND_STORE"] = args.store
@@ -683,7 +684,22 @@ def cmd_dashboard(args) -> int:
         # Replaces the loopback names of .streamlit/config.toml, so keep them for local use.
         for host in ["localhost", "127.0.0.1", "::1", *args.allowed_host]:
             cmd += ["--server.allowedHosts", host]
-    return subprocess.call(cmd, env=env, cwd=str(app.parent.parent))
+    return subprocess.call(cmd, env=env, cwd=str(app.parent.parent),
+                           preexec_fn=_die_with_parent)
+
+
+def _die_with_parent() -> None:
+    # Runs in the Streamlit child before exec: the kernel sends it SIGTERM when `rewind
+    # dashboard` dies (a service manager's SIGTERM, a kill), so the server never keeps serving
+    # as an orphan. Linux only (prctl PR_SET_PDEATHSIG); elsewhere the child is left as before.
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # no prctl on this system
+        pass
 
 
 def cmd_mcp_proxy(args) -> int:

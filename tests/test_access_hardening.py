@@ -98,9 +98,34 @@ def test_padding_the_name_does_not_escape_the_lock_out():
     for name in ("alice", " alice", "alice ", "\talice"):
         throttle.failed(name)
     for name in ("alice", " alice", "alice\n"):
-        assert throttle.locked_for(name) == 60
+        assert throttle.locked_for(name) == 120  # the fourth failure doubled the first wait
     throttle.succeeded(" alice ")
     assert throttle.locked_for("alice") == 0
+
+
+def test_a_stranger_cannot_lock_the_owner_out():
+    now = [0.0]
+    throttle = SignInThrottle(limit=5, lock_s=30, max_s=900, account_max_s=5,
+                              clock=lambda: now[0])
+    waits = []
+    for _ in range(12):  # a stranger guesses alice's password from one address
+        throttle.failed("alice", "203.0.113.9")
+        waits.append(throttle.locked_for("alice", "203.0.113.9"))
+    assert waits[4] == 30 and waits[5] == 60 and waits[-1] == 900  # backoff, capped
+    assert throttle.locked_for("alice", "198.51.100.7") <= 5  # the owner waits seconds at most
+    now[0] += 5
+    assert throttle.locked_for("alice", "198.51.100.7") == 0
+    assert throttle.locked_for("alice", "203.0.113.9") > 0  # the stranger still waits
+    throttle.succeeded("alice", "198.51.100.7")
+    assert throttle.locked_for("alice", "203.0.113.9") > 0  # the owner's success frees no one
+
+
+def test_a_client_spraying_names_is_slowed_too():
+    throttle = SignInThrottle(limit=2, lock_s=10, clock=lambda: 0.0)
+    for i in range(8):
+        throttle.failed(f"user-{i}", "203.0.113.9")
+    assert throttle.locked_for("someone-new", "203.0.113.9") == 10
+    assert throttle.locked_for("someone-new", "198.51.100.7") == 0
 
 
 def test_the_throttle_table_stays_bounded():

@@ -63,6 +63,8 @@ def test_timeline_marks_errors_abandoned_steps_loops_and_rollbacks():
     # Lanes named by tool and short arguments (the first call of each fingerprint), not hashes.
     assert list(fig.layout.yaxis.categoryarray) == ['crop {"x":5}', 'crop {"x":1}']
     assert "1<br>" in fig.layout.xaxis.ticktext[0]  # step number over its clock time
+    # upright, and few enough to stay legible on a phone
+    assert fig.layout.xaxis.tickangle == 0 and len(fig.layout.xaxis.tickvals) <= 4
     assert all(isinstance(t, go.Scatter) for t in fig.data)
 
 
@@ -87,9 +89,10 @@ def test_snapshot_tree_carries_snapshot_ids_for_selection():
     edges, *points = fig.data
     assert edges.hoverinfo == "skip" and list(edges.x) == [0, 1, None, 0, 2, None]
     assert {t.name: list(t.customdata) for t in points} == {
-        "restorable": ["s1"], "abandoned": ["s2"], "head": ["s3"]}
-    assert next(t for t in points if t.name == "head").marker.symbol == "star"
-    assert list(fig.layout.yaxis.ticktext) == ["live line", "branch-7 (rewind)"]
+        "can roll back here": ["s1"], "taken out by a rollback": ["s2"],
+        "latest (where the agent is now)": ["s3"]}  # on-call's words, not "head"
+    assert next(t for t in points if t.name.startswith("latest")).marker.symbol == "star"
+    assert list(fig.layout.yaxis.ticktext) == ["current", "branch-7 (rewind)"]
     assert fig.layout.clickmode == "event+select"
     # labelled nodes, never cut at the plot's edge: room above the top lane and beside the ends
     assert list(points[0].text) == ["start"] and points[0].cliponaxis is False
@@ -97,7 +100,8 @@ def test_snapshot_tree_carries_snapshot_ids_for_selection():
     assert top <= -0.5 and bottom >= 1.5  # reversed: the live line (0) on top
     # the ends' labels lean inwards; neighbours on a lane alternate above and below
     assert {t.name: list(t.textposition) for t in points} == {
-        "restorable": ["top right"], "abandoned": ["top center"], "head": ["bottom left"]}
+        "can roll back here": ["top right"], "taken out by a rollback": ["top center"],
+        "latest (where the agent is now)": ["bottom left"]}
 
 
 def test_node_labels_alternate_along_each_lane():
@@ -313,7 +317,7 @@ def test_hostile_lane_names_labels_and_reasons_are_escaped_in_the_snapshot_tree(
                           messages=2, branch="b1", is_head=False)]
     layout, edges = views.tree_layout(nodes, [BranchInfo("b1", "s1", EVIL, EVIL, 3.0, 1)])
     fig = charts.snapshot_tree(layout, edges, {1: f"b1 ({EVIL})"})
-    assert list(fig.layout.yaxis.ticktext) == ["live line", views.plot_text(f"b1 ({EVIL})")]
+    assert list(fig.layout.yaxis.ticktext) == ["current", views.plot_text(f"b1 ({EVIL})")]
     assert_no_markup_from(fig)
 
 

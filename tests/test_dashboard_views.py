@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pandas as pd
@@ -87,7 +88,7 @@ def test_kpis_flag_what_needs_attention():
     calm = views.kpis({"sessions": 10, "active": 3, "looping": 0, "rollbacks_window": 2,
                        "compensations_pending": 1, "compensations_failed": 0})
     assert [k.label for k in calm] == ["Active sessions", "Looping now", "Rollbacks, last hour",
-                                      "Compensations pending / failed"]
+                                      "Compensations"]
     assert [k.value for k in calm] == ["3", "0", "2", "1 / 0"]
     assert not any(k.alert for k in calm)
     busy = views.kpis({"looping": 2, "compensations_failed": 1}, window_s=6 * 3600)
@@ -514,6 +515,7 @@ def test_needs_you_lists_looping_sessions_then_failed_and_stuck_compensations(fl
     items = views.needs_you(looping, comps, now)
     assert [i.kind for i in items] == ["loop", "compensation", "compensation"]
     assert items[0].session == LOOPING and "6 steps in the loop" in items[0].text
+    assert re.search(r"last step \d+ (s|min)", items[0].text)  # is an agent still on it?
     assert "failed (HTTP 500)" in items[1].text and "pending for 1 h 00 min" in items[2].text
     assert items[0].query == {"session": LOOPING}
     assert [i.query for i in items[1:]] == [{"comp-status": "failed"}, {"comp-status": "pending"}]
@@ -530,6 +532,7 @@ def test_the_needs_you_heading_counts_every_looping_session_not_just_those_liste
         "loop_steps": 3, "hold": ""})
     items = views.needs_you(looping, [], now)
     assert len(items) == 6
+    assert [i.session for i in items] == [f"s{i}" for i in range(6)]  # newest loop first
     assert views.needs_you_heading(items, len(looping)) == ("Needs you: 13 looping sessions", 7)
 
 
@@ -751,7 +754,7 @@ def test_audit_summaries_say_what_fleet_controls_did():
         "bulk rollback: 2 of 3 sessions rolled back (status=looping, 3 listed sessions); "
         "1 failed: c",
         "quarantined tool refund_api for tenant=acme until lifted (q-1)",
-        "to snap-2: 3 steps, 2 messages left the live line, 1 compensation queued"]
+        "to snap-2: 3 steps, 2 messages taken out of the conversation, 1 compensation queued"]
     assert frame["batch"].tolist() == ["batch-1", "", "batch-1"]
 
 

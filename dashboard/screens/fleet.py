@@ -60,15 +60,14 @@ def render_needs_you(stats: dict, looping, now: float) -> None:
     with st.container(border=True, key="needs-you"):
         heading, hidden = views.needs_you_heading(items, len(looping))
         st.markdown(f":red[**{heading}**]")
-        # Buttons that navigate, not <a href>: a session id is foreign text, and this band must
-        # not put it into the page's markup as a URL (the table draws its links on a canvas).
-        for n, item in enumerate(items):
+        # Real links, so on-call can open one in a new tab or paste it into the incident
+        # channel: Streamlit builds the href from the page and the query parameters,
+        # percent-encoding the session id, so foreign text never becomes a URL of its own.
+        for item in items:
             loop = item.page == "session"
-            st.button(views.plain(item.text), key=f"needs-you-{n}", type="tertiary",
-                      icon=":material/autorenew:" if loop else ":material/build:",
-                      on_click=_ask_open,
-                      args=("screens/session.py" if loop else "screens/compensations.py",
-                            item.query))
+            st.page_link("screens/session.py" if loop else "screens/compensations.py",
+                         label=views.plain(item.text), query_params=item.query,
+                         icon=":material/autorenew:" if loop else ":material/build:")
         if hidden:
             st.button(f"…and {hidden} more looping: show all {len(looping)} in the table",
                       key="needs-you-more", type="tertiary", icon=":material/filter_list:",
@@ -251,7 +250,7 @@ def live_view() -> None:
     st.subheader("Sessions")
     with data.store_errors():
         menus = data.facets(url)
-    f = st.columns([1, 1, 1, 1, 1.4, 1, 0.7])
+    f = st.columns([1, 1, 1, 1, 1.2, 1.4, 0.7])  # wide enough for "Needs you first"
     status = f[0].selectbox("Status", [ALL, *views.STATUS_ORDER], key="status",
                             bind="query-params",
                             format_func=lambda v: v if v == ALL else views.status_label(v))
@@ -291,12 +290,13 @@ def live_view() -> None:
                 help="When the loop was flagged (its latest verdict), for sessions looping now."),
             "loop_steps": st.column_config.TextColumn(
                 "steps in loop", help="Steps spent since the loop began; a rollback takes them "
-                "off the live line."),
+                "out of the conversation the agent continues from."),
             "hold": st.column_config.TextColumn("policy note"),
             "prompt_version": "prompt",
             "loops": st.column_config.NumberColumn(
-                "loop verdicts", help="Loop verdicts so far; under the flag policy one loop can "
-                "be flagged more than once. The charts above count loops."),
+                "times flagged", help="How often the session was flagged as looping; under the "
+                "flag policy one loop can be flagged more than once. The charts above count "
+                "loops."),
             "last_activity": st.column_config.DatetimeColumn("last activity",
                                                              format="YYYY-MM-DD HH:mm:ss"),
             "explanation": st.column_config.TextColumn("why flagged", width="large"),

@@ -88,14 +88,16 @@ def render_header(head, page: Page) -> None:
                 views.status_markdown(info.status),
                 *(
                     f"{k.replace('_', ' ')} **{views.plain(str(meta[k]))}**"
-                    for k in ("tenant", "scenario", "prompt_version", "locale", "channel", "hold")
+                    for k in ("tenant", "scenario", "prompt_version", "locale", "channel")
                     if meta.get(k)
                 ),
+                # "hold" says the session waits for a person: true only while it loops
+                *([f"**{views.plain(str(meta['hold']))}**"]
+                  if meta.get("hold") and info.status == SessionStatus.LOOPING else []),
                 f"{info.steps:,} steps",
-                f"{info.messages:,} live messages",
-                f"{info.loops} loop verdicts",
-                f"{info.rollbacks} rollbacks",
-                f"epoch {info.epoch}",
+                f"{info.messages:,} messages in the conversation now",
+                views.loops_text(info.loops),
+                views.rollbacks_text(info.rollbacks),
                 f"last activity {views.when(info.updated_at):%Y-%m-%d %H:%M:%S}",
             ]
         )
@@ -194,7 +196,7 @@ def render_actions(page: Page) -> None:
             help=None
             if looping
             else "The session is not looping: a rollback would take steps and messages off "
-            "its live line, including notices the user already got. The dialog shows what.",
+            "its conversation, including notices the user already got. The dialog shows what.",
         )
         open_notice = st.button("Send notice…", key="open-notice", icon=":material/chat:")
         render_audit_link(page)
@@ -260,7 +262,7 @@ def render_why_flagged(page: Page) -> None:
 
 def render_snapshot_tree(page: Page) -> None:
     bundle, nodes, suggested = page.bundle, page.nodes, page.bundle.suggested
-    show_retired = st.toggle("Show retired step snapshots", key="tree-retired")
+    show_retired = st.toggle("Show the older per-step snapshots", key="tree-retired")
     layout, edges = views.tree_layout(bundle.tree, bundle.branches, show_retired)
     lane_names = {i + 1: f"{b.id} ({b.actor})" for i, b in enumerate(bundle.branches)}
     event = st.plotly_chart(
@@ -329,7 +331,7 @@ def render_token_budget(page: Page) -> None:
         )
         return
     max_tokens = int(current["max_tokens"]) if pd.notna(current["max_tokens"]) else None
-    st.markdown(f"**Context of step {int(current['step'])}** (the newest on the live line)")
+    st.markdown(f"**Context of step {int(current['step'])}** (the newest in the conversation now)")
     st.plotly_chart(
         charts.budget_now(views.budget_parts(current, max_tokens), max_tokens), key="budget-now"
     )
@@ -420,6 +422,7 @@ def main() -> None:
     page = Page(url, sid, user, bundle, verdict, target_text)
     render_header(head, page)
     render_actions(page)
+    st.html(views.TABS_CSS)
     for tab, render in zip(
         st.tabs(list(TABS), key="tab", bind="query-params"), TABS.values(), strict=True
     ):

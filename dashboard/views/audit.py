@@ -24,7 +24,8 @@ def audit_summary(action: str, snapshot: str | None, detail: Mapping[str, Any]) 
     if action == "rollback":
         text = f"to {snapshot}" if snapshot else "rollback"
         if d.get("steps") is not None:
-            text += f": {d.get('steps')} steps, {d.get('messages', 0)} messages left the live line"
+            text += (f": {d.get('steps')} steps, {d.get('messages', 0)} messages taken out of "
+                     "the conversation")
         if d.get("compensations"):
             text += f", {counted(len(d['compensations']), 'compensation')} queued"
         return text

@@ -151,6 +151,18 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
+def loops_text(loops: int) -> str:
+    """How often a session was flagged, in words on-call reads at a glance."""
+    return "never flagged as looping" if not loops else (
+        "flagged as looping once" if loops == 1 else f"flagged as looping {loops} times")
+
+
+def rollbacks_text(rollbacks: int) -> str:
+    """How often a session was rolled back, in words."""
+    return "never rolled back" if not rollbacks else (
+        "rolled back once" if rollbacks == 1 else f"rolled back {rollbacks} times")
+
+
 # Shared by the fleet's "needs you" band and the compensations page.
 STUCK_AFTER_S = 300.0
 """A compensation still pending after this long has no process running it (see issue 15)."""

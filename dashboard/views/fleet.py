@@ -147,8 +147,9 @@ def kpis(stats: Mapping[str, int], window_s: float = 3600.0) -> list[Kpi]:
             alert=stats.get("looping", 0) > 0),
         Kpi(f"Rollbacks, last {span}", f"{stats.get('rollbacks_window', 0):,}",
             "Automatic and operator rollbacks."),
-        Kpi("Compensations pending / failed", f"{pending:,} / {failed:,}",
-            "Saga compensations queued by rollbacks; failed ones need manual action.",
+        Kpi("Compensations", f"{pending:,} / {failed:,}",
+            "Pending / failed: saga compensations queued by rollbacks; failed ones need "
+            "manual action.",
             alert=failed > 0),
     ]
 
@@ -179,11 +180,13 @@ class NeedsYou:
 
 def needs_you(looping: pd.DataFrame, compensations: Sequence[Any], now: float,
               limit: int = 6) -> list[NeedsYou]:
-    """What waits for on-call, oldest loop first: looping sessions (from the fleet frame),
-    then failed compensations and pending ones older than STUCK_AFTER_S."""
+    """What waits for on-call, newest loop first (what just broke is what on-call is paged
+    for; the heading counts the rest): looping sessions (from the fleet frame), then failed
+    compensations and pending ones older than STUCK_AFTER_S."""
     out: list[NeedsYou] = []
     if not looping.empty:
-        rows = looping.sort_values("flagged_at", na_position="last", kind="stable")
+        rows = looping.sort_values("flagged_at", ascending=False, na_position="last",
+                                   kind="stable")
         for row in rows.head(limit).itertuples():
             parts = [row.session, row.scenario or "", status_label(row.status)]
             if pd.notna(row.flagged_at):
@@ -192,6 +195,10 @@ def needs_you(looping: pd.DataFrame, compensations: Sequence[Any], now: float,
                              " ago)")
             if pd.notna(row.loop_steps):
                 parts.append(f"{int(row.loop_steps)} steps in the loop")
+            # whether an agent still works on it: a loop still growing, or one left standing
+            last = row._asdict().get("last_activity")
+            if last is not None and pd.notna(last):
+                parts.append(f"last step {duration_text(now - last.timestamp())} ago")
             if row.hold:
                 parts.append(str(row.hold))
             out.append(NeedsYou("loop", row.session, " · ".join(p for p in parts if p),

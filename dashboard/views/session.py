@@ -348,11 +348,11 @@ def tree_layout(nodes: Sequence[Any], branches: Sequence[Any] = (),
                  f"{n.kind} snapshot, before step {n.next_step}, {n.messages} messages",
                  f"taken {when(n.created_at):%Y-%m-%d %H:%M:%S}"]
         if n.is_head:
-            hover.append("HEAD (live line ends here)")
+            hover.append("latest: where the agent is now")
         if n.abandoned_reason:
             hover.append(plot_text(n.abandoned_reason[:300]))
         elif not n.restorable:
-            hover.append("retired by retention: not restorable")
+            hover.append("expired by retention: cannot roll back here")
         rows.append({"id": n.id, "x": x, "y": lanes.get(n.branch, 0) if n.branch else 0,
                      "label": node_label(n), "state": state, "is_head": n.is_head,
                      "restorable": n.restorable and n.on_live_line, "next_step": n.next_step,
@@ -439,6 +439,17 @@ def user_view_html(items: Sequence[MessageView]) -> str:
                    f"{escape_text(m.text)}</div>")
     return "<div class='rw-chat'>" + "\n".join(out) + "</div>"
 
+
+TABS_CSS = """<style>
+@media (max-width:640px){.stTabs [role="tablist"]{flex-wrap:wrap;row-gap:.2rem;
+ overflow:visible}
+.stTabs [role="tablist"] > *{flex-shrink:0}
+.stTabs [data-baseweb="tab-highlight"],.stTabs [data-baseweb="tab-border"]{display:none}
+.stTabs [role="tab"][aria-selected="true"]{border-bottom:2px solid currentColor}}
+</style>"""
+"""On a phone the session's six tabs wrap onto a second row instead of scrolling sideways, where
+the last ones were off-screen; the sliding underline cannot follow a wrapped row, so the chosen
+tab is underlined itself."""
 
 USER_VIEW_CSS = """<style>
 .rw-chat{display:flex;flex-direction:column;gap:.4rem;max-width:46rem}

@@ -89,7 +89,7 @@ def test_on_call_finds_the_looping_session_on_the_first_screen(console, page, sh
     its page says since when and how bad."""
     page.set_viewport_size(viewport)
     sign_in(page, console.url, "olivia")
-    link = page.get_by_role("button", name=re.compile(rf"^{LOOPING} · refund · looping"))
+    link = page.get_by_role("link", name=re.compile(rf"^{LOOPING} · refund · looping"))
     on_screen(page, link)  # no scrolling needed
     expect(link).to_contain_text("steps in the loop")
     on_screen(page, page.get_by_text(re.compile(r"^Needs you: \d+ looping session")))
@@ -186,7 +186,7 @@ def test_operator_rolls_back_a_looping_session_through_the_dialog(console, page,
     open_tab(page, "Snapshot tree")
     tree = page.locator(CHART).first
     expect(tree.get_by_text(re.compile(r"branch-\d+ \(olivia\)"))).to_be_visible()
-    expect(tree.get_by_text("abandoned", exact=True)).to_be_visible()
+    expect(tree.get_by_text("taken out by a rollback", exact=True)).to_be_visible()
 
     open_tab(page, "Messages")
     expect(page.locator("del").first).to_be_visible()
@@ -319,7 +319,12 @@ def test_hostile_names_never_become_links(console, page):
         timeout=30_000)  # the table (drawn on a canvas) lists the hostile sessions too
     expect(page.locator(CHART)).to_have_count(2, timeout=30_000)
     expect(page.locator(f"{CHART} .main-svg").last).to_be_visible(timeout=30_000)
-    assert page.locator(EVIL_HREF).count() == 0
+    # "Needs you" links to the hostile sessions with their ids percent-encoded, in the app
+    expect(page.get_by_role("link", name=re.compile(r"^\[Your session expired"))).to_be_visible()
+    assert page.locator(OFFSITE_EVIL_HREF).count() == 0
+    assert all(href.rsplit("/", 1)[-1].startswith("session?session=%5BYour")
+               for href in page.locator(EVIL_HREF).evaluate_all(
+                   "els => els.map(e => e.getAttribute('href'))"))
 
     page.get_by_role("link", name="Session", exact=True).click()  # lists the looping ones
     expect(page.get_by_role("heading", name="Session", exact=True)).to_be_visible(timeout=30_000)
