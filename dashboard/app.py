@@ -79,11 +79,18 @@ if degraded:
              icon=":material/warning:")
 
 try:
-    freeze = settings.freeze_window(access.read_secrets())
+    configured = settings.freeze_window(access.read_secrets())
 except settings.SettingsError as exc:
     st.warning(f"The freeze window setting is wrong and was ignored: {views.plain(exc)}")
-    freeze = None
+    configured = None
+with data.store_errors():
+    freeze, freeze_source = data.fleet_freeze(configured)
 if freeze is not None and freeze.active(time.time()):
-    st.warning(settings.freeze_banner(freeze), icon=":material/ac_unit:")
+    # The banner states only what is true: a freeze configured for this console alone is not
+    # followed by agents that were not configured alike.
+    note = "" if freeze_source == "store" else (
+        " Configured for this console only: agents follow it only when it is declared in the "
+        "store (`rewind freeze --start … --end …`).")
+    st.warning(settings.freeze_banner(freeze) + note, icon=":material/ac_unit:")
 
 page.run()

@@ -17,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import access, settings, views
-from engine import Engine, LoopTally, SessionStatus, StoreError, StoreUnavailable
+from engine import Engine, FreezeWindow, LoopTally, SessionStatus, StoreError, StoreUnavailable
 
 FLEET_TTL = 5
 SESSION_TTL = 3
@@ -235,3 +235,13 @@ def memory_view(url: str | None, sid: str) -> MemoryView | None:
     return MemoryView(*views.memory_frames(items, curve),
                       log=views.memory_log_frame([*memory.log(), *memory.corrections()],
                                                  {m.id: m.text for m in items}))
+
+
+def fleet_freeze(configured: FreezeWindow | None) -> tuple[FreezeWindow | None, str]:
+    """The freeze to show, and where it comes from: the one declared in the store
+    (``"store"``: every process on it follows it), else this console's configuration
+    (``"config"``: agents follow it only if they were configured alike), else none."""
+    declared, source = engine().freeze_in_force()
+    if source == "store":
+        return declared, "store"
+    return (configured, "config") if configured is not None else (None, "")

@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from engine.sessions.session import Session, StepCall
     from engine.store.base import Retention
     from engine.types import (
+        AUDIT_ACTIONS,
         CompensationStatus,
         LoopPolicy,
         Role,
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "AUDIT_ACTIONS",
     "WatchOnly",
     "PAUSED_TEMPLATES",
     "LIVE_S",
@@ -164,6 +166,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
+    "AUDIT_ACTIONS": "engine.types",
     "WatchOnly": "engine.errors",
     "PAUSED_TEMPLATES": "engine.recovery.notices",
     "LIVE_S": "engine.saga",

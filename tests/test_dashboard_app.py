@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,26 @@ def test_fleet_shows_kpis_loop_charts_table_and_the_freeze(store):
     assert "Holiday change freeze" in texts(at.warning)
     assert labels(at.toggle)[0].startswith("Live")
     assert "matching sessions" in texts(at.caption)
+
+
+def test_the_banner_says_whether_agents_follow_the_freeze(tmp_path):
+    """A freeze configured for the console alone is not followed by agents: the banner says
+    so; one declared in the store (every process follows it) needs no such note."""
+    store = f"sqlite:///{tmp_path}/freeze.db"
+    note = "Configured for this console only"
+    with Engine.open(store) as engine:
+        engine.session("s").append_message("user", "hi")
+    assert note in texts(app(store, freeze={"on_loop": "flag"}).warning)
+    with Engine.open(store) as engine:
+        now = time.time()
+        engine.declare_freeze(now - 60, now + 3600, name="Declared freeze", on_loop="flag",
+                              actor="alice", reason="holiday")
+    from dashboard import data
+
+    data.engine_for(store).runtime.forget_declared_freeze()  # the console's: within a second
+    at = app(store)  # nothing configured for the console
+    assert not at.exception
+    assert "Declared freeze" in texts(at.warning) and note not in texts(at.warning)
 
 
 def test_the_freeze_banner_says_what_happens_to_loops(store):
@@ -722,7 +743,8 @@ def test_audit_shows_a_bulk_rollback_and_filters_its_batch(controls_store):
     at = app(url, page="screens/audit.py", query={"batch": first.batch})
     assert not at.exception
     table = at.dataframe[0].value
-    assert sorted(table["action"]) == ["rollback", "rollback", "rollback", "rollback_many"]
+    assert sorted(table["action"]) == ["rollback", "rollback", "rollback", "rollback_many",
+                                       "rollback_many.start"]
     assert set(table["batch"]) == {first.batch}
     summary = table[table["action"] == "rollback_many"]["summary"].item()
     assert summary == "bulk rollback: 3 of 3 sessions rolled back (prompt_version=v9)"

@@ -20,9 +20,10 @@ url = data.store_url()
 secrets = access.read_secrets()
 interval = settings.refresh_seconds(secrets)
 try:
-    freeze = settings.freeze_window(secrets)
+    configured = settings.freeze_window(secrets)
 except settings.SettingsError:
-    freeze = None  # the frame already said what is wrong with it
+    configured = None  # the frame already said what is wrong with it
+freeze = data.fleet_freeze(configured)[0]
 
 ALL = "All"
 # (Comments, not docstrings: Streamlit's magic would print a bare string on the page.)

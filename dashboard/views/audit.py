@@ -10,12 +10,12 @@ import pandas as pd
 
 from dashboard.views.common import counted, short_json, when
 from dashboard.views.quarantine import scope_text, until_text
+from engine import AUDIT_ACTIONS as ENGINE_AUDIT_ACTIONS
 
 AUDIT_COLUMNS = ["time", "actor", "action", "session", "snapshot", "reason", "summary", "batch",
                  "detail", "id"]
-AUDIT_ACTIONS = ("rollback", "rollback_many", "notice", "compensation", "quarantine",
-                 "quarantine_lift", "delete", "retention")
-"""Actions the audit page filters by (what the engine writes)."""
+AUDIT_ACTIONS = ENGINE_AUDIT_ACTIONS
+"""Actions the audit page filters by: every action the engine writes (one vocabulary)."""
 
 
 def audit_summary(action: str, snapshot: str | None, detail: Mapping[str, Any]) -> str:
@@ -29,13 +29,16 @@ def audit_summary(action: str, snapshot: str | None, detail: Mapping[str, Any]) 
         if d.get("compensations"):
             text += f", {counted(len(d['compensations']), 'compensation')} queued"
         return text
-    if action == "rollback_many":
+    if action in ("rollback_many", "rollback_many.start"):
         where = d.get("where") or {}
         order = ("status", "tenant", "scenario", "prompt_version", "tool")
         keys = [k for k in order if k in where] + [k for k in where if k not in order]
         scope = ", ".join(f"{k}={where[k]}" if k != "session" else
                           f"{len(where[k]) if isinstance(where[k], list) else 1} listed sessions"
                           for k in keys)
+        if action == "rollback_many.start":
+            return (f"bulk rollback started: {d.get('sessions', 0)} sessions planned"
+                    + (f" ({scope})" if scope else ""))
         text = (f"bulk rollback: {d.get('rolled_back', 0)} of {d.get('sessions', 0)} sessions "
                 f"rolled back" + (f" ({scope})" if scope else ""))
         failed = d.get("failed") or {}
@@ -46,6 +49,17 @@ def audit_summary(action: str, snapshot: str | None, detail: Mapping[str, Any]) 
         if action == "quarantine":
             text += " " + until_text(d.get("until"), None)
         return text + (f" ({d['id']})" if d.get("id") else "")
+    if action == "freeze":
+        return (f"declared the freeze {d.get('name')}: {d.get('start')} to {d.get('end')}, "
+                f"loops: {d.get('on_loop') or 'engine default'}")
+    if action == "freeze_end":
+        return f"ended the freeze {d.get('name')}"
+    if action == "label":
+        return f"labelled {str(d.get('label', '')).replace('_', ' ')}"
+    if action == "detector":
+        settings = d.get("settings") or {}
+        return ("detector: " + ", ".join(f"{k}={v}" for k, v in settings.items())
+                if settings else "detector: back to each process's own settings")
     return ""
 
 
