@@ -42,10 +42,13 @@ def _notice_preview(text: str | None) -> None:
 
 
 @overload
-def _notice_picker(locale: str, key: str, allow_none: Literal[False]) -> str | None: ...
+def _notice_picker(locale: str, key: str, allow_none: Literal[False],
+                   rolled_back: bool = True) -> str | None: ...
 @overload
-def _notice_picker(locale: str, key: str, allow_none: bool) -> str | None | Literal[False]: ...
-def _notice_picker(locale: str, key: str, allow_none: bool) -> str | None | Literal[False]:
+def _notice_picker(locale: str, key: str, allow_none: bool,
+                   rolled_back: bool = True) -> str | None | Literal[False]: ...
+def _notice_picker(locale: str, key: str, allow_none: bool,
+                   rolled_back: bool = True) -> str | None | Literal[False]:
     """Radio + text area; returns the exact text, None for an empty custom text, False for none
     (only offered when `allow_none`)."""
     options = [*views.NOTICE_CHOICES, *([NO_NOTICE] if allow_none else [])]
@@ -57,7 +60,7 @@ def _notice_picker(locale: str, key: str, allow_none: bool) -> str | None | Lite
     custom = ""
     if choice == "Custom text":
         custom = st.text_area("Notice text", key=f"{key}-custom", height=100)
-    text = views.notice_text(choice, custom)
+    text = views.notice_text(choice, custom, rolled_back)
     _notice_preview(text)
     return text
 
@@ -181,7 +184,9 @@ def notice_dialog(sid: str, user: User) -> None:
     st.markdown(f"Session **{views.plain(sid)}** · locale "
                 f"**{views.plain(bundle.info.locale)}**")
     seen = _last_notice_note(sid)
-    text = _notice_picker(bundle.info.locale, f"nt-{sid}", allow_none=False)
+    # A notice on its own tells the user what happened: "reset" only after a rollback.
+    text = _notice_picker(bundle.info.locale, f"nt-{sid}", allow_none=False,
+                          rolled_back=bundle.info.status == SessionStatus.ROLLED_BACK)
     again = True
     if seen is not None:
         again = st.checkbox("Send another notice anyway", key=f"nt-again-{sid}",

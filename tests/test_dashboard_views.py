@@ -10,7 +10,7 @@ import pytest
 from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_fleet
 
 from dashboard import views
-from engine import Engine
+from engine import PAUSED_TEMPLATES, TEMPLATES, Engine
 from engine.records import (
     AuditEvent,
     BranchInfo,
@@ -20,7 +20,6 @@ from engine.records import (
     SnapshotNode,
     StepRecord,
 )
-from engine.sessions.notices import TEMPLATES
 
 
 @pytest.fixture(scope="module")
@@ -298,6 +297,9 @@ def test_notice_choices_give_the_exact_text():
     assert views.notice_text("Chinese template") == TEMPLATES["zh"]
     assert views.notice_text("Custom text", "  We fixed it.  ") == "We fixed it."
     assert views.notice_text("Custom text", "   ") is None
+    # on its own (no rollback), the template claims no reset
+    assert views.notice_text("English template", rolled_back=False) == PAUSED_TEMPLATES["en"]
+    assert views.notice_text("Chinese template", rolled_back=False) == PAUSED_TEMPLATES["zh"]
     assert views.default_notice_choice("zh-CN") == "Chinese template"
     assert views.default_notice_choice(None) == "English template"
 

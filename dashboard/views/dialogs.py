@@ -62,12 +62,11 @@ def default_notice_choice(locale: str | None) -> str:
     return "Chinese template" if template_for(locale) == TEMPLATES["zh"] else "English template"
 
 
-def notice_text(choice: str, custom: str = "") -> str | None:
-    """Exactly the text the user will see for a notice choice; None when custom text is empty."""
-    if choice == "English template":
-        return TEMPLATES["en"]
-    if choice == "Chinese template":
-        return TEMPLATES["zh"]
+def notice_text(choice: str, custom: str = "", rolled_back: bool = True) -> str | None:
+    """Exactly the text the user will see for a notice choice; None when custom text is empty.
+    A session that was not rolled back gets the template that claims no reset."""
+    if choice in ("English template", "Chinese template"):
+        return template_for("zh" if choice == "Chinese template" else "en", rolled_back)
     return custom.strip() or None
 
 
