@@ -129,6 +129,23 @@ class Checkpointer:
             run.wake.set()
 
 
+def _set_wal(conn: sqlite3.Connection) -> None:
+    """Put the database in WAL mode. Opening it while another process runs a RESTART
+    checkpoint, or switches a new file to WAL, can answer "database is locked" at once, without
+    the busy handler: retried with a growing pause, for at most `BUSY_TIMEOUT_S`."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    pause = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
+
+
 def path_from_url(url: str) -> str:
     """The file path of a ``sqlite:`` URL ('' when it names none).
 
@@ -193,7 +210,7 @@ class SQLiteDB:
             )
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             if not self.memory and not self.read_only:
-                conn.execute("PRAGMA journal_mode = WAL")
+                _set_wal(conn)
                 conn.execute("PRAGMA wal_autocheckpoint = 0")  # the Checkpointer does it
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA foreign_keys = OFF")
