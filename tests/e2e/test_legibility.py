@@ -4,12 +4,14 @@ instead of the engine's jargon, and a "Needs you" band of real links, newest fir
 from __future__ import annotations
 
 import re
-from urllib.parse import quote
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright.sync_api import Page, expect
 from support.console import sign_in
 from support.fleet import LOOPING
+
+from engine import Engine
 
 pytestmark = pytest.mark.browser
 
@@ -44,20 +46,33 @@ def test_fleet_labels_are_whole(console, page: Page, viewport):
 
 @VIEWPORTS
 def test_needs_you_lists_real_links_newest_first(console, page: Page, viewport):
+    # A loop of its own, the newest: the package's console is shared, and other tests roll
+    # the seeded looping session back.
+    sid = f"needs you {viewport['width']}"  # a space: the link percent-encodes it
+    with Engine.open(console.store) as engine:
+        s = engine.session(sid, meta={"tenant": "acme", "scenario": "crop"}, on_loop="flag")
+        s.snapshot("start")
+        for _ in range(4):
+            with s.step("image_crop", {"x": 10}) as call:
+                call.fail("invalid slice")
+        assert s.info().status == "looping"
     page.set_viewport_size(viewport)
     sign_in(page, console.url, "victor")
     band = page.locator(".st-key-needs-you")
     expect(band).to_be_visible()
-    link = band.get_by_role("link", name=re.compile(rf"^{re.escape(LOOPING)} · "))
+    links = band.get_by_role("link")
+    link = band.get_by_role("link", name=re.compile(rf"^{re.escape(sid)} · "))
     expect(link).to_be_visible()
+    expect(links.first).to_have_accessible_name(re.compile(rf"^{re.escape(sid)} · "))  # newest
     href = link.get_attribute("href") or ""
-    assert href.rsplit("/", 1)[-1] == f"session?session={quote(LOOPING, safe='')}", href
+    path, _, query = href.rpartition("/")[2].partition("?")
+    assert path == "session" and parse_qs(query) == {"session": [sid]}, href
     # a real link: the browser opens it in a new tab, where it works on its own
     with page.context.expect_page() as opened:
         link.click(button="middle")  # Streamlit handles a plain click in place
     tab = opened.value
     tab.wait_for_load_state()
-    assert tab.url.endswith(f"/session?session={quote(LOOPING, safe='')}")
+    assert parse_qs(urlsplit(tab.url).query) == {"session": [sid]}, tab.url
     tab.close()
 
 
