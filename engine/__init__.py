@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from engine.limits import Limits
     from engine.loops.detector import LoopDetector, Step, Verdict
     from engine.memory.config import MemoryConfig
+    from engine.quarantine import unused_tool_hint
     from engine.records import (
         AuditEvent,
         BranchInfo,
@@ -162,6 +163,7 @@ __all__ = [
     "UnknownSession",
     "UnknownSnapshot",
     "Verdict",
+    "unused_tool_hint",
 ]
 __version__ = "0.1.0"
 
@@ -238,6 +240,7 @@ _LAZY: dict[str, str] = {
     "UnknownQuarantine": "engine.errors",
     "UnknownSession": "engine.errors",
     "UnknownSnapshot": "engine.errors",
+    "unused_tool_hint": "engine.quarantine",
     "Verdict": "engine.loops.detector",
 }
 """Where each public name lives."""

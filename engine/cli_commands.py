@@ -108,6 +108,29 @@ def _where_item(text: str) -> tuple[str, str]:
     return key, value.strip()
 
 
+def _where_filters(pairs: list[tuple[str, str]] | None) -> dict[str, str]:
+    """The `--where KEY=VALUE` pairs as one filter; a key given twice with two values is a
+    usage error (CLIError, exit 2), not the last one silently winning."""
+    where: dict[str, str] = {}
+    for key, value in pairs or []:
+        if key in where and where[key] != value:
+            raise CLIError(f"--where {key} is given twice ({where[key]!r}, {value!r})",
+                           EXIT_USAGE)
+        where[key] = value
+    return where
+
+
+def _detector_settings(pairs: list[tuple[str, str]] | None) -> dict[str, object]:
+    """The `--set FIELD=VALUE` pairs parsed as `DetectorConfig` fields; a bad field or value is
+    a usage error (CLIError, exit 2) that names it."""
+    from engine.replay import parse_setting
+
+    try:
+        return {name: parse_setting(name, text) for name, text in pairs or []}
+    except ConfigError as exc:
+        raise CLIError(str(exc), EXIT_USAGE) from exc
+
+
 def _confirm(args, question: str, what: str) -> None:
     """Ask `question` unless --yes; refuse without a terminal (CLIError, exit 1)."""
     if args.yes:
@@ -127,12 +150,7 @@ def cmd_rollback_many(args) -> int:
         raise CLIError("--to and --expect-epoch go with one session, not with --where "
                        "(each session goes to its own last healthy snapshot, with the epoch "
                        "read just before)", EXIT_USAGE)
-    where: dict[str, str] = {}
-    for key, value in args.where:
-        if key in where and where[key] != value:
-            raise CLIError(f"--where {key} is given twice ({where[key]!r}, {value!r})",
-                           EXIT_USAGE)
-        where[key] = value
+    where = _where_filters(args.where)
     engine = _engine(args)
     who = Actor(args.actor, Role.OPERATOR)
     filters = " ".join(f"{k}={v}" for k, v in where.items())
@@ -214,6 +232,7 @@ def cmd_rollback(args) -> int:
 
 def cmd_quarantine(args) -> int:
     from engine import Actor
+    from engine.quarantine import unused_tool_hint
 
     modes = sum([bool(args.list), args.lift is not None, args.tool is not None])
     if modes != 1:
@@ -244,6 +263,9 @@ def cmd_quarantine(args) -> int:
     until = "until lifted" if q.until is None else f"until {_fmt_utc(q.until)}"
     out(f"quarantined {q.tool} for {where} {until} (id {q.id}); agents see "
         "ToolQuarantined within a second (not watch-only agents: Rewind does not run them)")
+    hint = unused_tool_hint(q.tool, engine.recent_tools())
+    if hint:
+        out(hint)
     return 0
 
 
@@ -292,18 +314,8 @@ def _set_item(text: str) -> tuple[str, str]:
 
 
 def cmd_replay(args) -> int:
-    from engine.replay import parse_setting
-
-    where: dict[str, str] = {}
-    for key, value in args.where or []:
-        if key in where and where[key] != value:
-            raise CLIError(f"--where {key} is given twice ({where[key]!r}, {value!r})",
-                           EXIT_USAGE)
-        where[key] = value
-    try:
-        config = {name: parse_setting(name, text) for name, text in args.set or []}
-    except ConfigError as exc:
-        raise CLIError(str(exc), EXIT_USAGE) from exc
+    where = _where_filters(args.where)
+    config = _detector_settings(args.set)
     engine = _engine(args)
     report = engine.replay(config, where=where or None)
     if args.json:
@@ -332,16 +344,11 @@ def cmd_replay(args) -> int:
 
 def cmd_detector(args) -> int:
     from engine import Actor
-    from engine.replay import parse_setting
 
     changing = bool(args.set) or args.reset
     if changing and not (args.actor and args.reason):
         raise CLIError("changing the detector needs --actor and --reason (audited)", EXIT_USAGE)
-    try:  # a bad field or value is a usage error, found before the store is opened
-        for name, text in args.set or []:
-            parse_setting(name, text)
-    except ConfigError as exc:
-        raise CLIError(str(exc), EXIT_USAGE) from exc
+    _detector_settings(args.set)  # a bad field or value: usage error, before the store
     engine = _engine(args)
     if changing:
         # stored as typed on the command line (text): every process parses it the same way

@@ -657,6 +657,24 @@ class Engine:
         """
         return quarantine.refuse_call(self.runtime, sid, tool, args, reason)
 
+    def recent_tools(self, *, sessions: int = 200, last: int = 100) -> dict[str, int]:
+        """How often each tool was called in the `last` steps of the `sessions` most recently
+        active sessions (refused calls not counted): a bounded look, not a scan of the fleet,
+        that lets a quarantine warn about a tool name no agent has called lately (a typo
+        quarantines nothing).
+
+        Returns:
+            Tool name -> calls seen, most called first.
+        """
+        from engine.quarantine import is_refusal
+
+        seen: dict[str, int] = {}
+        for info in self.sessions(limit=sessions):
+            for step in self.store.steps(info.id, last=last):
+                if step.tool is not None and not is_refusal(step):
+                    seen[step.tool] = seen.get(step.tool, 0) + 1
+        return dict(sorted(seen.items(), key=lambda kv: (-kv[1], kv[0])))
+
     def running_steps(self, older_than_s: float = 300.0, *, sessions: int = 200,
                       last: int = 50) -> list[tuple[str, StepRecord]]:
         """Steps begun more than `older_than_s` seconds ago that never ended (their process died,

@@ -28,11 +28,13 @@ Rules, in the order they are checked:
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import math
 import threading
 import time
 import uuid
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 from engine.errors import ToolQuarantined, UnknownQuarantine
@@ -342,3 +344,23 @@ def is_refusal(step: StepRecord) -> bool:
 def _when(at: float) -> str:
     """A unix time as people read it in a message (UTC, to the second)."""
     return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def unused_tool_hint(tool: str, recent: Mapping[str, int]) -> str | None:
+    """A warning when `tool` is not among the tools agents called lately (`Engine.recent_tools`):
+    the name may be a typo that quarantines nothing. Names it may have meant are suggested.
+
+    Returns:
+        None when `tool` was called lately, or when no tool was (an empty store: no hint).
+    """
+    if not recent or tool in recent:
+        return None
+    near = difflib.get_close_matches(tool, list(recent), n=3, cutoff=0.6)
+    if not near:
+        folded = [name for name in recent if name.casefold() == tool.casefold()]
+        near = folded[:3]
+    text = (f"note: no agent called {tool!r} in the recently active sessions; a quarantine "
+            "matches tool names exactly")
+    if near:
+        text += " (did you mean " + " or ".join(repr(n) for n in near) + "?)"
+    return text

@@ -117,3 +117,13 @@ def test_quarantine_and_audit_say_until_which_tool_and_cut_with_an_ellipsis(stor
     assert main(["--store", store, "audit", "--action", "quarantine"]) == 0
     out = capsys.readouterr().out
     assert "tool refund_api" in out and "…" in out
+
+
+def test_quarantining_a_tool_no_agent_called_warns_and_suggests_the_name_meant(store, capsys):
+    assert main(["--store", store, "quarantine", "refund_apl", "--actor", "alice",
+                 "--reason", "typo"]) == 0
+    said = capsys.readouterr().out
+    assert "no agent called 'refund_apl'" in said and "did you mean 'refund_api'" in said
+    assert main(["--store", store, "quarantine", "refund_api", "--actor", "alice",
+                 "--reason", "HTTP 500 since 14:00"]) == 0
+    assert "no agent called" not in capsys.readouterr().out

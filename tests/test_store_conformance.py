@@ -796,3 +796,18 @@ def test_a_rollback_in_a_batch_keeps_the_batch_id_in_its_audit_and_feed(engine):
     s.append_message("user", "two")
     engine.rollback("s", actor="alice", reason="single", notice=False)
     assert "batch" not in engine.audit(action="rollback")[0].detail
+
+
+def test_a_notice_sent_by_a_bulk_rollback_carries_the_batch_id_in_its_audit(engine):
+    s = engine.session("s")
+    s.snapshot("start")
+    s.append_message("user", "one")
+    request = RollbackRequest(target=s.tree()[0].id, actor="alice", reason="bulk",
+                              notice={"role": "assistant", "content": "we reset"},
+                              now=engine.clock(), batch="batch-7")
+    engine.store.rollback("s", request)
+    (said,) = engine.audit(action="notice")
+    assert said.detail == {"text": "we reset", "batch": "batch-7"}
+    s.append_message("user", "two")
+    engine.rollback("s", actor="alice", reason="single")
+    assert "batch" not in engine.audit(action="notice")[0].detail

@@ -9,12 +9,20 @@ import time
 import streamlit as st
 
 from dashboard import access, actions, data, dialogs, settings, views
-from engine import RewindError
+from engine import RewindError, unused_tool_hint
 
 UNTIL = {"Until lifted": None, "1 hour": dt.timedelta(hours=1), "4 hours": dt.timedelta(hours=4),
          "24 hours": dt.timedelta(days=1), "3 days": dt.timedelta(days=3)}
 FREEZE_END = "Until the freeze ends"
 ANY = "Any"
+
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def recent_tools(store_url: str | None) -> dict[str, int]:
+    """Tools called in the recently active sessions (a bounded read, kept for 30 s)."""
+    return data.engine_for(store_url).recent_tools()
+
 
 user = access.require_user()
 url = data.store_url()
@@ -59,8 +67,13 @@ with data.store_errors():
 left, right = st.columns(2, gap="large")
 with left, st.form("quarantine-form", border=True):
     st.markdown("**Quarantine a tool**")
-    tool = st.text_input("Tool name (exactly as agents call it)", key="q-tool",
-                         max_chars=200)
+    with data.store_errors():
+        called = recent_tools(url)
+    tool = st.selectbox("Tool (exactly as agents call it)", list(called), index=None,
+                        key="q-tool", accept_new_options=True,
+                        placeholder="Choose a tool agents called lately, or type a name",
+                        help="Listed: tools called in the recently active sessions, most "
+                             "called first.") or ""
     reason = st.text_input("Reason (required; agents and the audit log read it)",
                            key="q-reason")
     scope_cols = st.columns(3)
@@ -85,8 +98,10 @@ if submitted:
         left.error(views.plain(exc))
     else:
         data.forget_quarantines()
+        hint = unused_tool_hint(q.tool, called)
         dialogs.flash("success", f"Quarantined {q.tool} for {views.scope_text(q.scope)} "
-                                 f"{views.until_text(q.until, time.time())} ({q.id}).")
+                                 f"{views.until_text(q.until, time.time())} ({q.id})."
+                                 + (f" {hint[0].upper()}{hint[1:]}." if hint else ""))
         st.rerun()
 
 with right:

@@ -6,7 +6,7 @@ All three read the store only; the rollback itself is `engine.recovery.verbs.rol
 from __future__ import annotations
 
 from engine.errors import NothingToRollBack, UnknownSnapshot
-from engine.records import RollbackPreview, SessionInfo
+from engine.records import RollbackPreview, SessionInfo, SnapshotNode
 from engine.recovery.notices import NOTICE_FLAG
 from engine.runtime import Runtime
 from engine.types import SessionStatus, StepStatus
@@ -43,6 +43,11 @@ def preview_rollback(rt: Runtime, sid: str, to: str | None = None) -> RollbackPr
     node = next((n for n in rt.store.snapshots(sid) if n.id == target), None)
     if node is None:
         raise UnknownSnapshot(f"session {sid!r} has no snapshot {target!r}")
+    return _preview(rt, sid, node)
+
+
+def _preview(rt: Runtime, sid: str, node: SnapshotNode) -> RollbackPreview:
+    target = node.id
     live = rt.store.live_messages(sid)
     leaving = [s for s in rt.store.steps(sid, live_only=True) if s.n >= node.next_step]
     comps = [
@@ -77,12 +82,13 @@ def rolled_back_already(rt: Runtime, sid: str, target: str, info: SessionInfo) -
     node = next((n for n in rt.store.snapshots(sid) if n.id == target), None)
     if node is None or not node.on_live_line or not node.restorable:
         return False
-    return only_notices_would_leave(preview_rollback(rt, sid, target))
+    return only_notices_would_leave(_preview(rt, sid, node))
 
 
-def refuse_if_rolled_back(sid: str, preview: RollbackPreview) -> None:
-    """Raises NothingToRollBack when `only_notices_would_leave(preview)`, saying why."""
-    if only_notices_would_leave(preview):
+def refuse_if_rolled_back(sid: str, preview: RollbackPreview | None = None) -> None:
+    """Raises NothingToRollBack, saying why, when `only_notices_would_leave(preview)` (always
+    when no preview is given: the caller found `rolled_back_already`)."""
+    if preview is None or only_notices_would_leave(preview):
         raise NothingToRollBack(
             f"session {sid!r}: no step and no message but recovery notices would leave the live "
             "line; it was rolled back already. Pick an earlier snapshot, or force the rollback "

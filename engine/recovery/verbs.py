@@ -20,7 +20,6 @@ from engine.limits import Limits, cut_text
 from engine.records import RollbackResult, SessionInfo
 from engine.recovery.notices import checked_notice, template_for
 from engine.recovery.targets import (
-    preview_rollback,
     refuse_if_rolled_back,
     rolled_back_already,
     suggested_target,
@@ -118,7 +117,7 @@ def rollback(
             expect_epoch = info.epoch
         # A stale epoch is the store's RollbackConflict to say, a bad target its own error.
         if expect_epoch == info.epoch and rolled_back_already(rt, sid, target, info):
-            refuse_if_rolled_back(sid, preview_rollback(rt, sid, target))
+            refuse_if_rolled_back(sid)
     message = None
     if notice:
         message = checked_notice(

@@ -179,7 +179,7 @@ def test_operator_rolls_back_one_prompt_version_and_quarantines_a_tool(fleet, pa
     page.get_by_role("link", name="Quarantine", exact=True).click()
     expect(page.get_by_role("heading", name="Quarantine")).to_be_visible()
     expect(page.get_by_text("No tool is quarantined")).to_be_visible()
-    page.get_by_role("textbox", name="Tool name (exactly as agents call it)").fill("refund_api")
+    choose(page, "Tool (exactly as agents call it)", "refund_api")
     page.get_by_role("textbox", name=re.compile(r"^Reason \(required; agents")).fill(
         "refund_api answers HTTP 500 for v8; vendor fix after the freeze")
     choose(page, "Prompt version", "v8")

@@ -169,7 +169,8 @@ class BranchLine:
             add_audit(conn, now, actor, action, sid, target, reason, detail)
             add_event(conn, now, sid, action, {"target": target, "actor": actor, **detail})
             if notice_text is not None:
-                add_audit(conn, now, actor, "notice", sid, target, reason, {"text": notice_text})
+                said = {"text": notice_text, **({"batch": batch} if batch else {})}
+                add_audit(conn, now, actor, "notice", sid, target, reason, said)
         return RollbackResult(
             session=sid,
             target=target,

@@ -144,7 +144,11 @@ audit(action, ARGV[10], target_json, ARGV[11], detail)
 event(action, '{"actor":' .. ARGV[10] .. ',"target":' .. target_json .. "," ..
       string.sub(detail, 2))
 if ARGV[12] ~= "" then
-  audit("notice", ARGV[10], target_json, ARGV[11], '{"text":' .. notice .. '}')
+  local said = '{"text":' .. notice .. '}'
+  if ARGV[16] ~= "" then
+    said = '{"batch":' .. cjson.encode(ARGV[16]) .. ',"text":' .. notice .. '}'
+  end
+  audit("notice", ARGV[10], target_json, ARGV[11], said)
 end
 F.br[1] = {branch, NOW}
 return done('{"branch":"' .. branch .. '",' .. counts .. ',"memories":' .. int(n_memories) ..
