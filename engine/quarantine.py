@@ -41,7 +41,13 @@ from engine.limits import check_text, cut_text
 from engine.records import Quarantine, StepRecord
 from engine.runtime import Runtime
 from engine.store.base import AuditEntry, StepOutcome
-from engine.types import FACETS, StepStatus
+from engine.types import (
+    FACETS,
+    GUARD_REFUSAL_PREFIX,
+    QUARANTINE_REFUSAL_PREFIX,
+    StepStatus,
+    is_refused,
+)
 
 NAMESPACE = "quarantine"
 """Fleet document namespace of the quarantines (key: quarantine id)."""
@@ -51,11 +57,9 @@ SCOPE_KEYS = FACETS
 LAST_MOMENT = dt.datetime(9999, 12, 31, tzinfo=dt.UTC).timestamp()
 """Quarantines end before this (the last day a datetime can show), or are open-ended (None)."""
 """Session meta keys a quarantine may be scoped to."""
-REFUSAL_PREFIX = "ToolQuarantined: "
-"""Start of the error text of a step refused by a quarantine."""
-GUARD_REFUSAL_PREFIX = "refused by Rewind: "
-"""Start of the error text of a call an integration's own guard refused before it ran (the MCP
-proxy's loop block, `refuse_call`); not counted by the loop detector either."""
+REFUSAL_PREFIX = QUARANTINE_REFUSAL_PREFIX
+"""Start of the error text of a step refused by a quarantine (defined in `engine.types`, where
+`is_refused` reads it; `GUARD_REFUSAL_PREFIX` too)."""
 
 
 class _Cache:
@@ -330,13 +334,9 @@ def refuse_call(rt: Runtime, sid: str, tool: str, args: Any, reason: str) -> int
 
 
 def is_refusal(step: StepRecord) -> bool:
-    """True for a step refused before it ran (a quarantine, an integration's guard): its status
-    says so (`StepStatus.REFUSED`). Steps stored before that status existed ended in error
-    with `REFUSAL_PREFIX` or `GUARD_REFUSAL_PREFIX` and count too."""
-    if step.status == StepStatus.REFUSED:
-        return True
-    return (step.status == StepStatus.ERROR and bool(step.error)
-            and str(step.error).startswith((REFUSAL_PREFIX, GUARD_REFUSAL_PREFIX)))
+    """True for a step refused before it ran (a quarantine, an integration's guard); see
+    `engine.types.is_refused`."""
+    return is_refused(step.status, step.error)
 
 
 def _when(at: float) -> str:

@@ -33,7 +33,7 @@ from engine.loops.detector import DetectorConfig, LoopDetector
 from engine.loops.rules import REGISTRY
 from engine.loops.step import Step
 from engine.records import MessageRecord, StepRecord
-from engine.types import StepStatus
+from engine.types import StepStatus, is_refused
 
 __all__ = [
     "Flag",
@@ -53,12 +53,6 @@ __all__ = [
 
 Label = Literal["loop", "not_loop"]
 """An operator's answer to "was this a loop?"."""
-
-_REFUSAL_PREFIX = ("ToolQuarantined: ", "refused by Rewind: ")
-"""`engine.quarantine.REFUSAL_PREFIX` and `GUARD_REFUSAL_PREFIX`, copied so that replay needs no
-runtime: refusals stored before `StepStatus.REFUSED` existed ended in error with these; a call
-refused never ran, and the live detector never judged it."""
-
 
 @dataclass(frozen=True)
 class Flag:
@@ -313,11 +307,8 @@ def step_of(record: StepRecord) -> Step:
 
 
 def _judged(record: StepRecord) -> bool:
-    """Whether the live detector saw this step: it finished, and no quarantine refused it."""
-    if record.status in (StepStatus.RUNNING, StepStatus.REFUSED):
-        return False
-    error = record.error
-    return not (error and error.startswith(_REFUSAL_PREFIX))
+    """Whether the live detector saw this step: it finished, and nothing refused it."""
+    return record.status != StepStatus.RUNNING and not is_refused(record.status, record.error)
 
 
 def _stream(
@@ -359,7 +350,7 @@ def first_flag(
     """
     detector = LoopDetector(detector_config(config))
     observe, user_input, new_task = detector.observe, detector.user_input, detector.new_task
-    running, ok, refused = StepStatus.RUNNING, StepStatus.OK, StepStatus.REFUSED
+    running, ok = StepStatus.RUNNING, StepStatus.OK
     # one pass without helpers: a fleet's replay is millions of steps
     for record in records:
         if type(record) is not StepRecord:
@@ -373,9 +364,8 @@ def first_flag(
         if until is not None and record.n > until:
             break
         status, error = record.status, record.error
-        if status == running or status == refused or (
-                error and error.startswith(_REFUSAL_PREFIX)):
-            continue
+        if status == running or (status != ok and is_refused(status, error)):
+            continue  # `_judged`, without a call for the common ok step
         verdict = observe(
             Step(
                 record.tool,
