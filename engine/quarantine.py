@@ -29,17 +29,14 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import threading
-import time
 import uuid
-import weakref
 from typing import Any
 
 from engine.errors import ToolQuarantined, UnknownQuarantine
 from engine.identity import Actor, checked_actor, checked_reason, require_operator
 from engine.limits import check_text, cut_text
 from engine.records import Quarantine, StepRecord
-from engine.runtime import Runtime
+from engine.runtime import FLEET_CACHE_S, Runtime
 from engine.store.base import AuditEntry, StepOutcome
 from engine.types import (
     FACETS,
@@ -51,8 +48,9 @@ from engine.types import (
 
 NAMESPACE = "quarantine"
 """Fleet document namespace of the quarantines (key: quarantine id)."""
-CACHE_S = 1.0
-"""Seconds a process reuses the stored list before reading it again."""
+CACHE_S = FLEET_CACHE_S
+"""Seconds a process reuses the stored list before reading it again (`engine.runtime`'s
+`FleetDocCache`, shared with the declared freeze and detector settings)."""
 SCOPE_KEYS = FACETS
 LAST_MOMENT = dt.datetime(9999, 12, 31, tzinfo=dt.UTC).timestamp()
 """Quarantines end before this (the last day a datetime can show), or are open-ended (None)."""
@@ -60,27 +58,6 @@ LAST_MOMENT = dt.datetime(9999, 12, 31, tzinfo=dt.UTC).timestamp()
 REFUSAL_PREFIX = QUARANTINE_REFUSAL_PREFIX
 """Start of the error text of a step refused by a quarantine (defined in `engine.types`, where
 `is_refused` reads it; `GUARD_REFUSAL_PREFIX` too)."""
-
-
-class _Cache:
-    __slots__ = ("at", "items", "lock")
-
-    def __init__(self) -> None:
-        self.at = float("-inf")
-        self.items: list[Quarantine] = []
-        self.lock = threading.Lock()
-
-
-_caches: weakref.WeakKeyDictionary[Runtime, _Cache] = weakref.WeakKeyDictionary()
-_caches_lock = threading.Lock()
-
-
-def _cache(rt: Runtime) -> _Cache:
-    with _caches_lock:
-        found = _caches.get(rt)
-        if found is None:
-            found = _caches[rt] = _Cache()
-        return found
 
 
 def _record(key: str, doc: dict[str, Any]) -> Quarantine:
@@ -106,25 +83,22 @@ def _document(q: Quarantine) -> dict[str, Any]:
     }
 
 
-def _stored(rt: Runtime) -> list[Quarantine]:
-    docs = rt.store.fleet_docs(NAMESPACE)
+def _parsed(docs: dict[str, Any]) -> list[Quarantine]:
     return sorted((_record(k, v) for k, v in docs.items()), key=lambda q: (q.created_at, q.id))
 
 
+def _stored(rt: Runtime) -> list[Quarantine]:
+    """The quarantines in the store now (no cache)."""
+    return _parsed(rt.store.fleet_docs(NAMESPACE))
+
+
 def _refresh(rt: Runtime) -> list[Quarantine]:
-    cache = _cache(rt)
-    with cache.lock:
-        cache.items = _stored(rt)
-        cache.at = time.monotonic()
-        return cache.items
+    return rt.fleet_cache(NAMESPACE, _parsed).refresh()
 
 
 def cached(rt: Runtime) -> list[Quarantine]:
     """The stored quarantines as this process saw them at most `CACHE_S` seconds ago."""
-    cache = _cache(rt)
-    if time.monotonic() - cache.at < CACHE_S:
-        return cache.items
-    return _refresh(rt)
+    return rt.fleet_cache(NAMESPACE, _parsed).get()
 
 
 def until_time(until: float | dt.datetime | dt.timedelta | None, now: float) -> float | None:

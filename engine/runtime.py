@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from engine.errors import ConfigError, UnknownSession
 from engine.freeze import (
@@ -41,8 +42,55 @@ log = logging.getLogger("rewind")
 DETECTOR_NAMESPACE = "detector"
 """Fleet document namespace of the declared detector settings (one key, `DETECTOR_KEY`)."""
 DETECTOR_KEY = "current"
-FREEZE_CACHE_S = 1.0
-"""Seconds a process reuses the store's declared freeze before reading it again."""
+FLEET_CACHE_S = 1.0
+"""Seconds a process reuses what it read of the store's fleet documents (the declared freeze,
+detector settings, quarantines) before reading it again."""
+FREEZE_CACHE_S = FLEET_CACHE_S
+"""The same, under the name it had when only the freeze was cached."""
+
+T = TypeVar("T")
+
+
+class FleetDocCache(Generic[T]):
+    """One namespace of the store's fleet documents as this process last read it, parsed, and
+    reused for at most `FLEET_CACHE_S` seconds (monotonic clock): a guarded step costs no store
+    read, and every process follows a change made elsewhere within about a second. A process
+    that changes the namespace itself calls `refresh` (or `forget`) to see it at once.
+    Thread-safe: agents may share one engine between threads."""
+
+    def __init__(self, store: Store, namespace: str,
+                 parse: Callable[[dict[str, Any]], T], ttl: float = FLEET_CACHE_S) -> None:
+        self._store, self._namespace, self._parse, self._ttl = store, namespace, parse, ttl
+        self._value: T | None = None
+        self._at = float("-inf")
+        self._lock = threading.Lock()
+
+    def get(self) -> T:
+        """The parsed documents, read again when the last read is `ttl` seconds old."""
+        if time.monotonic() - self._at < self._ttl:
+            return self._value  # type: ignore[return-value]  # set with _at, under the lock
+        return self.refresh()
+
+    def refresh(self) -> T:
+        """Read the namespace now, keep and return it parsed."""
+        with self._lock:
+            value = self._parse(self._store.fleet_docs(self._namespace))
+            self._value, self._at = value, time.monotonic()
+            return value
+
+    def forget(self) -> None:
+        """Read the namespace again on next use."""
+        self._at = float("-inf")
+
+
+def _declared_settings(docs: dict[str, Any]) -> dict[str, Any]:
+    doc = docs.get(DETECTOR_KEY)
+    settings = doc.get("settings") if isinstance(doc, dict) else None
+    return dict(settings) if isinstance(settings, dict) else {}
+
+
+def _declared_freeze(docs: dict[str, Any]) -> FreezeWindow | None:
+    return from_document(docs.get(STORE_KEY))
 
 CompensationHandler = Callable[[Any, str], Any]
 """A compensation handler: called with (args, idempotency_key); raising means it failed."""
@@ -83,10 +131,7 @@ class Runtime:
     """Handler names of this process's last worker heartbeat in the store (`engine.saga`)."""
     announced_at: float = field(default=float("-inf"), repr=False)
     """Engine-clock time of that heartbeat."""
-    _declared: FreezeWindow | None = field(default=None, repr=False)
-    _declared_detector: dict[str, Any] = field(default_factory=dict, repr=False)
-    _detector_read_at: float = field(default=float("-inf"), repr=False)
-    _freeze_read_at: float = field(default=float("-inf"), repr=False)
+    _fleet_caches: dict[str, FleetDocCache[Any]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if checked_policy(self.on_loop) is None:
@@ -111,16 +156,21 @@ class Runtime:
             return declared, "store"
         return (self.freeze, "config") if self.freeze is not None else (None, "")
 
+    def fleet_cache(self, namespace: str,
+                    parse: Callable[[dict[str, Any]], T]) -> FleetDocCache[T]:
+        """The one cache of fleet document namespace `namespace` in this runtime (made on
+        first use with `parse`; the same namespace always takes the same parse)."""
+        cache = self._fleet_caches.get(namespace)
+        if cache is None:
+            cache = self._fleet_caches.setdefault(
+                namespace, FleetDocCache(self.store, namespace, parse))
+        return cache
+
     def declared_freeze(self) -> FreezeWindow | None:
-        """The freeze declared in the store, read at most once per `FREEZE_CACHE_S` seconds
+        """The freeze declared in the store, read at most once per `FLEET_CACHE_S` seconds
         (monotonic), so a guarded step costs no store read and every process follows a new
         declaration within a second."""
-        at = time.monotonic()
-        if at - self._freeze_read_at >= FREEZE_CACHE_S:
-            docs = self.store.fleet_docs(STORE_NAMESPACE)
-            self._declared = from_document(docs.get(STORE_KEY))
-            self._freeze_read_at = at
-        return self._declared
+        return self.fleet_cache(STORE_NAMESPACE, _declared_freeze).get()
 
     def new_detector(self) -> tuple[LoopDetector, dict[str, Any]]:
         """A loop detector for a session handle, and the settings declared in the store that
@@ -140,22 +190,16 @@ class Runtime:
 
     def declared_detector(self) -> dict[str, Any]:
         """The detector settings declared in the store (field -> value), read at most once per
-        `FREEZE_CACHE_S` seconds."""
-        at = time.monotonic()
-        if at - self._detector_read_at >= FREEZE_CACHE_S:
-            doc = self.store.fleet_docs(DETECTOR_NAMESPACE).get(DETECTOR_KEY)
-            settings = doc.get("settings") if isinstance(doc, dict) else None
-            self._declared_detector = dict(settings) if isinstance(settings, dict) else {}
-            self._detector_read_at = at
-        return self._declared_detector
+        `FLEET_CACHE_S` seconds."""
+        return self.fleet_cache(DETECTOR_NAMESPACE, _declared_settings).get()
 
     def forget_declared_detector(self) -> None:
         """Read the store's detector settings again on next use."""
-        self._detector_read_at = float("-inf")
+        self.fleet_cache(DETECTOR_NAMESPACE, _declared_settings).forget()
 
     def forget_declared_freeze(self) -> None:
         """Read the store's freeze again on next use (after this process changed it)."""
-        self._freeze_read_at = float("-inf")
+        self.fleet_cache(STORE_NAMESPACE, _declared_freeze).forget()
 
     def memory(self) -> MemoryConfig:
         """The memory config, created with the defaults on first use."""
