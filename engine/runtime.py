@@ -13,9 +13,11 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from engine.errors import ConfigError, UnknownSession
@@ -47,6 +49,11 @@ FLEET_CACHE_S = 1.0
 detector settings, quarantines) before reading it again."""
 FREEZE_CACHE_S = FLEET_CACHE_S
 """The same, under the name it had when only the freeze was cached."""
+
+CONFIG_ENV = "REWIND_CONFIG"
+"""Environment variable naming this process's configuration file (TOML)."""
+CONFIG_FILE = "rewind.toml"
+"""The configuration file read from the working directory when $REWIND_CONFIG is unset."""
 
 T = TypeVar("T")
 
@@ -110,6 +117,10 @@ class Runtime:
     """Makes the loop detector of each session handle."""
     on_loop: LoopPolicy = "rollback"
     """Default loop policy of session handles that were given none (outside a freeze)."""
+    detector_settings: dict[str, Any] = field(default_factory=dict)
+    """This process's configured detector settings (`DetectorConfig` field -> value, as JSON
+    data: ``[rewind.detector]`` of its configuration file, see `configured_detector`), applied
+    over `detector_factory`'s config; settings declared in the store apply over these."""
     freeze: FreezeWindow | None = None
     """This process's configured change freeze ($REWIND_FREEZE_*, `[rewind.freeze]`, or given
     to the engine); a freeze declared in the store (`declared_freeze`) wins over it."""
@@ -138,6 +149,16 @@ class Runtime:
             raise ValueError("on_loop must be one of " + ", ".join(LOOP_POLICIES))
         if not self.worker_id:
             self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        if self.detector_settings:
+            from engine.replay import checked_settings, detector_config
+
+            self.detector_settings = checked_settings(self.detector_settings,
+                                                      "the configured detector settings")
+            try:  # over the factory's own config too, so a session handle never fails on them
+                detector_config(self.detector_settings, base=self.detector_factory().config)
+            except ConfigError as exc:
+                raise ConfigError(f"the configured detector settings do not fit the engine's "
+                                  f"detector factory: {exc}") from None
 
     def loop_policy(self, explicit: LoopPolicy | None = None,
                     now: float | None = None) -> PolicyChoice:
@@ -173,20 +194,38 @@ class Runtime:
         return self.fleet_cache(STORE_NAMESPACE, _declared_freeze).get()
 
     def new_detector(self) -> tuple[LoopDetector, dict[str, Any]]:
-        """A loop detector for a session handle, and the settings declared in the store that
-        it follows (``{}``: none): every process on the store builds its detectors the same
-        way (`engine.actions.declare_detector`), over `detector_factory`'s own config."""
+        """A loop detector for a session handle, and the settings it follows over the
+        factory's own config (``{}``: none), which each of its verdicts records.
+
+        Every process on the store builds its detectors the same way: `detector_factory`'s
+        config, then this process's configured settings (`detector_settings`, from
+        ``[rewind.detector]``), then the settings declared in the store
+        (`engine.actions.declare_detector`), each field taken from the last that sets it."""
         detector = self.detector_factory()
-        settings = self.declared_detector()
-        if not settings:
+        own, declared = self.detector_settings, self.declared_detector()
+        if not own and not declared:
             return detector, {}
         from engine.replay import detector_config
 
-        try:
-            return LoopDetector(detector_config(settings, base=detector.config)), dict(settings)
-        except ConfigError as exc:  # a document from a newer release, say: never stop agents
-            log.warning("ignoring the detector settings declared in the store: %s", exc)
+        if declared:
+            settings = {**own, **declared}
+            try:
+                return LoopDetector(detector_config(settings, base=detector.config)), settings
+            except ConfigError as exc:  # a document from a newer release, say: never stop agents
+                log.warning("ignoring the detector settings declared in the store: %s", exc)
+        if not own:
             return detector, {}
+        return LoopDetector(detector_config(own, base=detector.config)), dict(own)
+
+    def detector_in_force(self) -> tuple[dict[str, Any], str]:
+        """The settings new session handles follow over the factory's config, and where they
+        come from: ``"store"`` when settings are declared in the store (each field not declared
+        still comes from this process's configuration), ``"config"`` when only this
+        process's configuration sets some, ``""`` for neither."""
+        declared = self.declared_detector()
+        if declared:
+            return {**self.detector_settings, **declared}, "store"
+        return (dict(self.detector_settings), "config") if self.detector_settings else ({}, "")
 
     def declared_detector(self) -> dict[str, Any]:
         """The detector settings declared in the store (field -> value), read at most once per
@@ -224,3 +263,49 @@ class Runtime:
         if info is None:
             raise UnknownSession(f"no session {sid!r} in {self.store.url}")
         return info
+
+
+def configured_detector(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The detector settings of this process's configuration file: the ``[rewind.detector]``
+    table of the TOML file $REWIND_CONFIG names, else of ``rewind.toml`` in the working
+    directory when there is one (``{}`` without a file or a table). `Engine.open` reads it, so
+    agents, the demo, the MCP proxy, the OTLP listener, the console and the CLI started with the
+    same file build the same detector; settings declared in the store apply over it.
+
+    ```toml
+    [rewind.detector]              # rewind.toml, or the file $REWIND_CONFIG names
+    repeat_threshold = 4
+    exempt_tools = ["wait_ci"]
+    tool_breaker_failures = { flaky_api = 8 }
+    ```
+
+    Returns:
+        The settings as JSON data (`DetectorConfig` field -> value), checked.
+
+    Raises:
+        ConfigError: $REWIND_CONFIG names no file, the file is not valid TOML, or a field or
+            value is wrong (the message names the file, the field and the value).
+    """
+    env = os.environ if env is None else env
+    named = (env.get(CONFIG_ENV) or "").strip()
+    path = Path(named) if named else Path(CONFIG_FILE)
+    if not path.is_file():
+        if named:
+            raise ConfigError(f"${CONFIG_ENV} names {named[:200]!r}, which is not a file; "
+                              f"point it at a TOML file or unset it")
+        return {}
+    where = str(path.resolve())
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the configuration file {where}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where} is not valid TOML: {exc}") from None
+    section = doc.get("rewind", {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}: rewind must be a table ([rewind.detector])")
+    if "detector" not in section:
+        return {}
+    from engine.replay import checked_settings
+
+    return checked_settings(section["detector"], f"[rewind.detector] in {where}")

@@ -175,8 +175,10 @@ class StoredVerdict(TypedDict):
     policy_reason: NotRequired[str]
     """Why that policy: "set for this session", "freeze: <name>" or "engine default"."""
     detector: NotRequired[dict[str, Any]]
-    """The detector settings declared for the fleet that produced the verdict (absent: the
-    engine's own configuration)."""
+    """The detector settings that produced the verdict (`DetectorConfig` field -> value, over
+    the detector factory's config): the process's ``[rewind.detector]``, with the settings
+    declared for the fleet in the store over it; absent when neither set any. `Engine.replay`
+    takes it as is."""
 
 
 class TokenBreakdown(TypedDict, total=False):
