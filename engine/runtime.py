@@ -47,8 +47,6 @@ DETECTOR_KEY = "current"
 FLEET_CACHE_S = 1.0
 """Seconds a process reuses what it read of the store's fleet documents (the declared freeze,
 detector settings, quarantines) before reading it again."""
-FREEZE_CACHE_S = FLEET_CACHE_S
-"""The same, under the name it had when only the freeze was cached."""
 
 CONFIG_ENV = "REWIND_CONFIG"
 """Environment variable naming this process's configuration file (TOML)."""
@@ -65,9 +63,11 @@ class FleetDocCache(Generic[T]):
     that changes the namespace itself calls `refresh` (or `forget`) to see it at once.
     Thread-safe: agents may share one engine between threads."""
 
-    def __init__(self, store: Store, namespace: str,
+    def __init__(self, read: Callable[[], dict[str, Any]],
                  parse: Callable[[dict[str, Any]], T], ttl: float = FLEET_CACHE_S) -> None:
-        self._store, self._namespace, self._parse, self._ttl = store, namespace, parse, ttl
+        """`read` returns the namespace's documents from the store; `parse` makes the value
+        kept from them."""
+        self._read, self._parse, self._ttl = read, parse, ttl
         self._value: T | None = None
         self._at = float("-inf")
         self._lock = threading.Lock()
@@ -81,7 +81,7 @@ class FleetDocCache(Generic[T]):
     def refresh(self) -> T:
         """Read the namespace now, keep and return it parsed."""
         with self._lock:
-            value = self._parse(self._store.fleet_docs(self._namespace))
+            value = self._parse(self._read())
             self._value, self._at = value, time.monotonic()
             return value
 
@@ -142,7 +142,8 @@ class Runtime:
     """Handler names of this process's last worker heartbeat in the store (`engine.saga`)."""
     announced_at: float = field(default=float("-inf"), repr=False)
     """Engine-clock time of that heartbeat."""
-    _fleet_caches: dict[str, FleetDocCache[Any]] = field(default_factory=dict, repr=False)
+    _fleet_caches: dict[tuple[str, Callable[..., Any]], FleetDocCache[Any]] = field(
+        default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if checked_policy(self.on_loop) is None:
@@ -179,12 +180,13 @@ class Runtime:
 
     def fleet_cache(self, namespace: str,
                     parse: Callable[[dict[str, Any]], T]) -> FleetDocCache[T]:
-        """The one cache of fleet document namespace `namespace` in this runtime (made on
-        first use with `parse`; the same namespace always takes the same parse)."""
-        cache = self._fleet_caches.get(namespace)
+        """The one cache in this runtime of fleet document namespace `namespace` parsed by
+        `parse` (a module-level function: the pair is the key), made on first use."""
+        key = (namespace, parse)
+        cache = self._fleet_caches.get(key)
         if cache is None:
-            cache = self._fleet_caches.setdefault(
-                namespace, FleetDocCache(self.store, namespace, parse))
+            cache = self._fleet_caches.setdefault(  # the store as it is when read
+                key, FleetDocCache(lambda: self.store.fleet_docs(namespace), parse))
         return cache
 
     def declared_freeze(self) -> FreezeWindow | None:
