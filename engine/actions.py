@@ -178,7 +178,9 @@ def end_freeze(rt: Runtime, *, actor: str | Actor, reason: str) -> FreezeWindow 
 def declare_detector(rt: Runtime, settings: Mapping[str, Any], *, actor: str | Actor,
                      reason: str) -> dict[str, Any]:
     """Declare the detector settings every process on the store follows (`DetectorConfig`
-    field -> value, over each process's own configuration): stored with its audit row in one
+    field -> value, over each process's own configuration: its detector factory, then its
+    ``[rewind.detector]``, `engine.runtime.configured_detector`; a declared field wins over the
+    file's, a field not declared keeps the file's): stored with its audit row in one
     atomic write; new session handles use them within a second, and each verdict records them.
     Empty `settings` go back to each process's own configuration.
 

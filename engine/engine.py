@@ -35,7 +35,7 @@ from engine.records import (
     StepRecord,
 )
 from engine.recovery import bulk, verbs
-from engine.runtime import CompensationHandler, Runtime
+from engine.runtime import CompensationHandler, Runtime, configured_detector
 from engine.sessions.session import Session
 from engine.store import Retention, SessionCursor, SessionFilter, Store, open_store
 from engine.types import FACETS, LoopPolicy, RollbackKind
@@ -62,16 +62,24 @@ class Engine:
         memory: Any = None,
         limits: Limits | None = None,
         freeze: FreezeWindow | None = None,
+        detector_settings: Mapping[str, Any] | None = None,
     ):
-        """Wire an engine on `store`. The constructor reads no environment: `freeze` is the
-        change freeze whose loop policy applies while `clock` lies inside it (None: none);
-        `Engine.open` fills it from the environment."""
+        """Wire an engine on `store`. The constructor reads no environment or file: `freeze`
+        is the change freeze whose loop policy applies while `clock` lies inside it (None:
+        none); `detector_settings` (`DetectorConfig` field -> value) apply over
+        `detector_factory`'s config, and settings declared in the store over them;
+        `Engine.open` fills both from the environment and the configuration file.
+
+        Raises:
+            ConfigError: a detector setting is unknown or refused.
+        """
         self.runtime = Runtime(
             store=store, clock=clock, retention=retention or Retention(),
             detector_factory=detector_factory, on_loop=on_loop,
             compensation_attempts=compensation_attempts,
             compensation_backoff=compensation_backoff, memory_config=memory,
             limits=limits or Limits(), freeze=freeze,
+            detector_settings=dict(detector_settings or {}),
         )
 
     @classmethod
@@ -79,21 +87,27 @@ class Engine:
         """Open the store at `url` (None: $REWIND_STORE, else sqlite:///.rewind/rewind.db).
 
         Options are passed to `Engine` (detector_factory, retention, on_loop, clock, memory,
-        limits, freeze); store options go in `store_options`; ``create=False`` (for readers)
-        refuses a SQLite store that does not exist (StoreNotFound) instead of creating it.
-        Without a `freeze` option the change freeze comes from $REWIND_FREEZE_START / _END /
-        _NAME / _ON_LOOP (none when they are unset), as the store comes from $REWIND_STORE;
-        pass ``freeze=None`` for no freeze.
+        limits, freeze, detector_settings); store options go in `store_options`;
+        ``create=False`` (for readers) refuses a SQLite store that does not exist
+        (StoreNotFound) instead of creating it. Without a `freeze` option the change freeze
+        comes from $REWIND_FREEZE_START / _END / _NAME / _ON_LOOP (none when they are unset),
+        as the store comes from $REWIND_STORE; pass ``freeze=None`` for no freeze. Without a
+        `detector_settings` option they come from ``[rewind.detector]`` of the file
+        $REWIND_CONFIG names, else of ``./rewind.toml`` (`engine.runtime.configured_detector`);
+        pass ``detector_settings={}`` to ignore the file.
 
         Raises:
-            ValueError: unknown URL scheme. ConfigError: the freeze variables are malformed.
+            ValueError: unknown URL scheme. ConfigError: the freeze variables or the
+            configuration file are malformed (the message names the file, field and value).
             StoreUnavailable: store cannot be reached.
         """
         store_options = options.pop("store_options", {})
         create = options.pop("create", True)
+        # Read before the store opens: a malformed setting fails without touching it.
         if "freeze" not in options:
-            # Read before the store opens: a malformed setting fails without touching it.
             options["freeze"] = from_environment()
+        if "detector_settings" not in options:
+            options["detector_settings"] = configured_detector()
         return cls(open_store(url, create=create, **store_options), **options)
 
     # -- wiring (read through to the runtime) -------------------------------------------------
@@ -161,6 +175,14 @@ class Engine:
     def detector_settings(self) -> dict[str, Any]:
         """The detector settings declared in the store (``{}``: none)."""
         return dict(self.runtime.declared_detector())
+
+    def detector_in_force(self) -> tuple[dict[str, Any], str]:
+        """(the settings new session handles follow over the detector factory's config, where
+        they come from): ``"store"`` when declared in the store (`declare_detector`; fields
+        not declared come from this process's ``[rewind.detector]``), ``"config"`` when only
+        this process's configuration file sets some (other processes may not follow them),
+        ``""`` for neither."""
+        return self.runtime.detector_in_force()
 
     def end_freeze(self, *, actor: str | Actor, reason: str) -> FreezeWindow | None:
         """End the declared freeze (audited); returns it, or None when none was declared.

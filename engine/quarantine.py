@@ -30,10 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import math
-import threading
-import time
 import uuid
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,44 +38,28 @@ from engine.errors import ToolQuarantined, UnknownQuarantine
 from engine.identity import Actor, checked_actor, checked_reason, require_operator
 from engine.limits import check_text, cut_text
 from engine.records import Quarantine, StepRecord
-from engine.runtime import Runtime
+from engine.runtime import FLEET_CACHE_S, Runtime
 from engine.store.base import AuditEntry, StepOutcome
-from engine.types import FACETS, StepStatus
+from engine.types import (
+    FACETS,
+    GUARD_REFUSAL_PREFIX,
+    QUARANTINE_REFUSAL_PREFIX,
+    StepStatus,
+    is_refused,
+)
 
 NAMESPACE = "quarantine"
 """Fleet document namespace of the quarantines (key: quarantine id)."""
-CACHE_S = 1.0
-"""Seconds a process reuses the stored list before reading it again."""
+CACHE_S = FLEET_CACHE_S
+"""Seconds a process reuses the stored list before reading it again (`engine.runtime`'s
+`FleetDocCache`, shared with the declared freeze and detector settings)."""
 SCOPE_KEYS = FACETS
 LAST_MOMENT = dt.datetime(9999, 12, 31, tzinfo=dt.UTC).timestamp()
 """Quarantines end before this (the last day a datetime can show), or are open-ended (None)."""
 """Session meta keys a quarantine may be scoped to."""
-REFUSAL_PREFIX = "ToolQuarantined: "
-"""Start of the error text of a step refused by a quarantine."""
-GUARD_REFUSAL_PREFIX = "refused by Rewind: "
-"""Start of the error text of a call an integration's own guard refused before it ran (the MCP
-proxy's loop block, `refuse_call`); not counted by the loop detector either."""
-
-
-class _Cache:
-    __slots__ = ("at", "items", "lock")
-
-    def __init__(self) -> None:
-        self.at = float("-inf")
-        self.items: list[Quarantine] = []
-        self.lock = threading.Lock()
-
-
-_caches: weakref.WeakKeyDictionary[Runtime, _Cache] = weakref.WeakKeyDictionary()
-_caches_lock = threading.Lock()
-
-
-def _cache(rt: Runtime) -> _Cache:
-    with _caches_lock:
-        found = _caches.get(rt)
-        if found is None:
-            found = _caches[rt] = _Cache()
-        return found
+REFUSAL_PREFIX = QUARANTINE_REFUSAL_PREFIX
+"""Start of the error text of a step refused by a quarantine (defined in `engine.types`, where
+`is_refused` reads it; `GUARD_REFUSAL_PREFIX` too)."""
 
 
 def _record(key: str, doc: dict[str, Any]) -> Quarantine:
@@ -104,25 +85,22 @@ def _document(q: Quarantine) -> dict[str, Any]:
     }
 
 
-def _stored(rt: Runtime) -> list[Quarantine]:
-    docs = rt.store.fleet_docs(NAMESPACE)
+def _parsed(docs: dict[str, Any]) -> list[Quarantine]:
     return sorted((_record(k, v) for k, v in docs.items()), key=lambda q: (q.created_at, q.id))
 
 
+def _stored(rt: Runtime) -> list[Quarantine]:
+    """The quarantines in the store now (no cache)."""
+    return _parsed(rt.store.fleet_docs(NAMESPACE))
+
+
 def _refresh(rt: Runtime) -> list[Quarantine]:
-    cache = _cache(rt)
-    with cache.lock:
-        cache.items = _stored(rt)
-        cache.at = time.monotonic()
-        return cache.items
+    return rt.fleet_cache(NAMESPACE, _parsed).refresh()
 
 
 def cached(rt: Runtime) -> list[Quarantine]:
     """The stored quarantines as this process saw them at most `CACHE_S` seconds ago."""
-    cache = _cache(rt)
-    if time.monotonic() - cache.at < CACHE_S:
-        return cache.items
-    return _refresh(rt)
+    return rt.fleet_cache(NAMESPACE, _parsed).get()
 
 
 def until_time(until: float | dt.datetime | dt.timedelta | None, now: float) -> float | None:
@@ -332,13 +310,9 @@ def refuse_call(rt: Runtime, sid: str, tool: str, args: Any, reason: str) -> int
 
 
 def is_refusal(step: StepRecord) -> bool:
-    """True for a step refused before it ran (a quarantine, an integration's guard): its status
-    says so (`StepStatus.REFUSED`). Steps stored before that status existed ended in error
-    with `REFUSAL_PREFIX` or `GUARD_REFUSAL_PREFIX` and count too."""
-    if step.status == StepStatus.REFUSED:
-        return True
-    return (step.status == StepStatus.ERROR and bool(step.error)
-            and str(step.error).startswith((REFUSAL_PREFIX, GUARD_REFUSAL_PREFIX)))
+    """True for a step refused before it ran (a quarantine, an integration's guard); see
+    `engine.types.is_refused`."""
+    return is_refused(step.status, step.error)
 
 
 def _when(at: float) -> str:

@@ -33,7 +33,7 @@ from engine.loops.detector import DetectorConfig, LoopDetector
 from engine.loops.rules import REGISTRY
 from engine.loops.step import Step
 from engine.records import MessageRecord, StepRecord
-from engine.types import StepStatus
+from engine.types import StepStatus, is_refused
 
 __all__ = [
     "Flag",
@@ -42,6 +42,7 @@ __all__ = [
     "Summary",
     "SettingChange",
     "Label",
+    "checked_settings",
     "detector_config",
     "parse_setting",
     "step_of",
@@ -53,12 +54,6 @@ __all__ = [
 
 Label = Literal["loop", "not_loop"]
 """An operator's answer to "was this a loop?"."""
-
-_REFUSAL_PREFIX = ("ToolQuarantined: ", "refused by Rewind: ")
-"""`engine.quarantine.REFUSAL_PREFIX` and `GUARD_REFUSAL_PREFIX`, copied so that replay needs no
-runtime: refusals stored before `StepStatus.REFUSED` existed ended in error with these; a call
-refused never ran, and the live detector never judged it."""
-
 
 @dataclass(frozen=True)
 class Flag:
@@ -214,6 +209,103 @@ def detector_config(
         raise ConfigError(f"detector settings {sorted(changes)} refused: {exc}") from None
 
 
+def checked_settings(settings: Any, where: str) -> dict[str, Any]:
+    """`settings` (`DetectorConfig` field -> value, as a TOML table or JSON gives it: numbers,
+    booleans, lists of names, tables of tool -> value; or text as `parse_setting` reads it)
+    checked field by field and as a whole, returned as plain JSON data (what a verdict records).
+
+    Args:
+        settings: the mapping to check.
+        where: where it comes from, for the messages (``"[rewind.detector] in rewind.toml"``).
+
+    Raises:
+        ConfigError: not a table, an unknown field, a value of the wrong kind, or values the
+            detector refuses together; the message names `where`, the field and the value.
+    """
+    if not isinstance(settings, Mapping):
+        raise ConfigError(f"{where} must be a table of detector settings, not "
+                          f"{type(settings).__name__}")
+    clean: dict[str, Any] = {}
+    for name, value in settings.items():
+        shown = _shown(value)
+        if name not in _FIELDS:
+            raise ConfigError(
+                f"{where}: {name!s:.80} = {shown} is not a detector setting; settings are: "
+                f"{', '.join(sorted(_FIELDS))}")
+        try:
+            clean[name] = _plain(_HINTS[name], parse_setting(name, value)
+                                 if isinstance(value, str) else value)
+        except (ConfigError, TypeError, ValueError):
+            raise ConfigError(
+                f"{where}: {name} = {shown}: {_describe_toml(_HINTS[name])} expected (for "
+                f"example {name} = {_example_toml(_HINTS[name])})") from None
+    try:
+        replace(DetectorConfig(), **clean)
+    except (TypeError, ValueError) as exc:
+        listed = ", ".join(f"{k} = {_shown(v)}" for k, v in clean.items())
+        raise ConfigError(f"{where}: the detector refuses {listed}: {exc}") from None
+    return clean
+
+
+def _describe_toml(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is frozenset:
+        return "a list of names"
+    if origin is Mapping:
+        return "a table of tool = value"
+    return _describe(hint)
+
+
+def _example_toml(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is frozenset:
+        return '["sleep", "wait"]'
+    if origin is Mapping:
+        inner = typing.get_args(hint)[1]
+        return '{ wait_ci = ["exact_repeat"] }' if typing.get_origin(inner) else "{ wait_ci = 20 }"
+    return _example(hint)
+
+
+def _shown(value: Any) -> str:
+    """A value as a message shows it (bounded: it may come from anywhere)."""
+    text = repr(sorted(value) if isinstance(value, (set, frozenset)) else value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _plain(hint: Any, value: Any) -> Any:
+    """`value` as JSON data, checked against field type `hint`.
+
+    Raises:
+        ValueError: the value is not of that kind.
+    """
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        if value is None:
+            return None
+        return _plain(next(a for a in typing.get_args(hint) if a is not type(None)), value)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    elif origin is frozenset:
+        if isinstance(value, (list, tuple, set, frozenset)) and all(
+                isinstance(v, str) for v in value):
+            return sorted(value)
+    elif origin is Mapping:
+        if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+            value_type = typing.get_args(hint)[1]
+            return {k: _plain(value_type, v) for k, v in value.items()}
+    raise ValueError(value)
+
+
 def parse_setting(name: str, text: str) -> Any:
     """The value of `DetectorConfig` field `name` written as text: ``5``, ``0.7``, ``true``,
     ``none`` (for an optional number), ``a,b,c`` (a set of names; empty for none), or
@@ -313,11 +405,8 @@ def step_of(record: StepRecord) -> Step:
 
 
 def _judged(record: StepRecord) -> bool:
-    """Whether the live detector saw this step: it finished, and no quarantine refused it."""
-    if record.status in (StepStatus.RUNNING, StepStatus.REFUSED):
-        return False
-    error = record.error
-    return not (error and error.startswith(_REFUSAL_PREFIX))
+    """Whether the live detector saw this step: it finished, and nothing refused it."""
+    return record.status != StepStatus.RUNNING and not is_refused(record.status, record.error)
 
 
 def _stream(
@@ -359,7 +448,7 @@ def first_flag(
     """
     detector = LoopDetector(detector_config(config))
     observe, user_input, new_task = detector.observe, detector.user_input, detector.new_task
-    running, ok, refused = StepStatus.RUNNING, StepStatus.OK, StepStatus.REFUSED
+    running, ok = StepStatus.RUNNING, StepStatus.OK
     # one pass without helpers: a fleet's replay is millions of steps
     for record in records:
         if type(record) is not StepRecord:
@@ -373,9 +462,8 @@ def first_flag(
         if until is not None and record.n > until:
             break
         status, error = record.status, record.error
-        if status == running or status == refused or (
-                error and error.startswith(_REFUSAL_PREFIX)):
-            continue
+        if status == running or (status != ok and is_refused(status, error)):
+            continue  # `_judged`, without a call for the common ok step
         verdict = observe(
             Step(
                 record.tool,

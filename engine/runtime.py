@@ -11,11 +11,14 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
-from collections.abc import Callable
+import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from engine.errors import ConfigError, UnknownSession
 from engine.freeze import (
@@ -41,8 +44,60 @@ log = logging.getLogger("rewind")
 DETECTOR_NAMESPACE = "detector"
 """Fleet document namespace of the declared detector settings (one key, `DETECTOR_KEY`)."""
 DETECTOR_KEY = "current"
-FREEZE_CACHE_S = 1.0
-"""Seconds a process reuses the store's declared freeze before reading it again."""
+FLEET_CACHE_S = 1.0
+"""Seconds a process reuses what it read of the store's fleet documents (the declared freeze,
+detector settings, quarantines) before reading it again."""
+
+CONFIG_ENV = "REWIND_CONFIG"
+"""Environment variable naming this process's configuration file (TOML)."""
+CONFIG_FILE = "rewind.toml"
+"""The configuration file read from the working directory when $REWIND_CONFIG is unset."""
+
+T = TypeVar("T")
+
+
+class FleetDocCache(Generic[T]):
+    """One namespace of the store's fleet documents as this process last read it, parsed, and
+    reused for at most `FLEET_CACHE_S` seconds (monotonic clock): a guarded step costs no store
+    read, and every process follows a change made elsewhere within about a second. A process
+    that changes the namespace itself calls `refresh` (or `forget`) to see it at once.
+    Thread-safe: agents may share one engine between threads."""
+
+    def __init__(self, read: Callable[[], dict[str, Any]],
+                 parse: Callable[[dict[str, Any]], T], ttl: float = FLEET_CACHE_S) -> None:
+        """`read` returns the namespace's documents from the store; `parse` makes the value
+        kept from them."""
+        self._read, self._parse, self._ttl = read, parse, ttl
+        self._value: T | None = None
+        self._at = float("-inf")
+        self._lock = threading.Lock()
+
+    def get(self) -> T:
+        """The parsed documents, read again when the last read is `ttl` seconds old."""
+        if time.monotonic() - self._at < self._ttl:
+            return self._value  # type: ignore[return-value]  # set with _at, under the lock
+        return self.refresh()
+
+    def refresh(self) -> T:
+        """Read the namespace now, keep and return it parsed."""
+        with self._lock:
+            value = self._parse(self._read())
+            self._value, self._at = value, time.monotonic()
+            return value
+
+    def forget(self) -> None:
+        """Read the namespace again on next use."""
+        self._at = float("-inf")
+
+
+def _declared_settings(docs: dict[str, Any]) -> dict[str, Any]:
+    doc = docs.get(DETECTOR_KEY)
+    settings = doc.get("settings") if isinstance(doc, dict) else None
+    return dict(settings) if isinstance(settings, dict) else {}
+
+
+def _declared_freeze(docs: dict[str, Any]) -> FreezeWindow | None:
+    return from_document(docs.get(STORE_KEY))
 
 CompensationHandler = Callable[[Any, str], Any]
 """A compensation handler: called with (args, idempotency_key); raising means it failed."""
@@ -62,6 +117,10 @@ class Runtime:
     """Makes the loop detector of each session handle."""
     on_loop: LoopPolicy = "rollback"
     """Default loop policy of session handles that were given none (outside a freeze)."""
+    detector_settings: dict[str, Any] = field(default_factory=dict)
+    """This process's configured detector settings (`DetectorConfig` field -> value, as JSON
+    data: ``[rewind.detector]`` of its configuration file, see `configured_detector`), applied
+    over `detector_factory`'s config; settings declared in the store apply over these."""
     freeze: FreezeWindow | None = None
     """This process's configured change freeze ($REWIND_FREEZE_*, `[rewind.freeze]`, or given
     to the engine); a freeze declared in the store (`declared_freeze`) wins over it."""
@@ -83,16 +142,24 @@ class Runtime:
     """Handler names of this process's last worker heartbeat in the store (`engine.saga`)."""
     announced_at: float = field(default=float("-inf"), repr=False)
     """Engine-clock time of that heartbeat."""
-    _declared: FreezeWindow | None = field(default=None, repr=False)
-    _declared_detector: dict[str, Any] = field(default_factory=dict, repr=False)
-    _detector_read_at: float = field(default=float("-inf"), repr=False)
-    _freeze_read_at: float = field(default=float("-inf"), repr=False)
+    _fleet_caches: dict[tuple[str, Callable[..., Any]], FleetDocCache[Any]] = field(
+        default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if checked_policy(self.on_loop) is None:
             raise ValueError("on_loop must be one of " + ", ".join(LOOP_POLICIES))
         if not self.worker_id:
             self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        if self.detector_settings:
+            from engine.replay import checked_settings, detector_config
+
+            self.detector_settings = checked_settings(self.detector_settings,
+                                                      "the configured detector settings")
+            try:  # over the factory's own config too, so a session handle never fails on them
+                detector_config(self.detector_settings, base=self.detector_factory().config)
+            except ConfigError as exc:
+                raise ConfigError(f"the configured detector settings do not fit the engine's "
+                                  f"detector factory: {exc}") from None
 
     def loop_policy(self, explicit: LoopPolicy | None = None,
                     now: float | None = None) -> PolicyChoice:
@@ -111,51 +178,69 @@ class Runtime:
             return declared, "store"
         return (self.freeze, "config") if self.freeze is not None else (None, "")
 
+    def fleet_cache(self, namespace: str,
+                    parse: Callable[[dict[str, Any]], T]) -> FleetDocCache[T]:
+        """The one cache in this runtime of fleet document namespace `namespace` parsed by
+        `parse` (a module-level function: the pair is the key), made on first use."""
+        key = (namespace, parse)
+        cache = self._fleet_caches.get(key)
+        if cache is None:
+            cache = self._fleet_caches.setdefault(  # the store as it is when read
+                key, FleetDocCache(lambda: self.store.fleet_docs(namespace), parse))
+        return cache
+
     def declared_freeze(self) -> FreezeWindow | None:
-        """The freeze declared in the store, read at most once per `FREEZE_CACHE_S` seconds
+        """The freeze declared in the store, read at most once per `FLEET_CACHE_S` seconds
         (monotonic), so a guarded step costs no store read and every process follows a new
         declaration within a second."""
-        at = time.monotonic()
-        if at - self._freeze_read_at >= FREEZE_CACHE_S:
-            docs = self.store.fleet_docs(STORE_NAMESPACE)
-            self._declared = from_document(docs.get(STORE_KEY))
-            self._freeze_read_at = at
-        return self._declared
+        return self.fleet_cache(STORE_NAMESPACE, _declared_freeze).get()
 
     def new_detector(self) -> tuple[LoopDetector, dict[str, Any]]:
-        """A loop detector for a session handle, and the settings declared in the store that
-        it follows (``{}``: none): every process on the store builds its detectors the same
-        way (`engine.actions.declare_detector`), over `detector_factory`'s own config."""
+        """A loop detector for a session handle, and the settings it follows over the
+        factory's own config (``{}``: none), which each of its verdicts records.
+
+        Every process on the store builds its detectors the same way: `detector_factory`'s
+        config, then this process's configured settings (`detector_settings`, from
+        ``[rewind.detector]``), then the settings declared in the store
+        (`engine.actions.declare_detector`), each field taken from the last that sets it."""
         detector = self.detector_factory()
-        settings = self.declared_detector()
-        if not settings:
+        own, declared = self.detector_settings, self.declared_detector()
+        if not own and not declared:
             return detector, {}
         from engine.replay import detector_config
 
-        try:
-            return LoopDetector(detector_config(settings, base=detector.config)), dict(settings)
-        except ConfigError as exc:  # a document from a newer release, say: never stop agents
-            log.warning("ignoring the detector settings declared in the store: %s", exc)
+        if declared:
+            settings = {**own, **declared}
+            try:
+                return LoopDetector(detector_config(settings, base=detector.config)), settings
+            except ConfigError as exc:  # a document from a newer release, say: never stop agents
+                log.warning("ignoring the detector settings declared in the store: %s", exc)
+        if not own:
             return detector, {}
+        return LoopDetector(detector_config(own, base=detector.config)), dict(own)
+
+    def detector_in_force(self) -> tuple[dict[str, Any], str]:
+        """The settings new session handles follow over the factory's config, and where they
+        come from: ``"store"`` when settings are declared in the store (each field not declared
+        still comes from this process's configuration), ``"config"`` when only this
+        process's configuration sets some, ``""`` for neither."""
+        declared = self.declared_detector()
+        if declared:
+            return {**self.detector_settings, **declared}, "store"
+        return (dict(self.detector_settings), "config") if self.detector_settings else ({}, "")
 
     def declared_detector(self) -> dict[str, Any]:
         """The detector settings declared in the store (field -> value), read at most once per
-        `FREEZE_CACHE_S` seconds."""
-        at = time.monotonic()
-        if at - self._detector_read_at >= FREEZE_CACHE_S:
-            doc = self.store.fleet_docs(DETECTOR_NAMESPACE).get(DETECTOR_KEY)
-            settings = doc.get("settings") if isinstance(doc, dict) else None
-            self._declared_detector = dict(settings) if isinstance(settings, dict) else {}
-            self._detector_read_at = at
-        return self._declared_detector
+        `FLEET_CACHE_S` seconds."""
+        return self.fleet_cache(DETECTOR_NAMESPACE, _declared_settings).get()
 
     def forget_declared_detector(self) -> None:
         """Read the store's detector settings again on next use."""
-        self._detector_read_at = float("-inf")
+        self.fleet_cache(DETECTOR_NAMESPACE, _declared_settings).forget()
 
     def forget_declared_freeze(self) -> None:
         """Read the store's freeze again on next use (after this process changed it)."""
-        self._freeze_read_at = float("-inf")
+        self.fleet_cache(STORE_NAMESPACE, _declared_freeze).forget()
 
     def memory(self) -> MemoryConfig:
         """The memory config, created with the defaults on first use."""
@@ -180,3 +265,49 @@ class Runtime:
         if info is None:
             raise UnknownSession(f"no session {sid!r} in {self.store.url}")
         return info
+
+
+def configured_detector(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The detector settings of this process's configuration file: the ``[rewind.detector]``
+    table of the TOML file $REWIND_CONFIG names, else of ``rewind.toml`` in the working
+    directory when there is one (``{}`` without a file or a table). `Engine.open` reads it, so
+    agents, the demo, the MCP proxy, the OTLP listener, the console and the CLI started with the
+    same file build the same detector; settings declared in the store apply over it.
+
+    ```toml
+    [rewind.detector]              # rewind.toml, or the file $REWIND_CONFIG names
+    repeat_threshold = 4
+    exempt_tools = ["wait_ci"]
+    tool_breaker_failures = { flaky_api = 8 }
+    ```
+
+    Returns:
+        The settings as JSON data (`DetectorConfig` field -> value), checked.
+
+    Raises:
+        ConfigError: $REWIND_CONFIG names no file, the file is not valid TOML, or a field or
+            value is wrong (the message names the file, the field and the value).
+    """
+    env = os.environ if env is None else env
+    named = (env.get(CONFIG_ENV) or "").strip()
+    path = Path(named) if named else Path(CONFIG_FILE)
+    if not path.is_file():
+        if named:
+            raise ConfigError(f"${CONFIG_ENV} names {named[:200]!r}, which is not a file; "
+                              f"point it at a TOML file or unset it")
+        return {}
+    where = str(path.resolve())
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the configuration file {where}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where} is not valid TOML: {exc}") from None
+    section = doc.get("rewind", {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}: rewind must be a table ([rewind.detector])")
+    if "detector" not in section:
+        return {}
+    from engine.replay import checked_settings
+
+    return checked_settings(section["detector"], f"[rewind.detector] in {where}")

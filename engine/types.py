@@ -80,6 +80,25 @@ class StepStatus(StrEnum):
     no evidence of a loop and no failure of the tool."""
 
 
+QUARANTINE_REFUSAL_PREFIX = "ToolQuarantined: "
+"""Start of the error text of a step a quarantine refused (`engine.quarantine`)."""
+GUARD_REFUSAL_PREFIX = "refused by Rewind: "
+"""Start of the error text of a call an integration's own guard refused before it ran (the MCP
+proxy's loop block, `engine.quarantine.refuse_call`)."""
+
+
+def is_refused(status: str, error: str | None) -> bool:
+    """True for a step refused before it ran (a quarantine, an integration's guard): the tool
+    never ran, so the step is no evidence of a loop, and neither the live detector nor a replay
+    judges it. Its status says so (`StepStatus.REFUSED`); steps stored before that status
+    existed ended in error with a text starting with `QUARANTINE_REFUSAL_PREFIX` or
+    `GUARD_REFUSAL_PREFIX`, and count too."""
+    if status == StepStatus.REFUSED:
+        return True
+    return (status == StepStatus.ERROR and bool(error)
+            and str(error).startswith((QUARANTINE_REFUSAL_PREFIX, GUARD_REFUSAL_PREFIX)))
+
+
 class CompensationStatus(StrEnum):
     """Life of a compensation in the saga outbox."""
 
@@ -156,8 +175,10 @@ class StoredVerdict(TypedDict):
     policy_reason: NotRequired[str]
     """Why that policy: "set for this session", "freeze: <name>" or "engine default"."""
     detector: NotRequired[dict[str, Any]]
-    """The detector settings declared for the fleet that produced the verdict (absent: the
-    engine's own configuration)."""
+    """The detector settings that produced the verdict (`DetectorConfig` field -> value, over
+    the detector factory's config): the process's ``[rewind.detector]``, with the settings
+    declared for the fleet in the store over it; absent when neither set any. `Engine.replay`
+    takes it as is."""
 
 
 class TokenBreakdown(TypedDict, total=False):

@@ -92,6 +92,29 @@ class TestRetryBetweenUserTurns:
         assert first_flag(detector, steps) == (4, "exact_repeat")
         assert "respond" in DetectorConfig().user_tools
 
+    def test_a_cancellation_repeated_while_its_record_grows_is_the_same_write(self):
+        """A business write (cancel, update, book…) answers with the whole record, which grows
+        with each call (a refund line more in the payment history): like the same edit of a
+        growing file, the same cancellation is the same write, so it is no progress."""
+        steps: list[Step | str] = []
+        history: list[dict[str, object]] = [{"payment_id": "gift_card_1", "amount": 280}]
+        for _ in range(3):
+            history = [*history, {"payment_id": "gift_card_1", "amount": -280}]
+            steps += [Step(tool="cancel_reservation", args={"reservation_id": "3RK2T9"},
+                           result={"reservation_id": "3RK2T9", "status": "cancelled",
+                                   "payment_history": history}),
+                      book(), Step(tool=None, text="Let me try that once more."),
+                      "Yes, please try again."]
+        assert first_flag(LoopDetector(), steps) == (6, "exact_repeat")
+
+    def test_a_tool_named_for_reading_is_never_a_write(self):
+        """``get_refund_status`` reads a refund: a status that moves is progress."""
+        steps = [Step(tool="get_refund_status", args={"refund_id": "r-1"},
+                      result={"state": state}) for state in ("queued", "sent", "settled")]
+        assert first_flag(LoopDetector(), list(steps)) is None
+        assert first_flag(LoopDetector(), [Step(tool="refund_payment", args={"id": "p-1"},
+                                                result={"n": n}) for n in range(3)]) is not None
+
 
 PTH_BANNER = """Error processing line 1 of /opt/conda/lib/python3.9/site-packages/distutils.pth:
 

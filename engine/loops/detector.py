@@ -12,10 +12,12 @@ Vocabulary
 - *State*: call fingerprint plus outcome: the normalized result digest of a success, the error
   signature of a failure (its informative lines, with ids, times, counters and echoed argument
   values masked), or just "done" for a successful write: a side effect, a tool named after a
-  write (``edit_file``…), a shell command that writes (``sed -i``, ``>>``…), with the revision
-  its result reports if any (``revision``, ``version``…). A second ticket with a fresh id is
-  still the same ticket (the id of the conversation it went to is kept); the same edit is the
-  same edit however long the file it grows.
+  write (``edit_file``, ``cancel_reservation``, ``update_order``…; never one whose name starts
+  with a read verb, ``get_refund_status``), a shell command that writes (``sed -i``, ``>>``…),
+  with the revision its result reports if any (``revision``, ``version``…). A second ticket
+  with a fresh id is still the same ticket (the id of the conversation it went to is kept); the
+  same edit is the same edit however long the file it grows, and the same cancellation however
+  long the record it returns grows.
 - *Waiting*: a call of a wait tool (``sleep``…) or a shell command starting with ``sleep``.
 - *Progress*: a successful step whose state was not seen in the window. Polling with a moving
   percentage, the next page, a debugger step that lands somewhere new, a test run with fewer

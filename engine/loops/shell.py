@@ -55,8 +55,21 @@ _WRITE_VERBS = frozenset(
         "mkdir",
         "touch",
         "undo_edit",
+        # what a business API changes (a booking, an order, an account): a cancellation
+        # repeated while the record it returns keeps growing is still the same cancellation
+        "cancel",
+        "update",
+        "modify",
+        "book",
+        "refund",
     }
 )
+_READ_VERBS = frozenset(
+    {"get", "list", "search", "find", "read", "fetch", "show", "view", "describe", "query",
+     "lookup", "check", "status", "count", "calculate", "preview", "validate", "estimate"}
+)
+"""A tool name starting with one of these reads, whatever it names after it
+(``get_refund_status``, ``list_updates``): its result is what it is about, never "done"."""
 _NAME_TOKENS = re.compile(r"[a-z]+")
 _SHELL_WRITE = re.compile(
     r"(?:^|[;&|(]\s*)(?:sed\s+(?:-\w+\s+)*-i|tee\b|cp\b|mv\b|rm\b|mkdir\b|touch\b|patch\b"
@@ -80,7 +93,10 @@ def _shell_command(args: Any) -> str | None:
 
 @functools.lru_cache(maxsize=1024)
 def _named_like_a_write(tool: str) -> bool:
-    return any(t in _WRITE_VERBS for t in _NAME_TOKENS.findall(tool.lower()))
+    tokens = _NAME_TOKENS.findall(tool.lower())
+    if tokens and tokens[0] in _READ_VERBS:
+        return False
+    return any(t in _WRITE_VERBS for t in tokens)
 
 
 def classify_call(tool: str, args: Any) -> tuple[bool, bool]:
