@@ -6,6 +6,12 @@ session has waited `settle_s` seconds, the whole buffer is written in start-time
 span id). So a span that arrives within the settle window of its neighbours takes its right place
 among them, and the detector judges the steps in the order the agent made them.
 
+**Batches.** The tool spans of one flush of a session go to the store together: each run of
+them on one handle (judged, or late) is one `Session.record_steps` call, one store write, which
+judges every step in order exactly as one ``with s.step(...)`` after the other would. A chat span
+ends the run (its messages start a new task for the detector), so steps and messages keep their
+order.
+
 **Late spans.** A span arriving after spans of its session that started later were written is
 *late*: it is still recorded as a step (after them: step numbers follow writing order) but is not
 judged: it goes through a handle with the loop policy ``off``, whose verdict is discarded, and the
