@@ -143,10 +143,42 @@ def test_loop_and_automatic_rollback_statements_use_bounded_indexes(long_session
 
 
 def test_the_check_catches_a_walk_over_the_history(long_session):
-    """The checker itself: the retiring UPDATE as it was before it named its index walks every
-    snapshot row of the session, and is reported."""
+    """The checker itself: an UPDATE of snapshots that no index bounds (here: by creation time)
+    walks every snapshot row of the session, and is reported."""
     _engine, _s, path = long_session
-    old = ("UPDATE snapshots SET retired_at = 1.0 WHERE session = 'long' AND kind = 'step' "
-           "AND branch IS NULL AND retired_at IS NULL AND next_step <= 10")
+    old = ("UPDATE snapshots SET retired_at = 1.0 WHERE session = 'long' "
+           "AND retired_at IS NULL AND created_at <= 10")
     assert _checked(path, [old]) != []
     assert _checked(path, ["SELECT * FROM steps WHERE session = 'long' AND branch = 'b'"]) != []
+
+
+def test_an_older_file_gets_the_indexes_of_this_release(tmp_path):
+    """A file written before the restorable index was ordered by next_step, and with the two
+    session indexes this release dropped, is brought up to date when opened for writing; its
+    retiring UPDATE is then a range search on the index."""
+    from engine.store.sqlite.schema import DDL, RETIRED_INDEXES
+
+    path = str(tmp_path / "old.db")
+    conn = sqlite3.connect(path)
+    old_ddl = DDL.replace("snapshots(session, kind, next_step, seq)",
+                          "snapshots(session, kind, seq)")
+    for name, definition in (("sessions_updated", "sessions(updated_at DESC)"),
+                             ("sessions_status", "sessions(status, updated_at DESC)")):
+        old_ddl += f";CREATE INDEX {name} ON {definition}"
+    for statement in old_ddl.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.commit()
+    conn.close()
+    engine = Engine.open(f"sqlite:///{path}")
+    s = engine.session("old")
+    for i in range(60):
+        with s.step("search", {"q": i}) as call:
+            call.ok(i)
+    assert sum(n.restorable for n in s.tree()) == engine.retention.keep_step_snapshots
+    engine.close()
+    conn = sqlite3.connect(path)
+    indexes = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index'"))
+    conn.close()
+    assert not set(RETIRED_INDEXES) & set(indexes)
+    assert "(session, kind, next_step, seq)" in indexes["snapshots_restorable"]

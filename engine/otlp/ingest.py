@@ -6,6 +6,12 @@ session has waited `settle_s` seconds, the whole buffer is written in start-time
 span id). So a span that arrives within the settle window of its neighbours takes its right place
 among them, and the detector judges the steps in the order the agent made them.
 
+**Batches.** The tool spans of one flush of a session go to the store together: each run of
+them on one handle (judged, or late) is one `Session.record_steps` call, one store write, which
+judges every step in order exactly as one ``with s.step(...)`` after the other would. A chat span
+ends the run (its messages start a new task for the detector), so steps and messages keep their
+order.
+
 **Late spans.** A span arriving after spans of its session that started later were written is
 *late*: it is still recorded as a step (after them: step numbers follow writing order) but is not
 judged: it goes through a handle with the loop policy ``off``, whose verdict is discarded, and the
@@ -48,13 +54,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import SizeLimitExceeded, ToolQuarantined
+from engine.errors import SizeLimitExceeded
 from engine.otlp.conventions import Action, classify
 from engine.otlp.decode import SpanData
 
 if TYPE_CHECKING:
     from engine.engine import Engine
-    from engine.sessions.session import Session
+    from engine.sessions.session import Session, StepCall
 
 __all__ = ["Backpressure", "IngestConfig", "Ingestor"]
 
@@ -104,6 +110,18 @@ class _State:
     late_spans: list[dict[str, Any]] = field(default_factory=list)
     quarantined: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Batch:
+    """Tool spans of one session waiting to be written together through one handle."""
+
+    handle: Session | None = None
+    calls: list[StepCall] = field(default_factory=list)
+    actions: list[tuple[Action, bool]] = field(default_factory=list)
+    """The span of each call, and whether it is late."""
+    skipped: int = 0
+    """Items of the flush taken without a call (duplicates, malformed spans)."""
 
 
 class Ingestor:
@@ -219,15 +237,31 @@ class Ingestor:
             if state is None:
                 self.counts["embedded"] += len(items)
                 return
+            batch = _Batch()
             for _, action in items:
-                try:
-                    self._write_one(sid, state, action)
-                except (ValueError, TypeError) as exc:
-                    # The span, not the store: retrying would fail the same way, forever.
-                    self.counts["malformed"] += 1
-                    self.last_error = f"span {action.span_id}: {type(exc).__name__}: {exc}"
+                key = int(action.span_id or "0", 16)
+                if key in state.seen:
+                    self.counts["duplicate"] += 1
+                    batch.skipped += 1
+                    continue
+                late = action.start_ns < state.high_ns
+                handle = state.judged
+                if late:
+                    if state.late is None:
+                        state.late = self.engine.session(sid, on_loop="off")
+                    handle = state.late
+                if batch.handle is not handle or action.kind != "tool":
+                    done += self._record(state, batch)
+                    batch.handle = handle
+                if action.kind == "tool":
+                    self._prepare(state, batch, action, late)
+                else:
+                    if late:
+                        self.counts["late"] += 1
+                    self._messages(handle, state, action)
                     self._remember(state, action)
-                done += 1
+                    done += 1
+            done += self._record(state, batch)
             self._save(sid, state)
         except Exception as exc:  # noqa: BLE001 - the writer must outlive a store hiccup
             self.counts["errors"] += 1
@@ -273,36 +307,61 @@ class Ingestor:
             self._states.popitem(last=False)
         return state
 
-    def _write_one(self, sid: str, state: _State, action: Action) -> None:
-        key = int(action.span_id or "0", 16)
-        if key in state.seen:
-            self.counts["duplicate"] += 1
-            return
-        late = action.start_ns < state.high_ns
-        handle = state.judged
-        if late:
-            self.counts["late"] += 1
-            if state.late is None:
-                state.late = self.engine.session(sid, on_loop="off")
-            handle = state.late
-        if action.kind == "tool":
-            step = self._step(handle, action)
-            if step is None:
+    def _prepare(self, state: _State, batch: _Batch, action: Action, late: bool) -> None:
+        """Add a tool span to `batch` as a finished call (a span the engine refuses as data
+        is counted malformed and remembered, as if written)."""
+        assert batch.handle is not None
+        try:
+            call = self._call(batch.handle, action)
+        except (ValueError, TypeError) as exc:
+            # The span, not the store: retrying would fail the same way, forever.
+            self._malformed(action, exc)
+            batch.skipped += 1
+        else:
+            batch.calls.append(call)
+            batch.actions.append((action, late))
+        self._remember(state, action)
+
+    def _record(self, state: _State, batch: _Batch) -> int:
+        """Write the calls of `batch` in one store write; returns how many items of the flush
+        it took (written, duplicates and malformed spans), and empties it."""
+        taken = batch.skipped + len(batch.calls)
+        if batch.calls:
+            assert batch.handle is not None
+            batch.handle.record_steps(batch.calls)
+        for call, (action, late) in zip(batch.calls, batch.actions, strict=True):
+            step = call.n
+            if call.refused is not None:
+                self.counts["quarantined"] += 1
+                step = None
                 state.quarantined = [*state.quarantined, {
                     "span": action.span_id, "tool": action.tool, "ok": action.ok,
                     "error": (action.error or "")[:500]}][-LATE_KEPT:]
+            else:
+                self.counts["steps"] += 1
             if late:
+                self.counts["late"] += 1
                 state.late_spans = [*state.late_spans, {"span": action.span_id, "step": step,
                                     "start_ns": action.start_ns}][-LATE_KEPT:]
-        else:
-            messages = [m for m in action.messages
-                        if not (m["role"] == "user" and _digest(m["content"]) == state.last_user)]
+        batch.calls, batch.actions, batch.skipped = [], [], 0
+        return taken
+
+    def _messages(self, handle: Session, state: _State, action: Action) -> None:
+        messages = [m for m in action.messages
+                    if not (m["role"] == "user" and _digest(m["content"]) == state.last_user)]
+        try:
             if messages:
                 handle.append_messages(messages)
                 self.counts["messages"] += len(messages)
-            users = [_digest(m["content"]) for m in action.messages if m["role"] == "user"]
-            state.last_user = users[-1] if users else state.last_user
-        self._remember(state, action)
+        except (ValueError, TypeError) as exc:
+            self._malformed(action, exc)
+            return
+        users = [_digest(m["content"]) for m in action.messages if m["role"] == "user"]
+        state.last_user = users[-1] if users else state.last_user
+
+    def _malformed(self, action: Action, exc: Exception) -> None:
+        self.counts["malformed"] += 1
+        self.last_error = f"span {action.span_id}: {type(exc).__name__}: {exc}"
 
     def _remember(self, state: _State, action: Action) -> None:
         state.seen[int(action.span_id or "0", 16)] = None
@@ -310,7 +369,13 @@ class Ingestor:
             state.seen.popitem(last=False)
         state.high_ns = max(state.high_ns, action.start_ns)
 
-    def _step(self, handle: Session, action: Action) -> int | None:
+    def _call(self, handle: Session, action: Action) -> StepCall:
+        """The span as a finished call of `handle`, not yet recorded (`Session.record_steps`).
+
+        Raises:
+            ValueError, TypeError: the engine refuses the span as data (a tool name it cannot
+                store); the call is then not recorded.
+        """
         tool = (action.tool or "tool")[: self.engine.limits.name_chars]
         try:
             call = handle.step(tool, action.args, snapshot=False)
@@ -319,17 +384,16 @@ class Ingestor:
             text = repr(action.args).encode("utf-8", "replace")
             call = handle.step(tool, {"digest": hashlib.sha256(text).hexdigest(),
                                       "bytes": len(text)}, snapshot=False)
-        try:
-            with call:
-                if action.ok:
-                    call.ok(action.result)
-                else:
-                    call.fail(action.error or "error")
-        except ToolQuarantined:
-            self.counts["quarantined"] += 1
-            return None
-        self.counts["steps"] += 1
-        return call.n
+        if action.ok:
+            try:
+                call.ok(action.result)
+            except (ValueError, TypeError) as exc:
+                # recorded failed, as a `with` block records what raised in it; and counted
+                call.fail(exc)
+                self._malformed(action, exc)
+        else:
+            call.fail(action.error or "error")
+        return call
 
     def _save(self, sid: str, state: _State) -> None:
         doc = {"seen": [f"{k:016x}" for k in state.seen], "high_ns": state.high_ns,

@@ -9,6 +9,7 @@ through `engine.recovery`, like every operator action.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine import quarantine
@@ -18,10 +19,11 @@ from engine.identity import Actor
 from engine.ids import validate_session_id
 from engine.limits import canonical_within, check_text, cut_text
 from engine.loops.detector import Step, Verdict
-from engine.loops.fingerprint import fingerprint
+from engine.loops.fingerprint import digest
 from engine.records import (
     BranchInfo,
     MessageRecord,
+    Quarantine,
     RollbackPreview,
     RollbackResult,
     SessionInfo,
@@ -36,10 +38,11 @@ from engine.sessions.steps import (
     budget_record,
     chat_message,
     detector_step,
+    json_within,
     result_preview,
     verdict_record,
 )
-from engine.store.base import StepOutcome, StepTicket
+from engine.store.base import StepOutcome, StepStart, StepTicket
 from engine.types import (
     LOOP_POLICIES,
     LoopPolicy,
@@ -79,10 +82,11 @@ class StepCall:
             check_text(tool, limits.name_chars, "a tool name", "name_chars")
         if text is not None:
             canonical_within(text, limits.message_bytes, "an agent turn's text", "message_bytes")
-        self.args, self._args_json = canonical_within(
+        self.args, self._args_json = json_within(
             args if args is not None else {}, limits.args_bytes, "args", "args_bytes"
         )
-        self.fingerprint = fingerprint(tool, self.args)
+        # `fingerprint(tool, self.args)`, from the canonical text already made
+        self.fingerprint = digest(f"{tool or ''}\x00{self._args_json}")
         self.side_effect = side_effect
         self.compensation = None
         if compensation is not None:
@@ -111,6 +115,9 @@ class StepCall:
         `Session.loop_policy`); None for a step that did not loop."""
         self.late = False
         """True when the session was rolled back while this step ran."""
+        self.refused: Quarantine | None = None
+        """The quarantine that refused the call, for a call recorded by `Session.record_steps`
+        (``with`` raises `ToolQuarantined` instead)."""
         self._outcome: StepOutcome | None = None
         self._result: Any = None
         self._ticket: StepTicket | None = None
@@ -439,10 +446,9 @@ class Session:
             return self._observed[pos]
         return None
 
-    def _finish_step(self, call: StepCall) -> None:
-        out, ticket = call._outcome, call._ticket
-        if out is None or ticket is None or call.n is None:
-            raise StepError("a step must begin (enter its block) and finish before it is recorded")
+    def _judge(self, call: StepCall, out: StepOutcome, n: int) -> StoredVerdict | None:
+        """Run step `n` through the detector; sets `call.verdict` and `call.policy` and returns
+        the verdict to store with it (None: not a loop, or policy off)."""
         step = Step(
             tool=call.tool,
             args=call.args,
@@ -452,25 +458,110 @@ class Session:
             text=call.text,
             side_effect=call.side_effect,
         )
-        verdict = self._observe(call.n, step)
-        rt = self._rt
-        now = rt.clock()
+        verdict = self._observe(n, step)
+        call.verdict = verdict
+        now = self._rt.clock()
         # Decided once, at the moment of the verdict: a freeze that begins or ends while the
         # session handles the loop must not split one loop between two policies.
-        choice = self.loop_policy(now) if verdict.looping else None
-        stored: StoredVerdict | None = None
-        if choice is not None and choice.policy != "off":
-            stored = verdict_record(verdict, self._step_number, now, choice)
-            if self._settings:
-                stored["detector"] = self._settings  # the configuration that produced it
+        choice = call.policy = self.loop_policy(now) if verdict.looping else None
+        if choice is None or choice.policy == "off":
+            return None
+        stored = verdict_record(verdict, self._step_number, now, choice)
+        if self._settings:
+            stored["detector"] = self._settings  # the configuration that produced it
+        return stored
+
+    def record_steps(self, calls: Sequence[StepCall]) -> list[StepCall]:
+        """Record steps that already ended, all in one store write: the batch path of a
+        watcher (the OpenTelemetry receiver) that learns of tool calls after they ran.
+
+        Each call is made by ``step(tool, args, snapshot=False)`` and finished with
+        ``call.ok(result)`` or ``call.fail(error)`` without entering its block. The steps are
+        numbered and judged in order exactly as ``with`` blocks one after the other would
+        judge them (same detector window, verdicts, stored records and feed events; each
+        call's `n`, `verdict` and `policy` are set), but no snapshot is taken and nothing is
+        acted on: the handle must be one that only watches (``on_loop="flag"`` or ``"off"``,
+        or `acts_on_loops` False), so a loop is flagged, never rolled back. A call to a
+        quarantined tool is recorded as refused, as ``with`` would, and its `refused` says
+        so (no exception). When another writer adds steps or rolls the session back
+        meanwhile, the batch is judged again after it.
+
+        Raises:
+            StepError: the handle acts on loops, or a call was entered, not finished, takes a
+                snapshot or belongs to another handle.
+        """
+        if self.acts_on_loops and self._on_loop not in ("flag", "off"):
+            raise StepError("record_steps records steps Rewind only watches: open the handle "
+                            "with on_loop='flag' or 'off'")
+        for call in calls:
+            if call.session is not self or call._ticket is not None or call.n is not None:
+                raise StepError("record_steps takes calls made by this handle's step() and "
+                                "never entered")
+            if call._outcome is None or call._snapshot:
+                raise StepError("record_steps takes calls made with snapshot=False and "
+                                "finished with ok() or fail()")
+        if not calls:
+            return []
+        rt = self._rt
+        while True:
+            info = rt.require_session(self.id)
+            self._sync_epoch(info.epoch)
+            refused = [self._refusal(call) for call in calls]
+            records = []
+            for i, call in enumerate(calls):
+                n = info.steps + 1 + i
+                call.n, call.refused = n, refused[i]
+                q = refused[i]
+                if q is not None:  # as quarantine.refuse records it; never judged
+                    error = ToolQuarantined(call.tool or "", q)
+                    out = StepOutcome(status=StepStatus.REFUSED, error=cut_text(
+                        f"{quarantine.REFUSAL_PREFIX}{error}", rt.limits.error_chars))
+                    records.append((StepStart(tool=call.tool, args=call._args_json,
+                                              fingerprint=call.fingerprint), out))
+                    continue
+                start = StepStart(
+                    tool=call.tool, args=call._args_json, fingerprint=call.fingerprint,
+                    side_effect=call.side_effect, text=call.text,
+                    compensation=None if call.compensation is None
+                    else canonical_json(list(call.compensation)))
+                ended = call._outcome
+                assert ended is not None  # checked above
+                stored = self._judge(call, ended, n)
+                records.append((start, StepOutcome(**ended, verdict=stored, budget=call.budget)))
+            first = rt.store.record_steps(self.id, records, (info.steps, info.epoch),
+                                          rt.clock())
+            if first is not None:
+                break
+            self._epoch = None  # the session moved meanwhile: judge again after what it holds
+            for call in calls:
+                call.n = call.verdict = call.policy = call.refused = None
+        for call, (_start, out) in zip(calls, records, strict=True):
+            stored = out.get("verdict")
+            if stored is not None and call.verdict is not None and call.policy is not None:
+                response = policy.respond(call.verdict, call.policy, acts=self.acts_on_loops)
+                policy.recover(rt, self.id, call.tool, call.verdict, stored, call.policy,
+                               response)
+        return list(calls)
+
+    def _refusal(self, call: StepCall) -> Quarantine | None:
+        if call.tool is None:
+            return None
+        return quarantine.applying(self._rt, self.id, call.tool)
+
+    def _finish_step(self, call: StepCall) -> None:
+        out, ticket = call._outcome, call._ticket
+        if out is None or ticket is None or call.n is None:
+            raise StepError("a step must begin (enter its block) and finish before it is recorded")
+        rt = self._rt
+        stored = self._judge(call, out, call.n)
+        verdict, choice = call.verdict, call.policy
+        assert verdict is not None
         late = rt.store.end_step(
             self.id,
             ticket,
             StepOutcome(**out, verdict=stored, budget=call.budget),
             rt.clock(),
         )
-        call.verdict = verdict
-        call.policy = choice
         if late:
             call.late = True
             self._epoch = None  # force a rebuild on the next call

@@ -3,13 +3,14 @@ stored step, and the JSON records stored with a step (token breakdown, verdict).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 from engine.freeze import PolicyChoice
 from engine.limits import Limits, canonical_within, check_text
 from engine.loops.detector import Step, Verdict
-from engine.loops.fingerprint import canonicalize, digest
+from engine.loops.fingerprint import MAX_DEPTH, canonicalize, digest
 from engine.loops.normalize import result_digest
 from engine.records import StepRecord
 from engine.replay import step_of
@@ -17,6 +18,75 @@ from engine.types import TOKEN_BREAKDOWN_KEYS, StoredVerdict, TokenBreakdown
 
 PREVIEW_CHARS = 500
 """Characters of a tool result kept for people (the digest covers the whole result)."""
+
+_STRICT_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                allow_nan=False)
+"""`engine.types.CANONICAL_JSON`, but refusing NaN and infinities as `canonicalize` does."""
+
+
+def _plain_upper_bound(value: Any, limit: int) -> int | None:
+    """An upper bound of the UTF-8 bytes of the JSON text of `value` when it is plain JSON data
+    (dict with str keys, list, tuple, str, int, float, bool, None, of exactly those types, nested
+    less than `MAX_DEPTH` deep) and the bound is at most `limit`; else None. Every node adds at
+    least one byte, so the walk stops after at most `limit` nodes (a cycle included)."""
+    total = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item, depth = pop()
+        kind = type(item)
+        if kind is str:
+            total += 6 * len(item) + 2  # a character is at most 6 bytes (a \u escape)
+        elif item is None or kind is bool:
+            total += 5
+        elif kind is int:
+            total += item.bit_length() // 3 + 3
+        elif kind is float:
+            total += 32
+        elif kind is dict:
+            if depth >= MAX_DEPTH:
+                return None
+            total += 2 * len(item) + 1
+            for key, part in item.items():
+                if type(key) is not str:
+                    return None
+                total += 6 * len(key) + 2
+                push((part, depth + 1))
+        elif kind is list or kind is tuple:
+            if depth >= MAX_DEPTH:
+                return None
+            total += len(item) + 1
+            for part in item:
+                push((part, depth + 1))
+        else:
+            return None
+        if total > limit:
+            return None
+    return total
+
+
+def json_within(
+    value: Any, limit: int, what: str, field: str, *, need_value: bool = True
+) -> tuple[Any, str]:
+    """`engine.limits.canonical_within` on a guarded step's hot path: the same canonical text,
+    and a canonical value equal to its, encoded by the C encoder when `value` is plain JSON data
+    surely within `limit` (`_plain_upper_bound`); anything else (other types, a cycle, NaN, a
+    lone surrogate, a value near the limit) goes through `canonical_within` and its errors.
+    The value is a fresh copy decoded from the text (keys in sorted order, as a step read back
+    from the store has them); with `need_value` False it is None.
+
+    Raises:
+        SizeLimitExceeded, TypeError, ValueError: as `canonical_within`.
+    """
+    if _plain_upper_bound(value, limit) is not None:
+        try:
+            text = _STRICT_JSON.encode(value)
+            text.encode("utf-8")  # a lone surrogate has no UTF-8 form: refused below
+        except (ValueError, TypeError, RecursionError):
+            pass
+        else:
+            return (json.loads(text) if need_value else None), text
+    return canonical_within(value, limit, what, field)
 
 
 def chat_message(role: Any, content: Any, extra: dict, limits: Limits | None = None) -> dict:
@@ -46,7 +116,8 @@ def result_preview(result: Any, limits: Limits | None = None) -> tuple[str | Non
         return None, None
     limits = limits or Limits()
     try:
-        text = canonical_within(result, limits.result_bytes, "result", "result_bytes")[1]
+        text = json_within(result, limits.result_bytes, "result", "result_bytes",
+                           need_value=False)[1]
         result_hash = result_digest(result)
     except TypeError:
         text = check_text(repr(result), limits.result_bytes, "result", "result_bytes")

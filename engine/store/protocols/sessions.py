@@ -181,6 +181,30 @@ class SessionStore(Protocol):
         """
         ...
 
+    def record_steps(
+        self,
+        sid: str,
+        steps: list[tuple[StepStart, StepOutcome]],
+        expect: tuple[int, int],
+        now: float,
+    ) -> int | None:
+        """Record steps that already ended (no write-ahead snapshot), in order, in one atomic
+        write: each as `begin_step` without a snapshot followed by `end_step` would, feed
+        events included, but none can be late.
+
+        Args:
+            expect: (step count, epoch) the caller saw: nothing is written when the session
+                has other steps or another epoch now (the caller numbered the steps, and
+                judged them, from what it saw).
+
+        Returns:
+            The number of the first step written, or None when `expect` no longer holds.
+
+        Raises:
+            UnknownSession: no such session.
+        """
+        ...
+
     def steps(
         self, sid: str, *, live_only: bool = False, last: int | None = None
     ) -> list[StepRecord]:

@@ -113,6 +113,21 @@ log = logging.getLogger("rewind.redis")
 R = TypeVar("R")
 
 
+def _step_record(step: StepStart, now: float) -> tuple[str, str]:
+    """The JSON record of a step as it begins, and its compensation field ("" none; marked
+    "r" for a side effect, "x" otherwise)."""
+    comp = step.get("compensation")
+    fields = {k: v for k, v in step.items() if k not in ("args", "compensation")}
+    body = dumps({**fields, "side_effect": bool(fields.get("side_effect")), "started_at": now})
+    record = '{"args":' + step["args"] + "," + body[1:]
+    comp_field = ""
+    if comp is not None:
+        name, comp_args = json.loads(comp)
+        mark = "r" if fields.get("side_effect") else "x"
+        comp_field = mark + codec.comp_field(name, dumps(comp_args))
+    return record, comp_field
+
+
 def _rid() -> str:
     return uuid.uuid4().hex
 
@@ -387,16 +402,7 @@ class RedisStore(FleetDocs):
         now: float,
         retention: Retention,
     ) -> StepTicket:
-        args_text = step["args"]
-        comp = step.get("compensation")
-        fields = {k: v for k, v in step.items() if k not in ("args", "compensation")}
-        body = dumps({**fields, "side_effect": bool(fields.get("side_effect")), "started_at": now})
-        record = '{"args":' + args_text + "," + body[1:]
-        comp_field = ""
-        if comp is not None:
-            name, comp_args = json.loads(comp)
-            mark = "r" if fields.get("side_effect") else "x"
-            comp_field = mark + codec.comp_field(name, dumps(comp_args))
+        record, comp_field = _step_record(step, now)
         label = "" if snapshot_label is None else dumps(snapshot_label)
         result, _ = self._write(
             "begin_step",
@@ -429,6 +435,26 @@ class RedisStore(FleetDocs):
             ],
         )
         return result == "1"
+
+    def record_steps(
+        self,
+        sid: str,
+        steps: list[tuple[StepStart, StepOutcome]],
+        expect: tuple[int, int],
+        now: float,
+    ) -> int | None:
+        """Record steps that already ended, in order, in one script (see the protocol)."""
+        args: list[Any] = [int(expect[0]), int(expect[1])]
+        for step, outcome in steps:
+            record, comp_field = _step_record(step, now)
+            if comp_field:  # as end_step leaves it: "k" for a side effect that happened
+                ok_effect = comp_field[0] == "r" and outcome["status"] == "ok"
+                comp_field = ("k" if ok_effect else "x") + comp_field[1:]
+            verdict = outcome.get("verdict")
+            args += [record, comp_field, dumps({**outcome, "ended_at": now}), outcome["status"],
+                     "" if verdict is None else dumps(verdict)]
+        result, _ = self._write("record_steps", sid, now, args)
+        return None if result == "null" else int(result)
 
     def steps(
         self, sid: str, *, live_only: bool = False, last: int | None = None

@@ -43,8 +43,6 @@ CREATE TABLE IF NOT EXISTS sessions (
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL
 );
-CREATE INDEX IF NOT EXISTS sessions_updated ON sessions(updated_at DESC);
-CREATE INDEX IF NOT EXISTS sessions_status ON sessions(status, updated_at DESC);
 CREATE INDEX IF NOT EXISTS sessions_page ON sessions(updated_at, id);
 CREATE INDEX IF NOT EXISTS sessions_status_page ON sessions(status, updated_at, id);
 CREATE TABLE IF NOT EXISTS messages (
@@ -74,7 +72,7 @@ CREATE TABLE IF NOT EXISTS snapshots (
     PRIMARY KEY (session, id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS snapshots_seq ON snapshots(session, seq);
-CREATE INDEX IF NOT EXISTS snapshots_restorable ON snapshots(session, kind, seq)
+CREATE INDEX IF NOT EXISTS snapshots_restorable ON snapshots(session, kind, next_step, seq)
     WHERE branch IS NULL AND retired_at IS NULL;
 CREATE TABLE IF NOT EXISTS steps (
     session TEXT NOT NULL, n INTEGER NOT NULL, seq INTEGER NOT NULL, epoch INTEGER NOT NULL,
@@ -122,6 +120,24 @@ CREATE TABLE IF NOT EXISTS workers (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS workers_seen ON workers(seen_at);
 """
+
+RETIRED_INDEXES = ("sessions_updated", "sessions_status")
+"""Indexes of earlier releases that later ones dropped: every guarded step moves a session's
+``updated_at``, so each index on it is pages written twice per step, and these two duplicate
+``sessions_page`` and ``sessions_status_page`` (which a backward walk reads newest first)."""
+
+REDEFINED_INDEXES = {
+    "snapshots_restorable": (
+        "next_step",
+        "CREATE INDEX snapshots_restorable ON snapshots(session, kind, next_step, seq) "
+        "WHERE branch IS NULL AND retired_at IS NULL",
+    ),
+}
+"""Indexes whose definition changed: name -> (the third column of the new definition, which
+the old one lacks there; the new definition). ``snapshots_restorable`` is ordered by
+``next_step`` before ``seq``, so retiring the step snapshot that falls out of the window is a
+range search that meets only the snapshots it retires, instead of reading one table row per
+restorable snapshot (``next_step`` grows with ``seq`` on the live line)."""
 
 ADDED_COLUMNS = {"compensations": ("resolved_by TEXT", "resolved_reason TEXT")}
 """Columns later schema versions added to tables an older file already has (``CREATE TABLE IF
@@ -179,6 +195,15 @@ def init_schema(conn: sqlite3.Connection, name: str) -> None:
             f"knows {SCHEMA_VERSION}); upgrade agent-rewind"
         )
     run_script(conn, DDL)
+    for name in RETIRED_INDEXES:
+        conn.execute(f"DROP INDEX IF EXISTS {name}")
+    for name, (column, definition) in REDEFINED_INDEXES.items():
+        (sql,) = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = ?", (name,)
+        ).fetchone()
+        if sql.split("(", 1)[1].split(")")[0].split(", ")[2] != column:
+            conn.execute(f"DROP INDEX {name}")
+            conn.execute(definition)
     for table, columns in missing_columns(conn).items():
         for column in columns:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")

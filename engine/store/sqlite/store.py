@@ -378,7 +378,8 @@ class SQLiteStore(BranchLine, SagaOutbox):
     ) -> None:
         # INDEXED BY: the partial index holds only the restorable snapshots (at most the window
         # plus one), so retiring costs the window, not the session's history; left to itself
-        # the planner walks every snapshot row of the session.
+        # the planner walks every snapshot row of the session. Ordered by next_step, a step
+        # snapshot's retirement is a range search that meets only what it retires.
         if kind == "step":
             conn.execute(
                 "UPDATE snapshots INDEXED BY snapshots_restorable SET retired_at = ? "
@@ -566,6 +567,63 @@ class SQLiteStore(BranchLine, SagaOutbox):
                 },
             )
         return late
+
+    def record_steps(
+        self,
+        sid: str,
+        steps: list[tuple[StepStart, StepOutcome]],
+        expect: tuple[int, int],
+        now: float,
+    ) -> int | None:
+        """Record steps that already ended, in order, in one transaction (see the protocol)."""
+        with self._db.write() as conn:
+            row = conn.execute(
+                "SELECT seq, epoch, step_count, status, loops FROM sessions WHERE id = ?", (sid,)
+            ).fetchone()
+            if row is None:
+                raise UnknownSession(f"no session {sid!r} in this store")
+            seq, epoch, step_count, status, loops = row
+            if (step_count, epoch) != tuple(expect):
+                return None
+            rows, events = [], []
+            last_verdict = None
+            for i, (step, outcome) in enumerate(steps):
+                n = step_count + 1 + i
+                verdict, budget = outcome.get("verdict"), outcome.get("budget")
+                verdict_text = None if verdict is None else dumps(verdict)
+                # as end_step moves the status, one step after the other
+                if verdict_text is not None:
+                    status, last_verdict, loops = "looping", verdict_text, loops + 1
+                elif outcome["status"] == "ok" and status != "stopped":
+                    status = "healthy"
+                rows.append((
+                    sid, n, seq + 1 + i, epoch, step["tool"], step["args"], step["fingerprint"],
+                    outcome["status"], outcome.get("error"), outcome.get("result_digest"),
+                    outcome.get("result_preview"), now, now,
+                    int(bool(step.get("side_effect"))), step.get("compensation"), verdict_text,
+                    step.get("text"), None if budget is None else dumps(budget),
+                ))
+                events.append((now, sid, "step", dumps({
+                    "n": n, "status": outcome["status"], "late": False,
+                    "looping": verdict is not None})))
+            if not rows:
+                return step_count + 1
+            conn.executemany(
+                "INSERT INTO steps(session, n, seq, epoch, tool, args, fingerprint, status, "
+                "error, result_digest, result_preview, started_at, ended_at, side_effect, "
+                "compensation, verdict, text, budget) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            conn.execute(
+                "UPDATE sessions SET seq = ?, step_count = ?, status = ?, loops = ?, "
+                "last_verdict = COALESCE(?, last_verdict), updated_at = ? WHERE id = ?",
+                (seq + len(rows), step_count + len(rows), status, loops, last_verdict, now, sid),
+            )
+            conn.executemany(
+                "INSERT INTO events(at, session, type, data) VALUES (?, ?, ?, ?)", events
+            )
+        return step_count + 1
 
     def steps(
         self, sid: str, *, live_only: bool = False, last: int | None = None

@@ -82,7 +82,11 @@ class Checkpointer:
                     threading.Thread(
                         target=self._loop, args=(run,), name="rewind-checkpoint", daemon=True
                     ).start()
-        run.wake.set()
+        # Set only when clear: a set Event costs a lock and a notify per commit, twice per
+        # guarded step. Seen set, the thread has not cleared it yet, so the checkpoint it runs
+        # next starts after this commit and copies it.
+        if not run.wake.is_set():
+            run.wake.set()
 
     def _loop(self, run: _Run) -> None:
         conn: sqlite3.Connection | None = None
