@@ -362,6 +362,12 @@ def cmd_detector(args) -> int:
     declared = engine.detector_settings()
     out(", ".join(f"{k}={v}" for k, v in declared.items())
         or "no detector settings declared in this store: each process uses its own")
+    settings, _ = engine.detector_in_force()
+    from_file = {k: v for k, v in settings.items() if k not in declared}
+    if from_file:
+        out("this process also follows its configuration file ([rewind.detector]): "
+            + ", ".join(f"{k}={v}" for k, v in from_file.items())
+            + " (other processes follow theirs)")
     return EXIT_OK
 
 

@@ -158,3 +158,19 @@ def test_the_cli_declares_and_shows_the_detector_settings(fleet, capsys):
     engine.runtime.forget_declared_detector()
     assert engine.detector_settings() == {"repeat_threshold": "5"}
     assert main(["--store", url, "detector", "--reset", "--actor", "alice", "--reason", "x"]) == 0
+
+
+def test_the_cli_shows_which_detector_settings_come_from_this_process_file(fleet, capsys,
+                                                                           tmp_path, monkeypatch):
+    _, url = fleet
+    config = tmp_path / "rewind.toml"
+    config.write_text("[rewind.detector]\nrepeat_threshold = 4\nmax_steps = 900\n")
+    monkeypatch.setenv("REWIND_CONFIG", str(config))
+    assert main(["--store", url, "detector", "--set", "repeat_threshold=5", "--actor", "alice",
+                 "--reason", "fewer flags"]) == 0
+    capsys.readouterr()
+    assert main(["--store", url, "detector"]) == 0
+    said = capsys.readouterr().out
+    assert "repeat_threshold=5" in said  # the store's declaration wins field by field
+    assert "configuration file ([rewind.detector]): max_steps=900 " in said
+    assert "repeat_threshold=4" not in said
