@@ -1,6 +1,6 @@
-"""Start and stop the real console (`streamlit run dashboard/app.py`) for tests and benchmarks,
-and the headless Chromium that drives it (Debian's /usr/bin/chromium; browsers are never
-downloaded).
+"""Start and stop the real console (`streamlit run dashboard/serve.py`, as `rewind dashboard`
+runs it) for tests and benchmarks, and the headless Chromium that drives it (Debian's
+/usr/bin/chromium; browsers are never downloaded).
 
 Like Streamlit's own end-to-end tests: start the server on a free port, poll /_stcore/health.
 """
@@ -20,7 +20,8 @@ from engine.auth import hash_password
 from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-APP = ROOT / "dashboard" / "app.py"
+APP = ROOT / "dashboard" / "serve.py"
+"""What `rewind dashboard` (and so `./scripts/run`) serves: app.py behind the console's guard."""
 CHROMIUM = os.environ.get("REWIND_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -53,8 +54,8 @@ class Console:
 
 def start_console(workdir: Path, store: str, secrets: Path | None, port: int | None = None,
                   timeout: float = 60.0, app: Path = APP) -> Console:
-    """Start `streamlit run dashboard/app.py` (or another `app`) and wait until
-    /_stcore/health answers."""
+    """Start `streamlit run dashboard/serve.py` as `rewind dashboard` does (or another `app`)
+    and wait until /_stcore/health answers."""
     port = port or free_port()
     cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
            "--server.address", "127.0.0.1", "--server.headless", "true",
