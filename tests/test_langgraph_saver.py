@@ -5,6 +5,7 @@ checkpoints, and the guard's options."""
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 
 import pytest
@@ -86,7 +87,7 @@ def put_chain(saver, sid: str, lists: list[list]) -> list[dict]:
 
 
 # -- storage ------------------------------------------------------------------------------------
-def test_growing_message_list_is_stored_once(engine, saver):
+def test_growing_message_list_is_stored_about_once(engine, saver):
     sid = "grow"
     history = [HumanMessage("hi", id="m0")]
     lists = []
@@ -95,7 +96,9 @@ def test_growing_message_list_is_stored_once(engine, saver):
         lists.append(history)
     configs = put_chain(saver, sid, lists)
     docs = blobs(engine, sid)
-    assert sum(len(d["items"]) for d in docs.values()) == len(lists[-1])  # each message once
+    # skip-deltas: each message is stored about log2(n) / 2 times, not once per checkpoint
+    stored = sum(len(d["items"]) for d in docs.values())
+    assert stored <= len(lists[-1]) * (1 + math.log2(len(lists)) / 2)
     assert sum(1 for d in docs.values() if d["base"] is None) == 1
     for config, expected in zip(configs, lists, strict=True):
         assert saver.get_tuple(config).checkpoint["channel_values"]["messages"] == expected
