@@ -37,6 +37,8 @@ import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from engine.integrations.langgraph import layout
+
 Encoded = list
 """``[type, base64 text]``: one serialized value (a list, the shape JSON gives back)."""
 
@@ -237,3 +239,54 @@ def referenced_blobs(records: Sequence[Mapping], blobs: Mapping[str, Mapping], k
                 base = doc.get("base") if doc else None
                 key = key_of(ns, channel, base) if base is not None else None
     return needed
+
+
+def chains(parent: Mapping[str, Chain], versions: Mapping[str, Any],
+           written: Mapping[str, ListState]) -> dict[str, Chain]:
+    """The ``lists`` of a checkpoint record: the chain of each list channel at its version, from
+    the lists it wrote, else carried over from the parent's record."""
+    out = {channel: chain for channel, chain in parent.items()
+           if channel in versions and str(chain[-1][0]) == str(versions[channel])}
+    out.update((channel, state.chain) for channel, state in written.items()
+               if state.chain is not None)
+    return out
+
+
+def chain_keys(ns: str, channel: str, chain: Chain) -> list[str]:
+    """Keys of the documents a list version is built from (`layout.blob_key`)."""
+    return [layout.blob_key(ns, channel, v) for v, _floor, _pos in chain]
+
+
+def chain_items(docs: Mapping[str, Mapping], ns: str, channel: str, chain: Chain,
+                version: str) -> list[Encoded] | None:
+    """Every item of a list at `version` from the documents its chain names (`docs` by key);
+    None when one is missing (a thread whose records predate chains, or damaged: the caller
+    scans the channel instead)."""
+    found = {}
+    for v, _floor, _pos in chain:
+        doc = docs.get(layout.blob_key(ns, channel, v))
+        if doc is None or not is_list_doc(doc):
+            return None
+        found[str(v)] = doc
+    try:
+        return materialize(found, version)
+    except KeyError:
+        return None
+
+
+def unneeded(docs: Mapping[str, Mapping], kept: Sequence[Mapping]) -> dict[str, None]:
+    """Deletions (key -> None) that leave only the `kept` checkpoint records of a thread's
+    documents `docs`, their writes, their steps and the blobs they need."""
+    blobs = {k: d for k, d in docs.items() if k.startswith("b/")}
+    needed = referenced_blobs(kept, blobs, layout.blob_key)
+    needed.update(layout.checkpoint_key(r["ns"], r["id"]) for r in kept)
+    write_prefixes = tuple(layout.write_prefix(r["ns"], r["id"]) for r in kept)
+    root_ids = {r["id"] for r in kept if r["ns"] == ""}
+    doomed: dict[str, None] = {}
+    for key, doc in docs.items():
+        if key in needed or (write_prefixes and key.startswith(write_prefixes)):
+            continue
+        if key.startswith("s/") and doc.get("checkpoint") in root_ids:
+            continue
+        doomed[key] = None
+    return doomed

@@ -440,7 +440,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 if ns == "" and head is not None:
                     chosen = next((r for r in recs if r["id"] == head), chosen)
                 kept.append(chosen)
-            self._delete_docs(sid, self._unneeded(docs, kept), head=False)
+            self._delete_docs(sid, codec.unneeded(docs, kept), head=False)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is in `run_ids`.
@@ -460,7 +460,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
             if not any(rec.get("run") in runs for rec in recs):
                 continue
             kept = [rec for rec in recs if rec.get("run") not in runs]
-            self._delete_docs(sid, self._unneeded(docs, kept), head=False)
+            self._delete_docs(sid, codec.unneeded(docs, kept), head=False)
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         """Next channel version: a zero-padded counter plus a random fraction, so two forks of
@@ -555,12 +555,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 elif base is not None and shared == len(base):
                     appended = value[len(base):]
         # the skip-delta chain of every list channel, so a read fetches its documents at once
-        versions = checkpoint.get("channel_versions", {})
-        chains = {channel: chain for channel, chain in parent_chains.items()
-                  if channel not in new_versions and channel in versions
-                  and str(chain[-1][0]) == str(versions[channel])}
-        chains.update((channel, state.chain) for channel, state in lists.items()
-                      if state.chain is not None)
+        chains = codec.chains(parent_chains, checkpoint.get("channel_versions", {}), lists)
         rec = {
             "id": checkpoint_id, "ns": ns, "parent": parent_id,
             "cp": self._dump_checkpoint(checkpoint), "meta": self._dump_meta(meta),
@@ -704,9 +699,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
         if cached is not None and cached.version == version:
             return cached
         if chain and str(chain[-1][0]) == version:
-            keys = [layout.blob_key(ns, channel, v) for v, _floor, _pos in chain]
-            docs = self.engine.get_documents(sid, layout.DOCS, keys)
-            encodings = self._chained(ns, channel, version, chain, docs)
+            docs = self.engine.get_documents(sid, layout.DOCS, codec.chain_keys(ns, channel, chain))
+            encodings = codec.chain_items(docs, ns, channel, chain, version)
             if encodings is not None:
                 return codec.ListState(version, encodings, chain=chain)
         key = layout.blob_key(ns, channel, version)
@@ -714,22 +708,6 @@ class RewindSaver(BaseCheckpointSaver[str]):
         if doc is None or not codec.is_list_doc(doc):
             return None
         return codec.ListState(version, self._encodings(sid, ns, channel, version, doc, {}))
-
-    @staticmethod
-    def _chained(ns: str, channel: str, version: str, chain: codec.Chain,
-                 docs: Mapping[str, Any]) -> builtins.list | None:
-        """The items at `version` from the documents of its chain; None when one is missing
-        (a thread whose chains predate this layout, or damaged: the caller scans)."""
-        found = {}
-        for v, _floor, _pos in chain:
-            doc = docs.get(layout.blob_key(ns, channel, v))
-            if doc is None or not codec.is_list_doc(doc):
-                return None
-            found[str(v)] = doc
-        try:
-            return codec.materialize(found, version)
-        except KeyError:
-            return None
 
     def _encodings(self, sid: str, ns: str, channel: str, version: str, doc: dict,
                    scans: dict) -> builtins.list:
@@ -771,7 +749,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
                     (ns, channel) in scans):
                 continue
             usable[channel] = chain
-            wanted.update(layout.blob_key(ns, channel, v) for v, _floor, _pos in chain)
+            wanted.update(codec.chain_keys(ns, channel, chain))
         docs = self.engine.get_documents(sid, layout.DOCS, sorted(wanted)) if wanted else {}
         values = {}
         for channel, key in keys.items():
@@ -783,8 +761,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 continue
             version = str(versions[channel])
             chain = usable.get(channel)
-            encodings = (self._chained(ns, channel, version, chain, docs)
-                         if chain is not None else None)
+            encodings = (None if chain is None
+                         else codec.chain_items(docs, ns, channel, chain, version))
             if encodings is None:
                 encodings = self._encodings(sid, ns, channel, version, doc, scans)
                 chain = chains.get(channel) if channel not in usable else None
@@ -851,22 +829,6 @@ class RewindSaver(BaseCheckpointSaver[str]):
         return codec.decode(self.serde, stored["typed"])
 
     # -- housekeeping -----------------------------------------------------------------------
-    def _unneeded(self, docs: dict, kept: builtins.list[dict]) -> dict[str, None]:
-        """Deletions that leave only the `kept` records, their writes and the blobs they need."""
-        blobs = {k: d for k, d in docs.items() if k.startswith("b/")}
-        needed = codec.referenced_blobs(kept, blobs, layout.blob_key)
-        needed.update(layout.checkpoint_key(r["ns"], r["id"]) for r in kept)
-        write_prefixes = tuple(layout.write_prefix(r["ns"], r["id"]) for r in kept)
-        root_ids = {r["id"] for r in kept if r["ns"] == ""}
-        doomed: dict[str, None] = {}
-        for key, doc in docs.items():
-            if key in needed or (write_prefixes and key.startswith(write_prefixes)):
-                continue
-            if key.startswith("s/") and doc.get("checkpoint") in root_ids:
-                continue
-            doomed[key] = None
-        return doomed
-
     def _delete_docs(self, sid: str, doomed: dict[str, None], *, head: bool) -> None:
         if head:  # the documents and the head pointer go together, or neither does
             self.engine.write_session(sid, values={layout.HEAD: {layout.ROOT: None}},
