@@ -5,6 +5,7 @@ never with the thread, counted (not timed)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import uuid
@@ -20,6 +21,7 @@ from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 
 from engine import Engine, Limits  # noqa: E402
 from engine.integrations.langgraph import RewindSaver, layout  # noqa: E402
+from engine.integrations.langgraph.codec import is_list_doc, item_count, unpack  # noqa: E402
 
 
 def put(saver, sid: str, parent: dict | None, messages: list, version, step: int,
@@ -74,7 +76,7 @@ def grow(saver, sid: str, n: int) -> tuple[list, list]:
 
 def blob_docs(calls) -> list[dict]:
     return [doc for _how, _prefix, out in calls for key, doc in out.items()
-            if key.startswith("b/") and "items" in doc]
+            if key.startswith("b/") and is_list_doc(doc)]
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 64, 300])
@@ -89,7 +91,7 @@ def test_latest_read_fetches_a_bounded_chain(sqlite_url, counted, n):
     assert [p for how, p, _out in counted if how == "scan" and not p.startswith("w/")] == []
     docs = blob_docs(counted)
     assert len(docs) <= math.log2(n) + 1
-    assert sum(len(d["items"]) for d in docs) == len(lists[-1])  # each item read once
+    assert sum(item_count(d) for d in docs) == len(lists[-1])  # each item read once
     assert len(counted) <= 3  # the record, its values, its writes
     engine.close()
 
@@ -106,8 +108,8 @@ def test_every_checkpoint_reads_back_cold_after_many(sqlite_url):
 
 
 def test_a_thread_stored_before_chains_reads_and_continues(sqlite_url, counted):
-    """Records without ``lists`` (stored by an older version) read by scanning, as before; the
-    next checkpoint starts a chain with one whole copy."""
+    """Records without ``lists`` and unpacked list items (stored by an older version) read by
+    scanning, as before; the next checkpoint starts a chain with one whole copy."""
     engine = Engine.open(sqlite_url)
     saver = RewindSaver(engine)
     configs, lists = grow(saver, "old", 20)
@@ -115,6 +117,11 @@ def test_a_thread_stored_before_chains_reads_and_continues(sqlite_url, counted):
     engine.put_documents("old", layout.DOCS,
                          {k: {key: v for key, v in r.items() if key != "lists"}
                           for k, r in records.items()})
+    blobs = engine.scan_documents("old", layout.DOCS, layout.blob_prefix("", "messages"))
+    engine.put_documents("old", layout.DOCS, {  # one base64 text per item, unpacked
+        k: {"base": d["base"], "keep": d["keep"],
+            "items": [[kind, base64.b64encode(data).decode()] for kind, data in unpack(d)]}
+        for k, d in blobs.items()})
     fresh = RewindSaver(engine)
     assert fresh.get_tuple({"configurable": {"thread_id": "old"}}).checkpoint[
         "channel_values"]["messages"] == lists[-1]

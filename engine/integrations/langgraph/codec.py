@@ -7,9 +7,12 @@ A list channel (the ``messages`` of a chat agent) grows by a message or two per 
 it whole at every version costs the square of the conversation length. Here each version is a
 delta against an earlier version of the same channel, on the line of checkpoints it descends from:
 
-    {"base": "<base version>" | None, "keep": k, "items": [Encoded, …]}
+    {"base": "<base version>" | None, "keep": k, "pack": {"types", "sizes", "data"}}
 
-meaning "the first k items of the base version, then these items". A list with nothing in common
+meaning "the first k items of the base version, then these items". The items are packed (`pack`):
+their serialized bytes joined into one base64 text, with each item's size and serializer type, so
+reading a document is one base64 decode, not one per item. Documents stored before packing hold
+``"items": [Encoded, …]`` instead and still read. A list with nothing in common
 with what it would build on is stored whole (``base`` None, ``keep`` 0).
 
 Which earlier version a delta builds on follows skip-deltas (as Subversion stores file versions):
@@ -56,7 +59,37 @@ def decode(serde: Any, enc: Encoded) -> Any:
     return serde.loads_typed((enc[0], base64.b64decode(enc[1])))
 
 
-def decode_list(serde: Any, encodings: list[Encoded]) -> list:
+Raw = tuple
+"""``(type, bytes)``: one serialized value as the serializer's ``dumps_typed`` gives it."""
+
+
+def pack(raws: Sequence[Raw]) -> dict:
+    """The stored form of list items: ``{"types": type or [type, …], "sizes": [int, …],
+    "data": base64 of the joined bytes}``."""
+    kinds = [kind for kind, _data in raws]
+    return {"types": kinds[0] if kinds and kinds.count(kinds[0]) == len(kinds) else kinds,
+            "sizes": [len(data) for _kind, data in raws],
+            "data": base64.b64encode(b"".join(data for _kind, data in raws)).decode("ascii")}
+
+
+def unpack(doc: Mapping) -> list[Raw]:
+    """The items of a list document (`pack`, or ``items`` as stored before packing)."""
+    if "items" in doc:
+        return [(e[0], base64.b64decode(e[1])) for e in doc["items"]]
+    packed = doc["pack"]
+    data, kinds, out, at = base64.b64decode(packed["data"]), packed["types"], [], 0
+    for i, size in enumerate(packed["sizes"]):
+        out.append((kinds if isinstance(kinds, str) else kinds[i], data[at:at + size]))
+        at += size
+    return out
+
+
+def item_count(doc: Mapping) -> int:
+    """How many items a list document stores itself."""
+    return len(doc["items"]) if "items" in doc else len(doc["pack"]["sizes"])
+
+
+def decode_list(serde: Any, encodings: Sequence[Raw]) -> list:
     """The items of a list channel, decoded (fresh objects).
 
     Items serialized as msgpack are joined under one msgpack array header and decoded in a single
@@ -70,11 +103,11 @@ def decode_list(serde: Any, encodings: list[Encoded]) -> list:
             header = b"\xdc" + n.to_bytes(2, "big")
         else:
             header = b"\xdd" + n.to_bytes(4, "big")
-        blob = header + b"".join(base64.b64decode(e[1]) for e in encodings)
+        blob = header + b"".join(e[1] for e in encodings)
         items = serde.loads_typed(("msgpack", blob))
         if isinstance(items, list) and len(items) == n:
             return items
-    return [decode(serde, e) for e in encodings]
+    return [serde.loads_typed(tuple(e)) for e in encodings]
 
 
 Chain = list
@@ -96,12 +129,12 @@ class ListState:
 
     __slots__ = ("version", "encodings", "decoded", "chain")
 
-    def __init__(self, version: str, encodings: list[Encoded], decoded: list | None = None,
+    def __init__(self, version: str, encodings: list[Raw], decoded: list | None = None,
                  chain: Chain | None = None):
         self.version = version
         """The channel version (as a string)."""
         self.encodings = encodings
-        """Every item of the list at this version, serialized."""
+        """Every item of the list at this version, serialized (`Raw`)."""
         self.decoded = decoded if decoded is not None else [_MISSING] * len(encodings)
         self.chain = chain
         """The skip-delta chain ending at this version (`Chain`), or None."""
@@ -113,7 +146,7 @@ class ListState:
         """Whether `item` equals the stored item `i`."""
         mine = self.decoded[i]
         if mine is _MISSING:
-            mine = self.decoded[i] = decode(serde, self.encodings[i])
+            mine = self.decoded[i] = serde.loads_typed(tuple(self.encodings[i]))
         try:
             # fast path: same class, same fields (what pydantic's __eq__ checks first, without
             # its per-call overhead, which made comparing a long history cost most of a put)
@@ -126,12 +159,12 @@ class ListState:
                 return True
         except Exception:  # noqa: BLE001 - an odd __eq__ only means "compare the bytes"
             pass
-        return encode(serde, item) == self.encodings[i]
+        return tuple(serde.dumps_typed(item)) == tuple(self.encodings[i])
 
 
-def encoded_size(encodings: list[Encoded]) -> int:
-    """About the JSON size of `encodings` (bytes)."""
-    return sum(len(e[0]) + len(e[1]) + 8 for e in encodings)
+def packed_size(encodings: Sequence[Raw]) -> int:
+    """About the JSON size of `encodings` packed (bytes)."""
+    return sum(len(e[1]) * 4 // 3 + 12 for e in encodings)
 
 
 def list_delta(serde: Any, base: ListState | None, new: list, version: object,
@@ -157,12 +190,12 @@ def list_delta(serde: Any, base: ListState | None, new: list, version: object,
         while step < limit and base.same(serde, step, new[step]):
             step += 1
     if base is None or step == 0 or base.chain is None:
-        encodings = [encode(serde, item) for item in new]
+        encodings = [tuple(serde.dumps_typed(item)) for item in new]
         if base is not None and step:
             encodings[:step] = base.encodings[:step]
         state = ListState(str(version), encodings, chain=[[str(version), len(new), 0]])
-        return state, {"base": None, "keep": 0, "items": encodings}, step
-    suffix = [encode(serde, item) for item in new[step:]]
+        return state, {"base": None, "keep": 0, "pack": pack(encodings)}, step
+    suffix = [tuple(serde.dumps_typed(item)) for item in new[step:]]
     encodings = base.encodings[:step] + suffix
     decoded = base.decoded[:step] + [_MISSING] * len(suffix)
     chain = [[v, min(int(floor), step), int(pos)] for v, floor, pos in base.chain]
@@ -170,21 +203,21 @@ def list_delta(serde: Any, base: ListState | None, new: list, version: object,
     target = position & (position - 1)
     at = max(i for i, entry in enumerate(chain) if entry[2] <= target)
     keep = chain[at][1]
-    if max_bytes is not None and encoded_size(encodings[keep:]) > max_bytes:
+    if max_bytes is not None and packed_size(encodings[keep:]) > max_bytes:
         at, keep = len(chain) - 1, step
     if keep == 0:  # nothing shared with the version it would build on: a whole copy
         state = ListState(str(version), encodings, decoded, [[str(version), len(new), 0]])
-        return state, {"base": None, "keep": 0, "items": encodings}, step
+        return state, {"base": None, "keep": 0, "pack": pack(encodings)}, step
     chain = [*chain[:at + 1], [str(version), len(new), position]]
     state = ListState(str(version), encodings, decoded, chain)
-    return state, {"base": chain[at][0], "keep": keep, "items": encodings[keep:]}, step
+    return state, {"base": chain[at][0], "keep": keep, "pack": pack(encodings[keep:])}, step
 
 
 def is_list_doc(doc: Mapping) -> bool:
-    return "items" in doc
+    return "pack" in doc or "items" in doc
 
 
-def materialize(versions: Mapping[str, Mapping], version: str) -> list[Encoded]:
+def materialize(versions: Mapping[str, Mapping], version: str) -> list[Raw]:
     """Every item of a list channel at `version`, following the delta chain.
 
     Args:
@@ -194,7 +227,7 @@ def materialize(versions: Mapping[str, Mapping], version: str) -> list[Encoded]:
     Raises:
         KeyError: the chain refers to a version that is not stored.
     """
-    segments: list[list[Encoded]] = []
+    segments: list[list[Raw]] = []
     limit: int | None = None
     current: str | None = version
     seen: set[str] = set()
@@ -203,7 +236,7 @@ def materialize(versions: Mapping[str, Mapping], version: str) -> list[Encoded]:
             raise KeyError(f"the delta chain of version {version} loops at {current}")
         seen.add(current)
         doc = versions[current]
-        own, keep = doc["items"], int(doc.get("keep") or 0)
+        own, keep = unpack(doc), int(doc.get("keep") or 0)
         if limit is None:
             limit = keep + len(own)
         base = doc.get("base")
@@ -214,7 +247,7 @@ def materialize(versions: Mapping[str, Mapping], version: str) -> list[Encoded]:
             segments.append(own[:limit - keep])
             limit = keep
         current = str(base)
-    out: list[Encoded] = []
+    out: list[Raw] = []
     for segment in reversed(segments):
         out.extend(segment)
     return out
@@ -258,7 +291,7 @@ def chain_keys(ns: str, channel: str, chain: Chain) -> list[str]:
 
 
 def chain_items(docs: Mapping[str, Mapping], ns: str, channel: str, chain: Chain,
-                version: str) -> list[Encoded] | None:
+                version: str) -> list[Raw] | None:
     """Every item of a list at `version` from the documents its chain names (`docs` by key);
     None when one is missing (a thread whose records predate chains, or damaged: the caller
     scans the channel instead)."""

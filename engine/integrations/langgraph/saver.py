@@ -712,7 +712,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
     def _encodings(self, sid: str, ns: str, channel: str, version: str, doc: dict,
                    scans: dict) -> builtins.list:
         if doc.get("base") is None:
-            return doc["items"]
+            return codec.unpack(doc)
         with self._lock:
             cached = self._lists.get((sid, ns, channel))
         if cached is not None and cached.version == version:
