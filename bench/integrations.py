@@ -234,19 +234,36 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "-"
 
 
-def _session_figures(rw: Any, sdk: Any, n: int, repeat: int) -> list[tuple[float, float]]:
-    """(get(20), pop, add one) median µs of both sessions after `n` items."""
+async def _ainterleaved_us(a: Callable[[], Awaitable[Any]], b: Callable[[], Awaitable[Any]],
+                           repeat: int) -> tuple[float, float]:
+    """`_interleaved_us` for coroutines, in the running event loop."""
+    sa, sb = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        await a()
+        t1 = time.perf_counter()
+        await b()
+        t2 = time.perf_counter()
+        sa.append(t1 - t0)
+        sb.append(t2 - t1)
+    return statistics.median(sa) * 1e6, statistics.median(sb) * 1e6
+
+
+async def _session_figures(rw: Any, sdk: Any, n: int, repeat: int
+                           ) -> list[tuple[float, float]]:
+    """(get(20), pop, add one) median µs of both sessions after `n` items, in one event loop
+    (the SDK's session runs SQLite in the loop's executor threads, each with its connection:
+    a loop per call would pay a new thread and connection every time)."""
     items: Any = _sdk_items(n)
     for i in range(0, n, 100):
-        asyncio.run(rw.add_items(items[i:i + 100]))
-        asyncio.run(sdk.add_items(items[i:i + 100]))
-    get = _interleaved_us(lambda: asyncio.run(rw.get_items(limit=20)),
-                          lambda: asyncio.run(sdk.get_items(limit=20)), repeat)
+        await rw.add_items(items[i:i + 100])
+        await sdk.add_items(items[i:i + 100])
+    get = await _ainterleaved_us(lambda: rw.get_items(limit=20),
+                                 lambda: sdk.get_items(limit=20), repeat)
     ra, sa = iter(_sdk_items(repeat, "more")), iter(_sdk_items(repeat, "more"))
-    add = _interleaved_us(lambda: asyncio.run(rw.add_items([next(ra)])),
-                          lambda: asyncio.run(sdk.add_items([next(sa)])), repeat)
-    pop = _interleaved_us(lambda: asyncio.run(rw.pop_item()),
-                          lambda: asyncio.run(sdk.pop_item()), min(repeat, n))
+    add = await _ainterleaved_us(lambda: rw.add_items([next(ra)]),
+                                 lambda: sdk.add_items([next(sa)]), repeat)
+    pop = await _ainterleaved_us(rw.pop_item, sdk.pop_item, min(repeat, n))
     return [get, pop, add]
 
 
@@ -263,8 +280,9 @@ def bench_sessions_vs_sdk(tmp: str, repeat: int) -> list[list[str]] | None:
         for n in HISTORY_SIZES:
             rewind_file, sdk_file = f"{tmp}/rs-{mode}-{n}.db", f"{tmp}/sdk-{mode}-{n}.db"
             engine = Engine.open(f"sqlite:///{rewind_file}{suffix}")
-            get, pop, add = _session_figures(RewindSession(engine, f"chat-{n}"),
-                                             SQLiteSession(f"chat-{n}", sdk_file), n, repeat)
+            get, pop, add = asyncio.run(_session_figures(
+                RewindSession(engine, f"chat-{n}"), SQLiteSession(f"chat-{n}", sdk_file), n,
+                repeat))
             engine.close()
             with sqlite3.connect(rewind_file) as db:
                 (rewind_bytes,) = db.execute(

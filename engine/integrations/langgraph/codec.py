@@ -89,13 +89,37 @@ def item_count(doc: Mapping) -> int:
     return len(doc["items"]) if "items" in doc else len(doc["pack"]["sizes"])
 
 
+class Joined(Sequence):
+    """List items as one joined byte string (what `materialize_joined` reads): decoded in one
+    call, split into `Raw` items only when one is asked for (the next delta's comparison)."""
+
+    __slots__ = ("kinds", "data", "sizes", "_items")
+
+    def __init__(self, kinds: list[str], data: bytes, sizes: list[int]):
+        self.kinds, self.data, self.sizes = kinds, data, sizes
+        self._items: list[Raw] | None = None
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, index: Any) -> Any:
+        if self._items is None:
+            items, at = [], 0
+            for kind, size in zip(self.kinds, self.sizes, strict=True):
+                items.append((kind, self.data[at:at + size]))
+                at += size
+            self._items = items
+        return self._items[index]
+
+
 def decode_list(serde: Any, encodings: Sequence[Raw]) -> list:
     """The items of a list channel, decoded (fresh objects).
 
     Items serialized as msgpack are joined under one msgpack array header and decoded in a single
     call: the same work as decoding a whole-list blob, not one call per message.
     """
-    if encodings and all(e[0] == "msgpack" for e in encodings):
+    if encodings and (all(k == "msgpack" for k in encodings.kinds) if isinstance(
+            encodings, Joined) else all(e[0] == "msgpack" for e in encodings)):
         n = len(encodings)
         if n < 16:
             header = bytes([0x90 | n])
@@ -103,7 +127,8 @@ def decode_list(serde: Any, encodings: Sequence[Raw]) -> list:
             header = b"\xdc" + n.to_bytes(2, "big")
         else:
             header = b"\xdd" + n.to_bytes(4, "big")
-        blob = header + b"".join(e[1] for e in encodings)
+        blob = header + (encodings.data if isinstance(encodings, Joined)
+                         else b"".join(e[1] for e in encodings))
         items = serde.loads_typed(("msgpack", blob))
         if isinstance(items, list) and len(items) == n:
             return items
@@ -129,7 +154,7 @@ class ListState:
 
     __slots__ = ("version", "encodings", "decoded", "chain")
 
-    def __init__(self, version: str, encodings: list[Raw], decoded: list | None = None,
+    def __init__(self, version: str, encodings: Sequence[Raw], decoded: list | None = None,
                  chain: Chain | None = None):
         self.version = version
         """The channel version (as a string)."""
@@ -196,7 +221,7 @@ def list_delta(serde: Any, base: ListState | None, new: list, version: object,
         state = ListState(str(version), encodings, chain=[[str(version), len(new), 0]])
         return state, {"base": None, "keep": 0, "pack": pack(encodings)}, step
     suffix = [tuple(serde.dumps_typed(item)) for item in new[step:]]
-    encodings = base.encodings[:step] + suffix
+    encodings = list(base.encodings[:step]) + suffix
     decoded = base.decoded[:step] + [_MISSING] * len(suffix)
     chain = [[v, min(int(floor), step), int(pos)] for v, floor, pos in base.chain]
     position = chain[-1][2] + 1
@@ -253,6 +278,47 @@ def materialize(versions: Mapping[str, Mapping], version: str) -> list[Raw]:
     return out
 
 
+def materialize_joined(versions: Mapping[str, Mapping], version: str) -> Joined:
+    """`materialize`, the items joined (`Joined`): no per-item objects on the way."""
+    segments: list[tuple[Mapping, int]] = []
+    limit: int | None = None
+    current: str | None = version
+    seen: set[str] = set()
+    while current is not None:
+        if current in seen:
+            raise KeyError(f"the delta chain of version {version} loops at {current}")
+        seen.add(current)
+        doc = versions[current]
+        keep = int(doc.get("keep") or 0)
+        if limit is None:
+            limit = keep + item_count(doc)
+        base = doc.get("base")
+        if base is None:
+            segments.append((doc, limit))
+            break
+        if limit > keep:
+            segments.append((doc, limit - keep))
+            limit = keep
+        current = str(base)
+    kinds: list[str] = []
+    parts: list[bytes] = []
+    sizes: list[int] = []
+    for doc, count in reversed(segments):
+        if "pack" not in doc:
+            raws = unpack(doc)[:count]
+            kinds.extend(kind for kind, _data in raws)
+            parts.extend(data for _kind, data in raws)
+            sizes.extend(len(data) for _kind, data in raws)
+            continue
+        packed = doc["pack"]
+        own = packed["sizes"][:count]
+        kinds.extend([packed["types"]] * len(own) if isinstance(packed["types"], str)
+                     else packed["types"][:count])
+        parts.append(base64.b64decode(packed["data"])[:sum(own)])
+        sizes.extend(own)
+    return Joined(kinds, b"".join(parts), sizes)
+
+
 def referenced_blobs(records: Sequence[Mapping], blobs: Mapping[str, Mapping], key_of) -> set[str]:
     """Keys of the blobs that `records` need: their channel versions and every delta base.
 
@@ -291,7 +357,7 @@ def chain_keys(ns: str, channel: str, chain: Chain) -> list[str]:
 
 
 def chain_items(docs: Mapping[str, Mapping], ns: str, channel: str, chain: Chain,
-                version: str) -> list[Raw] | None:
+                version: str) -> Joined | None:
     """Every item of a list at `version` from the documents its chain names (`docs` by key);
     None when one is missing (a thread whose records predate chains, or damaged: the caller
     scans the channel instead)."""
@@ -302,7 +368,7 @@ def chain_items(docs: Mapping[str, Mapping], ns: str, channel: str, chain: Chain
             return None
         found[str(v)] = doc
     try:
-        return materialize(found, version)
+        return materialize_joined(found, version)
     except KeyError:
         return None
 

@@ -710,7 +710,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         return codec.ListState(version, self._encodings(sid, ns, channel, version, doc, {}))
 
     def _encodings(self, sid: str, ns: str, channel: str, version: str, doc: dict,
-                   scans: dict) -> builtins.list:
+                   scans: dict) -> Sequence[tuple]:
         if doc.get("base") is None:
             return codec.unpack(doc)
         with self._lock:
@@ -761,8 +761,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 continue
             version = str(versions[channel])
             chain = usable.get(channel)
-            encodings = (None if chain is None
-                         else codec.chain_items(docs, ns, channel, chain, version))
+            encodings: Sequence[tuple] | None = (
+                None if chain is None else codec.chain_items(docs, ns, channel, chain, version))
             if encodings is None:
                 encodings = self._encodings(sid, ns, channel, version, doc, scans)
                 chain = chains.get(channel) if channel not in usable else None
