@@ -14,8 +14,10 @@ median bare call (target: under 1 ms on SQLite).
 - MCP proxy: `McpProxy.call` vs the upstream client's ``call_tool``, the upstream an in-process
   MCP server (no subprocess, so the figure is the proxy's own cost, not the pipe's).
 
-Then the integrations' own reads and writes against the SDKs' own stores, same run, both at
-their default settings, at 10, 100 and 1,000 items (or checkpoints) of history:
+Then the integrations' own reads and writes against the SDKs' own stores, same run, at 10, 100
+and 1,000 items (or checkpoints) of history, calls alternating between the two sides, twice: at
+each side's default settings (Rewind: WAL, synchronous=NORMAL; the SDKs: WAL, SQLite's default
+synchronous=FULL) and at equal durability (both WAL, synchronous=FULL):
 
 - `RewindSession` vs the Agents SDK's `SQLiteSession` (a file each): ``get_items(limit=20)``,
   ``pop_item``, ``add_items`` of one item, and the stored bytes per item (the row text);
@@ -23,7 +25,8 @@ their default settings, at 10, 100 and 1,000 items (or checkpoints) of history:
   latest checkpoint with a fresh saver object (cold cache) on both sides (bench/langgraph.py's
   plan: a ReAct thread whose message list grows by one message per checkpoint).
 
-    python bench/integrations.py [--calls N] [--store URL] [--no-history]
+    python bench/integrations.py [--calls N] [--store URL] [--no-history] [--repeat N]
+    python bench/integrations.py --history-only {all,sessions,savers}
 """
 
 from __future__ import annotations
@@ -106,7 +109,8 @@ def bench_langgraph(engine: Engine, calls: int) -> Row | None:
 
     class Request:  # what ToolNode hands its wrap_tool_call hook
         def __init__(self, i: int):
-            self.tool_call = {"name": "lookup", "args": {"order": f"A-{i}"}, "id": f"c{i}"}
+            self.tool_call: dict[str, Any] = {
+                "name": "lookup", "args": {"order": f"A-{i}"}, "id": f"c{i}"}
             self.runtime = type(
                 "Runtime",
                 (),
@@ -196,19 +200,71 @@ def bench_mcp(engine: Engine, calls: int) -> Row | None:
 HISTORY_SIZES = (10, 100, 1_000)
 """Items (or checkpoints) of history at which the integrations' reads are compared."""
 
+DURABILITY = {
+    "default": "",
+    "equal": "?synchronous=FULL",
+}
+"""Rewind's store URL suffix per durability mode. The SDKs' stores (SQLiteSession, SqliteSaver)
+run SQLite in WAL mode at SQLite's default ``synchronous=FULL`` (an fsync per commit) and offer
+no setting for it; Rewind's default is WAL with ``synchronous=NORMAL`` (durable across a crash
+of the process, not of the machine). "equal" runs Rewind at FULL too: both sides WAL + FULL."""
 
-def _median_us(fn: Callable[[], Any], repeat: int) -> float:
-    samples = []
+
+def _interleaved_us(a: Callable[[], Any], b: Callable[[], Any], repeat: int
+                    ) -> tuple[float, float]:
+    """Median µs of `a` and of `b`, called alternately so both see the same machine load."""
+    sa, sb = [], []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples) * 1e6
+        a()
+        t1 = time.perf_counter()
+        b()
+        t2 = time.perf_counter()
+        sa.append(t1 - t0)
+        sb.append(t2 - t1)
+    return statistics.median(sa) * 1e6, statistics.median(sb) * 1e6
 
 
-def _sdk_items(n: int) -> list[dict]:
+def _sdk_items(n: int, tag: str = "turn") -> list[dict]:
     return [{"role": "user" if i % 2 else "assistant",
-             "content": f"turn {i}: " + lookup_result(f"A-{i}") * 3} for i in range(n)]
+             "content": f"{tag} {i}: " + lookup_result(f"A-{i}") * 3} for i in range(n)]
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
+async def _ainterleaved_us(a: Callable[[], Awaitable[Any]], b: Callable[[], Awaitable[Any]],
+                           repeat: int) -> tuple[float, float]:
+    """`_interleaved_us` for coroutines, in the running event loop."""
+    sa, sb = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        await a()
+        t1 = time.perf_counter()
+        await b()
+        t2 = time.perf_counter()
+        sa.append(t1 - t0)
+        sb.append(t2 - t1)
+    return statistics.median(sa) * 1e6, statistics.median(sb) * 1e6
+
+
+async def _session_figures(rw: Any, sdk: Any, n: int, repeat: int
+                           ) -> list[tuple[float, float]]:
+    """(get(20), pop, add one) median µs of both sessions after `n` items, in one event loop
+    (the SDK's session runs SQLite in the loop's executor threads, each with its connection:
+    a loop per call would pay a new thread and connection every time)."""
+    items: Any = _sdk_items(n)
+    for i in range(0, n, 100):
+        await rw.add_items(items[i:i + 100])
+        await sdk.add_items(items[i:i + 100])
+    get = await _ainterleaved_us(lambda: rw.get_items(limit=20),
+                                 lambda: sdk.get_items(limit=20), repeat)
+    ra, sa = iter(_sdk_items(repeat, "more")), iter(_sdk_items(repeat, "more"))
+    add = await _ainterleaved_us(lambda: rw.add_items([next(ra)]),
+                                 lambda: sdk.add_items([next(sa)]), repeat)
+    pop = await _ainterleaved_us(rw.pop_item, sdk.pop_item, min(repeat, n))
+    return [get, pop, add]
 
 
 def bench_sessions_vs_sdk(tmp: str, repeat: int) -> list[list[str]] | None:
@@ -220,64 +276,97 @@ def bench_sessions_vs_sdk(tmp: str, repeat: int) -> list[list[str]] | None:
     except ImportError:
         return None
     rows = []
-    for n in HISTORY_SIZES:
-        items = _sdk_items(n)
-        engine = Engine.open(f"sqlite:///{tmp}/rewind-session-{n}.db")
-        sides = {
-            "RewindSession": RewindSession(engine, f"chat-{n}"),
-            "SQLiteSession": SQLiteSession(f"chat-{n}", f"{tmp}/sdk-session-{n}.db"),
-        }
-        figures = {}
-        for name, session in sides.items():
-            for i in range(0, n, 100):
-                asyncio.run(session.add_items(items[i:i + 100]))
-            get = _median_us(lambda s=session: asyncio.run(s.get_items(limit=20)), repeat)
-            extra = iter(_sdk_items(repeat))
-            add = _median_us(lambda s=session, e=extra: asyncio.run(s.add_items([next(e)])),
-                             repeat)
-            pops = min(repeat, n)
-            pop = _median_us(lambda s=session: asyncio.run(s.pop_item()), pops)
-            figures[name] = (get, pop, add)
-        with sqlite3.connect(f"{tmp}/rewind-session-{n}.db") as db:
-            (rewind_bytes,) = db.execute(
-                "SELECT SUM(LENGTH(body)) FROM messages WHERE session = ?", (f"chat-{n}",)
-            ).fetchone()
-        with sqlite3.connect(f"{tmp}/sdk-session-{n}.db") as db:
-            sdk_bytes, sdk_count = db.execute(
-                "SELECT SUM(LENGTH(message_data)), COUNT(*) FROM agent_messages").fetchone()
-        engine.close()
-        count = n + repeat  # Rewind keeps every item added (a pop hides one); the SDK deletes
-        (rg, rp, ra), (sg, sp, sa) = figures["RewindSession"], figures["SQLiteSession"]
-        rows.append([f"{n:,}", f"{rg:.0f}", f"{sg:.0f}", f"{rg / sg:.1f}x", f"{rp:.0f}",
-                     f"{sp:.0f}", f"{rp / sp:.1f}x", f"{ra:.0f}", f"{sa:.0f}",
-                     f"{rewind_bytes / count:.0f}", f"{sdk_bytes / sdk_count:.0f}",
-                     f"{(rewind_bytes / count) / (sdk_bytes / sdk_count):.2f}x"])
+    for mode, suffix in DURABILITY.items():
+        for n in HISTORY_SIZES:
+            rewind_file, sdk_file = f"{tmp}/rs-{mode}-{n}.db", f"{tmp}/sdk-{mode}-{n}.db"
+            engine = Engine.open(f"sqlite:///{rewind_file}{suffix}")
+            get, pop, add = asyncio.run(_session_figures(
+                RewindSession(engine, f"chat-{n}"), SQLiteSession(f"chat-{n}", sdk_file), n,
+                repeat))
+            engine.close()
+            with sqlite3.connect(rewind_file) as db:
+                (rewind_bytes,) = db.execute(
+                    "SELECT SUM(LENGTH(body)) FROM messages WHERE session = ?", (f"chat-{n}",)
+                ).fetchone()
+            with sqlite3.connect(sdk_file) as db:
+                sdk_bytes, sdk_count = db.execute(
+                    "SELECT SUM(LENGTH(message_data)), COUNT(*) FROM agent_messages").fetchone()
+            # Rewind keeps every item added (a pop hides one); the SDK deletes popped rows
+            per_rw, per_sdk = rewind_bytes / (n + repeat), sdk_bytes / sdk_count
+            rows.append([mode, f"{n:,}",
+                         f"{get[0]:.0f}", f"{get[1]:.0f}", _ratio(*get),
+                         f"{pop[0]:.0f}", f"{pop[1]:.0f}", _ratio(*pop),
+                         f"{add[0]:.0f}", f"{add[1]:.0f}", _ratio(*add),
+                         f"{per_rw:.0f}", f"{per_sdk:.0f}", _ratio(per_rw, per_sdk)])
     return rows
 
 
-def bench_savers(tmp: str) -> list[list[str]] | None:
-    """RewindSaver vs LangGraph's SqliteSaver: rows of the table (None: LangGraph missing)."""
+def _bench_langgraph_module() -> Any:
+    """bench/langgraph.py (its name would shadow the package if imported as a module)."""
     import importlib.util
 
+    spec = importlib.util.spec_from_file_location("bench_langgraph",
+                                                  os.path.join(HERE, "langgraph.py"))
+    assert spec is not None and spec.loader is not None
+    lg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lg)
+    return lg
+
+
+def bench_savers(tmp: str, repeat: int) -> list[list[str]] | None:
+    """RewindSaver vs LangGraph's SqliteSaver: rows of the table (None: LangGraph missing).
+
+    One thread per side gets the same checkpoints (bench/langgraph.py's plan: a ReAct thread
+    whose message list grows by one message per checkpoint), puts alternating between the
+    sides; then fresh saver objects on both sides (cold caches, a new connection for
+    SqliteSaver) read the latest checkpoint, alternately.
+    """
     try:
-        spec = importlib.util.spec_from_file_location(
-            "bench_langgraph", os.path.join(HERE, "langgraph.py"))
-        assert spec is not None and spec.loader is not None
-        lg = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(lg)
+        lg = _bench_langgraph_module()
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        from engine.integrations.langgraph import RewindSaver
     except ImportError:
         return None
     rows = []
-    for n in HISTORY_SIZES:
-        plan = lg.checkpoints(n)
-        rewind_file = os.path.join(tmp, f"rewind-saver-{n}.db")
-        rewind = lg.bench_rewind(f"sqlite:///{rewind_file}", f"thread-{n}", plan, rewind_file)
-        sqlite = lg.bench_sqlite_saver(os.path.join(tmp, f"lg-saver-{n}.db"), f"thread-{n}", plan)
-        rp = statistics.median(rewind["times"][-10:]) * 1e6
-        sp = statistics.median(sqlite["times"][-10:]) * 1e6
-        rl, sl = rewind["latest"] * 1e6, sqlite["latest"] * 1e6
-        rows.append([f"{n:,}", f"{rp:.0f}", f"{sp:.0f}", f"{rp / sp:.2f}x", f"{rl:.0f}",
-                     f"{sl:.0f}", f"{rl / sl:.2f}x"])
+    for mode, suffix in DURABILITY.items():
+        for n in HISTORY_SIZES:
+            plan = lg.checkpoints(n)
+            thread = f"thread-{n}"
+            engine = Engine.open(f"sqlite:///{tmp}/rsaver-{mode}-{n}.db{suffix}")
+            lg_file = f"{tmp}/lgsaver-{mode}-{n}.db"
+            rw = RewindSaver(engine)
+            sq = SqliteSaver(sqlite3.connect(lg_file, check_same_thread=False))
+            rw_puts, sq_puts, parent = [], [], None
+            for checkpoint, metadata, new_versions in plan:
+                config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+                if parent:
+                    config["configurable"]["checkpoint_id"] = parent
+                t0 = time.perf_counter()
+                rw.put(config, checkpoint, metadata, new_versions)
+                t1 = time.perf_counter()
+                sq.put(config, checkpoint, metadata, new_versions)
+                t2 = time.perf_counter()
+                rw_puts.append(t1 - t0)
+                sq_puts.append(t2 - t1)
+                parent = checkpoint["id"]
+            sq.conn.close()
+            latest: Any = {"configurable": {"thread_id": thread}}
+
+            def read_rw(latest: Any = latest, engine: Engine = engine) -> None:
+                assert RewindSaver(engine).get_tuple(latest) is not None
+
+            def read_sq(latest: Any = latest, lg_file: str = lg_file) -> None:
+                conn = sqlite3.connect(lg_file, check_same_thread=False)
+                assert SqliteSaver(conn).get_tuple(latest) is not None
+                conn.close()
+
+            read = _interleaved_us(read_rw, read_sq, repeat)
+            engine.close()
+            put = (statistics.median(rw_puts[-10:]) * 1e6,
+                   statistics.median(sq_puts[-10:]) * 1e6)
+            rows.append([mode, f"{n:,}", f"{put[0]:.0f}", f"{put[1]:.0f}", _ratio(*put),
+                         f"{read[0]:.0f}", f"{read[1]:.0f}", _ratio(*read)])
     return rows
 
 
@@ -288,26 +377,32 @@ def print_table(headers: list[str], rows: list[list[str]]) -> None:
         print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
 
 
-def history_tables(repeat: int) -> None:
-    """The integrations' reads against the SDKs' own stores, by history length."""
+def history_tables(repeat: int, only: str | None = None) -> None:
+    """The integrations' reads against the SDKs' own stores, by history length, at default
+    settings and at equal durability (both WAL + synchronous=FULL)."""
     with tempfile.TemporaryDirectory() as tmp:
-        sessions = bench_sessions_vs_sdk(tmp, repeat)
-        if sessions is None:
-            print("\nRewindSession vs SQLiteSession: skipped (openai-agents is not installed)")
-        else:
-            print(f"\nRewindSession vs the Agents SDK's SQLiteSession, default settings, "
-                  f"median µs of {repeat}; bytes: stored row text per item")
-            print_table(["items", "get(20) rw", "get(20) sdk", "ratio", "pop rw", "pop sdk",
-                         "ratio", "add rw", "add sdk", "B/item rw", "B/item sdk", "ratio"],
-                        sessions)
-        savers = bench_savers(tmp)
-        if savers is None:
-            print("\nRewindSaver vs SqliteSaver: skipped (langgraph is not installed)")
-        else:
-            print("\nRewindSaver vs LangGraph's SqliteSaver, default settings, µs; put: median "
-                  "of the last 10; latest: a fresh saver reads the newest checkpoint (median of 5)")
-            print_table(["checkpoints", "put rw", "put lg", "ratio", "latest rw", "latest lg",
-                         "ratio"], savers)
+        if only in (None, "sessions"):
+            sessions = bench_sessions_vs_sdk(tmp, repeat)
+            if sessions is None:
+                print("\nRewindSession vs SQLiteSession: skipped (openai-agents is not installed)")
+            else:
+                print(f"\nRewindSession (rw) vs the Agents SDK's SQLiteSession (sdk), median µs "
+                      f"of {repeat}, calls alternating; default: Rewind WAL+NORMAL, SDK WAL+FULL; "
+                      "equal: both WAL+FULL; B/item: stored row text per item")
+                print_table(["durability", "items", "get(20) rw", "get(20) sdk", "ratio",
+                             "pop rw", "pop sdk", "ratio", "add rw", "add sdk", "ratio",
+                             "B/item rw", "B/item sdk", "ratio"], sessions)
+        if only in (None, "savers"):
+            savers = bench_savers(tmp, repeat)
+            if savers is None:
+                print("\nRewindSaver vs SqliteSaver: skipped (langgraph is not installed)")
+            else:
+                print(f"\nRewindSaver (rw) vs LangGraph's SqliteSaver (lg), µs; put: median of "
+                      f"the last 10, alternating; latest: a fresh saver reads the newest "
+                      f"checkpoint (median of {repeat}, alternating); default: Rewind WAL+NORMAL, "
+                      "SqliteSaver WAL+FULL; equal: both WAL+FULL")
+                print_table(["durability", "checkpoints", "put rw", "put lg", "ratio",
+                             "latest rw", "latest lg", "ratio"], savers)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,7 +411,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", default=None, help="store URL (default: a SQLite file)")
     parser.add_argument("--no-history", action="store_true",
                         help="skip the SDK-store comparisons by history length")
+    parser.add_argument("--history-only", choices=["all", "sessions", "savers"], default=None,
+                        help="only the SDK-store comparisons (all, or one of the two tables)")
+    parser.add_argument("--repeat", type=int, default=21, help="repeats per history figure")
     args = parser.parse_args(argv)
+    if args.history_only:
+        print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+        history_tables(args.repeat, None if args.history_only == "all" else args.history_only)
+        print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
+        return 0
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as tmp:
         url = args.store or f"sqlite:///{tmp}/bench.db"
@@ -367,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     if not args.no_history:
-        history_tables(repeat=20)
+        history_tables(args.repeat)
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
     return 0
 

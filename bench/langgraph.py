@@ -61,7 +61,9 @@ def message(i: int):
 def checkpoints(steps: int) -> list[tuple[Checkpoint, dict, dict]]:
     """(checkpoint, metadata, new_versions) for each step, prebuilt so building is not timed."""
     versions = InMemorySaver()
-    out, messages, version = [], [], None
+    out: list = []
+    messages: list = []
+    version = None
     for i in range(steps):
         messages = [*messages, message(i)]
         version = versions.get_next_version(version, None)

@@ -8,9 +8,11 @@ touch LangGraph's own history:
 document key                           holds
 =====================================  ========================================================
 ``c/<ns>/<checkpoint id>``             checkpoint record: the checkpoint without its channel
-                                       values, metadata, parent id, Rewind snapshot, epoch
+                                       values, metadata, parent id, Rewind snapshot, epoch,
+                                       and the skip-delta chain of each list channel
+                                       (``lists``, see `codec`)
 ``b/<ns>/<channel>/<version>``         one channel value at one version: ``{"value": enc}``,
-                                       a list delta ``{"base", "keep", "items"}`` or
+                                       a list delta ``{"base", "keep", "pack"}`` or
                                        ``{"empty": true}`` (see `codec`)
 ``w/<ns>/<checkpoint id>/<task>/<i>``  one pending write of a task
 ``s/<step number>``                    root checkpoint a guarded tool call ran under

@@ -23,8 +23,10 @@ Mapping (key layout in `layout`):
   history (appends only), so the console shows the conversation.
 
 Storage does not copy the message list at every checkpoint: channel values are stored once per
-(channel, version), like LangGraph's Postgres saver, and list values as deltas against the
-parent's version (`codec`).
+(channel, version), like LangGraph's Postgres saver, and list values as skip-deltas against
+earlier versions on the same line (`codec`). The checkpoint record names every document its
+lists are built from, so reading a checkpoint is one read of the record and one of its values,
+whatever the thread's length: at most log2(n) + 1 documents per list channel.
 
 Every read and write goes through the engine's public API (`Engine.get_documents`,
 `Engine.write_session`, …), never the store itself: the engine checks size limits before the store
@@ -438,7 +440,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 if ns == "" and head is not None:
                     chosen = next((r for r in recs if r["id"] == head), chosen)
                 kept.append(chosen)
-            self._delete_docs(sid, self._unneeded(docs, kept), head=False)
+            self._delete_docs(sid, codec.unneeded(docs, kept), head=False)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is in `run_ids`.
@@ -458,7 +460,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
             if not any(rec.get("run") in runs for rec in recs):
                 continue
             kept = [rec for rec in recs if rec.get("run") not in runs]
-            self._delete_docs(sid, self._unneeded(docs, kept), head=False)
+            self._delete_docs(sid, codec.unneeded(docs, kept), head=False)
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         """Next channel version: a zero-padded counter plus a random fraction, so two forks of
@@ -526,10 +528,12 @@ class RewindSaver(BaseCheckpointSaver[str]):
         checkpoint_id = checkpoint["id"]
         parent = self._record(sid, ns, parent_id) if parent_id else None
         parent_versions = parent["cp"].get("channel_versions", {}) if parent else {}
+        parent_chains = (parent.get("lists") or {}) if parent else {}
         values = checkpoint["channel_values"]
         docs: dict[str, dict] = {}
         lists: dict[str, codec.ListState] = {}
         appended = None  # messages this checkpoint adds to its parent's, for the mirror
+        max_bytes = self.engine.limits.document_bytes // 2
         for channel, version in new_versions.items():
             key = layout.blob_key(ns, channel, version)
             if channel not in values:
@@ -542,18 +546,21 @@ class RewindSaver(BaseCheckpointSaver[str]):
             before = parent_versions.get(channel)
             base = None
             if before is not None and str(before) != str(version):
-                base = self._list_state(sid, ns, channel, before)
-            lists[channel], docs[key] = codec.list_delta(self.serde, base, value, version)
+                base = self._list_state(sid, ns, channel, before, parent_chains.get(channel))
+            lists[channel], docs[key], shared = codec.list_delta(self.serde, base, value,
+                                                                 version, max_bytes)
             if channel == self.messages_channel and ns == "":
                 if before is None:
                     appended = value
-                elif base is not None and docs[key]["keep"] == len(base):
+                elif base is not None and shared == len(base):
                     appended = value[len(base):]
+        # the skip-delta chain of every list channel, so a read fetches its documents at once
+        chains = codec.chains(parent_chains, checkpoint.get("channel_versions", {}), lists)
         rec = {
             "id": checkpoint_id, "ns": ns, "parent": parent_id,
             "cp": self._dump_checkpoint(checkpoint), "meta": self._dump_meta(meta),
             "run": meta.get("run_id") if isinstance(meta.get("run_id"), str) else None,
-            "late": False, "snap": None, "msgs": None, "epoch": None,
+            "late": False, "snap": None, "msgs": None, "epoch": None, "lists": chains,
         }
         if ns == "":
             pointers = self.engine.get_values(sid, layout.HEAD)
@@ -682,13 +689,20 @@ class RewindSaver(BaseCheckpointSaver[str]):
         key = layout.checkpoint_key(ns, checkpoint_id)
         return self.engine.get_documents(sid, layout.DOCS, [key]).get(key)
 
-    def _list_state(self, sid: str, ns: str, channel: str, version: Any
-                    ) -> codec.ListState | None:
+    def _list_state(self, sid: str, ns: str, channel: str, version: Any,
+                    chain: codec.Chain | None) -> codec.ListState | None:
+        """The list at `version` (the parent's) to build the next delta on; `chain` is its
+        skip-delta chain from the parent's record (None: stored before chains were recorded)."""
         version = str(version)
         with self._lock:
             cached = self._lists.get((sid, ns, channel))
         if cached is not None and cached.version == version:
             return cached
+        if chain and str(chain[-1][0]) == version:
+            docs = self.engine.get_documents(sid, layout.DOCS, codec.chain_keys(ns, channel, chain))
+            encodings = codec.chain_items(docs, ns, channel, chain, version)
+            if encodings is not None:
+                return codec.ListState(version, encodings, chain=chain)
         key = layout.blob_key(ns, channel, version)
         doc = self.engine.get_documents(sid, layout.DOCS, [key]).get(key)
         if doc is None or not codec.is_list_doc(doc):
@@ -696,9 +710,9 @@ class RewindSaver(BaseCheckpointSaver[str]):
         return codec.ListState(version, self._encodings(sid, ns, channel, version, doc, {}))
 
     def _encodings(self, sid: str, ns: str, channel: str, version: str, doc: dict,
-                   scans: dict) -> builtins.list:
+                   scans: dict) -> Sequence[tuple]:
         if doc.get("base") is None:
-            return doc["items"]
+            return codec.unpack(doc)
         with self._lock:
             cached = self._lists.get((sid, ns, channel))
         if cached is not None and cached.version == version:
@@ -718,9 +732,25 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 "were damaged"
             ) from exc
 
-    def _values(self, sid: str, ns: str, versions: dict, scans: dict, remember: bool) -> dict:
+    def _values(self, sid: str, ns: str, versions: dict, chains: dict, scans: dict,
+                remember: bool) -> dict:
+        """The channel values at `versions`: one store read for every document they need
+        (each list's skip-delta chain included, `chains` from the record), unless `scans`
+        already holds a whole channel (`list` reading many checkpoints)."""
         keys = {ch: layout.blob_key(ns, ch, v) for ch, v in versions.items()}
-        docs = self.engine.get_documents(sid, layout.DOCS, list(keys.values())) if keys else {}
+        wanted = set(keys.values())
+        usable: dict[str, codec.Chain] = {}
+        for channel, chain in chains.items():
+            if channel not in versions or str(chain[-1][0]) != str(versions[channel]):
+                continue
+            with self._lock:
+                cached = self._lists.get((sid, ns, channel))
+            if (cached is not None and cached.version == str(versions[channel])) or (
+                    (ns, channel) in scans):
+                continue
+            usable[channel] = chain
+            wanted.update(codec.chain_keys(ns, channel, chain))
+        docs = self.engine.get_documents(sid, layout.DOCS, sorted(wanted)) if wanted else {}
         values = {}
         for channel, key in keys.items():
             doc = docs.get(key)
@@ -730,20 +760,28 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 values[channel] = codec.decode(self.serde, doc["value"])
                 continue
             version = str(versions[channel])
-            encodings = self._encodings(sid, ns, channel, version, doc, scans)
+            chain = usable.get(channel)
+            encodings: Sequence[tuple] | None = (
+                None if chain is None else codec.chain_items(docs, ns, channel, chain, version))
+            if encodings is None:
+                encodings = self._encodings(sid, ns, channel, version, doc, scans)
+                chain = chains.get(channel) if channel not in usable else None
+                if chain is not None and str(chain[-1][0]) != version:
+                    chain = None
             values[channel] = codec.decode_list(self.serde, encodings)
             if remember:
                 with self._lock:
                     cached = self._lists.get((sid, ns, channel))
                     if cached is None or cached.version != version:
                         self._remember(self._lists, (sid, ns, channel),
-                                       codec.ListState(version, encodings))
+                                       codec.ListState(version, encodings, chain=chain))
         return values
 
     def _tuple(self, sid: str, thread_id: Any, rec: dict, scans: dict,
                remember: bool) -> CheckpointTuple:
         ns, checkpoint_id = rec["ns"], rec["id"]
-        values = self._values(sid, ns, rec["cp"].get("channel_versions", {}), scans, remember)
+        values = self._values(sid, ns, rec["cp"].get("channel_versions", {}),
+                              rec.get("lists") or {}, scans, remember)
         writes = sorted(
             self.engine.scan_documents(sid, layout.DOCS,
                                        layout.write_prefix(ns, checkpoint_id)).values(),
@@ -791,22 +829,6 @@ class RewindSaver(BaseCheckpointSaver[str]):
         return codec.decode(self.serde, stored["typed"])
 
     # -- housekeeping -----------------------------------------------------------------------
-    def _unneeded(self, docs: dict, kept: builtins.list[dict]) -> dict[str, None]:
-        """Deletions that leave only the `kept` records, their writes and the blobs they need."""
-        blobs = {k: d for k, d in docs.items() if k.startswith("b/")}
-        needed = codec.referenced_blobs(kept, blobs, layout.blob_key)
-        needed.update(layout.checkpoint_key(r["ns"], r["id"]) for r in kept)
-        write_prefixes = tuple(layout.write_prefix(r["ns"], r["id"]) for r in kept)
-        root_ids = {r["id"] for r in kept if r["ns"] == ""}
-        doomed: dict[str, None] = {}
-        for key, doc in docs.items():
-            if key in needed or (write_prefixes and key.startswith(write_prefixes)):
-                continue
-            if key.startswith("s/") and doc.get("checkpoint") in root_ids:
-                continue
-            doomed[key] = None
-        return doomed
-
     def _delete_docs(self, sid: str, doomed: dict[str, None], *, head: bool) -> None:
         if head:  # the documents and the head pointer go together, or neither does
             self.engine.write_session(sid, values={layout.HEAD: {layout.ROOT: None}},
