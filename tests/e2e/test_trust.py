@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
-from support.console import ACCOUNTS, sign_in, start_console, stop_console, write_secrets
+from support.console import (
+    ACCOUNTS,
+    ROOT,
+    sign_in,
+    start_console,
+    stop_console,
+    write_secrets,
+)
 from support.fleet import seed_fleet, seed_looping
 
 from engine import Engine
@@ -28,7 +35,9 @@ def served(tmp_path_factory):
     seed_fleet(store, background=4)
     secrets = workdir / "secrets.toml"
     write_secrets(secrets, ACCOUNTS, freeze=False)
-    running = start_console(workdir, store, secrets)
+    # app.py alone, without the headers `rewind dashboard` sends (serve.py): the console must
+    # refuse framing and re-ask rights by itself
+    running = start_console(workdir, store, secrets, app=ROOT / "dashboard" / "app.py")
     yield running, secrets
     stop_console(running.process)
 
