@@ -325,9 +325,10 @@ def snapshot_tree(nodes: pd.DataFrame, edges: Sequence[tuple[str, str]],
 
 
 ELAPSED_TICKS = ((1e-3, "1 ms"), (1.0, "1 s"), (60.0, "1 min"), (3600.0, "1 h"),
-                 (86400.0, "1 day"), (7 * 86400.0, "1 week"), (30 * 86400.0, "1 month"),
-                 (365 * 86400.0, "1 year"), (10 * 365 * 86400.0, "10 years"))
-"""Ticks of the decay chart's log axis, in on-call's units."""
+                 (86400.0, "1 day"), (30 * 86400.0, "1 month"), (365 * 86400.0, "1 year"),
+                 (10 * 365 * 86400.0, "10 years"))
+"""Ticks of the decay chart's log axis, in on-call's units, at least a decade and a half apart
+so they stay apart on a phone."""
 RECALL = "#2F3B48"
 
 
@@ -386,11 +387,7 @@ def decay_curves(curves: pd.DataFrame, accesses: pd.DataFrame | None = None,
                               "%{y:.2f}<extra></extra>"))
     if threshold is not None:
         fig.add_hline(y=threshold, line={"color": ERROR, "dash": "dot"},
-                      annotation_text="forget threshold", annotation_position="bottom right")
-    if now_s is not None and now_s > 0:
-        fig.add_vline(x=math.log10(now_s), line={"color": "#7B8794", "dash": "dash",
-                                                  "width": 1},
-                      annotation_text="now", annotation_position="top left")
+                      annotation_text="forget threshold", annotation_position="bottom left")
     xaxis: dict = {"type": "log", "title": "time since the first memory (log scale)",
                    "zeroline": False}
     top = 1.0
@@ -401,6 +398,11 @@ def decay_curves(curves: pd.DataFrame, accesses: pd.DataFrame | None = None,
         xaxis.update(tickmode="array", tickvals=[v for v, _ in ticks],
                      ticktext=[t for _, t in ticks], tickangle=0)
         top = max(top, float(curves["strength"].max()))
+    if now_s is not None and now_s > 0:  # a trace, not a shape: data coordinates on a log axis
+        fig.add_trace(go.Scatter(x=[now_s, now_s], y=[0, top * 1.04], mode="lines+text",
+                                 text=["now", ""], textposition="top right",
+                                 line={"color": "#7B8794", "dash": "dot", "width": 1},
+                                 showlegend=False, hoverinfo="skip"))
     _base(fig, 360, showlegend=True, xaxis=xaxis,
           yaxis={"title": "strength", "range": [0, top * 1.08], "zeroline": True})
     if curves.empty:

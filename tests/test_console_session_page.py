@@ -294,7 +294,7 @@ def test_the_decay_chart_decays_on_a_log_axis_with_a_legend_and_recall_marks(tmp
     assert len(marks) == 1 and len(marks[0].x) == 1 and marks[0].x[0] > 0  # on the log axis
     assert fig.layout.xaxis.type == "log"
     ticks = list(fig.layout.xaxis.ticktext)
-    assert "1 min" in ticks and "1 week" in ticks
+    assert "1 min" in ticks and "1 day" in ticks and "1 month" in ticks
     assert fig.layout.yaxis.range[0] == 0 and "forget threshold" in [
         a.text for a in fig.layout.annotations]
 

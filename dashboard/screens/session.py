@@ -306,9 +306,9 @@ def render_why_flagged(page: Page) -> None:
         st.caption("The session is no longer looping; the target is where a rollback would go now.")
 
 
+# Sessions with more steps explain their flag on request: the answer replays the session a few
+# dozen times.
 EXPLAIN_AT_ONCE_STEPS = 3000
-"""Sessions with more steps explain their flag on request: the answer replays the session
-a few dozen times."""
 
 
 @st.cache_data(ttl=300, max_entries=64, show_spinner="Replaying the session…")

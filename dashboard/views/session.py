@@ -446,8 +446,8 @@ def node_label(node: Any, limit: int = 18) -> str:
 def node_labels(nodes: Sequence[Any], limit: int = 18) -> dict[str, str]:
     """Snapshot id -> the text drawn next to its node (`node_label`); where several nodes would
     read the same ("before post_invoi…" three times), a second line tells them apart: the step
-    they come before, and their time when that is the same too. Lines are joined with "\n"
-    (the chart escapes each line and breaks between them)."""
+    they come before, their time when that is the same too, and their id as a last resort.
+    Lines are joined with "\n" (the chart escapes each line and breaks between them)."""
     first = {n.id: node_label(n, limit) for n in nodes}
     same = Counter(first.values())
     out = {}
@@ -456,10 +456,10 @@ def node_labels(nodes: Sequence[Any], limit: int = 18) -> dict[str, str]:
         if same[text] > 1:
             text += f"\nstep {n.next_step}"
         out[n.id] = text
-    twice = Counter(out.values())
-    for n in nodes:
-        if twice[out[n.id]] > 1:
-            out[n.id] += f" · {when(n.created_at):%H:%M:%S}"
+    for extra in (lambda n: f" · {when(n.created_at):%H:%M:%S}", lambda n: f" · {n.id}"):
+        twice = Counter(out.values())
+        out = {n.id: out[n.id] + extra(n) if twice[out[n.id]] > 1 else out[n.id]
+               for n in nodes}
     return out
 
 
