@@ -370,12 +370,13 @@ def render_flag_explained(page: Page) -> None:
     st.caption(f"Replayed with one rule switched on at a time, under the detector settings in "
                f"force now: step {step} is flagged first, by {views.plain(rule)}.{note}")
     st.dataframe(
-        pd.DataFrame([{"rule": r.rule, "looks for": r.looks_for,
-                       "settings": why.settings_text(r.settings), "at this step": r.verdict}
+        pd.DataFrame([{"rule": r.rule, "at this step": r.verdict, "looks for": r.looks_for,
+                       "settings": why.settings_text(r.settings)}
                       for r in found["readings"]]),
         hide_index=True,
         column_config={"at this step": st.column_config.TextColumn(width="large"),
-                       "looks for": st.column_config.TextColumn(width="medium")})
+                       "looks for": st.column_config.TextColumn(width="medium"),
+                       "settings": st.column_config.TextColumn(width="medium")})
     change = found["change"]
     if change is None:
         st.markdown("**Smallest setting change that would not have flagged it:** none found; "
