@@ -219,11 +219,17 @@ def timeline(frame: pd.DataFrame, lanes: Sequence[str],
         part = frame[(frame["outcome"] == outcome) & (frame["line"] == line)]
         if part.empty:
             continue
+        # Step numbers over the markers (`views.labelled_steps`), upright: a phone cannot
+        # hover, and the axis has room for four ticks only. WebGL traces draw no text.
+        labelled = "label" in part and scatter is go.Scatter
+        text = {"mode": "markers+text", "text": part["label"], "textposition": "top center",
+                "textfont": {"size": 9, "color": "#52606D"}, "cliponaxis": False} \
+            if labelled else {"mode": "markers"}
         fig.add_trace(scatter(
-            x=part["n"], y=part["lane"].map(plot_text), mode="markers", name=name,
+            x=part["n"], y=part["lane"].map(plot_text), name=name,
             marker={"color": color, "symbol": symbol, "size": 9, "opacity": opacity,
                     "line": {"width": 1, "color": color}},
-            text=part["hover"], hovertemplate="%{text}<extra></extra>",
+            hovertext=part["hover"], hovertemplate="%{hovertext}<extra></extra>", **text,
         ))
     span = float(frame["n"].max() - frame["n"].min() + 1) if not frame.empty else 1.0
     shapes, notes = _loop_shapes(windows, span)
@@ -293,7 +299,9 @@ def snapshot_tree(nodes: pd.DataFrame, edges: Sequence[tuple[str, str]],
             x=part["x"], y=part["y"], mode="markers+text" if len(nodes) <= 60 else "markers",
             name=name, customdata=part["id"], hovertext=part["hover"],
             hovertemplate="%{hovertext}<extra></extra>",
-            text=part["label"].map(plot_text), textposition=where[part.index].tolist(),
+            text=part["label"].map(lambda t: "<br>".join(plot_text(line)
+                                                         for line in str(t).split("\n"))),
+            textposition=where[part.index].tolist(),
             cliponaxis=False,
             textfont={"size": 10, "color": "#52606D"},
             marker={"color": color, "symbol": symbol, "size": size,
@@ -316,39 +324,87 @@ def snapshot_tree(nodes: pd.DataFrame, edges: Sequence[tuple[str, str]],
     return fig
 
 
+ELAPSED_TICKS = ((1e-3, "1 ms"), (1.0, "1 s"), (60.0, "1 min"), (3600.0, "1 h"),
+                 (86400.0, "1 day"), (30 * 86400.0, "1 month"), (365 * 86400.0, "1 year"),
+                 (10 * 365 * 86400.0, "10 years"))
+"""Ticks of the decay chart's log axis, in on-call's units, at least a decade and a half apart
+so they stay apart on a phone."""
+RECALL = "#2F3B48"
+
+
 def decay_curves(curves: pd.DataFrame, accesses: pd.DataFrame | None = None,
-                 threshold: float | None = None) -> go.Figure:
-    """Memory strength over time, one line per memory, with the forget threshold and accesses.
+                 threshold: float | None = None, now_s: float | None = None) -> go.Figure:
+    """Memory strength over the time since the first memory (a log axis, so the session's
+    seconds and the weeks of decay both show), one line per memory: solid up to now, dashed
+    after (what happens if it is not recalled again); recalls as diamonds, the forget threshold
+    as a dotted line, a legend under the plot.
 
     Args:
-        curves: columns memory, t (datetime), strength.
-        accesses: columns memory, t, strength (points where a memory was recalled).
+        curves: `views.decay_frames` output (memory, elapsed seconds, t, strength, ahead);
+            without `elapsed`, seconds since its first `t`.
+        accesses: memory, elapsed (or t), strength right after each recall.
         threshold: strength below which a memory is forgotten.
+        now_s: now, in seconds since the first memory (a dashed "now" line).
     """
     fig = go.Figure()
+    if "elapsed" not in curves:  # clock times only: measure from the first one
+        origin = curves["t"].min() if not curves.empty else None
+        curves = curves.assign(elapsed=[(t - origin).total_seconds() for t in curves["t"]])
+        if accesses is not None:
+            accesses = accesses.assign(elapsed=[(t - origin).total_seconds()
+                                                for t in accesses["t"]])
+    curves = curves[curves["elapsed"] > 0]
+    hits = accesses[accesses["elapsed"] > 0] if accesses is not None else None
+    colors: dict[str, str] = {}
     for i, (memory, part) in enumerate(curves.groupby("memory", sort=False)):
-        color = SERIES[i % len(SERIES)]
-        fig.add_trace(go.Scatter(x=part["t"], y=part["strength"], mode="lines",
-                                 name=plot_text(str(memory)[:40]),
-                                 meta=[plot_text(str(memory)[:80])],
-                                 line={"color": color, "width": 2},
-                                 hovertemplate="%{meta[0]}<br>%{x|%H:%M:%S}: "
-                                               "%{y:.2f}<extra></extra>"))
-        if accesses is not None and not accesses.empty:
-            hits = accesses[accesses["memory"] == memory]
-            if not hits.empty:
-                fig.add_trace(go.Scatter(x=hits["t"], y=hits["strength"], mode="markers",
-                                         showlegend=False, marker={"color": color, "size": 8,
-                                                                   "symbol": "diamond"},
-                                         hovertemplate="recalled at %{x|%H:%M:%S}"
-                                                       "<extra></extra>"))
+        color = colors[memory] = SERIES[i % len(SERIES)]
+        name = plot_text(str(memory)[:40])
+        meta = [plot_text(str(memory)[:80])]
+        ahead = part["ahead"].astype(bool) if "ahead" in part else pd.Series(False, part.index)
+        past, later = part[~ahead], part[ahead]
+        if not past.empty and not later.empty:  # the dashed part starts where the solid ends
+            later = pd.concat([past.tail(1), later])
+        for segment, dash, first in ((past, "solid", True), (later, "dash", past.empty)):
+            if segment.empty:
+                continue
+            fig.add_trace(go.Scatter(
+                x=segment["elapsed"], y=segment["strength"], mode="lines", name=name,
+                legendgroup=name, showlegend=first, meta=meta,
+                customdata=[f"{t:%Y-%m-%d %H:%M:%S}" for t in segment["t"]],
+                line={"color": color, "width": 2.5, "dash": dash},
+                hovertemplate="%{meta[0]}<br>%{customdata}: strength %{y:.2f}"
+                              + ("<br>if not recalled again" if dash == "dash" else "")
+                              + "<extra></extra>"))
+    if hits is not None and not hits.empty:
+        for i, (memory, part) in enumerate(hits.groupby("memory", sort=False)):
+            fig.add_trace(go.Scatter(
+                x=part["elapsed"], y=part["strength"], mode="markers", name="recall",
+                legendgroup="recall", showlegend=i == 0, meta=[plot_text(str(memory)[:80])],
+                customdata=[f"{t:%Y-%m-%d %H:%M:%S}" for t in part["t"]],
+                marker={"color": colors.get(memory, RECALL), "size": 11, "symbol": "diamond",
+                        "line": {"width": 1.5, "color": RECALL}},
+                hovertemplate="%{meta[0]}<br>recalled at %{customdata}<br>strength after: "
+                              "%{y:.2f}<extra></extra>"))
     if threshold is not None:
         fig.add_hline(y=threshold, line={"color": ERROR, "dash": "dot"},
-                      annotation_text="forget threshold", annotation_position="bottom right")
-    xaxis: dict = {"title": None}
-    if not curves.empty:  # the span the curves were computed for: the session's life
-        xaxis["range"] = [curves["t"].min(), curves["t"].max()]
-    _base(fig, 340, yaxis={"title": "strength", "rangemode": "tozero"}, xaxis=xaxis)
+                      annotation_text="forget threshold", annotation_position="bottom left")
+    xaxis: dict = {"type": "log", "title": "time since the first memory (log scale)",
+                   "zeroline": False}
+    top = 1.0
+    if not curves.empty:
+        lo, hi = float(curves["elapsed"].min()), float(curves["elapsed"].max())
+        xaxis["range"] = [math.log10(lo), math.log10(hi)]
+        ticks = [(v, t) for v, t in ELAPSED_TICKS if lo <= v <= hi]
+        xaxis.update(tickmode="array", tickvals=[v for v, _ in ticks],
+                     ticktext=[t for _, t in ticks], tickangle=0)
+        top = max(top, float(curves["strength"].max()))
+    if now_s is not None and now_s > 0:  # a trace, not a shape: data coordinates on a log axis
+        fig.add_trace(go.Scatter(x=[now_s, now_s], y=[0, top * 1.04], mode="lines+text",
+                                 text=["now", ""], textposition="top right",
+                                 line={"color": "#7B8794", "dash": "dot", "width": 1},
+                                 showlegend=False, hoverinfo="skip"))
+    _base(fig, 360, showlegend=True, xaxis=xaxis,
+          yaxis={"title": "strength", "range": [0, top * 1.08], "zeroline": True})
     if curves.empty:
         _empty(fig, "No memories")
     return fig

@@ -1,5 +1,6 @@
-"""The operator dialogs: Roll back…, Send notice… and the fleet's bulk rollback. UI only; the
-work is in `dashboard.actions`, which goes through the engine with the operator as actor."""
+"""The operator dialogs: Roll back…, Send notice… and the fleet's bulk rollback, and the session
+page's "Was this a loop?" label. UI only; the work is in `dashboard.actions` (and, for a label,
+`label_session`), which goes through the engine with the operator as actor."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import streamlit as st
 
 from dashboard import actions, data, views
 from dashboard.access import User
-from engine import RewindError, SessionStatus
+from dashboard.views import dialogs as dialog_views
+from engine import Engine, RewindError, SessionStatus
 
 FLASH_KEY = "rewind_flash"
 NO_NOTICE = "No notice"
@@ -95,6 +97,31 @@ def _last_notice_note(sid: str) -> views.NoticeSeen | None:
     return seen
 
 
+def label_session(engine: Engine, user: User, sid: str, label: str,
+                  reason: str | None = None) -> None:
+    """Record `user`'s answer to "was this a loop?" (``loop`` / ``not_loop``) for `sid`,
+    through the engine with the user's actor: the engine checks the account's role at this
+    moment and writes the label as an audit row. A blank reason is none.
+
+    Raises:
+        PermissionDenied: not an operator now. ValueError: another label. UnknownSession.
+    """
+    engine.label(sid, label, actor=user.actor(), reason=(reason or "").strip() or None)
+
+
+def save_label(sid: str, user: User, label: str, reason: str | None) -> None:
+    """`label_session` from the session page: a flash and a rerun, or the refusal in place."""
+    try:
+        label_session(data.engine(), user, sid, label, reason)
+    except (RewindError, PermissionError, ValueError) as exc:
+        st.error(views.plain(exc))
+        return
+    data.forget_session(sid)
+    flash("success", f"Labelled {'a loop' if label == 'loop' else 'not a loop'}; replay and the "
+                     "detector's precision count it from now on.")
+    st.rerun()
+
+
 @st.dialog("Roll back session", width="large")
 def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
     if not user.can_act:
@@ -134,9 +161,11 @@ def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
                 + f" and {len(preview.steps)} steps (kept on an abandoned branch, nothing is "
                 f"deleted) · **{len(comps)} compensations** queued.")
     _last_notice_note(sid)
-    notice = _notice_picker(bundle.info.locale, f"rb-notice-{sid}", allow_none=True)
+    with st.container(key=dialog_views.NOTICE_KEY):
+        notice = _notice_picker(bundle.info.locale, f"rb-notice-{sid}", allow_none=True)
     # Reason and buttons before the long tables, and stuck to the bottom of the screen while
-    # the preview scrolls (DIALOG_CSS), so they are always on screen.
+    # the preview scrolls (DIALOG_CSS), so they are always on screen; on a phone they come
+    # before the notice (DIALOG_CSS reorders), so they never cover its preview.
     st.html(views.DIALOG_CSS)
     with st.container(key=views.DECIDE_KEY):
         reason = _reason(f"rb-reason-{sid}")
@@ -145,14 +174,15 @@ def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
                                 disabled=not reason,
                                 help=None if reason else "Give a reason first.")
             cancel = st.button("Cancel", key=f"rb-cancel-{sid}")
-    if not steps.empty:
-        with st.expander(f"Steps leaving ({len(steps)})", expanded=len(steps) <= 8):
-            st.dataframe(steps.head(500), hide_index=True)
-    if comps.empty:
-        st.caption("Compensations: none (no completed side-effecting step is taken out).")
-    else:
-        st.markdown(f"**Compensations that will be queued ({len(comps)}):**")
-        st.dataframe(comps, hide_index=True)
+    with st.container(key=dialog_views.DETAILS_KEY):
+        if not steps.empty:
+            with st.expander(f"Steps leaving ({len(steps)})", expanded=len(steps) <= 8):
+                st.dataframe(steps.head(500), hide_index=True)
+        if comps.empty:
+            st.caption("Compensations: none (no completed side-effecting step is taken out).")
+        else:
+            st.markdown(f"**Compensations that will be queued ({len(comps)}):**")
+            st.dataframe(comps, hide_index=True)
     if cancel:
         st.rerun()
     if not confirm:
@@ -208,7 +238,7 @@ def notice_dialog(sid: str, user: User) -> None:
         st.error(views.plain(exc))
         return
     data.forget_session(sid)
-    flash("success", "Notice sent; it is now the last message of the live history.")
+    flash("success", "Notice sent; it is now the last message of the conversation.")
     st.rerun()
 
 

@@ -222,7 +222,7 @@ def test_rollback_choices_are_restorable_live_snapshots_newest_first():
     assert views.rollback_choices(nodes, "s1") == (["s3", "s1"], 1)
     assert views.rollback_choices(nodes, "gone") == (["s3", "s1"], 0)
     caption = views.snapshot_caption(node("s3", n=3, label="before crop", head=True), "s3")
-    assert caption == "s3 · before crop · before step 3 · head · suggested"
+    assert caption == "s3 · before crop · before step 3 · latest · suggested"
 
 
 # -- messages -----------------------------------------------------------------------------------

@@ -6,15 +6,24 @@ One render function per tab; `main` reads the session once and wires them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import access, charts, data, dialogs, views
 from dashboard.access import User
-from engine import InvalidSessionId, SessionStatus, StoredVerdict, UnknownSession
+from dashboard.views import session as session_views
+from dashboard.views import why_flagged as why
+from engine import (
+    ConfigError,
+    InvalidSessionId,
+    SessionStatus,
+    StoredVerdict,
+    UnknownSession,
+)
 
 MESSAGE_WINDOWS = {"last 100": 100, "last 500": 500, "all": None}
 
@@ -37,6 +46,11 @@ class Page:
     @property
     def nodes(self) -> dict:
         return {n.id: n for n in self.bundle.tree}
+
+    @property
+    def watch_only(self) -> bool:
+        """Rewind watches this session's agent (OpenTelemetry) but does not run it."""
+        return session_views.is_watch_only(self.bundle.info)
 
 
 # -- above the tabs -----------------------------------------------------------------------------
@@ -86,6 +100,7 @@ def render_header(head, page: Page) -> None:
         " · ".join(
             [
                 views.status_markdown(info.status),
+                *([session_views.WATCH_ONLY_BADGE] if page.watch_only else []),
                 *(
                     f"{k.replace('_', ' ')} **{views.plain(str(meta[k]))}**"
                     for k in ("tenant", "scenario", "prompt_version", "locale", "channel")
@@ -112,7 +127,9 @@ def render_header(head, page: Page) -> None:
         st.error(
             f"**Looping** ({views.plain(verdict['rule'] or '?')}): "
             f"{views.plain(verdict['explanation'])}  \n"
-            f"Suggested rollback target: **{views.plain(page.target_text)}**",
+            + ("Rewind cannot roll this agent back: it only watches it."
+               if page.watch_only else
+               f"Suggested rollback target: **{views.plain(page.target_text)}**"),
             icon=":material/autorenew:",
         )
     elif info.status == SessionStatus.ROLLED_BACK:
@@ -178,7 +195,12 @@ def render_audit_link(page: Page) -> None:
 
 
 def render_actions(page: Page) -> None:
-    """Roll back… and Send notice… for operators; a note for viewers."""
+    """Roll back… and Send notice… for operators; a note for viewers; on a watch-only session,
+    what Rewind can and cannot do there instead of actions it would refuse."""
+    if page.watch_only:
+        st.info(session_views.WATCH_ONLY_NOTE, icon=":material/visibility:")
+        render_audit_link(page)
+        return
     if not page.user.can_act:
         st.caption(
             "You are signed in as a viewer: rolling back and sending notices are for operators."
@@ -204,6 +226,26 @@ def render_actions(page: Page) -> None:
         dialogs.rollback_dialog(page.sid, page.user)
     elif open_notice:
         dialogs.notice_dialog(page.sid, page.user)
+
+
+def render_label(page: Page) -> None:
+    """Was this a loop? The current operator label and who set it; Yes / No (a reason is
+    optional) for operators. The engine checks the role again when the label is saved."""
+    with data.store_errors():
+        seen = session_views.current_label(data.session_audit(page.url, page.sid))
+    with st.container(key="loop-label"):
+        st.markdown(f"**Was this a loop?** {views.plain(session_views.label_text(seen))}")
+        if not page.user.can_act:
+            st.caption("Operators answer it; replay and the detector's precision count the "
+                       "answers.")
+            return
+        with st.container(horizontal=True, vertical_alignment="bottom"):
+            reason = st.text_input("Reason (optional)", key="label-reason",
+                                   placeholder="what you saw, for the audit log")
+            yes = st.button("Yes, a loop", key="label-loop")
+            no = st.button("No, not a loop", key="label-not-loop")
+    if yes or no:
+        dialogs.save_label(page.sid, page.user, "loop" if yes else "not_loop", reason)
 
 
 # -- the tabs -----------------------------------------------------------------------------------
@@ -255,9 +297,96 @@ def render_why_flagged(page: Page) -> None:
     if verdict["details"]:
         with st.expander("Rule details"):
             st.json(verdict["details"])
+    render_flag_explained(page)
+    if page.watch_only:
+        st.caption("Watch-only: Rewind cannot roll this agent back, so it suggests no target.")
+        return
     st.markdown(f"**Suggested rollback target:** {views.plain(page.target_text)}")
     if page.bundle.info.status != SessionStatus.LOOPING:
         st.caption("The session is no longer looping; the target is where a rollback would go now.")
+
+
+# Sessions with more steps explain their flag on request: the answer replays the session a few
+# dozen times.
+EXPLAIN_AT_ONCE_STEPS = 3000
+
+
+@st.cache_data(ttl=300, max_entries=64, show_spinner="Replaying the session…")
+def explain_flag(url: str | None, sid: str, updated_at: float) -> dict | None:
+    """What each rule saw at the session's first flag and the smallest setting change that
+    would not have flagged it, from replays of its stored steps (`Engine.replay`, which writes
+    nothing) under the detector settings in force; None when they flag nothing. `updated_at`
+    keys the cache: a session that moved is replayed again."""
+    engine = data.engine_for(url)
+    declared = engine.detector_settings()
+    base = engine.detector_factory().config
+    settings = {name: declared.get(name, getattr(base, name))
+                for names in why.RULE_SETTINGS.values() for name in names}
+
+    def replay(change: Mapping[str, Any]) -> tuple[why.Flag | None, why.Flag | None]:
+        try:
+            found = engine.replay({**declared, **change}, where={"session": [sid]}).sessions
+        except ConfigError as exc:  # a ValueError: the search skips a value the detector refuses
+            raise ValueError(str(exc)) from None
+        if not found:
+            return None, None
+        before, after = found[0].before, found[0].after
+        return (None if before is None else (before.step, before.rule),
+                None if after is None else (after.step, after.rule))
+
+    flag = replay({})[0]
+    if flag is None:
+        return None
+    disabled = frozenset(declared.get("disabled_rules") or base.disabled_rules)
+    alone = {rule: replay(why.only(rule, disabled))[1] for rule in why.RULE_SETTINGS}
+    tool = next((s.tool for s in engine.get_session(sid).steps() if s.n == flag[0]), None)
+    exemptions = declared.get("tool_exemptions") or base.tool_exemptions
+    change = why.smallest_change(flag, tool, settings, lambda c: replay(c)[1],
+                                 exemptions=exemptions, disabled=disabled)
+    return {"flag": flag, "readings": why.rule_readings(flag, alone, settings),
+            "change": change}
+
+
+def render_flag_explained(page: Page) -> None:
+    """What each rule saw at the flagged step, and by how much a setting would have to move."""
+    info = page.bundle.info
+    if info.steps > EXPLAIN_AT_ONCE_STEPS and not st.button(
+            "What did each rule see?", key="explain-flag",
+            help=f"Replays this session's {info.steps:,} steps a few dozen times."):
+        return
+    with data.store_errors():
+        found = explain_flag(page.url, page.sid, info.updated_at)
+    st.markdown("**What each rule saw**")
+    if found is None:
+        st.caption("Replayed under the detector settings in force now, this session is not "
+                   "flagged: the verdict above came from other settings.")
+        return
+    step, rule = found["flag"]
+    stored = page.verdict
+    note = ""
+    if stored and stored.get("rule") != rule:
+        note = (f" The stored verdict ({views.plain(stored.get('rule') or '?')}) came from the "
+                "settings in force then.")
+    st.caption(f"Replayed with one rule switched on at a time, under the detector settings in "
+               f"force now: step {step} is flagged first, by {views.plain(rule)}.{note}")
+    st.dataframe(
+        pd.DataFrame([{"rule": r.rule, "at this step": r.verdict, "looks for": r.looks_for,
+                       "settings": why.settings_text(r.settings)}
+                      for r in found["readings"]]),
+        hide_index=True,
+        column_config={"at this step": st.column_config.TextColumn(width="large"),
+                       "looks for": st.column_config.TextColumn(width="medium"),
+                       "settings": st.column_config.TextColumn(width="medium")})
+    change = found["change"]
+    if change is None:
+        st.markdown("**Smallest setting change that would not have flagged it:** none found; "
+                    "no single setting of this rule clears it.")
+        return
+    st.markdown("**Smallest setting change that would not have flagged it:** "
+                + views.plain(change.sentence()) + ".")
+    if change.field not in ("tool_exemptions", "disabled_rules"):
+        st.caption(f"Try it on the whole fleet before changing it: `rewind replay --set "
+                   f"{change.field}={change.after}` shows what it does to every session.")
 
 
 def render_snapshot_tree(page: Page) -> None:
@@ -292,14 +421,37 @@ def render_snapshot_tree(page: Page) -> None:
         f"**{views.plain(node.id)}** · {views.plain(node.label or node.kind)} · "
         f"{views.plain(node.kind)} "
         f"snapshot before step {node.next_step} · {node.messages} messages · "
-        + ("**head** · " if node.is_head else "")
-        + ("restorable" if node.restorable else "not restorable")
+        + ("**latest: where the agent is now** · " if node.is_head else "")
+        + ("can roll back here" if node.restorable else "cannot roll back here")
     )
     if node.abandoned_reason:
-        st.caption(f"Abandoned: {views.plain(node.abandoned_reason)}")
-    if node.restorable and node.on_live_line and page.user.can_act:
+        st.caption(f"Taken out by a rollback: {views.plain(node.abandoned_reason)}")
+    if node.restorable and node.on_live_line and page.user.can_act and not page.watch_only:
         if st.button(f"Roll back to {node.id}…", key="tree-rollback"):
             dialogs.rollback_dialog(page.sid, page.user, target=node.id)
+
+
+@st.cache_data(ttl=data.SESSION_TTL, show_spinner=False)
+def decay_view(url: str | None, sid: str) -> tuple[pd.DataFrame, pd.DataFrame, float | None,
+                                                   float] | None:
+    """The decay chart's frames (`views.decay_frames`) and now in seconds since the first
+    memory: the session's valid memories' curves (`SessionMemory.curves`, the engine's decay),
+    one decade of time at a time from the first memory until every memory falls under the
+    forget threshold; None without valid memories."""
+    memory = data.engine_for(url).get_session(sid).memory
+    try:
+        items = memory.items()
+    except ImportError:  # no retrieval stack: data.memory_view shows no memories either
+        return None
+    if not items:
+        return None
+    start, now = min(m.created_at for m in items), time.time()
+    curves = []
+    for a, b in session_views.decay_windows(items, start):
+        curves.append(memory.curves(a, b, points=session_views.DECAY_POINTS))
+        if session_views.decay_done(curves[-1], b, now):
+            break
+    return (*session_views.decay_frames(items, curves, start, now), now - start)
 
 
 def render_memory(page: Page) -> None:
@@ -307,14 +459,25 @@ def render_memory(page: Page) -> None:
     if memory is None:
         st.info("Memory: not recorded. This session wrote no memories.")
         return
-    st.plotly_chart(
-        charts.decay_curves(memory.curves, memory.accesses, memory.threshold), key="memory"
-    )
-    st.caption(
-        "Decay weight of each memory over time; diamonds mark recalls, the dotted line is "
-        "the weight under which a memory is pruned."
-    )
-    st.dataframe(memory.items, hide_index=True)
+    decay = decay_view(page.url, page.sid)
+    if decay is not None:
+        curves, recalls, threshold, now_s = decay
+        st.plotly_chart(charts.decay_curves(curves, recalls, threshold, now_s), key="memory")
+        st.caption(
+            "How strongly each memory is kept, from the first memory on (log scale: the "
+            "session's seconds and the weeks after it both show): solid up to now, dashed "
+            "after (if it is not recalled again); diamonds mark recalls, which strengthen it; "
+            "under the dotted line a memory is forgotten."
+        )
+    else:
+        st.caption("No memory is valid any more: every one was replaced by a newer one.")
+    table = memory.items
+    st.markdown(views.plain(session_views.invalidated_text(table)))
+    st.dataframe(
+        table, hide_index=True,
+        column_config={"why": st.column_config.TextColumn(width="large"),
+                       "confidence": st.column_config.NumberColumn(format="%.2f"),
+                       "memory": st.column_config.TextColumn(width="large")})
     if not memory.log.empty:
         with st.expander(f"Lifecycle and contradictions ({len(memory.log)})"):
             st.dataframe(memory.log, hide_index=True)
@@ -422,6 +585,7 @@ def main() -> None:
     page = Page(url, sid, user, bundle, verdict, target_text)
     render_header(head, page)
     render_actions(page)
+    render_label(page)
     st.html(views.TABS_CSS)
     for tab, render in zip(
         st.tabs(list(TABS), key="tab", bind="query-params"), TABS.values(), strict=True

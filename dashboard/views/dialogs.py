@@ -36,6 +36,10 @@ PRESET_REASONS = (
 
 DECIDE_KEY = "rw-decide"
 """Key of the dialogs' block with the reason and the confirm and cancel buttons."""
+NOTICE_KEY = "rw-notice-pick"
+"""Key of the rollback dialog's block with the notice choice and its preview."""
+DETAILS_KEY = "rw-details"
+"""Key of the rollback dialog's block with the tables of what leaves."""
 DIALOG_CSS = """<style>
 .stDialog > div:has(.st-key-rw-decide){overflow:clip}
 .stDialog > div *:has(.st-key-rw-decide){background-color:inherit}
@@ -46,13 +50,20 @@ DIALOG_CSS = """<style>
  border-top:1px solid rgba(127,140,153,.35)}
 @media (max-width:640px){.stDialog .st-key-rw-decide [data-testid="stButtonGroup"]
  div:has(> button){flex-wrap:nowrap;overflow-x:auto;scrollbar-width:thin}
- .stDialog .st-key-rw-decide [data-testid="stButtonGroup"] button{flex-shrink:0}}
+ .stDialog .st-key-rw-decide [data-testid="stButtonGroup"] button{flex-shrink:0}
+ .stDialog .st-key-rw-notice-pick,
+ .stDialog [data-testid="stLayoutWrapper"]:has(> .st-key-rw-notice-pick){order:1}
+ .stDialog .st-key-rw-details,
+ .stDialog [data-testid="stLayoutWrapper"]:has(> .st-key-rw-details){order:2}}
 </style>"""
 """Keeps the reason and the buttons on screen while a long preview scrolls under them, on a
 laptop and on a phone: the block sticks to the bottom of the dialog's visible part (the dialog
 box clips instead of hiding its overflow, which would make it the sticky block's scroller). It
 takes the dialog's own background, whatever the theme, through the blocks between them. On a
-phone the preset reasons scroll sideways in one row, so the block stays short."""
+phone the preset reasons scroll sideways in one row, so the block stays short, and the block
+comes before the notice choice and its preview (the notice block and the tables move after it):
+a block stuck to the bottom only ever covers what comes after it, and there the tall block
+covered the notice the user will see."""
 
 NOTICE_CHOICES = ("English template", "Chinese template", "Custom text")
 

@@ -5,6 +5,7 @@ token-budget tabs (pure, no Streamlit, no I/O)."""
 from __future__ import annotations
 
 import html
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -118,6 +119,58 @@ def loop_cost_line(cost: LoopCost) -> str:
     return " · ".join(parts)
 
 
+# -- session: watch-only, operator label --------------------------------------------------------
+def is_watch_only(info: Any) -> bool:
+    """Whether Rewind only watches the session (spans from `rewind otlp`) and does not run its
+    agent: it cannot roll it back, notify its user or refuse its calls."""
+    return bool((info.meta or {}).get("watch_only"))
+
+
+WATCH_ONLY_BADGE = ":violet-badge[watch-only]"
+WATCH_ONLY_NOTE = (
+    "**Watch-only:** Rewind sees this agent through its OpenTelemetry traces (`rewind otlp`) "
+    "but does not run it. **It can** flag its loops, page on-call (`rewind alert`), show them "
+    "here and take your label. **It cannot** roll the agent back, send its user a notice or "
+    "hold its calls under a quarantine. To stop a loop, stop or fix the agent where it runs."
+)
+"""What the session page says instead of offering actions the engine would refuse."""
+
+LABEL_WORDS = {"loop": "a loop", "not_loop": "not a loop"}
+"""How an operator's label reads."""
+LABEL_ACTION = "label"
+"""Audit action of a label (the engine's; the label is the audit row)."""
+
+
+@dataclass(frozen=True)
+class LabelSeen:
+    """The newest operator answer to "was this a loop?" for one session."""
+
+    label: str
+    """``loop`` or ``not_loop``."""
+    actor: str
+    at: float
+    reason: str | None
+
+
+def current_label(events: Iterable[Any]) -> LabelSeen | None:
+    """The newest label among a session's audit events (any order), or None."""
+    labels = [e for e in events if e.action == LABEL_ACTION
+              and (e.detail or {}).get("label") in LABEL_WORDS]
+    if not labels:
+        return None
+    e = max(labels, key=lambda e: (e.at, e.id))
+    return LabelSeen(e.detail["label"], e.actor, e.at, e.reason)
+
+
+def label_text(seen: LabelSeen | None) -> str:
+    """The current label as one sentence (foreign actor and reason: render through `plain`)."""
+    if seen is None:
+        return "No operator has said yet whether this was a loop."
+    text = (f"Labelled {LABEL_WORDS[seen.label]} by {seen.actor} at "
+            f"{when(seen.at):%Y-%m-%d %H:%M:%S}")
+    return text + (f": {seen.reason}" if seen.reason else ".")
+
+
 # -- session: timeline ------------------------------------------------------------------------
 LANE_ARGS_CHARS = 36
 """Arguments shown in a lane's name."""
@@ -146,6 +199,7 @@ def timeline_frame(steps: Sequence[Any], max_lanes: int = MAX_LANES) -> pd.DataF
     counts = Counter(s.fingerprint for s in steps if s.tool)
     own = {fp for fp, _ in counts.most_common(max_lanes)}
     names = lane_labels(steps, own)
+    shown = labelled_steps(steps)
     rows = []
     for s in steps:
         if s.tool is None:
@@ -172,9 +226,28 @@ def timeline_frame(steps: Sequence[Any], max_lanes: int = MAX_LANES) -> pd.DataF
             parts.append("side effect")
         rows.append({"n": s.n, "lane": lane, "tool": s.tool, "fingerprint": s.fingerprint,
                      "outcome": outcome, "line": line,
-                     "hover": "<br>".join(p for p in parts if p), "at": s.started_at})
+                     "hover": "<br>".join(p for p in parts if p), "at": s.started_at,
+                     "label": str(s.n) if s.n in shown else ""})
     return pd.DataFrame(rows, columns=["n", "lane", "tool", "fingerprint", "outcome", "line",
-                                       "hover", "at"])
+                                       "hover", "at", "label"])
+
+
+STEP_LABELS = 16
+"""Most step numbers written next to the timeline's markers (more would overlap on a phone)."""
+
+
+def labelled_steps(steps: Sequence[Any], limit: int = STEP_LABELS) -> set[int]:
+    """The steps whose number the timeline writes next to their marker: every step of a short
+    session; else evenly spaced ones, and always where a loop began and where it was flagged,
+    so a phone (where nothing hovers) still tells which step is which."""
+    numbers = sorted({s.n for s in steps})
+    if len(numbers) <= limit:
+        return set(numbers)
+    marked = {s.n for s in steps if s.verdict}
+    marked |= {s.verdict.get("loop_start_step") for s in steps if s.verdict} - {None}
+    room = max(limit - len(marked), 2)
+    every = math.ceil(len(numbers) / room)
+    return marked | set(numbers[::every])
 
 
 def clock_ticks(frame: pd.DataFrame, count: int = 8) -> tuple[list[int], list[str]]:
@@ -327,6 +400,7 @@ def tree_layout(nodes: Sequence[Any], branches: Sequence[Any] = (),
     rows, edges = [], []
     visible = [n for n in nodes if shown(n)]
     visible_ids = {n.id for n in visible}
+    labels = node_labels(visible)
     for x, n in enumerate(visible):
         parent = n.parent
         guard = 0
@@ -354,7 +428,7 @@ def tree_layout(nodes: Sequence[Any], branches: Sequence[Any] = (),
         elif not n.restorable:
             hover.append("expired by retention: cannot roll back here")
         rows.append({"id": n.id, "x": x, "y": lanes.get(n.branch, 0) if n.branch else 0,
-                     "label": node_label(n), "state": state, "is_head": n.is_head,
+                     "label": labels[n.id], "state": state, "is_head": n.is_head,
                      "restorable": n.restorable and n.on_live_line, "next_step": n.next_step,
                      "branch": n.branch, "reason": b.reason if b else None,
                      "hover": "<br>".join(hover)})
@@ -369,6 +443,26 @@ def node_label(node: Any, limit: int = 18) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def node_labels(nodes: Sequence[Any], limit: int = 18) -> dict[str, str]:
+    """Snapshot id -> the text drawn next to its node (`node_label`); where several nodes would
+    read the same ("before post_invoi…" three times), a second line tells them apart: the step
+    they come before, their time when that is the same too, and their id as a last resort.
+    Lines are joined with "\n" (the chart escapes each line and breaks between them)."""
+    first = {n.id: node_label(n, limit) for n in nodes}
+    same = Counter(first.values())
+    out = {}
+    for n in nodes:
+        text = first[n.id]
+        if same[text] > 1:
+            text += f"\nstep {n.next_step}"
+        out[n.id] = text
+    for extra in (lambda n: f" · {when(n.created_at):%H:%M:%S}", lambda n: f" · {n.id}"):
+        twice = Counter(out.values())
+        out = {n.id: out[n.id] + extra(n) if twice[out[n.id]] > 1 else out[n.id]
+               for n in nodes}
+    return out
+
+
 def rollback_choices(nodes: Sequence[Any], suggested: str | None) -> tuple[list[str], int]:
     """Restorable snapshots on the live line, newest first, and the index of `suggested`."""
     choices = [n.id for n in reversed(nodes) if n.on_live_line and n.restorable]
@@ -380,7 +474,7 @@ def snapshot_caption(node: Any, suggested: str | None = None) -> str:
     """How a snapshot is named in menus: id, label, position, and a mark for the suggested."""
     text = f"{node.id} · {node.label or node.kind} · before step {node.next_step}"
     if node.is_head:
-        text += " · head"
+        text += " · latest"
     if node.id == suggested:
         text += " · suggested"
     return text
@@ -567,13 +661,117 @@ def memory_frames(items: Sequence[Any], curve: Any) -> tuple[pd.DataFrame, pd.Da
         [{"memory": names.get(mid, mid), "t": when(t), "strength": w}
          for mid, marks in curve.accesses.items() for t, w in marks],
         columns=["memory", "t", "strength"])
-    table = pd.DataFrame(
-        [{"memory": m.text, "tier": m.tier, "importance": m.importance,
-          "recalls": m.access_count, "created": when(m.created_at),
-          "state": "valid" if m.invalid_at is None else f"invalidated: {m.invalid_reason or ''}"}
-         for m in items],
-        columns=["memory", "tier", "importance", "recalls", "created", "state"])
-    return curves, hits, curve.threshold, table
+    return curves, hits, curve.threshold, memory_table(items)
+
+
+def memory_names(items: Sequence[Any]) -> dict[str, str]:
+    """Memory id -> its short text, numbered where two would read the same (legend entries)."""
+    names: dict[str, str] = {}
+    seen: Counter[str] = Counter()
+    for m in items:
+        name = memory_label(m.text)
+        seen[name] += 1
+        names[m.id] = name if seen[name] == 1 else f"{name} ({seen[name]})"
+    return names
+
+
+# The decay chart spans seconds (recalls during the session) and weeks (a 7-day half-life): a
+# log axis of the time since the first memory shows both, sampled a decade at a time.
+DECAY_POINTS = 19
+"""Samples per decade of the decay chart."""
+DECAY_LAST_DECADE = 9
+"""The chart never reaches past 10^9 s (31 years) after the first memory."""
+
+
+def decay_first_decade(items: Sequence[Any], start: float) -> int:
+    """The decade (10^k s after the first memory) where the decay chart begins: the one holding
+    the earliest later event (another memory written, a recall), between 1 ms and 1 s."""
+    offsets = [t - start for m in items for t in (m.created_at, *m.access_times) if t > start]
+    first = min(offsets, default=1.0)
+    return max(-3, min(0, math.floor(math.log10(first))))
+
+
+def decay_windows(items: Sequence[Any], start: float) -> list[tuple[float, float]]:
+    """(from, to) unix times, one per decade of the time since the first memory, from
+    `decay_first_decade` to 10^DECAY_LAST_DECADE s; the loader stops early with `decay_done`."""
+    first = decay_first_decade(items, start)
+    return [(start + 10.0 ** k, start + 10.0 ** (k + 1)) for k in range(first, DECAY_LAST_DECADE)]
+
+
+def decay_done(curve: Any, end: float, now: float) -> bool:
+    """Whether the chart reached far enough: past now, and every memory under the threshold."""
+    last = [series[-1] for series in curve.weights.values() if series]
+    return end >= now and all(w is not None and w < curve.threshold for w in last)
+
+
+def decay_frames(items: Sequence[Any], curves: Sequence[Any], start: float,
+                 now: float) -> tuple[pd.DataFrame, pd.DataFrame, float | None]:
+    """(curves, recalls, threshold) for `charts.decay_curves` from the `Curve` of each window of
+    `decay_windows`: per memory its weight at each sample (elapsed seconds since the first
+    memory, clock time, `ahead` for samples after now: what happens if it is not recalled
+    again) and each recall once."""
+    names = memory_names(items)
+    rows, hits, seen = [], [], set()
+    for mid in dict.fromkeys([m.id for m in items]):
+        for curve in curves:
+            series = curve.weights.get(mid) or []
+            rows += [{"memory": names.get(mid, mid), "elapsed": t - start, "t": when(t),
+                      "strength": w, "ahead": t > now}
+                     for t, w in zip(curve.times, series, strict=True) if w is not None]
+    for curve in curves:
+        for mid, marks in curve.accesses.items():
+            for t, w in marks:
+                if (mid, t) not in seen:
+                    seen.add((mid, t))
+                    hits.append({"memory": names.get(mid, mid), "elapsed": t - start,
+                                 "t": when(t), "strength": w})
+    columns = ["memory", "elapsed", "t", "strength"]
+    frame = pd.DataFrame(rows, columns=[*columns, "ahead"])
+    frame = frame.drop_duplicates(["memory", "elapsed"])
+    threshold = curves[0].threshold if curves else None
+    return frame.reset_index(drop=True), pd.DataFrame(hits, columns=columns), threshold
+
+
+JUDGE_WORDS = {"key": "key (exact fact)", "rules": "rules judge", "llm": "your LLM judge",
+               "nli": "NLI model"}
+"""How the judge that invalidated a memory reads; other names as they are."""
+MEMORY_COLUMNS = ["memory", "key", "state", "why", "judge", "confidence", "replaced by", "tier",
+                  "importance", "recalls", "created"]
+
+
+def memory_table(items: Sequence[Any]) -> pd.DataFrame:
+    """One row per memory: its text and fact key, and for an invalidated one why, by which judge,
+    how sure the judge was and which memory replaced it (by its text, else its id)."""
+    texts = {m.id: m.text for m in items}
+    rows = []
+    for m in items:
+        invalid = m.invalid_at is not None
+        by = m.invalid_by
+        newer = m.superseded_by
+        rows.append({
+            "memory": m.text, "key": m.key or "",
+            "state": f"invalidated {when(m.invalid_at):%Y-%m-%d %H:%M:%S}" if invalid else "valid",
+            "why": (m.invalid_reason or "no reason recorded") if invalid else "",
+            "judge": JUDGE_WORDS.get(by, by) if invalid and by else "",
+            "confidence": m.invalid_confidence if invalid else None,
+            "replaced by": memory_label(texts.get(newer, newer), 60) if invalid and newer else "",
+            "tier": m.tier, "importance": m.importance, "recalls": m.access_count,
+            "created": when(m.created_at)})
+    frame = pd.DataFrame(rows, columns=MEMORY_COLUMNS)
+    frame["confidence"] = frame["confidence"].astype("Float64")
+    return frame
+
+
+def invalidated_text(table: pd.DataFrame) -> str:
+    """A line over the memory table: how many memories were invalidated, and by what."""
+    gone = table[table["why"] != ""]
+    total = f"{len(table)} memor{'y' if len(table) == 1 else 'ies'}"
+    if gone.empty:
+        return f"{total}, none invalidated."
+    judges = ", ".join(f"{name} ×{n}" if n > 1 else name
+                       for name, n in Counter(gone["judge"].replace("", "unknown")).items())
+    return (f"{total}, {len(gone)} invalidated by a newer one "
+            f"({judges}); each says why, how sure the judge was and what replaced it.")
 
 
 def memory_log_frame(entries: Iterable[Mapping[str, Any]],

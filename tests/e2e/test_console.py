@@ -234,7 +234,7 @@ def test_clicking_a_snapshot_in_the_tree_offers_rolling_back_to_it(console, page
     sign_in(page, f"{console.url}/session?session={AUTO_ROLLED_BACK}&tab=Snapshot+tree",
             "olivia")
     picker = page.get_by_role("combobox", name="Snapshot (or click a node)")
-    expect(picker).to_have_value(re.compile(r"· head"))
+    expect(picker).to_have_value(re.compile(r"· latest"))
     oldest = page.locator(f"{CHART} .scatterlayer path.point").first.bounding_box()
     # plotly's drag layer takes the pointer and picks the point under it, as for a person
     page.mouse.click(oldest["x"] + oldest["width"] / 2, oldest["y"] + oldest["height"] / 2)
