@@ -75,6 +75,7 @@ if TYPE_CHECKING:
         StepRecord,
     )
     from engine.recovery.notices import NOTICE_FLAG, PAUSED_TEMPLATES, TEMPLATES, template_for
+    from engine.replay import RuleReading, WhyFlagged
     from engine.saga import LIVE_S
     from engine.sessions.session import Session, StepCall
     from engine.store.base import Retention
@@ -163,6 +164,8 @@ __all__ = [
     "UnknownSession",
     "UnknownSnapshot",
     "Verdict",
+    "RuleReading",
+    "WhyFlagged",
     "unused_tool_hint",
 ]
 __version__ = "0.1.0"
@@ -242,6 +245,8 @@ _LAZY: dict[str, str] = {
     "UnknownSnapshot": "engine.errors",
     "unused_tool_hint": "engine.quarantine",
     "Verdict": "engine.loops.detector",
+    "RuleReading": "engine.replay",
+    "WhyFlagged": "engine.replay",
 }
 """Where each public name lives."""
 

@@ -41,7 +41,7 @@ from engine.store import Retention, SessionCursor, SessionFilter, Store, open_st
 from engine.types import FACETS, LoopPolicy, RollbackKind
 
 if TYPE_CHECKING:
-    from engine.replay import Replay
+    from engine.replay import Replay, WhyFlagged
 
 __all__ = ["Actor", "CompensationHandler", "Engine"]
 
@@ -317,6 +317,39 @@ class Engine:
                     break
         results, summary = fleet.replay(self.runtime, config, infos)
         return Replay(results, summary)
+
+    def why_flagged(self, sid: str, *, step: int | None = None) -> WhyFlagged | None:
+        """Why session `sid` was flagged, from its stored steps (every branch) replayed under
+        the detector settings that flagged it: those its last verdict records (over the
+        detector factory's config), or, without a verdict, the settings in force now. Writes
+        nothing; replays the session a few dozen times (a caller showing it for a long session
+        should compute it on request).
+
+        Args:
+            step: the flagged step to explain (None: the session's first flag).
+
+        Returns:
+            A `WhyFlagged`: the flagged step and rule, per rule (in the detector's order) what
+            it looks for, its settings in force and its first flag when run alone, and the
+            smallest change of one setting that would not have flagged the step. None when
+            those settings flag nothing (or not `step`).
+
+        Raises:
+            UnknownSession: no such session. InvalidSessionId: a bad id. ConfigError: the
+            recorded settings are ones this detector refuses.
+        """
+        from engine.replay import detector_config, why_flagged
+
+        info = self.runtime.require_session(sid)
+        verdict = info.last_verdict
+        if verdict is None:
+            detector, recorded = self.runtime.new_detector()
+            base = detector.config
+        else:
+            recorded = dict(verdict.get("detector") or {})
+            base = detector_config(recorded, self.runtime.detector_factory().config)
+        return why_flagged(info.id, fleet.session_history(self.runtime, info.id), base,
+                           step=step, detector=recorded)
 
     def label(self, sid: str, label: str, *, actor: str | Actor,
               reason: str | None = None) -> None:

@@ -13,6 +13,8 @@ step records (every branch, in time order); this module answers from them:
   precision and recall against the labels).
 - `smallest_change(records, config, step)`: the smallest change of one setting that would not
   have flagged that step ("why flagged, and by how much").
+- `why_flagged(session, records, config)`: the flagged step and rule, what each rule saw of the
+  session run alone with its settings in force, and the smallest change (`WhyFlagged`).
 - `detector_config(value)` and `parse_setting(field, text)`: a `DetectorConfig` from a mapping of
   its field names (``{"repeat_threshold": 5}``) or from ``FIELD=VALUE`` text (a CLI's ``--set``).
 
@@ -50,6 +52,10 @@ __all__ = [
     "compare",
     "summarize",
     "smallest_change",
+    "LOOKS_FOR",
+    "RuleReading",
+    "WhyFlagged",
+    "why_flagged",
 ]
 
 Label = Literal["loop", "not_loop"]
@@ -668,3 +674,113 @@ def _tool_at(records: Sequence[StepRecord | MessageRecord], step: int) -> str | 
         if isinstance(record, StepRecord) and record.n == step:
             return record.tool
     return None
+
+
+# -- why flagged: every rule's reading ----------------------------------------------------------
+LOOKS_FOR: dict[str, str] = {
+    "exact_repeat": "the same call with the same outcome, with no progress in between",
+    "circuit_breaker": "failures of one tool in a row, whatever the arguments",
+    "near_duplicate": "failing calls of one tool whose arguments differ only slightly",
+    "cycle": "a block of calls repeating with identical outcomes (ABAB…)",
+    "recurrence": "one call failing the same way again and again, whatever came in between",
+    "context_overflow": "context-overflow or condensation episodes without progress",
+    "idle_turns": "agent turns in a row without a tool call, empty or repeating",
+    "repeated_content": "one passage coming back many times in one message",
+    "poll_budget": "one call polled many times while nothing else moved",
+    "step_budget": "more steps in one task than its budget",
+}
+"""What each rule looks for, in on-call's words (a rule missing here is described by the first
+line of its docstring)."""
+
+
+@dataclass(frozen=True)
+class RuleReading:
+    """What one rule saw of a session, replayed with every other rule switched off."""
+
+    rule: str
+    """Rule id (``exact_repeat``…)."""
+    looks_for: str
+    """What the rule looks for, in one phrase."""
+    settings: dict[str, Any]
+    """The rule's settings in force (its `settings` fields -> value)."""
+    alone: Flag | None
+    """Its first flag when it is the only rule on; None: it sees no loop in the session."""
+
+
+@dataclass(frozen=True)
+class WhyFlagged:
+    """Why a session was flagged: the flag, what each rule saw, and by how much a setting would
+    have to move not to flag it (`Engine.why_flagged`)."""
+
+    session: str
+    flag: Flag
+    """The flagged step and the rule that fired there."""
+    readings: tuple[RuleReading, ...]
+    """One per rule, in the order the detector runs them (`REGISTRY`)."""
+    change: SettingChange | None
+    """The smallest change of one setting that would not have flagged the step (see
+    `smallest_change`); None when no single setting clears it."""
+    detector: dict[str, Any]
+    """The settings replayed, over the detector factory's config (as a verdict records them;
+    ``{}``: the factory's own)."""
+
+
+def _looks_for(rule: type[Any]) -> str:
+    known = LOOKS_FOR.get(rule.id)
+    if known:
+        return known
+    lines = (rule.__doc__ or "").strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def why_flagged(
+    session: str,
+    records: Sequence[StepRecord | MessageRecord],
+    config: DetectorConfig | Mapping[str, Any] | None,
+    *,
+    step: int | None = None,
+    detector: Mapping[str, Any] | None = None,
+    max_tries: int = 12,
+) -> WhyFlagged | None:
+    """Why `config` flags the session: its first flag (or `step`), each rule of `REGISTRY` run
+    alone (every other rule switched off, the rest of `config` kept) with its settings in force,
+    and the smallest change of one setting that would not have flagged the step
+    (`smallest_change`). About 10 + a few dozen replays of `records`.
+
+    Args:
+        session: the session id (carried into the result).
+        records: the session's records (see `first_flag`).
+        config: the configuration that flagged it.
+        step: a flagged step to explain (None: the session's first flag).
+        detector: the settings `config` was built from, as recorded (carried into the result).
+        max_tries: see `smallest_change`.
+
+    Returns:
+        The answer; None when `config` flags nothing (or does not flag `step`).
+
+    Raises:
+        ConfigError: for settings the detector refuses.
+    """
+    base = detector_config(config)
+    if step is None:
+        flag = first_flag(records, base)
+        if flag is None:
+            return None
+    else:
+        rule_id = _run_to(records, base, step)[1]
+        if rule_id is None:
+            return None
+        flag = Flag(step, rule_id)
+    ids = frozenset(r.id for r in REGISTRY)
+    readings = tuple(
+        RuleReading(
+            rule.id,
+            _looks_for(rule),
+            {name: getattr(base, name) for name in rule.settings},
+            first_flag(records, replace(base, disabled_rules=(ids | base.disabled_rules)
+                                        - {rule.id})),
+        )
+        for rule in REGISTRY
+    )
+    change = smallest_change(records, base, flag.step, max_tries=max_tries)
+    return WhyFlagged(session, flag, readings, change, dict(detector or {}))

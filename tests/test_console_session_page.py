@@ -6,7 +6,6 @@ snapshots apart. View functions with hand-made and engine records; the page thro
 
 from __future__ import annotations
 
-import typing
 from pathlib import Path
 
 import pandas as pd
@@ -19,15 +18,13 @@ from dashboard.access import SESSION_KEY, User, role_authority
 from dashboard.views import dialogs as dialog_views
 from dashboard.views import session as sv
 from dashboard.views import why_flagged as why
-from engine import Engine, PermissionDenied
+from engine import Engine, PermissionDenied, RuleReading, WhyFlagged
 from engine.auth import hash_password
-from engine.fleet import session_history
-from engine.loops.detector import DetectorConfig
 from engine.loops.rules import REGISTRY
 from engine.memory.embeddings import HashingEmbedder
 from engine.memory.session import MemoryConfig
 from engine.records import AuditEvent, SnapshotNode, StepRecord
-from engine.replay import smallest_change as engine_smallest_change
+from engine.replay import Flag, SettingChange
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 OPERATOR = User("olivia", "operator", "local")
@@ -125,80 +122,38 @@ def test_operators_answer_was_this_a_loop_and_everyone_sees_the_answer(store):
 
 
 # -- b. why flagged -----------------------------------------------------------------------------
-def numeric_settings(rule) -> tuple[str, ...]:
-    hints = typing.get_type_hints(DetectorConfig)
-    return tuple(n for n in rule.settings if hints[n] in (int, float, int | None))
-
-
-def test_the_console_knows_every_rule_and_its_numeric_settings_in_the_engines_order():
-    assert why.RULE_SETTINGS == {r.id: numeric_settings(r) for r in REGISTRY}
-    assert set(why.RULE_LOOKS_FOR) == set(why.RULE_SETTINGS)
+def answer(rule="exact_repeat", change=None, **alone):
+    readings = tuple(RuleReading(r.id, "", {n: 0 for n in r.settings}, alone.get(r.id))
+                     for r in REGISTRY)
+    return WhyFlagged("s", Flag(5, rule), readings, change, {})
 
 
 def test_rule_readings_say_what_each_rule_saw_at_the_flagged_step():
-    alone = {"exact_repeat": (5, "exact_repeat"), "circuit_breaker": (7, "circuit_breaker"),
-             "recurrence": None, "cycle": (5, "cycle"), "near_duplicate": (3, "near_duplicate")}
-    readings = {r.rule: r for r in why.rule_readings((5, "exact_repeat"), alone,
-                                                     {"repeat_threshold": 3})}
-    assert list(readings) == list(why.RULE_SETTINGS)  # the detector's order
-    assert readings["exact_repeat"].fired and readings["exact_repeat"].verdict == "flagged step 5"
-    assert readings["exact_repeat"].settings == {"repeat_threshold": 3}
-    assert readings["circuit_breaker"].verdict == (
+    found = answer(exact_repeat=Flag(5, "exact_repeat"),
+                   circuit_breaker=Flag(7, "circuit_breaker"), cycle=Flag(5, "cycle"),
+                   near_duplicate=Flag(3, "near_duplicate"))
+    rows = {r["rule"]: r for r in why.reading_rows(found)}
+    assert list(rows) == [r.id for r in REGISTRY]  # the detector's order
+    assert rows["exact_repeat"]["at this step"] == "flagged step 5"
+    assert rows["exact_repeat"]["settings"] == "repeat_threshold=0"
+    assert rows["circuit_breaker"]["at this step"] == (
         "sees no loop yet at step 5; alone it would flag step 7")
-    assert readings["recurrence"].verdict == "sees no loop in this session"
-    assert readings["cycle"].verdict.startswith("sees a loop at step 5 too")
-    assert readings["near_duplicate"].verdict.startswith("sees a loop earlier, at step 3")
+    assert rows["recurrence"]["at this step"] == "sees no loop in this session"
+    assert rows["cycle"]["at this step"].startswith("sees a loop at step 5 too")
+    assert rows["near_duplicate"]["at this step"].startswith("sees a loop earlier, at step 3")
 
 
-def test_nudges_loosen_each_kind_of_setting():
-    assert why.nudges("repeat_threshold", 3, True, 2) == [(4, 1 / 3), (5, 2 / 3)]
-    assert why.nudges("near_max_changed", 1, True, 3) == [(0, 1.0)]  # never below zero
-    assert [v for v, _ in why.nudges("near_text_similarity", 0.6, False, 4)] == [
-        0.7, 0.8, 0.9, 1.0]
-    assert [v for v, _ in why.nudges("near_numeric_rel", 0.25, False, 2)] == [0.225, 0.2]
-
-
-def test_smallest_change_picks_the_least_change_and_falls_back_to_switching_off():
-    calls = []
-
-    def first_flag(change):  # repeat_threshold 5 clears step 5; nothing else does
-        calls.append(dict(change))
-        if change.get("repeat_threshold", 3) >= 5:
-            return (9, "recurrence")
-        if "tool_exemptions" in change:
-            return None
-        return (5, "exact_repeat")
-
-    change = why.smallest_change((5, "exact_repeat"), "refund_api", {"repeat_threshold": 3},
-                                 first_flag)
-    assert (change.field, change.before, change.after, change.then) == (
-        "repeat_threshold", 3, 5, (9, "recurrence"))
-    assert change.sentence() == ("repeat_threshold 3 → 5: the first flag would move to step 9 "
-                                 "(recurrence)")
-    change = why.smallest_change((5, "exact_repeat"), "refund_api", {"repeat_threshold": 3},
-                                 lambda c: None if "tool_exemptions" in c else (5, "x"))
-    assert change.field == "tool_exemptions" and change.after == {"refund_api": ["exact_repeat"]}
-    assert change.sentence() == ("switching the rule off for refund_api: the session would not "
-                                 "be flagged at all")
-
-
-def test_why_flagged_agrees_with_the_engines_smallest_change(store):
-    with Engine.open(store) as engine:
-        records = session_history(engine.runtime, LOOPING)
-        flag = engine.replay({}, where={"session": [LOOPING]}).sessions[0].before
-        expected = engine_smallest_change(records, None, flag.step)
-
-        def first(change):
-            after = engine.replay(dict(change), where={"session": [LOOPING]}).sessions[0].after
-            return None if after is None else (after.step, after.rule)
-
-        settings = {n: getattr(DetectorConfig(), n)
-                    for names in why.RULE_SETTINGS.values() for n in names}
-        found = why.smallest_change((flag.step, flag.rule), "refund_api", settings, first)
-    assert (found.field, found.before, found.after) == (
-        expected.field, expected.before, expected.after)
-    assert found.then == (None if expected.flag is None else
-                          (expected.flag.step, expected.flag.rule))
+def test_the_change_is_worded_with_the_command_that_tries_it():
+    found = answer(change=SettingChange("repeat_threshold", 3, 5, Flag(9, "recurrence"), 2 / 3))
+    assert why.change_sentence(found) == ("repeat_threshold 3 → 5: the first flag would move "
+                                          "to step 9 (recurrence)")
+    assert why.replay_command(found) == "rewind replay --set repeat_threshold=5"
+    found = answer(change=SettingChange("tool_exemptions", {}, {"refund_api": frozenset(
+        {"exact_repeat"})}, None, float("inf")))
+    assert why.change_sentence(found) == ("switching the rule off for refund_api: the session "
+                                          "would not be flagged at all")
+    assert why.replay_command(found) is None
+    assert why.change_sentence(answer()) is None and why.replay_command(answer()) is None
 
 
 def test_the_why_flagged_tab_shows_each_rule_and_the_smallest_change(store):
@@ -206,7 +161,7 @@ def test_the_why_flagged_tab_shows_each_rule_and_the_smallest_change(store):
     assert not at.exception
     assert "What each rule saw" in texts(at.markdown)
     readings = at.dataframe[-1].value
-    assert list(readings["rule"]) == list(why.RULE_SETTINGS)
+    assert list(readings["rule"]) == [r.id for r in REGISTRY]
     fired = readings[readings["at this step"].str.startswith("flagged step")]
     assert len(fired) == 1
     shown = texts(at.markdown)

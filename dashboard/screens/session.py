@@ -6,9 +6,8 @@ One render function per tab; `main` reads the session once and wires them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -18,11 +17,11 @@ from dashboard.access import User
 from dashboard.views import session as session_views
 from dashboard.views import why_flagged as why
 from engine import (
-    ConfigError,
     InvalidSessionId,
     SessionStatus,
     StoredVerdict,
     UnknownSession,
+    WhyFlagged,
 )
 
 MESSAGE_WINDOWS = {"last 100": 100, "last 500": 500, "all": None}
@@ -312,39 +311,12 @@ EXPLAIN_AT_ONCE_STEPS = 3000
 
 
 @st.cache_data(ttl=300, max_entries=64, show_spinner="Replaying the session…")
-def explain_flag(url: str | None, sid: str, updated_at: float) -> dict | None:
-    """What each rule saw at the session's first flag and the smallest setting change that
-    would not have flagged it, from replays of its stored steps (`Engine.replay`, which writes
-    nothing) under the detector settings in force; None when they flag nothing. `updated_at`
-    keys the cache: a session that moved is replayed again."""
-    engine = data.engine_for(url)
-    declared = engine.detector_settings()
-    base = engine.detector_factory().config
-    settings = {name: declared.get(name, getattr(base, name))
-                for names in why.RULE_SETTINGS.values() for name in names}
-
-    def replay(change: Mapping[str, Any]) -> tuple[why.Flag | None, why.Flag | None]:
-        try:
-            found = engine.replay({**declared, **change}, where={"session": [sid]}).sessions
-        except ConfigError as exc:  # a ValueError: the search skips a value the detector refuses
-            raise ValueError(str(exc)) from None
-        if not found:
-            return None, None
-        before, after = found[0].before, found[0].after
-        return (None if before is None else (before.step, before.rule),
-                None if after is None else (after.step, after.rule))
-
-    flag = replay({})[0]
-    if flag is None:
-        return None
-    disabled = frozenset(declared.get("disabled_rules") or base.disabled_rules)
-    alone = {rule: replay(why.only(rule, disabled))[1] for rule in why.RULE_SETTINGS}
-    tool = next((s.tool for s in engine.get_session(sid).steps() if s.n == flag[0]), None)
-    exemptions = declared.get("tool_exemptions") or base.tool_exemptions
-    change = why.smallest_change(flag, tool, settings, lambda c: replay(c)[1],
-                                 exemptions=exemptions, disabled=disabled)
-    return {"flag": flag, "readings": why.rule_readings(flag, alone, settings),
-            "change": change}
+def explain_flag(url: str | None, sid: str, updated_at: float) -> WhyFlagged | None:
+    """`Engine.why_flagged`: what each rule saw at the session's first flag and the smallest
+    setting change that would not have flagged it, from replays of its stored steps (which write
+    nothing) under the settings that flagged it; None when they flag nothing. `updated_at` keys
+    the cache: a session that moved is replayed again."""
+    return data.engine_for(url).why_flagged(sid)
 
 
 def render_flag_explained(page: Page) -> None:
@@ -358,35 +330,35 @@ def render_flag_explained(page: Page) -> None:
         found = explain_flag(page.url, page.sid, info.updated_at)
     st.markdown("**What each rule saw**")
     if found is None:
-        st.caption("Replayed under the detector settings in force now, this session is not "
-                   "flagged: the verdict above came from other settings.")
+        st.caption("Replayed under the detector settings that flagged it, this session is not "
+                   "flagged: the verdict above came from steps or settings Rewind cannot "
+                   "replay.")
         return
-    step, rule = found["flag"]
+    step, rule = found.flag.step, found.flag.rule
     stored = page.verdict
     note = ""
     if stored and stored.get("rule") != rule:
-        note = (f" The stored verdict ({views.plain(stored.get('rule') or '?')}) came from the "
-                "settings in force then.")
-    st.caption(f"Replayed with one rule switched on at a time, under the detector settings in "
-               f"force now: step {step} is flagged first, by {views.plain(rule)}.{note}")
+        note = (f" The last verdict stored ({views.plain(stored.get('rule') or '?')}) named "
+                "another rule: the session was flagged more than once.")
+    st.caption(f"Replayed with one rule switched on at a time, under the detector settings that "
+               f"flagged it: step {step} is flagged first, by {views.plain(rule)}.{note}")
     st.dataframe(
-        pd.DataFrame([{"rule": r.rule, "at this step": r.verdict, "looks for": r.looks_for,
-                       "settings": why.settings_text(r.settings)}
-                      for r in found["readings"]]),
+        pd.DataFrame(why.reading_rows(found), columns=why.READING_COLUMNS),
         hide_index=True,
         column_config={"at this step": st.column_config.TextColumn(width="large"),
                        "looks for": st.column_config.TextColumn(width="medium"),
                        "settings": st.column_config.TextColumn(width="medium")})
-    change = found["change"]
-    if change is None:
+    sentence = why.change_sentence(found)
+    if sentence is None:
         st.markdown("**Smallest setting change that would not have flagged it:** none found; "
                     "no single setting of this rule clears it.")
         return
     st.markdown("**Smallest setting change that would not have flagged it:** "
-                + views.plain(change.sentence()) + ".")
-    if change.field not in ("tool_exemptions", "disabled_rules"):
-        st.caption(f"Try it on the whole fleet before changing it: `rewind replay --set "
-                   f"{change.field}={change.after}` shows what it does to every session.")
+                + views.plain(sentence) + ".")
+    command = why.replay_command(found)
+    if command is not None:
+        st.caption(f"Try it on the whole fleet before changing it: `{command}` shows what it "
+                   "does to every session.")
 
 
 def render_snapshot_tree(page: Page) -> None:
