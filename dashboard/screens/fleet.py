@@ -121,9 +121,10 @@ def _bulk_request(what: str, where: dict, frame: pd.DataFrame) -> dialogs.BulkRe
 
 
 def render_actions(chosen: pd.DataFrame, matching: pd.DataFrame, where: dict,
-                   search: str) -> None:
+                   search: str, below) -> None:
     """Open one selected session; for operators, roll back the selected rows or everything the
-    filters match (capped at actions.BULK_CAP, the count on the button)."""
+    filters match (capped at actions.BULK_CAP, the count on the button). What the bulk rollback
+    does goes `below` the table: above it, the table's own toolbar covered it on a phone."""
     cap = actions.BULK_CAP
     with st.container(horizontal=True, vertical_alignment="center", key="fleet-actions"):
         if len(chosen) == 1:
@@ -162,8 +163,9 @@ def render_actions(chosen: pd.DataFrame, matching: pd.DataFrame, where: dict,
                   "bulk rollback never takes the whole fleet." if not scope else
                   f"{count:,} sessions match; at most {cap} at once: narrow the filter."
                   if too_many else "Preview first; nothing happens before you confirm."))
-        notes = [fleet_views.watch_only_note(chosen, "selected"),
-                 fleet_views.watch_only_note(matching, "matching the filter")]
+    notes = [fleet_views.watch_only_note(chosen, "selected"),
+             fleet_views.watch_only_note(matching, "matching the filter")]
+    with below:
         st.caption(f"Bulk rollback: at most {cap} sessions at once, preview first."
                    + "".join(f" {views.plain(n)}." for n in notes if n))
 
@@ -367,7 +369,10 @@ def live_view() -> None:
                 "loops."),
             "last_activity": st.column_config.DatetimeColumn("last activity",
                                                              format="YYYY-MM-DD HH:mm:ss"),
-            "explanation": st.column_config.TextColumn("why flagged", width="large"),
+            "explanation": st.column_config.TextColumn(
+                "why flagged", width=fleet_views.text_width(shown["explanation"]),
+                help="What the detector saw when it last flagged the session; the session's "
+                     "“Why flagged” tab shows each rule's view."),
         },
         hide_index=True, on_select=functools.partial(_hold_for_selection, table_key),
         selection_mode="multi-row", key=table_key,
@@ -382,9 +387,10 @@ def live_view() -> None:
         + (" · select rows to open one or roll them back" if user.can_act
            else " · select a row to open the session")
     )
+    below = st.container(key="fleet-bulk-note")
     selected = [r for r in (picked.selection.rows if picked is not None else []) if r < len(shown)]
     with bar:
-        render_actions(shown.iloc[selected], matching, where, search)
+        render_actions(shown.iloc[selected], matching, where, search, below)
 
 
 opening = st.session_state.pop(OPEN_REQUEST, None)

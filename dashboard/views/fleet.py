@@ -135,6 +135,17 @@ def watch_only_note(frame: pd.DataFrame, what: str) -> str:
             "rollback skips them and takes the others")
 
 
+CHAR_PX, CELL_PAD_PX = 7.5, 24
+"""Width of one character of the table's font (14 px sans, generous) and a cell's padding."""
+
+
+def text_width(texts: pd.Series, least: int = 200, most: int = 1400) -> int:
+    """A column width in pixels that shows the longest of `texts` whole on one line (the
+    table's cells never wrap), between `least` and `most`."""
+    longest = int(texts.dropna().astype(str).str.len().max()) if texts.notna().any() else 0
+    return int(min(max(least, longest * CHAR_PX + CELL_PAD_PX), most))
+
+
 def facets(frame: pd.DataFrame) -> dict[str, list[str]]:
     """Distinct tenants, scenarios and prompt versions, for the filter menus."""
     out = {}
