@@ -45,25 +45,26 @@ with st.form("whatif"):
     st.markdown("**Detector settings** (each starts at the value the detector runs now"
                 + (", as declared in the store" if declared else "") + ")")
     chosen: dict = {}
-    grid = st.columns(3)
-    for n, s in enumerate(whatif.SETTINGS):
-        col = grid[n % 3]
-        now_value = current[s.field]
-        shown = (", ".join(now_value) or "none") if s.kind == "rules" else now_value
-        label = f"{s.label} (now {shown})" if s.kind != "rules" else s.label
-        help_text = f"{s.help} Setting: {s.field}; now {shown}."
-        key = f"whatif-{s.field}"
-        if s.kind == "rules":
-            chosen[s.field] = col.multiselect(label, whatif.RULE_IDS, default=now_value,
-                                              key=key, help=help_text)
-        elif s.kind == "float":
-            chosen[s.field] = col.number_input(label, min_value=0.0, max_value=1.0,
-                                               value=float(now_value), step=0.05, key=key,
-                                               help=help_text)
-        else:
-            chosen[s.field] = col.number_input(label, min_value=int(s.low),
-                                               value=int(now_value), step=1, key=key,
-                                               help=help_text)
+    # A row that wraps, not columns: on a phone columns stack one after the other, and the
+    # settings would read in another order than on a wide screen.
+    with st.container(horizontal=True, key="whatif-settings"):
+        for s in whatif.SETTINGS:
+            now_value = current[s.field]
+            shown = (", ".join(now_value) or "none") if s.kind == "rules" else now_value
+            label = f"{s.label} (now {shown})" if s.kind != "rules" else s.label
+            help_text = f"{s.help} Setting: {s.field}; now {shown}."
+            key = f"whatif-{s.field}"
+            if s.kind == "rules":
+                chosen[s.field] = st.multiselect(label, whatif.RULE_IDS, default=now_value,
+                                                 key=key, help=help_text, width=620)
+            elif s.kind == "float":
+                chosen[s.field] = st.number_input(label, min_value=0.0, max_value=1.0,
+                                                  value=float(now_value), step=0.05, key=key,
+                                                  help=help_text, width=300)
+            else:
+                chosen[s.field] = st.number_input(label, min_value=int(s.low),
+                                                  value=int(now_value), step=1, key=key,
+                                                  help=help_text, width=300)
     run = st.form_submit_button("Replay", type="primary", icon=":material/replay:")
 
 
