@@ -181,3 +181,35 @@ def test_what_if_replays_the_fleet_under_other_settings_and_writes_nothing(store
         assert len(engine.events(limit=100_000)) == events
         assert len(engine.audit(limit=100_000)) == audit
 
+
+
+def test_the_fleet_marks_a_watch_only_session_and_the_bulk_rollback_counts_it(store):
+    with Engine.open(store) as engine:
+        s = engine.session("otel-watched", meta={"source": "otlp", "watch_only": True,
+                                                 "tenant": "acme"}, on_loop="flag")
+        for _ in range(4):
+            with s.step("search", {"q": "same"}) as call:
+                call.fail("HTTP 500")
+        assert s.info().status == "looping"
+    at = AppTest.from_file(APP, default_timeout=90)
+    at.secrets["rewind"] = {"store": store, "users": {}}
+    at.session_state[SESSION_KEY] = OPERATOR
+    at.query_params["status"] = "looping"
+    at.run()
+    assert not at.exception
+    table = at.dataframe[0].value
+    row = table[table["session"] == "otel-watched"].iloc[0]
+    assert fleet_views.WATCH_ONLY in list(row["state"])
+    notes = [c.value.replace("\\", "") for c in at.caption  # Markdown escapes dropped
+             if "Bulk rollback" in c.value]
+    assert notes and "is watch-only" in notes[0] and "skips them" in notes[0], notes
+
+
+def test_needs_you_reads_a_looping_session_without_scenario_or_hold():
+    # pandas' string dtype keeps a missing facet as NaN, which is truthy: it broke the band
+    frame = fleet_views.sessions_frame([info("bare"), info("full", {"scenario": "refund",
+                                                                    "hold": "held"})])
+    items = fleet_views.needs_you(frame, [], now=10.0)
+    texts = {i.session: i.text for i in items}
+    assert texts["bare"].startswith("bare · looping") and "nan" not in texts["bare"]
+    assert texts["full"].startswith("full · refund · looping") and "held" in texts["full"]

@@ -276,7 +276,8 @@ def needs_you(looping: pd.DataFrame, compensations: Sequence[Any], now: float,
         rows = looping.sort_values("flagged_at", ascending=False, na_position="last",
                                    kind="stable")
         for row in rows.head(limit).itertuples():
-            parts = [row.session, row.scenario or "", status_label(row.status)]
+            # a missing facet is NaN in a text column (pandas' string dtype), and NaN is truthy
+            parts = [row.session, _text(row.scenario), status_label(row.status)]
             if pd.notna(row.flagged_at):
                 flagged = row.flagged_at.timestamp()
                 parts.append(f"flagged {row.flagged_at:%H:%M:%S} ({duration_text(now - flagged)}"
@@ -287,8 +288,8 @@ def needs_you(looping: pd.DataFrame, compensations: Sequence[Any], now: float,
             last = row._asdict().get("last_activity")
             if last is not None and pd.notna(last):
                 parts.append(f"last step {duration_text(now - last.timestamp())} ago")
-            if row.hold:
-                parts.append(str(row.hold))
+            if _text(row.hold):
+                parts.append(_text(row.hold))
             out.append(NeedsYou("loop", row.session, " · ".join(p for p in parts if p),
                                 "session", {"session": row.session}))
     for c in compensations:
@@ -305,6 +306,12 @@ def needs_you(looping: pd.DataFrame, compensations: Sequence[Any], now: float,
         if len(out) >= 2 * limit:
             break
     return out
+
+
+def _text(value: Any) -> str:
+    """A table cell as text: missing (None, NaN) as ""."""
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else str(value)
 
 
 def needs_you_heading(items: Sequence[NeedsYou], looping_total: int) -> tuple[str, int]:
