@@ -2,6 +2,18 @@
 
     .venv/bin/python bench/console.py                       # 10,000 sessions / 1,000,000 steps
     .venv/bin/python bench/console.py --sessions 2000 --steps 200000 --stages 0.5,1
+    .venv/bin/python bench/console.py --scale               # 10,000 vs 100,000 sessions
+    REWIND_BENCH_SCALE=1 .venv/bin/python bench/console.py  # the same
+
+First, the demo-sized fleet (`--demo-sessions`, 207 by default, as `rewind demo` leaves it): the
+way from `page.goto` to the fleet's title, its "needs you" band and KPIs, its first chart and its
+table, so a first screen that arrives piece by piece shows as a spread between title and table.
+
+`--scale` (or $REWIND_BENCH_SCALE=1; opt-in, for CI stays quick) measures 10,000 and 100,000
+sessions, 1,000,000 steps at the larger size (ten per session, the same per session at both), and
+reports the fleet's first chart and the session deep link at 100,000 against 10,000 (goal: at
+most 1.5x), in the same run. The bulk of such a fleet is seeded in one process per core through
+the public API, each session a few steps (`_seed_small`), so seeding takes minutes, not hours.
 
 For each stage (a fraction of the full size, the smallest is the baseline) the bench writes a
 fresh SQLite store through the engine's public API only (`Engine.session`, `Session.step`,
@@ -47,6 +59,10 @@ SCENARIOS = ("refund", "image_edit", "itinerary", "invoice", "support")
 TOOLS = ("search", "fetch_page", "lookup_order", "summarize", "translate")
 TARGETS = {"fleet": 3.0, "session": 2.0}
 CACHE_TTL_S = 5.0
+DEMO_SESSIONS, DEMO_STEPS = 207, 20_000
+SCALE_GOAL = 1.5
+"""At 100,000 sessions the fleet's first chart and the session deep link cost at most this
+many times what they cost at 10,000 (`--scale`)."""
 
 
 # -- seeding ------------------------------------------------------------------------------------
@@ -113,6 +129,43 @@ def _seed_session(engine: Engine, k: int, n_steps: int, counter, lock) -> None:
             s.append_message("assistant", f"Step {i}: progress on task {k}.")
 
 
+def _seed_small(engine: Engine, k: int, n_steps: int, counter, lock) -> None:
+    """A short session (the bulk of a 100,000-session fleet): meta, one user message, a start
+    snapshot, `n_steps` steps; one in 40 loops once and is flagged, and all but one in 400 of
+    those recover (so the fleet has as many looping now, in proportion, at every size)."""
+    sid = f"bench-{k:06d}"
+    s = engine.session(
+        sid,
+        meta={
+            "tenant": TENANTS[k % len(TENANTS)],
+            "scenario": SCENARIOS[k % len(SCENARIOS)],
+            "prompt_version": f"v{5 + k % 4}",
+            "locale": "zh" if k % 3 == 0 else "en",
+        },
+        on_loop="flag",
+    )
+    s.append_message("user", f"Task {k}: please help with {SCENARIOS[k % len(SCENARIOS)]}.")
+    s.snapshot("start")
+    done = 0
+    if k % 40 == 3 and n_steps >= 4:
+        fail_until_flagged(s, "image_crop", {"image": f"{sid}.png", "box": [0, 0, 0, k]},
+                           "invalid slice", 4)
+        done = 4
+        if k % 400 != 3 and n_steps > done:
+            with s.step("image_crop", {"image": f"{sid}.png", "box": [0, 0, 9, k]}) as call:
+                call.ok({"url": f"{sid}-cropped.png"})
+            done += 1
+    for i in range(done, n_steps):
+        with s.step(TOOLS[i % len(TOOLS)], {"q": f"{k}-{i}"}) as call:
+            call.ok({"n": i})
+    with lock:
+        counter.value += n_steps
+
+
+SMALL_AFTER = 10
+"""Sessions of at most this many steps are seeded the short way (`_seed_small`)."""
+
+
 def _seed_worker(
     url: str, ks: list[int], sessions: int, total: int, counter, lock, end: float
 ) -> None:
@@ -123,7 +176,11 @@ def _seed_worker(
         detector_factory=lambda: LoopDetector(max_steps=None),
     )
     for k in ks:
-        _seed_session(engine, k, steps_for(k, sessions, total), counter, lock)
+        n = steps_for(k, sessions, total)
+        if k and n <= SMALL_AFTER:
+            _seed_small(engine, k, n, counter, lock)
+        else:
+            _seed_session(engine, k, n, counter, lock)
     engine.close()
 
 
@@ -201,6 +258,69 @@ def first_chart(context, url: str) -> float:
         return time.perf_counter() - started
     finally:
         page.close()
+
+
+FIRST_SCREEN = {
+    "title": 'h1:has-text("Fleet")',
+    "KPIs": '[data-testid="stMetric"]',
+    "first chart": '[data-testid="stPlotlyChart"] .main-svg',
+    "table": '[data-testid="stDataFrame"] canvas',
+}
+"""What the fleet's first screen shows, in the order it is drawn, and how to see it."""
+
+
+def first_screen(context, url: str) -> dict[str, float]:
+    """Seconds from `page.goto` to each part of the fleet's first screen being visible."""
+    page = context.new_page()
+    try:
+        started = time.perf_counter()
+        page.goto(url)
+        out = {}
+        for name, selector in FIRST_SCREEN.items():
+            page.locator(selector).first.wait_for(state="visible", timeout=120_000)
+            out[name] = time.perf_counter() - started
+        return out
+    finally:
+        page.close()
+
+
+def measure_demo(path: Path, runs: int, out: Path) -> tuple[dict, dict]:
+    """(cold, steady median) seconds to each part of the fleet's first screen, per part."""
+    from playwright.sync_api import sync_playwright
+    from support.console import CHROMIUM, CHROMIUM_ARGS, start_console, stop_console, write_secrets
+
+    work = out / f"{path.stem}-run"
+    work.mkdir(exist_ok=True)
+    secrets = work / "secrets.toml"
+    write_secrets(secrets, {}, freeze=False)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        console = start_console(work, f"sqlite:///{path}", secrets)
+        context = browser.new_context(viewport={"width": 1440, "height": 900})
+        try:
+            cold = first_screen(context, console.url + "/")
+            steady = []
+            for _ in range(runs):
+                time.sleep(CACHE_TTL_S + 1)
+                steady.append(first_screen(context, console.url + "/"))
+        finally:
+            context.close()
+            stop_console(console.process)
+            browser.close()
+    median = {k: statistics.median(r[k] for r in steady) if steady else cold[k] for k in cold}
+    return cold, median
+
+
+def demo_table(cold: dict, steady: dict) -> str:
+    headers = ["", *FIRST_SCREEN, "table - title"]
+    rows = [[name, *(f"{t[k]:.2f} s" for k in FIRST_SCREEN),
+             f"{t['table'] - t['title']:.2f} s"] for name, t in (("cold", cold),
+                                                                  ("steady", steady))]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
 
 
 BASELINE_APP = """
@@ -287,14 +407,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--stages", default="0.1,0.3,1",
-                        help="fractions of the full size to measure; the first is the baseline")
+                        help="fractions of the full size to measure; the first is the baseline "
+                             "(empty: only the demo-sized fleet)")
     parser.add_argument("--workers", type=int, default=max(2, os.cpu_count() or 2))
     parser.add_argument("--runs", type=int, default=5, help="steady-state visits per page")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--reuse", action="store_true",
                         help="measure stores left by an earlier run instead of seeding")
+    parser.add_argument("--scale", action="store_true",
+                        default=os.environ.get("REWIND_BENCH_SCALE", "") not in ("", "0"),
+                        help="10,000 against 100,000 sessions (1,000,000 steps at the larger); "
+                             "also $REWIND_BENCH_SCALE=1")
+    parser.add_argument("--demo-sessions", type=int, default=DEMO_SESSIONS,
+                        help="the demo-sized fleet measured first (0: skip it)")
+    parser.add_argument("--demo-steps", type=int, default=DEMO_STEPS)
     args = parser.parse_args(argv)
+    if args.scale:
+        args.sessions, args.steps, args.stages = 100_000, 1_000_000, "0.1,1"
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.demo_sessions:
+        path = args.out / f"console-demo-{args.demo_sessions}-{args.demo_steps}.db"
+        print(f"demo-sized fleet: {args.demo_sessions:,} sessions, {args.demo_steps:,} steps "
+              f"-> {path}", flush=True)
+        if not (args.reuse and path.exists()):
+            seeded = seed(path, args.demo_sessions, args.demo_steps, args.workers)
+            print(f"    seeded in {seeded:.0f} s", flush=True)
+        cold, steady = measure_demo(path, args.runs, args.out)
+        print("\nfleet page, demo-sized fleet: navigation -> each part of the first screen "
+              "visible (1440x900; the last column is how long after the title the table came)")
+        print(demo_table(cold, steady), flush=True)
+        print()
+    if not args.stages.strip():  # only the demo-sized fleet
+        return 0
     floor = measure_pages(None, args.runs, args.out)["baseline"]
     print(f"baseline: a bare Streamlit page with one plotly chart: {floor[0]:.2f} s cold / "
           f"{floor[1]:.2f} s steady", flush=True)
@@ -325,6 +469,13 @@ def main(argv: list[str] | None = None) -> int:
           "×base: steady time relative to the smallest stage; bare page: the same measure for "
           "a Streamlit page holding one small plotly chart, the floor on this machine)")
     print(table(rows, floor))
+    if len(rows) > 1:  # the goal is set for --scale: 10x the sessions
+        base, top = rows[0], rows[-1]
+        for page in ("fleet", "session"):
+            ratio = top[page][1] / base[page][1]
+            verdict = "met" if ratio <= SCALE_GOAL else "MISSED"
+            print(f"{page} at {top['sessions']:,} sessions vs {base['sessions']:,}: "
+                  f"{ratio:.2f}x (goal <= {SCALE_GOAL}x: {verdict})")
     return 0
 
 

@@ -47,6 +47,7 @@ PAGES = [
     st.Page("screens/quarantine.py", title="Quarantine", icon=":material/block:",
             url_path="quarantine"),
     st.Page("screens/audit.py", title="Audit", icon=":material/receipt_long:", url_path="audit"),
+    st.Page("screens/whatif.py", title="What if", icon=":material/science:", url_path="what-if"),
 ]
 
 user = access.current_user()

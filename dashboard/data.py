@@ -17,6 +17,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import access, settings, views
+from dashboard.views import fleet as fleet_views
+from dashboard.views import whatif as whatif_views
 from engine import Engine, FreezeWindow, LoopTally, SessionStatus, StoreError, StoreUnavailable
 
 FLEET_TTL = 5
@@ -64,12 +66,19 @@ def fleet_stats(url: str | None, window_s: float = 3600.0) -> dict:
     return engine_for(url).fleet_stats(window_s=window_s)
 
 
-@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
 def sessions(url: str | None, status: SessionStatus | str | None = None,
              tenant: str | None = None, scenario: str | None = None,
              prompt_version: str | None = None) -> pd.DataFrame:
     """Sessions matching the engine-side filters, as the fleet table frame (up to FLEET_CAP);
-    `status` as the enum or its text (the engine takes either)."""
+    `status` as the enum or its text (the engine takes either). One cache entry per filter,
+    however the call is written (a cache key is the arguments as passed)."""
+    return _sessions(url, None if status is None else str(status), tenant, scenario,
+                     prompt_version)
+
+
+@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
+def _sessions(url: str | None, status: str | None, tenant: str | None, scenario: str | None,
+              prompt_version: str | None) -> pd.DataFrame:
     infos = engine_for(url).sessions(status=status, tenant=tenant, scenario=scenario,
                                      prompt_version=prompt_version, limit=FLEET_CAP)
     return views.sessions_frame(infos)
@@ -133,6 +142,63 @@ def forget_quarantines() -> None:
     audit.clear()
 
 
+LABELS_TTL = 60
+LABELS_CHECKED = 2000
+"""Most labelled sessions the fleet's precision reads one by one (those the table did not)."""
+
+
+@st.cache_data(ttl=LABELS_TTL, show_spinner=False)
+def label_agreement(url: str | None) -> fleet_views.LabelAgreement:
+    """How the live detector's flags agree with the operators' labels (`Engine.labels`): a
+    session counts as flagged when it was flagged at least once. Read from the fleet table's
+    frame; labelled sessions it does not hold (beyond its cap) are read one by one."""
+    eng = engine_for(url)
+    labels = eng.labels()
+    if not labels:
+        return fleet_views.label_agreement({}, {})
+    frame = sessions(url)
+    loops = dict(zip(frame["session"], frame["loops"], strict=True))
+    for sid in [s for s in labels if s not in loops][:LABELS_CHECKED]:
+        try:
+            loops[sid] = eng.get_session(sid).info().loops
+        except KeyError:  # UnknownSession: purged since it was labelled
+            continue
+    return fleet_views.label_agreement(labels, {s: bool(n) for s, n in loops.items()})
+
+
+# -- what if ----------------------------------------------------------------------------------
+@st.cache_data(ttl=FACETS_TTL, show_spinner=False)
+def detector_now(url: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The settings of `whatif.SETTINGS` the detector runs now (this console's engine's over
+    those declared in the store, as replay compares with), and the declared settings."""
+    eng = engine_for(url)
+    declared = eng.detector_settings()
+    return whatif_views.current_settings(eng.detector_factory().config, declared), declared
+
+
+@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
+def replay_scope(url: str | None, window_s: float, status: str | None, tenant: str | None,
+                 scenario: str | None, prompt_version: str | None) -> list:
+    """The sessions a what-if replay covers: active in the last `window_s` seconds and matching
+    the filters, most recently active first, at most SESSION_CAP + 1 (one more says "capped")."""
+    return engine_for(url).sessions(status=status, tenant=tenant, scenario=scenario,
+                                    prompt_version=prompt_version,
+                                    updated_since=time.time() - window_s,
+                                    limit=whatif_views.SESSION_CAP + 1)
+
+
+@st.cache_data(ttl=300, max_entries=16, show_spinner=False)
+def replay(url: str | None, settings: dict, ids: tuple[str, ...]):
+    """`Engine.replay` of sessions `ids` with detector `settings` (field -> value, over the
+    settings declared in the store, as the engine takes them); never writes. Cached on the
+    settings and the sessions, so reading the result again costs nothing.
+
+    Raises:
+        ConfigError: a value the detector refuses.
+    """
+    return engine_for(url).replay(settings, where={"session": list(ids)})
+
+
 # -- one session ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SessionBundle:
@@ -183,7 +249,8 @@ def forget_session(sid: str | None = None) -> None:
     compensations.clear()
     compensation_handlers.clear()
     fleet_stats.clear()
-    sessions.clear()
+    _sessions.clear()
+    label_agreement.clear()
     loop_episodes.clear()
     audit.clear()
 

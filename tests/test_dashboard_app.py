@@ -96,7 +96,7 @@ def test_fleet_shows_kpis_loop_charts_table_and_the_freeze(store):
     at = app(store, freeze=True)
     assert not at.exception
     assert labels(at.metric) == ["Active sessions", "Looping now", "Rollbacks, last hour",
-                                 "Compensations"]
+                                 "Compensations", "Detector precision"]
     assert at.metric[1].value == "1"
     assert len(at.get("plotly_chart")) == 2
     table = at.dataframe[0].value

@@ -41,12 +41,14 @@ shown["link"] = [views.session_link(s) if isinstance(s, str) and s else None
 for column in ("snapshot", "reason"):
     shown[column] = shown[column].astype(object).where(shown[column].notna(), "")
 st.dataframe(shown, hide_index=True, placeholder="—",  # fleet-wide events have no session
-             column_order=["time", "actor", "action", "link", "summary", "batch", "reason",
+             # the reason before the long summary: on a 1440 px screen it was off to the right
+             column_order=["time", "actor", "action", "link", "reason", "summary", "batch",
                            "snapshot", "detail", "id"],
              column_config={
                  "time": st.column_config.DatetimeColumn("time", format="YYYY-MM-DD HH:mm:ss"),
                  "link": st.column_config.LinkColumn("session",
                                                      display_text=r"session\?session=(.*)"),
+                 "reason": st.column_config.TextColumn("reason", width="medium"),
                  "summary": st.column_config.TextColumn("what happened", width="large"),
                  "detail": st.column_config.TextColumn("detail", width="medium"),
              })

@@ -8,11 +8,13 @@ import hashlib
 import json
 import time
 import uuid
+from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import access, actions, charts, data, dialogs, settings, views
+from dashboard.views import fleet as fleet_views
 from engine import SessionStatus
 
 user = access.require_user()
@@ -49,10 +51,8 @@ def _pick(value: str) -> str | None:
     return None if value == ALL else value
 
 
-def render_needs_you(stats: dict, looping, now: float) -> None:
+def render_needs_you(looping: pd.DataFrame, comps: list, now: float) -> None:
     """The band on top: what waits for a person now, each a link to where to act."""
-    with data.store_errors():
-        comps = data.attention_compensations(url, stats)
     items = views.needs_you(looping, comps, now)
     if not items:
         st.caption("Nothing needs you now: no session is looping and no compensation is "
@@ -75,10 +75,8 @@ def render_needs_you(stats: dict, looping, now: float) -> None:
                       on_click=_filter_looping)
 
 
-def render_quarantines() -> None:
+def render_quarantines(active: list) -> None:
     """One line, only while some tool is quarantined: how many, which, and a link."""
-    with data.store_errors():
-        active = data.quarantines(url)
     if not active:
         return
     tools = sorted({q.tool for q in active})
@@ -123,9 +121,10 @@ def _bulk_request(what: str, where: dict, frame: pd.DataFrame) -> dialogs.BulkRe
 
 
 def render_actions(chosen: pd.DataFrame, matching: pd.DataFrame, where: dict,
-                   search: str) -> None:
+                   search: str, below) -> None:
     """Open one selected session; for operators, roll back the selected rows or everything the
-    filters match (capped at actions.BULK_CAP, the count on the button)."""
+    filters match (capped at actions.BULK_CAP, the count on the button). What the bulk rollback
+    does goes `below` the table: above it, the table's own toolbar covered it on a phone."""
     cap = actions.BULK_CAP
     with st.container(horizontal=True, vertical_alignment="center", key="fleet-actions"):
         if len(chosen) == 1:
@@ -164,7 +163,11 @@ def render_actions(chosen: pd.DataFrame, matching: pd.DataFrame, where: dict,
                   "bulk rollback never takes the whole fleet." if not scope else
                   f"{count:,} sessions match; at most {cap} at once: narrow the filter."
                   if too_many else "Preview first; nothing happens before you confirm."))
-        st.caption(f"Bulk rollback: at most {cap} sessions at once, preview first.")
+    notes = [fleet_views.watch_only_note(chosen, "selected"),
+             fleet_views.watch_only_note(matching, "matching the filter")]
+    with below:
+        st.caption(f"Bulk rollback: at most {cap} sessions at once, preview first."
+                   + "".join(f" {views.plain(n)}." for n in notes if n))
 
 
 def _filter_looping() -> None:
@@ -172,15 +175,19 @@ def _filter_looping() -> None:
     st.session_state["sort"] = views.DEFAULT_SORT
 
 
-def render_kpis(stats: dict) -> None:
+def render_kpis(stats: dict, agreement: fleet_views.LabelAgreement) -> None:
     # A row that wraps (not columns, which stack one card per line on a phone).
     with st.container(horizontal=True, key="kpis"):
-        for kpi in views.kpis(stats):
+        for kpi in [*views.kpis(stats), fleet_views.precision_kpi(agreement)]:
             with st.container(width="stretch"):
                 render_kpi(kpi)
 
 
 def render_kpi(kpi: views.Kpi) -> None:
+    if kpi.note:
+        st.metric(kpi.label, kpi.value, help=kpi.help, border=True, delta=kpi.note,
+                  delta_color="off", delta_arrow="off")
+        return
     if not kpi.alert:
         st.metric(kpi.label, kpi.value, help=kpi.help, border=True)
         return
@@ -208,22 +215,49 @@ def chart_episodes(label: str, now: float):
     return episodes, views.fit_window(episodes["at"], now, lookback_s=lookback)
 
 
-def render_loop_charts(now: float) -> None:
+CHART_SERIES = (("prompt_version", "by prompt version"), ("scenario", "by scenario"))
+
+
+# cache_resource, not cache_data: a plotly figure revalidates every trace when unpickled, which
+# costs as much as building it. Keyed on the bars drawn, so a refresh that found no new loop
+# reuses the figures; plotly_chart only reads them.
+@st.cache_resource(ttl=300, max_entries=16, show_spinner=False)
+def loop_figure(buckets: pd.DataFrame, by: str, title: str, span: tuple[float, float] | None,
+                bucket_s: int):
+    return charts.loops_over_time(buckets, by, title=title, freeze=span, bucket_s=bucket_s)
+
+
+@dataclass(frozen=True)
+class LoopCharts:
+    """The loop charts of one window choice, built before anything is drawn."""
+
+    label: str
+    window: views.ChartWindow
+    figures: dict
+
+
+def loop_charts(label: str, now: float) -> LoopCharts:
+    episodes, window = chart_episodes(label, now)
+    span = freeze.span() if freeze is not None else None
+    figures = {by: loop_figure(views.loop_buckets(episodes, by, window.since, window.until,
+                                                  window.bucket_s), by, name, span,
+                               window.bucket_s)
+               for by, name in CHART_SERIES}
+    return LoopCharts(label, window, figures)
+
+
+def render_loop_charts(now: float, ready: LoopCharts) -> None:
     heading, choice = st.columns([3, 1], vertical_alignment="bottom")
     heading.subheader("Loops over time")
     label = choice.selectbox("Window", views.WINDOW_CHOICES, index=0, key="window",
                              label_visibility="collapsed", bind="query-params",
                              help="Auto fits the window to the loops of the last day (of "
                                   "the last 7 days when the last day had none).")
-    episodes, window = chart_episodes(label, now)
+    built = ready if label == ready.label else loop_charts(label, now)
+    window = built.window
     span = freeze.span() if freeze is not None else None
-    left, right = st.columns(2)
-    for col, by, name in ((left, "prompt_version", "by prompt version"),
-                          (right, "scenario", "by scenario")):
-        buckets = views.loop_buckets(episodes, by, window.since, window.until, window.bucket_s)
-        col.plotly_chart(charts.loops_over_time(buckets, by, title=name, freeze=span,
-                                                bucket_s=window.bucket_s),
-                         key=f"loops-{by}", config={"displayModeBar": False})
+    for col, (by, _) in zip(st.columns(2), CHART_SERIES, strict=True):
+        col.plotly_chart(built.figures[by], key=f"loops-{by}", config={"displayModeBar": False})
     st.caption(f"{views.plain(window.caption())} · the top {views.TOP_SERIES} series by loops, "
                "the rest summed as “other”")
     if span is not None and freeze is not None and span[0] < window.until \
@@ -231,22 +265,54 @@ def render_loop_charts(now: float) -> None:
         st.caption(settings.freeze_caption(freeze))
 
 
+@dataclass(frozen=True)
+class FirstScreen:
+    """What the top of the page shows, read before any of it is drawn."""
+
+    stats: dict
+    looping: pd.DataFrame
+    compensations: list
+    quarantines: list
+    agreement: fleet_views.LabelAgreement
+    charts: LoopCharts
+
+
+def read_first_screen(now: float) -> FirstScreen:
+    """Every read of the first screen and its charts, before anything is drawn: the band, the
+    KPIs, the charts and the table then arrive together instead of one by one as each query
+    returns and each figure is built. The
+    fleet listing is read once (cached) and serves the band, the filter menus, the precision
+    card and, unfiltered, the table."""
+    stats = data.fleet_stats(url)
+    fleet = data.sessions(url)
+    if not stats.get("looping", 0):
+        looping = fleet.head(0)
+    elif len(fleet) < data.FLEET_CAP:  # the listing holds every session: no second query
+        looping = fleet[fleet["status"] == SessionStatus.LOOPING]
+    else:
+        looping = data.sessions(url, SessionStatus.LOOPING)
+    data.facets(url)
+    # the charts of the window the selector will show (its state, else the link's, else Auto)
+    label = st.session_state.get("window") or st.query_params.get("window", views.AUTO_WINDOW)
+    return FirstScreen(stats, looping, data.attention_compensations(url, stats),
+                       data.quarantines(url), data.label_agreement(url),
+                       loop_charts(label, now))
+
+
 # Everything below refreshes together. The charts come before the filters and the table, so the
-# browser starts loading plotly while the (larger) table is still being read.
+# browser starts loading plotly while the (larger) table is still being drawn.
 @st.fragment(run_every=interval if live else None)
 def live_view() -> None:
     if st.session_state.pop(FULL_RERUN, False):
         st.rerun(scope="app")
     now = time.time()
     with data.store_errors():
-        stats = data.fleet_stats(url)
-        looping = (data.sessions(url, SessionStatus.LOOPING) if stats.get("looping", 0)
-                   else views.sessions_frame([]))
-    render_needs_you(stats, looping, now)
-    render_quarantines()
-    render_kpis(stats)
+        screen = read_first_screen(now)
+    render_needs_you(screen.looping, screen.compensations, now)
+    render_quarantines(screen.quarantines)
+    render_kpis(screen.stats, screen.agreement)
 
-    render_loop_charts(now)
+    render_loop_charts(now, screen.charts)
 
     st.subheader("Sessions")
     with data.store_errors():
@@ -284,8 +350,11 @@ def live_view() -> None:
         column_config={
             "link": st.column_config.LinkColumn("session", display_text=r"session\?session=(.*)"),
             "state": st.column_config.MultiselectColumn(
-                "status", options=[views.STATUS_LABELS[s] for s in views.STATUS_ORDER],
-                color=[views.STATUS_COLORS[s] for s in views.STATUS_ORDER]),
+                "status", options=[*(views.STATUS_LABELS[s] for s in views.STATUS_ORDER),
+                                   fleet_views.WATCH_ONLY],
+                color=[*(views.STATUS_COLORS[s] for s in views.STATUS_ORDER), "violet"],
+                help="watch-only: seen through OpenTelemetry (rewind otlp); Rewind does not "
+                     "run the agent, so it can flag and label it but not roll it back."),
             "flagged_at": st.column_config.DatetimeColumn(
                 "looping since", format="HH:mm:ss",
                 help="When the loop was flagged (its latest verdict), for sessions looping now."),
@@ -300,7 +369,10 @@ def live_view() -> None:
                 "loops."),
             "last_activity": st.column_config.DatetimeColumn("last activity",
                                                              format="YYYY-MM-DD HH:mm:ss"),
-            "explanation": st.column_config.TextColumn("why flagged", width="large"),
+            "explanation": st.column_config.TextColumn(
+                "why flagged", width=fleet_views.text_width(shown["explanation"]),
+                help="What the detector saw when it last flagged the session; the session's "
+                     "“Why flagged” tab shows each rule's view."),
         },
         hide_index=True, on_select=functools.partial(_hold_for_selection, table_key),
         selection_mode="multi-row", key=table_key,
@@ -315,9 +387,10 @@ def live_view() -> None:
         + (" · select rows to open one or roll them back" if user.can_act
            else " · select a row to open the session")
     )
+    below = st.container(key="fleet-bulk-note")
     selected = [r for r in (picked.selection.rows if picked is not None else []) if r < len(shown)]
     with bar:
-        render_actions(shown.iloc[selected], matching, where, search)
+        render_actions(shown.iloc[selected], matching, where, search, below)
 
 
 opening = st.session_state.pop(OPEN_REQUEST, None)

@@ -34,8 +34,11 @@ def loop_episodes_frame(episodes: Iterable[Any]) -> pd.DataFrame:
 SESSION_COLUMNS = [
     "session", "status", "state", "tenant", "scenario", "prompt_version", "locale", "last_activity",
     "steps", "messages", "loops", "rollbacks", "verdict", "explanation", "link", "flagged_at",
-    "loop_steps", "hold",
+    "loop_steps", "hold", "watch_only",
 ]
+WATCH_ONLY = "watch-only"
+"""The state pill of a session Rewind only watches (ingested by `rewind otlp`): it can be
+flagged and labelled, not rolled back or sent a notice."""
 DEFAULT_SORT = "Needs you first"
 SORTS = {
     DEFAULT_SORT: (["status_rank", "last_activity"], [True, False]),
@@ -62,20 +65,23 @@ def sessions_frame(infos: Iterable[Any]) -> pd.DataFrame:
         meta = i.meta or {}
         # The loop columns are filled only while the session loops (and has a verdict saying so).
         loop = verdict if i.status == SessionStatus.LOOPING else None
+        watch_only = bool(meta.get("watch_only"))
+        state = [status_label(i.status), *([WATCH_ONLY] if watch_only else [])]
         rows.append((
-            i.id, i.status, [status_label(i.status)], meta.get("tenant"),
+            i.id, i.status, state, meta.get("tenant"),
             meta.get("scenario"), meta.get("prompt_version"), meta.get("locale") or "en",
             i.updated_at, i.steps, i.messages, i.loops, i.rollbacks,
             verdict["rule"] if verdict else None, verdict["explanation"] if verdict else None,
             session_link(i.id),
             loop.get("at") if loop is not None else None,
             loop_steps(i.steps, loop) if loop is not None else None,
-            meta.get("hold"),
+            meta.get("hold"), watch_only,
         ))
     frame = pd.DataFrame.from_records(rows, columns=SESSION_COLUMNS)
     frame["last_activity"] = local_times(frame["last_activity"].astype(float))
     frame["flagged_at"] = local_times(frame["flagged_at"].astype(float))
     frame["loop_steps"] = frame["loop_steps"].astype("Int64")
+    frame["watch_only"] = frame["watch_only"].astype(bool)
     frame["status_rank"] = frame["status"].map(
         {s: n for n, s in enumerate(STATUS_ORDER)}).fillna(len(STATUS_ORDER))
     return frame
@@ -115,6 +121,31 @@ def blank_missing(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def watch_only_note(frame: pd.DataFrame, what: str) -> str:
+    """What a bulk rollback of `frame` (the rows `what` names: "selected", "matching") cannot
+    do: "2 of the 5 matching are watch-only: …", or "" when none is."""
+    if frame.empty or "watch_only" not in frame:
+        return ""
+    n = int(frame["watch_only"].sum())
+    if not n:
+        return ""
+    verb = "is" if n == 1 else "are"
+    return (f"{n:,} of the {len(frame):,} {what} {verb} watch-only (seen through OpenTelemetry): "
+            "Rewind does not run those agents, so it cannot roll them back or notify them; the "
+            "rollback skips them and takes the others")
+
+
+CHAR_PX, CELL_PAD_PX = 7.5, 24
+"""Width of one character of the table's font (14 px sans, generous) and a cell's padding."""
+
+
+def text_width(texts: pd.Series, least: int = 200, most: int = 1400) -> int:
+    """A column width in pixels that shows the longest of `texts` whole on one line (the
+    table's cells never wrap), between `least` and `most`."""
+    longest = int(texts.dropna().astype(str).str.len().max()) if texts.notna().any() else 0
+    return int(min(max(least, longest * CHAR_PX + CELL_PAD_PX), most))
+
+
 def facets(frame: pd.DataFrame) -> dict[str, list[str]]:
     """Distinct tenants, scenarios and prompt versions, for the filter menus."""
     out = {}
@@ -131,6 +162,8 @@ class Kpi:
     help: str
     alert: bool = False
     """True when the number calls for attention."""
+    note: str = ""
+    """A few words under the number (what it rests on), or none."""
 
 
 def kpis(stats: Mapping[str, int], window_s: float = 3600.0) -> list[Kpi]:
@@ -152,6 +185,61 @@ def kpis(stats: Mapping[str, int], window_s: float = 3600.0) -> list[Kpi]:
             "manual action.",
             alert=failed > 0),
     ]
+
+
+@dataclass(frozen=True)
+class LabelAgreement:
+    """How the detector's flags agree with the operators' "was this a loop?" labels."""
+
+    flagged: int
+    """Labelled sessions the detector flagged (at least once): what precision rests on."""
+    right: int
+    """Of those, labelled a loop."""
+    loops: int
+    """Sessions labelled a loop."""
+    caught: int
+    """Of those, flagged."""
+    labelled: int
+    """Labelled sessions found in the store."""
+
+    @property
+    def precision(self) -> float | None:
+        return self.right / self.flagged if self.flagged else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.caught / self.loops if self.loops else None
+
+
+def label_agreement(labels: Mapping[str, str], flagged: Mapping[str, bool]) -> LabelAgreement:
+    """Labels (session -> ``loop`` / ``not_loop``) against whether each session was flagged;
+    labelled sessions missing from `flagged` (purged) are left out."""
+    known = [(labels[s], flagged[s]) for s in labels if s in flagged]
+    return LabelAgreement(
+        flagged=sum(f for _, f in known),
+        right=sum(f and lab == "loop" for lab, f in known),
+        loops=sum(lab == "loop" for lab, _ in known),
+        caught=sum(f and lab == "loop" for lab, f in known),
+        labelled=len(known),
+    )
+
+
+def precision_kpi(agreement: LabelAgreement) -> Kpi:
+    """The fleet's "Detector precision" card: the share of flagged sessions operators labelled a
+    loop, and the count it rests on."""
+    a = agreement
+    if a.precision is None:
+        return Kpi("Detector precision", "n/a",
+                   "No flagged session is labelled yet: on a session's page, answer “Was this "
+                   f"a loop?” ({a.labelled} labelled session{'s' if a.labelled != 1 else ''} "
+                   "so far, none flagged).", note="no labels yet" if not a.labelled else
+                   "none flagged")
+    recall = "" if a.recall is None else (
+        f" Of {a.loops} labelled a loop, {a.caught} were flagged (recall {a.recall:.2f}).")
+    return Kpi("Detector precision", f"{a.precision:.2f}",
+               f"Of the {a.flagged} flagged sessions operators labelled, {a.right} were labelled "
+               f"a loop.{recall} Labels are set on each session's page.",
+               note=f"on {a.flagged} labelled")
 
 
 def loop_steps(steps_total: int, verdict: StoredVerdict | None) -> int | None:
@@ -188,7 +276,8 @@ def needs_you(looping: pd.DataFrame, compensations: Sequence[Any], now: float,
         rows = looping.sort_values("flagged_at", ascending=False, na_position="last",
                                    kind="stable")
         for row in rows.head(limit).itertuples():
-            parts = [row.session, row.scenario or "", status_label(row.status)]
+            # a missing facet is NaN in a text column (pandas' string dtype), and NaN is truthy
+            parts = [row.session, _text(row.scenario), status_label(row.status)]
             if pd.notna(row.flagged_at):
                 flagged = row.flagged_at.timestamp()
                 parts.append(f"flagged {row.flagged_at:%H:%M:%S} ({duration_text(now - flagged)}"
@@ -199,8 +288,8 @@ def needs_you(looping: pd.DataFrame, compensations: Sequence[Any], now: float,
             last = row._asdict().get("last_activity")
             if last is not None and pd.notna(last):
                 parts.append(f"last step {duration_text(now - last.timestamp())} ago")
-            if row.hold:
-                parts.append(str(row.hold))
+            if _text(row.hold):
+                parts.append(_text(row.hold))
             out.append(NeedsYou("loop", row.session, " · ".join(p for p in parts if p),
                                 "session", {"session": row.session}))
     for c in compensations:
@@ -217,6 +306,12 @@ def needs_you(looping: pd.DataFrame, compensations: Sequence[Any], now: float,
         if len(out) >= 2 * limit:
             break
     return out
+
+
+def _text(value: Any) -> str:
+    """A table cell as text: missing (None, NaN) as ""."""
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else str(value)
 
 
 def needs_you_heading(items: Sequence[NeedsYou], looping_total: int) -> tuple[str, int]:

@@ -1,0 +1,147 @@
+"""What if: replay the fleet's own stored steps under other detector settings, and see which
+sessions would be flagged sooner, later, newly or no longer, and how the flags agree with the
+operators' labels. Replay reads the store and never writes to it."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import access, data, views
+from dashboard.views import whatif
+from engine import ConfigError
+
+ALL = "All"
+# The last replay asked for on this page (settings, sessions, what they cover), kept across
+# reruns so sorting or filtering the result does not replay again.
+RESULT = "whatif-request"
+
+user = access.require_user()
+url = data.store_url()
+
+st.title("What if")
+st.caption(
+    "Try other loop-detector settings on the fleet's own history: the stored steps of each "
+    "session (abandoned branches included, in the order they happened) run again through the "
+    "detector as it is now and with your settings. Nothing is written and no agent is affected. "
+    f"A replay takes the sessions active in the window you choose, at most "
+    f"{whatif.SESSION_CAP:,} (the most recently active).")
+
+with data.store_errors():
+    current, declared = data.detector_now(url)
+    menus = data.facets(url)
+
+with st.form("whatif"):
+    st.markdown("**Sessions to replay**")
+    f = st.columns([1.2, 1, 1, 1, 1])
+    window = f[0].selectbox("Active in the", list(whatif.WINDOWS),
+                            index=list(whatif.WINDOWS).index(whatif.DEFAULT_WINDOW),
+                            key="whatif-window")
+    status = f[1].selectbox("Status", [ALL, *views.STATUS_ORDER], key="whatif-status",
+                            format_func=lambda v: v if v == ALL else views.status_label(v))
+    tenant = f[2].selectbox("Tenant", [ALL, *menus["tenant"]], key="whatif-tenant")
+    scenario = f[3].selectbox("Scenario", [ALL, *menus["scenario"]], key="whatif-scenario")
+    prompt = f[4].selectbox("Prompt version", [ALL, *menus["prompt_version"]],
+                            key="whatif-prompt")
+    st.markdown("**Detector settings** (each starts at the value the detector runs now"
+                + (", as declared in the store" if declared else "") + ")")
+    chosen: dict = {}
+    # A row that wraps, not columns: on a phone columns stack one after the other, and the
+    # settings would read in another order than on a wide screen.
+    with st.container(horizontal=True, key="whatif-settings"):
+        for s in whatif.SETTINGS:
+            now_value = current[s.field]
+            shown = (", ".join(now_value) or "none") if s.kind == "rules" else now_value
+            label = f"{s.label} (now {shown})" if s.kind != "rules" else s.label
+            help_text = f"{s.help} Setting: {s.field}; now {shown}."
+            key = f"whatif-{s.field}"
+            if s.kind == "rules":
+                chosen[s.field] = st.multiselect(label, whatif.RULE_IDS, default=now_value,
+                                                 key=key, help=help_text, width=620)
+            elif s.kind == "float":
+                chosen[s.field] = st.number_input(label, min_value=0.0, max_value=1.0,
+                                                  value=float(now_value), step=0.05, key=key,
+                                                  help=help_text, width=300)
+            else:
+                chosen[s.field] = st.number_input(label, min_value=int(s.low),
+                                                  value=int(now_value), step=1, key=key,
+                                                  help=help_text, width=300)
+    run = st.form_submit_button("Replay", type="primary", icon=":material/replay:")
+
+
+def _pick(value):
+    return None if value == ALL else value
+
+
+if run:
+    where = {k: str(v) for k, v in (("status", _pick(status)), ("tenant", _pick(tenant)),
+                                    ("scenario", _pick(scenario)),
+                                    ("prompt_version", _pick(prompt))) if v is not None}
+    with data.store_errors():
+        scope = data.replay_scope(url, whatif.WINDOWS[window], _pick(status), _pick(tenant),
+                                  _pick(scenario), _pick(prompt))
+    capped = len(scope) > whatif.SESSION_CAP
+    scope = scope[: whatif.SESSION_CAP]
+    st.session_state[RESULT] = {
+        "changes": whatif.edits(current, chosen), "declared": dict(declared),
+        "ids": tuple(i.id for i in scope), "infos": {i.id: i for i in scope},
+        "caption": whatif.scope_caption(len(scope), window, capped, where),
+    }
+
+request = st.session_state.get(RESULT)
+if request is None:
+    st.info("Choose the sessions and the settings to try, then Replay.",
+            icon=":material/science:")
+    st.stop()
+
+changes = request["changes"]
+st.subheader("Result")
+st.caption(f"With {views.plain(whatif.settings_text(changes))} · "
+           f"{views.plain(request['caption'])}")
+if not request["ids"]:
+    st.info("No session matches: widen the window or the filters.", icon=":material/search_off:")
+    st.stop()
+
+try:
+    with data.store_errors(), st.spinner(f"Replaying {len(request['ids']):,} sessions…"):
+        result = data.replay(url, {**request["declared"], **changes}, request["ids"])
+except (ConfigError, ValueError, TypeError) as exc:
+    st.error(f"The detector refuses these settings: {views.plain(exc)}")
+    st.stop()
+
+with st.container(horizontal=True, key="whatif-summary"):
+    for card in whatif.summary_cards(result.summary):
+        with st.container(width="stretch"):
+            st.metric(card.label, card.value, help=card.help, border=True)
+if not result.summary.labelled:
+    st.caption("No session in this replay carries an operator label, so precision and recall "
+               "cannot be measured: label sessions on their page (“Was this a loop?”).")
+
+frame = whatif.results_frame(result.sessions, request["infos"])
+changed = frame[frame["change"] != whatif.CHANGES["same"]]
+only_changed = st.toggle(f"Only sessions whose flag moved ({len(changed):,} of {len(frame):,})",
+                         value=True, key="whatif-only-changed")
+shown = changed if only_changed else frame
+if shown.empty:
+    st.info("These settings flag every replayed session exactly as now.",
+            icon=":material/check:")
+else:
+    st.dataframe(
+        shown, hide_index=True,
+        column_order=["link", "change", "before", "after", "moved", "label", "verdict", "tenant",
+                      "scenario", "prompt_version", "steps"],
+        column_config={
+            "link": st.column_config.LinkColumn("session",
+                                                display_text=r"session\?session=(.*)"),
+            "change": "what changes",
+            "before": st.column_config.TextColumn("first flag now", width="medium"),
+            "after": st.column_config.TextColumn("first flag with these settings",
+                                                 width="medium"),
+            "moved": st.column_config.NumberColumn(
+                "steps moved", help="How many steps later (positive) or earlier (negative) the "
+                "first flag comes."),
+            "label": "operator label",
+            "verdict": st.column_config.TextColumn(
+                "against the label", help="right, false flag or missed, with these settings"),
+            "prompt_version": "prompt",
+        })
+st.caption(f"{len(result.sessions):,} sessions replayed · nothing was written")

@@ -1,0 +1,59 @@
+"""The What-if page in the browser (issue 26 item 3), and the fleet's bulk caption on a phone
+(issue 24 item 10): the table's toolbar no longer covers it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+from support.console import sign_in
+from support.fleet import LOOPING
+
+pytestmark = pytest.mark.browser
+
+PHONE = {"width": 390, "height": 844}
+
+
+def overlap(a: dict, b: dict) -> bool:
+    return (a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"]
+            and a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"])
+
+
+def test_the_table_toolbar_leaves_the_bulk_caption_readable_on_a_phone(console, page: Page):
+    page.set_viewport_size(PHONE)
+    sign_in(page, console.url, "olivia")
+    caption = page.locator(".st-key-fleet-bulk-note")
+    expect(caption).to_contain_text("Bulk rollback: at most")
+    page.get_by_text(re.compile("^Live: refresh every")).click()  # hold the table still
+    expect(page.get_by_text(re.compile(r" · paused"))).to_be_visible()
+    table = page.locator('[data-testid="stDataFrame"]').first
+    table.scroll_into_view_if_needed()
+    table.hover()  # the toolbar shows while the pointer is over the table
+    toolbar = page.locator('[data-testid="stElementToolbar"]').filter(visible=True).first
+    expect(toolbar).to_be_visible()
+    bar, text = toolbar.bounding_box(), caption.bounding_box()
+    assert bar and text and not overlap(bar, text), (bar, text)
+    assert text["x"] >= 0 and text["x"] + text["width"] <= PHONE["width"], text
+
+
+def test_what_if_shows_which_flags_move_under_other_settings(console, page: Page):
+    sign_in(page, f"{console.url}/what-if", "olivia")
+    expect(page.get_by_role("heading", name="What if")).to_be_visible()
+    repeat = page.get_by_role("spinbutton", name=re.compile(r"^Same call repeated"))
+    expect(repeat).to_have_value("3")
+    page.get_by_role("combobox", name="Active in the").click()
+    page.get_by_role("option", name="last 7 days").click()
+    repeat.fill("40")
+    page.get_by_role("spinbutton", name=re.compile(r"^Near-identical failures")).fill("40")
+    page.get_by_role("spinbutton", name=re.compile(r"^Same failure within")).fill("40")
+    page.get_by_role("spinbutton", name=re.compile(r"^Failures in a row")).fill("40")
+    page.get_by_role("button", name="Replay").click()
+    expect(page.get_by_text(re.compile(r"^With repeat_threshold=40"))).to_be_visible()
+    card = page.locator('[data-testid="stMetric"]').filter(has_text="No longer flagged")
+    expect(card).to_be_visible()
+    assert int(card.locator('[data-testid="stMetricValue"]').inner_text()) >= 1
+    # the seeded looping session is among them, a link to its page
+    table = page.locator('[data-testid="stDataFrame"]').first
+    expect(table.locator('[role="gridcell"]').filter(has_text=LOOPING)).not_to_have_count(0)
+    expect(page.get_by_text(re.compile(r"sessions replayed · nothing was written"))).to_be_visible()
