@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from engine.limits import Limits
     from engine.loops.detector import LoopDetector, Step, Verdict
     from engine.memory.config import MemoryConfig
+    from engine.loops.rules import RULES
     from engine.quarantine import unused_tool_hint
     from engine.records import (
         AuditEvent,
@@ -167,6 +168,7 @@ __all__ = [
     "RuleReading",
     "WhyFlagged",
     "unused_tool_hint",
+    "RULES",
 ]
 __version__ = "0.1.0"
 
@@ -244,6 +246,7 @@ _LAZY: dict[str, str] = {
     "UnknownSession": "engine.errors",
     "UnknownSnapshot": "engine.errors",
     "unused_tool_hint": "engine.quarantine",
+    "RULES": "engine.loops.rules",
     "Verdict": "engine.loops.detector",
     "RuleReading": "engine.replay",
     "WhyFlagged": "engine.replay",

@@ -744,8 +744,8 @@ def test_audit_shows_a_bulk_rollback_and_filters_its_batch(controls_store):
     at = app(url, page="screens/audit.py", query={"batch": first.batch})
     assert not at.exception
     table = at.dataframe[0].value
-    assert sorted(table["action"]) == ["rollback", "rollback", "rollback", "rollback_many",
-                                       "rollback_many.start"]
+    assert sorted(table["action"]) == ["notice", "notice", "notice", "rollback", "rollback",
+                                       "rollback", "rollback_many", "rollback_many.start"]
     assert set(table["batch"]) == {first.batch}
     summary = table[table["action"] == "rollback_many"]["summary"].item()
     assert summary == "bulk rollback: 3 of 3 sessions rolled back (prompt_version=v9)"

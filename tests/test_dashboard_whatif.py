@@ -22,10 +22,6 @@ OPERATOR = User("olivia", "operator", "local")
 
 
 # -- view models --------------------------------------------------------------------------------
-def test_the_page_knows_every_rule_of_the_detector():
-    assert whatif.RULE_IDS == RULES
-
-
 def test_settings_start_at_what_the_detector_runs_now_declared_text_included():
     config = LoopDetector().config
     now = whatif.current_settings(config, {"repeat_threshold": "5", "max_steps": "none",

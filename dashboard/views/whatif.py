@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from dashboard.views.common import session_link
+from engine import RULES
 
 SESSION_CAP = 200
 """Most sessions one replay takes (the most recently active in the window)."""
@@ -23,10 +24,8 @@ WINDOWS = {"last hour": 3600.0, "last 6 hours": 6 * 3600.0, "last 24 hours": 864
            "last 7 days": 7 * 86400.0}
 """Time windows a replay may cover: sessions active in it."""
 DEFAULT_WINDOW = "last 24 hours"
-RULE_IDS = ("exact_repeat", "circuit_breaker", "near_duplicate", "cycle", "recurrence",
-            "context_overflow", "idle_turns", "repeated_content", "poll_budget", "step_budget")
-"""The detector's rule ids, in the order they run (the engine's `RULES`; a test keeps them
-equal)."""
+RULE_IDS: tuple[str, ...] = RULES
+"""The detector's rule ids, in the order they run."""
 
 
 @dataclass(frozen=True)

@@ -210,12 +210,13 @@ def test_operator_rolls_back_one_prompt_version_and_quarantines_a_tool(fleet, pa
     page.get_by_role("textbox", name="Batch").fill(batch)
     page.get_by_role("textbox", name="Batch").press("Enter")
     settle(page)
-    # what was planned (written first), 3 rollbacks, the summary
-    expect(page.get_by_text("5 events", exact=True)).to_be_visible()
+    # what was planned (written first), 3 rollbacks and their 3 notices, the summary
+    expect(page.get_by_text("8 events", exact=True)).to_be_visible()
     page.screenshot(path=str(shots / "console-audit-batch.png"))
     expect(cell(page, "rollback")).to_have_count(3)
     expect(cell(page, "rollback_many")).to_have_count(1)
     expect(cell(page, "rollback_many.start")).to_have_count(1)
+    expect(cell(page, "notice")).to_have_count(3)
     choose(page, "Action", "quarantine")
     page.get_by_role("textbox", name="Batch").fill("")
     page.get_by_role("textbox", name="Batch").press("Enter")
