@@ -1,6 +1,7 @@
 """Benchmark of LoopDetector: detection quality per source, cost per step and memory.
 
-Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000] [--quality-only]``
+Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000] [--quality-only]
+[--cost-only] [--verdicts PATH]``
 
 - Quality, per source: the production detector (``LoopDetector()``) over the labelled trace corpus
   (tests/traces), each peer suite (tests/loops_peers: other projects' own loop-detection test
@@ -34,6 +35,7 @@ Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000] 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import gzip
 import importlib.util
@@ -569,6 +571,48 @@ def quality_report(show_misses: bool) -> None:
     print()
 
 
+def all_cases() -> Iterator[tuple[str, Case]]:
+    """Every scored case, with the name of its source."""
+    for case in trace_cases():
+        yield "traces", case
+    for suite, cases in peer_cases().items():
+        for case in cases:
+            yield f"peers: {suite}", case
+    path = realruns_path()
+    if path is not None:
+        for name, cases in realrun_cases(path).items():
+            for case in cases:
+                yield name, case
+    for name, cases in tau2_cases().items():
+        for case in cases:
+            yield name, case
+
+
+def write_verdicts(path: Path) -> None:
+    """Every verdict the production detector gives on every step of every case (not only the
+    first flag), all its fields: healthy steps are counted, looping ones written in full."""
+    with path.open("w", encoding="utf-8") as out:
+        for source, case in all_cases():
+            detector = LoopDetector()
+            healthy = 0
+            i = 0
+            for step in case.steps:
+                if step is USER:
+                    detector.user_input()
+                    continue
+                verdict = detector.observe(step)
+                if verdict.looping:
+                    fields = dataclasses.asdict(verdict)
+                    line = {"source": source, "case": case.name, "step": i, **fields}
+                    out.write(json.dumps(line, sort_keys=True, default=repr) + "\n")
+                else:
+                    healthy += 1
+                i += 1
+            out.write(json.dumps({"source": source, "case": case.name, "healthy": healthy}) + "\n")
+    print(f"verdicts of every case written to {path}")
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000, help="steps per timed stream")
@@ -582,11 +626,24 @@ def main() -> None:
         "--quality-only", action="store_true", help="only the detection-quality table"
     )
     parser.add_argument(
+        "--cost-only", action="store_true", help="skip the detection-quality table"
+    )
+    parser.add_argument(
         "--no-misses", action="store_true", help="do not list the cases each source gets wrong"
+    )
+    parser.add_argument(
+        "--verdicts",
+        metavar="PATH",
+        help="also write every verdict of every case (all steps, all fields) to PATH, one JSON "
+        "line per looping verdict: diff two such files to prove a change kept every verdict",
     )
     opts = parser.parse_args()
 
-    quality_report(show_misses=not opts.no_misses)
+    if opts.verdicts:
+        write_verdicts(Path(opts.verdicts))
+
+    if not opts.cost_only:
+        quality_report(show_misses=not opts.no_misses)
     if opts.quality_only:
         return
 

@@ -14,10 +14,11 @@ import decimal
 import enum
 import hashlib
 import json
+import json.encoder
 import math
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["canonicalize", "canonical_json", "fingerprint", "digest", "MAX_DEPTH"]
@@ -136,6 +137,29 @@ _PLAIN_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asc
                                allow_nan=False)
 
 
+def _plain_encoder() -> Callable[[Any], str]:
+    """`_PLAIN_JSON.encode`, built once: the C encoder it makes on every call (two steps'
+    fingerprints and digests a step), kept. Without cycle markers a value that holds itself
+    raises RecursionError instead of ValueError; both send the caller to `canonical_json`."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: the encoder as it is
+        return _PLAIN_JSON.encode
+    try:
+        encoder = make(None, _PLAIN_JSON.default, json.encoder.encode_basestring, None, ":",
+                       ",", True, False, False)
+    except TypeError:  # another signature (another Python): the encoder as it is
+        return _PLAIN_JSON.encode
+    join = "".join
+
+    def encode(value: Any) -> str:
+        return join(encoder(value, 0))
+
+    return encode
+
+
+_ENCODE = _plain_encoder()
+
+
 def normalized_digest(value: Any, prefix: str = "") -> str:
     """`digest(prefix + canonical_json(value))` for a value the loop normalizer returned, without
     converting it again.
@@ -147,7 +171,7 @@ def normalized_digest(value: Any, prefix: str = "") -> str:
     `Session.step` refuses that before the detector sees the arguments.
     """
     try:
-        return digest(prefix + _PLAIN_JSON.encode(value))
+        return digest(prefix + _ENCODE(value))
     except (TypeError, ValueError, RecursionError):
         return digest(prefix + canonical_json(value))
 

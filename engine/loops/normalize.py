@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from engine.loops.fingerprint import canonicalize, normalized_digest
+from engine.loops.fingerprint import canonicalize, digest, normalized_digest
 from engine.loops.shell import (
     _QUOTED,
     _TOKEN_QUOTES,
@@ -360,7 +360,19 @@ def _collapse_outside_quotes(text: str) -> str:
 def mask_volatile(text: str, ids: bool = False) -> str:
     """`text` with timestamps and durations (and with ``ids=True`` also UUIDs, hex or long
     numeric ids and memory addresses) replaced by placeholders such as ``<time>``."""
+    # The patterns try every position of the text; most texts hold nothing they could match,
+    # which one quick search tells (`_TIMES_HINT`).
+    if (_TIMES_AND_IDS_HINT if ids else _TIMES_HINT).search(text) is None:
+        return text
     return (_TIMES_AND_IDS if ids else _TIMES).sub(_placeholder, text)
+
+
+_TIMES_HINT = re.compile(r"\d:\d|\d\s?[mnsuµ]|/tmp|/var/")
+_TIMES_AND_IDS_HINT = re.compile(r"\d:\d|\d\s?[mnsuµ]|/tmp|/var/|0x|[0-9a-fA-F]{8}")
+"""What every text `_TIMES` masks holds: a time a digit, a colon and a digit; a duration a digit,
+then its unit (after at most one space); a scratch directory ``/tmp`` or ``/var/``. With
+`_ID_PATTERNS` (`_TIMES_AND_IDS`): an address ``0x``, a UUID or an id a run of 8 hex digits. A
+text without any of them is left as it is without trying every pattern at every position."""
 
 
 def _key_name(key: str) -> str:
@@ -612,7 +624,14 @@ def result_digest(result: Any, normalizer: Normalizer = _DEFAULT_NORMALIZER) -> 
     value whether it is fed the live result or the stored digest (a digest string is hashed as is,
     which keeps equal digests equal).
     """
+    if type(result) is str and _DIGEST_TEXT.fullmatch(result):
+        # a stored digest fed back (every step of a session): lower-case hex is normalized to
+        # itself (no space, no path, nothing a mask matches), and its JSON text is quoted as is
+        return digest(f'"{result}"')
     return normalized_digest(normalizer.result(result))
+
+
+_DIGEST_TEXT = re.compile(r"[0-9a-f]+")
 
 
 def _leaves(value: Any, out: list[Any]) -> None:
