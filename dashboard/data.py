@@ -268,14 +268,8 @@ def audit(url: str | None, session: str | None = None, actor: str | None = None,
 # -- memory ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class MemoryView:
-    """A session's memories as the Memory tab shows them."""
+    """A session's memories as the Memory tab's table shows them (the chart: `decay_view`)."""
 
-    curves: pd.DataFrame
-    """memory, t, strength: decay weight over time per memory."""
-    accesses: pd.DataFrame
-    """memory, t, strength right after each recall."""
-    threshold: float | None
-    """Weight under which a memory is pruned."""
     items: pd.DataFrame
     """One row per memory (valid and invalidated)."""
     log: pd.DataFrame
@@ -284,7 +278,7 @@ class MemoryView:
 
 @st.cache_data(ttl=SESSION_TTL, show_spinner=False)
 def memory_view(url: str | None, sid: str) -> MemoryView | None:
-    """The session's memories and their decay curves; None when none are recorded (or the
+    """The session's memories and their lifecycle; None when none are recorded (or the
     engine has no memory module)."""
     session = engine_for(url).get_session(sid)
     # Every Session has `.memory` (typed in the engine), so no AttributeError is expected here,
@@ -297,11 +291,32 @@ def memory_view(url: str | None, sid: str) -> MemoryView | None:
         return None
     if not items:
         return None
-    span = views.memory_span(items, time.time())
-    curve = memory.curves(*span, points=160) if span else memory.curves()
-    return MemoryView(*views.memory_frames(items, curve),
+    return MemoryView(items=views.memory_table(items),
                       log=views.memory_log_frame([*memory.log(), *memory.corrections()],
                                                  {m.id: m.text for m in items}))
+
+
+@st.cache_data(ttl=SESSION_TTL, show_spinner=False)
+def decay_view(url: str | None, sid: str) -> tuple[pd.DataFrame, pd.DataFrame, float | None,
+                                                   float] | None:
+    """The decay chart's frames (`views.decay_frames`) and now in seconds since the first
+    memory: the session's valid memories' curves (`SessionMemory.curves`, the engine's decay),
+    one decade of time at a time from the first memory until every memory falls under the
+    forget threshold; None without valid memories."""
+    memory = engine_for(url).get_session(sid).memory
+    try:
+        items = memory.items()
+    except ImportError:  # no retrieval stack: memory_view shows no memories either
+        return None
+    if not items:
+        return None
+    start, now = min(m.created_at for m in items), time.time()
+    curves = []
+    for a, b in views.decay_windows(items, start):
+        curves.append(memory.curves(a, b, points=views.DECAY_POINTS))
+        if views.decay_done(curves[-1], b, now):
+            break
+    return (*views.decay_frames(items, curves, start, now), now - start)
 
 
 def fleet_freeze(configured: FreezeWindow | None) -> tuple[FreezeWindow | None, str]:

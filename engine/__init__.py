@@ -56,8 +56,8 @@ if TYPE_CHECKING:
     from engine.identity import Actor
     from engine.limits import Limits
     from engine.loops.detector import LoopDetector, Step, Verdict
-    from engine.memory.config import MemoryConfig
     from engine.loops.rules import RULES
+    from engine.memory.config import MemoryConfig
     from engine.quarantine import unused_tool_hint
     from engine.records import (
         AuditEvent,

@@ -363,13 +363,10 @@ def test_budget_parts_adds_free_room_against_the_window():
     assert "free" not in views.budget_parts({"system": 1}, None)["part"].tolist()
 
 
-def test_memory_frames_from_the_session_memory(fleet):
+def test_memory_table_and_log_from_the_session_memory(fleet):
     memory = fleet.get_session(AUTO_ROLLED_BACK).memory
     items = memory.items(include_invalid=True)
-    curves, hits, threshold, table = views.memory_frames(items, memory.curves(points=20))
-    assert set(curves["memory"]) == {views.memory_label(m.text) for m in items}
-    assert 20 <= len(curves) <= 40 and curves["strength"].between(0, 1.5).all()  # None before birth
-    assert len(hits) == 1 and threshold == memory.config.decay.min_weight
+    table = views.memory_table(items)
     assert table["recalls"].sum() == 1 and set(table["tier"]) <= {"short", "long"}
     log = views.memory_log_frame(memory.log(), {m.id: m.text for m in items})
     assert "promote" in set(log["event"])
@@ -678,36 +675,6 @@ def test_top_series_keeps_the_busiest_and_sums_the_rest_as_other():
     assert not seven["other"].any() and seven["series"].nunique() == 7  # never "1 more"
     assert views.top_series(views.loop_buckets(loops.iloc[0:0], "prompt_version", 0, 600, 300),
                             "prompt_version").empty
-
-
-class Mem:
-    def __init__(self, created_at, access_times=(), invalid_at=None):
-        self.created_at, self.access_times, self.invalid_at = created_at, access_times, invalid_at
-
-
-def test_memory_span_follows_the_sessions_life_not_a_fixed_week():
-    t0 = 1_900_000_000.0
-    items = [Mem(t0), Mem(t0 + 60, (t0 + 400, t0 + 900))]
-    start, end = views.memory_span(items, now=t0 + 1000)
-    assert start < t0 and end >= t0 + 1000  # the first memory to now, padded
-    assert end - start < 1.3 * 1000  # a quarter-hour session is not drawn on a 7-day axis
-    # idle for a month after a 15-minute life: cut soon after its last recall
-    start, end = views.memory_span(items, now=t0 + 30 * 86400)
-    assert t0 + 900 < end < t0 + 3 * 900
-    # a short life still gets a readable minimum span; no memories, no span
-    start, end = views.memory_span([Mem(t0)], now=t0 + 5)
-    assert end - start >= views.MEMORY_MIN_SPAN_S
-    assert views.memory_span([], now=t0) is None
-
-
-def test_memory_curves_over_the_span_keep_recalls_apart(fleet):
-    memory = fleet.get_session(AUTO_ROLLED_BACK).memory
-    items = memory.items(include_invalid=True)
-    span = views.memory_span(items, time.time())
-    curves, hits, _, _ = views.memory_frames(items, memory.curves(*span, points=50))
-    assert curves["t"].min() >= views.when(span[0]) and curves["t"].max() <= views.when(span[1])
-    assert len(hits) == 1 and views.when(span[0]) <= hits["t"][0] <= views.when(span[1])
-    assert (curves["t"].max() - curves["t"].min()).total_seconds() < 86400  # not a week
 
 
 def test_step_list_joins_runs():

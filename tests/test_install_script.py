@@ -12,7 +12,8 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WARNING_BLOCK = """  /tmp/pip-build-env-x/overlay/lib/python3.11/site-packages/setuptools/command/editable_wheel.py:354: BuildBackendWarning: Editable installation.
+WARNING_BLOCK = """  /tmp/pip-build-env-x/overlay/lib/python3.11/site-packages/setuptools/command/\
+editable_wheel.py:354: BuildBackendWarning: Editable installation.
   !!
           ********************************************************************************
           Please be careful with folders in your working directory with the same
@@ -30,10 +31,12 @@ def project(tmp_path: Path, pip_fails: bool) -> Path:
     (tmp_path / "warning.txt").write_text(WARNING_BLOCK)
     python = tmp_path / ".venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
+    outcome = ("echo 'ERROR: No matching distribution found for redis' >&2; exit 1"
+               if pip_fails else "exit 0")
     python.write_text(f"""#!/usr/bin/env bash
 case "$*" in
   *"pip install -q --upgrade pip"*) exit 0 ;;
-  *"pip install -q -e"*) cat "{tmp_path}/warning.txt" >&2; {"echo 'ERROR: No matching distribution found for redis' >&2; exit 1" if pip_fails else "exit 0"} ;;
+  *"pip install -q -e"*) cat "{tmp_path}/warning.txt" >&2; {outcome} ;;
   *) exit 0 ;;
 esac
 """)

@@ -403,35 +403,12 @@ def render_snapshot_tree(page: Page) -> None:
             dialogs.rollback_dialog(page.sid, page.user, target=node.id)
 
 
-@st.cache_data(ttl=data.SESSION_TTL, show_spinner=False)
-def decay_view(url: str | None, sid: str) -> tuple[pd.DataFrame, pd.DataFrame, float | None,
-                                                   float] | None:
-    """The decay chart's frames (`views.decay_frames`) and now in seconds since the first
-    memory: the session's valid memories' curves (`SessionMemory.curves`, the engine's decay),
-    one decade of time at a time from the first memory until every memory falls under the
-    forget threshold; None without valid memories."""
-    memory = data.engine_for(url).get_session(sid).memory
-    try:
-        items = memory.items()
-    except ImportError:  # no retrieval stack: data.memory_view shows no memories either
-        return None
-    if not items:
-        return None
-    start, now = min(m.created_at for m in items), time.time()
-    curves = []
-    for a, b in session_views.decay_windows(items, start):
-        curves.append(memory.curves(a, b, points=session_views.DECAY_POINTS))
-        if session_views.decay_done(curves[-1], b, now):
-            break
-    return (*session_views.decay_frames(items, curves, start, now), now - start)
-
-
 def render_memory(page: Page) -> None:
     memory = data.memory_view(page.url, page.sid)
     if memory is None:
         st.info("Memory: not recorded. This session wrote no memories.")
         return
-    decay = decay_view(page.url, page.sid)
+    decay = data.decay_view(page.url, page.sid)
     if decay is not None:
         curves, recalls, threshold, now_s = decay
         st.plotly_chart(charts.decay_curves(curves, recalls, threshold, now_s), key="memory")

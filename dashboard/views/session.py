@@ -628,42 +628,6 @@ def memory_label(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-MEMORY_MIN_SPAN_S = 300.0
-
-
-def memory_span(items: Sequence[Any], now: float,
-                min_span_s: float = MEMORY_MIN_SPAN_S) -> tuple[float, float] | None:
-    """The time span the decay curves cover: the session's life as its memories record it,
-    from the first memory to now, padded (5 % before, 10 % after) and at least `min_span_s`
-    wide. A session idle for longer than it lived is cut at its last memory event plus as long
-    again, so its recalls do not crowd into the first pixels. None without memories."""
-    if not items:
-        return None
-    start = min(m.created_at for m in items)
-    last = max(max([m.created_at, *m.access_times,
-                    *([m.invalid_at] if m.invalid_at is not None else [])]) for m in items)
-    end = min(max(now, last), last + max(last - start, min_span_s))
-    span = max(end - start, min_span_s)
-    return start - 0.05 * span, start + 1.1 * span
-
-
-def memory_frames(items: Sequence[Any], curve: Any) -> tuple[pd.DataFrame, pd.DataFrame,
-                                                             float | None, pd.DataFrame]:
-    """(curves, recalls, threshold, items) for the Memory tab from `SessionMemory.items()` and
-    `SessionMemory.curves()` (a decay `Curve`: times, weights per id, accesses, threshold)."""
-    names = {m.id: memory_label(m.text) for m in items}
-    curves = pd.DataFrame(
-        [{"memory": names.get(mid, mid), "t": when(t), "strength": w}
-         for mid, series in curve.weights.items()
-         for t, w in zip(curve.times, series, strict=True) if w is not None],
-        columns=["memory", "t", "strength"])
-    hits = pd.DataFrame(
-        [{"memory": names.get(mid, mid), "t": when(t), "strength": w}
-         for mid, marks in curve.accesses.items() for t, w in marks],
-        columns=["memory", "t", "strength"])
-    return curves, hits, curve.threshold, memory_table(items)
-
-
 def memory_names(items: Sequence[Any]) -> dict[str, str]:
     """Memory id -> its short text, numbered where two would read the same (legend entries)."""
     names: dict[str, str] = {}
