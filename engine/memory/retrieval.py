@@ -164,12 +164,14 @@ class BM25Index:
     def __contains__(self, doc_id: object) -> bool:
         return doc_id in self._slot
 
-    def add(self, doc_id: str, text: str) -> None:
+    def add(self, doc_id: str, text: str, chained: bool = True) -> None:
         """Index a text under an id (replacing any text indexed under that id).
 
         Args:
             doc_id: the memory id.
             text: the memory text.
+            chained: whether it is the neighbour of the documents indexed just before and after
+                it (``context``); False for a document that is no turn of a conversation.
         """
         terms = self.tokenizer(text)
         with self._lock:
@@ -195,10 +197,13 @@ class BM25Index:
                     more = np.full(len(self._prev), -1, dtype=np.int64)
                     self._prev = np.concatenate([self._prev, more])
                     self._next = np.concatenate([self._next, more])
-            self._prev[slot], self._next[slot] = self._tail, -1
-            if self._tail >= 0:
-                self._next[self._tail] = slot
-            self._tail = slot
+            if chained:
+                self._prev[slot], self._next[slot] = self._tail, -1
+                if self._tail >= 0:
+                    self._next[self._tail] = slot
+                self._tail = slot
+            else:
+                self._prev[slot] = self._next[slot] = -1
             self._lengths[slot] = len(terms)
             self._slot[doc_id] = slot
             for term in freqs:
@@ -700,14 +705,16 @@ class HybridIndex:
     def __contains__(self, doc_id: object) -> bool:
         return doc_id in self.bm25
 
-    def add(self, doc_id: str, text: str) -> None:
+    def add(self, doc_id: str, text: str, chained: bool = True) -> None:
         """Index a memory (replacing any text under the same id).
 
         Args:
             doc_id: the memory id.
             text: the memory text.
+            chained: whether it shares BM25 context with the memories written just before and
+                after it (False for a keyed fact: no turn of a conversation).
         """
-        self.bm25.add(doc_id, text)
+        self.bm25.add(doc_id, text, chained=chained)
         if self.dense is not None:
             self.dense.add(doc_id, text)
 
