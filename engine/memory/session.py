@@ -225,7 +225,7 @@ class SessionMemory:
             view.index.remove(mid)
             del view.indexed[mid]
         if live is not None and mid not in view.indexed:
-            view.index.add(mid, live.text, chained=live.key is None)  # a fact is no chat turn
+            view.index.add(mid, live.text, chained=_turn(live))
             view.indexed[mid] = live.text
         # exact fact keys
         if old is not None and old.key is not None:
@@ -330,8 +330,9 @@ class SessionMemory:
         older valid memory with the same key (marked invalid by ``key``, confidence 1), and no
         judge is asked. A keyed fact goes straight to long-term memory and is never pruned by
         decay nor evicted: it stays until a newer one with its key replaces it, `forget`
-        removes it or a rollback undoes it (`fact` reads it back by key), and it shares no
-        BM25 context with the memories written around it. Without one, the engine's
+        removes it or a rollback undoes it (`fact` reads it back by key). Only chat turns (free
+        text with a speaker, ``"Caroline: …"``) share BM25 context with the memories written
+        around them. Without one, the engine's
         `ContradictionJudge` decides which older free-text memories it replaces: it sees, in
         one batch, the older memories closest in words and those sharing an (owner, attribute)
         key with the new one; each replacement at or above `MemoryConfig.min_confidence`
@@ -599,6 +600,14 @@ class SessionMemory:
                 self._stage(view, writes, key, None, now)
         for i, entry in enumerate(entries):
             self._stage(view, writes, f"{LOG}{now:.6f}:{i:04d}:{entry['id']}", entry, now)
+
+
+def _turn(m: Memory) -> bool:
+    """Whether a memory is a turn of a conversation (free text with a speaker): only turns share
+    BM25 context with the memories written just before and after them. Keyed facts and notes
+    without a speaker are no turns: on MADial-Bench's memory notes the share lost recall
+    (bench/retrieval.py), on LoCoMo's turns it gains."""
+    return m.key is None and _speaker(m.text) is not None
 
 
 def _speaker(text: str) -> str | None:
