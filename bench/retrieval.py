@@ -19,6 +19,13 @@ meta={"turn": id})`` in an in-memory SQLite engine with the default `MemoryConfi
 checks on; importance 0.8 keeps turns out of the short-term eviction; the clock advances one second
 per call, so nothing decays), and every question through ``s.memory.recall(question, k=100)``. The
 share of turns the contradiction judge invalidated is reported too (target: at most 0.5%).
+``--madial GITDIR`` adds MADial-Bench (English and Chinese; a fetched snapshot of
+``hejunqing/MADial-Bench``, MIT licence, read at a fixed commit and never copied into the
+repository): its memory pool as shipped is remembered, each dialogue up to the turn where a memory
+should come up is a question, gold = its ``relevant-id`` memories. Nothing was tuned on it. It is
+where the neighbour share was checked: on its memory notes (no speakers) BM25 with context lost
+recall against plain BM25, so `SessionMemory` gives context only to chat turns (text with a
+speaker).
 ``--second PATH`` adds a second benchmark in LongMemEval's format (roles as given, gold = turns
 marked ``has_answer``), read from a path and skipped with a message when absent.
 

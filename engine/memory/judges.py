@@ -13,8 +13,12 @@ Shipped judges:
   ``我搬到了上海``), where and as what they work (``I now work at …``, ``I quit my job``,
   ``我跳槽到…``), personal attributes (``my new number is …``, ``I changed my email to …``,
   ``我的手机号改成…``), habits that stopped (``I no longer …``, ``I don't … anymore``,
-  ``I stopped …``, ``我不再…``, ``我不…了``) and switches (``I switched from X to Y``, ``我改用…``).
-  It reads only prose statements (`engine.memory.surface`): formats never decide.
+  ``I stopped …``, ``我不再…``, ``我不…了``), switches (``I switched from X to Y``, ``我改用…``),
+  age and birth year (``I'm 30 now``, ``我今年30了``, ``我是90年的``) and a change of line of work
+  (``我现在转行做设计的``; ``做销售的`` then ``做汽车销售的`` is one line in other words). A
+  Chinese sentence is also read clause by clause (``没有，我是做销售的``): a clause opening with 我
+  is a statement of its own. It reads only prose statements (`engine.memory.surface`): formats
+  never decide.
 - `FunctionJudge`: calls a function the user passes (their LLM), batched and cached.
 - `CheckerJudge`: wraps an older `ContradictionChecker` (such as `RuleChecker`).
 

@@ -5,7 +5,9 @@ Chat turns and agent notes come wrapped: a speaker prefix in any case or script 
 text, JSON, tool output, code, tables and logs. None of that is a statement by the speaker, so
 `statements` strips or skips it and hands the contradiction judges only prose sentences, each with
 its owner: the speaker when there is one, "" otherwise. Questions, backchannel and one-word replies
-(``Yeah``, ``Scrambled``) are dropped too: a colon, a bracket or a short reply makes no claim.
+(``Yeah``, ``Scrambled``) are dropped too: a colon, a bracket or a short reply makes no claim. A
+statement followed by a question back (``I moved to Denver, and you?``, ``我今年27了，你呢？``)
+keeps its statement; a tag asking to confirm (``…, right?``, ``…，对吧？``) does not.
 """
 
 from __future__ import annotations
