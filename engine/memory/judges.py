@@ -13,12 +13,8 @@ Shipped judges:
   ``我搬到了上海``), where and as what they work (``I now work at …``, ``I quit my job``,
   ``我跳槽到…``), personal attributes (``my new number is …``, ``I changed my email to …``,
   ``我的手机号改成…``), habits that stopped (``I no longer …``, ``I don't … anymore``,
-  ``I stopped …``, ``我不再…``, ``我不…了``), switches (``I switched from X to Y``, ``我改用…``),
-  age and birth year (``I'm 30 now``, ``我今年30了``, ``我是90年的``) and a change of line of work
-  (``我现在转行做设计的``; ``做销售的`` then ``做汽车销售的`` is one line in other words). A
-  Chinese sentence is also read clause by clause (``没有，我是做销售的``): a clause opening with 我
-  is a statement of its own. It reads only prose statements (`engine.memory.surface`): formats
-  never decide.
+  ``I stopped …``, ``我不再…``, ``我不…了``) and switches (``I switched from X to Y``, ``我改用…``).
+  It reads only prose statements (`engine.memory.surface`): formats never decide.
 - `FunctionJudge`: calls a function the user passes (their LLM), batched and cached.
 - `CheckerJudge`: wraps an older `ContradictionChecker` (such as `RuleChecker`).
 
@@ -369,19 +365,6 @@ _ZH_BA = re.compile(
     rf"(?P<subj>我们|我){_ZH_ADV}把(?P<attr>{_ZH_PERSONAL})(?:改成了?|换成了?|改为|更新为)"
     r"(?P<val>[^，,。！？!?；;]{1,40})"
 )
-_ZH_NUM = r"(?:\d{1,3}|[一二三四五六七八九十两]{1,3})"
-_ZH_AGE = re.compile(
-    rf"{_ZH_SUBJ}{_ZH_ADV}(?:今年|已经|都|快)?(?P<val>{_ZH_NUM})(?:周?岁(?:了|啦)?|了)"
-    r"(?=[，,。！？!?；;\s]|$)"
-)
-"""``我今年27了``, ``我30岁``: the age one gives now (English: `_AGE`)."""
-_ZH_BORN = re.compile(rf"{_ZH_SUBJ}{_ZH_ADV}是?(?P<val>\d{{2,4}})年(?:出生)?的")
-"""``我是90年的``: a birth year."""
-_ZH_JOB = re.compile(
-    rf"{_ZH_SUBJ}{_ZH_ADV}(?:是|在)?(?:转行|改行)?(?:去)?(?:做|干|搞|从事)(?P<val>(?:(?!的)[{HAN}A-Za-z]){{1,8}}?)"
-    r"(?:工作|行业|生意|方面的工作|这一行)?的(?=[，,。！？!?；;\s]|$)"
-)
-"""``我是做销售的``: the line of work one is in (English: ``I work as a …``)."""
 _ZH_STOPPED = re.compile(
     rf"(?P<subj>我们|我){_ZH_ADV}(?:不再|已经不|再也不|戒掉了?|戒了|戒|不)(?P<val>[{HAN}A-Za-z]{{1,10}}?)(?:了|$)"
 )
@@ -520,12 +503,6 @@ class RulesJudge:
                 continue
             if re.search(f"[{HAN}]", s.text):
                 claims += self._zh(s)
-                # Chinese strings clauses with commas, each with its own subject
-                # (``没有，我是做销售的``, ``我知道，我今年也30了``): a clause that opens with
-                # 我 / 我们 is read as a statement of its own.
-                for clause in re.split(r"[,，;；]\s*", s.text)[1:]:
-                    if clause.startswith("我"):
-                        claims += self._zh(Sentence(owner=s.owner, text=clause, hedged=False))
             elif not _PAST_EN.search(s.text):
                 claims += self._en(s)
         if len(self._claims) > self._size:
@@ -686,14 +663,6 @@ class RulesJudge:
                     )
                 )
                 break
-        for pattern, attribute in ((_ZH_AGE, "age"), (_ZH_BORN, "born"), (_ZH_JOB, "job")):
-            m = pattern.match(text)
-            if m is not None and "的时候" not in text[m.end() : m.end() + 4]:
-                changed = bool(re.search("现在|已经|今年|改行|换|转行", m.group()))
-                out.append(
-                    _Claim(_owner(m.group("subj"), s.owner), attribute, m.group("val"), False,
-                           changed)
-                )
         if not out:
             m = _ZH_THING_CHANGED.match(text) or _ZH_THING_IS.match(text)
             if m is not None and not _ZH_EVALUATIVE.match(m.group("val")):
@@ -789,10 +758,6 @@ class RulesJudge:
                     continue
                 if new.attribute.startswith("the:") and not new.changed:
                     continue  # "the X is A" then "the X is B": two descriptions, not a change
-                if new.attribute == "job" and not new.changed and _HAN_RE.search(new.value):
-                    # "做销售的" then "做汽车销售的", "做财务的" then "做会计的": one line of work
-                    # in other words, unless said as a change (现在, 转行, 改行)
-                    continue
                 label = new.attribute.removeprefix("my:").removeprefix("the:")
                 confidence = 0.9 if new.changed else 0.75
                 return Judgement(
@@ -816,9 +781,6 @@ class RulesJudge:
                             "negation" if new.attribute == "do" else "update",
                         )
         return NO
-
-
-_HAN_RE = re.compile(f"[{HAN}]")
 
 
 def _base(attribute: str) -> str:
@@ -849,7 +811,7 @@ def _terms(text: str) -> frozenset[str]:
 def _overlaps(a: str, b: str) -> bool:
     """Same value, or one refines the other (``Boston`` / ``Boston, MA``)."""
     if re.search(f"[{HAN}]", a + b):
-        x, y = (v.replace(" ", "").replace("的", "") for v in (a, b))  # 北京的西二旗 = 北京西二旗
+        x, y = a.replace(" ", ""), b.replace(" ", "")
         return bool(x) and bool(y) and (x in y or y in x)
     ta, tb = _terms(a), _terms(b)
     if not ta or not tb:

@@ -5,9 +5,7 @@ Chat turns and agent notes come wrapped: a speaker prefix in any case or script 
 text, JSON, tool output, code, tables and logs. None of that is a statement by the speaker, so
 `statements` strips or skips it and hands the contradiction judges only prose sentences, each with
 its owner: the speaker when there is one, "" otherwise. Questions, backchannel and one-word replies
-(``Yeah``, ``Scrambled``) are dropped too: a colon, a bracket or a short reply makes no claim. A
-statement followed by a question back (``I moved to Denver, and you?``, ``我今年27了，你呢？``)
-keeps its statement; a tag asking to confirm (``…, right?``, ``…，对吧？``) does not.
+(``Yeah``, ``Scrambled``) are dropped too: a colon, a bracket or a short reply makes no claim.
 """
 
 from __future__ import annotations
@@ -49,14 +47,6 @@ QUESTION_EN = re.compile(
     r"had|can|could|would|will|shall|should|may|might|isn['’]t|aren['’]t|don['’]t|didn['’]t)\b",
     re.IGNORECASE,
 )
-TAG_QUESTION = re.compile(
-    r"^(?:right|ok|okay|correct|true|no|yes|huh|eh|innit|isn't (?:it|that)|aren't (?:you|they|we)|"
-    r"don't (?:you|they|we)|didn't (?:you|i|we)|or not|am i right|you know|"
-    r"对吗|对吧|对不对|是吧|是吗|是不是|好吗|好吧|行吗|可以吗|没错吧|吧|吗|嗯)$",
-    re.IGNORECASE,
-)
-"""A question clause that asks to confirm what came before it (``…, right?``, ``…，对吧？``):
-the whole sentence is a question."""
 QUESTION_ZH = re.compile(r"[吗呢么嘛]$|什么|怎么|为什么|哪里|哪儿|多少|是否|有没有|是不是")
 HEDGE_EN = re.compile(
     r"\b(?:if|unless|maybe|perhaps|might|would|could|should|hope|wish|suppose|imagine|pretend|"
@@ -140,9 +130,7 @@ def statements(text: str) -> list[Sentence]:
             continue
         for raw in SENTENCE.split(line):
             raw = raw.strip(" \t,;:-—")
-            if raw.endswith(("?", "？")):
-                raw = _before_question(raw)
-            if not raw:
+            if not raw or raw.endswith(("?", "？")):
                 continue
             body = raw.rstrip(".!。！~ ")
             han = bool(re.search(f"[{HAN}]", body))
@@ -156,16 +144,3 @@ def statements(text: str) -> list[Sentence]:
                 hedged = bool(HEDGE_EN.search(body))
             out.append(Sentence(owner=owner, text=body, hedged=hedged))
     return out
-
-
-def _before_question(sentence: str) -> str:
-    """What a sentence states before the question it ends with (``I moved to Denver, and you?``,
-    ``我今年27了，你呢？``: people state, then ask back), or "" when it is a question as a whole
-    (one clause, or a tag asking to confirm: ``…, right?``)."""
-    cut = max(sentence.rfind(","), sentence.rfind(";"), sentence.rfind("，"), sentence.rfind("；"))
-    if cut <= 0:
-        return ""
-    tail = sentence[cut + 1 :].strip(" \t?？!！")
-    if TAG_QUESTION.match(tail):
-        return ""
-    return sentence[:cut].strip(" \t,;:-—，；")
