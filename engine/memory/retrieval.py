@@ -19,6 +19,7 @@ Pure code, no I/O: the memory store owns persistence and feeds texts in with `ad
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -628,6 +629,16 @@ class HybridHit:
     """Cosine similarity."""
 
 
+_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def _mostly_han(text: str) -> bool:
+    """Whether most letters of a text are Han characters."""
+    letters = len(_LETTER.findall(text))
+    return letters > 0 and len(_HAN.findall(text)) * 2 > letters
+
+
 class HybridIndex:
     """BM25 and dense retrieval over the same documents, fused by weighted RRF.
 
@@ -753,18 +764,24 @@ class HybridIndex:
         """
         if k <= 0:
             return []
+        # An English-only embedder ranks Han-script text by noise (MADial-Bench's Chinese half:
+        # recall fell with it); such a query gets the lexical side alone.
+        dense_index = self.dense
+        if dense_index is not None and getattr(dense_index.embedder, "english_only", False):
+            if _mostly_han(query):
+                dense_index = None
         # one ranking alone: fusion keeps its order, so the top k of it is all that is needed
-        depth = max(self.depth, k) if self.dense is not None else k
+        depth = max(self.depth, k) if dense_index is not None else k
         lexical = self.weights[0] > 0 or self.feedback > 0
         sparse = self.bm25.search(query, depth) if lexical else []
         dense = (
-            self.dense.search(
+            dense_index.search(
                 query,
                 depth,
                 feedback_ids=[d for d, _ in sparse[: self.feedback]],
                 feedback_weight=self.feedback_weight,
             )
-            if self.dense is not None
+            if dense_index is not None
             else []
         )
         if self.weights[0] == 0:
