@@ -19,6 +19,13 @@ meta={"turn": id})`` in an in-memory SQLite engine with the default `MemoryConfi
 checks on; importance 0.8 keeps turns out of the short-term eviction; the clock advances one second
 per call, so nothing decays), and every question through ``s.memory.recall(question, k=100)``. The
 share of turns the contradiction judge invalidated is reported too (target: at most 0.5%).
+``--madial GITDIR`` adds MADial-Bench (English and Chinese; a fetched snapshot of
+``hejunqing/MADial-Bench``, MIT licence, read at a fixed commit and never copied into the
+repository): its memory pool as shipped is remembered, each dialogue up to the turn where a memory
+should come up is a question, gold = its ``relevant-id`` memories. Nothing was tuned on it. It is
+where the neighbour share was checked: on its memory notes (no speakers) BM25 with context lost
+recall against plain BM25, so `SessionMemory` gives context only to chat turns (text with a
+speaker).
 ``--second PATH`` adds a second benchmark in LongMemEval's format (roles as given, gold = turns
 marked ``has_answer``), read from a path and skipped with a message when absent.
 
@@ -178,6 +185,45 @@ def load_longmemeval(path: Path, limit: int) -> list[dict]:
     for i, conv in enumerate(conversations):
         conv["split"] = "dev" if i < len(conversations) // 2 else "held-out"
     return conversations
+
+
+MADIAL_COMMIT = "572e3a10d6d01852a65e4508e0b3ab2a00d0710c"
+MADIAL_FILES = {
+    "en": ("data/en/MADial-Bench-en-memory.json", "data/en/MADial-Bench-en-dialogue.json"),
+    "zh": ("data/ch/MADial-Bench-zh-memory.json", "data/ch/MADial-Bench-zh-dialogue.json"),
+}
+
+
+def load_madial(git: Path, lang: str) -> list[dict]:
+    """MADial-Bench (``hejunqing/MADial-Bench``, MIT licence, read from a bare git snapshot at
+    `MADIAL_COMMIT`, never copied into the repository) as one conversation: its memory pool as
+    shipped (each memory's ``event`` text, in id order) is what is remembered; each dialogue is a
+    question: the turns before its ``test-turn`` (the turn where the assistant should bring a
+    memory up, speaker tags as given) joined, gold = its ``relevant-id`` memories. Nothing was
+    tuned on it: all of it is held-out."""
+    import subprocess
+
+    def show(path: str) -> list[dict]:
+        raw = subprocess.run(
+            ["git", f"--git-dir={git}", "show", f"{MADIAL_COMMIT}:{path}"],
+            capture_output=True, check=True,
+        ).stdout.decode("utf-8")
+        return [json.loads(line) for line in raw.splitlines() if line.strip()]
+
+    memory_file, dialogue_file = MADIAL_FILES[lang]
+    turns = []
+    for row in show(memory_file):
+        for mid, memory in row.items():
+            turns.append((f"M{mid}", memory["event"].strip()))
+    known = {t for t, _ in turns}
+    questions = []
+    for row in show(dialogue_file):
+        cut = min(row["test-turn"])
+        context = [line.strip() for line in row["dialogue"][1:cut] if line.strip()]
+        gold = [f"M{i}" for i in row["relevant-id"] if f"M{i}" in known]
+        if context and gold:
+            questions.append((" ".join(context), gold, 0))
+    return [{"turns": turns, "questions": questions, "split": "held-out"}]
 
 
 def score(ranked: list[str], gold: list[str]) -> dict[str, float]:
@@ -364,6 +410,13 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         "it out of the repository); skipped with a message when absent",
     )
     parser.add_argument("--second-limit", type=int, default=40, help="instances of --second")
+    parser.add_argument(
+        "--madial",
+        type=Path,
+        default=None,
+        help="bare git dir of hejunqing/MADial-Bench (a fetched snapshot): adds it, English and "
+        "Chinese, as a benchmark nothing was tuned on",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     args = parser.parse_args(argv)
     if not args.data.is_file():
@@ -488,6 +541,21 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
             f"second benchmark not found at {args.second}: skipped (pass --second PATH to a "
             "LongMemEval-format file)"
         )
+    if args.madial is not None:
+        for lang in MADIAL_FILES:
+            third = load_madial(args.madial, lang)
+            bare3 = run_bare(third, {})
+            memory3, counts3 = run_memory(third, None)
+            bm25 = mean(bare3["held-out"]["BM25"])["R@10"]
+            plain = mean(bare3["held-out"]["BM25 plain"])["R@10"]
+            mem = mean(memory3["held-out"])["R@10"]
+            share3 = counts3["invalidated"] / max(1, counts3["turns"])
+            out(
+                f"MADial-Bench {lang} [held-out]: R@10 s.memory {mem:.3f} vs BM25 alone {bm25:.3f} "
+                f"({mem - bm25:+.3f}; BM25 without context {plain:.3f}), "
+                f"n={len(memory3['held-out'])}; invalidated {counts3['invalidated']} of "
+                f"{counts3['turns']} ({share3:.2%})"
+            )
     out(
         f"total {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.2f} on "
         f"{os.cpu_count()} cores"

@@ -216,3 +216,16 @@ def test_a_handle_reads_the_namespace_once_then_follows_the_event_feed(mem_engin
     mine = s.memory.add("the budget is 500", importance=0.9)
     s.rollback(to=snap, actor="op", reason="test", notice=False)
     assert mine not in {m.id for m in s.memory.items(include_invalid=True)}
+
+
+def test_a_keyed_fact_is_no_neighbour_of_the_turns_written_around_it(mem_engine):
+    """BM25 context (a share of a strong neighbour's score) is for chat turns written one after
+    the other; a keyed fact between two turns gets none and gives none."""
+    s = mem_engine.session("s")
+    first = s.memory.add("Melanie: we went camping at the lake with the kids", importance=0.9)
+    fact = s.memory.add("preferred seat: aisle", key="user.seat", importance=0.9)
+    then = s.memory.add("Melanie: the kids loved roasting marshmallows", importance=0.9)
+    hits = s.memory.recall("camping at the lake", k=5)
+    assert [h.id for h in hits] == [first, then, fact]  # the next turn is first's neighbour
+    [hit] = s.memory.recall("preferred seat", k=1)
+    assert hit.id == fact and hit.key == "user.seat"

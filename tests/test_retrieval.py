@@ -288,3 +288,23 @@ def test_numpy_minilm_gives_the_vectors_of_the_torch_model(minilm):
     assert numpy_vectors.shape == torch_vectors.shape == (5, 384)
     cosines = (numpy_vectors * torch_vectors).sum(axis=1)
     assert cosines.min() > 0.9999
+
+
+def test_an_english_only_embedder_has_no_vote_on_a_han_script_query():
+    """all-MiniLM-L6-v2 ranks Chinese text by noise; a query mostly in Han script is answered by
+    the lexical side alone (an English query still gets the fusion)."""
+
+    class Backwards(HashingEmbedder):
+        english_only = True
+
+        def embed(self, texts):
+            return -super().embed(texts)  # ranks the best lexical match last
+
+    docs = [("a", "我住在北京，每天骑车上班"), ("b", "今天天气很好"), ("c", "I live in Boston")]
+    fused = HybridIndex(embedder=Backwards(), weights=(0.5, 0.5))
+    lexical = HybridIndex(embedder=HashingEmbedder(), weights=(1.0, 0.0))
+    for index in (fused, lexical):
+        index.add_many(docs)
+    query = "住在北京"
+    assert [d for d, _ in fused.search(query, 3)] == [d for d, _ in lexical.search(query, 3)]
+    assert fused.search_detailed("where do I live, Boston?", 3)[0].dense_rank is not None

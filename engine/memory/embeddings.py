@@ -85,6 +85,8 @@ class MiniLMEmbedder:
 
     name = "all-MiniLM-L6-v2"
     dim = 384
+    english_only = True
+    """Trained on English: `HybridIndex` gives it no vote on a query in Han script."""
 
     def __init__(
         self,
@@ -231,6 +233,8 @@ class NumpyMiniLMEmbedder:
 
     name = "all-MiniLM-L6-v2 (numpy)"
     dim = 384
+    english_only = True
+    """Trained on English: `HybridIndex` gives it no vote on a query in Han script."""
     max_tokens = 256
     heads = 12
 

@@ -19,6 +19,7 @@ Pure code, no I/O: the memory store owns persistence and feeds texts in with `ad
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -164,12 +165,14 @@ class BM25Index:
     def __contains__(self, doc_id: object) -> bool:
         return doc_id in self._slot
 
-    def add(self, doc_id: str, text: str) -> None:
+    def add(self, doc_id: str, text: str, chained: bool = True) -> None:
         """Index a text under an id (replacing any text indexed under that id).
 
         Args:
             doc_id: the memory id.
             text: the memory text.
+            chained: whether it is the neighbour of the documents indexed just before and after
+                it (``context``); False for a document that is no turn of a conversation.
         """
         terms = self.tokenizer(text)
         with self._lock:
@@ -195,10 +198,13 @@ class BM25Index:
                     more = np.full(len(self._prev), -1, dtype=np.int64)
                     self._prev = np.concatenate([self._prev, more])
                     self._next = np.concatenate([self._next, more])
-            self._prev[slot], self._next[slot] = self._tail, -1
-            if self._tail >= 0:
-                self._next[self._tail] = slot
-            self._tail = slot
+            if chained:
+                self._prev[slot], self._next[slot] = self._tail, -1
+                if self._tail >= 0:
+                    self._next[self._tail] = slot
+                self._tail = slot
+            else:
+                self._prev[slot] = self._next[slot] = -1
             self._lengths[slot] = len(terms)
             self._slot[doc_id] = slot
             for term in freqs:
@@ -623,6 +629,16 @@ class HybridHit:
     """Cosine similarity."""
 
 
+_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def _mostly_han(text: str) -> bool:
+    """Whether most letters of a text are Han characters."""
+    letters = len(_LETTER.findall(text))
+    return letters > 0 and len(_HAN.findall(text)) * 2 > letters
+
+
 class HybridIndex:
     """BM25 and dense retrieval over the same documents, fused by weighted RRF.
 
@@ -700,14 +716,16 @@ class HybridIndex:
     def __contains__(self, doc_id: object) -> bool:
         return doc_id in self.bm25
 
-    def add(self, doc_id: str, text: str) -> None:
+    def add(self, doc_id: str, text: str, chained: bool = True) -> None:
         """Index a memory (replacing any text under the same id).
 
         Args:
             doc_id: the memory id.
             text: the memory text.
+            chained: whether it shares BM25 context with the memories written just before and
+                after it (False for a keyed fact: no turn of a conversation).
         """
-        self.bm25.add(doc_id, text)
+        self.bm25.add(doc_id, text, chained=chained)
         if self.dense is not None:
             self.dense.add(doc_id, text)
 
@@ -746,18 +764,24 @@ class HybridIndex:
         """
         if k <= 0:
             return []
+        # An English-only embedder ranks Han-script text by noise (MADial-Bench's Chinese half:
+        # recall fell with it); such a query gets the lexical side alone.
+        dense_index = self.dense
+        if dense_index is not None and getattr(dense_index.embedder, "english_only", False):
+            if _mostly_han(query):
+                dense_index = None
         # one ranking alone: fusion keeps its order, so the top k of it is all that is needed
-        depth = max(self.depth, k) if self.dense is not None else k
+        depth = max(self.depth, k) if dense_index is not None else k
         lexical = self.weights[0] > 0 or self.feedback > 0
         sparse = self.bm25.search(query, depth) if lexical else []
         dense = (
-            self.dense.search(
+            dense_index.search(
                 query,
                 depth,
                 feedback_ids=[d for d, _ in sparse[: self.feedback]],
                 feedback_weight=self.feedback_weight,
             )
-            if self.dense is not None
+            if dense_index is not None
             else []
         )
         if self.weights[0] == 0:

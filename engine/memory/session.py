@@ -106,6 +106,8 @@ class MemoryHit:
     tier: str
     weight: float
     """Decay weight at recall time."""
+    key: str | None = None
+    """The fact key it was written with, if any."""
 
 
 def _memory(mid: str, d: dict) -> Memory:
@@ -223,7 +225,7 @@ class SessionMemory:
             view.index.remove(mid)
             del view.indexed[mid]
         if live is not None and mid not in view.indexed:
-            view.index.add(mid, live.text)
+            view.index.add(mid, live.text, chained=_turn(live))
             view.indexed[mid] = live.text
         # exact fact keys
         if old is not None and old.key is not None:
@@ -240,10 +242,10 @@ class SessionMemory:
             view.item_keys[mid] = keys
             for k in keys:
                 view.by_key.setdefault(k, {})[mid] = live.created_at
-        # decay and tiers
+        # decay and tiers (a keyed fact stays until replaced or forgotten: never pruned or evicted)
         view.prune_at.pop(mid, None)
         view.short.pop(mid, None)
-        if live is not None:
+        if live is not None and live.key is None:
             wait = self.config.decay.time_to_prune(live.decay_item(), now)
             if wait is not None:
                 at = now + wait
@@ -277,6 +279,23 @@ class SessionMemory:
         out = sorted(view.items.values(), key=lambda m: (m.created_at, m.id))
         return out if include_invalid else [m for m in out if m.valid]
 
+    def fact(self, key: str) -> Memory | None:
+        """The current memory of a fact key (the newest valid one written with ``key``), or None."""
+        view = self._refresh()
+        same = view.keyed.get(key, {})
+        if not same:
+            return None
+        return view.items[max(same, key=lambda i: (same[i], i))]
+
+    def facts(self, prefix: str = "") -> list[Memory]:
+        """The current memory of every fact key starting with ``prefix``, oldest first."""
+        view = self._refresh()
+        out = []
+        for key, same in view.keyed.items():
+            if same and key.startswith(prefix):
+                out.append(view.items[max(same, key=lambda i: (same[i], i))])
+        return sorted(out, key=lambda m: (m.created_at, m.id))
+
     def corrections(self) -> list[dict]:
         """Contradiction resolutions, oldest first: at, kept, invalidated, kind, reason, judge
         (its name, or ``key`` for a keyed fact), confidence, key, old_text, new_text."""
@@ -309,11 +328,16 @@ class SessionMemory:
 
         With a ``key`` (``"user.home_city"``) the memory is an exact fact: it replaces every
         older valid memory with the same key (marked invalid by ``key``, confidence 1), and no
-        judge is asked. Without one, the engine's `ContradictionJudge` decides which older
-        free-text memories it replaces: it sees, in one batch, the older memories closest in
-        words and those sharing an (owner, attribute) key with the new one; each replacement at
-        or above `MemoryConfig.min_confidence` marks the older memory invalid (kept, not
-        deleted) with the judge's name, confidence and reason, and logs a correction. Keyed
+        judge is asked. A keyed fact goes straight to long-term memory and is never pruned by
+        decay nor evicted: it stays until a newer one with its key replaces it, `forget`
+        removes it or a rollback undoes it (`fact` reads it back by key). Only chat turns (free
+        text with a speaker, ``"Caroline: …"``) share BM25 context with the memories written
+        around them. Without one, the engine's
+        `ContradictionJudge` decides which older free-text memories it replaces: it sees, in
+        one batch, the older memories closest in words and those sharing an (owner, attribute)
+        key with the new one; each replacement at or above `MemoryConfig.min_confidence`
+        marks the older memory invalid (kept, not deleted) with the judge's name, confidence
+        and reason, and logs a correction. Keyed
         memories are never judged against free text. The short-term buffer is then
         consolidated (important or often-recalled items move to long term; the least important
         oldest items beyond capacity are evicted) and memories whose decay weight fell under
@@ -407,7 +431,7 @@ class SessionMemory:
                 "text": text,
                 "importance": float(importance),
                 "meta": meta,
-                "tier": "short",
+                "tier": "short" if key is None else "long",
                 "created_at": now,
                 "access_times": [],
                 "access_count": 0,
@@ -454,10 +478,11 @@ class SessionMemory:
             if v.contradicts and v.confidence >= floor
         ]
 
-    def recall(self, query: str, k: int = 10) -> list[MemoryHit]:
+    def recall(self, query: str, k: int = 10, key_prefix: str | None = None) -> list[MemoryHit]:
         """The `k` memories most relevant to `query`, best first (hybrid BM25 + dense).
 
-        Recalled memories count as accesses (they decay slower and may be consolidated).
+        Recalled memories count as accesses (they decay slower and may be consolidated). With
+        ``key_prefix`` only keyed facts whose key starts with it are returned.
         """
         if not isinstance(query, str):
             raise TypeError("the query must be a string")
@@ -469,10 +494,8 @@ class SessionMemory:
         writes: dict[str, Any] = {}
         decay = self.config.decay
         try:
-            for mid, score in view.index.search(query, k):
-                m = view.items.get(mid)
-                if m is None or not m.valid or not _current(view, m):
-                    continue
+            for mid, score in self._ranked(view, query, k, key_prefix):
+                m = view.items[mid]
                 times = (list(m.access_times) + [now])[-MAX_ACCESS_TIMES:]
                 updated = {**_dump(m), "access_times": times, "access_count": m.access_count + 1}
                 self._stage(view, writes, ITEM + mid, updated, now)
@@ -485,6 +508,7 @@ class SessionMemory:
                         importance=m.importance,
                         tier=m.tier,
                         weight=decay.weight(view.items[mid].decay_item(), now),
+                        key=m.key,
                     )
                 )
             if writes:
@@ -494,6 +518,27 @@ class SessionMemory:
             raise
         self._write(view, writes, now)
         return hits
+
+    def _ranked(
+        self, view: _View, query: str, k: int, key_prefix: str | None
+    ) -> list[tuple[str, float]]:
+        """The best `k` current memories for `query` (keyed under `key_prefix` when given)."""
+        want = k
+        while True:
+            ranked = view.index.search(query, want)
+            out = []
+            for mid, score in ranked:
+                m = view.items.get(mid)
+                if m is None or not m.valid or not _current(view, m):
+                    continue
+                if key_prefix is not None and (m.key is None or not m.key.startswith(key_prefix)):
+                    continue
+                out.append((mid, score))
+                if len(out) == k:
+                    return out
+            if key_prefix is None or len(ranked) < want:
+                return out
+            want *= 4
 
     def forget(self, mid: str) -> None:
         """Remove a memory (a rollback to before this call brings it back)."""
@@ -555,6 +600,14 @@ class SessionMemory:
                 self._stage(view, writes, key, None, now)
         for i, entry in enumerate(entries):
             self._stage(view, writes, f"{LOG}{now:.6f}:{i:04d}:{entry['id']}", entry, now)
+
+
+def _turn(m: Memory) -> bool:
+    """Whether a memory is a turn of a conversation (free text with a speaker): only turns share
+    BM25 context with the memories written just before and after them. Keyed facts and notes
+    without a speaker are no turns: on MADial-Bench's memory notes the share lost recall
+    (bench/retrieval.py), on LoCoMo's turns it gains."""
+    return m.key is None and _speaker(m.text) is not None
 
 
 def _speaker(text: str) -> str | None:

@@ -9,8 +9,10 @@
 
 Each thread is a Rewind session: its checkpoints are snapshots, forks are branches of the
 snapshot tree, tool calls are guarded steps; a loop rolls the thread back to its last healthy
-checkpoint and the next invocation continues from there with a recovery notice. See `saver` and
-`guard` for the details. Needs ``pip install 'agent-rewind[langgraph]'``.
+checkpoint and the next invocation continues from there with a recovery notice. `RewindStore`
+(``compile(store=RewindStore(engine.session("agent-memory")))``) keeps the graph's long-term
+facts as keyed memories of a session, which a rollback undoes. See `saver`, `guard` and `store`
+for the details. Needs ``pip install 'agent-rewind[langgraph]'``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from engine.integrations.langgraph.guard import LoopGuard, RewindToolNode, let_loops_through
 from engine.integrations.langgraph.saver import RewindSaver, healthy_checkpoint, session_id
+from engine.integrations.langgraph.store import RewindStore
 
-__all__ = ["LoopGuard", "RewindSaver", "RewindToolNode", "healthy_checkpoint",
+__all__ = ["LoopGuard", "RewindSaver", "RewindStore", "RewindToolNode", "healthy_checkpoint",
            "let_loops_through", "session_id"]
