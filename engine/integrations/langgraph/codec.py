@@ -242,44 +242,13 @@ def is_list_doc(doc: Mapping) -> bool:
     return "pack" in doc or "items" in doc
 
 
-def materialize(versions: Mapping[str, Mapping], version: str) -> list[Raw]:
-    """Every item of a list channel at `version`, following the delta chain.
-
-    Args:
-        versions: the stored documents of the channel by version (one scan of its prefix).
-        version: the version to rebuild.
+def _segments(versions: Mapping[str, Mapping], version: str) -> list[tuple[Mapping, int]]:
+    """The documents of `version`'s delta chain with how many of their own items each gives,
+    oldest first.
 
     Raises:
-        KeyError: the chain refers to a version that is not stored.
+        KeyError: the chain refers to a version that is not stored, or loops.
     """
-    segments: list[list[Raw]] = []
-    limit: int | None = None
-    current: str | None = version
-    seen: set[str] = set()
-    while current is not None:
-        if current in seen:
-            raise KeyError(f"the delta chain of version {version} loops at {current}")
-        seen.add(current)
-        doc = versions[current]
-        own, keep = unpack(doc), int(doc.get("keep") or 0)
-        if limit is None:
-            limit = keep + len(own)
-        base = doc.get("base")
-        if base is None:
-            segments.append(own[:limit])
-            break
-        if limit > keep:
-            segments.append(own[:limit - keep])
-            limit = keep
-        current = str(base)
-    out: list[Raw] = []
-    for segment in reversed(segments):
-        out.extend(segment)
-    return out
-
-
-def materialize_joined(versions: Mapping[str, Mapping], version: str) -> Joined:
-    """`materialize`, the items joined (`Joined`): no per-item objects on the way."""
     segments: list[tuple[Mapping, int]] = []
     limit: int | None = None
     current: str | None = version
@@ -300,10 +269,32 @@ def materialize_joined(versions: Mapping[str, Mapping], version: str) -> Joined:
             segments.append((doc, limit - keep))
             limit = keep
         current = str(base)
+    segments.reverse()
+    return segments
+
+
+def materialize(versions: Mapping[str, Mapping], version: str) -> list[Raw]:
+    """Every item of a list channel at `version`, following the delta chain.
+
+    Args:
+        versions: the stored documents of the channel by version (one scan of its prefix).
+        version: the version to rebuild.
+
+    Raises:
+        KeyError: the chain refers to a version that is not stored.
+    """
+    out: list[Raw] = []
+    for doc, count in _segments(versions, version):
+        out.extend(unpack(doc)[:count])
+    return out
+
+
+def materialize_joined(versions: Mapping[str, Mapping], version: str) -> Joined:
+    """`materialize`, the items joined (`Joined`): no per-item objects on the way."""
     kinds: list[str] = []
     parts: list[bytes] = []
     sizes: list[int] = []
-    for doc, count in reversed(segments):
+    for doc, count in _segments(versions, version):
         if "pack" not in doc:
             raws = unpack(doc)[:count]
             kinds.extend(kind for kind, _data in raws)
