@@ -155,13 +155,28 @@ def test_the_rollback_dialogs_sticky_bar_never_covers_the_notice(console, page: 
     expect(page.get_by_role("dialog")).to_have_count(0)
 
 
+def snapshot_options(page: Page) -> list[str]:
+    """The snapshot picker's options (the page's live refresh can close a menu just opened:
+    retry)."""
+    box = page.get_by_role("combobox", name="Snapshot (or click a node)")
+    for attempt in range(4):
+        box.click()
+        try:
+            expect(page.get_by_role("option").first).to_be_visible(timeout=5_000)
+            return page.get_by_role("option").all_inner_texts()
+        except AssertionError:
+            if attempt == 3:
+                raise
+            page.keyboard.press("Escape")
+    return []
+
+
 @VIEWPORTS
 def test_the_session_page_speaks_plainly(console, page: Page, viewport):
     open_session(page, console.url, AUTO_ROLLED_BACK, "Snapshot tree", viewport)
     main = page.locator('[data-testid="stMain"]')
     chart_drawn(page)
-    page.get_by_role("combobox", name="Snapshot (or click a node)").click()
-    options = page.get_by_role("option").all_inner_texts()
+    options = snapshot_options(page)
     page.keyboard.press("Escape")
     text = main.inner_text() + "\n".join(options)
     for jargon in (r"\bepoch\b", r"\bhead\b", r"live line", r"retired", r"loop verdicts"):
