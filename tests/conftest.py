@@ -43,6 +43,18 @@ def store_url(request, tmp_path):
     return BACKENDS[request.param](tmp_path, request)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Keep the browser tests on one pytest-xdist worker.
+
+    `./scripts/test` runs the suite on several workers (`--dist loadgroup`); the browser tests
+    share one console and one Chromium per package, so they form one group and a second
+    console is never started beside the first. Without xdist the mark does nothing.
+    """
+    for item in items:
+        if "e2e" in item.path.parts:
+            item.add_marker(pytest.mark.xdist_group("console"))
+
+
 @pytest.fixture(autouse=True)
 def main_module_restored() -> Iterator[None]:
     """Put `sys.modules["__main__"]` back after each test.
