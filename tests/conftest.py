@@ -44,14 +44,15 @@ def store_url(request, tmp_path):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Keep the browser tests on one pytest-xdist worker.
+    """Keep the browser tests that share a console on one pytest-xdist worker.
 
     `./scripts/test` runs the suite on several workers (`--dist loadgroup`); the browser tests
-    share one console and one Chromium per package, so they form one group and a second
-    console is never started beside the first. Without xdist the mark does nothing.
+    that share the package's seeded console form one group, so a second console is never
+    started beside the first. The others (a fresh clone's run command, the fonts) go to any
+    worker. Without xdist the mark does nothing.
     """
     for item in items:
-        if "e2e" in item.path.parts:
+        if "e2e" in item.path.parts and "console" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("console"))
 
 
