@@ -574,8 +574,10 @@ class SQLiteStore(BranchLine, SagaOutbox):
         steps: list[tuple[StepStart, StepOutcome]],
         expect: tuple[int, int],
         now: float,
+        documents: tuple[str, dict[str, Any]] | None = None,
     ) -> int | None:
-        """Record steps that already ended, in order, in one transaction (see the protocol)."""
+        """Record steps that already ended, in order, and `documents`, in one transaction (see
+        the protocol)."""
         with self._db.write() as conn:
             row = conn.execute(
                 "SELECT seq, epoch, step_count, status, loops FROM sessions WHERE id = ?", (sid,)
@@ -606,6 +608,12 @@ class SQLiteStore(BranchLine, SagaOutbox):
                 events.append((now, sid, "step", dumps({
                     "n": n, "status": outcome["status"], "late": False,
                     "looping": verdict is not None})))
+            if documents is not None:
+                ns, items = documents
+                for key, value in items.items():
+                    put_value(conn, "docs", sid, ns, key, None if value is None else dumps(value))
+                if not rows:
+                    conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
             if not rows:
                 return step_count + 1
             conn.executemany(
