@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,9 +74,11 @@ def batched(url: str, spans: int, sessions: int, size: int = 512) -> float:
         return time.perf_counter() - t0
 
 
-def _exporter(endpoint: str, spans: int, sessions: int, ready, go, done) -> None:
+def _exporter(endpoint: str, spans: int, sessions: int, ready: Any, go: Any, done: Any,
+              spent: Any) -> None:
     """The agent's side, in a process of its own as in a real deployment: `spans` tool spans made
-    by the OpenTelemetry SDK, then sent by the official OTLP/HTTP exporter, 512 a request."""
+    by the OpenTelemetry SDK, then sent by the official OTLP/HTTP exporter, 512 a request; the
+    CPU seconds the sending took go to `spent.value`."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -96,23 +99,27 @@ def _exporter(endpoint: str, spans: int, sessions: int, ready, go, done) -> None
     exporter = OTLPSpanExporter(endpoint=endpoint)
     ready.set()
     go.wait()
+    cpu = time.thread_time()
     for lo in range(0, len(finished), 512):  # BatchSpanProcessor's max_export_batch_size
         exporter.export(finished[lo:lo + 512])
+    spent.value = time.thread_time() - cpu
     exporter.shutdown()
     done.set()
 
 
 def via_otlp(url: str, spans: int, sessions: int,
-             same_process: bool = False) -> tuple[float, float, float]:
+             same_process: bool = False) -> tuple[float, float, float, float]:
     """Seconds from the first request sent to the last span written, the seconds the server
-    spent receiving (decode + buffer, request threads), and the CPU seconds of this process
-    meanwhile: the receiver's whole cost when the exporter runs in a process of its own (as an
-    agent does); with `same_process` the exporter is a thread of this process and its encoding
-    is counted too (and competes with the receiver for the GIL)."""
+    spent receiving (decode + buffer, request threads), the CPU seconds of this process
+    meanwhile (the receiver's whole cost when the exporter runs in a process of its own, as an
+    agent does; with `same_process` the exporter is a thread of this process and its encoding
+    is counted too, and competes with the receiver for the GIL), and the CPU seconds the
+    exporter spent encoding and sending."""
     import multiprocessing
 
     ctx: Any = threading if same_process else multiprocessing.get_context("spawn")
     ready, go, done = ctx.Event(), ctx.Event(), ctx.Event()
+    spent = types.SimpleNamespace(value=0.0) if same_process else ctx.Value("d", 0.0)
     with Engine.open(url, freeze=None) as engine, Receiver(
             engine, ServerConfig(port=0),
             IngestConfig(settle_s=0.0, max_buffered_spans=max(100_000, spans))) as receiver:
@@ -128,7 +135,7 @@ def via_otlp(url: str, spans: int, sessions: int,
 
         receiver.ingestor.accept = timed_accept  # type: ignore[method-assign]
         child = (threading.Thread if same_process else ctx.Process)(
-            target=_exporter, args=(receiver.endpoint, spans, sessions, ready, go, done),
+            target=_exporter, args=(receiver.endpoint, spans, sessions, ready, go, done, spent),
             daemon=True)
         child.start()
         if not ready.wait(600):
@@ -143,7 +150,7 @@ def via_otlp(url: str, spans: int, sessions: int,
         child.join(60)
         if receiver.ingestor.counts["steps"] != spans:
             raise SystemExit(f"only {receiver.ingestor.counts} of {spans} spans were written")
-        return elapsed, received[0], cpu
+        return elapsed, received[0], cpu, float(spent.value)
 
 
 def main() -> int:
@@ -176,7 +183,7 @@ def main() -> int:
             cpu1 = time.process_time()
             batch = batched(direct_url, args.spans, args.sessions)
             cpu2 = time.process_time()
-            total, received, cpu = via_otlp(otlp_url, args.spans, args.sessions,
+            total, received, cpu, exporter = via_otlp(otlp_url, args.spans, args.sessions,
                                             args.same_process)
             rows = [("s.step", base, "-", cpu1 - cpu0), ("batch", batch, "-", cpu2 - cpu1),
                     ("otlp", total, f"{received:.2f}", cpu)]
@@ -184,6 +191,8 @@ def main() -> int:
                 print(f"{name:<8} {path:<8} {seconds:8.2f} {args.spans / seconds:9.0f} "
                       f"{receive:>10} {used:7.2f} {args.spans / used:12.0f} "
                       f"{base / seconds:9.2f}x")
+            print(f"{'':<8} {'':<8} (the exporter spent {exporter:.2f} CPU s encoding and "
+                  "sending)")
             rates[name] = args.spans / total
     finally:
         if server is not None:
