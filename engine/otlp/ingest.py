@@ -22,8 +22,9 @@ that was flagged already. Its span id, start time and step number are kept in th
 **Idempotency.** The ids of the last `remembered_span_ids` spans written to a session are kept in
 its ``otlp`` document (``state``) and in memory; a span id seen before is counted as a duplicate
 and dropped, across restarts too. The document is written in the same store write as the flush's
-last steps (`Session.record_steps` takes it along), so the ids it holds are those of the steps
-written, whatever crashes when.
+last steps (`Session.record_steps` takes it along), so a failure cannot leave those steps written
+and their ids forgotten. (A flush that takes several writes, a chat span or late spans between tool
+spans, writes the ids with its last: a failure between them forgets the earlier ones.)
 
 **Watch-only.** Sessions are created with meta ``{"source": "otlp", "watch_only": True}`` and
 judged with the loop policy ``flag``: Rewind cannot roll back or notify an agent it does not run,
