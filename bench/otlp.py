@@ -10,12 +10,18 @@ arguments each (so no loop is flagged and every span takes the full path), are:
 - ``batch``: the same steps through ``s.record_steps`` (the receiver's path: every step judged
   in order, one store write per batch), in batches of 512 spread over the sessions as the
   exporter's requests are;
-- ``otlp``: made by the OpenTelemetry SDK, exported by the official OTLP/HTTP exporter
-  (`BatchSpanProcessor`, 512 spans per request, protobuf) to a `Receiver` on loopback with a
-  settle window of 0, and counted until every span is a step in the store. ``receive`` is the
-  part of that time the server spent decoding and buffering requests.
+- ``otlp``: made by the OpenTelemetry SDK in another process (the agent's side, as deployed),
+  then sent by the official OTLP/HTTP exporter, 512 spans per request (BatchSpanProcessor's
+  batch size), protobuf, one request after the other, to a `Receiver` on loopback with a
+  settle window of 0; timed from the first request sent until every span is a step in the
+  store. ``receive`` is the part of that time the request threads spent decoding and buffering.
 
-    python bench/otlp.py [--spans N] [--sessions S] [--no-redis]
+``CPU s`` is this process's CPU time for the path: for ``otlp`` the receiver's whole cost (HTTP,
+decode, ordering, writer; not the exporter's, nor Redis's), so ``spans/CPU s`` is what one core
+would ingest whatever the machine's load. ``--same-process`` runs the exporter as a thread of
+this process instead (its encoding then counts, and competes for the GIL).
+
+    python bench/otlp.py [--spans N] [--sessions S] [--no-redis] [--same-process]
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ import argparse
 import os
 import sys
 import tempfile
+import threading
 import time
+import types
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -65,13 +74,52 @@ def batched(url: str, spans: int, sessions: int, size: int = 512) -> float:
         return time.perf_counter() - t0
 
 
-def via_otlp(url: str, spans: int, sessions: int) -> tuple[float, float]:
-    """Seconds from the first span made to the last one written, and the seconds the server
-    spent receiving (decode + buffer)."""
+def _exporter(endpoint: str, spans: int, sessions: int, ready: Any, go: Any, done: Any,
+              spent: Any) -> None:
+    """The agent's side, in a process of its own as in a real deployment: `spans` tool spans made
+    by the OpenTelemetry SDK, then sent by the official OTLP/HTTP exporter, 512 a request; the
+    CPU seconds the sending took go to `spent.value`."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    made = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(made))
+    tracer = provider.get_tracer("bench")
+    for n in range(spans):
+        with tracer.start_as_current_span("execute_tool lookup") as span:
+            span.set_attribute("gen_ai.operation.name", "execute_tool")
+            span.set_attribute("gen_ai.tool.name", "lookup")
+            span.set_attribute("gen_ai.conversation.id", f"otlp-{n % sessions}")
+            span.set_attribute("gen_ai.tool.call.arguments", f'{{"order": "A-{n}"}}')
+            span.set_attribute("gen_ai.tool.call.result", f"order A-{n}: shipped")
+    finished = list(made.get_finished_spans())
+    exporter = OTLPSpanExporter(endpoint=endpoint)
+    ready.set()
+    go.wait()
+    cpu = time.thread_time()
+    for lo in range(0, len(finished), 512):  # BatchSpanProcessor's max_export_batch_size
+        exporter.export(finished[lo:lo + 512])
+    spent.value = time.thread_time() - cpu
+    exporter.shutdown()
+    done.set()
+
+
+def via_otlp(url: str, spans: int, sessions: int,
+             same_process: bool = False) -> tuple[float, float, float, float]:
+    """Seconds from the first request sent to the last span written, the seconds the server
+    spent receiving (decode + buffer, request threads), the CPU seconds of this process
+    meanwhile (the receiver's whole cost when the exporter runs in a process of its own, as an
+    agent does; with `same_process` the exporter is a thread of this process and its encoding
+    is counted too, and competes with the receiver for the GIL), and the CPU seconds the
+    exporter spent encoding and sending."""
+    import multiprocessing
+
+    ctx: Any = threading if same_process else multiprocessing.get_context("spawn")
+    ready, go, done = ctx.Event(), ctx.Event(), ctx.Event()
+    spent = types.SimpleNamespace(value=0.0) if same_process else ctx.Value("d", 0.0)
     with Engine.open(url, freeze=None) as engine, Receiver(
             engine, ServerConfig(port=0),
             IngestConfig(settle_s=0.0, max_buffered_spans=max(100_000, spans))) as receiver:
@@ -86,28 +134,23 @@ def via_otlp(url: str, spans: int, sessions: int) -> tuple[float, float]:
                 received[0] += time.perf_counter() - t
 
         receiver.ingestor.accept = timed_accept  # type: ignore[method-assign]
-        provider = TracerProvider()
-        provider.add_span_processor(BatchSpanProcessor(
-            OTLPSpanExporter(endpoint=receiver.endpoint), max_queue_size=spans + 1,
-            max_export_batch_size=512, schedule_delay_millis=50))
-        tracer = provider.get_tracer("bench")
-        t0 = time.perf_counter()
-        for n in range(spans):
-            with tracer.start_as_current_span("execute_tool lookup") as span:
-                span.set_attribute("gen_ai.operation.name", "execute_tool")
-                span.set_attribute("gen_ai.tool.name", "lookup")
-                span.set_attribute("gen_ai.conversation.id", f"otlp-{n % sessions}")
-                span.set_attribute("gen_ai.tool.call.arguments", f'{{"order": "A-{n}"}}')
-                span.set_attribute("gen_ai.tool.call.result", f"order A-{n}: shipped")
-        provider.force_flush()
+        child = (threading.Thread if same_process else ctx.Process)(
+            target=_exporter, args=(receiver.endpoint, spans, sessions, ready, go, done, spent),
+            daemon=True)
+        child.start()
+        if not ready.wait(600):
+            raise SystemExit("the exporter process did not start")
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        go.set()
         deadline = time.monotonic() + 600
         while receiver.ingestor.counts["steps"] < spans and time.monotonic() < deadline:
             time.sleep(0.005)
-        elapsed = time.perf_counter() - t0
-        provider.shutdown()
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        done.wait(60)
+        child.join(60)
         if receiver.ingestor.counts["steps"] != spans:
             raise SystemExit(f"only {receiver.ingestor.counts} of {spans} spans were written")
-        return elapsed, received[0]
+        return elapsed, received[0], cpu, float(spent.value)
 
 
 def main() -> int:
@@ -115,6 +158,8 @@ def main() -> int:
     parser.add_argument("--spans", type=int, default=5_000)
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--no-redis", action="store_true")
+    parser.add_argument("--same-process", action="store_true",
+                        help="run the exporter as a thread of the receiver's process")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="rewind-bench-otlp-")
     stores = {"sqlite": (f"sqlite:///{tmp}/direct.db", f"sqlite:///{tmp}/otlp.db")}
@@ -129,19 +174,25 @@ def main() -> int:
     print(f"{args.spans} tool spans over {args.sessions} sessions, {os.cpu_count()} cores, "
           f"load average {load}")
     print(f"{'store':<8} {'path':<8} {'seconds':>8} {'spans/s':>9} {'receive s':>10} "
-          f"{'vs s.step':>10}")
+          f"{'CPU s':>7} {'spans/CPU s':>12} {'vs s.step':>10}")
     rates: dict[str, float] = {}
     try:
         for name, (direct_url, otlp_url) in stores.items():
+            cpu0 = time.process_time()
             base = direct(direct_url, args.spans, args.sessions)
+            cpu1 = time.process_time()
             batch = batched(direct_url, args.spans, args.sessions)
-            total, received = via_otlp(otlp_url, args.spans, args.sessions)
-            print(f"{name:<8} {'s.step':<8} {base:8.2f} {args.spans / base:9.0f} {'-':>10} "
-                  f"{'1.00x':>10}")
-            print(f"{name:<8} {'batch':<8} {batch:8.2f} {args.spans / batch:9.0f} {'-':>10} "
-                  f"{base / batch:9.2f}x")
-            print(f"{name:<8} {'otlp':<8} {total:8.2f} {args.spans / total:9.0f} "
-                  f"{received:10.2f} {base / total:9.2f}x")
+            cpu2 = time.process_time()
+            total, received, cpu, exporter = via_otlp(otlp_url, args.spans, args.sessions,
+                                            args.same_process)
+            rows = [("s.step", base, "-", cpu1 - cpu0), ("batch", batch, "-", cpu2 - cpu1),
+                    ("otlp", total, f"{received:.2f}", cpu)]
+            for path, seconds, receive, used in rows:
+                print(f"{name:<8} {path:<8} {seconds:8.2f} {args.spans / seconds:9.0f} "
+                      f"{receive:>10} {used:7.2f} {args.spans / used:12.0f} "
+                      f"{base / seconds:9.2f}x")
+            print(f"{'':<8} {'':<8} (the exporter spent {exporter:.2f} CPU s encoding and "
+                  "sending)")
             rates[name] = args.spans / total
     finally:
         if server is not None:

@@ -244,6 +244,40 @@ def test_a_redelivered_batch_is_written_once_even_after_a_restart(receiver, engi
     assert len(engine.get_session("conv-1").steps()) == 3
 
 
+def test_a_failure_right_after_the_steps_were_written_does_not_write_them_twice(
+        engine, monkeypatch):
+    from engine.sessions.session import Session
+
+    ingestor = Ingestor(engine, IngestConfig(settle_s=NEVER))
+    ingestor.accept(decode(request(*[gen_ai_tool(n, args=json.dumps({"page": n}))
+                                     for n in range(1, 4)])))
+    record = Session.record_steps
+
+    def written_then_lost(self, calls, **kwargs):  # the answer is lost after the write
+        record(self, calls, **kwargs)
+        monkeypatch.setattr(Session, "record_steps", record)
+        raise ConnectionError("the store went away")
+
+    monkeypatch.setattr(Session, "record_steps", written_then_lost)
+    ingestor.flush(force=True)
+    assert ingestor.counts["errors"] == 1 and ingestor.buffered == 3  # kept to retry
+    ingestor.flush(force=True)  # the span ids were written with the steps: all known
+    assert len(engine.get_session("conv-1").steps()) == 3
+    assert ingestor.counts["duplicate"] == 3 and ingestor.buffered == 0
+
+
+def test_span_ids_remembered_by_an_earlier_receiver_still_count(engine):
+    engine.session("conv-1", meta={"source": "otlp", "watch_only": True}, on_loop="flag")
+    engine.put_documents("conv-1", "otlp", {"state": {
+        "seen": [f"{n:016x}" for n in (1, 2)], "high_ns": T0 + 2 * SECOND}})
+    ingestor = Ingestor(engine, IngestConfig(settle_s=NEVER))
+    ingestor.accept(decode(request(*[gen_ai_tool(n, args=json.dumps({"page": n}))
+                                     for n in range(1, 4)])))
+    ingestor.flush(force=True)
+    assert [s.args for s in engine.get_session("conv-1").steps()] == [{"page": 3}]
+    assert ingestor.counts["duplicate"] == 2
+
+
 def test_batches_out_of_order_within_the_settle_window_are_written_in_start_order(engine):
     clock = [100.0]
     ingestor = Ingestor(engine, IngestConfig(settle_s=2.0), clock=lambda: clock[0])

@@ -154,6 +154,35 @@ def test_a_batch_after_a_rollback_is_judged_from_the_rolled_back_line(store_url,
     assert all(c.verdict is not None and not c.verdict.looping for c in more)
 
 
+def test_documents_go_with_the_steps_in_one_write_and_never_without_them(store_url,
+                                                                          open_engine):
+    engine = open_engine(store_url, clock=_fixed_clock)
+    s = engine.session("with-docs", on_loop="flag")
+    engine.put_documents("with-docs", "watch", {"old": 1, "gone": 2})
+    calls = [s.step("search", {"q": i}, snapshot=False) for i in range(3)]
+    for call in calls:
+        call.ok("r")
+    s.record_steps(calls, documents=("watch", {"ids": "AAAA", "gone": None}))
+    assert [c.n for c in calls] == [1, 2, 3]
+    assert engine.get_documents("with-docs", "watch", ["old", "ids", "gone"]) == {
+        "old": 1, "ids": "AAAA"}
+    # The store writes neither the steps nor the documents when the session moved meanwhile.
+    store = engine.store
+    info = engine.session_info("with-docs")
+    assert info is not None
+    start = {"tool": "search", "args": "{}", "fingerprint": "f"}
+    stale = (info.steps - 1, info.epoch)
+    assert store.record_steps("with-docs", [(start, {"status": "ok"})], stale, NOW,
+                              ("watch", {"ids": "BBBB"})) is None
+    assert engine.get_documents("with-docs", "watch", ["ids"]) == {"ids": "AAAA"}
+    assert len(s.steps()) == 3
+    # No calls: the documents alone, still checked as put_documents checks them.
+    s.record_steps([], documents=("watch", {"ids": "CCCC"}))
+    assert engine.get_documents("with-docs", "watch", ["ids"]) == {"ids": "CCCC"}
+    with pytest.raises(ValueError):
+        s.record_steps([], documents=("not a namespace", {"ids": 1}))
+
+
 def test_record_steps_refuses_what_it_cannot_do(engine):
     acting = engine.session("acting")  # the default policy rolls back
     call = acting.step("search", {"q": 1}, snapshot=False)

@@ -69,12 +69,11 @@ class Action:
 
 
 def _get(span: SpanData, *keys: str) -> Any:
-    for key in keys:
-        if key in span.attributes and span.attributes[key] not in (None, ""):
-            return span.attributes[key]
-    for key in keys:
-        if key in span.resource and span.resource[key] not in (None, ""):
-            return span.resource[key]
+    for attrs in (span.attributes, span.resource):
+        for key in keys:
+            value = attrs.get(key)
+            if value is not None and value != "":
+                return value
     return None
 
 

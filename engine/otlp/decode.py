@@ -89,7 +89,12 @@ def _value(v: Any) -> Any:
 
 
 def _attributes(kvs: Any) -> dict[str, Any]:
-    return {kv.key: _value(kv.value) for kv in kvs}
+    out: dict[str, Any] = {}
+    for kv in kvs:
+        v = kv.value
+        # most attributes are strings: read them without the general path's call
+        out[kv.key] = v.string_value if v.WhichOneof("value") == "string_value" else _value(v)
+    return out
 
 
 def _hex_ids_to_base64(doc: Any) -> None:
@@ -154,7 +159,8 @@ def decode_request(body: bytes, content_type: str) -> list[SpanData]:
                     start_ns=int(sp.start_time_unix_nano), end_ns=int(sp.end_time_unix_nano),
                     attributes=_attributes(sp.attributes), resource=resource,
                     status_code=int(sp.status.code), status_message=sp.status.message,
-                    events=[(ev.name, _attributes(ev.attributes)) for ev in sp.events]))
+                    events=[(ev.name, _attributes(ev.attributes)) for ev in sp.events]
+                    if sp.events else []))
     return spans
 
 

@@ -21,8 +21,10 @@ that was flagged already. Its span id, start time and step number are kept in th
 
 **Idempotency.** The ids of the last `remembered_span_ids` spans written to a session are kept in
 its ``otlp`` document (``state``) and in memory; a span id seen before is counted as a duplicate
-and dropped, across restarts too. (A crash between a step's write and the document's write can
-let one redelivered span through once.)
+and dropped, across restarts too. The document is written in the same store write as the flush's
+last steps (`Session.record_steps` takes it along), so a failure cannot leave those steps written
+and their ids forgotten. (A flush that takes several writes, a chat span or late spans between tool
+spans, writes the ids with its last: a failure between them forgets the earlier ones.)
 
 **Watch-only.** Sessions are created with meta ``{"source": "otlp", "watch_only": True}`` and
 judged with the loop policy ``flag``: Rewind cannot roll back or notify an agent it does not run,
@@ -45,6 +47,7 @@ document).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import sys
 import threading
@@ -93,6 +96,19 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
 
 
+def _span_key(span_id: str) -> bytes:
+    """A span id as the 8 bytes it is (OTLP's width); an id of another width (no valid
+    exporter sends one) as 8 bytes of its digest, so every key has the same width and the
+    remembered ids are stored as one string of them."""
+    try:
+        raw = bytes.fromhex(span_id)
+    except ValueError:
+        raw = span_id.encode("utf-8", "replace")
+    if len(raw) == 8:
+        return raw
+    return hashlib.blake2b(raw, digest_size=8).digest()
+
+
 class Backpressure(Exception):
     """Accepting a request would pass a memory bound; nothing of it was accepted."""
 
@@ -103,13 +119,16 @@ class _State:
 
     judged: Session
     late: Session | None = None
-    seen: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    seen: OrderedDict[bytes, None] = field(default_factory=OrderedDict)
+    """Span ids (8 bytes each, see `_span_key`) of the last spans written, oldest first."""
     high_ns: int = 0
     last_user: str | None = None
     """Digest of the last user message written: a model turn repeats its input every call."""
     late_spans: list[dict[str, Any]] = field(default_factory=list)
     quarantined: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, str] = field(default_factory=dict)
+    dirty: set[str] = field(default_factory=set)
+    """Documents of the session changed since they were last written."""
 
 
 @dataclass
@@ -239,8 +258,7 @@ class Ingestor:
                 return
             batch = _Batch()
             for _, action in items:
-                key = int(action.span_id or "0", 16)
-                if key in state.seen:
+                if _span_key(action.span_id) in state.seen:
                     self.counts["duplicate"] += 1
                     batch.skipped += 1
                     continue
@@ -261,8 +279,10 @@ class Ingestor:
                     self._messages(handle, state, action)
                     self._remember(state, action)
                     done += 1
-            done += self._record(state, batch)
-            self._save(sid, state)
+            done += self._record(state, batch, documents=self._documents(state))
+            if state.dirty:  # no steps took the documents along, or they changed after
+                self.engine.put_documents(sid, NAMESPACE, self._documents(state))
+                state.dirty.clear()
         except Exception as exc:  # noqa: BLE001 - the writer must outlive a store hiccup
             self.counts["errors"] += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
@@ -296,8 +316,11 @@ class Ingestor:
         state = _State(judged=handle, meta=meta)
         saved = self.engine.get_documents(sid, NAMESPACE, ["state", "late", "quarantined"])
         doc = saved.get("state") or {}
-        for span in doc.get("seen", []):
-            state.seen[int(span, 16)] = None
+        ids = base64.b64decode(doc.get("ids") or "")
+        for i in range(0, len(ids) - 7, 8):
+            state.seen[ids[i:i + 8]] = None
+        for span in doc.get("seen", []):  # as written before the ids were one string
+            state.seen[_span_key(span)] = None
         state.high_ns = int(doc.get("high_ns") or 0)
         state.last_user = doc.get("last_user")
         state.late_spans = list(saved.get("late") or [])
@@ -322,13 +345,19 @@ class Ingestor:
             batch.actions.append((action, late))
         self._remember(state, action)
 
-    def _record(self, state: _State, batch: _Batch) -> int:
-        """Write the calls of `batch` in one store write; returns how many items of the flush
+    def _record(self, state: _State, batch: _Batch,
+                documents: dict[str, Any] | None = None) -> int:
+        """Write the calls of `batch` in one store write, with `documents` (the session's
+        ``otlp`` documents) when given and there are calls; returns how many items of the flush
         it took (written, duplicates and malformed spans), and empties it."""
         taken = batch.skipped + len(batch.calls)
         if batch.calls:
             assert batch.handle is not None
-            batch.handle.record_steps(batch.calls)
+            if documents:
+                batch.handle.record_steps(batch.calls, documents=(NAMESPACE, documents))
+                state.dirty.clear()
+            else:
+                batch.handle.record_steps(batch.calls)
         for call, (action, late) in zip(batch.calls, batch.actions, strict=True):
             step = call.n
             if call.refused is not None:
@@ -337,12 +366,14 @@ class Ingestor:
                 state.quarantined = [*state.quarantined, {
                     "span": action.span_id, "tool": action.tool, "ok": action.ok,
                     "error": (action.error or "")[:500]}][-LATE_KEPT:]
+                state.dirty.add("quarantined")
             else:
                 self.counts["steps"] += 1
             if late:
                 self.counts["late"] += 1
                 state.late_spans = [*state.late_spans, {"span": action.span_id, "step": step,
                                     "start_ns": action.start_ns}][-LATE_KEPT:]
+                state.dirty.add("late")
         batch.calls, batch.actions, batch.skipped = [], [], 0
         return taken
 
@@ -358,16 +389,18 @@ class Ingestor:
             return
         users = [_digest(m["content"]) for m in action.messages if m["role"] == "user"]
         state.last_user = users[-1] if users else state.last_user
+        state.dirty.add("state")
 
     def _malformed(self, action: Action, exc: Exception) -> None:
         self.counts["malformed"] += 1
         self.last_error = f"span {action.span_id}: {type(exc).__name__}: {exc}"
 
     def _remember(self, state: _State, action: Action) -> None:
-        state.seen[int(action.span_id or "0", 16)] = None
+        state.seen[_span_key(action.span_id)] = None
         while len(state.seen) > self.config.remembered_span_ids:
             state.seen.popitem(last=False)
         state.high_ns = max(state.high_ns, action.start_ns)
+        state.dirty.add("state")
 
     def _call(self, handle: Session, action: Action) -> StepCall:
         """The span as a finished call of `handle`, not yet recorded (`Session.record_steps`).
@@ -395,11 +428,20 @@ class Ingestor:
             call.fail(action.error or "error")
         return call
 
-    def _save(self, sid: str, state: _State) -> None:
-        doc = {"seen": [f"{k:016x}" for k in state.seen], "high_ns": state.high_ns,
-               "last_user": state.last_user}
-        self.engine.put_documents(sid, NAMESPACE, {"state": doc, "late": state.late_spans,
-                                                   "quarantined": state.quarantined})
+    @staticmethod
+    def _documents(state: _State) -> dict[str, Any]:
+        """The session's ``otlp`` documents that changed since they were written: ``state``
+        (the remembered span ids, as one base64 string of 8 bytes each, oldest first; the
+        latest start; the last user message), ``late`` and ``quarantined``."""
+        docs: dict[str, Any] = {}
+        if "state" in state.dirty:
+            docs["state"] = {"ids": base64.b64encode(b"".join(state.seen)).decode("ascii"),
+                             "high_ns": state.high_ns, "last_user": state.last_user}
+        if "late" in state.dirty:
+            docs["late"] = state.late_spans
+        if "quarantined" in state.dirty:
+            docs["quarantined"] = state.quarantined
+        return docs
 
     def run(self, stop: threading.Event, interval_s: float = 0.1) -> None:
         """Flush settled sessions every `interval_s` until `stop` is set, then everything."""

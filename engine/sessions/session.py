@@ -9,7 +9,7 @@ through `engine.recovery`, like every operator action.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine import quarantine
@@ -471,7 +471,10 @@ class Session:
             stored["detector"] = self._settings  # the configuration that produced it
         return stored
 
-    def record_steps(self, calls: Sequence[StepCall]) -> list[StepCall]:
+    def record_steps(
+        self, calls: Sequence[StepCall], *,
+        documents: tuple[str, Mapping[str, Any]] | None = None,
+    ) -> list[StepCall]:
         """Record steps that already ended, all in one store write: the batch path of a
         watcher (the OpenTelemetry receiver) that learns of tool calls after they ran.
 
@@ -486,9 +489,15 @@ class Session:
         so (no exception). When another writer adds steps or rolls the session back
         meanwhile, the batch is judged again after it.
 
+        `documents` (a namespace and its documents, as `Engine.put_documents` takes them) are
+        set in the same store write: what the watcher keeps about the steps (the span ids it
+        has seen) can never disagree with them.
+
         Raises:
             StepError: the handle acts on loops, or a call was entered, not finished, takes a
                 snapshot or belongs to another handle.
+            ValueError, SizeLimitExceeded, TypeError: `documents` as `Engine.put_documents`
+                refuses them (nothing is written).
         """
         if self.acts_on_loops and self._on_loop not in ("flag", "off"):
             raise StepError("record_steps records steps Rewind only watches: open the handle "
@@ -500,13 +509,25 @@ class Session:
             if call._outcome is None or call._snapshot:
                 raise StepError("record_steps takes calls made with snapshot=False and "
                                 "finished with ok() or fail()")
-        if not calls:
-            return []
         rt = self._rt
+        docs = None
+        if documents is not None:
+            from engine.documents import checked_documents  # engine.documents imports sessions
+
+            ns, items = documents
+            docs = (ns, checked_documents(rt, ns, items))
+        if not calls:
+            if docs is not None and docs[1]:
+                rt.store.doc_put(self.id, docs[0], docs[1], rt.clock())
+            return []
         while True:
             info = rt.require_session(self.id)
             self._sync_epoch(info.epoch)
-            refused = [self._refusal(call) for call in calls]
+            by_tool: dict[str | None, Quarantine | None] = {}
+            for call in calls:  # one look per tool, not per call: a batch repeats its tools
+                if call.tool not in by_tool:
+                    by_tool[call.tool] = self._refusal(call)
+            refused = [by_tool[call.tool] for call in calls]
             records = []
             for i, call in enumerate(calls):
                 n = info.steps + 1 + i
@@ -529,7 +550,7 @@ class Session:
                 stored = self._judge(call, ended, n)
                 records.append((start, StepOutcome(**ended, verdict=stored, budget=call.budget)))
             first = rt.store.record_steps(self.id, records, (info.steps, info.epoch),
-                                          rt.clock())
+                                          rt.clock(), docs)
             if first is not None:
                 break
             self._epoch = None  # the session moved meanwhile: judge again after what it holds

@@ -187,6 +187,7 @@ class SessionStore(Protocol):
         steps: list[tuple[StepStart, StepOutcome]],
         expect: tuple[int, int],
         now: float,
+        documents: tuple[str, dict[str, Any]] | None = None,
     ) -> int | None:
         """Record steps that already ended (no write-ahead snapshot), in order, in one atomic
         write: each as `begin_step` without a snapshot followed by `end_step` would, feed
@@ -196,6 +197,8 @@ class SessionStore(Protocol):
             expect: (step count, epoch) the caller saw: nothing is written when the session
                 has other steps or another epoch now (the caller numbered the steps, and
                 judged them, from what it saw).
+            documents: (namespace, documents) set in the same write, as `doc_put` would (None
+                deletes one); not written either when `expect` no longer holds.
 
         Returns:
             The number of the first step written, or None when `expect` no longer holds.

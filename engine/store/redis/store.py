@@ -442,9 +442,20 @@ class RedisStore(FleetDocs):
         steps: list[tuple[StepStart, StepOutcome]],
         expect: tuple[int, int],
         now: float,
+        documents: tuple[str, dict[str, Any]] | None = None,
     ) -> int | None:
-        """Record steps that already ended, in order, in one script (see the protocol)."""
+        """Record steps that already ended, in order, and `documents`, in one script (see the
+        protocol)."""
         args: list[Any] = [int(expect[0]), int(expect[1])]
+        if documents is None:
+            args += ["", 0]
+        else:
+            ns, items = documents
+            if not ns.isidentifier():
+                raise ValueError(f"a document namespace must be an identifier, not {ns!r}")
+            args += [ns, len(items)]
+            for key, value in items.items():
+                args += [key, "" if value is None else dumps(value)]
         for step, outcome in steps:
             record, comp_field = _step_record(step, now)
             if comp_field:  # as end_step leaves it: "k" for a side effect that happened

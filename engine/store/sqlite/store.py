@@ -574,8 +574,10 @@ class SQLiteStore(BranchLine, SagaOutbox):
         steps: list[tuple[StepStart, StepOutcome]],
         expect: tuple[int, int],
         now: float,
+        documents: tuple[str, dict[str, Any]] | None = None,
     ) -> int | None:
-        """Record steps that already ended, in order, in one transaction (see the protocol)."""
+        """Record steps that already ended, in order, and `documents`, in one transaction (see
+        the protocol)."""
         with self._db.write() as conn:
             row = conn.execute(
                 "SELECT seq, epoch, step_count, status, loops FROM sessions WHERE id = ?", (sid,)
@@ -589,23 +591,30 @@ class SQLiteStore(BranchLine, SagaOutbox):
             last_verdict = None
             for i, (step, outcome) in enumerate(steps):
                 n = step_count + 1 + i
-                verdict, budget = outcome.get("verdict"), outcome.get("budget")
+                get = outcome.get
+                verdict, budget, state = get("verdict"), get("budget"), outcome["status"]
                 verdict_text = None if verdict is None else dumps(verdict)
                 # as end_step moves the status, one step after the other
                 if verdict_text is not None:
                     status, last_verdict, loops = "looping", verdict_text, loops + 1
-                elif outcome["status"] == "ok" and status != "stopped":
+                elif state == "ok" and status != "stopped":
                     status = "healthy"
                 rows.append((
                     sid, n, seq + 1 + i, epoch, step["tool"], step["args"], step["fingerprint"],
-                    outcome["status"], outcome.get("error"), outcome.get("result_digest"),
-                    outcome.get("result_preview"), now, now,
+                    state, get("error"), get("result_digest"), get("result_preview"), now, now,
                     int(bool(step.get("side_effect"))), step.get("compensation"), verdict_text,
                     step.get("text"), None if budget is None else dumps(budget),
                 ))
-                events.append((now, sid, "step", dumps({
-                    "n": n, "status": outcome["status"], "late": False,
-                    "looping": verdict is not None})))
+                # dumps({"n": n, "status": state, "late": False, "looping": …}), written out
+                events.append((now, sid, "step", f'{{"late":false,"looping":'
+                               f'{"false" if verdict is None else "true"},"n":{n},'
+                               f'"status":{dumps(state)}}}'))
+            if documents is not None:
+                ns, items = documents
+                for key, value in items.items():
+                    put_value(conn, "docs", sid, ns, key, None if value is None else dumps(value))
+                if not rows:
+                    conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
             if not rows:
                 return step_count + 1
             conn.executemany(
