@@ -253,8 +253,14 @@ def test_clicking_a_snapshot_in_the_tree_offers_rolling_back_to_it(console, page
 
 def test_rolling_back_a_session_that_is_not_looping_says_what_it_removes(console, page):
     sign_in(page, f"{console.url}/session?session={AUTO_ROLLED_BACK}", "olivia")
+    expect(page.get_by_role("heading", name=AUTO_ROLLED_BACK)).to_be_visible()
     button = page.get_by_role("button", name="Roll back anyway…")
     expect(button).to_be_visible()
+    # the page's first runs (sign-in, then the charts' first selection state) have finished: a
+    # dialog opened by a click during one of them is closed by the next
+    settle(page)
+    page.wait_for_timeout(500)
+    settle(page)
     button.click()
     dialog = page.get_by_role("dialog")
     expect(dialog.get_by_text(re.compile(r"This session is not looping"))).to_be_visible()
