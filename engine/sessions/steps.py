@@ -24,6 +24,24 @@ _STRICT_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_as
 """`engine.types.CANONICAL_JSON`, but refusing NaN and infinities as `canonicalize` does."""
 
 
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_C_STRICT = None if _c_make_encoder is None else _c_make_encoder(
+    None, _refuse, json.encoder.encode_basestring, None, ":", ",", True, False, False
+)
+"""`_STRICT_JSON`'s C encoder made once (``JSONEncoder.encode`` makes one per call), without
+its cycle check: only given values `_plain_upper_bound` walked (no cycle gets that far)."""
+
+
+def _strict_text(value: Any) -> str:
+    if _C_STRICT is None:  # pragma: no cover - a Python without the C accelerator
+        return _STRICT_JSON.encode(value)
+    return "".join(_C_STRICT(value, 0))
+
+
 def _plain_upper_bound(value: Any, limit: int) -> int | None:
     """An upper bound of the UTF-8 bytes of the JSON text of `value` when it is plain JSON data
     (dict with str keys, list, tuple, str, int, float, bool, None, of exactly those types, nested
@@ -80,7 +98,7 @@ def json_within(
     """
     if _plain_upper_bound(value, limit) is not None:
         try:
-            text = _STRICT_JSON.encode(value)
+            text = _strict_text(value)
             text.encode("utf-8")  # a lone surrogate has no UTF-8 form: refused below
         except (ValueError, TypeError, RecursionError):
             pass
