@@ -8,9 +8,10 @@ Layout, per session (column ``session``): ``sessions`` (summary, counters, ``seq
 session's write sequence), ``messages``, ``kv_writes`` (every versioned put) and ``kv`` (current
 values), ``docs`` (unversioned documents), ``snapshots``, ``steps``, ``branches``. Fleet-wide:
 ``compensations`` (the saga outbox), ``audit`` and ``events`` (the change feed), ``fleet_docs``
-(fleet-wide documents: tool quarantines, the alert cursor). A row whose
-``branch`` is NULL lies on the live line; a rollback fills ``branch`` with the abandoned
-branch's id.
+(fleet-wide documents: tool quarantines, the alert cursor). A guarded step's write-ahead
+snapshot is kept in its step's row (``snap_*`` columns) rather than a row of ``snapshots``. A
+row whose ``branch`` is NULL lies on the live line; a rollback fills ``branch`` with the
+abandoned branch's id.
 """
 
 from __future__ import annotations
