@@ -36,6 +36,10 @@ _C_STRICT = None if _c_make_encoder is None else _c_make_encoder(
 its cycle check: only given values `_plain_upper_bound` walked (no cycle gets that far)."""
 
 
+_SCAN = json.scanner.make_scanner(json.JSONDecoder())
+"""`json.loads` without its wrapper: for texts `_strict_text` wrote (compact, one value)."""
+
+
 def _strict_text(value: Any) -> str:
     if _C_STRICT is None:  # pragma: no cover - a Python without the C accelerator
         return _STRICT_JSON.encode(value)
@@ -103,7 +107,7 @@ def json_within(
         except (ValueError, TypeError, RecursionError):
             pass
         else:
-            return (json.loads(text) if need_value else None), text
+            return (_SCAN(text, 0)[0] if need_value else None), text
     return canonical_within(value, limit, what, field)
 
 

@@ -100,6 +100,9 @@ _BEGIN_PLAIN = (
 )
 """A step's row without a snapshot."""
 
+_STEP_EVENT = '{"late":%s,"looping":%s,"n":%d,"status":%s}'
+_JSON_BOOL = {False: "false", True: "true"}
+
 _SESSION_TABLES = ("messages", "kv_writes", "kv", "docs", "snapshots", "steps", "branches")
 """Tables of what a session owns (its audit rows and compensations outlive it)."""
 
@@ -599,17 +602,13 @@ class SQLiteStore(BranchLine, SagaOutbox):
                         (sid, ticket.n),
                     ).fetchall()
                     queue_compensations(conn, sid, rows, branch, now)
-            add_event(
-                conn,
-                now,
-                sid,
-                "step",
-                {
-                    "n": ticket.n,
-                    "status": outcome["status"],
-                    "late": late,
-                    "looping": verdict is not None,
-                },
+            # the canonical JSON of {"n", "status", "late", "looping"}, written out: every step
+            conn.execute(
+                "INSERT INTO events(at, session, type, data) VALUES (?, ?, 'step', ?)",
+                (now, sid, _STEP_EVENT % (
+                    _JSON_BOOL[late], _JSON_BOOL[verdict is not None], ticket.n,
+                    dumps(outcome["status"]),
+                )),
             )
         return late
 
