@@ -11,7 +11,6 @@ import sqlite3
 
 import pytest
 
-from engine import Engine
 from engine.errors import SnapshotNotRestorable
 
 
@@ -122,8 +121,9 @@ def test_an_older_file_keeps_its_step_snapshots(tmp_path, open_engine):
                       "next_step, created_at) VALUES ('old', ?, ?, 'before t', 'step', ?, 0, ?, ?)",
                       (f"snap-{seq}", parent, seq, n, float(n)))
         conn.execute("INSERT INTO steps(session, n, seq, epoch, tool, args, fingerprint, status, "
-                     "started_at, ended_at, snapshot) VALUES ('old', ?, ?, 0, 't', '{}', 'f', 'ok', "
-                     "?, ?, ?)", (n, seq + 1, float(n), float(n), f"snap-{seq}"))
+                     "started_at, ended_at, snapshot) "
+                     "VALUES ('old', ?, ?, 0, 't', '{}', 'f', 'ok', ?, ?, ?)",
+                     (n, seq + 1, float(n), float(n), f"snap-{seq}"))
     conn.commit()
     conn.close()
     engine = _clocked(open_engine, f"sqlite:///{path}")

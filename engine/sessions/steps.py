@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from json.scanner import make_scanner
 from typing import Any
 
 from engine.freeze import PolicyChoice
@@ -36,7 +37,8 @@ _C_STRICT = None if _c_make_encoder is None else _c_make_encoder(
 its cycle check: only given values `_plain_upper_bound` walked (no cycle gets that far)."""
 
 
-_SCAN = json.scanner.make_scanner(json.JSONDecoder())
+# typeshed names the argument's type wrongly: a decoder is the scanner's context
+_SCAN = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 """`json.loads` without its wrapper: for texts `_strict_text` wrote (compact, one value)."""
 
 
