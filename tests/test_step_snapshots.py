@@ -100,12 +100,10 @@ def test_the_retention_window_retires_the_oldest_step_snapshots(store_url, open_
     assert [n.id for n in s.tree() if n.restorable] == [c.snapshot_id for c in more]
 
 
-def test_an_older_file_keeps_its_step_snapshots(tmp_path, open_engine):
-    """A schema-3 file keeps each step snapshot as a row of ``snapshots``: migrated on open,
-    those rows stay in the tree, restore, and retire as new steps come."""
+def _schema_3_file(path):
+    """A file as the previous release left it: two steps, each with its snapshot row."""
     from engine.store.sqlite.schema import DDL
 
-    path = tmp_path / "old.db"
     old_ddl = (DDL.replace(",\n    snap_floor INTEGER NOT NULL DEFAULT 0", "")
                .replace("    snap_label TEXT, snap_parent TEXT, snap_msgs INTEGER,\n", ""))
     assert "snap_" not in old_ddl
@@ -126,6 +124,13 @@ def test_an_older_file_keeps_its_step_snapshots(tmp_path, open_engine):
                      (n, seq + 1, float(n), float(n), f"snap-{seq}"))
     conn.commit()
     conn.close()
+
+
+def test_an_older_file_keeps_its_step_snapshots(tmp_path, open_engine):
+    """A schema-3 file keeps each step snapshot as a row of ``snapshots``: migrated on open,
+    those rows stay in the tree, restore, and retire as new steps come."""
+    path = tmp_path / "old.db"
+    _schema_3_file(path)
     engine = _clocked(open_engine, f"sqlite:///{path}")
     s = engine.session("old")
     assert [(n.id, n.restorable) for n in s.tree()] == [("snap-1", True), ("snap-3", True)]
@@ -144,3 +149,21 @@ def test_an_older_file_keeps_its_step_snapshots(tmp_path, open_engine):
     assert conn.execute("SELECT value FROM rewind_meta").fetchone()[0] == "4"
     conn.close()
 
+
+
+def test_an_older_file_read_only_lists_its_step_snapshots(tmp_path, monkeypatch, open_engine):
+    """A reader that may not upgrade a schema-3 file still lists and picks its snapshots."""
+    import os
+
+    from engine.store.sqlite import tx
+
+    path = tmp_path / "old.db"
+    _schema_3_file(path)
+    # tests may run as root, whom file modes do not stop
+    monkeypatch.setattr(tx.os, "access", lambda p, mode: mode != os.W_OK and os.path.exists(p))
+    reader = open_engine(f"sqlite:///{path}")
+    assert reader.store._db.read_only
+    assert [(n.id, n.restorable, n.is_head) for n in reader.store.snapshots("old")] == [
+        ("snap-1", True, False), ("snap-3", True, True)]
+    assert reader.store.restorable_snapshot("old", None) == "snap-3"
+    assert reader.store.restorable_snapshot("old", 1) == "snap-1"
