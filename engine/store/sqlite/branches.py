@@ -143,7 +143,7 @@ class BranchLine:
                     "earlier snapshot"
                 )
             if embedded:  # its step leaves the live line, the snapshot stays on it
-                detach_snapshot(conn, sid, next_step)
+                detach_snapshot(conn, sid, next_step, now)
             seq += 1
             branch = f"branch-{seq}"
             new_epoch = epoch + 1

@@ -337,11 +337,12 @@ def append_live(
     return epoch, msg_count
 
 
-def detach_snapshot(conn: sqlite3.Connection, sid: str, n: int) -> None:
+def detach_snapshot(conn: sqlite3.Connection, sid: str, n: int, now: float) -> None:
     """Move the write-ahead snapshot kept in live step `n`'s row (if any) into ``snapshots``,
     same id and sequence number, before the step alone leaves the live line (a rollback to that
     snapshot, or a late step): the snapshot stays on the live line, and a row's snapshot always
-    shares its row's branch."""
+    shares its row's branch. Step snapshot rows the session's ``snap_floor`` passed are marked
+    retired meanwhile, so the restorable index keeps holding about a retention window."""
     found = conn.execute(
         "INSERT INTO snapshots(session, id, parent, label, kind, seq, msg_count, next_step, "
         "created_at) SELECT session, snapshot, snap_parent, snap_label, 'step', seq - 1, "
@@ -354,4 +355,10 @@ def detach_snapshot(conn: sqlite3.Connection, sid: str, n: int) -> None:
             "UPDATE steps SET snap_label = NULL, snap_parent = NULL, snap_msgs = NULL "
             "WHERE session = ? AND n = ?",
             (sid, n),
+        )
+        conn.execute(
+            "UPDATE snapshots INDEXED BY snapshots_restorable SET retired_at = ? "
+            "WHERE session = ? AND kind = 'step' AND branch IS NULL AND retired_at IS NULL "
+            "AND next_step <= (SELECT snap_floor FROM sessions WHERE id = ?)",
+            (now, sid, sid),
         )

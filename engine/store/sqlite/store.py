@@ -569,7 +569,7 @@ class SQLiteStore(BranchLine, SagaOutbox):
                 session_row(conn, sid)  # raises UnknownSession when it is gone
                 # a step the rollback left on the live line (it went back to a later snapshot)
                 # leaves it now; its write-ahead snapshot stays
-                detach_snapshot(conn, sid, ticket.n)
+                detach_snapshot(conn, sid, ticket.n, now)
                 row = conn.execute(
                     "SELECT id FROM branches WHERE session = ? AND epoch > ? ORDER BY seq LIMIT 1",
                     (sid, ticket.epoch),
