@@ -48,11 +48,27 @@ def _strict_text(value: Any) -> str:
     return "".join(_C_STRICT(value, 0))
 
 
+_FLAT_ITEMS = 32
+"""A dict of at most this many string, int or None values (most tool arguments and results)
+is bounded in one loop."""
+
+
 def _plain_upper_bound(value: Any, limit: int) -> int | None:
     """An upper bound of the UTF-8 bytes of the JSON text of `value` when it is plain JSON data
     (dict with str keys, list, tuple, str, int, float, bool, None, of exactly those types, nested
     less than `MAX_DEPTH` deep) and the bound is at most `limit`; else None. Every node adds at
     least one byte, so the walk stops after at most `limit` nodes (a cycle included)."""
+    if type(value) is dict and len(value) <= _FLAT_ITEMS:  # the common case, without a stack
+        total = 2 * len(value) + 2
+        for key, part in value.items():
+            kind = type(part)
+            if type(key) is not str or not (kind is str or kind is int or part is None):
+                break  # the general walk below judges it
+            total += 6 * len(key) + 2 + (
+                6 * len(part) + 2 if kind is str else 5 if part is None
+                else part.bit_length() // 3 + 3)
+        else:
+            return total if total <= limit else None
     total = 0
     stack: list[tuple[Any, int]] = [(value, 0)]
     pop, push = stack.pop, stack.append
@@ -70,7 +86,7 @@ def _plain_upper_bound(value: Any, limit: int) -> int | None:
         elif kind is dict:
             if depth >= MAX_DEPTH:
                 return None
-            total += 2 * len(item) + 1
+            total += 2 * len(item) + 2
             for key, part in item.items():
                 if type(key) is not str:
                     return None
@@ -79,7 +95,7 @@ def _plain_upper_bound(value: Any, limit: int) -> int | None:
         elif kind is list or kind is tuple:
             if depth >= MAX_DEPTH:
                 return None
-            total += len(item) + 1
+            total += len(item) + 2
             for part in item:
                 push((part, depth + 1))
         else:
