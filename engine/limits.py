@@ -161,6 +161,8 @@ def check_text(text: str, limit: int, what: str, field: str) -> str:
     """
     if len(text) > limit:
         raise _too_big(what, f"{len(text):,}", limit, field, "characters")
+    if type(text) is str and text.isascii():  # no lone surrogate (a tool name, every step)
+        return text
     canonicalize(text, what)  # refuses lone surrogates with a clear message
     return text
 

@@ -302,4 +302,4 @@ def test_a_schema_2_file_gets_the_new_columns(tmp_path, monkeypatch):
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute(
             "SELECT value FROM rewind_meta WHERE key = 'schema_version'").fetchone()
-    assert version == "3"
+    assert version == "4"

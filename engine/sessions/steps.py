@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from json.scanner import make_scanner
 from typing import Any
 
 from engine.freeze import PolicyChoice
@@ -24,11 +25,50 @@ _STRICT_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_as
 """`engine.types.CANONICAL_JSON`, but refusing NaN and infinities as `canonicalize` does."""
 
 
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_C_STRICT = None if _c_make_encoder is None else _c_make_encoder(
+    None, _refuse, json.encoder.encode_basestring, None, ":", ",", True, False, False
+)
+"""`_STRICT_JSON`'s C encoder made once (``JSONEncoder.encode`` makes one per call), without
+its cycle check: only given values `_plain_upper_bound` walked (no cycle gets that far)."""
+
+
+# typeshed names the argument's type wrongly: a decoder is the scanner's context
+_SCAN = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+"""`json.loads` without its wrapper: for texts `_strict_text` wrote (compact, one value)."""
+
+
+def _strict_text(value: Any) -> str:
+    if _C_STRICT is None:  # pragma: no cover - a Python without the C accelerator
+        return _STRICT_JSON.encode(value)
+    return "".join(_C_STRICT(value, 0))
+
+
+_FLAT_ITEMS = 32
+"""A dict of at most this many string, int or None values (most tool arguments and results)
+is bounded in one loop."""
+
+
 def _plain_upper_bound(value: Any, limit: int) -> int | None:
     """An upper bound of the UTF-8 bytes of the JSON text of `value` when it is plain JSON data
     (dict with str keys, list, tuple, str, int, float, bool, None, of exactly those types, nested
     less than `MAX_DEPTH` deep) and the bound is at most `limit`; else None. Every node adds at
     least one byte, so the walk stops after at most `limit` nodes (a cycle included)."""
+    if type(value) is dict and len(value) <= _FLAT_ITEMS:  # the common case, without a stack
+        total = 2 * len(value) + 2
+        for key, part in value.items():
+            kind = type(part)
+            if type(key) is not str or not (kind is str or kind is int or part is None):
+                break  # the general walk below judges it
+            total += 6 * len(key) + 2 + (
+                6 * len(part) + 2 if kind is str else 5 if part is None
+                else part.bit_length() // 3 + 3)
+        else:
+            return total if total <= limit else None
     total = 0
     stack: list[tuple[Any, int]] = [(value, 0)]
     pop, push = stack.pop, stack.append
@@ -46,7 +86,7 @@ def _plain_upper_bound(value: Any, limit: int) -> int | None:
         elif kind is dict:
             if depth >= MAX_DEPTH:
                 return None
-            total += 2 * len(item) + 1
+            total += 2 * len(item) + 2
             for key, part in item.items():
                 if type(key) is not str:
                     return None
@@ -55,7 +95,7 @@ def _plain_upper_bound(value: Any, limit: int) -> int | None:
         elif kind is list or kind is tuple:
             if depth >= MAX_DEPTH:
                 return None
-            total += len(item) + 1
+            total += len(item) + 2
             for part in item:
                 push((part, depth + 1))
         else:
@@ -80,12 +120,12 @@ def json_within(
     """
     if _plain_upper_bound(value, limit) is not None:
         try:
-            text = _STRICT_JSON.encode(value)
+            text = _strict_text(value)
             text.encode("utf-8")  # a lone surrogate has no UTF-8 form: refused below
         except (ValueError, TypeError, RecursionError):
             pass
         else:
-            return (json.loads(text) if need_value else None), text
+            return (_SCAN(text, 0)[0] if need_value else None), text
     return canonical_within(value, limit, what, field)
 
 

@@ -19,6 +19,7 @@ from engine.store.sqlite.rows import (
     add_event,
     add_retention,
     append_live,
+    detach_snapshot,
     put_value,
     session_row,
 )
@@ -64,6 +65,25 @@ def _restore_kv(conn: sqlite3.Connection, sid: str, snap_seq: int, branch: str) 
     return abandoned_memories
 
 
+def _embedded_snapshot(
+    conn: sqlite3.Connection, sid: str, target: str
+) -> tuple[int, int, str | None, None, str, int] | None:
+    """(seq, msg_count, branch, retired_at, kind, next_step) of write-ahead snapshot `target`
+    kept in its step's row (id ``snap-<seq>``, the step's sequence number one more), or None."""
+    prefix, _, number = target.partition("-")
+    if prefix != "snap" or not (number.isascii() and number.isdigit()):
+        return None
+    row = conn.execute(
+        "SELECT seq - 1, snap_msgs, branch, n FROM steps INDEXED BY steps_seq WHERE session = ? "
+        "AND seq = ? "
+        "AND snapshot = ? AND snap_msgs IS NOT NULL",
+        (sid, int(number) + 1, target),
+    ).fetchone()
+    if row is None:
+        return None
+    return row[0], row[1], row[2], None, "step", row[3]
+
+
 class BranchLine:
     """The rollback and branch methods of `SQLiteStore`."""
 
@@ -91,13 +111,21 @@ class BranchLine:
                     "look at it again before rolling back"
                 )
             snap = conn.execute(
-                "SELECT seq, msg_count, branch, retired_at FROM snapshots "
+                "SELECT seq, msg_count, branch, retired_at, kind, next_step FROM snapshots "
                 "WHERE session = ? AND id = ?",
                 (sid, target),
             ).fetchone()
+            embedded = snap is None
+            if embedded:
+                snap = _embedded_snapshot(conn, sid, target)
             if snap is None:
                 raise UnknownSnapshot(f"session {sid!r} has no snapshot {target!r}")
-            snap_seq, snap_msgs, snap_branch, retired = snap
+            snap_seq, snap_msgs, snap_branch, retired, snap_kind, next_step = snap
+            if retired is None and snap_kind == "step":
+                (floor,) = conn.execute(
+                    "SELECT snap_floor FROM sessions WHERE id = ?", (sid,)
+                ).fetchone()
+                retired = True if next_step <= floor else None
             if snap_branch is not None:
                 raise SnapshotNotRestorable(
                     f"snapshot {target!r} lies on the abandoned branch {snap_branch}; "
@@ -114,6 +142,8 @@ class BranchLine:
                     "message, step, snapshot, variable or memory was written since; pick an "
                     "earlier snapshot"
                 )
+            if embedded:  # its step leaves the live line, the snapshot stays on it
+                detach_snapshot(conn, sid, next_step, now)
             seq += 1
             branch = f"branch-{seq}"
             new_epoch = epoch + 1
@@ -130,6 +160,12 @@ class BranchLine:
                     (branch, sid, snap_seq),
                 )
                 counts[table] = cur.rowcount
+            # the write-ahead snapshots kept in the abandoned steps' rows left with them
+            counts["snapshots"] += conn.execute(
+                "SELECT COUNT(*) FROM steps INDEXED BY steps_seq WHERE session = ? AND seq > ? "
+                "AND branch = ? AND snap_msgs IS NOT NULL",
+                (sid, snap_seq, branch),
+            ).fetchone()[0]
             abandoned_memories = _restore_kv(conn, sid, snap_seq, branch)
             # Saga: side-effecting steps that completed on the abandoned branch, newest first.
             # `seq > snap_seq` reaches the branch's steps through steps_seq: the branch alone
@@ -198,6 +234,12 @@ class BranchLine:
             ).fetchall()
             verb = "SELECT COUNT(*)" if dry_run else "DELETE"
             for sid, branch in rows:
+                # a step row's write-ahead snapshot always shares the row's branch
+                removed["snapshots"] += conn.execute(
+                    "SELECT COUNT(*) FROM steps WHERE session = ? AND branch = ? "
+                    "AND snap_msgs IS NOT NULL",
+                    (sid, branch),
+                ).fetchone()[0]
                 for table in _LINE_TABLES:
                     cur = conn.execute(
                         f"{verb} FROM {table} WHERE session = ? AND branch = ?", (sid, branch)

@@ -252,6 +252,16 @@ SNAPSHOT: FieldMap[SnapshotNode] = FieldMap(
 """A `snapshots` row as a `SnapshotNode`, but for what the caller derives (is_head, restorable,
 abandoned_reason)."""
 
+EMBEDDED_SNAPSHOT = (
+    "snapshot AS id, snap_parent AS parent, snap_label AS label, 'step' AS kind, "
+    "started_at AS created_at, n AS next_step, snap_msgs AS msg_count, branch, "
+    "NULL AS retired_at, seq - 1 AS seq"
+)
+"""The write-ahead snapshot kept in a `steps` row (``snap_msgs`` not NULL), under the column
+names of `SNAPSHOT` plus ``retired_at`` and ``seq``: taken at the step's start, at the sequence
+number right before the step's own, as the step's next step; on the step's line (a rollback to
+it moves it into ``snapshots`` first, see `engine.store.sqlite.branches`)."""
+
 SESSION_COLS = SESSION.select()
 STEP_COLS = STEP.select()
 COMP_COLS = COMPENSATION.select()
@@ -325,3 +335,30 @@ def append_live(
         (seq + len(messages), msg_count + len(messages), now, sid),
     )
     return epoch, msg_count
+
+
+def detach_snapshot(conn: sqlite3.Connection, sid: str, n: int, now: float) -> None:
+    """Move the write-ahead snapshot kept in live step `n`'s row (if any) into ``snapshots``,
+    same id and sequence number, before the step alone leaves the live line (a rollback to that
+    snapshot, or a late step): the snapshot stays on the live line, and a row's snapshot always
+    shares its row's branch. Step snapshot rows the session's ``snap_floor`` passed are marked
+    retired meanwhile, so the restorable index keeps holding about a retention window."""
+    found = conn.execute(
+        "INSERT INTO snapshots(session, id, parent, label, kind, seq, msg_count, next_step, "
+        "created_at) SELECT session, snapshot, snap_parent, snap_label, 'step', seq - 1, "
+        "snap_msgs, n, started_at FROM steps WHERE session = ? AND n = ? "
+        "AND snap_msgs IS NOT NULL AND branch IS NULL",
+        (sid, n),
+    ).rowcount
+    if found:
+        conn.execute(
+            "UPDATE steps SET snap_label = NULL, snap_parent = NULL, snap_msgs = NULL "
+            "WHERE session = ? AND n = ?",
+            (sid, n),
+        )
+        conn.execute(
+            "UPDATE snapshots INDEXED BY snapshots_restorable SET retired_at = ? "
+            "WHERE session = ? AND kind = 'step' AND branch IS NULL AND retired_at IS NULL "
+            "AND next_step <= (SELECT snap_floor FROM sessions WHERE id = ?)",
+            (now, sid, sid),
+        )

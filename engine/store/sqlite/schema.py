@@ -8,9 +8,10 @@ Layout, per session (column ``session``): ``sessions`` (summary, counters, ``seq
 session's write sequence), ``messages``, ``kv_writes`` (every versioned put) and ``kv`` (current
 values), ``docs`` (unversioned documents), ``snapshots``, ``steps``, ``branches``. Fleet-wide:
 ``compensations`` (the saga outbox), ``audit`` and ``events`` (the change feed), ``fleet_docs``
-(fleet-wide documents: tool quarantines, the alert cursor). A row whose
-``branch`` is NULL lies on the live line; a rollback fills ``branch`` with the abandoned
-branch's id.
+(fleet-wide documents: tool quarantines, the alert cursor). A guarded step's write-ahead
+snapshot is kept in its step's row (``snap_*`` columns) rather than a row of ``snapshots``. A
+row whose ``branch`` is NULL lies on the live line; a rollback fills ``branch`` with the
+abandoned branch's id.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ import sqlite3
 
 from engine.errors import SchemaMismatch, StoreUnavailable
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: the first release. 2: ``fleet_docs`` (tool quarantines every agent process must honour, so
 a file that has them must not be opened by a release that would ignore them). 3: compensations
 resolved by hand (status ``resolved``, ``resolved_by``, ``resolved_reason``, which an older
-release cannot read) and ``workers`` (heartbeats of processes with compensation handlers)."""
+release cannot read) and ``workers`` (heartbeats of processes with compensation handlers).
+4: a guarded step's write-ahead snapshot lives in its step's row (``steps.snap_label``,
+``snap_parent``, ``snap_msgs``) and step snapshots are retired by ``sessions.snap_floor``
+instead of a row update each; an older release would not see those snapshots."""
 
 DDL = """
 CREATE TABLE IF NOT EXISTS rewind_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -41,7 +45,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     rollbacks INTEGER NOT NULL DEFAULT 0,
     last_verdict TEXT,
     created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    snap_floor INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS sessions_page ON sessions(updated_at, id);
 CREATE INDEX IF NOT EXISTS sessions_status_page ON sessions(status, updated_at, id);
@@ -81,6 +86,7 @@ CREATE TABLE IF NOT EXISTS steps (
     started_at REAL NOT NULL, ended_at REAL,
     side_effect INTEGER NOT NULL DEFAULT 0, compensation TEXT, verdict TEXT,
     snapshot TEXT, text TEXT, branch TEXT, late INTEGER NOT NULL DEFAULT 0, budget TEXT,
+    snap_label TEXT, snap_parent TEXT, snap_msgs INTEGER,
     PRIMARY KEY (session, n)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS steps_seq ON steps(session, seq);
@@ -139,9 +145,14 @@ the old one lacks there; the new definition). ``snapshots_restorable`` is ordere
 range search that meets only the snapshots it retires, instead of reading one table row per
 restorable snapshot (``next_step`` grows with ``seq`` on the live line)."""
 
-ADDED_COLUMNS = {"compensations": ("resolved_by TEXT", "resolved_reason TEXT")}
+ADDED_COLUMNS = {
+    "compensations": ("resolved_by TEXT", "resolved_reason TEXT"),
+    "sessions": ("snap_floor INTEGER NOT NULL DEFAULT 0",),
+    "steps": ("snap_label TEXT", "snap_parent TEXT", "snap_msgs INTEGER"),
+}
 """Columns later schema versions added to tables an older file already has (``CREATE TABLE IF
-NOT EXISTS`` leaves those as they are)."""
+NOT EXISTS`` leaves those as they are). An older file's step snapshots stay rows of
+``snapshots``; its ``snap_floor`` starts at 0, so they are retired as new steps come."""
 
 
 def missing_columns(conn: sqlite3.Connection) -> dict[str, list[str]]:

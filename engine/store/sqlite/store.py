@@ -45,6 +45,7 @@ from engine.store.sqlite.branches import BranchLine
 from engine.store.sqlite.rows import (
     AUDIT_COLS,
     COMPENSATION,
+    EMBEDDED_SNAPSHOT,
     EVENT,
     MESSAGE,
     RESOLUTION_COLUMNS,
@@ -55,6 +56,7 @@ from engine.store.sqlite.rows import (
     add_event,
     add_retention,
     append_live,
+    detach_snapshot,
     dumps,
     put_value,
     session_row,
@@ -79,6 +81,27 @@ __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 # The Redis store imports this name to store JSON exactly as SQLite does.
 _dumps = dumps
 
+
+_BEGIN_COLUMNS = (
+    "INSERT INTO steps(session, n, seq, epoch, tool, args, fingerprint, status, started_at, "
+    "side_effect, compensation, text"
+)
+_BEGIN_SNAP = (
+    f"{_BEGIN_COLUMNS}, snapshot, snap_label, snap_parent, snap_msgs) "
+    "SELECT id, step_count + 1, seq + 2, epoch, ?, ?, ?, 'running', ?, ?, ?, ?, "
+    "'snap-' || (seq + 1), ?, head, msg_count FROM sessions WHERE id = ? "
+    "RETURNING n, seq, epoch, snapshot"
+)
+"""A step's row with its write-ahead snapshot (sequence number ``seq + 1``, the step ``seq + 2``),
+from the session's row, in one statement."""
+_BEGIN_PLAIN = (
+    f"{_BEGIN_COLUMNS}) SELECT id, step_count + 1, seq + 1, epoch, ?, ?, ?, 'running', ?, ?, ?, "
+    "? FROM sessions WHERE id = ? RETURNING n, seq, epoch, snapshot"
+)
+"""A step's row without a snapshot."""
+
+_STEP_EVENT = '{"late":%s,"looping":%s,"n":%d,"status":%s}'
+_JSON_BOOL = {False: "false", True: "true"}
 
 _SESSION_TABLES = ("messages", "kv_writes", "kv", "docs", "snapshots", "steps", "branches")
 """Tables of what a session owns (its audit rows and compensations outlive it)."""
@@ -151,12 +174,19 @@ class SQLiteStore(BranchLine, SagaOutbox):
         self._db = SQLiteDB(path, name=f"the SQLite store {url}", synchronous=synchronous)
         if self._db.read_only:
             check_schema(self._db.conn, url)
-            if missing_columns(self._db.conn):  # an older file this user may not upgrade
+            missing = missing_columns(self._db.conn)  # an older file this user may not upgrade
+            if "compensations" in missing:
                 self._comp_cols = COMPENSATION.select(absent=RESOLUTION_COLUMNS)
                 self._has_workers = False
+            if "steps" in missing or "sessions" in missing:
+                self._embedded = False
         else:
             with self._db.write() as conn:
                 init_schema(conn, url)
+
+    _embedded = True
+    """False on a read-only file of an older schema: its step snapshots are all rows of
+    ``snapshots`` (no step row holds one, no ``snap_floor``)."""
 
     def _read(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[Any]:
         return self._db.read(sql, params)
@@ -376,26 +406,25 @@ class SQLiteStore(BranchLine, SagaOutbox):
         now: float,
         retention: Retention,
     ) -> None:
+        if kind == "step":
+            # Step snapshots are retired by a floor on their step number (`snap_floor`): one
+            # column of the session's row instead of a row update per step.
+            conn.execute(
+                "UPDATE sessions SET snap_floor = max(snap_floor, ?) WHERE id = ?",
+                (next_step - retention.keep_step_snapshots, sid),
+            )
+            return
         # INDEXED BY: the partial index holds only the restorable snapshots (at most the window
         # plus one), so retiring costs the window, not the session's history; left to itself
-        # the planner walks every snapshot row of the session. Ordered by next_step, a step
-        # snapshot's retirement is a range search that meets only what it retires.
-        if kind == "step":
-            conn.execute(
-                "UPDATE snapshots INDEXED BY snapshots_restorable SET retired_at = ? "
-                "WHERE session = ? AND kind = 'step' "
-                "AND branch IS NULL AND retired_at IS NULL AND next_step <= ?",
-                (now, sid, next_step - retention.keep_step_snapshots),
-            )
-        else:
-            conn.execute(
-                "UPDATE snapshots INDEXED BY snapshots_restorable SET retired_at = ? "
-                "WHERE session = ? AND kind = ? "
-                "AND branch IS NULL AND retired_at IS NULL AND seq < ("
-                "  SELECT MIN(seq) FROM (SELECT seq FROM snapshots WHERE session = ? AND kind = ?"
-                "  AND branch IS NULL AND retired_at IS NULL ORDER BY seq DESC LIMIT ?))",
-                (now, sid, kind, sid, kind, retention.keep_snapshots),
-            )
+        # the planner walks every snapshot row of the session.
+        conn.execute(
+            "UPDATE snapshots INDEXED BY snapshots_restorable SET retired_at = ? "
+            "WHERE session = ? AND kind = ? "
+            "AND branch IS NULL AND retired_at IS NULL AND seq < ("
+            "  SELECT MIN(seq) FROM (SELECT seq FROM snapshots WHERE session = ? AND kind = ?"
+            "  AND branch IS NULL AND retired_at IS NULL ORDER BY seq DESC LIMIT ?))",
+            (now, sid, kind, sid, kind, retention.keep_snapshots),
+        )
 
     def take_snapshot(
         self, sid: str, label: str | None, kind: SnapshotKind, now: float, retention: Retention
@@ -406,16 +435,28 @@ class SQLiteStore(BranchLine, SagaOutbox):
             add_event(conn, now, sid, "snapshot", {"id": node.id, "label": label, "kind": kind})
         return node
 
+    def _snap_floor(self, sid: str) -> int:
+        """Step snapshots of `sid` with ``next_step`` at or below this are retired."""
+        if not self._embedded:
+            return 0
+        rows = self._read("SELECT snap_floor FROM sessions WHERE id = ?", (sid,))
+        return int(rows[0][0]) if rows else 0
+
     def snapshots(self, sid: str) -> list[SnapshotNode]:
-        """Every snapshot of the session, oldest first."""
+        """Every snapshot of the session, oldest first: the rows of ``snapshots`` and the
+        write-ahead snapshots kept in their steps' rows."""
         head_rows = self._read("SELECT head FROM sessions WHERE id = ?", (sid,))
         head = head_rows[0][0] if head_rows else None
+        floor = self._snap_floor(sid)
         branches = {b.id: b for b in self.branches(sid)}
-        rows = self._named(
-            f"SELECT {SNAPSHOT.select()}, retired_at FROM snapshots WHERE session = ? "
-            "ORDER BY seq",
-            (sid,),
-        )
+        columns = f"{SNAPSHOT.select()}, retired_at, seq"
+        sql = f"SELECT {columns} FROM snapshots WHERE session = ?"
+        params: tuple[Any, ...] = (sid,)
+        if self._embedded:
+            sql += f" UNION ALL SELECT {EMBEDDED_SNAPSHOT} FROM steps WHERE session = ? " \
+                   "AND snap_msgs IS NOT NULL"
+            params = (sid, sid)
+        rows = self._named(sql + " ORDER BY seq", params)
         out = []
         for r in rows:
             branch = branches.get(r["branch"])
@@ -426,7 +467,8 @@ class SQLiteStore(BranchLine, SagaOutbox):
                 SNAPSHOT.decode(
                     r,
                     abandoned_reason=reason,
-                    restorable=r["branch"] is None and r["retired_at"] is None,
+                    restorable=r["branch"] is None and r["retired_at"] is None
+                    and not (r["kind"] == "step" and r["next_step"] <= floor),
                     is_head=r["id"] == head,
                 )
             )
@@ -434,15 +476,28 @@ class SQLiteStore(BranchLine, SagaOutbox):
 
     def restorable_snapshot(self, sid: str, before_step: int | None) -> str | None:
         """Newest restorable live snapshot taken before step `before_step` began, or None."""
-        best = None
-        for kind in ("manual", "step"):  # each kind has its own retention window
-            rows = self._read(
-                "SELECT id, seq FROM snapshots WHERE session = ? AND kind = ? AND branch IS NULL "
-                "AND retired_at IS NULL AND next_step <= ? ORDER BY seq DESC LIMIT 1",
-                (sid, kind, before_step if before_step is not None else 2**62),
+        before = before_step if before_step is not None else 2**62
+        floor = self._snap_floor(sid)
+        candidates = self._read(  # each kind has its own retention window
+            "SELECT id, seq FROM snapshots WHERE session = ? AND kind = 'manual' "
+            "AND branch IS NULL AND retired_at IS NULL AND next_step <= ? "
+            "ORDER BY seq DESC LIMIT 1",
+            (sid, before),
+        )
+        candidates += self._read(
+            "SELECT id, seq FROM snapshots WHERE session = ? AND kind = 'step' "
+            "AND branch IS NULL AND retired_at IS NULL AND next_step > ? AND next_step <= ? "
+            "ORDER BY seq DESC LIMIT 1",
+            (sid, floor, before),
+        )
+        if self._embedded:
+            # A step's snapshot has next_step = n: the retention window bounds the walk.
+            candidates += self._read(
+                "SELECT snapshot, seq - 1 FROM steps WHERE session = ? AND n > ? AND n <= ? "
+                "AND branch IS NULL AND snap_msgs IS NOT NULL ORDER BY n DESC LIMIT 1",
+                (sid, floor, before),
             )
-            if rows and (best is None or rows[0][1] > best[1]):
-                best = rows[0]
+        best = max(candidates, key=lambda r: r[1], default=None)
         return best[0] if best else None
 
     # -- steps ------------------------------------------------------------------------------
@@ -454,43 +509,33 @@ class SQLiteStore(BranchLine, SagaOutbox):
         now: float,
         retention: Retention,
     ) -> StepTicket:
-        """Record the start of a step, after a write-ahead snapshot when a label is given."""
+        """Record the start of a step, after a write-ahead snapshot when a label is given.
+
+        The snapshot is kept in the step's own row (``snap_label``, ``snap_parent``,
+        ``snap_msgs``; its id in ``snapshot``, its sequence number the step's minus one): two
+        statements, each page written once, instead of a snapshot row with its two indexes and
+        a retiring update. Step snapshots retire by the session's ``snap_floor``."""
+        snap = snapshot_label is not None
         with self._db.write() as conn:
-            row = session_row(conn, sid)
-            seq, epoch, _msgs, step_count, head = row
-            snap_id = None
-            if snapshot_label is not None:
-                snap_id = self._insert_snapshot(
-                    conn, sid, row, snapshot_label, "step", now, retention
-                ).id
-                seq, head = seq + 1, snap_id
-            seq += 1
-            n = step_count + 1
-            conn.execute(
-                "INSERT INTO steps(session, n, seq, epoch, tool, args, fingerprint, status, "
-                "started_at, side_effect, compensation, snapshot, text) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
-                (
-                    sid,
-                    n,
-                    seq,
-                    epoch,
-                    step["tool"],
-                    step["args"],
-                    step["fingerprint"],
-                    now,
-                    int(bool(step.get("side_effect"))),
-                    step.get("compensation"),
-                    snap_id,
-                    step.get("text"),
-                ),
-            )
-            # One update for the snapshot and the step: each statement is a page touched again.
-            conn.execute(
-                "UPDATE sessions SET seq = ?, step_count = ?, head = ?, updated_at = ? "
-                "WHERE id = ?",
-                (seq, n, head, now, sid),
-            )
+            rows = conn.execute(_BEGIN_SNAP if snap else _BEGIN_PLAIN, (
+                step["tool"], step["args"], step["fingerprint"], now,
+                int(bool(step.get("side_effect"))), step.get("compensation"), step.get("text"),
+                *((snapshot_label,) if snap else ()), sid,
+            )).fetchall()
+            if not rows:
+                raise UnknownSession(f"no session {sid!r} in this store")
+            n, seq, epoch, snap_id = rows[0]
+            if snap:
+                conn.execute(
+                    "UPDATE sessions SET seq = ?, step_count = ?, head = ?, "
+                    "snap_floor = max(snap_floor, ?), updated_at = ? WHERE id = ?",
+                    (seq, n, snap_id, n - retention.keep_step_snapshots, now, sid),
+                )
+            else:
+                conn.execute(
+                    "UPDATE sessions SET seq = ?, step_count = ?, updated_at = ? WHERE id = ?",
+                    (seq, n, now, sid),
+                )
         return StepTicket(n=n, epoch=epoch, snapshot=snap_id, seq=seq)
 
     def end_step(self, sid: str, ticket: StepTicket, outcome: StepOutcome, now: float) -> bool:
@@ -522,6 +567,9 @@ class SQLiteStore(BranchLine, SagaOutbox):
             branch = None
             if late:
                 session_row(conn, sid)  # raises UnknownSession when it is gone
+                # a step the rollback left on the live line (it went back to a later snapshot)
+                # leaves it now; its write-ahead snapshot stays
+                detach_snapshot(conn, sid, ticket.n, now)
                 row = conn.execute(
                     "SELECT id FROM branches WHERE session = ? AND epoch > ? ORDER BY seq LIMIT 1",
                     (sid, ticket.epoch),
@@ -554,17 +602,13 @@ class SQLiteStore(BranchLine, SagaOutbox):
                         (sid, ticket.n),
                     ).fetchall()
                     queue_compensations(conn, sid, rows, branch, now)
-            add_event(
-                conn,
-                now,
-                sid,
-                "step",
-                {
-                    "n": ticket.n,
-                    "status": outcome["status"],
-                    "late": late,
-                    "looping": verdict is not None,
-                },
+            # the canonical JSON of {"n", "status", "late", "looping"}, written out: every step
+            conn.execute(
+                "INSERT INTO events(at, session, type, data) VALUES (?, ?, 'step', ?)",
+                (now, sid, _STEP_EVENT % (
+                    _JSON_BOOL[late], _JSON_BOOL[verdict is not None], ticket.n,
+                    dumps(outcome["status"]),
+                )),
             )
         return late
 

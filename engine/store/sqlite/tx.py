@@ -21,8 +21,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, urlparse
 
@@ -163,6 +162,40 @@ def path_from_url(url: str) -> str:
     return path
 
 
+class _Write:
+    """`SQLiteDB.write`'s context manager: a class, not a generator, as it runs twice per
+    guarded step (``BEGIN IMMEDIATE`` on entry; ``COMMIT``, or ``ROLLBACK`` when the block
+    raises, on exit)."""
+
+    __slots__ = ("db", "conn")
+
+    def __init__(self, db: SQLiteDB):
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        db = self.db
+        db._lock.acquire()
+        try:
+            conn = self.conn = db.conn
+            conn.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            db._lock.release()
+            raise
+        return conn
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        db = self.db
+        try:
+            if exc_type is not None:
+                self.conn.execute("ROLLBACK")
+                return
+            self.conn.execute("COMMIT")
+            if db._checkpointer is not None:
+                db._checkpointer.poke()
+        finally:
+            db._lock.release()
+
+
 class SQLiteDB:
     """Per-thread connections to one SQLite database and its write transactions.
 
@@ -235,21 +268,9 @@ class SQLiteDB:
             self._local.conn = conn
         return conn
 
-    @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
+    def write(self) -> _Write:
         """A write transaction: committed when the block ends, rolled back when it raises."""
-        with self._lock:
-            conn = self.conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            else:
-                conn.execute("COMMIT")
-                if self._checkpointer is not None:
-                    self._checkpointer.poke()
+        return _Write(self)
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Rows of one query, outside any write transaction (the last committed state)."""
