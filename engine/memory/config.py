@@ -11,8 +11,10 @@ from engine.memory.judges import CheckerJudge, ContradictionJudge, RulesJudge
 from engine.memory.retrieval import DEFAULT_HAN_WEIGHT, DEFAULT_WEIGHTS, HybridIndex
 
 DEFAULT_SPEAKER_BOOST = 0.5
-"""Factor on the fused score of a memory that names a speaker of the query (see
-`MemoryConfig.speaker_boost`); chosen on MADial-Bench's Chinese tuning dialogues."""
+"""Fused-score boost of a memory that names a speaker of the query (see
+`MemoryConfig.speaker_boost`); chosen on MADial-Bench's Chinese tuning dialogues through
+``s.memory``: recall@10 0.553 -> 0.641 (held-out 0.494 -> 0.609; English, not tuned on, held-out
+0.585 -> 0.677); from 0.5 up the figures no longer change there."""
 
 
 @dataclass

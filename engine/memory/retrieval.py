@@ -61,8 +61,10 @@ conversations 0-4 (recall@10 0.641 -> 0.724), held out on 5-9 (0.646 -> 0.690)."
 
 DEFAULT_HAN_WEIGHT = 0.5
 """Fusion weight of the Han-bigram ranking (`han_bigrams`) on a query with Han characters,
-against the BM25 weight of `DEFAULT_WEIGHTS`; chosen on MADial-Bench's Chinese tuning dialogues,
-see ``bench/retrieval.py``."""
+against the BM25 weight of `DEFAULT_WEIGHTS`; chosen on MADial-Bench's Chinese tuning dialogues
+through ``s.memory`` (recall@10 0.641 -> 0.649 with the default speaker boost; held-out 0.609 ->
+0.621; without the boost 0.553 -> 0.542 / 0.494 -> 0.547: a small, uneven gain, see
+``bench/retrieval.py --madial-grid``)."""
 
 RRF_K = 60
 """The constant of reciprocal rank fusion (Cormack et al., 2009)."""
