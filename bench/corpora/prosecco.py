@@ -13,6 +13,8 @@ rest, and the share of turns invalidated.
 What to expect: these are argumentative inconsistencies ("I find a reason not to be in the
 room" / "I'm five minutes from where things are happening"), not stated changes; a judge of stated
 changes should flag almost none. The figure that matters is that it flags no non-contradiction.
+First run (default `RulesJudge`): 0 of 1,327 pairs flagged, as locutions and as propositions (642
+non-contradictions: no false alarm; 685 self-contradictions: recall 0, none is a stated change).
 
 Run: ``python bench/corpora/prosecco.py --git /work/.mirror/henrikebeyer+ProSeCCo/repo``.
 """
