@@ -229,3 +229,33 @@ def test_a_keyed_fact_is_no_neighbour_of_the_turns_written_around_it(mem_engine)
     assert [h.id for h in hits] == [first, then, fact]  # the next turn is first's neighbour
     [hit] = s.memory.recall("preferred seat", k=1)
     assert hit.id == fact and hit.key == "user.seat"
+
+
+def test_a_query_written_as_chat_turns_recalls_its_speakers_memories_first(mem_engine):
+    """In a pool shared by several people, the memories naming the speaker of a query written as
+    chat turns come before another person's memories with the same words; the role speaking
+    back (Assistant) and a query with no speaker change nothing."""
+    s = mem_engine.session("s")
+    lisa = s.memory.add("Lisa won the school swimming race and was very happy", importance=0.9)
+    bart = s.memory.add("Bart went swimming with his dad", importance=0.9)
+    plain = s.memory.recall("who won the swimming race", k=2)
+    assert [h.id for h in plain] == [lisa, bart]
+    chat = "<Bart>: I won the swimming race today! <Assistant>: Amazing, who won the race before?"
+    assert [h.id for h in s.memory.recall(chat, k=2)] == [bart, lisa]
+    as_lines = "Bart: I won the swimming race today!\nassistant: Amazing!"
+    assert [h.id for h in s.memory.recall(as_lines, k=2)] == [bart, lisa]
+    only_role = "Assistant: who won the swimming race?"
+    assert [h.id for h in s.memory.recall(only_role, k=2)] == [lisa, bart]
+
+
+def test_speaker_boost_off_keeps_the_text_ranking(store_url, clock):
+    config = MemoryConfig(embedder=HashingEmbedder(), speaker_boost=0.0)
+    eng = Engine.open(store_url, memory=config, clock=lambda: clock[0])
+    try:
+        s = eng.session("s")
+        lisa = s.memory.add("Lisa won the school swimming race and was very happy", importance=0.9)
+        bart = s.memory.add("Bart went swimming with his dad", importance=0.9)
+        chat = "<Bart>: I won the swimming race today!"
+        assert [h.id for h in s.memory.recall(chat, k=2)] == [lisa, bart]
+    finally:
+        eng.close()

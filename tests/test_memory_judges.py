@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ from engine import Engine
 from engine.memory.config import MemoryConfig
 from engine.memory.embeddings import HashingEmbedder
 from engine.memory.judges import FunctionJudge, Judgement, RulesJudge
-from engine.memory.surface import split_speaker, statements
+from engine.memory.surface import mentions, query_speakers, split_speaker, statements
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -279,3 +280,27 @@ def test_default_judge_on_the_labelled_pairs_is_precise_and_finds_some():
     positives = sum(r["contradiction"] for r in rows)
     assert tp / max(1, tp + fp) >= 0.9
     assert tp / positives >= 0.4
+
+
+@pytest.mark.parametrize(
+    ("text", "speakers"),
+    [
+        ('<Bart>:"嘿，你知道吗？" <Assistant>:"真棒" <Bart>:"嗯"', ["bart"]),
+        ("Bart: hi\nAssistant: hello\nlisa: hey", ["bart", "lisa"]),
+        ("[Dr. Lee]: take two a day", ["dr. lee"]),
+        ("小明：你好\n助手：你好呀", ["小明"]),
+        ("user: where do I live?", []),
+        ("where do I live? Bart: maybe", []),
+        ("what happened at 12:30?", []),
+        ("I have a question: what is the rate?", []),
+    ],
+)
+def test_query_speakers_are_the_named_speakers_of_a_text_written_as_turns(text, speakers):
+    assert query_speakers(text) == speakers
+
+
+def test_mentions_finds_a_name_as_a_word_or_in_han_script():
+    assert mentions("bart").search("Bart在圣诞节晚会上跳舞")
+    assert mentions("bart").search("went out with bart.")
+    assert not mentions("bart").search("Barton went out")
+    assert mentions("小明").search("昨天小明去了学校")

@@ -26,6 +26,7 @@ from engine.memory.retrieval import (
     tokenize,
     weighted_rrf,
 )
+from engine.memory.tokenize import han_bigrams
 
 CORPUS = [
     ("m1", "FX rate EUR/USD fixed at 1.08 for this task"),
@@ -308,3 +309,61 @@ def test_an_english_only_embedder_has_no_vote_on_a_han_script_query():
     query = "住在北京"
     assert [d for d, _ in fused.search(query, 3)] == [d for d, _ in lexical.search(query, 3)]
     assert fused.search_detailed("where do I live, Boston?", 3)[0].dense_rank is not None
+
+
+def test_han_bigrams_cover_han_runs_only():
+    assert han_bigrams("Bart吃了冰淇淋 and ice cream") == ["吃了", "了冰", "冰淇", "淇淋"]
+    assert han_bigrams("你 好") == ["你", "好"]
+    assert han_bigrams("no Han script at all: 1.08") == []
+
+
+def test_a_han_name_the_segmenter_cut_differently_is_found_by_its_bigrams():
+    """jieba keeps 黎芷菡 whole in the memory and 芷菡 whole in the query: no word in common. The
+    bigram ranking finds it; without it (han_weight=0) nothing is found."""
+    docs = [("a", "黎芷菡昨天去了图书馆"), ("b", "今天天气很好"), ("c", "I live in Boston")]
+    with_bigrams = HybridIndex(weights=(1.0, 0.0))
+    words_only = HybridIndex(weights=(1.0, 0.0), han_weight=0.0)
+    for index in (with_bigrams, words_only):
+        index.add_many(docs)
+    assert words_only.search("芷菡在哪", 3) == []
+    [hit] = with_bigrams.search_detailed("芷菡在哪", 3)
+    assert hit.id == "a" and hit.han_rank == 1 and hit.bm25_rank is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.text(alphabet="abc xyz北京天气好 .", max_size=30), min_size=1, max_size=8),
+    st.text(alphabet="abc xyz .", min_size=1, max_size=20),
+)
+def test_a_query_without_han_script_ranks_as_without_the_bigram_side(texts, query):
+    """The bigram ranking is consulted only for a query with Han characters, so English (and any
+    other script) ranks exactly as before it existed."""
+    docs = [(f"d{i}", t) for i, t in enumerate(texts)]
+    on = HybridIndex(weights=(1.0, 0.0))
+    off = HybridIndex(weights=(1.0, 0.0), han_weight=0.0)
+    for index in (on, off):
+        index.add_many(docs)
+    assert on.search(query, 10) == off.search(query, 10)
+
+
+def test_bigram_side_forgets_removed_and_replaced_memories():
+    index = HybridIndex(weights=(1.0, 0.0))
+    index.add("a", "黎芷菡昨天去了图书馆")
+    index.add("b", "黎芷菡喜欢画画")
+    assert index.remove("a")
+    index.add("b", "now in English")  # replaced: no Han text under this id any more
+    assert index.search("芷菡", 3) == []
+    assert index.han is not None and len(index.han) == 0
+
+
+def test_boost_reorders_fused_scores_before_the_cut():
+    index = HybridIndex(weights=(1.0, 0.0), context=0.0)
+    index.add_many([("a", "camping at the lake"), ("b", "a trip to town"), ("c", "a lake")])
+    assert [d for d, _ in index.search("camping at the lake", 3)] == ["a", "c"]
+    boosted = index.search("camping at the lake", 1, boost={"c": 3.0})
+    assert [d for d, _ in boosted] == ["c"]
+
+
+def test_bad_han_weight_is_rejected():
+    with pytest.raises(ValueError):
+        HybridIndex(weights=(1.0, 0.0), han_weight=-1.0)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +32,7 @@ from engine.memory.tokenize import (  # noqa: F401 - re-exported: retrieval's to
     CHINESE_STOPWORDS,
     ENGLISH_STOPWORDS,
     Tokenizer,
+    han_bigrams,
     tokenize,
 )
 
@@ -57,6 +58,13 @@ DEFAULT_B = 0.3
 DEFAULT_CONTEXT = 0.6
 """BM25 score share passed to a matching memory's neighbours in write order; chosen on LoCoMo
 conversations 0-4 (recall@10 0.641 -> 0.724), held out on 5-9 (0.646 -> 0.690)."""
+
+DEFAULT_HAN_WEIGHT = 0.5
+"""Fusion weight of the Han-bigram ranking (`han_bigrams`) on a query with Han characters,
+against the BM25 weight of `DEFAULT_WEIGHTS`; chosen on MADial-Bench's Chinese tuning dialogues
+through ``s.memory`` (recall@10 0.641 -> 0.649 with the default speaker boost; held-out 0.609 ->
+0.621; without the boost 0.553 -> 0.542 / 0.494 -> 0.547: a small, uneven gain, see
+``bench/retrieval.py --madial-grid``)."""
 
 RRF_K = 60
 """The constant of reciprocal rank fusion (Cormack et al., 2009)."""
@@ -627,6 +635,8 @@ class HybridHit:
     """1-based rank in the dense list (None: not retrieved)."""
     dense_score: float | None
     """Cosine similarity."""
+    han_rank: int | None = None
+    """1-based rank in the Han-bigram list (None: not retrieved, or no Han in the query)."""
 
 
 _HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
@@ -661,6 +671,7 @@ class HybridIndex:
         feedback: int = 1,
         feedback_weight: float = 1.0,
         context: float = DEFAULT_CONTEXT,
+        han_weight: float = DEFAULT_HAN_WEIGHT,
     ) -> None:
         """Create an empty index.
 
@@ -681,9 +692,12 @@ class HybridIndex:
             feedback_weight: how far the query vector moves (Rocchio beta).
             context: BM25 score share passed to the memories written just before and after a
                 matching one (`BM25Index`); chosen on LoCoMo's dev conversations.
+            han_weight: fusion weight of a third ranking used only for queries with Han
+                characters: BM25 over the character bigrams of the Han text (`han_bigrams`).
+                Only memories with Han characters are put in it. 0: off.
 
         Raises:
-            ValueError: bad weights, rrf_k, depth or feedback.
+            ValueError: bad weights, rrf_k, depth, feedback or han_weight.
         """
         if len(weights) != 2 or any(w < 0 for w in weights) or not any(weights):
             raise ValueError(
@@ -698,6 +712,8 @@ class HybridIndex:
                 f"feedback and feedback_weight must be non-negative, got {feedback}, "
                 f"{feedback_weight}"
             )
+        if han_weight < 0:
+            raise ValueError(f"han_weight must be non-negative, got {han_weight}")
         if embedder is None and weights[1] > 0:
             embedder = installed_embedder()
             if embedder is None:  # no [dense] extra: the lexical side alone
@@ -709,6 +725,12 @@ class HybridIndex:
         self.feedback_weight = feedback_weight
         self.bm25 = BM25Index(tokenizer=tokenizer, k1=k1, b=b, context=context)
         self.dense = DenseIndex(embedder) if self.weights[1] > 0 else None
+        self.han_weight = float(han_weight)
+        self.han = (
+            BM25Index(tokenizer=han_bigrams, k1=k1, b=b, context=context)
+            if self.han_weight > 0
+            else None
+        )
 
     def __len__(self) -> int:
         return len(self.bm25)
@@ -728,6 +750,11 @@ class HybridIndex:
         self.bm25.add(doc_id, text, chained=chained)
         if self.dense is not None:
             self.dense.add(doc_id, text)
+        if self.han is not None:
+            if _HAN.search(text):
+                self.han.add(doc_id, text, chained=chained)
+            else:
+                self.han.remove(doc_id)  # the id's earlier text may have had Han characters
 
     def add_many(self, items: Iterable[tuple[str, str]]) -> None:
         """Index several ``(id, text)`` pairs.
@@ -750,14 +777,21 @@ class HybridIndex:
         found = self.bm25.remove(doc_id)
         if self.dense is not None:
             found = self.dense.remove(doc_id) or found
+        if self.han is not None:
+            found = self.han.remove(doc_id) or found
         return found
 
-    def search_detailed(self, query: str, k: int = 10) -> list[HybridHit]:
+    def search_detailed(
+        self, query: str, k: int = 10, boost: Mapping[str, float] | None = None
+    ) -> list[HybridHit]:
         """Fused search with each retriever's rank and score.
 
         Args:
             query: the query text.
             k: how many results.
+            boost: a factor on the fused score of some memories (by id), applied before the
+                top k is cut (session memory raises the memories that name the query's
+                speakers).
 
         Returns:
             Up to k `HybridHit`, best first.
@@ -770,8 +804,12 @@ class HybridIndex:
         if dense_index is not None and getattr(dense_index.embedder, "english_only", False):
             if _mostly_han(query):
                 dense_index = None
+        han_index = self.han if self.han is not None and _HAN.search(query) else None
+        if han_index is not None and not len(han_index):
+            han_index = None
         # one ranking alone: fusion keeps its order, so the top k of it is all that is needed
-        depth = max(self.depth, k) if dense_index is not None else k
+        several = dense_index is not None or han_index is not None or bool(boost)
+        depth = max(self.depth, k) if several else k
         lexical = self.weights[0] > 0 or self.feedback > 0
         sparse = self.bm25.search(query, depth) if lexical else []
         dense = (
@@ -786,26 +824,37 @@ class HybridIndex:
         )
         if self.weights[0] == 0:
             sparse = []
+        han = [d for d, _ in han_index.search(query, depth)] if han_index is not None else []
         fused = weighted_rrf(
-            [[d for d, _ in sparse], [d for d, _ in dense]], self.weights, k=self.rrf_k
+            [[d for d, _ in sparse], [d for d, _ in dense], han],
+            (*self.weights, self.han_weight),
+            k=self.rrf_k,
         )
+        if boost:
+            fused = sorted(
+                ((d, score * boost.get(d, 1.0)) for d, score in fused), key=lambda h: -h[1]
+            )  # stable: equal scores keep the fusion's order
         sparse_at = {d: (r, s) for r, (d, s) in enumerate(sparse, start=1)}
         dense_at = {d: (r, s) for r, (d, s) in enumerate(dense, start=1)}
+        han_at = {d: r for r, d in enumerate(han, start=1)}
         hits = []
         for doc_id, score in fused[:k]:
             br, bs = sparse_at.get(doc_id, (None, None))
             dr, ds = dense_at.get(doc_id, (None, None))
-            hits.append(HybridHit(doc_id, score, br, bs, dr, ds))
+            hits.append(HybridHit(doc_id, score, br, bs, dr, ds, han_at.get(doc_id)))
         return hits
 
-    def search(self, query: str, k: int = 10) -> list[tuple[str, float]]:
+    def search(
+        self, query: str, k: int = 10, boost: Mapping[str, float] | None = None
+    ) -> list[tuple[str, float]]:
         """Fused search.
 
         Args:
             query: the query text.
             k: how many results.
+            boost: as in `search_detailed`.
 
         Returns:
             ``(id, fused score)`` pairs, best first.
         """
-        return [(h.id, h.score) for h in self.search_detailed(query, k)]
+        return [(h.id, h.score) for h in self.search_detailed(query, k, boost)]

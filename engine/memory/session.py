@@ -39,7 +39,7 @@ from engine.memory.decay import Curve, MemoryItem
 from engine.memory.host import MemoryHost
 from engine.memory.judges import Judgement
 from engine.memory.retrieval import HybridIndex
-from engine.memory.surface import normalize, split_speaker
+from engine.memory.surface import mentions, normalize, query_speakers, split_speaker
 
 __all__ = ["Memory", "MemoryConfig", "MemoryHit", "SessionMemory"]
 
@@ -519,13 +519,30 @@ class SessionMemory:
         self._write(view, writes, now)
         return hits
 
+    def _speaker_boost(self, view: _View, query: str) -> dict[str, float] | None:
+        """The factor for each indexed memory that names a speaker of a query written as chat
+        turns (`MemoryConfig.speaker_boost`); None when the query has no named speaker."""
+        factor = 1.0 + self.config.speaker_boost
+        if factor == 1.0:
+            return None
+        names = query_speakers(query)
+        if not names:
+            return None
+        patterns = [mentions(name) for name in names]
+        return {
+            mid: factor
+            for mid, text in view.indexed.items()
+            if any(p.search(text) for p in patterns)
+        } or None
+
     def _ranked(
         self, view: _View, query: str, k: int, key_prefix: str | None
     ) -> list[tuple[str, float]]:
         """The best `k` current memories for `query` (keyed under `key_prefix` when given)."""
         want = k
+        boost = self._speaker_boost(view, query)
         while True:
-            ranked = view.index.search(query, want)
+            ranked = view.index.search(query, want, boost)
             out = []
             for mid, score in ranked:
                 m = view.items.get(mid)

@@ -14,7 +14,14 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-__all__ = ["Sentence", "split_speaker", "statements", "strip_wrappers"]
+__all__ = [
+    "Sentence",
+    "mentions",
+    "query_speakers",
+    "split_speaker",
+    "statements",
+    "strip_wrappers",
+]
 
 HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 # A speaker is one to three name-like words before a colon. An ASCII colon needs a space after it
@@ -85,6 +92,51 @@ def split_speaker(text: str) -> tuple[str | None, str]:
     if m is None:
         return None, text
     return m.group("who").strip().lower(), m.group("rest")
+
+
+_WHO = rf"{_NAME}(?:[ \t]{_NAME}){{0,2}}"
+# A turn starts a line with "Name:" or anywhere after a space with "<Name>:" / "[Name]:" (turns
+# joined on one line); the colon rules are those of SPEAKER.
+_COLON = r"\s*(?::[ \t]*(?=\S)|：)"
+_TURN = re.compile(
+    rf"(?:^|(?<=\s))(?:<(?P<angle>{_WHO})>|\[(?P<square>{_WHO})\]){_COLON}"
+    rf"|(?:^|(?<=\n))[ \t]*(?P<plain>{_WHO})(?=\s*(?::[ \t]+|:(?=[{HAN}])|：))"
+)
+ROLES = frozenset(
+    "assistant user system human ai bot model tool agent me you 助手 用户 系统 机器人".split()
+)
+"""Speaker tags that name a role, not a person."""
+
+
+def query_speakers(text: str) -> list[str]:
+    """The people a text is written by when it is chat turns: the names of its turns' speakers
+    (lower case, roles such as ``Assistant`` or ``user`` left out), in order of first turn;
+    ``[]`` unless the text starts with a turn.
+
+    ``"<Bart>: 我今天… <Assistant>: 哇…"`` and ``"Bart: hi\nAssistant: hello"`` give ``["bart"]``;
+    ``"Note: the rate is fixed"`` gives ``["note"]``, a question with no prefix ``[]``.
+    """
+    text = unicodedata.normalize("NFKC", text)
+    found = list(_TURN.finditer(text))
+    if not found or text[: found[0].start()].strip():
+        return []
+    names: dict[str, None] = {}
+    for m in found:
+        who = (m.group("angle") or m.group("square") or m.group("plain")).strip().lower()
+        if who not in ROLES:
+            names[who] = None
+    return list(names)
+
+
+def mentions(name: str) -> re.Pattern[str]:
+    """A pattern that finds a person's name in text: as a whole word (any case; Han characters
+    next to it end the word: ``Bart在学校``) for a name in another script, anywhere for a name
+    in Han script."""
+    escaped = re.escape(name)
+    if re.search(rf"[{HAN}]", name):
+        return re.compile(escaped)
+    edge = rf"[^\W_{HAN}]"  # a letter or digit of another script than Han continues the word
+    return re.compile(rf"(?<!{edge}){escaped}(?!{edge})", re.IGNORECASE)
 
 
 def strip_wrappers(text: str) -> str:

@@ -108,6 +108,34 @@ class Tokenizer:
         return terms
 
 
+_HAN_RUN = re.compile(rf"[{_HAN}]+")
+
+
+def han_bigrams(text: str) -> list[str]:
+    """The character bigrams of every run of Han characters in a text (a lone character stands for
+    itself); nothing for any other script.
+
+    A second lexical view of Chinese beside jieba's words: it matches where the segmenter cut a
+    phrase differently in the memory and in the query (``冰淇淋店`` / ``冰淇淋``, names, new
+    words), which words alone miss. Example: ``han_bigrams("Bart吃了冰淇淋")`` gives
+    ``['吃了', '了冰', '冰淇', '淇淋']``.
+
+    Args:
+        text: any text.
+
+    Returns:
+        Bigrams in text order (repeats kept: BM25 counts them).
+    """
+    text = unicodedata.normalize("NFKC", text)
+    terms: list[str] = []
+    for run in _HAN_RUN.findall(text):
+        if len(run) == 1:
+            terms.append(run)
+        else:
+            terms.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return terms
+
+
 _jieba_module = None
 _jieba_lock = threading.Lock()
 
