@@ -185,9 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
         "detector", help="show or declare the loop-detector settings every process follows",
         epilog="Declared settings live in the store: agents, the demo, the MCP proxy and the "
         "integrations on it build new session handles with them, and each verdict records "
-        "them. Every process also reads the [rewind.detector] table of ./rewind.toml or of the file "
-        "$REWIND_CONFIG names; a field declared in the store wins over the file. Try a change "
-        "first with `rewind replay --set`.")
+        "them. Every process also reads the [rewind.detector] table of ./rewind.toml or of "
+        "the file $REWIND_CONFIG names; a field declared in the store wins over the file. Try "
+        "a change first with `rewind replay --set`.")
     p.add_argument("--set", type=_set_item, action="append", metavar="FIELD=VALUE",
                    help="a DetectorConfig field (repeatable), e.g. repeat_threshold=5")
     p.add_argument("--reset", action="store_true", help="back to each process's own settings")

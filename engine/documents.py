@@ -26,10 +26,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.ids import validate_session_id
-from engine.limits import canonical_within, check_text, json_within
+from engine.limits import canonical_within, chat_message, check_text, json_within
 from engine.records import SessionInfo, SnapshotNode
 from engine.runtime import Runtime
-from engine.sessions.steps import chat_message
 from engine.store.base import Retention, SessionWrite
 
 RESERVED_VALUES = ("var", "mem")

@@ -174,3 +174,18 @@ def cut_text(text: str, limit: int) -> str:
         marker = f"… [cut; {len(text):,} characters in all]"
         text = text[: max(0, limit - len(marker))] + marker
     return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def chat_message(role: Any, content: Any, extra: dict, limits: Limits | None = None) -> dict:
+    """A canonical chat message.
+
+    Raises:
+        ValueError: empty or non-string role. TypeError: content not representable as JSON.
+        SizeLimitExceeded: the message is larger than `limits.message_bytes`.
+    """
+    limits = limits or Limits()
+    if not isinstance(role, str) or not role:
+        raise ValueError(f"a message role must be a non-empty string, not {role!r}")
+    check_text(role, limits.name_chars, "a message role", "name_chars")
+    msg = {"role": role, "content": content, **extra}
+    return canonical_within(msg, limits.message_bytes, "message", "message_bytes")[0]

@@ -13,11 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine import quarantine
+from engine.documents import checked_documents
 from engine.errors import LoopDetected, StepError, ToolQuarantined
 from engine.freeze import PolicyChoice
 from engine.identity import Actor
 from engine.ids import validate_session_id
-from engine.limits import canonical_within, check_text, cut_text
+from engine.limits import canonical_within, chat_message, check_text, cut_text
 from engine.loops.detector import Step, Verdict
 from engine.loops.fingerprint import digest
 from engine.records import (
@@ -36,7 +37,6 @@ from engine.recovery.policy import NUDGE_TEXT
 from engine.runtime import Runtime
 from engine.sessions.steps import (
     budget_record,
-    chat_message,
     detector_step,
     json_within,
     result_preview,
@@ -512,7 +512,6 @@ class Session:
         rt = self._rt
         docs = None
         if documents is not None:
-            from engine.documents import checked_documents  # engine.documents imports sessions
 
             ns, items = documents
             docs = (ns, checked_documents(rt, ns, items))

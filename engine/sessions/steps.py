@@ -129,21 +129,6 @@ def json_within(
     return canonical_within(value, limit, what, field)
 
 
-def chat_message(role: Any, content: Any, extra: dict, limits: Limits | None = None) -> dict:
-    """A canonical chat message.
-
-    Raises:
-        ValueError: empty or non-string role. TypeError: content not representable as JSON.
-        SizeLimitExceeded: the message is larger than `limits.message_bytes`.
-    """
-    limits = limits or Limits()
-    if not isinstance(role, str) or not role:
-        raise ValueError(f"a message role must be a non-empty string, not {role!r}")
-    check_text(role, limits.name_chars, "a message role", "name_chars")
-    msg = {"role": role, "content": content, **extra}
-    return canonical_within(msg, limits.message_bytes, "message", "message_bytes")[0]
-
-
 def result_preview(result: Any, limits: Limits | None = None) -> tuple[str | None, str | None]:
     """(digest, preview) of a tool result. The digest is the detector's normalized one (ids and
     timestamps masked), so a detector rebuilt from stored digests sees what the live one saw.
