@@ -316,6 +316,39 @@ class TestExactRepeat:
         ]
         assert flagged(feed(steps)) == []
 
+    def test_a_write_to_another_target_does_not_make_the_same_write_new(self):
+        # write a.md, write b.md, then the same write of a.md twice more: the first write of
+        # b.md changed b.md, nothing a.md shows (OpenClaw's stable argument churn)
+        def write(path):
+            return ok("write", {"path": path, "content": "same"}, f"wrote {path}")
+
+        verdicts = feed([write("a.md"), write("b.md"), write("a.md"), write("a.md")])
+        assert flagged(verdicts) == [3]
+        assert verdicts[3].rule == EXACT_REPEAT and verdicts[3].evidence == (0, 2, 3)
+
+    def test_healthy_the_same_write_after_its_target_changed(self):
+        # a.md rewritten between (a revert and a redo), or a new read: the write is made again
+        # on purpose
+        def write(path, content="same"):
+            return ok("write", {"path": path, "content": content}, f"wrote {path}")
+
+        steps = [write("a.md"), write("a.md", "other"), write("a.md"), write("a.md", "x")]
+        steps += [write("a.md")]
+        assert flagged(feed(steps)) == []
+        steps = [write("a.md"), ok("read_file", {"path": "log"}, "1"), write("a.md")]
+        steps += [ok("read_file", {"path": "log"}, "2"), write("a.md")]
+        assert flagged(feed(steps)) == []
+
+    def test_healthy_a_write_naming_no_target_after_every_edit(self):
+        # ``git add -A`` after each edit of a different file: every edit is progress for it
+        steps = []
+        for i in range(4):
+            steps += [
+                ok("edit_file", {"path": f"m{i}.py", "new": "x"}, "Edited"),
+                ok("bash", {"command": "git add -A"}, ""),
+            ]
+        assert flagged(feed(steps)) == []
+
     def test_threshold_is_configurable(self):
         steps = [fail("image_crop", CROP, SLICE)] * 4
         assert flagged(feed(steps, LoopDetector(repeat_threshold=4)))[0] == 3

@@ -21,7 +21,10 @@ Vocabulary
 - *Waiting*: a call of a wait tool (``sleep``…) or a shell command starting with ``sleep``.
 - *Progress*: a successful step whose state was not seen in the window. Polling with a moving
   percentage, the next page, a debugger step that lands somewhere new, a test run with fewer
-  failures: all progress. Failures, agent turns, waiting and repeats are not.
+  failures: all progress. Failures, agent turns, waiting and repeats are not. A write to a
+  named target (its ``path``, ``reservation_id``… arguments) is progress for that target only:
+  the first write of b.md does not make the third identical write of a.md new (``exact_repeat``);
+  a write naming no target (``git add -A``) counts for every repetition.
 - *User turn*: the user speaking (`LoopDetector.user_input`, or a call of a user tool such as
   tau-bench's ``respond``, whose result is the user's reply). It is never progress by itself: a
   user turn counts only through what the agent does next, so the same failing call retried
@@ -402,6 +405,7 @@ class LoopDetector:
         )
         self._overflow = re.compile(cfg.overflow_pattern, re.IGNORECASE)
         self._signatures: dict[tuple[str, str | None], tuple[str, bool]] = {}
+        self._targets: dict[str, str] = {}
         # A switched-off rule is never built: its state could not change any other verdict.
         enabled = tuple(r for r in rules if r.id not in cfg.disabled_rules)
         self._rules = _build_rules(cfg, enabled)
@@ -515,6 +519,7 @@ class LoopDetector:
         obs.args, obs.call, obs.state, obs.signature, obs.ok = None, "", None, "", step.ok
         obs.novel_call = obs.novel_state = obs.write = obs.waits = False
         obs.progress_before, obs.overflow, obs.cause = window.progress, overflow, cause
+        obs.progress_mark = window.progress
         return obs
 
     def _read_call(self, index: int, step: Step, tool: str) -> Observation:
@@ -549,17 +554,43 @@ class LoopDetector:
         call_seen[call] = call_seen.get(call, 0) + 1
         state_seen[state] = state_seen.get(state, 0) + 1
         before = window.progress
+        mark: Any = before
         if ok:
+            target = self._write_target(call, args) if write else ""
             if novel_state and not waiting:
                 window.progress = before + 1
+                if target:
+                    window.note_target_progress(target, index)
+                else:
+                    window.untargeted += 1
+            mark = window.write_mark(target) if target else window.progress
             window.last_ok[tool] = index
+        else:
+            mark = before
         obs = self._obs
         obs.index, obs.step, obs.kind, obs.tool, obs.record = index, step, CALL, tool, record
         obs.args, obs.call, obs.state, obs.signature, obs.ok = args, call, state, signature, ok
         obs.novel_call, obs.novel_state = novel_call, novel_state
         obs.progress_before, obs.overflow, obs.cause = before, overflow, None
-        obs.write, obs.waits = write, waiting
+        obs.write, obs.waits, obs.progress_mark = write, waiting, mark
         return obs
+
+    def _write_target(self, call: str, args: Any) -> str:
+        """What a write acts on, named by its arguments (the values of the `target_keys` and
+        ``*_id`` keys), cached per call fingerprint; "" when the arguments name none (a shell
+        command, ``git add -A``): its progress then counts for every repetition."""
+        known = self._targets.get(call)
+        if known is None:
+            if len(self._targets) >= 256:
+                self._targets.clear()
+            keys = self.config.target_keys
+            known = (
+                ",".join(f"{k}={args[k]!r}" for k in sorted(args) if k in keys or k.endswith("_id"))
+                if isinstance(args, dict)
+                else ""
+            )
+            self._targets[call] = known
+        return known
 
     def _kind_of_call(self, tool: str, step: Step) -> tuple[bool, bool]:
         """Whether a call writes (side effect, edit, shell write) and whether it only waits."""

@@ -64,6 +64,7 @@ class Observation:
         "cause",
         "write",
         "waits",
+        "progress_mark",
     )
 
     def __init__(self) -> None:
@@ -103,6 +104,9 @@ class Observation:
         "done", whatever it printed."""
         self.waits: bool = False
         """The call only waits (a wait tool, or a shell command starting with ``sleep``)."""
+        self.progress_mark: Any = 0
+        """What "no progress since" compares for this step's repetitions: `Window.progress`,
+        except for a successful write to a named target (`Window.write_mark`)."""
 
 
 class Window:
@@ -121,6 +125,8 @@ class Window:
         "last_ok",
         "last_call",
         "last_wait",
+        "untargeted",
+        "target_progress",
     )
 
     def __init__(self, size: int) -> None:
@@ -150,6 +156,25 @@ class Window:
         """Index of the last tool call."""
         self.last_wait: int = -1
         """Index of the last call that only waited (a wait tool, ``sleep 30`` in a shell)."""
+        self.untargeted: int = 0
+        """Progress steps so far that were not writes to a named target."""
+        self.target_progress: dict[str, int] = {}
+        """Per named target of a write (its `target_keys` values): index of the last write to
+        it that was progress (bounded: the oldest are dropped past the window)."""
+
+    def write_mark(self, target: str) -> tuple[int, int]:
+        """The progress a repeated write to `target` is measured against: every progress step
+        except writes to other named targets. A first write of b.md does not make the third
+        identical write of a.md new; a new read, a test run that changed, a write to a.md do."""
+        return self.untargeted, self.target_progress.get(target, -1)
+
+    def note_target_progress(self, target: str, index: int) -> None:
+        """A write to a named target was progress."""
+        marks = self.target_progress
+        marks[target] = index
+        if len(marks) > 2 * self.size:
+            oldest = index - self.size
+            self.target_progress = {t: i for t, i in marks.items() if i > oldest}
 
     def waited_since(self, index: int) -> bool:
         """Whether a waiting call came after step `index` (this step included)."""
