@@ -813,6 +813,31 @@ class TestCircuitBreaker:
             ]
         assert flagged(feed(steps)) == []
 
+    def test_healthy_searches_that_find_nothing_are_answers_not_failures(self):
+        # grep's exit status 1 with nothing printed means "no match": a search for five
+        # different words, none there, is exploring (no dead tool, no nudged failure)
+        words = ["Foobar", "Fig.", "Figur", "Listing", "Viser"]
+        steps = [fail("grep", {"command": f'grep "{w}" out/index.html'}, "exit 1\n") for w in words]
+        steps += [
+            fail("bash", {"command": f"cd /repo && git grep -n {w}"}, "Exit code 1") for w in words
+        ]
+        assert flagged(feed(steps)) == []
+
+    def test_the_same_search_finding_nothing_three_times_is_still_a_repeat(self):
+        steps = [fail("grep", {"command": "grep -rn Foobar src"}, "exit 1")] * 3
+        verdicts = feed(steps)
+        assert flagged(verdicts) == [2] and verdicts[2].rule == EXACT_REPEAT
+
+    def test_an_exit_status_1_that_says_more_is_a_failure(self):
+        # grep printed an error, or the program is not a search: failures as before
+        steps = [
+            fail("grep", {"command": f"grep x f{i}"}, "exit 1\ngrep: f: No such file")
+            for i in range(5)
+        ]
+        assert first(feed(steps)).rule in (CIRCUIT_BREAKER, NEAR_DUPLICATE)
+        steps = [fail("python", {"command": f"python t{i}.py"}, "exit 1") for i in range(5)]
+        assert first(feed(steps)).rule == CIRCUIT_BREAKER
+
 
 # --- poll_budget --------------------------------------------------------------------------
 class TestPollBudget:
@@ -1077,8 +1102,9 @@ def test_a_stream_of_never_repeated_calls_is_healthy(names):
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
-                                                                max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 

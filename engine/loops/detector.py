@@ -18,6 +18,11 @@ Vocabulary
   with a fresh id is still the same ticket (the id of the conversation it went to is kept); the
   same edit is the same edit however long the file it grows, and the same cancellation however
   long the record it returns grows.
+- *An answer "no"*: a shell call whose error is a bare exit status 1, nothing printed, from a
+  program whose status 1 means no match, a difference or a false condition (``grep``, ``rg``,
+  ``git grep``, ``diff``, ``test``: `engine.loops.shell.answers_no`) is read as a success with
+  an empty answer: searching for a word that is not there is exploring, not a failing tool (the
+  same search three times is still a repeat).
 - *Waiting*: a call of a wait tool (``sleep``…) or a shell command starting with ``sleep``.
 - *Progress*: a successful step whose state was not seen in the window. Polling with a moving
   percentage, the next page, a debugger step that lands somewhere new, a test run with fewer
@@ -108,6 +113,7 @@ from engine.loops.normalize import (
     DEFAULT_THOUGHT_KEYS,
     DEFAULT_VOLATILE_KEYS,
     Normalizer,
+    answers_no,
     classify_call,
     error_signature,
     result_digest,
@@ -530,16 +536,20 @@ class LoopDetector:
         ok = step.ok
         overflow = False
         write, waiting = self._kind_of_call(tool, step)
-        if ok:
-            if write:
-                version = result_version(step.result) if type(step.result) is dict else ""
-                outcome = f"done {version}" if version else "done"
+        signature = ""
+        if not ok:
+            signature, overflow, no = self._error_signature(call, step, args)
+            if no:  # ``grep`` found nothing: an answer (empty), not a failure
+                step = replace(step, ok=True, error=None, result=step.error)
+                ok, signature, overflow = True, "", False
+                outcome = "no"
             else:
-                outcome = result_digest(step.result, self._normalizer)
-            signature = ""
+                outcome = "!" + signature
+        elif write:
+            version = result_version(step.result) if type(step.result) is dict else ""
+            outcome = f"done {version}" if version else "done"
         else:
-            signature, overflow = self._error_signature(call, step, args)
-            outcome = "!" + signature
+            outcome = result_digest(step.result, self._normalizer)
         state = (call, outcome)
         record = Record(index, tool, call, state)
         window.push(record)
@@ -599,9 +609,10 @@ class LoopDetector:
         write, waits = classify_call(tool, step.args)
         return write or step.side_effect, waits
 
-    def _error_signature(self, call: str, step: Step, args: Any) -> tuple[str, bool]:
-        """`error_signature` of a failure and whether it is a context overflow, cached per
-        (call, error text): loops repeat both."""
+    def _error_signature(self, call: str, step: Step, args: Any) -> tuple[str, bool, bool]:
+        """`error_signature` of a failure, whether it is a context overflow, and whether it
+        only answered "no" (`answers_no`: a search that found nothing), cached per (call, error
+        text): loops repeat both."""
         key = (call, step.error)
         known = self._signatures.get(key)
         if known is None:
@@ -609,7 +620,11 @@ class LoopDetector:
                 self._signatures.clear()
             error = step.error or ""
             signature = error_signature(error, args, self._normalizer.volatile_values(step.args))
-            known = self._signatures[key] = (signature, bool(self._overflow.search(error)))
+            known = self._signatures[key] = (
+                signature,
+                bool(self._overflow.search(error)),
+                answers_no(step.args, step.error),
+            )
         return known
 
     # -- after a rule fired -------------------------------------------------------------------
