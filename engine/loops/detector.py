@@ -223,6 +223,9 @@ class Verdict:
     """How many times this loop was flagged since the last reset (1 on the first detection)."""
 
 
+_USER = "user"
+"""How `LoopDetector` reads a call of a user tool (a message turn, then the user's reply)."""
+
 HEALTHY = Verdict(looping=False)
 """The shared healthy verdict (do not mutate its `details`)."""
 
@@ -410,8 +413,17 @@ class LoopDetector:
             cfg.volatile_keys, cfg.progress_keys, cfg.thought_keys, cfg.code_keys, cfg.query_keys
         )
         self._overflow = re.compile(cfg.overflow_pattern, re.IGNORECASE)
-        self._signatures: dict[tuple[str, str | None], tuple[str, bool]] = {}
-        self._targets: dict[str, str] = {}
+        self._signatures: dict[tuple[str, str | None], tuple[str, bool, bool]] = {}
+        self._wait_tools = cfg.wait_tools
+        # tools read otherwise than as a call, in order of precedence (the first set wins)
+        self._special: dict[str, str] = {}
+        for tools, kind in (
+            (cfg.condensation_tools, CONDENSATION),
+            (cfg.exempt_tools, EXEMPT),
+            (cfg.thought_tools, TURN),
+            (cfg.user_tools, _USER),
+        ):
+            self._special.update(dict.fromkeys(tools, kind))
         # A switched-off rule is never built: its state could not change any other verdict.
         enabled = tuple(r for r in rules if r.id not in cfg.disabled_rules)
         self._rules = _build_rules(cfg, enabled)
@@ -474,16 +486,16 @@ class LoopDetector:
         if not cfg.enabled:
             return HEALTHY
         tool = step.tool
-        if tool is not None and tool in cfg.user_tools:
-            return self._talk(index, step)
-        if tool is None or tool in cfg.thought_tools:
+        if tool is None:
             obs = self._read_other(index, step, TURN)
-        elif tool in cfg.exempt_tools:
-            obs = self._read_other(index, step, EXEMPT)
-        elif tool in cfg.condensation_tools:
-            obs = self._read_other(index, step, CONDENSATION)
         else:
-            obs = self._read_call(index, step, tool)
+            special = self._special.get(tool)
+            if special is None:
+                obs = self._read_call(index, step, tool)
+            elif special is _USER:
+                return self._talk(index, step)
+            else:
+                obs = self._read_other(index, step, special)  # type: ignore[arg-type]
         for rule in self._by_kind[obs.kind]:
             finding = rule.check(obs, window)
             if finding is not None:
@@ -525,7 +537,6 @@ class LoopDetector:
         obs.args, obs.call, obs.state, obs.signature, obs.ok = None, "", None, "", step.ok
         obs.novel_call = obs.novel_state = obs.write = obs.waits = False
         obs.progress_before, obs.overflow, obs.cause = window.progress, overflow, cause
-        obs.progress_mark = window.progress
         return obs
 
     def _read_call(self, index: int, step: Step, tool: str) -> Observation:
@@ -535,7 +546,11 @@ class LoopDetector:
         call = fingerprint_normalized(tool, args)
         ok = step.ok
         overflow = False
-        write, waiting = self._kind_of_call(tool, step)
+        if tool in self._wait_tools:
+            write, waiting = step.side_effect, True
+        else:
+            write, waiting = classify_call(tool, step.args)
+            write = write or step.side_effect
         signature = ""
         if not ok:
             signature, overflow, no = self._error_signature(call, step, args)
@@ -566,17 +581,15 @@ class LoopDetector:
         before = window.progress
         mark: Any = before
         if ok:
-            target = self._write_target(call, args) if write else ""
             if novel_state and not waiting:
-                window.progress = before + 1
+                mark = window.progress = before + 1
+            if write:
+                target = self._write_target(args)
                 if target:
-                    window.note_target_progress(target, index)
-                else:
-                    window.untargeted += 1
-            mark = window.write_mark(target) if target else window.progress
+                    if novel_state and not waiting:
+                        window.note_target_progress(target, index)
+                    mark = (mark - window.targeted, window.target_progress.get(target, -1))
             window.last_ok[tool] = index
-        else:
-            mark = before
         obs = self._obs
         obs.index, obs.step, obs.kind, obs.tool, obs.record = index, step, CALL, tool, record
         obs.args, obs.call, obs.state, obs.signature, obs.ok = args, call, state, signature, ok
@@ -585,29 +598,17 @@ class LoopDetector:
         obs.write, obs.waits, obs.progress_mark = write, waiting, mark
         return obs
 
-    def _write_target(self, call: str, args: Any) -> str:
+    def _write_target(self, args: Any) -> str:
         """What a write acts on, named by its arguments (the values of the `target_keys` and
-        ``*_id`` keys), cached per call fingerprint; "" when the arguments name none (a shell
-        command, ``git add -A``): its progress then counts for every repetition."""
-        known = self._targets.get(call)
-        if known is None:
-            if len(self._targets) >= 256:
-                self._targets.clear()
-            keys = self.config.target_keys
-            known = (
-                ",".join(f"{k}={args[k]!r}" for k in sorted(args) if k in keys or k.endswith("_id"))
-                if isinstance(args, dict)
-                else ""
-            )
-            self._targets[call] = known
-        return known
-
-    def _kind_of_call(self, tool: str, step: Step) -> tuple[bool, bool]:
-        """Whether a call writes (side effect, edit, shell write) and whether it only waits."""
-        if tool in self.config.wait_tools:
-            return step.side_effect, True
-        write, waits = classify_call(tool, step.args)
-        return write or step.side_effect, waits
+        ``*_id`` keys); "" when the arguments name none (a shell command, ``git add -A``): its
+        progress then counts for every repetition."""
+        if type(args) is not dict:
+            return ""
+        keys = self.config.target_keys
+        parts = [f"{k}={v!r}" for k, v in args.items() if k in keys or k[-3:] == "_id"]
+        if len(parts) > 1:
+            parts.sort()
+        return ",".join(parts)
 
     def _error_signature(self, call: str, step: Step, args: Any) -> tuple[str, bool, bool]:
         """`error_signature` of a failure, whether it is a context overflow, and whether it

@@ -106,7 +106,9 @@ class Observation:
         """The call only waits (a wait tool, or a shell command starting with ``sleep``)."""
         self.progress_mark: Any = 0
         """What "no progress since" compares for this step's repetitions: `Window.progress`,
-        except for a successful write to a named target (`Window.write_mark`)."""
+        except for a successful write to a named target: the progress steps that were not
+        writes to named targets, and the last write to this target that was progress
+        (`Window.target_progress`)."""
 
 
 class Window:
@@ -125,7 +127,7 @@ class Window:
         "last_ok",
         "last_call",
         "last_wait",
-        "untargeted",
+        "targeted",
         "target_progress",
     )
 
@@ -156,20 +158,18 @@ class Window:
         """Index of the last tool call."""
         self.last_wait: int = -1
         """Index of the last call that only waited (a wait tool, ``sleep 30`` in a shell)."""
-        self.untargeted: int = 0
-        """Progress steps so far that were not writes to a named target."""
+        self.targeted: int = 0
+        """Progress steps so far that were writes to a named target (`target_progress`)."""
         self.target_progress: dict[str, int] = {}
         """Per named target of a write (its `target_keys` values): index of the last write to
-        it that was progress (bounded: the oldest are dropped past the window)."""
-
-    def write_mark(self, target: str) -> tuple[int, int]:
-        """The progress a repeated write to `target` is measured against: every progress step
-        except writes to other named targets. A first write of b.md does not make the third
-        identical write of a.md new; a new read, a test run that changed, a write to a.md do."""
-        return self.untargeted, self.target_progress.get(target, -1)
+        it that was progress (bounded: the oldest are dropped past the window). A repeated
+        write to a target is measured against every progress step except writes to other named
+        targets: a first write of b.md does not make the third identical write of a.md new; a
+        new read, a test run that changed, a write to a.md do."""
 
     def note_target_progress(self, target: str, index: int) -> None:
         """A write to a named target was progress."""
+        self.targeted += 1
         marks = self.target_progress
         marks[target] = index
         if len(marks) > 2 * self.size:
