@@ -102,7 +102,17 @@ def _named_like_a_write(tool: str) -> bool:
 
 def classify_call(tool: str, args: Any) -> tuple[bool, bool]:
     """(`is_write`, `is_shell_wait`) of one call, computed together."""
-    command = _shell_command(args)
+    # `_shell_command`, inlined: this runs on every call the detector reads
+    if type(args) is dict:
+        command = args.get("command")
+        if command is None:
+            command = args.get("cmd")
+            if command is None:
+                command = args.get("script")
+        if type(command) is not str:
+            command = None
+    else:
+        command = args if type(args) is str else None
     if command is None:
         return _named_like_a_write(tool), False
     if len(command) <= 200:  # agents repeat short commands; long ones are rarely re-run
