@@ -298,8 +298,9 @@ class Case:
     """One scored scenario."""
 
     name: str
-    steps: Sequence[Step | None]
-    """The steps in order; `USER` (None) where the user spoke (not a step, no index)."""
+    steps: Sequence[Step | None | tuple[()]]
+    """The steps in order; `USER` (None) where the user spoke, `NEW_TASK` where a new task
+    began (neither is a step, neither has an index)."""
     expected: int | None
     """Step at which a flag is expected; None: the case is healthy."""
     earliest: int | None = None
@@ -442,7 +443,7 @@ def tau2_cases() -> dict[str, list[Case]]:
     return out
 
 
-NEW_TASK = ()
+NEW_TASK: tuple[()] = ()
 """In a case's steps: a new task begins here (a chat session on another day); not a step."""
 
 
@@ -464,7 +465,7 @@ def chat_cases() -> dict[str, list[Case]]:
         )
         split = "human chats, tuned" if position % 2 == 0 else "human chats, held-out"
         for agent in (chat["speaker_a"], chat["speaker_b"]):
-            steps: list[Step | None | tuple] = []
+            steps: list[Step | None | tuple[()]] = []
             for key in sessions:
                 steps.append(NEW_TASK)
                 for turn in chat[key]:
@@ -475,14 +476,14 @@ def chat_cases() -> dict[str, list[Case]]:
     return out
 
 
-def first_flag(steps: Sequence[Step | None]) -> int | None:
+def first_flag(steps: Sequence[Step | None | tuple[()]]) -> int | None:
     detector = LoopDetector()
     i = 0
     for step in steps:
         if step is USER:
             detector.user_input()
             continue
-        if step is NEW_TASK:
+        if isinstance(step, tuple):  # NEW_TASK
             detector.new_task()
             continue
         if detector.observe(step).looping:
@@ -647,7 +648,7 @@ def write_verdicts(path: Path) -> None:
                 if step is USER:
                     detector.user_input()
                     continue
-                if step is NEW_TASK:
+                if isinstance(step, tuple):  # NEW_TASK
                     detector.new_task()
                     continue
                 verdict = detector.observe(step)
