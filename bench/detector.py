@@ -21,6 +21,9 @@ Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000] 
   a customer-service agent and a simulated customer, each half in two forms (the customer's turns
   as user input between agent turns, and tau-bench's ``respond`` calls); only the tuned half's
   mistakes are listed.
+- Human chats (LoCoMo, ``shared/data/locomo10.json``): long two-person chats, each speaker in turn
+  fed as the agent's message turns and the other as the user; no tools and no loops, so every
+  flag is a false alarm ("flagged ok"). Even positions tuned, odd positions held out.
 
 - Cost: ``observe`` is timed step by step on a healthy stream (a coding agent doing distinct
   work with status checks, polls and transient errors) and on a looping stream (crop retries,
@@ -277,6 +280,9 @@ TAU2_RUNS = ROOT / "bench" / "data" / "tau2runs.jsonl.gz"
 TAU2_LABELS = ROOT / "bench" / "corpora" / "tau2_labels.json"
 USER = None
 """In a case's steps: the user spoke here (a conversational run's customer turn); not a step."""
+LOCOMO_CANDIDATES = tuple(folder / "shared" / "data" / "locomo10.json" for folder in ROOT.parents)
+"""LoCoMo (snap-research/LoCoMo, CC BY-NC 4.0, evaluation only, never copied here): long
+two-person chats, read from ``shared/data`` beside the checkout."""
 REALRUNS_CANDIDATES = (
     Path(os.environ["REWIND_REALRUNS"]) if os.environ.get("REWIND_REALRUNS") else None,
     ROOT / "bench" / "corpora" / "realruns.jsonl.gz",
@@ -292,8 +298,9 @@ class Case:
     """One scored scenario."""
 
     name: str
-    steps: Sequence[Step | None]
-    """The steps in order; `USER` (None) where the user spoke (not a step, no index)."""
+    steps: Sequence[Step | None | tuple[()]]
+    """The steps in order; `USER` (None) where the user spoke, `NEW_TASK` where a new task
+    began (neither is a step, neither has an index)."""
     expected: int | None
     """Step at which a flag is expected; None: the case is healthy."""
     earliest: int | None = None
@@ -436,12 +443,48 @@ def tau2_cases() -> dict[str, list[Case]]:
     return out
 
 
-def first_flag(steps: Sequence[Step | None]) -> int | None:
+NEW_TASK: tuple[()] = ()
+"""In a case's steps: a new task begins here (a chat session on another day); not a step."""
+
+
+def chat_cases() -> dict[str, list[Case]]:
+    """Human-like two-person chats (LoCoMo), a false-alarm check for conversational use: no
+    tools, nobody loops. Each conversation is fed twice, each speaker in turn the "agent" (its
+    messages are turns) and the other the user (`USER`), a new task at each session (another
+    day). Split fixed before any run: conversations in file order, even positions tuned, odd
+    positions held out. Every case is healthy; a flag is a false alarm."""
+    path = next((p for p in LOCOMO_CANDIDATES if p.exists()), None)
+    if path is None:
+        return {}
+    out: dict[str, list[Case]] = {"human chats, tuned": [], "human chats, held-out": []}
+    for position, sample in enumerate(json.loads(path.read_text(encoding="utf-8"))):
+        chat = sample["conversation"]
+        sessions = sorted(
+            (k for k in chat if k.startswith("session_") and not k.endswith("date_time")),
+            key=lambda k: int(k.split("_")[1]),
+        )
+        split = "human chats, tuned" if position % 2 == 0 else "human chats, held-out"
+        for agent in (chat["speaker_a"], chat["speaker_b"]):
+            steps: list[Step | None | tuple[()]] = []
+            for key in sessions:
+                steps.append(NEW_TASK)
+                for turn in chat[key]:
+                    text = turn.get("text") or ""
+                    steps.append(Step(tool=None, text=text) if turn["speaker"] == agent else USER)
+            name = f"{sample.get('sample_id', position)}/{agent}"
+            out[split].append(Case(name, steps, None, finished_ok=True))
+    return out
+
+
+def first_flag(steps: Sequence[Step | None | tuple[()]]) -> int | None:
     detector = LoopDetector()
     i = 0
     for step in steps:
         if step is USER:
             detector.user_input()
+            continue
+        if isinstance(step, tuple):  # NEW_TASK
+            detector.new_task()
             continue
         if detector.observe(step).looping:
             return i
@@ -530,6 +573,8 @@ def quality_report(show_misses: bool) -> None:
             scores.append(score(name, cases, labelled="no labels" not in name))
     for name, cases in tau2_cases().items():
         scores.append(score(name, cases))
+    for name, cases in chat_cases().items():
+        scores.append(score(name, cases))
     print("Detection quality per source (LoopDetector() production defaults)")
     print()
     header = (
@@ -586,6 +631,9 @@ def all_cases() -> Iterator[tuple[str, Case]]:
     for name, cases in tau2_cases().items():
         for case in cases:
             yield name, case
+    for name, cases in chat_cases().items():
+        for case in cases:
+            yield name, case
 
 
 def write_verdicts(path: Path) -> None:
@@ -599,6 +647,9 @@ def write_verdicts(path: Path) -> None:
             for step in case.steps:
                 if step is USER:
                     detector.user_input()
+                    continue
+                if isinstance(step, tuple):  # NEW_TASK
+                    detector.new_task()
                     continue
                 verdict = detector.observe(step)
                 if verdict.looping:

@@ -316,6 +316,39 @@ class TestExactRepeat:
         ]
         assert flagged(feed(steps)) == []
 
+    def test_a_write_to_another_target_does_not_make_the_same_write_new(self):
+        # write a.md, write b.md, then the same write of a.md twice more: the first write of
+        # b.md changed b.md, nothing a.md shows (OpenClaw's stable argument churn)
+        def write(path):
+            return ok("write", {"path": path, "content": "same"}, f"wrote {path}")
+
+        verdicts = feed([write("a.md"), write("b.md"), write("a.md"), write("a.md")])
+        assert flagged(verdicts) == [3]
+        assert verdicts[3].rule == EXACT_REPEAT and verdicts[3].evidence == (0, 2, 3)
+
+    def test_healthy_the_same_write_after_its_target_changed(self):
+        # a.md rewritten between (a revert and a redo), or a new read: the write is made again
+        # on purpose
+        def write(path, content="same"):
+            return ok("write", {"path": path, "content": content}, f"wrote {path}")
+
+        steps = [write("a.md"), write("a.md", "other"), write("a.md"), write("a.md", "x")]
+        steps += [write("a.md")]
+        assert flagged(feed(steps)) == []
+        steps = [write("a.md"), ok("read_file", {"path": "log"}, "1"), write("a.md")]
+        steps += [ok("read_file", {"path": "log"}, "2"), write("a.md")]
+        assert flagged(feed(steps)) == []
+
+    def test_healthy_a_write_naming_no_target_after_every_edit(self):
+        # ``git add -A`` after each edit of a different file: every edit is progress for it
+        steps = []
+        for i in range(4):
+            steps += [
+                ok("edit_file", {"path": f"m{i}.py", "new": "x"}, "Edited"),
+                ok("bash", {"command": "git add -A"}, ""),
+            ]
+        assert flagged(feed(steps)) == []
+
     def test_threshold_is_configurable(self):
         steps = [fail("image_crop", CROP, SLICE)] * 4
         assert flagged(feed(steps, LoopDetector(repeat_threshold=4)))[0] == 3
@@ -780,6 +813,31 @@ class TestCircuitBreaker:
             ]
         assert flagged(feed(steps)) == []
 
+    def test_healthy_searches_that_find_nothing_are_answers_not_failures(self):
+        # grep's exit status 1 with nothing printed means "no match": a search for five
+        # different words, none there, is exploring (no dead tool, no nudged failure)
+        words = ["Foobar", "Fig.", "Figur", "Listing", "Viser"]
+        steps = [fail("grep", {"command": f'grep "{w}" out/index.html'}, "exit 1\n") for w in words]
+        steps += [
+            fail("bash", {"command": f"cd /repo && git grep -n {w}"}, "Exit code 1") for w in words
+        ]
+        assert flagged(feed(steps)) == []
+
+    def test_the_same_search_finding_nothing_three_times_is_still_a_repeat(self):
+        steps = [fail("grep", {"command": "grep -rn Foobar src"}, "exit 1")] * 3
+        verdicts = feed(steps)
+        assert flagged(verdicts) == [2] and verdicts[2].rule == EXACT_REPEAT
+
+    def test_an_exit_status_1_that_says_more_is_a_failure(self):
+        # grep printed an error, or the program is not a search: failures as before
+        steps = [
+            fail("grep", {"command": f"grep x f{i}"}, "exit 1\ngrep: f: No such file")
+            for i in range(5)
+        ]
+        assert first(feed(steps)).rule in (CIRCUIT_BREAKER, NEAR_DUPLICATE)
+        steps = [fail("python", {"command": f"python t{i}.py"}, "exit 1") for i in range(5)]
+        assert first(feed(steps)).rule == CIRCUIT_BREAKER
+
 
 # --- poll_budget --------------------------------------------------------------------------
 class TestPollBudget:
@@ -1045,8 +1103,9 @@ def test_a_stream_of_never_repeated_calls_is_healthy(names):
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
-                                                                max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 

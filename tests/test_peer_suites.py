@@ -39,12 +39,6 @@ KNOWN_FAILURES: dict[str, str] = {
         "Gemini CLI and OpenClaw cases hold us to; OpenHands waits for three full rounds (ABABAB, "
         "step 5) (issue 12, class 1)"
     ),
-    "openclaw/stable_argument_churn": (
-        "two steps late: the case expects the 3rd identical write of a.md (step 3), but the "
-        "first write of b.md between the 1st and 2nd is progress for exact_repeat and 'another "
-        "change' for recurrence, so exact_repeat fires at step 5 (writes 2, 3, 5 with nothing new "
-        "between); OpenClaw itself waits for its global breaker (step 30) (issue 12, class 2)"
-    ),
 }
 """``suite/case`` -> why the detector still misses it. Remove an entry once the case passes."""
 

@@ -18,10 +18,18 @@ Vocabulary
   with a fresh id is still the same ticket (the id of the conversation it went to is kept); the
   same edit is the same edit however long the file it grows, and the same cancellation however
   long the record it returns grows.
+- *An answer "no"*: a shell call whose error is a bare exit status 1, nothing printed, from a
+  program whose status 1 means no match, a difference or a false condition (``grep``, ``rg``,
+  ``git grep``, ``diff``, ``test``: `engine.loops.shell.answers_no`) is read as a success with
+  an empty answer: searching for a word that is not there is exploring, not a failing tool (the
+  same search three times is still a repeat).
 - *Waiting*: a call of a wait tool (``sleep``…) or a shell command starting with ``sleep``.
 - *Progress*: a successful step whose state was not seen in the window. Polling with a moving
   percentage, the next page, a debugger step that lands somewhere new, a test run with fewer
-  failures: all progress. Failures, agent turns, waiting and repeats are not.
+  failures: all progress. Failures, agent turns, waiting and repeats are not. A write to a
+  named target (its ``path``, ``reservation_id``… arguments) is progress for that target only:
+  the first write of b.md does not make the third identical write of a.md new (``exact_repeat``);
+  a write naming no target (``git add -A``) counts for every repetition.
 - *User turn*: the user speaking (`LoopDetector.user_input`, or a call of a user tool such as
   tau-bench's ``respond``, whose result is the user's reply). It is never progress by itself: a
   user turn counts only through what the agent does next, so the same failing call retried
@@ -105,6 +113,7 @@ from engine.loops.normalize import (
     DEFAULT_THOUGHT_KEYS,
     DEFAULT_VOLATILE_KEYS,
     Normalizer,
+    answers_no,
     classify_call,
     error_signature,
     result_digest,
@@ -213,6 +222,9 @@ class Verdict:
     flag_count: int = 0
     """How many times this loop was flagged since the last reset (1 on the first detection)."""
 
+
+_USER = "user"
+"""How `LoopDetector` reads a call of a user tool (a message turn, then the user's reply)."""
 
 HEALTHY = Verdict(looping=False)
 """The shared healthy verdict (do not mutate its `details`)."""
@@ -401,7 +413,17 @@ class LoopDetector:
             cfg.volatile_keys, cfg.progress_keys, cfg.thought_keys, cfg.code_keys, cfg.query_keys
         )
         self._overflow = re.compile(cfg.overflow_pattern, re.IGNORECASE)
-        self._signatures: dict[tuple[str, str | None], tuple[str, bool]] = {}
+        self._signatures: dict[tuple[str, str | None], tuple[str, bool, bool]] = {}
+        self._wait_tools = cfg.wait_tools
+        # tools read otherwise than as a call, in order of precedence (the first set wins)
+        self._special: dict[str, str] = {}
+        for tools, kind in (
+            (cfg.condensation_tools, CONDENSATION),
+            (cfg.exempt_tools, EXEMPT),
+            (cfg.thought_tools, TURN),
+            (cfg.user_tools, _USER),
+        ):
+            self._special.update(dict.fromkeys(tools, kind))
         # A switched-off rule is never built: its state could not change any other verdict.
         enabled = tuple(r for r in rules if r.id not in cfg.disabled_rules)
         self._rules = _build_rules(cfg, enabled)
@@ -464,16 +486,16 @@ class LoopDetector:
         if not cfg.enabled:
             return HEALTHY
         tool = step.tool
-        if tool is not None and tool in cfg.user_tools:
-            return self._talk(index, step)
-        if tool is None or tool in cfg.thought_tools:
+        if tool is None:
             obs = self._read_other(index, step, TURN)
-        elif tool in cfg.exempt_tools:
-            obs = self._read_other(index, step, EXEMPT)
-        elif tool in cfg.condensation_tools:
-            obs = self._read_other(index, step, CONDENSATION)
         else:
-            obs = self._read_call(index, step, tool)
+            special = self._special.get(tool)
+            if special is None:
+                obs = self._read_call(index, step, tool)
+            elif special is _USER:
+                return self._talk(index, step)
+            else:
+                obs = self._read_other(index, step, special)  # type: ignore[arg-type]
         for rule in self._by_kind[obs.kind]:
             finding = rule.check(obs, window)
             if finding is not None:
@@ -524,17 +546,25 @@ class LoopDetector:
         call = fingerprint_normalized(tool, args)
         ok = step.ok
         overflow = False
-        write, waiting = self._kind_of_call(tool, step)
-        if ok:
-            if write:
-                version = result_version(step.result) if type(step.result) is dict else ""
-                outcome = f"done {version}" if version else "done"
-            else:
-                outcome = result_digest(step.result, self._normalizer)
-            signature = ""
+        if tool in self._wait_tools:
+            write, waiting = step.side_effect, True
         else:
-            signature, overflow = self._error_signature(call, step, args)
-            outcome = "!" + signature
+            write, waiting = classify_call(tool, step.args)
+            write = write or step.side_effect
+        signature = ""
+        if not ok:
+            signature, overflow, no = self._error_signature(call, step, args)
+            if no:  # ``grep`` found nothing: an answer (empty), not a failure
+                step = replace(step, ok=True, error=None, result=step.error)
+                ok, signature, overflow = True, "", False
+                outcome = "no"
+            else:
+                outcome = "!" + signature
+        elif write:
+            version = result_version(step.result) if type(step.result) is dict else ""
+            outcome = f"done {version}" if version else "done"
+        else:
+            outcome = result_digest(step.result, self._normalizer)
         state = (call, outcome)
         record = Record(index, tool, call, state)
         window.push(record)
@@ -549,28 +579,41 @@ class LoopDetector:
         call_seen[call] = call_seen.get(call, 0) + 1
         state_seen[state] = state_seen.get(state, 0) + 1
         before = window.progress
+        mark: Any = before
         if ok:
             if novel_state and not waiting:
-                window.progress = before + 1
+                mark = window.progress = before + 1
+            if write:
+                target = self._write_target(args)
+                if target:
+                    if novel_state and not waiting:
+                        window.note_target_progress(target, index)
+                    mark = (mark - window.targeted, window.target_progress.get(target, -1))
             window.last_ok[tool] = index
         obs = self._obs
         obs.index, obs.step, obs.kind, obs.tool, obs.record = index, step, CALL, tool, record
         obs.args, obs.call, obs.state, obs.signature, obs.ok = args, call, state, signature, ok
         obs.novel_call, obs.novel_state = novel_call, novel_state
         obs.progress_before, obs.overflow, obs.cause = before, overflow, None
-        obs.write, obs.waits = write, waiting
+        obs.write, obs.waits, obs.progress_mark = write, waiting, mark
         return obs
 
-    def _kind_of_call(self, tool: str, step: Step) -> tuple[bool, bool]:
-        """Whether a call writes (side effect, edit, shell write) and whether it only waits."""
-        if tool in self.config.wait_tools:
-            return step.side_effect, True
-        write, waits = classify_call(tool, step.args)
-        return write or step.side_effect, waits
+    def _write_target(self, args: Any) -> str:
+        """What a write acts on, named by its arguments (the values of the `target_keys` and
+        ``*_id`` keys); "" when the arguments name none (a shell command, ``git add -A``): its
+        progress then counts for every repetition."""
+        if type(args) is not dict:
+            return ""
+        keys = self.config.target_keys
+        parts = [f"{k}={v!r}" for k, v in args.items() if k in keys or k[-3:] == "_id"]
+        if len(parts) > 1:
+            parts.sort()
+        return ",".join(parts)
 
-    def _error_signature(self, call: str, step: Step, args: Any) -> tuple[str, bool]:
-        """`error_signature` of a failure and whether it is a context overflow, cached per
-        (call, error text): loops repeat both."""
+    def _error_signature(self, call: str, step: Step, args: Any) -> tuple[str, bool, bool]:
+        """`error_signature` of a failure, whether it is a context overflow, and whether it
+        only answered "no" (`answers_no`: a search that found nothing), cached per (call, error
+        text): loops repeat both."""
         key = (call, step.error)
         known = self._signatures.get(key)
         if known is None:
@@ -578,7 +621,11 @@ class LoopDetector:
                 self._signatures.clear()
             error = step.error or ""
             signature = error_signature(error, args, self._normalizer.volatile_values(step.args))
-            known = self._signatures[key] = (signature, bool(self._overflow.search(error)))
+            known = self._signatures[key] = (
+                signature,
+                bool(self._overflow.search(error)),
+                answers_no(step.args, step.error),
+            )
         return known
 
     # -- after a rule fired -------------------------------------------------------------------

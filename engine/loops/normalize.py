@@ -34,6 +34,7 @@ from engine.loops.fingerprint import canonicalize, digest, normalized_digest
 from engine.loops.shell import (
     _QUOTED,
     _TOKEN_QUOTES,
+    answers_no,
     classify_call,
     command_words,
     is_shell_wait,
@@ -68,6 +69,7 @@ __all__ = [
     "classify_call",
     "shell_target",
     "command_words",
+    "answers_no",
     "result_digest",
 ]
 

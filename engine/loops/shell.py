@@ -17,6 +17,7 @@ __all__ = [
     "classify_call",
     "shell_target",
     "command_words",
+    "answers_no",
 ]
 
 _PATH_LIKE = re.compile(r"[\w.~\-/\\:@+]+")
@@ -101,7 +102,17 @@ def _named_like_a_write(tool: str) -> bool:
 
 def classify_call(tool: str, args: Any) -> tuple[bool, bool]:
     """(`is_write`, `is_shell_wait`) of one call, computed together."""
-    command = _shell_command(args)
+    # `_shell_command`, inlined: this runs on every call the detector reads
+    if type(args) is dict:
+        command = args.get("command")
+        if command is None:
+            command = args.get("cmd")
+            if command is None:
+                command = args.get("script")
+        if type(command) is not str:
+            command = None
+    else:
+        command = args if type(args) is str else None
     if command is None:
         return _named_like_a_write(tool), False
     if len(command) <= 200:  # agents repeat short commands; long ones are rarely re-run
@@ -118,6 +129,46 @@ def _shell_kind(command: str) -> tuple[bool, bool]:
     if _SHELL_SLEEP.match(command):
         return False, True
     return _SHELL_WRITE.search(_QUOTED.sub("''", command)) is not None, False
+
+
+_BARE_EXIT_1 = re.compile(r"exit(?:ed)?(?: with)?(?: code| status)?:?\s*1", re.IGNORECASE)
+_LAST_COMMAND = re.compile(r"\n|;|&&|\|\|")
+_NO_MEANS_1 = frozenset(
+    {"grep", "egrep", "fgrep", "zgrep", "rg", "ag", "ack", "pgrep", "diff", "cmp", "test", "[",
+     "[[", "which"}
+)
+"""Programs whose exit status 1 answers "no" (no match, files differ, condition false, not
+found) rather than reporting a failure."""
+
+
+def answers_no(args: Any, error: str | None) -> bool:
+    """Whether a failed shell call only answered "no": its error is a bare exit status 1,
+    nothing printed, and the command's last program is one whose status 1 means no match
+    (``grep``, ``rg``, ``git grep``), a difference (``diff``, ``cmp``) or a false condition
+    (``test``). Searching for a word that is not there is a result, not a failure."""
+    if error is None or len(error) > 40 or _BARE_EXIT_1.fullmatch(error.strip()) is None:
+        return False
+    command = _shell_command(args)
+    if not command:
+        return False
+    return _last_program_answers_no(command) if len(command) <= 2000 else False
+
+
+@functools.lru_cache(maxsize=256)
+def _last_program_answers_no(command: str) -> bool:
+    parts = [p for p in _LAST_COMMAND.split(_QUOTED.sub("''", command)) if p.strip()]
+    if not parts:
+        return False
+    tokens = parts[-1].split("|")[-1].split()
+    while tokens and ("=" in tokens[0] or tokens[0] in ("sudo", "command", "env")):
+        tokens.pop(0)
+    if not tokens:
+        return False
+    program = posixpath.basename(tokens[0])
+    if program == "git":
+        words = [t for t in tokens[1:] if not t.startswith("-")]
+        return bool(words) and words[0] == "grep"
+    return program in _NO_MEANS_1
 
 
 def is_write(tool: str, args: Any) -> bool:

@@ -64,6 +64,7 @@ class Observation:
         "cause",
         "write",
         "waits",
+        "progress_mark",
     )
 
     def __init__(self) -> None:
@@ -103,6 +104,11 @@ class Observation:
         "done", whatever it printed."""
         self.waits: bool = False
         """The call only waits (a wait tool, or a shell command starting with ``sleep``)."""
+        self.progress_mark: Any = 0
+        """What "no progress since" compares for this step's repetitions: `Window.progress`,
+        except for a successful write to a named target: the progress steps that were not
+        writes to named targets, and the last write to this target that was progress
+        (`Window.target_progress`)."""
 
 
 class Window:
@@ -121,6 +127,8 @@ class Window:
         "last_ok",
         "last_call",
         "last_wait",
+        "targeted",
+        "target_progress",
     )
 
     def __init__(self, size: int) -> None:
@@ -150,6 +158,23 @@ class Window:
         """Index of the last tool call."""
         self.last_wait: int = -1
         """Index of the last call that only waited (a wait tool, ``sleep 30`` in a shell)."""
+        self.targeted: int = 0
+        """Progress steps so far that were writes to a named target (`target_progress`)."""
+        self.target_progress: dict[str, int] = {}
+        """Per named target of a write (its `target_keys` values): index of the last write to
+        it that was progress (bounded: the oldest are dropped past the window). A repeated
+        write to a target is measured against every progress step except writes to other named
+        targets: a first write of b.md does not make the third identical write of a.md new; a
+        new read, a test run that changed, a write to a.md do."""
+
+    def note_target_progress(self, target: str, index: int) -> None:
+        """A write to a named target was progress."""
+        self.targeted += 1
+        marks = self.target_progress
+        marks[target] = index
+        if len(marks) > 2 * self.size:
+            oldest = index - self.size
+            self.target_progress = {t: i for t, i in marks.items() if i > oldest}
 
     def waited_since(self, index: int) -> bool:
         """Whether a waiting call came after step `index` (this step included)."""

@@ -31,9 +31,9 @@ class ExactRepeat(Rule):
         return self.threshold
 
     def reset(self) -> None:
-        # per state, of its last `threshold` steps: index, progress count right after it, and
-        # whether the agent waited since the previous one
-        self._hits: dict[tuple[str, str], list[tuple[int, int, bool]]] = {}
+        # per state, of its last `threshold` steps: index, progress mark right after it
+        # (`Observation.progress_mark`), and whether the agent waited since the previous one
+        self._hits: dict[tuple[str, str], list[tuple[int, Any, bool]]] = {}
 
     def check(self, obs: Observation, window: Window) -> Finding | None:
         state = obs.state
@@ -45,14 +45,15 @@ class ExactRepeat(Rule):
                 self._hits = {s: h for s, h in self._hits.items() if s in seen}
             hits = self._hits[state] = []
         waited = bool(hits) and window.waited_since(hits[-1][0])
-        hits.append((obs.index, window.progress, waited))
+        mark = obs.progress_mark
+        hits.append((obs.index, mark, waited))
         needed = self.threshold
         if len(hits) > needed:
             del hits[0]
         if len(hits) < needed:
             return None
         first_index, progress_then, _ = hits[0]
-        if first_index <= window.fence or progress_then != window.progress:
+        if first_index <= window.fence or progress_then != mark:
             return None
         if all(waited for _, _, waited in hits[1:]):
             return None

@@ -42,6 +42,8 @@ class PollBudget(Rule):
             raise ValueError(f"poll_budget must be positive, got {poll_budget}")
         self.budget = poll_budget
         self.tool_budgets = tool_poll_budgets
+        # no budget is exceeded at or below this count
+        self._least = min([poll_budget, *tool_poll_budgets.values()])
         super().__init__()
 
     def reset(self) -> None:
@@ -72,6 +74,8 @@ class PollBudget(Rule):
             poll.new_in_last_gap = new_in_gap
             poll.last = index
             poll.count += (obs.ok and obs.novel_state) or waited
+        if poll.count <= self._least:
+            return None
         tool = obs.tool
         assert tool is not None
         budget = self.tool_budgets.get(tool, self.budget)
