@@ -577,15 +577,17 @@ class Engine:
 
         return redact(url)
 
-    def live_messages(self, sid: str, *, since: int = 0) -> list[dict[str, Any]]:
+    def live_messages(self, sid: str, *, since: int = 0,
+                      until: int | None = None) -> list[dict[str, Any]]:
         """The messages on the live line of session `sid` from position `since` on (0: all;
-        `SessionInfo.messages` counts them), oldest first, [] for an unknown session. Reading
-        the tail costs what it returns, however long the history.
+        `SessionInfo.messages` counts them), before position `until` (None: to the end), oldest
+        first, [] for an unknown session. Reading a span costs what it returns, however long
+        the history.
 
         Raises:
             InvalidSessionId: bad id.
         """
-        return self.store.live_messages(validate_session_id(sid), since=since)
+        return self.store.live_messages(validate_session_id(sid), since=since, until=until)
 
     def session_info(self, sid: str) -> SessionInfo | None:
         """The stored summary of session `sid`, or None when there is none (unlike

@@ -301,10 +301,14 @@ class RedisStore(FleetDocs):
         raw = self._guard(self._r.hgetall, keys.kv_values(base, ns))
         return {k: json.loads(v) for k, v in raw.items()}
 
-    def live_messages(self, sid: str, *, since: int = 0) -> list[dict[str, Any]]:
+    def live_messages(self, sid: str, *, since: int = 0,
+                      until: int | None = None) -> list[dict[str, Any]]:
         base = keys.session_base(sid, self.prefix)
+        if until is not None and until <= max(since, 0):
+            return []
         # the live list holds one entry per live-line position, so a position is its index
-        rows = self._guard(self._r.lrange, keys.live_messages(base), max(since, 0), -1)
+        rows = self._guard(self._r.lrange, keys.live_messages(base), max(since, 0),
+                           -1 if until is None else until - 1)
         return [json.loads(r)[3] for r in rows]
 
     def all_messages(self, sid: str) -> list[MessageRecord]:

@@ -297,12 +297,13 @@ class SQLiteStore(BranchLine, SagaOutbox):
         rows = self._read("SELECT key, value FROM kv WHERE session = ? AND ns = ?", (sid, ns))
         return {k: json.loads(v) for k, v in rows}
 
-    def live_messages(self, sid: str, *, since: int = 0) -> list[dict[str, Any]]:
-        """Messages on the live line from position `since` on, oldest first."""
+    def live_messages(self, sid: str, *, since: int = 0,
+                      until: int | None = None) -> list[dict[str, Any]]:
+        """Messages on the live line from position `since` on (before `until`), oldest first."""
         rows = self._read(
             "SELECT body FROM messages WHERE session = ? AND branch IS NULL AND pos >= ? "
-            "ORDER BY pos",
-            (sid, since),
+            "AND pos < ? ORDER BY pos",
+            (sid, since, _END if until is None else until),
         )
         return [json.loads(r[0]) for r in rows]
 
@@ -845,3 +846,7 @@ def _put_doc(conn: sqlite3.Connection, sid: str, ns: str, key: str, value: Any) 
 def _doc_value(stored: str | bytes) -> Any:
     """A document as `_put_doc` stored it."""
     return stored if isinstance(stored, bytes) else json.loads(stored)
+
+
+_END = 2**63 - 1
+"""A live-line position past every message (`live_messages` without `until`)."""
