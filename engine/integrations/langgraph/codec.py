@@ -168,11 +168,20 @@ class Joined(Sequence):
     """List items as one joined byte string (what `materialize_joined` reads): decoded in one
     call, split into `Raw` items only when one is asked for (the next delta's comparison)."""
 
-    __slots__ = ("kinds", "data", "sizes", "_items")
+    __slots__ = ("kinds", "parts", "sizes", "_data", "_items")
 
-    def __init__(self, kinds: list[str], data: bytes, sizes: list[int]):
-        self.kinds, self.data, self.sizes = kinds, data, sizes
+    def __init__(self, kinds: list[str], parts: Sequence[bytes | memoryview], sizes: list[int]):
+        self.kinds, self.parts, self.sizes = kinds, parts, sizes
+        self._data: bytes | None = None
         self._items: list[Raw] | None = None
+
+    @property
+    def data(self) -> bytes:
+        """The items' bytes, joined (on first use: a read that only decodes joins them once,
+        behind the array header, in `decode_list`)."""
+        if self._data is None:
+            self._data = b"".join(self.parts)
+        return self._data
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -193,7 +202,7 @@ def decode_list(serde: Any, encodings: Sequence[Raw]) -> list:
     Items serialized as msgpack are joined under one msgpack array header and decoded in a single
     call: the same work as decoding a whole-list blob, not one call per message.
     """
-    if encodings and (all(k == "msgpack" for k in encodings.kinds) if isinstance(
+    if encodings and (encodings.kinds.count("msgpack") == len(encodings) if isinstance(
             encodings, Joined) else all(e[0] == "msgpack" for e in encodings)):
         n = len(encodings)
         if n < 16:
@@ -202,8 +211,8 @@ def decode_list(serde: Any, encodings: Sequence[Raw]) -> list:
             header = b"\xdc" + n.to_bytes(2, "big")
         else:
             header = b"\xdd" + n.to_bytes(4, "big")
-        blob = header + (encodings.data if isinstance(encodings, Joined)
-                         else b"".join(e[1] for e in encodings))
+        blob = b"".join([header, *(encodings.parts if isinstance(encodings, Joined)
+                                   else (e[1] for e in encodings))])
         items = serde.loads_typed(("msgpack", blob))
         if isinstance(items, list) and len(items) == n:
             return items
@@ -383,7 +392,7 @@ def materialize_joined(versions: Mapping[str, Mapping], version: str) -> Joined:
         kinds.extend([types] * len(own) if isinstance(types, str) else types[:count])
         parts.append(data[:sum(own)])
         sizes.extend(own)
-    return Joined(kinds, b"".join(parts), sizes)
+    return Joined(kinds, parts, sizes)
 
 
 def referenced_blobs(records: Sequence[Mapping], blobs: Mapping[str, Mapping], key_of) -> set[str]:
