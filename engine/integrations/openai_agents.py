@@ -69,6 +69,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from engine import errors
 from engine.engine import Engine
 from engine.errors import LoopDetected
+from engine.records import SessionInfo
 from engine.sessions.session import Session
 from engine.types import LoopPolicy
 
@@ -295,10 +296,11 @@ class RewindSession:
         """The visible history, oldest first; `limit`: only the newest N items."""
         if limit is None and self.session_settings is not None:
             limit = getattr(self.session_settings, "limit", None)
-        self._begin_run(wrapper)
+        info = self.rewind.info()  # one read of the summary serves the run check and the read
+        self._begin_run(wrapper, info)
         if limit is not None and limit <= 0:
             return []
-        return [item for _, item in self._visible(limit)[0]]
+        return [item for _, item in self._visible(limit, info.messages)[0]]
 
     async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
         """Append items to the history (one atomic write); dropped when the session was rolled
@@ -343,23 +345,27 @@ class RewindSession:
         (options: `ToolGuard`'s)."""
         return ToolGuard(self, **options).agent(agent)
 
-    def _visible(self, newest: int | None = None) -> tuple[list[tuple[int, dict]], list[list[int]]]:
+    def _visible(self, newest: int | None = None, total: int | None = None
+                 ) -> tuple[list[tuple[int, dict]], list[list[int]]]:
         """The visible (position, item) pairs, oldest first: all of them, or only the `newest`
-        N; and the hidden ranges. Only visible spans of the tail are read, newest first, each
+        N; and the hidden ranges. `total`: the live line's length when the caller just read it.
+        Only visible spans of the tail are read, newest first, each
         for as many messages as are still wanted, so a read costs what it returns (plus the
         messages without an item it meets), however many were popped."""
         variables = self.engine.get_values(self.session_id, "var")
         start = variables.get(START_VAR) or 0
         hidden = _ranges(variables.get(HIDDEN_VAR))
+        if total is None:
+            total = self.rewind.info().messages
         if newest is None:
             out = []
-            for since, until in _spans(hidden, start, self.rewind.info().messages):
+            for since, until in _spans(hidden, start, total):
                 messages = self.engine.live_messages(self.session_id, since=since, until=until)
                 out += _items(since, messages)
             return out, hidden
         chunks: list[list[tuple[int, dict]]] = []
         found = 0
-        for since, until in reversed(_spans(hidden, start, self.rewind.info().messages)):
+        for since, until in reversed(_spans(hidden, start, total)):
             while until > since and found < newest:
                 first = max(since, until - (newest - found))
                 messages = self.engine.live_messages(self.session_id, since=first, until=until)
@@ -372,17 +378,19 @@ class RewindSession:
         out = [pair for chunk in reversed(chunks) for pair in chunk]
         return out[-newest:] if newest else [], hidden
 
-    def _begin_run(self, wrapper: Any) -> None:
+    def _begin_run(self, wrapper: Any, info: SessionInfo) -> None:
         key = id(wrapper) if wrapper is not None else None
         if key is not None and key == self._run_key:
             return  # the same run reading again (limits, compaction)
         self._run_key = key
-        self._run_epoch = self.rewind.info().epoch
-        self._snapshot("run start")
+        self._run_epoch = info.epoch
+        self._snapshot("run start", info)
 
-    def _snapshot(self, label: str) -> None:
-        """Take a snapshot unless nothing was written since the last one taken here."""
-        info = self.rewind.info()
+    def _snapshot(self, label: str, info: SessionInfo | None = None) -> None:
+        """Take a snapshot unless nothing was written since the last one taken here (`info`:
+        the session's summary, when the caller just read it)."""
+        if info is None:
+            info = self.rewind.info()
         marker = (info.epoch, info.messages)
         if marker == self._snapshot_seq:
             return
