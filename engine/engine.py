@@ -601,6 +601,7 @@ class Engine:
     def get_documents(self, sid: str, ns: str, keys: Sequence[str]) -> dict[str, Any]:
         """The documents among `keys` that exist in namespace `ns` of session `sid`. Documents
         are unversioned (rollbacks leave them alone): integrations keep their own history there.
+        A document is JSON data, or `bytes` when it was stored as bytes.
 
         Raises:
             InvalidSessionId: bad id. ValueError: `ns` is not an identifier.
@@ -618,7 +619,9 @@ class Engine:
 
     def put_documents(self, sid: str, ns: str, items: Mapping[str, Any]) -> None:
         """Set documents of namespace `ns` of session `sid` (a value of None deletes one), in
-        one atomic write; each document is checked against ``Limits.document_bytes`` first.
+        one atomic write; each document is checked against ``Limits.document_bytes`` first. A
+        document is JSON data, or `bytes` kept as they are (serialized data an integration would
+        otherwise have to encode as text); `get_documents` gives bytes back.
 
         Raises:
             UnknownSession: no such session. ValueError: bad namespace or key.
