@@ -87,6 +87,17 @@ def test_pops_hide_ranges_and_reads_skip_them_unread(store_url, counted):
     engine.close()
 
 
+
+def test_a_run_of_messages_without_items_is_read_in_growing_spans(store_url, counted):
+    engine = Engine.open(store_url)
+    session = RewindSession(engine, "bookkeeping")
+    asyncio.run(session.add_items([{"role": "user", "content": "first"}]))
+    session.rewind.append_messages([{"role": "tool", "content": f"t{i}"} for i in range(100)])
+    counted.clear()
+    assert asyncio.run(session.get_items(limit=1)) == [{"role": "user", "content": "first"}]
+    assert len(counted) <= 8 and sum(counted) <= 101  # 1, 2, 4, … messages: not one by one
+    engine.close()
+
 def test_live_messages_since_a_position(store_url):
     engine = Engine.open(store_url)
     s = engine.session("tail")

@@ -204,7 +204,6 @@ def _message_item(message: dict) -> dict | None:
     return {"role": role, "content": _text(message.get("content"))}
 
 
-
 def _items(since: int, messages: list[dict]) -> list[tuple[int, dict]]:
     """(position, item) of the messages read from position `since` that stand for an item."""
     out = []
@@ -249,6 +248,7 @@ def _spans(hidden: list[list[int]], start: int, total: int) -> list[tuple[int, i
     if at < total:
         spans.append((at, total))
     return spans
+
 
 def _ends_run(items: Sequence[dict]) -> bool:
     """Whether stored items end with the run's answer (an assistant message, no call after)."""
@@ -349,9 +349,9 @@ class RewindSession:
                  ) -> tuple[list[tuple[int, dict]], list[list[int]]]:
         """The visible (position, item) pairs, oldest first: all of them, or only the `newest`
         N; and the hidden ranges. `total`: the live line's length when the caller just read it.
-        Only visible spans of the tail are read, newest first, each
-        for as many messages as are still wanted, so a read costs what it returns (plus the
-        messages without an item it meets), however many were popped."""
+        Only the visible spans of the tail are read, newest first, each for as many messages as
+        are still wanted (twice as many as the last read when messages without an item left it
+        short), so a read costs about what it returns, however many items were popped."""
         variables = self.engine.get_values(self.session_id, "var")
         start = variables.get(START_VAR) or 0
         hidden = _ranges(variables.get(HIDDEN_VAR))
@@ -364,14 +364,15 @@ class RewindSession:
                 out += _items(since, messages)
             return out, hidden
         chunks: list[list[tuple[int, dict]]] = []
-        found = 0
+        found = read = 0
         for since, until in reversed(_spans(hidden, start, total)):
             while until > since and found < newest:
-                first = max(since, until - (newest - found))
+                first = max(since, until - max(newest - found, 2 * read))
                 messages = self.engine.live_messages(self.session_id, since=first, until=until)
                 chunk = _items(first, messages)
                 chunks.append(chunk)
                 found += len(chunk)
+                read = len(messages) if len(chunk) < len(messages) else 0
                 until = first
             if found >= newest:
                 break
