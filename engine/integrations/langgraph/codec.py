@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import json
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -79,12 +80,14 @@ def pack(raws: Sequence[Raw]) -> dict:
 
 RAW_MAGIC = b"RWD1"
 """First bytes of a channel value stored as bytes: then the header's length (4 bytes, big-endian),
-the header (JSON), the serialized bytes."""
+the header (JSON), for a list the size of each item (``n`` unsigned 4-byte little-endian
+integers, so reading them is one C call, not a JSON list of numbers), then the serialized bytes."""
 
 
-def _raw(header: dict, data: bytes) -> bytes:
+def _raw(header: dict, data: bytes, sizes: Sequence[int] = ()) -> bytes:
     head = json.dumps(header, separators=(",", ":")).encode()
-    return b"".join((RAW_MAGIC, len(head).to_bytes(4, "big"), head, data))
+    return b"".join((RAW_MAGIC, len(head).to_bytes(4, "big"), head,
+                     struct.pack(f"<{len(sizes)}I", *sizes), data))
 
 
 def raw_value(serialized: Raw) -> bytes:
@@ -98,8 +101,9 @@ def raw_list(base: str | None, keep: int, raws: Sequence[Raw]) -> bytes:
     kinds = [kind for kind, _data in raws]
     header = {"base": base, "keep": keep,
               "types": kinds[0] if kinds and kinds.count(kinds[0]) == len(kinds) else kinds,
-              "sizes": [len(data) for _kind, data in raws]}
-    return _raw(header, b"".join(data for _kind, data in raws))
+              "n": len(raws)}
+    return _raw(header, b"".join(data for _kind, data in raws),
+                [len(data) for _kind, data in raws])
 
 
 def load(doc: Any) -> Any:
@@ -110,13 +114,15 @@ def load(doc: Any) -> Any:
         return doc
     if doc[:4] != RAW_MAGIC:
         raise ValueError("a channel value stored as bytes must start with " + repr(RAW_MAGIC))
-    size = int.from_bytes(doc[4:8], "big")
-    header = json.loads(doc[8:8 + size])
-    data = memoryview(doc)[8 + size:]
+    at = 8 + int.from_bytes(doc[4:8], "big")
+    header = json.loads(doc[8:at])
     if "type" in header:
-        return {"raw_value": (header["type"], bytes(data))}
+        return {"raw_value": (header["type"], doc[at:])}
+    n = header["n"]
+    sizes = list(struct.unpack_from(f"<{n}I", doc, at))
     return {"base": header["base"], "keep": header["keep"],
-            "raw": {"types": header["types"], "sizes": header["sizes"], "data": data}}
+            "raw": {"types": header["types"], "sizes": sizes,
+                    "data": memoryview(doc)[at + 4 * n:]}}
 
 
 def load_all(docs: Mapping[str, Any]) -> dict[str, Any]:
