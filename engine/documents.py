@@ -11,7 +11,8 @@ leaves none of them behind.
 
 What is checked, and against which limit:
 
-- every document, with its key: ``Limits.document_bytes`` (its JSON text, stored as given);
+- every document, with its key: ``Limits.document_bytes`` (its JSON text, stored as given; a
+  document given as `bytes` is stored as those bytes and measured by them);
 - the values of one versioned write: ``Limits.variables_bytes``, their keys ``name_chars``;
 - every chat message: as `Session.append_messages` checks it (``message_bytes``);
 - a snapshot label: ``name_chars``.
@@ -26,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.ids import validate_session_id
-from engine.limits import canonical_within, chat_message, check_text, json_within
+from engine.limits import bytes_within, canonical_within, chat_message, check_text, json_within
 from engine.records import SessionInfo, SnapshotNode
 from engine.runtime import Runtime
 from engine.store.base import Retention, SessionWrite
@@ -65,6 +66,10 @@ def checked_documents(rt: Runtime, ns: str, items: Mapping[str, Any]) -> dict[st
         _key(key, "document")
         if value is None:
             out[key] = None
+            continue
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            out[key] = bytes_within(key, bytes(value), limit, f"document {key[:80]!r}",
+                                    "document_bytes")
             continue
         json_within([key, value], limit, f"document {key[:80]!r}", "document_bytes")
         out[key] = value
@@ -131,6 +136,8 @@ def put_fleet_documents(rt: Runtime, ns: str, values: Mapping[str, Any]) -> None
         ValueError, SizeLimitExceeded, TypeError.
     """
     clean = checked_documents(rt, ns, values)
+    if any(isinstance(v, bytes) for v in clean.values()):
+        raise TypeError("a fleet document must be JSON data, not bytes")
     if clean:
         rt.store.fleet_doc_put(ns, clean, rt.clock())
 

@@ -577,15 +577,17 @@ class Engine:
 
         return redact(url)
 
-    def live_messages(self, sid: str, *, since: int = 0) -> list[dict[str, Any]]:
+    def live_messages(self, sid: str, *, since: int = 0,
+                      until: int | None = None) -> list[dict[str, Any]]:
         """The messages on the live line of session `sid` from position `since` on (0: all;
-        `SessionInfo.messages` counts them), oldest first, [] for an unknown session. Reading
-        the tail costs what it returns, however long the history.
+        `SessionInfo.messages` counts them), before position `until` (None: to the end), oldest
+        first, [] for an unknown session. Reading a span costs what it returns, however long
+        the history.
 
         Raises:
             InvalidSessionId: bad id.
         """
-        return self.store.live_messages(validate_session_id(sid), since=since)
+        return self.store.live_messages(validate_session_id(sid), since=since, until=until)
 
     def session_info(self, sid: str) -> SessionInfo | None:
         """The stored summary of session `sid`, or None when there is none (unlike
@@ -599,6 +601,7 @@ class Engine:
     def get_documents(self, sid: str, ns: str, keys: Sequence[str]) -> dict[str, Any]:
         """The documents among `keys` that exist in namespace `ns` of session `sid`. Documents
         are unversioned (rollbacks leave them alone): integrations keep their own history there.
+        A document is JSON data, or `bytes` when it was stored as bytes.
 
         Raises:
             InvalidSessionId: bad id. ValueError: `ns` is not an identifier.
@@ -616,7 +619,9 @@ class Engine:
 
     def put_documents(self, sid: str, ns: str, items: Mapping[str, Any]) -> None:
         """Set documents of namespace `ns` of session `sid` (a value of None deletes one), in
-        one atomic write; each document is checked against ``Limits.document_bytes`` first.
+        one atomic write; each document is checked against ``Limits.document_bytes`` first. A
+        document is JSON data, or `bytes` kept as they are (serialized data an integration would
+        otherwise have to encode as text); `get_documents` gives bytes back.
 
         Raises:
             UnknownSession: no such session. ValueError: bad namespace or key.

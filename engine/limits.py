@@ -122,6 +122,18 @@ def json_within(value: Any, limit: int, what: str, field: str) -> Any:
     return value
 
 
+def bytes_within(key: str, value: bytes, limit: int, what: str, field: str) -> bytes:
+    """`value` (a document kept as bytes), refused when it and its `key` pass `limit` bytes.
+
+    Raises:
+        SizeLimitExceeded: over the limit.
+    """
+    size = len(value) + len(key.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise _too_big(what, f"{size:,}", limit, field, "bytes")
+    return value
+
+
 def _surely_longer(value: Any, limit: int) -> bool:
     """True when the JSON text of `value` is sure to be longer than `limit` bytes.
 

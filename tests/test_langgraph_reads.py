@@ -21,7 +21,13 @@ from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 
 from engine import Engine, Limits  # noqa: E402
 from engine.integrations.langgraph import RewindSaver, layout  # noqa: E402
-from engine.integrations.langgraph.codec import is_list_doc, item_count, unpack  # noqa: E402
+from engine.integrations.langgraph.codec import (  # noqa: E402
+    is_list_doc,
+    item_count,
+    load,
+    pack,
+    unpack,
+)
 
 
 def put(saver, sid: str, parent: dict | None, messages: list, version, step: int,
@@ -119,7 +125,7 @@ def test_a_thread_stored_before_chains_reads_and_continues(sqlite_url, counted):
                           for k, r in records.items()})
     blobs = engine.scan_documents("old", layout.DOCS, layout.blob_prefix("", "messages"))
     engine.put_documents("old", layout.DOCS, {  # one base64 text per item, unpacked
-        k: {"base": d["base"], "keep": d["keep"],
+        k: {"base": load(d)["base"], "keep": load(d)["keep"],
             "items": [[kind, base64.b64encode(data).decode()] for kind, data in unpack(d)]}
         for k, d in blobs.items()})
     fresh = RewindSaver(engine)
@@ -135,6 +141,39 @@ def test_a_thread_stored_before_chains_reads_and_continues(sqlite_url, counted):
         "messages"] == lists[5]
     engine.close()
 
+
+
+def test_a_thread_stored_as_json_reads_and_continues(sqlite_url):
+    """Channel values stored as JSON (packed base64 lists, ``{"value": [type, base64]}``), as
+    before documents could be bytes, read back at every checkpoint, and new checkpoints (stored
+    as bytes) build on them."""
+    engine = Engine.open(sqlite_url)
+    configs, lists = grow(RewindSaver(engine), "json", 40)
+    blobs = engine.scan_documents("json", layout.DOCS, "b/")
+    assert blobs and all(isinstance(d, bytes) for d in blobs.values())
+    as_json = {}
+    for key, raw in blobs.items():
+        doc = load(raw)
+        if is_list_doc(doc):
+            as_json[key] = {"base": doc["base"], "keep": doc["keep"], "pack": pack(unpack(doc))}
+        else:
+            kind, data = doc["raw_value"]
+            as_json[key] = {"value": [kind, base64.b64encode(data).decode()]}
+    engine.put_documents("json", layout.DOCS, as_json)
+    assert not any(isinstance(d, bytes)
+                   for d in engine.scan_documents("json", layout.DOCS, "b/").values())
+    cold = RewindSaver(engine)
+    for i, config in enumerate(configs):
+        values = cold.get_tuple(config).checkpoint["channel_values"]
+        assert values["messages"] == lists[i] and values["count"] == i
+    version = cold.get_tuple(configs[-1]).checkpoint["channel_versions"]["messages"]
+    more = [*lists[-1], AIMessage("after", id="after")]
+    nxt, _ = put(RewindSaver(engine), "json", configs[-1], more, version, 40, extra=40)
+    values = RewindSaver(engine).get_tuple(nxt).checkpoint["channel_values"]
+    assert values["messages"] == more and values["count"] == 40
+    assert RewindSaver(engine).get_tuple(configs[7]).checkpoint["channel_values"][
+        "messages"] == lists[7]
+    engine.close()
 
 # -- any sequence of puts, writes and reads ------------------------------------------------------
 op = st.one_of(
@@ -226,7 +265,8 @@ def test_no_document_passes_the_limit_when_deltas_would_not(sqlite_url):
         configs.append(parent)
         lists.append(history)
     docs = engine.scan_documents("big", layout.DOCS, layout.blob_prefix("", "messages"))
-    assert max(len(json.dumps(d)) for d in docs.values()) <= 40_000
+    assert max(len(d) if isinstance(d, bytes) else len(json.dumps(d))
+               for d in docs.values()) <= 40_000
     cold = RewindSaver(engine)
     for config, expected in zip(configs[::7] + configs[-1:], lists[::7] + lists[-1:],
                                 strict=True):

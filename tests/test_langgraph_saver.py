@@ -36,7 +36,14 @@ from engine.integrations.langgraph import (  # noqa: E402
     layout,
     let_loops_through,
 )
-from engine.integrations.langgraph.codec import item_count, materialize, pack  # noqa: E402
+from engine.integrations.langgraph.codec import (  # noqa: E402
+    item_count,
+    load,
+    materialize,
+    pack,
+    raw_list,
+    raw_value,
+)
 from engine.sessions.notices import NOTICE_FLAG  # noqa: E402
 
 
@@ -63,7 +70,7 @@ def thread() -> dict:
 
 def blobs(engine, sid: str, channel: str = "messages") -> dict:
     prefix = layout.blob_prefix("", channel)
-    return {layout.version_of(k, prefix): d
+    return {layout.version_of(k, prefix): load(d)
             for k, d in engine.store.doc_scan(sid, layout.DOCS, prefix).items()}
 
 
@@ -167,6 +174,10 @@ def test_materialize_follows_partial_keeps():
     assert [e[1] for e in materialize(docs, "2")] == [b"a", b"b", b"x"]
     assert [e[1] for e in materialize(docs, "3")] == [b"a", b"y", b"zz"]
     assert materialize(docs, "4") == [("t", b"a"), ("t", b"y"), ("u", b"q")]
+    # stored as bytes (what the saver writes now), on a base stored as JSON
+    docs["5"] = raw_list("4", 2, [("v", b"w")])
+    assert materialize(docs, "5") == [("t", b"a"), ("t", b"y"), ("v", b"w")]
+    assert load(raw_value(("t", b"v"))) == {"raw_value": ("t", b"v")}
     with pytest.raises(KeyError):
         materialize({"4": {"base": "0", "keep": 1, "pack": items()}}, "4")
 

@@ -20,8 +20,8 @@ string (a chat message's ``content``, a tool output's ``output``) keeps that tex
 message's content, and the rest of the item under ``sdk_rest``. Messages written by Rewind (the
 recovery notice, a nudge) come back as plain chat items (``{"role": "assistant", "content": …}``).
 `pop_item` and `clear_session` never delete: history is append-only in Rewind, so they hide
-messages through two session variables (``openai_agents.hidden``, ``openai_agents.start``) that a
-rollback restores with everything else.
+messages through two session variables (``openai_agents.hidden``: ranges of hidden positions,
+``openai_agents.start``) that a rollback restores with everything else.
 
 **Runs are bracketed by snapshots.** The first `get_items` of a run takes a snapshot
 ``run start`` when the history changed since the last one; an `add_items` that ends with an
@@ -69,6 +69,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from engine import errors
 from engine.engine import Engine
 from engine.errors import LoopDetected
+from engine.records import SessionInfo
 from engine.sessions.session import Session
 from engine.types import LoopPolicy
 
@@ -88,7 +89,9 @@ TEXT_KEY = "sdk_text"
 """Message key naming the item field (``content`` or ``output``) that the content restores."""
 
 HIDDEN_VAR = "openai_agents.hidden"
-"""Session variable: live-line positions of messages `pop_item` removed."""
+"""Session variable: live-line positions of messages `pop_item` removed, as sorted, disjoint
+``[start, end)`` ranges (a run of pops is one range, however long; a plain position, as stored
+before ranges, still reads)."""
 
 START_VAR = "openai_agents.start"
 """Session variable: live-line position where the visible history starts (`clear_session`)."""
@@ -201,6 +204,52 @@ def _message_item(message: dict) -> dict | None:
     return {"role": role, "content": _text(message.get("content"))}
 
 
+def _items(since: int, messages: list[dict]) -> list[tuple[int, dict]]:
+    """(position, item) of the messages read from position `since` that stand for an item."""
+    out = []
+    for position, message in enumerate(messages, start=since):
+        item = _message_item(message)
+        if item is not None:
+            out.append((position, item))
+    return out
+
+
+def _ranges(stored: Any) -> list[list[int]]:
+    """The hidden ranges of `HIDDEN_VAR` (``[start, end)``, sorted, disjoint, merged); plain
+    positions (stored before ranges) become ranges of one."""
+    spans = sorted([int(x), int(x) + 1] if isinstance(x, int) else [int(x[0]), int(x[1])]
+                   for x in stored or ())
+    out: list[list[int]] = []
+    for a, b in spans:
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def _hide(hidden: list[list[int]], position: int) -> list[list[int]]:
+    """`hidden` with `position` hidden too."""
+    return _ranges([*hidden, [position, position + 1]])
+
+
+def _spans(hidden: list[list[int]], start: int, total: int) -> list[tuple[int, int]]:
+    """The visible ``[since, until)`` spans of positions `start` to `total`, oldest first."""
+    spans = []
+    at = start
+    for a, b in hidden:
+        if b <= at:
+            continue
+        if a >= total:
+            break
+        if a > at:
+            spans.append((at, a))
+        at = b
+    if at < total:
+        spans.append((at, total))
+    return spans
+
+
 def _ends_run(items: Sequence[dict]) -> bool:
     """Whether stored items end with the run's answer (an assistant message, no call after)."""
     if not items:
@@ -247,10 +296,11 @@ class RewindSession:
         """The visible history, oldest first; `limit`: only the newest N items."""
         if limit is None and self.session_settings is not None:
             limit = getattr(self.session_settings, "limit", None)
-        self._begin_run(wrapper)
+        info = self.rewind.info()  # one read of the summary serves the run check and the read
+        self._begin_run(wrapper, info)
         if limit is not None and limit <= 0:
             return []
-        return [item for _, item in self._visible(limit)[0]]
+        return [item for _, item in self._visible(limit, info.messages)[0]]
 
     async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
         """Append items to the history (one atomic write); dropped when the session was rolled
@@ -282,7 +332,7 @@ class RewindSession:
         if not visible:
             return None
         position, item = visible[-1]
-        self.rewind.set_var(HIDDEN_VAR, [*hidden, position])
+        self.rewind.set_var(HIDDEN_VAR, _hide(hidden, position))
         return item
 
     async def clear_session(self, *, wrapper: Any = None) -> None:
@@ -295,42 +345,53 @@ class RewindSession:
         (options: `ToolGuard`'s)."""
         return ToolGuard(self, **options).agent(agent)
 
-    def _visible(self, newest: int | None = None) -> tuple[list[tuple[int, dict]], list[int]]:
+    def _visible(self, newest: int | None = None, total: int | None = None
+                 ) -> tuple[list[tuple[int, dict]], list[list[int]]]:
         """The visible (position, item) pairs, oldest first: all of them, or only the `newest`
-        N; and the hidden positions. Only the tail is read: twice as much of it each time
-        hidden messages or messages without an item leave it short of N."""
+        N; and the hidden ranges. `total`: the live line's length when the caller just read it.
+        Only the visible spans of the tail are read, newest first, each for as many messages as
+        are still wanted (twice as many as the last read when messages without an item left it
+        short), so a read costs about what it returns, however many items were popped."""
         variables = self.engine.get_values(self.session_id, "var")
         start = variables.get(START_VAR) or 0
-        hidden_list = list(variables.get(HIDDEN_VAR) or ())
-        hidden = set(hidden_list)
-        span = None if newest is None else newest + len(hidden)
-        while True:
-            since = start
-            if span is not None:
-                since = max(start, self.rewind.info().messages - span)
+        hidden = _ranges(variables.get(HIDDEN_VAR))
+        if total is None:
+            total = self.rewind.info().messages
+        if newest is None:
             out = []
-            messages = self.engine.live_messages(self.session_id, since=since)
-            for position, message in enumerate(messages, start=since):
-                if position in hidden:
-                    continue
-                item = _message_item(message)
-                if item is not None:
-                    out.append((position, item))
-            if newest is None or span is None or len(out) >= newest or since <= start:
-                return (out if newest is None else out[-newest:]), hidden_list
-            span *= 2
+            for since, until in _spans(hidden, start, total):
+                messages = self.engine.live_messages(self.session_id, since=since, until=until)
+                out += _items(since, messages)
+            return out, hidden
+        chunks: list[list[tuple[int, dict]]] = []
+        found = read = 0
+        for since, until in reversed(_spans(hidden, start, total)):
+            while until > since and found < newest:
+                first = max(since, until - max(newest - found, 2 * read))
+                messages = self.engine.live_messages(self.session_id, since=first, until=until)
+                chunk = _items(first, messages)
+                chunks.append(chunk)
+                found += len(chunk)
+                read = len(messages) if len(chunk) < len(messages) else 0
+                until = first
+            if found >= newest:
+                break
+        out = [pair for chunk in reversed(chunks) for pair in chunk]
+        return out[-newest:] if newest else [], hidden
 
-    def _begin_run(self, wrapper: Any) -> None:
+    def _begin_run(self, wrapper: Any, info: SessionInfo) -> None:
         key = id(wrapper) if wrapper is not None else None
         if key is not None and key == self._run_key:
             return  # the same run reading again (limits, compaction)
         self._run_key = key
-        self._run_epoch = self.rewind.info().epoch
-        self._snapshot("run start")
+        self._run_epoch = info.epoch
+        self._snapshot("run start", info)
 
-    def _snapshot(self, label: str) -> None:
-        """Take a snapshot unless nothing was written since the last one taken here."""
-        info = self.rewind.info()
+    def _snapshot(self, label: str, info: SessionInfo | None = None) -> None:
+        """Take a snapshot unless nothing was written since the last one taken here (`info`:
+        the session's summary, when the caller just read it)."""
+        if info is None:
+            info = self.rewind.info()
         marker = (info.epoch, info.messages)
         if marker == self._snapshot_seq:
             return

@@ -1,7 +1,11 @@
 """How LangGraph values become JSON documents, and list channels become deltas (no I/O).
 
-Values go through the saver's serializer (``serde.dumps_typed`` gives a type name and bytes) and
-are stored as ``[type, base64 text]`` (`Encoded`), so a store only ever sees JSON.
+Values go through the saver's serializer (``serde.dumps_typed`` gives a type name and bytes).
+Channel values are stored as documents of bytes (the store keeps them as they are, see
+`engine.store.protocols.documents`): a small JSON header, then the serialized bytes (`raw_value`,
+`raw_list`; `load` reads them back), so a read neither parses nor base64-decodes the bulk of a
+checkpoint. Everything else (records, pending writes, documents stored before) is JSON, with
+serialized bytes as ``[type, base64 text]`` (`Encoded`).
 
 A list channel (the ``messages`` of a chat agent) grows by a message or two per checkpoint. Storing
 it whole at every version costs the square of the conversation length. Here each version is a
@@ -9,10 +13,10 @@ delta against an earlier version of the same channel, on the line of checkpoints
 
     {"base": "<base version>" | None, "keep": k, "pack": {"types", "sizes", "data"}}
 
-meaning "the first k items of the base version, then these items". The items are packed (`pack`):
-their serialized bytes joined into one base64 text, with each item's size and serializer type, so
-reading a document is one base64 decode, not one per item. Documents stored before packing hold
-``"items": [Encoded, …]`` instead and still read. A list with nothing in common
+meaning "the first k items of the base version, then these items" (the shape `load` gives; stored as
+bytes by `raw_list`). The items are packed: their serialized bytes joined, with each item's size
+and serializer type. Documents stored as JSON still read: packed (``"pack"``, the joined bytes as
+one base64 text, `pack`) or, older, ``"items": [Encoded, …]``. A list with nothing in common
 with what it would build on is stored whole (``base`` None, ``keep`` 0).
 
 Which earlier version a delta builds on follows skip-deltas (as Subversion stores file versions):
@@ -37,6 +41,8 @@ Reading version v follows the chain of bases back to a whole copy (`materialize`
 from __future__ import annotations
 
 import base64
+import json
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -64,40 +70,124 @@ Raw = tuple
 
 
 def pack(raws: Sequence[Raw]) -> dict:
-    """The stored form of list items: ``{"types": type or [type, …], "sizes": [int, …],
-    "data": base64 of the joined bytes}``."""
+    """List items as JSON, how they were stored before documents could be bytes:
+    ``{"types": type or [type, …], "sizes": [int, …], "data": base64 of the joined bytes}``."""
     kinds = [kind for kind, _data in raws]
     return {"types": kinds[0] if kinds and kinds.count(kinds[0]) == len(kinds) else kinds,
             "sizes": [len(data) for _kind, data in raws],
             "data": base64.b64encode(b"".join(data for _kind, data in raws)).decode("ascii")}
 
 
-def unpack(doc: Mapping) -> list[Raw]:
-    """The items of a list document (`pack`, or ``items`` as stored before packing)."""
-    if "items" in doc:
+RAW_MAGIC = b"RWD1"
+"""First bytes of a channel value stored as bytes: then the header's length (4 bytes, big-endian),
+the header (JSON), for a list the size of each item (``n`` unsigned 4-byte little-endian
+integers, so reading them is one C call, not a JSON list of numbers), then the serialized bytes."""
+
+
+def _raw(header: dict, data: bytes, sizes: Sequence[int] = ()) -> bytes:
+    head = json.dumps(header, separators=(",", ":")).encode()
+    return b"".join((RAW_MAGIC, len(head).to_bytes(4, "big"), head,
+                     struct.pack(f"<{len(sizes)}I", *sizes), data))
+
+
+def raw_value(serialized: Raw) -> bytes:
+    """The stored form of a channel value that is not a list: ``dumps_typed``'s (type, bytes)."""
+    return _raw({"type": serialized[0]}, serialized[1])
+
+
+def raw_list(base: str | None, keep: int, raws: Sequence[Raw]) -> bytes:
+    """The stored form of a list version: builds on the first `keep` items of version `base`
+    (None: a whole copy), then `raws`."""
+    kinds = [kind for kind, _data in raws]
+    header = {"base": base, "keep": keep,
+              "types": kinds[0] if kinds and kinds.count(kinds[0]) == len(kinds) else kinds,
+              "n": len(raws)}
+    return _raw(header, b"".join(data for _kind, data in raws),
+                [len(data) for _kind, data in raws])
+
+
+def load(doc: Any) -> Any:
+    """A stored blob document as JSON-shaped data: one stored as bytes (`raw_value`, `raw_list`)
+    becomes ``{"raw_value": (type, bytes)}`` or ``{"base", "keep", "raw": {"types", "sizes",
+    "data"}}`` (data a memoryview of the stored bytes); anything else is returned as it is."""
+    if not isinstance(doc, bytes):
+        return doc
+    if doc[:4] != RAW_MAGIC:
+        raise ValueError("a channel value stored as bytes must start with " + repr(RAW_MAGIC))
+    at = 8 + int.from_bytes(doc[4:8], "big")
+    header = json.loads(doc[8:at])
+    if "type" in header:
+        return {"raw_value": (header["type"], doc[at:])}
+    n = header["n"]
+    sizes = list(struct.unpack_from(f"<{n}I", doc, at))
+    return {"base": header["base"], "keep": header["keep"],
+            "raw": {"types": header["types"], "sizes": sizes,
+                    "data": memoryview(doc)[at + 4 * n:]}}
+
+
+def load_all(docs: Mapping[str, Any]) -> dict[str, Any]:
+    """`load` applied to every document of `docs` (key -> document)."""
+    return {key: load(doc) if isinstance(doc, bytes) else doc for key, doc in docs.items()}
+
+
+def value_of(serde: Any, doc: Mapping) -> Any:
+    """The value a (loaded) non-list blob document stores."""
+    if "raw_value" in doc:
+        return serde.loads_typed(doc["raw_value"])
+    return decode(serde, doc["value"])
+
+
+def _packed(doc: Mapping) -> tuple[Any, list[int], bytes | memoryview] | None:
+    """(types, sizes, joined bytes) of a packed list document; None for ``items``."""
+    if "raw" in doc:
+        raw = doc["raw"]
+        return raw["types"], raw["sizes"], raw["data"]
+    if "pack" in doc:
+        packed = doc["pack"]
+        return packed["types"], packed["sizes"], base64.b64decode(packed["data"])
+    return None
+
+
+def unpack(doc: Any) -> list[Raw]:
+    """The items of a list document (stored as bytes, packed, or ``items`` as stored before
+    packing)."""
+    doc = load(doc)
+    packed = _packed(doc)
+    if packed is None:
         return [(e[0], base64.b64decode(e[1])) for e in doc["items"]]
-    packed = doc["pack"]
-    data, kinds, out, at = base64.b64decode(packed["data"]), packed["types"], [], 0
-    for i, size in enumerate(packed["sizes"]):
+    kinds, sizes, data = packed
+    data, out, at = bytes(data), [], 0
+    for i, size in enumerate(sizes):
         out.append((kinds if isinstance(kinds, str) else kinds[i], data[at:at + size]))
         at += size
     return out
 
 
-def item_count(doc: Mapping) -> int:
+def item_count(doc: Any) -> int:
     """How many items a list document stores itself."""
-    return len(doc["items"]) if "items" in doc else len(doc["pack"]["sizes"])
+    doc = load(doc)
+    packed = _packed(doc) if "items" not in doc else None
+    return len(doc["items"]) if packed is None else len(packed[1])
 
 
 class Joined(Sequence):
     """List items as one joined byte string (what `materialize_joined` reads): decoded in one
     call, split into `Raw` items only when one is asked for (the next delta's comparison)."""
 
-    __slots__ = ("kinds", "data", "sizes", "_items")
+    __slots__ = ("kinds", "parts", "sizes", "_data", "_items")
 
-    def __init__(self, kinds: list[str], data: bytes, sizes: list[int]):
-        self.kinds, self.data, self.sizes = kinds, data, sizes
+    def __init__(self, kinds: list[str], parts: Sequence[bytes | memoryview], sizes: list[int]):
+        self.kinds, self.parts, self.sizes = kinds, parts, sizes
+        self._data: bytes | None = None
         self._items: list[Raw] | None = None
+
+    @property
+    def data(self) -> bytes:
+        """The items' bytes, joined (on first use: a read that only decodes joins them once,
+        behind the array header, in `decode_list`)."""
+        if self._data is None:
+            self._data = b"".join(self.parts)
+        return self._data
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -118,7 +208,7 @@ def decode_list(serde: Any, encodings: Sequence[Raw]) -> list:
     Items serialized as msgpack are joined under one msgpack array header and decoded in a single
     call: the same work as decoding a whole-list blob, not one call per message.
     """
-    if encodings and (all(k == "msgpack" for k in encodings.kinds) if isinstance(
+    if encodings and (encodings.kinds.count("msgpack") == len(encodings) if isinstance(
             encodings, Joined) else all(e[0] == "msgpack" for e in encodings)):
         n = len(encodings)
         if n < 16:
@@ -127,8 +217,8 @@ def decode_list(serde: Any, encodings: Sequence[Raw]) -> list:
             header = b"\xdc" + n.to_bytes(2, "big")
         else:
             header = b"\xdd" + n.to_bytes(4, "big")
-        blob = header + (encodings.data if isinstance(encodings, Joined)
-                         else b"".join(e[1] for e in encodings))
+        blob = b"".join([header, *(encodings.parts if isinstance(encodings, Joined)
+                                   else (e[1] for e in encodings))])
         items = serde.loads_typed(("msgpack", blob))
         if isinstance(items, list) and len(items) == n:
             return items
@@ -193,7 +283,7 @@ def packed_size(encodings: Sequence[Raw]) -> int:
 
 
 def list_delta(serde: Any, base: ListState | None, new: list, version: object,
-               max_bytes: int | None = None) -> tuple[ListState, dict, int]:
+               max_bytes: int | None = None) -> tuple[ListState, bytes, int]:
     """The document storing list `new` at `version`, the new state, and the common prefix.
 
     Args:
@@ -206,8 +296,8 @@ def list_delta(serde: Any, base: ListState | None, new: list, version: object,
             delta would not.
 
     Returns:
-        (state of `new` for the next delta, the document to store, how many leading items
-        `new` shares with `base`).
+        (state of `new` for the next delta, the document to store (`raw_list`), how many
+        leading items `new` shares with `base`).
     """
     step = 0
     if base is not None:
@@ -219,7 +309,7 @@ def list_delta(serde: Any, base: ListState | None, new: list, version: object,
         if base is not None and step:
             encodings[:step] = base.encodings[:step]
         state = ListState(str(version), encodings, chain=[[str(version), len(new), 0]])
-        return state, {"base": None, "keep": 0, "pack": pack(encodings)}, step
+        return state, raw_list(None, 0, encodings), step
     suffix = [tuple(serde.dumps_typed(item)) for item in new[step:]]
     encodings = list(base.encodings[:step]) + suffix
     decoded = base.decoded[:step] + [_MISSING] * len(suffix)
@@ -232,14 +322,15 @@ def list_delta(serde: Any, base: ListState | None, new: list, version: object,
         at, keep = len(chain) - 1, step
     if keep == 0:  # nothing shared with the version it would build on: a whole copy
         state = ListState(str(version), encodings, decoded, [[str(version), len(new), 0]])
-        return state, {"base": None, "keep": 0, "pack": pack(encodings)}, step
+        return state, raw_list(None, 0, encodings), step
     chain = [*chain[:at + 1], [str(version), len(new), position]]
     state = ListState(str(version), encodings, decoded, chain)
-    return state, {"base": chain[at][0], "keep": keep, "pack": pack(encodings[keep:])}, step
+    return state, raw_list(chain[at][0], keep, encodings[keep:]), step
 
 
-def is_list_doc(doc: Mapping) -> bool:
-    return "pack" in doc or "items" in doc
+def is_list_doc(doc: Any) -> bool:
+    doc = load(doc)
+    return "raw" in doc or "pack" in doc or "items" in doc
 
 
 def _segments(versions: Mapping[str, Mapping], version: str) -> list[tuple[Mapping, int]]:
@@ -257,7 +348,7 @@ def _segments(versions: Mapping[str, Mapping], version: str) -> list[tuple[Mappi
         if current in seen:
             raise KeyError(f"the delta chain of version {version} loops at {current}")
         seen.add(current)
-        doc = versions[current]
+        doc = load(versions[current])
         keep = int(doc.get("keep") or 0)
         if limit is None:
             limit = keep + item_count(doc)
@@ -292,22 +383,22 @@ def materialize(versions: Mapping[str, Mapping], version: str) -> list[Raw]:
 def materialize_joined(versions: Mapping[str, Mapping], version: str) -> Joined:
     """`materialize`, the items joined (`Joined`): no per-item objects on the way."""
     kinds: list[str] = []
-    parts: list[bytes] = []
+    parts: list[bytes | memoryview] = []
     sizes: list[int] = []
     for doc, count in _segments(versions, version):
-        if "pack" not in doc:
+        packed = _packed(doc)
+        if packed is None:
             raws = unpack(doc)[:count]
             kinds.extend(kind for kind, _data in raws)
             parts.extend(data for _kind, data in raws)
             sizes.extend(len(data) for _kind, data in raws)
             continue
-        packed = doc["pack"]
-        own = packed["sizes"][:count]
-        kinds.extend([packed["types"]] * len(own) if isinstance(packed["types"], str)
-                     else packed["types"][:count])
-        parts.append(base64.b64decode(packed["data"])[:sum(own)])
+        types, all_sizes, data = packed
+        own = all_sizes[:count]
+        kinds.extend([types] * len(own) if isinstance(types, str) else types[:count])
+        parts.append(data[:sum(own)])
         sizes.extend(own)
-    return Joined(kinds, b"".join(parts), sizes)
+    return Joined(kinds, parts, sizes)
 
 
 def referenced_blobs(records: Sequence[Mapping], blobs: Mapping[str, Mapping], key_of) -> set[str]:
@@ -325,7 +416,7 @@ def referenced_blobs(records: Sequence[Mapping], blobs: Mapping[str, Mapping], k
             key: str | None = key_of(ns, channel, version)
             while key is not None and key not in needed:
                 needed.add(key)
-                doc = blobs.get(key)
+                doc = load(blobs.get(key))
                 base = doc.get("base") if doc else None
                 key = key_of(ns, channel, base) if base is not None else None
     return needed
@@ -354,7 +445,7 @@ def chain_items(docs: Mapping[str, Mapping], ns: str, channel: str, chain: Chain
     scans the channel instead)."""
     found = {}
     for v, _floor, _pos in chain:
-        doc = docs.get(layout.blob_key(ns, channel, v))
+        doc = load(docs.get(layout.blob_key(ns, channel, v)))
         if doc is None or not is_list_doc(doc):
             return None
         found[str(v)] = doc

@@ -26,7 +26,9 @@ Storage does not copy the message list at every checkpoint: channel values are s
 (channel, version), like LangGraph's Postgres saver, and list values as skip-deltas against
 earlier versions on the same line (`codec`). The checkpoint record names every document its
 lists are built from, so reading a checkpoint is one read of the record and one of its values,
-whatever the thread's length: at most log2(n) + 1 documents per list channel.
+whatever the thread's length: at most log2(n) + 1 documents per list channel. Channel values are
+stored as bytes (the serializer's output behind a small header), so a read neither parses nor
+base64-decodes them; threads stored as JSON before still read.
 
 Every read and write goes through the engine's public API (`Engine.get_documents`,
 `Engine.write_session`, …), never the store itself: the engine checks size limits before the store
@@ -530,7 +532,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         parent_versions = parent["cp"].get("channel_versions", {}) if parent else {}
         parent_chains = (parent.get("lists") or {}) if parent else {}
         values = checkpoint["channel_values"]
-        docs: dict[str, dict] = {}
+        docs: dict[str, Any] = {}
         lists: dict[str, codec.ListState] = {}
         appended = None  # messages this checkpoint adds to its parent's, for the mirror
         max_bytes = self.engine.limits.document_bytes // 2
@@ -541,7 +543,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 continue
             value = values[channel]
             if not isinstance(value, list):
-                docs[key] = {"value": codec.encode(self.serde, value)}
+                docs[key] = codec.raw_value(tuple(self.serde.dumps_typed(value)))
                 continue
             before = parent_versions.get(channel)
             base = None
@@ -704,7 +706,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
             if encodings is not None:
                 return codec.ListState(version, encodings, chain=chain)
         key = layout.blob_key(ns, channel, version)
-        doc = self.engine.get_documents(sid, layout.DOCS, [key]).get(key)
+        doc = codec.load(self.engine.get_documents(sid, layout.DOCS, [key]).get(key))
         if doc is None or not codec.is_list_doc(doc):
             return None
         return codec.ListState(version, self._encodings(sid, ns, channel, version, doc, {}))
@@ -721,7 +723,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         if scan is None:
             prefix = layout.blob_prefix(ns, channel)
             found = self.engine.scan_documents(sid, layout.DOCS, prefix)
-            scan = scans[(ns, channel)] = {layout.version_of(k, prefix): d
+            scan = scans[(ns, channel)] = {layout.version_of(k, prefix): codec.load(d)
                                            for k, d in found.items()}
         try:
             return codec.materialize(scan, version)
@@ -750,14 +752,15 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 continue
             usable[channel] = chain
             wanted.update(codec.chain_keys(ns, channel, chain))
-        docs = self.engine.get_documents(sid, layout.DOCS, sorted(wanted)) if wanted else {}
+        docs = codec.load_all(
+            self.engine.get_documents(sid, layout.DOCS, sorted(wanted)) if wanted else {})
         values = {}
         for channel, key in keys.items():
             doc = docs.get(key)
             if doc is None or doc.get("empty"):
                 continue
             if not codec.is_list_doc(doc):
-                values[channel] = codec.decode(self.serde, doc["value"])
+                values[channel] = codec.value_of(self.serde, doc)
                 continue
             version = str(versions[channel])
             chain = usable.get(channel)

@@ -10,14 +10,24 @@ from typing import Any, Protocol, runtime_checkable
 
 from engine.store.requests import AuditEntry
 
+RawDocument = bytes
+"""A session document stored as bytes, not JSON (`DocumentStore`)."""
+
 
 @runtime_checkable
 class DocumentStore(Protocol):
     """Unversioned documents: a session's (rollbacks leave them alone) and the fleet's (no
-    session owns them)."""
+    session owns them).
+
+    A session's document is JSON data, or `bytes` (`RawDocument`): bytes are kept as they are
+    (SQLite: a BLOB; Redis, whose client reads replies as text: base64 text marked as bytes) and
+    read back as `bytes`, so an integration holding serialized data (LangGraph's channel values)
+    neither encodes it as text nor parses it back. Documents stored before bytes were allowed
+    read as they always did."""
 
     def doc_put(self, sid: str, ns: str, items: dict[str, Any], now: float) -> None:
-        """Set documents of namespace `ns` (None deletes one). Unlike `put`, documents are not
+        """Set documents of namespace `ns` (None deletes one; `bytes` are kept as they are).
+        Unlike `put`, documents are not
         versioned and rollbacks do not touch them: integrations keep their own history here
         (e.g. LangGraph checkpoints). Atomic.
 
@@ -27,7 +37,7 @@ class DocumentStore(Protocol):
         ...
 
     def doc_get(self, sid: str, ns: str, keys: list[str]) -> dict[str, Any]:
-        """The documents among `keys` that exist."""
+        """The documents among `keys` that exist (`bytes` for one stored as bytes)."""
         ...
 
     def doc_scan(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:

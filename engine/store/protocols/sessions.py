@@ -132,12 +132,15 @@ class SessionStore(Protocol):
         """Current values of namespace `ns` on the live line ({} for an unknown session)."""
         ...
 
-    def live_messages(self, sid: str, *, since: int = 0) -> list[dict[str, Any]]:
+    def live_messages(self, sid: str, *, since: int = 0,
+                      until: int | None = None) -> list[dict[str, Any]]:
         """Messages on the live line, oldest first ([] for an unknown session).
 
         Args:
             since: only those at live-line positions `since` and after (0: all); a read of
                 the tail costs what it returns, not the history.
+            until: only those before position `until` (None: to the end); a read of a span
+                costs what it returns.
         """
         ...
 

@@ -61,6 +61,7 @@ How it stays correct:
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import time
@@ -300,10 +301,14 @@ class RedisStore(FleetDocs):
         raw = self._guard(self._r.hgetall, keys.kv_values(base, ns))
         return {k: json.loads(v) for k, v in raw.items()}
 
-    def live_messages(self, sid: str, *, since: int = 0) -> list[dict[str, Any]]:
+    def live_messages(self, sid: str, *, since: int = 0,
+                      until: int | None = None) -> list[dict[str, Any]]:
         base = keys.session_base(sid, self.prefix)
+        if until is not None and until <= max(since, 0):
+            return []
         # the live list holds one entry per live-line position, so a position is its index
-        rows = self._guard(self._r.lrange, keys.live_messages(base), max(since, 0), -1)
+        rows = self._guard(self._r.lrange, keys.live_messages(base), max(since, 0),
+                           -1 if until is None else until - 1)
         return [json.loads(r)[3] for r in rows]
 
     def all_messages(self, sid: str) -> list[MessageRecord]:
@@ -637,12 +642,12 @@ class RedisStore(FleetDocs):
             raise ValueError(f"a document namespace must be an identifier, not {ns!r}")
         args: list[str] = [ns]
         for key, value in items.items():
-            args += [key, "" if value is None else dumps(value)]
+            args += [key, _doc_text(value)]
         self._write("doc_put", sid, now, args)
 
     def _docs(self, sid: str, args: list[str]) -> dict[str, Any]:
         flat = self._read("docs", sid, args)
-        return {flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)}
+        return {flat[i]: _doc_value(flat[i + 1]) for i in range(0, len(flat), 2)}
 
     def doc_get(self, sid: str, ns: str, keys: list[str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -686,7 +691,7 @@ class RedisStore(FleetDocs):
             for key, value in docs.items():
                 if stamp == (ns, key):  # write.lua adds these three from the snapshot it takes
                     value = {k: v for k, v in value.items() if k not in ("snap", "msgs", "epoch")}
-                args += [key, "" if value is None else dumps(value)]
+                args += [key, _doc_text(value)]
         args += list(stamp) if stamp is not None else ["", ""]
         result, _ = self._write("write", sid, now, args)
         epoch, snap = json.loads(result)
@@ -795,3 +800,24 @@ class RedisStore(FleetDocs):
             reason = "idle sessions past their time limit (evidence kept)"
             self._views.record_purge(now, reason, counts, ("session_ids", doomed))
         return counts
+
+
+RAW_MARK = "b64:"
+"""Prefix of a document stored as bytes (`DocumentStore`): the client reads replies as text, so
+bytes are kept as base64 text behind a mark no JSON text starts with."""
+
+
+def _doc_text(value: Any) -> str:
+    """The hash value of a document ("" deletes it): JSON text, or marked base64 for bytes."""
+    if value is None:
+        return ""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return RAW_MARK + base64.b64encode(value).decode("ascii")
+    return dumps(value)
+
+
+def _doc_value(text: str) -> Any:
+    """A document as `_doc_text` stored it."""
+    if text.startswith(RAW_MARK):
+        return base64.b64decode(text[len(RAW_MARK):])
+    return json.loads(text)

@@ -327,12 +327,13 @@ class SQLiteStore(BranchLine, SagaOutbox):
         rows = self._read("SELECT key, value FROM kv WHERE session = ? AND ns = ?", (sid, ns))
         return {k: json.loads(v) for k, v in rows}
 
-    def live_messages(self, sid: str, *, since: int = 0) -> list[dict[str, Any]]:
-        """Messages on the live line from position `since` on, oldest first."""
+    def live_messages(self, sid: str, *, since: int = 0,
+                      until: int | None = None) -> list[dict[str, Any]]:
+        """Messages on the live line from position `since` on (before `until`), oldest first."""
         rows = self._read(
             "SELECT body FROM messages WHERE session = ? AND branch IS NULL AND pos >= ? "
-            "ORDER BY pos",
-            (sid, since),
+            "AND pos < ? ORDER BY pos",
+            (sid, since, _END if until is None else until),
         )
         return [json.loads(r[0]) for r in rows]
 
@@ -766,7 +767,7 @@ class SQLiteStore(BranchLine, SagaOutbox):
                  now: float) -> None:
         session_row(conn, sid)
         for key, value in items.items():
-            put_value(conn, "docs", sid, ns, key, None if value is None else dumps(value))
+            _put_doc(conn, sid, ns, key, value)
         conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
 
     def doc_get(self, sid: str, ns: str, keys: list[str]) -> dict[str, Any]:
@@ -779,7 +780,7 @@ class SQLiteStore(BranchLine, SagaOutbox):
                 f"SELECT key, value FROM docs WHERE session = ? AND ns = ? AND key IN ({marks})",
                 (sid, ns, *chunk),
             )
-            out.update((k, json.loads(v)) for k, v in rows)
+            out.update((k, _doc_value(v)) for k, v in rows)
         return out
 
     def doc_scan(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
@@ -789,7 +790,7 @@ class SQLiteStore(BranchLine, SagaOutbox):
             "ORDER BY key",
             (sid, ns, prefix, prefix + "\U0010ffff"),
         )
-        return {k: json.loads(v) for k, v in rows}
+        return {k: _doc_value(v) for k, v in rows}
 
     # -- fleet documents --------------------------------------------------------------------
     def fleet_docs(self, ns: str) -> dict[str, Any]:
@@ -881,3 +882,24 @@ class SQLiteStore(BranchLine, SagaOutbox):
         if result != "ok":
             raise StoreUnavailable(f"{self.url} failed its integrity check: {result}")
         return {}
+
+
+def _put_doc(conn: sqlite3.Connection, sid: str, ns: str, key: str, value: Any) -> None:
+    """Set (None: delete) one document: the ``docs`` row holds its JSON text, or bytes as they
+    are (a BLOB: the column's TEXT affinity leaves BLOBs alone)."""
+    if isinstance(value, (bytearray, memoryview)):
+        value = bytes(value)
+    if value is None:
+        conn.execute("DELETE FROM docs WHERE session = ? AND ns = ? AND key = ?", (sid, ns, key))
+        return
+    conn.execute("INSERT OR REPLACE INTO docs(session, ns, key, value) VALUES (?, ?, ?, ?)",
+                 (sid, ns, key, value if isinstance(value, bytes) else dumps(value)))
+
+
+def _doc_value(stored: str | bytes) -> Any:
+    """A document as `_put_doc` stored it."""
+    return stored if isinstance(stored, bytes) else json.loads(stored)
+
+
+_END = 2**63 - 1
+"""A live-line position past every message (`live_messages` without `until`)."""
