@@ -42,6 +42,7 @@ from engine.store.base import (
     stamped,
 )
 from engine.store.sqlite.branches import BranchLine
+from engine.store.sqlite.docs import DocumentRows
 from engine.store.sqlite.rows import (
     AUDIT_COLS,
     COMPENSATION,
@@ -131,7 +132,7 @@ def _delete_session(conn: sqlite3.Connection, sid: str) -> bool:
     return found
 
 
-class SQLiteStore(BranchLine, SagaOutbox):
+class SQLiteStore(BranchLine, SagaOutbox, DocumentRows):
     """Store on one SQLite file (or `:memory:` for tests and demos in one process).
 
     Args:
@@ -756,69 +757,6 @@ class SQLiteStore(BranchLine, SagaOutbox):
         """Cursor of the newest event (0 when none)."""
         return int(self._read("SELECT COALESCE(MAX(id), 0) FROM events")[0][0])
 
-    # -- documents --------------------------------------------------------------------------
-    def doc_put(self, sid: str, ns: str, items: dict[str, Any], now: float) -> None:
-        """Set documents of namespace `ns` (None deletes one), unversioned."""
-        with self._db.write() as conn:
-            self._doc_put(conn, sid, ns, items, now)
-
-    @staticmethod
-    def _doc_put(conn: sqlite3.Connection, sid: str, ns: str, items: dict[str, Any],
-                 now: float) -> None:
-        session_row(conn, sid)
-        for key, value in items.items():
-            _put_doc(conn, sid, ns, key, value)
-        conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
-
-    def doc_get(self, sid: str, ns: str, keys: list[str]) -> dict[str, Any]:
-        """The documents among `keys` that exist."""
-        out: dict[str, Any] = {}
-        for i in range(0, len(keys), 500):  # stay under SQLite's bound-parameter limit
-            chunk = keys[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            rows = self._read(
-                f"SELECT key, value FROM docs WHERE session = ? AND ns = ? AND key IN ({marks})",
-                (sid, ns, *chunk),
-            )
-            out.update((k, _doc_value(v)) for k, v in rows)
-        return out
-
-    def doc_scan(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
-        """Every document of `ns` whose key starts with `prefix`, in key order."""
-        rows = self._read(
-            "SELECT key, value FROM docs WHERE session = ? AND ns = ? AND key >= ? AND key < ? "
-            "ORDER BY key",
-            (sid, ns, prefix, prefix + "\U0010ffff"),
-        )
-        return {k: _doc_value(v) for k, v in rows}
-
-    # -- fleet documents --------------------------------------------------------------------
-    def fleet_docs(self, ns: str) -> dict[str, Any]:
-        """Every fleet document of namespace `ns`, in key order."""
-        rows = self._read("SELECT key, value FROM fleet_docs WHERE ns = ? ORDER BY key", (ns,))
-        return {k: json.loads(v) for k, v in rows}
-
-    def fleet_doc_put(self, ns: str, values: dict[str, Any | None], now: float,
-                      audit: AuditEntry | None = None) -> None:
-        """Set fleet documents of `ns` (None deletes one), and write `audit`, in one
-        transaction."""
-        encoded = {k: None if v is None else dumps(v) for k, v in values.items()}
-        with self._db.write() as conn:
-            if audit is not None:
-                add_audit(conn, now, audit.actor, audit.action, None, None, audit.reason,
-                          audit.detail)
-                add_event(conn, now, None, audit.action, {"actor": audit.actor, **audit.detail})
-            for key, value in encoded.items():
-                if value is None:
-                    conn.execute("DELETE FROM fleet_docs WHERE ns = ? AND key = ?", (ns, key))
-                else:
-                    conn.execute(
-                        "INSERT INTO fleet_docs(ns, key, value, updated_at) VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT(ns, key) DO UPDATE SET value = excluded.value, "
-                        "updated_at = excluded.updated_at",
-                        (ns, key, value, now),
-                    )
-
     def delete_session(self, sid: str, now: float, audit: AuditEntry | None = None) -> bool:
         """Delete a session and everything it owns (audit events stay), with its audit row in
         the same transaction."""
@@ -882,23 +820,6 @@ class SQLiteStore(BranchLine, SagaOutbox):
         if result != "ok":
             raise StoreUnavailable(f"{self.url} failed its integrity check: {result}")
         return {}
-
-
-def _put_doc(conn: sqlite3.Connection, sid: str, ns: str, key: str, value: Any) -> None:
-    """Set (None: delete) one document: the ``docs`` row holds its JSON text, or bytes as they
-    are (a BLOB: the column's TEXT affinity leaves BLOBs alone)."""
-    if isinstance(value, (bytearray, memoryview)):
-        value = bytes(value)
-    if value is None:
-        conn.execute("DELETE FROM docs WHERE session = ? AND ns = ? AND key = ?", (sid, ns, key))
-        return
-    conn.execute("INSERT OR REPLACE INTO docs(session, ns, key, value) VALUES (?, ?, ?, ?)",
-                 (sid, ns, key, value if isinstance(value, bytes) else dumps(value)))
-
-
-def _doc_value(stored: str | bytes) -> Any:
-    """A document as `_put_doc` stored it."""
-    return stored if isinstance(stored, bytes) else json.loads(stored)
 
 
 _END = 2**63 - 1
