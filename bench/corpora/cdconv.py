@@ -54,17 +54,23 @@ def feed(engine: Engine, n: int, turns: list[str]) -> tuple[int, list[str]]:
     return len(invalid), invalid
 
 
-def measure(git: str, split: str, show: int = 0) -> dict:
-    chats = load(git, split)
+def judge_engine() -> Engine:
+    """An in-memory engine whose clock moves one second a memory, with the hashing embedder:
+    the default rules judge, as a judge corpus bench (this one, `prosecco.py`) runs it."""
     clock = [1_800_000_000.0]
 
     def tick() -> float:
         clock[0] += 1.0
         return clock[0]
 
-    engine = Engine.open(
+    return Engine.open(
         "sqlite:///:memory:", memory=MemoryConfig(embedder=HashingEmbedder()), clock=tick
     )
+
+
+def measure(git: str, split: str, show: int = 0) -> dict:
+    chats = load(git, split)
+    engine = judge_engine()
     flagged = {0: 0, 1: 0, 2: 0, 3: 0}
     count = {0: 0, 1: 0, 2: 0, 3: 0}
     turns = invalid = 0

@@ -30,9 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from engine import Engine  # noqa: E402
-from engine.memory.embeddings import HashingEmbedder  # noqa: E402
-from engine.memory.session import MemoryConfig  # noqa: E402
+from cdconv import judge_engine  # noqa: E402  (bench/corpora, this script's folder)
 
 COMMIT = "eeffc009228c67b704346ea1221ee176c8ddc785"
 FILE = "data/ProSeCCo_final_corpus/ProSeCCo_final.json"
@@ -47,15 +45,7 @@ def load(git: str) -> list[dict]:
 
 
 def measure(git: str, field: str = "locution", show: int = 0) -> dict:
-    clock = [1_800_000_000.0]
-
-    def tick() -> float:
-        clock[0] += 1.0
-        return clock[0]
-
-    engine = Engine.open(
-        "sqlite:///:memory:", memory=MemoryConfig(embedder=HashingEmbedder()), clock=tick
-    )
+    engine = judge_engine()
     tp = fp = positives = negatives = invalid = turns = 0
     shown: list[str] = []
     try:
