@@ -30,7 +30,8 @@ Chromium, the way from `page.goto` to the first plotly chart drawn:
 It also times the engine calls behind each page, in a fresh process, to show where time goes,
 and measures a bare Streamlit page holding one small plotly chart the same way: the floor that
 Streamlit, plotly.js and the browser cost on this machine before the console does anything.
-Stores are kept in bench/results/ (git-ignored); `--reuse` measures them again without seeding.
+Stores are kept in bench/results/ (git-ignored) and seeded once: a later run measures a store an
+earlier one finished seeding (`--reseed` seeds afresh).
 Targets: fleet under 3 s, session under 2 s.
 """
 
@@ -129,10 +130,25 @@ def _seed_session(engine: Engine, k: int, n_steps: int, counter, lock) -> None:
             s.append_message("assistant", f"Step {i}: progress on task {k}.")
 
 
+def _ended(s, tool: str, args: dict, *, result=None, error: str | None = None):
+    """A step call that already ended, for `Session.record_steps`."""
+    call = s.step(tool, args, snapshot=False)
+    if error is None:
+        call.ok(result)
+    else:
+        call.fail(error)
+    return call
+
+
 def _seed_small(engine: Engine, k: int, n_steps: int, counter, lock) -> None:
     """A short session (the bulk of a 100,000-session fleet): meta, one user message, a start
     snapshot, `n_steps` steps; one in 40 loops once and is flagged, and all but one in 400 of
-    those recover (so the fleet has as many looping now, in proportion, at every size)."""
+    those recover (so the fleet has as many looping now, in proportion, at every size).
+
+    The steps go through the batch path (`Session.record_steps` of a handle that only
+    watches): judged one by one as `with` blocks would be, written in one transaction; the
+    message and the snapshot go in one `Engine.write_session`. A session costs three store
+    writes (four when it loops), not two per step."""
     sid = f"bench-{k:06d}"
     s = engine.session(
         sid,
@@ -144,20 +160,26 @@ def _seed_small(engine: Engine, k: int, n_steps: int, counter, lock) -> None:
         },
         on_loop="flag",
     )
-    s.append_message("user", f"Task {k}: please help with {SCENARIOS[k % len(SCENARIOS)]}.")
-    s.snapshot("start")
+    # The first message and the start snapshot in one atomic write.
+    engine.write_session(sid, messages=[{
+        "role": "user", "content": f"Task {k}: please help with {SCENARIOS[k % len(SCENARIOS)]}."
+    }], snapshot="start")
     done = 0
     if k % 40 == 3 and n_steps >= 4:
-        fail_until_flagged(s, "image_crop", {"image": f"{sid}.png", "box": [0, 0, 0, k]},
-                           "invalid slice", 4)
+        box = {"image": f"{sid}.png", "box": [0, 0, 0, k]}
+        s.record_steps([_ended(s, "image_crop", box, error="invalid slice") for _ in range(4)])
         done = 4
-        if k % 400 != 3 and n_steps > done:
-            with s.step("image_crop", {"image": f"{sid}.png", "box": [0, 0, 9, k]}) as call:
-                call.ok({"url": f"{sid}-cropped.png"})
-            done += 1
-    for i in range(done, n_steps):
-        with s.step(TOOLS[i % len(TOOLS)], {"q": f"{k}-{i}"}) as call:
-            call.ok({"n": i})
+        if k % 400 == 3:  # stays looping: the loop is the last thing it did
+            with lock:
+                counter.value += done
+            return
+    calls = []
+    if done and n_steps > done:  # the agent found the right coordinates: healthy again
+        calls.append(_ended(s, "image_crop", {"image": f"{sid}.png", "box": [0, 0, 9, k]},
+                            result={"url": f"{sid}-cropped.png"}))
+    calls += [_ended(s, TOOLS[i % len(TOOLS)], {"q": f"{k}-{i}"}, result={"n": i})
+              for i in range(done + len(calls), n_steps)]
+    s.record_steps(calls)
     with lock:
         counter.value += n_steps
 
@@ -186,7 +208,7 @@ def _seed_worker(
 
 def seed(path: Path, sessions: int, total_steps: int, workers: int) -> float:
     """Write a fresh store at `path`; returns the seconds it took."""
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm", ".seeded"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     url = f"sqlite:///{path}?synchronous=OFF"
     Engine.open(url).close()  # create the schema once, before the workers race for it
@@ -219,7 +241,16 @@ def seed(path: Path, sessions: int, total_steps: int, workers: int) -> float:
         p.join()
         if p.exitcode:
             raise SystemExit(f"a seeding worker failed (exit code {p.exitcode})")
+    Path(f"{path}.seeded").write_text(f"{sessions} {total_steps}\n")
     return time.perf_counter() - started
+
+
+def seeded(path: Path, args) -> bool:
+    """Whether the store at `path` is there to measure again: seeded to the end by an earlier
+    run (unless `--reseed`), or any store there with `--reuse`."""
+    if args.reseed or not path.exists():
+        return False
+    return args.reuse or Path(f"{path}.seeded").exists()
 
 
 # -- measuring ----------------------------------------------------------------------------------
@@ -413,7 +444,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="steady-state visits per page")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--reuse", action="store_true",
-                        help="measure stores left by an earlier run instead of seeding")
+                        help="measure any store left by an earlier run, even one whose seeding "
+                             "did not finish (a finished one is measured again by default)")
+    parser.add_argument("--reseed", action="store_true",
+                        help="seed every store afresh, even one an earlier run finished")
     parser.add_argument("--scale", action="store_true",
                         default=os.environ.get("REWIND_BENCH_SCALE", "") not in ("", "0"),
                         help="10,000 against 100,000 sessions (1,000,000 steps at the larger); "
@@ -429,9 +463,9 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"console-demo-{args.demo_sessions}-{args.demo_steps}.db"
         print(f"demo-sized fleet: {args.demo_sessions:,} sessions, {args.demo_steps:,} steps "
               f"-> {path}", flush=True)
-        if not (args.reuse and path.exists()):
-            seeded = seed(path, args.demo_sessions, args.demo_steps, args.workers)
-            print(f"    seeded in {seeded:.0f} s", flush=True)
+        if not seeded(path, args):
+            took = seed(path, args.demo_sessions, args.demo_steps, args.workers)
+            print(f"    seeded in {took:.0f} s", flush=True)
         cold, steady = measure_demo(path, args.runs, args.out)
         print("\nfleet page, demo-sized fleet: navigation -> each part of the first screen "
               "visible (1440x900; the last column is how long after the title the table came)")
@@ -448,10 +482,10 @@ def main(argv: list[str] | None = None) -> int:
         steps = max(LONG_STEPS + sessions, round(args.steps * fraction))
         path = args.out / f"console-{sessions}-{steps}.db"
         print(f"stage: {sessions:,} sessions, {steps:,} steps -> {path}", flush=True)
-        seeded = None
-        if not (args.reuse and path.exists()):
-            seeded = seed(path, sessions, steps, args.workers)
-            print(f"    seeded in {seeded:.0f} s ({steps / seeded:,.0f} steps/s)", flush=True)
+        took = None
+        if not seeded(path, args):
+            took = seed(path, sessions, steps, args.workers)
+            print(f"    seeded in {took:.0f} s ({steps / took:,.0f} steps/s)", flush=True)
         timings = engine_timings(path)
         print("    engine: " + ", ".join(
             f"{k} {v:,.0f}" if k == "events scanned" else f"{k} {v * 1000:,.0f} ms"
@@ -459,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         pages = measure_pages(path, args.runs, args.out)
         mb = sum(Path(f"{path}{x}").stat().st_size for x in ("", "-wal")
                  if Path(f"{path}{x}").exists()) / 1e6
-        rows.append({"sessions": sessions, "steps": steps, "mb": mb, "seed": seeded, **pages})
+        rows.append({"sessions": sessions, "steps": steps, "mb": mb, "seed": took, **pages})
         print(f"    fleet {pages['fleet'][0]:.2f} s cold / {pages['fleet'][1]:.2f} s steady, "
               f"session {pages['session'][0]:.2f} s cold / {pages['session'][1]:.2f} s steady",
               flush=True)
