@@ -464,8 +464,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo-sized fleet: {args.demo_sessions:,} sessions, {args.demo_steps:,} steps "
               f"-> {path}", flush=True)
         if not seeded(path, args):
-            took = seed(path, args.demo_sessions, args.demo_steps, args.workers)
-            print(f"    seeded in {took:.0f} s", flush=True)
+            demo_took = seed(path, args.demo_sessions, args.demo_steps, args.workers)
+            print(f"    seeded in {demo_took:.0f} s", flush=True)
         cold, steady = measure_demo(path, args.runs, args.out)
         print("\nfleet page, demo-sized fleet: navigation -> each part of the first screen "
               "visible (1440x900; the last column is how long after the title the table came)")
@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         steps = max(LONG_STEPS + sessions, round(args.steps * fraction))
         path = args.out / f"console-{sessions}-{steps}.db"
         print(f"stage: {sessions:,} sessions, {steps:,} steps -> {path}", flush=True)
-        took = None
+        took: float | None = None
         if not seeded(path, args):
             took = seed(path, sessions, steps, args.workers)
             print(f"    seeded in {took:.0f} s ({steps / took:,.0f} steps/s)", flush=True)

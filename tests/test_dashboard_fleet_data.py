@@ -5,10 +5,10 @@ whole fleet."""
 from __future__ import annotations
 
 import pytest
+from support.fleet import StepClock, fail_until_flagged
 
 from dashboard import data, views
 from engine import Engine
-from support.fleet import StepClock, fail_until_flagged
 
 
 @pytest.fixture
