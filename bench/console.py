@@ -559,7 +559,8 @@ def main(argv: list[str] | None = None) -> int:
         pages = measure_pages(path, args.runs, args.out)
         mb = sum(Path(f"{path}{x}").stat().st_size for x in ("", "-wal")
                  if Path(f"{path}{x}").exists()) / 1e6
-        rows.append({"sessions": sessions, "steps": steps, "mb": mb, "seed": took, "data": timings, **pages})
+        rows.append({"sessions": sessions, "steps": steps, "mb": mb, "seed": took,
+                     "data": timings, **pages})
         print(f"    fleet {pages['fleet'][0]:.2f} s cold / {pages['fleet'][1]:.2f} s steady, "
               f"session {pages['session'][0]:.2f} s cold / {pages['session'][1]:.2f} s steady",
               flush=True)
