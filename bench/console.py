@@ -6,14 +6,16 @@
     REWIND_BENCH_SCALE=1 .venv/bin/python bench/console.py  # the same
 
 First, the demo-sized fleet (`--demo-sessions`, 207 by default, as `rewind demo` leaves it): the
-way from `page.goto` to the fleet's title, its "needs you" band and KPIs, its first chart and its
-table, so a first screen that arrives piece by piece shows as a spread between title and table.
+time from the navigation's start until the fleet's title, its KPIs, its first chart and its table
+are drawn, each timed on its own in the page, so a first screen that arrives piece by piece shows
+as a spread between title and table (and a table drawn before the chart, as one).
 
 `--scale` (or $REWIND_BENCH_SCALE=1; opt-in, for CI stays quick) measures 10,000 and 100,000
 sessions, 1,000,000 steps at the larger size (ten per session, the same per session at both), and
 reports the fleet's first chart and the session deep link at 100,000 against 10,000 (goal: at
-most 1.5x), in the same run. The bulk of such a fleet is seeded in one process per core through
-the public API, each session a few steps (`_seed_small`), so seeding takes minutes, not hours.
+most 1.5x), in the same run, in Chromium and in the data layer. The bulk of such a fleet is
+seeded in one process per core through the public API's batch path (`_seed_small`: three store
+writes a session), so seeding takes minutes, not hours, and is done once per store.
 
 For each stage (a fraction of the full size, the smallest is the baseline) the bench writes a
 fresh SQLite store through the engine's public API only (`Engine.session`, `Session.step`,
@@ -27,10 +29,12 @@ Chromium, the way from `page.goto` to the first plotly chart drawn:
 - steady: median of later visits from the same browser (HTTP cache warm), each after the
   console's query caches expired (their TTL is 5 s), so every engine query runs again.
 
-It also times the engine calls behind each page, in a fresh process, to show where time goes,
+It also times the console's data layer behind each page (`dashboard.data`, the calls the pages
+make, `data_timings`), in a fresh process, cold and steady, to show the server's share,
 and measures a bare Streamlit page holding one small plotly chart the same way: the floor that
 Streamlit, plotly.js and the browser cost on this machine before the console does anything.
-Stores are kept in bench/results/ (git-ignored); `--reuse` measures them again without seeding.
+Stores are kept in bench/results/ (git-ignored) and seeded once: a later run measures a store an
+earlier one finished seeding (`--reseed` seeds afresh).
 Targets: fleet under 3 s, session under 2 s.
 """
 
@@ -45,7 +49,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout, not an installed copy
 
 from support.fleet import fail_until_flagged  # noqa: E402
 
@@ -129,10 +133,25 @@ def _seed_session(engine: Engine, k: int, n_steps: int, counter, lock) -> None:
             s.append_message("assistant", f"Step {i}: progress on task {k}.")
 
 
+def _ended(s, tool: str, args: dict, *, result=None, error: str | None = None):
+    """A step call that already ended, for `Session.record_steps`."""
+    call = s.step(tool, args, snapshot=False)
+    if error is None:
+        call.ok(result)
+    else:
+        call.fail(error)
+    return call
+
+
 def _seed_small(engine: Engine, k: int, n_steps: int, counter, lock) -> None:
     """A short session (the bulk of a 100,000-session fleet): meta, one user message, a start
     snapshot, `n_steps` steps; one in 40 loops once and is flagged, and all but one in 400 of
-    those recover (so the fleet has as many looping now, in proportion, at every size)."""
+    those recover (so the fleet has as many looping now, in proportion, at every size).
+
+    The steps go through the batch path (`Session.record_steps` of a handle that only
+    watches): judged one by one as `with` blocks would be, written in one transaction; the
+    message and the snapshot go in one `Engine.write_session`. A session costs three store
+    writes (four when it loops), not two per step."""
     sid = f"bench-{k:06d}"
     s = engine.session(
         sid,
@@ -144,20 +163,26 @@ def _seed_small(engine: Engine, k: int, n_steps: int, counter, lock) -> None:
         },
         on_loop="flag",
     )
-    s.append_message("user", f"Task {k}: please help with {SCENARIOS[k % len(SCENARIOS)]}.")
-    s.snapshot("start")
+    # The first message and the start snapshot in one atomic write.
+    engine.write_session(sid, messages=[{
+        "role": "user", "content": f"Task {k}: please help with {SCENARIOS[k % len(SCENARIOS)]}."
+    }], snapshot="start")
     done = 0
     if k % 40 == 3 and n_steps >= 4:
-        fail_until_flagged(s, "image_crop", {"image": f"{sid}.png", "box": [0, 0, 0, k]},
-                           "invalid slice", 4)
+        box = {"image": f"{sid}.png", "box": [0, 0, 0, k]}
+        s.record_steps([_ended(s, "image_crop", box, error="invalid slice") for _ in range(4)])
         done = 4
-        if k % 400 != 3 and n_steps > done:
-            with s.step("image_crop", {"image": f"{sid}.png", "box": [0, 0, 9, k]}) as call:
-                call.ok({"url": f"{sid}-cropped.png"})
-            done += 1
-    for i in range(done, n_steps):
-        with s.step(TOOLS[i % len(TOOLS)], {"q": f"{k}-{i}"}) as call:
-            call.ok({"n": i})
+        if k % 400 == 3:  # stays looping: the loop is the last thing it did
+            with lock:
+                counter.value += done
+            return
+    calls = []
+    if done and n_steps > done:  # the agent found the right coordinates: healthy again
+        calls.append(_ended(s, "image_crop", {"image": f"{sid}.png", "box": [0, 0, 9, k]},
+                            result={"url": f"{sid}-cropped.png"}))
+    calls += [_ended(s, TOOLS[i % len(TOOLS)], {"q": f"{k}-{i}"}, result={"n": i})
+              for i in range(done + len(calls), n_steps)]
+    s.record_steps(calls)
     with lock:
         counter.value += n_steps
 
@@ -170,10 +195,13 @@ def _seed_worker(
     url: str, ks: list[int], sessions: int, total: int, counter, lock, end: float
 ) -> None:
     # Long sessions are the point here: lift the detector's hard step budget (500 by default).
+    # The settings are built (and checked) once: a detector per session then costs half as
+    # much as one built from overrides, which a 100,000-session fleet notices.
+    settings = LoopDetector(max_steps=None).config
     engine = Engine.open(
         url,
         clock=SharedClock(counter, total, end),
-        detector_factory=lambda: LoopDetector(max_steps=None),
+        detector_factory=lambda: LoopDetector(settings),
     )
     for k in ks:
         n = steps_for(k, sessions, total)
@@ -186,7 +214,7 @@ def _seed_worker(
 
 def seed(path: Path, sessions: int, total_steps: int, workers: int) -> float:
     """Write a fresh store at `path`; returns the seconds it took."""
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm", ".seeded"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     url = f"sqlite:///{path}?synchronous=OFF"
     Engine.open(url).close()  # create the schema once, before the workers race for it
@@ -219,31 +247,83 @@ def seed(path: Path, sessions: int, total_steps: int, workers: int) -> float:
         p.join()
         if p.exitcode:
             raise SystemExit(f"a seeding worker failed (exit code {p.exitcode})")
+    Path(f"{path}.seeded").write_text(f"{sessions} {total_steps}\n")
     return time.perf_counter() - started
 
 
+def seeded(path: Path, args) -> bool:
+    """Whether the store at `path` is there to measure again: seeded to the end by an earlier
+    run (unless `--reseed`), or any store there with `--reuse`."""
+    if args.reseed or not path.exists():
+        return False
+    return args.reuse or Path(f"{path}.seeded").exists()
+
+
 # -- measuring ----------------------------------------------------------------------------------
-def engine_timings(path: Path) -> dict[str, float]:
-    """Seconds the engine calls behind each page take in a fresh process (no caches)."""
-    from engine.fleet import LoopTally
+def _data_layer(url: str, queue) -> None:
+    """In a fresh process: what the fleet's first screen and the session deep link cost in the
+    console's data layer (`dashboard.data`, the functions the pages call, with the same
+    arguments), cold and steady; puts {name: seconds} on `queue`."""
+    import logging
+
+    from dashboard import charts, data, views
+
+    logging.disable(logging.WARNING)  # Streamlit's "no runtime found" for every cache
+
+    cached = (data.fleet_stats, data.looping, data.facets, data.table_page, data._sessions,
+              data.label_agreement, data.loop_episodes, data.compensations, data.quarantines,
+              data.session_bundle, data.session_audit)
+
+    def fleet() -> None:  # as screens/fleet.py reads and draws its first screen
+        now = time.time()
+        stats = data.fleet_stats(url)
+        if stats.get("looping", 0):
+            data.looping(url)
+        data.facets(url)
+        data.attention_compensations(url, stats)
+        data.quarantines(url)
+        data.label_agreement(url)
+        episodes, lookback = views.auto_episodes(lambda s: data.loop_episodes(url, s))
+        window = views.fit_window(episodes["at"], now, lookback_s=lookback)
+        for by in ("prompt_version", "scenario"):
+            charts.loops_over_time(views.loop_buckets(episodes, by, window.since, window.until,
+                                                      window.bucket_s), by,
+                                   bucket_s=window.bucket_s)
+        data.table_page(url, views.DEFAULT_SORT, 100)
+
+    def session() -> None:  # as screens/session.py reads a deep link
+        data.session_bundle(url, LONG)
+        data.session_audit(url, LONG)
 
     out = {}
-    with Engine.open(f"sqlite:///{path}") as engine:
+    for name, read in (("fleet", fleet), ("session", session)):
         t = time.perf_counter()
-        engine.fleet_stats()
-        out["fleet_stats"] = time.perf_counter() - t
-        t = time.perf_counter()
-        engine.sessions(limit=20_000)
-        out["sessions(all)"] = time.perf_counter() - t
-        t = time.perf_counter()
-        tally = LoopTally(engine)
-        tally.refresh(horizon_s=86400)
-        out["loops 24h (event scan)"] = time.perf_counter() - t
-        out["events scanned"] = tally.scanned
-        t = time.perf_counter()
-        s = engine.get_session(LONG)
-        s.info(), s.steps(), s.tree(), s.messages(), s.branches(), s.suggested_target()
-        out["session bundle"] = time.perf_counter() - t
+        read()
+        out[f"{name} cold"] = time.perf_counter() - t
+        runs = []
+        for _ in range(5):
+            for f in cached:
+                f.clear()  # as after the TTL: every query runs again (the tally reads what is new)
+            t = time.perf_counter()
+            read()
+            runs.append(time.perf_counter() - t)
+        out[f"{name} steady"] = statistics.median(runs)
+    out["events scanned"] = data._tally(url).scanned
+    queue.put(out)
+
+
+def data_timings(path: Path) -> dict[str, float]:
+    """Seconds the console's data layer takes for the fleet's first screen (KPIs, band, menus,
+    precision, the loop charts' episodes and figures, the table's first 100 rows) and the
+    session deep link (`bench-long`): cold, in a fresh process (engine opened, the loop tally
+    scanning the last day's events), and steady (median of 5, each after every query cache
+    was cleared). The server's side of the page, without Streamlit and the browser."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_data_layer, args=(f"sqlite:///{path}", queue))
+    proc.start()
+    out = queue.get(timeout=1800)
+    proc.join()
     return out
 
 
@@ -266,20 +346,35 @@ FIRST_SCREEN = {
     "first chart": '[data-testid="stPlotlyChart"] .main-svg',
     "table": '[data-testid="stDataFrame"] canvas',
 }
-"""What the fleet's first screen shows, in the order it is drawn, and how to see it."""
+"""What the fleet's first screen shows, top to bottom, and how to see it."""
+
+
+SEEN = """window.__seen = {};
+new MutationObserver(() => {
+  for (const [name, selector] of Object.entries(%s)) {
+    if (!(name in window.__seen) && document.querySelector(selector)) {
+      window.__seen[name] = performance.now() / 1000;
+    }
+  }
+}).observe(document, {subtree: true, childList: true});"""
+"""Notes, in the page, when each part of the first screen is first in it (seconds since the
+navigation began), whichever comes first."""
 
 
 def first_screen(context, url: str) -> dict[str, float]:
-    """Seconds from `page.goto` to each part of the fleet's first screen being visible."""
+    """Seconds from the navigation's start to each part of the fleet's first screen being
+    drawn, each timed on its own (a part drawn before an earlier one shows as earlier)."""
+    import json
+
     page = context.new_page()
     try:
-        started = time.perf_counter()
+        css = {name: sel.split(":has-text")[0] for name, sel in FIRST_SCREEN.items()}
+        page.add_init_script(SEEN % json.dumps(css))
         page.goto(url)
-        out = {}
-        for name, selector in FIRST_SCREEN.items():
+        for selector in FIRST_SCREEN.values():
             page.locator(selector).first.wait_for(state="visible", timeout=120_000)
-            out[name] = time.perf_counter() - started
-        return out
+        seen = page.evaluate("window.__seen")
+        return {name: float(seen[name]) for name in FIRST_SCREEN}
     finally:
         page.close()
 
@@ -402,6 +497,26 @@ def table(rows: list[dict], floor: tuple[float, float]) -> str:
     return "\n".join(out)
 
 
+def data_table(rows: list[dict]) -> str:
+    base = rows[0]["data"]
+    headers = ["sessions", "fleet cold", "fleet steady", "×base", "session cold",
+               "session steady", "×base", "events scanned (cold)"]
+    lines = []
+    for r in rows:
+        d = r["data"]
+        lines.append([f"{r['sessions']:,}", *(
+            f"{d[f'{page} {k}'] * 1000:,.0f} ms" for page in ("fleet",) for k in ("cold",
+                                                                                 "steady")),
+            f"{d['fleet steady'] / base['fleet steady']:.2f}",
+            f"{d['session cold'] * 1000:,.0f} ms", f"{d['session steady'] * 1000:,.0f} ms",
+            f"{d['session steady'] / base['session steady']:.2f}", f"{d['events scanned']:,}"])
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
+    out = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)),
+           "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in lines]
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=10_000)
@@ -413,7 +528,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="steady-state visits per page")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--reuse", action="store_true",
-                        help="measure stores left by an earlier run instead of seeding")
+                        help="measure any store left by an earlier run, even one whose seeding "
+                             "did not finish (a finished one is measured again by default)")
+    parser.add_argument("--reseed", action="store_true",
+                        help="seed every store afresh, even one an earlier run finished")
     parser.add_argument("--scale", action="store_true",
                         default=os.environ.get("REWIND_BENCH_SCALE", "") not in ("", "0"),
                         help="10,000 against 100,000 sessions (1,000,000 steps at the larger); "
@@ -429,9 +547,9 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"console-demo-{args.demo_sessions}-{args.demo_steps}.db"
         print(f"demo-sized fleet: {args.demo_sessions:,} sessions, {args.demo_steps:,} steps "
               f"-> {path}", flush=True)
-        if not (args.reuse and path.exists()):
-            seeded = seed(path, args.demo_sessions, args.demo_steps, args.workers)
-            print(f"    seeded in {seeded:.0f} s", flush=True)
+        if not seeded(path, args):
+            demo_took = seed(path, args.demo_sessions, args.demo_steps, args.workers)
+            print(f"    seeded in {demo_took:.0f} s", flush=True)
         cold, steady = measure_demo(path, args.runs, args.out)
         print("\nfleet page, demo-sized fleet: navigation -> each part of the first screen "
               "visible (1440x900; the last column is how long after the title the table came)")
@@ -448,18 +566,19 @@ def main(argv: list[str] | None = None) -> int:
         steps = max(LONG_STEPS + sessions, round(args.steps * fraction))
         path = args.out / f"console-{sessions}-{steps}.db"
         print(f"stage: {sessions:,} sessions, {steps:,} steps -> {path}", flush=True)
-        seeded = None
-        if not (args.reuse and path.exists()):
-            seeded = seed(path, sessions, steps, args.workers)
-            print(f"    seeded in {seeded:.0f} s ({steps / seeded:,.0f} steps/s)", flush=True)
-        timings = engine_timings(path)
-        print("    engine: " + ", ".join(
+        took: float | None = None
+        if not seeded(path, args):
+            took = seed(path, sessions, steps, args.workers)
+            print(f"    seeded in {took:.0f} s ({steps / took:,.0f} steps/s)", flush=True)
+        timings = data_timings(path)
+        print("    data layer: " + ", ".join(
             f"{k} {v:,.0f}" if k == "events scanned" else f"{k} {v * 1000:,.0f} ms"
             for k, v in timings.items()), flush=True)
         pages = measure_pages(path, args.runs, args.out)
         mb = sum(Path(f"{path}{x}").stat().st_size for x in ("", "-wal")
                  if Path(f"{path}{x}").exists()) / 1e6
-        rows.append({"sessions": sessions, "steps": steps, "mb": mb, "seed": seeded, **pages})
+        rows.append({"sessions": sessions, "steps": steps, "mb": mb, "seed": took,
+                     "data": timings, **pages})
         print(f"    fleet {pages['fleet'][0]:.2f} s cold / {pages['fleet'][1]:.2f} s steady, "
               f"session {pages['session'][0]:.2f} s cold / {pages['session'][1]:.2f} s steady",
               flush=True)
@@ -469,13 +588,19 @@ def main(argv: list[str] | None = None) -> int:
           "×base: steady time relative to the smallest stage; bare page: the same measure for "
           "a Streamlit page holding one small plotly chart, the floor on this machine)")
     print(table(rows, floor))
+    print()
+    print("data layer (dashboard.data, what the pages call; no Streamlit, no browser): "
+          "cold / steady, ×base: steady relative to the smallest stage")
+    print(data_table(rows))
     if len(rows) > 1:  # the goal is set for --scale: 10x the sessions
         base, top = rows[0], rows[-1]
         for page in ("fleet", "session"):
-            ratio = top[page][1] / base[page][1]
-            verdict = "met" if ratio <= SCALE_GOAL else "MISSED"
-            print(f"{page} at {top['sessions']:,} sessions vs {base['sessions']:,}: "
-                  f"{ratio:.2f}x (goal <= {SCALE_GOAL}x: {verdict})")
+            for what, ratio in (("in Chromium", top[page][1] / base[page][1]),
+                                ("data layer", top["data"][f"{page} steady"]
+                                 / base["data"][f"{page} steady"])):
+                verdict = "met" if ratio <= SCALE_GOAL else "MISSED"
+                print(f"{page} at {top['sessions']:,} sessions vs {base['sessions']:,}, {what}: "
+                      f"{ratio:.2f}x (goal <= {SCALE_GOAL}x: {verdict})")
     return 0
 
 

@@ -84,10 +84,53 @@ def _sessions(url: str | None, status: str | None, tenant: str | None, scenario:
     return views.sessions_frame(infos)
 
 
+TABLE_SORTS = (views.DEFAULT_SORT, "Last activity")
+"""Orders the store's indexes give (status, then last activity; last activity): for these the
+unfiltered table reads only the rows it shows (`table_page`), whatever the fleet's size."""
+
+
+@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
+def table_page(url: str | None, sort: str, limit: int) -> pd.DataFrame:
+    """The first `limit` sessions of the whole fleet in `sort` (one of TABLE_SORTS), as the
+    fleet table frame: for "Needs you first" each status in turn (looping first), most
+    recently active first, each read through the (status, last activity) index until `limit`
+    rows are in; for "Last activity" one LIMITed read of the last-activity index. Reads at most
+    `limit` sessions, never the fleet."""
+    eng = engine_for(url)
+    if sort != views.DEFAULT_SORT:
+        return views.sessions_frame(eng.sessions(limit=limit))
+    infos: list = []
+    for status in views.STATUS_ORDER:
+        if len(infos) >= limit:
+            break
+        infos += eng.sessions(status=str(status), limit=limit - len(infos))
+    return views.sessions_frame(infos)
+
+
+@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
+def looping(url: str | None) -> pd.DataFrame:
+    """The sessions looping now (read through the status index, up to FLEET_CAP), as the fleet
+    table frame: the "needs you" band."""
+    return sessions(url, SessionStatus.LOOPING)
+
+
+FACETS_WINDOW = 5000
+"""The filter menus offer the tenants, scenarios and prompt versions of this many of the most
+recently active sessions (what is active is what on-call filters by)."""
+
+
 @st.cache_data(ttl=FACETS_TTL, show_spinner=False)
 def facets(url: str | None) -> dict[str, list[str]]:
-    """Tenants, scenarios and prompt versions seen in the fleet, for the filter menus."""
-    return views.facets(sessions(url))
+    """Tenants, scenarios and prompt versions seen in the FACETS_WINDOW most recently active
+    sessions, for the filter menus (one LIMITed read, not the fleet)."""
+    seen: dict[str, set[str]] = {k: set() for k in ("tenant", "scenario", "prompt_version")}
+    for info in engine_for(url).sessions(limit=FACETS_WINDOW):
+        meta = info.meta or {}
+        for key, values in seen.items():
+            value = meta.get(key)
+            if value is not None:
+                values.add(str(value))
+    return {k: sorted(v) for k, v in seen.items()}
 
 
 @st.cache_resource(show_spinner=False)
@@ -144,21 +187,20 @@ def forget_quarantines() -> None:
 
 LABELS_TTL = 60
 LABELS_CHECKED = 2000
-"""Most labelled sessions the fleet's precision reads one by one (those the table did not)."""
+"""Most labelled sessions the fleet's precision reads."""
 
 
 @st.cache_data(ttl=LABELS_TTL, show_spinner=False)
 def label_agreement(url: str | None) -> fleet_views.LabelAgreement:
     """How the live detector's flags agree with the operators' labels (`Engine.labels`): a
-    session counts as flagged when it was flagged at least once. Read from the fleet table's
-    frame; labelled sessions it does not hold (beyond its cap) are read one by one."""
+    session counts as flagged when it was flagged at least once. Reads the labelled sessions
+    (at most LABELS_CHECKED) one by one: the cost of the labels, not of the fleet."""
     eng = engine_for(url)
     labels = eng.labels()
     if not labels:
         return fleet_views.label_agreement({}, {})
-    frame = sessions(url)
-    loops = dict(zip(frame["session"], frame["loops"], strict=True))
-    for sid in [s for s in labels if s not in loops][:LABELS_CHECKED]:
+    loops: dict[str, int] = {}
+    for sid in list(labels)[:LABELS_CHECKED]:
         try:
             loops[sid] = eng.get_session(sid).info().loops
         except KeyError:  # UnknownSession: purged since it was labelled
@@ -250,6 +292,8 @@ def forget_session(sid: str | None = None) -> None:
     compensation_handlers.clear()
     fleet_stats.clear()
     _sessions.clear()
+    table_page.clear()
+    looping.clear()
     label_agreement.clear()
     loop_episodes.clear()
     audit.clear()

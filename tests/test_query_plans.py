@@ -205,3 +205,33 @@ def test_step_snapshot_rollback_and_late_step_statements_use_bounded_indexes(lon
     ours = [sql for sql in statements if "snap_" in sql and "UNION ALL" not in sql]
     assert any("INSERT INTO snapshots" in sql and "FROM steps" in sql for sql in ours)
     assert _checked(path, ours) == []
+
+
+def test_fleet_table_reads_are_bounded_by_the_rows_shown(tmp_path):
+    """The fleet table's first screen (`dashboard.data.table_page`) and the "needs you" band read
+    sessions in an order an index gives, LIMITed: never a sort of the whole fleet, never a scan
+    that is not cut by its LIMIT."""
+    path = str(tmp_path / "fleet.db")
+    engine = Engine.open(f"sqlite:///{path}")
+    for i in range(30):
+        engine.session(f"s-{i:02d}", meta={"tenant": f"t{i % 3}"})
+    statements = _capture(engine)
+    for status in ("looping", "rolled_back", "healthy", "stopped"):
+        engine.sessions(status=status, limit=100)
+    engine.sessions(limit=100)
+    page = engine.sessions(limit=10)
+    engine.sessions(limit=10, after=page[-1])
+    engine.close()
+    conn = sqlite3.connect(path)
+    try:
+        listing = [sql for sql in statements if "FROM sessions" in sql and "LIMIT" in sql]
+        assert len(listing) >= 7
+        for sql in listing:
+            plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql)]
+            assert not any("TEMP B-TREE" in line for line in plan), (sql, plan)
+            assert all(line.startswith("SEARCH") or "USING" in line for line in plan
+                       if line.startswith(("SCAN", "SEARCH"))), (sql, plan)
+            assert any("sessions_page" in line or "sessions_status_page" in line
+                       for line in plan), (sql, plan)
+    finally:
+        conn.close()

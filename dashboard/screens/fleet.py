@@ -121,7 +121,7 @@ def _bulk_request(what: str, where: dict, frame: pd.DataFrame) -> dialogs.BulkRe
 
 
 def render_actions(chosen: pd.DataFrame, matching: pd.DataFrame, where: dict,
-                   search: str, below) -> None:
+                   search: str, below, total: int | None = None) -> None:
     """Open one selected session; for operators, roll back the selected rows or everything the
     filters match (capped at actions.BULK_CAP, the count on the button). What the bulk rollback
     does goes `below` the table: above it, the table's own toolbar covered it on a phone."""
@@ -148,7 +148,7 @@ def render_actions(chosen: pd.DataFrame, matching: pd.DataFrame, where: dict,
         scope = dict(where)
         if search.strip():
             scope["session"] = matching["session"].tolist()[: cap + 1]
-        count = len(matching)
+        count = len(matching) if total is None else total
         described = ", ".join(f"{k}={v}" for k, v in where.items())
         if search.strip():
             described += (", " if described else "") + f"search “{search.strip()}”"
@@ -215,6 +215,7 @@ def chart_episodes(label: str, now: float):
     return episodes, views.fit_window(episodes["at"], now, lookback_s=lookback)
 
 
+_NO_ROWS = views.sessions_frame([])
 CHART_SERIES = (("prompt_version", "by prompt version"), ("scenario", "by scenario"))
 
 
@@ -281,16 +282,10 @@ def read_first_screen(now: float) -> FirstScreen:
     """Every read of the first screen and its charts, before anything is drawn: the band, the
     KPIs, the charts and the table then arrive together instead of one by one as each query
     returns and each figure is built. The
-    fleet listing is read once (cached) and serves the band, the filter menus, the precision
-    card and, unfiltered, the table."""
+    fleet is never listed whole: the counts are the KPIs', the band reads the looping sessions
+    (the status index) only when some loop, the menus a window of the most recently active."""
     stats = data.fleet_stats(url)
-    fleet = data.sessions(url)
-    if not stats.get("looping", 0):
-        looping = fleet.head(0)
-    elif len(fleet) < data.FLEET_CAP:  # the listing holds every session: no second query
-        looping = fleet[fleet["status"] == SessionStatus.LOOPING]
-    else:
-        looping = data.sessions(url, SessionStatus.LOOPING)
+    looping = data.looping(url) if stats.get("looping", 0) else _NO_ROWS
     data.facets(url)
     # the charts of the window the selector will show (its state, else the link's, else Auto)
     label = st.session_state.get("window") or st.query_params.get("window", views.AUTO_WINDOW)
@@ -299,8 +294,8 @@ def read_first_screen(now: float) -> FirstScreen:
                        loop_charts(label, now))
 
 
-# Everything below refreshes together. The charts come before the filters and the table, so the
-# browser starts loading plotly while the (larger) table is still being drawn.
+# Everything below refreshes together. The charts are drawn above the table but sent after it
+# (`charts_slot`), so the table does not wait for plotly.js.
 @st.fragment(run_every=interval if live else None)
 def live_view() -> None:
     if st.session_state.pop(FULL_RERUN, False):
@@ -312,7 +307,10 @@ def live_view() -> None:
     render_quarantines(screen.quarantines)
     render_kpis(screen.stats, screen.agreement)
 
-    render_loop_charts(now, screen.charts)
+    # The charts' place on the page, filled after the table: the browser gets the table's
+    # rows before the charts and draws them while it still loads plotly.js (4.7 MB, seconds of
+    # parsing on a busy laptop), instead of holding the whole screen until plotly is ready.
+    charts_slot = st.container()
 
     st.subheader("Sessions")
     with data.store_errors():
@@ -331,13 +329,21 @@ def live_view() -> None:
                              bind="query-params")
     sort = f[5].selectbox("Sort by", list(views.SORTS), key="sort", bind="query-params")
     rows = f[6].selectbox("Rows", [100, 500, 2000], key="rows", bind="query-params")
-    with data.store_errors():
-        frame = data.sessions(url, _pick(status), _pick(tenant), _pick(scenario), _pick(prompt))
-    shown = views.select_sessions(frame, search=search, sort=sort, limit=rows)
-    matching = views.select_sessions(frame, search=search) if search.strip() else frame
     where = {k: v for k, v in (("status", _pick(status)), ("tenant", _pick(tenant)),
                                ("scenario", _pick(scenario)), ("prompt_version", _pick(prompt)))
              if v is not None}
+    whole = not where and not search.strip() and sort in data.TABLE_SORTS
+    with data.store_errors():
+        if whole:  # the first screen: read the rows shown, in an order the indexes give
+            shown = data.table_page(url, sort, rows)
+            frame = matching = shown.head(0)  # no filter: no bulk rollback of "all matching"
+            total = screen.stats.get("sessions", len(shown))
+        else:
+            frame = data.sessions(url, _pick(status), _pick(tenant), _pick(scenario),
+                                  _pick(prompt))
+            shown = views.select_sessions(frame, search=search, sort=sort, limit=rows)
+            matching = views.select_sessions(frame, search=search) if search.strip() else frame
+            total = len(frame)
     # A selection is by row position: a new filter or order is a new table, with none.
     view = json.dumps([status, tenant, scenario, prompt, search, sort, rows], default=str)
     table_key = f"fleet-table-{hashlib.sha1(view.encode()).hexdigest()[:12]}"
@@ -377,9 +383,9 @@ def live_view() -> None:
         hide_index=True, on_select=functools.partial(_hold_for_selection, table_key),
         selection_mode="multi-row", key=table_key,
     )
-    capped = len(frame) >= data.FLEET_CAP
+    capped = not whole and len(frame) >= data.FLEET_CAP
     st.caption(
-        f"{len(shown):,} of {len(frame):,}{'+' if capped else ''} matching sessions · "
+        f"{len(shown):,} of {total:,}{'+' if capped else ''} matching sessions · "
         f"updated {time.strftime('%H:%M:%S', time.localtime(now))}"
         + (" · live" if live else " · paused")
         + (f" · the table reads the {data.FLEET_CAP:,} most recently active; narrow the filters"
@@ -390,7 +396,10 @@ def live_view() -> None:
     below = st.container(key="fleet-bulk-note")
     selected = [r for r in (picked.selection.rows if picked is not None else []) if r < len(shown)]
     with bar:
-        render_actions(shown.iloc[selected], matching, where, search, below)
+        render_actions(shown.iloc[selected], matching, where, search, below,
+                       total if whole else None)
+    with charts_slot:
+        render_loop_charts(now, screen.charts)
 
 
 opening = st.session_state.pop(OPEN_REQUEST, None)
