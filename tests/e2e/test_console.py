@@ -256,12 +256,7 @@ def test_rolling_back_a_session_that_is_not_looping_says_what_it_removes(console
     expect(page.get_by_role("heading", name=AUTO_ROLLED_BACK)).to_be_visible()
     button = page.get_by_role("button", name="Roll back anyway…")
     expect(button).to_be_visible()
-    # the page's first runs (sign-in, then the charts' first selection state) have finished: a
-    # dialog opened by a click during one of them is closed by the next
-    settle(page)
-    page.wait_for_timeout(500)
-    settle(page)
-    button.click()
+    button.click()  # at once, while the page may still be running: the dialog stays open
     dialog = page.get_by_role("dialog")
     expect(dialog.get_by_text(re.compile(r"This session is not looping"))).to_be_visible()
     expect(dialog.get_by_text(re.compile(r"notice\(s\) the user already got"))).to_be_visible()
@@ -354,3 +349,52 @@ def test_hostile_names_never_become_links(console, page):
             expect(page.get_by_role("dialog")).to_be_visible(timeout=30_000)
             settle(page)
             assert page.locator(EVIL_HREF).count() == 0, (sid, "rollback dialog")
+
+
+
+def _rerun_the_page(page: Page) -> None:
+    """A full run of the page that the operator did not ask for through the dialog (Streamlit's
+    rerun shortcut, standing for the page's first runs finishing or any other run), to its end."""
+    page.evaluate("""() => {
+        const app = document.querySelector('[data-testid="stApp"]');
+        window.rwRan = false;
+        new MutationObserver(() => {
+            if (app.getAttribute('data-test-script-state') === 'running') window.rwRan = true;
+        }).observe(app, {attributes: true, attributeFilter: ['data-test-script-state']});
+    }""")
+    page.get_by_role("dialog").get_by_role("heading", name="Roll back session").click()
+    page.keyboard.press("r")
+    page.wait_for_function("() => window.rwRan && document.querySelector("
+                           "'[data-testid=\"stApp\"]').getAttribute('data-test-script-state')"
+                           " === 'notRunning'")
+
+
+@VIEWPORTS
+def test_a_dialog_opened_while_the_session_page_loads_stays_open(console, page, viewport):
+    """The operator opens the rollback dialog before the deep-linked page has settled: the
+    page's later runs neither close it nor lose the reason picked in it; Cancel closes it for
+    good."""
+    page.set_viewport_size(viewport)
+    sign_in(page, f"{console.url}/session?session={AUTO_ROLLED_BACK}", "olivia")
+    page.get_by_role("button", name="Roll back anyway…").click()  # at once
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_text(re.compile(r"This session is not looping"))).to_be_visible()
+    settle(page)
+    _rerun_the_page(page)
+    reason = dialog.get_by_text(views.PRESET_REASONS[3], exact=True)
+    expect(reason).to_be_visible()
+    reason.click()
+    settle(page)
+    confirm = dialog.get_by_role("button", name="Roll back", exact=True)
+    expect(confirm).to_be_enabled()
+    _rerun_the_page(page)
+    expect(confirm).to_be_enabled()  # still open, with its reason
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    settle(page)
+    page.keyboard.press("r")  # a later run does not bring it back
+    expect(page.get_by_role("heading", name=AUTO_ROLLED_BACK)).to_be_visible()
+    settle(page)
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    with Engine.open(console.store) as engine:  # cancelled: nothing happened
+        assert engine.get_session(AUTO_ROLLED_BACK).info().rollbacks == 1
