@@ -356,11 +356,14 @@ def _rerun_the_page(page: Page) -> None:
     """A full run of the page that the operator did not ask for through the dialog (Streamlit's
     rerun shortcut, standing for the page's first runs finishing or any other run), to its end."""
     page.evaluate("""() => {
-        const app = document.querySelector('[data-testid="stApp"]');
         window.rwRan = false;
-        new MutationObserver(() => {
-            if (app.getAttribute('data-test-script-state') === 'running') window.rwRan = true;
-        }).observe(app, {attributes: true, attributeFilter: ['data-test-script-state']});
+        new MutationObserver((changes) => {
+            for (const c of changes) {
+                const now = c.target.getAttribute('data-test-script-state');
+                if (now !== 'notRunning' || c.oldValue !== 'notRunning') window.rwRan = true;
+            }
+        }).observe(document.body, {attributes: true, attributeOldValue: true, subtree: true,
+                                   attributeFilter: ['data-test-script-state']});
     }""")
     page.get_by_role("dialog").get_by_role("heading", name="Roll back session").click()
     page.keyboard.press("r")
