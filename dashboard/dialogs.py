@@ -18,6 +18,37 @@ from engine import Engine, RewindError, SessionStatus
 
 FLASH_KEY = "rewind_flash"
 NO_NOTICE = "No notice"
+OPEN_KEY = "rewind_open_dialog"
+"""The session page's dialog the operator opened and has not closed: (kind, session, target)."""
+
+
+def ask(kind: Literal["rollback", "notice"], sid: str, target: str | None = None) -> None:
+    """Button callback: open the session page's `kind` dialog for `sid` and keep it open.
+
+    A dialog stays open only while each full run of the page calls it again, and a run can come
+    that the operator did not ask for (the page's first runs finishing, a chart's first state):
+    `open_asked` calls it on every run until it is closed (Cancel, confirm, X, Escape).
+    """
+    st.session_state[OPEN_KEY] = (kind, sid, target)
+
+
+def _closed() -> None:
+    st.session_state.pop(OPEN_KEY, None)
+
+
+def open_asked(sid: str, user: User) -> None:
+    """Open (again) the dialog `ask` asked for on this session page; forget one asked for
+    another session. Call it from one place on the page, on every run."""
+    asked = st.session_state.get(OPEN_KEY)
+    if asked is None:
+        return
+    kind, for_sid, target = asked
+    if for_sid != sid:
+        _closed()
+    elif kind == "rollback":
+        rollback_dialog(sid, user, target=target)
+    else:
+        notice_dialog(sid, user)
 
 
 def flash(kind: str, text: str) -> None:
@@ -122,7 +153,7 @@ def save_label(sid: str, user: User, label: str, reason: str | None) -> None:
     st.rerun()
 
 
-@st.dialog("Roll back session", width="large")
+@st.dialog("Roll back session", width="large", on_dismiss=_closed)
 def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
     if not user.can_act:
         st.error("Only operators can roll sessions back.")
@@ -184,6 +215,7 @@ def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
             st.markdown(f"**Compensations that will be queued ({len(comps)}):**")
             st.dataframe(comps, hide_index=True)
     if cancel:
+        _closed()
         st.rerun()
     if not confirm:
         return
@@ -202,10 +234,11 @@ def rollback_dialog(sid: str, user: User, target: str | None = None) -> None:
         return
     data.forget_session(sid)
     flash("success", actions.describe_rollback(result))
+    _closed()
     st.rerun()
 
 
-@st.dialog("Send notice", width="medium")
+@st.dialog("Send notice", width="medium", on_dismiss=_closed)
 def notice_dialog(sid: str, user: User) -> None:
     if not user.can_act:
         st.error("Only operators can send notices.")
@@ -226,6 +259,7 @@ def notice_dialog(sid: str, user: User) -> None:
         send = st.button("Send notice", type="primary", key=f"nt-send-{sid}", disabled=not again)
         cancel = st.button("Cancel", key=f"nt-cancel-{sid}")
     if cancel:
+        _closed()
         st.rerun()
     if not send:
         return
@@ -239,6 +273,7 @@ def notice_dialog(sid: str, user: User) -> None:
         return
     data.forget_session(sid)
     flash("success", "Notice sent; it is now the last message of the conversation.")
+    _closed()
     st.rerun()
 
 

@@ -222,6 +222,23 @@ def test_operator_sees_the_actions_and_the_rollback_dialog_defaults_to_the_sugge
     assert "Taken out of the conversation" in texts(at.markdown)
 
 
+
+def test_the_rollback_dialog_stays_open_across_runs_until_cancelled(store):
+    """A run of the page the operator did not ask for (the page's first runs finishing, a
+    chart's first state) keeps the dialog and its reason; Cancel closes it for good."""
+    at = app(store, page="screens/session.py", query={"session": LOOPING, "tab": "Messages"})
+    at.button(key="open-rollback").click().run()
+    at.pills(key=f"rb-reason-{LOOPING}-preset").set_value(views.PRESET_REASONS[0]).run()
+    at.run()  # not asked for through the dialog
+    assert not at.exception
+    assert at.pills(key=f"rb-reason-{LOOPING}-preset").value == views.PRESET_REASONS[0]
+    assert not at.button(key=f"rb-confirm-{LOOPING}").disabled
+    at.button(key=f"rb-cancel-{LOOPING}").click().run()
+    assert "Roll back" not in labels(at.button)
+    at.run()
+    assert "Roll back" not in labels(at.button)
+    assert Engine.open(store).get_session(LOOPING).info().rollbacks == 0
+
 def test_operator_opens_the_notice_dialog_with_the_locale_template(store):
     at = app(store, page="screens/session.py",
              query={"session": AUTO_ROLLED_BACK, "tab": "Messages"})

@@ -208,7 +208,7 @@ def render_actions(page: Page) -> None:
         return
     looping = page.bundle.info.status == SessionStatus.LOOPING
     with st.container(horizontal=True):
-        open_rollback = st.button(
+        st.button(
             "Roll back…" if looping else "Roll back anyway…",
             type="primary" if looping else "secondary",
             key="open-rollback",
@@ -218,13 +218,14 @@ def render_actions(page: Page) -> None:
             if looping
             else "The session is not looping: a rollback would take steps and messages off "
             "its conversation, including notices the user already got. The dialog shows what.",
+            on_click=dialogs.ask, args=("rollback", page.sid),
         )
-        open_notice = st.button("Send notice…", key="open-notice", icon=":material/chat:")
+        st.button("Send notice…", key="open-notice", icon=":material/chat:",
+                  on_click=dialogs.ask, args=("notice", page.sid))
         render_audit_link(page)
-    if open_rollback:
-        dialogs.rollback_dialog(page.sid, page.user)
-    elif open_notice:
-        dialogs.notice_dialog(page.sid, page.user)
+    # Opened by the buttons' callbacks (the snapshot tree's too), before this run: here on every
+    # run until closed, so a run the operator did not ask for does not close it.
+    dialogs.open_asked(page.sid, page.user)
 
 
 def render_label(page: Page) -> None:
@@ -399,8 +400,9 @@ def render_snapshot_tree(page: Page) -> None:
     if node.abandoned_reason:
         st.caption(f"Taken out by a rollback: {views.plain(node.abandoned_reason)}")
     if node.restorable and node.on_live_line and page.user.can_act and not page.watch_only:
-        if st.button(f"Roll back to {node.id}…", key="tree-rollback"):
-            dialogs.rollback_dialog(page.sid, page.user, target=node.id)
+        # The dialog opens above, where the page's actions open theirs (`dialogs.open_asked`).
+        st.button(f"Roll back to {node.id}…", key="tree-rollback", on_click=dialogs.ask,
+                  args=("rollback", page.sid, node.id))
 
 
 def render_memory(page: Page) -> None:

@@ -256,12 +256,7 @@ def test_rolling_back_a_session_that_is_not_looping_says_what_it_removes(console
     expect(page.get_by_role("heading", name=AUTO_ROLLED_BACK)).to_be_visible()
     button = page.get_by_role("button", name="Roll back anyway…")
     expect(button).to_be_visible()
-    # the page's first runs (sign-in, then the charts' first selection state) have finished: a
-    # dialog opened by a click during one of them is closed by the next
-    settle(page)
-    page.wait_for_timeout(500)
-    settle(page)
-    button.click()
+    button.click()  # at once, while the page may still be running: the dialog stays open
     dialog = page.get_by_role("dialog")
     expect(dialog.get_by_text(re.compile(r"This session is not looping"))).to_be_visible()
     expect(dialog.get_by_text(re.compile(r"notice\(s\) the user already got"))).to_be_visible()
@@ -354,3 +349,70 @@ def test_hostile_names_never_become_links(console, page):
             expect(page.get_by_role("dialog")).to_be_visible(timeout=30_000)
             settle(page)
             assert page.locator(EVIL_HREF).count() == 0, (sid, "rollback dialog")
+
+
+
+def _rerun_the_page(page: Page) -> None:
+    """A full run of the page that the operator did not ask for through the dialog (Streamlit's
+    rerun shortcut, standing for the page's first runs finishing or any other run), to its end."""
+    heading = page.get_by_role("dialog").get_by_role("heading").first
+    if heading.count():
+        heading.click()  # out of the dialog's text fields: "r" is the shortcut
+    page.evaluate("""() => {
+        window.rwRan = false;
+        new MutationObserver((changes) => {
+            for (const c of changes) {
+                const now = c.target.getAttribute('data-test-script-state');
+                if (now !== 'notRunning' || c.oldValue !== 'notRunning') window.rwRan = true;
+            }
+        }).observe(document.body, {attributes: true, attributeOldValue: true, subtree: true,
+                                   attributeFilter: ['data-test-script-state']});
+    }""")
+    page.keyboard.press("r")
+    page.wait_for_function("() => window.rwRan && document.querySelector("
+                           "'[data-testid=\"stApp\"]').getAttribute('data-test-script-state')"
+                           " === 'notRunning'")
+
+
+@VIEWPORTS
+def test_a_dialog_opened_while_the_session_page_loads_stays_open(console, page, viewport):
+    """The operator opens the rollback dialog before the deep-linked page has settled: the
+    page's later runs neither close it nor lose the reason picked in it; Cancel closes it for
+    good."""
+    page.set_viewport_size(viewport)
+    sign_in(page, f"{console.url}/session?session={AUTO_ROLLED_BACK}", "olivia")
+    page.get_by_role("button", name="Roll back anyway…").click()  # at once
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_text(re.compile(r"This session is not looping"))).to_be_visible()
+    settle(page)
+    _rerun_the_page(page)
+    reason = dialog.get_by_text(views.PRESET_REASONS[3], exact=True)
+    expect(reason).to_be_visible()
+    reason.click()
+    settle(page)
+    confirm = dialog.get_by_role("button", name="Roll back", exact=True)
+    expect(confirm).to_be_enabled()
+    _rerun_the_page(page)
+    expect(confirm).to_be_enabled()  # still open, with its reason
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    settle(page)
+    _rerun_the_page(page)  # a later run does not bring it back
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    with Engine.open(console.store) as engine:  # cancelled: nothing happened
+        assert engine.get_session(AUTO_ROLLED_BACK).info().rollbacks == 1
+
+
+def test_a_dismissed_dialog_stays_closed(console, page):
+    """Escape closes the notice dialog for good: the page's next run does not open it again."""
+    sign_in(page, f"{console.url}/session?session={AUTO_ROLLED_BACK}", "olivia")
+    page.get_by_role("button", name="Send notice…").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_role("button", name="Send notice")).to_be_visible()
+    settle(page)
+    dialog.get_by_role("heading", name="Send notice").click()
+    page.keyboard.press("Escape")
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    settle(page)
+    _rerun_the_page(page)
+    expect(page.get_by_role("dialog")).to_have_count(0)
