@@ -179,7 +179,11 @@ def test_what_if_replays_the_fleet_under_other_settings_and_writes_nothing(store
 
 
 
-def test_the_fleet_marks_a_watch_only_session_and_the_bulk_rollback_counts_it(store):
+def test_the_fleet_marks_a_watch_only_session_and_the_bulk_rollback_counts_it(tmp_path):
+    # a store of its own: the module's shared store may already sit in the console's caches
+    # (another test of this module ran the page on it first), without this session
+    store = f"sqlite:///{tmp_path}/watched.db"
+    seed_fleet(store)
     with Engine.open(store) as engine:
         s = engine.session("otel-watched", meta={"source": "otlp", "watch_only": True,
                                                  "tenant": "acme"}, on_loop="flag")

@@ -553,14 +553,14 @@ def test_a_quarantine_and_its_audit_row_are_one_write(engine):
 def test_a_quarantine_whose_audit_row_fails_is_not_stored(tmp_path, open_engine, monkeypatch):
     """The change and its audit row commit together: a failure writing the row leaves no
     quarantine in force that the audit log does not show."""
-    import engine.store.sqlite.store as sqlite_store
+    import engine.store.sqlite.docs as sqlite_docs  # fleet documents and their audit rows
 
     engine = open_engine(f"sqlite:///{tmp_path}/r.db")
 
     def broken(*args, **kwargs):
         raise RuntimeError("disk went away while writing the audit row")
 
-    monkeypatch.setattr(sqlite_store, "add_audit", broken)
+    monkeypatch.setattr(sqlite_docs, "add_audit", broken)
     with pytest.raises(RuntimeError):
         engine.quarantine("refund_api", actor="alice", reason="broken")
     monkeypatch.undo()
