@@ -90,21 +90,23 @@ class SharedClock:
         return self.end - SPAN_S + SPAN_S * min(self.counter.value / self.total, 1.0)
 
 
+def _meta(k: int) -> dict[str, str]:
+    """Session k's tenant, scenario, prompt version and locale (the console's filters)."""
+    return {
+        "tenant": TENANTS[k % len(TENANTS)],
+        "scenario": SCENARIOS[k % len(SCENARIOS)],
+        "prompt_version": f"v{5 + k % 4}",
+        "locale": "zh" if k % 3 == 0 else "en",
+    }
+
+
 def _seed_session(engine: Engine, k: int, n_steps: int, counter, lock) -> None:
     long = k == 0
     sid = LONG if long else f"bench-{k:05d}"
     loops_once = k % 20 == 3
     policy = "rollback" if long or k % 40 == 3 else ("flag" if loops_once else "rollback")
     s = engine.session(
-        sid,
-        meta={
-            "tenant": TENANTS[k % len(TENANTS)],
-            "scenario": SCENARIOS[k % len(SCENARIOS)],
-            "prompt_version": f"v{5 + k % 4}",
-            "locale": "zh" if k % 3 == 0 else "en",
-            "channel": "app" if k % 2 else "web",
-        },
-        on_loop=policy,
+        sid, meta={**_meta(k), "channel": "app" if k % 2 else "web"}, on_loop=policy
     )
     s.append_message("user", f"Task {k}: please help with {SCENARIOS[k % len(SCENARIOS)]}.")
     s.snapshot("start")
@@ -153,16 +155,7 @@ def _seed_small(engine: Engine, k: int, n_steps: int, counter, lock) -> None:
     message and the snapshot go in one `Engine.write_session`. A session costs three store
     writes (four when it loops), not two per step."""
     sid = f"bench-{k:06d}"
-    s = engine.session(
-        sid,
-        meta={
-            "tenant": TENANTS[k % len(TENANTS)],
-            "scenario": SCENARIOS[k % len(SCENARIOS)],
-            "prompt_version": f"v{5 + k % 4}",
-            "locale": "zh" if k % 3 == 0 else "en",
-        },
-        on_loop="flag",
-    )
+    s = engine.session(sid, meta=_meta(k), on_loop="flag")
     # The first message and the start snapshot in one atomic write.
     engine.write_session(sid, messages=[{
         "role": "user", "content": f"Task {k}: please help with {SCENARIOS[k % len(SCENARIOS)]}."

@@ -57,7 +57,7 @@ from pathlib import Path
 # bench/)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.loops.detector import LoopDetector, Step  # noqa: E402
+from engine.loops.detector import LoopDetector, Step, Verdict  # noqa: E402
 from engine.loops.fingerprint import digest, fingerprint  # noqa: E402
 from engine.loops.normalize import Normalizer, error_signature, result_digest  # noqa: E402
 
@@ -476,7 +476,9 @@ def chat_cases() -> dict[str, list[Case]]:
     return out
 
 
-def first_flag(steps: Sequence[Step | None | tuple[()]]) -> int | None:
+def verdicts(steps: Sequence[Step | None | tuple[()]]) -> Iterator[tuple[int, Verdict]]:
+    """(tool step number, verdict) for each tool step of a case, through a fresh production
+    detector; user turns (USER) and new tasks (NEW_TASK) reach it as they would, unnumbered."""
     detector = LoopDetector()
     i = 0
     for step in steps:
@@ -486,10 +488,12 @@ def first_flag(steps: Sequence[Step | None | tuple[()]]) -> int | None:
         if isinstance(step, tuple):  # NEW_TASK
             detector.new_task()
             continue
-        if detector.observe(step).looping:
-            return i
+        yield i, detector.observe(step)
         i += 1
-    return None
+
+
+def first_flag(steps: Sequence[Step | None | tuple[()]]) -> int | None:
+    return next((i for i, verdict in verdicts(steps) if verdict.looping), None)
 
 
 @dataclass
@@ -641,24 +645,14 @@ def write_verdicts(path: Path) -> None:
     first flag), all its fields: healthy steps are counted, looping ones written in full."""
     with path.open("w", encoding="utf-8") as out:
         for source, case in all_cases():
-            detector = LoopDetector()
             healthy = 0
-            i = 0
-            for step in case.steps:
-                if step is USER:
-                    detector.user_input()
-                    continue
-                if isinstance(step, tuple):  # NEW_TASK
-                    detector.new_task()
-                    continue
-                verdict = detector.observe(step)
+            for i, verdict in verdicts(case.steps):
                 if verdict.looping:
                     fields = dataclasses.asdict(verdict)
                     line = {"source": source, "case": case.name, "step": i, **fields}
                     out.write(json.dumps(line, sort_keys=True, default=repr) + "\n")
                 else:
                     healthy += 1
-                i += 1
             out.write(json.dumps({"source": source, "case": case.name, "healthy": healthy}) + "\n")
     print(f"verdicts of every case written to {path}")
     print()

@@ -512,7 +512,6 @@ class Session:
         rt = self._rt
         docs = None
         if documents is not None:
-
             ns, items = documents
             docs = (ns, checked_documents(rt, ns, items))
         if not calls:
