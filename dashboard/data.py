@@ -123,14 +123,7 @@ recently active sessions (what is active is what on-call filters by)."""
 def facets(url: str | None) -> dict[str, list[str]]:
     """Tenants, scenarios and prompt versions seen in the FACETS_WINDOW most recently active
     sessions, for the filter menus (one LIMITed read, not the fleet)."""
-    seen: dict[str, set[str]] = {k: set() for k in ("tenant", "scenario", "prompt_version")}
-    for info in engine_for(url).sessions(limit=FACETS_WINDOW):
-        meta = info.meta or {}
-        for key, values in seen.items():
-            value = meta.get(key)
-            if value is not None:
-                values.add(str(value))
-    return {k: sorted(v) for k, v in seen.items()}
+    return views.facets(info.meta for info in engine_for(url).sessions(limit=FACETS_WINDOW))
 
 
 @st.cache_resource(show_spinner=False)

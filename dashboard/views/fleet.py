@@ -146,13 +146,16 @@ def text_width(texts: pd.Series, least: int = 200, most: int = 1400) -> int:
     return int(min(max(least, longest * CHAR_PX + CELL_PAD_PX), most))
 
 
-def facets(frame: pd.DataFrame) -> dict[str, list[str]]:
-    """Distinct tenants, scenarios and prompt versions, for the filter menus."""
-    out = {}
-    for column in ("tenant", "scenario", "prompt_version"):
-        values = frame[column].dropna().astype(str).unique().tolist() if column in frame else []
-        out[column] = sorted(values)
-    return out
+def facets(metas: Iterable[Mapping[str, Any] | None]) -> dict[str, list[str]]:
+    """Distinct tenants, scenarios and prompt versions among sessions' `meta`, sorted, for the
+    filter menus."""
+    seen: dict[str, set[str]] = {k: set() for k in ("tenant", "scenario", "prompt_version")}
+    for meta in metas:
+        for key, values in seen.items():
+            value = (meta or {}).get(key)
+            if value is not None:
+                values.add(str(value))
+    return {k: sorted(v) for k, v in seen.items()}
 
 
 @dataclass(frozen=True)
