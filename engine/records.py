@@ -32,7 +32,8 @@ class SessionInfo:
     created_at: float
     """Unix time the session was created."""
     updated_at: float
-    """Unix time of the last change."""
+    """Unix time of the last change, to within a second: on SQLite a busy session's steps move it
+    at most once a second (status changes, verdicts and rollbacks always move it)."""
     steps: int = 0
     """Number of steps ever recorded (live and abandoned)."""
     messages: int = 0

@@ -167,3 +167,38 @@ def test_an_older_file_read_only_lists_its_step_snapshots(tmp_path, monkeypatch,
         ("snap-1", True, False), ("snap-3", True, True)]
     assert reader.store.restorable_snapshot("old", None) == "snap-3"
     assert reader.store.restorable_snapshot("old", 1) == "snap-1"
+
+
+def test_last_activity_is_exact_to_a_second_and_status_changes_show_at_once(store_url,
+                                                                            open_engine):
+    """`updated_at` keys the fleet's paging indexes, so a busy session's steps move it at most
+    once a second on SQLite; the fleet still sees a session's last activity to within a second,
+    and a status change (a loop, healthy again, a rollback) at its own instant."""
+    now = [1_800_000_000.0]
+    engine = open_engine(store_url, clock=lambda: now[0], on_loop="flag")
+    s = engine.session("busy")
+    for i in range(40):  # 40 steps in 2 s of the session's clock
+        now[0] += 0.05
+        _step(s, "search", i)
+        assert now[0] - 1.0 <= s.info().updated_at <= now[0]
+    assert s.info().status == "healthy"
+    now[0] += 0.01
+    with s.step("flaky", {"x": 1}) as call:
+        call.fail("boom")
+    assert now[0] - 1.0 <= s.info().updated_at <= now[0]
+    snap = s.snapshot("before the loop")
+    for _ in range(10):  # the same failing call until the detector flags it
+        now[0] += 0.01
+        with s.step("flaky", {"x": 1}) as call:
+            call.fail("boom")
+        if s.info().status == "looping":
+            break
+    info = s.info()
+    assert info.status == "looping" and info.updated_at == now[0]
+    now[0] += 0.01
+    s.rollback(snap, actor="oncall", reason="test")
+    assert s.info().updated_at == now[0]
+    now[0] += 0.01
+    _step(s, "search", 99)
+    info = s.info()
+    assert info.status == "healthy" and info.updated_at == now[0]

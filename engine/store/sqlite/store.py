@@ -91,17 +91,42 @@ _BEGIN_SNAP = (
     f"{_BEGIN_COLUMNS}, snapshot, snap_label, snap_parent, snap_msgs) "
     "SELECT id, step_count + 1, seq + 2, epoch, ?, ?, ?, 'running', ?, ?, ?, ?, "
     "'snap-' || (seq + 1), ?, head, msg_count FROM sessions WHERE id = ? "
-    "RETURNING n, seq, epoch, snapshot"
+    "RETURNING n, seq, epoch, snapshot, (SELECT updated_at FROM sessions WHERE id = session)"
 )
 """A step's row with its write-ahead snapshot (sequence number ``seq + 1``, the step ``seq + 2``),
 from the session's row, in one statement."""
 _BEGIN_PLAIN = (
     f"{_BEGIN_COLUMNS}) SELECT id, step_count + 1, seq + 1, epoch, ?, ?, ?, 'running', ?, ?, ?, "
-    "? FROM sessions WHERE id = ? RETURNING n, seq, epoch, snapshot"
+    "? FROM sessions WHERE id = ? "
+    "RETURNING n, seq, epoch, snapshot, (SELECT updated_at FROM sessions WHERE id = session)"
 )
 """A step's row without a snapshot."""
 
+_BEGIN_SNAP_SESSION = (
+    "UPDATE sessions SET seq = ?, step_count = ?, head = ?, snap_floor = max(snap_floor, ?) "
+    "WHERE id = ?"
+)
+_BEGIN_SNAP_TOUCH = _BEGIN_SNAP_SESSION.replace(" WHERE", ", updated_at = ? WHERE")
+_BEGIN_PLAIN_SESSION = "UPDATE sessions SET seq = ?, step_count = ? WHERE id = ?"
+_BEGIN_PLAIN_TOUCH = _BEGIN_PLAIN_SESSION.replace(" WHERE", ", updated_at = ? WHERE")
+
 _STEP_EVENT = '{"late":%s,"looping":%s,"n":%d,"status":%s}'
+
+ACTIVITY_GRAIN_S = 1.0
+"""A step moves its session's ``updated_at`` only when the last move is this old (status changes,
+verdicts, rollbacks and late steps always move it). ``updated_at`` keys two paging indexes: moving
+it twice per step rewrote four index entries each step; at this grain a busy session rewrites
+them about once a second, and last activity stays exact to within a second."""
+
+_END_STEP = (
+    "UPDATE steps SET status = ?, error = ?, result_digest = ?, result_preview = ?, "
+    "ended_at = ?, verdict = ?, budget = ? "
+    "WHERE session = ? AND n = ? AND (SELECT epoch FROM sessions WHERE id = ?) = ? "
+    "RETURNING (SELECT status FROM sessions WHERE id = session), "
+    "(SELECT updated_at FROM sessions WHERE id = session)"
+)
+"""A step's outcome, guarded by the ticket's epoch (no row: late, or the session is gone), handing
+back the session's status and last activity so the session's row is written only when they move."""
 _JSON_BOOL = {False: "false", True: "true"}
 
 _SESSION_TABLES = ("messages", "kv_writes", "kv", "docs", "snapshots", "steps", "branches")
@@ -526,17 +551,19 @@ class SQLiteStore(BranchLine, SagaOutbox, DocumentRows):
             )).fetchall()
             if not rows:
                 raise UnknownSession(f"no session {sid!r} in this store")
-            n, seq, epoch, snap_id = rows[0]
+            n, seq, epoch, snap_id, updated_at = rows[0]
+            # updated_at keys two indexes: moved once per ACTIVITY_GRAIN_S, not every step
+            touch = now - updated_at >= ACTIVITY_GRAIN_S
             if snap:
                 conn.execute(
-                    "UPDATE sessions SET seq = ?, step_count = ?, head = ?, "
-                    "snap_floor = max(snap_floor, ?), updated_at = ? WHERE id = ?",
-                    (seq, n, snap_id, n - retention.keep_step_snapshots, now, sid),
+                    _BEGIN_SNAP_TOUCH if touch else _BEGIN_SNAP_SESSION,
+                    (seq, n, snap_id, n - retention.keep_step_snapshots,
+                     *((now,) if touch else ()), sid),
                 )
             else:
                 conn.execute(
-                    "UPDATE sessions SET seq = ?, step_count = ?, updated_at = ? WHERE id = ?",
-                    (seq, n, now, sid),
+                    _BEGIN_PLAIN_TOUCH if touch else _BEGIN_PLAIN_SESSION,
+                    (seq, n, *((now,) if touch else ()), sid),
                 )
         return StepTicket(n=n, epoch=epoch, snapshot=snap_id, seq=seq)
 
@@ -544,30 +571,32 @@ class SQLiteStore(BranchLine, SagaOutbox, DocumentRows):
         """Record a step's outcome; returns True when the step was late."""
         verdict = outcome.get("verdict")
         budget = outcome.get("budget")
+        status = outcome["status"]
         with self._db.write() as conn:
-            # The common case first, guarded by the ticket's epoch: the session's update is
-            # also the check that no rollback cut the step's branch meanwhile (no row updated:
-            # late, or the session is gone), one statement instead of a read and a write.
-            if verdict is not None:
-                current = conn.execute(
-                    "UPDATE sessions SET status = 'looping', last_verdict = ?, loops = loops + 1, "
-                    "updated_at = ? WHERE id = ? AND epoch = ?",
-                    (dumps(verdict), now, sid, ticket.epoch),
-                )
-            elif outcome["status"] == "ok":
-                current = conn.execute(
-                    "UPDATE sessions SET status = CASE WHEN status = 'stopped' THEN status "
-                    "ELSE 'healthy' END, updated_at = ? WHERE id = ? AND epoch = ?",
-                    (now, sid, ticket.epoch),
-                )
+            # The common case first: one statement writes the outcome, checks the ticket's epoch
+            # (no row: late, or the session is gone) and reads what the session's row needs.
+            found = conn.execute(_END_STEP, (
+                status, outcome.get("error"), outcome.get("result_digest"),
+                outcome.get("result_preview"), now, None if verdict is None else dumps(verdict),
+                None if budget is None else dumps(budget), sid, ticket.n, sid, ticket.epoch,
+            )).fetchall()
+            late = not found
+            if not late:
+                current, updated_at = found[0]
+                if verdict is not None:
+                    conn.execute(
+                        "UPDATE sessions SET status = 'looping', last_verdict = ?, "
+                        "loops = loops + 1, updated_at = ? WHERE id = ?",
+                        (dumps(verdict), now, sid),
+                    )
+                elif status == "ok" and current not in ("healthy", "stopped"):
+                    conn.execute(
+                        "UPDATE sessions SET status = 'healthy', updated_at = ? WHERE id = ?",
+                        (now, sid),
+                    )
+                elif now - updated_at >= ACTIVITY_GRAIN_S:
+                    conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
             else:
-                current = conn.execute(
-                    "UPDATE sessions SET updated_at = ? WHERE id = ? AND epoch = ?",
-                    (now, sid, ticket.epoch),
-                )
-            late = current.rowcount == 0
-            branch = None
-            if late:
                 session_row(conn, sid)  # raises UnknownSession when it is gone
                 # a step the rollback left on the live line (it went back to a later snapshot)
                 # leaves it now; its write-ahead snapshot stays
@@ -577,27 +606,25 @@ class SQLiteStore(BranchLine, SagaOutbox, DocumentRows):
                     (sid, ticket.epoch),
                 ).fetchone()
                 branch = row[0] if row else None
-            conn.execute(
-                "UPDATE steps SET status = ?, error = ?, result_digest = ?, result_preview = ?, "
-                "ended_at = ?, verdict = ?, late = ?, branch = COALESCE(branch, ?), budget = ? "
-                "WHERE session = ? AND n = ?",
-                (
-                    outcome["status"],
-                    outcome.get("error"),
-                    outcome.get("result_digest"),
-                    outcome.get("result_preview"),
-                    now,
-                    None if verdict is None else dumps(verdict),
-                    int(late),
-                    branch,
-                    None if budget is None else dumps(budget),
-                    sid,
-                    ticket.n,
-                ),
-            )
-            if late:
+                conn.execute(
+                    "UPDATE steps SET status = ?, error = ?, result_digest = ?, "
+                    "result_preview = ?, ended_at = ?, verdict = ?, late = 1, "
+                    "branch = COALESCE(branch, ?), budget = ? WHERE session = ? AND n = ?",
+                    (
+                        status,
+                        outcome.get("error"),
+                        outcome.get("result_digest"),
+                        outcome.get("result_preview"),
+                        now,
+                        None if verdict is None else dumps(verdict),
+                        branch,
+                        None if budget is None else dumps(budget),
+                        sid,
+                        ticket.n,
+                    ),
+                )
                 conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
-                if outcome["status"] == "ok":  # its side effect happened off the live line
+                if status == "ok":  # its side effect happened off the live line
                     rows = conn.execute(
                         "SELECT n, compensation FROM steps WHERE session = ? AND n = ? "
                         "AND side_effect = 1 AND compensation IS NOT NULL",
@@ -609,7 +636,7 @@ class SQLiteStore(BranchLine, SagaOutbox, DocumentRows):
                 "INSERT INTO events(at, session, type, data) VALUES (?, ?, 'step', ?)",
                 (now, sid, _STEP_EVENT % (
                     _JSON_BOOL[late], _JSON_BOOL[verdict is not None], ticket.n,
-                    dumps(outcome["status"]),
+                    dumps(status),
                 )),
             )
         return late
