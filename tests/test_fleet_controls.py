@@ -193,6 +193,38 @@ def test_a_step_in_flight_during_a_bulk_rollback_lands_late(engine):
     assert not call.late and s.steps(live_only=True)[-1].args == {"x": 12}
 
 
+def test_a_target_retired_while_the_rollback_starts_is_picked_again(store_url, open_engine):
+    """An agent still stepping moves the retention window on: the healthy snapshot a rollback
+    picked for itself can retire before the store applies it. The rollback picks the newest
+    healthy one again instead of failing; a target the operator named is still refused."""
+    from engine import Retention, SnapshotNotRestorable
+
+    engine = open_engine(store_url, retention=Retention(keep_step_snapshots=2), on_loop="flag")
+    s = engine.session("racing", meta={"tenant": "acme"})
+    for i in range(3):
+        with s.step("lookup", {"i": i}) as call:
+            call.ok(i)
+    picked = s.suggested_target()
+    store_rollback = engine.store.rollback
+    raced = []
+
+    def rollback_after_the_agent_stepped(sid, request):
+        if not raced:  # the agent's next steps land first and retire the picked target
+            raced.append(request.target)
+            for i in range(3, 6):
+                with s.step("lookup", {"i": i}) as call:
+                    call.ok(i)
+        return store_rollback(sid, request)
+
+    engine.store.rollback = rollback_after_the_agent_stepped
+    (item,) = engine.rollback_many({"tenant": "acme"}, actor="alice", reason="bulk")
+    assert raced == [picked]
+    assert item.ok, item.error
+    assert item.rollback.target != picked
+    with pytest.raises(SnapshotNotRestorable):
+        s.rollback(picked, actor="alice", reason="the operator named a retired snapshot")
+
+
 def test_agents_stepping_in_threads_while_bulk_rollbacks_run(engine):
     for sid in ("t1", "t2"):
         _looping(engine, sid)

@@ -14,7 +14,7 @@ would stop a rescue.
 from __future__ import annotations
 
 from engine import metrics, saga
-from engine.errors import NothingToRollBack, WatchOnly
+from engine.errors import NothingToRollBack, SnapshotNotRestorable, WatchOnly
 from engine.identity import Actor, checked_actor, checked_reason, require_operator
 from engine.limits import Limits, cut_text
 from engine.records import RollbackResult, SessionInfo
@@ -27,6 +27,10 @@ from engine.recovery.targets import (
 from engine.runtime import Runtime
 from engine.store import RollbackRequest
 from engine.types import RollbackKind, SessionStatus
+
+TARGET_ATTEMPTS = 3
+"""How often a rollback without an explicit target picks its target again when agents still
+stepping retire the one it picked (the retention window moves on with every step)."""
 
 REASON_REQUIRED = (
     "a rollback needs a reason: it labels the abandoned branch and goes to the audit log"
@@ -123,16 +127,28 @@ def rollback(
         message = checked_notice(
             rt.limits, notice if isinstance(notice, str) else template_for(info.locale)
         )
-    result = rt.store.rollback(sid, RollbackRequest(
-        target=target,
-        actor=who.name,
-        reason=reason,
-        notice=message,
-        now=rt.clock(),
-        expect_epoch=expect_epoch,
-        kind=kind,
-        batch=batch,
-    ))
+    for attempt in range(TARGET_ATTEMPTS):
+        try:
+            result = rt.store.rollback(sid, RollbackRequest(
+                target=target,
+                actor=who.name,
+                reason=reason,
+                notice=message,
+                now=rt.clock(),
+                expect_epoch=expect_epoch,
+                kind=kind,
+                batch=batch,
+            ))
+            break
+        except SnapshotNotRestorable:
+            # A target we picked ourselves, retired meanwhile by the steps of an agent still
+            # running (the retention window moved on): pick the newest healthy one again.
+            if to is not None or attempt == TARGET_ATTEMPTS - 1:
+                raise
+            info = rt.require_session(sid)
+            target = suggested_target(rt, sid, info)
+            if target is None:
+                raise
     if kind == "rollback":
         metrics.record_rollback(info.meta, automatic, rule)
     if result.compensations and rt.handlers:
