@@ -187,7 +187,10 @@ def make_machine(engine: Engine):
             assert state.head == self.m.head
             live = [(x.n, x.tool) for x in self.s.steps(live_only=True)]
             assert live == self.m.steps
-            assert {n.id for n in self.s.tree() if n.restorable} == self.m.restorable()
+            tree = self.s.tree()
+            assert {n.id for n in tree if n.restorable} == self.m.restorable()
+            store = self.s._rt.store  # one snapshot by id reads as the whole tree lists it
+            assert all(store.snapshot(self.s.id, n.id) == n for n in tree)
             assert {m.id: m.text for m in self.s.memory.items()} == self.m.memories
 
     return SessionMachine

@@ -202,3 +202,33 @@ def test_last_activity_is_exact_to_a_second_and_status_changes_show_at_once(stor
     _step(s, "search", 99)
     info = s.info()
     assert info.status == "healthy" and info.updated_at == now[0]
+
+
+def test_one_snapshot_by_id_reads_as_the_tree_lists_it(store_url, open_engine):
+    """`store.snapshot(sid, id)` is what a rollback's preview and checks read: the same node as
+    the whole tree gives, for live, retired, abandoned and step snapshots alike, and None for
+    ids the session does not have (hostile spellings included)."""
+    engine = _clocked(open_engine, store_url)
+    s = engine.session("tree")
+    s.append_message("user", "hi")
+    first = s.snapshot("first")
+    for i in range(4):
+        _step(s, "lookup", i)
+    middle = s.snapshot("middle")
+    for i in range(3):
+        _step(s, "write", i)
+    s.rollback(middle, actor="oncall", reason="test")
+    for i in range(60):  # past the step-snapshot retention window
+        _step(s, "lookup", 10 + i)
+    store = engine.store
+    tree = s.tree()
+    assert {n.kind for n in tree} == {"manual", "step"}
+    assert any(not n.on_live_line for n in tree) and any(not n.restorable for n in tree)
+    for node in tree:
+        assert store.snapshot("tree", node.id) == node
+    assert store.snapshot("tree", first) == next(n for n in tree if n.id == first)
+    last = max(int(n.id.split("-")[1]) for n in tree)
+    for bogus in ("snap-0" + first.split("-")[1], f"snap-{last + 1}", "snap-", "snap-x",
+                  "first", "", "snap-" + "9" * 40, "snap-１"):
+        assert store.snapshot("tree", bogus) is None
+    assert store.snapshot("no-such-session", first) is None

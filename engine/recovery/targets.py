@@ -40,16 +40,22 @@ def preview_rollback(rt: Runtime, sid: str, to: str | None = None) -> RollbackPr
     target = to or suggested_target(rt, sid)
     if target is None:
         raise NothingToRollBack(f"session {sid!r} has no restorable snapshot")
-    node = next((n for n in rt.store.snapshots(sid) if n.id == target), None)
+    node = rt.store.snapshot(sid, target)
     if node is None:
         raise UnknownSnapshot(f"session {sid!r} has no snapshot {target!r}")
     return _preview(rt, sid, node)
 
 
-def _preview(rt: Runtime, sid: str, node: SnapshotNode) -> RollbackPreview:
+def _preview(rt: Runtime, sid: str, node: SnapshotNode,
+             info: SessionInfo | None = None) -> RollbackPreview:
+    """What leaves the live line going back to `node`: read from the snapshot on, so the cost
+    is what a rollback there would undo, not the session's history."""
     target = node.id
-    live = rt.store.live_messages(sid)
-    leaving = [s for s in rt.store.steps(sid, live_only=True) if s.n >= node.next_step]
+    info = info or rt.require_session(sid)
+    # live steps numbered from node.next_step to the session's step count: at most this many
+    newest = max(info.steps - node.next_step + 1, 0)
+    leaving = [s for s in rt.store.steps(sid, live_only=True, last=newest)
+               if s.n >= node.next_step] if newest else []
     comps = [
         (s.n, s.compensation[0], s.compensation[1])
         for s in reversed(leaving)
@@ -58,7 +64,7 @@ def _preview(rt: Runtime, sid: str, node: SnapshotNode) -> RollbackPreview:
     return RollbackPreview(
         session=sid,
         target=target,
-        messages=live[node.messages :],
+        messages=rt.store.live_messages(sid, since=node.messages),
         steps=leaving,
         compensations=comps,
     )
@@ -79,10 +85,10 @@ def rolled_back_already(rt: Runtime, sid: str, target: str, info: SessionInfo) -
     store refuses those with the error that says so."""
     if info.status != SessionStatus.ROLLED_BACK:
         return False
-    node = next((n for n in rt.store.snapshots(sid) if n.id == target), None)
+    node = rt.store.snapshot(sid, target)
     if node is None or not node.on_live_line or not node.restorable:
         return False
-    return only_notices_would_leave(_preview(rt, sid, node))
+    return only_notices_would_leave(_preview(rt, sid, node, info))
 
 
 def refuse_if_rolled_back(sid: str, preview: RollbackPreview | None = None) -> None:

@@ -35,6 +35,12 @@ class SnapshotStore(Protocol):
         """Every snapshot of the session, live and abandoned, oldest first."""
         ...
 
+    def snapshot(self, sid: str, snapshot_id: str) -> SnapshotNode | None:
+        """Snapshot `snapshot_id` of the session (live or abandoned), as `snapshots` lists it,
+        or None when the session has none of that id. Cost independent of the history length:
+        a rollback's preview and checks read the one snapshot they go back to."""
+        ...
+
     def restorable_snapshot(self, sid: str, before_step: int | None) -> str | None:
         """The newest restorable snapshot on the live line taken before step `before_step`
         began (any, when None). Cost independent of the history length.

@@ -361,32 +361,24 @@ class RedisStore(FleetDocs):
                 abandoned[field[:-1]] = value
             else:
                 records[field] = value
-        out = []
-        for seq in sorted(records, key=int):
-            messages, next_step, kind, parent, label, created = json.loads(records[seq])
-            snap_id = f"snap-{seq}"
-            branch_id = abandoned.get(seq)
-            branch = branches.get(branch_id) if branch_id else None
-            reason = None
-            if branch is not None:
-                reason = f"rolled back to {branch.from_snapshot} by {branch.actor}: {branch.reason}"
-            out.append(
-                SnapshotNode(
-                    id=snap_id,
-                    parent=parent,
-                    label=label,
-                    created_at=created,
-                    on_live_line=branch_id is None,
-                    abandoned_reason=reason,
-                    kind=kind,
-                    restorable=branch_id is None and seq in restorable,
-                    next_step=next_step,
-                    messages=messages,
-                    branch=branch_id,
-                    is_head=snap_id == head,
-                )
-            )
-        return out
+        return [
+            _snapshot_node(seq, records[seq], abandoned.get(seq), branches, seq in restorable,
+                           head)
+            for seq in sorted(records, key=int)
+        ]
+
+    def snapshot(self, sid: str, snapshot_id: str) -> SnapshotNode | None:
+        prefix, _, number = snapshot_id.partition("-")
+        if prefix != "snap" or not (number.isascii() and number.isdigit()) or len(number) > 18 \
+                or f"snap-{int(number)}" != snapshot_id:
+            return None
+        found = self._read("snapshot", sid, [str(int(number))])
+        if not found:
+            return None
+        head, record, branch_id, branch_record, restorable = found
+        branches = codec.branch_infos([branch_id, branch_record]) if branch_record else {}
+        return _snapshot_node(str(int(number)), record, branch_id or None, branches,
+                              restorable == "1", head)
 
     def restorable_snapshot(self, sid: str, before_step: int | None) -> str | None:
         result = self._read("restorable", sid, ["+inf" if before_step is None else before_step])
@@ -821,3 +813,30 @@ def _doc_value(text: str) -> Any:
     if text.startswith(RAW_MARK):
         return base64.b64decode(text[len(RAW_MARK):])
     return json.loads(text)
+
+
+def _snapshot_node(seq: str, record: str, branch_id: str | None,
+                   branches: dict[str, BranchInfo], restorable: bool,
+                   head: str) -> SnapshotNode:
+    """Snapshot ``snap-<seq>`` from its stored record (a JSON list), its branch id (None: on the
+    live line), the session's branches, whether it is in a restorable set, and the head."""
+    messages, next_step, kind, parent, label, created = json.loads(record)
+    snap_id = f"snap-{seq}"
+    branch = branches.get(branch_id) if branch_id else None
+    reason = None
+    if branch is not None:
+        reason = f"rolled back to {branch.from_snapshot} by {branch.actor}: {branch.reason}"
+    return SnapshotNode(
+        id=snap_id,
+        parent=parent,
+        label=label,
+        created_at=created,
+        on_live_line=branch_id is None,
+        abandoned_reason=reason,
+        kind=kind,
+        restorable=branch_id is None and restorable,
+        next_step=next_step,
+        messages=messages,
+        branch=branch_id,
+        is_head=snap_id == head,
+    )

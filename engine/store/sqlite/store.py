@@ -46,12 +46,10 @@ from engine.store.sqlite.docs import DocumentRows
 from engine.store.sqlite.rows import (
     AUDIT_COLS,
     COMPENSATION,
-    EMBEDDED_SNAPSHOT,
     EVENT,
     MESSAGE,
     RESOLUTION_COLUMNS,
     SESSION_COLS,
-    SNAPSHOT,
     STEP_COLS,
     add_audit,
     add_event,
@@ -73,6 +71,7 @@ from engine.store.sqlite.schema import (
     init_schema,
     missing_columns,
 )
+from engine.store.sqlite.snapshots import SnapshotReads
 from engine.store.sqlite.tx import SQLiteDB, path_from_url
 from engine.store.urls import redact
 from engine.types import SessionStatus, SnapshotKind, StoredVerdict
@@ -157,7 +156,7 @@ def _delete_session(conn: sqlite3.Connection, sid: str) -> bool:
     return found
 
 
-class SQLiteStore(BranchLine, SagaOutbox, DocumentRows):
+class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
     """Store on one SQLite file (or `:memory:` for tests and demos in one process).
 
     Args:
@@ -461,71 +460,6 @@ class SQLiteStore(BranchLine, SagaOutbox, DocumentRows):
             node = self._snapshot(conn, sid, label, kind, now, retention)
             add_event(conn, now, sid, "snapshot", {"id": node.id, "label": label, "kind": kind})
         return node
-
-    def _snap_floor(self, sid: str) -> int:
-        """Step snapshots of `sid` with ``next_step`` at or below this are retired."""
-        if not self._embedded:
-            return 0
-        rows = self._read("SELECT snap_floor FROM sessions WHERE id = ?", (sid,))
-        return int(rows[0][0]) if rows else 0
-
-    def snapshots(self, sid: str) -> list[SnapshotNode]:
-        """Every snapshot of the session, oldest first: the rows of ``snapshots`` and the
-        write-ahead snapshots kept in their steps' rows."""
-        head_rows = self._read("SELECT head FROM sessions WHERE id = ?", (sid,))
-        head = head_rows[0][0] if head_rows else None
-        floor = self._snap_floor(sid)
-        branches = {b.id: b for b in self.branches(sid)}
-        columns = f"{SNAPSHOT.select()}, retired_at, seq"
-        sql = f"SELECT {columns} FROM snapshots WHERE session = ?"
-        params: tuple[Any, ...] = (sid,)
-        if self._embedded:
-            sql += f" UNION ALL SELECT {EMBEDDED_SNAPSHOT} FROM steps WHERE session = ? " \
-                   "AND snap_msgs IS NOT NULL"
-            params = (sid, sid)
-        rows = self._named(sql + " ORDER BY seq", params)
-        out = []
-        for r in rows:
-            branch = branches.get(r["branch"])
-            reason = None
-            if branch is not None:
-                reason = f"rolled back to {branch.from_snapshot} by {branch.actor}: {branch.reason}"
-            out.append(
-                SNAPSHOT.decode(
-                    r,
-                    abandoned_reason=reason,
-                    restorable=r["branch"] is None and r["retired_at"] is None
-                    and not (r["kind"] == "step" and r["next_step"] <= floor),
-                    is_head=r["id"] == head,
-                )
-            )
-        return out
-
-    def restorable_snapshot(self, sid: str, before_step: int | None) -> str | None:
-        """Newest restorable live snapshot taken before step `before_step` began, or None."""
-        before = before_step if before_step is not None else 2**62
-        floor = self._snap_floor(sid)
-        candidates = self._read(  # each kind has its own retention window
-            "SELECT id, seq FROM snapshots WHERE session = ? AND kind = 'manual' "
-            "AND branch IS NULL AND retired_at IS NULL AND next_step <= ? "
-            "ORDER BY seq DESC LIMIT 1",
-            (sid, before),
-        )
-        candidates += self._read(
-            "SELECT id, seq FROM snapshots WHERE session = ? AND kind = 'step' "
-            "AND branch IS NULL AND retired_at IS NULL AND next_step > ? AND next_step <= ? "
-            "ORDER BY seq DESC LIMIT 1",
-            (sid, floor, before),
-        )
-        if self._embedded:
-            # A step's snapshot has next_step = n: the retention window bounds the walk.
-            candidates += self._read(
-                "SELECT snapshot, seq - 1 FROM steps WHERE session = ? AND n > ? AND n <= ? "
-                "AND branch IS NULL AND snap_msgs IS NOT NULL ORDER BY n DESC LIMIT 1",
-                (sid, floor, before),
-            )
-        best = max(candidates, key=lambda r: r[1], default=None)
-        return best[0] if best else None
 
     # -- steps ------------------------------------------------------------------------------
     def begin_step(
