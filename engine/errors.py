@@ -129,6 +129,10 @@ class EmbedderUnavailable(RewindError, RuntimeError):
     """The embedding model or the library that runs it is not installed."""
 
 
+class JudgeUnavailable(RewindError, RuntimeError):
+    """A contradiction judge's model, or the library that runs it, cannot be loaded."""
+
+
 class StoreAuthError(StoreError):
     """The store answered but refused the credentials or the ACL (wrong or missing password,
     unknown user, a command the user may not run). A configuration error, not an outage: it is

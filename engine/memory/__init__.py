@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         Judgement,
         RulesJudge,
     )
+    from engine.memory.nli import NLIJudge
     from engine.memory.session import Memory, MemoryHit, SessionMemory
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "Memory",
     "MemoryConfig",
     "MemoryHit",
+    "NLIJudge",
     "RulesJudge",
     "SessionMemory",
 ]
@@ -40,6 +42,7 @@ _WHERE = {
     "FunctionJudge": "engine.memory.judges",
     "Judgement": "engine.memory.judges",
     "RulesJudge": "engine.memory.judges",
+    "NLIJudge": "engine.memory.nli",
 }
 
 

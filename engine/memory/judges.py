@@ -18,9 +18,9 @@ Shipped judges:
 - `FunctionJudge`: calls a function the user passes (their LLM), batched and cached.
 - `CheckerJudge`: wraps an older `ContradictionChecker` (such as `RuleChecker`).
 
-A natural-language-inference judge is not shipped: no package on the registries this project
-installs from ships an NLI model offline, and weights are never fetched from a model hub at run
-time. `FunctionJudge` wraps a local NLI model as easily as an LLM.
+- `NLIJudge` (`engine.memory.nli`): a natural-language-inference model the user has on disk.
+  No NLI model ships with Rewind (none is packaged on the registries this project installs
+  from), and weights are never fetched from a model hub at run time.
 """
 
 from __future__ import annotations
