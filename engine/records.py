@@ -191,6 +191,12 @@ class BranchInfo:
     epoch: int
     """Epoch the branch ended (steps begun in it and finished later are late)."""
 
+    @property
+    def why(self) -> str:
+        """Why it was abandoned, as snapshot trees show it: ``rolled back to snap-3 by alice:
+        looping on search``."""
+        return f"rolled back to {self.from_snapshot} by {self.actor}: {self.reason}"
+
 
 @dataclass(frozen=True)
 class Compensation:

@@ -507,7 +507,7 @@ def content_text(content: Any) -> str:
 
 def messages_view(records: Sequence[Any], branches: Sequence[Any]) -> list[MessageView]:
     """Every message in write order; abandoned ones say which rollback took them off the line."""
-    why = {b.id: f"rolled back to {b.from_snapshot} by {b.actor}: {b.reason}" for b in branches}
+    why = {b.id: b.why for b in branches}
     return [MessageView(
         seq=r.seq, role=str(r.message.get("role", "?")),
         text=content_text(r.message.get("content")), abandoned=r.branch is not None,

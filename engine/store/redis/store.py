@@ -823,9 +823,7 @@ def _snapshot_node(seq: str, record: str, branch_id: str | None,
     messages, next_step, kind, parent, label, created = json.loads(record)
     snap_id = f"snap-{seq}"
     branch = branches.get(branch_id) if branch_id else None
-    reason = None
-    if branch is not None:
-        reason = f"rolled back to {branch.from_snapshot} by {branch.actor}: {branch.reason}"
+    reason = branch.why if branch is not None else None
     return SnapshotNode(
         id=snap_id,
         parent=parent,

@@ -40,12 +40,9 @@ class SnapshotReads:
     @staticmethod
     def _node(r: sqlite3.Row, branch: BranchInfo | None, floor: int,
               head: str | None) -> SnapshotNode:
-        reason = None
-        if branch is not None:
-            reason = f"rolled back to {branch.from_snapshot} by {branch.actor}: {branch.reason}"
         return SNAPSHOT.decode(
             r,
-            abandoned_reason=reason,
+            abandoned_reason=branch.why if branch is not None else None,
             restorable=r["branch"] is None and r["retired_at"] is None
             and not (r["kind"] == "step" and r["next_step"] <= floor),
             is_head=r["id"] == head,
