@@ -31,10 +31,14 @@ for i = after_docs, #ARGV, 5 do
   end
   event("step", '{"late":false,"looping":' .. (looping and "true" or "false") .. ',"n":' .. sn
         .. ',"status":' .. cjson.encode(ARGV[i + 3]) .. '}')
+  if looping and S.loop ~= "1" then  -- as end_step: a loop episode starts
+    event("loop", '{"n":' .. sn .. '}')
+  end
+  if looping then S.loop = "1" elseif ARGV[i + 3] == "ok" then S.loop = "0" end
 end
 if verdict then
   keep()
   set("verdict", verdict, "loops", int(loops))
 end
-set("seq", int(seq), "steps", int(n), "status", status, "updated", NOW)
+set("seq", int(seq), "steps", int(n), "status", status, "loop", S.loop or "0", "updated", NOW)
 return done(first)
