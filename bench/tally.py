@@ -83,10 +83,11 @@ def measure(url: str, way: str, runs: int) -> tuple[float, int, list]:
 
 def table(rows: list[dict]) -> str:
     base = rows[0]
-    headers = ["sessions", "steps", "episodes", "index", "×base", "events read",
+    headers = ["sessions", "steps", "episodes", "index", "×base", "per episode", "events read",
                "scan", "×base", "events read", "scan/index"]
     lines = [[f"{r['sessions']:,}", f"{r['steps']:,}", f"{r['episodes']:,}",
               f"{r['index'][0] * 1000:,.1f} ms", f"{r['index'][0] / base['index'][0]:.2f}",
+              f"{r['index'][0] / max(r['episodes'], 1) * 1e6:,.0f} us",
               f"{r['index'][1]:,}",
               f"{r['scan'][0] * 1000:,.0f} ms", f"{r['scan'][0] / base['scan'][0]:.2f}",
               f"{r['scan'][1]:,}", f"{r['scan'][0] / r['index'][0]:.0f}x"] for r in rows]
