@@ -8,7 +8,15 @@ repeat its verdict while the agent keeps failing, and that is still one loop. Th
 `LoopTally` builds episodes from the public change feed (`Engine.events`, cursor-ordered) and
 session metadata (`Engine.get_session`). One tally per store lives in a long-running process; each
 refresh reads only the events written since the last one, so a refresh costs what changed, not the
-store size. The first read starts at the window's beginning, found by binary search over cursors.
+store size.
+
+The first read costs the episodes of the window, not its steps: every store writes a ``loop``
+event where an episode starts (`EventType.LOOP`) and reads them back by time through an index
+(`Store.loops`); the tally reads those, then follows the feed from the cursor it read them at,
+counting ``loop`` events. A store that cannot answer for the window (a file an older release
+wrote steps to within it), or a source without a store, is scanned instead: every event from the
+window's beginning (found by binary search over cursors), episodes rebuilt from the ``step`` and
+``rollback`` events by the same rule the stores follow.
 """
 
 from __future__ import annotations
@@ -124,7 +132,9 @@ class LoopTally:
         self._cursor: int | None = None
         self._start = 0.0
         self._episodes: list[tuple[float, str]] = []
-        self._looping: set[str] = set()  # sessions inside a loop episode
+        self._looping: set[str] = set()  # sessions inside a loop episode (when scanning)
+        self.indexed = False
+        """True when the tally started from the store's ``loop`` events (no scan of steps)."""
         self.scanned = 0
         """Events read since the tally (re)started."""
 
@@ -138,10 +148,13 @@ class LoopTally:
             now = self.clock()
             if horizon_s is not None and horizon_s > self.horizon_s:
                 self._reset(horizon_s)
+            read = 0
             if self._cursor is None:
                 self._start = now - self.horizon_s
-                self._cursor = first_cursor_at(self.engine, self._start)
-            read = 0
+                read = self._start_from_index()
+                if not self.indexed:
+                    self._cursor = first_cursor_at(self.engine, self._start)
+            assert self._cursor is not None
             while True:
                 events = self.engine.events(since=self._cursor, limit=self.page)
                 for ev in events:
@@ -157,9 +170,32 @@ class LoopTally:
                 self._episodes = [e for e in self._episodes if e[0] >= cutoff]
             return read
 
+    def _start_from_index(self) -> int:
+        """Read the window's episodes from the store's ``loop`` events, if it can answer;
+        returns how many were read (`indexed` says whether it could)."""
+        store = getattr(self.engine, "store", None)
+        if store is None or not hasattr(store, "loops"):
+            return 0
+        cursor = store.last_event_id()  # later ones are followed on the feed
+        since, after, found = self._start, 0, []
+        while True:
+            page = store.loops(since, after, limit=self.page)
+            if page is None:
+                return 0
+            found += [(ev.at, ev.session) for ev in page if ev.id <= cursor and ev.session]
+            if len(page) < self.page:
+                break
+            since, after = page[-1].at, page[-1].id
+        self._episodes, self._cursor, self.indexed = found, cursor, True
+        return len(found)
+
     def _observe(self, ev: Event) -> None:
         sid = ev.session
         if sid is None:
+            return
+        if self.indexed:
+            if ev.type == EventType.LOOP:
+                self._episodes.append((ev.at, sid))
             return
         if ev.type == EventType.STEP:
             data = ev.data or {}

@@ -42,6 +42,11 @@ class EventType(StrEnum):
     """A snapshot was taken."""
     STEP = "step"
     """A guarded step ended (its verdict, if any, is in the data)."""
+    LOOP = "loop"
+    """A loop episode started: a step's loop verdict (its ``step`` event comes just before,
+    with the same ``n``) on a session that was not inside one. An episode ends when a step of
+    the session ends ok (not late) or the session is rolled back; verdicts repeated within it
+    write no ``loop`` event."""
     ROLLBACK = "rollback"
     """A rollback moved the live line back."""
     FORK = "fork"

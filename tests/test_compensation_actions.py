@@ -302,4 +302,6 @@ def test_a_schema_2_file_gets_the_new_columns(tmp_path, monkeypatch):
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute(
             "SELECT value FROM rewind_meta WHERE key = 'schema_version'").fetchone()
-    assert version == "4"
+    from engine.store.sqlite.schema import SCHEMA_VERSION
+
+    assert version == str(SCHEMA_VERSION)

@@ -139,7 +139,32 @@ def test_loop_and_automatic_rollback_statements_use_bounded_indexes(long_session
             with s.step("image_crop", {"x": 10}) as call:
                 call.fail("invalid slice")
     assert any("INSERT INTO branches" in sql for sql in statements)
+    assert any("'loop'" in sql for sql in statements)  # the episode's start, with its step
     assert _checked(path, statements) == []
+
+
+def test_loop_episode_reads_and_recorded_verdicts_use_the_loop_index(long_session):
+    """Recording steps whose verdict starts an episode, and reading the episodes back by time
+    (`Store.loops`, the console's first visit), reach only the ``loop`` events."""
+    engine, _s, path = long_session
+    watched = engine.session("watched", on_loop="flag")
+    statements = _capture(engine)
+    calls = []
+    for _ in range(8):
+        call = watched.step("image_crop", {"x": 11}, snapshot=False)
+        call.fail("invalid slice")
+        calls.append(call)
+    watched.record_steps(calls)
+    assert engine.store.loops(0.0)
+    assert engine.store.loops(0.0, 1, limit=1) is not None
+    reads = [sql for sql in statements if "type = 'loop'" in sql]
+    assert reads and _checked(path, statements) == []
+    conn = sqlite3.connect(path)
+    try:
+        plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + reads[0]))
+    finally:
+        conn.close()
+    assert "USING INDEX events_loop" in plan and "TEMP B-TREE" not in plan
 
 
 def test_the_check_catches_a_walk_over_the_history(long_session):

@@ -146,7 +146,10 @@ def test_an_older_file_keeps_its_step_snapshots(tmp_path, open_engine):
         s.rollback(to="snap-1", actor="t", reason="retired", notice=False)
     engine.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT value FROM rewind_meta").fetchone()[0] == "4"
+    from engine.store.sqlite.schema import SCHEMA_VERSION
+
+    assert conn.execute("SELECT value FROM rewind_meta WHERE key = 'schema_version'"
+                        ).fetchone()[0] == str(SCHEMA_VERSION)
     conn.close()
 
 

@@ -62,3 +62,21 @@ class AuditStore(Protocol):
     def last_event_id(self) -> int:
         """Cursor of the newest event (0 when none)."""
         ...
+
+    def loops(self, since: float, after: int = 0, limit: int = 1000) -> list[Event] | None:
+        """The feed's ``loop`` events (each starts a loop episode, see `EventType.LOOP`) that
+        come after (`since`, `after`), ordered by time, then cursor; read through an index, so
+        the cost follows the episodes returned, not the steps of the feed.
+
+        Args:
+            since: only events at or after this time (with `after`: after it).
+            after: of the events at exactly `since`, only those with a cursor greater than
+                this; pass the last event's ``(at, id)`` to read the next page.
+            limit: at most this many.
+
+        Returns:
+            The events, or None when the store cannot answer for `since`: a release that
+            wrote no ``loop`` events may have written steps then (scan the feed's ``step``
+            events instead, as `engine.fleet.LoopTally` does).
+        """
+        ...

@@ -300,6 +300,32 @@ class FleetViews:
         self.flush()
         return int(self._client.call(self._r.get, keys.event_counter(self.fb)) or 0)
 
+    def loops_from(self) -> float:
+        """The time after which the ``loop`` events are complete (see fleet_loops_from.lua);
+        set by the first call on a store."""
+        return float(self.run("loops_from", []))
+
+    def loops(self, since: float, after: int, limit: int, complete_after: float
+              ) -> list[Event] | None:
+        self.flush()
+        if since <= complete_after:
+            return None
+        key = keys.loops(self.fb)
+        found: list[tuple[str, float]] = []
+        low = num(since)
+        if after:  # the rest of the events at `since` (members sort by cursor), then later ones
+            ties = self._client.call(self._r.zrangebyscore, key, low, low, withscores=True)
+            found = [(m, at) for m, at in ties if int(m[:16]) > after][:limit]
+            low = "(" + low
+        if len(found) < limit:
+            found += self._client.call(self._r.zrangebyscore, key, low, "+inf",
+                                       start=0, num=limit - len(found), withscores=True)
+        out = []
+        for member, at in found:
+            data, _, sid = member[17:].partition("\n")
+            out.append(Event(int(member[:16]), at, sid, "loop", json.loads(data)))
+        return out
+
     def _comp_records(self, ids: list[str]) -> list[Compensation | None]:
         pipe = self._r.pipeline(transaction=False)
         for cid in ids:

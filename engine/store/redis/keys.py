@@ -61,6 +61,11 @@ branch_index            ZSET      ``<enc>/<branch>`` -> created_at (for purge_br
 event_counter           STRING    cursor of the newest event
 events                  STREAM    the live feed, ids ``<cursor>-0``, capped with MAXLEN ~
 session_events(enc)     STREAM    the same events of one session, capped, expires with it
+loops                   ZSET      the feed's ``loop`` events (episode starts) by time:
+                                  ``<16-digit cursor> <data JSON><newline><session id>`` -> at,
+                                  capped like ``events``
+loops_from              STRING    time of the newest event when a release that writes
+                                  ``loop`` events first opened the store (``-inf``: all)
 audit_counter           STRING    id of the newest audit event
 audit_records           HASH      id -> audit record
 audit_all               ZSET      audit ids (score = id)
@@ -307,6 +312,14 @@ def session_events(fb: str, enc: str) -> str:
     return fb + "ev:s:" + enc
 
 
+def loops(fb: str) -> str:
+    return fb + "lp"
+
+
+def loops_from(fb: str) -> str:
+    return fb + "lp:from"
+
+
 def audit_counter(fb: str) -> str:
     return fb + "au:n"
 
@@ -386,6 +399,8 @@ FLEET_KEYS = (
     event_counter,
     events,
     session_events,
+    loops,
+    loops_from,
     audit_counter,
     audit_records,
     audit_all,

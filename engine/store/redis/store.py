@@ -71,7 +71,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
 
-from engine.errors import StoreError, UnknownSession
+from engine.errors import StoreAuthError, StoreError, UnknownSession
 from engine.records import (
     AuditEvent,
     BranchInfo,
@@ -152,6 +152,10 @@ class RedisStore(FleetDocs):
         self._fb = keys.fleet_base(self.prefix)
         self._views = FleetViews(self._client)
         self._flusher = self._views.flusher
+        try:
+            self._loops_from: float | None = self._views.loops_from()
+        except StoreAuthError:  # scripts are forbidden: so is every write; `loops` asks again
+            self._loops_from = None
 
     # -- plumbing ---------------------------------------------------------------------------
     @property
@@ -590,6 +594,11 @@ class RedisStore(FleetDocs):
 
     def last_event_id(self) -> int:
         return self._views.last_event_id()
+
+    def loops(self, since: float, after: int = 0, limit: int = 1000) -> list[Event] | None:
+        if self._loops_from is None:
+            self._loops_from = self._views.loops_from()
+        return self._views.loops(since, after, limit, self._loops_from)
 
     def compensations(
         self,

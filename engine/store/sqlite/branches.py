@@ -182,9 +182,9 @@ class BranchLine:
                 "UPDATE sessions SET seq = ?, epoch = ?, head = ?, msg_count = ?, "
                 # a stopped session stays stopped: a rollback repairs it, it does not restart it
                 "status = CASE WHEN ? OR status = 'stopped' THEN status ELSE 'rolled_back' END, "
-                "rollbacks = rollbacks + CASE WHEN ? THEN 0 ELSE 1 END, updated_at = ? "
-                "WHERE id = ?",
-                (seq, new_epoch, target, snap_msgs, fork, fork, now, sid),
+                "rollbacks = rollbacks + CASE WHEN ? THEN 0 ELSE 1 END, "
+                "loop_open = loop_open AND ?, updated_at = ? WHERE id = ?",  # a rollback ends it
+                (seq, new_epoch, target, snap_msgs, fork, fork, fork, now, sid),
             )
             notice_text = None
             if notice is not None:

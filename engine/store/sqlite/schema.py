@@ -16,18 +16,25 @@ abandoned branch's id.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 
 from engine.errors import SchemaMismatch, StoreUnavailable
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """1: the first release. 2: ``fleet_docs`` (tool quarantines every agent process must honour, so
 a file that has them must not be opened by a release that would ignore them). 3: compensations
 resolved by hand (status ``resolved``, ``resolved_by``, ``resolved_reason``, which an older
 release cannot read) and ``workers`` (heartbeats of processes with compensation handlers).
 4: a guarded step's write-ahead snapshot lives in its step's row (``steps.snap_label``,
 ``snap_parent``, ``snap_msgs``) and step snapshots are retired by ``sessions.snap_floor``
-instead of a row update each; an older release would not see those snapshots."""
+instead of a row update each; an older release would not see those snapshots.
+5: loop episodes: ``sessions.loop_open`` (the session is inside a loop episode) and a ``loop``
+feed event where an episode starts, read by time through ``events_loop``; an older release
+would record steps without them, and episodes would go missing from that index."""
+
+LOOPS_SCHEMA = 5
+"""The first schema version that records loop episodes (``loop`` events)."""
 
 DDL = """
 CREATE TABLE IF NOT EXISTS rewind_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -36,6 +43,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     meta TEXT NOT NULL,
     tenant TEXT, scenario TEXT, prompt_version TEXT,
     status TEXT NOT NULL DEFAULT 'healthy',
+    loop_open INTEGER NOT NULL DEFAULT 0,
     head TEXT,
     epoch INTEGER NOT NULL DEFAULT 0,
     seq INTEGER NOT NULL DEFAULT 0,
@@ -117,6 +125,7 @@ CREATE TABLE IF NOT EXISTS events (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_session ON events(session, id);
+CREATE INDEX IF NOT EXISTS events_loop ON events(at) WHERE type = 'loop';
 CREATE TABLE IF NOT EXISTS fleet_docs (
     ns TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, updated_at REAL NOT NULL,
     PRIMARY KEY (ns, key)
@@ -147,12 +156,15 @@ restorable snapshot (``next_step`` grows with ``seq`` on the live line)."""
 
 ADDED_COLUMNS = {
     "compensations": ("resolved_by TEXT", "resolved_reason TEXT"),
-    "sessions": ("snap_floor INTEGER NOT NULL DEFAULT 0",),
+    "sessions": (
+        "snap_floor INTEGER NOT NULL DEFAULT 0", "loop_open INTEGER NOT NULL DEFAULT 0"
+    ),
     "steps": ("snap_label TEXT", "snap_parent TEXT", "snap_msgs INTEGER"),
 }
 """Columns later schema versions added to tables an older file already has (``CREATE TABLE IF
 NOT EXISTS`` leaves those as they are). An older file's step snapshots stay rows of
-``snapshots``; its ``snap_floor`` starts at 0, so they are retired as new steps come."""
+``snapshots``; its ``snap_floor`` starts at 0, so they are retired as new steps come. Its
+``loop_open`` starts from the status (see `init_schema`)."""
 
 
 def missing_columns(conn: sqlite3.Connection) -> dict[str, list[str]]:
@@ -218,6 +230,14 @@ def init_schema(conn: sqlite3.Connection, name: str) -> None:
     for table, columns in missing_columns(conn).items():
         for column in columns:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+    if row is not None and int(row[0]) < LOOPS_SCHEMA:
+        # The older release wrote no ``loop`` events: episodes that started before now are
+        # found by scanning the feed (`loops_from`); a session looping now is inside one.
+        conn.execute("UPDATE sessions SET loop_open = 1 WHERE status = 'looping'")
+        conn.execute(
+            "INSERT OR IGNORE INTO rewind_meta(key, value) "
+            "SELECT 'loops_from', MAX(id) FROM events HAVING COUNT(*) > 0"
+        )
     # An older file now has every table of this release: record that, so an older release
     # refuses it instead of ignoring what it does not know (e.g. quarantines).
     conn.execute(
@@ -226,6 +246,18 @@ def init_schema(conn: sqlite3.Connection, name: str) -> None:
         "WHERE CAST(rewind_meta.value AS INTEGER) < CAST(excluded.value AS INTEGER)",
         (str(SCHEMA_VERSION),),
     )
+
+
+def loops_from(conn: sqlite3.Connection) -> float:
+    """The time of the last event written by a release older than `LOOPS_SCHEMA` (-inf when
+    there is none): the ``loop`` events of this file are complete after it."""
+    row = conn.execute(
+        "SELECT value, (SELECT at FROM events WHERE id = CAST(value AS INTEGER)) "
+        "FROM rewind_meta WHERE key = 'loops_from'"
+    ).fetchone()
+    if row is None:
+        return -math.inf
+    return math.inf if row[1] is None else float(row[1])  # that event is gone: never answer
 
 
 def run_script(conn: sqlite3.Connection, script: str) -> None:

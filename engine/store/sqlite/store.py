@@ -15,6 +15,7 @@ connection. The class is assembled from the parts that own each concern:
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 from typing import Any
@@ -69,6 +70,7 @@ from engine.store.sqlite.schema import (
     SCHEMA_VERSION,
     check_schema,
     init_schema,
+    loops_from,
     missing_columns,
 )
 from engine.store.sqlite.snapshots import SnapshotReads
@@ -110,6 +112,13 @@ _BEGIN_PLAIN_SESSION = "UPDATE sessions SET seq = ?, step_count = ? WHERE id = ?
 _BEGIN_PLAIN_TOUCH = _BEGIN_PLAIN_SESSION.replace(" WHERE", ", updated_at = ? WHERE")
 
 _STEP_EVENT = '{"late":%s,"looping":%s,"n":%d,"status":%s}'
+_LOOP_EVENT = '{"n":%d}'
+_VERDICT_EVENTS = (
+    "INSERT INTO events(at, session, type, data) SELECT ?, ?, 'step', ? "
+    "UNION ALL SELECT ?, ?, 'loop', ? FROM sessions WHERE id = ? AND loop_open = 0"
+)
+"""A flagged step's feed event, followed by a ``loop`` event when the step starts a loop
+episode (the session was not inside one): one statement, as for any step."""
 
 ACTIVITY_GRAIN_S = 1.0
 """A step moves its session's ``updated_at`` only when the last move is this old (status changes,
@@ -203,11 +212,19 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
             if "compensations" in missing:
                 self._comp_cols = COMPENSATION.select(absent=RESOLUTION_COLUMNS)
                 self._has_workers = False
-            if "steps" in missing or "sessions" in missing:
+            if "steps" in missing:
                 self._embedded = False
+            if "sessions" in missing:  # no loop events either
+                self._loops_from = math.inf
         else:
             with self._db.write() as conn:
                 init_schema(conn, url)
+        if self._loops_from != math.inf:
+            self._loops_from = loops_from(self._db.conn)
+
+    _loops_from = -math.inf
+    """`loops` answers for times after this one: the time of the last event an older release
+    wrote to this file (-inf: every event came from a release that writes ``loop`` events)."""
 
     _embedded = True
     """False on a read-only file of an older schema: its step snapshots are all rows of
@@ -517,16 +534,27 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
             late = not found
             if not late:
                 current, updated_at = found[0]
-                if verdict is not None:
+                if verdict is not None:  # the step's event, and "loop" when an episode starts
+                    conn.execute(_VERDICT_EVENTS, (
+                        now, sid, _STEP_EVENT % ("false", "true", ticket.n, dumps(status)),
+                        now, sid, _LOOP_EVENT % ticket.n, sid,
+                    ))
                     conn.execute(
                         "UPDATE sessions SET status = 'looping', last_verdict = ?, "
-                        "loops = loops + 1, updated_at = ? WHERE id = ?",
+                        "loops = loops + 1, loop_open = 1, updated_at = ? WHERE id = ?",
                         (dumps(verdict), now, sid),
                     )
                 elif status == "ok" and current not in ("healthy", "stopped"):
                     conn.execute(
-                        "UPDATE sessions SET status = 'healthy', updated_at = ? WHERE id = ?",
+                        "UPDATE sessions SET status = 'healthy', loop_open = 0, updated_at = ? "
+                        "WHERE id = ?",
                         (now, sid),
+                    )
+                elif status == "ok" and current == "stopped":  # its loop ends, it stays stopped
+                    conn.execute(
+                        "UPDATE sessions SET loop_open = 0, updated_at = ? WHERE id = ? "
+                        "AND (loop_open = 1 OR ? - updated_at >= ?)",
+                        (now, sid, now, ACTIVITY_GRAIN_S),
                     )
                 elif now - updated_at >= ACTIVITY_GRAIN_S:
                     conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
@@ -565,14 +593,15 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
                         (sid, ticket.n),
                     ).fetchall()
                     queue_compensations(conn, sid, rows, branch, now)
-            # the canonical JSON of {"n", "status", "late", "looping"}, written out: every step
-            conn.execute(
-                "INSERT INTO events(at, session, type, data) VALUES (?, ?, 'step', ?)",
-                (now, sid, _STEP_EVENT % (
-                    _JSON_BOOL[late], _JSON_BOOL[verdict is not None], ticket.n,
-                    dumps(status),
-                )),
-            )
+            if late or verdict is None:
+                # the canonical JSON of {"n", "status", "late", "looping"}, written out
+                conn.execute(
+                    "INSERT INTO events(at, session, type, data) VALUES (?, ?, 'step', ?)",
+                    (now, sid, _STEP_EVENT % (
+                        _JSON_BOOL[late], _JSON_BOOL[verdict is not None], ticket.n,
+                        dumps(status),
+                    )),
+                )
         return late
 
     def record_steps(
@@ -587,11 +616,12 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
         the protocol)."""
         with self._db.write() as conn:
             row = conn.execute(
-                "SELECT seq, epoch, step_count, status, loops FROM sessions WHERE id = ?", (sid,)
+                "SELECT seq, epoch, step_count, status, loops, loop_open FROM sessions "
+                "WHERE id = ?", (sid,)
             ).fetchone()
             if row is None:
                 raise UnknownSession(f"no session {sid!r} in this store")
-            seq, epoch, step_count, status, loops = row
+            seq, epoch, step_count, status, loops, loop_open = row
             if (step_count, epoch) != tuple(expect):
                 return None
             rows, events = [], []
@@ -616,6 +646,9 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
                 events.append((now, sid, "step", f'{{"late":false,"looping":'
                                f'{"false" if verdict is None else "true"},"n":{n},'
                                f'"status":{dumps(state)}}}'))
+                if verdict is not None and not loop_open:  # as end_step: an episode starts
+                    events.append((now, sid, "loop", _LOOP_EVENT % n))
+                loop_open = verdict is not None or (loop_open and state != "ok")
             if documents is not None:
                 ns, items = documents
                 for key, value in items.items():
@@ -633,8 +666,10 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
             )
             conn.execute(
                 "UPDATE sessions SET seq = ?, step_count = ?, status = ?, loops = ?, "
-                "last_verdict = COALESCE(?, last_verdict), updated_at = ? WHERE id = ?",
-                (seq + len(rows), step_count + len(rows), status, loops, last_verdict, now, sid),
+                "last_verdict = COALESCE(?, last_verdict), loop_open = ?, updated_at = ? "
+                "WHERE id = ?",
+                (seq + len(rows), step_count + len(rows), status, loops, last_verdict,
+                 int(loop_open), now, sid),
             )
             conn.executemany(
                 "INSERT INTO events(at, session, type, data) VALUES (?, ?, ?, ?)", events
@@ -717,6 +752,18 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
     def last_event_id(self) -> int:
         """Cursor of the newest event (0 when none)."""
         return int(self._read("SELECT COALESCE(MAX(id), 0) FROM events")[0][0])
+
+    def loops(self, since: float, after: int = 0, limit: int = 1000) -> list[Event] | None:
+        """``loop`` events after (`since`, `after`) by (time, cursor), through ``events_loop``;
+        None for a time an older release may have written steps at."""
+        if since <= self._loops_from:
+            return None
+        rows = self._named(
+            f"SELECT {EVENT.select()} FROM events INDEXED BY events_loop WHERE type = 'loop' "
+            "AND (at, id) > (?, ?) ORDER BY at, id LIMIT ?",
+            (since, after, limit),
+        )
+        return [EVENT.decode(r) for r in rows]
 
     def delete_session(self, sid: str, now: float, audit: AuditEntry | None = None) -> bool:
         """Delete a session and everything it owns (audit events stay), with its audit row in

@@ -35,6 +35,7 @@ elseif verdict ~= "" then
   set("status", "looping", "verdict", verdict, "loops", int(tonumber(S.loops) + 1), "updated", NOW)
 elseif status == "ok" then
   if S.status ~= "stopped" then set("status", "healthy") end
+  if S.loop == "1" then set("loop", "0") end  -- the loop episode ends
   set("updated", NOW)
 else
   set("updated", NOW)
@@ -42,4 +43,8 @@ end
 event("step", '{"late":' .. (late and "true" or "false") .. ',"looping":' ..
       (verdict ~= "" and "true" or "false") .. ',"n":' .. n .. ',"status":' ..
       cjson.encode(status) .. '}')
+if verdict ~= "" and not late and S.loop ~= "1" then  -- a loop episode starts
+  set("loop", "1")
+  event("loop", '{"n":' .. n .. '}')
+end
 return done(late and "1" or "0")

@@ -16,6 +16,7 @@ local T, L = K_steps(B), K_live_steps(B)
 local seq, n = tonumber(S.seq), tonumber(S.steps)
 local first = int(n + 1)
 local status, verdict, loops = S.status, nil, tonumber(S.loops)
+local open = S.loop == "1"  -- inside a loop episode
 for i = after_docs, #ARGV, 5 do
   seq, n = seq + 1, n + 1
   local sn = int(n)
@@ -31,7 +32,12 @@ for i = after_docs, #ARGV, 5 do
   end
   event("step", '{"late":false,"looping":' .. (looping and "true" or "false") .. ',"n":' .. sn
         .. ',"status":' .. cjson.encode(ARGV[i + 3]) .. '}')
+  if looping and not open then  -- as end_step: a loop episode starts
+    event("loop", '{"n":' .. sn .. '}')
+  end
+  if looping then open = true elseif ARGV[i + 3] == "ok" then open = false end
 end
+if open ~= (S.loop == "1") then set("loop", open and "1" or "0") end
 if verdict then
   keep()
   set("verdict", verdict, "loops", int(loops))

@@ -115,6 +115,7 @@ redis.call("HSET", K_branch_items(B), branch, table.concat(items, " "))
 redis.call("ZADD", K_branches_by_epoch(B), epoch, branch)
 -- a stopped session stays stopped: a rollback repairs it, it does not restart it
 local status = (fork or S.status == "stopped") and S.status or "rolled_back"
+if not fork and S.loop == "1" then set("loop", "0") end  -- a rollback ends a loop episode
 set("seq", int(seq), "epoch", epoch, "head", target, "msgs", smsgs, "status", status,
     "rollbacks", fork and S.rollbacks or int(tonumber(S.rollbacks) + 1), "updated", NOW)
 

@@ -69,6 +69,11 @@ local function fleet_event(C, sid, enc, kind, data, at, ttl)
     redis.call("XADD", key, "MAXLEN", "~", C.sevmax, xid, "a", at, "s", sid, "t", kind, "d", data)
     if ttl > 0 then redis.call("EXPIRE", key, ttl) else redis.call("PERSIST", key) end
   end
+  if kind == "loop" then  -- episode starts, by time (Store.loops), as many as the feed keeps
+    local lp = K_loops(C.fb)
+    redis.call("ZADD", lp, at, string.format("%016d", id) .. " " .. data .. "\n" .. sid)
+    redis.call("ZREMRANGEBYRANK", lp, 0, -(tonumber(C.evmax) + 2))
+  end
   return id
 end
 
