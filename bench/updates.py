@@ -69,8 +69,16 @@ def measure_pairs(questions: Sequence[Question], show: int = 0) -> dict:
                         false.append(f"{q.qid}: {q.turns[a][:160]!r} -> {q.turns[b][:160]!r}")
     finally:
         engine.close()
-    return {"tp": tp, "fp": fp, "pos": pos, "neg": neg, "missed": missed, "false": false,
-            "precision": _ratio(tp, tp + fp), "recall": _ratio(tp, pos)}
+    return {
+        "tp": tp,
+        "fp": fp,
+        "pos": pos,
+        "neg": neg,
+        "missed": missed,
+        "false": false,
+        "precision": _ratio(tp, tp + fp),
+        "recall": _ratio(tp, pos),
+    }
 
 
 def measure_chats(questions: Sequence[Question], show: int = 0) -> dict:
@@ -97,19 +105,30 @@ def measure_chats(questions: Sequence[Question], show: int = 0) -> dict:
                 fp += 1
                 if len(false) < show:
                     by = by_id.get(m.superseded_by or "")
-                    false.append(f"{q.qid} ({q.qtype}): {m.text[:140]!r} <- "
-                                 f"{(by.text if by else '?')[:140]!r} [{m.invalid_reason}]")
+                    false.append(
+                        f"{q.qid} ({q.qtype}): {m.text[:140]!r} <- "
+                        f"{(by.text if by else '?')[:140]!r} [{m.invalid_reason}]"
+                    )
     finally:
         engine.close()
-    return {"tp": tp, "fp": fp, "pos": pos, "turns": turns, "false": false,
-            "precision": _ratio(tp, tp + fp), "recall": _ratio(tp, pos),
-            "other_invalidated": _ratio(fp, other_turns), "other_turns": other_turns}
+    return {
+        "tp": tp,
+        "fp": fp,
+        "pos": pos,
+        "turns": turns,
+        "false": false,
+        "precision": _ratio(tp, tp + fp),
+        "recall": _ratio(tp, pos),
+        "other_invalidated": _ratio(fp, other_turns),
+        "other_turns": other_turns,
+    }
 
 
 def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--git", type=Path, default=GIT, help=f"bare git dir of {REPO}")
     parser.add_argument("--show", type=int, default=0, help="misses / false positives (tuned)")
+    parser.add_argument("--split", choices=[*SPLITS, "both"], default="both")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     args = parser.parse_args(argv)
     if not available(args.git):
@@ -117,9 +136,11 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         return 0
     questions = load(args.git)
     missed_target = False
-    out(f"{'split':<10}{'feeding':<7}{'updates':>8}{'others':>8}{'tp/fp':>8}{'precision':>11}"
-        f"{'recall':>8}{'others invalidated':>20}")
-    for split in SPLITS:
+    out(
+        f"{'split':<10}{'feeding':<7}{'updates':>8}{'others':>8}{'tp/fp':>8}{'precision':>11}"
+        f"{'recall':>8}{'others invalidated':>20}"
+    )
+    for split in SPLITS if args.split == "both" else [args.split]:
         part = [q for q in questions if q.split == split]
         show = args.show if split == "tuned" else 0
         p = measure_pairs(part, show)
@@ -131,8 +152,10 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         )
         for feeding, ups, others, r, share in rows:
             hits = f"{r['tp']}/{r['fp']}"
-            out(f"{split:<10}{feeding:<7}{ups:>8}{others:>8}{hits:>8}{r['precision']:>11.3f}"
-                f"{r['recall']:>8.3f}{share:>19.2%}{tag}")
+            out(
+                f"{split:<10}{feeding:<7}{ups:>8}{others:>8}{hits:>8}{r['precision']:>11.3f}"
+                f"{r['recall']:>8.3f}{share:>19.2%}{tag}"
+            )
         for line in p["missed"]:
             out(f"  MISS {line}")
         for line in p["false"] + c["false"]:

@@ -62,7 +62,9 @@ class Question:
         if self.qtype == UPDATE_TYPE:
             return []
         ev = self.evidence
-        return [(a, b) for a, b in zip(ev, ev[1:]) if self.sessions[a] != self.sessions[b]]
+        return [
+            (a, b) for a, b in zip(ev, ev[1:], strict=False) if self.sessions[a] != self.sessions[b]
+        ]
 
 
 def split_of(qid: str) -> str:
@@ -103,7 +105,7 @@ def load(git: Path = GIT) -> list[Question]:
         if count.isdigit() and (qid not in best or int(count) < best[qid][0]):
             best[qid] = (int(count), name)
     out = []
-    for qid, (_, name) in sorted(best.items()):
+    for _, (_, name) in sorted(best.items()):
         d = json.loads(_git(git, "show", f"{COMMIT}:{name}"))
         q = Question(d["question_id"], d["question_type"], split_of(d["question_id"]))
         order = sorted(
@@ -134,8 +136,10 @@ def main() -> None:
         ku = sum(1 for q in part if q.qtype == UPDATE_TYPE)
         negs = sum(len(q.non_update_pairs) for q in part)
         turns = sum(len(q.turns) for q in part)
-        print(f"{split:<9} questions {len(part):>4}  knowledge-update {ku:>3}  update pairs {ups:>3}"
-              f"  non-update pairs {negs:>4}  user turns {turns:>5}")
+        print(
+            f"{split:<9} questions {len(part):>4}  knowledge-update {ku:>3}  update pairs {ups:>3}"
+            f"  non-update pairs {negs:>4}  user turns {turns:>5}"
+        )
 
 
 if __name__ == "__main__":
