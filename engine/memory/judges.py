@@ -13,8 +13,10 @@ Shipped judges:
   ``我搬到了上海``), where and as what they work (``I now work at …``, ``I quit my job``,
   ``我跳槽到…``), personal attributes (``my new number is …``, ``I changed my email to …``,
   ``我的手机号改成…``), habits that stopped (``I no longer …``, ``I don't … anymore``,
-  ``I stopped …``, ``我不再…``, ``我不…了``) and switches (``I switched from X to Y``, ``我改用…``).
-  It reads only prose statements (`engine.memory.surface`): formats never decide.
+  ``I stopped …``, ``我不再…``, ``我不…了``), switches (``I switched from X to Y``, ``我改用…``)
+  and counts the user keeps, restated with a new value (``I've completed 4 projects`` … ``I just
+  finished my 5th project``, ``我现在已经读了5本书``: `engine.memory.tallies`). It reads only
+  prose statements (`engine.memory.surface`): formats never decide.
 - `FunctionJudge`: calls a function the user passes (their LLM), batched and cached.
 - `CheckerJudge`: wraps an older `ContradictionChecker` (such as `RuleChecker`).
 
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from engine.memory.surface import HAN, Sentence, statements
+from engine.memory.tallies import Tally, restated, tallies
 from engine.memory.tokenize import tokenize
 
 __all__ = [
@@ -487,6 +490,7 @@ class RulesJudge:
 
     def __init__(self, cache_size: int = 20_000) -> None:
         self._claims: dict[str, tuple[list[_Claim], list[Sentence]]] = {}
+        self._tallies: dict[str, list[Tally]] = {}
         self._size = cache_size
         self._cache = _Cache(cache_size)
 
@@ -689,13 +693,22 @@ class RulesJudge:
             out.append(_Claim(_owner(m.group("subj"), s.owner), "do", m.group("val"), True, True))
         return out
 
+    def tallies(self, text: str) -> list[Tally]:
+        """The first-person counts of a text (`engine.memory.tallies`, cached)."""
+        found = self._tallies.get(text)
+        if found is None:
+            if len(self._tallies) > self._size:
+                self._tallies.clear()
+            found = self._tallies[text] = tallies(text)
+        return found
+
     def keys(self, text: str) -> frozenset[str]:
         """``owner|attribute`` pairs the text claims: older memories sharing one are candidates
         even without a shared word (``I live in Berlin`` / ``I moved to Paris``)."""
         claims, _ = self.claims(text)
         return frozenset(
             f"{c.owner}|{c.attribute}" for c in claims if c.attribute not in {"do", "use", "pref"}
-        )
+        ) | {f"{t.owner}|tally:{t.noun}" for t in self.tallies(text)}
 
     # -- judging ---------------------------------------------------------------------------
     def judge(self, pairs: Sequence[tuple[str, str]]) -> list[Judgement]:
@@ -710,6 +723,17 @@ class RulesJudge:
         return out
 
     def _one(self, old_text: str, new_text: str) -> Judgement:
+        found = self._claimed(old_text, new_text)
+        if found.contradicts:
+            return found
+        hit = restated(self.tallies(old_text), self.tallies(new_text))
+        if hit is None:
+            return NO
+        new = hit[1]
+        was, now = (", ".join(f"{v:g}" for v in sorted(t.values)) for t in hit)
+        return Judgement(True, 0.8, f"{_who(new.owner)} {new.noun} count now {now} (was {was})")
+
+    def _claimed(self, old_text: str, new_text: str) -> Judgement:
         new_claims, _ = self.claims(new_text)
         if not new_claims:
             return NO

@@ -150,6 +150,11 @@ def strip_wrappers(text: str) -> str:
     return QUOTED.sub(" ", text)
 
 
+def machine_line(line: str) -> bool:
+    """Whether a line is machine output (JSON, code, a table row, a log line), not prose."""
+    return _machine(line)
+
+
 def _machine(line: str) -> bool:
     if MACHINE_LINE.match(line):
         return True

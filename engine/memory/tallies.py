@@ -1,0 +1,326 @@
+"""Running tallies: a count someone keeps, restated with a new value (pure code).
+
+People update a count they keep by saying it again: "I've completed 4 projects since starting
+painting classes" ... "I just finished my 5th project since starting painting classes"; "I'm on
+page 200" ... "I'm now on page 220"; "我已经读了3本书" ... "我现在已经读了5本书". The newer
+statement replaces the older one when all of these hold:
+
+- both are first-person statements (``I``/``my``/``we``/``our``/``我``) of the same owner; the
+  clause carrying the count is no plan, wish, hypothetical or report (`engine.memory.surface`
+  hedges), no goal (``I need 300 points``, ``aiming to hit level 150``) and no question (the
+  statement before a question in the same sentence counts: "I've had Luna for 6 months, do you
+  think …?");
+- the newer clause says the count is current: ``now``, ``so far``, ``currently``, ``right now``,
+  ``at the moment``, ``to date``, ``total``, ``already``, ``since`` (counted since a start), a
+  window (``in the past few weeks``, ``this month``), ``现在``, ``目前``, ``已经``, ``一共``,
+  ``总共``, ``累计``, ``至今``; or corrects it (``Actually, I need 120 stars, not 300``);
+- both count the same thing: a word of the noun phrase right after the number (``25 new
+  postcards``, ``15 Crash Course videos``, ``my 5th project``, ``page 220``, ``species count to
+  32``, ``a month``, ``3本书``), singular and plural alike; ``ones`` and ``of them`` count the
+  last plural noun said before them (``my postcards? I've added 17 new ones``);
+- they are about the same thing: no two disjoint sets of names (``three courses on Coursera`` /
+  ``two courses on edX``), and a shared name or two shared content words besides the noun
+  (``Fitbit``, ``painting classes``), so two unrelated tallies of "months" never meet;
+- the values differ (disjoint sets when a statement carries several values for the noun).
+
+Events are not tallies: "I caught 7 bass on 7/10" then "we caught 9 bass that day" carries no
+current-count word, and "I spent $75 on groceries" then "$30 on gas" counts nothing twice.
+Dates, clock times, years, percentages and money are not counts. One mechanism, written for the
+shape of a restated count, not for any data set; `RulesJudge` asks it after its attribute rules.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from engine.memory.lexicon import HAN
+from engine.memory.surface import (
+    FENCE,
+    HEDGE_EN,
+    HEDGE_ZH,
+    QUESTION_EN,
+    QUESTION_ZH,
+    QUOTED,
+    SENTENCE,
+    URL,
+    WRAPPERS,
+    machine_line,
+    normalize,
+    split_speaker,
+)
+from engine.memory.tokenize import tokenize
+
+__all__ = ["Tally", "restated", "tallies"]
+
+_WORDS = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+        "fifteen sixteen seventeen eighteen nineteen twenty".split()
+    )
+}
+_ORDINALS = {
+    w: i
+    for i, w in enumerate(
+        "zeroth first second third fourth fifth sixth seventh eighth ninth tenth".split()
+    )
+    if i
+}
+_NUMBER = (
+    r"(?P<num>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(?P<ord>st|nd|rd|th)?"
+    rf"|(?P<word>{'|'.join(_WORDS)}|{'|'.join(_ORDINALS)})"
+)
+_COUNT_EN = re.compile(
+    rf"(?<![\w$£€/:.#-])(?:{_NUMBER})(?![\w%/:-]|\.\d)"
+    r"(?P<np>(?:\s+of\s+(?:my|our|[A-Za-z]+'s))?"
+    r"(?:\s+(?!(?:of|to|in|on|at|and|or|for|by|with|from|as|that|which|who|since|so|"
+    r"now|than|per|a|an|the|is|are|was|were|i|we|it|they|this|these)\b)[A-Za-z][\w&'-]*){1,3})",
+    re.I,
+)
+_ANAPHOR = re.compile(
+    rf"(?<![\w$£€/:.#-])(?:{_NUMBER})\s+(?:(?:new|more|different|other)\s+)?(?:ones|of them)\b",
+    re.I,
+)
+_PLURAL = re.compile(r"\b([a-z]{2,}[^s'\W]s)\b")
+_NOT_PLURAL = frozenset(
+    "this his was has its yes always perhaps towards afterwards sometimes various previous thanks "
+    "unless does goes makes takes gets looks seems means ones sounds works comes feels lots "
+    "minutes hours days weeks months years times".split()
+)
+_ONE_UNIT = re.compile(r"\b(?:a|an|one)\s+(?P<noun>day|week|month|year)\b", re.I)
+_COUNTED = re.compile(
+    r"\b(?P<noun>[a-z]+)\s+count\s+(?:is\s+|to\s+|at\s+|of\s+)?(?:now\s+)?(?P<num>\d[\d,]*)\b", re.I
+)
+_PAGE_EN = re.compile(
+    r"\b(?P<noun>page|level|chapter|episode|lesson|season|volume)\s+(?P<num>\d+)\b(?!\s*[%/:])",
+    re.I,
+)
+_FILLER = frozenset(
+    "new more different other additional whole full total such free old recent last great good "
+    "big small".split()
+)
+_NOT_NOUN = frozenset(
+    "am pm percent hundred thousand million billion dollars bucks euros pounds cents yuan "
+    "o'clock jan feb mar apr may jun jul aug sep sept oct nov dec january february march april "
+    "june july august september october november december monday tuesday wednesday thursday "
+    "friday saturday sunday ones them those years-old ago before after later earlier".split()
+)
+_NOW_EN = re.compile(
+    r"\b(?:now|so far|currently|right now|at the moment|at this point|to date|in total|already|"
+    r"since|these days|total|(?:in|over|during) the (?:past|last) (?:\w+ )?(?:days?|weeks?|months?|"
+    r"years?)|this (?:week|month|year))\b",
+    re.I,
+)
+_CORRECTION = re.compile(r"\b(?:actually|correct(?:ion)?|i meant)\b.*\bnot\s+\d", re.I)
+_GOAL_EN = re.compile(
+    r"\b(?:need|needs|needed|aim|aiming|goal|target|determined|trying to|try to|to reach|"
+    r"to hit|to get to|hoping)\b",
+    re.I,
+)
+_FIRST_EN = re.compile(r"\b(?:i|i'm|i've|we|we've|we're|my|our)\b", re.I)
+_CLAUSE = re.compile(
+    r",\s+(?:and|but|so|which|while)\s+|\s+(?:-|—|–)\s+|;\s*|,\s+(?=i\b)|\s+and\s+(?=i\b|i'll\b)"
+    r"|,\s+(?=(?:what|who|where|when|why|how|which|do|does|did|can|could|would|will|should|is|"
+    r"are|any)\b)",
+    re.I,
+)
+_YOU = re.compile(r"\byou\b", re.I)
+_NAME = re.compile(r"(?<![\w'])([A-Z][\w&'-]*|[a-z]+[A-Z][\w-]*)")
+_NOT_NAME = frozenset(
+    "I I'm I've I'd I'll By So But And Also Oh Well Speaking Actually The This That It My We Our "
+    "Since Anyway".split()
+)
+_GENERIC = frozenset(
+    "way got get realli pretti feel alreadi total just like lot also actual thing much mani "
+    "great good new sinc now current right far keep track well still even speak one".split()
+)
+_ZH_DIGITS = {c: i for i, c in enumerate("零一二三四五六七八九十")} | {"两": 2}
+_COUNT_ZH = re.compile(
+    rf"(?P<num>\d+|[零一二两三四五六七八九十]+)\s*(?P<cls>[个本次篇页首部件只位名门家张道])"
+    rf"(?P<noun>[{HAN}]{{0,2}})"
+)
+_PAGE_ZH = re.compile(r"第\s*(?P<num>\d+|[一二三四五六七八九十]+)\s*(?P<noun>[页章集级课])")
+_NOW_ZH = re.compile(r"现在|目前|已经|一共|总共|累计|至今|为止")
+_GOAL_ZH = re.compile(r"需要|目标|争取|达到")
+_FIRST_ZH = re.compile(r"我|咱")
+_CLAUSE_ZH = re.compile(r"[，,；;]")
+
+
+@dataclass(frozen=True)
+class Tally:
+    owner: str
+    noun: str
+    values: frozenset[float]
+    current: bool
+    """Said as the count now (``now``, ``so far``, ``已经`` …)."""
+    terms: frozenset[str]
+    """Content words of the statement other than the noun and numbers."""
+    names: frozenset[str]
+    """Capitalised names in the statement (titles in quotes included)."""
+
+
+def _value(num: str | None, word: str | None) -> float | None:
+    if num:
+        try:
+            return float(num.replace(",", ""))
+        except ValueError:
+            return None
+    w = (word or "").lower()
+    found = _WORDS.get(w, _ORDINALS.get(w))
+    return None if found is None else float(found)
+
+
+def _zh_value(num: str) -> float | None:
+    if num.isdigit():
+        return float(num)
+    if not all(c in _ZH_DIGITS for c in num) or len(num) > 3:
+        return None
+    if len(num) == 1:
+        return float(_ZH_DIGITS[num])
+    if num[0] == "十":
+        return 10.0 + _ZH_DIGITS[num[1]]
+    if num[1] == "十":
+        return _ZH_DIGITS[num[0]] * 10.0 + (_ZH_DIGITS[num[2]] if len(num) == 3 else 0)
+    return None
+
+
+def _singular(noun: str) -> str:
+    n = noun.lower()
+    if n in {"species", "series", "people", "news"} or n.endswith(("ss", "us", "is")):
+        return n
+    if n.endswith("ies") and len(n) > 4:
+        return n[:-3] + "y"
+    if n.endswith(("ches", "shes", "xes")):
+        return n[:-2]
+    return n[:-1] if n.endswith("s") and len(n) > 3 else n
+
+
+def _terms(text: str) -> frozenset[str]:
+    return frozenset(
+        t for t in tokenize(text) if not re.fullmatch(r"[\d.,:/]+", t) and t not in _GENERIC
+    )
+
+
+def _clauses(sentence: str, zh: bool) -> list[str]:
+    """The statement clauses of a sentence: in a question, those before the question starts."""
+    parts = [c for c in (_CLAUSE_ZH if zh else _CLAUSE).split(sentence) if c.strip()]
+    if not sentence.rstrip().endswith(("?", "？")):
+        return parts
+    out = []
+    for c in parts:
+        c = c.strip()
+        if QUESTION_ZH.search(c) if zh else (QUESTION_EN.match(c) or _YOU.search(c)):
+            break
+        out.append(c)
+    return out
+
+
+def _antecedent(before: str) -> str | None:
+    """The thing "ones" / "of them" counts: the last plural noun said before it."""
+    found = [w for w in _PLURAL.findall(before.lower()) if w not in _NOT_PLURAL]
+    return _singular(found[-1]) if found else None
+
+
+def _hits_en(clause: str, before: str) -> list[tuple[str, float | None]]:
+    hits: list[tuple[str, float | None]] = []
+    for m in _ANAPHOR.finditer(clause):
+        noun = _antecedent(before + " " + clause[: m.start()])
+        if noun:
+            hits.append((noun, _value(m.group("num"), m.group("word"))))
+    for m in _COUNT_EN.finditer(clause):
+        if re.fullmatch(r"(?:19|20)\d\d", m.group("num") or ""):
+            continue  # a year
+        value = _value(m.group("num"), m.group("word"))
+        for word in m.group("np").split():
+            word = word.lower().strip("'")
+            if word in {"of", "my", "our"} or word.endswith("'s"):
+                continue
+            if word in _NOT_NOUN:
+                break
+            if word not in _FILLER:
+                hits.append((_singular(word), value))
+    for pattern in (_PAGE_EN, _COUNTED):
+        hits += [
+            (_singular(m.group("noun")), _value(m.group("num"), None))
+            for m in pattern.finditer(clause)
+        ]
+    hits += [(m.group("noun").lower(), 1.0) for m in _ONE_UNIT.finditer(clause)]
+    return hits
+
+
+def _hits_zh(clause: str) -> list[tuple[str, float | None]]:
+    hits = [
+        (m.group("cls") + m.group("noun"), _zh_value(m.group("num")))
+        for m in _COUNT_ZH.finditer(clause)
+    ]
+    return hits + [(m.group("noun"), _zh_value(m.group("num"))) for m in _PAGE_ZH.finditer(clause)]
+
+
+def tallies(text: str) -> list[Tally]:
+    """The first-person counts a text states, one per (statement, counted noun)."""
+    speaker, rest = split_speaker(normalize(text))
+    owner = speaker or ""
+    rest = URL.sub(" ", FENCE.sub("\n", rest))
+    previous = None
+    while previous != rest:  # nested brackets: captions, attachments, asides
+        previous, rest = rest, WRAPPERS.sub(" ", rest)
+    lines = [line for line in rest.split("\n") if line.strip()]
+    if not lines or machine_line(lines[0]) or 2 * sum(map(machine_line, lines)) > len(lines):
+        return []  # a log line first, or mostly machine output (as `statements` reads it)
+    out: list[Tally] = []
+    before = ""
+    for line in lines:
+        if machine_line(line):
+            continue
+        for raw in SENTENCE.split(line):
+            raw = raw.strip()
+            before, said = before + " " + raw, before
+            zh = bool(re.search(f"[{HAN}]", raw))
+            names = frozenset(
+                m.group(1).removesuffix("'s")
+                for m in _NAME.finditer(raw)
+                if m.start() and m.group(1) not in _NOT_NAME
+            )
+            sentence = QUOTED.sub(" ", raw)
+            if not (_FIRST_ZH if zh else _FIRST_EN).search(sentence):
+                continue
+            found: dict[str, tuple[set[float], bool]] = {}
+            for clause in _clauses(sentence, zh):
+                hedge, goal, now = (
+                    (HEDGE_ZH, _GOAL_ZH, _NOW_ZH) if zh else (HEDGE_EN, _GOAL_EN, _NOW_EN)
+                )
+                corrected = not zh and bool(_CORRECTION.search(sentence))
+                if hedge.search(clause) or (goal.search(clause) and not corrected):
+                    continue
+                current = corrected or bool(now.search(clause))
+                hits = _hits_zh(clause) if zh else _hits_en(clause, said)
+                said += " " + clause
+                for noun, value in hits:
+                    if value is None:
+                        continue
+                    values, was = found.setdefault(noun, (set(), False))
+                    values.add(value)
+                    found[noun] = (values, was or current)
+            if not found:
+                continue
+            terms = _terms(sentence)
+            for noun, (values, current) in found.items():
+                rest_terms = terms - _terms(noun)
+                out.append(Tally(owner, noun, frozenset(values), current, rest_terms, names))
+    return out
+
+
+def restated(old: list[Tally], new: list[Tally]) -> tuple[Tally, Tally] | None:
+    """The (old, new) tallies when the newer memory restates a count with a new value."""
+    for n in new:
+        if not n.current:
+            continue
+        for o in old:
+            if o.owner != n.owner or o.noun != n.noun or o.values & n.values:
+                continue
+            if o.names and n.names and not o.names & n.names:
+                continue  # "three courses on Coursera" / "two courses on edX"
+            if o.names & n.names or len(o.terms & n.terms) >= 2:
+                return o, n
+    return None
