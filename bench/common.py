@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmarks: the synthetic message and a median timer."""
+"""Helpers shared by the benchmarks: the synthetic message, a median timer and text tables."""
 
 from __future__ import annotations
 
@@ -23,3 +23,14 @@ def timed(fn, repeat: int) -> float:
         fn()
         samples.append(time.perf_counter() - t0)
     return statistics.median(samples)
+
+
+def table(headers: list[str], rows: list[list[str]], *, rule: bool = False) -> str:
+    """Right-aligned columns as wide as their widest cell; `rule` adds a dashed line under the
+    headers."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    out = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
+    if rule:
+        out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(out)

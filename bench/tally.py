@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # this checkout, not an installed copy
 
+from common import table as text_table  # noqa: E402
 from console import seed  # noqa: E402  (bench/console.py: the console bench's seeded fleets)
 
 HORIZON_S = 86400.0
@@ -91,11 +92,7 @@ def table(rows: list[dict]) -> str:
               f"{r['index'][1]:,}",
               f"{r['scan'][0] * 1000:,.0f} ms", f"{r['scan'][0] / base['scan'][0]:.2f}",
               f"{r['scan'][1]:,}", f"{r['scan'][0] / r['index'][0]:.0f}x"] for r in rows]
-    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
-    out = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)),
-           "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in lines]
-    return "\n".join(out)
+    return text_table(headers, lines, rule=True)
 
 
 def main(argv: list[str] | None = None) -> int:
