@@ -376,8 +376,58 @@ def first_screen(context, url: str) -> dict[str, float]:
         page.close()
 
 
-def measure_demo(path: Path, runs: int, out: Path) -> tuple[dict, dict]:
-    """(cold, steady median) seconds to each part of the fleet's first screen, per part."""
+def tree_at(ref: str, out: Path) -> Path:
+    """This repository's files at `ref` (a commit, branch or tag), extracted once under `out`
+    (`git archive`: no worktree, nothing in the repository changes)."""
+    import subprocess
+
+    sha = subprocess.run(["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT,
+                         check=True, capture_output=True, text=True).stdout.strip()
+    dest = out / f"tree-{sha[:12]}"
+    if not (dest / "dashboard" / "serve.py").exists():
+        dest.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", sha], cwd=ROOT, check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def start_tree_console(tree: Path, work: Path, store: str, secrets: Path):
+    """`support.console.start_console`, for the console of another checkout: run from that
+    checkout (`python -m` puts the working directory first on the module path), importing it."""
+    import subprocess
+    import urllib.request
+
+    from support.console import Console, stop_console
+    from support.ports import free_port
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "streamlit", "run", str(tree / "dashboard" / "serve.py"),
+           "--server.port", str(port), "--server.address", "127.0.0.1",
+           "--server.headless", "true", "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none", "--secrets.files", str(secrets)]
+    env = {**os.environ, "REWIND_STORE": store, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree)}
+    log = work / f"streamlit-{port}.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(cmd, cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return Console(url, store, process, log)
+        except OSError:
+            time.sleep(0.2)
+    stop_console(process)
+    raise RuntimeError(f"the console of {tree} did not start; see {log}")
+
+
+def measure_demo(path: Path, runs: int, out: Path,
+                 trees: dict[str, Path]) -> dict[str, tuple[dict, dict]]:
+    """Per console (label -> the checkout it runs from): (cold, steady median) seconds to each
+    part of the fleet's first screen. The consoles run side by side on the same store and are
+    visited in turn, so a comparison between them shares the machine's load."""
     from playwright.sync_api import sync_playwright
     from support.console import CHROMIUM, CHROMIUM_ARGS, start_console, stop_console, write_secrets
 
@@ -385,22 +435,32 @@ def measure_demo(path: Path, runs: int, out: Path) -> tuple[dict, dict]:
     work.mkdir(exist_ok=True)
     secrets = work / "secrets.toml"
     write_secrets(secrets, {}, freeze=False)
+    consoles, contexts = {}, {}
+    cold: dict[str, dict] = {}
+    steady: dict[str, list[dict]] = {label: [] for label in trees}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        console = start_console(work, f"sqlite:///{path}", secrets)
-        context = browser.new_context(viewport={"width": 1440, "height": 900})
         try:
-            cold = first_screen(context, console.url + "/")
-            steady = []
+            for label, tree in trees.items():
+                consoles[label] = (start_console(work, f"sqlite:///{path}", secrets)
+                                   if tree == ROOT else
+                                   start_tree_console(tree, work, f"sqlite:///{path}", secrets))
+                contexts[label] = browser.new_context(viewport={"width": 1440, "height": 900})
+            for label in trees:
+                cold[label] = first_screen(contexts[label], consoles[label].url + "/")
             for _ in range(runs):
                 time.sleep(CACHE_TTL_S + 1)
-                steady.append(first_screen(context, console.url + "/"))
+                for label in trees:
+                    steady[label].append(first_screen(contexts[label], consoles[label].url + "/"))
         finally:
-            context.close()
-            stop_console(console.process)
+            for context in contexts.values():
+                context.close()
+            for console in consoles.values():
+                stop_console(console.process)
             browser.close()
-    median = {k: statistics.median(r[k] for r in steady) if steady else cold[k] for k in cold}
-    return cold, median
+    return {label: (cold[label], {k: statistics.median(r[k] for r in steady[label])
+                                  if steady[label] else cold[label][k] for k in cold[label]})
+            for label in trees}
 
 
 def demo_table(cold: dict, steady: dict) -> str:
@@ -408,6 +468,17 @@ def demo_table(cold: dict, steady: dict) -> str:
     rows = [[name, *(f"{t[k]:.2f} s" for k in FIRST_SCREEN),
              f"{t['table'] - t['title']:.2f} s", f"{t['first chart'] - t['table']:+.2f} s"]
             for name, t in (("cold", cold), ("steady", steady))]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def ratio_table(now: tuple[dict, dict], then: tuple[dict, dict]) -> str:
+    headers = ["", *FIRST_SCREEN]
+    rows = [[name, *(f"{a[k] / b[k]:.2f}" for k in FIRST_SCREEN)]
+            for name, a, b in (("cold", now[0], then[0]), ("steady", now[1], then[1]))]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)),
              "  ".join("-" * w for w in widths)]
@@ -536,6 +607,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--demo-sessions", type=int, default=DEMO_SESSIONS,
                         help="the demo-sized fleet measured first (0: skip it)")
     parser.add_argument("--demo-steps", type=int, default=DEMO_STEPS)
+    parser.add_argument("--against", metavar="REF",
+                        help="also run the console of this commit (branch, tag) on the demo-sized "
+                             "fleet, side by side, and print this checkout's times over its own")
     args = parser.parse_args(argv)
     if args.scale:
         args.sessions, args.steps, args.stages = 100_000, 1_000_000, "0.1,1"
@@ -547,11 +621,20 @@ def main(argv: list[str] | None = None) -> int:
         if not seeded(path, args):
             demo_took = seed(path, args.demo_sessions, args.demo_steps, args.workers)
             print(f"    seeded in {demo_took:.0f} s", flush=True)
-        cold, steady = measure_demo(path, args.runs, args.out)
+        trees = {"this checkout": ROOT}
+        if args.against:
+            trees[args.against] = tree_at(args.against, args.out)
+        timed = measure_demo(path, args.runs, args.out, trees)
         print("\nfleet page, demo-sized fleet: navigation -> each part of the first screen "
-              "visible (1440x900; how long after the title the table came, and the chart after the "
-              "table)")
-        print(demo_table(cold, steady), flush=True)
+              "visible (1440x900; how long after the title the table came, and the chart after "
+              "the table)")
+        for label, (cold, steady) in timed.items():
+            if len(timed) > 1:
+                print(f"{label}:")
+            print(demo_table(cold, steady), flush=True)
+        if args.against:
+            print(f"\nthis checkout / {args.against}, same run (below 1: sooner now)")
+            print(ratio_table(timed["this checkout"], timed[args.against]), flush=True)
         print()
     if not args.stages.strip():  # only the demo-sized fleet
         return 0
