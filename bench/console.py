@@ -4,12 +4,15 @@
     .venv/bin/python bench/console.py --sessions 2000 --steps 200000 --stages 0.5,1
     .venv/bin/python bench/console.py --scale               # 10,000 vs 100,000 sessions
     REWIND_BENCH_SCALE=1 .venv/bin/python bench/console.py  # the same
+    .venv/bin/python bench/console.py --stages "" --against main  # demo-sized fleet, vs main
 
 First, the demo-sized fleet (`--demo-sessions`, 207 by default, as `rewind demo` leaves it): the
 time from the navigation's start until the fleet's title, its needs-you band, its KPIs, its first
 chart and its table are drawn, each timed on its own in the page, so a first screen that arrives
 piece by piece shows as a spread between title and table, and a chart drawn after the table as a
-positive "chart - table".
+positive "chart - table". `--against REF` also runs the console of another commit (extracted
+with `git archive` under --out) on the same store, visited in turn with this one, and prints
+this checkout's times over that one's: a comparison that shares the machine's load.
 
 `--scale` (or $REWIND_BENCH_SCALE=1; opt-in, for CI stays quick) measures 10,000 and 100,000
 sessions, 1,000,000 steps at the larger size (ten per session, the same per session at both), and
@@ -23,17 +26,20 @@ fresh SQLite store through the engine's public API only (`Engine.session`, `Sess
 `append_message`, `snapshot`; several processes in parallel, `synchronous=OFF` while seeding),
 spread over the last 7 days, with one 5,000-step session (`bench-long`) that loops and is rolled
 back ten times. It then starts `streamlit run dashboard/app.py` in demo mode and times, in headless
-Chromium, the way from `page.goto` to the first plotly chart drawn:
+Chromium, the way from `page.goto` to the first chart drawn (the fleet's loop charts are
+Vega-Lite, the session's timeline plotly):
 
 - cold: first visit after the server started (engine opened, nothing cached), from a browser
-  profile that never loaded the console (its JavaScript, plotly's 4.7 MB included, downloaded);
+  profile that never loaded the console (its JavaScript downloaded: the fleet's vega chunks,
+  0.86 MB; the session's plotly, 4.7 MB);
 - steady: median of later visits from the same browser (HTTP cache warm), each after the
   console's query caches expired (their TTL is 5 s), so every engine query runs again.
 
 It also times the console's data layer behind each page (`dashboard.data`, the calls the pages
 make, `data_timings`), in a fresh process, cold and steady, to show the server's share,
-and measures a bare Streamlit page holding one small plotly chart the same way: the floor that
-Streamlit, plotly.js and the browser cost on this machine before the console does anything.
+and measures a bare Streamlit page holding one small chart the same way, drawn as each page
+draws its first (Vega-Lite for the fleet, plotly for the session): the floor that Streamlit, the
+chart library and the browser cost on this machine before the console does anything.
 Stores are kept in bench/results/ (git-ignored) and seeded once: a later run measures a store an
 earlier one finished seeding (`--reseed` seeds afresh).
 Targets: fleet under 3 s, session under 2 s.
@@ -491,13 +497,19 @@ import plotly.graph_objects as go
 import streamlit as st
 
 st.title("Baseline")
-st.plotly_chart(go.Figure(go.Bar(x=["a", "b", "c"], y=[1, 3, 2])))
+if st.query_params.get("chart") == "vega":  # as the fleet draws its first chart
+    st.vega_lite_chart({"data": {"values": [{"x": "a", "y": 1}, {"x": "b", "y": 3}]},
+                        "mark": "bar", "encoding": {"x": {"field": "x", "type": "nominal"},
+                                                    "y": {"field": "y", "type": "quantitative"}}})
+else:  # as the session page draws its first chart
+    st.plotly_chart(go.Figure(go.Bar(x=["a", "b", "c"], y=[1, 3, 2])))
 """
 
 
 def measure_pages(path: Path | None, runs: int, out: Path) -> dict[str, tuple[float, float]]:
     """(cold, steady median) seconds to the first chart for the fleet and the long session;
-    with `path` None, for a bare Streamlit page holding one small plotly chart (the floor)."""
+    with `path` None, for a bare Streamlit page holding one small chart of the kind each page
+    draws first (the floor), under the same names."""
     from playwright.sync_api import sync_playwright
     from support.console import (
         APP,
@@ -516,7 +528,7 @@ def measure_pages(path: Path | None, runs: int, out: Path) -> dict[str, tuple[fl
     if path is None:
         app = work / "baseline.py"
         app.write_text(BASELINE_APP)
-        pages = (("baseline", "/"),)
+        pages = (("fleet", "/?chart=vega"), ("session", "/"))
     store = f"sqlite:///{path or work / 'empty.db'}"
     results = {}
     with sync_playwright() as pw:
@@ -541,12 +553,13 @@ def measure_pages(path: Path | None, runs: int, out: Path) -> dict[str, tuple[fl
     return results
 
 
-def table(rows: list[dict], floor: tuple[float, float]) -> str:
+def table(rows: list[dict], floor: dict[str, tuple[float, float]]) -> str:
     base = rows[0]
     headers = ["sessions", "steps", "store MB", "seed s", "fleet cold", "fleet steady", "×base",
                "session cold", "session steady", "×base", "targets"]
-    lines = [["bare page", "-", "-", "-", f"{floor[0]:.2f} s", f"{floor[1]:.2f} s", "-",
-              f"{floor[0]:.2f} s", f"{floor[1]:.2f} s", "-", "(floor)"]]
+    lines = [["bare page", "-", "-", "-", f"{floor['fleet'][0]:.2f} s",
+              f"{floor['fleet'][1]:.2f} s", "-", f"{floor['session'][0]:.2f} s",
+              f"{floor['session'][1]:.2f} s", "-", "(floor)"]]
     for r in rows:
         lines.append([
             f"{r['sessions']:,}", f"{r['steps']:,}", f"{r['mb']:.0f}",
@@ -638,9 +651,10 @@ def main(argv: list[str] | None = None) -> int:
         print()
     if not args.stages.strip():  # only the demo-sized fleet
         return 0
-    floor = measure_pages(None, args.runs, args.out)["baseline"]
-    print(f"baseline: a bare Streamlit page with one plotly chart: {floor[0]:.2f} s cold / "
-          f"{floor[1]:.2f} s steady", flush=True)
+    floor = measure_pages(None, args.runs, args.out)
+    print("baseline: a bare Streamlit page with one small chart: " + ", ".join(
+        f"{kind} {floor[page][0]:.2f} s cold / {floor[page][1]:.2f} s steady"
+        for page, kind in (("fleet", "Vega-Lite"), ("session", "plotly"))), flush=True)
     rows = []
     for fraction in (float(f) for f in args.stages.split(",")):
         sessions = max(2, round(args.sessions * fraction))
@@ -667,7 +681,8 @@ def main(argv: list[str] | None = None) -> int:
     print("navigation -> first chart drawn, headless Chromium "
           f"(targets: fleet < {TARGETS['fleet']:.0f} s, session < {TARGETS['session']:.0f} s; "
           "×base: steady time relative to the smallest stage; bare page: the same measure for "
-          "a Streamlit page holding one small plotly chart, the floor on this machine)")
+          "a Streamlit page holding one small chart of the page's kind, Vega-Lite for the fleet, "
+          "plotly for the session: the floor on this machine)")
     print(table(rows, floor))
     print()
     print("data layer (dashboard.data, what the pages call; no Streamlit, no browser): "
