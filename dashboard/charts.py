@@ -94,6 +94,16 @@ CLOCK_LABEL = ("utcFormat(datum.value, utchours(datum.value) || utcminutes(datum
 """Time axis labels on a 24-hour clock, the day's name at midnight (a UTC scale of wall times)."""
 
 
+LEGEND_LABEL_PX = 160
+LEGEND_COLUMNS = "max(1, min(3, floor(width / 180)))"
+"""Legend entries per row: as many as fit the chart's width, up to 3 (one on a phone)."""
+LEGEND_LABEL = ("length(datum.label) > 20 ? substring(datum.label, 0, 7) + '…' + "
+                "substring(datum.label, length(datum.label) - 12) : datum.label")
+"""A long name cut in its middle, keeping its end (where versions differ: "refund-a…prompt-v12");
+the bar's tooltip has it whole. The name is data here (`datum.label`), never code."""
+LEGEND_ROW_PX = 18
+
+
 def loops_summary(series: pd.DataFrame, title: str, freeze_text: str = "") -> str:
     """The chart in words (its accessible name, as screen readers and tests read it): the loops
     in the window and per series, busiest first, and the freeze when it shows."""
@@ -150,8 +160,11 @@ def loops_over_time(buckets: pd.DataFrame, by: str, *, title: str = "",
         hi = pd.Timestamp(buckets["bucket"].max()).timestamp() + width_s
         domain = [lo, hi]
     x = {"field": "start", "type": "temporal", "title": None,
-         "scale": {"type": "utc", **({"domain": [_wall_ms(t) for t in domain]} if domain
-                                     else {})},
+         # As an expression: Vega-Lite turns a temporal field's numeric domain into
+         # datetime(year, …) calls, which read a millisecond count as a year.
+         "scale": {"type": "utc", **({"domain": {
+             "expr": "[" + ", ".join(str(_wall_ms(t)) for t in domain) + "]"}} if domain
+             else {})},
          "axis": {"labelOverlap": True, "grid": False, "labelExpr": CLOCK_LABEL,
                   "description": "time, on the console's clock"}}
     layers: list[dict] = []
@@ -184,8 +197,10 @@ def loops_over_time(buckets: pd.DataFrame, by: str, *, title: str = "",
                       "scale": {"domain": [*names, *others],
                                 "range": [*(colors[n] for n in names),
                                           *(OTHER_COLOR for _ in others)]},
-                      "legend": {"orient": "bottom", "direction": "horizontal", "columns": 3,
-                                 "labelLimit": 180, "symbolType": "square"}},
+                      "legend": {"orient": "bottom", "direction": "horizontal",
+                                 "columns": {"expr": LEGEND_COLUMNS},
+                                 "labelLimit": LEGEND_LABEL_PX, "labelExpr": LEGEND_LABEL,
+                                 "symbolType": "square"}},
             "tooltip": [{"field": "series", "type": "nominal", "title": by},
                         {"field": "when", "type": "nominal", "title": "time"},
                         {"field": "loops", "type": "quantitative", "title": "loops"}],
@@ -200,7 +215,9 @@ def loops_over_time(buckets: pd.DataFrame, by: str, *, title: str = "",
     return {
         "description": loops_summary(series, title or f"Loops by {by}", freeze_text),
         "title": {"text": title, "anchor": "start", "fontSize": 14, "fontWeight": "normal"},
-        "height": height,
+        # taller when the legend needs more than three rows (on a phone, one entry a row), so
+        # the plot keeps its height
+        "height": height + LEGEND_ROW_PX * max(0, len(rank) - 3),
         "encoding": {"x": x},  # one time scale for the shade, its label and the bars
         "layer": layers,
     }

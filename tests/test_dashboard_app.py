@@ -329,7 +329,7 @@ def test_fleet_charts_fit_the_loops_by_default(store):
     assert "the rest summed as" in caption
     specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
     # the seeded loops spread over a day: the fitted window gives a readable number of bars
-    lo, hi = specs[0]["encoding"]["x"]["scale"]["domain"]
+    lo, hi = json.loads(specs[0]["encoding"]["x"]["scale"]["domain"]["expr"])
     widths = {v["end"] - v["start"] for s in specs for layer in s["layer"]
               if layer["mark"]["type"] == "bar" for v in layer["data"]["values"]}
     (width,) = widths
