@@ -4,11 +4,15 @@
     .venv/bin/python bench/console.py --sessions 2000 --steps 200000 --stages 0.5,1
     .venv/bin/python bench/console.py --scale               # 10,000 vs 100,000 sessions
     REWIND_BENCH_SCALE=1 .venv/bin/python bench/console.py  # the same
+    .venv/bin/python bench/console.py --stages "" --against main  # demo-sized fleet, vs main
 
 First, the demo-sized fleet (`--demo-sessions`, 207 by default, as `rewind demo` leaves it): the
-time from the navigation's start until the fleet's title, its KPIs, its first chart and its table
-are drawn, each timed on its own in the page, so a first screen that arrives piece by piece shows
-as a spread between title and table (and a table drawn before the chart, as one).
+time from the navigation's start until the fleet's title, its needs-you band, its KPIs, its first
+chart and its table are drawn, each timed on its own in the page, so a first screen that arrives
+piece by piece shows as a spread between title and table, and a chart drawn after the table as a
+positive "chart - table". `--against REF` also runs the console of another commit (extracted
+with `git archive` under --out) on the same store, visited in turn with this one, and prints
+this checkout's times over that one's: a comparison that shares the machine's load.
 
 `--scale` (or $REWIND_BENCH_SCALE=1; opt-in, for CI stays quick) measures 10,000 and 100,000
 sessions, 1,000,000 steps at the larger size (ten per session, the same per session at both), and
@@ -22,17 +26,20 @@ fresh SQLite store through the engine's public API only (`Engine.session`, `Sess
 `append_message`, `snapshot`; several processes in parallel, `synchronous=OFF` while seeding),
 spread over the last 7 days, with one 5,000-step session (`bench-long`) that loops and is rolled
 back ten times. It then starts `streamlit run dashboard/app.py` in demo mode and times, in headless
-Chromium, the way from `page.goto` to the first plotly chart drawn:
+Chromium, the way from `page.goto` to the first chart drawn (the fleet's loop charts are
+Vega-Lite, the session's timeline plotly):
 
 - cold: first visit after the server started (engine opened, nothing cached), from a browser
-  profile that never loaded the console (its JavaScript, plotly's 4.7 MB included, downloaded);
+  profile that never loaded the console (its JavaScript downloaded: the fleet's vega chunks,
+  0.86 MB; the session's plotly, 4.7 MB);
 - steady: median of later visits from the same browser (HTTP cache warm), each after the
   console's query caches expired (their TTL is 5 s), so every engine query runs again.
 
 It also times the console's data layer behind each page (`dashboard.data`, the calls the pages
 make, `data_timings`), in a fresh process, cold and steady, to show the server's share,
-and measures a bare Streamlit page holding one small plotly chart the same way: the floor that
-Streamlit, plotly.js and the browser cost on this machine before the console does anything.
+and measures a bare Streamlit page holding one small chart the same way, drawn as each page
+draws its first (Vega-Lite for the fleet, plotly for the session): the floor that Streamlit, the
+chart library and the browser cost on this machine before the console does anything.
 Stores are kept in bench/results/ (git-ignored) and seeded once: a later run measures a store an
 earlier one finished seeding (`--reseed` seeds afresh).
 Targets: fleet under 3 s, session under 2 s.
@@ -325,21 +332,24 @@ def first_chart(context, url: str) -> float:
     try:
         started = time.perf_counter()
         page.goto(url)
-        page.wait_for_selector(
-            '[data-testid="stPlotlyChart"] .main-svg', state="visible", timeout=120_000
-        )
+        page.wait_for_selector(CHART_DRAWN, state="visible", timeout=120_000)
         return time.perf_counter() - started
     finally:
         page.close()
 
 
+CHART_DRAWN = ('[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg, '
+               '[data-testid="stPlotlyChart"] .main-svg')
+"""A chart drawn, whichever element draws it (vega-lite on the fleet, plotly elsewhere)."""
 FIRST_SCREEN = {
     "title": 'h1:has-text("Fleet")',
+    "needs you": ".st-key-needs-you",
     "KPIs": '[data-testid="stMetric"]',
-    "first chart": '[data-testid="stPlotlyChart"] .main-svg',
+    "first chart": CHART_DRAWN,
     "table": '[data-testid="stDataFrame"] canvas',
 }
-"""What the fleet's first screen shows, top to bottom, and how to see it."""
+"""What the fleet's first screen shows, top to bottom, and how to see it (the demo-sized fleet
+always has sessions looping now, so the needs-you band is there)."""
 
 
 SEEN = """window.__seen = {};
@@ -372,8 +382,60 @@ def first_screen(context, url: str) -> dict[str, float]:
         page.close()
 
 
-def measure_demo(path: Path, runs: int, out: Path) -> tuple[dict, dict]:
-    """(cold, steady median) seconds to each part of the fleet's first screen, per part."""
+def tree_at(ref: str, out: Path) -> Path:
+    """This repository's files at `ref` (a commit, branch or tag), extracted once under `out`
+    (`git archive`: no worktree, nothing in the repository changes)."""
+    import subprocess
+
+    sha = subprocess.run(["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT,
+                         check=True, capture_output=True, text=True).stdout.strip()
+    dest = out / f"tree-{sha[:12]}"
+    if not (dest / "dashboard" / "serve.py").exists():
+        dest.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", sha], cwd=ROOT, check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def start_tree_console(tree: Path, work: Path, store: str, secrets: Path):
+    """`support.console.start_console`, for the console of another checkout: run from that
+    checkout (`python -m` puts the working directory first on the module path), importing it."""
+    import subprocess
+    import urllib.request
+
+    from support.console import Console, stop_console
+    from support.ports import free_port
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "streamlit", "run", str(tree / "dashboard" / "serve.py"),
+           "--server.port", str(port), "--server.address", "127.0.0.1",
+           "--server.headless", "true", "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none", "--secrets.files", str(secrets)]
+    env = {**os.environ, "REWIND_STORE": store, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree)}
+    log = work / f"streamlit-{port}.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(cmd, cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return Console(url, store, process, log)
+        except OSError:
+            time.sleep(0.2)
+    stop_console(process)
+    raise RuntimeError(f"the console of {tree} did not start; see {log}")
+
+
+def measure_demo(path: Path, runs: int, out: Path,
+                 trees: dict[str, Path]) -> dict[str, tuple[dict, dict]]:
+    """Per console (label -> the checkout it runs from): (cold, steady median) seconds to each
+    part of the fleet's first screen. The consoles run side by side on the same store and are
+    visited in turn, so a comparison between them shares the machine's load. Cold visits go in
+    the order given (this checkout first: the first visited is the slower, so the comparison
+    does not flatter it); later ones alternate."""
     from playwright.sync_api import sync_playwright
     from support.console import CHROMIUM, CHROMIUM_ARGS, start_console, stop_console, write_secrets
 
@@ -381,29 +443,51 @@ def measure_demo(path: Path, runs: int, out: Path) -> tuple[dict, dict]:
     work.mkdir(exist_ok=True)
     secrets = work / "secrets.toml"
     write_secrets(secrets, {}, freeze=False)
+    consoles, contexts = {}, {}
+    cold: dict[str, dict] = {}
+    steady: dict[str, list[dict]] = {label: [] for label in trees}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        console = start_console(work, f"sqlite:///{path}", secrets)
-        context = browser.new_context(viewport={"width": 1440, "height": 900})
         try:
-            cold = first_screen(context, console.url + "/")
-            steady = []
-            for _ in range(runs):
+            for label, tree in trees.items():
+                consoles[label] = (start_console(work, f"sqlite:///{path}", secrets)
+                                   if tree == ROOT else
+                                   start_tree_console(tree, work, f"sqlite:///{path}", secrets))
+                contexts[label] = browser.new_context(viewport={"width": 1440, "height": 900})
+            for label in trees:
+                cold[label] = first_screen(contexts[label], consoles[label].url + "/")
+            for run in range(runs):
                 time.sleep(CACHE_TTL_S + 1)
-                steady.append(first_screen(context, console.url + "/"))
+                # In turn, the first of a round alternating (the one visited first is slower).
+                for label in list(trees)[:: 1 if run % 2 else -1]:
+                    steady[label].append(first_screen(contexts[label], consoles[label].url + "/"))
         finally:
-            context.close()
-            stop_console(console.process)
+            for context in contexts.values():
+                context.close()
+            for console in consoles.values():
+                stop_console(console.process)
             browser.close()
-    median = {k: statistics.median(r[k] for r in steady) if steady else cold[k] for k in cold}
-    return cold, median
+    return {label: (cold[label], {k: statistics.median(r[k] for r in steady[label])
+                                  if steady[label] else cold[label][k] for k in cold[label]})
+            for label in trees}
 
 
 def demo_table(cold: dict, steady: dict) -> str:
-    headers = ["", *FIRST_SCREEN, "table - title"]
+    headers = ["", *FIRST_SCREEN, "table - title", "chart - table"]
     rows = [[name, *(f"{t[k]:.2f} s" for k in FIRST_SCREEN),
-             f"{t['table'] - t['title']:.2f} s"] for name, t in (("cold", cold),
-                                                                  ("steady", steady))]
+             f"{t['table'] - t['title']:.2f} s", f"{t['first chart'] - t['table']:+.2f} s"]
+            for name, t in (("cold", cold), ("steady", steady))]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def ratio_table(now: tuple[dict, dict], then: tuple[dict, dict]) -> str:
+    headers = ["", *FIRST_SCREEN]
+    rows = [[name, *(f"{a[k] / b[k]:.2f}" for k in FIRST_SCREEN)]
+            for name, a, b in (("cold", now[0], then[0]), ("steady", now[1], then[1]))]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)),
              "  ".join("-" * w for w in widths)]
@@ -416,13 +500,19 @@ import plotly.graph_objects as go
 import streamlit as st
 
 st.title("Baseline")
-st.plotly_chart(go.Figure(go.Bar(x=["a", "b", "c"], y=[1, 3, 2])))
+if st.query_params.get("chart") == "vega":  # as the fleet draws its first chart
+    st.vega_lite_chart({"data": {"values": [{"x": "a", "y": 1}, {"x": "b", "y": 3}]},
+                        "mark": "bar", "encoding": {"x": {"field": "x", "type": "nominal"},
+                                                    "y": {"field": "y", "type": "quantitative"}}})
+else:  # as the session page draws its first chart
+    st.plotly_chart(go.Figure(go.Bar(x=["a", "b", "c"], y=[1, 3, 2])))
 """
 
 
 def measure_pages(path: Path | None, runs: int, out: Path) -> dict[str, tuple[float, float]]:
     """(cold, steady median) seconds to the first chart for the fleet and the long session;
-    with `path` None, for a bare Streamlit page holding one small plotly chart (the floor)."""
+    with `path` None, for a bare Streamlit page holding one small chart of the kind each page
+    draws first (the floor), under the same names."""
     from playwright.sync_api import sync_playwright
     from support.console import (
         APP,
@@ -441,7 +531,7 @@ def measure_pages(path: Path | None, runs: int, out: Path) -> dict[str, tuple[fl
     if path is None:
         app = work / "baseline.py"
         app.write_text(BASELINE_APP)
-        pages = (("baseline", "/"),)
+        pages = (("fleet", "/?chart=vega"), ("session", "/"))
     store = f"sqlite:///{path or work / 'empty.db'}"
     results = {}
     with sync_playwright() as pw:
@@ -466,12 +556,13 @@ def measure_pages(path: Path | None, runs: int, out: Path) -> dict[str, tuple[fl
     return results
 
 
-def table(rows: list[dict], floor: tuple[float, float]) -> str:
+def table(rows: list[dict], floor: dict[str, tuple[float, float]]) -> str:
     base = rows[0]
     headers = ["sessions", "steps", "store MB", "seed s", "fleet cold", "fleet steady", "×base",
                "session cold", "session steady", "×base", "targets"]
-    lines = [["bare page", "-", "-", "-", f"{floor[0]:.2f} s", f"{floor[1]:.2f} s", "-",
-              f"{floor[0]:.2f} s", f"{floor[1]:.2f} s", "-", "(floor)"]]
+    lines = [["bare page", "-", "-", "-", f"{floor['fleet'][0]:.2f} s",
+              f"{floor['fleet'][1]:.2f} s", "-", f"{floor['session'][0]:.2f} s",
+              f"{floor['session'][1]:.2f} s", "-", "(floor)"]]
     for r in rows:
         lines.append([
             f"{r['sessions']:,}", f"{r['steps']:,}", f"{r['mb']:.0f}",
@@ -532,6 +623,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--demo-sessions", type=int, default=DEMO_SESSIONS,
                         help="the demo-sized fleet measured first (0: skip it)")
     parser.add_argument("--demo-steps", type=int, default=DEMO_STEPS)
+    parser.add_argument("--against", metavar="REF",
+                        help="also run the console of this commit (branch, tag) on the demo-sized "
+                             "fleet, side by side, and print this checkout's times over its own")
     args = parser.parse_args(argv)
     if args.scale:
         args.sessions, args.steps, args.stages = 100_000, 1_000_000, "0.1,1"
@@ -543,16 +637,27 @@ def main(argv: list[str] | None = None) -> int:
         if not seeded(path, args):
             demo_took = seed(path, args.demo_sessions, args.demo_steps, args.workers)
             print(f"    seeded in {demo_took:.0f} s", flush=True)
-        cold, steady = measure_demo(path, args.runs, args.out)
+        trees = {"this checkout": ROOT}
+        if args.against:
+            trees[args.against] = tree_at(args.against, args.out)
+        timed = measure_demo(path, args.runs, args.out, trees)
         print("\nfleet page, demo-sized fleet: navigation -> each part of the first screen "
-              "visible (1440x900; the last column is how long after the title the table came)")
-        print(demo_table(cold, steady), flush=True)
+              "visible (1440x900; how long after the title the table came, and the chart after "
+              "the table)")
+        for label, (cold, steady) in timed.items():
+            if len(timed) > 1:
+                print(f"{label}:")
+            print(demo_table(cold, steady), flush=True)
+        if args.against:
+            print(f"\nthis checkout / {args.against}, same run (below 1: sooner now)")
+            print(ratio_table(timed["this checkout"], timed[args.against]), flush=True)
         print()
     if not args.stages.strip():  # only the demo-sized fleet
         return 0
-    floor = measure_pages(None, args.runs, args.out)["baseline"]
-    print(f"baseline: a bare Streamlit page with one plotly chart: {floor[0]:.2f} s cold / "
-          f"{floor[1]:.2f} s steady", flush=True)
+    floor = measure_pages(None, args.runs, args.out)
+    print("baseline: a bare Streamlit page with one small chart: " + ", ".join(
+        f"{kind} {floor[page][0]:.2f} s cold / {floor[page][1]:.2f} s steady"
+        for page, kind in (("fleet", "Vega-Lite"), ("session", "plotly"))), flush=True)
     rows = []
     for fraction in (float(f) for f in args.stages.split(",")):
         sessions = max(2, round(args.sessions * fraction))
@@ -579,7 +684,8 @@ def main(argv: list[str] | None = None) -> int:
     print("navigation -> first chart drawn, headless Chromium "
           f"(targets: fleet < {TARGETS['fleet']:.0f} s, session < {TARGETS['session']:.0f} s; "
           "×base: steady time relative to the smallest stage; bare page: the same measure for "
-          "a Streamlit page holding one small plotly chart, the floor on this machine)")
+          "a Streamlit page holding one small chart of the page's kind, Vega-Lite for the fleet, "
+          "plotly for the session: the floor on this machine)")
     print(table(rows, floor))
     print()
     print("data layer (dashboard.data, what the pages call; no Streamlit, no browser): "

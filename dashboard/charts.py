@@ -77,49 +77,150 @@ def series_colors(keys: Sequence[str]) -> dict[str, str]:
     return {key: SERIES[slots[key]] for key in natural}
 
 
+def _wall_ms(ts: float) -> int:
+    """A unix time as the console's local wall clock, in milliseconds, for a chart whose time
+    scale is UTC: the browser then shows the same clock as the captions (`views.when`), not its
+    own time zone."""
+    offset = views.when(ts).utcoffset()
+    return round((ts + (offset.total_seconds() if offset else 0.0)) * 1000)
+
+
+def _wall_text(ts: float, fmt: str = "%d %b %H:%M") -> str:
+    return f"{views.when(ts):{fmt}}"
+
+
+CLOCK_LABEL = ("utcFormat(datum.value, utchours(datum.value) || utcminutes(datum.value) "
+               "? '%H:%M' : '%a %d %b')")
+"""Time axis labels on a 24-hour clock, the day's name at midnight (a UTC scale of wall times)."""
+
+
+LEGEND_LABEL_PX = 160
+LEGEND_COLUMNS = "max(1, min(3, floor(width / 180)))"
+"""Legend entries per row: as many as fit the chart's width, up to 3 (one on a phone)."""
+LEGEND_LABEL = ("length(datum.label) > 20 ? substring(datum.label, 0, 7) + '…' + "
+                "substring(datum.label, length(datum.label) - 12) : datum.label")
+"""A long name cut in its middle, keeping its end (where versions differ: "refund-a…prompt-v12");
+the bar's tooltip has it whole. The name is data here (`datum.label`), never code."""
+LEGEND_ROW_PX = 18
+
+
+def loops_summary(series: pd.DataFrame, title: str, freeze_text: str = "") -> str:
+    """The chart in words (its accessible name, as screen readers and tests read it): the loops
+    in the window and per series, busiest first, and the freeze when it shows."""
+    totals = ({} if series.empty else
+              {str(k): int(n) for k, n in series.groupby("series", sort=False)["loops"].sum()
+               .items()})
+    total = sum(totals.values())
+    parts = ", ".join(f"{name} {n}" for name, n in totals.items() if n)
+    text = f"{title}: {total} loop{'s' if total != 1 else ''}" + (f" ({parts})" if parts else "")
+    return text + (f"; {freeze_text}" if freeze_text else "")
+
+
 def loops_over_time(buckets: pd.DataFrame, by: str, *, title: str = "",
                     freeze: tuple[float, float] | None = None, height: int = 300,
-                    bucket_s: int | None = None, top: int = views.TOP_SERIES) -> go.Figure:
-    """Stacked bars of loop episodes per time bucket: the `top` values of `by` with the most
-    loops get a bar colour each, the rest stack as one grey "other" series.
+                    bucket_s: int | None = None, top: int = views.TOP_SERIES) -> dict:
+    """Stacked bars of loop episodes per time bucket, as a Vega-Lite spec (`st.vega_lite_chart`):
+    the `top` values of `by` with the most loops get a bar colour each, the rest stack as one
+    grey "other" series.
+
+    Vega-Lite, not plotly: this is the fleet's first screen, and Streamlit's vega chunk is a
+    sixth of plotly's (0.86 MB against 4.7 MB), which the browser would otherwise download,
+    parse and run before it draws the first chart (and, while it runs, anything else).
+    Vega draws text as text (on a canvas): names need no escaping, and are never markup.
 
     Args:
         buckets: `views.loop_buckets` output (bucket, `by`, loops).
         by: the grouping column (prompt_version, scenario, …).
         freeze: (start, end) unix times of a change freeze, shaded.
+        height: of the whole chart, title, axes and legend included.
         bucket_s: bucket width, so each bar covers its bucket and the last one is not cut.
     """
-    fig = go.Figure()
     series = views.top_series(buckets, by, top)
     names = list(dict.fromkeys(series.loc[~series["other"], "series"].tolist()))
+    others = list(dict.fromkeys(series.loc[series["other"], "series"].tolist()))
     colors = series_colors(names)
-    width_ms = bucket_s * 1000 if bucket_s else None
-    for (name, other), part in series.groupby(["series", "other"], sort=False):
-        fig.add_trace(go.Bar(
-            x=part["bucket"], y=part["loops"], name=plot_text(name),
-            marker_color=OTHER_COLOR if other else colors[name],
-            offset=0 if width_ms else None, width=0.85 * width_ms if width_ms else None,
-            hovertemplate=f"{by}: %{{fullData.name}}<br>%{{x|%b %d %H:%M}}<br>"
-                          "%{y} loops<extra></extra>",
-        ))
-    _base(fig, height, barmode="stack", title={"text": title, "font": {"size": 14}},
-          yaxis={"title": "loops", "rangemode": "tozero"}, bargap=0.15,
-          legend={**LEGEND_BELOW, "traceorder": "normal"})
-    lo = hi = None
+    width_s = bucket_s or 0
+    rank = {name: i for i, name in enumerate([*names, *others])}
+    bars = []
+    base: dict[float, int] = {}  # stacked here, in rank order: the first series at the bottom
+    shown = series[series["loops"] > 0]
+    for row in shown.iloc[shown["series"].map(rank).argsort(kind="stable")].itertuples(
+            index=False):
+        start = pd.Timestamp(row.bucket).timestamp()
+        end = start + width_s
+        when = _wall_text(start) + (f"–{_wall_text(end, '%H:%M')}" if width_s else "")
+        low = base.get(start, 0)
+        base[start] = low + int(row.loops)
+        bars.append({"start": _wall_ms(start), "end": _wall_ms(start + 0.85 * width_s),
+                     "series": str(row.series), "loops": int(row.loops), "low": low,
+                     "high": base[start], "when": when})
+    domain = None
     if not buckets.empty:
-        lo = buckets["bucket"].min()
-        hi = buckets["bucket"].max() + pd.Timedelta(seconds=bucket_s or 0)
-        fig.update_xaxes(range=[lo, hi])
+        lo = pd.Timestamp(buckets["bucket"].min()).timestamp()
+        hi = pd.Timestamp(buckets["bucket"].max()).timestamp() + width_s
+        domain = [lo, hi]
+    x = {"field": "start", "type": "temporal", "title": None,
+         # As an expression: Vega-Lite turns a temporal field's numeric domain into
+         # datetime(year, …) calls, which read a millisecond count as a year.
+         "scale": {"type": "utc", **({"domain": {
+             "expr": "[" + ", ".join(str(_wall_ms(t)) for t in domain) + "]"}} if domain
+             else {})},
+         "axis": {"labelOverlap": True, "grid": False, "labelExpr": CLOCK_LABEL,
+                  "description": "time, on the console's clock"}}
+    layers: list[dict] = []
+    freeze_text = ""
     if freeze is not None:
-        x0, x1 = (pd.Timestamp(int(t), unit="s", tz="UTC") for t in freeze)
-        if lo is not None and hi is not None:  # inside the range, so its label shows
-            x0, x1 = max(x0, lo), min(x1, hi)
-    if freeze is not None and x0 < x1:
-        fig.add_vrect(x0=x0, x1=x1, fillcolor=FREEZE_SHADE, line_width=0, layer="below",
-                      annotation_text="freeze", annotation_position="top left")
-    if series.empty or int(series["loops"].sum()) == 0:
-        _empty(fig, "No loops in this window")
-    return fig
+        f0, f1 = freeze
+        if domain is not None:  # inside the range, so its label shows
+            f0, f1 = max(f0, domain[0]), min(f1, domain[1])
+        if f0 < f1:
+            freeze_text = f"freeze {_wall_text(f0)}–{_wall_text(f1)}"
+            shade = {"values": [{"start": _wall_ms(f0), "end": _wall_ms(f1)}]}
+            layers += [
+                {"data": shade, "mark": {"type": "rect", "color": FREEZE_SHADE},
+                 "encoding": {"x2": {"field": "end"}}},
+                {"data": shade, "mark": {"type": "text", "text": "freeze", "align": "left",
+                                         "baseline": "top", "dx": 4, "dy": 4,
+                                         "color": "#5B7083", "fontSize": 11},
+                 "encoding": {"y": {"value": 0}}},
+            ]
+    layers.append({
+        "data": {"values": bars},
+        "mark": {"type": "bar"},
+        "encoding": {
+            "x2": {"field": "end"},
+            "y": {"field": "high", "type": "quantitative", "title": "loops",
+                  "scale": {"domainMin": 0, **({} if bars else {"domain": [0, 1]})},
+                  "axis": {"tickMinStep": 1, "format": "d"}},
+            "y2": {"field": "low"},
+            "color": {"field": "series", "type": "nominal", "title": None,
+                      "scale": {"domain": [*names, *others],
+                                "range": [*(colors[n] for n in names),
+                                          *(OTHER_COLOR for _ in others)]},
+                      "legend": {"orient": "bottom", "direction": "horizontal",
+                                 "columns": {"expr": LEGEND_COLUMNS},
+                                 "labelLimit": LEGEND_LABEL_PX, "labelExpr": LEGEND_LABEL,
+                                 "symbolType": "square"}},
+            "tooltip": [{"field": "series", "type": "nominal", "title": by},
+                        {"field": "when", "type": "nominal", "title": "time"},
+                        {"field": "loops", "type": "quantitative", "title": "loops"}],
+        },
+    })
+    if not bars:
+        layers.append({"data": {"values": [{}]},
+                       "mark": {"type": "text", "text": "No loops in this window",
+                                "fontSize": 14, "color": "#7B8794"},
+                       "encoding": {"x": {"value": {"expr": "width / 2"}},
+                                    "y": {"value": {"expr": "height / 2"}}}})
+    return {
+        "description": loops_summary(series, title or f"Loops by {by}", freeze_text),
+        "title": {"text": title, "anchor": "start", "fontSize": 14, "fontWeight": "normal"},
+        # taller when the legend needs more than three rows (on a phone, one entry a row), so
+        # the plot keeps its height
+        "height": height + LEGEND_ROW_PX * max(0, len(rank) - 3),
+        "encoding": {"x": x},  # one time scale for the shade, its label and the bars
+        "layer": layers,
+    }
 
 
 # Shapes are built as plain dicts and set in one layout update: `add_vrect`/`add_vline` validate

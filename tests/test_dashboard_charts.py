@@ -1,8 +1,10 @@
-"""Figure builders (dashboard.charts): frames in, plotly figures out."""
+"""Figure builders (dashboard.charts): frames in, plotly figures (and the fleet's Vega-Lite loop
+charts) out."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 
 import pandas as pd
@@ -24,25 +26,72 @@ def annotations(fig: go.Figure) -> list[str]:
     return [a.text for a in fig.layout.annotations]
 
 
-def test_loops_over_time_stacks_one_trace_per_key_and_shades_the_freeze():
+def layers(spec: dict, mark: str) -> list[dict]:
+    """The layers of a Vega-Lite spec that draw `mark` (bar, rect, text)."""
+    return [layer for layer in spec["layer"] if layer["mark"]["type"] == mark]
+
+
+def bars(spec: dict) -> list[dict]:
+    (bar,) = layers(spec, "bar")
+    return bar["data"]["values"]
+
+
+def texts(spec: dict) -> list[str]:
+    return [layer["mark"]["text"] for layer in layers(spec, "text")]
+
+
+def x_range(spec: dict) -> list[float]:
+    """The time axis' range (milliseconds), given as an expression: Vega-Lite turns a temporal
+    field's numeric domain into datetime(year, …) calls, which read milliseconds as a year (the
+    bars of a short window vanished in a span of millennia)."""
+    domain = spec["encoding"]["x"]["scale"]["domain"]
+    assert set(domain) == {"expr"}
+    return json.loads(domain["expr"])
+
+
+def color_scale(spec: dict) -> dict:
+    (bar,) = layers(spec, "bar")
+    return bar["encoding"]["color"]["scale"]
+
+
+def test_loops_over_time_stacks_one_series_per_key_and_shades_the_freeze():
     loops = pd.DataFrame({"at": [3600.0, 3700.0, 7300.0], "scenario": ["refund", "crop", "crop"]})
     buckets = views.loop_buckets(loops, "scenario", 0, 4 * 3600, 3600)
-    fig = charts.loops_over_time(buckets, "scenario", title="Loops by scenario",
-                                 freeze=(3000.0, 9000.0))
-    assert fig.layout.barmode == "stack"
-    assert [t.name for t in fig.data] == ["crop", "refund"]
-    assert all(isinstance(t, go.Bar) for t in fig.data)
-    assert sum(sum(t.y) for t in fig.data) == 3
-    assert len(fig.layout.shapes) == 1 and "freeze" in annotations(fig)
-    assert fig.layout.title.text == "Loops by scenario"
+    spec = charts.loops_over_time(buckets, "scenario", title="Loops by scenario",
+                                  freeze=(3000.0, 9000.0), bucket_s=3600)
+    assert color_scale(spec)["domain"] == ["crop", "refund"]
+    assert sum(b["loops"] for b in bars(spec)) == 3
+    # stacked: in the first hour, refund sits on crop
+    first = sorted((b for b in bars(spec) if b["start"] == bars(spec)[0]["start"]),
+                   key=lambda b: b["low"])
+    assert [(b["series"], b["low"], b["high"]) for b in first] == [("crop", 0, 1),
+                                                                   ("refund", 1, 2)]
+    assert len(layers(spec, "rect")) == 1 and "freeze" in texts(spec)
+    assert spec["title"]["text"] == "Loops by scenario"
+    json.dumps(spec)  # what st.vega_lite_chart sends
 
 
 def test_loops_over_time_says_when_there_is_nothing():
     empty = views.loop_buckets(pd.DataFrame(columns=["at", "prompt_version"]), "prompt_version",
                                0, 7200, 3600)
-    fig = charts.loops_over_time(empty, "prompt_version")
-    assert fig.data == ()
-    assert "No loops in this window" in annotations(fig)
+    spec = charts.loops_over_time(empty, "prompt_version")
+    assert bars(spec) == []
+    assert "No loops in this window" in texts(spec)
+
+
+def test_loop_charts_show_the_consoles_clock_as_the_caption_does():
+    """The time scale is UTC over the console's local wall clock, so the browser's own time
+    zone never shifts the bars away from the caption (`ChartWindow.caption`)."""
+    at = 1_700_000_000.0
+    loops = pd.DataFrame({"at": [at], "scenario": ["refund"]})
+    buckets = views.loop_buckets(loops, "scenario", at - 3600, at + 3600, 600)
+    spec = charts.loops_over_time(buckets, "scenario", bucket_s=600)
+    (bar,) = bars(spec)
+    start = dt.datetime.fromtimestamp(bar["start"] / 1000, dt.UTC)
+    local = views.when(at - at % 600)
+    assert (start.hour, start.minute) == (local.hour, local.minute)
+    assert bar["when"].startswith(f"{local:%d %b %H:%M}–")
+    assert spec["encoding"]["x"]["scale"]["type"] == "utc"
 
 
 def test_timeline_marks_errors_abandoned_steps_loops_and_rollbacks():
@@ -165,20 +214,23 @@ def thirteen_prompt_versions() -> pd.DataFrame:
 
 def test_thirteen_prompt_versions_draw_six_series_and_other_under_the_title():
     buckets = thirteen_prompt_versions()
-    fig = charts.loops_over_time(buckets, "prompt_version", title="by prompt version",
-                                 bucket_s=60)
-    names = [t.name for t in fig.data]
-    assert len(fig.data) == 7 and names[-1] == "other (7 more)"
+    spec = charts.loops_over_time(buckets, "prompt_version", title="by prompt version",
+                                  bucket_s=60)
+    scale = color_scale(spec)
+    names = scale["domain"]
+    assert len(names) == 7 and names[-1] == "other (7 more)"
     assert names[:6] == [f"support-v{i}" for i in (12, 11, 10, 9, 8, 7)]  # busiest first
-    assert sum(sum(t.y) for t in fig.data) == buckets["loops"].sum()
-    colors = [t.marker.color for t in fig.data]
-    assert len(set(colors)) == 7 and colors[-1] == charts.OTHER_COLOR
-    assert legend_is_below_the_plot(fig)
-    assert fig.layout.title.text == "by prompt version"
-    # each bar covers its minute, and the last one is inside the x range
-    assert {t.width for t in fig.data} == {0.85 * 60_000} and {t.offset for t in fig.data} == {0}
-    assert pd.Timestamp(fig.layout.xaxis.range[1]) == buckets["bucket"].max() + pd.Timedelta(
-        seconds=60)
+    assert sum(b["loops"] for b in bars(spec)) == buckets["loops"].sum()
+    assert len(set(scale["range"])) == 7 and scale["range"][-1] == charts.OTHER_COLOR
+    (bar,) = layers(spec, "bar")
+    assert bar["encoding"]["color"]["legend"]["orient"] == "bottom"
+    assert spec["title"]["text"] == "by prompt version"
+    # each bar covers most of its minute, and the last one is inside the x range
+    assert {b["end"] - b["start"] for b in bars(spec)} == {0.85 * 60_000}
+    lo, hi = x_range(spec)
+    assert hi - lo == (buckets["bucket"].max() - buckets["bucket"].min()).total_seconds() \
+        * 1000 + 60_000
+    assert max(b["end"] for b in bars(spec)) <= hi
 
 
 def test_series_keep_their_colour_when_other_series_come_and_go():
@@ -195,12 +247,13 @@ def test_series_keep_their_colour_when_other_series_come_and_go():
 def test_the_freeze_label_stays_inside_the_charts_range():
     buckets = views.loop_buckets(pd.DataFrame({"at": [7200.0], "scenario": ["refund"]}),
                                  "scenario", 3600, 4 * 3600, 600)
-    fig = charts.loops_over_time(buckets, "scenario", freeze=(0.0, 1e9), bucket_s=600)
-    (shade,) = fig.layout.shapes
-    lo, hi = (pd.Timestamp(x) for x in fig.layout.xaxis.range)
-    assert lo <= pd.Timestamp(shade.x0) and pd.Timestamp(shade.x1) <= hi
+    spec = charts.loops_over_time(buckets, "scenario", freeze=(0.0, 1e9), bucket_s=600)
+    (shade,) = layers(spec, "rect")
+    ((x0, x1),) = [(v["start"], v["end"]) for v in shade["data"]["values"]]
+    lo, hi = x_range(spec)
+    assert lo <= x0 < x1 <= hi
     outside = charts.loops_over_time(buckets, "scenario", freeze=(0.0, 60.0), bucket_s=600)
-    assert len(outside.layout.shapes) == 0
+    assert layers(outside, "rect") == [] and "freeze" not in texts(outside)
 
 
 def test_close_rollback_labels_are_staggered_above_the_plot_and_the_legend_is_below():
@@ -282,12 +335,26 @@ def assert_no_markup_from(fig: go.Figure, shown: str = "&lt;a href") -> None:
     assert not any("evil" in s for s in templates)  # never spliced into a template
 
 
-def test_hostile_names_are_escaped_in_loops_over_time():
+def test_hostile_names_stay_data_in_loops_over_time():
+    """Vega draws names as text (on a canvas; its tooltips escape HTML): a name is passed as it
+    is, never escaped into "&lt;" on screen, and never reaches an expression, where it would
+    be code."""
     loops = pd.DataFrame({"at": [3600.0], "scenario": [EVIL]})
     buckets = views.loop_buckets(loops, "scenario", 0, 4 * 3600, 3600)
-    fig = charts.loops_over_time(buckets, "scenario")
-    assert fig.data[0].name == views.plot_text(EVIL)
-    assert_no_markup_from(fig)
+    spec = charts.loops_over_time(buckets, "scenario", bucket_s=3600)
+    assert [b["series"] for b in bars(spec)] == [EVIL]
+    assert color_scale(spec)["domain"] == [EVIL]
+
+    def code(value, key=""):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                yield from code(v, k)
+        elif isinstance(value, list):
+            for v in value:
+                yield from code(v, key)
+        elif key in ("expr", "labelExpr", "signal", "href", "url", "field"):
+            yield value
+    assert not any("evil" in str(c) for c in code(spec))
 
 
 def test_hostile_tool_names_errors_and_rollbacks_are_escaped_in_the_timeline():

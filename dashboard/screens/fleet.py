@@ -219,15 +219,6 @@ _NO_ROWS = views.sessions_frame([])
 CHART_SERIES = (("prompt_version", "by prompt version"), ("scenario", "by scenario"))
 
 
-# cache_resource, not cache_data: a plotly figure revalidates every trace when unpickled, which
-# costs as much as building it. Keyed on the bars drawn, so a refresh that found no new loop
-# reuses the figures; plotly_chart only reads them.
-@st.cache_resource(ttl=300, max_entries=16, show_spinner=False)
-def loop_figure(buckets: pd.DataFrame, by: str, title: str, span: tuple[float, float] | None,
-                bucket_s: int):
-    return charts.loops_over_time(buckets, by, title=title, freeze=span, bucket_s=bucket_s)
-
-
 @dataclass(frozen=True)
 class LoopCharts:
     """The loop charts of one window choice, built before anything is drawn."""
@@ -240,9 +231,9 @@ class LoopCharts:
 def loop_charts(label: str, now: float) -> LoopCharts:
     episodes, window = chart_episodes(label, now)
     span = freeze.span() if freeze is not None else None
-    figures = {by: loop_figure(views.loop_buckets(episodes, by, window.since, window.until,
-                                                  window.bucket_s), by, name, span,
-                               window.bucket_s)
+    figures = {by: charts.loops_over_time(views.loop_buckets(episodes, by, window.since,
+                                                             window.until, window.bucket_s),
+                                          by, title=name, freeze=span, bucket_s=window.bucket_s)
                for by, name in CHART_SERIES}
     return LoopCharts(label, window, figures)
 
@@ -258,7 +249,8 @@ def render_loop_charts(now: float, ready: LoopCharts) -> None:
     window = built.window
     span = freeze.span() if freeze is not None else None
     for col, (by, _) in zip(st.columns(2), CHART_SERIES, strict=True):
-        col.plotly_chart(built.figures[by], key=f"loops-{by}", config={"displayModeBar": False})
+        # Vega-Lite, not plotly, on this first screen: see `charts.loops_over_time`.
+        col.vega_lite_chart(built.figures[by], key=f"loops-{by}", width="stretch")
     st.caption(f"{views.plain(window.caption())} · the top {views.TOP_SERIES} series by loops, "
                "the rest summed as “other”")
     if span is not None and freeze is not None and span[0] < window.until \
@@ -294,8 +286,8 @@ def read_first_screen(now: float) -> FirstScreen:
                        loop_charts(label, now))
 
 
-# Everything below refreshes together. The charts are drawn above the table but sent after it
-# (`charts_slot`), so the table does not wait for plotly.js.
+# Everything below refreshes together, top to bottom: the charts are Vega-Lite, whose chunk the
+# browser loads as fast as the table's, so the first screen arrives whole.
 @st.fragment(run_every=interval if live else None)
 def live_view() -> None:
     if st.session_state.pop(FULL_RERUN, False):
@@ -306,11 +298,7 @@ def live_view() -> None:
     render_needs_you(screen.looping, screen.compensations, now)
     render_quarantines(screen.quarantines)
     render_kpis(screen.stats, screen.agreement)
-
-    # The charts' place on the page, filled after the table: the browser gets the table's
-    # rows before the charts and draws them while it still loads plotly.js (4.7 MB, seconds of
-    # parsing on a busy laptop), instead of holding the whole screen until plotly is ready.
-    charts_slot = st.container()
+    render_loop_charts(now, screen.charts)
 
     st.subheader("Sessions")
     with data.store_errors():
@@ -398,8 +386,6 @@ def live_view() -> None:
     with bar:
         render_actions(shown.iloc[selected], matching, where, search, below,
                        total if whole else None)
-    with charts_slot:
-        render_loop_charts(now, screen.charts)
 
 
 opening = st.session_state.pop(OPEN_REQUEST, None)

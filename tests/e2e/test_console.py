@@ -21,6 +21,8 @@ from engine.sessions.notices import TEMPLATES
 pytestmark = pytest.mark.browser
 
 CHART = '[data-testid="stPlotlyChart"]'
+LOOP_CHART = '[data-testid="stVegaLiteChart"]'
+"""The fleet's loop charts are Vega-Lite (tests/e2e/test_fleet_first_screen.py says why)."""
 DESKTOP = {"width": 1440, "height": 900}
 PHONE = {"width": 390, "height": 844}
 VIEWPORTS = pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440x900", "390x844"])
@@ -64,11 +66,11 @@ def test_fleet_is_live_and_can_be_paused(console, page, shots):
     expect(banner).to_be_visible()
     for label in ("Active sessions", "Looping now", "Rollbacks, last hour"):
         expect(page.get_by_text(label, exact=True)).to_be_visible()
-    expect(page.locator(CHART)).to_have_count(2)
-    expect(page.locator(f"{CHART} .main-svg").first).to_be_visible()
+    expect(page.locator(LOOP_CHART)).to_have_count(2)
+    expect(page.locator(f"{LOOP_CHART} svg.marks").first).to_be_visible()
     caption = page.get_by_text(re.compile(r"matching sessions · updated"))
     expect(caption).to_contain_text("26 of 26")
-    page.wait_for_timeout(1500)  # let plotly finish its transitions before the screenshot
+    page.wait_for_timeout(1500)  # let the charts finish drawing before the screenshot
     page.screenshot(path=str(shots / "console-fleet.png"), full_page=True)
 
     with Engine.open(console.store) as engine:  # a new session appears without a reload
@@ -318,8 +320,8 @@ def test_hostile_names_never_become_links(console, page):
     sign_in(page, console.url, "olivia")
     expect(page.get_by_text(re.compile(r"^\d+ of \d+ matching sessions"))).to_be_visible(
         timeout=30_000)  # the table (drawn on a canvas) lists the hostile sessions too
-    expect(page.locator(CHART)).to_have_count(2, timeout=30_000)
-    expect(page.locator(f"{CHART} .main-svg").last).to_be_visible(timeout=30_000)
+    expect(page.locator(LOOP_CHART)).to_have_count(2, timeout=30_000)
+    expect(page.locator(f"{LOOP_CHART} svg.marks").last).to_be_visible(timeout=30_000)
     # "Needs you" links to the hostile sessions with their ids percent-encoded, in the app
     expect(page.get_by_role("link", name=re.compile(r"^\[Your session expired"))).to_be_visible()
     assert page.locator(OFFSITE_EVIL_HREF).count() == 0

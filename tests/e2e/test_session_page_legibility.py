@@ -156,8 +156,8 @@ def test_the_rollback_dialogs_sticky_bar_never_covers_the_notice(console, page: 
 
 
 def snapshot_options(page: Page) -> list[str]:
-    """The snapshot picker's options (the page's live refresh can close a menu just opened:
-    retry)."""
+    """The snapshot picker's options (a click within moments of the tree chart being drawn can
+    close the menu it opens, tests/e2e/test_snapshot_picker.py: retry)."""
     box = page.get_by_role("combobox", name="Snapshot (or click a node)")
     for attempt in range(4):
         box.click()
