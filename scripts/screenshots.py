@@ -138,7 +138,7 @@ def shoot(url: str, sid: str, out: Path) -> None:
 
         page.goto(url)
         expect(page.get_by_text(re.compile(r"^Needs you: \d+ looping"))).to_be_visible()
-        expect(page.locator('[data-testid="stPlotlyChart"] .main-svg').first).to_be_visible()
+        expect(page.locator('[data-testid="stVegaLiteChart"] svg.marks').first).to_be_visible()
         expect(page.get_by_text(re.compile(r"matching sessions"))).to_be_visible()
         page.get_by_text(re.compile("^Live: refresh every")).click()  # hold the page still
         expect(page.get_by_text(re.compile(r"matching sessions .* paused"))).to_be_visible()
