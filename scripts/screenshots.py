@@ -156,7 +156,7 @@ def shoot(url: str, sid: str, out: Path) -> None:
 
         page.get_by_role("button", name="Roll back…").click()
         dialog = page.get_by_role("dialog")
-        expect(dialog.get_by_text("Leaving the live line:")).to_be_visible()
+        expect(dialog.get_by_text("Taken out of the conversation:")).to_be_visible()
         dialog.get_by_role("textbox", name=re.compile(r"^Reason")).fill(REASON)
         confirm = dialog.get_by_role("button", name="Roll back", exact=True)
         expect(confirm).to_be_enabled()
