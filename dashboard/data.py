@@ -23,6 +23,11 @@ from engine import Engine, FreezeWindow, LoopTally, SessionStatus, StoreError, S
 
 FLEET_TTL = 5
 SESSION_TTL = 3
+
+SESSION_STEPS = 2_000
+"""Steps the session page reads and draws at most, the newest: an MCP client connected all day
+makes tens of thousands, and the loop, its evidence and the rollbacks that matter are recent (at
+10,000 steps, reading and drawing all of them cost about 0.8 s and 1.4 MB of chart)."""
 FACETS_TTL = 60
 FLEET_CAP = 20_000
 """Most sessions the fleet table loads for one filter; beyond it the table says so."""
@@ -257,8 +262,9 @@ def session_bundle(url: str | None, sid: str) -> SessionBundle:
         UnknownSession: no such session.
     """
     s = engine_for(url).get_session(sid)
-    return SessionBundle(info=s.info(), steps=s.steps(), tree=s.tree(), messages=s.messages(),
-                         branches=s.branches(), suggested=s.suggested_target())
+    return SessionBundle(info=s.info(), steps=s.steps(last=SESSION_STEPS), tree=s.tree(),
+                         messages=s.messages(), branches=s.branches(),
+                         suggested=s.suggested_target())
 
 
 def rollback_preview(url: str | None, sid: str, target: str):

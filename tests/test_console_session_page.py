@@ -316,3 +316,29 @@ def test_the_rollback_dialog_puts_its_decide_bar_before_the_notice_on_a_phone():
     phone = dialog_views.DIALOG_CSS.split("@media (max-width:640px)")[1]
     assert f"st-key-{dialog_views.NOTICE_KEY}" in phone and "order:1" in phone
     assert f"st-key-{dialog_views.DETAILS_KEY}" in phone and "order:2" in phone
+
+
+def test_a_long_session_page_draws_the_newest_steps_and_says_how_many_of_all(tmp_path,
+                                                                             monkeypatch):
+    """An MCP client connected all day: the page reads and draws the newest steps only (the
+    loop, its evidence and recent rollbacks are there), and says how many it left out."""
+    from dashboard import data
+
+    url = f"sqlite:///{tmp_path}/long.db"
+    with Engine.open(url, on_loop="flag") as engine:
+        s = engine.session("all-day", meta={"tenant": "acme"})
+        for i in range(120):
+            with s.step("search", {"q": f"question {i}"}) as call:
+                call.ok({"hits": i})
+        for _ in range(4):
+            with s.step("book", {"flight": "LH 400"}) as call:
+                call.fail("503 upstream")
+    monkeypatch.setattr(data, "SESSION_STEPS", 50)
+    bundle = data.session_bundle.__wrapped__(url, "all-day")
+    assert [r.n for r in bundle.steps] == list(range(75, 125))
+    assert bundle.info.steps == 124 and bundle.info.status == "looping"
+    assert sv.steps_shown(50, 124).startswith(" Showing the newest 50 of 124 steps")
+    assert sv.steps_shown(124, 124) == ""
+    at = page(url, "Timeline", sid="all-day")
+    assert not at.exception
+    assert "Showing the newest 50 of 124 steps" in texts(at.caption)

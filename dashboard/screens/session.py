@@ -262,6 +262,7 @@ def render_timeline(page: Page) -> None:
     st.caption(
         "● ok · ✕ error · hollow: abandoned by a rollback · red band: loop window · "
         "dashed line: rollback. Hover a step for its tool, arguments and error."
+        + views.steps_shown(len(steps), page.bundle.info.steps)
     )
 
 

@@ -294,6 +294,14 @@ def loop_windows(steps: Sequence[Any]) -> list[tuple[float, float, str]]:
     return [(a, b, r) for a, b, r in spans]
 
 
+def steps_shown(shown: int, total: int) -> str:
+    """What the timeline leaves out of a long session, as a sentence to append ('' when none)."""
+    if shown >= total:
+        return ""
+    return (f" Showing the newest {shown:,} of {total:,} steps (older ones stay in the store: "
+            "`Session.steps()`).")
+
+
 def rollback_markers(steps: Sequence[Any], branches: Sequence[Any]) -> list[dict]:
     """Where each rollback cut the line: x after the last step it abandoned, with who and why."""
     last_on: dict[str, int] = {}
