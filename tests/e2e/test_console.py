@@ -11,7 +11,7 @@ import re
 
 import pytest
 from playwright.sync_api import Page, expect
-from support.console import sign_in
+from support.console import WATCH_RUNS, sign_in, wait_for_run_to_end
 from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_looping
 
 from dashboard import views
@@ -360,20 +360,9 @@ def _rerun_the_page(page: Page) -> None:
     heading = page.get_by_role("dialog").get_by_role("heading").first
     if heading.count():
         heading.click()  # out of the dialog's text fields: "r" is the shortcut
-    page.evaluate("""() => {
-        window.rwRan = false;
-        new MutationObserver((changes) => {
-            for (const c of changes) {
-                const now = c.target.getAttribute('data-test-script-state');
-                if (now !== 'notRunning' || c.oldValue !== 'notRunning') window.rwRan = true;
-            }
-        }).observe(document.body, {attributes: true, attributeOldValue: true, subtree: true,
-                                   attributeFilter: ['data-test-script-state']});
-    }""")
+    page.evaluate(WATCH_RUNS)
     page.keyboard.press("r")
-    page.wait_for_function("() => window.rwRan && document.querySelector("
-                           "'[data-testid=\"stApp\"]').getAttribute('data-test-script-state')"
-                           " === 'notRunning'")
+    wait_for_run_to_end(page)
 
 
 @VIEWPORTS

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 from playwright.sync_api import Page, expect
+from support.console import WATCH_RUNS, wait_for_run_to_end
 from support.fleet import AUTO_ROLLED_BACK
 
 from tests.e2e.test_session_page_legibility import VIEWPORTS, chart_drawn, open_session, settle
@@ -22,14 +23,6 @@ pytestmark = pytest.mark.browser
 PICKER = "Snapshot (or click a node)"
 
 RERUN = """() => {
-    window.rwRan = false;
-    new MutationObserver((changes) => {
-        for (const c of changes) {
-            const now = c.target.getAttribute('data-test-script-state');
-            if (now !== 'notRunning' || c.oldValue !== 'notRunning') window.rwRan = true;
-        }
-    }).observe(document.body, {attributes: true, attributeOldValue: true, subtree: true,
-                               attributeFilter: ['data-test-script-state']});
     // Streamlit's rerun shortcut, sent to the page while the picker keeps the focus
     document.body.dispatchEvent(new KeyboardEvent('keydown', {key: 'r', code: 'KeyR',
                                                               keyCode: 82, bubbles: true}));
@@ -48,10 +41,9 @@ def press(page: Page, locator, hold_ms: int = 100) -> None:
 
 
 def rerun_the_page(page: Page) -> None:
+    page.evaluate(WATCH_RUNS)
     page.evaluate(RERUN)
-    page.wait_for_function("() => window.rwRan && document.querySelector("
-                           "'[data-testid=\"stApp\"]').getAttribute('data-test-script-state')"
-                           " === 'notRunning'")
+    wait_for_run_to_end(page)
 
 
 @VIEWPORTS

@@ -101,3 +101,23 @@ def sign_in(page, url: str, name: str) -> None:
     page.get_by_role("textbox", name="Password").fill(ACCOUNTS[name][1])
     page.get_by_role("button", name="Sign in").click()
     expect(page.get_by_text(f"{name} · {ACCOUNTS[name][0]}")).to_be_visible()
+
+
+WATCH_RUNS = """() => {
+    window.rwRan = false;
+    new MutationObserver((changes) => {
+        for (const c of changes) {
+            const now = c.target.getAttribute('data-test-script-state');
+            if (now !== 'notRunning' || c.oldValue !== 'notRunning') window.rwRan = true;
+        }
+    }).observe(document.body, {attributes: true, attributeOldValue: true, subtree: true,
+                               attributeFilter: ['data-test-script-state']});
+}"""
+"""Browser-side: `window.rwRan` turns true once the page runs its script again."""
+
+
+def wait_for_run_to_end(page) -> None:
+    """Wait until the run `WATCH_RUNS` saw has started and the page is idle again."""
+    page.wait_for_function("() => window.rwRan && document.querySelector("
+                           "'[data-testid=\"stApp\"]').getAttribute('data-test-script-state')"
+                           " === 'notRunning'")
