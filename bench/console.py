@@ -399,34 +399,10 @@ def tree_at(ref: str, out: Path) -> Path:
 
 
 def start_tree_console(tree: Path, work: Path, store: str, secrets: Path):
-    """`support.console.start_console`, for the console of another checkout: run from that
-    checkout (`python -m` puts the working directory first on the module path), importing it."""
-    import subprocess
-    import urllib.request
+    """`support.console.start_console`, for the console of another checkout."""
+    from support.console import start_console
 
-    from support.console import Console, stop_console
-    from support.ports import free_port
-
-    port = free_port()
-    cmd = [sys.executable, "-m", "streamlit", "run", str(tree / "dashboard" / "serve.py"),
-           "--server.port", str(port), "--server.address", "127.0.0.1",
-           "--server.headless", "true", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none", "--secrets.files", str(secrets)]
-    env = {**os.environ, "REWIND_STORE": store, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree)}
-    log = work / f"streamlit-{port}.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(cmd, cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return Console(url, store, process, log)
-        except OSError:
-            time.sleep(0.2)
-    stop_console(process)
-    raise RuntimeError(f"the console of {tree} did not start; see {log}")
+    return start_console(work, store, secrets, tree=tree)
 
 
 def measure_demo(path: Path, runs: int, out: Path,

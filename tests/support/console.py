@@ -53,9 +53,12 @@ class Console:
 
 
 def start_console(workdir: Path, store: str, secrets: Path | None, port: int | None = None,
-                  timeout: float = 60.0, app: Path = APP) -> Console:
+                  timeout: float = 60.0, app: Path = APP, tree: Path | None = None) -> Console:
     """Start `streamlit run dashboard/serve.py` as `rewind dashboard` does (or another `app`)
-    and wait until /_stcore/health answers."""
+    and wait until /_stcore/health answers. `tree`: another checkout whose console runs, from
+    that checkout and importing it (default: this one, its `dashboard/serve.py`)."""
+    if tree is not None:
+        app = tree / "dashboard" / "serve.py"
     port = port or free_port()
     cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
            "--server.address", "127.0.0.1", "--server.headless", "true",
@@ -64,8 +67,11 @@ def start_console(workdir: Path, store: str, secrets: Path | None, port: int | N
         cmd += ["--secrets.files", str(secrets)]
     log = workdir / f"streamlit-{port}.log"
     env = {**os.environ, "REWIND_STORE": store, "PYTHONUNBUFFERED": "1"}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
     with open(log, "wb") as out:
-        process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(cmd, cwd=tree or ROOT, env=env, stdout=out,
+                                   stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
