@@ -21,6 +21,7 @@ window's beginning (found by binary search over cursors), episodes rebuilt from 
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -131,7 +132,7 @@ class LoopTally:
         self.horizon_s = horizon_s
         self._cursor: int | None = None
         self._start = 0.0
-        self._episodes: list[tuple[float, str]] = []
+        self._episodes: list[tuple[float, int, str]] = []  # (at, event id, session), sorted
         self._looping: set[str] = set()  # sessions inside a loop episode (when scanning)
         self.indexed = False
         """True when the tally started from the store's ``loop`` events (no scan of steps)."""
@@ -182,7 +183,7 @@ class LoopTally:
             page = store.loops(since, after, limit=self.page)
             if page is None:
                 return 0
-            found += [(ev.at, ev.session) for ev in page if ev.id <= cursor and ev.session]
+            found += [(ev.at, ev.id, ev.session) for ev in page if ev.id <= cursor and ev.session]
             if len(page) < self.page:
                 break
             since, after = page[-1].at, page[-1].id
@@ -195,7 +196,9 @@ class LoopTally:
             return
         if self.indexed:
             if ev.type == EventType.LOOP:
-                self._episodes.append((ev.at, sid))
+                # oldest first by time: the feed's order is not time order when steps are
+                # recorded after the fact (`record_steps`) or arrive through Cluster outboxes
+                bisect.insort(self._episodes, (ev.at, ev.id, sid))
             return
         if ev.type == EventType.STEP:
             data = ev.data or {}
@@ -203,7 +206,7 @@ class LoopTally:
                 return
             if data.get("looping"):
                 if sid not in self._looping:
-                    self._episodes.append((ev.at, sid))
+                    bisect.insort(self._episodes, (ev.at, ev.id, sid))
                     self._looping.add(sid)
             elif data.get("status") == StepStatus.OK:  # healthy again: the loop is over
                 self._looping.discard(sid)
@@ -215,7 +218,7 @@ class LoopTally:
         with self._lock:
             found = [e for e in self._episodes if since is None or e[0] >= since]
         out = []
-        for at, sid in found:
+        for at, _id, sid in found:
             meta = self._meta_of(sid)
             out.append(LoopEpisode(at, sid, *(meta.get(k) for k in META_KEYS)))
         return out
