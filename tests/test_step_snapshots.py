@@ -235,3 +235,19 @@ def test_one_snapshot_by_id_reads_as_the_tree_lists_it(store_url, open_engine):
                   "first", "", "snap-" + "9" * 40, "snap-１"):
         assert store.snapshot("tree", bogus) is None
     assert store.snapshot("no-such-session", first) is None
+
+
+def test_a_rollback_to_a_hostile_snapshot_id_says_there_is_none(store_url, open_engine):
+    """Ids are exact: a snapshot id of 40 digits crashed the SQLite rollback with an integer
+    overflow before snapshot ids were parsed in one place."""
+    from engine.errors import UnknownSnapshot
+
+    engine = _clocked(open_engine, store_url)
+    s = engine.session("hostile")
+    s.append_message("user", "hi")
+    s.snapshot("a")
+    _step(s, "lookup")
+    for bogus in ("snap-" + "9" * 40, "snap-07", "snap-x", "snap-"):
+        with pytest.raises(UnknownSnapshot):
+            s.rollback(to=bogus, actor="oncall", reason="test")
+    assert s.info().rollbacks == 0

@@ -221,3 +221,13 @@ class AuditEntry:
     """Why, as the actor said it."""
     detail: dict[str, Any] = field(default_factory=dict)
     """What the change was (JSON-representable), also the feed event's data."""
+
+
+def snapshot_seq(snapshot_id: str) -> int | None:
+    """The session sequence number a snapshot id names (``snap-<seq>``, as every store writes
+    it), or None for any other spelling (``snap-07``, ``snap-１``, 19 digits or more)."""
+    prefix, _, number = snapshot_id.partition("-")
+    if prefix != "snap" or not (number.isascii() and number.isdigit()) or len(number) > 18:
+        return None
+    seq = int(number)
+    return seq if f"snap-{seq}" == snapshot_id else None

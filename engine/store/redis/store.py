@@ -102,6 +102,7 @@ from engine.store.redis.codec import dumps, num
 from engine.store.redis.fleet import FleetViews
 from engine.store.redis.fleetdocs import FleetDocs
 from engine.store.redis.scripts import OUTBOX_BATCH, SOURCES
+from engine.store.requests import snapshot_seq
 from engine.types import (
     CompensationStatus,
     SessionStatus,
@@ -372,17 +373,14 @@ class RedisStore(FleetDocs):
         ]
 
     def snapshot(self, sid: str, snapshot_id: str) -> SnapshotNode | None:
-        prefix, _, number = snapshot_id.partition("-")
-        if prefix != "snap" or not (number.isascii() and number.isdigit()) or len(number) > 18 \
-                or f"snap-{int(number)}" != snapshot_id:
-            return None
-        found = self._read("snapshot", sid, [str(int(number))])
+        seq = snapshot_seq(snapshot_id)
+        found = self._read("snapshot", sid, [str(seq)]) if seq is not None else None
         if not found:
             return None
         head, record, branch_id, branch_record, restorable = found
         branches = codec.branch_infos([branch_id, branch_record]) if branch_record else {}
-        return _snapshot_node(str(int(number)), record, branch_id or None, branches,
-                              restorable == "1", head)
+        return _snapshot_node(str(seq), record, branch_id or None, branches, restorable == "1",
+                              head)
 
     def restorable_snapshot(self, sid: str, before_step: int | None) -> str | None:
         result = self._read("restorable", sid, ["+inf" if before_step is None else before_step])

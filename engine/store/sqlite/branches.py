@@ -12,7 +12,7 @@ from engine.errors import (
     UnknownSnapshot,
 )
 from engine.records import BranchInfo, RollbackResult
-from engine.store.requests import RollbackRequest
+from engine.store.requests import RollbackRequest, snapshot_seq
 from engine.store.sqlite.rows import (
     BRANCH,
     add_audit,
@@ -70,14 +70,14 @@ def _embedded_snapshot(
 ) -> tuple[int, int, str | None, None, str, int] | None:
     """(seq, msg_count, branch, retired_at, kind, next_step) of write-ahead snapshot `target`
     kept in its step's row (id ``snap-<seq>``, the step's sequence number one more), or None."""
-    prefix, _, number = target.partition("-")
-    if prefix != "snap" or not (number.isascii() and number.isdigit()):
+    seq = snapshot_seq(target)
+    if seq is None:
         return None
     row = conn.execute(
         "SELECT seq - 1, snap_msgs, branch, n FROM steps INDEXED BY steps_seq WHERE session = ? "
         "AND seq = ? "
         "AND snapshot = ? AND snap_msgs IS NOT NULL",
-        (sid, int(number) + 1, target),
+        (sid, seq + 1, target),
     ).fetchone()
     if row is None:
         return None

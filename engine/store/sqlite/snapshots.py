@@ -13,6 +13,7 @@ import sqlite3
 from typing import Any
 
 from engine.records import BranchInfo, SnapshotNode
+from engine.store.requests import snapshot_seq
 from engine.store.sqlite.rows import BRANCH, EMBEDDED_SNAPSHOT, SNAPSHOT
 from engine.store.sqlite.tx import SQLiteDB
 
@@ -25,14 +26,9 @@ class SnapshotReads:
     _db: SQLiteDB
     _embedded: bool
 
-    def _snap_floor(self, sid: str) -> int:
-        """Step snapshots of `sid` with ``next_step`` at or below this are retired."""
-        if not self._embedded:
-            return 0
-        rows = self._db.read("SELECT snap_floor FROM sessions WHERE id = ?", (sid,))
-        return int(rows[0][0]) if rows else 0
-
     def _head_and_floor(self, sid: str) -> tuple[str | None, int]:
+        """The session's head and its ``snap_floor``: step snapshots with ``next_step`` at or
+        below the floor are retired (0 on a read-only file of an older schema)."""
         floor = ", snap_floor" if self._embedded else ", 0"
         rows = self._db.read(f"SELECT head{floor} FROM sessions WHERE id = ?", (sid,))
         return (rows[0][0], int(rows[0][1])) if rows else (None, 0)
@@ -69,13 +65,12 @@ class SnapshotReads:
         rows = self._db.read_named(
             f"SELECT {_COLUMNS} FROM snapshots WHERE session = ? AND id = ?", (sid, snapshot_id)
         )
-        prefix, _, number = snapshot_id.partition("-")
-        if not rows and self._embedded and prefix == "snap" and number.isascii() \
-                and number.isdigit() and len(number) < 19:
+        seq = snapshot_seq(snapshot_id)
+        if not rows and self._embedded and seq is not None:
             rows = self._db.read_named(
                 f"SELECT {EMBEDDED_SNAPSHOT} FROM steps INDEXED BY steps_seq "
                 "WHERE session = ? AND seq = ? AND snapshot = ? AND snap_msgs IS NOT NULL",
-                (sid, int(number) + 1, snapshot_id),
+                (sid, seq + 1, snapshot_id),
             )
         if not rows:
             return None
@@ -92,7 +87,7 @@ class SnapshotReads:
     def restorable_snapshot(self, sid: str, before_step: int | None) -> str | None:
         """Newest restorable live snapshot taken before step `before_step` began, or None."""
         before = before_step if before_step is not None else 2**62
-        floor = self._snap_floor(sid)
+        _head, floor = self._head_and_floor(sid)
         read = self._db.read
         candidates = read(  # each kind has its own retention window
             "SELECT id, seq FROM snapshots WHERE session = ? AND kind = 'manual' "
