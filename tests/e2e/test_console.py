@@ -11,7 +11,7 @@ import re
 
 import pytest
 from playwright.sync_api import Page, expect
-from support.console import WATCH_RUNS, sign_in, wait_for_run_to_end
+from support.console import rerun_the_page, sign_in
 from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_looping
 
 from dashboard import views
@@ -354,17 +354,6 @@ def test_hostile_names_never_become_links(console, page):
 
 
 
-def _rerun_the_page(page: Page) -> None:
-    """A full run of the page that the operator did not ask for through the dialog (Streamlit's
-    rerun shortcut, standing for the page's first runs finishing or any other run), to its end."""
-    heading = page.get_by_role("dialog").get_by_role("heading").first
-    if heading.count():
-        heading.click()  # out of the dialog's text fields: "r" is the shortcut
-    page.evaluate(WATCH_RUNS)
-    page.keyboard.press("r")
-    wait_for_run_to_end(page)
-
-
 @VIEWPORTS
 def test_a_dialog_opened_while_the_session_page_loads_stays_open(console, page, viewport):
     """The operator opens the rollback dialog before the deep-linked page has settled: the
@@ -376,19 +365,19 @@ def test_a_dialog_opened_while_the_session_page_loads_stays_open(console, page, 
     dialog = page.get_by_role("dialog")
     expect(dialog.get_by_text(re.compile(r"This session is not looping"))).to_be_visible()
     settle(page)
-    _rerun_the_page(page)
+    rerun_the_page(page)
     reason = dialog.get_by_text(views.PRESET_REASONS[3], exact=True)
     expect(reason).to_be_visible()
     reason.click()
     settle(page)
     confirm = dialog.get_by_role("button", name="Roll back", exact=True)
     expect(confirm).to_be_enabled()
-    _rerun_the_page(page)
+    rerun_the_page(page)
     expect(confirm).to_be_enabled()  # still open, with its reason
     dialog.get_by_role("button", name="Cancel").click()
     expect(page.get_by_role("dialog")).to_have_count(0)
     settle(page)
-    _rerun_the_page(page)  # a later run does not bring it back
+    rerun_the_page(page)  # a later run does not bring it back
     expect(page.get_by_role("dialog")).to_have_count(0)
     with Engine.open(console.store) as engine:  # cancelled: nothing happened
         assert engine.get_session(AUTO_ROLLED_BACK).info().rollbacks == 1
@@ -405,5 +394,5 @@ def test_a_dismissed_dialog_stays_closed(console, page):
     page.keyboard.press("Escape")
     expect(page.get_by_role("dialog")).to_have_count(0)
     settle(page)
-    _rerun_the_page(page)
+    rerun_the_page(page)
     expect(page.get_by_role("dialog")).to_have_count(0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 from playwright.sync_api import Page, expect
-from support.console import WATCH_RUNS, wait_for_run_to_end
+from support.console import rerun_the_page
 from support.fleet import AUTO_ROLLED_BACK
 
 from tests.e2e.test_session_page_legibility import VIEWPORTS, chart_drawn, open_session, settle
@@ -21,14 +21,6 @@ from tests.e2e.test_session_page_legibility import VIEWPORTS, chart_drawn, open_
 pytestmark = pytest.mark.browser
 
 PICKER = "Snapshot (or click a node)"
-
-RERUN = """() => {
-    // Streamlit's rerun shortcut, sent to the page while the picker keeps the focus
-    document.body.dispatchEvent(new KeyboardEvent('keydown', {key: 'r', code: 'KeyR',
-                                                              keyCode: 82, bubbles: true}));
-}"""
-"""A full run of the page that on-call did not ask for, started without touching the menu."""
-
 
 def press(page: Page, locator, hold_ms: int = 100) -> None:
     """Press and release the mouse on `locator` as a person does, not in one instant."""
@@ -38,12 +30,6 @@ def press(page: Page, locator, hold_ms: int = 100) -> None:
     page.mouse.down()
     page.wait_for_timeout(hold_ms)
     page.mouse.up()
-
-
-def rerun_the_page(page: Page) -> None:
-    page.evaluate(WATCH_RUNS)
-    page.evaluate(RERUN)
-    wait_for_run_to_end(page)
 
 
 @VIEWPORTS

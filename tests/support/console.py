@@ -127,3 +127,36 @@ def wait_for_run_to_end(page) -> None:
     page.wait_for_function("() => window.rwRan && document.querySelector("
                            "'[data-testid=\"stApp\"]').getAttribute('data-test-script-state')"
                            " === 'notRunning'")
+
+
+RERUN = """() => {
+    // Streamlit's rerun shortcut, sent to the document itself, so that whatever holds the focus
+    // (an open menu, the button a closed dialog gave the focus back to) keeps it
+    document.body.dispatchEvent(new KeyboardEvent('keydown', {key: 'r', code: 'KeyR',
+                                                              keyCode: 82, bubbles: true}));
+}"""
+
+
+def rerun_the_page(page, tries: int = 4) -> None:
+    """A full run of the page that on-call did not ask for (Streamlit's rerun shortcut, standing
+    for the page's first runs finishing or any other run), to its end.
+
+    With a dialog open the shortcut is a key pressed in the dialog, out of its text fields (the
+    modal keeps keys sent to the document from the page); otherwise it is sent to the document.
+    It is sent again when no run starts within a few seconds: one sent while the page is winding
+    up a run can be dropped, which is not what the tests using this are about."""
+    page.evaluate(WATCH_RUNS)
+    for attempt in range(tries):
+        heading = page.get_by_role("dialog").get_by_role("heading").first
+        if heading.count():
+            heading.click()  # out of the dialog's text fields: there "r" is typed, not a shortcut
+            page.keyboard.press("r")
+        else:
+            page.evaluate(RERUN)
+        try:
+            page.wait_for_function("() => window.rwRan", timeout=5_000)
+            break
+        except Exception:
+            if attempt == tries - 1:
+                raise
+    wait_for_run_to_end(page)
