@@ -486,7 +486,7 @@ def cmd_audit(args) -> int:
     events = engine.audit(session=args.session, actor=args.actor, action=args.action,
                           limit=args.limit)
     rows = [[_fmt_time(e.at), e.actor, e.action, e.session or "-", e.snapshot or "-",
-             _cut(_audit_what(e.detail), 40), _cut(e.reason or "", 60)] for e in events]
+             _cut(_audit_what(e.detail), 80), _cut(e.reason or "", 60)] for e in events]
     print(_table(rows, ["TIME", "ACTOR", "ACTION", "SESSION", "SNAPSHOT", "WHAT", "REASON"]))
     return 0
 
@@ -497,8 +497,13 @@ def _cut(text: str, width: int) -> str:
 
 
 def _audit_what(detail: dict) -> str:
-    """What an audit row was about, in a few words: the tool, the batch, the freeze."""
+    """What an audit row was about, in a few words: the notice text, the tool, the batch, the
+    freeze."""
+    from engine.recovery.notices import notice_gist
+
     parts = []
+    if "text" in detail and detail.get("text") is not None:
+        parts.append(notice_gist(detail["text"]))
     if detail.get("tool"):
         parts.append(f"tool {detail['tool']}")
     if detail.get("batch"):

@@ -127,3 +127,15 @@ def test_quarantining_a_tool_no_agent_called_warns_and_suggests_the_name_meant(s
     assert main(["--store", store, "quarantine", "refund_api", "--actor", "alice",
                  "--reason", "HTTP 500 since 14:00"]) == 0
     assert "no agent called" not in capsys.readouterr().out
+
+
+def test_audit_shows_the_notice_text_on_one_line_cut_with_an_ellipsis(store, capsys):
+    text = ("We are sorry:\x1b[31m your refund\nis on its way. " + "More words follow. " * 10)
+    assert main(["--store", store, "notice", LOOPING, text, "--actor", "alice"]) == 0
+    capsys.readouterr()
+    assert main(["--store", store, "audit", "--action", "notice"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if LOOPING in line)
+    assert 'notice: "We are sorry:[31m your refund is on its way.' in row
+    assert "\x1b" not in out and "…\"" in row
+    assert "More words follow. " * 10 not in row  # bounded, not the whole text

@@ -739,3 +739,12 @@ def test_the_auto_window_reads_a_week_only_when_the_last_day_had_no_loop():
     asked.clear()
     episodes, lookback = views.auto_episodes(lambda s: asked.append(s) or day_old)
     assert asked == [86400] and lookback == 86400
+
+
+def test_audit_summary_shows_a_notice_as_plain_bounded_text():
+    text = "Sorry [click](https://evil.test)\x07\u202e\nrefund on its way. " + "x" * 300
+    said = views.audit_summary("notice", None, {"text": text, "batch": "b-7"})
+    assert said.startswith('notice: "Sorry [click](https://evil.test) refund on its way. ')
+    assert '…"' in said and "\x07" not in said and "\u202e" not in said and "\n" not in said
+    assert said.endswith(" (batch b-7)") and len(said) < 100
+    assert views.audit_summary("notice", None, {}) == "notice"

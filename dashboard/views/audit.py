@@ -11,6 +11,7 @@ import pandas as pd
 from dashboard.views.common import counted, short_json, when
 from dashboard.views.quarantine import scope_text, until_text
 from engine import AUDIT_ACTIONS as ENGINE_AUDIT_ACTIONS
+from engine.recovery.notices import notice_gist
 
 AUDIT_COLUMNS = ["time", "actor", "action", "session", "snapshot", "reason", "summary", "batch",
                  "detail", "id"]
@@ -49,6 +50,9 @@ def audit_summary(action: str, snapshot: str | None, detail: Mapping[str, Any]) 
         if action == "quarantine":
             text += " " + until_text(d.get("until"), None)
         return text + (f" ({d['id']})" if d.get("id") else "")
+    if action == "notice":
+        text = notice_gist(d["text"]) if d.get("text") is not None else "notice"
+        return text + (f" (batch {d['batch']})" if d.get("batch") else "")
     if action == "freeze":
         return (f"declared the freeze {d.get('name')}: {d.get('start')} to {d.get('end')}, "
                 f"loops: {d.get('on_loop') or 'engine default'}")

@@ -59,3 +59,24 @@ def checked_notice(limits: Limits, text: str) -> dict:
     message = notice_message(text)
     check_text(message["content"], limits.notice_chars, "the notice", "notice_chars")
     return message
+
+
+NOTICE_GIST_CHARS = 60
+"""Most characters of a notice's text an audit row shows (the whole text is in its detail)."""
+
+
+def notice_gist(text: object, limit: int = NOTICE_GIST_CHARS) -> str:
+    """A notice's text for an audit row: `notice: "…"`, plain text on one line.
+
+    The text comes from agents and users: control and invisible characters are dropped, runs of
+    whitespace (line breaks too) become one space, and it is cut to `limit` characters with an
+    ellipsis. Callers still escape it for where it goes (Markdown, a terminal).
+    """
+    import unicodedata
+
+    kept = "".join(" " if ch.isspace() else ch for ch in str(text)
+                   if ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co"))
+    one_line = " ".join(kept.split())
+    if len(one_line) > limit:
+        one_line = one_line[: max(limit - 1, 0)].rstrip() + "…"
+    return f'notice: "{one_line}"'
