@@ -14,6 +14,7 @@ from support.fleet import LOOPING, seed_looping
 
 from engine import NOTICE_FLAG
 from engine.cli import main
+from engine.cli_text import _fmt_utc
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,3 +140,28 @@ def test_audit_shows_the_notice_text_on_one_line_cut_with_an_ellipsis(store, cap
     assert 'notice: "We are sorry:[31m your refund is on its way.' in row
     assert "\x1b" not in out and "…\"" in row
     assert "More words follow. " * 10 not in row  # bounded, not the whole text
+
+
+def test_compensations_say_when_a_failed_one_is_tried_next(tmp_path, open_engine, capsys):
+    url = f"sqlite:///{tmp_path}/rewind.db"
+    eng = open_engine(url, compensation_backoff=(600.0, 4.0, 3600.0))
+    s = eng.session("refund-9")
+    s.snapshot(label="before refund")
+    with s.step("refund_api", {"order": "A-1"}, side_effect=True,
+                compensation=("refund_api.undo", {"order": "A-1"})) as call:
+        call.ok({"refunded": 10})
+    s.rollback(actor="alice", reason="wrong refund")
+
+    def down(args, key):
+        raise RuntimeError("HTTP 503")
+
+    eng.register_compensation("refund_api.undo", down)
+    eng.run_compensations()
+    (comp,) = eng.compensations()
+    assert comp.status == "pending" and comp.next_attempt_at is not None
+    assert main(["--store", url, "compensations"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header, row = lines[0], next(line for line in lines if "refund-9" in line)
+    assert "NEXT TRY" in header
+    column = row[header.index("NEXT TRY"):]
+    assert column.startswith(_fmt_utc(comp.next_attempt_at))

@@ -748,3 +748,24 @@ def test_audit_summary_shows_a_notice_as_plain_bounded_text():
     assert '…"' in said and "\x07" not in said and "\u202e" not in said and "\n" not in said
     assert said.endswith(" (batch b-7)") and len(said) < 100
     assert views.audit_summary("notice", None, {}) == "notice"
+
+
+def test_compensations_frame_says_when_a_failed_one_is_tried_next():
+    import datetime as dt
+
+    from engine.records import Compensation
+
+    now = 10_000.0
+
+    def comp(cid, status, lease_until):
+        return Compensation(id=cid, session="s", step=cid, name="refund", args={},
+                            idempotency_key=f"k{cid}", status=status, attempts=1,
+                            error="HTTP 503", created_at=now - 60, updated_at=now - 5,
+                            lease_until=lease_until)
+
+    comps = [comp(1, "pending", now + 30), comp(2, "pending", None), comp(3, "pending", now - 1),
+             comp(4, "running", now + 60), comp(5, "failed", None)]
+    frame = views.compensations_frame(comps, now)
+    local = dt.datetime.fromtimestamp(now + 30).strftime("%H:%M:%S")
+    assert frame["next_try"].tolist() == [f"{local} (in 30 s)", "", "due now", "", ""]
+    assert "next_try" in views.COMPENSATION_COLUMNS

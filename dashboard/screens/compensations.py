@@ -95,12 +95,16 @@ else:
             "handler and will run the compensation on its next pass",
         ),
         "link": st.column_config.LinkColumn("session", display_text=r"session\?session=(.*)"),
+        "next_try": st.column_config.TextColumn(
+            "next try", help="When a process with the handler tries a failed compensation "
+            "again (retries wait longer each time); blank when none is planned"),
         "last_error": st.column_config.TextColumn("last error", width="large"),
         "resolved": st.column_config.TextColumn("resolved by"),
         "created": st.column_config.DatetimeColumn("created", format="YYYY-MM-DD HH:mm:ss"),
         "updated": st.column_config.DatetimeColumn("updated", format="YYYY-MM-DD HH:mm:ss"),
     }
-    order = ["state", "handler", "live", "link", "step", "attempts", "age", "last_error",
+    order = ["state", "handler", "live", "link", "step", "attempts", "next_try", "age",
+             "last_error",
              "resolved", "created", "updated", "args", "id"]
     if user.can_act:
         event = st.dataframe(frame, hide_index=True, column_order=order, column_config=config,

@@ -12,7 +12,7 @@ import pandas as pd
 from dashboard.views.common import STUCK_AFTER_S, duration_text, session_link, short_json, when
 
 COMPENSATION_COLUMNS = ["id", "status", "state", "handler", "live", "session", "link", "step",
-                        "attempts", "age", "created", "updated", "last_error", "resolved", "args",
+                        "attempts", "next_try", "age", "created", "updated", "last_error", "resolved", "args",
                         "stuck"]
 COMPENSATION_COLORS = {"pending": "orange", "running": "blue", "failed": "red", "done": "green",
                        "resolved": "gray"}
@@ -27,10 +27,21 @@ COMPENSATION_REASONS = (
 """Reasons an operator can pick for a retry or a resolve; the text goes to the audit log."""
 
 
+def next_try_text(at: float | None, now: float) -> str:
+    """When a pending compensation is tried next, for people: local time and how far off,
+    "14:03:05 (in 30 s)", "due now" once the time has passed; blank when none is planned."""
+    if at is None:
+        return ""
+    if at <= now:
+        return "due now"
+    return f"{when(at).strftime('%H:%M:%S')} (in {duration_text(at - now)})"
+
+
 def compensations_frame(comps: Iterable[Any], now: float,
                         live: Collection[str] | None = None) -> pd.DataFrame:
     """Compensations as the page shows them: state as text (coloured by the page), age as
-    words, blanks for what is missing, `stuck` for pending ones older than STUCK_AFTER_S.
+    words, `next_try` when a failed one is tried again (`next_try_text`), blanks for what
+    is missing, `stuck` for pending ones older than STUCK_AFTER_S.
 
     Args:
         live: handler names some live process registered (`Engine.compensation_handlers`);
@@ -41,7 +52,9 @@ def compensations_frame(comps: Iterable[Any], now: float,
              "live": ("" if live is None or c.status not in OPEN_COMPENSATIONS
                       else "yes" if c.name in live else "no"),
              "session": c.session, "link": session_link(c.session), "step": c.step,
-             "attempts": c.attempts, "age": duration_text(now - c.created_at),
+             "attempts": c.attempts,
+             "next_try": next_try_text(getattr(c, "next_attempt_at", None), now),
+             "age": duration_text(now - c.created_at),
              "created": when(c.created_at), "updated": when(c.updated_at),
              "last_error": c.error or "",
              "resolved": (f"{c.resolved_by}: {c.resolved_reason or ''}"
