@@ -191,8 +191,9 @@ __all__ = [
     "PRESET_REASONS", "DECIDE_KEY", "DIALOG_CSS", "NOTICE_CHOICES", "default_notice_choice",
     "notice_text", "preview_frames", "BULK_PREVIEW_COLUMNS", "BulkTotals", "bulk_totals",
     "bulk_preview_frame", "BULK_RESULT_COLUMNS", "bulk_result_frame", "COMPENSATION_COLUMNS",
-    "COMPENSATION_COLORS", "OPEN_COMPENSATIONS", "COMPENSATION_REASONS", "compensations_frame", "next_try_text",
-    "handlers_without_process", "compensation_outcomes_text", "AUDIT_COLUMNS", "AUDIT_ACTIONS",
+    "COMPENSATION_COLORS", "OPEN_COMPENSATIONS", "COMPENSATION_REASONS", "compensations_frame",
+    "next_try_text", "handlers_without_process", "compensation_outcomes_text", "AUDIT_COLUMNS",
+    "AUDIT_ACTIONS",
     "audit_summary", "audit_frame", "FORMULA_STARTS", "inert_cell", "audit_csv", "scope_text",
     "until_text", "QUARANTINE_COLUMNS", "quarantines_frame", "quarantine_label",
 ]

@@ -12,8 +12,8 @@ import pandas as pd
 from dashboard.views.common import STUCK_AFTER_S, duration_text, session_link, short_json, when
 
 COMPENSATION_COLUMNS = ["id", "status", "state", "handler", "live", "session", "link", "step",
-                        "attempts", "next_try", "age", "created", "updated", "last_error", "resolved", "args",
-                        "stuck"]
+                        "attempts", "next_try", "age", "created", "updated", "last_error",
+                        "resolved", "args", "stuck"]
 COMPENSATION_COLORS = {"pending": "orange", "running": "blue", "failed": "red", "done": "green",
                        "resolved": "gray"}
 OPEN_COMPENSATIONS = ("failed", "pending", "running")
