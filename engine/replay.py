@@ -488,7 +488,8 @@ def first_flag(
 
 # -- comparing sessions -------------------------------------------------------------------------
 def compare(
-    sessions: Mapping[str, Sequence[StepRecord | MessageRecord]],
+    sessions: Mapping[str, Sequence[StepRecord | MessageRecord]]
+    | Iterable[tuple[str, Sequence[StepRecord | MessageRecord]]],
     config: DetectorConfig | Mapping[str, Any] | None,
     *,
     before: DetectorConfig | Mapping[str, Any] | None = None,
@@ -498,7 +499,9 @@ def compare(
     `config`, and summarize how the verdicts moved.
 
     Args:
-        sessions: session id -> its records (see `first_flag`).
+        sessions: session id -> its records (see `first_flag`), or (session id, records)
+            pairs: an iterable is consumed once, one session at a time, so a store's
+            sessions can be read, replayed and dropped in turn rather than held all at once.
         config: the configuration to try.
         before: the configuration to compare with.
         labels: session id -> ``loop`` / ``not_loop`` (the operators' labels).
@@ -512,7 +515,8 @@ def compare(
     after_config, before_config = detector_config(config), detector_config(before)
     labels = labels or {}
     results = []
-    for session, records in sessions.items():
+    pairs = sessions.items() if isinstance(sessions, Mapping) else sessions
+    for session, records in pairs:
         flag_before = first_flag(records, before_config)
         flag_after = (
             flag_before if after_config == before_config else first_flag(records, after_config)
