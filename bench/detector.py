@@ -17,6 +17,13 @@ Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000] 
   successful runs whose label shows no loop (a run may loop for a while and still succeed).
   "Peer step" counts the peer cases the peer flags where our first flag is the peer's own step or
   one later, whatever we expect (our disagreements lower it on purpose).
+- Timing, per source with loops (a second table; the first is unchanged): the issue's targets
+  count from where the loop starts, not from the step we expect a flag at. "From start": first
+  flag minus the loop's first step (the label's ``loop_start``; the peer suites give none, so
+  their expected step), median over the true positives; "<= 3 after start": the share of the
+  looping cases flagged at the loop's start or at most 3 steps after it (a miss or an early flag
+  is not). "On time" (peer suites): the share of the cases the peer flags where our first flag
+  comes at or before the peer's own step + 1 (earlier counts, unlike "peer step").
 - Conversational runs (bench/data/tau2runs.jsonl.gz, labels in bench/corpora/tau2_labels.json):
   a customer-service agent and a simulated customer, each half in two forms (the customer's turns
   as user input between agent turns, and tau-bench's ``respond`` calls); only the tuned half's
@@ -513,6 +520,12 @@ class Score:
     ok_healthy_flagged: int = 0
     peer_cases: int = 0
     peer_hits: int = 0
+    peer_on_time: int = 0
+    """Peer-flagged cases our first flag comes at or before the peer's step + 1."""
+    from_start: list[int] | None = None
+    """First flag minus the loop's first step, over the true positives."""
+    within_3: int = 0
+    """Looping cases flagged at the loop's first step or at most 3 steps after it."""
     misses: list[str] | None = None
 
     def cell(self, value: float | None, fmt: str) -> str:
@@ -533,7 +546,7 @@ class Score:
 
 def score(source: str, cases: list[Case], labelled: bool = True) -> Score:
     sc = Score(source, len(cases), sum(c.expected is not None for c in cases), labelled)
-    sc.delays, sc.misses = [], []
+    sc.delays, sc.misses, sc.from_start = [], [], []
     for c in cases:
         got = first_flag(c.steps)
         if c.finished_ok:
@@ -545,6 +558,7 @@ def score(source: str, cases: list[Case], labelled: bool = True) -> Score:
         if c.peer_flag is not None:
             sc.peer_cases += 1
             sc.peer_hits += got is not None and c.peer_flag <= got <= c.peer_flag + 1
+            sc.peer_on_time += got is not None and got <= c.peer_flag + 1
         if not labelled:
             continue
         where = "never" if got is None else f"at {got}"
@@ -554,9 +568,11 @@ def score(source: str, cases: list[Case], labelled: bool = True) -> Score:
                 sc.misses.append(f"FP {c.name}: flagged {where}, healthy")
             continue
         earliest = c.expected if c.earliest is None else c.earliest
+        sc.within_3 += got is not None and earliest <= got <= earliest + 3
         if got is not None and earliest <= got <= c.expected + 1:
             sc.tp += 1
             sc.delays.append(got - c.expected)
+            sc.from_start.append(got - earliest)
         elif got is not None and got < earliest:
             sc.fp += 1
             sc.misses.append(f"FP {c.name}: flagged {where}, expected {c.expected}")
@@ -601,6 +617,8 @@ def quality_report(show_misses: bool) -> None:
             f"{sc.cell(sc.precision, '.3f'):>9} {sc.cell(sc.recall, '.3f'):>6} "
             f"{sc.cell(delay, '+.1f'):>12} {peer:>9} {ok:>13} {healthy:>13}"
         )
+    print()
+    print(timing_table(scores))
     if path is None:
         print()
         print(
@@ -618,6 +636,32 @@ def quality_report(show_misses: bool) -> None:
                 for line in sc.misses:
                     print(f"  {line}")
     print()
+
+
+def timing_table(scores: list[Score]) -> str:
+    """How soon after the loop's start each labelled source with loops is flagged, and the peer
+    suites' "on time" (see the module docstring)."""
+    header = (
+        f"{'source':36} {'loops':>5} {'from start':>10} {'<= 3 after start':>16} {'on time':>13}"
+    )
+    lines = [
+        "Timing: first flag from the loop's start (targets: within 3 steps; peers on time >= 0.90)",
+        "",
+        header,
+        "-" * len(header),
+    ]
+    for sc in scores:
+        if not sc.labelled or not sc.loops:
+            continue
+        start = statistics.median(sc.from_start) if sc.from_start else None
+        within = f"{sc.within_3}/{sc.loops} {sc.within_3 / sc.loops:.2f}"
+        on_time = "—"
+        if sc.peer_cases:
+            on_time = f"{sc.peer_on_time}/{sc.peer_cases} {sc.peer_on_time / sc.peer_cases:.2f}"
+        lines.append(
+            f"{sc.source:36} {sc.loops:5d} {sc.cell(start, '+.1f'):>10} {within:>16} {on_time:>13}"
+        )
+    return "\n".join(lines)
 
 
 def all_cases() -> Iterator[tuple[str, Case]]:

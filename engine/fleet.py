@@ -265,7 +265,10 @@ def session_history(rt: Runtime, sid: str) -> list[StepRecord | MessageRecord]:
 def replay(rt: Runtime, config: DetectorConfig | Mapping[str, Any] | None,
            sessions: list[SessionInfo]) -> tuple[list[SessionReplay], Summary]:
     """Replay `sessions` under the detector this runtime runs now and under `config` (see
-    `engine.replay.compare`); reads the store, writes nothing."""
+    `engine.replay.compare`); reads the store, writes nothing.
+
+    One session's history is read, replayed and dropped before the next is read: a fleet's
+    million steps held at once cost a gigabyte, and every garbage collection walked them."""
     before = rt.new_detector()[0].config
-    history = {info.id: session_history(rt, info.id) for info in sessions}
+    history = ((info.id, session_history(rt, info.id)) for info in sessions)
     return compare(history, config, before=before, labels=labels(rt))

@@ -452,7 +452,16 @@ def first_flag(
     Raises:
         ConfigError: for settings the detector refuses.
     """
-    detector = LoopDetector(detector_config(config))
+    return _first_flag(records, LoopDetector(detector_config(config)), until)
+
+
+def _first_flag(
+    records: Iterable[StepRecord | MessageRecord], detector: LoopDetector, until: int | None = None
+) -> Flag | None:
+    """`first_flag` through `detector`, reset first: a fleet's replay builds one detector per
+    configuration, not one per session (building one cost a third of a 10-step session's
+    replay; `reset` forgets every step, and what it keeps are memos of pure functions)."""
+    detector.reset()
     observe, user_input, new_task = detector.observe, detector.user_input, detector.new_task
     running, ok = StepStatus.RUNNING, StepStatus.OK
     # one pass without helpers: a fleet's replay is millions of steps
@@ -488,7 +497,8 @@ def first_flag(
 
 # -- comparing sessions -------------------------------------------------------------------------
 def compare(
-    sessions: Mapping[str, Sequence[StepRecord | MessageRecord]],
+    sessions: Mapping[str, Sequence[StepRecord | MessageRecord]]
+    | Iterable[tuple[str, Sequence[StepRecord | MessageRecord]]],
     config: DetectorConfig | Mapping[str, Any] | None,
     *,
     before: DetectorConfig | Mapping[str, Any] | None = None,
@@ -498,7 +508,9 @@ def compare(
     `config`, and summarize how the verdicts moved.
 
     Args:
-        sessions: session id -> its records (see `first_flag`).
+        sessions: session id -> its records (see `first_flag`), or (session id, records)
+            pairs: an iterable is consumed once, one session at a time, so a store's
+            sessions can be read, replayed and dropped in turn rather than held all at once.
         config: the configuration to try.
         before: the configuration to compare with.
         labels: session id -> ``loop`` / ``not_loop`` (the operators' labels).
@@ -512,11 +524,13 @@ def compare(
     after_config, before_config = detector_config(config), detector_config(before)
     labels = labels or {}
     results = []
-    for session, records in sessions.items():
-        flag_before = first_flag(records, before_config)
-        flag_after = (
-            flag_before if after_config == before_config else first_flag(records, after_config)
-        )
+    pairs = sessions.items() if isinstance(sessions, Mapping) else sessions
+    same = after_config == before_config
+    detector_before = LoopDetector(before_config)
+    detector_after = detector_before if same else LoopDetector(after_config)
+    for session, records in pairs:
+        flag_before = _first_flag(records, detector_before)
+        flag_after = flag_before if same else _first_flag(records, detector_after)
         results.append(SessionReplay(session, flag_before, flag_after, labels.get(session)))
     return results, summarize(results)
 

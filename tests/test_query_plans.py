@@ -260,3 +260,25 @@ def test_fleet_table_reads_are_bounded_by_the_rows_shown(tmp_path):
                        for line in plan), (sql, plan)
     finally:
         conn.close()
+
+
+def test_replay_reads_each_history_in_key_order_and_writes_nothing(long_session):
+    """`Engine.replay` reads a session's whole history (that is its job), but each read is a
+    range of the history table's primary key in its own order, a sort of nothing, and it writes
+    nothing."""
+    engine, _s, path = long_session
+    statements = _capture(engine)
+    engine.replay({"repeat_threshold": 4}, where={"tenant": "acme"})
+    heads = [(sql.lstrip().split(None, 1)[0].upper(), sql) for sql in statements]
+    assert [sql for head, sql in heads if head in ("INSERT", "UPDATE", "DELETE")] == []
+    reads = [sql for head, sql in heads
+             if head == "SELECT" and ("FROM steps" in sql or "FROM messages" in sql)]
+    assert {"steps", "messages"} <= {sql.split(" FROM ")[1].split()[0] for sql in reads}
+    conn = sqlite3.connect(path)
+    try:
+        for sql in reads:
+            plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql)]
+            assert plan == [f"SEARCH {sql.split(' FROM ')[1].split()[0]} USING PRIMARY KEY "
+                            "(session=?)"], (sql, plan)
+    finally:
+        conn.close()
