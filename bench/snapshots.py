@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 from common import message, timed  # noqa: E402
 
-from engine import Engine, LoopDetector  # noqa: E402
+from engine import Engine  # noqa: E402
 
 
 class FullCopyBaseline:
@@ -106,12 +106,12 @@ def bench_lengths(tmp: str, lengths: list[int], repeat: int) -> list[dict]:
 def bench_space(tmp: str, steps: int) -> dict:
     """A session of `steps` guarded steps, each followed by a ~400-char tool message."""
     path = f"{tmp}/space.db"
-    # the hard step budget (500 by default) would stop this long session: lift it
-    engine = Engine.open(f"sqlite:///{path}",
-                         detector_factory=lambda: LoopDetector(max_steps=None))
+    engine = Engine.open(f"sqlite:///{path}")  # default settings, the step budget included
     s = engine.session("space")
     durations = []
     for i in range(steps):
+        if i % 50 == 0:  # a new run every 50 steps: the budget counts per task (no extra rows)
+            s.new_task()
         t0 = time.perf_counter()
         with s.step("search", {"q": f"query {i}"}) as call:
             call.ok({"hits": i})
@@ -184,9 +184,9 @@ def _quantiles(samples: list[float]) -> tuple[float, float]:
 
 def bench_guarded_step(url: str, floor, lengths: tuple[int, ...], samples: int) -> list[dict]:
     """Median and p99 of the guarded step at each history length, with the floor beside it."""
-    # The hard step budget (per session lifetime until it counts per task) would stop a
-    # 100,000-step session: lifted, which changes nothing on the step's path.
-    engine = Engine.open(url, detector_factory=lambda: LoopDetector(max_steps=None))
+    # Default settings, the hard step budget included: it counts per task, and the user
+    # message every 50 steps below starts a new one, as it does for an agent.
+    engine = Engine.open(url)
     s = engine.session("long-session", meta={"tenant": "bench"})
     done = 0
     rows = []

@@ -241,7 +241,10 @@ def applying(rt: Runtime, sid: str, tool: str) -> Quarantine | None:
     session Rewind only watches). Reads the session's meta only when some quarantine names the
     tool."""
     now = rt.clock()
-    named = [q for q in cached(rt) if q.tool == tool and q.active(now)]
+    held = cached(rt)
+    if not held:  # the common case: nothing quarantined anywhere
+        return None
+    named = [q for q in held if q.tool == tool and q.active(now)]
     if not named:
         return None
     info = rt.store.get_session(sid)

@@ -75,7 +75,7 @@ class StepCall:
     ):
         self.session = session
         limits = session._rt.limits
-        self.budget = budget_record(context)
+        self.budget = None if context is None else budget_record(context)
         """Token breakdown of the context the agent built for this step, if given."""
         self.tool = tool
         if tool is not None:
@@ -129,8 +129,8 @@ class StepCall:
             if q is not None:
                 quarantine.refuse(s._rt, s.id, self.tool, self._args_json, self.fingerprint, q)
                 raise ToolQuarantined(self.tool, q)
-        label = f"before {self.tool or 'agent turn'}"
-        ticket = s._rt.store.begin_step(
+        rt = s._rt
+        ticket = rt.store.begin_step(
             s.id,
             {
                 "tool": self.tool,
@@ -142,9 +142,9 @@ class StepCall:
                 else canonical_json(list(self.compensation)),
                 "text": self.text,
             },
-            label if self._snapshot else None,
-            s._rt.clock(),
-            s._rt.retention,
+            f"before {self.tool or 'agent turn'}" if self._snapshot else None,
+            rt.clock(),
+            rt.retention,
         )
         self._ticket = ticket
         self.n = ticket.n

@@ -76,7 +76,7 @@ from engine.store.sqlite.schema import (
 from engine.store.sqlite.snapshots import SnapshotReads
 from engine.store.sqlite.tx import SQLiteDB, path_from_url
 from engine.store.urls import redact
-from engine.types import SessionStatus, SnapshotKind, StoredVerdict
+from engine.types import SessionStatus, SnapshotKind, StepStatus, StoredVerdict
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -136,6 +136,8 @@ _END_STEP = (
 """A step's outcome, guarded by the ticket's epoch (no row: late, or the session is gone), handing
 back the session's status and last activity so the session's row is written only when they move."""
 _JSON_BOOL = {False: "false", True: "true"}
+_JSON_STATUS = {str(status): dumps(str(status)) for status in StepStatus}
+"""The JSON text of each step status, for the step's feed event (once per step)."""
 
 _SESSION_TABLES = ("messages", "kv_writes", "kv", "docs", "snapshots", "steps", "branches")
 """Tables of what a session owns (its audit rows and compensations outlive it)."""
@@ -599,7 +601,7 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
                     "INSERT INTO events(at, session, type, data) VALUES (?, ?, 'step', ?)",
                     (now, sid, _STEP_EVENT % (
                         _JSON_BOOL[late], _JSON_BOOL[verdict is not None], ticket.n,
-                        dumps(status),
+                        _JSON_STATUS.get(status) or dumps(status),
                     )),
                 )
         return late
