@@ -76,7 +76,13 @@ if TYPE_CHECKING:
         State,
         StepRecord,
     )
-    from engine.recovery.notices import NOTICE_FLAG, PAUSED_TEMPLATES, TEMPLATES, template_for
+    from engine.recovery.notices import (
+        NOTICE_FLAG,
+        PAUSED_TEMPLATES,
+        TEMPLATES,
+        notice_gist,
+        template_for,
+    )
     from engine.replay import RuleReading, WhyFlagged
     from engine.saga import LIVE_S
     from engine.sessions.session import Session, StepCall
@@ -170,6 +176,7 @@ __all__ = [
     "RuleReading",
     "WhyFlagged",
     "unused_tool_hint",
+    "notice_gist",
     "RULES",
 ]
 __version__ = "0.1.0"
@@ -249,6 +256,7 @@ _LAZY: dict[str, str] = {
     "UnknownSession": "engine.errors",
     "UnknownSnapshot": "engine.errors",
     "unused_tool_hint": "engine.quarantine",
+    "notice_gist": "engine.recovery.notices",
     "RULES": "engine.loops.rules",
     "Verdict": "engine.loops.detector",
     "RuleReading": "engine.replay",

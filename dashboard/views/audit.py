@@ -11,7 +11,7 @@ import pandas as pd
 from dashboard.views.common import counted, short_json, when
 from dashboard.views.quarantine import scope_text, until_text
 from engine import AUDIT_ACTIONS as ENGINE_AUDIT_ACTIONS
-from engine.recovery.notices import notice_gist
+from engine import notice_gist
 
 AUDIT_COLUMNS = ["time", "actor", "action", "session", "snapshot", "reason", "summary", "batch",
                  "detail", "id"]
