@@ -290,8 +290,6 @@ def read_first_screen(now: float) -> FirstScreen:
 # browser loads as fast as the table's, so the first screen arrives whole.
 @st.fragment(run_every=interval if live else None)
 def live_view() -> None:
-    if st.session_state.pop(FULL_RERUN, False):
-        st.rerun(scope="app")
     now = time.time()
     with data.store_errors():
         screen = read_first_screen(now)
@@ -386,6 +384,11 @@ def live_view() -> None:
     with bar:
         render_actions(shown.iloc[selected], matching, where, search, below,
                        total if whole else None)
+    # Last, once every widget of the fragment is drawn: a rerun asked for before them leaves
+    # their values unregistered in this run, and the next run can find the filters gone (the
+    # whole fleet shown right after a bulk rollback of one prompt version's loops).
+    if st.session_state.pop(FULL_RERUN, False):
+        st.rerun(scope="app")
 
 
 opening = st.session_state.pop(OPEN_REQUEST, None)

@@ -113,27 +113,36 @@ WATCH_RUNS = """() => {
     window.rwRan = false;
     new MutationObserver((changes) => {
         for (const c of changes) {
-            const now = c.target.getAttribute('data-test-script-state');
-            if (now !== 'notRunning' || c.oldValue !== 'notRunning') window.rwRan = true;
+            if (c.target.getAttribute('data-test-script-state') === 'running') window.rwRan = true;
         }
-    }).observe(document.body, {attributes: true, attributeOldValue: true, subtree: true,
+    }).observe(document.body, {attributes: true, subtree: true,
                                attributeFilter: ['data-test-script-state']});
 }"""
-"""Browser-side: `window.rwRan` turns true once the page runs its script again."""
+"""Browser-side: `window.rwRan` turns true once the server runs the page's script again (the
+state 'running', which only the server's word sets: 'rerunRequested' is the browser's own, and
+a request made during a run is dropped)."""
+
+SCRIPT_STATE = ("() => document.querySelector('[data-testid=\"stApp\"]')"
+                "?.getAttribute('data-test-script-state')")
 
 
-def wait_for_run_to_end(page) -> None:
-    """Wait until the run `WATCH_RUNS` saw has started and the page is idle again."""
+def wait_for_run_to_end(page, timeout_ms: int = 60_000) -> None:
+    """Wait until the run `WATCH_RUNS` saw has started and the page is idle again (a run of a
+    loaded machine's console can take many seconds: the wait is long, the check exact)."""
     page.wait_for_function("() => window.rwRan && document.querySelector("
                            "'[data-testid=\"stApp\"]').getAttribute('data-test-script-state')"
-                           " === 'notRunning'")
+                           " === 'notRunning'", timeout=timeout_ms)
 
 
 RERUN = """() => {
     // Streamlit's rerun shortcut, sent to the document itself, so that whatever holds the focus
-    // (an open menu, the button a closed dialog gave the focus back to) keeps it
-    document.body.dispatchEvent(new KeyboardEvent('keydown', {key: 'r', code: 'KeyR',
-                                                              keyCode: 82, bubbles: true}));
+    // (an open menu, the button a closed dialog gave the focus back to) keeps it. Down and up:
+    // the shortcut library ignores a key it still thinks held, so a second try after a lone
+    // keydown did nothing.
+    for (const type of ['keydown', 'keyup']) {
+        document.body.dispatchEvent(new KeyboardEvent(type, {key: 'r', code: 'KeyR',
+                                                             keyCode: 82, bubbles: true}));
+    }
 }"""
 
 
@@ -143,8 +152,9 @@ def rerun_the_page(page, tries: int = 4) -> None:
 
     With a dialog open the shortcut is a key pressed in the dialog, out of its text fields (the
     modal keeps keys sent to the document from the page); otherwise it is sent to the document.
-    It is sent again when no run starts within a few seconds: one sent while the page is winding
-    up a run can be dropped, which is not what the tests using this are about."""
+    It is sent again when the server has not started a run within a few seconds: the console
+    ignores the shortcut while a run is under way (the one closing a dialog, say, which can
+    start after the page looked idle), which is not what the tests using this are about."""
     page.evaluate(WATCH_RUNS)
     for attempt in range(tries):
         heading = page.get_by_role("dialog").get_by_role("heading").first
@@ -158,5 +168,7 @@ def rerun_the_page(page, tries: int = 4) -> None:
             break
         except Exception:
             if attempt == tries - 1:
-                raise
+                raise AssertionError(
+                    f"the console ran no script after {tries} rerun requests (script state "
+                    f"{page.evaluate(SCRIPT_STATE)!r})") from None
     wait_for_run_to_end(page)
