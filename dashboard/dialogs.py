@@ -403,6 +403,16 @@ DETECTOR_OPEN_KEY = "rewind_open_detector_dialog"
 ``defaults``."""
 
 
+DETECTOR_CHANGES_KEY = "rewind_detector_changes"
+"""How often this browser session changed the fleet's detector settings."""
+
+
+def detector_changes() -> int:
+    """How often this browser session changed the fleet's detector settings (declared them, or
+    went back to the defaults): the What-if page starts its inputs again after each."""
+    return int(st.session_state.get(DETECTOR_CHANGES_KEY, 0))
+
+
 def ask_detector(kind: Literal["declare", "defaults"]) -> None:
     """Button callback: open the What-if page's `kind` dialog and keep it open across runs
     (see `ask`) until it is closed."""
@@ -433,6 +443,7 @@ def _declare_now(user: User, settings: Mapping[str, Any], reason: str, done: str
         st.error(views.plain(exc))
         return
     data.forget_detector()
+    st.session_state[DETECTOR_CHANGES_KEY] = detector_changes() + 1
     for key in forget:
         st.session_state.pop(key, None)
     flash("success", done)

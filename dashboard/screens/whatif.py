@@ -16,10 +16,8 @@ ALL = "All"
 # The last replay asked for on this page (settings, sessions, what they cover), kept across
 # reruns so sorting or filtering the result does not replay again.
 RESULT = "whatif-request"
-# Dropped once the fleet's settings change here: the last replay compared with the old ones, and
-# the inputs start again at the values the detector now runs.
-FORGET = (RESULT, "whatif-declare-reason", "whatif-defaults-reason",
-          *(f"whatif-{s.field}" for s in whatif.SETTINGS))
+# Dropped once the fleet's settings change here: the last replay compared with the old ones.
+FORGET = (RESULT, "whatif-declare-reason", "whatif-defaults-reason")
 
 user = access.require_user()
 url = data.store_url()
@@ -84,6 +82,7 @@ with st.form("whatif"):
     st.markdown("**Detector settings** (each starts at the value the detector runs now"
                 + (", as declared in the store" if declared else "") + ")")
     chosen: dict = {}
+    changed = dialogs.detector_changes()
     # A row that wraps, not columns: on a phone columns stack one after the other, and the
     # settings would read in another order than on a wide screen.
     with st.container(horizontal=True, key="whatif-settings"):
@@ -92,7 +91,10 @@ with st.form("whatif"):
             shown = (", ".join(now_value) or "none") if s.kind == "rules" else now_value
             label = f"{s.label} (now {shown})" if s.kind != "rules" else s.label
             help_text = f"{s.help} Setting: {s.field}; now {shown}."
-            key = f"whatif-{s.field}"
+            # A new key once this operator changed the fleet's settings: the browser keeps a
+            # widget's value across runs, dropping it from the session state does not reset it,
+            # and the inputs must start again at the values the detector now runs.
+            key = f"whatif-{s.field}" + (f"-{changed}" if changed else "")
             if s.kind == "rules":
                 chosen[s.field] = st.multiselect(label, whatif.RULE_IDS, default=now_value,
                                                  key=key, help=help_text, width=620)
