@@ -253,3 +253,20 @@ def lift_quarantine(engine: Engine, user: User, qid: str, reason: str) -> Quaran
     reason = _required_reason(
         reason, "say why you lift this quarantine; the reason goes to the audit log")
     return engine.lift_quarantine(qid, actor=user.actor(), reason=reason)
+
+
+# -- the fleet's detector settings --------------------------------------------------------------
+def declare_detector(engine: Engine, user: User, settings: Mapping[str, Any],
+                     reason: str) -> dict[str, Any]:
+    """Declare the loop-detector settings every process on the store follows (`DetectorConfig`
+    field -> value) on behalf of `user`; ``{}`` goes back to each process's own configuration.
+    The declaration replaces the one in the store: pass the settings already declared that
+    should stay. Returns the settings as stored.
+
+    Raises:
+        ActionRefused: no reason. PermissionDenied: the user is not an operator now (raised by
+        the engine). ConfigError: an unknown field or a value the detector refuses.
+    """
+    reason = _required_reason(
+        reason, "say why the fleet's detector settings change; the reason goes to the audit log")
+    return engine.declare_detector(dict(settings), actor=user.actor(), reason=reason)

@@ -207,13 +207,52 @@ def label_agreement(url: str | None) -> fleet_views.LabelAgreement:
 
 
 # -- what if ----------------------------------------------------------------------------------
-@st.cache_data(ttl=FACETS_TTL, show_spinner=False)
+# Short: another operator's declaration (or the CLI's) shows within seconds; this console's
+# own clears them at once (`forget_detector`).
+@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
 def detector_now(url: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The settings of `whatif.SETTINGS` the detector runs now (this console's engine's over
     those declared in the store, as replay compares with), and the declared settings."""
     eng = engine_for(url)
     declared = eng.detector_settings()
     return whatif_views.current_settings(eng.detector_factory().config, declared), declared
+
+
+def detector_defaults(url: str | None) -> dict[str, Any]:
+    """The settings of `whatif.SETTINGS` with nothing declared in the store: this console's
+    own detector configuration (no store read)."""
+    return whatif_views.current_settings(engine_for(url).detector_factory().config)
+
+
+@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
+def detector_declaration(url: str | None) -> whatif_views.Declaration:
+    """The settings declared in the store, and who declared them, when and why (the newest
+    ``detector`` audit row)."""
+    eng = engine_for(url)
+    return whatif_views.declaration(eng.detector_settings(),
+                                    eng.audit(action="detector", limit=1))
+
+
+def detector_declared_now(url: str | None) -> dict[str, Any]:
+    """The detector settings declared in the store, read now: neither this console's cache nor
+    the engine's second-long one (`Engine.detector_settings`) may hide another operator's
+    declaration from a dialog about to replace it. The engine writes each declaration and its
+    ``detector`` audit row in one transaction, so the newest row holds them; without one
+    (purged by retention) the engine's reading."""
+    eng = engine_for(url)
+    last = eng.audit(action="detector", limit=1)
+    if last and isinstance(last[0].detail.get("settings"), dict):
+        return dict(last[0].detail["settings"])
+    return eng.detector_settings()
+
+
+def forget_detector() -> None:
+    """Drop the cached detector settings after declaring them (or going back to the defaults),
+    so the next run shows the change."""
+    detector_now.clear()
+    detector_declaration.clear()
+    replay.clear()
+    audit.clear()
 
 
 @st.cache_data(ttl=FLEET_TTL, show_spinner=False)

@@ -1,11 +1,12 @@
-"""The operator dialogs: Roll back…, Send notice… and the fleet's bulk rollback, and the session
-page's "Was this a loop?" label. UI only; the work is in `dashboard.actions` (and, for a label,
+"""The operator dialogs: Roll back…, Send notice… and the fleet's bulk rollback, the session
+page's "Was this a loop?" label, and the What-if page's "Use these settings for the whole fleet…"
+and "Go back to the defaults…". UI only; the work is in `dashboard.actions` (and, for a label,
 `label_session`), which goes through the engine with the operator as actor."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
@@ -14,6 +15,7 @@ import streamlit as st
 from dashboard import actions, data, views
 from dashboard.access import User
 from dashboard.views import dialogs as dialog_views
+from dashboard.views import whatif as whatif_views
 from engine import Engine, RewindError, SessionStatus
 
 FLASH_KEY = "rewind_flash"
@@ -393,3 +395,150 @@ def bulk_rollback_dialog(user: User, request: BulkRequest) -> None:
     st.session_state[f"{key}-result"] = (items, [sid for sid in ready if sid not in taken])
     flash("success" if all(i.ok for i in items) else "error", actions.describe_bulk(items))
     st.rerun(scope="fragment")
+
+
+# -- the fleet's detector settings (What-if page) -----------------------------------------------
+DETECTOR_OPEN_KEY = "rewind_open_detector_dialog"
+"""The What-if page's dialog the operator opened and has not closed: ``declare`` or
+``defaults``."""
+
+
+DETECTOR_CHANGES_KEY = "rewind_detector_changes"
+"""How often this browser session changed the fleet's detector settings."""
+
+
+def detector_changes() -> int:
+    """How often this browser session changed the fleet's detector settings (declared them, or
+    went back to the defaults): the What-if page starts its inputs again after each."""
+    return int(st.session_state.get(DETECTOR_CHANGES_KEY, 0))
+
+
+def ask_detector(kind: Literal["declare", "defaults"]) -> None:
+    """Button callback: open the What-if page's `kind` dialog and keep it open across runs
+    (see `ask`) until it is closed."""
+    st.session_state[DETECTOR_OPEN_KEY] = kind
+
+
+def detector_asked() -> str | None:
+    """The What-if page's dialog asked for and not closed yet, if any."""
+    return st.session_state.get(DETECTOR_OPEN_KEY)
+
+
+def _detector_closed() -> None:
+    st.session_state.pop(DETECTOR_OPEN_KEY, None)
+
+
+def _change_list(rows: Sequence[whatif_views.SettingChange]) -> None:
+    st.markdown("\n".join(f"- {views.plain(r.label)} · {views.literal(r.field)}: "
+                          f"**{views.plain(r.now)} → {views.plain(r.new)}**" for r in rows))
+
+
+def _declare_now(user: User, settings: Mapping[str, Any], reason: str, done: str,
+                 forget: Sequence[str]) -> None:
+    """Declare `settings` for the fleet; on success drop the cached reads and the page state in
+    `forget`, leave `done` as the flash, close the dialog and run the page again."""
+    try:
+        actions.declare_detector(data.engine(), user, settings, reason)
+    except (actions.ActionRefused, RewindError, PermissionError, ValueError, TypeError) as exc:
+        st.error(views.plain(exc))
+        return
+    data.forget_detector()
+    st.session_state[DETECTOR_CHANGES_KEY] = detector_changes() + 1
+    for key in forget:
+        st.session_state.pop(key, None)
+    flash("success", done)
+    _detector_closed()
+    st.rerun()
+
+
+def _declared_moved(replayed: Mapping[str, Any]) -> bool:
+    """True (and says so) when the settings declared in the store are no longer those the
+    operator's replay ran over: another operator or the CLI changed them meanwhile."""
+    if data.detector_declared_now(data.store_url()) == dict(replayed):
+        return False
+    data.forget_detector()  # the next replay runs over the new ones
+    st.warning("The fleet's detector settings changed in the store since your replay "
+               "(another operator, or `rewind`): replay again to see what these settings do "
+               "over the new ones.", icon=":material/sync_problem:")
+    return True
+
+
+@st.dialog("Use these settings for the whole fleet", width="large", on_dismiss=_detector_closed)
+def declare_detector_dialog(user: User, changes: Mapping[str, Any], replayed: Mapping[str, Any],
+                            current: Mapping[str, Any], forget: Sequence[str] = ()) -> None:
+    """The settings a replay tried (`changes`, over the declared settings it ran with,
+    `replayed`), old → new, a required reason, confirm: declared in the store for every
+    process (`actions.declare_detector`)."""
+    if not user.can_act:
+        st.error("Only operators can change the fleet's detector settings.")
+        return
+    if not changes:
+        st.info("These are the settings the detector runs now: there is nothing to change.")
+        return
+    st.markdown("Every process on the store (agents, the demo, the MCP proxy, the "
+                "integrations) builds its new session handles with these settings within a "
+                "second, and each verdict records them. What changes:")
+    _change_list(whatif_views.declare_rows(current, changes))
+    kept = {k: v for k, v in replayed.items() if k not in changes}
+    if kept:
+        st.caption("Still declared, unchanged: "
+                   + views.plain(whatif_views.settings_text(dict(sorted(kept.items())))))
+    moved = _declared_moved(replayed)
+    st.html(views.DIALOG_CSS)
+    with st.container(key=views.DECIDE_KEY):
+        reason = (st.text_input("Reason (required, written to the audit log)",
+                                key="whatif-declare-reason", live=True,
+                                placeholder="why the fleet should run these settings") or ""
+                  ).strip()
+        with st.container(horizontal=True):
+            confirm = st.button("Use for the whole fleet", type="primary",
+                                key="whatif-declare-confirm", disabled=not reason or moved,
+                                help=None if reason else "Give a reason first.")
+            cancel = st.button("Cancel", key="whatif-declare-cancel")
+    if cancel:
+        _detector_closed()
+        st.rerun()
+    if confirm and not moved:
+        settings = whatif_views.declared_after(replayed, changes)
+        _declare_now(user, settings, reason,
+                     "The whole fleet now runs these detector settings: "
+                     f"{whatif_views.settings_text(dict(sorted(settings.items())))}.", forget)
+
+
+@st.dialog("Go back to the default detector settings", width="large",
+           on_dismiss=_detector_closed)
+def detector_defaults_dialog(user: User, declared: Mapping[str, Any],
+                             current: Mapping[str, Any], defaults: Mapping[str, Any],
+                             forget: Sequence[str] = ()) -> None:
+    """The settings declared in the store, now → default, a required reason, confirm: the
+    declaration is taken out of the store and every process goes back to its own
+    configuration."""
+    if not user.can_act:
+        st.error("Only operators can change the fleet's detector settings.")
+        return
+    if not declared:
+        st.info("No detector settings are declared in the store: every process already runs "
+                "its own configuration.")
+        return
+    st.markdown("The settings declared in the store are taken out: every process on the store "
+                "goes back to its own configuration (its detector factory and "
+                "`[rewind.detector]`) for new session handles within a second. What changes "
+                "(the defaults as this console's configuration has them):")
+    _change_list(whatif_views.default_rows(current, declared, defaults))
+    st.html(views.DIALOG_CSS)
+    with st.container(key=views.DECIDE_KEY):
+        reason = (st.text_input("Reason (required, written to the audit log)",
+                                key="whatif-defaults-reason", live=True,
+                                placeholder="why the fleet goes back to the defaults") or ""
+                  ).strip()
+        with st.container(horizontal=True):
+            confirm = st.button("Go back to the defaults", type="primary",
+                                key="whatif-defaults-confirm", disabled=not reason,
+                                help=None if reason else "Give a reason first.")
+            cancel = st.button("Cancel", key="whatif-defaults-cancel")
+    if cancel:
+        _detector_closed()
+        st.rerun()
+    if confirm:
+        _declare_now(user, {}, reason, "The fleet's detector is back to its defaults: every "
+                     "process runs its own configuration.", forget)

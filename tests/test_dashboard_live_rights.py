@@ -54,6 +54,9 @@ def _every_action(engine: Engine, user: User) -> dict[str, object]:
         "bulk preview": lambda: actions.preview_many(engine, user, {"status": "looping"}),
         "bulk": lambda: actions.roll_back_many(engine, user, {"status": "looping"}, "loops"),
         "quarantine": lambda: actions.quarantine_tool(engine, user, "refund_api", "500s"),
+        "detector": lambda: actions.declare_detector(engine, user, {"repeat_threshold": 5},
+                                                     "calmer"),
+        "detector defaults": lambda: actions.declare_detector(engine, user, {}, "back"),
     }
 
 
@@ -76,6 +79,7 @@ def test_an_open_action_is_refused_once_the_account_changed(setup, change):
     assert (engine.get_session(LOOPING).info().epoch,
             len(engine.get_session(LOOPING).state().messages)) == before
     assert engine.audit() == [] and engine.quarantines() == []
+    assert engine.detector_settings() == {}
 
 
 def test_quarantine_lift_and_compensations_ask_at_the_moment_too(setup):

@@ -4,9 +4,11 @@ operators' labels. Replay reads the store and never writes to it."""
 
 from __future__ import annotations
 
+import time
+
 import streamlit as st
 
-from dashboard import access, data, views
+from dashboard import access, data, dialogs, views
 from dashboard.views import whatif
 from engine import ConfigError
 
@@ -14,6 +16,8 @@ ALL = "All"
 # The last replay asked for on this page (settings, sessions, what they cover), kept across
 # reruns so sorting or filtering the result does not replay again.
 RESULT = "whatif-request"
+# Dropped once the fleet's settings change here: the last replay compared with the old ones.
+FORGET = (RESULT, "whatif-declare-reason", "whatif-defaults-reason")
 
 user = access.require_user()
 url = data.store_url()
@@ -26,9 +30,42 @@ st.caption(
     f"A replay takes the sessions active in the window you choose, at most "
     f"{whatif.SESSION_CAP:,} (the most recently active).")
 
+dialogs.show_flash()
+
 with data.store_errors():
     current, declared = data.detector_now(url)
+    declaration = data.detector_declaration(url)
     menus = data.facets(url)
+
+
+def _by_whom(d: whatif.Declaration) -> str:
+    if d.actor is None or d.at is None:
+        return ""
+    text = (f"by **{views.plain(d.actor)}** {views.duration_text(time.time() - d.at)} ago "
+            f"({views.when(d.at):%Y-%m-%d %H:%M:%S})")
+    return text + (f": {views.plain(d.reason)}" if d.reason else "")
+
+
+with st.container(key="whatif-declared", border=True):
+    if declaration.settings:
+        st.markdown("**Declared for the whole fleet:** "
+                    + views.literal(whatif.settings_text(dict(sorted(
+                        declaration.settings.items())))))
+        st.caption("Every process on the store runs these over its own configuration"
+                   + (f", declared {_by_whom(declaration)}" if _by_whom(declaration) else "")
+                   + ".")
+        if user.can_act:
+            st.button("Go back to the defaults…", key="whatif-open-defaults",
+                      icon=":material/settings_backup_restore:",
+                      on_click=dialogs.ask_detector, args=("defaults",))
+    else:
+        st.markdown("**No detector settings declared for the whole fleet:** every process runs "
+                    "its own configuration (its detector factory and `[rewind.detector]`).")
+        if _by_whom(declaration):
+            st.caption(f"Back to the defaults {_by_whom(declaration)}.")
+if dialogs.detector_asked() == "defaults":
+    dialogs.detector_defaults_dialog(user, declared, current, data.detector_defaults(url),
+                                     forget=FORGET)
 
 with st.form("whatif"):
     st.markdown("**Sessions to replay**")
@@ -45,6 +82,7 @@ with st.form("whatif"):
     st.markdown("**Detector settings** (each starts at the value the detector runs now"
                 + (", as declared in the store" if declared else "") + ")")
     chosen: dict = {}
+    changed = dialogs.detector_changes()
     # A row that wraps, not columns: on a phone columns stack one after the other, and the
     # settings would read in another order than on a wide screen.
     with st.container(horizontal=True, key="whatif-settings"):
@@ -53,7 +91,10 @@ with st.form("whatif"):
             shown = (", ".join(now_value) or "none") if s.kind == "rules" else now_value
             label = f"{s.label} (now {shown})" if s.kind != "rules" else s.label
             help_text = f"{s.help} Setting: {s.field}; now {shown}."
-            key = f"whatif-{s.field}"
+            # A new key once this operator changed the fleet's settings: the browser keeps a
+            # widget's value across runs, dropping it from the session state does not reset it,
+            # and the inputs must start again at the values the detector now runs.
+            key = f"whatif-{s.field}" + (f"-{changed}" if changed else "")
             if s.kind == "rules":
                 chosen[s.field] = st.multiselect(label, whatif.RULE_IDS, default=now_value,
                                                  key=key, help=help_text, width=620)
@@ -112,6 +153,15 @@ with st.container(horizontal=True, key="whatif-summary"):
     for card in whatif.summary_cards(result.summary):
         with st.container(width="stretch"):
             st.metric(card.label, card.value, help=card.help, border=True)
+if user.can_act and changes:
+    st.button("Use these settings for the whole fleet…", key="whatif-open-declare",
+              icon=":material/publish:", on_click=dialogs.ask_detector, args=("declare",),
+              help="Declare them in the store: every process on it runs them from then on.")
+elif changes:
+    st.caption("You are signed in as a viewer: you can try settings, not declare them for the "
+               "fleet.")
+if dialogs.detector_asked() == "declare":
+    dialogs.declare_detector_dialog(user, changes, request["declared"], current, forget=FORGET)
 if not result.summary.labelled:
     st.caption("No session in this replay carries an operator label, so precision and recall "
                "cannot be measured: label sessions on their page (“Was this a loop?”).")

@@ -249,3 +249,98 @@ def scope_caption(count: int, window: str, capped: bool, where: Mapping[str, str
 def labelled_ids(results: Iterable[Any]) -> list[str]:
     """Sessions of a replay that carry an operator label."""
     return [r.session for r in results if r.label is not None]
+
+
+# -- declaring settings for the whole fleet -----------------------------------------------------
+def value_text(name: str, value: Any) -> str:
+    """A setting's value as the page shows it: rule lists as ``a, b`` (``none``), no budget as
+    ``none``, other values as they are (a declared value may be text, as the CLI stores it)."""
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ", ".join(sorted(str(v) for v in value)) or "none"
+    kinds = {s.field: s.kind for s in SETTINGS}
+    if value is None or (kinds.get(name) == "budget" and value == 0):
+        return "none"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class SettingChange:
+    """One row of a declare or go-back dialog: a setting, what it is now, what it becomes."""
+
+    field: str
+    """The `DetectorConfig` field."""
+    label: str
+    """The page's name for it (the field itself for one the page does not offer)."""
+    now: str
+    """Its value now, as `value_text` shows it."""
+    new: str
+    """Its value after the change."""
+
+
+OWN_CONFIG = "each process's own"
+"""What a setting becomes once the store declares none: each process's detector factory and
+``[rewind.detector]``."""
+
+
+def declared_after(declared: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings to declare so the fleet runs what a replay tried: the settings declared in
+    the store now, with `changes` over them (`Engine.declare_detector` replaces the whole
+    declaration, so the ones already declared must be passed again to stay)."""
+    return {**declared, **changes}
+
+
+def declare_rows(current: Mapping[str, Any], changes: Mapping[str, Any]) -> list[SettingChange]:
+    """What declaring `changes` changes, in `SETTINGS` order: now (`current`) → new."""
+    labels = {s.field: s.label for s in SETTINGS}
+    order = [s.field for s in SETTINGS if s.field in changes]
+    order += sorted(set(changes) - set(order))
+    return [SettingChange(name, labels.get(name, name), value_text(name, current.get(name)),
+                          value_text(name, changes[name])) for name in order]
+
+
+def default_rows(current: Mapping[str, Any], declared: Mapping[str, Any],
+                 defaults: Mapping[str, Any]) -> list[SettingChange]:
+    """What going back to the defaults changes: each declared setting, from what the detector
+    runs now (`current`) to this console's own configuration (`defaults`; ``each process's
+    own`` for a setting the page does not offer)."""
+    labels = {s.field: s.label for s in SETTINGS}
+    order = [s.field for s in SETTINGS if s.field in declared]
+    order += sorted(set(declared) - set(order))
+    rows = []
+    for name in order:
+        now = current[name] if name in current else declared[name]
+        new = value_text(name, defaults[name]) if name in defaults else OWN_CONFIG
+        rows.append(SettingChange(name, labels.get(name, name), value_text(name, now), new))
+    return rows
+
+
+def changes_frame(rows: Sequence[SettingChange]) -> pd.DataFrame:
+    """The rows of a declare or go-back dialog as a table: setting, field, now, new."""
+    return pd.DataFrame([{"setting": r.label, "field": r.field, "now": r.now, "new": r.new}
+                         for r in rows], columns=["setting", "field", "now", "new"])
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """The detector settings declared in the store, and who declared them, when and why (the
+    newest ``detector`` audit row)."""
+
+    settings: dict[str, Any]
+    """Declared now (`Engine.detector_settings`); empty: none, each process runs its own."""
+    actor: str | None = None
+    """Who made the last change (declared these, or went back to the defaults); None: no
+    audit row says (purged by retention, say)."""
+    at: float | None = None
+    """When, unix seconds."""
+    reason: str | None = None
+    """Why, as the operator wrote it."""
+
+
+def declaration(declared: Mapping[str, Any], events: Sequence[Any]) -> Declaration:
+    """The `Declaration` from the declared settings and the newest ``detector`` audit events
+    (`AuditEvent`, newest first)."""
+    last = next((e for e in events if e.action == "detector"), None)
+    if last is None:
+        return Declaration(dict(declared))
+    return Declaration(dict(declared), last.actor, last.at, last.reason)
+

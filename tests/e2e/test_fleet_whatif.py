@@ -1,5 +1,6 @@
-"""The What-if page in the browser (issue 26 item 3), and the fleet's bulk caption on a phone
-(issue 24 item 10): the table's toolbar no longer covers it."""
+"""The What-if page in the browser (issue 26 items 3 and 4: replay, then use the settings for the
+whole fleet and go back to the defaults), and the fleet's bulk caption on a phone (issue 24 item
+10): the table's toolbar no longer covers it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 from playwright.sync_api import Page, expect
 from support.console import sign_in
 from support.fleet import LOOPING
+
+from engine import Engine
 
 pytestmark = pytest.mark.browser
 
@@ -57,3 +60,60 @@ def test_what_if_shows_which_flags_move_under_other_settings(console, page: Page
     table = page.locator('[data-testid="stDataFrame"]').first
     expect(table.locator('[role="gridcell"]').filter(has_text=LOOPING)).not_to_have_count(0)
     expect(page.get_by_text(re.compile(r"sessions replayed · nothing was written"))).to_be_visible()
+
+
+def test_what_if_settings_go_to_the_whole_fleet_and_back_to_the_defaults(console, page: Page):
+    with Engine.open(console.store) as engine:
+        assert engine.detector_settings() == {}  # the console's store is shared: as found
+    try:
+        sign_in(page, f"{console.url}/what-if", "olivia")
+        expect(page.get_by_text("No detector settings declared for the whole fleet")
+               ).to_be_visible()
+        repeat = page.get_by_role("spinbutton", name=re.compile(r"^Same call repeated"))
+        expect(repeat).to_have_value("3")
+        repeat.fill("40")
+        page.get_by_role("button", name="Replay").click()
+        expect(page.get_by_text(re.compile(r"^With repeat_threshold=40"))).to_be_visible()
+
+        page.get_by_role("button", name="Use these settings for the whole fleet…").click()
+        dialog = page.get_by_role("dialog")
+        expect(dialog.get_by_text("3 → 40")).to_be_visible()
+        confirm = dialog.get_by_role("button", name="Use for the whole fleet")
+        expect(confirm).to_be_disabled()  # no reason yet
+        dialog.get_by_role("textbox", name="Reason (required, written to the audit log)").fill(
+            "fewer false flags during the freeze")
+        expect(confirm).to_be_enabled()
+        confirm.click()
+        expect(page.get_by_role("dialog")).to_have_count(0)
+        expect(page.get_by_text("The whole fleet now runs these detector settings",
+                                exact=False)).to_be_visible()
+        declared = page.locator(".st-key-whatif-declared")
+        expect(declared).to_contain_text("repeat_threshold=40")
+        expect(declared).to_contain_text("olivia")
+        expect(declared).to_contain_text("fewer false flags during the freeze")
+        expect(repeat).to_have_value("40")
+        with Engine.open(console.store) as engine:
+            assert engine.detector_settings() == {"repeat_threshold": 40}
+            event = engine.audit(action="detector", limit=1)[0]
+            assert (event.actor, event.reason) == ("olivia", "fewer false flags during the freeze")
+
+        page.get_by_role("button", name="Go back to the defaults…").click()
+        dialog = page.get_by_role("dialog")
+        expect(dialog.get_by_text("40 → 3")).to_be_visible()
+        confirm = dialog.get_by_role("button", name="Go back to the defaults")
+        expect(confirm).to_be_disabled()
+        dialog.get_by_role("textbox", name="Reason (required, written to the audit log)").fill(
+            "freeze over")
+        expect(confirm).to_be_enabled()
+        confirm.click()
+        expect(page.get_by_role("dialog")).to_have_count(0)
+        expect(declared).to_contain_text("No detector settings declared for the whole fleet")
+        expect(declared).to_contain_text("freeze over")
+        expect(repeat).to_have_value("3")
+        with Engine.open(console.store) as engine:
+            assert engine.detector_settings() == {}
+            assert engine.audit(action="detector", limit=1)[0].reason == "freeze over"
+    finally:  # leave the shared store as it was found, even when a check above failed
+        with Engine.open(console.store) as engine:
+            if engine.detector_settings():
+                engine.declare_detector({}, actor="olivia", reason="test cleanup")
