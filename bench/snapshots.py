@@ -182,6 +182,27 @@ def redis_floor(url: str):
     return two_transactions
 
 
+def sqlite_writes(engine: Engine, call, calls: int = 40) -> tuple[float, float]:
+    """(statements, WAL frames) per `call()`, counted on the store's connection.
+
+    A RESTART checkpoint first makes the next commit write the WAL from its start, so the WAL's
+    frame count afterwards (``PRAGMA wal_checkpoint(PASSIVE)``) is what the calls wrote; they run
+    back to back, well inside the checkpointer thread's delay, which restarts the WAL only once
+    writes pause.
+    """
+    conn = engine.store._db.conn  # type: ignore[attr-defined]
+    conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        for _ in range(calls):
+            call()
+    finally:
+        conn.set_trace_callback(None)
+    frames = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+    return len(statements) / calls, frames / calls
+
+
 def _quantiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     return statistics.median(ordered) * 1e6, ordered[int(len(ordered) * 0.99)] * 1e6
@@ -240,6 +261,13 @@ def bench_guarded_step(url: str, make_floor, lengths: tuple[int, ...], samples: 
         print(f"  {url.split(':')[0]:>6} {length:>8,} steps: median {step_med:6.0f} us, "
               f"p99 {step_p99:6.0f} us (floor {floor_med:.0f} / {floor_p99:.0f}), "
               f"preview + rollback {rb_med:.0f} us", flush=True)
+    if url.startswith("sqlite:"):
+        counter = iter(range(done, 10**9))
+        step_writes = sqlite_writes(engine, lambda: one_step(next(counter)))
+        floor_writes = sqlite_writes(engine, floor)
+        print(f"  sqlite writes per guarded step: {step_writes[0]:.1f} statements, "
+              f"{step_writes[1]:.1f} WAL frames (floor: {floor_writes[0]:.1f} statements, "
+              f"{floor_writes[1]:.1f} WAL frames)", flush=True)
     engine.close()
     return rows
 
