@@ -182,16 +182,26 @@ def redis_floor(url: str):
     return two_transactions
 
 
+def _wal_checkpoint(conn: sqlite3.Connection, mode: str) -> int:
+    """Run a checkpoint and return the WAL's frame count; retried while the checkpointer
+    thread's own checkpoint keeps this one from running (SQLite answers -1 then)."""
+    for _ in range(200):
+        busy, frames, _done = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        if frames >= 0 and not busy:
+            return frames
+        time.sleep(0.001)
+    raise RuntimeError(f"the {mode} checkpoint never ran")
+
+
 def sqlite_writes(engine: Engine, call, calls: int = 40) -> tuple[float, float]:
     """(statements, WAL frames) per `call()`, counted on the store's connection.
 
     A RESTART checkpoint first makes the next commit write the WAL from its start, so the WAL's
-    frame count afterwards (``PRAGMA wal_checkpoint(PASSIVE)``) is what the calls wrote; they run
-    back to back, well inside the checkpointer thread's delay, which restarts the WAL only once
-    writes pause.
+    frame count afterwards is what the calls wrote; they run back to back, well inside the
+    checkpointer thread's delay, which restarts the WAL only once writes pause.
     """
     conn = engine.store._db.conn  # type: ignore[attr-defined]
-    conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+    _wal_checkpoint(conn, "RESTART")
     statements: list[str] = []
     conn.set_trace_callback(statements.append)
     try:
@@ -199,8 +209,7 @@ def sqlite_writes(engine: Engine, call, calls: int = 40) -> tuple[float, float]:
             call()
     finally:
         conn.set_trace_callback(None)
-    frames = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
-    return len(statements) / calls, frames / calls
+    return len(statements) / calls, _wal_checkpoint(conn, "PASSIVE") / calls
 
 
 def _quantiles(samples: list[float]) -> tuple[float, float]:
