@@ -7,9 +7,10 @@ ratios, not the absolute times.
 The guarded step (``with s.step(...)``, default settings: a write-ahead snapshot each step) is
 timed at 10, 1,000, 10,000 and 100,000 steps of history, on SQLite and on Redis, against a bare
 two-transaction floor on the same store (SQLite: two ``BEGIN IMMEDIATE`` … ``COMMIT`` with one
-row written each, on the same file and pragmas; Redis: two MULTI/EXEC round trips). Step and
-floor samples alternate, so both see the same machine load. The history grows through the step
-path itself (a user message every 50 steps, a new task), one session per store.
+row written each, on the store's own connection: same file, pragmas and page cache; Redis: two
+MULTI/EXEC round trips). Step and floor samples alternate, so both see the same machine load.
+The history grows through the step path itself (a user message every 50 steps, a new task), one
+session per store.
 
     python bench/snapshots.py [--quick] [--no-redis] [--steps-only]
 """
@@ -138,12 +139,16 @@ ROLLBACKS = 20
 """On-call rollbacks (preview, then rollback to the suggested target) timed at each length."""
 
 
-def sqlite_floor(path: str):
-    """Two bare write transactions on the store's file, with the store's pragmas."""
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode = WAL")
-    db.execute("PRAGMA wal_autocheckpoint = 0")  # as the store's connections (a thread checkpoints)
-    db.execute("PRAGMA synchronous = NORMAL")
+def sqlite_floor(engine: Engine):
+    """Two bare write transactions on the store's own connection: the same file, pragmas and
+    page cache as the step.
+
+    A second connection would not be a fair floor: in WAL mode a connection drops its page
+    cache when it sees another connection's commit, so the floor and the step, alternating,
+    would each find the other's commit and read their pages afresh every sample (measured:
+    +15-20 us on the step, +4 us on the floor). An agent alone on its store keeps its cache.
+    """
+    db = engine.store._db.conn  # type: ignore[attr-defined]  # this thread's connection
     db.execute("CREATE TABLE IF NOT EXISTS floor (id INTEGER PRIMARY KEY, v TEXT)")
     counter = iter(range(10**9))
 
@@ -177,16 +182,49 @@ def redis_floor(url: str):
     return two_transactions
 
 
+def _wal_checkpoint(conn: sqlite3.Connection, mode: str) -> int:
+    """Run a checkpoint and return the WAL's frame count; retried while the checkpointer
+    thread's own checkpoint keeps this one from running (SQLite answers -1 then)."""
+    for _ in range(200):
+        busy, frames, _done = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        if frames >= 0 and not busy:
+            return frames
+        time.sleep(0.001)
+    raise RuntimeError(f"the {mode} checkpoint never ran")
+
+
+def sqlite_writes(engine: Engine, call, calls: int = 40) -> tuple[float, float]:
+    """(statements, WAL frames) per `call()`, counted on the store's connection.
+
+    A RESTART checkpoint first makes the next commit write the WAL from its start, so the WAL's
+    frame count afterwards is what the calls wrote; they run back to back, well inside the
+    checkpointer thread's delay, which restarts the WAL only once writes pause.
+    """
+    conn = engine.store._db.conn  # type: ignore[attr-defined]
+    _wal_checkpoint(conn, "RESTART")
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        for _ in range(calls):
+            call()
+    finally:
+        conn.set_trace_callback(None)
+    return len(statements) / calls, _wal_checkpoint(conn, "PASSIVE") / calls
+
+
 def _quantiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     return statistics.median(ordered) * 1e6, ordered[int(len(ordered) * 0.99)] * 1e6
 
 
-def bench_guarded_step(url: str, floor, lengths: tuple[int, ...], samples: int) -> list[dict]:
-    """Median and p99 of the guarded step at each history length, with the floor beside it."""
+def bench_guarded_step(url: str, make_floor, lengths: tuple[int, ...], samples: int
+                       ) -> list[dict]:
+    """Median and p99 of the guarded step at each history length, with the floor beside it
+    (`make_floor(engine)` gives the floor's two transactions)."""
     # Default settings, the hard step budget included: it counts per task, and the user
     # message every 50 steps below starts a new one, as it does for an agent.
     engine = Engine.open(url)
+    floor = make_floor(engine)
     s = engine.session("long-session", meta={"tenant": "bench"})
     done = 0
     rows = []
@@ -232,6 +270,13 @@ def bench_guarded_step(url: str, floor, lengths: tuple[int, ...], samples: int) 
         print(f"  {url.split(':')[0]:>6} {length:>8,} steps: median {step_med:6.0f} us, "
               f"p99 {step_p99:6.0f} us (floor {floor_med:.0f} / {floor_p99:.0f}), "
               f"preview + rollback {rb_med:.0f} us", flush=True)
+    if url.startswith("sqlite:"):
+        counter = iter(range(done, 10**9))
+        step_writes = sqlite_writes(engine, lambda: one_step(next(counter)))
+        floor_writes = sqlite_writes(engine, floor)
+        print(f"  sqlite writes per guarded step: {step_writes[0]:.1f} statements, "
+              f"{step_writes[1]:.1f} WAL frames (floor: {floor_writes[0]:.1f} statements, "
+              f"{floor_writes[1]:.1f} WAL frames)", flush=True)
     engine.close()
     return rows
 
@@ -242,8 +287,7 @@ def guarded_step_tables(tmp: str, lengths: tuple[int, ...], samples: int,
     results = {}
     print("\nGuarded step by steps of history (seeding as it goes) ...", flush=True)
     path = f"{tmp}/steps.db"
-    results["sqlite"] = bench_guarded_step(f"sqlite:///{path}", sqlite_floor(path), lengths,
-                                           samples)
+    results["sqlite"] = bench_guarded_step(f"sqlite:///{path}", sqlite_floor, lengths, samples)
     if use_redis:
         from support.redis_servers import RedisServer, have_redis
 
@@ -253,7 +297,8 @@ def guarded_step_tables(tmp: str, lengths: tuple[int, ...], samples: int,
             server = RedisServer().start()
             try:
                 url = server.url(prefix="bench")
-                results["redis"] = bench_guarded_step(url, redis_floor(url), lengths, samples)
+                floor = lambda _engine, url=url: redis_floor(url)  # noqa: E731
+                results["redis"] = bench_guarded_step(url, floor, lengths, samples)
             finally:
                 server.remove()
     print(f"\nGuarded step (`with s.step(...)`, default settings), {samples} samples per row, "

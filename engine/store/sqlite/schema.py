@@ -12,6 +12,15 @@ values), ``docs`` (unversioned documents), ``snapshots``, ``steps``, ``branches`
 snapshot is kept in its step's row (``snap_*`` columns) rather than a row of ``snapshots``. A
 row whose ``branch`` is NULL lies on the live line; a rollback fills ``branch`` with the
 abandoned branch's id.
+
+The feed's cursor (``events.id``) is the table's rowid, without ``AUTOINCREMENT``: an insert takes
+the largest id plus one, and no event is ever deleted (rollbacks, retention and session deletion
+keep the feed as evidence), so ids only grow and a cursor never meets an id twice.
+``AUTOINCREMENT`` would add nothing but its counter row in ``sqlite_sequence``, written with every
+event: one more page in the commit of every guarded step. A file created before keeps its
+``AUTOINCREMENT`` table (``CREATE TABLE IF NOT EXISTS`` leaves it as it is, and rebuilding a feed
+of millions of rows on open would hold the write lock as long); both forms are read and written
+alike by every release, so the schema version stays.
 """
 
 from __future__ import annotations
@@ -121,7 +130,7 @@ CREATE TABLE IF NOT EXISTS audit (
 CREATE INDEX IF NOT EXISTS audit_at ON audit(at);
 CREATE INDEX IF NOT EXISTS audit_action ON audit(action, at);
 CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, session TEXT, type TEXT NOT NULL,
+    id INTEGER PRIMARY KEY, at REAL NOT NULL, session TEXT, type TEXT NOT NULL,
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_session ON events(session, id);
