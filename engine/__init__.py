@@ -96,6 +96,7 @@ if TYPE_CHECKING:
         StepStatus,
         StoredVerdict,
         TokenBreakdown,
+        is_refused,
     )
 
 __all__ = [
@@ -176,6 +177,7 @@ __all__ = [
     "RuleReading",
     "WhyFlagged",
     "unused_tool_hint",
+    "is_refused",
     "notice_gist",
     "RULES",
 ]
@@ -256,6 +258,7 @@ _LAZY: dict[str, str] = {
     "UnknownSession": "engine.errors",
     "UnknownSnapshot": "engine.errors",
     "unused_tool_hint": "engine.quarantine",
+    "is_refused": "engine.types",
     "notice_gist": "engine.recovery.notices",
     "RULES": "engine.loops.rules",
     "Verdict": "engine.loops.detector",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
-from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_fleet
+from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_fleet, seed_looping
 
 from dashboard import views
 from dashboard.access import SESSION_KEY, User
@@ -350,6 +350,30 @@ def test_session_header_says_since_when_and_how_bad(store):
     user_side = [h for h in html if "rw-chat" in h]
     assert user_side and "Please refund order A-1" in user_side[0]
     assert "HTTP 500" not in user_side[0]  # tool traffic is not what the user sees
+
+
+def test_the_header_stops_saying_the_session_waits_for_on_call_once_rolled_back(tmp_path):
+    """`meta["hold"]` (the demo's "waits for on-call") is true only while the session loops:
+    after a rollback nobody is waited for, and the header must not say so."""
+    from dashboard import data
+    from engine.demo.scenarios import HOLD_LABEL
+
+    url = f"sqlite:///{tmp_path}/hold.db"
+    with Engine.open(url) as engine:
+        seed_looping(engine, "held-1")
+        engine.session("held-1", meta={"hold": HOLD_LABEL})  # merged into its meta
+    held = views.plain(HOLD_LABEL)  # as the caption writes it
+    at = app(url, page="screens/session.py", query={"session": "held-1"})
+    assert not at.exception and "Looping" in texts(at.error)
+    assert f"**{held}**" in texts(at.caption)
+    with Engine.open(url) as engine:
+        engine.rollback("held-1", actor="olivia", reason="refund loop", notice=False)
+    data.forget_session("held-1")  # as the rollback dialog does after rolling back
+    at = app(url, page="screens/session.py", query={"session": "held-1"})
+    assert not at.exception and "Rolled back." in texts(at.warning)
+    header = texts(at.caption)
+    assert "globex" in header  # the meta line is still there, without the hold
+    assert held not in header and HOLD_LABEL not in header
 
 
 def test_roll_back_is_secondary_on_a_session_that_is_not_looping(store):
@@ -756,6 +780,39 @@ def test_operator_quarantines_and_lifts_a_tool_from_the_console(controls_store):
     at.button(key="FormSubmitter:lift-form-Lift quarantine").click().run()
     assert not at.exception and Engine.open(url).quarantines() == []
     assert [e.action for e in Engine.open(url).audit()] == ["quarantine_lift", "quarantine"]
+
+
+def typed(selectbox, text: str):
+    """Type `text` into a selectbox made with `accept_new_options=True`: the browser sends the
+    typed text as the value; AppTest only selects listed options, so list it on this run's copy
+    of the element first (the page's own options are untouched)."""
+    selectbox.options.append(text)
+    return selectbox.select(text)
+
+
+def test_quarantining_a_tool_no_agent_called_says_so_and_suggests_the_name(controls_store):
+    """A typo quarantines nothing: the page still sets it, but says no agent called that name
+    and names the tool the operator probably meant."""
+    url, _ = controls_store
+    at = app(url, page="screens/quarantine.py")
+    assert "refund_apl" not in at.selectbox(key="q-tool").options
+    typed(at.selectbox(key="q-tool"), "refund_apl")
+    at.text_input(key="q-reason").input("HTTP 500 for everyone")
+    at.button(key="FormSubmitter:quarantine-form-Quarantine tool").click().run()
+    assert not at.exception and not at.error
+    (q,) = Engine.open(url).quarantines()
+    assert q.tool == "refund_apl"
+    (shown,) = [s.value.replace("\\", "") for s in at.success]
+    assert shown.startswith("Quarantined refund_apl for every session until lifted (q-")
+    assert ("Note: no agent called 'refund_apl' in the recently active sessions; a quarantine "
+            "matches tool names exactly (did you mean 'refund_api'?).") in shown
+
+    # a tool agents did call gets no such note
+    at.selectbox(key="q-tool").select("refund_api")
+    at.text_input(key="q-reason").input("HTTP 500 for everyone")
+    at.button(key="FormSubmitter:quarantine-form-Quarantine tool").click().run()
+    (shown,) = [s.value.replace("\\", "") for s in at.success]
+    assert shown.startswith("Quarantined refund_api") and "no agent called" not in shown
 
 
 def test_audit_shows_a_bulk_rollback_and_filters_its_batch(controls_store):

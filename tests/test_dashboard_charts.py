@@ -6,12 +6,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from dataclasses import replace
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard import charts, views
 from engine.records import BranchInfo, StepRecord
+from engine.types import StepStatus
 
 
 def step(n, tool="crop", status="ok", branch=None, verdict=None, fp="A"):
@@ -115,6 +117,32 @@ def test_timeline_marks_errors_abandoned_steps_loops_and_rollbacks():
     # upright, and few enough to stay legible on a phone
     assert fig.layout.xaxis.tickangle == 0 and len(fig.layout.xaxis.tickvals) <= 4
     assert all(isinstance(t, go.Scatter) for t in fig.data)
+
+
+def test_timeline_draws_a_quarantine_refusal_apart_from_a_failure():
+    """A refused step never ran: on-call must not read it as the tool failing, so it has its
+    own legend entry, marker and colour, live and abandoned alike."""
+    refusal = "ToolQuarantined: refund_api is quarantined (q-1): HTTP 500"
+    steps = [step(1), step(2, status="error"),
+             replace(step(3, status=StepStatus.REFUSED), error=refusal),
+             replace(step(4, status=StepStatus.REFUSED, branch="b1"), error=refusal),
+             step(5, status="error", branch="b1"),
+             # stored before the refused status existed: an error with the refusal's text
+             replace(step(6, status="error"), error=refusal)]
+    frame = views.timeline_frame(steps)
+    fig = charts.timeline(frame, views.lane_order(frame))
+    by_name = {t.name: t for t in fig.data}
+    assert list(by_name) == ["ok", "error", "refused (quarantined tool)", "error (abandoned)",
+                             "refused (abandoned)"]
+    refused, failed = by_name["refused (quarantined tool)"], by_name["error"]
+    assert list(refused.x) == [3, 6] and list(failed.x) == [2]
+    assert list(by_name["refused (abandoned)"].x) == [4]
+    assert refused.marker.symbol != failed.marker.symbol
+    assert refused.marker.color != failed.marker.color
+    gone, gone_failed = by_name["refused (abandoned)"], by_name["error (abandoned)"]
+    assert gone.marker.symbol != gone_failed.marker.symbol
+    assert all(t.showlegend is not False for t in fig.data)
+    assert "error: ToolQuarantined" in refused.hovertext[0]
 
 
 def test_timeline_uses_webgl_for_long_sessions_and_handles_no_steps():

@@ -10,6 +10,7 @@ import pytest
 from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_fleet
 
 from dashboard import views
+from dashboard.views import fleet as fleet_views
 from engine import PAUSED_TEMPLATES, TEMPLATES, Engine
 from engine.records import (
     AuditEvent,
@@ -91,6 +92,31 @@ def test_kpis_flag_what_needs_attention():
     assert not any(k.alert for k in calm)
     busy = views.kpis({"looping": 2, "compensations_failed": 1}, window_s=6 * 3600)
     assert busy[1].alert and busy[3].alert and busy[2].label == "Rollbacks, last 6 hours"
+
+
+def test_the_why_flagged_column_is_wide_enough_for_its_longest_text_in_screen_cells():
+    """The fleet table never wraps a cell: the column must fit the longest explanation as it is
+    drawn, where CJK and emoji take two cells and combining or control characters none."""
+    width = fleet_views.text_width
+    px, pad = fleet_views.CHAR_PX, fleet_views.CELL_PAD_PX
+    assert fleet_views.text_cells("") == 0
+    assert fleet_views.text_cells("refund_api failed") == 17
+    assert fleet_views.text_cells("返金APIが失敗") == 13  # five wide, three narrow
+    assert fleet_views.text_cells("🔁 loop") == 7
+    assert fleet_views.text_cells("cafe\u0301") == 4  # e + combining acute: one é
+    assert fleet_views.text_cells("a\u200db\u2060c\ufe0f") == 3  # joiners, variation selector
+    assert fleet_views.text_cells("a\x00\x1bb") == 2  # controls draw nothing
+    assert fleet_views.text_cells("a\tb\nc") == 5  # the canvas draws whitespace as spaces
+
+    latin, japanese = "x" * 60, "返" * 60
+    assert width(pd.Series([latin])) == int(60 * px + pad)
+    assert width(pd.Series([japanese])) == int(120 * px + pad)  # twice as wide, not cut
+    assert width(pd.Series(["a" * 40, "返" * 30, None])) == int(60 * px + pad)  # the widest
+    # nothing, blanks and missing values fall back to the least; very long text to the most
+    assert width(pd.Series([], dtype=object)) == width(pd.Series([None, ""])) == 200
+    assert width(pd.Series(["返" * 2000])) == 1400
+    assert width(pd.Series(["short"]), least=80) == 80  # 5 cells: 61 px
+    assert width(pd.Series(["short"]), least=10, most=55) == 55
 
 
 # -- loops over time ----------------------------------------------------------------------------

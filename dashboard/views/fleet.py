@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -139,10 +140,32 @@ CHAR_PX, CELL_PAD_PX = 7.5, 24
 """Width of one character of the table's font (14 px sans, generous) and a cell's padding."""
 
 
+# The grid draws cells on a canvas, which shows ASCII whitespace (tab, newline, ...) as spaces
+# and other control characters as nothing.
+_CANVAS_SPACES = frozenset("\t\n\x0b\x0c\r")
+
+
+def _char_cells(ch: str) -> int:
+    if ch in _CANVAS_SPACES:
+        return 1
+    if unicodedata.category(ch) in ("Mn", "Me", "Cf", "Cc"):
+        return 0  # combining marks, joiners, variation selectors, controls: no cell of their own
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def text_cells(text: str) -> int:
+    """How many character cells `text` takes on one line: wide (CJK, most emoji) characters
+    two, combining marks, zero-width and control characters none."""
+    return sum(_char_cells(ch) for ch in text)
+
+
 def text_width(texts: pd.Series, least: int = 200, most: int = 1400) -> int:
     """A column width in pixels that shows the longest of `texts` whole on one line (the
-    table's cells never wrap), between `least` and `most`."""
-    longest = int(texts.dropna().astype(str).str.len().max()) if texts.notna().any() else 0
+    table's cells never wrap), between `least` and `most`. Lengths are in cells
+    (`text_cells`): counted in characters, a Japanese explanation got half the width it needs
+    and was cut."""
+    shown = texts.dropna().astype(str)
+    longest = max(map(text_cells, shown), default=0)
     return int(min(max(least, longest * CHAR_PX + CELL_PAD_PX), most))
 
 

@@ -22,7 +22,7 @@ from dashboard.views.common import (
     short_json,
     when,
 )
-from engine import NOTICE_FLAG, StoredVerdict, TokenBreakdown
+from engine import NOTICE_FLAG, StoredVerdict, TokenBreakdown, is_refused
 
 MAX_LANES = 12
 """Timeline lanes for the most frequent fingerprints; rarer calls share one lane."""
@@ -208,7 +208,10 @@ def timeline_frame(steps: Sequence[Any], max_lanes: int = MAX_LANES) -> pd.DataF
             lane = names[s.fingerprint]
         else:
             lane = OTHER_LANE
-        outcome = s.status if s.status in ("ok", "error", "refused") else "running"
+        # is_refused, not the status alone: refusals stored before the refused status existed
+        # ended in error, and were drawn as the tool failing.
+        outcome = ("refused" if is_refused(s.status, s.error)
+                   else s.status if s.status in ("ok", "error") else "running")
         line = "live" if s.on_live_line else "abandoned"
         at = when(s.started_at)
         parts = [f"<b>step {s.n}</b> · {plot_text(s.tool or 'agent turn')}",
