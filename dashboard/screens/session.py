@@ -260,7 +260,8 @@ def render_timeline(page: Page) -> None:
     )
     st.plotly_chart(fig, key="timeline")
     st.caption(
-        "● ok · ✕ error · hollow: abandoned by a rollback · red band: loop window · "
+        "● ok · ✕ error · ⊠ refused (quarantined tool) · hollow: abandoned by a rollback · "
+        "red band: loop window · "
         "dashed line: rollback. Hover a step for its tool, arguments and error."
         + views.steps_shown(len(steps), page.bundle.info.steps)
     )
