@@ -82,6 +82,12 @@ _ANAPHOR = re.compile(
     rf"(?<![\w$£€/:.#-])(?:{_NUMBER})\s+(?:(?:new|more|different|other)\s+)?(?:ones|of them)\b",
     re.I,
 )
+# A count said after its noun: "titles on my to-watch list, currently 25", "followers, now at 600".
+_BARE_NOW = re.compile(
+    rf"(?<![\w'])(?:currently|now|right now|so far|to date|in total)(?:\s+(?:at|up\s+to))?\s+"
+    rf"(?:{_NUMBER})(?=\s*(?:$|[,.;!)]|(?:and|but|which|so)\b))",
+    re.I,
+)
 _PLURAL = re.compile(r"\b([a-z]{2,}[^s'\W]s)\b")
 _NOT_PLURAL = frozenset(
     "this his was has its yes always perhaps towards afterwards sometimes various previous thanks "
@@ -109,7 +115,8 @@ _NOT_NOUN = frozenset(
 _NOW_EN = re.compile(
     r"\b(?:now|so far|currently|right now|at the moment|at this point|to date|in total|already|"
     r"since|these days|total|(?:in|over|during) the (?:past|last) (?:\w+ )?(?:days?|weeks?|months?|"
-    r"years?)|this (?:week|month|year))\b",
+    r"years?)|this (?:week|month|year)|(?:increased|upped|raised|bumped|boosted|grown|grew|"
+    r"reduced|cut|lowered|dropped|brought)(?:\s+[\w'-]+){0,3}\s+(?:up\s+|down\s+)?to)\b",
     re.I,
 )
 _CORRECTION = re.compile(r"\b(?:actually|correct(?:ion)?|i meant)\b.*\bnot\s+\d", re.I)
@@ -226,6 +233,10 @@ def _hits_en(clause: str, before: str) -> list[tuple[str, float | None]]:
     hits: list[tuple[str, float | None]] = []
     for m in _ANAPHOR.finditer(clause):
         noun = _antecedent(before + " " + clause[: m.start()])
+        if noun:
+            hits.append((noun, _value(m.group("num"), m.group("word"))))
+    for m in _BARE_NOW.finditer(clause):
+        noun = _antecedent(clause[: m.start()])  # the noun of this clause, not an earlier one
         if noun:
             hits.append((noun, _value(m.group("num"), m.group("word"))))
     for m in _COUNT_EN.finditer(clause):
