@@ -348,6 +348,27 @@ _STARTED = re.compile(
 _DONT = re.compile(
     rf"{_SUBJ}{_ADV}\s+(?:don't|do not|doesn't|does not|never|can't|cannot|didn't)\s+(?P<val>.+)"
 )
+# Where a thing is: "my bike is in the garage", "the painting hangs above the sofa", "I keep my
+# passport in the desk drawer"; and where it was moved: "I moved my bike to the shed". A move
+# meets only an older place of the same thing, never another of its attributes.
+_AT = r"(?:in|on|at|above|under|below|beside|next\s+to|behind|over|inside|by|near)"
+_OBJECT = (
+    r"(?P<attr>(?!(?:it|this|that|them|me|you|him|her)\b)[a-z][\w'-]*(?:\s+[a-z][\w'-]*){0,2}?)"
+)
+_WHERE = re.compile(
+    rf"^(?P<det>[Tt]he|[Mm]y|[Oo]ur)\s+{_OBJECT}\s+(?:is|are|hangs|hang|sits|sit|stays|stay|lives)(?:\s+(?:now|still))?"
+    r"(?:\s+(?:hanging|sitting|stored|kept|displayed|mounted|parked))?\s+"
+    rf"(?P<val>{_AT}\s+(?:the|my|our|a)\s+.+)"
+    rf"|^(?P<subj2>I|[Ww]e){_ADV}\s+(?:keep|store|hung|hang|put|placed|park|parked)\s+"
+    rf"(?P<det2>my|our|the)\s+{_OBJECT.replace('attr', 'attr2')}\s+"
+    rf"(?P<val2>{_AT}\s+(?:the|my|our|a)\s+.+)"
+)
+_MOVED_OBJECT = re.compile(
+    rf"^(?P<subj>I|[Ww]e)(?:'ve|\s+have)?{_ADV}\s+(?:moved|relocated|rehung|re-hung)\s+"
+    rf"(?P<det>my|our|the)\s+{_OBJECT}\s+(?:(?:back|over|up|down)\s+)?"
+    rf"(?P<val>(?:to|into|onto|{_AT})\s+(?:the|my|our|a)\s+.+)"
+)
+_PLACE_WORDS = re.compile(rf"^(?:to|into|onto|{_AT})\s+(?:the|my|our|a)\s+")
 # "I changed my commute to 40 minutes", "I've set my alarm to 6 am": any attribute of the owner,
 # not only the personal ones `_CHANGED` lists.
 _CHANGED_ANY = re.compile(
@@ -672,6 +693,7 @@ class RulesJudge:
                         _owner(subj, s.owner), f"the:{_attr(attr)}", value.lower(), False, changed
                     )
                 )
+        out += _places(text, s.owner)
         m = _CHANGED.match(text)
         if m is not None:
             subj = m.group("subj") or m.group("subj2")
@@ -679,7 +701,7 @@ class RulesJudge:
             value = _clean(m.group("val") or m.group("val2"))
             if value:
                 out.append(_Claim(_owner(subj, s.owner), f"my:{attr}", value.lower(), False, True))
-        else:
+        elif not _MOVED_OBJECT.match(text):
             m = _CHANGED_ANY.match(text)
             if m is not None:
                 value = _clean(m.group("val"))
@@ -932,6 +954,22 @@ class RulesJudge:
                             "negation" if new.attribute == "do" else "update",
                         )
         return NO
+
+
+def _places(text: str, speaker: str) -> list[_Claim]:
+    """Where the text says a thing is (``the:place of <thing>``), or that it was moved."""
+    moved = _MOVED_OBJECT.match(text)
+    m = moved or _WHERE.match(text)
+    if m is None:
+        return []
+    attr = (m.groupdict().get("attr") or m.groupdict().get("attr2") or "").lower()
+    det = m.groupdict().get("det") or m.groupdict().get("det2") or m.groupdict().get("subj") or ""
+    value = _clean(_PLACE_WORDS.sub("", m.group("val") or m.groupdict().get("val2") or ""))
+    if not attr or not value or _NOT_ATTRIBUTE.intersection(attr.split()):
+        return []
+    thing = re.sub(r"^(?:old|new|favou?rite)\s+", "", attr)
+    owner = _owner(det, speaker)
+    return [_Claim(owner, f"the:place of {thing}", value.lower(), False, moved is not None)]
 
 
 def _base(attribute: str) -> str:

@@ -116,7 +116,11 @@ _NOW_EN = re.compile(
     r"\b(?:now|so far|currently|right now|at the moment|at this point|to date|in total|already|"
     r"since|these days|total|(?:in|over|during) the (?:past|last) (?:\w+ )?(?:days?|weeks?|months?|"
     r"years?)|this (?:week|month|year)|(?:increased|upped|raised|bumped|boosted|grown|grew|"
-    r"reduced|cut|lowered|dropped|brought)(?:\s+[\w'-]+){0,3}\s+(?:up\s+|down\s+)?to)\b",
+    r"reduced|cut|lowered|dropped|brought)(?:\s+[\w'-]+){0,3}\s+(?:up\s+|down\s+)?to"
+    r"|(?:that|this|which|it)\s+makes|bringing\s+(?:my|our|the|it)(?:\s+\w+){0,2}\s+to|"
+    r"for\s+a\s+total\s+of|and\s+counting|"
+    r"(?:i'm|i\s+am|we're|we\s+are)\s+(?:now\s+)?(?:at|up\s+to)(?=\s+(?:page\s+|level\s+)?\d)|"
+    r"(?:just|finally)\s+(?:hit|reached|crossed|passed|surpassed|got\s+to|made\s+it\s+to))\b",
     re.I,
 )
 _CORRECTION = re.compile(r"\b(?:actually|correct(?:ion)?|i meant)\b.*\bnot\s+\d", re.I)
