@@ -369,6 +369,32 @@ _MOVED_OBJECT = re.compile(
     rf"(?P<val>(?:to|into|onto|{_AT})\s+(?:the|my|our|a)\s+.+)"
 )
 _PLACE_WORDS = re.compile(rf"^(?:to|into|onto|{_AT})\s+(?:the|my|our|a)\s+")
+# A personal best: "my 5K personal best is 27:45" ... "I set a new personal record of 26:30 in the
+# 5K". One record per event, and only when the event is named: two bests of unnamed things (a 5K
+# and a bench press) never meet.
+_RECORD = re.compile(
+    r"\b(?:personal\s+(?:best|record)|PR|PB|best\s+time|"
+    r"fastest\s+time|high\s+score)\b",
+)
+_RECORD_VALUE = re.compile(
+    r"\b(?P<val>\d{1,2}(?::\d\d){1,2}|\d+(?:\.\d+)?\s*(?:minutes?|mins?|seconds?|secs?|hours?|hrs?|"
+    r"kg|kilos?|lbs?|pounds|points|km|miles?)(?:,?\s+(?:and\s+)?\d+\s*(?:seconds?|secs?|minutes?))?)",
+    re.I,
+)
+_EVENT = re.compile(
+    r"\b(?P<event>\d+(?:\.\d+)?\s*(?:k|km|mi|mile|miles|m)\b|half[- ]marathon|marathon|triathlon|"
+    r"ultra|century\s+ride|bench(?:\s+press)?|squat|deadlift|plank|mile|sudoku|crossword|bowling|"
+    r"golf)",
+    re.I,
+)
+_RECORD_OWNER = re.compile(
+    r"(?:I|We)\b|(?:My|Our)\s+(?:[\w-]+\s+){0,2}?(?:personal|PR|PB|best|fastest|high)\b"
+)
+_RECORD_NEW = re.compile(
+    r"\b(?:new|beat|broke|smashed|improved|lowered|bettered)\b.{0,30}?\b(?:personal|PR|PB|best|"
+    r"fastest|high\s+score)\b|\bnow\b",
+    re.I,
+)
 # "I changed my commute to 40 minutes", "I've set my alarm to 6 am": any attribute of the owner,
 # not only the personal ones `_CHANGED` lists.
 _CHANGED_ANY = re.compile(
@@ -694,6 +720,7 @@ class RulesJudge:
                     )
                 )
         out += _places(text, s.owner)
+        out += _records(text, s.owner)
         m = _CHANGED.match(text)
         if m is not None:
             subj = m.group("subj") or m.group("subj2")
@@ -710,7 +737,7 @@ class RulesJudge:
                     owner = _owner(m.group("subj"), s.owner)
                     out.append(_Claim(owner, attr, value.lower(), False, True))
         for m in (_REPLACED.match(text), _INSTEAD.match(text)):
-            if m is None or (m.re is _INSTEAD and not _INSTEAD_MARK.search(text)):
+            if m is None or (m.re is _INSTEAD and not _INSTEAD_MARK.search(s.text)):
                 continue
             value = _clean(m.group("val"))
             old = _clean(m.groupdict().get("old") or m.groupdict().get("old2") or "")
@@ -970,6 +997,40 @@ def _places(text: str, speaker: str) -> list[_Claim]:
     thing = re.sub(r"^(?:old|new|favou?rite)\s+", "", attr)
     owner = _owner(det, speaker)
     return [_Claim(owner, f"the:place of {thing}", value.lower(), False, moved is not None)]
+
+
+def _records(text: str, speaker: str) -> list[_Claim]:
+    """A first-person personal best with its event and value (``the:record <event>``)."""
+    m = _RECORD.search(text)
+    if m is None or not _RECORD_OWNER.match(text[: m.end()]):
+        return []  # "My friend set a new personal best": someone else's record
+    value = _RECORD_VALUE.search(text, m.end())
+    events = list(_EVENT.finditer(text))
+    if value is None or not events:
+        return []
+    # the event named nearest the record ("training for a triathlon … a 5K with a personal best")
+    event = min(events, key=lambda e: min(abs(e.start() - m.end()), abs(m.start() - e.end())))
+    name = re.sub(r"\s+", "", event.group("event").lower()).replace("-", "")
+    name = re.sub(r"(?<=\d)(?:km|k)$", "k", name)
+    changed = bool(_RECORD_NEW.search(text))
+    shown = _duration(re.sub(r"\s+", " ", value.group("val").lower()))
+    return [_Claim(speaker, f"the:record {name}", shown, False, changed)]
+
+
+def _duration(value: str) -> str:
+    """A time in one spelling (``27:45``, ``27 minutes and 45 seconds`` -> ``27:45``), so a
+    record restated in other words is the same record."""
+    if re.fullmatch(r"\d{1,2}(?::\d\d){1,2}", value):
+        parts = [int(p) for p in value.split(":")]
+    else:
+        units = {"h": 0, "m": 0, "s": 0}
+        found = re.findall(r"(\d+)\s*(hours?|hrs?|minutes?|mins?|seconds?|secs?)", value)
+        if not found or re.search(r"kg|kilo|lb|pound|point|km|mile", value):
+            return value
+        for number, unit in found:
+            units[unit[0]] = int(number)
+        parts = [units["h"], units["m"], units["s"]] if units["h"] else [units["m"], units["s"]]
+    return ":".join([str(parts[0])] + [f"{p:02d}" for p in parts[1:]])
 
 
 def _base(attribute: str) -> str:

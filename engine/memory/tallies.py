@@ -137,6 +137,18 @@ _CLAUSE = re.compile(
     re.I,
 )
 _YOU = re.compile(r"\byou\b", re.I)
+_PERSON = (
+    r"(?:mom|mum|dad|mother|father|parents?|brother|sister|siblings?|wife|husband|partner|spouse|"
+    r"friends?|son|daughter|kids?|children|child|boss|manager|colleagues?|co-?workers?|"
+    r"neighbou?rs?|cousins?|uncle|aunt|grand(?:ma|pa|mother|father|parents?)|room-?mates?|"
+    r"boyfriend|girlfriend|fianc[eé]e?|team-?mates?|classmates?|mentor|coach|doctor)"
+)
+_THIRD_EN = re.compile(
+    r"^\W*(?:(?:by the way|also|and|but|so|oh|well|btw)[\s,]+)*"
+    rf"(?:(?:my|our)\s+(?:[a-z'-]+\s+){{0,2}}?{_PERSON}\b|(?:he|she|they)\b)",
+    re.I,
+)
+_SELF_EN = re.compile(r"\b(?:i|i'm|i've|we|we've|we're)\b", re.I)
 _NAME = re.compile(r"(?<![\w'])([A-Z][\w&'-]*|[a-z]+[A-Z][\w-]*)")
 _NOT_NAME = frozenset(
     "I I'm I've I'd I'll By So But And Also Oh Well Speaking Actually The This That It My We Our "
@@ -308,6 +320,8 @@ def tallies(text: str) -> list[Tally]:
                 corrected = not zh and bool(_CORRECTION.search(sentence))
                 if hedge.search(clause) or (goal.search(clause) and not corrected):
                     continue
+                if not zh and _THIRD_EN.match(clause) and not _SELF_EN.search(clause):
+                    continue  # "my brother keeps 25 titles on his list": his count, not mine
                 current = corrected or bool(now.search(clause))
                 hits = _hits_zh(clause) if zh else _hits_en(clause, said)
                 said += " " + clause
