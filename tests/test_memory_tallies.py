@@ -72,6 +72,8 @@ def _invalidated(memory, old: str, new: str):
             "I have 500 followers on my pottery Instagram account.",
             "I just hit 600 followers on my pottery Instagram account!",
         ),
+        # a frequency: "twice a week" counts times like "three times a week"
+        ("I go to yoga twice a week.", "I now go to yoga three times a week."),
     ],
 )
 def test_a_restated_count_replaces_the_older_one(memory, old, new):
@@ -115,6 +117,9 @@ def test_a_restated_count_replaces_the_older_one(memory, old, new):
         ("I have 2 cats at home.", '{"cats": 5, "note": "I have 5 cats at home now"}'),
         ("I have 2 cats at home.", 'She wrote "I have 5 cats at home now" on her blog.'),
         ("I have 2 cats at home.", "[shares image: a sign saying I have 5 cats at home now]"),
+        # the same frequency of another activity: units and "go" are no shared subject
+        ("I go to yoga 2 times a week.", "I now go to the gym 3 times a week."),
+        ("I go to yoga twice a week.", "I now go swimming three times a week."),
         # a count after its noun: questions, another person's, a plan
         (
             "I've got 20 titles waiting on my to-watch list.",

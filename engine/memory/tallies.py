@@ -94,6 +94,11 @@ _NOT_PLURAL = frozenset(
     "unless does goes makes takes gets looks seems means ones sounds works comes feels lots "
     "minutes hours days weeks months years times".split()
 )
+# "twice a week" is a count of times, like "three times a week"
+_TIMES = {"once": 1.0, "twice": 2.0, "thrice": 3.0}
+_TIMES_A = re.compile(
+    r"\b(once|twice|thrice)\s+(?:a|per|every|each)\s+(?:day|week|month|year)\b", re.I
+)
 _ONE_UNIT = re.compile(r"\b(?:a|an|one)\s+(?P<noun>day|week|month|year)\b", re.I)
 _COUNTED = re.compile(
     r"\b(?P<noun>[a-z]+)\s+count\s+(?:is\s+|to\s+|at\s+|of\s+)?(?:now\s+)?(?P<num>\d[\d,]*)\b", re.I
@@ -156,7 +161,9 @@ _NOT_NAME = frozenset(
 )
 _GENERIC = frozenset(
     "way got get realli pretti feel alreadi total just like lot also actual thing much mani "
-    "great good new sinc now current right far keep track well still even speak one".split()
+    "great good new sinc now current right far keep track well still even speak one "
+    # units and "go": "yoga twice a week" and "the gym three times a week" share no subject
+    "go goe went day week month year time hour minut everi".split()
 )
 _ZH_DIGITS = {c: i for i, c in enumerate("零一二三四五六七八九十")} | {"两": 2}
 _COUNT_ZH = re.compile(
@@ -219,9 +226,15 @@ def _singular(noun: str) -> str:
     return n[:-1] if n.endswith("s") and len(n) > 3 else n
 
 
+_NUMBER_WORDS = frozenset(tokenize(" ".join([*_WORDS, *_ORDINALS, *_TIMES])))
+
+
 def _terms(text: str) -> frozenset[str]:
+    """Content words: no numbers (in digits or words), no generic words."""
     return frozenset(
-        t for t in tokenize(text) if not re.fullmatch(r"[\d.,:/]+", t) and t not in _GENERIC
+        t
+        for t in tokenize(text)
+        if not re.fullmatch(r"[\d.,:/]+", t) and t not in _GENERIC and t not in _NUMBER_WORDS
     )
 
 
@@ -273,6 +286,7 @@ def _hits_en(clause: str, before: str) -> list[tuple[str, float | None]]:
             for m in pattern.finditer(clause)
         ]
     hits += [(m.group("noun").lower(), 1.0) for m in _ONE_UNIT.finditer(clause)]
+    hits += [("time", _TIMES[m.group(1).lower()]) for m in _TIMES_A.finditer(clause)]
     return hits
 
 
@@ -350,6 +364,9 @@ def restated(old: list[Tally], new: list[Tally]) -> tuple[Tally, Tally] | None:
                 continue
             if o.names and n.names and not o.names & n.names:
                 continue  # "three courses on Coursera" / "two courses on edX"
-            if o.names & n.names or len(o.terms & n.terms) >= 2:
+            shared = o.terms & n.terms
+            if o.names & n.names or len(shared) >= 2:
                 return o, n
+            if shared and (shared == o.terms or shared == n.terms):
+                return o, n  # "I go to yoga twice a week" / "now three times a week": all it says
     return None
