@@ -13,10 +13,19 @@ Shipped judges:
   ``我搬到了上海``), where and as what they work (``I now work at …``, ``I quit my job``,
   ``我跳槽到…``), personal attributes (``my new number is …``, ``I changed my email to …``,
   ``我的手机号改成…``), habits that stopped (``I no longer …``, ``I don't … anymore``,
-  ``I stopped …``, ``我不再…``, ``我不…了``), switches (``I switched from X to Y``, ``我改用…``)
-  and counts the user keeps, restated with a new value (``I've completed 4 projects`` … ``I just
-  finished my 5th project``, ``我现在已经读了5本书``: `engine.memory.tallies`). It reads only
-  prose statements (`engine.memory.surface`): formats never decide.
+  ``I stopped …``, ``我不再…``, ``我不…了``), habits taken up again against an older "I don't"
+  or "I stopped" (``I've started running again``, ``我又开始跑步了``), switches and named
+  replacements (``I switched from X to Y``, ``I replaced my Honda with a Tesla``, ``I upgraded
+  from my iPhone 12 to …``, ``I use Y instead of X now``, ``我改用…``, ``我把旧电脑换成了…``;
+  the older memory must say the owner has or uses X), promotions (``I was promoted to …``,
+  ``我升职为…``), any attribute changed (``I changed my commute to …``), where a thing is and
+  where it was moved (``my bike is in the garage`` … ``I moved my bike to the shed``: a move
+  meets only an older place of the same thing), personal bests per named event (``my 5K
+  personal best is 27:45`` … ``a new personal best of 26:30 in the 5K``), and counts the user
+  keeps, restated with a new value (``I've completed 4 projects`` … ``I just finished my 5th
+  project``, ``我现在已经读了5本书``: `engine.memory.tallies`). It reads only prose statements
+  (`engine.memory.surface`): formats never decide; questions, quoted text, other people's
+  statements, plans, hypotheticals and negations (``I haven't moved``) claim no change.
 - `FunctionJudge`: calls a function the user passes (their LLM), batched and cached.
 - `CheckerJudge`: wraps an older `ContradictionChecker` (such as `RuleChecker`).
 

@@ -12,15 +12,21 @@ statement replaces the older one when all of these hold:
   think …?");
 - the newer clause says the count is current: ``now``, ``so far``, ``currently``, ``right now``,
   ``at the moment``, ``to date``, ``total``, ``already``, ``since`` (counted since a start), a
-  window (``in the past few weeks``, ``this month``), ``现在``, ``目前``, ``已经``, ``一共``,
-  ``总共``, ``累计``, ``至今``; or corrects it (``Actually, I need 120 stars, not 300``);
+  window (``in the past few weeks``, ``this month``), a change (``increased … to``, ``that makes``,
+  ``bringing my total to``, ``and counting``, ``I'm at/up to``, ``just hit/reached``), ``现在``,
+  ``目前``, ``已经``, ``一共``, ``总共``, ``累计``, ``至今``; or corrects it (``Actually, I need 120
+  stars, not 300``); a clause about someone else (``my brother …``, ``she …``) is not the
+  user's count;
 - both count the same thing: a word of the noun phrase right after the number (``25 new
   postcards``, ``15 Crash Course videos``, ``my 5th project``, ``page 220``, ``species count to
-  32``, ``a month``, ``3本书``), singular and plural alike; ``ones`` and ``of them`` count the
-  last plural noun said before them (``my postcards? I've added 17 new ones``);
+  32``, ``a month``, ``twice a week``, ``3本书``), singular and plural alike; ``ones`` and ``of
+  them`` count the last plural noun said before them (``my postcards? I've added 17 new ones``),
+  and so does a bare count after its noun (``titles on my to-watch list, currently 25``);
 - they are about the same thing: no two disjoint sets of names (``three courses on Coursera`` /
   ``two courses on edX``), and a shared name or two shared content words besides the noun
-  (``Fitbit``, ``painting classes``), so two unrelated tallies of "months" never meet;
+  (``Fitbit``, ``painting classes``), or all the content words one of them has (``I go to yoga
+  twice a week`` / ``now three times a week``); numbers, units and ``go`` are not content words,
+  so two unrelated tallies of "months" or "times a week" never meet;
 - the values differ (disjoint sets when a statement carries several values for the noun).
 
 Events are not tallies: "I caught 7 bass on 7/10" then "we caught 9 bass that day" carries no
