@@ -66,6 +66,14 @@ def noise(draw) -> str:
                 f"Imagine if I worked at {job}!",
                 f"city: {city}",
                 f"Budget: {draw(st.integers(1, 9999))}",
+                f'He said "I replaced my car with a {job} van" and left.',
+                f"Did you move your bike to {city}?",
+                "> I've started running again\nquoted from the old thread",
+                f"```\n# I was promoted to lead at {job}\nrole = 'lead'\n```",
+                "[shares image: a sign saying my personal best is 27:45 in the 5K]",
+                f"If I moved my bike to the shed in {city} it would rust.",
+                "我妈妈把旧电脑换成了新的。",
+                f"My sister just hit 600 followers in {city}!",
             ]
         )
     )
@@ -212,6 +220,99 @@ def test_rules_judge_reads_first_person_changes_in_english_and_chinese():
     ]
     got = [j.contradicts for j in judge.judge([(a, b) for a, b, _ in pairs])]
     assert got == [want for *_, want in pairs]
+
+
+UPDATES = [
+    # a named replacement
+    ("I drive a Honda Civic to work.", "I replaced my Honda Civic with a Tesla Model 3."),
+    ("I've got an iPhone 12 and it's slow.", "I upgraded from my iPhone 12 to an iPhone 15."),
+    ("I use Evernote for all my notes.", "These days I use Notion instead of Evernote."),
+    ("我的旧电脑很慢。", "我把旧电脑换成了MacBook。"),
+    # a habit taken up again
+    ("I don't drink coffee.", "I've started drinking coffee again."),
+    ("I stopped running after my knee injury.", "I've started running again, twice a week."),
+    ("我不喝咖啡。", "我最近开始喝咖啡了。"),
+    # a promotion, a new job as
+    ("I work as a junior analyst at Deloitte.", "I got promoted to senior analyst last month."),
+    ("My job title is Software Engineer.", "I was promoted to Staff Engineer."),
+    ("我的职位是工程师。", "我升职为高级工程师了。"),
+    # any attribute of mine changed
+    ("My commute is 20 minutes each way.", "I changed my commute to 45 minutes since the move."),
+    # a thing moved
+    ("My bike is in the garage.", "I moved my bike to the shed last week."),
+    ("The painting hangs above the sofa.", "I recently moved the painting above my bed."),
+    ("I keep my passport in the desk drawer.", "I moved my passport to the safe."),
+    # a personal best
+    ("My 5K personal best is 27:45.", "I set a new personal best of 26:30 in the 5K."),
+    ("My 5K personal best is 27:45.", "My 5K personal best is now 26 minutes and 30 seconds."),
+]
+
+NOT_UPDATES = [
+    # questions
+    ("I drive a Honda Civic.", "Should I replace my Honda Civic with a Tesla?"),
+    ("I don't drink coffee.", "Have I started drinking coffee again?"),
+    ("My bike is in the garage.", "Did I move my bike to the shed?"),
+    ("我不喝咖啡。", "我开始喝咖啡了吗？"),
+    # quoted text
+    ("I drive a Honda Civic.", 'The ad said "I replaced my Honda Civic with a Tesla".'),
+    ("My 5K personal best is 27:45.", 'Her shirt read "new 5K personal best of 26:30".'),
+    # third parties
+    ("I drive a Honda.", "My brother replaced his Honda with a Ford."),
+    ("I don't drink coffee.", "My wife has started drinking coffee again."),
+    ("My bike is in the garage.", "My neighbour moved his bike to the shed."),
+    ("My 5K personal best is 27:45.", "My sister set a new 5K personal best of 26:30."),
+    ("My 5K personal best is 27:45.", "Sarah's 5K personal best is now 26:30."),
+    ("I work as a nurse.", "Tom got promoted to head nurse."),
+    ("我不喝咖啡。", "他最近开始喝咖啡了。"),
+    # hypotheticals and plans
+    ("I live in Boston.", "If I moved to Denver I'd be happier."),
+    ("I drive a Honda Civic.", "I might replace my Honda Civic with a Tesla next year."),
+    ("I don't drink coffee.", "If I started drinking coffee I'd never sleep."),
+    ("My bike is in the garage.", "I'm thinking of moving my bike to the shed."),
+    # negated
+    ("I live in Boston.", "I haven't moved to Denver."),
+    ("My bike is in the garage.", "I haven't moved my bike to the shed."),
+    ("I work as a nurse.", "I wasn't promoted to head nurse."),
+    # not the same thing, or no change
+    ("I need a laptop bag for the trip.", "I replaced my laptop with a MacBook Air."),
+    ("I don't drink.", "I've started drinking coffee."),
+    ("My painting is a gift from my mom.", "I moved my painting to the hallway."),
+    ("My road bike is in the garage.", "I moved my mountain bike to the shed."),
+    ("My 5K personal best is 27:45.", "I set a new personal best of 52:10 in the 10K."),
+    ("My personal best is 27:45.", "I set a new personal best of 26:30."),
+    ("My 5K personal best is 27:45.", "I set a new 5K personal best of 27 minutes and 45 seconds."),
+    ("I work as a nurse.", "I changed my mind to stay home."),
+]
+
+
+@pytest.mark.parametrize(("old", "new"), UPDATES)
+def test_rules_judge_reads_replacements_restarts_promotions_moves_and_records(old, new):
+    [verdict] = RulesJudge().judge([(old, new)])
+    assert verdict.contradicts and verdict.confidence >= MemoryConfig().min_confidence, verdict
+    assert verdict.reason
+
+
+@pytest.mark.parametrize(("old", "new"), NOT_UPDATES)
+def test_rules_judge_ignores_questions_quotes_third_parties_hypotheticals_and_negations(old, new):
+    [verdict] = RulesJudge().judge([(old, new)])
+    assert not (verdict.contradicts and verdict.confidence >= MemoryConfig().min_confidence), (
+        verdict
+    )
+
+
+def test_a_replacement_invalidates_through_session_memory_with_its_reason():
+    engine = Engine.open("sqlite:///:memory:", memory=MemoryConfig(embedder=HashingEmbedder()))
+    try:
+        s = engine.session("s")
+        old = s.memory.add("Priya: I drive a Honda Civic to work.")
+        s.memory.add("Priya: I love my bike rides on Sundays.")
+        s.memory.add("Priya: I replaced my Honda Civic with a Tesla Model 3.")
+        gone = [m for m in s.memory.items(include_invalid=True) if not m.valid]
+        assert [m.id for m in gone] == [old]
+        assert gone[0].invalid_by == "rules"
+        assert "tesla model 3" in (gone[0].invalid_reason or "")
+    finally:
+        engine.close()
 
 
 # -- keyed facts across processes ----------------------------------------------------------------

@@ -58,6 +58,22 @@ def _invalidated(memory, old: str, new: str):
             "Actually, I need 120 stars to reach the gold level, not 300.",
         ),
         ("我已经读了3本书，都是科幻小说。", "我现在已经读了5本书，都是科幻小说。"),
+        # the count said after its noun
+        (
+            "I've got 20 titles waiting on my to-watch list.",
+            "I keep adding titles to my to-watch list, currently 25.",
+        ),
+        # other words that say the count is the current one
+        (
+            "I've visited 12 countries in Europe with my backpack.",
+            "Portugal was great, that makes 13 countries in Europe with my backpack.",
+        ),
+        (
+            "I have 500 followers on my pottery Instagram account.",
+            "I just hit 600 followers on my pottery Instagram account!",
+        ),
+        # a frequency: "twice a week" counts times like "three times a week"
+        ("I go to yoga twice a week.", "I now go to yoga three times a week."),
     ],
 )
 def test_a_restated_count_replaces_the_older_one(memory, old, new):
@@ -101,6 +117,22 @@ def test_a_restated_count_replaces_the_older_one(memory, old, new):
         ("I have 2 cats at home.", '{"cats": 5, "note": "I have 5 cats at home now"}'),
         ("I have 2 cats at home.", 'She wrote "I have 5 cats at home now" on her blog.'),
         ("I have 2 cats at home.", "[shares image: a sign saying I have 5 cats at home now]"),
+        # the same frequency of another activity: units and "go" are no shared subject
+        ("I go to yoga 2 times a week.", "I now go to the gym 3 times a week."),
+        ("I go to yoga twice a week.", "I now go swimming three times a week."),
+        # a count after its noun: questions, another person's, a plan
+        (
+            "I've got 20 titles waiting on my to-watch list.",
+            "Is my to-watch list currently 25 titles long?",
+        ),
+        (
+            "I've got 20 titles waiting on my to-watch list.",
+            "My brother keeps titles on his to-watch list, currently 25.",
+        ),
+        (
+            "I have 500 followers on my pottery Instagram account.",
+            "If I just hit 600 followers on my pottery Instagram account I'd celebrate.",
+        ),
     ],
 )
 def test_what_is_not_a_restated_count_never_invalidates(memory, old, new):

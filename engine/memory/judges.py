@@ -13,10 +13,19 @@ Shipped judges:
   ``我搬到了上海``), where and as what they work (``I now work at …``, ``I quit my job``,
   ``我跳槽到…``), personal attributes (``my new number is …``, ``I changed my email to …``,
   ``我的手机号改成…``), habits that stopped (``I no longer …``, ``I don't … anymore``,
-  ``I stopped …``, ``我不再…``, ``我不…了``), switches (``I switched from X to Y``, ``我改用…``)
-  and counts the user keeps, restated with a new value (``I've completed 4 projects`` … ``I just
-  finished my 5th project``, ``我现在已经读了5本书``: `engine.memory.tallies`). It reads only
-  prose statements (`engine.memory.surface`): formats never decide.
+  ``I stopped …``, ``我不再…``, ``我不…了``), habits taken up again against an older "I don't"
+  or "I stopped" (``I've started running again``, ``我又开始跑步了``), switches and named
+  replacements (``I switched from X to Y``, ``I replaced my Honda with a Tesla``, ``I upgraded
+  from my iPhone 12 to …``, ``I use Y instead of X now``, ``我改用…``, ``我把旧电脑换成了…``;
+  the older memory must say the owner has or uses X), promotions (``I was promoted to …``,
+  ``我升职为…``), any attribute changed (``I changed my commute to …``), where a thing is and
+  where it was moved (``my bike is in the garage`` … ``I moved my bike to the shed``: a move
+  meets only an older place of the same thing), personal bests per named event (``my 5K
+  personal best is 27:45`` … ``a new personal best of 26:30 in the 5K``), and counts the user
+  keeps, restated with a new value (``I've completed 4 projects`` … ``I just finished my 5th
+  project``, ``我现在已经读了5本书``: `engine.memory.tallies`). It reads only prose statements
+  (`engine.memory.surface`): formats never decide; questions, quoted text, other people's
+  statements, plans, hypotheticals and negations (``I haven't moved``) claim no change.
 - `FunctionJudge`: calls a function the user passes (their LLM), batched and cached.
 - `CheckerJudge`: wraps an older `ContradictionChecker` (such as `RuleChecker`).
 
@@ -278,7 +287,22 @@ _EN_SOURCES = [
         "job",
         False,
         False,
-        rf"{_SUBJ}(?:'m|\s+am|\s+is)?{_ADV}\s+(?:working|employed|work|works)\s+as\s+(?:a|an)\s+(?P<val>[a-z]+(?:\s+[a-z]+){{0,2}})",
+        rf"{_SUBJ}(?:'m|\s+am|\s+is)?{_ADV}\s+(?:working|employed|work|works)\s+as\s+(?:a|an)\s+(?P<val>[a-z]+(?:\s+(?!(?:at|for|in|with|on)\b)[a-z]+){{0,2}})",
+    ),
+    (
+        "job",
+        False,
+        True,
+        rf"{_SUBJ}(?:'ve|\s+have|\s+has)?{_ADV}(?:\s+been|\s+was|\s+got|\s+were)\s+promoted\s+to\s+"
+        r"(?:a\s+|an\s+|the\s+)?(?P<val>[A-Za-z]+(?:\s+[A-Za-z]+){0,3})",
+    ),
+    (
+        "job",
+        False,
+        True,
+        rf"{_SUBJ}(?:'ve|\s+have|\s+has)?{_ADV}\s+(?:got|landed|accepted|took|started|began)\s+"
+        r"(?:a\s+|an\s+)?(?:new\s+)?(?:job|position|role)\s+as\s+(?:a\s+|an\s+|the\s+)?"
+        r"(?P<val>[A-Za-z]+(?:\s+[A-Za-z]+){0,3})",
     ),
 ]
 _EN = [(a, n, c, re.compile(p)) for a, n, c, p in _EN_SOURCES]
@@ -306,6 +330,87 @@ _STOPPED = re.compile(
 _SWITCHED = re.compile(
     rf"{_SUBJ}(?:'ve|\s+have|\s+has)?{_ADV}\s+(?:switched|moved|changed|converted|gone)\s+"
     r"(?:over\s+)?from\s+(?P<old>.+?)\s+to\s+(?P<val>.+)"
+)
+# "I replaced my Honda with a Tesla", "I traded in my old bike for a gravel bike", "I upgraded
+# from my iPhone 12 to a 15": the older thing is named, so an older memory that says the owner has
+# or uses it is out of date.
+_REPLACED = re.compile(
+    rf"{_SUBJ}(?:'ve|\s+have|\s+has)?{_ADV}\s+(?:"
+    r"(?:replaced|swapped|swapped\s+out|traded|traded\s+in|exchanged)\s+(?:my|our)\s+(?:old\s+)?"
+    r"(?P<old>[\w'&.-]+(?:\s+[\w'&.-]+){0,3}?)\s+(?:for|with)\s+"
+    r"|upgraded\s+(?:from\s+)?(?:my|our)\s+(?:old\s+)?(?P<old2>[\w'&.-]+(?:\s+[\w'&.-]+){0,3}?)"
+    r"\s+to\s+)(?:a\s+|an\s+|the\s+|my\s+|our\s+)?(?:new\s+|brand\s+new\s+)?(?P<val>.+)"
+)
+# "I use Notion instead of Evernote now": said with a change word, the older habit is named.
+_INSTEAD = re.compile(
+    rf"{_SUBJ}{_ADV}\s+(?:use|drink|eat|take|drive|ride|play|read|watch|go\s+to|shop\s+at|cook\s+with|"
+    r"listen\s+to)\s+(?P<val>[\w'&.-]+(?:\s+[\w'&.-]+){0,3}?)\s+instead\s+of\s+(?P<old>.+)"
+)
+_INSTEAD_MARK = re.compile(r"\b(?:now|these days|nowadays|switched|started|anymore)\b", re.I)
+# "I've started running again", "I took up swimming": the reverse of an older "I don't …",
+# "I stopped …" (`_DONT`, `_STOPPED`).
+_STARTED = re.compile(
+    rf"{_SUBJ}(?:'ve|\s+have|\s+has)?{_ADV}\s+(?:started|begun|began|taken\s+up|took\s+up|"
+    r"picked\s+up|gotten\s+into|got\s+into|gone\s+back\s+to|went\s+back\s+to|returned\s+to)\s+"
+    r"(?P<val>.+)"
+)
+_DONT = re.compile(
+    rf"{_SUBJ}{_ADV}\s+(?:don't|do not|doesn't|does not|never|can't|cannot|didn't)\s+(?P<val>.+)"
+)
+# Where a thing is: "my bike is in the garage", "the painting hangs above the sofa", "I keep my
+# passport in the desk drawer"; and where it was moved: "I moved my bike to the shed". A move
+# meets only an older place of the same thing, never another of its attributes.
+_AT = r"(?:in|on|at|above|under|below|beside|next\s+to|behind|over|inside|by|near)"
+_OBJECT = (
+    r"(?P<attr>(?!(?:it|this|that|them|me|you|him|her)\b)[a-z][\w'-]*(?:\s+[a-z][\w'-]*){0,2}?)"
+)
+_WHERE = re.compile(
+    rf"^(?P<det>[Tt]he|[Mm]y|[Oo]ur)\s+{_OBJECT}\s+(?:is|are|hangs|hang|sits|sit|stays|stay|lives)(?:\s+(?:now|still))?"
+    r"(?:\s+(?:hanging|sitting|stored|kept|displayed|mounted|parked))?\s+"
+    rf"(?P<val>{_AT}\s+(?:the|my|our|a)\s+.+)"
+    rf"|^(?P<subj2>I|[Ww]e){_ADV}\s+(?:keep|store|hung|hang|put|placed|park|parked)\s+"
+    rf"(?P<det2>my|our|the)\s+{_OBJECT.replace('attr', 'attr2')}\s+"
+    rf"(?P<val2>{_AT}\s+(?:the|my|our|a)\s+.+)"
+)
+_MOVED_OBJECT = re.compile(
+    rf"^(?P<subj>I|[Ww]e)(?:'ve|\s+have)?{_ADV}\s+(?:moved|relocated|rehung|re-hung)\s+"
+    rf"(?P<det>my|our|the)\s+{_OBJECT}\s+(?:(?:back|over|up|down)\s+)?"
+    rf"(?P<val>(?:to|into|onto|{_AT})\s+(?:the|my|our|a)\s+.+)"
+)
+_PLACE_WORDS = re.compile(rf"^(?:to|into|onto|{_AT})\s+(?:the|my|our|a)\s+")
+# A personal best: "my 5K personal best is 27:45" ... "I set a new personal record of 26:30 in the
+# 5K". One record per event, and only when the event is named: two bests of unnamed things (a 5K
+# and a bench press) never meet.
+_RECORD = re.compile(
+    r"\b(?:personal\s+(?:best|record)|PR|PB|best\s+time|"
+    r"fastest\s+time|high\s+score)\b",
+)
+_RECORD_VALUE = re.compile(
+    r"\b(?P<val>\d{1,2}(?::\d\d){1,2}|\d+(?:\.\d+)?\s*(?:minutes?|mins?|seconds?|secs?|hours?|hrs?|"
+    r"kg|kilos?|lbs?|pounds|points|km|miles?)(?:,?\s+(?:and\s+)?\d+\s*(?:seconds?|secs?|minutes?))?)",
+    re.I,
+)
+_EVENT = re.compile(
+    r"\b(?P<event>\d+(?:\.\d+)?\s*(?:k|km|mi|mile|miles|m)\b|half[- ]marathon|marathon|triathlon|"
+    r"ultra|century\s+ride|bench(?:\s+press)?|squat|deadlift|plank|mile|sudoku|crossword|bowling|"
+    r"golf)",
+    re.I,
+)
+_RECORD_OWNER = re.compile(
+    r"(?:I|We)\b|(?:My|Our)\s+(?:[\w-]+\s+){0,2}?(?:personal|PR|PB|best|fastest|high)\b"
+)
+_RECORD_NEW = re.compile(
+    r"\b(?:new|beat|broke|smashed|improved|lowered|bettered)\b.{0,30}?\b(?:personal|PR|PB|best|"
+    r"fastest|high\s+score)\b|\bnow\b",
+    re.I,
+)
+# "I changed my commute to 40 minutes", "I've set my alarm to 6 am": any attribute of the owner,
+# not only the personal ones `_CHANGED` lists.
+_CHANGED_ANY = re.compile(
+    rf"(?P<subj>I|[Ww]e)(?:'ve|\s+have)?{_ADV}\s+(?:changed|switched|updated|moved|set|reset|"
+    r"raised|lowered|increased|decreased|reduced|cut|bumped|upped)\s+(?:my|our)\s+"
+    r"(?P<attr>(?!(?:mind|plans?|life|ways?|tune|focus|approach)\b)[a-z][\w-]*(?:\s+[a-z][\w-]*){0,2}?)"
+    r"(?:\s+(?:up|down|back))?\s+to\s+(?P<val>.+)"
 )
 
 _ZH_STOP = r"(?=[，,。！？!?；;、\s]|了|啦|去|住|居住|生活|工作|上班|的时候|以后|之后|$)"
@@ -355,6 +460,14 @@ _ZH_SOURCES = [
         rf"{_ZH_SUBJ}{_ZH_ADV}(?:不再在|不在)(?P<val>[{HAN}A-Za-z0-9]{{2,12}}?)(?:工作|上班)",
     ),
 ]
+_ZH_SOURCES.append(
+    (
+        "job",
+        False,
+        True,
+        rf"{_ZH_SUBJ}{_ZH_ADV}被?(?:升职|晋升|提拔|升)(?:为|成了?|到了?)(?P<val>[{HAN}A-Za-z]{{2,10}}?)(?:了|{_ZH_STOP})",
+    )
+)
 _ZH = [(a, n, c, re.compile(p)) for a, n, c, p in _ZH_SOURCES]
 _ZH_PERSONAL = (
     r"手机号码?|电话号码?|电话|号码|邮箱|电子邮件|地址|住址|名字|微信号?|生日|工作|职位|老板|公司|学校|专业|"
@@ -374,6 +487,15 @@ _ZH_STOPPED = re.compile(
 _ZH_SWITCHED = re.compile(
     rf"(?P<subj>我们|我){_ZH_ADV}(?:从(?P<old>[^，,。]{{1,12}}?))?(?:改用|换成|换用|转用|改成|改喝|改吃|换到)了?"
     r"(?P<val>[^，,。！？!?；;]{1,20})"
+)
+# "我把旧电脑换成了MacBook": what is replaced is named (the personal attributes are `_ZH_BA`).
+_ZH_REPLACED = re.compile(
+    rf"(?P<subj>我们|我){_ZH_ADV}把(?:我的|我们的)?(?:旧的?)?(?P<old>[{HAN}A-Za-z0-9]{{1,8}}?)"
+    r"(?:换成了?|替换成了?|升级成了?|升级到了?)(?:新的?)?(?P<val>[^，,。！？!?；;]{1,20})"
+)
+# "我又开始跑步了", "我最近开始喝咖啡了": the reverse of an older "我不…" / "我戒了…".
+_ZH_STARTED = re.compile(
+    rf"(?P<subj>我们|我){_ZH_ADV}(?:又|重新)?开始(?P<val>[{HAN}A-Za-z]{{1,10}}?)(?:了|$)"
 )
 _DET = r"(?P<subj>[Tt]he\s+|[Mm]y\s+|[Oo]ur\s+|[A-Z][a-z]+'s\s+|)"
 _THING = (
@@ -606,6 +728,8 @@ class RulesJudge:
                         _owner(subj, s.owner), f"the:{_attr(attr)}", value.lower(), False, changed
                     )
                 )
+        out += _places(text, s.owner)
+        out += _records(text, s.owner)
         m = _CHANGED.match(text)
         if m is not None:
             subj = m.group("subj") or m.group("subj2")
@@ -613,6 +737,39 @@ class RulesJudge:
             value = _clean(m.group("val") or m.group("val2"))
             if value:
                 out.append(_Claim(_owner(subj, s.owner), f"my:{attr}", value.lower(), False, True))
+        elif not _MOVED_OBJECT.match(text):
+            m = _CHANGED_ANY.match(text)
+            if m is not None:
+                value = _clean(m.group("val"))
+                if value and not _EVALUATIVE.match(value):
+                    attr = f"my:{_attr(m.group('attr'))}"
+                    owner = _owner(m.group("subj"), s.owner)
+                    out.append(_Claim(owner, attr, value.lower(), False, True))
+        for m in (_REPLACED.match(text), _INSTEAD.match(text)):
+            if m is None or (m.re is _INSTEAD and not _INSTEAD_MARK.search(s.text)):
+                continue
+            value = _clean(m.group("val"))
+            old = _clean(m.groupdict().get("old") or m.groupdict().get("old2") or "")
+            if value and old:
+                attribute = "replace" if m.re is _REPLACED else "use"
+                owner = _owner(m.group("subj"), s.owner)
+                out.append(_Claim(owner, attribute, value.lower(), False, True, old.lower()))
+                break
+        m = _STARTED.match(text)
+        if m is not None:
+            value = _clean(re.sub(r"\s+again\b.*$", "", m.group("val")))
+            value = re.sub(r"^to\s+", "", value)
+            if value and not re.match(r"(?:it|this|that|with|on|at|in|out|off|over|up)\b", value):
+                out.append(
+                    _Claim(_owner(m.group("subj"), s.owner), "start", value.lower(), False, True)
+                )
+        m = _DONT.match(text)
+        if m is not None:
+            value = _clean(m.group("val"))
+            if value:
+                out.append(
+                    _Claim(_owner(m.group("subj"), s.owner), "dont", value.lower(), True, False)
+                )
         m = _SWITCHED.match(text)
         if m is not None:
             value, old = _clean(m.group("val")), _clean(m.group("old"))
@@ -691,6 +848,16 @@ class RulesJudge:
         m = _ZH_STOPPED.match(text)
         if m is not None and not out:
             out.append(_Claim(_owner(m.group("subj"), s.owner), "do", m.group("val"), True, True))
+        m = _ZH_REPLACED.match(text)
+        if m is not None and not _ZH_BA.match(text):
+            owner = _owner(m.group("subj"), s.owner)
+            value, old = m.group("val").strip(), m.group("old").strip()
+            out.append(_Claim(owner, "replace", value, False, True, old))
+        m = _ZH_STARTED.match(text)
+        if m is not None:
+            out.append(
+                _Claim(_owner(m.group("subj"), s.owner), "start", m.group("val"), False, True)
+            )
         return out
 
     def tallies(self, text: str) -> list[Tally]:
@@ -707,7 +874,9 @@ class RulesJudge:
         even without a shared word (``I live in Berlin`` / ``I moved to Paris``)."""
         claims, _ = self.claims(text)
         return frozenset(
-            f"{c.owner}|{c.attribute}" for c in claims if c.attribute not in {"do", "use", "pref"}
+            f"{c.owner}|{c.attribute}"
+            for c in claims
+            if c.attribute not in {"do", "use", "pref", "start", "dont", "replace"}
         ) | {f"{t.owner}|tally:{t.noun}" for t in self.tallies(text)}
 
     # -- judging ---------------------------------------------------------------------------
@@ -740,6 +909,19 @@ class RulesJudge:
         old_claims, old_sentences = self.claims(old_text)
         for new in new_claims:
             for old in old_claims:
+                if new.attribute == "start":
+                    if (
+                        old.attribute in {"do", "dont"}
+                        and old.owner == new.owner
+                        and _within(new.value, old.value)
+                    ):
+                        return Judgement(
+                            True,
+                            0.8,
+                            f"{_who(new.owner)} started {new.value} (was: not {old.value})",
+                            "negation",
+                        )
+                    continue
                 if _base(old.attribute) != _base(new.attribute):
                     continue
                 if old.owner != new.owner and not (
@@ -778,8 +960,9 @@ class RulesJudge:
                             "negation",
                         )
                     continue
-                if _overlaps(old.value, new.value):
-                    continue
+                promoted = new.changed and _base(new.attribute) == "job"
+                if _overlaps(old.value, new.value) and not (promoted and old.value != new.value):
+                    continue  # "Boston" / "Boston, MA"; but "engineer" -> "senior engineer" is new
                 if new.attribute.startswith("the:") and not new.changed:
                     continue  # "the X is A" then "the X is B": two descriptions, not a change
                 label = new.attribute.removeprefix("my:").removeprefix("the:")
@@ -789,13 +972,15 @@ class RulesJudge:
                     confidence,
                     f"{_who(new.owner)} {label} changed: '{old.value}' -> '{new.value}'",
                 )
-            if new.attribute in {"do", "use"}:
+            if new.attribute in {"do", "use", "replace"}:
                 target = new.value if new.attribute == "do" else new.old
                 for s in old_sentences:
                     if s.owner != new.owner or s.hedged or _negated(s.text):
                         continue
                     if not _first_person(s.text, new.owner):
                         continue
+                    if new.attribute == "replace" and not _POSSESSED.search(s.text):
+                        continue  # "I need a laptop bag": no laptop of theirs to replace
                     if _contains(s.text, target):
                         verb = "stopped" if new.attribute == "do" else f"switched to {new.value}"
                         return Judgement(
@@ -805,6 +990,56 @@ class RulesJudge:
                             "negation" if new.attribute == "do" else "update",
                         )
         return NO
+
+
+def _places(text: str, speaker: str) -> list[_Claim]:
+    """Where the text says a thing is (``the:place of <thing>``), or that it was moved."""
+    moved = _MOVED_OBJECT.match(text)
+    m = moved or _WHERE.match(text)
+    if m is None:
+        return []
+    attr = (m.groupdict().get("attr") or m.groupdict().get("attr2") or "").lower()
+    det = m.groupdict().get("det") or m.groupdict().get("det2") or m.groupdict().get("subj") or ""
+    value = _clean(_PLACE_WORDS.sub("", m.group("val") or m.groupdict().get("val2") or ""))
+    if not attr or not value or _NOT_ATTRIBUTE.intersection(attr.split()):
+        return []
+    thing = re.sub(r"^(?:old|new|favou?rite)\s+", "", attr)
+    owner = _owner(det, speaker)
+    return [_Claim(owner, f"the:place of {thing}", value.lower(), False, moved is not None)]
+
+
+def _records(text: str, speaker: str) -> list[_Claim]:
+    """A first-person personal best with its event and value (``the:record <event>``)."""
+    m = _RECORD.search(text)
+    if m is None or not _RECORD_OWNER.match(text[: m.end()]):
+        return []  # "My friend set a new personal best": someone else's record
+    value = _RECORD_VALUE.search(text, m.end())
+    events = list(_EVENT.finditer(text))
+    if value is None or not events:
+        return []
+    # the event named nearest the record ("training for a triathlon … a 5K with a personal best")
+    event = min(events, key=lambda e: min(abs(e.start() - m.end()), abs(m.start() - e.end())))
+    name = re.sub(r"\s+", "", event.group("event").lower()).replace("-", "")
+    name = re.sub(r"(?<=\d)(?:km|k)$", "k", name)
+    changed = bool(_RECORD_NEW.search(text))
+    shown = _duration(re.sub(r"\s+", " ", value.group("val").lower()))
+    return [_Claim(speaker, f"the:record {name}", shown, False, changed)]
+
+
+def _duration(value: str) -> str:
+    """A time in one spelling (``27:45``, ``27 minutes and 45 seconds`` -> ``27:45``), so a
+    record restated in other words is the same record."""
+    if re.fullmatch(r"\d{1,2}(?::\d\d){1,2}", value):
+        parts = [int(p) for p in value.split(":")]
+    else:
+        units = {"h": 0, "m": 0, "s": 0}
+        found = re.findall(r"(\d+)\s*(hours?|hrs?|minutes?|mins?|seconds?|secs?)", value)
+        if not found or re.search(r"kg|kilo|lb|pound|point|km|mile", value):
+            return value
+        for number, unit in found:
+            units[unit[0]] = int(number)
+        parts = [units["h"], units["m"], units["s"]] if units["h"] else [units["m"], units["s"]]
+    return ":".join([str(parts[0])] + [f"{p:02d}" for p in parts[1:]])
 
 
 def _base(attribute: str) -> str:
@@ -821,6 +1056,8 @@ def _attr(label: str) -> str:
         return "email"
     if re.fullmatch(r"手机号码?|电话号码?|电话|号码", label):
         return "phone"
+    if label in {"job title", "职位", "职务"}:
+        return "job"  # "my job title is …" and "I was promoted to …" state one attribute
     return label
 
 
@@ -841,6 +1078,22 @@ def _overlaps(a: str, b: str) -> bool:
     if not ta or not tb:
         return a.strip().lower() == b.strip().lower()
     return ta <= tb or tb <= ta
+
+
+_POSSESSED = re.compile(
+    r"\b(?:my|our|i\s+(?:have|own|drive|ride|use|bought|got)|i've\s+(?:got|had|been\s+using)|"
+    r"we\s+(?:have|own|use|bought|got))\b|我的|我们的|我(?:有|用|开|骑|买了)",
+    re.I,
+)
+
+
+def _within(phrase: str, whole: str) -> bool:
+    """Every word of ``phrase`` is in ``whole`` (``running`` in ``run on Sundays``)."""
+    if re.search(f"[{HAN}]", phrase + whole):
+        x, y = phrase.replace(" ", ""), whole.replace(" ", "")
+        return bool(x) and x in y
+    need = _terms(phrase)
+    return bool(need) and need <= _terms(whole)
 
 
 def _contains(sentence: str, phrase: str) -> bool:

@@ -12,15 +12,21 @@ statement replaces the older one when all of these hold:
   think …?");
 - the newer clause says the count is current: ``now``, ``so far``, ``currently``, ``right now``,
   ``at the moment``, ``to date``, ``total``, ``already``, ``since`` (counted since a start), a
-  window (``in the past few weeks``, ``this month``), ``现在``, ``目前``, ``已经``, ``一共``,
-  ``总共``, ``累计``, ``至今``; or corrects it (``Actually, I need 120 stars, not 300``);
+  window (``in the past few weeks``, ``this month``), a change (``increased … to``, ``that makes``,
+  ``bringing my total to``, ``and counting``, ``I'm at/up to``, ``just hit/reached``), ``现在``,
+  ``目前``, ``已经``, ``一共``, ``总共``, ``累计``, ``至今``; or corrects it (``Actually, I need 120
+  stars, not 300``); a clause about someone else (``my brother …``, ``she …``) is not the
+  user's count;
 - both count the same thing: a word of the noun phrase right after the number (``25 new
   postcards``, ``15 Crash Course videos``, ``my 5th project``, ``page 220``, ``species count to
-  32``, ``a month``, ``3本书``), singular and plural alike; ``ones`` and ``of them`` count the
-  last plural noun said before them (``my postcards? I've added 17 new ones``);
+  32``, ``a month``, ``twice a week``, ``3本书``), singular and plural alike; ``ones`` and ``of
+  them`` count the last plural noun said before them (``my postcards? I've added 17 new ones``),
+  and so does a bare count after its noun (``titles on my to-watch list, currently 25``);
 - they are about the same thing: no two disjoint sets of names (``three courses on Coursera`` /
   ``two courses on edX``), and a shared name or two shared content words besides the noun
-  (``Fitbit``, ``painting classes``), so two unrelated tallies of "months" never meet;
+  (``Fitbit``, ``painting classes``), or all the content words one of them has (``I go to yoga
+  twice a week`` / ``now three times a week``); numbers, units and ``go`` are not content words,
+  so two unrelated tallies of "months" or "times a week" never meet;
 - the values differ (disjoint sets when a statement carries several values for the noun).
 
 Events are not tallies: "I caught 7 bass on 7/10" then "we caught 9 bass that day" carries no
@@ -82,11 +88,22 @@ _ANAPHOR = re.compile(
     rf"(?<![\w$£€/:.#-])(?:{_NUMBER})\s+(?:(?:new|more|different|other)\s+)?(?:ones|of them)\b",
     re.I,
 )
+# A count said after its noun: "titles on my to-watch list, currently 25", "followers, now at 600".
+_BARE_NOW = re.compile(
+    rf"(?<![\w'])(?:currently|now|right now|so far|to date|in total)(?:\s+(?:at|up\s+to))?\s+"
+    rf"(?:{_NUMBER})(?=\s*(?:$|[,.;!)]|(?:and|but|which|so)\b))",
+    re.I,
+)
 _PLURAL = re.compile(r"\b([a-z]{2,}[^s'\W]s)\b")
 _NOT_PLURAL = frozenset(
     "this his was has its yes always perhaps towards afterwards sometimes various previous thanks "
     "unless does goes makes takes gets looks seems means ones sounds works comes feels lots "
     "minutes hours days weeks months years times".split()
+)
+# "twice a week" is a count of times, like "three times a week"
+_TIMES = {"once": 1.0, "twice": 2.0, "thrice": 3.0}
+_TIMES_A = re.compile(
+    r"\b(once|twice|thrice)\s+(?:a|per|every|each)\s+(?:day|week|month|year)\b", re.I
 )
 _ONE_UNIT = re.compile(r"\b(?:a|an|one)\s+(?P<noun>day|week|month|year)\b", re.I)
 _COUNTED = re.compile(
@@ -109,7 +126,12 @@ _NOT_NOUN = frozenset(
 _NOW_EN = re.compile(
     r"\b(?:now|so far|currently|right now|at the moment|at this point|to date|in total|already|"
     r"since|these days|total|(?:in|over|during) the (?:past|last) (?:\w+ )?(?:days?|weeks?|months?|"
-    r"years?)|this (?:week|month|year))\b",
+    r"years?)|this (?:week|month|year)|(?:increased|upped|raised|bumped|boosted|grown|grew|"
+    r"reduced|cut|lowered|dropped|brought)(?:\s+[\w'-]+){0,3}\s+(?:up\s+|down\s+)?to"
+    r"|(?:that|this|which|it)\s+makes|bringing\s+(?:my|our|the|it)(?:\s+\w+){0,2}\s+to|"
+    r"for\s+a\s+total\s+of|and\s+counting|"
+    r"(?:i'm|i\s+am|we're|we\s+are)\s+(?:now\s+)?(?:at|up\s+to)(?=\s+(?:page\s+|level\s+)?\d)|"
+    r"(?:just|finally)\s+(?:hit|reached|crossed|passed|surpassed|got\s+to|made\s+it\s+to))\b",
     re.I,
 )
 _CORRECTION = re.compile(r"\b(?:actually|correct(?:ion)?|i meant)\b.*\bnot\s+\d", re.I)
@@ -126,6 +148,18 @@ _CLAUSE = re.compile(
     re.I,
 )
 _YOU = re.compile(r"\byou\b", re.I)
+_PERSON = (
+    r"(?:mom|mum|dad|mother|father|parents?|brother|sister|siblings?|wife|husband|partner|spouse|"
+    r"friends?|son|daughter|kids?|children|child|boss|manager|colleagues?|co-?workers?|"
+    r"neighbou?rs?|cousins?|uncle|aunt|grand(?:ma|pa|mother|father|parents?)|room-?mates?|"
+    r"boyfriend|girlfriend|fianc[eé]e?|team-?mates?|classmates?|mentor|coach|doctor)"
+)
+_THIRD_EN = re.compile(
+    r"^\W*(?:(?:by the way|also|and|but|so|oh|well|btw)[\s,]+)*"
+    rf"(?:(?:my|our)\s+(?:[a-z'-]+\s+){{0,2}}?{_PERSON}\b|(?:he|she|they)\b)",
+    re.I,
+)
+_SELF_EN = re.compile(r"\b(?:i|i'm|i've|we|we've|we're)\b", re.I)
 _NAME = re.compile(r"(?<![\w'])([A-Z][\w&'-]*|[a-z]+[A-Z][\w-]*)")
 _NOT_NAME = frozenset(
     "I I'm I've I'd I'll By So But And Also Oh Well Speaking Actually The This That It My We Our "
@@ -133,7 +167,9 @@ _NOT_NAME = frozenset(
 )
 _GENERIC = frozenset(
     "way got get realli pretti feel alreadi total just like lot also actual thing much mani "
-    "great good new sinc now current right far keep track well still even speak one".split()
+    "great good new sinc now current right far keep track well still even speak one "
+    # units and "go": "yoga twice a week" and "the gym three times a week" share no subject
+    "go goe went day week month year time hour minut everi".split()
 )
 _ZH_DIGITS = {c: i for i, c in enumerate("零一二三四五六七八九十")} | {"两": 2}
 _COUNT_ZH = re.compile(
@@ -196,9 +232,15 @@ def _singular(noun: str) -> str:
     return n[:-1] if n.endswith("s") and len(n) > 3 else n
 
 
+_NUMBER_WORDS = frozenset(tokenize(" ".join([*_WORDS, *_ORDINALS, *_TIMES])))
+
+
 def _terms(text: str) -> frozenset[str]:
+    """Content words: no numbers (in digits or words), no generic words."""
     return frozenset(
-        t for t in tokenize(text) if not re.fullmatch(r"[\d.,:/]+", t) and t not in _GENERIC
+        t
+        for t in tokenize(text)
+        if not re.fullmatch(r"[\d.,:/]+", t) and t not in _GENERIC and t not in _NUMBER_WORDS
     )
 
 
@@ -228,6 +270,10 @@ def _hits_en(clause: str, before: str) -> list[tuple[str, float | None]]:
         noun = _antecedent(before + " " + clause[: m.start()])
         if noun:
             hits.append((noun, _value(m.group("num"), m.group("word"))))
+    for m in _BARE_NOW.finditer(clause):
+        noun = _antecedent(clause[: m.start()])  # the noun of this clause, not an earlier one
+        if noun:
+            hits.append((noun, _value(m.group("num"), m.group("word"))))
     for m in _COUNT_EN.finditer(clause):
         if re.fullmatch(r"(?:19|20)\d\d", m.group("num") or ""):
             continue  # a year
@@ -246,6 +292,7 @@ def _hits_en(clause: str, before: str) -> list[tuple[str, float | None]]:
             for m in pattern.finditer(clause)
         ]
     hits += [(m.group("noun").lower(), 1.0) for m in _ONE_UNIT.finditer(clause)]
+    hits += [("time", _TIMES[m.group(1).lower()]) for m in _TIMES_A.finditer(clause)]
     return hits
 
 
@@ -293,6 +340,8 @@ def tallies(text: str) -> list[Tally]:
                 corrected = not zh and bool(_CORRECTION.search(sentence))
                 if hedge.search(clause) or (goal.search(clause) and not corrected):
                     continue
+                if not zh and _THIRD_EN.match(clause) and not _SELF_EN.search(clause):
+                    continue  # "my brother keeps 25 titles on his list": his count, not mine
                 current = corrected or bool(now.search(clause))
                 hits = _hits_zh(clause) if zh else _hits_en(clause, said)
                 said += " " + clause
@@ -321,6 +370,9 @@ def restated(old: list[Tally], new: list[Tally]) -> tuple[Tally, Tally] | None:
                 continue
             if o.names and n.names and not o.names & n.names:
                 continue  # "three courses on Coursera" / "two courses on edX"
-            if o.names & n.names or len(o.terms & n.terms) >= 2:
+            shared = o.terms & n.terms
+            if o.names & n.names or len(shared) >= 2:
                 return o, n
+            if shared and (shared == o.terms or shared == n.terms):
+                return o, n  # "I go to yoga twice a week" / "now three times a week": all it says
     return None
