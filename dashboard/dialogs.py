@@ -484,25 +484,34 @@ def declare_detector_dialog(user: User, changes: Mapping[str, Any], replayed: Ma
         st.caption("Still declared, unchanged: "
                    + views.plain(whatif_views.settings_text(dict(sorted(kept.items())))))
     moved = _declared_moved(replayed)
-    st.html(views.DIALOG_CSS)
-    with st.container(key=views.DECIDE_KEY):
-        reason = (st.text_input("Reason (required, written to the audit log)",
-                                key="whatif-declare-reason", live=True,
-                                placeholder="why the fleet should run these settings") or ""
-                  ).strip()
-        with st.container(horizontal=True):
-            confirm = st.button("Use for the whole fleet", type="primary",
-                                key="whatif-declare-confirm", disabled=not reason or moved,
-                                help=None if reason else "Give a reason first.")
-            cancel = st.button("Cancel", key="whatif-declare-cancel")
-    if cancel:
-        _detector_closed()
-        st.rerun()
+    reason, confirm = _detector_decision("whatif-declare", "Use for the whole fleet",
+                                         "why the fleet should run these settings", moved)
     if confirm and not moved:
         settings = whatif_views.declared_after(replayed, changes)
         _declare_now(user, settings, reason,
                      "The whole fleet now runs these detector settings: "
                      f"{whatif_views.settings_text(dict(sorted(settings.items())))}.", forget)
+
+
+def _detector_decision(key: str, label: str, placeholder: str,
+                       blocked: bool = False) -> tuple[str, bool]:
+    """The detector dialogs' sticky bar: a required reason (committed while typing), the
+    confirm button `label` (disabled without a reason, or when `blocked`) and Cancel, which
+    closes the dialog. Returns the reason, stripped, and whether confirm was pressed."""
+    st.html(views.DIALOG_CSS)
+    with st.container(key=views.DECIDE_KEY):
+        reason = (st.text_input("Reason (required, written to the audit log)",
+                                key=f"{key}-reason", live=True, placeholder=placeholder) or ""
+                  ).strip()
+        with st.container(horizontal=True):
+            confirm = st.button(label, type="primary", key=f"{key}-confirm",
+                                disabled=not reason or blocked,
+                                help=None if reason else "Give a reason first.")
+            cancel = st.button("Cancel", key=f"{key}-cancel")
+    if cancel:
+        _detector_closed()
+        st.rerun()
+    return reason, confirm
 
 
 @st.dialog("Go back to the default detector settings", width="large",
@@ -525,20 +534,8 @@ def detector_defaults_dialog(user: User, declared: Mapping[str, Any],
                 "`[rewind.detector]`) for new session handles within a second. What changes "
                 "(the defaults as this console's configuration has them):")
     _change_list(whatif_views.default_rows(current, declared, defaults))
-    st.html(views.DIALOG_CSS)
-    with st.container(key=views.DECIDE_KEY):
-        reason = (st.text_input("Reason (required, written to the audit log)",
-                                key="whatif-defaults-reason", live=True,
-                                placeholder="why the fleet goes back to the defaults") or ""
-                  ).strip()
-        with st.container(horizontal=True):
-            confirm = st.button("Go back to the defaults", type="primary",
-                                key="whatif-defaults-confirm", disabled=not reason,
-                                help=None if reason else "Give a reason first.")
-            cancel = st.button("Cancel", key="whatif-defaults-cancel")
-    if cancel:
-        _detector_closed()
-        st.rerun()
+    reason, confirm = _detector_decision("whatif-defaults", "Go back to the defaults",
+                                         "why the fleet goes back to the defaults")
     if confirm:
         _declare_now(user, {}, reason, "The fleet's detector is back to its defaults: every "
                      "process runs its own configuration.", forget)
