@@ -676,6 +676,23 @@ class TestIdleTurns:
             steps += [say(""), ok("read_file", {"path": f"f{i}"}, f"x{i}")]
         assert flagged(feed(steps)) == []
 
+    def test_a_read_that_learns_nothing_new_does_not_end_the_run(self):
+        # the same read, same answer, between repeated turns: nothing new was learned
+        read = ok("read_file", {"path": "a"}, "x")
+        steps = [read, say("I'll retry."), read, say("I'll retry."), say("I'll retry.")]
+        verdicts = feed(steps)
+        assert flagged(verdicts) == [4] and verdicts[4].rule == IDLE_TURNS
+
+    def test_a_read_with_a_new_answer_ends_the_run(self):
+        steps = [
+            ok("read_file", {"path": "a"}, "x"),
+            say("I'll retry."),
+            ok("read_file", {"path": "a"}, "y"),
+            say("I'll retry."),
+            say("I'll retry."),
+        ]
+        assert flagged(feed(steps)) == []
+
 
 class TestToollessTurns:
     """Issue 12, class 9: turns that call no tool, three in a row, in a tool-using run."""

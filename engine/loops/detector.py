@@ -63,7 +63,8 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
   (`overflow_run_threshold`).
 - ``idle_turns``: 3 agent turns in a row without a tool call, each empty or (nearly) repeating
   another turn of the run (case, numbers and punctuation ignored); or, once the run has called
-  tools, 3 message turns in a row without a tool call, whatever they say.
+  tools, 3 message turns in a row without a tool call, whatever they say. A read between the
+  turns that returns a state already in the window does not end the run (it is no progress).
 - ``repeated_content``: one agent message in which a passage of 50 characters
   (`content_chunk_size`) comes back 10 times (`content_repeats`), close together: the model is
   "chanting". Code blocks and tables are left out.

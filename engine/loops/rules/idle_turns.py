@@ -19,7 +19,9 @@ class IdleTurns(Rule):
     `turn_similarity`) repeating another turn of the run; or, in a run that has called tools,
     at that many message turns in a row without a tool call, whatever they say (an agent that
     works through tools and stops calling them is talking instead of acting). A tool call
-    ends the run; a model call that overflowed is no turn (``context_overflow`` counts it)."""
+    ends the run, unless every call since the last turn was a successful read whose state the
+    window had already seen (it learned nothing new); a model call that overflowed is no turn
+    (``context_overflow`` counts it)."""
 
     id = IDLE_TURNS
     kinds = frozenset({TURN})
@@ -52,7 +54,11 @@ class IdleTurns(Rule):
         if obs.overflow:
             return None  # a model call that overflowed is no turn the agent spoke
         turns, counts = self._turns, self._counts
-        if turns and (window.last_call or -1) > turns[-1][0]:
+        if (
+            turns
+            and (window.last_call or -1) > turns[-1][0]
+            and not _only_stale_reads(window, turns[-1][0])
+        ):
             self.after_flag()  # a tool call ended the last run of idle turns
         step = obs.step
         text = step.text
@@ -123,3 +129,21 @@ class IdleTurns(Rule):
             if earlier and values_close(earlier, signature, 0, 0, self.similarity):
                 return earlier
         return signature
+
+
+def _only_stale_reads(window: Window, since: int) -> bool:
+    """Whether every tool call after step `since` was a successful read whose state the window
+    had already seen: a read that learns nothing new between idle turns is no progress, so it
+    does not end their run (a failure, a write or a new result does)."""
+    saw_call = False
+    for record in reversed(window.records):
+        if record.index <= since:
+            break
+        state = record.state
+        if state is None:
+            continue
+        outcome = state[1]
+        if outcome == "done" or outcome.startswith("!") or window.state_seen.get(state, 0) < 2:
+            return False
+        saw_call = True
+    return saw_call
