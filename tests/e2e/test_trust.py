@@ -99,6 +99,10 @@ def test_an_open_notice_dialog_refuses_custom_text_after_the_account_was_deleted
     text = dialog.get_by_role("textbox", name="Notice text")
     text.fill("Please re-authenticate at evil.example")
     text.press("Control+Enter")
+    # The run the text starts draws its preview and makes the dialog taller: wait for it, so
+    # the click below lands on the button, not where it was (outside the dialog, a click
+    # dismisses it; CI saw the dialog close that way instead of refusing).
+    expect(dialog.get_by_text("Please re-authenticate at evil.example", exact=True)).to_be_visible()
     settle(page)
     rewrite(secrets, {"victor": ACCOUNTS["victor"]})
     dialog.get_by_role("button", name="Send notice", exact=True).click()
