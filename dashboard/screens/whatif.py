@@ -47,13 +47,13 @@ def _by_whom(d: whatif.Declaration) -> str:
 
 
 with st.container(key="whatif-declared", border=True):
+    by_whom = _by_whom(declaration)
     if declaration.settings:
         st.markdown("**Declared for the whole fleet:** "
                     + views.literal(whatif.settings_text(dict(sorted(
                         declaration.settings.items())))))
         st.caption("Every process on the store runs these over its own configuration"
-                   + (f", declared {_by_whom(declaration)}" if _by_whom(declaration) else "")
-                   + ".")
+                   + (f", declared {by_whom}" if by_whom else "") + ".")
         if user.can_act:
             st.button("Go back to the defaults…", key="whatif-open-defaults",
                       icon=":material/settings_backup_restore:",
@@ -61,8 +61,8 @@ with st.container(key="whatif-declared", border=True):
     else:
         st.markdown("**No detector settings declared for the whole fleet:** every process runs "
                     "its own configuration (its detector factory and `[rewind.detector]`).")
-        if _by_whom(declaration):
-            st.caption(f"Back to the defaults {_by_whom(declaration)}.")
+        if by_whom:
+            st.caption(f"Back to the defaults {by_whom}.")
 if dialogs.detector_asked() == "defaults":
     dialogs.detector_defaults_dialog(user, declared, current, data.detector_defaults(url),
                                      forget=FORGET)

@@ -289,13 +289,17 @@ def declared_after(declared: Mapping[str, Any], changes: Mapping[str, Any]) -> d
     return {**declared, **changes}
 
 
+def _in_page_order(fields: Mapping[str, Any]) -> list[str]:
+    """`fields` in the page's `SETTINGS` order, then those the page does not offer, sorted."""
+    order = [s.field for s in SETTINGS if s.field in fields]
+    return order + sorted(set(fields) - set(order))
+
+
 def declare_rows(current: Mapping[str, Any], changes: Mapping[str, Any]) -> list[SettingChange]:
     """What declaring `changes` changes, in `SETTINGS` order: now (`current`) → new."""
     labels = {s.field: s.label for s in SETTINGS}
-    order = [s.field for s in SETTINGS if s.field in changes]
-    order += sorted(set(changes) - set(order))
     return [SettingChange(name, labels.get(name, name), value_text(name, current.get(name)),
-                          value_text(name, changes[name])) for name in order]
+                          value_text(name, changes[name])) for name in _in_page_order(changes)]
 
 
 def default_rows(current: Mapping[str, Any], declared: Mapping[str, Any],
@@ -304,20 +308,12 @@ def default_rows(current: Mapping[str, Any], declared: Mapping[str, Any],
     runs now (`current`) to this console's own configuration (`defaults`; ``each process's
     own`` for a setting the page does not offer)."""
     labels = {s.field: s.label for s in SETTINGS}
-    order = [s.field for s in SETTINGS if s.field in declared]
-    order += sorted(set(declared) - set(order))
     rows = []
-    for name in order:
+    for name in _in_page_order(declared):
         now = current[name] if name in current else declared[name]
         new = value_text(name, defaults[name]) if name in defaults else OWN_CONFIG
         rows.append(SettingChange(name, labels.get(name, name), value_text(name, now), new))
     return rows
-
-
-def changes_frame(rows: Sequence[SettingChange]) -> pd.DataFrame:
-    """The rows of a declare or go-back dialog as a table: setting, field, now, new."""
-    return pd.DataFrame([{"setting": r.label, "field": r.field, "now": r.now, "new": r.new}
-                         for r in rows], columns=["setting", "field", "now", "new"])
 
 
 @dataclass(frozen=True)
