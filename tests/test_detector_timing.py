@@ -144,7 +144,9 @@ class TestWhatStaysHealthy:
 
     def test_a_customer_asking_for_one_more_of_a_new_thing_is_no_repeat(self):
         def add(item: str) -> Step:
-            return Step(tool="add_to_cart", args={"item_id": item, "quantity": 1}, result="ok")
+            return Step(
+                tool="add_to_cart", args={"item_id": item, "quantity": 1}, side_effect=True
+            )
 
         steps: list[Step | str] = [add("mug"), USER, add("plate"), USER, add("bowl")]
         assert first(steps) is None
@@ -165,6 +167,14 @@ class TestSettingAndFlagsAgain:
         detector = LoopDetector(repeat_threshold=5, user_repeat_threshold=3)
         steps: list[Step | str] = [cancel(), USER, cancel(), cancel(), USER, cancel()]
         assert first(steps, detector) is None
+
+    def test_users_who_ask_for_the_same_action_again_set_it_to_the_ordinary_threshold(self):
+        one_more = Step(
+            tool="add_to_cart", args={"item_id": "mug", "quantity": 1}, side_effect=True
+        )
+        steps: list[Step | str] = [one_more, USER, one_more]
+        assert first(steps) == 1  # read as the same write re-issued
+        assert first(steps, LoopDetector(user_repeat_threshold=3)) is None
 
     def test_below_two_is_refused(self):
         with pytest.raises(ValueError, match="user_repeat_threshold"):

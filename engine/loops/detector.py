@@ -257,7 +257,8 @@ class DetectorConfig:
     """``exact_repeat`` fires at this occurrence of one successful write when each repeat was
     the agent's next call after the user spoke (nothing but talk between, no progress): the
     action already happened and the user's turn did not change what the agent does next. At
-    `repeat_threshold` or above it adds nothing."""
+    `repeat_threshold` or above it adds nothing: set it there for an agent whose users ask for
+    the same action again on purpose ("add one more of the same mug")."""
     near_duplicate_threshold: int = 3
     """``near_duplicate`` fires at this many near-identical failures (or side effects)."""
     near_max_changed: int = 4
