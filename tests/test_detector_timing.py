@@ -144,9 +144,7 @@ class TestWhatStaysHealthy:
 
     def test_a_customer_asking_for_one_more_of_a_new_thing_is_no_repeat(self):
         def add(item: str) -> Step:
-            return Step(
-                tool="add_to_cart", args={"item_id": item, "quantity": 1}, side_effect=True
-            )
+            return Step(tool="add_to_cart", args={"item_id": item, "quantity": 1}, side_effect=True)
 
         steps: list[Step | str] = [add("mug"), USER, add("plate"), USER, add("bowl")]
         assert first(steps) is None
