@@ -1,7 +1,7 @@
 """Benchmark of LoopDetector: detection quality per source, cost per step and memory.
 
 Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000] [--quality-only]
-[--cost-only] [--verdicts PATH]``
+[--cost-only] [--verdicts PATH] [--late N]``
 
 - Quality, per source: the production detector (``LoopDetector()``) over the labelled trace corpus
   (tests/traces), each peer suite (tests/loops_peers: other projects' own loop-detection test
@@ -28,6 +28,9 @@ Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000] 
   a customer-service agent and a simulated customer, each half in two forms (the customer's turns
   as user input between agent turns, and tau-bench's ``respond`` calls); only the tuned half's
   mistakes are listed.
+- ``--late N`` lists, instead of the tables, every looping case of a tuned or enriched set, the
+  traces and the peers not flagged within 3 steps of its loop's start, with its steps from N
+  before the start to the first flag and the rule of each flag (never a held-out case).
 - Human chats (LoCoMo, ``shared/data/locomo10.json``): long two-person chats, each speaker in turn
   fed as the agent's message turns and the other as the user; no tools and no loops, so every
   flag is a false alarm ("flagged ok"). Even positions tuned, odd positions held out.
@@ -638,6 +641,53 @@ def quality_report(show_misses: bool) -> None:
     print()
 
 
+def _describe(step: Step | None | tuple[()]) -> str:
+    """One line of a step for the late listing."""
+    if step is USER:
+        return "(user)"
+    if isinstance(step, tuple):
+        return "(new task)"
+    if step.tool is None:
+        return f"turn {(step.text or '')[:110]!r}"
+    args = json.dumps(step.args, sort_keys=True, default=str)[:90]
+    out = f"!{(step.error or '')[:90]!r}" if not step.ok else repr(str(step.result)[:60])
+    return f"{step.tool} {args} -> {out}"
+
+
+def late_report(context: int) -> None:
+    """Every tuned looping case not flagged within 3 steps of its loop's start (never a held-out
+    one), with the step stream from `context` steps before the start to the first flag (or the
+    expected step) and the rule of each looping verdict."""
+    sources: list[tuple[str, list[Case]]] = [("own corpus (tests/traces)", trace_cases())]
+    sources += [(f"peers: {suite}", cases) for suite, cases in peer_cases().items()]
+    path = realruns_path()
+    sources += list(realrun_cases(path).items()) if path is not None else []
+    sources += list(tau2_cases().items())
+    for source, cases in sources:
+        if "held-out" in source or "no labels" in source:
+            continue
+        for c in cases:
+            if c.expected is None:
+                continue
+            start = c.expected if c.earliest is None else c.earliest
+            flags = {i: v.rule for i, v in verdicts(c.steps) if v.looping}
+            got = min(flags, default=None)
+            if got is not None and start <= got <= start + 3:
+                continue
+            print(
+                f"\n{source} / {c.name}: loop starts {start}, expected {c.expected}, "
+                f"first flag {got} ({flags.get(got)})"
+            )
+            end = max(c.expected + 1, start + 3) if got is None else max(got, start + 3)
+            i = 0
+            for step in c.steps:
+                between = step is USER or isinstance(step, tuple)  # a user turn, a new task
+                if start - context <= i <= end:
+                    mark = f" <- {flags[i]}" if not between and i in flags else ""
+                    print(f"  {'' if between else i:>4} {_describe(step)}{mark}")
+                i += not between
+
+
 def timing_table(scores: list[Score]) -> str:
     """How soon after the loop's start each labelled source with loops is flagged, and the peer
     suites' "on time" (see the module docstring)."""
@@ -726,7 +776,17 @@ def main() -> None:
         help="also write every verdict of every case (all steps, all fields) to PATH, one JSON "
         "line per looping verdict: diff two such files to prove a change kept every verdict",
     )
+    parser.add_argument(
+        "--late",
+        type=int,
+        metavar="N",
+        help="only list the tuned looping cases not flagged within 3 steps of the loop's start, "
+        "with the steps from N before the start to the first flag (never a held-out case)",
+    )
     opts = parser.parse_args()
+    if opts.late is not None:
+        late_report(opts.late)
+        return
 
     if opts.verdicts:
         write_verdicts(Path(opts.verdicts))

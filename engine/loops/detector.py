@@ -41,7 +41,10 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
 (`tool_exemptions`)
 -----------------------------------------------------------------------------------------------
 - ``exact_repeat``: the same state 3 times (`repeat_threshold`) with no progress in between,
-  unless the agent waited before every repeat (polling with back-off: see ``poll_budget``).
+  unless the agent waited before every repeat (polling with back-off: see ``poll_budget``);
+  a successful write twice (`user_repeat_threshold`) when the repeat is the agent's next call
+  after a user turn (the same cancellation made again after the customer's reply: the action
+  already happened, so the second is a duplicate side effect, a second refund).
 - ``circuit_breaker``: K consecutive failures of one tool (`breaker_failures`, per-tool
   overrides), whatever the arguments, with no success of it and no progress elsewhere between;
   or `repeat_threshold` failures of one call back to back (nothing in between), whatever the
@@ -250,6 +253,12 @@ class DetectorConfig:
     """Steps kept in memory; also the `horizon`, the furthest back a verdict may point."""
     repeat_threshold: int = 3
     """``exact_repeat`` fires at this occurrence of the same state."""
+    user_repeat_threshold: int = 2
+    """``exact_repeat`` fires at this occurrence of one successful write when each repeat was
+    the agent's next call after the user spoke (nothing but talk between, no progress): the
+    action already happened and the user's turn did not change what the agent does next. At
+    `repeat_threshold` or above it adds nothing: set it there for an agent whose users ask for
+    the same action again on purpose ("add one more of the same mug")."""
     near_duplicate_threshold: int = 3
     """``near_duplicate`` fires at this many near-identical failures (or side effects)."""
     near_max_changed: int = 4
@@ -468,6 +477,7 @@ class LoopDetector:
     def user_input(self) -> None:
         """Tell the rules the user spoke (a user message joined the dialogue): message turns
         that answer the user are not an agent talking instead of acting."""
+        self._window.last_user = self._window.n
         for rule in self._rules:
             rule.user_input()
 

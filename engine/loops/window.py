@@ -127,6 +127,7 @@ class Window:
         "last_ok",
         "last_call",
         "last_wait",
+        "last_user",
         "targeted",
         "target_progress",
     )
@@ -158,6 +159,9 @@ class Window:
         """Index of the last tool call."""
         self.last_wait: int = -1
         """Index of the last call that only waited (a wait tool, ``sleep 30`` in a shell)."""
+        self.last_user: int = -1
+        """Index of the first step after the last user turn (`LoopDetector.user_input`): the
+        user spoke after step ``i`` when ``last_user > i``."""
         self.targeted: int = 0
         """Progress steps so far that were writes to a named target (`target_progress`)."""
         self.target_progress: dict[str, int] = {}

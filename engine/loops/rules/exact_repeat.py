@@ -15,15 +15,27 @@ EXACT_REPEAT: Final = "exact_repeat"
 class ExactRepeat(Rule):
     """Fires at the `repeat_threshold`-th occurrence of one state when no progress step came
     between the first of them and now, unless the agent waited before every repeat: polling
-    with back-off and an unchanged answer is left to ``poll_budget``."""
+    with back-off and an unchanged answer is left to ``poll_budget``.
+
+    Sooner, at `user_repeat_threshold`, for a successful write whose every repeat was the
+    agent's next call after a user turn (only talk between, no progress): the user's reply did
+    not change what the agent does next, and the action it repeats already happened (a second
+    cancellation of one reservation refunds it twice). Failures are not counted sooner: a
+    customer asking to "try again" once is an ordinary retry. Back-to-back writes with no user
+    turn between keep `repeat_threshold`."""
 
     id = EXACT_REPEAT
     kinds = frozenset({CALL})
 
-    def __init__(self, repeat_threshold: int) -> None:
+    def __init__(self, repeat_threshold: int, user_repeat_threshold: int) -> None:
         if repeat_threshold < 2:
             raise ValueError(f"repeat_threshold must be at least 2, got {repeat_threshold}")
+        if user_repeat_threshold < 2:
+            raise ValueError(
+                f"user_repeat_threshold must be at least 2, got {user_repeat_threshold}"
+            )
         self.threshold = repeat_threshold
+        self.user_threshold = min(user_repeat_threshold, repeat_threshold)
         super().__init__()
 
     @property
@@ -34,6 +46,55 @@ class ExactRepeat(Rule):
         # per state, of its last `threshold` steps: index, progress mark right after it
         # (`Observation.progress_mark`), and whether the agent waited since the previous one
         self._hits: dict[tuple[str, str], list[tuple[int, Any, bool]]] = {}
+        # per write state: the indexes of its latest run of repeats each made as the agent's
+        # next call after a user turn (the first of them included)
+        self._answered: dict[tuple[str, str], list[int]] = {}
+
+    def after_flag(self) -> None:
+        self._answered.clear()
+
+    def _after_user(
+        self, obs: Observation, window: Window, before: int, mark: Any
+    ) -> Finding | None:
+        """The same successful write made again, as the agent's next call after a user turn,
+        `user_threshold` times in a row (see the class docstring); its last occurrence was
+        step `before` (progress mark `mark`) and the user spoke since."""
+        calls = window.calls
+        if (
+            before <= window.fence
+            or mark != obs.progress_mark
+            or len(calls) < 2
+            or calls[-2].index != before  # another call came between: not only talk
+            or window.waited_since(before)
+        ):
+            return None
+        state = obs.state
+        assert state is not None
+        index = obs.index
+        run = self._answered.get(state)
+        if run is None or run[-1] != before:  # a repeat without a user turn broke the run
+            if len(self._answered) > window.size:
+                self._answered.clear()
+            run = self._answered[state] = [before]
+        run.append(index)
+        if len(run) < self.user_threshold or not self.allowed((obs.tool,)):
+            return None
+        tool = obs.tool
+        evidence = run[-self.user_threshold :]
+        count = len(evidence)
+        del self._answered[state]
+        return Finding(
+            f"{state[0]}\x00{state[1]}",
+            tool,
+            evidence,
+            evidence[0],
+            f"{tool} made the same change {count} times with the same arguments, each repeat "
+            "right after the user spoke, so the agent is repeating an action that already "
+            "happened instead of answering what the user said.",
+            f"The {tool} action already succeeded; do not perform it again, answer the user "
+            "instead.",
+            {"count": count, "fingerprint": obs.call, "after_user_turn": True},
+        )
 
     def check(self, obs: Observation, window: Window) -> Finding | None:
         state = obs.state
@@ -50,6 +111,16 @@ class ExactRepeat(Rule):
         needed = self.threshold
         if len(hits) > needed:
             del hits[0]
+        if (
+            obs.write
+            and len(hits) > 1
+            and window.last_user > hits[-2][0]  # the user spoke since the last one
+            and obs.ok
+            and self.user_threshold < needed
+        ):
+            answered = self._after_user(obs, window, hits[-2][0], hits[-2][1])
+            if answered is not None:
+                return answered
         if len(hits) < needed:
             return None
         first_index, progress_then, _ = hits[0]
