@@ -45,6 +45,10 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting("repeat_threshold", "Same call repeated (times)", "exact_repeat flags at this "
             "occurrence of the same call with the same result.", "int", 2),
+    Setting("user_repeat_threshold", "Same write again after a user turn (times)",
+            "exact_repeat flags a successful write repeated as the agent's next call after a "
+            "user turn at this occurrence (set it to the repeat count above to turn it off).",
+            "int", 2),
     Setting("near_duplicate_threshold", "Near-identical failures", "near_duplicate flags at this "
             "many near-identical failing calls (arguments nudged, same failure).", "int", 2),
     Setting("recurrence_threshold", "Same failure within the window", "recurrence flags at this "
