@@ -150,3 +150,45 @@ def test_a_viewer_cannot_label_and_nothing_is_stored(console, page: Page):
     with Engine.open(console.store) as engine:
         assert sid not in engine.labels()
         assert engine.audit(action="label", session=sid) == []
+
+
+def test_a_budget_stop_names_the_task_that_used_the_budget(console, page: Page):
+    sid = "why-budget-1"
+    with Engine.open(console.store, detector_settings={"max_steps": 8}) as engine:
+        s = engine.session(sid, on_loop="flag")
+        for task, size in enumerate([5, 5, 12]):  # three requests; the third runs away
+            s.append_message("user", f"request {task}: export the ledger for region {task}")
+            for i in range(size):
+                with s.step("export_rows", {"region": task, "page": i}) as call:
+                    call.ok({"rows": 100})
+        verdict = s.info().last_verdict
+        assert verdict["rule"] == "step_budget"
+        stopped = max(verdict["evidence_steps"])
+        # independently of the verdict's evidence: the task began with the newest user message
+        # before the stopped step, at the first step after it
+        steps = {st.n: st for st in s.steps()}
+        said = max((m for m in s.messages() if m.message["role"] == "user"
+                    and m.created_at <= steps[stopped].started_at), key=lambda m: m.created_at)
+        began = min(n for n, st in steps.items() if st.started_at >= said.created_at)
+        assert stopped - began + 1 == 8
+        looser = engine.replay({"max_steps": 9}, where={"session": sid}).sessions[0]
+        assert looser.after is not None and looser.after.step == stopped + 1
+        still = engine.replay({"max_steps": 8}, where={"session": sid}).sessions[0].after
+        assert still is not None and still.step == stopped
+    open_session(page, console.url, sid, "Why flagged")
+    card = page.locator('[data-testid="stMetric"]').filter(has_text="Task began at step")
+    expect(card.locator('[data-testid="stMetricValue"]')).to_have_text(str(began))
+    used = page.locator('[data-testid="stMetric"]').filter(has_text="Steps in the task")
+    expect(used.locator('[data-testid="stMetricValue"]')).to_have_text("8 steps")
+    expect(page.get_by_text(re.compile(re.escape(
+        f"Which task used the budget: The task that began at step {began}, when the user wrote "
+        f"“{said.message['content']}”, used 8 steps of a budget of 8 (steps {began}–{stopped})."
+    )))).to_be_visible()
+    row = grid_row(page, "step_budget")
+    expect(row).to_contain_text(f"flagged step {stopped}")
+    expect(row).to_contain_text("max_steps=8")
+    expect(page.get_by_text(re.compile(re.escape(
+        f"max_steps 8 → 9: the first flag would move to step {looser.after.step} "
+        "(step_budget).")))).to_be_visible()
+    # the task's first and last steps are not near-duplicate calls
+    expect(page.get_by_text("Argument differences between near-duplicates")).to_have_count(0)
