@@ -5,8 +5,15 @@ found by replays that start a new task where the user spoke, as the live session
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from dashboard.access import SESSION_KEY, User
 from dashboard.views import why_flagged as why
 from engine import Engine
+from engine.auth import hash_password
+from engine.fleet import session_history
 from engine.replay import first_flag, smallest_change
 
 SID = "budget-tasks"
@@ -64,8 +71,6 @@ def test_the_smallest_change_of_a_budget_stop_is_the_budget(tmp_path):
 
 
 def test_smallest_change_replays_tasks_as_the_session_counted_them(tmp_path):
-    from engine.fleet import session_history
-
     with budget_store(tmp_path, [5, 5, 12]) as engine:
         history = session_history(engine.runtime, SID)
     assert first_flag(history, {"max_steps": 8}).step == 18
@@ -96,3 +101,25 @@ def test_a_long_message_is_quoted_short():
     assert len(why._quoted(long)) == why.QUOTE_CHARS
     assert why._quoted(long).endswith("…")
     assert why._quoted(None) == ""
+
+
+def test_the_session_page_names_the_task_that_used_the_budget(tmp_path):
+    with budget_store(tmp_path, [5, 5, 12]):
+        pass
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py"),
+                           default_timeout=90)
+    at.secrets["rewind"] = {"store": f"sqlite:///{tmp_path}/rewind.db", "users": {
+        "olivia": {"role": "operator", "password_hash": hash_password("pw")}}}
+    at.session_state[SESSION_KEY] = User("olivia", "operator", "local")
+    at.switch_page("screens/session.py")
+    at.query_params["session"] = SID
+    at.query_params["tab"] = "Why flagged"
+    at.run()
+    assert not at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Task began at step"] == "11"
+    assert metrics["Steps in the task"] == "8 steps"
+    assert "Loop began at step" not in metrics and "Steps in evidence" not in metrics
+    shown = "\n".join(str(m.value) for m in at.markdown)
+    assert "**Which task used the budget:** The task that began at step 11" in shown
+    assert "Argument differences between near-duplicates" not in shown
