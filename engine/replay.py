@@ -574,6 +574,17 @@ _DETECTOR_ONLY = frozenset({"window"})
 """Numeric settings that are not tried: the window also bounds every other rule."""
 
 
+def _numeric(name: str, current: Any) -> type | None:
+    """`int` or `float` when the setting `name` is a number that can be nudged (an optional one,
+    such as `max_steps`, only while it is set); None otherwise."""
+    hint = _HINTS[name]
+    if hint in (int, float):
+        return hint
+    if typing.get_args(hint) == (int, type(None)) and isinstance(current, int):
+        return int
+    return None
+
+
 def smallest_change(
     records: Sequence[StepRecord | MessageRecord],
     config: DetectorConfig | Mapping[str, Any] | None,
@@ -606,7 +617,7 @@ def smallest_change(
     rule = next(r for r in REGISTRY if r.id == rule_id)
     best: SettingChange | None = None
     for name in rule.settings:
-        if name in _DETECTOR_ONLY or _HINTS[name] not in (int, float):
+        if name in _DETECTOR_ONLY or _numeric(name, getattr(base, name)) is None:
             continue
         found = _nudge(records, base, name, step, earlier, max_tries)
         if found is not None and (best is None or found.size < best.size):
@@ -641,7 +652,7 @@ def _nudge(
     direction, with which `step` is not flagged and the flags before it stay as they were."""
     current = getattr(base, name)
     for k in range(1, max_tries + 1):
-        if _HINTS[name] is int:
+        if _numeric(name, current) is int:
             value: Any = current - k if name in _LOWER_IS_LOOSER else current + k
             if value < 0:
                 return None
@@ -672,8 +683,9 @@ def _run_to(
     detector = LoopDetector(config)
     first: Flag | None = None
     for record in _stream(records, step):
-        if record is None:
+        if record is None:  # the user spoke: a new task, as `_first_flag` and the session see it
             detector.user_input()
+            detector.new_task()
             continue
         verdict = detector.observe(step_of(record))
         if record.n == step:

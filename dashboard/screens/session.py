@@ -273,29 +273,16 @@ def render_why_flagged(page: Page) -> None:
         st.info("No loop verdict was recorded for this session.")
         return
     steps = page.bundle.steps
-    c1, c2, c3 = st.columns(3)
-    c1.metric("Rule", views.plain(verdict["rule"] or "?"))
-    c2.metric("Loop began at step", verdict["loop_start_step"] or "?")
-    evidence = sorted(verdict["evidence_steps"])
-    c3.metric(
-        "Steps in evidence",
-        f"{len(evidence)} steps",
-        help="The steps the rule looked at: " + views.step_list(evidence) if evidence else None,
-    )
-    if evidence:
-        c3.caption(f"steps {views.step_list(evidence)}")
+    # a stop by the hard step budget: no loop began, one task ran out of steps
+    task = why.budget_task(verdict, steps, page.bundle.messages)
+    render_verdict_figures(verdict, task)
     st.markdown(f"**Why:** {views.plain(verdict['explanation'])}")
+    if task is not None:
+        st.markdown(f"**Which task used the budget:** {views.plain(why.budget_sentence(task))}")
     st.markdown("**Evidence**")
     st.dataframe(views.evidence_frame(steps, verdict), hide_index=True)
-    wanted = set(verdict["evidence_steps"])
-    groups = views.near_duplicate_groups([s for s in steps if s.n in wanted])
-    if groups:
-        st.markdown("**Argument differences between near-duplicates**")
-        for group in groups:
-            st.caption(f"{views.plain(group[0].tool)}: {len(group)} calls")
-            st.dataframe(views.arg_diffs(group), hide_index=True)
-    elif wanted:
-        st.caption("The arguments are identical in every evidence step: an exact repeat.")
+    if task is None:  # a budget's evidence is its task's first and last step, not repeats
+        render_near_duplicates(steps, set(verdict["evidence_steps"]))
     if verdict["details"]:
         with st.expander("Rule details"):
             st.json(verdict["details"])
@@ -306,6 +293,39 @@ def render_why_flagged(page: Page) -> None:
     st.markdown(f"**Suggested rollback target:** {views.plain(page.target_text)}")
     if page.bundle.info.status != SessionStatus.LOOPING:
         st.caption("The session is no longer looping; the target is where a rollback would go now.")
+
+
+def render_verdict_figures(verdict: StoredVerdict, task: why.BudgetTask | None) -> None:
+    """Rule, where the loop (or the task that used the budget) began, and the steps it rests on."""
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Rule", views.plain(verdict["rule"] or "?"))
+    if task is not None:
+        c2.metric("Task began at step", task.first_step)
+        used = task.used or task.last_step - task.first_step + 1
+        c3.metric("Steps in the task", f"{used} steps",
+                  help="From the task's first step to the one the budget ran out at.")
+        c3.caption(f"steps {task.first_step}–{task.last_step}")
+        return
+    c2.metric("Loop began at step", verdict["loop_start_step"] or "?")
+    evidence = sorted(verdict["evidence_steps"])
+    c3.metric(
+        "Steps in evidence",
+        f"{len(evidence)} steps",
+        help="The steps the rule looked at: " + views.step_list(evidence) if evidence else None,
+    )
+    if evidence:
+        c3.caption(f"steps {views.step_list(evidence)}")
+
+
+def render_near_duplicates(steps: list, wanted: set[int]) -> None:
+    groups = views.near_duplicate_groups([s for s in steps if s.n in wanted])
+    if groups:
+        st.markdown("**Argument differences between near-duplicates**")
+        for group in groups:
+            st.caption(f"{views.plain(group[0].tool)}: {len(group)} calls")
+            st.dataframe(views.arg_diffs(group), hide_index=True)
+    elif wanted:
+        st.caption("The arguments are identical in every evidence step: an exact repeat.")
 
 
 # Sessions with more steps explain their flag on request: the answer replays the session a few

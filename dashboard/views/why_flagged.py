@@ -8,7 +8,8 @@ The engine does the replays and the search; this module only words them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from engine import RuleReading, WhyFlagged
@@ -80,3 +81,80 @@ def replay_command(found: WhyFlagged) -> str | None:
     if change is None or change.field in ("tool_exemptions", "disabled_rules"):
         return None
     return f"rewind replay --set {change.field}={change.after}"
+
+
+# -- a stop by the hard step budget: which task used it ----------------------------------------
+STEP_BUDGET = "step_budget"
+QUOTE_CHARS = 120
+"""Longest piece of the user's message quoted as the task's trigger."""
+
+
+@dataclass(frozen=True)
+class BudgetTask:
+    """The task that used up the hard step budget (the budget counts per task, not per session:
+    a user message, a new run or graph invocation, a client back after an idle gap starts one)."""
+
+    first_step: int
+    """The task's first step (the verdict's first evidence step)."""
+    last_step: int
+    """The step the budget ran out at."""
+    used: int | None
+    """Steps the task took (the rule's ``steps``), when recorded."""
+    budget: int | None
+    """The budget in force (``max_steps``), when recorded."""
+    trigger: str
+    """``user``: a user message began it; ``start``: the session's first steps; ``runtime``:
+    the agent's runtime began it (`Session.new_task`: no message between it and the step before)."""
+    message: str | None = None
+    """The user's message that began it (``user``), shortened to `QUOTE_CHARS`."""
+
+
+def _quoted(content: Any) -> str:
+    text = " ".join(str(content if content is not None else "").split())
+    return text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 1].rstrip() + "…"
+
+
+def budget_task(verdict: Mapping[str, Any] | None, steps: Sequence[Any],
+                messages: Sequence[Any]) -> BudgetTask | None:
+    """Which task used the budget, for a ``step_budget`` verdict (None for any other): its first
+    step is where the verdict's evidence starts; it began with the newest user message written
+    after the step before it and by its own start (every branch: the detector saw them all), else
+    with the session (no step before it among `steps`), else by the agent's runtime.
+
+    `steps`: `StepRecord`-likes (``n``, ``started_at``); `messages`: `MessageRecord`-likes
+    (``message``, ``created_at``), any order."""
+    if not verdict or verdict.get("rule") != STEP_BUDGET or not verdict.get("evidence_steps"):
+        return None
+    evidence = [int(n) for n in verdict["evidence_steps"]]
+    first, last = min(evidence), max(evidence)
+    details = verdict.get("details") or {}
+    used, budget = details.get("steps"), details.get("budget")
+    at = {s.n: s.started_at for s in steps}
+    start = at.get(first)
+    before = [t for n, t in at.items() if n < first]
+    task = BudgetTask(first, last, used, budget, "start" if not before else "runtime")
+    if start is None:
+        return task
+    since = max(before, default=float("-inf"))
+    said = [m for m in messages if (m.message or {}).get("role") == "user"
+            and since < m.created_at <= start]
+    if not said:
+        return task
+    newest = max(said, key=lambda m: m.created_at)
+    return BudgetTask(first, last, used, budget, "user", _quoted(newest.message.get("content")))
+
+
+def budget_sentence(task: BudgetTask) -> str:
+    """Which task used the budget, in one sentence (the user's words included: render via
+    `plain`)."""
+    began = {"user": f"when the user wrote “{task.message}”",
+             "start": "when the session started",
+             "runtime": ("when the agent's runtime started a new task (a new run or graph "
+                         "invocation, or a client back after an idle gap)")}[task.trigger]
+    span = (f"step {task.first_step}" if task.first_step == task.last_step
+            else f"steps {task.first_step}–{task.last_step}")
+    used = f"{task.used} steps" if task.used is not None else "its steps"
+    budget = f" of a budget of {task.budget}" if task.budget is not None else ""
+    return (f"The task that began at step {task.first_step}, {began}, used {used}{budget} "
+            f"({span}). The budget starts again with every new task: a long session is not "
+            "stopped for being long.")
