@@ -50,7 +50,8 @@ _EN_SOURCES = [
         "residence",
         False,
         False,
-        rf"{_SUBJ}(?:'m|\s+am|\s+are|\s+is)?{_ADV}(?:\s+(?:currently|still))?\s+(?:live|lives|living|based|settled)\s+in\s+{_PLACE}",
+        rf"{_SUBJ}(?:'m|\s+am|\s+are|\s+is)?{_ADV}(?:\s+(?:currently|still))?\s+(?:live|lives|living|based|settled)\s+in\s+"
+        rf"(?:(?:a|an|my|our)\s+(?:[a-z'-]+\s+){{0,3}}in\s+)?{_PLACE}",
     ),
     (
         "residence",

@@ -87,6 +87,7 @@ from engine.memory.judge_rules import (  # the phrasings the rules judge reads
     _ZH_THING_CHANGED,
     _ZH_THING_IS,
 )
+from engine.memory.judge_frames import Frame, clauses, frames, judge_frames, frame_keys
 from engine.memory.surface import HAN, Sentence, statements
 from engine.memory.tallies import Tally, restated, tallies
 from engine.memory.tokenize import tokenize
@@ -278,6 +279,7 @@ class RulesJudge:
 
     def __init__(self, cache_size: int = 20_000) -> None:
         self._claims: dict[str, tuple[list[_Claim], list[Sentence]]] = {}
+        self._frames: dict[str, list[Frame]] = {}
         self._tallies: dict[str, list[Tally]] = {}
         self._size = cache_size
         self._cache = _Cache(cache_size)
@@ -293,10 +295,12 @@ class RulesJudge:
         for s in sentences:
             if s.hedged:
                 continue
-            if re.search(f"[{HAN}]", s.text):
-                claims += self._zh(s)
-            elif not _PAST_EN.search(s.text):
-                claims += self._en(s)
+            for clause in clauses(s):  # "Priya left, my new manager is Daniel"
+                part = Sentence(s.owner, clause, False)
+                if re.search(f"[{HAN}]", clause):
+                    claims += self._zh(part)
+                elif not _PAST_EN.search(clause):
+                    claims += self._en(part)
         if len(self._claims) > self._size:
             self._claims.clear()
         self._claims[text] = (claims, sentences)
@@ -526,6 +530,16 @@ class RulesJudge:
             )
         return out
 
+    def frames(self, text: str) -> list[Frame]:
+        """The plain states and changes of a text (`engine.memory.judge_frames`, cached)."""
+        found = self._frames.get(text)
+        if found is None:
+            if len(self._frames) > self._size:
+                self._frames.clear()
+            _, sentences = self.claims(text)
+            found = self._frames[text] = [f for s in sentences for f in frames(s)]
+        return found
+
     def tallies(self, text: str) -> list[Tally]:
         """The first-person counts of a text (`engine.memory.tallies`, cached)."""
         found = self._tallies.get(text)
@@ -538,12 +552,17 @@ class RulesJudge:
     def keys(self, text: str) -> frozenset[str]:
         """``owner|attribute`` pairs the text claims: older memories sharing one are candidates
         even without a shared word (``I live in Berlin`` / ``I moved to Paris``)."""
-        claims, _ = self.claims(text)
-        return frozenset(
-            f"{c.owner}|{c.attribute}"
-            for c in claims
-            if c.attribute not in {"do", "use", "pref", "start", "dont", "replace"}
-        ) | {f"{t.owner}|tally:{t.noun}" for t in self.tallies(text)}
+        claims, sentences = self.claims(text)
+        owner = sentences[0].owner if sentences else ""
+        return (
+            frozenset(
+                f"{c.owner}|{c.attribute}"
+                for c in claims
+                if c.attribute not in {"do", "use", "pref", "start", "dont", "replace"}
+            )
+            | {f"{t.owner}|tally:{t.noun}" for t in self.tallies(text)}
+            | frame_keys(owner, self.frames(text), sentences)
+        )
 
     # -- judging ---------------------------------------------------------------------------
     def judge(self, pairs: Sequence[tuple[str, str]]) -> list[Judgement]:
@@ -563,7 +582,11 @@ class RulesJudge:
             return found
         hit = restated(self.tallies(old_text), self.tallies(new_text))
         if hit is None:
-            return NO
+            _, old_sentences = self.claims(old_text)
+            framed = judge_frames(old_sentences, self.frames(new_text), self.frames(old_text))
+            if framed is None:
+                return NO
+            return Judgement(True, 0.8, framed[1], framed[0])
         new = hit[1]
         was, now = (", ".join(f"{v:g}" for v in sorted(t.values)) for t in hit)
         return Judgement(True, 0.8, f"{_who(new.owner)} {new.noun} count now {now} (was {was})")

@@ -48,7 +48,10 @@ MACHINE_LINE = re.compile(
     r"\[?(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|FATAL|CRITICAL)\b)"
 )
 CODE_MARKS = re.compile(r"[{};]\s*$|=>|->|::|\(\)|\w\(\S*\)|\w\.\w+\(|==|!=|&&|\|\||\w/\w+/\w")
-SENTENCE = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
+# "Dr. Patel", "Mr. Kim": a title's full stop ends no sentence
+SENTENCE = re.compile(
+    r"(?<=[.!?;])(?<![DM]r\.)(?<!Mrs\.)(?<!Ms\.)(?<!St\.)(?<!Prof\.)\s+|(?<=[。！？；])|\n+"
+)
 QUESTION_EN = re.compile(
     r"^(?:what|who|whom|whose|where|when|why|how|which|do|does|did|are|is|am|was|were|have|has|"
     r"had|can|could|would|will|shall|should|may|might|isn['’]t|aren['’]t|don['’]t|didn['’]t)\b",

@@ -297,8 +297,8 @@ def _hits_en(clause: str, before: str) -> list[tuple[str, float | None]]:
 
 
 def _hits_zh(clause: str) -> list[tuple[str, float | None]]:
-    hits = [
-        (m.group("cls") + m.group("noun"), _zh_value(m.group("num")))
+    hits = [  # "三只猫了": the particle is no part of the noun
+        (m.group("cls") + m.group("noun").rstrip("了的啦呢吗吧"), _zh_value(m.group("num")))
         for m in _COUNT_ZH.finditer(clause)
     ]
     return hits + [(m.group("noun"), _zh_value(m.group("num"))) for m in _PAGE_ZH.finditer(clause)]
@@ -360,6 +360,20 @@ def tallies(text: str) -> list[Tally]:
     return out
 
 
+# Nouns too general to be one count when nothing else is said ("it's been 3 months now").
+_BARE_NOT = frozenset("time day week month year hour minute second page".split())
+_NOW_TERMS = frozenset("现在 目前 已经 一共 总共 累计 至今 有 我们 了 up down".split())
+
+
+def _bare(terms: frozenset[str]) -> frozenset[str]:
+    """Terms other than "now" words and counted classifiers (``三只``)."""
+    return frozenset(
+        t
+        for t in terms
+        if t not in _NOW_TERMS and not re.match(r"[\d零一二两三四五六七八九十]", t)
+    )
+
+
 def restated(old: list[Tally], new: list[Tally]) -> tuple[Tally, Tally] | None:
     """The (old, new) tallies when the newer memory restates a count with a new value."""
     for n in new:
@@ -375,4 +389,6 @@ def restated(old: list[Tally], new: list[Tally]) -> tuple[Tally, Tally] | None:
                 return o, n
             if shared and (shared == o.terms or shared == n.terms):
                 return o, n  # "I go to yoga twice a week" / "now three times a week": all it says
+            if not _bare(n.terms) and n.noun not in _BARE_NOT:
+                return o, n  # "I weigh 92 kg" / "I'm down to 84 kg now": the count, nothing else
     return None

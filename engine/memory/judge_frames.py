@@ -1,0 +1,426 @@
+"""Plain states and their changes, as people say them: the rules judge's second reader (pure code).
+
+`engine.memory.judge_rules` reads named attributes (where someone lives, works, their number …).
+People also state a change of any habit or possession in a few general shapes, and this module
+reads those, for `engine.memory.judges.RulesJudge`:
+
+- **the same frame, said as current**: ``I drive a Focus`` … ``I drive a Kia now``, ``I go to the
+  gym on Mondays`` … ``these days I go to the gym every weekday``, ``我用安卓手机`` …
+  ``我现在用苹果手机了``. Both are first-person present statements with the same verb; the newer one
+  carries a word that says it is the state now (``now``, ``these days``, ``nowadays``,
+  ``currently``, ``现在``, ``如今``, ``目前``), and neither object contains the other's words
+  (``the gym on Mondays`` / ``the gym on Mondays and Fridays`` is a refinement, not a change).
+  ``also``, ``too``, ``as well``, ``another``, ``还``, ``也`` say an addition: never a change.
+- **an end**: ``I sold my Focus``, ``I got rid of my Samsung``, ``we gave Max away``, ``I dropped
+  out of law``, ``I cut out coffee``, ``Emma and I broke up``, ``I left Barclays``, ``我把卡罗拉卖
+  了``, ``我和小美分手了``. The older memory must be a first-person present statement naming what
+  ended (for things sold or given away: one the owner has, drives, uses …).
+- **a switch to a thing of the same kind**: ``I switched to Apple Music`` against ``I use Spotify
+  for music``, ``I moved to the day shift`` against ``I'm on the night shift``, ``I changed
+  dentists`` against ``my dentist is Dr. Patel``: the head noun of what was switched to is in the
+  older first-person statement, with another word before it. ``… instead of X`` names the older
+  habit outright (``I bike to work now instead of taking the bus``).
+- **a new number or address**: ``I got a new phone number: 0499 123 456`` against an older
+  first-person sentence with another phone number (or email address).
+
+Each sentence is read clause by clause (``Priya left, my new manager is Daniel``; Chinese clauses
+without a subject take the sentence's ``我``). Only prose statements reach it
+(`engine.memory.surface`): questions, quotes, plans, hypotheticals and other people's statements
+(``my sister sold her car``) claim nothing; a clause with a negation or in the past with a date
+(``I sold a bike at the fair last week`` is an event) is no state.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from engine.memory.surface import HAN, Sentence
+from engine.memory.tokenize import tokenize
+
+__all__ = ["Frame", "clauses", "frame_keys", "frames", "judge_frames"]
+
+# -- clauses -----------------------------------------------------------------------------------
+
+_FIRST = r"(?:I|I'm|I've|I'd|we|We|we're|We're|we've|We've|my|My|our|Our)"
+_SPLIT_EN = re.compile(
+    rf"(,\s*(?:and|but|so|then)\s+|;\s*|\s+[-–—]+\s+|,\s+(?={_FIRST}\b)|\s+(?:and|but|so)\s+(?={_FIRST}\b))"
+)
+# Sentence openers that make the rest a correction or an update ("Sorry, I got that wrong, …").
+CORRECTION_EN = re.compile(
+    r"^(?:(?:sorry|oops|my bad|correction|scratch that|wait|no|actually|update|to be clear|"
+    r"to clarify|just to clarify|let me correct (?:that|myself)|i (?:got|had) (?:that|it) wrong|"
+    r"i was wrong|i misspoke|i meant|i mean)\b[\s,!:.-]*)+",
+    re.IGNORECASE,
+)
+_SPLIT_ZH = re.compile(r"[，,；;、]|然后|而且|但是|不过|所以")
+_ZH_LEAD = re.compile(r"^(?:对了|其实|告诉你|好消息|更新一下|更正一下|更正|说错了|不对|顺便说一下|嗯|哦|啊)+")
+_ZH_SUBJECT = re.compile(rf"^(?:我们|我|咱们|[{HAN}]{{2,3}}(?:的|和|跟))")
+
+
+def clauses(s: Sentence) -> list[str]:
+    """The clauses of a statement, leads stripped; a Chinese clause without a subject takes the
+    sentence's ``我`` (``我换号了，新号码是…`` -> ``我的新号码是…``)."""
+    if re.search(f"[{HAN}]", s.text):
+        parts = [p.strip() for p in _SPLIT_ZH.split(s.text) if p.strip()]
+        first = bool(parts) and parts[0].lstrip("对了其实嗯哦啊").startswith("我")
+        out = []
+        for p in parts:
+            p = _ZH_LEAD.sub("", p)
+            if first and out and not _ZH_SUBJECT.match(p) and not re.match(r"[他她它你这那]", p):
+                p = ("我的" if p.startswith("新") else "我") + p
+            out.append(p)
+        return [p for p in out if p]
+    text = CORRECTION_EN.sub("", s.text)
+    parts = _SPLIT_EN.split(text)
+    out: list[str] = []
+    for i in range(0, len(parts), 2):
+        p = parts[i].strip(" ,")
+        if not p:
+            continue
+        joined = i and parts[i - 1].strip() == "and" and out and len(out[-1].split()) < 3
+        if joined:  # "Emma and I broke up": one clause
+            out[-1] = f"{out[-1]} and {p}"
+        else:
+            out.append(p)
+    return out
+
+
+# -- frames ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Frame:
+    owner: str
+    kind: str
+    """``state`` (I <verb> <object>), ``end`` (what stopped or went), ``switch`` (a thing of
+    the same kind switched to), ``instead`` (an older habit named), ``contact`` (a new number)."""
+    verb: str
+    value: str
+    marked: bool = False
+    """Said as the state now (``now``, ``these days``, ``现在`` …)."""
+
+
+_VERBS = (
+    "use drive ride take drink eat go commute bike cycle walk shop bank see attend study play "
+    "listen watch read wear follow support speak run swim train sleep weigh earn make pay rent "
+    "teach coach volunteer subscribe stream cook smoke vape lift practice practise carry own have "
+    "keep belong host manage lead fly order buy get visit record write sing date live"
+).split()
+
+
+def _forms(verb: str) -> dict[str, str]:
+    stem = verb[:-1] if verb.endswith("e") and not verb.endswith("ee") else verb
+    out = {verb: verb, verb + "s": verb, stem + "ing": verb, verb + "ing": verb}
+    if re.fullmatch(r"[a-z]*[^aeiou][aeiou][bdgmnpt]", verb):
+        out[verb + verb[-1] + "ing"] = verb  # running, swimming, shopping
+    if verb.endswith(("sh", "ch", "o", "s")):
+        out[verb + "es"] = verb
+    return out
+
+
+_LEMMA = {"has": "have", "having": "have", "goes": "go", "studies": "study", "studying": "study"}
+for _v in _VERBS:
+    for _form, _lemma in _forms(_v).items():
+        _LEMMA.setdefault(_form, _lemma)
+_VERB_FORMS = "(?P<verb>" + "|".join(sorted(_LEMMA, key=len, reverse=True)) + ")"
+_ADVERBS = (
+    r"(?:now|just|still|currently|only|mostly|usually|always|actually|really|mainly|basically|"
+    r"generally|normally|typically|these days|nowadays|also|pretty much)"
+)
+_STATE_EN = re.compile(
+    rf"^(?P<subj>I|We|we)(?:'m|\s+am|\s+are|'re)?(?:\s+{_ADVERBS})*\s+{_VERB_FORMS}\b"
+    r"(?P<prep>\s+(?:to|at|with|for|by|on|in|into|from))?\s+(?P<val>.+)$"
+)
+_MARK_EN = re.compile(
+    r"\b(?:now|these days|nowadays|currently|lately|from now on|instead|as of (?:this|last) "
+    r"(?:week|month|year))\b",
+    re.IGNORECASE,
+)
+# "right now", "just now", "for six years now", "now that …": a moment, a duration, a condition.
+_NOT_MARK_EN = re.compile(
+    r"\b(?:right now|just now|by now|until now|up (?:un)?til now|now that|for (?:\w+\s+){1,3}now)\b",
+    re.IGNORECASE,
+)
+_ADDITION_EN = re.compile(
+    r"\b(?:also|too|as well|another|additional|extra|more|both|either|other|in addition|plus)\b",
+    re.IGNORECASE,
+)
+_PAST_EN = re.compile(
+    r"\b(?:yesterday|last (?:night|week|weekend|month|year|time|summer|winter|spring|fall)|ago|"
+    r"the other day|this morning|tonight|when i was|used to|back then|once)\b",
+    re.IGNORECASE,
+)
+_NEGATION_EN = re.compile(r"\b(?:not|never|no|don't|doesn't|didn't|won't|can't|isn't|aren't)\b|n't\b", re.I)
+
+_END_EN = re.compile(
+    rf"^(?P<subj>I|We|we)(?:'ve|\s+have|\s+had\s+to|\s+finally|\s+just|\s+recently|\s+actually)*\s+"
+    r"(?P<verb>sold|got rid of|gave away|given away|donated|scrapped|returned|cancell?ed|"
+    r"dropped out of|dropped|cut out|cut back on|gave up|given up|quit|stopped|left|"
+    r"unsubscribed from|deleted|closed|moved out of|broke up with|split up with|divorced|"
+    r"ended things with|retired from)\s+"
+    r"(?P<val>.+?)(?:\s+(?:away|for good|completely|entirely|altogether))?$"
+    rf"|^(?P<subj2>I|We|we)(?:'ve|\s+have|\s+had\s+to|\s+finally|\s+just)*\s+"
+    r"(?:gave|give|sold)\s+(?P<val2>[A-Z][\w'-]*|(?:my|our|the)\s+[\w'-]+(?:\s+[\w'-]+)?)\s+away\b"
+    r"|^(?P<val3>[A-Z][a-z]+)\s+and\s+(?P<subj3>I|me)\s+(?:broke up|split up|split|separated|"
+    r"got divorced|divorced)\b"
+)
+_POSSESSIVE_END = frozenset("sold got rid of gave away given away donated scrapped returned".split())
+_SWITCH_EN = re.compile(
+    rf"^(?P<subj>I|We|we)(?:'ve|\s+have|\s+finally|\s+just|\s+recently|\s+actually)*\s+"
+    r"(?:switched|changed|moved|transferred|converted|swapped|went)\s+(?:over\s+|back\s+)?"
+    r"(?:to|into)\s+(?:a\s+|an\s+|the\s+)?(?P<val>[\w'&.-]+(?:\s+[\w'&.-]+){0,3}?)"
+    r"(?=$|\s+(?:now|instead|because|since|and|but|so|last|this|a\s+few|recently|two|three|a\s+month|"
+    r"a\s+week|in|at|for|after|when)\b)"
+    rf"|^(?P<subj2>I|We|we)(?:'ve|\s+have|\s+finally|\s+just)*\s+"
+    r"(?:changed|switched|swapped)\s+(?P<plural>[a-z]+s)\b"
+)
+_INSTEAD_EN = re.compile(r"\binstead\s+of\s+(?P<old>.+)$", re.IGNORECASE)
+_CONTACT_NEW = re.compile(
+    r"\bnew\s+(?:(?:phone|mobile|cell|work)\s+)?(?:number|phone|e-?mail(?:\s+address)?)\b"
+    r"|\b(?:number|e-?mail)\s+(?:is\s+now|changed)\b|新(?:的)?(?:手机)?号码?|新(?:的)?邮箱|换号|换了?手机号",
+    re.IGNORECASE,
+)
+_PHONE = re.compile(r"(?<![\w@.])\+?\d[\d ()-]{5,}\d(?![\w@])")
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_MINE = re.compile(r"\b(?:i|me|my|we|us|our)\b|我", re.IGNORECASE)
+
+_ZH_MARK = re.compile(r"现在|如今|目前|这阵子|这段时间|最近|已经|改|换")
+_ZH_ADDITION = re.compile(r"还|也|另外|又|再")
+_ZH_STATE = re.compile(
+    rf"^(?P<subj>我们|我)(?:现在|如今|目前|最近|已经|平时|每天|一般|都|主要|只)*"
+    r"(?P<verb>用|开|骑|喝|吃|坐|穿|玩|听|看|读|学|养|抽|练|住在)(?:着|上了|了)?"
+    rf"(?P<val>[{HAN}A-Za-z0-9 ]{{1,16}}?)(?:了|啦)?$"
+)
+_ZH_END = re.compile(
+    rf"^(?P<subj>我们|我)(?:已经|刚刚|刚|终于|上个月|上周|去年)*(?:"
+    rf"把(?:我的|我们的)?(?:那辆|那台|那只|那个)?(?:旧的?)?(?P<val>[{HAN}A-Za-z0-9]{{1,8}}?)"
+    r"(?:给)?(?:卖了|卖掉了|送人了|送走了|送给了?[^，,。]{0,6}|扔了|扔掉了|处理掉了|退了|退掉了|转手了)"
+    rf"|(?:和|跟)(?P<val2>[{HAN}A-Za-z]{{1,4}}?)(?:分手了|分开了|离婚了)"
+    rf"|(?:退出了?|离开了?|辞去了?)(?P<val3>[{HAN}A-Za-z0-9]{{2,10}}?)(?:了|$)"
+    rf"|戒(?:掉了?)?(?P<val4>[{HAN}]{{1,4}}?)(?:了|$))"
+)
+_ZH_NEGATION = re.compile(r"不|没|别")
+
+
+def _zh(clause: str) -> bool:
+    return bool(re.search(f"[{HAN}]", clause))
+
+
+def _marked(clause: str) -> bool:
+    if _zh(clause):
+        return bool(_ZH_MARK.search(clause))
+    return bool(_MARK_EN.search(_NOT_MARK_EN.sub(" ", clause)))
+
+
+def _trim(value: str) -> str:
+    value = re.sub(r"\b(?:now|these days|nowadays|currently|lately|instead)\b", " ", value, flags=re.I)
+    value = re.sub(r"\s+instead\s+of\s+.*$", "", value, flags=re.I)
+    return re.sub(r"\s+", " ", value).strip(" .!,'\"")
+
+
+def frames(s: Sentence) -> list[Frame]:
+    """The frames of one prose statement (none when it is hedged: plans, wishes, reports)."""
+    if s.hedged:
+        return []
+    out: list[Frame] = []
+    for clause in clauses(s):
+        out += _zh_frames(clause, s.owner) if _zh(clause) else _en_frames(clause, s.owner)
+        for kind, pattern in (("contact", _PHONE), ("contact", _EMAIL)):
+            if _CONTACT_NEW.search(clause) and _MINE.search(clause):
+                for m in pattern.finditer(clause):
+                    out.append(Frame(s.owner, kind, pattern.pattern[:6], _digits(m.group()), True))
+    return out
+
+
+def _digits(value: str) -> str:
+    return value.lower() if "@" in value else re.sub(r"\D", "", value)
+
+
+def _en_frames(clause: str, owner: str) -> list[Frame]:
+    out: list[Frame] = []
+    text = re.sub(
+        r"^(?:(?:so|well|oh|ok|okay|yeah|yes|and|but|now|these days|nowadays|anyway|also|btw|"
+        r"by the way|just so you know|fyi|guess what|finally|honestly|since then)\b[\s,!:.-]*)+",
+        "",
+        clause,
+        flags=re.I,
+    )
+    marked = _marked(clause)
+    m = _END_EN.match(text)
+    if m is not None:
+        value = m.group("val") or m.group("val2") or m.group("val3") or m.group("val4") or ""
+        verb = (m.group("verb") or "gave away").lower()
+        value = re.sub(r"^(?:my|our|the|his|her|their)\s+", "", value.strip(" .!,"))
+        value = re.split(r"\s+(?:and|because|since|after|so|last|this|in|at|for|to|two|a few)\b", value)[0]
+        if value and not re.match(r"(?:it|that|this|them|there|here|by|for|over|in|up)\b", value):
+            out.append(Frame(owner, "end", verb, value.lower()))
+    m = _SWITCH_EN.match(text)
+    if m is not None:
+        value = (m.group("val") or m.group("plural") or "").lower()
+        if value:  # "I switched to Apple Music", "I changed dentists"
+            verb = "kind" if m.group("plural") else "switch"
+            out.append(Frame(owner, "switch", verb, _singular(value)))
+    if marked:
+        found = _INSTEAD_EN.search(text)
+        if found is not None and not _NEGATION_EN.search(text[: found.start()]):
+            out.append(Frame(owner, "instead", "instead", _trim(found.group("old")).lower()))
+    m = _STATE_EN.match(text)
+    if m is not None and not _NEGATION_EN.search(text) and not _PAST_EN.search(text):
+        verb = _LEMMA[m.group("verb").lower()] + (m.group("prep") or "").lower()
+        value = _trim(m.group("val"))
+        if value and not re.match(r"(?:it|that|this|them|you|to|a lot|so|very|really)\b", value):
+            additive = bool(_ADDITION_EN.search(text))
+            out.append(Frame(owner, "state", verb, value.lower(), marked and not additive))
+    return out
+
+
+def _zh_frames(clause: str, owner: str) -> list[Frame]:
+    out: list[Frame] = []
+    m = _ZH_END.match(clause)
+    if m is not None:
+        value = m.group("val") or m.group("val2") or m.group("val3") or m.group("val4")
+        verb = "卖" if m.group("val") else "end"
+        out.append(Frame(owner, "end", verb, value))
+    m = _ZH_STATE.match(clause)
+    if m is not None and not _ZH_NEGATION.search(clause):
+        marked = _marked(clause) and not _ZH_ADDITION.search(clause)
+        out.append(Frame(owner, "state", m.group("verb"), m.group("val").strip(), marked))
+    return out
+
+
+def _singular(word: str) -> str:
+    return word[:-1] if word.endswith("s") and not word.endswith("ss") and len(word) > 3 else word
+
+
+# -- judging ------------------------------------------------------------------------------------
+
+
+def _terms(text: str) -> frozenset[str]:
+    return frozenset(tokenize(text))
+
+
+def _contains(sentence: str, phrase: str) -> bool:
+    if _zh(phrase):
+        return phrase.replace(" ", "") in sentence.replace(" ", "")
+    need = _terms(phrase)
+    return bool(need) and need <= _terms(sentence)
+
+
+def _disjoint(a: str, b: str) -> bool:
+    """Neither value is within the other (``the gym on Mondays`` / ``… and Fridays`` are not)."""
+    if _zh(a + b):
+        x, y = a.replace(" ", ""), b.replace(" ", "")
+        return bool(x) and bool(y) and x not in y and y not in x
+    ta, tb = _terms(a), _terms(b)
+    return bool(ta) and bool(tb) and not (ta <= tb or tb <= ta)
+
+
+_POSSESSED = re.compile(
+    r"\b(?:my|our|i\s+(?:have|own|drive|ride|use|got|keep|run|rent)|i've\s+got|i'm\s+(?:using|driving)|"
+    r"we\s+(?:have|own|use|got|keep|rent)|we've\s+got)\b|我的|我们的|我(?:们)?(?:有|用|开|骑|养|买了|租)",
+    re.IGNORECASE,
+)
+
+
+def _state_sentence(s: Sentence, owner: str) -> bool:
+    """A first-person statement of the owner that is no event, negation or plan."""
+    if s.owner != owner or s.hedged or not _MINE.search(s.text):
+        return False
+    if _zh(s.text):
+        return not _ZH_NEGATION.search(s.text) and not re.search(r"昨天|上周|去年|那次|以前", s.text)
+    return not _NEGATION_EN.search(s.text) and not _PAST_EN.search(s.text)
+
+
+def judge_frames(
+    old: list[Sentence], new_frames: list[Frame], old_frames: list[Frame]
+) -> tuple[str, str] | None:
+    """``(kind, reason)`` when a frame of the newer memory ends or changes a state the older one
+    states; None otherwise."""
+    for f in new_frames:
+        if f.kind == "state" and f.marked:
+            for o in old_frames:
+                if o.kind == "state" and o.owner == f.owner and o.verb == f.verb:
+                    if _disjoint(o.value, f.value) and _one_slot(f.verb, o.value, f.value):
+                        return "update", f"{_who(f.owner)} {f.verb} now '{f.value}' (was '{o.value}')"
+        if f.kind == "contact":
+            for s in old:
+                if not _state_sentence(s, f.owner):
+                    continue
+                pattern = _EMAIL if "@" in f.value else _PHONE
+                found = {_digits(m.group()) for m in pattern.finditer(s.text)}
+                if found and f.value not in found:
+                    return "update", f"{_who(f.owner)} has a new number or address: {f.value}"
+        if f.kind in {"end", "instead"}:
+            for s in old:
+                if not _state_sentence(s, f.owner) or not _contains(s.text, f.value):
+                    continue
+                if f.kind == "end" and f.verb in _POSSESSIVE_END | {"卖"} and not _POSSESSED.search(s.text):
+                    continue  # "I want a bike like Sam's" / "I sold my bike": not one they had
+                said = "no longer" if f.kind == "end" else "instead of"
+                return "negation", f"{_who(f.owner)} {said}: '{f.value}'"
+        if f.kind == "switch":
+            head = f.value.split()[-1]
+            for s in old:
+                if not _state_sentence(s, f.owner):
+                    continue
+                if f.verb == "switch" and _contains(s.text, f.value):
+                    continue  # "I use the night bus" / "I switched to the night bus": the same
+                words = [w.lower() for w in re.findall(r"[\w'-]+", s.text)]
+                heads = {_singular(w) for w in words}
+                if _singular(head) in heads:
+                    return "update", f"{_who(f.owner)} switched to '{f.value}'"
+    return None
+
+
+def frame_keys(owner: str, new_frames: list[Frame], sentences: list[Sentence]) -> set[str]:
+    """Keys that bring an older statement to a newer change that shares no word with it: a
+    Chinese end of what it names, which word segmentation splits differently (``一包烟`` /
+    ``戒烟``), and a new number or address (``reach me at 0412 …`` / ``my new number is …``)."""
+    out = {
+        f"{owner}|zh:{gram}"
+        for f in new_frames
+        if f.kind == "end" and _zh(f.value)
+        for gram in _grams(f.value, 1 if len(f.value) == 1 else 2)
+    }
+    out |= {f"{f.owner}|contact" for f in new_frames if f.kind == "contact"}
+    for s in sentences:
+        if not _state_sentence(s, s.owner):
+            continue
+        if _zh(s.text):
+            out |= {f"{s.owner}|zh:{g}" for n in (1, 2) for g in _grams(s.text, n)}
+        if _PHONE.search(s.text) or _EMAIL.search(s.text):
+            out.add(f"{s.owner}|contact")
+    return out
+
+
+def _grams(text: str, n: int) -> set[str]:
+    """Han character n-grams (segmentation aside: ``一包烟`` and ``戒烟`` share ``烟``)."""
+    han = re.sub(f"[^{HAN}]", "", text)
+    return {han[i : i + n] for i in range(len(han) - n + 1)}
+
+
+# Verbs that name one slot whatever their object: "I drive a Focus" / "I drive a Kia now". Other
+# verbs ("go to", "play", "eat") do many things at once: their objects must share a word that is
+# no count unit ("the gym on Mondays" / "the gym every weekday"; not "yoga 2 times a week" / "the
+# gym 3 times a week").
+_ONE_SLOT = frozenset(
+    "use drive ride commute bike cycle bank subscribe smoke vape live rent weigh sleep earn pay "
+    "attend study follow support belong 用 开 骑 住在 抽".split()
+)
+_UNITS = frozenset(
+    "time week day month year hour minut second onc twice everi per a km mile kg lb pound".split()
+)
+
+
+def _one_slot(verb: str, old: str, new: str) -> bool:
+    if verb.split()[0] in _ONE_SLOT:
+        return True
+    if _zh(old + new):
+        return bool(_grams(old, 1) & _grams(new, 1))
+    shared = {t for t in _terms(old) & _terms(new) if t not in _UNITS and not t[:1].isdigit()}
+    return bool(shared)
+
+
+def _who(owner: str) -> str:
+    return owner.title() if owner else "the user"
