@@ -1,0 +1,77 @@
+"""The blind memory-update corpus (bench/corpora/blind_updates.jsonl) has the shape its protocol
+(bench/corpora/BLIND_UPDATES.md) promises: every row complete, ids unique, the split the one the
+hash rule gives, and both splits holding both labels in both languages. It checks the file only;
+it runs nothing on the pairs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+CORPUS = Path(__file__).resolve().parents[1] / "bench" / "corpora" / "blind_updates.jsonl"
+FIELDS = {"id", "lang", "old", "new", "label", "kind", "split"}
+LABELS = {"update", "not_update"}
+LANGS = {"en", "zh"}
+SPLITS = {"tuned", "held-out"}
+
+
+def _split_of(row_id: str) -> str:
+    first = hashlib.sha256(("blind-v2:" + row_id).encode()).digest()[0]
+    return "tuned" if first % 2 == 0 else "held-out"
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    lines = CORPUS.read_text(encoding="utf-8").splitlines()
+    assert all(line.strip() for line in lines), "blank line in the corpus"
+    return [json.loads(line) for line in lines]
+
+
+def test_every_row_has_exactly_the_fields_with_allowed_values(rows):
+    for row in rows:
+        assert set(row) == FIELDS, row.get("id")
+        assert all(isinstance(row[f], str) for f in FIELDS), row["id"]
+        assert row["label"] in LABELS, row["id"]
+        assert row["lang"] in LANGS, row["id"]
+        assert row["split"] in SPLITS, row["id"]
+        assert row["kind"].strip(), row["id"]
+
+
+def test_ids_are_unique_and_name_their_language(rows):
+    ids = [row["id"] for row in rows]
+    assert len(ids) == len(set(ids))
+    for row in rows:
+        assert row["id"].startswith(f"b-{row['lang']}-"), row["id"]
+
+
+def test_no_empty_text_and_no_pair_repeats_itself(rows):
+    for row in rows:
+        assert row["old"].strip() and row["new"].strip(), row["id"]
+        assert row["old"].strip() != row["new"].strip(), row["id"]
+    pairs = [(row["old"], row["new"]) for row in rows]
+    assert len(pairs) == len(set(pairs)), "the same pair appears twice"
+
+
+def test_split_is_the_one_the_hash_rule_gives(rows):
+    wrong = [row["id"] for row in rows if row["split"] != _split_of(row["id"])]
+    assert wrong == []
+
+
+def test_each_split_holds_both_labels_in_both_languages(rows):
+    cells = Counter((row["split"], row["lang"], row["label"]) for row in rows)
+    for split in SPLITS:
+        for lang in LANGS:
+            for label in LABELS:
+                assert cells[(split, lang, label)] > 0, (split, lang, label)
+
+
+def test_size_and_balance_are_what_the_protocol_says(rows):
+    assert len(rows) >= 240
+    labels = Counter(row["label"] for row in rows)
+    assert 0.4 <= labels["update"] / len(rows) <= 0.6
+    zh = sum(row["lang"] == "zh" for row in rows) / len(rows)
+    assert 0.25 <= zh <= 0.45
