@@ -38,13 +38,16 @@ from dataclasses import dataclass
 from engine.memory.surface import HAN, Sentence
 from engine.memory.tokenize import tokenize
 
-__all__ = ["Frame", "clauses", "frame_keys", "frames", "judge_frames"]
+__all__ = ["Frame", "clauses", "corrected", "frame_keys", "frames", "judge_frames"]
 
 # -- clauses -----------------------------------------------------------------------------------
 
 _FIRST = r"(?:I|I'm|I've|I'd|we|We|we're|We're|we've|We've|my|My|our|Our)"
 _SPLIT_EN = re.compile(
-    rf"(,\s*(?:and|but|so|then)\s+|;\s*|\s+[-–—]+\s+|,\s+(?={_FIRST}\b)|\s+(?:and|but|so)\s+(?={_FIRST}\b))"
+    rf"(,\s*(?:and|but|so|then)\s+|;\s*|\s+[-–—]+\s+|,\s+(?={_FIRST}\b)|\s+(?:and|but|so)\s+(?={_FIRST}\b)"
+    r"|(?:,|\s+and)\s+(?=(?:traded|dropped|cancell?ed|switched|upgraded|moved|migrated|sold|quit|"
+    r"got|lost|stopped|started|left|joined|deleted|closed|bought|ditched|replaced|swapped|not)\b)"
+    r"|,\s+(?=[\w'-]+(?:\s+[\w'-]+)?(?:\s+is|'s|\s+was|\s+got)\s))"
 )
 # Sentence openers that make the rest a correction or an update ("Sorry, I got that wrong, …").
 CORRECTION_EN = re.compile(
@@ -53,22 +56,71 @@ CORRECTION_EN = re.compile(
     r"i was wrong|i misspoke|i meant|i mean)\b[\s,!:.-]*)+",
     re.IGNORECASE,
 )
-_SPLIT_ZH = re.compile(r"[，,；;、]|然后|而且|但是|不过|所以")
-_ZH_LEAD = re.compile(r"^(?:对了|其实|告诉你|好消息|更新一下|更正一下|更正|说错了|不对|顺便说一下|嗯|哦|啊)+")
+_SPLIT_ZH = re.compile(rf"[，,；;、]|(?<=[{HAN}])\s+(?=[{HAN}])|然后|而且|但是|不过|所以")
+_ZH_LEAD = re.compile(
+    r"^(?:对了|其实|告诉你|跟你说一下|跟你说|和你说一下|说一声|好消息|更新一下|更正一下|更正|说错了|不对|"
+    r"顺便说一下|嗯|哦|啊)+"
+)
 _ZH_SUBJECT = re.compile(rf"^(?:我们|我|咱们|[{HAN}]{{2,3}}(?:的|和|跟))")
 
 
+# A clause that starts with its verb says what the speaker did (``traded in the civic``,
+# ``not doing keto anymore``, ``down to 188``): chat drops the "I".
+_DROPPED_I = re.compile(
+    r"^(?=(?:traded|dropped|cancell?ed|switched|upgraded|downgraded|moved|migrated|sold|quit|got|"
+    r"lost|stopped|started|left|joined|converted|changed|gave|deleted|closed|bought|ditched|"
+    r"dumped|replaced|swapped|rehomed|retired|adopted|finally|just|recently|officially|"
+    r"no longer|relocated|transferred|broke up|split up|unsubscribed|given up|gave up)\b)"
+    r"|^(?P<be>(?=(?:not|no longer|down to|up to|back to|using|doing|living|working|based)\b))"
+    r"|^(?P<have>(?=been\b))",
+    re.IGNORECASE,
+)
+_ZH_DROPPED = re.compile(r"^(?:不再?|没再|已经|现在|改|换|搬|跳槽|辞|离开|戒|刚|从|开始|又)")
+
+
+def corrected(s: Sentence) -> bool:
+    """Whether the statement opens as a correction or an update (``sorry, I got that wrong``,
+    ``actually``, ``更正一下``): what it states replaces what was said."""
+    if re.search(f"[{HAN}]", s.text):
+        return bool(re.match(r"(?:更正|说错了|不对|纠正)", s.text))
+    return bool(CORRECTION_EN.match(s.text))
+
+
+def _en_clause(p: str) -> str:
+    p = re.sub(r"\b(?:i|im|ive|i'm|i've|i'll|i'd)\b", _capital_i, p)
+    p = re.sub(
+        r"^(?:(?:so|well|oh|ok|okay|yeah|yes|and|but|anyway|btw|by the way|just so you know|"
+        r"fyi|guess what|heads up|honestly|update|ugh|lol)\b[\s,!:.-]*)+",
+        "",
+        p,
+        flags=re.I,
+    )
+    m = _DROPPED_I.match(p)
+    if m is not None:
+        p = ("I'm " if m.group("be") is not None else "I've " if m.group("have") is not None else "I ") + p
+    return p
+
+
+def _capital_i(m: re.Match[str]) -> str:
+    word = m.group().lower()
+    return {"i": "I", "im": "I'm", "ive": "I've"}.get(word, "I" + word[1:])
+
+
 def clauses(s: Sentence) -> list[str]:
-    """The clauses of a statement, leads stripped; a Chinese clause without a subject takes the
-    sentence's ``我`` (``我换号了，新号码是…`` -> ``我的新号码是…``)."""
+    """The clauses of a statement, leads stripped; a clause without a subject takes the
+    speaker's (``我换号了，新号码是…`` -> ``我的新号码是…``, ``traded in the civic`` -> ``I traded
+    in the civic``)."""
     if re.search(f"[{HAN}]", s.text):
         parts = [p.strip() for p in _SPLIT_ZH.split(s.text) if p.strip()]
         first = bool(parts) and parts[0].lstrip("对了其实嗯哦啊").startswith("我")
         out = []
         for p in parts:
             p = _ZH_LEAD.sub("", p)
-            if first and out and not _ZH_SUBJECT.match(p) and not re.match(r"[他她它你这那]", p):
-                p = ("我的" if p.startswith("新") else "我") + p
+            if not _ZH_SUBJECT.match(p) and not re.match(r"[他她它你这那]", p):
+                if first and out and p.startswith("新"):
+                    p = "我的" + p
+                elif (first and out) or _ZH_DROPPED.match(p):
+                    p = "我" + p
             out.append(p)
         return [p for p in out if p]
     text = CORRECTION_EN.sub("", s.text)
@@ -82,7 +134,7 @@ def clauses(s: Sentence) -> list[str]:
         if joined:  # "Emma and I broke up": one clause
             out[-1] = f"{out[-1]} and {p}"
         else:
-            out.append(p)
+            out.append(_en_clause(p))
     return out
 
 
@@ -119,6 +171,12 @@ def _forms(verb: str) -> dict[str, str]:
     return out
 
 
+# "I'm on Pacific time", "we're on the family plan": one head noun, one slot
+_BE_EN = re.compile(
+    r"^(?:I'm|I am|we're|we are)(?:\s+(?:now|still|currently|usually))?\s+(?P<prep>on)\s+"
+    r"(?:the\s+|a\s+|an\s+|my\s+|our\s+)?(?P<val>[a-z][\w-]*\s+[a-z][\w-]*)\b",
+    re.IGNORECASE,
+)
 _LEMMA = {"has": "have", "having": "have", "goes": "go", "studies": "study", "studying": "study"}
 for _v in _VERBS:
     for _form, _lemma in _forms(_v).items():
@@ -154,18 +212,43 @@ _PAST_EN = re.compile(
 _NEGATION_EN = re.compile(r"\b(?:not|never|no|don't|doesn't|didn't|won't|can't|isn't|aren't)\b|n't\b", re.I)
 
 _END_EN = re.compile(
-    rf"^(?P<subj>I|We|we)(?:'ve|\s+have|\s+had\s+to|\s+finally|\s+just|\s+recently|\s+actually)*\s+"
-    r"(?P<verb>sold|got rid of|gave away|given away|donated|scrapped|returned|cancell?ed|"
-    r"dropped out of|dropped|cut out|cut back on|gave up|given up|quit|stopped|left|"
-    r"unsubscribed from|deleted|closed|moved out of|broke up with|split up with|divorced|"
-    r"ended things with|retired from)\s+"
+    rf"^(?P<subj>I|We|we)(?:'ve|\s+have|\s+had\s+to|\s+finally|\s+just|\s+recently|\s+actually|"
+    r"\s+officially)*\s+"
+    r"(?P<verb>sold|sold off|got rid of|gave away|given away|donated|scrapped|returned|traded in|"
+    r"traded|rehomed|rehome|ditched|dumped|lost|cancell?ed|dropped out of|dropped|cut out|"
+    r"cut back on|gave up|given up|quit|stopped|left|unsubscribed from|deleted|closed|"
+    r"uninstalled|moved out of|broke up with|split up with|divorced|ended things with|"
+    r"retired from)\s+"
     r"(?P<val>.+?)(?:\s+(?:away|for good|completely|entirely|altogether))?$"
     rf"|^(?P<subj2>I|We|we)(?:'ve|\s+have|\s+had\s+to|\s+finally|\s+just)*\s+"
     r"(?:gave|give|sold)\s+(?P<val2>[A-Z][\w'-]*|(?:my|our|the)\s+[\w'-]+(?:\s+[\w'-]+)?)\s+away\b"
-    r"|^(?P<val3>[A-Z][a-z]+)\s+and\s+(?P<subj3>I|me)\s+(?:broke up|split up|split|separated|"
+    r"|^(?P<val3>[A-Za-z][a-z]+)\s+and\s+(?P<subj3>I|me)\s+(?:broke up|split up|split|separated|"
     r"got divorced|divorced)\b"
+    r"|^(?:I'm|I am|we're|we are)\s+(?:not|no longer)\s+(?P<val4>.+?)\s+any\s*more\b"
+    r"|^(?:my|our)\s+last\s+day\s+(?:at|with)\s+(?P<val5>.+?)\s+(?:was|is)\b"
+    r"|^(?:the|my|our)\s+(?P<val6>[\w'-]+(?:\s+[\w'-]+){0,2}?)\s+(?:finally\s+|just\s+|officially\s+)?"
+    r"(?P<gone>died|broke|broke down|is gone|'s gone|is dead|got stolen|was stolen|passed away|"
+    r"is over|'s over|got totaled|was totaled)\b"
+    r"|^(?P<val7>[\w'-]+(?:\s+[\w'-]+){0,2}?)\s+(?:is|'s)\s+(?:mostly\s+)?(?:gone|dead to me|over)\b"
 )
-_POSSESSIVE_END = frozenset("sold got rid of gave away given away donated scrapped returned".split())
+# Plans called off: "the conference got cancelled", "peru's off", "no berlin for me this year".
+_OFF_EN = re.compile(
+    r"^(?:the\s+|our\s+|my\s+)?(?P<val>[\w'-]+(?:\s+[\w'-]+){0,2}?)\s+(?:got\s+|was\s+|has\s+been\s+|is\s+)?"
+    r"(?:cancell?ed|called off|postponed indefinitely)\b"
+    r"|^(?:the\s+|our\s+|my\s+)?(?P<val2>[\w'-]+(?:\s+[\w'-]+){0,2}?)(?:\s+is|'s)\s+(?:off|not happening)\b"
+    r"|^(?:I\s+|we\s+|We\s+)(?:cancell?ed|called off)\s+(?:the|our|my)\s+(?P<val3>[\w'-]+(?:\s+[\w'-]+){0,2}?)"
+    r"(?:\s+thing|\s+trip|\s+plans?)?\b"
+    r"|^no\s+(?:more\s+)?(?P<val4>[\w'-]+(?:\s+[\w'-]+)?)\s+for\s+(?:me|us)\b",
+    re.IGNORECASE,
+)
+_POSSESSIVE_END = frozenset(
+    "sold,sold off,got rid of,gave away,given away,donated,scrapped,returned,traded in,traded,"
+    "rehomed,rehome,gone".split(",")
+)
+_GENERIC_TARGET = re.compile(
+    r"\s+(?:account|membership|subscription|thing|plan|plans|life|stuff|streak|habit|trip)$"
+)
+_LIGHT_VERB = re.compile(r"^(?:doing|using|at|on|in|with|going to|into|having|being|eating|drinking)\s+")
 _SWITCH_EN = re.compile(
     rf"^(?P<subj>I|We|we)(?:'ve|\s+have|\s+finally|\s+just|\s+recently|\s+actually)*\s+"
     r"(?:switched|changed|moved|transferred|converted|swapped|went)\s+(?:over\s+|back\s+)?"
@@ -180,6 +263,10 @@ _CONTACT_NEW = re.compile(
     r"\bnew\s+(?:(?:phone|mobile|cell|work)\s+)?(?:number|phone|e-?mail(?:\s+address)?)\b"
     r"|\b(?:number|e-?mail)\s+(?:is\s+now|changed)\b|新(?:的)?(?:手机)?号码?|新(?:的)?邮箱|换号|换了?手机号",
     re.IGNORECASE,
+)
+# "my dad's new number", "我爸的新号码": someone else's number
+_THEIRS = re.compile(
+    rf"(?:\b(?!(?:my|our)\b)[A-Za-z]+'s|\b(?:his|her|their|your))\s*$|(?<!我)(?<!我们)[{HAN}]{{1,3}}的\s*$"
 )
 _PHONE = re.compile(r"(?<![\w@.])\+?\d[\d ()-]{5,}\d(?![\w@])")
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
@@ -197,8 +284,14 @@ _ZH_END = re.compile(
     rf"把(?:我的|我们的)?(?:那辆|那台|那只|那个)?(?:旧的?)?(?P<val>[{HAN}A-Za-z0-9]{{1,8}}?)"
     r"(?:给)?(?:卖了|卖掉了|送人了|送走了|送给了?[^，,。]{0,6}|扔了|扔掉了|处理掉了|退了|退掉了|转手了)"
     rf"|(?:和|跟)(?P<val2>[{HAN}A-Za-z]{{1,4}}?)(?:分手了|分开了|离婚了)"
-    rf"|(?:退出了?|离开了?|辞去了?)(?P<val3>[{HAN}A-Za-z0-9]{{2,10}}?)(?:了|$)"
-    rf"|戒(?:掉了?)?(?P<val4>[{HAN}]{{1,4}}?)(?:了|$))"
+    rf"|(?:退出了?|离开了?|辞去了?|搬出了?)(?P<val3>[{HAN}A-Za-z0-9]{{2,10}}?)(?:了|$)"
+    rf"|戒(?:掉了?)?(?P<val4>[{HAN}]{{1,4}}?)(?:了|$)"
+    rf"|(?:现在|已经)?(?:不再|不|没再)(?P<val7>[{HAN}A-Za-z]{{2,8}}?)了$)"
+    # said object first: "单反在闲鱼卖掉了", "日语放弃了", "茶基本不喝了", "王总调走了"
+    rf"|^(?:我的|我们的|我们|我)?(?P<val5>[{HAN}A-Za-z0-9]{{1,6}}?)(?:在[{HAN}]{{1,6}}?)?(?:已经|早就|基本|也)?"
+    r"(?:卖掉了|卖了|送人了|扔了|扔掉了|退掉了|转手了)"
+    rf"|^(?:我的|我们的|我们|我)?(?P<val6>[{HAN}A-Za-z0-9]{{1,6}}?)(?:已经|早就|基本|也)?"
+    r"(?:放弃了|不学了|不玩了|不喝了|不吃了|不用了|不去了|不做了|不干了|不抽了|戒了|停了|调走了|离职了|退休了)"
 )
 _ZH_NEGATION = re.compile(r"不|没|别")
 
@@ -227,7 +320,8 @@ def frames(s: Sentence) -> list[Frame]:
     for clause in clauses(s):
         out += _zh_frames(clause, s.owner) if _zh(clause) else _en_frames(clause, s.owner)
         for kind, pattern in (("contact", _PHONE), ("contact", _EMAIL)):
-            if _CONTACT_NEW.search(clause) and _MINE.search(clause):
+            new = _CONTACT_NEW.search(clause)
+            if new and not _THEIRS.search(clause[: new.start()]):
                 for m in pattern.finditer(clause):
                     out.append(Frame(s.owner, kind, pattern.pattern[:6], _digits(m.group()), True))
     return out
@@ -247,14 +341,25 @@ def _en_frames(clause: str, owner: str) -> list[Frame]:
         flags=re.I,
     )
     marked = _marked(clause)
-    m = _END_EN.match(text)
-    if m is not None:
-        value = m.group("val") or m.group("val2") or m.group("val3") or m.group("val4") or ""
-        verb = (m.group("verb") or "gave away").lower()
-        value = re.sub(r"^(?:my|our|the|his|her|their)\s+", "", value.strip(" .!,"))
-        value = re.split(r"\s+(?:and|because|since|after|so|last|this|in|at|for|to|two|a few)\b", value)[0]
-        if value and not re.match(r"(?:it|that|this|them|there|here|by|for|over|in|up)\b", value):
-            out.append(Frame(owner, "end", verb, value.lower()))
+    for pattern in (_END_EN, _OFF_EN):
+        m = pattern.match(text)
+        if m is None:
+            continue
+        groups = m.groupdict()
+        value = next((v for k, v in groups.items() if k.startswith("val") and v), "")
+        if pattern is _OFF_EN:
+            verb = "off"
+        elif groups.get("gone"):
+            verb = "gone"  # "the x220 died": a thing they had
+        elif groups.get("val7"):
+            verb = "over"  # "java is mostly gone", "bus life is over"
+        elif groups.get("val3"):
+            verb = "broke up"
+        else:
+            verb = (groups.get("verb") or "gave away").lower()
+        value = _target(value)
+        if value and not re.match(r"(?:it|that|this|them|there|here|by|for|over|in|up|me|you)\b", value):
+            out.append(Frame(owner, "end", verb, value))
     m = _SWITCH_EN.match(text)
     if m is not None:
         value = (m.group("val") or m.group("plural") or "").lower()
@@ -265,6 +370,11 @@ def _en_frames(clause: str, owner: str) -> list[Frame]:
         found = _INSTEAD_EN.search(text)
         if found is not None and not _NEGATION_EN.search(text[: found.start()]):
             out.append(Frame(owner, "instead", "instead", _trim(found.group("old")).lower()))
+    m = _BE_EN.match(text)
+    if m is not None and not _NEGATION_EN.search(text) and not _PAST_EN.search(text):
+        value = _target(m.group("val"))
+        if len(value.split()) >= 2:  # a kind and its head: "pacific time", "night shift"
+            out.append(Frame(owner, "state", "be " + m.group("prep").lower() + " " + value.split()[-1], value, marked))
     m = _STATE_EN.match(text)
     if m is not None and not _NEGATION_EN.search(text) and not _PAST_EN.search(text):
         verb = _LEMMA[m.group("verb").lower()] + (m.group("prep") or "").lower()
@@ -279,14 +389,33 @@ def _zh_frames(clause: str, owner: str) -> list[Frame]:
     out: list[Frame] = []
     m = _ZH_END.match(clause)
     if m is not None:
-        value = m.group("val") or m.group("val2") or m.group("val3") or m.group("val4")
-        verb = "卖" if m.group("val") else "end"
+        value = next(v for k, v in m.groupdict().items() if k.startswith("val") and v)
+        verb = "卖" if m.group("val") or m.group("val5") else "end"
         out.append(Frame(owner, "end", verb, value))
     m = _ZH_STATE.match(clause)
     if m is not None and not _ZH_NEGATION.search(clause):
         marked = _marked(clause) and not _ZH_ADDITION.search(clause)
         out.append(Frame(owner, "state", m.group("verb"), m.group("val").strip(), marked))
     return out
+
+
+def _target(value: str) -> str:
+    """What ended, without determiners, light verbs, generic nouns and what follows it
+    (``the civic this weekend`` -> ``civic``, ``doing keto`` -> ``keto``, ``the chase account``
+    -> ``chase``)."""
+    value = value.strip(" .!,").lower()
+    value = re.sub(r"^(?:my|our|the|his|her|their|a|an)\s+", "", value)
+    value = _LIGHT_VERB.sub("", value)
+    value = re.sub(r"^(?:my|our|the|a|an)\s+", "", value)
+    value = re.split(
+        r"\s+(?:and|because|since|after|so|last|this|in|at|for|to|two|a few|yesterday|today|"
+        r"anymore|any more|now|finally|already|lol)\b|[,.!?;:(]",
+        value,
+    )[0]
+    previous = None
+    while previous != value:
+        previous, value = value, _GENERIC_TARGET.sub("", value)
+    return value.strip()
 
 
 def _singular(word: str) -> str:
@@ -318,18 +447,44 @@ def _disjoint(a: str, b: str) -> bool:
 
 _POSSESSED = re.compile(
     r"\b(?:my|our|i\s+(?:have|own|drive|ride|use|got|keep|run|rent)|i've\s+got|i'm\s+(?:using|driving)|"
-    r"we\s+(?:have|own|use|got|keep|rent)|we've\s+got)\b|我的|我们的|我(?:们)?(?:有|用|开|骑|养|买了|租)",
+    r"we\s+(?:have|own|use|got|keep|rent)|we've\s+got)\b|我的|我们的|我(?:们)?(?:还|也|都)?(?:有|用|开|骑|养|买了|租)",
     re.IGNORECASE,
 )
 
 
+def _state_clauses(s: Sentence, owner: str, plans: bool = False) -> list[str]:
+    """The clauses of a first-person statement of the owner that are no event, negation or
+    (unless ``plans``) plan: what a newer change can end."""
+    if s.owner != owner or (s.hedged and not plans) or not _MINE.search(s.text):
+        return []
+    out = []
+    for c in clauses(s):
+        if _zh(c):
+            if not _ZH_NEGATION.search(c) and not re.search(r"昨天|上周|去年|那次|以前", c):
+                out.append(c)
+        elif plans or not _PAST_EN.search(c):
+            out.append(c)  # a negation is looked for before what ended (`_negated_before`)
+    return out
+
+
+def _negated_before(clause: str, target: str) -> bool:
+    """A negation before the target's first word (``…ThinkPad X220, don't judge`` is not)."""
+    if _zh(clause):
+        return bool(_ZH_NEGATION.search(clause))
+    first = target.split()[0] if target.split() else ""
+    at = clause.lower().find(first) if first else -1
+    return bool(_NEGATION_EN.search(clause[: at if at >= 0 else len(clause)]))
+
+
 def _state_sentence(s: Sentence, owner: str) -> bool:
-    """A first-person statement of the owner that is no event, negation or plan."""
-    if s.owner != owner or s.hedged or not _MINE.search(s.text):
-        return False
-    if _zh(s.text):
-        return not _ZH_NEGATION.search(s.text) and not re.search(r"昨天|上周|去年|那次|以前", s.text)
-    return not _NEGATION_EN.search(s.text) and not _PAST_EN.search(s.text)
+    return any(not _negated_before(c, "") for c in _state_clauses(s, owner))
+
+
+def _zh_contains(clause: str, target: str) -> bool:
+    """A Chinese target in a clause; a verb and its object (``跑外卖``) also by the object."""
+    if _contains(clause, target):
+        return True
+    return len(target) >= 3 and target[1:] in clause.replace(" ", "")
 
 
 def judge_frames(
@@ -352,8 +507,15 @@ def judge_frames(
                 if found and f.value not in found:
                     return "update", f"{_who(f.owner)} has a new number or address: {f.value}"
         if f.kind in {"end", "instead"}:
+            plans = f.verb in {"off", "broke up", "end"}  # a plan called off; a couple split
             for s in old:
-                if not _state_sentence(s, f.owner) or not _contains(s.text, f.value):
+                found = [
+                    c
+                    for c in _state_clauses(s, f.owner, plans)
+                    if (_zh_contains(c, f.value) if _zh(f.value) else _contains(c, f.value))
+                    and not _negated_before(c, f.value)
+                ]
+                if not found:
                     continue
                 if f.kind == "end" and f.verb in _POSSESSIVE_END | {"卖"} and not _POSSESSED.search(s.text):
                     continue  # "I want a bike like Sam's" / "I sold my bike": not one they had
@@ -414,7 +576,7 @@ _UNITS = frozenset(
 
 
 def _one_slot(verb: str, old: str, new: str) -> bool:
-    if verb.split()[0] in _ONE_SLOT:
+    if verb.split()[0] in _ONE_SLOT or verb.startswith("be "):
         return True
     if _zh(old + new):
         return bool(_grams(old, 1) & _grams(new, 1))

@@ -22,6 +22,13 @@ _LEAD_EN = re.compile(
 _SUBJ = r"(?P<subj>I|[Ww]e|[A-Z][a-z]+)"
 _ADV = r"(?:\s+(?:just|recently|finally|now|also|actually|officially|already|since|have|has|had))*"
 _PLACE = r"(?P<val>(?:the\s+)?[A-Z][\w'.-]*(?:\s+(?:[A-Z][\w'.-]*|(?:of|de|la|upon)\b))*)"
+# A place as chat writes it, lower case too ("we moved up to denver in august"): one word, then
+# the end of the clause or a word that starts what follows.
+_PLACE_OR_LOWER = (
+    r"(?P<val>(?:the\s+)?[A-Z][\w'.-]*(?:\s+(?:[A-Z][\w'.-]*|(?:of|de|la|upon)\b))*"
+    r"|(?!(?:the|a|an|my|our|his|her|their|work|school|bed|tears|action)\b)[a-z]{3,}"
+    r"(?=\s+(?:in|last|this|on|two|three|a\s+few|for|after|because|since|and|with|from)\b|[,.!;]|$))"
+)
 _ORG = (
     r"(?P<val>(?:a|an|the|my)?\s*[\w'&.-]+"
     r"(?:\s+(?!(?:as|in|for|since|and|but|because|with|on)\b)[\w'&.-]+){0,3})"
@@ -44,7 +51,8 @@ _EN_SOURCES = [
         "residence",
         False,
         True,
-        rf"{_SUBJ}{_ADV}\s+(?:moved|relocated)(?:\s+(?:back|over|out))?\s+(?:to|into)\s+{_PLACE}",
+        rf"{_SUBJ}{_ADV}\s+(?:moved|relocated)(?:\s+(?:back|over|out|up|down|away))?\s+(?:to|into)\s+"
+        rf"{_PLACE_OR_LOWER}",
     ),
     (
         "residence",
@@ -316,7 +324,7 @@ _DET = r"(?P<subj>[Tt]he\s+|[Mm]y\s+|[Oo]ur\s+|[A-Z][a-z]+'s\s+|)"
 _THING = (
     r"(?P<attr>(?!(?i:i|it|this|that|these|those|he|she|they|we|you|everything|everyone|"
     r"something|nothing|life|things|there|here|what|which|who)\b)"
-    r"(?:[a-z][\w/-]*|[A-Z][\w/-]*(?=\s+[a-z]))(?:\s+[a-z][\w/-]*){0,3}?)"
+    r"(?:[a-z][\w/'-]*|[A-Z][\w/-]*(?=\s+[a-z]))(?:\s+[a-z][\w/'-]*){0,3}?)"
 )
 _THING_CHANGED = re.compile(
     rf"^{_DET}{_THING}\s+(?:has\s+|have\s+|was\s+|were\s+|got\s+|has\s+been\s+|was\s+just\s+)?"

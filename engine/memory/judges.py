@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 from engine.memory.judge_rules import (  # the phrasings the rules judge reads
@@ -87,7 +87,7 @@ from engine.memory.judge_rules import (  # the phrasings the rules judge reads
     _ZH_THING_CHANGED,
     _ZH_THING_IS,
 )
-from engine.memory.judge_frames import Frame, clauses, frames, judge_frames, frame_keys
+from engine.memory.judge_frames import Frame, clauses, corrected, frame_keys, frames, judge_frames
 from engine.memory.surface import HAN, Sentence, statements
 from engine.memory.tallies import Tally, restated, tallies
 from engine.memory.tokenize import tokenize
@@ -295,12 +295,16 @@ class RulesJudge:
         for s in sentences:
             if s.hedged:
                 continue
+            said: list[_Claim] = []
             for clause in clauses(s):  # "Priya left, my new manager is Daniel"
                 part = Sentence(s.owner, clause, False)
                 if re.search(f"[{HAN}]", clause):
-                    claims += self._zh(part)
+                    said += self._zh(part)
                 elif not _PAST_EN.search(clause):
-                    claims += self._en(part)
+                    said += self._en(part)
+            if corrected(s):  # "sorry, I got that wrong, my birthday is March 13th"
+                said = [replace(c, changed=True) for c in said]
+            claims += said
         if len(self._claims) > self._size:
             self._claims.clear()
         self._claims[text] = (claims, sentences)
@@ -649,6 +653,8 @@ class RulesJudge:
                             "negation",
                         )
                     continue
+                if not new.changed and _restates(old.value, new_text):
+                    continue  # "I moved to Lisbon" / "I live in Alfama, the old part of lisbon"
                 promoted = new.changed and _base(new.attribute) == "job"
                 if _overlaps(old.value, new.value) and not (promoted and old.value != new.value):
                     continue  # "Boston" / "Boston, MA"; but "engineer" -> "senior engineer" is new
@@ -745,9 +751,23 @@ def _attr(label: str) -> str:
         return "email"
     if re.fullmatch(r"手机号码?|电话号码?|电话|号码", label):
         return "phone"
+    found = re.fullmatch(r"(?P<head>[a-z]+) (?:with|for|of|at) (?:the |my |our )?(?P<mod>[a-z]+)", label)
+    if found:  # "the meeting with the contractor" is "the contractor meeting"
+        label = f"{found.group('mod')} {found.group('head')}"
     if label in {"job title", "职位", "职务"}:
         return "job"  # "my job title is …" and "I was promoted to …" state one attribute
     return label
+
+
+def _restates(value: str, text: str) -> bool:
+    """The newer text names the older value itself, not as what was left (``… of lisbon``, but
+    not ``moved from Lisbon``): a refinement, not a change."""
+    if not value or len(value) < 3:
+        return False
+    found = re.search(rf"(?<![\w])(?P<before>\w+\s+)?{re.escape(value)}(?![\w])", text.lower())
+    return found is not None and (found.group("before") or "").strip() not in {
+        "from", "left", "leaving", "quit", "was", "not", "从", "离开",
+    }
 
 
 def _who(owner: str) -> str:
