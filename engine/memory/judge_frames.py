@@ -75,6 +75,11 @@ _DROPPED_I = re.compile(
     r"|^(?P<have>(?=been\b))",
     re.IGNORECASE,
 )
+# A short reply to a question ("不喜欢", "不认识", "没有啊") answers it: no statement of its own.
+_ZH_REPLY = re.compile(
+    rf"^(?:[{HAN}]{{0,3}}|(?:不|没|没有)(?:太|怎么|很)?(?:喜欢|认识|知道|是|想|要|会|能|行|对|用|错|好|记得|清楚|去|有)"
+    r"[啊呀哦吧呢的了!！。.~]*)$"
+)
 _ZH_DROPPED = re.compile(r"^(?:不再?|没再|已经|现在|改|换|搬|跳槽|辞|离开|戒|刚|从|开始|又)")
 
 
@@ -119,7 +124,7 @@ def clauses(s: Sentence) -> list[str]:
             if not _ZH_SUBJECT.match(p) and not re.match(r"[他她它你这那]", p):
                 if first and out and p.startswith("新"):
                     p = "我的" + p
-                elif (first and out) or _ZH_DROPPED.match(p):
+                elif (first and out) or (_ZH_DROPPED.match(p) and not _ZH_REPLY.match(p)):
                     p = "我" + p
             out.append(p)
         return [p for p in out if p]
@@ -206,7 +211,8 @@ _ADDITION_EN = re.compile(
 )
 _PAST_EN = re.compile(
     r"\b(?:yesterday|last (?:night|week|weekend|month|year|time|summer|winter|spring|fall)|ago|"
-    r"the other day|this morning|tonight|when i was|used to|back then|once)\b",
+    r"the other day|this morning|tonight|when i was|(?<!getting )(?<!get )(?<!got )used to|"
+    r"back then|once)\b",
     re.IGNORECASE,
 )
 _NEGATION_EN = re.compile(r"\b(?:not|never|no|don't|doesn't|didn't|won't|can't|isn't|aren't)\b|n't\b", re.I)
@@ -256,7 +262,7 @@ _SWITCH_EN = re.compile(
     r"(?=$|\s+(?:now|instead|because|since|and|but|so|last|this|a\s+few|recently|two|three|a\s+month|"
     r"a\s+week|in|at|for|after|when)\b)"
     rf"|^(?P<subj2>I|We|we)(?:'ve|\s+have|\s+finally|\s+just)*\s+"
-    r"(?:changed|switched|swapped)\s+(?P<plural>[a-z]+s)\b"
+    r"(?:changed|switched|swapped|moved)\s+(?P<plural>[a-z]+s)\b"
 )
 _INSTEAD_EN = re.compile(r"\binstead\s+of\s+(?P<old>.+)$", re.IGNORECASE)
 _CONTACT_NEW = re.compile(
@@ -355,6 +361,8 @@ def _en_frames(clause: str, owner: str) -> list[Frame]:
             verb = "over"  # "java is mostly gone", "bus life is over"
         elif groups.get("val3"):
             verb = "broke up"
+        elif groups.get("val4") or groups.get("val5"):
+            verb = "left"  # "not at target anymore", "my last day at deloitte was friday"
         else:
             verb = (groups.get("verb") or "gave away").lower()
         value = _target(value)
@@ -499,8 +507,8 @@ def judge_frames(
                     if _disjoint(o.value, f.value) and _one_slot(f.verb, o.value, f.value):
                         return "update", f"{_who(f.owner)} {f.verb} now '{f.value}' (was '{o.value}')"
         if f.kind == "contact":
-            for s in old:
-                if not _state_sentence(s, f.owner):
+            for s in old:  # "my number is … if the form needs it": stated, whatever the "if"
+                if not _state_clauses(s, f.owner, plans=True):
                     continue
                 pattern = _EMAIL if "@" in f.value else _PHONE
                 found = {_digits(m.group()) for m in pattern.finditer(s.text)}

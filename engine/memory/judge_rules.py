@@ -41,7 +41,8 @@ _PERSONAL = (
     r"budget|salary|rent|pronouns|team|city|hometown|zip\s+code|time\s*zone|landlord|coach"
 )
 _PAST_EN = re.compile(
-    r"\b(?:when (?:i|we) (?:was|were)|as a (?:kid|child|teen)|growing up|back then|used to|"
+    r"\b(?:when (?:i|we) (?:was|were)|as a (?:kid|child|teen)|growing up|back then|"
+    r"(?<!getting )(?<!get )(?<!got )(?<!be )(?<!am )used to|"
     r"in (?:19|20)\d\d|years? later|at the time|before that)\b",
     re.IGNORECASE,
 )

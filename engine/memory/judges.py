@@ -520,8 +520,13 @@ class RulesJudge:
                 )
             )
         m = _ZH_STOPPED.match(text)
+        if m is not None and (_ZH_BARE_VERB.fullmatch(m.group("val")) or "也" in text[:4]):
+            m = None  # "我也不喜欢", "我不知道": an answer, not a habit that stopped
         if m is not None and not out:
-            out.append(_Claim(_owner(m.group("subj"), s.owner), "do", m.group("val"), True, True))
+            # "我不看书了" says it changed; "我不喜欢看书" how it is (a restart meets it)
+            said = bool(re.search("不再|已经不|再也不|戒", m.group())) or m.group().endswith("了")
+            owner = _owner(m.group("subj"), s.owner)
+            out.append(_Claim(owner, "do" if said else "dont", m.group("val"), True, said))
         m = _ZH_REPLACED.match(text)
         if m is not None and not _ZH_BA.match(text):
             owner = _owner(m.group("subj"), s.owner)
@@ -781,7 +786,7 @@ def _terms(text: str) -> frozenset[str]:
 def _overlaps(a: str, b: str) -> bool:
     """Same value, or one refines the other (``Boston`` / ``Boston, MA``)."""
     if re.search(f"[{HAN}]", a + b):
-        x, y = a.replace(" ", ""), b.replace(" ", "")
+        x, y = _ZH_PLAIN.sub("", a.replace(" ", "")), _ZH_PLAIN.sub("", b.replace(" ", ""))
         return bool(x) and bool(y) and (x in y or y in x)
     ta, tb = _terms(a), _terms(b)
     if not ta or not tb:
@@ -794,6 +799,11 @@ _POSSESSED = re.compile(
     r"we\s+(?:have|own|use|bought|got))\b|我的|我们的|我(?:有|用|开|骑|买了)",
     re.I,
 )
+
+
+# Measure words and degree words: "一家很小的公司" and "一家小公司" are one value.
+_ZH_PLAIN = re.compile(r"[一这那每][家个所间位台辆]|很|非常|特别|挺|的")
+_ZH_BARE_VERB = re.compile(r"喜欢|知道|认识|是|想|要|会|能|行|对|记得|清楚|懂|明白|确定|在意|介意")
 
 
 def _within(phrase: str, whole: str) -> bool:

@@ -130,7 +130,8 @@ _NOW_EN = re.compile(
     r"reduced|cut|lowered|dropped|brought)(?:\s+[\w'-]+){0,3}\s+(?:up\s+|down\s+)?to"
     r"|(?:that|this|which|it)\s+makes|bringing\s+(?:my|our|the|it)(?:\s+\w+){0,2}\s+to|"
     r"for\s+a\s+total\s+of|and\s+counting|"
-    r"(?:i'm|i\s+am|we're|we\s+are)\s+(?:now\s+)?(?:at|up\s+to)(?=\s+(?:page\s+|level\s+)?\d)|"
+    r"(?:i'm|i\s+am|we're|we\s+are)\s+(?:now\s+)?(?:at|up\s+to|down\s+to)(?=\s+(?:page\s+|level\s+)?\d)|"
+    r"^(?:down|up)\s+to(?=\s+\d)|"
     r"(?:just|finally)\s+(?:hit|reached|crossed|passed|surpassed|got\s+to|made\s+it\s+to))\b",
     re.I,
 )
@@ -173,7 +174,7 @@ _GENERIC = frozenset(
 )
 _ZH_DIGITS = {c: i for i, c in enumerate("零一二三四五六七八九十")} | {"两": 2}
 _COUNT_ZH = re.compile(
-    rf"(?P<num>\d+|[零一二两三四五六七八九十]+)\s*(?P<cls>[个本次篇页首部件只位名门家张道])"
+    rf"(?P<num>\d+|[零一二两三四五六七八九十]+)\s*(?P<cls>[个本次篇页首部件只位名门家张道条口辆台套双支头匹块杯瓶份斤])"
     rf"(?P<noun>[{HAN}]{{0,2}})"
 )
 _PAGE_ZH = re.compile(r"第\s*(?P<num>\d+|[一二三四五六七八九十]+)\s*(?P<noun>[页章集级课])")
@@ -194,6 +195,9 @@ class Tally:
     """Content words of the statement other than the noun and numbers."""
     names: frozenset[str]
     """Capitalised names in the statement (titles in quotes included)."""
+    own: frozenset[str] | None = None
+    """Content words of the comma-delimited part that carries the count (``that's my 5th
+    marathon now``), other than the noun; None when not known."""
 
 
 def _value(num: str | None, word: str | None) -> float | None:
@@ -293,7 +297,18 @@ def _hits_en(clause: str, before: str) -> list[tuple[str, float | None]]:
         ]
     hits += [(m.group("noun").lower(), 1.0) for m in _ONE_UNIT.finditer(clause)]
     hits += [("time", _TIMES[m.group(1).lower()]) for m in _TIMES_A.finditer(clause)]
+    hits += [("*", _value(m.group("num"), None)) for m in _UPDOWN_EN.finditer(clause)]
     return hits
+
+
+# A count said with no noun, going up or down: "down to 188", "I'm down to 9", "瘦到126了". It
+# restates the one count of the older memory ("I weigh 210 lbs"), whatever its noun.
+_UPDOWN_EN = re.compile(
+    r"(?:^|\b(?:i'm|i\s+am|we're|we\s+are)\s+)(?:now\s+)?(?:down|up|back)\s+to\s+"
+    r"(?P<num>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(?![\w%/:.,-]|\s+(?!(?:now|today|already|so far)\b)[a-z])",
+    re.I,
+)
+_UPDOWN_ZH = re.compile(r"(?:瘦到|胖到|涨到|降到|减到|长到|升到)(?P<num>\d+)(?![\d个本次篇页首部件只位名门家张道条口辆台套双支头匹块杯瓶份])")
 
 
 def _hits_zh(clause: str) -> list[tuple[str, float | None]]:
@@ -301,6 +316,7 @@ def _hits_zh(clause: str) -> list[tuple[str, float | None]]:
         (m.group("cls") + m.group("noun").rstrip("了的啦呢吗吧"), _zh_value(m.group("num")))
         for m in _COUNT_ZH.finditer(clause)
     ]
+    hits += [("*", float(m.group("num"))) for m in _UPDOWN_ZH.finditer(clause)]
     return hits + [(m.group("noun"), _zh_value(m.group("num"))) for m in _PAGE_ZH.finditer(clause)]
 
 
@@ -330,7 +346,8 @@ def tallies(text: str) -> list[Tally]:
                 if m.start() and m.group(1) not in _NOT_NAME
             )
             sentence = QUOTED.sub(" ", raw)
-            if not (_FIRST_ZH if zh else _FIRST_EN).search(sentence):
+            dropped = (_UPDOWN_ZH if zh else _UPDOWN_EN).match(sentence)  # "down to 188!!"
+            if not (_FIRST_ZH if zh else _FIRST_EN).search(sentence) and not dropped:
                 continue
             found: dict[str, tuple[set[float], bool]] = {}
             for clause in _clauses(sentence, zh):
@@ -356,7 +373,8 @@ def tallies(text: str) -> list[Tally]:
             terms = _terms(sentence)
             for noun, (values, current) in found.items():
                 rest_terms = terms - _terms(noun)
-                out.append(Tally(owner, noun, frozenset(values), current, rest_terms, names))
+                own = _own_terms(sentence, noun, values, zh)
+                out.append(Tally(owner, noun, frozenset(values), current, rest_terms, names, own))
     return out
 
 
@@ -374,10 +392,31 @@ def _bare(terms: frozenset[str]) -> frozenset[str]:
     )
 
 
+def _own_terms(
+    sentence: str, noun: str, values: set[float], zh: bool
+) -> frozenset[str] | None:
+    """The content words of the comma-delimited part that says the count, noun left out."""
+    if zh:
+        return None
+    stem = noun.rstrip("s")[:5]
+    for part in re.split(r"[,;:!?()]|\s+[-–—]\s+", sentence):
+        low = part.lower()
+        if (noun == "*" or stem in low) and re.search(r"\d|\b(?:" + "|".join(_WORDS) + r")\b", low):
+            return _terms(part) - _terms(noun)
+    return None
+
+
 def restated(old: list[Tally], new: list[Tally]) -> tuple[Tally, Tally] | None:
     """The (old, new) tallies when the newer memory restates a count with a new value."""
     for n in new:
-        if not n.current:
+        if not n.current and n.noun != "*":
+            continue
+        if n.noun == "*":  # "down to 188": the older memory's one count
+            counts = {o.values for o in old}
+            if len(counts) == 1:
+                o = old[0]
+                if o.owner == n.owner and not o.values & n.values:
+                    return o, n
             continue
         for o in old:
             if o.owner != n.owner or o.noun != n.noun or o.values & n.values:
@@ -389,6 +428,7 @@ def restated(old: list[Tally], new: list[Tally]) -> tuple[Tally, Tally] | None:
                 return o, n
             if shared and (shared == o.terms or shared == n.terms):
                 return o, n  # "I go to yoga twice a week" / "now three times a week": all it says
-            if not _bare(n.terms) and n.noun not in _BARE_NOT:
+            bare = n.own if n.own is not None else n.terms
+            if not _bare(bare) and n.noun not in _BARE_NOT:
                 return o, n  # "I weigh 92 kg" / "I'm down to 84 kg now": the count, nothing else
     return None
