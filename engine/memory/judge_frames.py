@@ -35,10 +35,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.memory.surface import HAN, Sentence
+from engine.memory.surface import BEEN_GOING, HAN, HEDGE_EN, HEDGE_ZH, TELLING_YOU_ZH, Sentence
 from engine.memory.tokenize import tokenize
 
-__all__ = ["Frame", "clauses", "corrected", "frame_keys", "frames", "judge_frames"]
+__all__ = [
+    "Frame",
+    "clauses",
+    "corrected",
+    "frame_keys",
+    "frames",
+    "judge_frames",
+    "stated_clauses",
+]
 
 # -- clauses -----------------------------------------------------------------------------------
 
@@ -81,6 +89,28 @@ _ZH_REPLY = re.compile(
     r"[啊呀哦吧呢的了!！。.~]*)$"
 )
 _ZH_DROPPED = re.compile(r"^(?:不再?|没再|已经|现在|改|换|搬|跳槽|辞|离开|戒|刚|从|开始|又)")
+
+
+_CONDITION = re.compile(r"\b(?:if|unless|in case|whenever|as soon as)\b|如果|要是|假如|万一|的话", re.I)
+
+
+def stated_clauses(s: Sentence) -> list[str]:
+    """The clauses of a statement that state something: all of them, or, in a hedged
+    sentence, those without a hedge of their own ("我和阿杰分手了，不想多说" states the first).
+    A condition anywhere ("if", "如果") hedges the whole sentence."""
+    parts = clauses(s)
+    if not s.hedged:
+        return parts
+    if _CONDITION.search(s.text):
+        return []
+    out = []
+    for c in parts:
+        if _zh(c):
+            if not HEDGE_ZH.search(TELLING_YOU_ZH.sub("", c)):
+                out.append(c)
+        elif not HEDGE_EN.search(BEEN_GOING.sub(" ", c)):
+            out.append(c)
+    return out
 
 
 def corrected(s: Sentence) -> bool:
@@ -227,7 +257,8 @@ _END_EN = re.compile(
     r"retired from)\s+"
     r"(?P<val>.+?)(?:\s+(?:away|for good|completely|entirely|altogether))?$"
     rf"|^(?P<subj2>I|We|we)(?:'ve|\s+have|\s+had\s+to|\s+finally|\s+just)*\s+"
-    r"(?:gave|give|sold)\s+(?P<val2>[A-Z][\w'-]*|(?:my|our|the)\s+[\w'-]+(?:\s+[\w'-]+)?)\s+away\b"
+    r"(?:gave|give|sold|handed)\s+(?P<val2>[A-Z][\w'-]*|(?:my|our|the)\s+[\w'-]+(?:\s+[\w'-]+)?)"
+    r"\s+(?:away\b|(?:away\s+)?to\s+(?:my|our|a|an|the|his|her|their|some)\b)"
     r"|^(?P<val3>[A-Za-z][a-z]+)\s+and\s+(?P<subj3>I|me)\s+(?:broke up|split up|split|separated|"
     r"got divorced|divorced)\b"
     r"|^(?:I'm|I am|we're|we are)\s+(?:not|no longer)\s+(?P<val4>.+?)\s+any\s*more\b"
@@ -249,7 +280,7 @@ _OFF_EN = re.compile(
 )
 _POSSESSIVE_END = frozenset(
     "sold,sold off,got rid of,gave away,given away,donated,scrapped,returned,traded in,traded,"
-    "rehomed,rehome,gone".split(",")
+    "rehomed,rehome".split(",")
 )
 _GENERIC_TARGET = re.compile(
     r"\s+(?:account|membership|subscription|thing|plan|plans|life|stuff|streak|habit|trip)$"
@@ -320,10 +351,8 @@ def _trim(value: str) -> str:
 
 def frames(s: Sentence) -> list[Frame]:
     """The frames of one prose statement (none when it is hedged: plans, wishes, reports)."""
-    if s.hedged:
-        return []
     out: list[Frame] = []
-    for clause in clauses(s):
+    for clause in stated_clauses(s):
         out += _zh_frames(clause, s.owner) if _zh(clause) else _en_frames(clause, s.owner)
         for kind, pattern in (("contact", _PHONE), ("contact", _EMAIL)):
             new = _CONTACT_NEW.search(clause)
@@ -374,6 +403,9 @@ def _en_frames(clause: str, owner: str) -> list[Frame]:
         if value:  # "I switched to Apple Music", "I changed dentists"
             verb = "kind" if m.group("plural") else "switch"
             out.append(Frame(owner, "switch", verb, _singular(value)))
+            purpose = re.search(r"\bfor\s+(?:my\s+|our\s+|the\s+|all\s+(?:my\s+)?)?(?P<p>[a-z]{3,})\b", text[m.end() :])
+            if purpose and m.group("val"):  # "switched to Pocket Casts for podcasts"
+                out.append(Frame(owner, "switch", "for " + purpose.group("p"), m.group("val").lower()))
     if marked:
         found = _INSTEAD_EN.search(text)
         if found is not None and not _NEGATION_EN.search(text[: found.start()]):
@@ -534,8 +566,12 @@ def judge_frames(
             for s in old:
                 if not _state_sentence(s, f.owner):
                     continue
-                if f.verb == "switch" and _contains(s.text, f.value):
+                if f.verb != "kind" and _contains(s.text, f.value):
                     continue  # "I use the night bus" / "I switched to the night bus": the same
+                if f.verb.startswith("for "):
+                    if _contains(s.text, f.verb[4:]):
+                        return "update", f"{_who(f.owner)} switched to '{f.value}' for {f.verb[4:]}"
+                    continue
                 words = [w.lower() for w in re.findall(r"[\w'-]+", s.text)]
                 heads = {_singular(w) for w in words}
                 if _singular(head) in heads:
@@ -554,6 +590,8 @@ def frame_keys(owner: str, new_frames: list[Frame], sentences: list[Sentence]) -
         for gram in _grams(f.value, 1 if len(f.value) == 1 else 2)
     }
     out |= {f"{f.owner}|contact" for f in new_frames if f.kind == "contact"}
+    if any(_PHONE.search(s.text) or _EMAIL.search(s.text) for s in sentences):
+        out.add(f"{owner}|contact")
     for s in sentences:
         if not _state_sentence(s, s.owner):
             continue

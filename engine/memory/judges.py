@@ -87,7 +87,14 @@ from engine.memory.judge_rules import (  # the phrasings the rules judge reads
     _ZH_THING_CHANGED,
     _ZH_THING_IS,
 )
-from engine.memory.judge_frames import Frame, clauses, corrected, frame_keys, frames, judge_frames
+from engine.memory.judge_frames import (
+    Frame,
+    corrected,
+    frame_keys,
+    frames,
+    judge_frames,
+    stated_clauses,
+)
 from engine.memory.surface import HAN, Sentence, statements
 from engine.memory.tallies import Tally, restated, tallies
 from engine.memory.tokenize import tokenize
@@ -293,10 +300,8 @@ class RulesJudge:
         sentences = statements(text)
         claims: list[_Claim] = []
         for s in sentences:
-            if s.hedged:
-                continue
             said: list[_Claim] = []
-            for clause in clauses(s):  # "Priya left, my new manager is Daniel"
+            for clause in stated_clauses(s):  # "Priya left, my new manager is Daniel"
                 part = Sentence(s.owner, clause, False)
                 if re.search(f"[{HAN}]", clause):
                     said += self._zh(part)
@@ -570,6 +575,7 @@ class RulesJudge:
                 if c.attribute not in {"do", "use", "pref", "start", "dont", "replace"}
             )
             | {f"{t.owner}|tally:{t.noun}" for t in self.tallies(text)}
+            | {f"{t.owner}|tally:*" for t in self.tallies(text)}  # "down to 188" meets any
             | frame_keys(owner, self.frames(text), sentences)
         )
 
@@ -788,6 +794,8 @@ def _overlaps(a: str, b: str) -> bool:
     if re.search(f"[{HAN}]", a + b):
         x, y = _ZH_PLAIN.sub("", a.replace(" ", "")), _ZH_PLAIN.sub("", b.replace(" ", ""))
         return bool(x) and bool(y) and (x in y or y in x)
+    if _EXACT.fullmatch(a.strip()) or _EXACT.fullmatch(b.strip()):
+        return a.strip(" .").lower() == b.strip(" .").lower()  # an email, a number, an id
     ta, tb = _terms(a), _terms(b)
     if not ta or not tb:
         return a.strip().lower() == b.strip().lower()
@@ -801,6 +809,9 @@ _POSSESSED = re.compile(
 )
 
 
+# A value said as one token with a digit or an @ (an email, a phone number, a handle): two of
+# them are the same value only when they are equal.
+_EXACT = re.compile(r"(?=\S*[@\d])[\w.+@-]*[@\d][\w.+@-]*")
 # Measure words and degree words: "一家很小的公司" and "一家小公司" are one value.
 _ZH_PLAIN = re.compile(r"[一这那每][家个所间位台辆]|很|非常|特别|挺|的")
 _ZH_BARE_VERB = re.compile(r"喜欢|知道|认识|是|想|要|会|能|行|对|记得|清楚|懂|明白|确定|在意|介意")

@@ -174,13 +174,14 @@ _GENERIC = frozenset(
 )
 _ZH_DIGITS = {c: i for i, c in enumerate("零一二三四五六七八九十")} | {"两": 2}
 _COUNT_ZH = re.compile(
-    rf"(?P<num>\d+|[零一二两三四五六七八九十]+)\s*(?P<cls>[个本次篇页首部件只位名门家张道条口辆台套双支头匹块杯瓶份斤])"
+    rf"(?P<num>\d+|[零一二两三四五六七八九十]+)\s*(?P<cls>公斤|[个本次篇页首部件只位名门家张道条口辆台套双支头匹块杯瓶份斤])"
     rf"(?P<noun>[{HAN}]{{0,2}})"
 )
 _PAGE_ZH = re.compile(r"第\s*(?P<num>\d+|[一二三四五六七八九十]+)\s*(?P<noun>[页章集级课])")
 _NOW_ZH = re.compile(r"现在|目前|已经|一共|总共|累计|至今|为止")
 _GOAL_ZH = re.compile(r"需要|目标|争取|达到")
 _FIRST_ZH = re.compile(r"我|咱")
+_OTHER_ZH = re.compile(r"他|她|你|它|您|[爸妈哥姐弟妹]|老公|老婆|朋友|同事|邻居|孩子|儿子|女儿|家人")
 _CLAUSE_ZH = re.compile(r"[，,；;]")
 
 
@@ -254,7 +255,7 @@ def _clauses(sentence: str, zh: bool) -> list[str]:
     if not sentence.rstrip().endswith(("?", "？")):
         return parts
     out = []
-    for c in parts:
+    for c in parts[:-1]:  # the last clause carries the question mark: it is the question
         c = c.strip()
         if QUESTION_ZH.search(c) if zh else (QUESTION_EN.match(c) or _YOU.search(c)):
             break
@@ -348,7 +349,8 @@ def tallies(text: str) -> list[Tally]:
             sentence = QUOTED.sub(" ", raw)
             dropped = (_UPDOWN_ZH if zh else _UPDOWN_EN).match(sentence)  # "down to 188!!"
             if not (_FIRST_ZH if zh else _FIRST_EN).search(sentence) and not dropped:
-                continue
+                if not zh or _OTHER_ZH.search(sentence):
+                    continue  # Chinese drops the subject: "现在三只狗了" is the speaker's
             found: dict[str, tuple[set[float], bool]] = {}
             for clause in _clauses(sentence, zh):
                 hedge, goal, now = (
@@ -397,6 +399,9 @@ def _own_terms(
 ) -> frozenset[str] | None:
     """The content words of the comma-delimited part that says the count, noun left out."""
     if zh:
+        for part in _CLAUSE_ZH.split(sentence):
+            if noun != "*" and noun in part:
+                return frozenset(t for t in _terms(part) if t not in noun)
         return None
     stem = noun.rstrip("s")[:5]
     for part in re.split(r"[,;:!?()]|\s+[-–—]\s+", sentence):
@@ -413,7 +418,7 @@ def restated(old: list[Tally], new: list[Tally]) -> tuple[Tally, Tally] | None:
             continue
         if n.noun == "*":  # "down to 188": the older memory's one count
             counts = {o.values for o in old}
-            if len(counts) == 1:
+            if len(counts) == 1 and counts != {frozenset({1.0})}:  # not "一辆", "a week"
                 o = old[0]
                 if o.owner == n.owner and not o.values & n.values:
                     return o, n
