@@ -251,7 +251,9 @@ _END_EN = re.compile(
     rf"^(?P<subj>I|We|we)(?:'ve|\s+have|\s+had\s+to|\s+finally|\s+just|\s+recently|\s+actually|"
     r"\s+officially)*\s+"
     r"(?P<verb>sold|sold off|got rid of|gave away|given away|donated|scrapped|returned|traded in|"
-    r"traded|rehomed|rehome|ditched|dumped|lost|cancell?ed|dropped out of|dropped|cut out|"
+    r"traded|rehomed|rehome|ditched|dumped|cancell?ed|dropped out of|dropped|cut out|"
+    # "lost" ends a client or a contract; "I lost my job", "lost all my work" end nothing named
+    r"lost(?=\s+(?:the|my|our)\s+[\w'-]+(?:\s+[\w'-]+)?\s+(?:account|client|contract|sponsorship|lease)\b)|"
     r"cut back on|gave up|given up|quit|stopped|left|unsubscribed from|deleted|closed|"
     r"uninstalled|moved out of|broke up with|split up with|divorced|ended things with|"
     r"retired from)\s+"
@@ -285,10 +287,18 @@ _POSSESSIVE_END = frozenset(
 _GENERIC_TARGET = re.compile(
     r"\s+(?:account|membership|subscription|thing|plan|plans|life|stuff|streak|habit|trip)$"
 )
+# Targets that name nothing in particular: "it", "my job", "all my work", "everything".
+_VAGUE = re.compile(
+    r"(?:(?:all|some|most)\s+(?:of\s+)?(?:my|our|the)?\s*)?(?:it|that|this|them|there|here|me|you|"
+    r"job|work|thing|things|stuff|everything|something|anything|one|time|way|track|touch|mind|"
+    r"hope|faith|count|sleep|weight|interest|patience|control|money)"
+    r"|(?:by|for|over|in|up|out|on)\b.*"
+)
 _LIGHT_VERB = re.compile(r"^(?:doing|using|at|on|in|with|going to|into|having|being|eating|drinking)\s+")
 _SWITCH_EN = re.compile(
     rf"^(?P<subj>I|We|we)(?:'ve|\s+have|\s+finally|\s+just|\s+recently|\s+actually)*\s+"
-    r"(?:switched|changed|moved|transferred|converted|swapped|went)\s+(?:over\s+|back\s+)?"
+    # not "went to" (a visit) nor "moved to" (where one lives: `judge_rules`)
+    r"(?:switched|changed|transferred|converted|swapped|moved\s+over)\s+(?:over\s+|back\s+)?"
     r"(?:to|into)\s+(?:a\s+|an\s+|the\s+)?(?P<val>[\w'&.-]+(?:\s+[\w'&.-]+){0,3}?)"
     r"(?=$|\s+(?:now|instead|because|since|and|but|so|last|this|a\s+few|recently|two|three|a\s+month|"
     r"a\s+week|in|at|for|after|when)\b)"
@@ -395,7 +405,7 @@ def _en_frames(clause: str, owner: str) -> list[Frame]:
         else:
             verb = (groups.get("verb") or "gave away").lower()
         value = _target(value)
-        if value and not re.match(r"(?:it|that|this|them|there|here|by|for|over|in|up|me|you)\b", value):
+        if value and not _VAGUE.fullmatch(value):
             out.append(Frame(owner, "end", verb, value))
     m = _SWITCH_EN.match(text)
     if m is not None:
