@@ -71,6 +71,10 @@ UPDATES = [
     ("我和阿杰在谈恋爱。", "我和阿杰分手了，不想多说。"),
     ("我现在65公斤。", "瘦到60了，开心。"),
     ("我们家有两只狗。", "又领养了一只，现在三只狗了。"),
+    ("我每个月交一千五的房租。", "现在每个月交一千八的房租了。"),
+    ("我们公司在望京。", "公司搬到顺义了，通勤变远了。"),
+    # the same statement with another number, said as now
+    ("I water the tomatoes 3 times a week.", "I water the tomatoes 2 times a week now."),
 ]
 
 NOT_UPDATES = [
@@ -98,6 +102,9 @@ NOT_UPDATES = [
     ("我开一辆白色的大众。", "我朋友把他的大众卖掉了。"),
     ("我在学钢琴。", "你钢琴放弃了吗？"),
     ("我们家有两只狗。", "邻居家有三只狗。"),
+    # the same shape with another number, not said as now: two events
+    ("I spent $40 on groceries.", "I spent $65 on groceries."),
+    ("我今天跑了五公里。", "我今天跑了八公里。"),
 ]
 
 

@@ -364,12 +364,44 @@ def frames(s: Sentence) -> list[Frame]:
     out: list[Frame] = []
     for clause in stated_clauses(s):
         out += _zh_frames(clause, s.owner) if _zh(clause) else _en_frames(clause, s.owner)
+        shape = _renumbered(clause)
+        if shape is not None:
+            out.append(Frame(s.owner, "renumbered", shape[0], shape[1], _marked(clause)))
         for kind, pattern in (("contact", _PHONE), ("contact", _EMAIL)):
             new = _CONTACT_NEW.search(clause)
             if new and not _THEIRS.search(clause[: new.start()]):
                 for m in pattern.finditer(clause):
                     out.append(Frame(s.owner, kind, pattern.pattern[:6], _digits(m.group()), True))
     return out
+
+
+_ZH_NUMERAL = re.compile(r"[\d.,]+|[零一二两三四五六七八九十百千万]+")
+_EN_NUMERAL = re.compile(r"\$?\d[\d.,]*k?|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve)\b", re.I)
+_NOW_WORDS_ZH = re.compile(r"^(?:我们|我)|现在|目前|如今|已经|了$|了(?=[，,。]|$)")
+_NOW_WORDS_EN = re.compile(r"\b(?:now|these days|nowadays|currently)\b", re.I)
+
+
+def _renumbered(clause: str) -> tuple[str, str] | None:
+    """``(shape, numbers)`` of a first-person clause that carries a number: the clause with its
+    numbers blanked and its "now" words left out (``我每个月给爸妈转两千`` and ``现在每个月给
+    爸妈转三千了`` share a shape: the same statement with another number)."""
+    if _zh(clause):
+        if not clause.startswith("我"):
+            return None
+        body = _NOW_WORDS_ZH.sub("", clause)
+        found = _ZH_NUMERAL.findall(body)
+        shape = _ZH_NUMERAL.sub("#", body)
+        if not found or len(re.sub(f"[^{HAN}]", "", shape)) < 4:
+            return None
+        return shape, " ".join(found)
+    if not re.match(r"(?:I|We|we|My|my|Our|our)\b", clause) or _NEGATION_EN.search(clause):
+        return None
+    body = _NOW_WORDS_EN.sub(" ", clause)
+    found = _EN_NUMERAL.findall(body)
+    terms = tokenize(_EN_NUMERAL.sub(" ", body))
+    if not found or len(terms) < 3:
+        return None
+    return " ".join(terms), " ".join(x.lower() for x in found)
 
 
 def _digits(value: str) -> str:
@@ -543,6 +575,11 @@ def judge_frames(
     """``(kind, reason)`` when a frame of the newer memory ends or changes a state the older one
     states; None otherwise."""
     for f in new_frames:
+        if f.kind == "renumbered" and f.marked:  # "now" another number
+            for o in old_frames:
+                if o.kind == "renumbered" and o.owner == f.owner and o.verb == f.verb:
+                    if o.value != f.value:
+                        return "update", f"{_who(f.owner)}: now {f.value} (was {o.value})"
         if f.kind == "state" and f.marked:
             for o in old_frames:
                 if o.kind == "state" and o.owner == f.owner and o.verb == f.verb:

@@ -503,11 +503,11 @@ class RulesJudge:
                     )
                 )
                 break
-        if not out:
+        if not out or all(c.owner != s.owner for c in out):  # "公司搬到亦庄了": a thing moved
             m = _ZH_THING_CHANGED.match(text) or _ZH_THING_IS.match(text)
             if m is not None and not _ZH_EVALUATIVE.match(m.group("val")):
                 changed = m.re is _ZH_THING_CHANGED
-                attr = m.group("attr").removeprefix("我的").removeprefix("我们的")
+                attr = re.sub("^(?:我们的|我的|我们|我)", "", m.group("attr")) or m.group("attr")
                 owner = s.owner if m.group("attr").startswith("我") else "*"
                 out.append(
                     _Claim(owner, f"the:{_attr(attr)}", m.group("val").strip(), False, changed)

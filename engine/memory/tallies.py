@@ -145,7 +145,8 @@ _FIRST_EN = re.compile(r"\b(?:i|i'm|i've|we|we've|we're|my|our)\b", re.I)
 _CLAUSE = re.compile(
     r",\s+(?:and|but|so|which|while)\s+|\s+(?:-|—|–)\s+|;\s*|,\s+(?=i\b)|\s+and\s+(?=i\b|i'll\b)"
     r"|,\s+(?=(?:what|who|where|when|why|how|which|do|does|did|can|could|would|will|should|is|"
-    r"are|any)\b)",
+    r"are|any)\b)"
+    r"|,\s+(?-i:(?=[A-Z][a-z]+\s+(?:is|was|'s)\b))",  # "…4 marathons so far, Boston is the dream"
     re.I,
 )
 _YOU = re.compile(r"\byou\b", re.I)
@@ -390,7 +391,9 @@ def _bare(terms: frozenset[str]) -> frozenset[str]:
     return frozenset(
         t
         for t in terms
-        if t not in _NOW_TERMS and not re.match(r"[\d零一二两三四五六七八九十]", t)
+        if t not in _NOW_TERMS
+        and t not in {"st", "nd", "rd", "th"}  # "5th"
+        and not re.match(r"[\d零一二两三四五六七八九十]", t)
     )
 
 
