@@ -314,9 +314,10 @@ _UPDOWN_ZH = re.compile(r"(?:瘦到|胖到|涨到|降到|减到|长到|升到)(?
 
 
 def _hits_zh(clause: str) -> list[tuple[str, float | None]]:
-    hits = [  # "三只猫了": the particle is no part of the noun
+    hits = [  # "三只猫了": the particle is no part of the noun; "三只" alone names nothing
         (m.group("cls") + m.group("noun").rstrip("了的啦呢吗吧"), _zh_value(m.group("num")))
         for m in _COUNT_ZH.finditer(clause)
+        if m.group("noun").rstrip("了的啦呢吗吧") or m.group("cls") in {"斤", "公斤"}
     ]
     hits += [("*", float(m.group("num"))) for m in _UPDOWN_ZH.finditer(clause)]
     return hits + [(m.group("noun"), _zh_value(m.group("num"))) for m in _PAGE_ZH.finditer(clause)]
