@@ -73,6 +73,9 @@ UPDATES = [
     ("我们家有两只狗。", "又领养了一只，现在三只狗了。"),
     ("我每个月交一千五的房租。", "现在每个月交一千八的房租了。"),
     ("我们公司在望京。", "公司搬到顺义了，通勤变远了。"),
+    # something got against an older "I don't own one"
+    ("We don't have a dog, the flat is too small.", "we finally adopted a dog!! a rescue greyhound"),
+    ("我们家没有车，出门都坐公交。", "我们买了车了，周末可以自驾了。"),
     # the same statement with another number, said as now
     ("I water the tomatoes 3 times a week.", "I water the tomatoes 2 times a week now."),
 ]
@@ -102,6 +105,10 @@ NOT_UPDATES = [
     ("我开一辆白色的大众。", "我朋友把他的大众卖掉了。"),
     ("我在学钢琴。", "你钢琴放弃了吗？"),
     ("我们家有两只狗。", "邻居家有三只狗。"),
+    # got something else, or someone else did
+    ("We don't have a dog.", "we adopted a cat last week"),
+    ("I don't own a car.", "my sister bought a car"),
+    ("I don't own a car.", "should I buy a car?"),
     # the same shape with another number, not said as now: two events
     ("I spent $40 on groceries.", "I spent $65 on groceries."),
     ("我今天跑了五公里。", "我今天跑了八公里。"),

@@ -165,7 +165,10 @@ def clauses(s: Sentence) -> list[str]:
         p = parts[i].strip(" ,")
         if not p:
             continue
-        joined = i and parts[i - 1].strip() == "and" and out and len(out[-1].split()) < 3
+        joined = (
+            i and parts[i - 1].strip() == "and" and out and len(out[-1].split()) < 3
+            and re.match(r"(?:I|i|me)\b", p)
+        )
         if joined:  # "Emma and I broke up": one clause
             out[-1] = f"{out[-1]} and {p}"
         else:
@@ -305,6 +308,19 @@ _SWITCH_EN = re.compile(
     rf"|^(?P<subj2>I|We|we)(?:'ve|\s+have|\s+finally|\s+just)*\s+"
     r"(?:changed|switched|swapped|moved)\s+(?P<plural>[a-z]+s)\b"
 )
+# Something got against an older "I don't own a car": "so I caved and bought a car", "我买车了".
+_GOT_EN = re.compile(
+    r"^(?:I|We|we)(?:'ve|\s+have|\s+finally|\s+just|\s+recently|\s+actually)*\s+"
+    r"(?:bought|got|adopted|purchased|leased|got\s+ourselves|got\s+myself)\s+"
+    r"(?:a|an|my\s+first|our\s+first|a\s+new|a\s+used)\s+(?:new\s+|used\s+|little\s+)?(?P<val>[a-z][\w-]*)\b"
+)
+_NOT_OWNED_EN = re.compile(
+    r"\b(?:don't|do not|never|didn't)\s+(?:have|own|keep|drive)\s+(?:a|an|any)\s+(?P<val>[a-z][\w-]*)"
+    r"|\b(?:have|own)\s+no\s+(?P<val2>[a-z][\w-]*)",
+    re.I,
+)
+_GOT_ZH = re.compile(rf"^(?:我们|我)(?:终于|刚|刚刚|已经|最近)*(?:买了|养了|领养了|租了)(?:一[辆只台条个套])?(?P<val>[{HAN}]{{1,4}}?)(?:了|$)")
+_NOT_OWNED_ZH = re.compile(rf"(?:我们|我)(?:家)?(?:没有|没)(?:养|买|开)?(?P<val>[{HAN}]{{1,4}}?)(?:[，,。]|$)")
 _INSTEAD_EN = re.compile(r"\binstead\s+of\s+(?P<old>.+)$", re.IGNORECASE)
 _CONTACT_NEW = re.compile(
     r"\bnew\s+(?:(?:phone|mobile|cell|work)\s+)?(?:number|phone|e-?mail(?:\s+address)?)\b"
@@ -448,6 +464,9 @@ def _en_frames(clause: str, owner: str) -> list[Frame]:
             purpose = re.search(r"\bfor\s+(?:my\s+|our\s+|the\s+|all\s+(?:my\s+)?)?(?P<p>[a-z]{3,})\b", text[m.end() :])
             if purpose and m.group("val"):  # "switched to Pocket Casts for podcasts"
                 out.append(Frame(owner, "switch", "for " + purpose.group("p"), m.group("val").lower()))
+    m = _GOT_EN.match(text)
+    if m is not None:
+        out.append(Frame(owner, "got", "got", _singular(m.group("val").lower())))
     if marked:
         found = _INSTEAD_EN.search(text)
         if found is not None and not _NEGATION_EN.search(text[: found.start()]):
@@ -474,6 +493,9 @@ def _zh_frames(clause: str, owner: str) -> list[Frame]:
         value = next(v for k, v in m.groupdict().items() if k.startswith("val") and v)
         verb = "卖" if m.group("val") or m.group("val5") else "end"
         out.append(Frame(owner, "end", verb, value))
+    m = _GOT_ZH.match(clause)
+    if m is not None:
+        out.append(Frame(owner, "got", "got", m.group("val")))
     m = _ZH_STATE.match(clause)
     if m is not None and not _ZH_NEGATION.search(clause):
         marked = _marked(clause) and not _ZH_ADDITION.search(clause)
@@ -608,6 +630,16 @@ def judge_frames(
                     continue  # "I want a bike like Sam's" / "I sold my bike": not one they had
                 said = "no longer" if f.kind == "end" else "instead of"
                 return "negation", f"{_who(f.owner)} {said}: '{f.value}'"
+        if f.kind == "got":  # "I don't own a car" / "bought a car"
+            for s in old:
+                if s.owner != f.owner or s.hedged or not _MINE.search(s.text):
+                    continue
+                pattern = _NOT_OWNED_ZH if _zh(f.value) else _NOT_OWNED_EN
+                for m in pattern.finditer(s.text):
+                    had = m.group("val") or m.groupdict().get("val2") or ""
+                    same = had == f.value if _zh(f.value) else _singular(had.lower()) == f.value
+                    if same:
+                        return "negation", f"{_who(f.owner)} has a {f.value} now (was: none)"
         if f.kind == "switch":
             head = f.value.split()[-1]
             for s in old:
