@@ -1,4 +1,4 @@
-"""The default contradiction judge on the blind update corpus (``bench/corpora/blind_updates.jsonl``).
+"""The default contradiction judge on the blind update corpus (``blind_updates.jsonl``).
 
 The corpus was written by a helper on this team who did not see the rules (so: data *we* wrote,
 blind to the rules, not data others wrote; `bench/updates.py` is the figure on data others
@@ -106,7 +106,9 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         return 0
     rows = load(args.data)
     out("data written by a helper on this team, blind to the rules")
-    out(f"{'split':<10}{'lang':<6}{'updates':>8}{'others':>8}{'tp/fp':>8}{'precision':>11}{'recall':>8}")
+    out(
+        f"{'split':<10}{'lang':<6}{'updates':>8}{'others':>8}{'tp/fp':>8}{'precision':>11}{'recall':>8}"
+    )
     missed_target = False
     for split in SPLITS if args.split == "both" else [args.split]:
         part = [r for r in rows if r["split"] == split]

@@ -41,8 +41,14 @@ def _flagged(old: str, new: str) -> bool:
 UPDATES = [
     # a dropped subject, lower case
     ("I drive a silver Mazda 3.", "sold the mazda last weekend, taking the train for now"),
-    ("i use a Kindle Paperwhite for reading", "gave the kindle to my niece, reading paper books again"),
-    ("My gym is the Anytime Fitness near work.", "cancelled the anytime fitness membership, too pricey"),
+    (
+        "i use a Kindle Paperwhite for reading",
+        "gave the kindle to my niece, reading paper books again",
+    ),
+    (
+        "My gym is the Anytime Fitness near work.",
+        "cancelled the anytime fitness membership, too pricey",
+    ),
     ("I'm on the Tuesday book club mailing list.", "unsubscribed from the book club list lol"),
     ("we rent a flat in Hackney", "we moved out of hackney in june, we're in Walthamstow now"),
     # ends of things, relationships, plans
@@ -52,7 +58,10 @@ UPDATES = [
     ("I'm flying to Oslo for the summit next month.", "the summit got cancelled so no oslo for me"),
     ("At home we cook everything on a gas stove.", "the gas stove is gone, we put in induction"),
     ("I'm employed at Contoso as a tester.", "my last day at contoso was thursday"),
-    ("I teach piano lessons on Saturdays.", "I'm not teaching piano anymore, my back can't take it"),
+    (
+        "I teach piano lessons on Saturdays.",
+        "I'm not teaching piano anymore, my back can't take it",
+    ),
     # plain states said as current, switches to a thing of the same kind, instead of
     ("I drink black tea in the mornings.", "I drink matcha in the mornings now."),
     ("I'm on the early shift at the bakery.", "I'm on the late shift now, 2 to 10."),
@@ -74,7 +83,10 @@ UPDATES = [
     ("我每个月交一千五的房租。", "现在每个月交一千八的房租了。"),
     ("我们公司在望京。", "公司搬到顺义了，通勤变远了。"),
     # something got against an older "I don't own one"
-    ("We don't have a dog, the flat is too small.", "we finally adopted a dog!! a rescue greyhound"),
+    (
+        "We don't have a dog, the flat is too small.",
+        "we finally adopted a dog!! a rescue greyhound",
+    ),
     ("我们家没有车，出门都坐公交。", "我们买了车了，周末可以自驾了。"),
     # the same statement with another number, said as now
     ("I water the tomatoes 3 times a week.", "I water the tomatoes 2 times a week now."),
@@ -151,7 +163,11 @@ def test_chat_is_read_clause_by_clause_with_the_dropped_subject_put_back():
 
 
 def test_plans_and_hedges_make_no_frames():
-    for text in ["I might sell the mazda", "if the xps dies I'll get a framework", "我打算把车卖了"]:
+    for text in [
+        "I might sell the mazda",
+        "if the xps dies I'll get a framework",
+        "我打算把车卖了",
+    ]:
         assert [f for s in statements(text) for f in frames(s)] == [], text
 
 

@@ -91,7 +91,9 @@ _ZH_REPLY = re.compile(
 _ZH_DROPPED = re.compile(r"^(?:不再?|没再|已经|现在|改|换|搬|跳槽|辞|离开|戒|刚|从|开始|又)")
 
 
-_CONDITION = re.compile(r"\b(?:if|unless|in case|whenever|as soon as)\b|如果|要是|假如|万一|的话", re.I)
+_CONDITION = re.compile(
+    r"\b(?:if|unless|in case|whenever|as soon as)\b|如果|要是|假如|万一|的话", re.I
+)
 
 
 def stated_clauses(s: Sentence) -> list[str]:
@@ -132,7 +134,13 @@ def _en_clause(p: str) -> str:
     )
     m = _DROPPED_I.match(p)
     if m is not None:
-        p = ("I'm " if m.group("be") is not None else "I've " if m.group("have") is not None else "I ") + p
+        p = (
+            "I'm "
+            if m.group("be") is not None
+            else "I've "
+            if m.group("have") is not None
+            else "I "
+        ) + p
     return p
 
 
@@ -148,16 +156,16 @@ def clauses(s: Sentence) -> list[str]:
     if re.search(f"[{HAN}]", s.text):
         parts = [p.strip() for p in _SPLIT_ZH.split(s.text) if p.strip()]
         first = bool(parts) and parts[0].lstrip("对了其实嗯哦啊").startswith("我")
-        out = []
+        said: list[str] = []
         for p in parts:
             p = _ZH_LEAD.sub("", p)
             if not _ZH_SUBJECT.match(p) and not re.match(r"[他她它你这那]", p):
-                if first and out and p.startswith("新"):
+                if first and said and p.startswith("新"):
                     p = "我的" + p
-                elif (first and out) or (_ZH_DROPPED.match(p) and not _ZH_REPLY.match(p)):
+                elif (first and said) or (_ZH_DROPPED.match(p) and not _ZH_REPLY.match(p)):
                     p = "我" + p
-            out.append(p)
-        return [p for p in out if p]
+            said.append(p)
+        return [p for p in said if p]
     text = CORRECTION_EN.sub("", s.text)
     parts = _SPLIT_EN.split(text)
     out: list[str] = []
@@ -166,7 +174,10 @@ def clauses(s: Sentence) -> list[str]:
         if not p:
             continue
         joined = (
-            i and parts[i - 1].strip() == "and" and out and len(out[-1].split()) < 3
+            i
+            and parts[i - 1].strip() == "and"
+            and out
+            and len(out[-1].split()) < 3
             and re.match(r"(?:I|i|me)\b", p)
         )
         if joined:  # "Emma and I broke up": one clause
@@ -235,7 +246,8 @@ _MARK_EN = re.compile(
 )
 # "right now", "just now", "for six years now", "now that …": a moment, a duration, a condition.
 _NOT_MARK_EN = re.compile(
-    r"\b(?:right now|just now|by now|until now|up (?:un)?til now|now that|for (?:\w+\s+){1,3}now)\b",
+    r"\b(?:right now|just now|by now|until now|up (?:un)?til now|now that|"
+    r"for (?:\w+\s+){1,3}now)\b",
     re.IGNORECASE,
 )
 _ADDITION_EN = re.compile(
@@ -248,10 +260,12 @@ _PAST_EN = re.compile(
     r"back then|once)\b",
     re.IGNORECASE,
 )
-_NEGATION_EN = re.compile(r"\b(?:not|never|no|don't|doesn't|didn't|won't|can't|isn't|aren't)\b|n't\b", re.I)
+_NEGATION_EN = re.compile(
+    r"\b(?:not|never|no|don't|doesn't|didn't|won't|can't|isn't|aren't)\b|n't\b", re.I
+)
 
 _END_EN = re.compile(
-    rf"^(?P<subj>I|We|we)(?:'ve|\s+have|\s+had\s+to|\s+finally|\s+just|\s+recently|\s+actually|"
+    r"^(?P<subj>I|We|we)(?:'ve|\s+have|\s+had\s+to|\s+finally|\s+just|\s+recently|\s+actually|"
     r"\s+officially)*\s+"
     r"(?P<verb>sold|sold off|got rid of|gave away|given away|donated|scrapped|returned|traded in|"
     r"traded|rehomed|rehome|ditched|dumped|cancell?ed|dropped out of|dropped|cut out|"
@@ -261,7 +275,7 @@ _END_EN = re.compile(
     r"uninstalled|moved out of|broke up with|split up with|divorced|ended things with|"
     r"retired from)\s+"
     r"(?P<val>.+?)(?:\s+(?:away|for good|completely|entirely|altogether))?$"
-    rf"|^(?P<subj2>I|We|we)(?:'ve|\s+have|\s+had\s+to|\s+finally|\s+just)*\s+"
+    r"|^(?P<subj2>I|We|we)(?:'ve|\s+have|\s+had\s+to|\s+finally|\s+just)*\s+"
     r"(?:gave|give|sold|handed)\s+(?P<val2>[A-Z][\w'-]*|(?:my|our|the)\s+[\w'-]+(?:\s+[\w'-]+)?)"
     r"\s+(?:away\b|(?:away\s+)?to\s+(?:my|our|a|an|the|his|her|their|some)\b)"
     r"|^(?P<val3>[A-Za-z][a-z]+)\s+and\s+(?P<subj3>I|me)\s+(?:broke up|split up|split|separated|"
@@ -271,14 +285,17 @@ _END_EN = re.compile(
     r"|^(?:the|my|our)\s+(?P<val6>[\w'-]+(?:\s+[\w'-]+){0,2}?)\s+(?:finally\s+|just\s+|officially\s+)?"
     r"(?P<gone>died|broke|broke down|is gone|'s gone|is dead|got stolen|was stolen|passed away|"
     r"is over|'s over|got totaled|was totaled)\b"
-    r"|^(?P<val7>[\w'-]+(?:\s+[\w'-]+){0,2}?)\s+(?:is|'s)\s+(?:mostly\s+)?(?:gone|dead to me|over)\b"
+    r"|^(?P<val7>[\w'-]+(?:\s+[\w'-]+){0,2}?)\s+(?:is|'s)\s+(?:mostly\s+)?"
+    r"(?:gone|dead to me|over)\b"
 )
 # Plans called off: "the conference got cancelled", "peru's off", "no berlin for me this year".
 _OFF_EN = re.compile(
     r"^(?:the\s+|our\s+|my\s+)?(?P<val>[\w'-]+(?:\s+[\w'-]+){0,2}?)\s+(?:got\s+|was\s+|has\s+been\s+|is\s+)?"
     r"(?:cancell?ed|called off|postponed indefinitely)\b"
-    r"|^(?:the\s+|our\s+|my\s+)?(?P<val2>[\w'-]+(?:\s+[\w'-]+){0,2}?)(?:\s+is|'s)\s+(?:off|not happening)\b"
-    r"|^(?:I\s+|we\s+|We\s+)(?:cancell?ed|called off)\s+(?:the|our|my)\s+(?P<val3>[\w'-]+(?:\s+[\w'-]+){0,2}?)"
+    r"|^(?:the\s+|our\s+|my\s+)?(?P<val2>[\w'-]+(?:\s+[\w'-]+){0,2}?)(?:\s+is|'s)\s+"
+    r"(?:off|not happening)\b"
+    r"|^(?:I\s+|we\s+|We\s+)(?:cancell?ed|called off)\s+(?:the|our|my)\s+"
+    r"(?P<val3>[\w'-]+(?:\s+[\w'-]+){0,2}?)"
     r"(?:\s+thing|\s+trip|\s+plans?)?\b"
     r"|^no\s+(?:more\s+)?(?P<val4>[\w'-]+(?:\s+[\w'-]+)?)\s+for\s+(?:me|us)\b",
     re.IGNORECASE,
@@ -297,15 +314,17 @@ _VAGUE = re.compile(
     r"hope|faith|count|sleep|weight|interest|patience|control|money)"
     r"|(?:by|for|over|in|up|out|on)\b.*"
 )
-_LIGHT_VERB = re.compile(r"^(?:doing|using|at|on|in|with|going to|into|having|being|eating|drinking)\s+")
+_LIGHT_VERB = re.compile(
+    r"^(?:doing|using|at|on|in|with|going to|into|having|being|eating|drinking)\s+"
+)
 _SWITCH_EN = re.compile(
-    rf"^(?P<subj>I|We|we)(?:'ve|\s+have|\s+finally|\s+just|\s+recently|\s+actually)*\s+"
+    r"^(?P<subj>I|We|we)(?:'ve|\s+have|\s+finally|\s+just|\s+recently|\s+actually)*\s+"
     # not "went to" (a visit) nor "moved to" (where one lives: `judge_rules`)
     r"(?:switched|changed|transferred|converted|swapped|moved\s+over)\s+(?:over\s+|back\s+)?"
     r"(?:to|into)\s+(?:a\s+|an\s+|the\s+)?(?P<val>[\w'&.-]+(?:\s+[\w'&.-]+){0,3}?)"
     r"(?=$|\s+(?:now|instead|because|since|and|but|so|last|this|a\s+few|recently|two|three|a\s+month|"
     r"a\s+week|in|at|for|after|when)\b)"
-    rf"|^(?P<subj2>I|We|we)(?:'ve|\s+have|\s+finally|\s+just)*\s+"
+    r"|^(?P<subj2>I|We|we)(?:'ve|\s+have|\s+finally|\s+just)*\s+"
     r"(?:changed|switched|swapped|moved)\s+(?P<plural>[a-z]+s)\b"
 )
 # Something got against an older "I don't own a car": "so I caved and bought a car", "我买车了".
@@ -315,12 +334,17 @@ _GOT_EN = re.compile(
     r"(?:a|an|my\s+first|our\s+first|a\s+new|a\s+used)\s+(?:new\s+|used\s+|little\s+)?(?P<val>[a-z][\w-]*)\b"
 )
 _NOT_OWNED_EN = re.compile(
-    r"\b(?:don't|do not|never|didn't)\s+(?:have|own|keep|drive)\s+(?:a|an|any)\s+(?P<val>[a-z][\w-]*)"
+    r"\b(?:don't|do not|never|didn't)\s+(?:have|own|keep|drive)\s+(?:a|an|any)\s+"
+    r"(?P<val>[a-z][\w-]*)"
     r"|\b(?:have|own)\s+no\s+(?P<val2>[a-z][\w-]*)",
     re.I,
 )
-_GOT_ZH = re.compile(rf"^(?:我们|我)(?:终于|刚|刚刚|已经|最近)*(?:买了|养了|领养了|租了)(?:一[辆只台条个套])?(?P<val>[{HAN}]{{1,4}}?)(?:了|$)")
-_NOT_OWNED_ZH = re.compile(rf"(?:我们|我)(?:家)?(?:没有|没)(?:养|买|开)?(?P<val>[{HAN}]{{1,4}}?)(?:[，,。]|$)")
+_GOT_ZH = re.compile(
+    rf"^(?:我们|我)(?:终于|刚|刚刚|已经|最近)*(?:买了|养了|领养了|租了)(?:一[辆只台条个套])?(?P<val>[{HAN}]{{1,4}}?)(?:了|$)"
+)
+_NOT_OWNED_ZH = re.compile(
+    rf"(?:我们|我)(?:家)?(?:没有|没)(?:养|买|开)?(?P<val>[{HAN}]{{1,4}}?)(?:[，,。]|$)"
+)
 _INSTEAD_EN = re.compile(r"\binstead\s+of\s+(?P<old>.+)$", re.IGNORECASE)
 _CONTACT_NEW = re.compile(
     r"\bnew\s+(?:(?:phone|mobile|cell|work)\s+)?(?:number|phone|e-?mail(?:\s+address)?)\b"
@@ -370,7 +394,9 @@ def _marked(clause: str) -> bool:
 
 
 def _trim(value: str) -> str:
-    value = re.sub(r"\b(?:now|these days|nowadays|currently|lately|instead)\b", " ", value, flags=re.I)
+    value = re.sub(
+        r"\b(?:now|these days|nowadays|currently|lately|instead)\b", " ", value, flags=re.I
+    )
     value = re.sub(r"\s+instead\s+of\s+.*$", "", value, flags=re.I)
     return re.sub(r"\s+", " ", value).strip(" .!,'\"")
 
@@ -392,7 +418,9 @@ def frames(s: Sentence) -> list[Frame]:
 
 
 _ZH_NUMERAL = re.compile(r"[\d.,]+|[零一二两三四五六七八九十百千万]+")
-_EN_NUMERAL = re.compile(r"\$?\d[\d.,]*k?|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve)\b", re.I)
+_EN_NUMERAL = re.compile(
+    r"\$?\d[\d.,]*k?|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve)\b", re.I
+)
 _NOW_WORDS_ZH = re.compile(r"^(?:我们|我)|现在|目前|如今|已经|了$|了(?=[，,。]|$)")
 _NOW_WORDS_EN = re.compile(r"\b(?:now|these days|nowadays|currently)\b", re.I)
 
@@ -461,9 +489,14 @@ def _en_frames(clause: str, owner: str) -> list[Frame]:
         if value:  # "I switched to Apple Music", "I changed dentists"
             verb = "kind" if m.group("plural") else "switch"
             out.append(Frame(owner, "switch", verb, _singular(value)))
-            purpose = re.search(r"\bfor\s+(?:my\s+|our\s+|the\s+|all\s+(?:my\s+)?)?(?P<p>[a-z]{3,})\b", text[m.end() :])
+            purpose = re.search(
+                r"\bfor\s+(?:my\s+|our\s+|the\s+|all\s+(?:my\s+)?)?(?P<p>[a-z]{3,})\b",
+                text[m.end() :],
+            )
             if purpose and m.group("val"):  # "switched to Pocket Casts for podcasts"
-                out.append(Frame(owner, "switch", "for " + purpose.group("p"), m.group("val").lower()))
+                out.append(
+                    Frame(owner, "switch", "for " + purpose.group("p"), m.group("val").lower())
+                )
     m = _GOT_EN.match(text)
     if m is not None:
         out.append(Frame(owner, "got", "got", _singular(m.group("val").lower())))
@@ -475,7 +508,15 @@ def _en_frames(clause: str, owner: str) -> list[Frame]:
     if m is not None and not _NEGATION_EN.search(text) and not _PAST_EN.search(text):
         value = _target(m.group("val"))
         if len(value.split()) >= 2:  # a kind and its head: "pacific time", "night shift"
-            out.append(Frame(owner, "state", "be " + m.group("prep").lower() + " " + value.split()[-1], value, marked))
+            out.append(
+                Frame(
+                    owner,
+                    "state",
+                    "be " + m.group("prep").lower() + " " + value.split()[-1],
+                    value,
+                    marked,
+                )
+            )
     m = _STATE_EN.match(text)
     if m is not None and not _NEGATION_EN.search(text) and not _PAST_EN.search(text):
         verb = _LEMMA[m.group("verb").lower()] + (m.group("prep") or "").lower()
@@ -606,14 +647,17 @@ def judge_frames(
             for o in old_frames:
                 if o.kind == "state" and o.owner == f.owner and o.verb == f.verb:
                     if _disjoint(o.value, f.value) and _one_slot(f.verb, o.value, f.value):
-                        return "update", f"{_who(f.owner)} {f.verb} now '{f.value}' (was '{o.value}')"
+                        return (
+                            "update",
+                            f"{_who(f.owner)} {f.verb} now '{f.value}' (was '{o.value}')",
+                        )
         if f.kind == "contact":
             for s in old:  # "my number is … if the form needs it": stated, whatever the "if"
                 if not _state_clauses(s, f.owner, plans=True):
                     continue
                 pattern = _EMAIL if "@" in f.value else _PHONE
-                found = {_digits(m.group()) for m in pattern.finditer(s.text)}
-                if found and f.value not in found:
+                numbers = {_digits(m.group()) for m in pattern.finditer(s.text)}
+                if numbers and f.value not in numbers:
                     return "update", f"{_who(f.owner)} has a new number or address: {f.value}"
         if f.kind in {"end", "instead"}:
             plans = f.verb in {"off", "broke up", "end"}  # a plan called off; a couple split
@@ -626,7 +670,11 @@ def judge_frames(
                 ]
                 if not found:
                     continue
-                if f.kind == "end" and f.verb in _POSSESSIVE_END | {"卖"} and not _POSSESSED.search(s.text):
+                if (
+                    f.kind == "end"
+                    and f.verb in _POSSESSIVE_END | {"卖"}
+                    and not _POSSESSED.search(s.text)
+                ):
                     continue  # "I want a bike like Sam's" / "I sold my bike": not one they had
                 said = "no longer" if f.kind == "end" else "instead of"
                 return "negation", f"{_who(f.owner)} {said}: '{f.value}'"

@@ -367,7 +367,10 @@ _RELATION_VALUE = {
     "seeing someone": "dating",
     "in a relationship": "dating",
 }
-_ZH_THING = rf"(?P<attr>(?:我的|我们的|我们(?=[{HAN}]{{2}}))?(?![我你他她它这那])[{HAN}A-Za-z0-9/+-]{{2,10}}?)"
+_ZH_THING = (
+    rf"(?P<attr>(?:我的|我们的|我们(?=[{HAN}]{{2}}))?(?![我你他她它这那])"
+    rf"[{HAN}A-Za-z0-9/+-]{{2,10}}?)"
+)
 _ZH_THING_CHANGED = re.compile(
     rf"{_ZH_THING}(?:现在|已经|已)?(?:改为|改成了?|改到了?|调整为|调整到|换成了?|推迟到了?|提前到了?|"
     rf"迁到了?|搬到了?|搬去了?|更新为|变成了?|升级为|升级到|降为|涨到了?|降到了?|现在是)(?P<val>[^，,。！？!?；;]{{1,30}})"

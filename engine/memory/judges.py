@@ -23,7 +23,12 @@ Shipped judges:
   meets only an older place of the same thing), personal bests per named event (``my 5K
   personal best is 27:45`` … ``a new personal best of 26:30 in the 5K``), and counts the user
   keeps, restated with a new value (``I've completed 4 projects`` … ``I just finished my 5th
-  project``, ``我现在已经读了5本书``: `engine.memory.tallies`). It reads only prose statements
+  project``, ``我现在已经读了5本书``: `engine.memory.tallies`); and, as people type them in chat,
+  plain states said as current, ends of things and plans, switches to a thing of the same kind,
+  new numbers and the same statement with another number (`engine.memory.judge_frames`). Each
+  statement is read clause by clause, with a dropped subject put back (``traded in the civic``,
+  ``钢琴放弃了，改学吉他了``); a sentence that opens as a correction (``sorry, I got that wrong``,
+  ``更正一下``) states a change. It reads only prose statements
   (`engine.memory.surface`): formats never decide; questions, quoted text, other people's
   statements, plans, hypotheticals and negations (``I haven't moved``) claim no change.
 - `FunctionJudge`: calls a function the user passes (their LLM), batched and cached.
@@ -42,6 +47,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
+from engine.memory.judge_frames import (
+    Frame,
+    corrected,
+    frame_keys,
+    frames,
+    judge_frames,
+    stated_clauses,
+)
 from engine.memory.judge_rules import (  # the phrasings the rules judge reads
     _AGE,
     _CHANGE_MARK,
@@ -86,14 +99,6 @@ from engine.memory.judge_rules import (  # the phrasings the rules judge reads
     _ZH_SWITCHED,
     _ZH_THING_CHANGED,
     _ZH_THING_IS,
-)
-from engine.memory.judge_frames import (
-    Frame,
-    corrected,
-    frame_keys,
-    frames,
-    judge_frames,
-    stated_clauses,
 )
 from engine.memory.surface import HAN, Sentence, statements
 from engine.memory.tallies import Tally, restated, tallies
@@ -762,7 +767,9 @@ def _attr(label: str) -> str:
         return "email"
     if re.fullmatch(r"手机号码?|电话号码?|电话|号码", label):
         return "phone"
-    found = re.fullmatch(r"(?P<head>[a-z]+) (?:with|for|of|at) (?:the |my |our )?(?P<mod>[a-z]+)", label)
+    found = re.fullmatch(
+        r"(?P<head>[a-z]+) (?:with|for|of|at) (?:the |my |our )?(?P<mod>[a-z]+)", label
+    )
     if found:  # "the meeting with the contractor" is "the contractor meeting"
         label = f"{found.group('mod')} {found.group('head')}"
     if label in {"job title", "职位", "职务"}:
@@ -777,7 +784,14 @@ def _restates(value: str, text: str) -> bool:
         return False
     found = re.search(rf"(?<![\w])(?P<before>\w+\s+)?{re.escape(value)}(?![\w])", text.lower())
     return found is not None and (found.group("before") or "").strip() not in {
-        "from", "left", "leaving", "quit", "was", "not", "从", "离开",
+        "from",
+        "left",
+        "leaving",
+        "quit",
+        "was",
+        "not",
+        "从",
+        "离开",
     }
 
 

@@ -182,7 +182,9 @@ _PAGE_ZH = re.compile(r"第\s*(?P<num>\d+|[一二三四五六七八九十]+)\s*(
 _NOW_ZH = re.compile(r"现在|目前|已经|一共|总共|累计|至今|为止")
 _GOAL_ZH = re.compile(r"需要|目标|争取|达到")
 _FIRST_ZH = re.compile(r"我|咱")
-_OTHER_ZH = re.compile(r"他|她|你|它|您|[爸妈哥姐弟妹]|老公|老婆|朋友|同事|邻居|孩子|儿子|女儿|家人")
+_OTHER_ZH = re.compile(
+    r"他|她|你|它|您|[爸妈哥姐弟妹]|老公|老婆|朋友|同事|邻居|孩子|儿子|女儿|家人"
+)
 _CLAUSE_ZH = re.compile(r"[，,；;]")
 
 
@@ -307,10 +309,13 @@ def _hits_en(clause: str, before: str) -> list[tuple[str, float | None]]:
 # restates the one count of the older memory ("I weigh 210 lbs"), whatever its noun.
 _UPDOWN_EN = re.compile(
     r"(?:^|\b(?:i'm|i\s+am|we're|we\s+are)\s+)(?:now\s+)?(?:down|up|back)\s+to\s+"
-    r"(?P<num>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(?![\w%/:.,-]|\s+(?!(?:now|today|already|so far)\b)[a-z])",
+    r"(?P<num>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)"
+    r"(?![\w%/:.,-]|\s+(?!(?:now|today|already|so far)\b)[a-z])",
     re.I,
 )
-_UPDOWN_ZH = re.compile(r"(?:瘦到|胖到|涨到|降到|减到|长到|升到)(?P<num>\d+)(?![\d个本次篇页首部件只位名门家张道条口辆台套双支头匹块杯瓶份])")
+_UPDOWN_ZH = re.compile(
+    r"(?:瘦到|胖到|涨到|降到|减到|长到|升到)(?P<num>\d+)(?![\d个本次篇页首部件只位名门家张道条口辆台套双支头匹块杯瓶份])"
+)
 
 
 def _hits_zh(clause: str) -> list[tuple[str, float | None]]:
@@ -398,9 +403,7 @@ def _bare(terms: frozenset[str]) -> frozenset[str]:
     )
 
 
-def _own_terms(
-    sentence: str, noun: str, values: set[float], zh: bool
-) -> frozenset[str] | None:
+def _own_terms(sentence: str, noun: str, values: set[float], zh: bool) -> frozenset[str] | None:
     """The content words of the comma-delimited part that says the count, noun left out."""
     if zh:
         for part in _CLAUSE_ZH.split(sentence):
