@@ -41,6 +41,15 @@ def _ratio(a: int, b: int) -> float:
     return a / b if b else 0.0
 
 
+def pair_flagged(engine, name: str, old: str, new: str) -> bool:
+    """Feed ``old`` then ``new`` to a fresh session of ``engine`` through ``s.memory.add``;
+    whether any memory was invalidated."""
+    s = engine.session(name)
+    s.memory.add(old)
+    s.memory.add(new)
+    return any(not m.valid for m in s.memory.items(include_invalid=True))
+
+
 def measure_pairs(questions: Sequence[Question], show: int = 0) -> dict:
     engine = judge_engine()
     tp = fp = pos = neg = 0
@@ -53,10 +62,7 @@ def measure_pairs(questions: Sequence[Question], show: int = 0) -> dict:
             pairs += [(p, False) for p in q.non_update_pairs]
             for (a, b), is_update in pairs:
                 n += 1
-                s = engine.session(f"pair-{n}")
-                s.memory.add(q.turns[a])
-                s.memory.add(q.turns[b])
-                flagged = any(not m.valid for m in s.memory.items(include_invalid=True))
+                flagged = pair_flagged(engine, f"pair-{n}", q.turns[a], q.turns[b])
                 if is_update:
                     pos += 1
                     tp += flagged

@@ -22,6 +22,13 @@ _LEAD_EN = re.compile(
 _SUBJ = r"(?P<subj>I|[Ww]e|[A-Z][a-z]+)"
 _ADV = r"(?:\s+(?:just|recently|finally|now|also|actually|officially|already|since|have|has|had))*"
 _PLACE = r"(?P<val>(?:the\s+)?[A-Z][\w'.-]*(?:\s+(?:[A-Z][\w'.-]*|(?:of|de|la|upon)\b))*)"
+# A place as chat writes it, lower case too ("we moved up to denver in august"): one word, then
+# the end of the clause or a word that starts what follows.
+_PLACE_OR_LOWER = (
+    r"(?P<val>(?:the\s+)?[A-Z][\w'.-]*(?:\s+(?:[A-Z][\w'.-]*|(?:of|de|la|upon)\b))*"
+    r"|(?!(?:the|a|an|my|our|his|her|their|work|school|bed|tears|action)\b)[a-z]{3,}"
+    r"(?=\s+(?:in|last|this|on|two|three|a\s+few|for|after|because|since|and|with|from)\b|[,.!;]|$))"
+)
 _ORG = (
     r"(?P<val>(?:a|an|the|my)?\s*[\w'&.-]+"
     r"(?:\s+(?!(?:as|in|for|since|and|but|because|with|on)\b)[\w'&.-]+){0,3})"
@@ -34,7 +41,8 @@ _PERSONAL = (
     r"budget|salary|rent|pronouns|team|city|hometown|zip\s+code|time\s*zone|landlord|coach"
 )
 _PAST_EN = re.compile(
-    r"\b(?:when (?:i|we) (?:was|were)|as a (?:kid|child|teen)|growing up|back then|used to|"
+    r"\b(?:when (?:i|we) (?:was|were)|as a (?:kid|child|teen)|growing up|back then|"
+    r"(?<!getting )(?<!get )(?<!got )(?<!be )(?<!am )used to|"
     r"in (?:19|20)\d\d|years? later|at the time|before that)\b",
     re.IGNORECASE,
 )
@@ -44,13 +52,15 @@ _EN_SOURCES = [
         "residence",
         False,
         True,
-        rf"{_SUBJ}{_ADV}\s+(?:moved|relocated)(?:\s+(?:back|over|out))?\s+(?:to|into)\s+{_PLACE}",
+        rf"{_SUBJ}{_ADV}\s+(?:moved|relocated)(?:\s+(?:back|over|out|up|down|away))?\s+(?:to|into)\s+"
+        rf"{_PLACE_OR_LOWER}",
     ),
     (
         "residence",
         False,
         False,
-        rf"{_SUBJ}(?:'m|\s+am|\s+are|\s+is)?{_ADV}(?:\s+(?:currently|still))?\s+(?:live|lives|living|based|settled)\s+in\s+{_PLACE}",
+        rf"{_SUBJ}(?:'m|\s+am|\s+are|\s+is)?{_ADV}(?:\s+(?:currently|still))?\s+(?:live|lives|living|based|settled)\s+in\s+"
+        rf"(?:(?:a|an|my|our)\s+(?:[a-z'-]+\s+){{0,3}}in\s+)?{_PLACE}",
     ),
     (
         "residence",
@@ -315,7 +325,7 @@ _DET = r"(?P<subj>[Tt]he\s+|[Mm]y\s+|[Oo]ur\s+|[A-Z][a-z]+'s\s+|)"
 _THING = (
     r"(?P<attr>(?!(?i:i|it|this|that|these|those|he|she|they|we|you|everything|everyone|"
     r"something|nothing|life|things|there|here|what|which|who)\b)"
-    r"(?:[a-z][\w/-]*|[A-Z][\w/-]*(?=\s+[a-z]))(?:\s+[a-z][\w/-]*){0,3}?)"
+    r"(?:[a-z][\w/'-]*|[A-Z][\w/-]*(?=\s+[a-z]))(?:\s+[a-z][\w/'-]*){0,3}?)"
 )
 _THING_CHANGED = re.compile(
     rf"^{_DET}{_THING}\s+(?:has\s+|have\s+|was\s+|were\s+|got\s+|has\s+been\s+|was\s+just\s+)?"
@@ -357,10 +367,13 @@ _RELATION_VALUE = {
     "seeing someone": "dating",
     "in a relationship": "dating",
 }
-_ZH_THING = rf"(?P<attr>(?:我的|我们的)?(?![我你他她它这那])[{HAN}A-Za-z0-9/+-]{{2,10}}?)"
+_ZH_THING = (
+    rf"(?P<attr>(?:我的|我们的|我们(?=[{HAN}]{{2}}))?(?![我你他她它这那])"
+    rf"[{HAN}A-Za-z0-9/+-]{{2,10}}?)"
+)
 _ZH_THING_CHANGED = re.compile(
     rf"{_ZH_THING}(?:现在|已经|已)?(?:改为|改成了?|改到了?|调整为|调整到|换成了?|推迟到了?|提前到了?|"
-    rf"迁到了?|更新为|变成了?|升级为|升级到|降为|涨到了?|降到了?|现在是)(?P<val>[^，,。！？!?；;]{{1,30}})"
+    rf"迁到了?|搬到了?|搬去了?|更新为|变成了?|升级为|升级到|降为|涨到了?|降到了?|现在是)(?P<val>[^，,。！？!?；;]{{1,30}})"
 )
 _ZH_THING_IS = re.compile(
     rf"{_ZH_THING}(?:是|为|定在|定为|设为|在)(?P<val>[^，,。！？!?；;]{{1,30}})"

@@ -23,7 +23,12 @@ Shipped judges:
   meets only an older place of the same thing), personal bests per named event (``my 5K
   personal best is 27:45`` … ``a new personal best of 26:30 in the 5K``), and counts the user
   keeps, restated with a new value (``I've completed 4 projects`` … ``I just finished my 5th
-  project``, ``我现在已经读了5本书``: `engine.memory.tallies`). It reads only prose statements
+  project``, ``我现在已经读了5本书``: `engine.memory.tallies`); and, as people type them in chat,
+  plain states said as current, ends of things and plans, switches to a thing of the same kind,
+  new numbers and the same statement with another number (`engine.memory.judge_frames`). Each
+  statement is read clause by clause, with a dropped subject put back (``traded in the civic``,
+  ``钢琴放弃了，改学吉他了``); a sentence that opens as a correction (``sorry, I got that wrong``,
+  ``更正一下``) states a change. It reads only prose statements
   (`engine.memory.surface`): formats never decide; questions, quoted text, other people's
   statements, plans, hypotheticals and negations (``I haven't moved``) claim no change.
 - `FunctionJudge`: calls a function the user passes (their LLM), batched and cached.
@@ -39,9 +44,17 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
+from engine.memory.judge_frames import (
+    Frame,
+    corrected,
+    frame_keys,
+    frames,
+    judge_frames,
+    stated_clauses,
+)
 from engine.memory.judge_rules import (  # the phrasings the rules judge reads
     _AGE,
     _CHANGE_MARK,
@@ -278,6 +291,7 @@ class RulesJudge:
 
     def __init__(self, cache_size: int = 20_000) -> None:
         self._claims: dict[str, tuple[list[_Claim], list[Sentence]]] = {}
+        self._frames: dict[str, list[Frame]] = {}
         self._tallies: dict[str, list[Tally]] = {}
         self._size = cache_size
         self._cache = _Cache(cache_size)
@@ -291,12 +305,16 @@ class RulesJudge:
         sentences = statements(text)
         claims: list[_Claim] = []
         for s in sentences:
-            if s.hedged:
-                continue
-            if re.search(f"[{HAN}]", s.text):
-                claims += self._zh(s)
-            elif not _PAST_EN.search(s.text):
-                claims += self._en(s)
+            said: list[_Claim] = []
+            for clause in stated_clauses(s):  # "Priya left, my new manager is Daniel"
+                part = Sentence(s.owner, clause, False)
+                if re.search(f"[{HAN}]", clause):
+                    said += self._zh(part)
+                elif not _PAST_EN.search(clause):
+                    said += self._en(part)
+            if corrected(s):  # "sorry, I got that wrong, my birthday is March 13th"
+                said = [replace(c, changed=True) for c in said]
+            claims += said
         if len(self._claims) > self._size:
             self._claims.clear()
         self._claims[text] = (claims, sentences)
@@ -490,11 +508,11 @@ class RulesJudge:
                     )
                 )
                 break
-        if not out:
+        if not out or all(c.owner != s.owner for c in out):  # "公司搬到亦庄了": a thing moved
             m = _ZH_THING_CHANGED.match(text) or _ZH_THING_IS.match(text)
             if m is not None and not _ZH_EVALUATIVE.match(m.group("val")):
                 changed = m.re is _ZH_THING_CHANGED
-                attr = m.group("attr").removeprefix("我的").removeprefix("我们的")
+                attr = re.sub("^(?:我们的|我的|我们|我)", "", m.group("attr")) or m.group("attr")
                 owner = s.owner if m.group("attr").startswith("我") else "*"
                 out.append(
                     _Claim(owner, f"the:{_attr(attr)}", m.group("val").strip(), False, changed)
@@ -512,8 +530,13 @@ class RulesJudge:
                 )
             )
         m = _ZH_STOPPED.match(text)
+        if m is not None and (_ZH_BARE_VERB.fullmatch(m.group("val")) or "也" in text[:4]):
+            m = None  # "我也不喜欢", "我不知道": an answer, not a habit that stopped
         if m is not None and not out:
-            out.append(_Claim(_owner(m.group("subj"), s.owner), "do", m.group("val"), True, True))
+            # "我不看书了" says it changed; "我不喜欢看书" how it is (a restart meets it)
+            said = bool(re.search("不再|已经不|再也不|戒", m.group())) or m.group().endswith("了")
+            owner = _owner(m.group("subj"), s.owner)
+            out.append(_Claim(owner, "do" if said else "dont", m.group("val"), True, said))
         m = _ZH_REPLACED.match(text)
         if m is not None and not _ZH_BA.match(text):
             owner = _owner(m.group("subj"), s.owner)
@@ -525,6 +548,16 @@ class RulesJudge:
                 _Claim(_owner(m.group("subj"), s.owner), "start", m.group("val"), False, True)
             )
         return out
+
+    def frames(self, text: str) -> list[Frame]:
+        """The plain states and changes of a text (`engine.memory.judge_frames`, cached)."""
+        found = self._frames.get(text)
+        if found is None:
+            if len(self._frames) > self._size:
+                self._frames.clear()
+            _, sentences = self.claims(text)
+            found = self._frames[text] = [f for s in sentences for f in frames(s)]
+        return found
 
     def tallies(self, text: str) -> list[Tally]:
         """The first-person counts of a text (`engine.memory.tallies`, cached)."""
@@ -538,12 +571,18 @@ class RulesJudge:
     def keys(self, text: str) -> frozenset[str]:
         """``owner|attribute`` pairs the text claims: older memories sharing one are candidates
         even without a shared word (``I live in Berlin`` / ``I moved to Paris``)."""
-        claims, _ = self.claims(text)
-        return frozenset(
-            f"{c.owner}|{c.attribute}"
-            for c in claims
-            if c.attribute not in {"do", "use", "pref", "start", "dont", "replace"}
-        ) | {f"{t.owner}|tally:{t.noun}" for t in self.tallies(text)}
+        claims, sentences = self.claims(text)
+        owner = sentences[0].owner if sentences else ""
+        return (
+            frozenset(
+                f"{c.owner}|{c.attribute}"
+                for c in claims
+                if c.attribute not in {"do", "use", "pref", "start", "dont", "replace"}
+            )
+            | {f"{t.owner}|tally:{t.noun}" for t in self.tallies(text)}
+            | {f"{t.owner}|tally:*" for t in self.tallies(text)}  # "down to 188" meets any
+            | frame_keys(owner, self.frames(text), sentences)
+        )
 
     # -- judging ---------------------------------------------------------------------------
     def judge(self, pairs: Sequence[tuple[str, str]]) -> list[Judgement]:
@@ -563,7 +602,11 @@ class RulesJudge:
             return found
         hit = restated(self.tallies(old_text), self.tallies(new_text))
         if hit is None:
-            return NO
+            _, old_sentences = self.claims(old_text)
+            framed = judge_frames(old_sentences, self.frames(new_text), self.frames(old_text))
+            if framed is None:
+                return NO
+            return Judgement(True, 0.8, framed[1], framed[0])
         new = hit[1]
         was, now = (", ".join(f"{v:g}" for v in sorted(t.values)) for t in hit)
         return Judgement(True, 0.8, f"{_who(new.owner)} {new.noun} count now {now} (was {was})")
@@ -626,6 +669,8 @@ class RulesJudge:
                             "negation",
                         )
                     continue
+                if not new.changed and _restates(old.value, new_text):
+                    continue  # "I moved to Lisbon" / "I live in Alfama, the old part of lisbon"
                 promoted = new.changed and _base(new.attribute) == "job"
                 if _overlaps(old.value, new.value) and not (promoted and old.value != new.value):
                     continue  # "Boston" / "Boston, MA"; but "engineer" -> "senior engineer" is new
@@ -722,9 +767,32 @@ def _attr(label: str) -> str:
         return "email"
     if re.fullmatch(r"手机号码?|电话号码?|电话|号码", label):
         return "phone"
+    found = re.fullmatch(
+        r"(?P<head>[a-z]+) (?:with|for|of|at) (?:the |my |our )?(?P<mod>[a-z]+)", label
+    )
+    if found:  # "the meeting with the contractor" is "the contractor meeting"
+        label = f"{found.group('mod')} {found.group('head')}"
     if label in {"job title", "职位", "职务"}:
         return "job"  # "my job title is …" and "I was promoted to …" state one attribute
     return label
+
+
+def _restates(value: str, text: str) -> bool:
+    """The newer text names the older value itself, not as what was left (``… of lisbon``, but
+    not ``moved from Lisbon``): a refinement, not a change."""
+    if not value or len(value) < 3:
+        return False
+    found = re.search(rf"(?<![\w])(?P<before>\w+\s+)?{re.escape(value)}(?![\w])", text.lower())
+    return found is not None and (found.group("before") or "").strip() not in {
+        "from",
+        "left",
+        "leaving",
+        "quit",
+        "was",
+        "not",
+        "从",
+        "离开",
+    }
 
 
 def _who(owner: str) -> str:
@@ -738,8 +806,10 @@ def _terms(text: str) -> frozenset[str]:
 def _overlaps(a: str, b: str) -> bool:
     """Same value, or one refines the other (``Boston`` / ``Boston, MA``)."""
     if re.search(f"[{HAN}]", a + b):
-        x, y = a.replace(" ", ""), b.replace(" ", "")
+        x, y = _ZH_PLAIN.sub("", a.replace(" ", "")), _ZH_PLAIN.sub("", b.replace(" ", ""))
         return bool(x) and bool(y) and (x in y or y in x)
+    if _EXACT.fullmatch(a.strip()) or _EXACT.fullmatch(b.strip()):
+        return a.strip(" .").lower() == b.strip(" .").lower()  # an email, a number, an id
     ta, tb = _terms(a), _terms(b)
     if not ta or not tb:
         return a.strip().lower() == b.strip().lower()
@@ -751,6 +821,14 @@ _POSSESSED = re.compile(
     r"we\s+(?:have|own|use|bought|got))\b|我的|我们的|我(?:有|用|开|骑|买了)",
     re.I,
 )
+
+
+# A value said as one token with a digit or an @ (an email, a phone number, a handle): two of
+# them are the same value only when they are equal.
+_EXACT = re.compile(r"(?=\S*[@\d])[\w.+@-]*[@\d][\w.+@-]*")
+# Measure words and degree words: "一家很小的公司" and "一家小公司" are one value.
+_ZH_PLAIN = re.compile(r"[一这那每][家个所间位台辆]|很|非常|特别|挺|的")
+_ZH_BARE_VERB = re.compile(r"喜欢|知道|认识|是|想|要|会|能|行|对|记得|清楚|懂|明白|确定|在意|介意")
 
 
 def _within(phrase: str, whole: str) -> bool:

@@ -48,7 +48,10 @@ MACHINE_LINE = re.compile(
     r"\[?(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|FATAL|CRITICAL)\b)"
 )
 CODE_MARKS = re.compile(r"[{};]\s*$|=>|->|::|\(\)|\w\(\S*\)|\w\.\w+\(|==|!=|&&|\|\||\w/\w+/\w")
-SENTENCE = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
+# "Dr. Patel", "Mr. Kim": a title's full stop ends no sentence
+SENTENCE = re.compile(
+    r"(?<=[.!?;])(?<![DM]r\.)(?<!Mrs\.)(?<!Ms\.)(?<!St\.)(?<!Prof\.)\s+|(?<=[。！？；])|\n+"
+)
 QUESTION_EN = re.compile(
     r"^(?:what|who|whom|whose|where|when|why|how|which|do|does|did|are|is|am|was|were|have|has|"
     r"had|can|could|would|will|shall|should|may|might|isn['’]t|aren['’]t|don['’]t|didn['’]t)\b",
@@ -64,6 +67,11 @@ HEDGE_EN = re.compile(
 HEDGE_ZH = re.compile(
     r"如果|要是|假如|可能|也许|大概|想要|想|打算|计划|希望|梦想|将来|以后|说|告诉|问"
 )
+
+# The speaker telling the listener ("跟你说一下，我搬到深圳了") reports nobody else's words; "been
+# going to the YMCA" is a habit, not a plan.
+TELLING_YOU_ZH = re.compile(r"(?:跟|和|给)(?:你|您)说(?:一下|一声)?|告诉(?:你|您)|说一声")
+BEEN_GOING = re.compile(r"\bbeen going to\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -194,10 +202,10 @@ def statements(text: str) -> list[Sentence]:
             if han:
                 if len(re.findall(f"[{HAN}]", body)) < 3 or QUESTION_ZH.search(body):
                     continue
-                hedged = bool(HEDGE_ZH.search(body))
+                hedged = bool(HEDGE_ZH.search(TELLING_YOU_ZH.sub("", body)))
             else:
                 if len(body.split()) < 2 or QUESTION_EN.match(body):
                     continue
-                hedged = bool(HEDGE_EN.search(body))
+                hedged = bool(HEDGE_EN.search(BEEN_GOING.sub(" ", body)))
             out.append(Sentence(owner=owner, text=body, hedged=hedged))
     return out

@@ -130,7 +130,8 @@ _NOW_EN = re.compile(
     r"reduced|cut|lowered|dropped|brought)(?:\s+[\w'-]+){0,3}\s+(?:up\s+|down\s+)?to"
     r"|(?:that|this|which|it)\s+makes|bringing\s+(?:my|our|the|it)(?:\s+\w+){0,2}\s+to|"
     r"for\s+a\s+total\s+of|and\s+counting|"
-    r"(?:i'm|i\s+am|we're|we\s+are)\s+(?:now\s+)?(?:at|up\s+to)(?=\s+(?:page\s+|level\s+)?\d)|"
+    r"(?:i'm|i\s+am|we're|we\s+are)\s+(?:now\s+)?(?:at|up\s+to|down\s+to)(?=\s+(?:page\s+|level\s+)?\d)|"
+    r"^(?:down|up)\s+to(?=\s+\d)|"
     r"(?:just|finally)\s+(?:hit|reached|crossed|passed|surpassed|got\s+to|made\s+it\s+to))\b",
     re.I,
 )
@@ -144,7 +145,8 @@ _FIRST_EN = re.compile(r"\b(?:i|i'm|i've|we|we've|we're|my|our)\b", re.I)
 _CLAUSE = re.compile(
     r",\s+(?:and|but|so|which|while)\s+|\s+(?:-|—|–)\s+|;\s*|,\s+(?=i\b)|\s+and\s+(?=i\b|i'll\b)"
     r"|,\s+(?=(?:what|who|where|when|why|how|which|do|does|did|can|could|would|will|should|is|"
-    r"are|any)\b)",
+    r"are|any)\b)"
+    r"|,\s+(?-i:(?=[A-Z][a-z]+\s+(?:is|was|'s)\b))",  # "…4 marathons so far, Boston is the dream"
     re.I,
 )
 _YOU = re.compile(r"\byou\b", re.I)
@@ -173,13 +175,16 @@ _GENERIC = frozenset(
 )
 _ZH_DIGITS = {c: i for i, c in enumerate("零一二三四五六七八九十")} | {"两": 2}
 _COUNT_ZH = re.compile(
-    rf"(?P<num>\d+|[零一二两三四五六七八九十]+)\s*(?P<cls>[个本次篇页首部件只位名门家张道])"
+    rf"(?P<num>\d+|[零一二两三四五六七八九十]+)\s*(?P<cls>公斤|[个本次篇页首部件只位名门家张道条口辆台套双支头匹块杯瓶份斤])"
     rf"(?P<noun>[{HAN}]{{0,2}})"
 )
 _PAGE_ZH = re.compile(r"第\s*(?P<num>\d+|[一二三四五六七八九十]+)\s*(?P<noun>[页章集级课])")
 _NOW_ZH = re.compile(r"现在|目前|已经|一共|总共|累计|至今|为止")
 _GOAL_ZH = re.compile(r"需要|目标|争取|达到")
 _FIRST_ZH = re.compile(r"我|咱")
+_OTHER_ZH = re.compile(
+    r"他|她|你|它|您|[爸妈哥姐弟妹]|老公|老婆|朋友|同事|邻居|孩子|儿子|女儿|家人"
+)
 _CLAUSE_ZH = re.compile(r"[，,；;]")
 
 
@@ -194,6 +199,9 @@ class Tally:
     """Content words of the statement other than the noun and numbers."""
     names: frozenset[str]
     """Capitalised names in the statement (titles in quotes included)."""
+    own: frozenset[str] | None = None
+    """Content words of the comma-delimited part that carries the count (``that's my 5th
+    marathon now``), other than the noun; None when not known."""
 
 
 def _value(num: str | None, word: str | None) -> float | None:
@@ -250,7 +258,7 @@ def _clauses(sentence: str, zh: bool) -> list[str]:
     if not sentence.rstrip().endswith(("?", "？")):
         return parts
     out = []
-    for c in parts:
+    for c in parts[:-1]:  # the last clause carries the question mark: it is the question
         c = c.strip()
         if QUESTION_ZH.search(c) if zh else (QUESTION_EN.match(c) or _YOU.search(c)):
             break
@@ -293,14 +301,30 @@ def _hits_en(clause: str, before: str) -> list[tuple[str, float | None]]:
         ]
     hits += [(m.group("noun").lower(), 1.0) for m in _ONE_UNIT.finditer(clause)]
     hits += [("time", _TIMES[m.group(1).lower()]) for m in _TIMES_A.finditer(clause)]
+    hits += [("*", _value(m.group("num"), None)) for m in _UPDOWN_EN.finditer(clause)]
     return hits
 
 
+# A count said with no noun, going up or down: "down to 188", "I'm down to 9", "瘦到126了". It
+# restates the one count of the older memory ("I weigh 210 lbs"), whatever its noun.
+_UPDOWN_EN = re.compile(
+    r"(?:^|\b(?:i'm|i\s+am|we're|we\s+are)\s+)(?:now\s+)?(?:down|up|back)\s+to\s+"
+    r"(?P<num>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)"
+    r"(?![\w%/:.,-]|\s+(?!(?:now|today|already|so far)\b)[a-z])",
+    re.I,
+)
+_UPDOWN_ZH = re.compile(
+    r"(?:瘦到|胖到|涨到|降到|减到|长到|升到)(?P<num>\d+)(?![\d个本次篇页首部件只位名门家张道条口辆台套双支头匹块杯瓶份])"
+)
+
+
 def _hits_zh(clause: str) -> list[tuple[str, float | None]]:
-    hits = [
-        (m.group("cls") + m.group("noun"), _zh_value(m.group("num")))
+    hits = [  # "三只猫了": the particle is no part of the noun; "三只" alone names nothing
+        (m.group("cls") + m.group("noun").rstrip("了的啦呢吗吧"), _zh_value(m.group("num")))
         for m in _COUNT_ZH.finditer(clause)
+        if m.group("noun").rstrip("了的啦呢吗吧") or m.group("cls") in {"斤", "公斤"}
     ]
+    hits += [("*", float(m.group("num"))) for m in _UPDOWN_ZH.finditer(clause)]
     return hits + [(m.group("noun"), _zh_value(m.group("num"))) for m in _PAGE_ZH.finditer(clause)]
 
 
@@ -330,8 +354,10 @@ def tallies(text: str) -> list[Tally]:
                 if m.start() and m.group(1) not in _NOT_NAME
             )
             sentence = QUOTED.sub(" ", raw)
-            if not (_FIRST_ZH if zh else _FIRST_EN).search(sentence):
-                continue
+            dropped = (_UPDOWN_ZH if zh else _UPDOWN_EN).match(sentence)  # "down to 188!!"
+            if not (_FIRST_ZH if zh else _FIRST_EN).search(sentence) and not dropped:
+                if not zh or _OTHER_ZH.search(sentence):
+                    continue  # Chinese drops the subject: "现在三只狗了" is the speaker's
             found: dict[str, tuple[set[float], bool]] = {}
             for clause in _clauses(sentence, zh):
                 hedge, goal, now = (
@@ -356,14 +382,53 @@ def tallies(text: str) -> list[Tally]:
             terms = _terms(sentence)
             for noun, (values, current) in found.items():
                 rest_terms = terms - _terms(noun)
-                out.append(Tally(owner, noun, frozenset(values), current, rest_terms, names))
+                own = _own_terms(sentence, noun, values, zh)
+                out.append(Tally(owner, noun, frozenset(values), current, rest_terms, names, own))
     return out
+
+
+# Nouns too general to be one count when nothing else is said ("it's been 3 months now").
+_BARE_NOT = frozenset("time day week month year hour minute second page".split())
+_NOW_TERMS = frozenset("现在 目前 已经 一共 总共 累计 至今 有 我们 了 up down".split())
+
+
+def _bare(terms: frozenset[str]) -> frozenset[str]:
+    """Terms other than "now" words and counted classifiers (``三只``)."""
+    return frozenset(
+        t
+        for t in terms
+        if t not in _NOW_TERMS
+        and t not in {"st", "nd", "rd", "th"}  # "5th"
+        and not re.match(r"[\d零一二两三四五六七八九十]", t)
+    )
+
+
+def _own_terms(sentence: str, noun: str, values: set[float], zh: bool) -> frozenset[str] | None:
+    """The content words of the comma-delimited part that says the count, noun left out."""
+    if zh:
+        for part in _CLAUSE_ZH.split(sentence):
+            if noun != "*" and noun in part:
+                return frozenset(t for t in _terms(part) if t not in noun)
+        return None
+    stem = noun.rstrip("s")[:5]
+    for part in re.split(r"[,;:!?()]|\s+[-–—]\s+", sentence):
+        low = part.lower()
+        if (noun == "*" or stem in low) and re.search(r"\d|\b(?:" + "|".join(_WORDS) + r")\b", low):
+            return _terms(part) - _terms(noun)
+    return None
 
 
 def restated(old: list[Tally], new: list[Tally]) -> tuple[Tally, Tally] | None:
     """The (old, new) tallies when the newer memory restates a count with a new value."""
     for n in new:
-        if not n.current:
+        if not n.current and n.noun != "*":
+            continue
+        if n.noun == "*":  # "down to 188": the older memory's one count
+            counts = {o.values for o in old}
+            if len(counts) == 1 and counts != {frozenset({1.0})}:  # not "一辆", "a week"
+                o = old[0]
+                if o.owner == n.owner and not o.values & n.values:
+                    return o, n
             continue
         for o in old:
             if o.owner != n.owner or o.noun != n.noun or o.values & n.values:
@@ -375,4 +440,7 @@ def restated(old: list[Tally], new: list[Tally]) -> tuple[Tally, Tally] | None:
                 return o, n
             if shared and (shared == o.terms or shared == n.terms):
                 return o, n  # "I go to yoga twice a week" / "now three times a week": all it says
+            bare = n.own if n.own is not None else n.terms
+            if not _bare(bare) and n.noun not in _BARE_NOT:
+                return o, n  # "I weigh 92 kg" / "I'm down to 84 kg now": the count, nothing else
     return None
