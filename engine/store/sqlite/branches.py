@@ -22,6 +22,7 @@ from engine.store.sqlite.rows import (
     detach_snapshot,
     put_value,
     session_row,
+    step_at_seq,
 )
 from engine.store.sqlite.saga import queue_compensations
 from engine.store.sqlite.tx import SQLiteDB
@@ -30,12 +31,21 @@ _LINE_TABLES = ("messages", "steps", "snapshots", "kv_writes")
 """Tables whose rows are written on the live line and move to a branch on rollback."""
 
 
-def _written_after(conn: sqlite3.Connection, sid: str, seq: int) -> bool:
-    """Whether anything on the live line was written after sequence number `seq`."""
+_STEPS_AFTER = "n >= ?"
+"""The steps written after a snapshot: those from its ``next_step`` on. Step numbers and
+sequence numbers grow together (a snapshot records the step count it saw; every later step has
+a larger number and a larger sequence number), so this reaches them through the primary key;
+``steps`` has no index on ``seq`` (see `engine.store.sqlite.rows.step_at_seq`)."""
+
+
+def _written_after(conn: sqlite3.Connection, sid: str, seq: int, next_step: int) -> bool:
+    """Whether anything on the live line was written after sequence number `seq` (the steps
+    after it are those from `next_step` on, `_STEPS_AFTER`)."""
     return any(
         conn.execute(
-            f"SELECT 1 FROM {table} WHERE session = ? AND seq > ? AND branch IS NULL LIMIT 1",
-            (sid, seq),
+            f"SELECT 1 FROM {table} WHERE session = ? AND "
+            f"{_STEPS_AFTER if table == 'steps' else 'seq > ?'} AND branch IS NULL LIMIT 1",
+            (sid, next_step if table == "steps" else seq),
         ).fetchone()
         for table in _LINE_TABLES
     )
@@ -73,11 +83,13 @@ def _embedded_snapshot(
     seq = snapshot_seq(target)
     if seq is None:
         return None
+    n = step_at_seq(lambda sql, params: conn.execute(sql, params).fetchall(), sid, seq + 1)
+    if n is None:
+        return None
     row = conn.execute(
-        "SELECT seq - 1, snap_msgs, branch, n FROM steps INDEXED BY steps_seq WHERE session = ? "
-        "AND seq = ? "
+        "SELECT seq - 1, snap_msgs, branch, n FROM steps WHERE session = ? AND n = ? "
         "AND snapshot = ? AND snap_msgs IS NOT NULL",
-        (sid, seq + 1, target),
+        (sid, n, target),
     ).fetchone()
     if row is None:
         return None
@@ -136,7 +148,7 @@ class BranchLine:
                     f"snapshot {target!r} was retired by the retention window; "
                     "pick a newer snapshot"
                 )
-            if kind == "rollback" and not _written_after(conn, sid, snap_seq):
+            if kind == "rollback" and not _written_after(conn, sid, snap_seq, next_step):
                 raise NothingToRollBack(
                     f"session {sid!r} has nothing after snapshot {target!r} to roll back: no "
                     "message, step, snapshot, variable or memory was written since; pick an "
@@ -154,27 +166,28 @@ class BranchLine:
             )
             counts = {}
             for table in ("messages", "steps", "snapshots"):
+                after = _STEPS_AFTER if table == "steps" else "seq > ?"
                 cur = conn.execute(
-                    f"UPDATE {table} SET branch = ? WHERE session = ? AND seq > ? "
+                    f"UPDATE {table} SET branch = ? WHERE session = ? AND {after} "
                     "AND branch IS NULL",
-                    (branch, sid, snap_seq),
+                    (branch, sid, next_step if table == "steps" else snap_seq),
                 )
                 counts[table] = cur.rowcount
             # the write-ahead snapshots kept in the abandoned steps' rows left with them
             counts["snapshots"] += conn.execute(
-                "SELECT COUNT(*) FROM steps INDEXED BY steps_seq WHERE session = ? AND seq > ? "
+                f"SELECT COUNT(*) FROM steps WHERE session = ? AND {_STEPS_AFTER} "
                 "AND branch = ? AND snap_msgs IS NOT NULL",
-                (sid, snap_seq, branch),
+                (sid, next_step, branch),
             ).fetchone()[0]
             abandoned_memories = _restore_kv(conn, sid, snap_seq, branch)
             # Saga: side-effecting steps that completed on the abandoned branch, newest first.
-            # `seq > snap_seq` reaches the branch's steps through steps_seq: the branch alone
-            # has no index and would walk every step of the session.
+            # The step numbers reach the branch's steps through the primary key: the branch
+            # alone has no index and would walk every step of the session.
             comp_rows = conn.execute(
-                "SELECT n, compensation FROM steps INDEXED BY steps_seq WHERE session = ? "
-                "AND seq > ? AND branch = ? AND side_effect = 1 AND compensation IS NOT NULL "
+                f"SELECT n, compensation FROM steps WHERE session = ? AND {_STEPS_AFTER} "
+                "AND branch = ? AND side_effect = 1 AND compensation IS NOT NULL "
                 "AND status = 'ok' ORDER BY n DESC",
-                (sid, snap_seq, branch),
+                (sid, next_step, branch),
             ).fetchall()
             queued = queue_compensations(conn, sid, comp_rows, branch, now)
             fork = kind == "fork"  # a fork moves the line but is no recovery: status stays

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from engine.errors import UnknownSession
@@ -304,6 +304,50 @@ def session_row(conn: sqlite3.Connection, sid: str) -> SessionRow:
     if row is None:
         raise UnknownSession(f"no session {sid!r} in this store")
     return row
+
+
+_NEWEST_STEP = "SELECT n, seq FROM steps WHERE session = ? ORDER BY n DESC LIMIT 1"
+_FIRST_STEP_IN = (
+    "SELECT n, seq FROM steps WHERE session = ? AND n >= ? AND n <= ? ORDER BY n LIMIT 1"
+)
+
+
+def step_at_seq(
+    query: Callable[[str, tuple[Any, ...]], list[Any]], sid: str, seq: int
+) -> int | None:
+    """The number of the session's step whose row has sequence number `seq`, or None (`query`
+    runs one statement and returns its rows: inside a transaction or a read).
+
+    Steps are found by number (the primary key), not by an index on ``seq``: a second index of
+    ``steps`` was one more page written by every guarded step, for the few reads by sequence
+    number (a write-ahead snapshot named by its id). Both numbers only grow along a session's
+    steps (a step takes the next one or two sequence numbers, other writes take more), so step
+    ``n`` has a sequence number of at least ``n``, and the step with `seq` lies at most
+    ``newest seq - seq`` steps below the newest: a binary search between those bounds, each
+    probe the first step at or after a number (rows of purged branches leave gaps), costs the
+    logarithm of what was written after the step, whatever the history's length."""
+    top = query(_NEWEST_STEP, (sid,))
+    if not top:
+        return None
+    n, newest = top[0]
+    if newest <= seq:
+        return n if newest == seq else None
+    lo, hi = 1, min(n - 1, seq)
+    lo = max(lo, n - (newest - seq))
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        found = query(_FIRST_STEP_IN, (sid, mid, hi))
+        if not found:
+            hi = mid - 1
+            continue
+        at, at_seq = found[0]
+        if at_seq == seq:
+            return at
+        if at_seq < seq:
+            lo = at + 1
+        else:
+            hi = mid - 1
+    return None
 
 
 def put_value(

@@ -106,7 +106,6 @@ CREATE TABLE IF NOT EXISTS steps (
     snap_label TEXT, snap_parent TEXT, snap_msgs INTEGER,
     PRIMARY KEY (session, n)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS steps_seq ON steps(session, seq);
 CREATE TABLE IF NOT EXISTS branches (
     session TEXT NOT NULL, id TEXT NOT NULL, from_snapshot TEXT NOT NULL, seq INTEGER NOT NULL,
     epoch INTEGER NOT NULL, actor TEXT NOT NULL, reason TEXT NOT NULL, created_at REAL NOT NULL,
@@ -145,10 +144,14 @@ CREATE TABLE IF NOT EXISTS workers (
 CREATE INDEX IF NOT EXISTS workers_seen ON workers(seen_at);
 """
 
-RETIRED_INDEXES = ("sessions_updated", "sessions_status")
+RETIRED_INDEXES = ("sessions_updated", "sessions_status", "steps_seq")
 """Indexes of earlier releases that later ones dropped: every guarded step moves a session's
 ``updated_at``, so each index on it is pages written twice per step, and these two duplicate
-``sessions_page`` and ``sessions_status_page`` (which a backward walk reads newest first)."""
+``sessions_page`` and ``sessions_status_page`` (which a backward walk reads newest first).
+``steps_seq`` (``steps(session, seq)``) was one more page written by every guarded step, for
+the few reads that find a step by sequence number: step numbers grow with sequence numbers, so
+those reads go through the primary key instead (`engine.store.sqlite.rows.step_at_seq`). A file
+an older release opens again gets it back, and loses it on the next open by this one."""
 
 REDEFINED_INDEXES = {
     "snapshots_restorable": (

@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.records import BranchInfo, SnapshotNode
 from engine.store.requests import snapshot_seq
-from engine.store.sqlite.rows import BRANCH, EMBEDDED_SNAPSHOT, SNAPSHOT
+from engine.store.sqlite.rows import BRANCH, EMBEDDED_SNAPSHOT, SNAPSHOT, step_at_seq
 from engine.store.sqlite.tx import SQLiteDB
 
 _COLUMNS = f"{SNAPSHOT.select()}, retired_at, seq"
@@ -61,17 +61,20 @@ class SnapshotReads:
 
     def snapshot(self, sid: str, snapshot_id: str) -> SnapshotNode | None:
         """Snapshot `snapshot_id` of the session, or None: a primary-key lookup in
-        ``snapshots``, else in the step row whose sequence number follows the id's."""
+        ``snapshots``, else in the step row whose sequence number follows the id's (found by
+        `step_at_seq`)."""
         rows = self._db.read_named(
             f"SELECT {_COLUMNS} FROM snapshots WHERE session = ? AND id = ?", (sid, snapshot_id)
         )
         seq = snapshot_seq(snapshot_id)
         if not rows and self._embedded and seq is not None:
-            rows = self._db.read_named(
-                f"SELECT {EMBEDDED_SNAPSHOT} FROM steps INDEXED BY steps_seq "
-                "WHERE session = ? AND seq = ? AND snapshot = ? AND snap_msgs IS NOT NULL",
-                (sid, seq + 1, snapshot_id),
-            )
+            n = step_at_seq(self._db.read, sid, seq + 1)
+            if n is not None:
+                rows = self._db.read_named(
+                    f"SELECT {EMBEDDED_SNAPSHOT} FROM steps "
+                    "WHERE session = ? AND n = ? AND snapshot = ? AND snap_msgs IS NOT NULL",
+                    (sid, n, snapshot_id),
+                )
         if not rows:
             return None
         head, floor = self._head_and_floor(sid)

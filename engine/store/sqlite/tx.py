@@ -45,6 +45,19 @@ RESTART_WAIT_S = 0.05
 """How long a RESTART checkpoint waits for a writer or reader before giving up until later."""
 
 
+_pid = os.getpid()
+"""This process's id, kept current across forks: `Checkpointer.poke` runs on every commit, and
+``os.getpid()`` is a system call each time."""
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 class _Run:
     """One checkpointer thread's own wake-up event and stop flag (a restarted checkpointer
     gets new ones, so an old thread can never miss its stop)."""
@@ -52,7 +65,7 @@ class _Run:
     __slots__ = ("pid", "stopped", "wake")
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
+        self.pid = _pid
         self.stopped = False
         self.wake = threading.Event()
 
@@ -73,10 +86,10 @@ class Checkpointer:
     def poke(self) -> None:
         """Note a commit: a checkpoint follows within `CHECKPOINT_DELAY_S`."""
         run = self._run
-        if run is None or run.pid != os.getpid():  # first write, or a forked child
+        if run is None or run.pid != _pid:  # first write, or a forked child
             with self._lock:
                 run = self._run
-                if run is None or run.pid != os.getpid():
+                if run is None or run.pid != _pid:
                     run = self._run = _Run()
                     threading.Thread(
                         target=self._loop, args=(run,), name="rewind-checkpoint", daemon=True
