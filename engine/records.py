@@ -150,6 +150,11 @@ class StepRecord:
     """Agent text of a message turn."""
     epoch: int = 0
     """Epoch in which the step began."""
+    task: bool = False
+    """The agent's runtime started a new task right before this step (`Session.new_task`: a
+    new run, a graph invocation, an MCP client back after an idle gap); a user message starts
+    one by itself and is not marked here. Replay restarts the step budget here, as the live
+    detector did."""
     budget: TokenBreakdown | None = None
     """Token breakdown of the context the agent built for this step (system, dialogue, memories,
     reserve, dropped, total, max_tokens), when the runtime passed one."""

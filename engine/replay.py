@@ -415,10 +415,15 @@ def _judged(record: StepRecord) -> bool:
     return record.status != StepStatus.RUNNING and not is_refused(record.status, record.error)
 
 
+_TASK = "task"
+"""What `_stream` yields where the agent's runtime began a task (`StepRecord.task`)."""
+
+
 def _stream(
     records: Iterable[StepRecord | MessageRecord], until: int | None = None
-) -> Iterable[StepRecord | None]:
-    """The steps the detector judges, with None where the user spoke, up to step `until`."""
+) -> Iterable[StepRecord | str | None]:
+    """The steps the detector judges, with None where the user spoke and `_TASK` where the
+    runtime began a task, up to step `until`."""
     for record in records:
         if isinstance(record, MessageRecord):
             if record.message.get("role") == "user":
@@ -426,6 +431,8 @@ def _stream(
             continue
         if until is not None and record.n > until:
             return
+        if record.task:
+            yield _TASK
         if _judged(record):
             yield record
 
@@ -476,6 +483,8 @@ def _first_flag(
                 continue
         if until is not None and record.n > until:
             break
+        if record.task:  # the runtime began a task here (`Session.new_task`)
+            new_task()
         status, error = record.status, record.error
         if status == running or (status != ok and is_refused(status, error)):
             continue  # `_judged`, without a call for the common ok step
@@ -685,6 +694,9 @@ def _run_to(
     for record in _stream(records, step):
         if record is None:  # the user spoke: a new task, as `_first_flag` and the session see it
             detector.user_input()
+            detector.new_task()
+            continue
+        if isinstance(record, str):  # `_TASK`: the runtime began one (`Session.new_task`)
             detector.new_task()
             continue
         verdict = detector.observe(step_of(record))

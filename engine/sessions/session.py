@@ -130,23 +130,27 @@ class StepCall:
                 quarantine.refuse(s._rt, s.id, self.tool, self._args_json, self.fingerprint, q)
                 raise ToolQuarantined(self.tool, q)
         rt = s._rt
+        start: StepStart = {
+            "tool": self.tool,
+            "args": self._args_json,
+            "fingerprint": self.fingerprint,
+            "side_effect": self.side_effect,
+            "compensation": None
+            if self.compensation is None
+            else canonical_json(list(self.compensation)),
+            "text": self.text,
+        }
+        if s._task_pending:
+            start["task"] = True
         ticket = rt.store.begin_step(
             s.id,
-            {
-                "tool": self.tool,
-                "args": self._args_json,
-                "fingerprint": self.fingerprint,
-                "side_effect": self.side_effect,
-                "compensation": None
-                if self.compensation is None
-                else canonical_json(list(self.compensation)),
-                "text": self.text,
-            },
+            start,
             f"before {self.tool or 'agent turn'}" if self._snapshot else None,
             rt.clock(),
             rt.retention,
         )
         self._ticket = ticket
+        s._task_pending = False
         self.n = ticket.n
         self.snapshot_id = ticket.snapshot
         s._sync_epoch(ticket.epoch, exclude=self.n)
@@ -205,6 +209,7 @@ class Session:
         self._observed: list[int] = []  # detector index - offset -> step number
         self._count = 0  # steps the detector has observed since its last reset
         self._memory: SessionMemory | None = None
+        self._task_pending = False  # `new_task` was called: the next step's row says so
 
     # -- loop policy ------------------------------------------------------------------------
     @property
@@ -295,8 +300,11 @@ class Session:
     def new_task(self) -> None:
         """A new task starts here (a new run or graph invocation, a client back after an idle
         gap; a user message starts one by itself): the hard step budget counts again from the
-        next step. Loop evidence is kept."""
+        next step. Loop evidence is kept. The next step's record says a task began there
+        (`StepRecord.task`), so replay and the console's "Why flagged" count the budget as
+        this handle did."""
         self._detector.new_task()
+        self._task_pending = True
 
     def set_var(self, key: str, value: Any) -> None:
         """Set a session variable (plain data); rolled back with the session."""

@@ -32,6 +32,8 @@ class StepStart(TypedDict):
     """JSON text of ``[handler name, args]`` that undoes the side effect, or None."""
     text: NotRequired[str | None]
     """Agent text of a message turn."""
+    task: NotRequired[bool]
+    """The agent's runtime began a new task right before this step (see `StepRecord.task`)."""
 
 
 class StepOutcome(TypedDict):

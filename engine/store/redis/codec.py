@@ -154,6 +154,7 @@ STEP_BEGIN: FieldMap[dict[str, Any]] = FieldMap(
     Column("started_at", "started_at"),
     Column("side_effect", "side_effect", bool, optional=True),
     Column("text", "text", optional=True),
+    Column("task", "task", bool, optional=True),
 )
 """The `StepRecord` fields of a step's begin object."""
 

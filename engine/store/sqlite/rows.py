@@ -159,6 +159,7 @@ STEP: FieldMap[StepRecord] = FieldMap(
     Column("text", "text"),
     Column("epoch", "epoch"),
     Column("budget", "budget", loads),
+    Column("task", "task", bool),
 )
 """A `steps` row as a `StepRecord`."""
 

@@ -86,14 +86,15 @@ _dumps = dumps
 
 _BEGIN_SNAP = (
     "INSERT INTO steps(session, n, seq, epoch, tool, args, fingerprint, status, started_at, "
-    "side_effect, compensation, text, snapshot, snap_label, snap_parent, snap_msgs) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)"
+    "side_effect, compensation, text, task, snapshot, snap_label, snap_parent, snap_msgs) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 """A step's row with its write-ahead snapshot (sequence number ``seq + 1``, the step
 ``seq + 2``), from the session's row as `_BEGIN_SESSION` read it."""
 _BEGIN_PLAIN = (
     "INSERT INTO steps(session, n, seq, epoch, tool, args, fingerprint, status, started_at, "
-    "side_effect, compensation, text) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)"
+    "side_effect, compensation, text, task) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)"
 )
 """A step's row without a snapshot."""
 
@@ -511,7 +512,8 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
                 conn.execute(_BEGIN_SNAP, (
                     sid, n, seq, epoch, step["tool"], step["args"], step["fingerprint"], now,
                     int(bool(step.get("side_effect"))), step.get("compensation"),
-                    step.get("text"), snap_id, snapshot_label, head, msg_count,
+                    step.get("text"), 1 if step.get("task") else None, snap_id,
+                    snapshot_label, head, msg_count,
                 ))
                 conn.execute(
                     _BEGIN_SNAP_TOUCH if touch else _BEGIN_SNAP_SESSION,
@@ -524,7 +526,7 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
                 conn.execute(_BEGIN_PLAIN, (
                     sid, n, seq, epoch, step["tool"], step["args"], step["fingerprint"], now,
                     int(bool(step.get("side_effect"))), step.get("compensation"),
-                    step.get("text"),
+                    step.get("text"), 1 if step.get("task") else None,
                 ))
                 conn.execute(
                     _BEGIN_PLAIN_TOUCH if touch else _BEGIN_PLAIN_SESSION,
