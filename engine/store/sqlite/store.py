@@ -495,8 +495,9 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
 
         The snapshot is kept in the step's own row (``snap_label``, ``snap_parent``,
         ``snap_msgs``; its id in ``snapshot``, its sequence number the step's minus one): the
-        session's row read, then two writes, each page written once, instead of a snapshot row with its two indexes and
-        a retiring update. Step snapshots retire by the session's ``snap_floor``."""
+        session's row read, then two writes, each page written once, instead of a snapshot row
+        with its two indexes and a retiring update. Step snapshots retire by the session's
+        ``snap_floor``."""
         snap = snapshot_label is not None
         with self._db.write() as conn:
             row = conn.execute(_BEGIN_SESSION, (sid,)).fetchone()
