@@ -123,3 +123,20 @@ def test_the_session_page_names_the_task_that_used_the_budget(tmp_path):
     shown = "\n".join(str(m.value) for m in at.markdown)
     assert "**Which task used the budget:** The task that began at step 11" in shown
     assert "Argument differences between near-duplicates" not in shown
+
+
+def test_the_cost_row_of_a_budget_stop_speaks_of_the_task_not_a_loop(tmp_path):
+    with budget_store(tmp_path, [5, 5, 12]):
+        pass
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py"),
+                           default_timeout=90)
+    at.secrets["rewind"] = {"store": f"sqlite:///{tmp_path}/rewind.db", "users": {
+        "olivia": {"role": "operator", "password_hash": hash_password("pw")}}}
+    at.session_state[SESSION_KEY] = User("olivia", "operator", "local")
+    at.switch_page("screens/session.py")
+    at.query_params["session"] = SID
+    at.run()
+    assert not at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert "Task began" in metrics and metrics["Steps in the task"] == "8"
+    assert not {"Loop began", "Looping for", "Loop lasted", "Steps wasted"} & set(metrics)

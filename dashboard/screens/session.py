@@ -151,23 +151,29 @@ def render_loop_cost(page: Page) -> None:
                            page.bundle.branches)
     if cost is None:
         return
+    # a stop by the step budget is a task that ran too long, not a loop: say so
+    budget = (page.verdict or {}).get("rule") == "step_budget"
+    what = "Task" if budget else "Loop"
     # A row that wraps (not columns, which stack one per line on a phone): two or three
     # figures a line on a narrow screen.
     with st.container(horizontal=True, key="loop-cost"):
         st.metric(
-            "Loop began",
+            f"{what} began",
             f"{views.when(cost.started_at):%H:%M:%S}",
             help=f"{views.when(cost.started_at):%Y-%m-%d %H:%M:%S %Z}, at step {cost.start_step}.",
         )
         st.metric(
-            "Looping for" if cost.ongoing else "Loop lasted", views.duration_text(cost.duration_s),
+            ("Task running for" if budget else "Looping for") if cost.ongoing
+            else f"{what} lasted",
+            views.duration_text(cost.duration_s),
             help=None if cost.rolled_back_at is None else "From its first step until the "
             f"rollback at {views.when(cost.rolled_back_at):%H:%M:%S}.",
         )
         st.metric(
-            "Steps wasted",
+            "Steps in the task" if budget else "Steps wasted",
             f"{cost.steps:,}",
-            help=f"Steps {cost.start_step}–{cost.end_step}, spent inside the loop.",
+            help=f"Steps {cost.start_step}–{cost.end_step}, "
+            + ("of the task that used the step budget." if budget else "spent inside the loop."),
         )
         st.metric(
             "Context tokens in the loop",
