@@ -103,9 +103,8 @@ def test_a_long_message_is_quoted_short():
     assert why._quoted(None) == ""
 
 
-def test_the_session_page_names_the_task_that_used_the_budget(tmp_path):
-    with budget_store(tmp_path, [5, 5, 12]):
-        pass
+def session_page(tmp_path, tab: str | None = None) -> AppTest:
+    """The session page of `SID` on the store in `tmp_path`, run as an operator."""
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py"),
                            default_timeout=90)
     at.secrets["rewind"] = {"store": f"sqlite:///{tmp_path}/rewind.db", "users": {
@@ -113,8 +112,15 @@ def test_the_session_page_names_the_task_that_used_the_budget(tmp_path):
     at.session_state[SESSION_KEY] = User("olivia", "operator", "local")
     at.switch_page("screens/session.py")
     at.query_params["session"] = SID
-    at.query_params["tab"] = "Why flagged"
-    at.run()
+    if tab is not None:
+        at.query_params["tab"] = tab
+    return at.run()
+
+
+def test_the_session_page_names_the_task_that_used_the_budget(tmp_path):
+    with budget_store(tmp_path, [5, 5, 12]):
+        pass
+    at = session_page(tmp_path, tab="Why flagged")
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Task began at step"] == "11"
@@ -128,14 +134,7 @@ def test_the_session_page_names_the_task_that_used_the_budget(tmp_path):
 def test_the_cost_row_of_a_budget_stop_speaks_of_the_task_not_a_loop(tmp_path):
     with budget_store(tmp_path, [5, 5, 12]):
         pass
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py"),
-                           default_timeout=90)
-    at.secrets["rewind"] = {"store": f"sqlite:///{tmp_path}/rewind.db", "users": {
-        "olivia": {"role": "operator", "password_hash": hash_password("pw")}}}
-    at.session_state[SESSION_KEY] = User("olivia", "operator", "local")
-    at.switch_page("screens/session.py")
-    at.query_params["session"] = SID
-    at.run()
+    at = session_page(tmp_path)
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
     assert "Task began" in metrics and metrics["Steps in the task"] == "8"
