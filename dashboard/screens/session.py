@@ -152,7 +152,7 @@ def render_loop_cost(page: Page) -> None:
     if cost is None:
         return
     # a stop by the step budget is a task that ran too long, not a loop: say so
-    budget = (page.verdict or {}).get("rule") == "step_budget"
+    budget = page.verdict is not None and page.verdict.get("rule") == "step_budget"
     what = "Task" if budget else "Loop"
     # A row that wraps (not columns, which stack one per line on a phone): two or three
     # figures a line on a narrow screen.
