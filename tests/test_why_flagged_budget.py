@@ -137,5 +137,5 @@ def test_the_cost_row_of_a_budget_stop_speaks_of_the_task_not_a_loop(tmp_path):
     at = session_page(tmp_path)
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
-    assert "Task began" in metrics and metrics["Steps in the task"] == "8"
+    assert "Task began" in metrics and metrics["Steps used"] == "8"
     assert not {"Loop began", "Looping for", "Loop lasted", "Steps wasted"} & set(metrics)

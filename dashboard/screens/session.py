@@ -170,7 +170,7 @@ def render_loop_cost(page: Page) -> None:
             f"rollback at {views.when(cost.rolled_back_at):%H:%M:%S}.",
         )
         st.metric(
-            "Steps in the task" if budget else "Steps wasted",
+            "Steps used" if budget else "Steps wasted",
             f"{cost.steps:,}",
             help=f"Steps {cost.start_step}–{cost.end_step}, "
             + ("of the task that used the step budget." if budget else "spent inside the loop."),

@@ -103,7 +103,8 @@ CREATE TABLE IF NOT EXISTS steps (
     started_at REAL NOT NULL, ended_at REAL,
     side_effect INTEGER NOT NULL DEFAULT 0, compensation TEXT, verdict TEXT,
     snapshot TEXT, text TEXT, branch TEXT, late INTEGER NOT NULL DEFAULT 0, budget TEXT,
-    snap_label TEXT, snap_parent TEXT, snap_msgs INTEGER, task INTEGER,
+    snap_label TEXT, snap_parent TEXT, snap_msgs INTEGER,
+    task INTEGER,
     PRIMARY KEY (session, n)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS branches (
