@@ -67,7 +67,7 @@ from pathlib import Path
 # bench/)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.loops.detector import LoopDetector, Step, Verdict  # noqa: E402
+from engine.loops.detector import DetectorConfig, LoopDetector, Step, Verdict  # noqa: E402
 from engine.loops.fingerprint import digest, fingerprint  # noqa: E402
 from engine.loops.normalize import Normalizer, error_signature, result_digest  # noqa: E402
 
@@ -486,10 +486,13 @@ def chat_cases() -> dict[str, list[Case]]:
     return out
 
 
-def verdicts(steps: Sequence[Step | None | tuple[()]]) -> Iterator[tuple[int, Verdict]]:
+def verdicts(
+    steps: Sequence[Step | None | tuple[()]], config: DetectorConfig | None = None
+) -> Iterator[tuple[int, Verdict]]:
     """(tool step number, verdict) for each tool step of a case, through a fresh production
-    detector; user turns (USER) and new tasks (NEW_TASK) reach it as they would, unnumbered."""
-    detector = LoopDetector()
+    detector (or one built from `config`); user turns (USER) and new tasks (NEW_TASK) reach it
+    as they would, unnumbered."""
+    detector = LoopDetector(config)
     i = 0
     for step in steps:
         if step is USER:
@@ -502,8 +505,10 @@ def verdicts(steps: Sequence[Step | None | tuple[()]]) -> Iterator[tuple[int, Ve
         i += 1
 
 
-def first_flag(steps: Sequence[Step | None | tuple[()]]) -> int | None:
-    return next((i for i, verdict in verdicts(steps) if verdict.looping), None)
+def first_flag(
+    steps: Sequence[Step | None | tuple[()]], config: DetectorConfig | None = None
+) -> int | None:
+    return next((i for i, verdict in verdicts(steps, config) if verdict.looping), None)
 
 
 @dataclass
@@ -547,11 +552,13 @@ class Score:
         return self.tp / (self.tp + self.fn) if self.tp + self.fn else None
 
 
-def score(source: str, cases: list[Case], labelled: bool = True) -> Score:
+def score(
+    source: str, cases: list[Case], labelled: bool = True, config: DetectorConfig | None = None
+) -> Score:
     sc = Score(source, len(cases), sum(c.expected is not None for c in cases), labelled)
     sc.delays, sc.misses, sc.from_start = [], [], []
     for c in cases:
-        got = first_flag(c.steps)
+        got = first_flag(c.steps, config)
         if c.finished_ok:
             sc.ok_runs += 1
             sc.ok_flagged += got is not None
@@ -622,6 +629,8 @@ def quality_report(show_misses: bool) -> None:
         )
     print()
     print(timing_table(scores))
+    print()
+    print(stricter_table(path))
     if path is None:
         print()
         print(
@@ -639,6 +648,40 @@ def quality_report(show_misses: bool) -> None:
                 for line in sc.misses:
                     print(f"  {line}")
     print()
+
+
+STRICTER = DetectorConfig(user_repeat_failures=True)
+"""The stricter conversational setting the third table compares with the defaults."""
+
+
+def stricter_table(path: Path | None) -> str:
+    """The labelled sets with user turns (and the real runs), under the defaults and under
+    `STRICTER`, side by side: what flagging a failing call retried after a user turn at its
+    second attempt buys (flags within 3 steps of the loop's start) and costs (precision, healthy
+    successful runs flagged)."""
+    sets = dict(tau2_cases())
+    if path is not None:
+        sets.update(
+            (name, cases) for name, cases in realrun_cases(path).items() if "no labels" not in name
+        )
+    lines = [
+        "Stricter setting for conversational agents (user_repeat_failures=true; off by default)",
+        "",
+        f"{'source':36} {'setting':>8} {'precision':>9} {'recall':>6} {'ok, no loop':>13} "
+        f"{'<= 3 after start':>17}",
+    ]
+    lines.append("-" * len(lines[-1]))
+    for name, cases in sets.items():
+        for label, config in (("default", None), ("stricter", STRICTER)):
+            sc = score(name, cases, config=config)
+            healthy = f"{sc.ok_healthy_flagged}/{sc.ok_healthy}" if sc.ok_healthy else "—"
+            within = f"{sc.within_3}/{sc.loops} {sc.within_3 / sc.loops:.2f}" if sc.loops else "—"
+            lines.append(
+                f"{name if label == 'default' else '':36} {label:>8} "
+                f"{sc.cell(sc.precision, '.3f'):>9} {sc.cell(sc.recall, '.3f'):>6} "
+                f"{healthy:>13} {within:>17}"
+            )
+    return "\n".join(lines)
 
 
 def _describe(step: Step | None | tuple[()]) -> str:

@@ -48,6 +48,20 @@ def test_only_the_settings_changed_are_tried():
     assert whatif.settings_text({}) == "the current settings"
 
 
+def test_the_stricter_conversational_switch_reads_and_shows_as_a_switch():
+    config = LoopDetector().config
+    now = whatif.current_settings(config)
+    assert now["user_repeat_failures"] is False
+    assert whatif.current_settings(config, {"user_repeat_failures": "true"})[
+        "user_repeat_failures"] is True
+    assert whatif.current_settings(config, {"user_repeat_failures": "maybe"})[
+        "user_repeat_failures"] is False  # unreadable: the configuration's own
+    changes = whatif.edits(now, {**now, "user_repeat_failures": True})
+    assert changes == {"user_repeat_failures": True}
+    assert whatif.settings_text(changes) == "user_repeat_failures=true"  # as --set takes it
+    assert whatif.value_text("user_repeat_failures", False) == "off"
+
+
 def flag(step, rule="exact_repeat"):
     return SimpleNamespace(step=step, rule=rule)
 
@@ -158,6 +172,8 @@ def test_what_if_replays_the_fleet_under_other_settings_and_writes_nothing(store
     assert [t.value for t in at.title] == ["What if"]
     repeat = at.number_input(key="whatif-repeat_threshold")
     assert repeat.value == 3 and "(now 3)" in repeat.label
+    strict = at.toggle(key="whatif-user_repeat_failures")
+    assert strict.value is False and "(now off)" in strict.label
     at.selectbox(key="whatif-window").set_value("last 7 days")
     at.multiselect(key="whatif-disabled_rules").set_value(list(RULES))
     next(b for b in at.button if b.label == "Replay").click()

@@ -185,3 +185,94 @@ class TestSettingAndFlagsAgain:
         assert [i for i, _ in found] == [1, 3]
         assert found[1][1].flag_count == 2 and found[1][1].loop_start == 0
         assert found[1][1].evidence == (2, 3)
+
+
+def lookup(reservation: str = "ethan_martin_2396", error: str | None = None) -> Step:
+    """A read that fails: the agent keeps passing a user id as a reservation id."""
+    return Step(
+        tool="get_reservation_details",
+        args={"reservation_id": reservation},
+        ok=False,
+        error=error or f"Error: Reservation {reservation} not found",
+    )
+
+
+STRICT = DetectorConfig(user_repeat_failures=True)
+
+
+class TestStricterSettingForFailuresAfterAUserTurn:
+    """`user_repeat_failures`: the same failure retried as the agent's next call after a user
+    turn flags at `user_repeat_threshold` (off by default)."""
+
+    def test_off_by_default_a_single_retry_is_no_loop(self):
+        steps: list[Step | str] = [lookup(), say("Not found."), USER, lookup()]
+        assert first(steps) is None
+
+    def test_on_the_second_identical_failure_after_a_user_turn_is_flagged(self):
+        steps: list[Step | str] = [
+            lookup("ZFA04Y"),
+            say("Could you give me your user id?"),
+            USER,
+            lookup(),
+            say("I can't find ethan_martin_2396."),
+            USER,
+            lookup(),
+        ]
+        (index, verdict), *_ = flags(steps, LoopDetector(STRICT))
+        assert index == 4
+        assert verdict.rule == EXACT_REPEAT
+        assert verdict.evidence == (2, 4) and verdict.loop_start == 2
+        assert verdict.details["after_user_turn"] is True
+        assert verdict.details["error"] == "Error: Reservation ethan_martin_2396 not found"
+        assert "failed each time with the same error" in verdict.explanation
+        assert "did not change what the agent does" in verdict.explanation
+        assert "retry it unchanged" in verdict.advice
+
+    def test_the_respond_form_is_the_same(self):
+        steps: list[Step | str] = [
+            lookup(),
+            respond("I can't find it.", "Please check again."),
+            lookup(),
+        ]
+        assert first(steps, LoopDetector(STRICT)) == 2
+        assert first(steps) is None
+
+    def test_a_failure_with_another_error_is_another_state(self):
+        steps: list[Step | str] = [
+            lookup(),
+            say("Not found."),
+            USER,
+            lookup(error="Error: service unavailable"),
+        ]
+        assert first(steps, LoopDetector(STRICT)) is None
+
+    def test_another_call_between_is_not_only_talk(self):
+        other = Step(tool="get_user_details", args={"user_id": "ethan_martin_2396"}, result="{}")
+        steps: list[Step | str] = [lookup(), say("Not found."), USER, other, lookup()]
+        assert first(steps, LoopDetector(STRICT)) is None
+
+    def test_back_to_back_failures_keep_the_ordinary_threshold(self):
+        steps: list[Step | str] = [lookup(), lookup()]
+        assert first(steps, LoopDetector(STRICT)) is None
+        assert first([*steps, lookup()], LoopDetector(STRICT)) == 2
+
+    def test_the_threshold_setting_still_turns_it_off(self):
+        detector = LoopDetector(user_repeat_failures=True, user_repeat_threshold=3)
+        steps: list[Step | str] = [lookup(), USER, lookup()]
+        assert first(steps, detector) is None
+
+    def test_successful_reads_are_not_counted_sooner(self):
+        read = Step(tool="get_flight_status", args={"flight": "HAT039"}, result="delayed")
+        steps: list[Step | str] = [read, USER, read]
+        assert first(steps, LoopDetector(STRICT)) is None
+
+    def test_it_is_a_setting_the_replay_and_config_files_take(self):
+        from engine.replay import checked_settings, detector_config
+
+        config = detector_config({"user_repeat_failures": "true"})
+        assert config.user_repeat_failures is True
+        assert checked_settings({"user_repeat_failures": True}, "rewind.toml") == {
+            "user_repeat_failures": True
+        }
+        with pytest.raises(Exception, match="user_repeat_failures"):
+            checked_settings({"user_repeat_failures": "maybe"}, "rewind.toml")

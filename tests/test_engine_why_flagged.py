@@ -52,7 +52,9 @@ def test_it_replays_under_the_settings_the_verdict_recorded(engine):
     found = engine.why_flagged("after-declare")
     assert found is not None and found.detector == {"repeat_threshold": 4}
     exact = next(r for r in found.readings if r.rule == "exact_repeat")
-    assert exact.settings == {"repeat_threshold": 4, "user_repeat_threshold": 2}
+    assert exact.settings == {
+        "repeat_threshold": 4, "user_repeat_threshold": 2, "user_repeat_failures": False
+    }
     assert found.change is not None and found.change.before == 4
 
 

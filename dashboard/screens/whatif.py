@@ -88,7 +88,8 @@ with st.form("whatif"):
     with st.container(horizontal=True, key="whatif-settings"):
         for s in whatif.SETTINGS:
             now_value = current[s.field]
-            shown = (", ".join(now_value) or "none") if s.kind == "rules" else now_value
+            shown = ((", ".join(now_value) or "none") if s.kind == "rules"
+                     else whatif.value_text(s.field, now_value))
             label = f"{s.label} (now {shown})" if s.kind != "rules" else s.label
             help_text = f"{s.help} Setting: {s.field}; now {shown}."
             # A new key once this operator changed the fleet's settings: the browser keeps a
@@ -98,6 +99,9 @@ with st.form("whatif"):
             if s.kind == "rules":
                 chosen[s.field] = st.multiselect(label, whatif.RULE_IDS, default=now_value,
                                                  key=key, help=help_text, width=620)
+            elif s.kind == "bool":
+                chosen[s.field] = st.toggle(label, value=bool(now_value), key=key,
+                                            help=help_text)
             elif s.kind == "float":
                 chosen[s.field] = st.number_input(label, min_value=0.0, max_value=1.0,
                                                   value=float(now_value), step=0.05, key=key,

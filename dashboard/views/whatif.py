@@ -37,8 +37,8 @@ class Setting:
     label: str
     help: str
     kind: str
-    """``int``, ``float`` (a share, 0 to 1), ``budget`` (a whole number, 0 for none) or
-    ``rules`` (rule ids switched off)."""
+    """``int``, ``float`` (a share, 0 to 1), ``budget`` (a whole number, 0 for none), ``bool``
+    (a switch) or ``rules`` (rule ids switched off)."""
     low: float = 1
 
 
@@ -49,6 +49,10 @@ SETTINGS: tuple[Setting, ...] = (
             "exact_repeat flags a successful write repeated as the agent's next call after a "
             "user turn at this occurrence (set it to the repeat count above to turn it off).",
             "int", 2),
+    Setting("user_repeat_failures", "Same failure again after a user turn",
+            "Stricter, for conversational agents: exact_repeat also flags a failing call retried "
+            "as the agent's next call after a user turn, with the same error, at the occurrence "
+            "above (it also flags a single retry the customer asked for).", "bool", 0),
     Setting("near_duplicate_threshold", "Near-identical failures", "near_duplicate flags at this "
             "many near-identical failing calls (arguments nudged, same failure).", "int", 2),
     Setting("recurrence_threshold", "Same failure within the window", "recurrence flags at this "
@@ -91,6 +95,8 @@ def current_settings(config: Any, declared: Mapping[str, Any] | None = None) -> 
             value = 0 if value is None else int(value)
         elif s.kind == "rules":
             value = sorted(value)
+        elif s.kind == "bool":
+            value = bool(value)
         out[s.field] = value
     return out
 
@@ -99,6 +105,15 @@ def _declared_value(kind: str, raw: Any) -> Any:
     if kind == "rules":
         parts = raw.split(",") if isinstance(raw, str) else list(raw)
         return sorted(str(p).strip() for p in parts if str(p).strip())
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("true", "yes", "on", "1"):
+            return True
+        if text in ("false", "no", "off", "0"):
+            return False
+        raise ValueError(raw)
     if isinstance(raw, str):
         text = raw.strip().lower()
         if kind == "budget" and text in ("none", "null", ""):
@@ -137,6 +152,8 @@ def settings_text(changes: Mapping[str, Any]) -> str:
     for name, value in changes.items():
         if value is None:
             value = "none"
+        elif isinstance(value, bool):  # as `rewind replay --set` takes it
+            value = "true" if value else "false"
         elif isinstance(value, (list, tuple, set, frozenset)):
             value = ",".join(sorted(value)) or "(none)"
         parts.append(f"{name}={value}")
@@ -264,6 +281,8 @@ def value_text(name: str, value: Any) -> str:
     kinds = {s.field: s.kind for s in SETTINGS}
     if value is None or (kinds.get(name) == "budget" and value == 0):
         return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
     return str(value)
 
 

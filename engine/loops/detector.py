@@ -44,7 +44,8 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
   unless the agent waited before every repeat (polling with back-off: see ``poll_budget``);
   a successful write twice (`user_repeat_threshold`) when the repeat is the agent's next call
   after a user turn (the same cancellation made again after the customer's reply: the action
-  already happened, so the second is a duplicate side effect, a second refund).
+  already happened, so the second is a duplicate side effect, a second refund); with
+  `user_repeat_failures` (off by default), a failing call retried that way twice too.
 - ``circuit_breaker``: K consecutive failures of one tool (`breaker_failures`, per-tool
   overrides), whatever the arguments, with no success of it and no progress elsewhere between;
   or `repeat_threshold` failures of one call back to back (nothing in between), whatever the
@@ -259,6 +260,14 @@ class DetectorConfig:
     action already happened and the user's turn did not change what the agent does next. At
     `repeat_threshold` or above it adds nothing: set it there for an agent whose users ask for
     the same action again on purpose ("add one more of the same mug")."""
+    user_repeat_failures: bool = False
+    """Stricter, for conversational agents: ``exact_repeat`` also flags a *failing* call at
+    `user_repeat_threshold` when each retry was the agent's next call after the user spoke and
+    failed with the same error (the customer's turn did not change what the agent does). Off by
+    default: it catches a retry loop at its second attempt, but also flags the single retry a
+    customer asks for ("please try again with that card"); on tau2-bench's runs it moved flags
+    to within 3 steps of the loop's start for 12 of 15 held-out loops instead of 10, and flagged
+    2 of 96 tuned healthy runs (``bench/detector.py`` prints both settings)."""
     near_duplicate_threshold: int = 3
     """``near_duplicate`` fires at this many near-identical failures (or side effects)."""
     near_max_changed: int = 4

@@ -20,14 +20,20 @@ class ExactRepeat(Rule):
     Sooner, at `user_repeat_threshold`, for a successful write whose every repeat was the
     agent's next call after a user turn (only talk between, no progress): the user's reply did
     not change what the agent does next, and the action it repeats already happened (a second
-    cancellation of one reservation refunds it twice). Failures are not counted sooner: a
-    customer asking to "try again" once is an ordinary retry. Back-to-back writes with no user
+    cancellation of one reservation refunds it twice). Failures are not counted sooner by
+    default: a customer asking to "try again" once is an ordinary retry. With
+    `user_repeat_failures` they are: the same failing call (any tool) made again as the agent's
+    next call after a user turn, with the same error, flags at `user_repeat_threshold` too (a
+    stricter setting for conversational agents: it catches a retry loop at its second attempt,
+    and also flags a single retry the customer asked for). Back-to-back repeats with no user
     turn between keep `repeat_threshold`."""
 
     id = EXACT_REPEAT
     kinds = frozenset({CALL})
 
-    def __init__(self, repeat_threshold: int, user_repeat_threshold: int) -> None:
+    def __init__(
+        self, repeat_threshold: int, user_repeat_threshold: int, user_repeat_failures: bool
+    ) -> None:
         if repeat_threshold < 2:
             raise ValueError(f"repeat_threshold must be at least 2, got {repeat_threshold}")
         if user_repeat_threshold < 2:
@@ -36,6 +42,7 @@ class ExactRepeat(Rule):
             )
         self.threshold = repeat_threshold
         self.user_threshold = min(user_repeat_threshold, repeat_threshold)
+        self.user_failures = bool(user_repeat_failures)
         super().__init__()
 
     @property
@@ -56,8 +63,9 @@ class ExactRepeat(Rule):
     def _after_user(
         self, obs: Observation, window: Window, before: int, mark: Any
     ) -> Finding | None:
-        """The same successful write made again, as the agent's next call after a user turn,
-        `user_threshold` times in a row (see the class docstring); its last occurrence was
+        """The same successful write (or, with `user_failures`, the same failure) made again, as
+        the agent's next call after a user turn, `user_threshold` times in a row (see the class
+        docstring); its last occurrence was
         step `before` (progress mark `mark`) and the user spoke since."""
         calls = window.calls
         if (
@@ -83,6 +91,22 @@ class ExactRepeat(Rule):
         evidence = run[-self.user_threshold :]
         count = len(evidence)
         del self._answered[state]
+        details: dict[str, Any] = {"count": count, "fingerprint": obs.call, "after_user_turn": True}
+        if not obs.ok:
+            error = obs.step.error
+            details["error"] = clip(error or "", 200)
+            return Finding(
+                f"{state[0]}\x00{state[1]}",
+                tool,
+                evidence,
+                evidence[0],
+                f"{tool} was called {count} times with the same arguments and failed each time "
+                f"with the same error ({quote(error)}); each retry came right after the user "
+                "spoke, so the user's turn did not change what the agent does.",
+                f"{tool} keeps failing with {quote(error)} for these exact arguments; do not "
+                "retry it unchanged: tell the user what failed and ask for what would change it.",
+                details,
+            )
         return Finding(
             f"{state[0]}\x00{state[1]}",
             tool,
@@ -93,7 +117,7 @@ class ExactRepeat(Rule):
             "happened instead of answering what the user said.",
             f"The {tool} action already succeeded; do not perform it again, answer the user "
             "instead.",
-            {"count": count, "fingerprint": obs.call, "after_user_turn": True},
+            details,
         )
 
     def check(self, obs: Observation, window: Window) -> Finding | None:
@@ -112,11 +136,10 @@ class ExactRepeat(Rule):
         if len(hits) > needed:
             del hits[0]
         if (
-            obs.write
-            and len(hits) > 1
+            len(hits) > 1
             and window.last_user > hits[-2][0]  # the user spoke since the last one
-            and obs.ok
             and self.user_threshold < needed
+            and ((obs.write and obs.ok) or (self.user_failures and not obs.ok))
         ):
             answered = self._after_user(obs, window, hits[-2][0], hits[-2][1])
             if answered is not None:
