@@ -136,10 +136,10 @@ class ExactRepeat(Rule):
         if len(hits) > needed:
             del hits[0]
         if (
-            len(hits) > 1
+            (obs.write if obs.ok else self.user_failures)  # a done write, or a failure if asked
+            and len(hits) > 1
             and window.last_user > hits[-2][0]  # the user spoke since the last one
             and self.user_threshold < needed
-            and ((obs.write and obs.ok) or (self.user_failures and not obs.ok))
         ):
             answered = self._after_user(obs, window, hits[-2][0], hits[-2][1])
             if answered is not None:
