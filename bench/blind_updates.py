@@ -12,8 +12,9 @@ Printed: precision and recall of "flagged" on updates against non-updates, per s
 language. ``--show N`` lists misses and false positives of the *tuned* split only; held-out rows
 are never printed (tune on the tuned split, report the held-out split as run).
 
-Run: ``python bench/blind_updates.py [--data bench/corpora/blind_updates.jsonl] [--show N]``;
-skips cleanly (exit 0) when the corpus is absent.
+Run: ``python bench/blind_updates.py [--data CORPUS]... [--show N]``; by default both blind
+corpora (``blind_updates.jsonl``, and ``blind_v3.jsonl``, mostly hard non-updates); skips a corpus
+cleanly (exit 0) when it is absent.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from updates import TARGET_P, TARGET_R, _ratio, judge_engine, pair_flagged  # noqa: E402
 
 DATA = ROOT / "bench" / "corpora" / "blind_updates.jsonl"
+DATA_V3 = ROOT / "bench" / "corpora" / "blind_v3.jsonl"
+"""A second blind corpus, mostly hard non-updates, by another helper (``BLIND_V3.md``)."""
 SPLITS = ("tuned", "held-out")
 _OLD = ("old", "older", "before", "first", "a")
 _NEW = ("new", "newer", "after", "second", "b")
@@ -96,16 +99,30 @@ def measure(rows: Sequence[dict], show: int = 0) -> dict:
 
 def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument(
+        "--data", type=Path, action="append", default=None,
+        help="a corpus (repeatable; default: blind_updates.jsonl and blind_v3.jsonl)",
+    )
     parser.add_argument("--show", type=int, default=0, help="misses / false positives (tuned)")
     parser.add_argument("--split", choices=[*SPLITS, "both"], default="both")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     args = parser.parse_args(argv)
-    if not args.data.is_file():
-        out(f"blind corpus not found at {args.data}: skipped")
-        return 0
-    rows = load(args.data)
-    out("data written by a helper on this team, blind to the rules")
+    missed_target = read = False
+    for path in args.data or [DATA, DATA_V3]:
+        if not path.is_file():
+            out(f"blind corpus not found at {path}: skipped")
+            continue
+        read = True
+        missed_target |= _report(path, args, out)
+    if read:
+        out(f"target: precision >= {TARGET_P:.2f} and recall >= {TARGET_R:.2f}")
+    return 1 if args.check and missed_target else 0
+
+
+def _report(path: Path, args: argparse.Namespace, out: Callable[[str], None]) -> bool:
+    """Print one corpus's table; True when it misses a target."""
+    rows = load(path)
+    out(f"{path.name}: data written by a helper on this team, blind to the rules")
     out(
         f"{'split':<10}{'lang':<6}{'updates':>8}{'others':>8}{'tp/fp':>8}{'precision':>11}{'recall':>8}"
     )
@@ -129,8 +146,7 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
             out(f"  MISS {line}")
         for line in got["false"]:
             out(f"  FP   {line}")
-    out(f"target: precision >= {TARGET_P:.2f} and recall >= {TARGET_R:.2f}")
-    return 1 if args.check and missed_target else 0
+    return missed_target
 
 
 if __name__ == "__main__":

@@ -90,6 +90,10 @@ UPDATES = [
     ("我们家没有车，出门都坐公交。", "我们买了车了，周末可以自驾了。"),
     # the same statement with another number, said as now
     ("I water the tomatoes 3 times a week.", "I water the tomatoes 2 times a week now."),
+    # the contact to use from now on, against one given as an instruction
+    ("email me at kofi.mensah@yahoo.com", "new domain, so use kofi@mensah.dev from now on pls"),
+    # a break-up said with both names, with no belief around it
+    ("I'm seeing Dana.", "dana and I split up over the summer"),
 ]
 
 NOT_UPDATES = [
@@ -124,6 +128,15 @@ NOT_UPDATES = [
     # the same shape with another number, not said as now: two events
     ("I spent $40 on groceries.", "I spent $65 on groceries."),
     ("我今天跑了五公里。", "我今天跑了八公里。"),
+    # someone else got the new number, said with their own verb
+    ("my mobile is 0412 555 001", "my mum got a new number, 0412 555 019, pop it in her contact"),
+    ("Ring me on 0161 496 0000.", "she changed her number to 0161 496 0999 last week"),
+    # a break-up people believe in, not one that happened
+    ("I'm dating Dana.", "people keep assuming dana and I broke up, we skipped one party lol"),
+    # how long a past car lasted, not the car now
+    ("我开一辆白色的大众。", "我以前那辆是二手的本田，开了六年才换。"),
+    # a stand-in for a while, not the contact from now on
+    ("email me at kofi.mensah@yahoo.com", "until friday use kofi@work.example from now on, away"),
 ]
 
 

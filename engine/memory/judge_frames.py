@@ -144,6 +144,17 @@ def _en_clause(p: str) -> str:
     return p
 
 
+# A predicate that needs two people ("… sam and I broke up"): the "I" after "and" is the second
+# half of one subject, so the clause keeps the hedge of what comes before it ("people keep
+# assuming sam and I broke up" reports a belief, it states no break-up).
+_RECIPROCAL = re.compile(
+    r"(?:I|i)\s+(?:(?:finally|just|officially|recently)\s+)?(?:broke up|split(?: up)?|separated|"
+    r"divorced|got (?:married|engaged|divorced|back together)|are (?:dating|together|engaged|"
+    r"married|done|over|through)|have been (?:dating|together|married)|moved in together|met|"
+    r"ended (?:it|things)|called it quits)\b"
+)
+
+
 def _capital_i(m: re.Match[str]) -> str:
     word = m.group().lower()
     return {"i": "I", "im": "I'm", "ive": "I've"}.get(word, "I" + word[1:])
@@ -177,7 +188,10 @@ def clauses(s: Sentence) -> list[str]:
             i
             and parts[i - 1].strip() == "and"
             and out
-            and len(out[-1].split()) < 3
+            and (
+                len(out[-1].split()) < 3
+                or (_RECIPROCAL.match(p) and HEDGE_EN.search(BEEN_GOING.sub(" ", out[-1])))
+            )
             and re.match(r"(?:I|i|me)\b", p)
         )
         if joined:  # "Emma and I broke up": one clause
@@ -355,6 +369,38 @@ _CONTACT_NEW = re.compile(
 _THEIRS = re.compile(
     rf"(?:\b(?!(?:my|our)\b)[A-Za-z]+'s|\b(?:his|her|their|your))\s*$|(?<!我)(?<!我们)[{HAN}]{{1,3}}的\s*$"
 )
+# "use rebecca.lowry@icloud.com from now on", "reach me at 0499 … going forward": the contact to
+# use from now on. Not "text me on whatsapp instead" (while abroad) or "for now": a stand-in.
+_FROM_NOW_ON = re.compile(r"\b(?:from now on|going forward|moving forward|from here on(?: out)?)\b",
+                          re.IGNORECASE)
+_CONTACT_VERB = re.compile(
+    r"\b(?:use|reach me|text me|call me|email me|e-mail me|message me|contact me|"
+    r"send (?:\w+ )?to)\b",
+    re.IGNORECASE,
+)
+_STAND_IN = re.compile(r"\b(?:for now|till|until|while|this week|for the time being|temporarily)\b",
+                       re.IGNORECASE)
+
+
+def _contact_from_now(clause: str) -> re.Match[str] | None:
+    """The contact verb of a clause that gives the contact to use from now on, or None."""
+    if _zh(clause) or not _FROM_NOW_ON.search(clause) or _STAND_IN.search(clause):
+        return None
+    return _CONTACT_VERB.search(clause)
+
+
+# "my dad got a new number", "she changed her email", "我爸换号了": the number is another person's
+_OTHER_SUBJECT = re.compile(
+    r"\b(?:(?:my|our)\s+(?:(?:step|grand|ex)-?)?(?:dad|father|mom|mum|mother|parents?|brother|"
+    r"sister|bro|sis|wife|husband|partner|boyfriend|girlfriend|bf|gf|fianc[ée]e?|son|daughter|"
+    r"kids?|child(?:ren)?|baby|friend|buddy|boss|manager|coworker|co-worker|colleague|roommate|"
+    r"flatmate|neighbou?r|landlord|landlady|aunt|uncle|cousin|grandma|grandpa|niece|nephew|"
+    r"in-laws?|teacher|doctor|dentist|lawyer|client|team|company)s?|he|she|they)\b"
+    r"|(?:我|我们)(?:的)?(?:爸爸?|妈妈?|父亲|母亲|爸妈|父母|哥哥?|姐姐?|弟弟?|妹妹?|老公|老婆|丈夫|"
+    r"妻子|爱人|男朋友|女朋友|对象|儿子|女儿|孩子|朋友|同事|老板|领导|室友|邻居|房东|爷爷|奶奶|外公|"
+    r"外婆|老师|客户)|[他她]们?",
+    re.IGNORECASE,
+)
 _PHONE = re.compile(r"(?<![\w@.])\+?\d[\d ()-]{5,}\d(?![\w@])")
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _MINE = re.compile(r"\b(?:i|me|my|we|us|our)\b|我", re.IGNORECASE)
@@ -381,6 +427,11 @@ _ZH_END = re.compile(
     r"(?:放弃了|不学了|不玩了|不喝了|不吃了|不用了|不去了|不做了|不干了|不抽了|戒了|停了|调走了|离职了|退休了)"
 )
 _ZH_NEGATION = re.compile(r"不|没|别")
+# "开了八年才换", "用了三年": the verb's object is a length of time, so the clause tells how long a
+# past state lasted, not what the state is now.
+_ZH_SPAN = re.compile(
+    r"^(?:[\d零一二两三四五六七八九十百几半]+|好几|十几|几十)(?:个)?(?:年|个月|月|周|星期|礼拜|天|小时)"
+)
 
 
 def _zh(clause: str) -> bool:
@@ -410,8 +461,12 @@ def frames(s: Sentence) -> list[Frame]:
         if shape is not None:
             out.append(Frame(s.owner, "renumbered", shape[0], shape[1], _marked(clause)))
         for kind, pattern in (("contact", _PHONE), ("contact", _EMAIL)):
-            new = _CONTACT_NEW.search(clause)
-            if new and not _THEIRS.search(clause[: new.start()]):
+            new = _CONTACT_NEW.search(clause) or _contact_from_now(clause)
+            if (
+                new
+                and not _THEIRS.search(clause[: new.start()])
+                and not _OTHER_SUBJECT.search(clause[: new.start()])
+            ):
                 for m in pattern.finditer(clause):
                     out.append(Frame(s.owner, kind, pattern.pattern[:6], _digits(m.group()), True))
     return out
@@ -538,7 +593,7 @@ def _zh_frames(clause: str, owner: str) -> list[Frame]:
     if m is not None:
         out.append(Frame(owner, "got", "got", m.group("val")))
     m = _ZH_STATE.match(clause)
-    if m is not None and not _ZH_NEGATION.search(clause):
+    if m is not None and not _ZH_NEGATION.search(clause) and not _ZH_SPAN.match(m.group("val")):
         marked = _marked(clause) and not _ZH_ADDITION.search(clause)
         out.append(Frame(owner, "state", m.group("verb"), m.group("val").strip(), marked))
     return out
@@ -653,7 +708,10 @@ def judge_frames(
                         )
         if f.kind == "contact":
             for s in old:  # "my number is … if the form needs it": stated, whatever the "if"
-                if not _state_clauses(s, f.owner, plans=True):
+                # "send things to bex@…": the owner's contact, given as an instruction
+                if not _state_clauses(s, f.owner, plans=True) and not (
+                    s.owner == f.owner and _CONTACT_VERB.match(s.text)
+                ):
                     continue
                 pattern = _EMAIL if "@" in f.value else _PHONE
                 numbers = {_digits(m.group()) for m in pattern.finditer(s.text)}

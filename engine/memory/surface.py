@@ -61,7 +61,8 @@ QUESTION_ZH = re.compile(r"[吗呢么嘛]$|什么|怎么|为什么|哪里|哪儿
 HEDGE_EN = re.compile(
     r"\b(?:if|unless|maybe|perhaps|might|would|could|should|hope|wish|suppose|imagine|pretend|"
     r"thinking (?:of|about)|considering|planning|plan to|want to|wanna|going to|gonna|will|"
-    r"someday|one day|dream|said|says|told|tell|asked|thinks?|thought|believes?)\b|['’](?:d|ll)\b",
+    r"someday|one day|dream|said|says|told|tell|asked|thinks?|thought|believes?|"
+    r"assum(?:e|es|ed|ing)|rumou?r(?:s|ed)?|suspects?|suspected)\b|['’](?:d|ll)\b",
     re.IGNORECASE,
 )
 HEDGE_ZH = re.compile(
