@@ -20,6 +20,7 @@ from engine.limits import Limits, cut_text
 from engine.records import RollbackResult, SessionInfo
 from engine.recovery.notices import checked_notice, template_for
 from engine.recovery.targets import (
+    checked_target,
     refuse_if_rolled_back,
     rolled_back_already,
     suggested_target,
@@ -100,11 +101,13 @@ def rollback(
 
     Raises:
         PermissionDenied: the actor is a viewer. ValueError: a person gave no reason.
+        TypeError: `to` is not a snapshot id, `actor` neither a name nor an `Actor`.
         UnknownSession, UnknownSnapshot, SnapshotNotRestorable, NothingToRollBack,
         RollbackConflict.
     """
     who = checked_actor(rt.limits, actor)
     require_operator(who, "roll sessions back")
+    to = checked_target(to)
     if kind not in ("rollback", "fork"):
         raise ValueError(f"kind must be rollback or fork, not {kind!r}")
     reason = rollback_reason(rt.limits, actor, reason, automatic=automatic)
