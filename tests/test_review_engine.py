@@ -1,0 +1,138 @@
+"""A demanding new user's review of the engine and the CLI: what README.md promises, tried the
+way people type it, on real SQLite files. Each test here failed before its fix.
+
+- The CLI takes a command's options and positionals in any order (`rewind notice SESSION
+  --actor alice "text"`), and `--` still marks where the positionals are.
+- A wrong type is one clear error before anything is written: a rollback target that is not a
+  snapshot id, an actor that is neither a name nor an `Actor` (never audited as "None"), a
+  fleet filter no session can match, a recall `k` that is not a count, a query holding a lone
+  surrogate.
+"""
+
+from __future__ import annotations
+
+import pytest
+from support.fleet import LOOPING, seed_looping
+
+from engine import NOTICE_FLAG, Actor
+from engine.cli import main
+from engine.memory.embeddings import HashingEmbedder
+from engine.memory.session import MemoryConfig
+
+
+@pytest.fixture
+def url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path}/rewind.db"
+
+
+@pytest.fixture
+def looping(url, open_engine):
+    engine = open_engine(url)
+    seed_looping(engine)
+    return engine
+
+
+def notices(engine) -> list[str]:
+    return [m["content"] for m in engine.get_session(LOOPING).state().messages
+            if m.get(NOTICE_FLAG)]
+
+
+# -- the CLI: options and positionals in any order --------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["notice", LOOPING, "custom words", "--actor", "alice"],   # README's order
+    ["notice", LOOPING, "--actor", "alice", "custom words"],   # argparse called this an error
+    ["notice", "--actor=alice", LOOPING, "custom words"],
+    ["notice", LOOPING, "--actor", "alice", "custom words", "--store", "{url}"],
+])
+def test_notice_text_is_taken_before_or_after_the_options(url, looping, capsys, argv):
+    argv = [a.replace("{url}", url) for a in argv]
+    assert main(["--store", url, *argv]) == 0, capsys.readouterr().err
+    assert notices(looping) == ["custom words"]
+    assert "custom words" in capsys.readouterr().out
+
+
+def test_an_extra_word_is_still_a_usage_error(url, looping, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--store", url, "notice", LOOPING, "--actor", "alice", "one", "two"])
+    assert done.value.code == 2
+    assert "unrecognized arguments: two" in capsys.readouterr().err
+    assert notices(looping) == []
+
+
+def test_a_double_dash_still_marks_a_session_id_that_looks_like_an_option(url, open_engine,
+                                                                          capsys):
+    engine = open_engine(url)
+    with engine.session("-h").step("lookup", {"q": 1}) as call:
+        call.ok("found")
+    assert main(["--store", url, "show", "--last", "5", "--", "-h"]) == 0
+    assert capsys.readouterr().out.startswith("session -h ")
+    assert main(["--store", url, "rollback", "--actor", "alice", "--reason", "r", "--force",
+                 "--", "-h"]) == 0
+    assert "rolled -h back" in capsys.readouterr().out
+
+
+# -- wrong types: one clear error, nothing written --------------------------------------------
+
+@pytest.mark.parametrize("to", [5, 4.0, ["snap-2"]])
+def test_a_rollback_target_that_is_not_a_snapshot_id_is_named(looping, to):
+    s = looping.get_session(LOOPING)
+    before = s.info()
+    with pytest.raises(TypeError, match="a rollback target must be a snapshot id"):
+        s.rollback(to=to, actor="alice", reason="loop")
+    with pytest.raises(TypeError, match="a rollback target must be a snapshot id"):
+        s.preview_rollback(to)
+    assert s.info().epoch == before.epoch and looping.audit() == []
+
+
+def test_a_snapshot_node_as_the_target_says_to_pass_its_id(looping):
+    s = looping.get_session(LOOPING)
+    with pytest.raises(TypeError, match=r"pass its \.id"):
+        s.rollback(to=s.tree()[0], actor="alice", reason="loop")
+
+
+@pytest.mark.parametrize("actor", [None, 5, b"alice"])
+def test_an_actor_that_is_no_name_is_refused_not_audited_as_its_repr(looping, actor):
+    s = looping.get_session(LOOPING)
+    epoch = s.info().epoch
+    with pytest.raises(TypeError, match="an actor must be a name"):
+        s.rollback(actor=actor, reason="loop")
+    with pytest.raises(TypeError, match="an actor must be a name"):
+        s.inject_notice("hello", actor=actor)
+    with pytest.raises(TypeError, match="an actor must be a name"):
+        looping.quarantine("refund_api", actor=actor, reason="HTTP 500")
+    assert s.info().epoch == epoch and notices(looping) == []
+    assert looping.audit() == [] and looping.quarantines() == []
+    # names and Actors still act
+    assert s.rollback(actor=Actor("alice"), reason="loop").actor == "alice"
+
+
+@pytest.mark.parametrize("filters, error", [
+    ({"status": "loop"}, "status must be one of healthy, looping, rolled_back, stopped"),
+    ({"tenant": 5}, "the tenant filter must be a string"),
+    ({"updated_since": "yesterday"}, "updated_since must be a Unix time"),
+])
+def test_a_fleet_filter_no_session_could_match_is_an_error_not_an_empty_fleet(looping, filters,
+                                                                             error):
+    with pytest.raises((ValueError, TypeError), match=error):
+        looping.sessions(**filters)
+    assert [i.id for i in looping.sessions(status="looping")] == [LOOPING]
+
+
+def test_recall_names_a_wrong_k_or_a_lone_surrogate_in_the_query(url, open_engine):
+    # a hashing embedder: recall without loading the MiniLM model (seconds)
+    s = open_engine(url, memory=MemoryConfig(embedder=HashingEmbedder())).session("mem")
+    s.memory.add("FX rate EUR/USD fixed at 1.08 for this task", importance=0.9)
+    with pytest.raises(TypeError, match="k, the number of memories to return, must be an int"):
+        s.memory.recall("exchange rate", k="3")
+    with pytest.raises(TypeError, match="must be an int"):
+        s.memory.recall("exchange rate", k=True)
+    with pytest.raises(ValueError, match="must be 0 or more, not -1"):
+        s.memory.recall("exchange rate", k=-1)
+    with pytest.raises(ValueError, match="the query: the text holds a lone surrogate"):
+        s.memory.recall("rate \ud800", k=3)
+    with pytest.raises(TypeError, match="key_prefix must be a string"):
+        s.memory.recall("rate", key_prefix=5)
+    assert s.memory.recall("exchange rate", k=0) == []
+    assert [h.text for h in s.memory.recall("exchange rate", k=3)] == [
+        "FX rate EUR/USD fixed at 1.08 for this task"]
