@@ -136,3 +136,23 @@ def test_recall_names_a_wrong_k_or_a_lone_surrogate_in_the_query(url, open_engin
     assert s.memory.recall("exchange rate", k=0) == []
     assert [h.text for h in s.memory.recall("exchange rate", k=3)] == [
         "FX rate EUR/USD fixed at 1.08 for this task"]
+
+
+def test_an_agent_turn_whose_text_is_not_a_string_is_named_and_not_recorded(url, open_engine):
+    s = open_engine(url).session("turns")
+    with pytest.raises(TypeError, match="an agent turn's text must be a string"):
+        s.agent_turn(5)
+    with pytest.raises(TypeError, match="must be a string"):
+        s.agent_turn({"text": "hi"})
+    assert s.steps() == []
+    assert not s.agent_turn("Let me check.").looping and len(s.steps()) == 1
+
+
+@pytest.mark.parametrize("one", [{"role": "user", "content": "hi"}, "hi", b"hi"])
+def test_append_messages_given_one_message_says_so(url, open_engine, one):
+    s = open_engine(url).session("msgs")
+    with pytest.raises(TypeError, match="append_messages takes a list of messages"):
+        s.append_messages(one)
+    assert s.state().messages == []
+    s.append_messages([{"role": "user", "content": "hi"}])
+    assert s.state().messages == [{"role": "user", "content": "hi"}]

@@ -81,6 +81,9 @@ class StepCall:
         if tool is not None:
             check_text(tool, limits.name_chars, "a tool name", "name_chars")
         if text is not None:
+            if not isinstance(text, str):
+                raise TypeError(f"an agent turn's text must be a string (or None), not "
+                                f"{type(text).__name__} {cut_text(repr(text), 80)}")
             canonical_within(text, limits.message_bytes, "an agent turn's text", "message_bytes")
         self.args, self._args_json = json_within(
             args if args is not None else {}, limits.args_bytes, "args", "args_bytes"
@@ -284,7 +287,15 @@ class Session:
             self._detector.new_task()
 
     def append_messages(self, messages: list[dict]) -> None:
-        """Append several chat messages in one atomic write."""
+        """Append several chat messages in one atomic write (all of them or none).
+
+        Raises:
+            TypeError: `messages` is one message (a dict) or text, not a list of them.
+            ValueError, TypeError: as `append_message`, for the first bad message.
+        """
+        if isinstance(messages, (Mapping, str, bytes)):
+            raise TypeError(f"append_messages takes a list of messages (dicts with a role), not "
+                            f"a {type(messages).__name__}; for one message use append_message")
         msgs = []
         for m in messages:
             if not isinstance(m, dict) or "role" not in m:
