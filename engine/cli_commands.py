@@ -274,6 +274,15 @@ def cmd_freeze(args) -> int:
 
     if (args.start or args.end_at or args.lift) and not args.actor:
         raise CLIError("declaring or ending a freeze needs --actor (and --reason)", EXIT_USAGE)
+    declaring = [flag for flag, value in (("--name", args.name), ("--on-loop", args.on_loop))
+                 if value is not None]
+    if declaring and not (args.start or args.end_at):
+        # `rewind freeze --name X` showing the freeze in force would look like it had worked
+        raise CLIError(f"{' and '.join(declaring)}: only when declaring a freeze; add --start "
+                       "and --end (with --actor and --reason)", EXIT_USAGE)
+    if args.start and args.lift:
+        raise CLIError("give --start/--end to declare a freeze or --lift to end it, not both",
+                       EXIT_USAGE)
     engine = _engine(args)
     if args.start or args.end_at:
         if not (args.start and args.end_at):

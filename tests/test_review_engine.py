@@ -16,6 +16,7 @@ from support.fleet import LOOPING, seed_looping
 
 from engine import NOTICE_FLAG, Actor
 from engine.cli import main
+from engine.errors import ConfigError
 from engine.memory.embeddings import HashingEmbedder
 from engine.memory.session import MemoryConfig
 
@@ -156,3 +157,39 @@ def test_append_messages_given_one_message_says_so(url, open_engine, one):
     assert s.state().messages == []
     s.append_messages([{"role": "user", "content": "hi"}])
     assert s.state().messages == [{"role": "user", "content": "hi"}]
+
+
+# -- the freeze: errors name what the operator typed -----------------------------------------
+
+def test_a_bad_declared_freeze_time_is_named_as_given_not_as_a_config_file_key(url, looping,
+                                                                              capsys):
+    with pytest.raises(ConfigError, match="the freeze's start must be an ISO 8601 time") as bad:
+        looping.declare_freeze("garbage", "2026-10-08T00:00:00+08:00", actor="alice",
+                               reason="holiday")
+    assert "[rewind.freeze]" not in str(bad.value)
+    assert main(["--store", url, "freeze", "--start", "2026-10-01", "--end", "soon",
+                 "--actor", "alice", "--reason", "holiday"]) == 2
+    err = capsys.readouterr().err
+    assert "the freeze's end must be an ISO 8601 time" in err and "[rewind.freeze]" not in err
+    assert looping.freeze_in_force()[0] is None
+    assert looping.audit() == []
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--name", "National Day"], "--name: only when declaring a freeze"),
+    (["--on-loop", "flag"], "--on-loop: only when declaring a freeze"),
+    (["--start", "2026-10-01", "--end", "2026-10-08", "--lift", "--actor", "a", "--reason", "r"],
+     "not both"),
+])
+def test_freeze_flags_that_would_be_ignored_are_a_usage_error(url, looping, capsys, argv, said):
+    assert main(["--store", url, "freeze", *argv]) == 2
+    assert said in capsys.readouterr().err
+    assert looping.freeze_in_force()[0] is None and looping.audit() == []
+
+
+def test_a_freeze_declared_with_equals_flags_is_in_force(url, looping, open_engine, capsys):
+    assert main(["freeze", "--start=2026-10-01T00:00:00+08:00", "--end=2026-10-08T00:00:00+08:00",
+                 "--on-loop=flag", "--name=National Day", "--actor=alice", "--reason=holiday",
+                 f"--store={url}"]) == 0
+    window, source = open_engine(url).freeze_in_force()  # a fresh process's view, uncached
+    assert (window.name, window.on_loop, source) == ("National Day", "flag", "store")
