@@ -193,3 +193,31 @@ def test_a_freeze_declared_with_equals_flags_is_in_force(url, looping, open_engi
                  f"--store={url}"]) == 0
     window, source = open_engine(url).freeze_in_force()  # a fresh process's view, uncached
     assert (window.name, window.on_loop, source) == ("National Day", "flag", "store")
+
+
+# -- the Python API: a wrong type says what was expected --------------------------------------
+
+def test_a_store_url_that_is_not_a_string_is_named(tmp_path, open_engine):
+    with pytest.raises(TypeError, match="a store URL is a string"):
+        open_engine(5)
+    with pytest.raises(TypeError, match="not PosixPath"):
+        open_engine(tmp_path / "rewind.db")
+    assert list(tmp_path.iterdir()) == []  # nothing created anywhere
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda e: e.rollback_many("status=looping", actor="alice", reason="r"),
+     "where must be a dict of filters"),
+    (lambda e: e.declare_detector("repeat_threshold=3", actor="alice", reason="r"),
+     "detector settings are a dict of DetectorConfig fields"),
+    (lambda e: e.purge_abandoned("7d", actor="alice"), "older_than_s is a number of seconds"),
+    (lambda e: e.purge_idle_sessions("30d", actor="alice"), "older_than_s is a number of seconds"),
+    (lambda e: e.compensations(status="failing"),
+     "status must be one of pending, running, done, failed, resolved"),
+])
+def test_fleet_calls_name_a_wrong_type_and_change_nothing(looping, call, error):
+    before = [(i.id, i.epoch, i.status) for i in looping.sessions()]
+    with pytest.raises((TypeError, ValueError), match=error):
+        call(looping)
+    assert [(i.id, i.epoch, i.status) for i in looping.sessions()] == before
+    assert looping.audit() == [] and looping.detector_settings() == {}
