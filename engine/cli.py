@@ -91,7 +91,7 @@ class _CommandParser(argparse.ArgumentParser):
 
     _intermixing = False
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_known_args(self, args=None, namespace=None):
         remainder = any(a.nargs in (argparse.REMAINDER, argparse.PARSER)
                         for a in self._get_positional_actions())
         if remainder or self._intermixing or "--" in (args or ()):

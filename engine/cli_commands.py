@@ -494,10 +494,20 @@ def cmd_audit(args) -> int:
     engine = _engine(args)
     events = engine.audit(session=args.session, actor=args.actor, action=args.action,
                           limit=args.limit)
+    if not events:
+        _refuse_unknown_session(engine, args.session)
     rows = [[_fmt_time(e.at), e.actor, e.action, e.session or "-", e.snapshot or "-",
              _cut(_audit_what(e.detail), 80), _cut(e.reason or "", 60)] for e in events]
     print(_table(rows, ["TIME", "ACTOR", "ACTION", "SESSION", "SNAPSHOT", "WHAT", "REASON"]))
     return 0
+
+
+def _refuse_unknown_session(engine: Engine, sid: str | None) -> None:
+    """Raises CLIError (exit 4) when `--session` names no session: a mistyped id must not
+    read as "nothing happened to it". Called only for an empty answer, so the rows of a
+    session deleted since (its audit rows stay) are still shown."""
+    if sid is not None and engine.session_info(sid) is None:
+        raise CLIError(f"no session {sid!r} in {redact(engine.store.url)}", EXIT_NOT_FOUND)
 
 
 def _cut(text: str, width: int) -> str:
@@ -541,6 +551,8 @@ def cmd_compensations(args) -> int:
             raise CLIError("--actor and --reason go with --retry ID or --resolve ID", EXIT_USAGE)
         engine = _engine(args)
         comps = engine.compensations(session=args.session, status=args.status, limit=args.limit)
+        if not comps:
+            _refuse_unknown_session(engine, args.session)
         live = engine.compensation_handlers()
         rows = [[str(c.id), c.session, str(c.step), c.name, c.status, str(c.attempts),
                  "-" if c.next_attempt_at is None else _fmt_utc(c.next_attempt_at),

@@ -221,3 +221,22 @@ def test_fleet_calls_name_a_wrong_type_and_change_nothing(looping, call, error):
         call(looping)
     assert [(i.id, i.epoch, i.status) for i in looping.sessions()] == before
     assert looping.audit() == [] and looping.detector_settings() == {}
+
+
+@pytest.mark.parametrize("command", [["audit"], ["compensations"],
+                                     ["compensations", "--status", "failed"]])
+def test_a_mistyped_session_filter_is_not_found_not_an_empty_table(url, looping, capsys,
+                                                                   command):
+    assert main(["--store", url, *command, "--session", LOOPING + "x"]) == 4
+    captured = capsys.readouterr()
+    assert f"no session '{LOOPING}x'" in captured.err and captured.out == ""
+    # a session that exists, with nothing to list, is an empty table
+    assert main(["--store", url, *command, "--session", LOOPING]) == 0
+    assert capsys.readouterr().out.split()[0] in ("TIME", "ID")
+
+
+def test_the_audit_of_a_deleted_session_is_still_shown(url, looping, capsys):
+    looping.rollback(LOOPING, actor="alice", reason="loop")
+    assert looping.delete_session(LOOPING, actor="alice", reason="test data")
+    assert main(["--store", url, "audit", "--session", LOOPING]) == 0
+    assert "rollback" in capsys.readouterr().out
