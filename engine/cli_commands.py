@@ -91,7 +91,9 @@ def cmd_show(args) -> int:
     out(f"suggested rollback target: {s.suggested_target() or '-'}\n")
     rows = [[n.id, n.parent or "-", n.label or "-", _fmt_time(n.created_at),
              "head" if n.is_head else ("live" if n.on_live_line else "abandoned"),
-             "yes" if n.restorable else "no"] for n in s.tree()[-args.last:]]
+             "yes" if n.restorable else "no"]
+            # tree[-0:] would be the whole tree: --last 0 asks for none
+            for n in (s.tree()[-args.last:] if args.last else [])]
     print(_table(rows, ["SNAPSHOT", "PARENT", "LABEL", "TAKEN", "LINE", "RESTORABLE"]))
     return 0
 

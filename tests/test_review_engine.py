@@ -240,3 +240,12 @@ def test_the_audit_of_a_deleted_session_is_still_shown(url, looping, capsys):
     assert looping.delete_session(LOOPING, actor="alice", reason="test data")
     assert main(["--store", url, "audit", "--session", LOOPING]) == 0
     assert "rollback" in capsys.readouterr().out
+
+
+def test_show_last_zero_lists_no_snapshot_not_all_of_them(url, looping, capsys):
+    assert main(["--store", url, "show", LOOPING, "--last=0"]) == 0
+    table = capsys.readouterr().out.split("SNAPSHOT", 1)[1]
+    assert "snap-" not in table
+    assert main(["--store", url, "show", LOOPING, "--last", "2"]) == 0
+    table = capsys.readouterr().out.split("SNAPSHOT", 1)[1]
+    assert table.count("before refund_api") == 2
