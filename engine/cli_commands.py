@@ -208,8 +208,13 @@ def cmd_rollback(args) -> int:
     # The epoch read here (or the one the operator saw, --expect-epoch) goes with the rollback:
     # if someone else rolls the session back in between, this one is refused, not repeated.
     expect = info.epoch if args.expect_epoch is None else args.expect_epoch
-    if not args.force:
+    try:
         preview = engine.preview_rollback(args.session, args.to)
+    except RewindError:
+        if not args.force:
+            raise
+        preview = None  # the forced rollback says what is wrong, in its own words
+    if preview is not None and not args.force:
         if not preview.messages and not preview.steps:
             raise CLIError(
                 f"nothing to roll back: session {args.session!r} has no message or step after "
@@ -227,6 +232,11 @@ def cmd_rollback(args) -> int:
         f"on abandoned branch {result.branch}")
     for comp in result.compensations:
         out(f"  compensation queued: {comp.name} for step {comp.step} ({comp.status})")
+    for step in preview.uncompensated if preview is not None else []:
+        why = ("was still running (its process died or lost the call): whether it took "
+               "effect is unknown" if step.status == "running" else "registered no compensation")
+        print(scrub(f"rewind: warning: step {step.n} ({step.tool}) has a side effect and no "
+                    f"compensation will run: it {why}; check it by hand"), file=sys.stderr)
     if result.notice:
         out(f"  notice sent: {result.notice}")
     return 0

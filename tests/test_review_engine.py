@@ -249,3 +249,48 @@ def test_show_last_zero_lists_no_snapshot_not_all_of_them(url, looping, capsys):
     assert main(["--store", url, "show", LOOPING, "--last", "2"]) == 0
     table = capsys.readouterr().out.split("SNAPSHOT", 1)[1]
     assert table.count("before refund_api") == 2
+
+
+# -- a process killed mid-step: what a rollback cannot undo is said ---------------------------
+
+KILLED_MID_STEP = """
+import os, signal, sys
+from engine import Engine
+s = Engine.open(sys.argv[1]).session("paid")
+s.append_message("user", "pay twice")
+with s.step("pay", {"amount": 5}, side_effect=True, compensation=("refund", {"amount": 5})) as c:
+    c.ok("paid")
+with s.step("pay", {"amount": 6}, side_effect=True, compensation=("refund", {"amount": 6})):
+    os.kill(os.getpid(), signal.SIGKILL)   # the payment may or may not have gone out
+"""
+
+
+def test_a_rollback_over_a_step_its_killed_process_left_running_warns(url, open_engine,
+                                                                      capsys):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", KILLED_MID_STEP, url], timeout=120,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == -9
+    engine = open_engine(url)
+    s = engine.get_session("paid")
+    assert [(r.n, r.status) for r in s.steps()] == [(1, "ok"), (2, "running")]  # nothing lost
+    with s.step("email", {"to": "user"}, side_effect=True) as call:  # no compensation given
+        call.ok("sent")
+    start = s.tree()[0].id
+    preview = s.preview_rollback(start)
+    assert [r.n for r in preview.uncompensated] == [2, 3]
+    assert [c[0] for c in preview.compensations] == [1]
+
+    assert main(["--store", url, "rollback", "paid", "--to", start, "--actor", "alice",
+                 "--reason", "double payment"]) == 0
+    err = capsys.readouterr().err
+    assert "step 2 (pay) has a side effect and no compensation will run: it was still running" \
+        in err
+    assert "step 3 (email) has a side effect and no compensation will run: it registered no " \
+        "compensation" in err
+    assert [(c.step, c.name) for c in engine.compensations()] == [(1, "refund")]
+    assert {r.n: r.on_live_line for r in s.steps()} == {1: False, 2: False, 3: False}
