@@ -16,7 +16,7 @@ from support.fleet import LOOPING, seed_looping
 
 from engine import NOTICE_FLAG, Actor
 from engine.cli import main
-from engine.errors import ConfigError
+from engine.errors import ConfigError, StepError
 from engine.memory.embeddings import HashingEmbedder
 from engine.memory.session import MemoryConfig
 
@@ -294,3 +294,19 @@ def test_a_rollback_over_a_step_its_killed_process_left_running_warns(url, open_
         "compensation" in err
     assert [(c.step, c.name) for c in engine.compensations()] == [(1, "refund")]
     assert {r.n: r.on_live_line for r in s.steps()} == {1: False, 2: False, 3: False}
+
+
+def test_a_step_call_entered_twice_is_refused_before_a_second_step_is_written(url, open_engine):
+    s = open_engine(url).session("reuse")
+    call = s.step("search", {"q": "rates"})
+    with call:
+        call.ok("first")
+    with pytest.raises(StepError, match=r"this StepCall was used already \(step 1\)"):
+        with call:
+            call.ok("second")
+    finished = s.step("search", {"q": "fx"}, snapshot=False)
+    finished.ok("done")  # the record_steps form, never entered
+    with pytest.raises(StepError, match="a call finished without `with`"):
+        with finished:
+            pass
+    assert [(r.n, r.result_preview) for r in s.steps()] == [(1, '"first"')]

@@ -127,6 +127,12 @@ class StepCall:
 
     def __enter__(self) -> StepCall:
         s = self.session
+        if self._ticket is not None or self._outcome is not None:
+            # a second `with call:` would begin another step and record the first one's outcome
+            # as its own
+            done = f"step {self.n}" if self.n is not None else "a call finished without `with`"
+            raise StepError(f"this StepCall was used already ({done}); open one with "
+                            "Session.step(...) for every call")
         if self.tool is not None:  # an operator's quarantine refuses the call before it runs
             q = quarantine.applying(s._rt, s.id, self.tool)
             if q is not None:
