@@ -310,3 +310,25 @@ def test_a_step_call_entered_twice_is_refused_before_a_second_step_is_written(ur
         with finished:
             pass
     assert [(r.n, r.result_preview) for r in s.steps()] == [(1, '"first"')]
+
+
+def test_a_dead_webhook_counts_every_alert_that_waits_for_it(url, looping):
+    from engine.alerts import AlertConfig, AlertWorker
+
+    def unreachable(url: str, body: bytes, timeout: float) -> int:
+        raise ConnectionRefusedError("connection refused")
+
+    for i in range(3):
+        s = looping.session(f"charged-{i}")
+        s.snapshot("start")
+        with s.step("charge", {"n": i}) as call:
+            call.ok("charged")
+        looping.rollback(f"charged-{i}", actor="alice", reason="test", notice=False)
+    worker = AlertWorker(looping, ["https://hooks.example/dead"],
+                         AlertConfig(rules=("rollback",)), post=unreachable, start=0)
+    try:
+        result = worker.run_once()
+    finally:
+        worker.close()
+    assert result["queued"] == 3 and result["delivered"] == 0
+    assert result["waiting"] == 3  # said 1: only the alert tried so far
