@@ -332,3 +332,28 @@ def test_a_dead_webhook_counts_every_alert_that_waits_for_it(url, looping):
         worker.close()
     assert result["queued"] == 3 and result["delivered"] == 0
     assert result["waiting"] == 3  # said 1: only the alert tried so far
+
+
+# -- configuration files: a misnamed table is not silently the defaults -----------------------
+
+@pytest.mark.parametrize("table", ["[rewind.detectors]", "[rewind.Detector]", "[detector]"])
+def test_a_misnamed_detector_table_stops_the_process_naming_it(tmp_path, monkeypatch,
+                                                               open_engine, table):
+    (tmp_path / "rewind.toml").write_text(f"{table}\nrepeat_threshold = 4\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("REWIND_CONFIG", raising=False)
+    with pytest.raises(ConfigError, match=r"is not read; the detector's settings go in a table "
+                                          r"named exactly \[rewind.detector\]") as refused:
+        open_engine("sqlite:///rewind.db")
+    assert table in str(refused.value) and "rewind.toml" in str(refused.value)
+    assert not (tmp_path / "rewind.db").exists()
+
+
+def test_a_shared_config_file_with_other_rewind_tables_still_opens(tmp_path, monkeypatch,
+                                                                  open_engine):
+    shared = tmp_path / "secrets.toml"
+    shared.write_text('[rewind.freeze]\nname = "x"\n[rewind.users.bob]\nrole = "viewer"\n'
+                      "[rewind.detector]\nrepeat_threshold = 4\n")
+    monkeypatch.setenv("REWIND_CONFIG", str(shared))
+    engine = open_engine(f"sqlite:///{tmp_path}/rewind.db")
+    assert engine.detector_in_force()[0]["repeat_threshold"] == 4
