@@ -357,3 +357,46 @@ def test_a_shared_config_file_with_other_rewind_tables_still_opens(tmp_path, mon
     monkeypatch.setenv("REWIND_CONFIG", str(shared))
     engine = open_engine(f"sqlite:///{tmp_path}/rewind.db")
     assert engine.detector_in_force()[0]["repeat_threshold"] == 4
+
+
+# -- another process holding the file's write lock ---------------------------------------------
+
+HOLD_THE_LOCK = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")   # a sqlite3 shell left in a write transaction
+print("holding", flush=True)
+sys.stdin.read()                  # until the test closes our stdin
+conn.execute("ROLLBACK")
+"""
+
+
+def test_a_write_lock_held_elsewhere_names_the_store_and_writes_nothing(tmp_path, open_engine,
+                                                                        monkeypatch, capsys):
+    import subprocess
+    import sys
+
+    import engine.store.sqlite.tx as tx
+    from engine.errors import StoreBusy
+
+    url = f"sqlite:///{tmp_path}/rewind.db"
+    s = open_engine(url).session("agent")
+    s.append_message("user", "hi")
+    monkeypatch.setattr(tx, "BUSY_TIMEOUT_S", 0.2)  # connections opened from now on wait 0.2 s
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, f"{tmp_path}/rewind.db"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "holding\n"
+        with pytest.raises(StoreBusy, match=r"the SQLite store sqlite:///.*rewind\.db stayed "
+                                            r"locked by another connection for 0\.2 s"):
+            open_engine(url)
+        assert main(["--store", url, "rollback", "agent", "--actor", "alice", "--reason", "r",
+                     "--force"]) == 3
+        err = capsys.readouterr().err
+        assert "stayed locked by another connection" in err and "damaged" not in err
+    finally:
+        holder.communicate("", timeout=60)
+    assert holder.returncode == 0
+    fresh = open_engine(url).get_session("agent")
+    assert fresh.state().messages == [{"role": "user", "content": "hi"}]
+    assert fresh.info().epoch == 0 and open_engine(url).audit() == []
