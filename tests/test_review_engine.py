@@ -400,3 +400,18 @@ def test_a_write_lock_held_elsewhere_names_the_store_and_writes_nothing(tmp_path
     fresh = open_engine(url).get_session("agent")
     assert fresh.state().messages == [{"role": "user", "content": "hi"}]
     assert fresh.info().epoch == 0 and open_engine(url).audit() == []
+
+
+@pytest.mark.parametrize("switch, error", [
+    ({"force": "no"}, "force is True or False"),
+    ({"notice": 5}, "notice is True"),
+    ({"expect_epoch": "0"}, "expect_epoch is the epoch read before"),
+    ({"expect_epoch": True}, "expect_epoch is the epoch read before"),
+])
+def test_a_rollback_switch_of_the_wrong_type_is_named_not_obeyed(looping, switch, error):
+    with pytest.raises(TypeError, match=error):
+        looping.rollback(LOOPING, actor="alice", reason="loop", **switch)
+    assert looping.get_session(LOOPING).info().epoch == 0 and looping.audit() == []
+    done = looping.rollback(LOOPING, actor="alice", reason="loop", expect_epoch=0,
+                            notice="custom", force=False)
+    assert done.notice == "custom"
