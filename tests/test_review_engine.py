@@ -149,6 +149,15 @@ def test_an_agent_turn_whose_text_is_not_a_string_is_named_and_not_recorded(url,
     assert not s.agent_turn("Let me check.").looping and len(s.steps()) == 1
 
 
+def test_set_vars_given_pairs_says_to_pass_a_dict(url, open_engine):
+    s = open_engine(url).session("vars")
+    with pytest.raises(TypeError, match=r"set_vars takes a dict of name -> value, not a list"):
+        s.set_vars([("order_id", "A-1")])
+    assert s.state().variables == {}
+    s.set_vars(dict([("order_id", "A-1")]))
+    assert s.state().variables == {"order_id": "A-1"}
+
+
 @pytest.mark.parametrize("one", [{"role": "user", "content": "hi"}, "hi", b"hi"])
 def test_append_messages_given_one_message_says_so(url, open_engine, one):
     s = open_engine(url).session("msgs")

@@ -328,7 +328,15 @@ class Session:
         self.set_vars({key: value})
 
     def set_vars(self, values: dict[str, Any]) -> None:
-        """Set several variables atomically. A value of None deletes the variable."""
+        """Set several variables atomically. A value of None deletes the variable.
+
+        Raises:
+            TypeError: `values` is not a mapping (a list of pairs: pass ``dict(pairs)``).
+            ValueError, TypeError, SizeLimitExceeded: a bad name or value, before any is set.
+        """
+        if not isinstance(values, Mapping):
+            raise TypeError(f"set_vars takes a dict of name -> value, not a "
+                            f"{type(values).__name__}; for pairs pass dict(pairs)")
         limits = self._rt.limits
         for key in values:
             if not isinstance(key, str) or not key:
