@@ -99,6 +99,13 @@ def resolve_compensation(
     return rt.store.resolve_compensation(cid, who.name, reason, rt.clock())
 
 
+def _check_age(older_than_s: object) -> None:
+    """Raises TypeError unless the age is a number of seconds (`"7d"` is the CLI's form)."""
+    if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)):
+        raise TypeError(f"older_than_s is a number of seconds (7 days: 7 * 86400), not "
+                        f"{type(older_than_s).__name__} {older_than_s!r}")
+
+
 def purge_abandoned(rt: Runtime, older_than_s: float = 7 * 86400.0, *,
                     dry_run: bool = False, actor: str | Actor = "system") -> dict[str, int]:
     """Delete abandoned branches older than `older_than_s`; the store audits every branch id it
@@ -108,6 +115,7 @@ def purge_abandoned(rt: Runtime, older_than_s: float = 7 * 86400.0, *,
         ValueError: a negative age.
     """
     require_operator(checked_actor(rt.limits, actor), "purge abandoned branches")
+    _check_age(older_than_s)
     if older_than_s < 0:
         raise ValueError("older_than_s must not be negative")
     now = rt.clock()
@@ -127,6 +135,7 @@ def purge_idle_sessions(rt: Runtime, older_than_s: float, *,
         ValueError: a negative age.
     """
     require_operator(checked_actor(rt.limits, actor), "purge idle sessions")
+    _check_age(older_than_s)
     if older_than_s < 0:
         raise ValueError("older_than_s must not be negative")
     now = rt.clock()
@@ -192,6 +201,9 @@ def declare_detector(rt: Runtime, settings: Mapping[str, Any], *, actor: str | A
 
     who = checked_actor(rt.limits, actor)
     require_operator(who, "change the loop detector")
+    if not isinstance(settings, Mapping):
+        raise TypeError(f"detector settings are a dict of DetectorConfig fields such as "
+                        f"{{'repeat_threshold': 5}}, not {type(settings).__name__} {settings!r}")
     reason = checked_reason(rt.limits, reason,
                             "changing the detector needs a reason: it goes to the audit log")
     clean = dict(canonical_within(dict(settings), rt.limits.meta_bytes, "detector settings",

@@ -461,8 +461,9 @@ class AlertWorker:
 
         Returns:
             ``events`` read, ``queued`` alerts, ``delivered`` and ``failed`` POSTs, ``waiting``
-            alerts kept in outboxes after a failure (for a retry). `failures` says which
-            webhooks failed and why.
+            alerts kept in the outboxes of webhooks that failed (for a retry): every alert
+            there, also those queued behind the one that failed and not tried yet. `failures`
+            says which webhooks failed and why.
         """
         read, queued = self._read_feed()
         before = {wid: (s.delivered, s.failed) for wid, s in self._senders.items()}
@@ -478,7 +479,8 @@ class AlertWorker:
             state = self._state  # loaded by _read_feed (loading here would take the lock)
             for wid, box in (state.outbox if state else {}).items():
                 kept = [item for item in box if item.get("attempts")]
-                waiting += len(kept) if wid in self.webhooks else 0
+                # a webhook that failed holds back what is queued behind the failed alert too
+                waiting += len(box) if kept and wid in self.webhooks else 0
                 if kept and wid in self.webhooks:
                     failures.setdefault(self._senders[wid].label,
                                         kept[0].get("error") or "an earlier try failed")

@@ -77,6 +77,34 @@ EPILOG = "exit codes:\n" + "\n".join(
 )
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser that takes its options and positionals in any order.
+
+    Plain argparse matches positionals greedily: in `rewind notice SESSION --actor alice "text"`
+    it gives SESSION and an empty optional TEXT to the first run of positionals, then calls
+    "text" an unrecognized argument, though the same words with --actor last work. Parsing
+    intermixed (options first, then every positional that is left) takes both orders alike. A
+    command with a `-- COMMAND …` remainder (mcp-proxy) keeps argparse's own order, where what
+    follows `--` belongs to the command it runs, and so does a command line with `--` in it
+    (`rewind show -- -h`: the user has said where the positionals are; intermixed parsing would
+    drop the `--` and read them as options)."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        remainder = any(a.nargs in (argparse.REMAINDER, argparse.PARSER)
+                        for a in self._get_positional_actions())
+        if remainder or self._intermixing or "--" in (args or ()):
+            return super().parse_known_args(args, namespace)
+        # parse_known_intermixed_args parses twice through this method; the flag sends those
+        # two passes to argparse's own parsing.
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rewind", description="Catch looping agent sessions and roll them back.",
@@ -84,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--store", default=None,
                         help="store URL (default: $REWIND_STORE, else sqlite:///.rewind/rewind.db)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
     actor = _nonblank("--actor")
 
     p = sub.add_parser("sessions", help="list sessions")

@@ -91,7 +91,9 @@ def cmd_show(args) -> int:
     out(f"suggested rollback target: {s.suggested_target() or '-'}\n")
     rows = [[n.id, n.parent or "-", n.label or "-", _fmt_time(n.created_at),
              "head" if n.is_head else ("live" if n.on_live_line else "abandoned"),
-             "yes" if n.restorable else "no"] for n in s.tree()[-args.last:]]
+             "yes" if n.restorable else "no"]
+            # tree[-0:] would be the whole tree: --last 0 asks for none
+            for n in (s.tree()[-args.last:] if args.last else [])]
     print(_table(rows, ["SNAPSHOT", "PARENT", "LABEL", "TAKEN", "LINE", "RESTORABLE"]))
     return 0
 
@@ -206,8 +208,13 @@ def cmd_rollback(args) -> int:
     # The epoch read here (or the one the operator saw, --expect-epoch) goes with the rollback:
     # if someone else rolls the session back in between, this one is refused, not repeated.
     expect = info.epoch if args.expect_epoch is None else args.expect_epoch
-    if not args.force:
+    try:
         preview = engine.preview_rollback(args.session, args.to)
+    except RewindError:
+        if not args.force:
+            raise
+        preview = None  # the forced rollback says what is wrong, in its own words
+    if preview is not None and not args.force:
         if not preview.messages and not preview.steps:
             raise CLIError(
                 f"nothing to roll back: session {args.session!r} has no message or step after "
@@ -225,6 +232,11 @@ def cmd_rollback(args) -> int:
         f"on abandoned branch {result.branch}")
     for comp in result.compensations:
         out(f"  compensation queued: {comp.name} for step {comp.step} ({comp.status})")
+    for step in preview.uncompensated if preview is not None else []:
+        why = ("was still running (its process died or lost the call): whether it took "
+               "effect is unknown" if step.status == "running" else "registered no compensation")
+        print(scrub(f"rewind: warning: step {step.n} ({step.tool}) has a side effect and no "
+                    f"compensation will run: it {why}; check it by hand"), file=sys.stderr)
     if result.notice:
         out(f"  notice sent: {result.notice}")
     return 0
@@ -274,6 +286,15 @@ def cmd_freeze(args) -> int:
 
     if (args.start or args.end_at or args.lift) and not args.actor:
         raise CLIError("declaring or ending a freeze needs --actor (and --reason)", EXIT_USAGE)
+    declaring = [flag for flag, value in (("--name", args.name), ("--on-loop", args.on_loop))
+                 if value is not None]
+    if declaring and not (args.start or args.end_at):
+        # `rewind freeze --name X` showing the freeze in force would look like it had worked
+        raise CLIError(f"{' and '.join(declaring)}: only when declaring a freeze; add --start "
+                       "and --end (with --actor and --reason)", EXIT_USAGE)
+    if args.start and args.lift:
+        raise CLIError("give --start/--end to declare a freeze or --lift to end it, not both",
+                       EXIT_USAGE)
     engine = _engine(args)
     if args.start or args.end_at:
         if not (args.start and args.end_at):
@@ -485,10 +506,20 @@ def cmd_audit(args) -> int:
     engine = _engine(args)
     events = engine.audit(session=args.session, actor=args.actor, action=args.action,
                           limit=args.limit)
+    if not events:
+        _refuse_unknown_session(engine, args.session)
     rows = [[_fmt_time(e.at), e.actor, e.action, e.session or "-", e.snapshot or "-",
              _cut(_audit_what(e.detail), 80), _cut(e.reason or "", 60)] for e in events]
     print(_table(rows, ["TIME", "ACTOR", "ACTION", "SESSION", "SNAPSHOT", "WHAT", "REASON"]))
     return 0
+
+
+def _refuse_unknown_session(engine: Engine, sid: str | None) -> None:
+    """Raises CLIError (exit 4) when `--session` names no session: a mistyped id must not
+    read as "nothing happened to it". Called only for an empty answer, so the rows of a
+    session deleted since (its audit rows stay) are still shown."""
+    if sid is not None and engine.session_info(sid) is None:
+        raise CLIError(f"no session {sid!r} in {redact(engine.store.url)}", EXIT_NOT_FOUND)
 
 
 def _cut(text: str, width: int) -> str:
@@ -532,6 +563,8 @@ def cmd_compensations(args) -> int:
             raise CLIError("--actor and --reason go with --retry ID or --resolve ID", EXIT_USAGE)
         engine = _engine(args)
         comps = engine.compensations(session=args.session, status=args.status, limit=args.limit)
+        if not comps:
+            _refuse_unknown_session(engine, args.session)
         live = engine.compensation_handlers()
         rows = [[str(c.id), c.session, str(c.step), c.name, c.status, str(c.attempts),
                  "-" if c.next_attempt_at is None else _fmt_utc(c.next_attempt_at),

@@ -16,8 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from engine import actions, fleet, metrics, quarantine, saga
 from engine import documents as _documents
-from engine.errors import ConfigError
-from engine.freeze import FreezeWindow, PolicyChoice, freeze_window, from_environment
+from engine.freeze import (
+    FreezeWindow,
+    PolicyChoice,
+    declared_window,
+    from_environment,
+)
 from engine.identity import Actor, checked_actor, checked_reason, require_operator
 from engine.ids import validate_session_id
 from engine.limits import Limits, canonical_within
@@ -152,10 +156,7 @@ class Engine:
             PermissionDenied: not an operator (now). ConfigError: a bad time, policy, or an end
             not after the start. ValueError: empty reason.
         """
-        conf = {"start": start, "end": end, "name": name, "on_loop": on_loop}
-        window = freeze_window({k: v for k, v in conf.items() if v is not None}, env={})
-        if window is None:
-            raise ConfigError("a freeze needs a start and an end")
+        window = declared_window(start, end, name=name, on_loop=on_loop)
         return actions.declare_freeze(self.runtime, window, actor=actor, reason=reason)
 
     def declare_detector(self, settings: Mapping[str, Any], *, actor: str | Actor,

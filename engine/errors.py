@@ -56,6 +56,11 @@ class StoreUnavailable(StoreError, ConnectionError):
     """The store cannot be reached."""
 
 
+class StoreBusy(StoreUnavailable):
+    """Another connection held the store's write lock for longer than the engine waits (a
+    SQLite file with a write transaction left open elsewhere); nothing was written."""
+
+
 class StoreNotFound(StoreError, LookupError):
     """A reading command was pointed at a store that does not exist (a SQLite file that is not
     there): refused, never created empty, so a wrong path cannot pass for an empty fleet."""

@@ -252,6 +252,28 @@ def freeze_window(conf: Mapping[str, Any] | None = None,
     return FreezeWindow(start_at, end_at, name, policy)
 
 
+def declared_window(start: Any, end: Any, name: str | None = None,
+                    on_loop: Any = None) -> FreezeWindow:
+    """The window an operator declares (`Engine.declare_freeze`, `rewind freeze --start …`),
+    each value named as the declaring call gives it: a bad start is "the freeze's start", not
+    the `[rewind.freeze] start` of a configuration file the operator never wrote.
+
+    Raises:
+        ConfigError: a missing or malformed time or policy, or an end not after the start.
+    """
+    if start is None or end is None or (isinstance(start, str) and not start.strip()) or (
+            isinstance(end, str) and not end.strip()):
+        raise ConfigError("a freeze needs a start and an end")
+    if name is not None and not isinstance(name, str):
+        raise ConfigError(f"the freeze's name must be a string, not {type(name).__name__}")
+    return FreezeWindow(
+        parse_time(start, "the freeze's start"),
+        parse_time(end, "the freeze's end"),
+        " ".join((name or "").split())[:MAX_NAME_CHARS] or DEFAULT_NAME,
+        _policy(on_loop, "the freeze's on_loop"),
+    )
+
+
 def from_environment(env: Mapping[str, str] | None = None) -> FreezeWindow | None:
     """The freeze configured by $REWIND_FREEZE_START / _END / _NAME / _ON_LOOP alone.
 

@@ -61,8 +61,18 @@ class Actor:
 
 
 def as_actor(actor: str | Actor) -> Actor:
-    """An `Actor` as given, or an operator of that name."""
-    return actor if isinstance(actor, Actor) else Actor(str(actor), Role.OPERATOR)
+    """An `Actor` as given, or an operator of that name.
+
+    Raises:
+        TypeError: neither a string nor an `Actor`. `actor=None` (a variable never set) would
+        otherwise be audited as an operator named "None", and `actor=5` as one named "5".
+    """
+    if isinstance(actor, Actor):
+        return actor
+    if not isinstance(actor, str):
+        raise TypeError(f"an actor must be a name (a string) or an Actor, not "
+                        f"{type(actor).__name__} {actor!r}")
+    return Actor(actor, Role.OPERATOR)
 
 
 def checked_actor(limits: Limits, actor: str | Actor) -> Actor:

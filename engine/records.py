@@ -277,6 +277,16 @@ class RollbackPreview:
     compensations: list[tuple[int, str, Any]]
     """(step, handler, args) that would be queued, newest first."""
 
+    @property
+    def uncompensated(self) -> list[StepRecord]:
+        """Side-effecting steps that would leave the live line with no compensation queued, in
+        the order of `steps`: still running (their process died or lost the call, so whether
+        the side effect happened is unknown; a step that ends later, ok, queues its own) or
+        finished with none registered. Someone has to check these by hand."""
+        return [s for s in self.steps if s.side_effect
+                and (s.status == StepStatus.RUNNING
+                     or (s.status == StepStatus.OK and s.compensation is None))]
+
 
 @dataclass(frozen=True)
 class AuditEvent:

@@ -267,6 +267,24 @@ class Runtime:
         return info
 
 
+def _refuse_misnamed_detector_table(doc: Mapping[str, Any], section: Mapping[str, Any],
+                                    where: str) -> None:
+    """Raises ConfigError for a detector table under another name (`[rewind.detectors]`,
+    `[rewind.Detector]`, a bare `[detector]`): read as no settings at all, the process would
+    run the defaults while its operator believes the file's. Other tables of a shared file
+    (`[rewind.freeze]`, accounts) are left alone."""
+    import difflib
+
+    named = [f"[rewind.{key}]" for key in section
+             if isinstance(key, str) and key != "detector"
+             and difflib.SequenceMatcher(None, key.lower(), "detector").ratio() >= 0.8]
+    if "rewind" not in doc and isinstance(doc.get("detector"), dict):
+        named.append("[detector]")
+    if named:
+        raise ConfigError(f"{where}: {', '.join(named)} is not read; the detector's settings "
+                          "go in a table named exactly [rewind.detector]")
+
+
 def configured_detector(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The detector settings of this process's configuration file: the ``[rewind.detector]``
     table of the TOML file $REWIND_CONFIG names, else of ``rewind.toml`` in the working
@@ -307,6 +325,7 @@ def configured_detector(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     if not isinstance(section, dict):
         raise ConfigError(f"{where}: rewind must be a table ([rewind.detector])")
     if "detector" not in section:
+        _refuse_misnamed_detector_table(doc, section, where)
         return {}
     from engine.replay import checked_settings
 

@@ -125,5 +125,13 @@ def backoff(policy: tuple[float, float, float], attempts: int) -> float:
 
 
 def list_compensations(rt: Runtime, **filters: Any) -> list[Compensation]:
-    """Compensations in the outbox, newest first. Filters: session, status, limit."""
+    """Compensations in the outbox, newest first. Filters: session, status, limit.
+
+    Raises:
+        ValueError: a status no compensation has (`status="failing"` would list none, and
+        read as "nothing failed").
+    """
+    status = filters.get("status")
+    if status is not None and status not in tuple(CompensationStatus):
+        raise ValueError(f"status must be one of {', '.join(CompensationStatus)}, not {status!r}")
     return rt.store.compensations(**filters)

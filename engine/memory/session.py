@@ -483,10 +483,23 @@ class SessionMemory:
 
         Recalled memories count as accesses (they decay slower and may be consolidated). With
         ``key_prefix`` only keyed facts whose key starts with it are returned.
+
+        Raises:
+            TypeError: `query` is not a string, `k` not an int, `key_prefix` neither a string
+            nor None. ValueError: `k` is negative, or `query` holds a lone surrogate (text
+            decoded wrongly; the tokenizers have no UTF-8 form for it either).
         """
         if not isinstance(query, str):
             raise TypeError("the query must be a string")
-        if k <= 0 or not query.strip():
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise TypeError(f"k, the number of memories to return, must be an int, not "
+                            f"{type(k).__name__} {k!r}")
+        if k < 0:
+            raise ValueError(f"k, the number of memories to return, must be 0 or more, not {k}")
+        if key_prefix is not None and not isinstance(key_prefix, str):
+            raise TypeError(f"key_prefix must be a string or None, not {type(key_prefix).__name__}")
+        check_text(query, len(query), "the query", "memory_text")  # a lone surrogate: say so
+        if k == 0 or not query.strip():
             return []
         now = self._rt.clock()
         view = self._refresh()

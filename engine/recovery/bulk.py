@@ -48,6 +48,9 @@ def matching_sessions(rt: Runtime, where: Mapping[str, Any]) -> list[SessionInfo
     Raises:
         ValueError: no filter, an unknown key, an unknown status or an empty value.
     """
+    if not isinstance(where, Mapping):
+        raise TypeError(f"where must be a dict of filters such as {{'status': 'looping'}}, not "
+                        f"{type(where).__name__} {where!r}")
     if not where:
         raise ValueError(
             "a bulk rollback needs at least one filter (status, tenant, scenario, "

@@ -30,14 +30,27 @@ def suggested_target(rt: Runtime, sid: str, info: SessionInfo | None = None) -> 
     return rt.store.restorable_snapshot(sid, before)
 
 
+def checked_target(to: object) -> str | None:
+    """`to` as a rollback target: a snapshot id (a string) or None for the suggested one.
+
+    Raises:
+        TypeError: anything else (`to=5`, a `SnapshotNode`), named, before the store is asked.
+    """
+    if to is None or isinstance(to, str):
+        return to
+    hint = " (pass its .id)" if isinstance(to, SnapshotNode) else ""
+    raise TypeError(f"a rollback target must be a snapshot id (a string such as 'snap-4') or "
+                    f"None for the suggested one, not {type(to).__name__}{hint}")
+
+
 def preview_rollback(rt: Runtime, sid: str, to: str | None = None) -> RollbackPreview:
     """What a rollback of `sid` to `to` (None: the suggested target) would take off the live
     line and which compensations it would queue, newest step first.
 
     Raises:
-        UnknownSession, NothingToRollBack, UnknownSnapshot.
+        UnknownSession, NothingToRollBack, UnknownSnapshot. TypeError: `to` is not a string.
     """
-    target = to or suggested_target(rt, sid)
+    target = checked_target(to) or suggested_target(rt, sid)
     if target is None:
         raise NothingToRollBack(f"session {sid!r} has no restorable snapshot")
     node = rt.store.snapshot(sid, target)

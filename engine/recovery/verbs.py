@@ -20,6 +20,7 @@ from engine.limits import Limits, cut_text
 from engine.records import RollbackResult, SessionInfo
 from engine.recovery.notices import checked_notice, template_for
 from engine.recovery.targets import (
+    checked_target,
     refuse_if_rolled_back,
     rolled_back_already,
     suggested_target,
@@ -66,6 +67,21 @@ def rollback_reason(limits: Limits, actor: str | Actor, reason: str | None, *,
     return checked_reason(limits, reason, required)
 
 
+def _check_switches(notice: object, force: object, expect_epoch: object) -> None:
+    """Raises TypeError for a rollback switch of the wrong type, before anything is written:
+    `force="no"` would force the rollback, `notice=5` send the template, and
+    `expect_epoch="1"` (never equal to the epoch 1) report someone else's rollback."""
+    if notice is not None and not isinstance(notice, (bool, str)):
+        raise TypeError(f"notice is True (the locale's template), a text, or False (none), "
+                        f"not {type(notice).__name__} {notice!r:.80}")
+    if not isinstance(force, bool):
+        raise TypeError(f"force is True or False, not {type(force).__name__} {force!r:.80}")
+    if expect_epoch is not None and (isinstance(expect_epoch, bool)
+                                     or not isinstance(expect_epoch, int)):
+        raise TypeError(f"expect_epoch is the epoch read before (an int, `rewind show`), not "
+                        f"{type(expect_epoch).__name__} {expect_epoch!r:.80}")
+
+
 def rollback(
     rt: Runtime,
     sid: str,
@@ -100,11 +116,15 @@ def rollback(
 
     Raises:
         PermissionDenied: the actor is a viewer. ValueError: a person gave no reason.
+        TypeError: `to` is not a snapshot id, `actor` neither a name nor an `Actor`, `notice`,
+        `force` or `expect_epoch` of another type.
         UnknownSession, UnknownSnapshot, SnapshotNotRestorable, NothingToRollBack,
         RollbackConflict.
     """
     who = checked_actor(rt.limits, actor)
     require_operator(who, "roll sessions back")
+    to = checked_target(to)
+    _check_switches(notice, force, expect_epoch)
     if kind not in ("rollback", "fork"):
         raise ValueError(f"kind must be rollback or fork, not {kind!r}")
     reason = rollback_reason(rt.limits, actor, reason, automatic=automatic)

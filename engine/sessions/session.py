@@ -81,6 +81,9 @@ class StepCall:
         if tool is not None:
             check_text(tool, limits.name_chars, "a tool name", "name_chars")
         if text is not None:
+            if not isinstance(text, str):
+                raise TypeError(f"an agent turn's text must be a string (or None), not "
+                                f"{type(text).__name__} {cut_text(repr(text), 80)}")
             canonical_within(text, limits.message_bytes, "an agent turn's text", "message_bytes")
         self.args, self._args_json = json_within(
             args if args is not None else {}, limits.args_bytes, "args", "args_bytes"
@@ -124,6 +127,12 @@ class StepCall:
 
     def __enter__(self) -> StepCall:
         s = self.session
+        if self._ticket is not None or self._outcome is not None:
+            # a second `with call:` would begin another step and record the first one's outcome
+            # as its own
+            done = f"step {self.n}" if self.n is not None else "a call finished without `with`"
+            raise StepError(f"this StepCall was used already ({done}); open one with "
+                            "Session.step(...) for every call")
         if self.tool is not None:  # an operator's quarantine refuses the call before it runs
             q = quarantine.applying(s._rt, s.id, self.tool)
             if q is not None:
@@ -284,7 +293,15 @@ class Session:
             self._detector.new_task()
 
     def append_messages(self, messages: list[dict]) -> None:
-        """Append several chat messages in one atomic write."""
+        """Append several chat messages in one atomic write (all of them or none).
+
+        Raises:
+            TypeError: `messages` is one message (a dict) or text, not a list of them.
+            ValueError, TypeError: as `append_message`, for the first bad message.
+        """
+        if isinstance(messages, (Mapping, str, bytes)):
+            raise TypeError(f"append_messages takes a list of messages (dicts with a role), not "
+                            f"a {type(messages).__name__}; for one message use append_message")
         msgs = []
         for m in messages:
             if not isinstance(m, dict) or "role" not in m:
@@ -311,7 +328,15 @@ class Session:
         self.set_vars({key: value})
 
     def set_vars(self, values: dict[str, Any]) -> None:
-        """Set several variables atomically. A value of None deletes the variable."""
+        """Set several variables atomically. A value of None deletes the variable.
+
+        Raises:
+            TypeError: `values` is not a mapping (a list of pairs: pass ``dict(pairs)``).
+            ValueError, TypeError, SizeLimitExceeded: a bad name or value, before any is set.
+        """
+        if not isinstance(values, Mapping):
+            raise TypeError(f"set_vars takes a dict of name -> value, not a "
+                            f"{type(values).__name__}; for pairs pass dict(pairs)")
         limits = self._rt.limits
         for key in values:
             if not isinstance(key, str) or not key:

@@ -45,11 +45,15 @@ def open_store(url: str | None = None, *, create: bool = True, **options: Any) -
         The open store.
 
     Raises:
-        ValueError: the URL is empty or its scheme is not one Rewind knows.
+        ValueError: the URL is empty or its scheme is not one Rewind knows. TypeError: not a
+            string (a `Path` too: write ``f"sqlite:///{path}"``).
         StoreUnavailable: the store cannot be reached (the message names it, never a password).
         StoreNotFound: `create` is False and the SQLite file does not exist.
     """
-    if url is not None and not str(url).strip():
+    if url is not None and not isinstance(url, str):
+        raise TypeError(f"a store URL is a string such as sqlite:///path or redis://host:port/db, "
+                        f"not {type(url).__name__} {url!r}")
+    if url is not None and not url.strip():
         raise ValueError("the store URL is empty: give sqlite:///path, redis://host:port/db, "
                          "rediss://… or redis+cluster://host:port, or leave it out for "
                          "$REWIND_STORE (else sqlite:///.rewind/rewind.db)")

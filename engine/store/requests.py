@@ -99,6 +99,21 @@ class SessionFilter:
     updated_since: float | None = None
     """Only sessions changed at or after this time."""
 
+    def __post_init__(self) -> None:
+        # A filter no session can match is a typo (`status="loop"`): an empty answer would read
+        # as "no session is looping", the worst one there is.
+        if self.status is not None and self.status not in tuple(SessionStatus):
+            raise ValueError(f"status must be one of {', '.join(SessionStatus)}, "
+                             f"not {self.status!r}")
+        for name, value in self.facets().items():
+            if not isinstance(value, str):
+                raise TypeError(f"the {name} filter must be a string, not "
+                                f"{type(value).__name__} {value!r}")
+        since = self.updated_since
+        if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))):
+            raise TypeError(f"updated_since must be a Unix time (a number), not "
+                            f"{type(since).__name__} {since!r}")
+
     def facets(self) -> dict[str, str]:
         """The meta facets (`engine.types.FACETS`) this filter asks for, name -> value."""
         wanted = {name: getattr(self, name) for name in FACETS}

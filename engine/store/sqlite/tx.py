@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, urlparse
 
-from engine.errors import StoreUnavailable
+from engine.errors import StoreBusy, StoreUnavailable
 
 BUSY_TIMEOUT_S = 30.0
 """How long a connection waits for another process's write lock before giving up."""
@@ -191,6 +191,17 @@ class _Write:
         try:
             conn = self.conn = db.conn
             conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            db._lock.release()
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            # The busy handler waited `busy_timeout` for the lock: a bare "database is locked"
+            # would name neither the store nor what to do.
+            raise StoreBusy(
+                f"{db.name} stayed locked by another connection for {BUSY_TIMEOUT_S:g} s "
+                f"({exc}); nothing was written. A write transaction is open on the file "
+                "elsewhere (a sqlite3 shell, a backup, a stuck process): end it, then retry"
+            ) from exc
         except BaseException:
             db._lock.release()
             raise
