@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--older-than", type=parse_age, metavar="AGE", default=None,
                    help="delete branches abandoned longer ago than AGE: days, or a number with "
-                   "s, m, h, d or w (default 7d)")
+                   "s, m, h, d or w (required: there is no default age)")
     p.add_argument("--days", type=_days, default=None, help="same as --older-than, in days")
     p.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete "
                    "nothing")

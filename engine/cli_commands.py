@@ -610,7 +610,11 @@ def cmd_purge(args) -> int:
     if args.older_than is not None and args.days is not None:
         raise CLIError("give --older-than or --days, not both", EXIT_USAGE)
     age = args.older_than if args.older_than is not None else args.days
-    age = 7 * 86400.0 if age is None else age
+    if age is None:  # no default that deletes evidence: the operator names the age
+        raise CLIError(
+            "rewind purge deletes evidence: say how old it must be with --older-than AGE "
+            "(for example --older-than 7d; see what would go with --dry-run); nothing was "
+            "deleted", EXIT_USAGE)
     engine = _engine(args)
     if args.idle_sessions:
         return _purge_idle_sessions(engine, age, args)

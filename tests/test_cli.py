@@ -260,9 +260,23 @@ def test_purge_deletes_abandoned_branches_and_keeps_the_live_line(store, rewind,
     assert engine.get_session(LOOPING).branches() == []
     assert engine.get_session(LOOPING).state().messages == live
 
-    code, out = rewind("--store", store, "purge")  # default: older than 7 days, none is
+    code, out = rewind("--store", store, "purge", "--older-than", "7d")  # none is that old
     assert code == 0 and "nothing to delete" in out
     assert engine.get_session(LOOPING).state().messages == live
+
+
+def test_purge_without_an_age_deletes_nothing_and_says_to_name_one(store, open_engine, capsys):
+    assert main(["--store", store, "rollback", LOOPING, "--actor", "alice", "--reason", "loop",
+                 "--no-notice"]) == 0
+    engine = open_engine(store)
+    branches = engine.get_session(LOOPING).branches()
+    assert branches
+    capsys.readouterr()
+    assert main(["--store", store, "purge", "--yes"]) == 2
+    said = capsys.readouterr()
+    assert "--older-than AGE" in said.err + said.out
+    assert "nothing was deleted" in said.err + said.out
+    assert engine.get_session(LOOPING).branches() == branches
 
 
 def test_doctor_reports_a_healthy_store(store, rewind):
