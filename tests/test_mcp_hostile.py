@@ -57,7 +57,7 @@ def test_oversized_and_undecodable_results_become_clear_errors_and_the_proxy_ser
     async def scenario():
         async with Client(proxy(store, "--", sys.executable, HOSTILE)) as client:
             out = {}
-            for tool in ("big", "surrogate", "bad_utf8"):
+            for tool in ("big", "surrogate", "bad_utf8", "not_an_object"):
                 out[tool] = await client.call_tool(tool, {})
                 out[f"after {tool}"] = await client.call_tool("echo", {"text": f"after {tool}"})
             return out
@@ -68,13 +68,16 @@ def test_oversized_and_undecodable_results_become_clear_errors_and_the_proxy_ser
     assert "10,000,000 bytes" in text(big) and "Ask for less" in text(big)
     assert surrogate.is_error and "lone surrogate (\\ud800)" in text(surrogate)
     assert bad.is_error and "not UTF-8 (0xFF)" in text(bad)
-    for tool in ("big", "surrogate", "bad_utf8"):
+    # valid JSON naming its request but no JSON-RPC answer: at once, not after --timeout
+    not_rpc = out["not_an_object"]
+    assert not_rpc.is_error and "not valid JSON-RPC (result: Input should be" in text(not_rpc)
+    for tool in ("big", "surrogate", "bad_utf8", "not_an_object"):
         after = out[f"after {tool}"]
         assert not after.is_error and text(after) == f"after {tool}"
     recorded = steps(store)
     assert [(s.tool, s.status) for s in recorded] == [
         ("big", "error"), ("echo", "ok"), ("surrogate", "error"), ("echo", "ok"),
-        ("bad_utf8", "error"), ("echo", "ok")]
+        ("bad_utf8", "error"), ("echo", "ok"), ("not_an_object", "error"), ("echo", "ok")]
     assert "not passed on" in recorded[0].error and "lone surrogate" in recorded[2].error
 
 
@@ -188,3 +191,57 @@ def test_doctor_reports_steps_left_running(tmp_path, capsys):
     assert "session fine" not in said
     assert main(["doctor", "--store", store]) == 0  # only steps older than 5 minutes by default
     assert "left running" not in capsys.readouterr().out
+
+
+def test_a_request_the_sdk_cannot_parse_is_answered_with_its_reason(tmp_path):
+    """A client that speaks JSON-RPC by hand, as a JavaScript client's JSON.stringify does: a
+    tools/call whose text holds a lone surrogate (half of an emoji a model's output cut in two)
+    once got no answer at all, so the client waited forever; it gets a JSON-RPC error naming
+    the surrogate, a line that is not JSON gets a parse error, and the proxy serves on."""
+    import queue
+    import threading
+
+    store = f"sqlite:///{tmp_path}/unreadable.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "mcp-proxy", "--store", store, "--session", "s",
+         "--", sys.executable, RECEIPTS],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, cwd=ROOT)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
+
+    def send(raw: bytes) -> None:
+        proc.stdin.write(raw + b"\n")
+        proc.stdin.flush()
+
+    def answer() -> dict:
+        return json.loads(lines.get(timeout=60))  # a guard against a hang, not a timing check
+
+    def call(rid: int, text_json: str) -> bytes:
+        return (b'{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": {"name": '
+                b'"echo", "arguments": {"text": "%s"}}}' % (rid, text_json.encode()))
+
+    try:
+        send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "by-hand", "version": "1"}}}).encode())
+        assert answer()["id"] == 0
+        send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+        send(call(1, "half an emoji: \\ud83d"))
+        refused = answer()
+        send(b"this is not JSON")
+        parse_error = answer()
+        send(call(2, "whole: \\ud83d\\ude00"))
+        served = answer()
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+        stderr = proc.stderr.read().decode("utf-8", "replace")
+    assert refused["id"] == 1 and refused["error"]["code"] == -32600
+    assert "lone surrogate (\\ud83d)" in refused["error"]["message"]
+    assert "valid Unicode" in refused["error"]["message"]
+    assert parse_error["id"] is None and parse_error["error"]["code"] == -32700
+    assert "not JSON" in parse_error["error"]["message"]
+    assert served["id"] == 2
+    assert json.loads(served["result"]["content"][0]["text"])["text"] == "whole: \U0001f600"
+    assert "a client request could not be read: it holds a lone surrogate" in stderr
+    assert [(s.tool, s.args["text"]) for s in steps(store)] == [("echo", "whole: \U0001f600")]

@@ -41,9 +41,9 @@ already, and its steps must not be written twice.
 **Bounds.** At most `max_session_spans` spans wait per session and `max_buffered_spans` in all:
 a request that would pass either is refused whole (`Backpressure`, HTTP 429, safe to retry since
 span ids are idempotent), unless nothing waits there yet (a request alone over a bound could
-never fit, and the body limit bounds it). At most `max_sessions` sessions' states and `max_traces` trace-to-
-session links are kept in memory (least recently used go first; a state is reread from its
-document).
+never fit, and the body limit bounds it). At most `max_sessions` sessions' states and
+`max_traces` trace-to-session links are kept in memory (least recently used go first; a state
+is reread from its document).
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 Over HTTP every request must carry ``Authorization: Bearer <token>`` when a token is set
 (``--token`` or $REWIND_MCP_TOKEN); the proxy refuses to listen on an address other than
 loopback without one, since anyone who reaches it could write steps and trigger rollbacks.
+
+On stdio, a request the SDK cannot parse (a lone surrogate, a line that is not JSON) is answered
+with a JSON-RPC error saying what was wrong, and a line on stderr; the SDK alone would drop it,
+and the client would wait for an answer forever.
 """
 
 from __future__ import annotations
@@ -18,12 +22,16 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 
 from engine.engine import Engine
 from engine.integrations.mcp.proxy import DEFAULT_TIMEOUT_S, McpProxy, UpstreamUnavailable, _text
 from engine.integrations.mcp.upstream import Upstream, load_config
+from engine.integrations.mcp.wire import error_for, unreadable
 
 __all__ = ["TOKEN_ENV", "bearer_guard", "describe", "is_loopback", "main", "serve"]
+
+log = logging.getLogger("rewind.mcp_proxy")
 
 TOKEN_ENV = "REWIND_MCP_TOKEN"
 """Environment variable holding the bearer token of ``rewind mcp-proxy --http``."""
@@ -37,6 +45,59 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+CANNOT_READ = "rewind mcp-proxy cannot read this request: it holds {what}. {advice}"
+UNICODE_ADVICE = ("Send the text as valid Unicode (a lone surrogate is half of a character, "
+                  "such as an emoji cut in two).")
+LINE_ADVICE = "Send one JSON-RPC 2.0 message per line, as MCP's stdio transport does."
+
+
+class _AnsweringUnreadable:
+    """The read stream of the proxy's own stdio server, answering each request the SDK could
+    not parse with a JSON-RPC error (the SDK drops such a line without a word, and its client
+    waits forever); everything else passes through unchanged."""
+
+    def __init__(self, inner: Any, write: Any):
+        self._inner = inner
+        self._write = write
+
+    async def _answered(self, item: Any) -> bool:
+        if not isinstance(item, Exception):
+            return False
+        found = unreadable(item)
+        if found is None or (found.id is None and found.code != types.PARSE_ERROR):
+            return False  # a notification: nothing waits for an answer
+        log.warning("a client request could not be read: it holds %s", found.what)
+        advice = UNICODE_ADVICE if "surrogate" in found.what or "UTF-8" in found.what else (
+            LINE_ADVICE)
+        message = CANNOT_READ.format(what=found.what, advice=advice)
+        await self._write.send(SessionMessage(error_for(found.id, found.code, message)))
+        return True
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self._inner.receive()
+            if not await self._answered(item):
+                return item
+
+    def __aiter__(self) -> _AnsweringUnreadable:
+        return self
+
+    async def __anext__(self) -> Any:
+        while True:
+            item = await self._inner.__anext__()
+            if not await self._answered(item):
+                return item
+
+    async def __aenter__(self) -> _AnsweringUnreadable:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __getattr__(self, name: str) -> Any:  # aclose, close, last_context: the inner stream's
+        return getattr(self._inner, name)
 
 
 def bearer_guard(app: Any, token: str) -> Any:
@@ -90,7 +151,8 @@ async def serve(
     async with proxy.connected():
         if http_port is None:
             async with stdio_server() as (read, write):
-                await server.run(read, write, server.create_initialization_options())
+                await server.run(_AnsweringUnreadable(read, write), write,
+                                 server.create_initialization_options())
             return
         import uvicorn
 

@@ -9,9 +9,9 @@ pass theirs on), with the variables its config entry sets on top: an MCP client 
 proxy's environment for the server behind it.
 
 What an upstream sends is read defensively (`repairing`): a line the SDK cannot parse (a lone
-surrogate such as ``"\\ud800"``, which has no UTF-8 form, or a byte that is not UTF-8) would be
-dropped by the SDK and leave its call waiting forever; it becomes a JSON-RPC error for that
-request instead, naming what was wrong.
+surrogate such as ``"\\ud800"``, which has no UTF-8 form, a byte that is not UTF-8, or a result
+that is not an object) would be dropped by the SDK and leave its call waiting forever; it
+becomes a JSON-RPC error for that request instead, naming what was wrong (see `wire`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,10 +29,9 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
-__all__ = ["Upstream", "load_config", "repairing"]
+from engine.integrations.mcp.wire import error_for, unreadable
 
-_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
-_LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+__all__ = ["Upstream", "load_config", "repairing"]
 
 
 class _Params(StdioServerParameters):
@@ -43,31 +41,6 @@ class _Params(StdioServerParameters):
     SDK's reader (strict) or passing for text (replace)."""
 
     encoding_error_handler: str = "surrogateescape"  # type: ignore[assignment]
-
-
-def _unreadable(exc: BaseException) -> tuple[Any, str] | None:
-    """(request id, what was wrong) for the parse error of an upstream line that still names its
-    request, else None."""
-    errors = getattr(exc, "errors", None)
-    try:
-        line = errors()[0].get("input") if callable(errors) else None
-    except (IndexError, TypeError, AttributeError):
-        return None
-    if not isinstance(line, str):
-        return None
-    if bad := _ESCAPED_BYTE.search(line):
-        what = f"bytes that are not UTF-8 (0x{ord(bad.group()) - 0xDC00:02X})"
-    elif bad_escape := _LONE_SURROGATE.search(line):
-        what = f"a lone surrogate ({bad_escape.group()}), which has no UTF-8 form"
-    else:
-        what = "a line that is not JSON-RPC"
-    try:
-        rid = json.loads(line).get("id")
-    except (ValueError, AttributeError):
-        return None
-    if not isinstance(rid, (int, str)) or isinstance(rid, bool):
-        return None
-    return rid, what
 
 
 class _Repairing:
@@ -80,15 +53,11 @@ class _Repairing:
     def _fix(self, item: Any) -> Any:
         if not isinstance(item, Exception):
             return item
-        found = _unreadable(item)
-        if found is None:
-            return item
-        rid, what = found
-        message = f"the upstream server {self._name} answered with {what}"
-        error = types.JSONRPCError(
-            jsonrpc="2.0", id=rid, error=types.ErrorData(code=types.INTERNAL_ERROR, message=message)
-        )
-        return SessionMessage(error)
+        found = unreadable(item)
+        if found is None or found.id is None:
+            return item  # no request waits for it: the SDK logs it and reads on
+        message = f"the upstream server {self._name} answered with {found.what}"
+        return SessionMessage(error_for(found.id, types.INTERNAL_ERROR, message))
 
     async def receive(self) -> Any:
         return self._fix(await self._inner.receive())
