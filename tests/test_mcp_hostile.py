@@ -245,3 +245,40 @@ def test_a_request_the_sdk_cannot_parse_is_answered_with_its_reason(tmp_path):
     assert json.loads(served["result"]["content"][0]["text"])["text"] == "whole: \U0001f600"
     assert "a client request could not be read: it holds a lone surrogate" in stderr
     assert [(s.tool, s.args["text"]) for s in steps(store)] == [("echo", "whole: \U0001f600")]
+
+
+@pytest.mark.parametrize("era", ["legacy", "2026-07-28"])
+def test_a_changed_tool_list_reaches_the_client(tmp_path, era):
+    """The server adds a tool and says so (notifications/tools/list_changed): the proxy once
+    kept the news to itself and said in its handshake that its list never changes, so a client
+    never learned of the new tool. A handshake-era client gets the notification; a 2026-07-28
+    client gets the event on its subscriptions/listen stream; both then list the new tool."""
+    store = f"sqlite:///{tmp_path}/changed.db"
+
+    async def scenario():
+        heard = asyncio.Event()
+
+        async def on_message(message):
+            if type(message).__name__ == "ToolListChangedNotification":
+                heard.set()
+
+        async with Client(proxy(store, "--", sys.executable, HOSTILE), mode=era,
+                          message_handler=on_message) as client:
+            before = [t.name for t in (await client.list_tools()).tools]
+            if era == "legacy":
+                capability = client.server_capabilities.tools.list_changed
+                await client.call_tool("grow", {})
+                await asyncio.wait_for(heard.wait(), 60)  # a guard against a hang
+            else:
+                async with client.listen(tools_list_changed=True) as events:
+                    capability = events.honored.tools_list_changed
+                    await client.call_tool("grow", {})
+                    await asyncio.wait_for(events.__anext__(), 60)
+            after = [t.name for t in (await client.list_tools()).tools]
+            late = await client.call_tool("late", {})
+            return capability, before, after, late
+
+    capability, before, after, late = asyncio.run(scenario())
+    assert capability is True
+    assert "late" not in before and after == [*before, "late"]
+    assert text(late) == "late" and not late.is_error

@@ -7,7 +7,9 @@
 Any MCP client (a desktop assistant, an IDE agent) talks to the proxy instead of the server; the
 proxy forwards ``tools/list`` and ``tools/call`` (and resources and prompts) to the upstream
 servers, built on the official ``mcp`` SDK, and records every tool call as a step of a Rewind
-session, so the client shows in the console with no code change.
+session, so the client shows in the console with no code change. When an upstream says its tool
+list changed, the proxy tells its clients (``notifications/tools/list_changed``, or the event on
+a 2026-07-28 client's ``subscriptions/listen`` stream), so they list the tools again.
 
 **Sessions.** One per client connection: on stdio the proxy process serves one client, and its
 session is ``mcp-<random>`` unless ``--session`` names it; on streamable HTTP a stateful

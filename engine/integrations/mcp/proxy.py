@@ -14,13 +14,16 @@ import contextlib
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ToolsListChanged
 
 from engine.engine import Engine
 from engine.errors import (
@@ -41,6 +44,11 @@ from engine.sessions.session import NUDGE_TEXT, Session, StepCall
 __all__ = ["DEFAULT_TIMEOUT_S", "META_SESSION_KEYS", "McpProxy", "UpstreamUnavailable"]
 
 log = logging.getLogger("rewind.mcp_proxy")
+
+KEPT_CLIENTS = 1_000
+"""Client connections the proxy remembers, to tell when an upstream's tool list changes."""
+NOTIFY_WAIT_S = 5.0
+"""At most this long to hand the clients the news that the tool list changed."""
 
 IDLE_TASK_S = 300.0
 """A tools/call after this many idle seconds starts a new task (the step budget counts per task)."""
@@ -136,6 +144,16 @@ def _with_text(result: types.CallToolResult, text: str) -> types.CallToolResult:
     return result.model_copy(update={"content": content})
 
 
+class _ProxyServer(Server[Any]):
+    """The SDK's lowlevel server, saying in its handshake that its tool list can change (the
+    upstreams' can): a client then lists the tools again when the proxy tells it to."""
+
+    def create_initialization_options(self, notification_options: NotificationOptions | None = None,
+                                      *args: Any, **kwargs: Any) -> Any:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
+
+
 class _SessionRefused(Exception):
     """A call's ``_meta`` named a session this proxy may not reach."""
 
@@ -178,6 +196,13 @@ class McpProxy:
         """Monotonic time of each session's last tools/call (a new task after `IDLE_TASK_S`)."""
         self._tools: dict[str, Upstream] = {}
         self._prompts: dict[str, Upstream] = {}
+        self._clients: OrderedDict[str, Any] = OrderedDict()
+        """The latest request session of each client connection (by its Rewind session):
+        a handshake-era client hears of a changed tool list through it."""
+        self._events = InMemorySubscriptionBus()
+        """Where a 2026-07-28 client's subscriptions/listen stream hears of it."""
+        for upstream in self.upstreams:
+            upstream.on_tools_changed = self._tools_changed
 
     # -- lifecycle --------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -213,7 +238,7 @@ class McpProxy:
 
     def server(self) -> Server[Any]:
         """The lowlevel MCP server whose handlers are this proxy's."""
-        return Server(
+        return _ProxyServer(
             "rewind-mcp-proxy",
             instructions="Tools behind this server are guarded by Rewind against call loops.",
             on_list_tools=self.on_list_tools,
@@ -222,7 +247,30 @@ class McpProxy:
             on_read_resource=self.on_read_resource,
             on_list_prompts=self.on_list_prompts,
             on_get_prompt=self.on_get_prompt,
+            on_subscriptions_listen=ListenHandler(self._events),
         )
+
+    def _heard_from(self, ctx: Any) -> None:
+        """Remember the connection of request `ctx`, to tell it when the tool list changes."""
+        session = getattr(ctx, "session", None)
+        if session is None or not hasattr(session, "send_tool_list_changed"):
+            return
+        key = self._connection_session(ctx)
+        self._clients[key] = session
+        self._clients.move_to_end(key)
+        while len(self._clients) > KEPT_CLIENTS:
+            self._clients.popitem(last=False)
+
+    async def _tools_changed(self) -> None:
+        """An upstream's tool list changed: tell every client, a handshake-era one by
+        notifications/tools/list_changed, a 2026-07-28 one on its subscriptions/listen stream
+        (the SDK sends each only where it belongs), so it lists the tools again."""
+        # bounded as a whole: this runs on the upstream's reader, which waits for it
+        with anyio.move_on_after(NOTIFY_WAIT_S):
+            await self._events.publish(ToolsListChanged())
+            for session in list(self._clients.values()):
+                with contextlib.suppress(Exception):
+                    await session.send_tool_list_changed()
 
     # -- sessions ---------------------------------------------------------------------------
     def session_for(self, ctx: Any, meta: Any = None) -> Session:
@@ -299,6 +347,7 @@ class McpProxy:
 
     # -- tools ------------------------------------------------------------------------------
     async def on_list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        self._heard_from(ctx)
         return types.ListToolsResult(tools=await self._list_tools())
 
     async def _list_tools(self) -> list[types.Tool]:
@@ -334,6 +383,7 @@ class McpProxy:
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         """Forward one tool call as a guarded step (see the module doc)."""
+        self._heard_from(ctx)
         name, args = params.name, dict(params.arguments or {})
         meta = params.meta if isinstance(params.meta, dict) else getattr(ctx, "meta", None)
         try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +102,8 @@ class Upstream:
     stale: bool = True
     """True until the proxy listed this server's tools, and again after it said its list
     changed (notifications/tools/list_changed)."""
+    on_tools_changed: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
+    """Awaited when the server says its tool list changed (the proxy tells its clients)."""
     _closing: anyio.Event | None = field(default=None, repr=False)
 
     @property
@@ -129,6 +131,8 @@ class Upstream:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self.stale = True
+            if self.on_tools_changed is not None:
+                await self.on_tools_changed()
 
     async def hold(self, timeout: float | None, ready: anyio.Event) -> None:
         """Connect, set `ready`, and keep the connection until `close` (run as a task of its
