@@ -116,12 +116,22 @@ def test_an_upstream_that_exits_ends_its_own_calls_only(tmp_path):
         "hostile": {"command": sys.executable, "args": [HOSTILE]},
         "receipts": {"command": sys.executable, "args": [RECEIPTS]}}}))
 
+    from mcp.client.stdio import stdio_client
+
     async def scenario():
-        async with Client(proxy(store, "--config", str(config))) as client:
-            return [await client.call_tool(name, args) for name, args in
-                    [("exit", {}), ("echo", {"text": "x"}), ("read_total", {})]]
+        with open(tmp_path / "proxy.err", "w") as errlog:
+            async with Client(stdio_client(proxy(store, "--config", str(config)),
+                                           errlog=errlog)) as client:
+                return [await client.call_tool(name, args) for name, args in
+                        [("exit", {}), ("echo", {"text": "x"}), ("read_total", {})]]
 
     exited, echoed, total = asyncio.run(scenario())
+    # the proxy's log (a desktop assistant keeps it) says once which server was lost
+    said = (tmp_path / "proxy.err").read_text()
+    assert "hostile: exiting on purpose" in said  # the server's own last words
+    assert said.count("exited or closed its output") == 1
+    assert f"{HOSTILE}` exited or closed its output" in said
+    assert "its tools answer with an error saying so until rewind mcp-proxy is restarted" in said
     assert exited.is_error and "failed during the call" in text(exited)
     assert "exited or closed its output" in text(exited)
     assert echoed.is_error and text(echoed).startswith("The upstream server is not available")

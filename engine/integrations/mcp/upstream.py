@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ from mcp.shared.message import SessionMessage
 from engine.integrations.mcp.wire import error_for, unreadable
 
 __all__ = ["Upstream", "load_config", "repairing"]
+
+log = logging.getLogger("rewind.mcp_proxy")
 
 
 class _Params(StdioServerParameters):
@@ -146,6 +149,8 @@ class Upstream:
                 ready.set()
                 await self._closing.wait()
         except Exception as exc:  # noqa: BLE001 - kept as what the calls report
+            if self.failure is None and ready.is_set():  # lost while serving (a failed start
+                self._lost_while_serving(describe_failure(self, exc))  # is reported by name)
             self.failure = self.failure or describe_failure(self, exc)
         finally:
             self.client = None
@@ -160,7 +165,15 @@ class Upstream:
 
     def lost(self, exc: BaseException) -> None:
         """Record that the connection was lost, as `exc` says."""
-        self.failure = self.failure or describe_failure(self, exc)
+        if self.failure is None:
+            self._lost_while_serving(describe_failure(self, exc))
+
+    def _lost_while_serving(self, failure: str) -> None:
+        """Record `failure` and say it once on stderr: the client only sees the calls fail, and
+        an operator reading the proxy's log (a desktop assistant keeps it) needs the cause."""
+        self.failure = failure
+        log.warning("%s; its tools answer with an error saying so until rewind mcp-proxy is "
+                    "restarted", failure)
 
 
 def describe_failure(upstream: Upstream, exc: BaseException) -> str:
