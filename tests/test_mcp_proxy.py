@@ -394,3 +394,54 @@ def test_a_session_handle_the_caller_made_still_gets_its_loop_blocked(tmp_path):
     assert "this call completed a loop" in texts(results[2])[1]
     assert texts(results[2])[2].startswith("Rewind notice: ")
     assert texts(results[3])[0].startswith("Rewind refused this call")
+
+
+def test_a_proxy_meeting_ever_new_sessions_keeps_a_bounded_number_of_handles(
+        tmp_path, monkeypatch):
+    """A proxy up all day meets a new session per connection or per conversation (``_meta``);
+    it once kept a handle (tens of kilobytes) for each of them for ever. It keeps the most
+    recently used few, and a session whose handle went still has its loop caught: the handle
+    opened again rebuilds its detector from the store."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from engine.integrations.mcp import proxy as proxy_module
+    from engine.integrations.mcp_proxy import McpProxy, Upstream
+
+    monkeypatch.setattr(proxy_module, "KEPT_HANDLES", 3)
+    monkeypatch.setattr(proxy_module, "KEPT_SESSIONS", 5)
+    server = MCPServer("receipts")
+
+    @server.tool()
+    def image_crop(x: int, y: int, width: int, height: int) -> str:
+        """Crop."""
+        raise ToolError("invalid slice")
+
+    @server.tool()
+    def read_total() -> str:
+        """Total."""
+        return "42.00 EUR"
+
+    def named(sid: str, name: str, args: dict):
+        import mcp_types
+
+        return mcp_types.CallToolRequestParams(name=name, arguments=args,
+                                               _meta={"rewind/session": sid})
+
+    async def scenario():
+        async with Client(server) as client:
+            with Engine.open(f"sqlite:///{tmp_path}/many.db") as engine:
+                proxy = McpProxy(engine, [Upstream(client=client)], session="mcp-base")
+                first = [await proxy.on_call_tool(None, named("mcp-a", "image_crop", CROP))
+                         for _ in range(2)]
+                for n in range(20):
+                    await proxy.on_call_tool(None, named(f"mcp-other-{n}", "read_total", {}))
+                kept = (len(proxy._sessions), len(proxy._epochs), len(proxy._last_call))
+                third = await proxy.on_call_tool(None, named("mcp-a", "image_crop", CROP))
+                return first, kept, third, engine.session_info("mcp-a")
+
+    first, kept, third, info = asyncio.run(scenario())
+    assert kept[0] <= 3 and kept[1] <= 5 and kept[2] <= 5
+    assert all("completed a loop" not in "\n".join(texts(r)) for r in first)
+    assert "this call completed a loop" in texts(third)[1]
+    assert info.loops == 1 and info.last_verdict["evidence_steps"] == [1, 2, 3]

@@ -45,6 +45,11 @@ __all__ = ["DEFAULT_TIMEOUT_S", "META_SESSION_KEYS", "McpProxy", "UpstreamUnavai
 
 log = logging.getLogger("rewind.mcp_proxy")
 
+KEPT_HANDLES = 1_000
+"""Session handles the proxy keeps open (least recently used go first)."""
+KEPT_SESSIONS = 100_000
+"""Sessions whose last call and last epoch heard of the proxy remembers (a few hundred bytes
+each)."""
 KEPT_CLIENTS = 1_000
 """Client connections the proxy remembers, to tell when an upstream's tool list changes."""
 NOTIFY_WAIT_S = 5.0
@@ -123,6 +128,15 @@ class UpstreamUnavailable(ConnectionError):
     says what happened."""
 
 
+def _keep(kept: OrderedDict[str, Any], key: str, value: Any, bound: int) -> None:
+    """Set `kept[key]` as the most recently used entry, dropping the least recently used past
+    `bound`: a proxy up all day meets ever new sessions, and must not grow with them."""
+    kept[key] = value
+    kept.move_to_end(key)
+    while len(kept) > bound:
+        kept.popitem(last=False)
+
+
 def _clause(explanation: Any) -> str:
     """An explanation sentence to quote inside another one."""
     return str(explanation or "a loop").strip().rstrip(".")
@@ -190,9 +204,13 @@ class McpProxy:
         self.meta = {"channel": "mcp", **(meta or {})}
         self.timeout = timeout
         self.session_prefix = session_prefix or None
-        self._sessions: dict[str, Session] = {}
-        self._epochs: dict[str, int] = {}
-        self._last_call: dict[str, float] = {}
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        """Open handles, the most recently used last (at most `KEPT_HANDLES`: a handle costs
+        tens of kilobytes, and a proxy up all day meets a new session per connection or per
+        conversation; a handle opened again rebuilds its detector from the store)."""
+        self._epochs: OrderedDict[str, int] = OrderedDict()
+        """The epoch each session's client has heard of (a rollback since: a notice is due)."""
+        self._last_call: OrderedDict[str, float] = OrderedDict()
         """Monotonic time of each session's last tools/call (a new task after `IDLE_TASK_S`)."""
         self._tools: dict[str, Upstream] = {}
         self._prompts: dict[str, Upstream] = {}
@@ -255,11 +273,7 @@ class McpProxy:
         session = getattr(ctx, "session", None)
         if session is None or not hasattr(session, "send_tool_list_changed"):
             return
-        key = self._connection_session(ctx)
-        self._clients[key] = session
-        self._clients.move_to_end(key)
-        while len(self._clients) > KEPT_CLIENTS:
-            self._clients.popitem(last=False)
+        _keep(self._clients, self._connection_session(ctx), session, KEPT_CLIENTS)
 
     async def _tools_changed(self) -> None:
         """An upstream's tool list changed: tell every client, a handshake-era one by
@@ -288,7 +302,7 @@ class McpProxy:
             if named and not self._may_name(named):
                 raise _SessionRefused(SESSION_REFUSED.format(sid=named[:200]))
             found = self._open(sid)
-            self._sessions[sid] = found
+        _keep(self._sessions, sid, found, KEPT_HANDLES)
         return found
 
     def _may_name(self, sid: str) -> bool:
@@ -337,7 +351,7 @@ class McpProxy:
         """The notice of a rollback this proxy has not told the client about yet."""
         epoch = session.info().epoch
         seen = self._epochs.get(session.id)
-        self._epochs[session.id] = epoch
+        _keep(self._epochs, session.id, epoch, KEPT_SESSIONS)
         if seen is None or seen == epoch:
             return None
         for message in reversed(session.state().messages):
@@ -394,7 +408,7 @@ class McpProxy:
         result = await self.call(session, name, args)
         if notice:
             result = _with_text(result, f"Rewind notice: {notice}")
-        self._epochs[session.id] = session.info().epoch
+        _keep(self._epochs, session.id, session.info().epoch, KEPT_SESSIONS)
         return result
 
     async def call(self, session: Session, name: str, args: dict) -> types.CallToolResult:
@@ -415,7 +429,7 @@ class McpProxy:
             # The client came back after a pause: a new task, so a client connected all day is
             # never stopped by the step budget for being connected long (loops still count).
             session.new_task()
-        self._last_call[session.id] = now
+        _keep(self._last_call, session.id, now, KEPT_SESSIONS)
         step = session.step(name, args)
         try:
             step.__enter__()
