@@ -292,3 +292,25 @@ def test_a_changed_tool_list_reaches_the_client(tmp_path, era):
     assert capability is True
     assert "late" not in before and after == [*before, "late"]
     assert text(late) == "late" and not late.is_error
+
+
+def test_a_stray_line_on_the_upstreams_stdout_is_one_clear_log_line(tmp_path):
+    """A server that prints to stdout (a banner, a debug line) breaks no call, and the proxy's
+    log says so in one line quoting it, where the SDK alone logged a fifteen-line traceback
+    for each such line."""
+    from mcp.client.stdio import stdio_client
+
+    store = f"sqlite:///{tmp_path}/chatter.db"
+
+    async def scenario():
+        with open(tmp_path / "proxy.err", "w") as errlog:
+            async with Client(stdio_client(proxy(store, "--", sys.executable, HOSTILE),
+                                           errlog=errlog)) as client:
+                return [await client.call_tool("chatter", {}) for _ in range(2)]
+
+    results = asyncio.run(scenario())
+    assert [text(r) for r in results] == ["chattered", "chattered"]
+    said = (tmp_path / "proxy.err").read_text()
+    assert "Traceback" not in said
+    lines = [x for x in said.splitlines() if "wrote a line that is not JSON to stdout" in x]
+    assert len(lines) == 2 and "'debug: cropping the receipt…' (ignored)" in lines[0]

@@ -10,6 +10,7 @@ Tools (each answers the call named after it):
     surrogate          a text result holding a lone surrogate
     bad_utf8           a result line with the byte 0xFF inside a string
     not_an_object      a response whose result is a string (valid JSON, not JSON-RPC)
+    chatter            a stray line on stdout ("debug: cropping…"), then its answer
     hang               never answers (the server keeps reading)
     exit               the process exits at once with status 3, a line on stderr first
     secret             the value of $HOSTILE_TOKEN
@@ -28,8 +29,8 @@ import os
 import sys
 
 PROTOCOL = "2025-11-25"
-TOOLS = ["echo", "big", "surrogate", "bad_utf8", "not_an_object", "hang", "exit", "secret",
-         "grow", "stats"]
+TOOLS = ["echo", "big", "surrogate", "bad_utf8", "not_an_object", "chatter", "hang", "exit",
+         "secret", "grow", "stats"]
 state = {"lists": 0, "tools": list(TOOLS)}
 
 
@@ -68,6 +69,9 @@ def call(rid: object, name: str, args: dict) -> None:
         send(line.encode().replace(b"@", b"\xff"))
     elif name == "not_an_object":
         send(json.dumps({"jsonrpc": "2.0", "id": rid, "result": "done"}).encode())
+    elif name == "chatter":
+        send("debug: cropping the receipt…".encode())
+        answer(rid, text_result("chattered"))
     elif name == "hang":
         return
     elif name == "exit":

@@ -100,6 +100,29 @@ class _AnsweringUnreadable:
         return getattr(self._inner, name)
 
 
+def _one_line_per_stray_line(record: logging.LogRecord) -> bool:
+    """A logging filter for the SDK's stdio client: a line an upstream wrote to stdout that is
+    no JSON-RPC (a banner, a debug print) is logged as one line quoting it, not a traceback of
+    fifteen lines per stray line. Keeps every record."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if exc is None or "parse JSONRPC" not in str(record.msg):
+        return True
+    errors = getattr(exc, "errors", None)
+    try:
+        given = errors()[0].get("input") if callable(errors) else None
+    except (IndexError, TypeError, AttributeError, ValueError):
+        given = None
+    if not isinstance(given, str):
+        return True
+    found = unreadable(exc)
+    what = found.what if found is not None else "a line that is not JSON-RPC"
+    record.msg = "an upstream server wrote %s to stdout, which carries only MCP messages: %r%s"
+    record.args = (what, given[:200], " (its request gets an error)" if found and found.id
+                   is not None else " (ignored)")
+    record.exc_info = record.exc_text = None
+    return True
+
+
 def bearer_guard(app: Any, token: str) -> Any:
     """The ASGI app `app` answering 401 to an HTTP request without ``Authorization: Bearer
     <token>`` (compared in constant time); lifespan and other scopes pass through."""
@@ -206,6 +229,7 @@ def main(
               f"program on this machine can call the tools behind {host}:{http_port}",
               file=sys.stderr)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    logging.getLogger("mcp.client.stdio").addFilter(_one_line_per_stray_line)
     with Engine.open(store) as engine:
         try:
             anyio.run(lambda: serve(engine, upstreams, session=session, http_port=http_port,
