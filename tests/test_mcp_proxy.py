@@ -445,3 +445,46 @@ def test_a_proxy_meeting_ever_new_sessions_keeps_a_bounded_number_of_handles(
     assert all("completed a loop" not in "\n".join(texts(r)) for r in first)
     assert "this call completed a loop" in texts(third)[1]
     assert info.loops == 1 and info.last_verdict["evidence_steps"] == [1, 2, 3]
+
+
+def test_a_call_whose_arguments_are_over_the_engines_limit_still_reaches_the_tool(tmp_path):
+    """An IDE agent writes a 1.5 MB file: the arguments are over the engine's 1 MB limit for
+    recorded arguments, and the proxy once answered "Internal server error" without calling
+    the tool. The call goes through, recorded by the arguments' digest and size, and repeating
+    the same failing large call is still caught as a loop."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from engine.integrations.mcp_proxy import McpProxy, Upstream
+
+    server = MCPServer("files")
+    written: list[int] = []
+
+    @server.tool()
+    def write_file(path: str, content: str) -> str:
+        """Write a file."""
+        if path == "/full":
+            raise ToolError("disk full")
+        written.append(len(content))
+        return f"wrote {len(content)} characters"
+
+    content = "x" * 1_500_000
+
+    async def scenario():
+        async with Client(server) as client:
+            with Engine.open(f"sqlite:///{tmp_path}/large.db") as engine:
+                proxy = McpProxy(engine, [Upstream(client=client)], session="large")
+                session = proxy.session_for(None)
+                ok = await proxy.call(session, "write_file", {"path": "/a", "content": content})
+                failed = [await proxy.call(session, "write_file",
+                                           {"path": "/full", "content": content})
+                          for _ in range(4)]
+                return ok, failed, engine.get_session("large").steps()
+
+    ok, failed, recorded = asyncio.run(scenario())
+    assert not ok.is_error and texts(ok) == ["wrote 1500000 characters"]
+    assert written == [1_500_000]
+    assert set(recorded[0].args) == {"digest", "bytes"} and recorded[0].args["bytes"] > 1_500_000
+    assert recorded[1].args == recorded[2].args != recorded[0].args
+    assert "this call completed a loop" in texts(failed[2])[1]
+    assert texts(failed[3])[0].startswith("Rewind refused this call: write_file")

@@ -11,6 +11,8 @@ loop detector never counts: a refusal is never evidence of a loop.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import time
 import uuid
@@ -135,6 +137,14 @@ def _keep(kept: OrderedDict[str, Any], key: str, value: Any, bound: int) -> None
     kept.move_to_end(key)
     while len(kept) > bound:
         kept.popitem(last=False)
+
+
+def _by_digest(args: dict) -> dict:
+    """What is recorded of arguments over the engine's size limit: their digest and size (as
+    `rewind otlp` records such spans), the same for the same arguments."""
+    text = json.dumps(args, sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+                      default=str).encode("utf-8", "replace")
+    return {"digest": hashlib.sha256(text).hexdigest(), "bytes": len(text)}
 
 
 def _clause(explanation: Any) -> str:
@@ -416,9 +426,11 @@ class McpProxy:
         fp = fingerprint(name, canonicalize(args, "args"))
         blocked = self._blocked(session, fp)
         if blocked is not None:
-            self.engine.record_refusal(
-                session.id, name, args,
-                f"this call repeats a loop ({blocked.get('rule')}); the tool was not called")
+            reason = f"this call repeats a loop ({blocked.get('rule')}); the tool was not called"
+            try:
+                self.engine.record_refusal(session.id, name, args, reason)
+            except SizeLimitExceeded:  # recorded by digest, as the calls it repeats
+                self.engine.record_refusal(session.id, name, _by_digest(args), reason)
             return _refusal(
                 REFUSAL.format(tool=name, explanation=_clause(blocked.get("explanation"))))
         upstream = await self._route(name)
@@ -430,7 +442,12 @@ class McpProxy:
             # never stopped by the step budget for being connected long (loops still count).
             session.new_task()
         _keep(self._last_call, session.id, now, KEPT_SESSIONS)
-        step = session.step(name, args)
+        try:
+            step = session.step(name, args)
+        except SizeLimitExceeded:
+            # Arguments too large to record whole (a file an IDE agent writes): the call still
+            # goes through, recorded by their digest, so the detector still sees a repeat.
+            step = session.step(name, _by_digest(args))
         try:
             step.__enter__()
         except ToolQuarantined as refused:
