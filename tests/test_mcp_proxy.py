@@ -488,3 +488,95 @@ def test_a_call_whose_arguments_are_over_the_engines_limit_still_reaches_the_too
     assert recorded[1].args == recorded[2].args != recorded[0].args
     assert "this call completed a loop" in texts(failed[2])[1]
     assert texts(failed[3])[0].startswith("Rewind refused this call: write_file")
+
+
+def _counting_server():
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("counter")
+    called: list[str] = []
+
+    @server.tool()
+    def echo(text: str) -> str:
+        """Echo."""
+        called.append(text)
+        return text
+
+    return server, called
+
+
+def _named(sid: str, text: str):
+    import mcp_types
+
+    return mcp_types.CallToolRequestParams(name="echo", arguments={"text": text},
+                                           _meta={"rewind/session": sid})
+
+
+def test_a_session_purged_while_its_client_stays_connected_starts_again(tmp_path):
+    """Retention (`rewind purge --idle`) removed the session of a client that stayed connected:
+    every later call was answered "Internal server error" until the proxy restarted. The
+    session starts again, and the tool is called once per call."""
+    from engine.integrations.mcp_proxy import McpProxy, Upstream
+
+    server, called = _counting_server()
+
+    async def scenario():
+        async with Client(server) as client:
+            with Engine.open(f"sqlite:///{tmp_path}/purged.db") as engine:
+                proxy = McpProxy(engine, [Upstream(client=client)], session="mcp-base")
+                first = await proxy.on_call_tool(None, _named("mcp-day", "morning"))
+                purged = engine.purge_idle_sessions(0.0)
+                gone = engine.session_info("mcp-day") is None
+                later = await proxy.on_call_tool(None, _named("mcp-day", "evening"))
+                return first, purged, gone, later, engine.get_session("mcp-day").steps()
+
+    first, purged, gone, later, recorded = asyncio.run(scenario())
+    assert gone, purged
+    assert texts(first) == ["morning"] and texts(later) == ["evening"] and not later.is_error
+    assert called == ["morning", "evening"]
+    assert [s.args["text"] for s in recorded] == ["evening"]
+
+
+def test_an_unreachable_store_gets_a_clear_refusal_and_the_tool_is_not_called(tmp_path):
+    """The store (Redis) went away mid-session: the client got "Internal server error" and the
+    proxy's log a traceback. The call is refused with the store's own error, the tool is not
+    called (an unrecorded call would escape the guard), and the proxy serves on once the
+    store is back."""
+    import shutil
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("needs redis-server")
+    from engine.integrations.mcp_proxy import McpProxy, Upstream
+
+    server, called = _counting_server()
+    port = free_port()
+    start = [shutil.which("redis-server"), "--port", str(port), "--save", "",
+             "--appendonly", "no", "--bind", "127.0.0.1"]
+
+    def redis() -> subprocess.Popen:
+        proc = subprocess.Popen(start, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(port, proc)
+        return proc
+
+    async def scenario():
+        store = redis()
+        try:
+            async with Client(server) as client:
+                with Engine.open(f"redis://127.0.0.1:{port}/0") as engine:
+                    proxy = McpProxy(engine, [Upstream(client=client)], session="mcp-r")
+                    up = await proxy.on_call_tool(None, _named("mcp-r", "up"))
+                    store.terminate()
+                    store.wait()
+                    down = await proxy.on_call_tool(None, _named("mcp-r", "down"))
+                    store = redis()
+                    back = await proxy.on_call_tool(None, _named("mcp-r", "back"))
+                    return up, down, back
+        finally:
+            store.terminate()
+            store.wait()
+
+    up, down, back = asyncio.run(scenario())
+    assert texts(up) == ["up"] and texts(back) == ["back"]
+    assert down.is_error and texts(down)[0].startswith(
+        "Rewind could not reach its store, so the tool was not called: cannot reach Redis")
+    assert called == ["up", "back"]

@@ -39,6 +39,11 @@ lone surrogate, becomes an error result saying so; each request waits at most ``
 seconds (default 120); a server that exits ends its own connection only, and its calls say
 what happened. Each upstream inherits the proxy's environment.
 
+**The store.** When it cannot be reached before a call, the call is refused with the store's
+own error and the tool is not called (an unrecorded call would escape the guard); when it fails
+after the tool ran, the result goes back saying that the records miss the call. A session that
+retention removed while its client stayed connected starts again.
+
 **HTTP** needs a bearer token (``--token`` or $REWIND_MCP_TOKEN) on any address but loopback.
 
 **Rollback for clients that own their history.** The proxy cannot rewrite what an MCP client

@@ -35,7 +35,9 @@ from engine.errors import (
     RollbackConflict,
     SizeLimitExceeded,
     SnapshotNotRestorable,
+    StoreError,
     ToolQuarantined,
+    UnknownSession,
     UnknownSnapshot,
 )
 from engine.integrations.mcp.upstream import Upstream
@@ -123,6 +125,14 @@ TIMED_OUT = (
 GONE = "The upstream server is not available: {failure}. The tool was not called."
 LOST = "The upstream server failed during the call: {failure}. The call did not complete."
 CANCELLED = "cancelled: the client gave up on the call (or the proxy stopped) before it ended"
+STORE_DOWN = (
+    "Rewind could not reach its store, so the tool was not called: {failure}. Try again in a "
+    "moment; if it keeps failing, tell the user."
+)
+NOT_RECORDED = (
+    "Rewind could not record this call in its store ({failure}): the tool ran and this is its "
+    "result, but the session's records miss the call."
+)
 
 
 class UpstreamUnavailable(ConnectionError):
@@ -410,19 +420,49 @@ class McpProxy:
         self._heard_from(ctx)
         name, args = params.name, dict(params.arguments or {})
         meta = params.meta if isinstance(params.meta, dict) else getattr(ctx, "meta", None)
-        try:
-            session = self.session_for(ctx, meta)
-        except _SessionRefused as refused:
-            return _refusal(str(refused))
-        notice = self._pending_notice(session)
-        result = await self.call(session, name, args)
+        for attempt in (1, 2):
+            try:
+                session = self.session_for(ctx, meta)
+                notice = self._pending_notice(session)
+                result = await self.call(session, name, args)
+                break
+            except _SessionRefused as refused:
+                return _refusal(str(refused))
+            except UnknownSession:
+                # Retention (`rewind purge`) removed the session while its client stayed
+                # connected: forget the handle and start the session again, once. `call`
+                # raises it only before the tool was called, so the retry calls it once.
+                if attempt == 2:
+                    raise
+                self._forget(self._requested_session(ctx, meta))
+            except StoreError as exc:
+                log.warning("cannot reach the store, %s was not called: %s", name, exc)
+                return _refusal(STORE_DOWN.format(failure=exc))
         if notice:
             result = _with_text(result, f"Rewind notice: {notice}")
-        _keep(self._epochs, session.id, session.info().epoch, KEPT_SESSIONS)
+        with contextlib.suppress(StoreError, UnknownSession):
+            _keep(self._epochs, session.id, session.info().epoch, KEPT_SESSIONS)
         return result
 
+    def _requested_session(self, ctx: Any, meta: Any) -> str:
+        if isinstance(meta, dict):
+            for key in META_SESSION_KEYS:
+                if isinstance(meta.get(key), str):
+                    return str(meta[key])
+        return self._connection_session(ctx)
+
+    def _forget(self, sid: str) -> None:
+        """Drop what the proxy holds of session `sid` (it is opened again on its next call)."""
+        for kept in (self._sessions, self._epochs, self._last_call):
+            kept.pop(sid, None)
+
     async def call(self, session: Session, name: str, args: dict) -> types.CallToolResult:
-        """Run one tool call of `session` through the guard; the step it opens always ends."""
+        """Run one tool call of `session` through the guard; the step it opens always ends.
+
+        Raises:
+            StoreError, UnknownSession: the store failed, or lost the session, before the tool
+                was called (after, the result goes back saying the records miss it).
+        """
         fp = fingerprint(name, canonicalize(args, "args"))
         blocked = self._blocked(session, fp)
         if blocked is not None:
@@ -456,10 +496,16 @@ class McpProxy:
             result = await self._forward(upstream, name, args)
         except BaseException:  # cancelled: the client gave up, or the proxy is stopping
             step.fail(CANCELLED)
-            self._end(session, step, fp, None)
+            with contextlib.suppress(StoreError, UnknownSession):
+                self._end(session, step, fp, None)
             raise
         result = self._record(step, name, result)
-        return self._end(session, step, fp, result)
+        try:
+            return self._end(session, step, fp, result)
+        except (StoreError, UnknownSession) as exc:
+            # The tool ran: its result goes back, saying that the records miss it.
+            log.warning("cannot record the end of %s in the store: %s", name, exc)
+            return _with_text(result, NOT_RECORDED.format(failure=exc))
 
     async def _forward(self, upstream: Upstream, name: str, args: dict) -> types.CallToolResult:
         """The upstream's result, or an error result saying why there is none. Raises only
