@@ -126,8 +126,11 @@ def test_an_upstream_that_exits_ends_its_own_calls_only(tmp_path):
                         [("exit", {}), ("echo", {"text": "x"}), ("read_total", {})]]
 
     exited, echoed, total = asyncio.run(scenario())
-    # the proxy's log (a desktop assistant keeps it) says once which server was lost
+    # the proxy's log (a desktop assistant keeps it) says where it records, and once which
+    # server was lost
     said = (tmp_path / "proxy.err").read_text()
+    assert (f"rewind mcp-proxy: recording the tool calls of session s into "
+            f"{tmp_path}/exit.db; serving {sys.executable} {HOSTILE}, ") in said
     assert "hostile: exiting on purpose" in said  # the server's own last words
     assert said.count("exited or closed its output") == 1
     assert f"{HOSTILE}` exited or closed its output" in said

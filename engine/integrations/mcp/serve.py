@@ -172,6 +172,13 @@ async def serve(
                      session_prefix=session_prefix)
     server = proxy.server()
     async with proxy.connected():
+        # The store, by the path people check: a desktop assistant starts the proxy in a
+        # folder of its own choosing, where a relative default store is not the console's.
+        sessions = (f"session {proxy.default_session}" if http_port is None else
+                    f"one session per connection (else {proxy.default_session})")
+        print(f"rewind mcp-proxy: recording the tool calls of {sessions} into "
+              f"{_store_name(engine.url)}; serving {', '.join(u.name for u in upstreams)}",
+              file=sys.stderr, flush=True)
         if http_port is None:
             async with stdio_server() as (read, write):
                 await server.run(_AnsweringUnreadable(read, write), write,
@@ -239,6 +246,17 @@ def main(
             print(f"rewind mcp-proxy: {exc}", file=sys.stderr)
             return 1
     return 0
+
+
+def _store_name(url: str) -> str:
+    """A SQLite store by its absolute path (what a relative URL resolved to here), another by
+    its URL (the password masked already)."""
+    if url.lower().startswith("sqlite:"):
+        from engine.store.sqlite.tx import path_from_url
+
+        path = path_from_url(url)
+        return path if path == ":memory:" else os.path.abspath(path)
+    return url
 
 
 def describe(result: types.CallToolResult) -> str:
