@@ -378,6 +378,24 @@ def test_with_a_token_every_request_needs_the_bearer(engine):
         assert len(engine.get_session("conv-1").steps()) == 1
 
 
+def test_refused_requests_are_said_on_stderr_once_a_minute_per_status(engine, capsys):
+    """An exporter with a wrong token (an empty $REWIND_OTLP_TOKEN in the agent's shell) or a
+    broken body is told so, but the receiver's own log said nothing: an operator saw no
+    sessions and no reason. Each status is said once a minute, with a count of the rest."""
+    with Receiver(engine, ServerConfig(port=0, token="s3cret"),
+                  IngestConfig(settle_s=NEVER)) as r:
+        body = request(gen_ai_tool(1)).SerializeToString()
+        for _ in range(3):
+            assert post(r.endpoint, body, Authorization="Bearer ")[0] == 401
+        assert post(r.endpoint, b"\xff\x00garbage", Authorization="Bearer s3cret")[0] == 400
+        assert post(r.endpoint, body, Authorization="Bearer s3cret")[0] == 200
+        said = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[1].strip() for line in said] == ["answered 401 to 127.0.0.1",
+                                                             "answered 400 to 127.0.0.1"]
+    assert "a bearer token is required" in said[0]
+    assert "not an OTLP protobuf trace request" in said[1]
+
+
 def test_a_burst_past_the_buffers_gets_429_and_nothing_of_it_is_kept(engine):
     with Receiver(engine, ServerConfig(port=0),
                   IngestConfig(settle_s=NEVER, max_session_spans=4, max_buffered_spans=6)) as r:
