@@ -255,6 +255,16 @@ def test_cli_needs_an_upstream(capsys):
     assert "give an upstream" in capsys.readouterr().err
 
 
+def test_cli_refuses_a_session_id_no_store_takes_before_serving(capsys):
+    """`--session` over 200 characters was taken, and every call then failed with "Internal
+    server error"; it is refused at start, saying why."""
+    from engine.cli import main
+
+    assert main(["mcp-proxy", "--store", "sqlite:///:memory:", "--session", "x" * 300,
+                 "--", sys.executable, SERVER]) == 2
+    assert "--session: a session id must be at most 200 characters" in capsys.readouterr().err
+
+
 def test_a_quarantined_tool_is_refused_without_calling_it(tmp_path):
     """An operator's quarantine: the proxy answers with an isError result and the upstream tool
     is not called."""

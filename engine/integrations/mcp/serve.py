@@ -25,6 +25,8 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
 from engine.engine import Engine
+from engine.errors import InvalidSessionId
+from engine.ids import validate_session_id
 from engine.integrations.mcp.proxy import DEFAULT_TIMEOUT_S, McpProxy, UpstreamUnavailable, _text
 from engine.integrations.mcp.upstream import Upstream, load_config
 from engine.integrations.mcp.wire import error_for, unreadable
@@ -225,6 +227,12 @@ def main(
             file=sys.stderr,
         )
         return 2
+    if session:
+        try:  # here, not on every call: each would fail with "Internal server error"
+            validate_session_id(session)
+        except InvalidSessionId as exc:
+            print(f"rewind mcp-proxy: --session: {exc}", file=sys.stderr)
+            return 2
     token = token or os.environ.get(TOKEN_ENV) or None
     if http_port is not None and not token and not is_loopback(host):
         print(f"rewind mcp-proxy: refusing to serve MCP on {host} without a bearer token: "
