@@ -40,6 +40,7 @@ from engine.errors import (
     UnknownSession,
     UnknownSnapshot,
 )
+from engine.ids import validate_session_id
 from engine.integrations.mcp.upstream import Upstream
 from engine.loops.fingerprint import canonicalize, fingerprint
 from engine.sessions.notices import NOTICE_FLAG
@@ -108,6 +109,10 @@ SESSION_REFUSED = (
     "Rewind refused this call: the session {sid!r} named in _meta was not created by an MCP "
     "proxy, and this proxy may reach only its own sessions (an operator can allow a prefix with "
     "rewind mcp-proxy --session-prefix). The tool was not called."
+)
+INVALID_SESSION = (
+    "Rewind refused this call: the session named in _meta is not a session id ({problem}). "
+    "The tool was not called; name the session with 1-200 printable characters."
 )
 TOO_LARGE = (
     "The upstream server's result for {tool} was not passed on: {detail} Ask for less (a page, "
@@ -319,6 +324,11 @@ class McpProxy:
         sid = named or self._connection_session(ctx)
         found = self._sessions.get(sid)
         if found is None:
+            if named:
+                try:
+                    validate_session_id(named)
+                except InvalidSessionId as exc:
+                    raise _SessionRefused(INVALID_SESSION.format(problem=exc)) from exc
             if named and not self._may_name(named):
                 raise _SessionRefused(SESSION_REFUSED.format(sid=named[:200]))
             found = self._open(sid)
