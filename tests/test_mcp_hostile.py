@@ -129,8 +129,8 @@ def test_an_upstream_that_exits_ends_its_own_calls_only(tmp_path):
     # the proxy's log (a desktop assistant keeps it) says where it records, and once which
     # server was lost
     said = (tmp_path / "proxy.err").read_text()
-    assert (f"rewind mcp-proxy: recording the tool calls of session s into "
-            f"{tmp_path}/exit.db; serving {sys.executable} {HOSTILE}, ") in said
+    assert (f"rewind mcp-proxy: recording the tool calls of session s into {store}; "
+            f"serving {sys.executable} {HOSTILE}, ") in said
     assert "hostile: exiting on purpose" in said  # the server's own last words
     assert said.count("exited or closed its output") == 1
     assert f"{HOSTILE}` exited or closed its output" in said
@@ -317,3 +317,23 @@ def test_a_stray_line_on_the_upstreams_stdout_is_one_clear_log_line(tmp_path):
     assert "Traceback" not in said
     lines = [x for x in said.splitlines() if "wrote a line that is not JSON to stdout" in x]
     assert len(lines) == 2 and "'debug: cropping the receipt…' (ignored)" in lines[0]
+
+
+def test_the_proxy_says_where_a_relative_store_is(tmp_path):
+    """The default store is a relative path, resolved in whatever folder the MCP client starts
+    the proxy in: the proxy's first line names that folder."""
+    from mcp.client.stdio import stdio_client
+
+    params = proxy("sqlite:///.rewind/rewind.db", "--", sys.executable, RECEIPTS)
+    params.cwd = str(tmp_path)
+
+    async def scenario():
+        with open(tmp_path / "proxy.err", "w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                return await client.call_tool("read_total", {})
+
+    assert text(asyncio.run(scenario())) == "42.00 EUR"
+    said = (tmp_path / "proxy.err").read_text()
+    assert ("into sqlite:///.rewind/rewind.db (a path relative to "
+            f"{os.path.realpath(tmp_path)}); serving") in said
+    assert (tmp_path / ".rewind" / "rewind.db").exists()

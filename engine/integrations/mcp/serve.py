@@ -174,8 +174,8 @@ async def serve(
                      session_prefix=session_prefix)
     server = proxy.server()
     async with proxy.connected():
-        # The store, by the path people check: a desktop assistant starts the proxy in a
-        # folder of its own choosing, where a relative default store is not the console's.
+        # Where it records: a desktop assistant starts the proxy in a folder of its own
+        # choosing, where a relative default store is not the console's.
         sessions = (f"session {proxy.default_session}" if http_port is None else
                     f"one session per connection (else {proxy.default_session})")
         print(f"rewind mcp-proxy: recording the tool calls of {sessions} into "
@@ -257,13 +257,12 @@ def main(
 
 
 def _store_name(url: str) -> str:
-    """A SQLite store by its absolute path (what a relative URL resolved to here), another by
-    its URL (the password masked already)."""
-    if url.lower().startswith("sqlite:"):
-        from engine.store.sqlite.tx import path_from_url
-
-        path = path_from_url(url)
-        return path if path == ":memory:" else os.path.abspath(path)
+    """The store's URL (the password masked already), with the folder a relative SQLite path
+    starts from: a desktop assistant picks the proxy's working folder."""
+    lowered = url.lower()
+    if lowered.startswith("sqlite:///") and not lowered.startswith("sqlite:////") and (
+            ":memory:" not in lowered):
+        return f"{url} (a path relative to {os.getcwd()})"
     return url
 
 
