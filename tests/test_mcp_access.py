@@ -142,3 +142,23 @@ def test_a_call_both_loop_blocked_and_quarantined_is_refused(tmp_path):
 
     refused = asyncio.run(scenario())
     assert refused.is_error and texts(refused)[0].startswith("Rewind refused this call")
+
+
+def test_meta_naming_an_invalid_session_id_is_refused_with_the_reason(tmp_path):
+    """Under --session-prefix, a _meta id no store takes (over 200 characters) got "Internal
+    server error"; it is refused, saying what is wrong with the id, and the proxy serves on."""
+    store = f"sqlite:///{tmp_path}/invalid.db"
+
+    async def scenario():
+        async with Client(proxy_params(store, "--session", "own", "--session-prefix", "mcp-",
+                                       "--", sys.executable, SERVER)) as client:
+            bad = await client.call_tool("echo", {"text": "x"},
+                                         meta={"rewind/session": "mcp-" + "x" * 300})
+            good = await client.call_tool("echo", {"text": "y"})
+            return bad, good
+
+    bad, good = asyncio.run(scenario())
+    assert bad.is_error and texts(bad)[0].startswith(
+        "Rewind refused this call: the session named in _meta is not a session id (a session "
+        "id must be at most 200 characters")
+    assert not good.is_error

@@ -255,6 +255,16 @@ def test_cli_needs_an_upstream(capsys):
     assert "give an upstream" in capsys.readouterr().err
 
 
+def test_cli_refuses_a_session_id_no_store_takes_before_serving(capsys):
+    """`--session` over 200 characters was taken, and every call then failed with "Internal
+    server error"; it is refused at start, saying why."""
+    from engine.cli import main
+
+    assert main(["mcp-proxy", "--store", "sqlite:///:memory:", "--session", "x" * 300,
+                 "--", sys.executable, SERVER]) == 2
+    assert "--session: a session id must be at most 200 characters" in capsys.readouterr().err
+
+
 def test_a_quarantined_tool_is_refused_without_calling_it(tmp_path):
     """An operator's quarantine: the proxy answers with an isError result and the upstream tool
     is not called."""
@@ -394,3 +404,189 @@ def test_a_session_handle_the_caller_made_still_gets_its_loop_blocked(tmp_path):
     assert "this call completed a loop" in texts(results[2])[1]
     assert texts(results[2])[2].startswith("Rewind notice: ")
     assert texts(results[3])[0].startswith("Rewind refused this call")
+
+
+def test_a_proxy_meeting_ever_new_sessions_keeps_a_bounded_number_of_handles(
+        tmp_path, monkeypatch):
+    """A proxy up all day meets a new session per connection or per conversation (``_meta``);
+    it once kept a handle (tens of kilobytes) for each of them for ever. It keeps the most
+    recently used few, and a session whose handle went still has its loop caught: the handle
+    opened again rebuilds its detector from the store."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from engine.integrations.mcp import proxy as proxy_module
+    from engine.integrations.mcp_proxy import McpProxy, Upstream
+
+    monkeypatch.setattr(proxy_module, "KEPT_HANDLES", 3)
+    monkeypatch.setattr(proxy_module, "KEPT_SESSIONS", 5)
+    server = MCPServer("receipts")
+
+    @server.tool()
+    def image_crop(x: int, y: int, width: int, height: int) -> str:
+        """Crop."""
+        raise ToolError("invalid slice")
+
+    @server.tool()
+    def read_total() -> str:
+        """Total."""
+        return "42.00 EUR"
+
+    def named(sid: str, name: str, args: dict):
+        import mcp_types
+
+        return mcp_types.CallToolRequestParams(name=name, arguments=args,
+                                               _meta={"rewind/session": sid})
+
+    async def scenario():
+        async with Client(server) as client:
+            with Engine.open(f"sqlite:///{tmp_path}/many.db") as engine:
+                proxy = McpProxy(engine, [Upstream(client=client)], session="mcp-base")
+                first = [await proxy.on_call_tool(None, named("mcp-a", "image_crop", CROP))
+                         for _ in range(2)]
+                for n in range(20):
+                    await proxy.on_call_tool(None, named(f"mcp-other-{n}", "read_total", {}))
+                kept = (len(proxy._sessions), len(proxy._epochs), len(proxy._last_call))
+                third = await proxy.on_call_tool(None, named("mcp-a", "image_crop", CROP))
+                return first, kept, third, engine.session_info("mcp-a")
+
+    first, kept, third, info = asyncio.run(scenario())
+    assert kept[0] <= 3 and kept[1] <= 5 and kept[2] <= 5
+    assert all("completed a loop" not in "\n".join(texts(r)) for r in first)
+    assert "this call completed a loop" in texts(third)[1]
+    assert info.loops == 1 and info.last_verdict["evidence_steps"] == [1, 2, 3]
+
+
+def test_a_call_whose_arguments_are_over_the_engines_limit_still_reaches_the_tool(tmp_path):
+    """An IDE agent writes a 1.5 MB file: the arguments are over the engine's 1 MB limit for
+    recorded arguments, and the proxy once answered "Internal server error" without calling
+    the tool. The call goes through, recorded by the arguments' digest and size, and repeating
+    the same failing large call is still caught as a loop."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from engine.integrations.mcp_proxy import McpProxy, Upstream
+
+    server = MCPServer("files")
+    written: list[int] = []
+
+    @server.tool()
+    def write_file(path: str, content: str) -> str:
+        """Write a file."""
+        if path == "/full":
+            raise ToolError("disk full")
+        written.append(len(content))
+        return f"wrote {len(content)} characters"
+
+    content = "x" * 1_500_000
+
+    async def scenario():
+        async with Client(server) as client:
+            with Engine.open(f"sqlite:///{tmp_path}/large.db") as engine:
+                proxy = McpProxy(engine, [Upstream(client=client)], session="large")
+                session = proxy.session_for(None)
+                ok = await proxy.call(session, "write_file", {"path": "/a", "content": content})
+                failed = [await proxy.call(session, "write_file",
+                                           {"path": "/full", "content": content})
+                          for _ in range(4)]
+                return ok, failed, engine.get_session("large").steps()
+
+    ok, failed, recorded = asyncio.run(scenario())
+    assert not ok.is_error and texts(ok) == ["wrote 1500000 characters"]
+    assert written == [1_500_000]
+    assert set(recorded[0].args) == {"digest", "bytes"} and recorded[0].args["bytes"] > 1_500_000
+    assert recorded[1].args == recorded[2].args != recorded[0].args
+    assert "this call completed a loop" in texts(failed[2])[1]
+    assert texts(failed[3])[0].startswith("Rewind refused this call: write_file")
+
+
+def _counting_server():
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("counter")
+    called: list[str] = []
+
+    @server.tool()
+    def echo(text: str) -> str:
+        """Echo."""
+        called.append(text)
+        return text
+
+    return server, called
+
+
+def _named(sid: str, text: str):
+    import mcp_types
+
+    return mcp_types.CallToolRequestParams(name="echo", arguments={"text": text},
+                                           _meta={"rewind/session": sid})
+
+
+def test_a_session_purged_while_its_client_stays_connected_starts_again(tmp_path):
+    """Retention (`rewind purge --idle`) removed the session of a client that stayed connected:
+    every later call was answered "Internal server error" until the proxy restarted. The
+    session starts again, and the tool is called once per call."""
+    from engine.integrations.mcp_proxy import McpProxy, Upstream
+
+    server, called = _counting_server()
+
+    async def scenario():
+        async with Client(server) as client:
+            with Engine.open(f"sqlite:///{tmp_path}/purged.db") as engine:
+                proxy = McpProxy(engine, [Upstream(client=client)], session="mcp-base")
+                first = await proxy.on_call_tool(None, _named("mcp-day", "morning"))
+                purged = engine.purge_idle_sessions(0.0)
+                gone = engine.session_info("mcp-day") is None
+                later = await proxy.on_call_tool(None, _named("mcp-day", "evening"))
+                return first, purged, gone, later, engine.get_session("mcp-day").steps()
+
+    first, purged, gone, later, recorded = asyncio.run(scenario())
+    assert gone, purged
+    assert texts(first) == ["morning"] and texts(later) == ["evening"] and not later.is_error
+    assert called == ["morning", "evening"]
+    assert [s.args["text"] for s in recorded] == ["evening"]
+
+
+def test_an_unreachable_store_gets_a_clear_refusal_and_the_tool_is_not_called(tmp_path):
+    """The store (Redis) went away mid-session: the client got "Internal server error" and the
+    proxy's log a traceback. The call is refused with the store's own error, the tool is not
+    called (an unrecorded call would escape the guard), and the proxy serves on once the
+    store is back."""
+    import shutil
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("needs redis-server")
+    from engine.integrations.mcp_proxy import McpProxy, Upstream
+
+    server, called = _counting_server()
+    port = free_port()
+    start = [shutil.which("redis-server"), "--port", str(port), "--save", "",
+             "--appendonly", "no", "--bind", "127.0.0.1"]
+
+    def redis() -> subprocess.Popen:
+        proc = subprocess.Popen(start, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(port, proc)
+        return proc
+
+    async def scenario():
+        store = redis()
+        try:
+            async with Client(server) as client:
+                with Engine.open(f"redis://127.0.0.1:{port}/0") as engine:
+                    proxy = McpProxy(engine, [Upstream(client=client)], session="mcp-r")
+                    up = await proxy.on_call_tool(None, _named("mcp-r", "up"))
+                    store.terminate()
+                    store.wait()
+                    down = await proxy.on_call_tool(None, _named("mcp-r", "down"))
+                    store = redis()
+                    back = await proxy.on_call_tool(None, _named("mcp-r", "back"))
+                    return up, down, back
+        finally:
+            store.terminate()
+            store.wait()
+
+    up, down, back = asyncio.run(scenario())
+    assert texts(up) == ["up"] and texts(back) == ["back"]
+    assert down.is_error and texts(down)[0].startswith(
+        "Rewind could not reach its store, so the tool was not called: cannot reach Redis")
+    assert called == ["up", "back"]

@@ -378,6 +378,24 @@ def test_with_a_token_every_request_needs_the_bearer(engine):
         assert len(engine.get_session("conv-1").steps()) == 1
 
 
+def test_refused_requests_are_said_on_stderr_once_a_minute_per_status(engine, capsys):
+    """An exporter with a wrong token (an empty $REWIND_OTLP_TOKEN in the agent's shell) or a
+    broken body is told so, but the receiver's own log said nothing: an operator saw no
+    sessions and no reason. Each status is said once a minute, with a count of the rest."""
+    with Receiver(engine, ServerConfig(port=0, token="s3cret"),
+                  IngestConfig(settle_s=NEVER)) as r:
+        body = request(gen_ai_tool(1)).SerializeToString()
+        for _ in range(3):
+            assert post(r.endpoint, body, Authorization="Bearer ")[0] == 401
+        assert post(r.endpoint, b"\xff\x00garbage", Authorization="Bearer s3cret")[0] == 400
+        assert post(r.endpoint, body, Authorization="Bearer s3cret")[0] == 200
+        said = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[1].strip() for line in said] == ["answered 401 to 127.0.0.1",
+                                                             "answered 400 to 127.0.0.1"]
+    assert "a bearer token is required" in said[0]
+    assert "not an OTLP protobuf trace request" in said[1]
+
+
 def test_a_burst_past_the_buffers_gets_429_and_nothing_of_it_is_kept(engine):
     with Receiver(engine, ServerConfig(port=0),
                   IngestConfig(settle_s=NEVER, max_session_spans=4, max_buffered_spans=6)) as r:
@@ -394,6 +412,46 @@ def test_a_burst_past_the_buffers_gets_429_and_nothing_of_it_is_kept(engine):
         send(r, *(gen_ai_tool(n) for n in range(4, 6)))  # the exporter's retry now fits
         r.ingestor.flush(force=True)
         assert len(engine.get_session("conv-1").steps()) == 5
+
+
+def test_a_trace_id_of_another_width_still_names_a_session_its_spans_are_written_to(
+        receiver, engine):
+    """OTLP/JSON lets an exporter send any hex as traceId; a long one, with no session
+    attribute beside it, once made a session id over 200 characters that no write could take:
+    the spans were retried forever, one stderr line each time, and kept their buffer space."""
+    doc = json.loads(as_otlp_json(request(*(
+        gen_ai_tool(n, conversation=None, error="invalid slice") for n in range(1, 4)))))
+    for sp in doc["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        sp["traceId"] = "ab" * 100
+    code, answer, _ = post(receiver.endpoint, json.dumps(doc).encode(), JSON)
+    assert code == 200, answer
+    receiver.ingestor.flush(force=True)
+    assert receiver.ingestor.counts["errors"] == 0 and receiver.ingestor.buffered == 0
+    watched = [s for s in engine.sessions() if s.meta.get("source") == "otlp"]
+    assert len(watched) == 1 and len(watched[0].id) <= 200
+    assert [t for t, _, _ in steps(engine, watched[0].id)] == ["image_crop"] * 3
+    assert engine.session_info(watched[0].id).status == "looping"
+
+
+def test_a_batch_larger_than_a_sessions_buffer_is_taken_when_nothing_waits(engine):
+    """A Collector's batch processor can send more spans of one session in one request than
+    the per-session bound: refused with 429 while other spans of the session wait (the retry
+    fits once they are written), it is taken when nothing waits, since a retry of the same
+    request could never fit (the exporter retried it forever and the spans were lost)."""
+    with Receiver(engine, ServerConfig(port=0),
+                  IngestConfig(settle_s=NEVER, max_session_spans=4, max_buffered_spans=6)) as r:
+        big = request(*(gen_ai_tool(n, args=json.dumps({"page": n})) for n in range(1, 6)))
+        assert post(r.endpoint, big.SerializeToString())[0] == 200
+        assert r.ingestor.buffered == 5
+        code, answer, _ = post(r.endpoint, request(gen_ai_tool(6)).SerializeToString())
+        assert code == 429 and b"session 'conv-1' has 5 spans waiting" in answer
+        r.ingestor.flush(force=True)
+        huge = request(*(gen_ai_tool(n, args=json.dumps({"page": n}), conversation="c2")
+                         for n in range(10, 17)))
+        assert post(r.endpoint, huge.SerializeToString())[0] == 200  # over both bounds, alone
+        r.ingestor.flush(force=True)
+        assert len(engine.get_session("conv-1").steps()) == 5
+        assert len(engine.get_session("c2").steps()) == 7
 
 
 def test_decoding_refuses_what_is_not_a_trace_request():

@@ -7,7 +7,9 @@
 Any MCP client (a desktop assistant, an IDE agent) talks to the proxy instead of the server; the
 proxy forwards ``tools/list`` and ``tools/call`` (and resources and prompts) to the upstream
 servers, built on the official ``mcp`` SDK, and records every tool call as a step of a Rewind
-session, so the client shows in the console with no code change.
+session, so the client shows in the console with no code change. When an upstream says its tool
+list changed, the proxy tells its clients (``notifications/tools/list_changed``, or the event on
+a 2026-07-28 client's ``subscriptions/listen`` stream), so they list the tools again.
 
 **Sessions.** One per client connection: on stdio the proxy process serves one client, and its
 session is ``mcp-<random>`` unless ``--session`` names it; on streamable HTTP a stateful
@@ -26,7 +28,9 @@ before the loop (or pauses it, when the remedy is to stop) with a notice that sa
 happened and what the client should do, and blocks the loop's calls for the session: a call
 that would continue the loop (the same tool with the same arguments) is answered at once with
 an ``isError`` result saying plainly what to do instead, and the upstream tool is not called.
-Such refusals are recorded on the timeline but are never evidence of a loop. A quarantined tool
+Such refusals are recorded on the timeline but are never evidence of a loop. Arguments over the
+engine's size limit (a large file an agent writes) are recorded by their digest and size: the
+call goes through, and a repeat of it is still seen. A quarantined tool
 (``engine.ToolQuarantined``) is refused the same way.
 
 **A broken or hostile upstream** never wedges the proxy: every step it opens ends (ok, error or
@@ -34,6 +38,11 @@ cancelled); a result over the engine's size limit, or an answer that is not UTF-
 lone surrogate, becomes an error result saying so; each request waits at most ``--timeout``
 seconds (default 120); a server that exits ends its own connection only, and its calls say
 what happened. Each upstream inherits the proxy's environment.
+
+**The store.** When it cannot be reached before a call, the call is refused with the store's
+own error and the tool is not called (an unrecorded call would escape the guard); when it fails
+after the tool ran, the result goes back saying that the records miss the call. A session that
+retention removed while its client stayed connected starts again.
 
 **HTTP** needs a bearer token (``--token`` or $REWIND_MCP_TOKEN) on any address but loopback.
 

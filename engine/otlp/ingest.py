@@ -40,9 +40,10 @@ already, and its steps must not be written twice.
 
 **Bounds.** At most `max_session_spans` spans wait per session and `max_buffered_spans` in all:
 a request that would pass either is refused whole (`Backpressure`, HTTP 429, safe to retry since
-span ids are idempotent). At most `max_sessions` sessions' states and `max_traces` trace-to-
-session links are kept in memory (least recently used go first; a state is reread from its
-document).
+span ids are idempotent), unless nothing waits there yet (a request alone over a bound could
+never fit, and the body limit bounds it). At most `max_sessions` sessions' states and
+`max_traces` trace-to-session links are kept in memory (least recently used go first; a state
+is reread from its document).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import SizeLimitExceeded
-from engine.otlp.conventions import Action, classify
+from engine.otlp.conventions import Action, classify, valid_session_id
 from engine.otlp.decode import SpanData
 
 if TYPE_CHECKING:
@@ -194,15 +195,23 @@ class Ingestor:
             by_session: dict[str, list[Action]] = {}
             for a in actions:
                 if a.session is None:
-                    a.session = self._traces.get(a.trace_id) or f"trace-{a.trace_id or 'none'}"
+                    # through valid_session_id: OTLP/JSON lets a trace id be any hex, and an
+                    # id no store takes would be retried forever
+                    a.session = self._traces.get(a.trace_id) or valid_session_id(
+                        f"trace-{a.trace_id or 'none'}")
                 by_session.setdefault(a.session, []).append(a)
-            if self._buffered + len(actions) > self.config.max_buffered_spans:
+            # A request over a bound is refused only while others wait: its retry fits once
+            # they are written, while one that could never fit (a Collector's batch can hold
+            # more spans of one session than a buffer) would be retried until it is lost. A
+            # request is bounded by the body limit, so memory stays bounded.
+            if self._buffered and (
+                    self._buffered + len(actions) > self.config.max_buffered_spans):
                 self.counts["refused"] += len(spans)
                 raise Backpressure(f"{self._buffered} spans are waiting to be written (at most "
                                    f"{self.config.max_buffered_spans}); retry later")
             for sid, items in by_session.items():
                 waiting = len(self._pending.get(sid, ()))
-                if waiting + len(items) > self.config.max_session_spans:
+                if waiting and waiting + len(items) > self.config.max_session_spans:
                     self.counts["refused"] += len(spans)
                     raise Backpressure(f"session {sid!r} has {waiting} spans waiting (at most "
                                        f"{self.config.max_session_spans}); retry later")

@@ -12,6 +12,8 @@
   never grows with a burst. A client that stalls longer than `read_timeout_s` is dropped.
 - Store writes happen on one writer thread, never on a request thread: a slow store slows the
   writer, fills the buffers, and the exporters are told to retry.
+- A refused request is said on stderr too (at most once a minute per status, with a count), so
+  an operator sees why an agent's traces do not arrive.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["Receiver", "ServerConfig", "add_arguments", "main"]
 
 PATH = "/v1/traces"
+REFUSAL_LOG_EVERY_S = 60.0
+"""At most one stderr line per HTTP error status in this many seconds."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,8 @@ class _Handler(BaseHTTPRequestHandler):
         content_type = self.headers.get("Content-Type", "")
         payload, kind = body if body is not None else _status_body(
             3 if status < 500 else 14, message, content_type)
+        if status >= 400:
+            self.receiver.refused(status, message, self.client_address[0])
         self.send_response(status)  # the reason goes in the body: a header line must stay latin-1
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(payload)))
@@ -199,6 +206,24 @@ class Receiver:
         self.httpd = _Server((self.config.address, self.config.port), handler)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._refusals: dict[int, tuple[float, int]] = {}
+        """Per HTTP status: when it was last said on stderr, and how often since."""
+        self._refusals_lock = threading.Lock()
+
+    def refused(self, status: int, message: str, client: str) -> None:
+        """Say on stderr that a request was refused, at most once a minute per status (with
+        how many were refused since): the exporter logs it on its side only, and an operator
+        whose agent sends a wrong token or a broken body would see no sessions and no reason."""
+        now = time.monotonic()
+        with self._refusals_lock:
+            said, since = self._refusals.get(status, (None, 0))
+            if said is not None and now - said < REFUSAL_LOG_EVERY_S:
+                self._refusals[status] = (said, since + 1)
+                return
+            self._refusals[status] = (now, 0)
+        more = f" ({since} more since the last such line)" if since else ""
+        print(f"rewind otlp: answered {status} to {client}: {message}{more}", file=sys.stderr,
+              flush=True)
 
     @property
     def port(self) -> int:

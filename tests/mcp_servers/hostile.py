@@ -9,6 +9,8 @@ Tools (each answers the call named after it):
     big {size}         a text result of `size` bytes
     surrogate          a text result holding a lone surrogate
     bad_utf8           a result line with the byte 0xFF inside a string
+    not_an_object      a response whose result is a string (valid JSON, not JSON-RPC)
+    chatter            a stray line on stdout ("debug: cropping…"), then its answer
     hang               never answers (the server keeps reading)
     exit               the process exits at once with status 3, a line on stderr first
     secret             the value of $HOSTILE_TOKEN
@@ -27,7 +29,8 @@ import os
 import sys
 
 PROTOCOL = "2025-11-25"
-TOOLS = ["echo", "big", "surrogate", "bad_utf8", "hang", "exit", "secret", "grow", "stats"]
+TOOLS = ["echo", "big", "surrogate", "bad_utf8", "not_an_object", "chatter", "hang", "exit",
+         "secret", "grow", "stats"]
 state = {"lists": 0, "tools": list(TOOLS)}
 
 
@@ -64,6 +67,11 @@ def call(rid: object, name: str, args: dict) -> None:
     elif name == "bad_utf8":
         line = json.dumps({"jsonrpc": "2.0", "id": rid, "result": text_result("before @ after")})
         send(line.encode().replace(b"@", b"\xff"))
+    elif name == "not_an_object":
+        send(json.dumps({"jsonrpc": "2.0", "id": rid, "result": "done"}).encode())
+    elif name == "chatter":
+        send("debug: cropping the receipt…".encode())
+        answer(rid, text_result("chattered"))
     elif name == "hang":
         return
     elif name == "exit":

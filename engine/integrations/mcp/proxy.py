@@ -11,16 +11,21 @@ loop detector never counts: a refusal is never evidence of a loop.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ToolsListChanged
 
 from engine.engine import Engine
 from engine.errors import (
@@ -30,9 +35,12 @@ from engine.errors import (
     RollbackConflict,
     SizeLimitExceeded,
     SnapshotNotRestorable,
+    StoreError,
     ToolQuarantined,
+    UnknownSession,
     UnknownSnapshot,
 )
+from engine.ids import validate_session_id
 from engine.integrations.mcp.upstream import Upstream
 from engine.loops.fingerprint import canonicalize, fingerprint
 from engine.sessions.notices import NOTICE_FLAG
@@ -41,6 +49,16 @@ from engine.sessions.session import NUDGE_TEXT, Session, StepCall
 __all__ = ["DEFAULT_TIMEOUT_S", "META_SESSION_KEYS", "McpProxy", "UpstreamUnavailable"]
 
 log = logging.getLogger("rewind.mcp_proxy")
+
+KEPT_HANDLES = 1_000
+"""Session handles the proxy keeps open (least recently used go first)."""
+KEPT_SESSIONS = 100_000
+"""Sessions whose last call and last epoch heard of the proxy remembers (a few hundred bytes
+each)."""
+KEPT_CLIENTS = 1_000
+"""Client connections the proxy remembers, to tell when an upstream's tool list changes."""
+NOTIFY_WAIT_S = 5.0
+"""At most this long to hand the clients the news that the tool list changed."""
 
 IDLE_TASK_S = 300.0
 """A tools/call after this many idle seconds starts a new task (the step budget counts per task)."""
@@ -92,6 +110,10 @@ SESSION_REFUSED = (
     "proxy, and this proxy may reach only its own sessions (an operator can allow a prefix with "
     "rewind mcp-proxy --session-prefix). The tool was not called."
 )
+INVALID_SESSION = (
+    "Rewind refused this call: the session named in _meta is not a session id ({problem}). "
+    "The tool was not called; name the session with 1-200 printable characters."
+)
 TOO_LARGE = (
     "The upstream server's result for {tool} was not passed on: {detail} Ask for less (a page, "
     "a filter, a summary) instead of repeating the call."
@@ -108,11 +130,36 @@ TIMED_OUT = (
 GONE = "The upstream server is not available: {failure}. The tool was not called."
 LOST = "The upstream server failed during the call: {failure}. The call did not complete."
 CANCELLED = "cancelled: the client gave up on the call (or the proxy stopped) before it ended"
+STORE_DOWN = (
+    "Rewind could not reach its store, so the tool was not called: {failure}. Try again in a "
+    "moment; if it keeps failing, tell the user."
+)
+NOT_RECORDED = (
+    "Rewind could not record this call in its store ({failure}): the tool ran and this is its "
+    "result, but the session's records miss the call."
+)
 
 
 class UpstreamUnavailable(ConnectionError):
     """An upstream server could not be started or connected when the proxy started; the message
     says what happened."""
+
+
+def _keep(kept: OrderedDict[str, Any], key: str, value: Any, bound: int) -> None:
+    """Set `kept[key]` as the most recently used entry, dropping the least recently used past
+    `bound`: a proxy up all day meets ever new sessions, and must not grow with them."""
+    kept[key] = value
+    kept.move_to_end(key)
+    while len(kept) > bound:
+        kept.popitem(last=False)
+
+
+def _by_digest(args: dict) -> dict:
+    """What is recorded of arguments over the engine's size limit: their digest and size (as
+    `rewind otlp` records such spans), the same for the same arguments."""
+    text = json.dumps(args, sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+                      default=str).encode("utf-8", "replace")
+    return {"digest": hashlib.sha256(text).hexdigest(), "bytes": len(text)}
 
 
 def _clause(explanation: Any) -> str:
@@ -134,6 +181,16 @@ def _refusal(text: str) -> types.CallToolResult:
 def _with_text(result: types.CallToolResult, text: str) -> types.CallToolResult:
     content = [*result.content, types.TextContent(type="text", text=text)]
     return result.model_copy(update={"content": content})
+
+
+class _ProxyServer(Server[Any]):
+    """The SDK's lowlevel server, saying in its handshake that its tool list can change (the
+    upstreams' can): a client then lists the tools again when the proxy tells it to."""
+
+    def create_initialization_options(self, notification_options: NotificationOptions | None = None,
+                                      *args: Any, **kwargs: Any) -> Any:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
 
 
 class _SessionRefused(Exception):
@@ -172,12 +229,23 @@ class McpProxy:
         self.meta = {"channel": "mcp", **(meta or {})}
         self.timeout = timeout
         self.session_prefix = session_prefix or None
-        self._sessions: dict[str, Session] = {}
-        self._epochs: dict[str, int] = {}
-        self._last_call: dict[str, float] = {}
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        """Open handles, the most recently used last (at most `KEPT_HANDLES`: a handle costs
+        tens of kilobytes, and a proxy up all day meets a new session per connection or per
+        conversation; a handle opened again rebuilds its detector from the store)."""
+        self._epochs: OrderedDict[str, int] = OrderedDict()
+        """The epoch each session's client has heard of (a rollback since: a notice is due)."""
+        self._last_call: OrderedDict[str, float] = OrderedDict()
         """Monotonic time of each session's last tools/call (a new task after `IDLE_TASK_S`)."""
         self._tools: dict[str, Upstream] = {}
         self._prompts: dict[str, Upstream] = {}
+        self._clients: OrderedDict[str, Any] = OrderedDict()
+        """The latest request session of each client connection (by its Rewind session):
+        a handshake-era client hears of a changed tool list through it."""
+        self._events = InMemorySubscriptionBus()
+        """Where a 2026-07-28 client's subscriptions/listen stream hears of it."""
+        for upstream in self.upstreams:
+            upstream.on_tools_changed = self._tools_changed
 
     # -- lifecycle --------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -213,7 +281,7 @@ class McpProxy:
 
     def server(self) -> Server[Any]:
         """The lowlevel MCP server whose handlers are this proxy's."""
-        return Server(
+        return _ProxyServer(
             "rewind-mcp-proxy",
             instructions="Tools behind this server are guarded by Rewind against call loops.",
             on_list_tools=self.on_list_tools,
@@ -222,7 +290,26 @@ class McpProxy:
             on_read_resource=self.on_read_resource,
             on_list_prompts=self.on_list_prompts,
             on_get_prompt=self.on_get_prompt,
+            on_subscriptions_listen=ListenHandler(self._events),
         )
+
+    def _heard_from(self, ctx: Any) -> None:
+        """Remember the connection of request `ctx`, to tell it when the tool list changes."""
+        session = getattr(ctx, "session", None)
+        if session is None or not hasattr(session, "send_tool_list_changed"):
+            return
+        _keep(self._clients, self._connection_session(ctx), session, KEPT_CLIENTS)
+
+    async def _tools_changed(self) -> None:
+        """An upstream's tool list changed: tell every client, a handshake-era one by
+        notifications/tools/list_changed, a 2026-07-28 one on its subscriptions/listen stream
+        (the SDK sends each only where it belongs), so it lists the tools again."""
+        # bounded as a whole: this runs on the upstream's reader, which waits for it
+        with anyio.move_on_after(NOTIFY_WAIT_S):
+            await self._events.publish(ToolsListChanged())
+            for session in list(self._clients.values()):
+                with contextlib.suppress(Exception):
+                    await session.send_tool_list_changed()
 
     # -- sessions ---------------------------------------------------------------------------
     def session_for(self, ctx: Any, meta: Any = None) -> Session:
@@ -237,10 +324,15 @@ class McpProxy:
         sid = named or self._connection_session(ctx)
         found = self._sessions.get(sid)
         if found is None:
+            if named:
+                try:
+                    validate_session_id(named)
+                except InvalidSessionId as exc:
+                    raise _SessionRefused(INVALID_SESSION.format(problem=exc)) from exc
             if named and not self._may_name(named):
                 raise _SessionRefused(SESSION_REFUSED.format(sid=named[:200]))
             found = self._open(sid)
-            self._sessions[sid] = found
+        _keep(self._sessions, sid, found, KEPT_HANDLES)
         return found
 
     def _may_name(self, sid: str) -> bool:
@@ -289,7 +381,7 @@ class McpProxy:
         """The notice of a rollback this proxy has not told the client about yet."""
         epoch = session.info().epoch
         seen = self._epochs.get(session.id)
-        self._epochs[session.id] = epoch
+        _keep(self._epochs, session.id, epoch, KEPT_SESSIONS)
         if seen is None or seen == epoch:
             return None
         for message in reversed(session.state().messages):
@@ -299,6 +391,7 @@ class McpProxy:
 
     # -- tools ------------------------------------------------------------------------------
     async def on_list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        self._heard_from(ctx)
         return types.ListToolsResult(tools=await self._list_tools())
 
     async def _list_tools(self) -> list[types.Tool]:
@@ -334,27 +427,60 @@ class McpProxy:
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         """Forward one tool call as a guarded step (see the module doc)."""
+        self._heard_from(ctx)
         name, args = params.name, dict(params.arguments or {})
         meta = params.meta if isinstance(params.meta, dict) else getattr(ctx, "meta", None)
-        try:
-            session = self.session_for(ctx, meta)
-        except _SessionRefused as refused:
-            return _refusal(str(refused))
-        notice = self._pending_notice(session)
-        result = await self.call(session, name, args)
+        for attempt in (1, 2):
+            try:
+                session = self.session_for(ctx, meta)
+                notice = self._pending_notice(session)
+                result = await self.call(session, name, args)
+                break
+            except _SessionRefused as refused:
+                return _refusal(str(refused))
+            except UnknownSession:
+                # Retention (`rewind purge`) removed the session while its client stayed
+                # connected: forget the handle and start the session again, once. `call`
+                # raises it only before the tool was called, so the retry calls it once.
+                if attempt == 2:
+                    raise
+                self._forget(self._requested_session(ctx, meta))
+            except StoreError as exc:
+                log.warning("cannot reach the store, %s was not called: %s", name, exc)
+                return _refusal(STORE_DOWN.format(failure=exc))
         if notice:
             result = _with_text(result, f"Rewind notice: {notice}")
-        self._epochs[session.id] = session.info().epoch
+        with contextlib.suppress(StoreError, UnknownSession):
+            _keep(self._epochs, session.id, session.info().epoch, KEPT_SESSIONS)
         return result
 
+    def _requested_session(self, ctx: Any, meta: Any) -> str:
+        if isinstance(meta, dict):
+            for key in META_SESSION_KEYS:
+                if isinstance(meta.get(key), str):
+                    return str(meta[key])
+        return self._connection_session(ctx)
+
+    def _forget(self, sid: str) -> None:
+        """Drop what the proxy holds of session `sid` (it is opened again on its next call)."""
+        for kept in (self._sessions, self._epochs, self._last_call):
+            kept.pop(sid, None)
+
     async def call(self, session: Session, name: str, args: dict) -> types.CallToolResult:
-        """Run one tool call of `session` through the guard; the step it opens always ends."""
+        """Run one tool call of `session` through the guard; the step it opens always ends.
+
+        Raises:
+            StoreError, UnknownSession: the store failed, or lost the session, before the tool
+                was called (after, the result goes back saying the records miss it).
+        """
         fp = fingerprint(name, canonicalize(args, "args"))
         blocked = self._blocked(session, fp)
         if blocked is not None:
-            self.engine.record_refusal(
-                session.id, name, args,
-                f"this call repeats a loop ({blocked.get('rule')}); the tool was not called")
+            reason = f"this call repeats a loop ({blocked.get('rule')}); the tool was not called"
+            try:
+                self.engine.record_refusal(session.id, name, args, reason)
+            except SizeLimitExceeded:  # recorded by digest, as the calls it repeats
+                self.engine.record_refusal(session.id, name, _by_digest(args), reason)
             return _refusal(
                 REFUSAL.format(tool=name, explanation=_clause(blocked.get("explanation"))))
         upstream = await self._route(name)
@@ -365,8 +491,13 @@ class McpProxy:
             # The client came back after a pause: a new task, so a client connected all day is
             # never stopped by the step budget for being connected long (loops still count).
             session.new_task()
-        self._last_call[session.id] = now
-        step = session.step(name, args)
+        _keep(self._last_call, session.id, now, KEPT_SESSIONS)
+        try:
+            step = session.step(name, args)
+        except SizeLimitExceeded:
+            # Arguments too large to record whole (a file an IDE agent writes): the call still
+            # goes through, recorded by their digest, so the detector still sees a repeat.
+            step = session.step(name, _by_digest(args))
         try:
             step.__enter__()
         except ToolQuarantined as refused:
@@ -375,10 +506,16 @@ class McpProxy:
             result = await self._forward(upstream, name, args)
         except BaseException:  # cancelled: the client gave up, or the proxy is stopping
             step.fail(CANCELLED)
-            self._end(session, step, fp, None)
+            with contextlib.suppress(StoreError, UnknownSession):
+                self._end(session, step, fp, None)
             raise
         result = self._record(step, name, result)
-        return self._end(session, step, fp, result)
+        try:
+            return self._end(session, step, fp, result)
+        except (StoreError, UnknownSession) as exc:
+            # The tool ran: its result goes back, saying that the records miss it.
+            log.warning("cannot record the end of %s in the store: %s", name, exc)
+            return _with_text(result, NOT_RECORDED.format(failure=exc))
 
     async def _forward(self, upstream: Upstream, name: str, args: dict) -> types.CallToolResult:
         """The upstream's result, or an error result saying why there is none. Raises only

@@ -9,18 +9,18 @@ pass theirs on), with the variables its config entry sets on top: an MCP client 
 proxy's environment for the server behind it.
 
 What an upstream sends is read defensively (`repairing`): a line the SDK cannot parse (a lone
-surrogate such as ``"\\ud800"``, which has no UTF-8 form, or a byte that is not UTF-8) would be
-dropped by the SDK and leave its call waiting forever; it becomes a JSON-RPC error for that
-request instead, naming what was wrong.
+surrogate such as ``"\\ud800"``, which has no UTF-8 form, a byte that is not UTF-8, or a result
+that is not an object) would be dropped by the SDK and leave its call waiting forever; it
+becomes a JSON-RPC error for that request instead, naming what was wrong (see `wire`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
-import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,10 +30,11 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
+from engine.integrations.mcp.wire import error_for, unreadable
+
 __all__ = ["Upstream", "load_config", "repairing"]
 
-_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
-_LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+log = logging.getLogger("rewind.mcp_proxy")
 
 
 class _Params(StdioServerParameters):
@@ -43,31 +44,6 @@ class _Params(StdioServerParameters):
     SDK's reader (strict) or passing for text (replace)."""
 
     encoding_error_handler: str = "surrogateescape"  # type: ignore[assignment]
-
-
-def _unreadable(exc: BaseException) -> tuple[Any, str] | None:
-    """(request id, what was wrong) for the parse error of an upstream line that still names its
-    request, else None."""
-    errors = getattr(exc, "errors", None)
-    try:
-        line = errors()[0].get("input") if callable(errors) else None
-    except (IndexError, TypeError, AttributeError):
-        return None
-    if not isinstance(line, str):
-        return None
-    if bad := _ESCAPED_BYTE.search(line):
-        what = f"bytes that are not UTF-8 (0x{ord(bad.group()) - 0xDC00:02X})"
-    elif bad_escape := _LONE_SURROGATE.search(line):
-        what = f"a lone surrogate ({bad_escape.group()}), which has no UTF-8 form"
-    else:
-        what = "a line that is not JSON-RPC"
-    try:
-        rid = json.loads(line).get("id")
-    except (ValueError, AttributeError):
-        return None
-    if not isinstance(rid, (int, str)) or isinstance(rid, bool):
-        return None
-    return rid, what
 
 
 class _Repairing:
@@ -80,15 +56,11 @@ class _Repairing:
     def _fix(self, item: Any) -> Any:
         if not isinstance(item, Exception):
             return item
-        found = _unreadable(item)
-        if found is None:
-            return item
-        rid, what = found
-        message = f"the upstream server {self._name} answered with {what}"
-        error = types.JSONRPCError(
-            jsonrpc="2.0", id=rid, error=types.ErrorData(code=types.INTERNAL_ERROR, message=message)
-        )
-        return SessionMessage(error)
+        found = unreadable(item)
+        if found is None or found.id is None:
+            return item  # no request waits for it: the SDK logs it and reads on
+        message = f"the upstream server {self._name} answered with {found.what}"
+        return SessionMessage(error_for(found.id, types.INTERNAL_ERROR, message))
 
     async def receive(self) -> Any:
         return self._fix(await self._inner.receive())
@@ -133,6 +105,8 @@ class Upstream:
     stale: bool = True
     """True until the proxy listed this server's tools, and again after it said its list
     changed (notifications/tools/list_changed)."""
+    on_tools_changed: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
+    """Awaited when the server says its tool list changed (the proxy tells its clients)."""
     _closing: anyio.Event | None = field(default=None, repr=False)
 
     @property
@@ -160,6 +134,8 @@ class Upstream:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self.stale = True
+            if self.on_tools_changed is not None:
+                await self.on_tools_changed()
 
     async def hold(self, timeout: float | None, ready: anyio.Event) -> None:
         """Connect, set `ready`, and keep the connection until `close` (run as a task of its
@@ -173,6 +149,8 @@ class Upstream:
                 ready.set()
                 await self._closing.wait()
         except Exception as exc:  # noqa: BLE001 - kept as what the calls report
+            if self.failure is None and ready.is_set():  # lost while serving (a failed start
+                self._lost_while_serving(describe_failure(self, exc))  # is reported by name)
             self.failure = self.failure or describe_failure(self, exc)
         finally:
             self.client = None
@@ -187,7 +165,15 @@ class Upstream:
 
     def lost(self, exc: BaseException) -> None:
         """Record that the connection was lost, as `exc` says."""
-        self.failure = self.failure or describe_failure(self, exc)
+        if self.failure is None:
+            self._lost_while_serving(describe_failure(self, exc))
+
+    def _lost_while_serving(self, failure: str) -> None:
+        """Record `failure` and say it once on stderr: the client only sees the calls fail, and
+        an operator reading the proxy's log (a desktop assistant keeps it) needs the cause."""
+        self.failure = failure
+        log.warning("%s; its tools answer with an error saying so until rewind mcp-proxy is "
+                    "restarted", failure)
 
 
 def describe_failure(upstream: Upstream, exc: BaseException) -> str:
