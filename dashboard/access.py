@@ -524,12 +524,15 @@ def cookie_script(token: str | None, max_age_s: int) -> str:
     Why a script: Streamlit sends no Set-Cookie from a script run (its cookies are read-only,
     `st.context.cookies`), so the browser sets it itself. `SameSite=Strict`: no other site's
     page can make the browser send it; `Secure` when the console is served over https. The
-    script blanks its own text once run, so the token does not stay in the page.
+    script blanks its own text once run, so the token does not stay in the page, and its style
+    takes the element out of the layout (an empty element would still push the page down).
     """
     value = json.dumps(token or "")
     age = max_age_s if token else 0
     return (
-        "<script>(() => {"
+        "<style>[data-testid=\"stElementContainer\"]:has(script[data-rw-cookie])"
+        "{display:none}</style>"
+        "<script data-rw-cookie>(() => {"
         "const secure = location.protocol === 'https:' ? '; Secure' : '';"
         f"document.cookie = '{SESSION_COOKIE}=' + {value} + "
         f"'; Max-Age={age}; Path=/; SameSite=Strict' + secure;"

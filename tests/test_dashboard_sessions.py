@@ -148,6 +148,7 @@ def test_the_cookie_script_sets_a_strict_cookie_and_deletes_it():
     assert "Max-Age=3600; Path=/; SameSite=Strict" in script
     assert "location.protocol === 'https:' ? '; Secure'" in script
     assert "document.currentScript.textContent = ''" in script  # not left in the page
+    assert ":has(script[data-rw-cookie]){display:none}" in script  # nor a gap in the layout
     deletion = cookie_script(None, 3600)
     assert f"'{SESSION_COOKIE}=' + \"\"" in deletion and "Max-Age=0;" in deletion
 

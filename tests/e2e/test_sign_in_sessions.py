@@ -85,6 +85,7 @@ def test_a_reload_and_a_second_tab_stay_signed_in_with_the_same_role(served, pag
     assert cookie["expires"] > 0  # kept when the browser restarts, until the session's end
     token = cookie["value"]
     assert len(token) >= 40
+    assert token not in page.content()  # the script that set it blanked itself
 
     page.reload()
     signed_in_as(page, "victor")
