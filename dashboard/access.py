@@ -55,6 +55,8 @@ ROLES = ("viewer", "operator")
 SESSION_KEY = "rewind_user"
 TOKEN_KEY = "rewind_session_token"
 """Where this Streamlit session keeps its sign-in token (server side; never drawn)."""
+COOKIE_READ_KEY = "rewind_cookie_read"
+"""True once this Streamlit session has looked at the session cookie its browser sent."""
 COOKIE_KEY = "rewind_cookie_change"
 """The cookie change the next run hands the browser: a token to store, or None to delete."""
 DEMO_NAME = "demo"
@@ -697,11 +699,18 @@ def _local_user(accounts: dict[str, dict], limits: tuple[float, float]) -> User 
     (a reload, a second tab, a shared link); the role is the account's as the secrets hold it
     now. A session that ended (signed out, expired, account deleted or its password changed)
     shows the sign-in form again and deletes the cookie."""
+    # Drawn on every run, filled only when the browser is owed a cookie change: an element
+    # that came and went would shift every element after it, and the page would draw them
+    # anew (closing an open menu) on the run after sign-in.
+    slot = st.empty()
     tokens = _session_tokens()
     tokens.idle_s, tokens.lifetime_s = limits
     user: User | None = st.session_state.get(SESSION_KEY)
     token: str | None = st.session_state.get(TOKEN_KEY)
-    if user is None:
+    if user is None and not st.session_state.get(COOKIE_READ_KEY):
+        # once per Streamlit session: the cookie is the one the browser sent when it connected,
+        # stale after a sign-out here, and a later run must not delete another tab's new one
+        st.session_state[COOKIE_READ_KEY] = True
         token = session_cookie()
         user = restored_user(tokens.validate(token), accounts) if token else None
         if user is not None:
@@ -710,7 +719,8 @@ def _local_user(accounts: dict[str, dict], limits: tuple[float, float]) -> User 
         elif token:  # forged, expired, revoked, or its account is gone: forget it everywhere
             tokens.revoke(token)
             st.session_state[COOKIE_KEY] = None
-    elif token is not None:  # signed in here: the session must still hold (sign-out elsewhere)
+    elif user is not None and token is not None:
+        # signed in here: the session must still hold (it may have ended in another tab)
         restored = restored_user(tokens.validate(token), accounts)
         if restored is None or restored.name != user.name:
             tokens.revoke(token)
@@ -718,13 +728,13 @@ def _local_user(accounts: dict[str, dict], limits: tuple[float, float]) -> User 
     if user is not None:
         account = accounts.get(user.name)
         if account is not None:  # roles are re-read on every run, so a demotion applies now
-            _send_cookie()
+            _send_cookie(slot)
             return User(user.name, account["role"], "local")
         tokens.revoke_account(user.name)
     if st.session_state.pop(SESSION_KEY, None) is not None:
         st.session_state[COOKIE_KEY] = None
     st.session_state.pop(TOKEN_KEY, None)
-    _send_cookie()
+    _send_cookie(slot)
     _sign_in_form(accounts)
     return None
 
@@ -764,14 +774,15 @@ def session_cookie() -> str | None:
     return st.context.cookies.get(SESSION_COOKIE)
 
 
-def _send_cookie() -> None:
-    """Hand the browser the cookie change this session owes it, once: a new token after
-    sign-in, or (None) the deletion after sign-out or an ended session."""
+def _send_cookie(slot: Any) -> None:
+    """Hand the browser the cookie change this session owes it, once, in `slot` (an
+    `st.empty`): a new token after sign-in, or (None) the deletion after sign-out or an ended
+    session."""
     if COOKIE_KEY not in st.session_state:
         return
     token = st.session_state.pop(COOKIE_KEY)
-    st.html(cookie_script(token, int(_session_tokens().lifetime_s)),
-            unsafe_allow_javascript=True)
+    slot.html(cookie_script(token, int(_session_tokens().lifetime_s)),
+              unsafe_allow_javascript=True)
 
 
 def sign_out(user: User) -> None:

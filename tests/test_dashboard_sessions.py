@@ -256,3 +256,15 @@ def test_a_session_signed_out_in_another_tab_ends_here_on_the_next_run(store, co
     there.sidebar.button(key="sign-out").click().run()
     here.run()
     assert [t.label for t in here.text_input] == ["Username", "Password"]
+
+
+def test_the_cookie_is_read_once_per_streamlit_session(store, cookie):
+    cookie["value"] = "forged-token-that-was-never-issued-by-this-console"
+    at = console(store).run()
+    assert cookie_scripts(at)  # deleted once
+    at.text_input[0].input("olivia")
+    at.text_input[1].input("wrong")
+    at.button[0].click().run()
+    # a later run leaves the browser's cookie alone: another tab may have signed in since
+    assert cookie_scripts(at) == []
+    assert "Unknown username or wrong password." in [e.value for e in at.error]
