@@ -781,7 +781,7 @@ def _send_cookie(slot: Any) -> None:
     if COOKIE_KEY not in st.session_state:
         return
     token = st.session_state.pop(COOKIE_KEY)
-    slot.html(cookie_script(token, int(_session_tokens().lifetime_s)),
+    slot.html(cookie_script(token, max(1, int(_session_tokens().lifetime_s))),
               unsafe_allow_javascript=True)
 
 
