@@ -5,7 +5,13 @@ Three modes, chosen from `.streamlit/secrets.toml`:
 - **oidc**: an `[auth]` section is present. `st.login` signs people in; `[rewind.roles]` maps
   identities (e-mail or subject, shell-style patterns allowed) to roles.
 - **local**: `[rewind.users.<name>]` tables with `role` and `password_hash` (scrypt, printed by
-  `rewind hash-password`). A form with "Username", "Password" and "Sign in".
+  `rewind hash-password`). A form with "Username", "Password" and "Sign in". Signing in starts a
+  session (`SessionTokens`): a random token the browser keeps in the `rewind_session` cookie
+  (SameSite=Strict, Secure over https) and this process keeps only hashed, so a reload, a
+  second tab or a shared link stays signed in. It ends on sign-out, after 12 hours unused or 7
+  days in all (`[rewind] session_idle_minutes`, `session_max_hours`), when the account is
+  deleted or its password changed, and when the console restarts (sessions live in its
+  memory). Failed sign-ins are throttled (`SignInThrottle`).
 - **demo**: neither is configured. Everyone the console serves acts as the operator `demo`, so
   it serves only a browser on this machine: the server must be bound to loopback, the peer must be
   loopback, the request's Host must be ``localhost``, ``127.0.0.1`` or ``[::1]`` (any port; a DNS
@@ -26,11 +32,15 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import hashlib
 import ipaddress
+import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from secrets import token_urlsafe
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,6 +53,12 @@ from engine import Actor, PermissionDenied, Role, hash_password, verify_password
 
 ROLES = ("viewer", "operator")
 SESSION_KEY = "rewind_user"
+TOKEN_KEY = "rewind_session_token"
+"""Where this Streamlit session keeps its sign-in token (server side; never drawn)."""
+COOKIE_READ_KEY = "rewind_cookie_read"
+"""True once this Streamlit session has looked at the session cookie its browser sent."""
+COOKIE_KEY = "rewind_cookie_change"
+"""The cookie change the next run hands the browser: a token to store, or None to delete."""
 DEMO_NAME = "demo"
 
 
@@ -358,6 +374,175 @@ class SignInThrottle:
                     self._failures.pop(key, None)
 
 
+SESSION_IDLE_MINUTES = 12 * 60
+"""A session unused this long ends (`[rewind] session_idle_minutes`): an on-call shift."""
+SESSION_MAX_HOURS = 7 * 24
+"""A session ends this long after sign-in, used or not (`[rewind] session_max_hours`)."""
+
+
+def session_limits(secrets: Mapping[str, Any] | None) -> tuple[float, float]:
+    """(idle, lifetime) of a sign-in session in seconds: `[rewind] session_idle_minutes` and
+    `session_max_hours`, else 12 hours and 7 days.
+
+    Raises:
+        AccessConfigError: a value that is not a positive number.
+    """
+    conf = section(secrets, "rewind")
+    limits = []
+    for key, default, unit in (("session_idle_minutes", SESSION_IDLE_MINUTES, 60.0),
+                               ("session_max_hours", SESSION_MAX_HOURS, 3600.0)):
+        value = conf.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise AccessConfigError(f"[rewind] {key} must be a positive number, not {value!r}")
+        limits.append(float(value) * unit)
+    return limits[0], limits[1]
+
+
+@dataclass(frozen=True)
+class SignedInSession:
+    """What the console keeps of one sign-in, under the digest of its token."""
+
+    name: str
+    """The local account it signed in."""
+    credential: str
+    """Digest of the account's password hash at sign-in: a changed password ends the session."""
+    issued_at: float
+    """When it was issued (the token store's clock, seconds)."""
+    used_at: float
+    """When a run last presented it (same clock)."""
+
+
+def credential_stamp(password_hash: str) -> str:
+    """What a session remembers of the account's password hash: its SHA-256, so that a new
+    password (a new hash) ends every session of the account, and no hash is copied."""
+    return hashlib.sha256(password_hash.encode("utf-8")).hexdigest()
+
+
+class SessionTokens:
+    """Sign-in sessions of local accounts, so a reload or a second tab stays signed in.
+
+    Signing in issues a random token (`secrets.token_urlsafe`, 256 bits) that the browser keeps
+    in a cookie and presents when it opens the console again. Only the token's SHA-256 is kept
+    here, in this process's memory: a console restart signs everyone out, and a memory dump
+    holds no token that would work. A session ends after `idle_s` without a run presenting it,
+    `lifetime_s` after sign-in whatever its use, on sign-out (`revoke`), and when its account
+    is deleted or its password changed (the console checks the accounts on every run). At most
+    `max_sessions` are kept; the least recently used goes first. The console sets `idle_s` and
+    `lifetime_s` from the secrets on every run (`session_limits`), so a change applies at once
+    to sessions already open.
+    """
+
+    TOKEN_BYTES = 32
+    MAX_TOKEN_CHARS = 128
+    """Longer cookie values are not ours and are refused before they are hashed."""
+
+    def __init__(self, idle_s: float = SESSION_IDLE_MINUTES * 60.0,
+                 lifetime_s: float = SESSION_MAX_HOURS * 3600.0,
+                 max_sessions: int = 10_000, clock: Callable[[], float] = time.monotonic):
+        self.idle_s = idle_s
+        self.lifetime_s = lifetime_s
+        self.max_sessions = max_sessions
+        self.clock = clock
+        self._sessions: OrderedDict[str, SignedInSession] = OrderedDict()  # oldest use first
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _digest(token: str) -> str:
+        return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+    def _live(self, entry: SignedInSession, now: float) -> bool:
+        return now - entry.used_at < self.idle_s and now - entry.issued_at < self.lifetime_s
+
+    def issue(self, name: str, credential: str) -> str:
+        """A new token for account `name` (signed in with the password whose hash has stamp
+        `credential`). The token is returned once and never kept."""
+        token = token_urlsafe(self.TOKEN_BYTES)
+        now = self.clock()
+        with self._lock:
+            for digest in [d for d, e in self._sessions.items() if not self._live(e, now)]:
+                del self._sessions[digest]
+            self._sessions[self._digest(token)] = SignedInSession(name, credential, now, now)
+            while len(self._sessions) > self.max_sessions:
+                self._sessions.popitem(last=False)
+        return token
+
+    def validate(self, token: str | None) -> SignedInSession | None:
+        """The session `token` stands for, marked used now; None for a token never issued
+        here, revoked, idle too long or past its lifetime (an expired one is forgotten)."""
+        if not token or not isinstance(token, str) or len(token) > self.MAX_TOKEN_CHARS:
+            return None
+        digest = self._digest(token)
+        now = self.clock()
+        with self._lock:
+            entry = self._sessions.get(digest)
+            if entry is None:
+                return None
+            if not self._live(entry, now):
+                del self._sessions[digest]
+                return None
+            entry = SignedInSession(entry.name, entry.credential, entry.issued_at, now)
+            self._sessions[digest] = entry
+            self._sessions.move_to_end(digest)
+            return entry
+
+    def revoke(self, token: str | None) -> None:
+        """End the session of `token` (sign-out); unknown tokens are ignored."""
+        if token and isinstance(token, str) and len(token) <= self.MAX_TOKEN_CHARS:
+            with self._lock:
+                self._sessions.pop(self._digest(token), None)
+
+    def revoke_account(self, name: str) -> int:
+        """End every session of account `name` (deleted, or its password changed); returns
+        how many ended."""
+        with self._lock:
+            ended = [d for d, e in self._sessions.items() if e.name == name]
+            for digest in ended:
+                del self._sessions[digest]
+        return len(ended)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+
+def restored_user(entry: SignedInSession | None, accounts: Mapping[str, Mapping]) -> User | None:
+    """The user a valid session restores: its account as the secrets hold it now (the role read
+    again), or None when the account was deleted or its password changed since sign-in."""
+    if entry is None:
+        return None
+    account = accounts.get(entry.name)
+    if account is None or credential_stamp(account["password_hash"]) != entry.credential:
+        return None
+    return User(entry.name, account["role"], "local")
+
+
+SESSION_COOKIE = "rewind_session"
+"""The cookie that carries a local account's session token."""
+
+
+def cookie_script(token: str | None, max_age_s: int) -> str:
+    """The script that stores `token` in the session cookie (None: deletes the cookie).
+
+    Why a script: Streamlit sends no Set-Cookie from a script run (its cookies are read-only,
+    `st.context.cookies`), so the browser sets it itself. `SameSite=Strict`: no other site's
+    page can make the browser send it; `Secure` when the console is served over https. The
+    script blanks its own text once run, so the token does not stay in the page, and its style
+    takes the element out of the layout (an empty element would still push the page down).
+    """
+    value = json.dumps(token or "")
+    age = max_age_s if token else 0
+    return (
+        "<style>[data-testid=\"stElementContainer\"]:has(script[data-rw-cookie])"
+        "{display:none}</style>"
+        "<script data-rw-cookie>(() => {"
+        "const secure = location.protocol === 'https:' ? '; Secure' : '';"
+        f"document.cookie = '{SESSION_COOKIE}=' + {value} + "
+        f"'; Max-Age={age}; Path=/; SameSite=Strict' + secure;"
+        "if (document.currentScript) document.currentScript.textContent = '';"
+        "})();</script>"
+    )
+
+
 # -- Streamlit glue ---------------------------------------------------------------------------
 def read_secrets() -> dict:
     """The secrets as the files hold them now, as a plain dict; {} when there are none.
@@ -394,6 +579,11 @@ def _throttle() -> SignInThrottle:
     return SignInThrottle()
 
 
+@st.cache_resource
+def _session_tokens() -> SessionTokens:
+    return SessionTokens()
+
+
 def require_user() -> User:
     """The signed-in user. Otherwise draws the sign-in screen and stops this run.
 
@@ -417,7 +607,7 @@ def current_user() -> User | None:
         elif mode == "oidc":
             user = _oidc_user(secrets)
         else:
-            user = _local_user(local_accounts(secrets))
+            user = _local_user(local_accounts(secrets), session_limits(secrets))
     except SecretsFileError as exc:
         st.title("Rewind console")
         st.error("The console's secrets file cannot be read, so it serves nothing (never demo "
@@ -504,13 +694,47 @@ def _oidc_user(secrets: dict) -> User | None:
     return User(str(identity), role, "oidc")
 
 
-def _local_user(accounts: dict[str, dict]) -> User | None:
+def _local_user(accounts: dict[str, dict], limits: tuple[float, float]) -> User | None:
+    """The signed-in local user, restored from the session cookie on a fresh Streamlit session
+    (a reload, a second tab, a shared link); the role is the account's as the secrets hold it
+    now. A session that ended (signed out, expired, account deleted or its password changed)
+    shows the sign-in form again and deletes the cookie."""
+    # Drawn on every run, filled only when the browser is owed a cookie change: an element
+    # that came and went would shift every element after it, and the page would draw them
+    # anew (closing an open menu) on the run after sign-in.
+    slot = st.empty()
+    tokens = _session_tokens()
+    tokens.idle_s, tokens.lifetime_s = limits
     user: User | None = st.session_state.get(SESSION_KEY)
+    token: str | None = st.session_state.get(TOKEN_KEY)
+    if user is None and not st.session_state.get(COOKIE_READ_KEY):
+        # once per Streamlit session: the cookie is the one the browser sent when it connected,
+        # stale after a sign-out here, and a later run must not delete another tab's new one
+        st.session_state[COOKIE_READ_KEY] = True
+        token = session_cookie()
+        user = restored_user(tokens.validate(token), accounts) if token else None
+        if user is not None:
+            st.session_state[SESSION_KEY] = user
+            st.session_state[TOKEN_KEY] = token
+        elif token:  # forged, expired, revoked, or its account is gone: forget it everywhere
+            tokens.revoke(token)
+            st.session_state[COOKIE_KEY] = None
+    elif user is not None and token is not None:
+        # signed in here: the session must still hold (it may have ended in another tab)
+        restored = restored_user(tokens.validate(token), accounts)
+        if restored is None or restored.name != user.name:
+            tokens.revoke(token)
+            user = None
     if user is not None:
         account = accounts.get(user.name)
         if account is not None:  # roles are re-read on every run, so a demotion applies now
+            _send_cookie(slot)
             return User(user.name, account["role"], "local")
-        del st.session_state[SESSION_KEY]
+        tokens.revoke_account(user.name)
+    if st.session_state.pop(SESSION_KEY, None) is not None:
+        st.session_state[COOKIE_KEY] = None
+    st.session_state.pop(TOKEN_KEY, None)
+    _send_cookie(slot)
     _sign_in_form(accounts)
     return None
 
@@ -538,12 +762,34 @@ def _sign_in_form(accounts: dict[str, dict]) -> None:
         st.error("Unknown username or wrong password.")
         return
     throttle.succeeded(name, client)
+    token = _session_tokens().issue(user.name, credential_stamp(accounts[name]["password_hash"]))
     st.session_state[SESSION_KEY] = user
+    st.session_state[TOKEN_KEY] = token
+    st.session_state[COOKIE_KEY] = token  # the next run (signed in) hands it to the browser
     st.rerun()
 
 
+def session_cookie() -> str | None:
+    """The session token the browser sent when this Streamlit session connected, if any."""
+    return st.context.cookies.get(SESSION_COOKIE)
+
+
+def _send_cookie(slot: Any) -> None:
+    """Hand the browser the cookie change this session owes it, once, in `slot` (an
+    `st.empty`): a new token after sign-in, or (None) the deletion after sign-out or an ended
+    session."""
+    if COOKIE_KEY not in st.session_state:
+        return
+    token = st.session_state.pop(COOKIE_KEY)
+    slot.html(cookie_script(token, max(1, int(_session_tokens().lifetime_s))),
+              unsafe_allow_javascript=True)
+
+
 def sign_out(user: User) -> None:
-    """End the user's console session."""
-    st.session_state.pop(SESSION_KEY, None)
+    """End the user's console session: a local account's session token is revoked here, and
+    the next run deletes the browser's cookie."""
+    _session_tokens().revoke(st.session_state.pop(TOKEN_KEY, None))
+    if st.session_state.pop(SESSION_KEY, None) is not None and user.source == "local":
+        st.session_state[COOKIE_KEY] = None
     if user.source == "oidc":
         st.logout()

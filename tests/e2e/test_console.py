@@ -300,8 +300,9 @@ def test_viewer_finds_no_way_to_act(console, page):
         open_tab(page, tab)
         settle(page)
         expect(page.get_by_role("button", name=actions)).to_have_count(0)
-    page.goto(f"{console.url}/audit")  # a new browser session signs in again
-    expect(page.get_by_role("textbox", name="Username")).to_be_visible()
+    page.goto(f"{console.url}/audit")  # a new browser session keeps the sign-in and the role
+    expect(page.get_by_text("victor · viewer")).to_be_visible()
+    expect(page.get_by_role("textbox", name="Username")).to_have_count(0)
 
 
 EVIL_HREF = 'a[href*="evil.test"], [*|href*="evil.test"]'
