@@ -19,8 +19,15 @@ import streamlit as st
 from dashboard import access, settings, views
 from dashboard.views import fleet as fleet_views
 from dashboard.views import whatif as whatif_views
-from engine import Engine, FreezeWindow, LoopTally, SessionStatus, StoreError, StoreUnavailable
-from engine.fleet import LABEL_ACTION
+from engine import (
+    LABEL_ACTION,
+    Engine,
+    FreezeWindow,
+    LoopTally,
+    SessionStatus,
+    StoreError,
+    StoreUnavailable,
+)
 
 FLEET_TTL = 5
 SESSION_TTL = 3

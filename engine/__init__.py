@@ -46,7 +46,7 @@ if TYPE_CHECKING:
         UnknownSnapshot,
         WatchOnly,
     )
-    from engine.fleet import LoopTally
+    from engine.fleet import LABEL_ACTION, LoopTally
     from engine.freeze import (
         POLICY_SHORT,
         FreezeWindow,
@@ -108,6 +108,7 @@ __all__ = [
     "freeze_window",
     "POLICY_SHORT",
     "LoopTally",
+    "LABEL_ACTION",
     "verify_password",
     "hash_password",
     "template_for",
@@ -192,6 +193,7 @@ _LAZY: dict[str, str] = {
     "freeze_window": "engine.freeze",
     "POLICY_SHORT": "engine.freeze",
     "LoopTally": "engine.fleet",
+    "LABEL_ACTION": "engine.fleet",
     "verify_password": "engine.auth",
     "hash_password": "engine.auth",
     "template_for": "engine.recovery.notices",

@@ -135,7 +135,9 @@ def test_rule_readings_say_what_each_rule_saw_at_the_flagged_step():
     rows = {r["rule"]: r for r in why.reading_rows(found)}
     assert list(rows) == [r.id for r in REGISTRY]  # the detector's order
     assert rows["exact_repeat"]["at this step"] == "flagged step 5"
-    assert rows["exact_repeat"]["settings"] == "repeat_threshold=0, user_repeat_threshold=0"
+    assert rows["exact_repeat"]["settings"] == (
+        "repeat_threshold=0, user_repeat_threshold=0, user_repeat_failures=0")
+    assert why.settings_text({"user_repeat_failures": False}) == "user_repeat_failures=false"
     assert rows["circuit_breaker"]["at this step"] == (
         "sees no loop yet at step 5; alone it would flag step 7")
     assert rows["recurrence"]["at this step"] == "sees no loop in this session"

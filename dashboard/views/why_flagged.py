@@ -36,6 +36,8 @@ def reading_verdict(reading: RuleReading, found: WhyFlagged) -> str:
 
 
 def _shown(value: Any) -> str:
+    if isinstance(value, bool):  # as `rewind replay --set` and a config file take it
+        return "true" if value else "false"
     if isinstance(value, (set, frozenset, list, tuple)):
         return ",".join(sorted(str(v) for v in value)) or "none"
     if isinstance(value, Mapping):
