@@ -11,7 +11,7 @@ import re
 
 import pytest
 from playwright.sync_api import Page, expect
-from support.console import rerun_the_page, sign_in
+from support.console import WATCH_RUNS, rerun_the_page, sign_in, wait_for_run_to_end
 from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_looping
 
 from dashboard import views
@@ -392,8 +392,11 @@ def test_a_dismissed_dialog_stays_closed(console, page):
     expect(dialog.get_by_role("button", name="Send notice")).to_be_visible()
     settle(page)
     dialog.get_by_role("heading", name="Send notice").click()
+    page.evaluate(WATCH_RUNS)
     page.keyboard.press("Escape")
     expect(page.get_by_role("dialog")).to_have_count(0)
-    settle(page)
+    # the run the dismissal asks for (its on_dismiss callback) has reached the server and ended:
+    # the browser hides the dialog before that run starts, so "idle" alone can come too early
+    wait_for_run_to_end(page)
     rerun_the_page(page)
     expect(page.get_by_role("dialog")).to_have_count(0)
