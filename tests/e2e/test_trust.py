@@ -102,7 +102,9 @@ def test_an_open_notice_dialog_refuses_custom_text_after_the_account_was_deleted
     # The run the text starts draws its preview and makes the dialog taller: wait for it, so
     # the click below lands on the button, not where it was (outside the dialog, a click
     # dismisses it; CI saw the dialog close that way instead of refusing).
-    expect(dialog.get_by_text("Please re-authenticate at evil.example", exact=True)).to_be_visible()
+    # (the preview itself: the textarea holds the same text, and may match it too)
+    expect(dialog.locator(".rw-notice-preview")).to_have_text(
+        "Please re-authenticate at evil.example")
     settle(page)
     rewrite(secrets, {"victor": ACCOUNTS["victor"]})
     dialog.get_by_role("button", name="Send notice", exact=True).click()
