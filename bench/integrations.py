@@ -170,7 +170,7 @@ def bench_mcp(engine: Engine, calls: int) -> Row | None:
         from mcp import Client
         from mcp.server.mcpserver import MCPServer
 
-        from engine.integrations.mcp_proxy import McpProxy, Upstream
+        from engine.integrations.mcp import McpProxy, Upstream
     except ImportError:
         return None
     server = MCPServer("bench")

@@ -40,7 +40,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 from engine import Engine  # noqa: E402
-from engine.otlp import IngestConfig, Receiver, ServerConfig  # noqa: E402
+from engine.integrations.otlp import IngestConfig, Receiver, ServerConfig  # noqa: E402
 
 
 def direct(url: str, spans: int, sessions: int) -> float:

@@ -6,7 +6,7 @@ Run: ``.venv/bin/python bench/replay.py [--steps 1000000] [--session 400] [--sta
 Baseline, in memory: builds sessions of stored step records (`StepRecord`, result digests as the
 store keeps them) from the detector bench's healthy stream (distinct work that is never flagged,
 so every step is replayed) with a looping session every tenth, and times
-`engine.replay.first_flag` over them under the production defaults, then `compare` against
+`engine.loops.replay.first_flag` over them under the production defaults, then `compare` against
 ``repeat_threshold=4`` (two replays per session). Building the records is not timed.
 
 End to end: the public ``Engine.replay({"repeat_threshold": 4})`` (the fleet listed, every
@@ -42,9 +42,9 @@ from detector import healthy_stream, looping_stream  # noqa: E402
 
 from engine import Engine  # noqa: E402
 from engine.loops.normalize import result_digest  # noqa: E402
+from engine.loops.replay import compare, first_flag  # noqa: E402
 from engine.loops.step import Step  # noqa: E402
 from engine.records import StepRecord  # noqa: E402
-from engine.replay import compare, first_flag  # noqa: E402
 from engine.types import StepStatus  # noqa: E402
 
 TARGET_SECONDS = 60.0

@@ -1,6 +1,6 @@
 """First-visit loop tally at fleet scale: the console's "loops over time" after a restart.
 
-`engine.fleet.LoopTally` starts cold in a fresh process (engine opened, nothing cached) and
+`engine.fleet.queries.LoopTally` starts cold in a fresh process (engine opened, nothing cached) and
 reads the last day's loop episodes, as the console's first visit does, two ways on the same
 store:
 
@@ -53,7 +53,7 @@ class FeedOnly:
 def _cold_tally(url: str, way: str, queue) -> None:
     """In a fresh process: one first visit's tally; puts (seconds, events read, episodes)."""
     from engine import Engine
-    from engine.fleet import LoopTally
+    from engine.fleet.queries import LoopTally
 
     engine = Engine.open(url)
     newest = engine.events(since=engine.store.last_event_id() - 1, limit=1)

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dashboard.access import User
+from dashboard.signin.access import User
 from engine import (
     BulkRollbackItem,
     Engine,

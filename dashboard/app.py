@@ -15,7 +15,8 @@ import time
 
 import streamlit as st
 
-from dashboard import access, data, settings, views
+from dashboard import data, settings, views
+from dashboard.signin import access
 
 st.set_page_config(page_title="Rewind console", page_icon="⏪", layout="wide")
 # The tables' own "Download as CSV" and copy would hand agents' text to a spreadsheet as

@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboard import access, settings, views
+from dashboard import settings, views
+from dashboard.signin import access
 from dashboard.views import fleet as fleet_views
 from dashboard.views import whatif as whatif_views
 from engine import (

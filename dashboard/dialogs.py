@@ -13,7 +13,7 @@ from typing import Any, Literal, overload
 import streamlit as st
 
 from dashboard import actions, data, views
-from dashboard.access import User
+from dashboard.signin.access import User
 from dashboard.views import dialogs as dialog_views
 from dashboard.views import whatif as whatif_views
 from engine import Engine, RewindError, SessionStatus

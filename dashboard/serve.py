@@ -16,8 +16,8 @@ from typing import Any
 import streamlit as st
 from starlette.middleware import Middleware
 
-from dashboard import access
 from dashboard.secrets_file import SecretsFileError
+from dashboard.signin import access
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -14,7 +14,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engine.auth import hash_password, verify_password
     from engine.budget.builder import Context, ContextBuilder
     from engine.engine import Engine
     from engine.errors import (
@@ -46,7 +45,8 @@ if TYPE_CHECKING:
         UnknownSnapshot,
         WatchOnly,
     )
-    from engine.fleet import LABEL_ACTION, LoopTally
+    from engine.fleet.quarantine import unused_tool_hint
+    from engine.fleet.queries import LABEL_ACTION, LoopTally
     from engine.freeze import (
         POLICY_SHORT,
         FreezeWindow,
@@ -57,9 +57,9 @@ if TYPE_CHECKING:
     from engine.identity import Actor
     from engine.limits import Limits
     from engine.loops.detector import LoopDetector, Step, Verdict
+    from engine.loops.replay import RuleReading, WhyFlagged
     from engine.loops.rules import RULES
     from engine.memory.config import MemoryConfig
-    from engine.quarantine import unused_tool_hint
     from engine.records import (
         AuditEvent,
         BranchInfo,
@@ -83,8 +83,7 @@ if TYPE_CHECKING:
         notice_gist,
         template_for,
     )
-    from engine.replay import RuleReading, WhyFlagged
-    from engine.saga import LIVE_S
+    from engine.recovery.saga import LIVE_S
     from engine.sessions.session import Session, StepCall
     from engine.store.base import Retention
     from engine.types import (
@@ -109,8 +108,6 @@ __all__ = [
     "POLICY_SHORT",
     "LoopTally",
     "LABEL_ACTION",
-    "verify_password",
-    "hash_password",
     "template_for",
     "TEMPLATES",
     "NOTICE_FLAG",
@@ -188,14 +185,12 @@ _LAZY: dict[str, str] = {
     "AUDIT_ACTIONS": "engine.types",
     "WatchOnly": "engine.errors",
     "PAUSED_TEMPLATES": "engine.recovery.notices",
-    "LIVE_S": "engine.saga",
+    "LIVE_S": "engine.recovery.saga",
     "policy_sentence": "engine.freeze",
     "freeze_window": "engine.freeze",
     "POLICY_SHORT": "engine.freeze",
-    "LoopTally": "engine.fleet",
-    "LABEL_ACTION": "engine.fleet",
-    "verify_password": "engine.auth",
-    "hash_password": "engine.auth",
+    "LoopTally": "engine.fleet.queries",
+    "LABEL_ACTION": "engine.fleet.queries",
     "template_for": "engine.recovery.notices",
     "TEMPLATES": "engine.recovery.notices",
     "NOTICE_FLAG": "engine.recovery.notices",
@@ -259,13 +254,13 @@ _LAZY: dict[str, str] = {
     "UnknownQuarantine": "engine.errors",
     "UnknownSession": "engine.errors",
     "UnknownSnapshot": "engine.errors",
-    "unused_tool_hint": "engine.quarantine",
+    "unused_tool_hint": "engine.fleet.quarantine",
     "is_refused": "engine.types",
     "notice_gist": "engine.recovery.notices",
     "RULES": "engine.loops.rules",
     "Verdict": "engine.loops.detector",
-    "RuleReading": "engine.replay",
-    "WhyFlagged": "engine.replay",
+    "RuleReading": "engine.loops.replay",
+    "WhyFlagged": "engine.loops.replay",
 }
 """Where each public name lives."""
 

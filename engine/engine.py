@@ -2,7 +2,8 @@
 
 `Engine.open(url)` wires a `Runtime` (store, clock, retention, detector factory, memory config,
 compensation handlers) and hands it to the session handles it creates. Everything an operator does
-goes through `engine.actions`, the saga lives in `engine.saga`, fleet queries in `engine.fleet`;
+goes through `engine.fleet.actions`, the saga lives in `engine.recovery.saga`, fleet queries in
+`engine.fleet.queries`;
 `Engine` is the facade over them that the console and the CLI call, so neither touches a store.
 """
 
@@ -14,8 +15,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from engine import actions, fleet, metrics, quarantine, saga
 from engine import documents as _documents
+from engine import metrics
+from engine.fleet import actions, quarantine
+from engine.fleet import queries as fleet
 from engine.freeze import (
     FreezeWindow,
     PolicyChoice,
@@ -38,14 +41,14 @@ from engine.records import (
     SnapshotNode,
     StepRecord,
 )
-from engine.recovery import bulk, verbs
+from engine.recovery import bulk, saga, verbs
 from engine.runtime import CompensationHandler, Runtime, configured_detector
 from engine.sessions.session import Session
 from engine.store import Retention, SessionCursor, SessionFilter, Store, open_store
 from engine.types import FACETS, LoopPolicy, RollbackKind
 
 if TYPE_CHECKING:
-    from engine.replay import Replay, WhyFlagged
+    from engine.loops.replay import Replay, WhyFlagged
 
 __all__ = ["Actor", "CompensationHandler", "Engine"]
 
@@ -304,7 +307,7 @@ class Engine:
             ConfigError: an unknown setting or a value the detector refuses. ValueError: a bad
             filter.
         """
-        from engine.replay import Replay, detector_config
+        from engine.loops.replay import Replay, detector_config
 
         detector_config(config)  # refuse a bad setting before reading the fleet
         if where:
@@ -339,7 +342,7 @@ class Engine:
             UnknownSession: no such session. InvalidSessionId: a bad id. ConfigError: the
             recorded settings are ones this detector refuses.
         """
-        from engine.replay import detector_config, why_flagged
+        from engine.loops.replay import detector_config, why_flagged
 
         info = self.runtime.require_session(sid)
         verdict = info.last_verdict
@@ -391,7 +394,7 @@ class Engine:
 
         return preview_rollback(self.runtime, sid, to)
 
-    # -- operator actions (engine.actions) ----------------------------------------------------
+    # -- operator actions (engine.fleet.actions) -------------------------------------------------
     def rollback(self, sid: str, to: str | None = None, *, actor: str | Actor = "system",
                  reason: str = "", notice: bool | str = True,
                  automatic: bool = False, rule: str | None = None,
@@ -432,7 +435,7 @@ class Engine:
         """Refuse `tool` to every session (or those whose meta matches `scope`: tenant,
         scenario, prompt_version) until `until` (unix seconds, datetime, timedelta from now;
         None: until lifted). Every process on the store honours it within a second; see
-        `engine.quarantine`.
+        `engine.fleet.quarantine`.
 
         Raises:
             PermissionDenied: the actor is a viewer. ValueError: bad scope, `until` past.
@@ -489,7 +492,7 @@ class Engine:
         """Feed events after cursor `since`, oldest first; pass the last id back as `since`."""
         return self.store.events(since=since, limit=limit, session=session)
 
-    # -- saga (engine.saga) -------------------------------------------------------------------
+    # -- saga (engine.recovery.saga) ------------------------------------------------------------
     def register_compensation(self, name: str, handler: CompensationHandler) -> None:
         """Register the handler for compensation `name` in this process."""
         saga.register(self.runtime, name, handler)
@@ -500,12 +503,12 @@ class Engine:
 
     def run_compensations(self, limit: int = 100, lease_s: float = 60.0) -> list[Compensation]:
         """Run pending compensations this process has handlers for, each once (see
-        `engine.saga`). Returns the compensations processed, with their final status."""
+        `engine.recovery.saga`). Returns the compensations processed, with their final status."""
         return saga.run_pending(self.runtime, limit, lease_s)
 
     def retry_compensation(self, cid: int, *, actor: str | Actor, reason: str) -> Compensation:
         """Put compensation `cid` back to pending with its attempts reset, so a process with
-        its handler runs it again; audited (see `engine.actions.retry_compensation`).
+        its handler runs it again; audited (see `engine.fleet.actions.retry_compensation`).
 
         Raises:
             PermissionDenied: the actor is a viewer. ValueError: no reason.
@@ -516,7 +519,7 @@ class Engine:
 
     def resolve_compensation(self, cid: int, *, actor: str | Actor, reason: str) -> Compensation:
         """Mark compensation `cid` resolved by hand (status resolved, who and why kept);
-        audited (see `engine.actions.resolve_compensation`).
+        audited (see `engine.fleet.actions.resolve_compensation`).
 
         Raises:
             PermissionDenied: the actor is a viewer. ValueError: no reason.
@@ -727,7 +730,7 @@ class Engine:
         Returns:
             Tool name -> calls seen, most called first.
         """
-        from engine.quarantine import is_refusal
+        from engine.fleet.quarantine import is_refusal
 
         seen: dict[str, int] = {}
         for info in self.sessions(limit=sessions):

@@ -139,7 +139,8 @@ class Runtime:
     limits: Limits = field(default_factory=Limits)
     """Size limits of what one call may write, checked before the store is touched."""
     announced: tuple[str, ...] = field(default=(), repr=False)
-    """Handler names of this process's last worker heartbeat in the store (`engine.saga`)."""
+    """Handler names of this process's last worker heartbeat in the store
+    (`engine.recovery.saga`)."""
     announced_at: float = field(default=float("-inf"), repr=False)
     """Engine-clock time of that heartbeat."""
     _fleet_caches: dict[tuple[str, Callable[..., Any]], FleetDocCache[Any]] = field(
@@ -151,7 +152,7 @@ class Runtime:
         if not self.worker_id:
             self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         if self.detector_settings:
-            from engine.replay import checked_settings, detector_config
+            from engine.loops.replay import checked_settings, detector_config
 
             self.detector_settings = checked_settings(self.detector_settings,
                                                       "the configured detector settings")
@@ -202,12 +203,12 @@ class Runtime:
         Every process on the store builds its detectors the same way: `detector_factory`'s
         config, then this process's configured settings (`detector_settings`, from
         ``[rewind.detector]``), then the settings declared in the store
-        (`engine.actions.declare_detector`), each field taken from the last that sets it."""
+        (`engine.fleet.actions.declare_detector`), each field taken from the last that sets it."""
         detector = self.detector_factory()
         own, declared = self.detector_settings, self.declared_detector()
         if not own and not declared:
             return detector, {}
-        from engine.replay import detector_config
+        from engine.loops.replay import detector_config
 
         if declared:
             settings = {**own, **declared}
@@ -327,6 +328,6 @@ def configured_detector(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     if "detector" not in section:
         _refuse_misnamed_detector_table(doc, section, where)
         return {}
-    from engine.replay import checked_settings
+    from engine.loops.replay import checked_settings
 
     return checked_settings(section["detector"], f"[rewind.detector] in {where}")

@@ -86,10 +86,10 @@ class StepStatus(StrEnum):
 
 
 QUARANTINE_REFUSAL_PREFIX = "ToolQuarantined: "
-"""Start of the error text of a step a quarantine refused (`engine.quarantine`)."""
+"""Start of the error text of a step a quarantine refused (`engine.fleet.quarantine`)."""
 GUARD_REFUSAL_PREFIX = "refused by Rewind: "
 """Start of the error text of a call an integration's own guard refused before it ran (the MCP
-proxy's loop block, `engine.quarantine.refuse_call`)."""
+proxy's loop block, `engine.fleet.quarantine.refuse_call`)."""
 
 
 def is_refused(status: str, error: str | None) -> bool:

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine import Engine, LoopDetected  # noqa: E402
 from engine.integrations.langgraph import RewindSaver, RewindToolNode  # noqa: E402
-from engine.sessions.notices import NOTICE_FLAG  # noqa: E402
+from engine.recovery.notices import NOTICE_FLAG  # noqa: E402
 
 CROP_BOX = {"image": "receipt-42.png", "x": 10, "y": 420, "width": 300, "height": -20}
 """The model's crop box: a negative height, so every crop is an invalid slice."""

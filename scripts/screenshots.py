@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine import Engine, SessionStatus  # noqa: E402
-from engine.sessions.notices import TEMPLATES  # noqa: E402
+from engine.recovery.notices import TEMPLATES  # noqa: E402
 
 CHROMIUM = os.environ.get("REWIND_CHROMIUM", "/usr/bin/chromium")
 VIEWPORT = {"width": 1440, "height": 900}

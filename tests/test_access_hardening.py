@@ -1,4 +1,5 @@
-"""Sign-in and demo mode as an attacker would try them (dashboard.access, engine.auth).
+"""Sign-in and demo mode as an attacker would try them (dashboard.signin.access,
+dashboard.signin.passwords).
 
 No timing assertions: what must cost the same is shown by counting key derivations.
 """
@@ -12,10 +13,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard import access
-from dashboard.access import BrowserRequest, SignInThrottle
-from engine import auth
-from engine.auth import hash_password, needs_rehash, verify_password
+from dashboard.signin import access
+from dashboard.signin import passwords as auth
+from dashboard.signin.access import BrowserRequest, SignInThrottle
+from dashboard.signin.passwords import hash_password, needs_rehash, verify_password
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 HASH = hash_password("correct horse")
@@ -23,7 +24,7 @@ HASH = hash_password("correct horse")
 
 @pytest.fixture
 def kdf_runs(monkeypatch):
-    """Counts scrypt runs made by engine.auth."""
+    """Counts scrypt runs made by dashboard.signin.passwords."""
     runs = []
     real = hashlib.scrypt
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from engine import Actor, Engine, LoopDetected
-from engine.alerts import NAMESPACE, AlertConfig, AlertWorker
+from engine.fleet.alerts import NAMESPACE, AlertConfig, AlertWorker
 
 ROOT = Path(__file__).resolve().parents[1]
 

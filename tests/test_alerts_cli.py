@@ -10,8 +10,8 @@ import pytest
 from test_alerts import _loop, made_hooks
 
 from engine import Engine
-from engine.alerts import NAMESPACE
-from engine.cli import main
+from engine.cli.parser import main
+from engine.fleet.alerts import NAMESPACE
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 from test_alerts import _loop, _rewind_alert, _until, made_hooks
 
 from engine import Engine
-from engine.alerts import NAMESPACE, AlertConfig, AlertWorker, http_post
+from engine.fleet.alerts import NAMESPACE, AlertConfig, AlertWorker, http_post
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import Engine
-from engine.alerts import AlertConfig, AlertWorker
+from engine.fleet.alerts import AlertConfig, AlertWorker
 
 ANSWERS = st.sampled_from(["ok", "500", "302", "unreachable"])
 HOOKS = ("https://a.example/hook", "https://b.example/hook")

@@ -11,7 +11,7 @@ import pytest
 from test_alerts import _loop
 
 from engine import Engine, FreezeWindow
-from engine.alerts import AlertConfig, AlertWorker, slack_escape
+from engine.fleet.alerts import AlertConfig, AlertWorker, slack_escape
 
 HOSTILE_SESSION = "<!channel> urgent & <@U024BE7LH>"
 HOSTILE_VERSION = "<https://evil.example|re-authenticate>"

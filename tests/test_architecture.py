@@ -162,7 +162,7 @@ def test_the_room_check_counts_function_imports_but_not_type_checking(tmp_path):
     assert "engine.x" not in _imports(source, type_checking=False)
     assert {"engine.y", "engine.y.z"} <= _imports(source, type_checking=False)
     assert _room("engine.recovery.verbs") == "engine.recovery"
-    assert _room("engine.saga") == "engine.saga"
+    assert _room("engine.freeze") == "engine.freeze"
 
 
 def test_recovery_sits_below_the_session_handle_and_the_engine():
@@ -171,7 +171,7 @@ def test_recovery_sits_below_the_session_handle_and_the_engine():
     import no room that acts."""
     graph = _room_graph()
     assert set(graph["engine.recovery"]) & {"engine.sessions", "engine.engine",
-                                            "engine.actions", "engine.integrations"} == set()
+                                            "engine.fleet", "engine.integrations"} == set()
     for base in ("engine.ids", "engine.identity"):
         assert set(graph[base]) <= {"engine.errors", "engine.types", "engine.limits",
                                     "engine.loops"}, base

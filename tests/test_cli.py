@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from support.fleet import LOOPING, seed_looping
 
+from dashboard.signin.passwords import verify_password
 from engine import NOTICE_FLAG, PAUSED_TEMPLATES, TEMPLATES
-from engine.auth import verify_password
-from engine.cli import main
+from engine.cli.parser import main
 
 HEALTHY = "faq-7"
 ROOT = Path(__file__).resolve().parents[1]

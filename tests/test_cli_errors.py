@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine import Engine
-from engine.cli import (
+from engine.cli.parser import (
     EXIT_NOT_FOUND,
     EXIT_REFUSED,
     EXIT_STORE,
@@ -320,7 +320,8 @@ def test_hash_password_refuses_an_empty_password_without_a_traceback():
 
 def test_dashboard_allowed_hosts_keep_the_loopback_names(monkeypatch):
     calls = []
-    monkeypatch.setattr("engine.cli.subprocess.call", lambda cmd, **kw: calls.append(cmd) or 0)
+    monkeypatch.setattr("engine.cli.commands.subprocess.call",
+                        lambda cmd, **kw: calls.append(cmd) or 0)
     assert main(["dashboard", "--address", "0.0.0.0", "--allowed-host", "rewind.example.com"]) == 0
     cmd = calls[0]
     hosts = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--server.allowedHosts"]

@@ -13,8 +13,8 @@ import pytest
 from support.fleet import LOOPING, seed_looping
 
 from engine import NOTICE_FLAG
-from engine.cli import main
-from engine.cli_text import _fmt_utc
+from engine.cli.parser import main
+from engine.cli.text import _fmt_utc
 
 ROOT = Path(__file__).resolve().parents[1]
 

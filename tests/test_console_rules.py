@@ -113,21 +113,21 @@ def test_the_import_check_flags_engine_submodules_and_unexported_names(tmp_path)
         "import engine\n"
         "from engine import Engine, SessionStatus\n"
         "from engine.records import Event\n"
-        "import engine.saga as saga\n"
+        "import engine.recovery.saga as saga\n"
         "from engine import freeze\n"
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n"
         "    from engine.types import Role\n"
         "def f():\n"
-        "    from engine.sessions.notices import NOTICE_FLAG\n"
+        "    from engine.recovery.notices import NOTICE_FLAG\n"
         "from enginex import y\n"
     )
     assert private_engine_imports(source, public) == [
         "3: from engine.records import …",
-        "4: import engine.saga",
+        "4: import engine.recovery.saga",
         "5: from engine import freeze",
         "8: from engine.types import …",
-        "10: from engine.sessions.notices import …",
+        "10: from engine.recovery.notices import …",
     ]
 
 

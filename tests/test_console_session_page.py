@@ -14,17 +14,17 @@ from streamlit.testing.v1 import AppTest
 from support.fleet import LOOPING, seed_fleet, seed_looping
 
 from dashboard import charts, dialogs
-from dashboard.access import SESSION_KEY, User, role_authority
+from dashboard.signin.access import SESSION_KEY, User, role_authority
+from dashboard.signin.passwords import hash_password
 from dashboard.views import dialogs as dialog_views
 from dashboard.views import session as sv
 from dashboard.views import why_flagged as why
 from engine import Engine, PermissionDenied, RuleReading, WhyFlagged
-from engine.auth import hash_password
+from engine.loops.replay import Flag, SettingChange
 from engine.loops.rules import REGISTRY
 from engine.memory.embeddings import HashingEmbedder
 from engine.memory.session import MemoryConfig
 from engine.records import AuditEvent, SnapshotNode, StepRecord
-from engine.replay import Flag, SettingChange
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 OPERATOR = User("olivia", "operator", "local")

@@ -1,4 +1,5 @@
-"""Who may use the console and how it is configured (dashboard.access, dashboard.settings)."""
+"""Who may use the console and how it is configured (dashboard.signin.access,
+dashboard.settings)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import datetime as dt
 
 import pytest
 
-from dashboard import access, settings
-from dashboard.access import AccessConfigError, SignInThrottle, User
-from engine.auth import hash_password
+from dashboard import settings
+from dashboard.signin import access
+from dashboard.signin.access import AccessConfigError, SignInThrottle, User
+from dashboard.signin.passwords import hash_password
 
 HASH = hash_password("correct horse")
 

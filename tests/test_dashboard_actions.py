@@ -7,9 +7,9 @@ import pytest
 from support.fleet import LOOPING, seed_looping
 
 from dashboard import actions
-from dashboard.access import User
+from dashboard.signin.access import User
 from engine import Engine, PermissionDenied
-from engine.sessions.notices import TEMPLATES
+from engine.recovery.notices import TEMPLATES
 
 OPERATOR = User("olivia", "operator", "local")
 VIEWER = User("victor", "viewer", "local")

@@ -14,9 +14,9 @@ from streamlit.testing.v1 import AppTest
 from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_fleet, seed_looping
 
 from dashboard import views
-from dashboard.access import SESSION_KEY, User
+from dashboard.signin.access import SESSION_KEY, User
+from dashboard.signin.passwords import hash_password
 from engine import Engine
-from engine.auth import hash_password
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 OPERATOR = User("olivia", "operator", "local")

@@ -13,11 +13,12 @@ from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 from support.fleet import LOOPING, seed_fleet, seed_looping
 
-from dashboard import access, actions
-from dashboard.access import SESSION_KEY, User, role_authority
+from dashboard import actions
 from dashboard.secrets_file import SecretsFileError, read_files
+from dashboard.signin import access
+from dashboard.signin.access import SESSION_KEY, User, role_authority
+from dashboard.signin.passwords import hash_password
 from engine import Engine, PermissionDenied
-from engine.auth import hash_password
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 HASH = hash_password("olivia-pw")

@@ -1,4 +1,4 @@
-"""Loop episodes over time, counted from the engine's event feed (engine.fleet)."""
+"""Loop episodes over time, counted from the engine's event feed (engine.fleet.queries)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_auto_rolled_back, seed
 
 from dashboard.views import loop_episodes_frame
 from engine import Engine
-from engine.fleet import LoopTally, first_cursor_at
+from engine.fleet.queries import LoopTally, first_cursor_at
 
 
 @dataclass

@@ -11,9 +11,9 @@ from streamlit.testing.v1 import AppTest
 from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_fleet
 
 from dashboard import data
-from dashboard.access import SESSION_KEY, User
+from dashboard.signin.access import SESSION_KEY, User
+from dashboard.signin.passwords import hash_password
 from engine import Engine
-from engine.auth import hash_password
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 CARD = "Detector precision"

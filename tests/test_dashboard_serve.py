@@ -62,7 +62,8 @@ def test_metrics_are_shut_while_accounts_are_configured(path):
 
 
 def test_metrics_open_only_in_demo_mode(monkeypatch):
-    from dashboard import access, serve
+    from dashboard import serve
+    from dashboard.signin import access
 
     monkeypatch.setattr(access, "read_secrets", lambda: {})
     assert serve.metrics_open()

@@ -12,8 +12,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from support.fleet import seed_fleet
 
-from dashboard import access
-from dashboard.access import (
+from dashboard.signin import access
+from dashboard.signin.access import (
     COOKIE_KEY,
     SESSION_COOKIE,
     SESSION_KEY,
@@ -26,7 +26,7 @@ from dashboard.access import (
     restored_user,
     session_limits,
 )
-from engine.auth import hash_password
+from dashboard.signin.passwords import hash_password
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 HASHES = {"olivia": hash_password("olivia-pw"), "victor": hash_password("victor-pw")}

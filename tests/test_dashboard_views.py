@@ -596,7 +596,7 @@ def test_user_view_shows_live_words_and_notices_only():
 
 
 def test_last_notice_names_when_who_and_what():
-    from engine.sessions.notices import NOTICE_FLAG
+    from engine.recovery.notices import NOTICE_FLAG
 
     records = [MessageRecord(1, 1, {"role": "user", "content": "hi"}, None, 1000.0),
                MessageRecord(2, 2, {"role": "assistant", "content": "first", NOTICE_FLAG: True},

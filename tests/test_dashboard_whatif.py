@@ -11,7 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_fleet
 
-from dashboard.access import SESSION_KEY, User
+from dashboard.signin.access import SESSION_KEY, User
 from dashboard.views import fleet as fleet_views
 from dashboard.views import whatif
 from engine import Engine, LoopDetector

@@ -14,10 +14,10 @@ from streamlit.testing.v1 import AppTest
 from support.fleet import seed_fleet
 
 from dashboard import actions
-from dashboard.access import SESSION_KEY, User
+from dashboard.signin.access import SESSION_KEY, User
+from dashboard.signin.passwords import hash_password
 from dashboard.views import whatif
 from engine import Engine, LoopDetector, PermissionDenied
-from engine.auth import hash_password
 
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
 OPERATOR = User("olivia", "operator", "local")

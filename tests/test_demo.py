@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from engine import Actor, Engine, FreezeWindow
-from engine.cli import main as cli_main
+from engine.cli.parser import main as cli_main
 from engine.demo import HEALTHY, LOOPING, SCENARIOS, Ledger, plan_session, run_demo
 
 

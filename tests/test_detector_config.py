@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine import ConfigError, LoopDetector
-from engine.cli import main
+from engine.cli.parser import main
 from engine.runtime import CONFIG_ENV, configured_detector
 
 ROOT = Path(__file__).resolve().parents[1]

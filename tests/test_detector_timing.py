@@ -267,7 +267,7 @@ class TestStricterSettingForFailuresAfterAUserTurn:
         assert first(steps, LoopDetector(STRICT)) is None
 
     def test_it_is_a_setting_the_replay_and_config_files_take(self):
-        from engine.replay import checked_settings, detector_config
+        from engine.loops.replay import checked_settings, detector_config
 
         config = detector_config({"user_repeat_failures": "true"})
         assert config.user_repeat_failures is True

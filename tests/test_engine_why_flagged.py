@@ -1,7 +1,8 @@
 """`Engine.why_flagged`: why a session was flagged, from its stored steps replayed under the
 settings that flagged it: the flagged step and rule, what each rule (in the detector's order)
 looks for, its settings in force and its first flag alone, and the smallest change of one setting
-(the same as `engine.replay.smallest_change`). The console's "Why flagged" words this answer."""
+(the same as `engine.loops.replay.smallest_change`). The console's "Why flagged" words this
+answer."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import pytest
 from support.fleet import LOOPING, seed_looping
 
 from engine import Engine, UnknownSession, WhyFlagged
-from engine.fleet import session_history
+from engine.fleet.queries import session_history
 from engine.loops.detector import DetectorConfig
+from engine.loops.replay import LOOKS_FOR, first_flag, smallest_change
 from engine.loops.rules import REGISTRY
-from engine.replay import LOOKS_FOR, first_flag, smallest_change
 
 
 @pytest.fixture()

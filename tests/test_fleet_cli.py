@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine import Engine
-from engine.cli import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, main
+from engine.cli.parser import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, main
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

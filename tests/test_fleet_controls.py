@@ -20,7 +20,7 @@ from engine import (
     ToolQuarantined,
     UnknownQuarantine,
 )
-from engine.quarantine import REFUSAL_PREFIX
+from engine.fleet.quarantine import REFUSAL_PREFIX
 
 VIEWER = Actor("vera", "viewer")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine import Engine, PermissionDenied
-from engine.cli import main
+from engine.cli.parser import main
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = time.time()

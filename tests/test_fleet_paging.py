@@ -7,7 +7,7 @@ import re
 import sqlite3
 
 from engine import Engine
-from engine.cli import main
+from engine.cli.parser import main
 
 
 def _seed(url: str, count: int) -> None:

@@ -10,7 +10,7 @@ import pytest
 from support.fleet import LOOPING, seed_looping
 
 from engine import Actor, PermissionDenied, Role
-from engine.cli import main
+from engine.cli.parser import main
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import datetime as dt
 import pytest
 
 from engine import ConfigError, Engine, FreezeWindow, LoopDetected
-from engine.cli import main as cli_main
+from engine.cli.parser import main as cli_main
 from engine.freeze import configured, freeze_window, from_environment, read_table, resolve
 
 START = dt.datetime(2026, 10, 1, tzinfo=dt.timezone(dt.timedelta(hours=8)))

@@ -253,7 +253,7 @@ def test_oversized_messages_notices_reasons_actors_and_meta_are_refused():
 
 
 def test_an_automatic_rollback_cuts_a_long_reason_instead_of_refusing():
-    from engine.actions import rollback
+    from engine.fleet.actions import rollback
 
     eng = small(reason_chars=40)
     s = eng.session("s")

@@ -15,7 +15,7 @@ pytest.importorskip("langgraph.prebuilt", reason="needs the langgraph extra")
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: E402
 
 from engine.integrations.langgraph import RewindSaver, layout  # noqa: E402
-from engine.sessions.notices import NOTICE_FLAG, TEMPLATES  # noqa: E402
+from engine.recovery.notices import NOTICE_FLAG, TEMPLATES  # noqa: E402
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        "examples", "langgraph_loop.py")

@@ -44,7 +44,7 @@ from engine.integrations.langgraph.codec import (  # noqa: E402
     raw_list,
     raw_value,
 )
-from engine.sessions.notices import NOTICE_FLAG  # noqa: E402
+from engine.recovery.notices import NOTICE_FLAG  # noqa: E402
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Loop episodes read through the stores' ``loop`` events (`Store.loops`) are the episodes a scan
-of the feed's ``step`` and ``rollback`` events finds (engine.fleet.LoopTally), on every store;
+of the feed's ``step`` and ``rollback`` events finds (engine.fleet.queries.LoopTally), on every
+store;
 stores written by an older release are scanned."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from engine import Engine, LoopDetected
 from engine.errors import RewindError
-from engine.fleet import LoopTally
+from engine.fleet.queries import LoopTally
 
 
 class Clock:

@@ -106,7 +106,7 @@ def test_http_needs_the_bearer_token(tmp_path):
 
 
 def test_http_off_loopback_needs_a_token(tmp_path, capsys, monkeypatch):
-    from engine.cli import main
+    from engine.cli.parser import main
 
     monkeypatch.delenv("REWIND_MCP_TOKEN", raising=False)
     code = main(["mcp-proxy", "--store", f"sqlite:///{tmp_path}/x.db", "--http", "8765",
@@ -121,7 +121,7 @@ def test_a_call_both_loop_blocked_and_quarantined_is_refused(tmp_path):
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-    from engine.integrations.mcp_proxy import McpProxy, Upstream
+    from engine.integrations.mcp import McpProxy, Upstream
 
     server = MCPServer("receipts")
 

@@ -191,7 +191,7 @@ def test_an_unknown_tool_costs_no_relisting_until_the_list_changes(tmp_path):
 
 
 def test_doctor_reports_steps_left_running(tmp_path, capsys):
-    from engine.cli import main
+    from engine.cli.parser import main
 
     store = f"sqlite:///{tmp_path}/doctor.db"
     with Engine.open(store) as engine:

@@ -21,7 +21,7 @@ pytest.importorskip("mcp", reason="needs the mcp extra")
 from mcp import Client, StdioServerParameters  # noqa: E402
 
 from engine import Engine  # noqa: E402
-from engine.integrations.mcp_proxy import ROLLED_BACK_NOTICE  # noqa: E402
+from engine.integrations.mcp import ROLLED_BACK_NOTICE  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVER = os.path.join(ROOT, "tests", "mcp_servers", "receipts.py")
@@ -249,7 +249,7 @@ def test_streamable_http_proxy_in_front_of_an_http_server(tmp_path):
 
 
 def test_cli_needs_an_upstream(capsys):
-    from engine.cli import main
+    from engine.cli.parser import main
 
     assert main(["mcp-proxy", "--store", "sqlite:///:memory:"]) == 2
     assert "give an upstream" in capsys.readouterr().err
@@ -258,7 +258,7 @@ def test_cli_needs_an_upstream(capsys):
 def test_cli_refuses_a_session_id_no_store_takes_before_serving(capsys):
     """`--session` over 200 characters was taken, and every call then failed with "Internal
     server error"; it is refused at start, saying why."""
-    from engine.cli import main
+    from engine.cli.parser import main
 
     assert main(["mcp-proxy", "--store", "sqlite:///:memory:", "--session", "x" * 300,
                  "--", sys.executable, SERVER]) == 2
@@ -270,7 +270,7 @@ def test_a_quarantined_tool_is_refused_without_calling_it(tmp_path):
     is not called."""
     from mcp.server.mcpserver import MCPServer
 
-    from engine.integrations.mcp_proxy import McpProxy, Upstream
+    from engine.integrations.mcp import McpProxy, Upstream
 
     server = MCPServer("shop")
     refunds: list[str] = []
@@ -297,7 +297,7 @@ def test_a_config_file_names_the_servers(tmp_path):
     """`--config FILE` in the format MCP clients use: each server by command or URL."""
     import json
 
-    from engine.integrations.mcp_proxy import load_config
+    from engine.integrations.mcp import load_config
 
     config = tmp_path / "mcp.json"
     config.write_text(
@@ -345,8 +345,8 @@ def test_the_proxys_refusals_are_never_loop_evidence(tmp_path, capsys):
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-    from engine.cli import main
-    from engine.integrations.mcp_proxy import McpProxy, Upstream
+    from engine.cli.parser import main
+    from engine.integrations.mcp import McpProxy, Upstream
 
     server = MCPServer("receipts")
 
@@ -384,7 +384,7 @@ def test_a_session_handle_the_caller_made_still_gets_its_loop_blocked(tmp_path):
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-    from engine.integrations.mcp_proxy import McpProxy, Upstream
+    from engine.integrations.mcp import McpProxy, Upstream
 
     server = MCPServer("receipts")
 
@@ -415,8 +415,8 @@ def test_a_proxy_meeting_ever_new_sessions_keeps_a_bounded_number_of_handles(
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
+    from engine.integrations.mcp import McpProxy, Upstream
     from engine.integrations.mcp import proxy as proxy_module
-    from engine.integrations.mcp_proxy import McpProxy, Upstream
 
     monkeypatch.setattr(proxy_module, "KEPT_HANDLES", 3)
     monkeypatch.setattr(proxy_module, "KEPT_SESSIONS", 5)
@@ -465,7 +465,7 @@ def test_a_call_whose_arguments_are_over_the_engines_limit_still_reaches_the_too
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-    from engine.integrations.mcp_proxy import McpProxy, Upstream
+    from engine.integrations.mcp import McpProxy, Upstream
 
     server = MCPServer("files")
     written: list[int] = []
@@ -526,7 +526,7 @@ def test_a_session_purged_while_its_client_stays_connected_starts_again(tmp_path
     """Retention (`rewind purge --idle`) removed the session of a client that stayed connected:
     every later call was answered "Internal server error" until the proxy restarted. The
     session starts again, and the tool is called once per call."""
-    from engine.integrations.mcp_proxy import McpProxy, Upstream
+    from engine.integrations.mcp import McpProxy, Upstream
 
     server, called = _counting_server()
 
@@ -556,7 +556,7 @@ def test_an_unreachable_store_gets_a_clear_refusal_and_the_tool_is_not_called(tm
 
     if shutil.which("redis-server") is None:
         pytest.skip("needs redis-server")
-    from engine.integrations.mcp_proxy import McpProxy, Upstream
+    from engine.integrations.mcp import McpProxy, Upstream
 
     server, called = _counting_server()
     port = free_port()

@@ -37,7 +37,7 @@ from engine.integrations.openai_agents import (  # noqa: E402
     ToolGuard,
     ToolLoopDetected,
 )
-from engine.sessions.notices import NOTICE_FLAG, TEMPLATES  # noqa: E402
+from engine.recovery.notices import NOTICE_FLAG, TEMPLATES  # noqa: E402
 
 EXAMPLE = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "openai_agents_loop.py"

@@ -12,7 +12,7 @@ from support.agents_sdk import CONFIG, Scripted, call, fresh_id, run, say
 
 from engine import Engine
 from engine.integrations.openai_agents import RewindSession, ToolGuard
-from engine.integrations.openai_agents_memory import MAX_KEY, memory_tools
+from engine.integrations.openai_agents.memory import MAX_KEY, memory_tools
 from engine.memory.embeddings import HashingEmbedder
 from engine.memory.session import MemoryConfig
 

@@ -27,9 +27,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
 from engine import Engine
-from engine.cli import main
-from engine.otlp import IngestConfig, Ingestor, Receiver, ServerConfig
-from engine.otlp.decode import BadPayload, decode_request
+from engine.cli.parser import main
+from engine.integrations.otlp import IngestConfig, Ingestor, Receiver, ServerConfig
+from engine.integrations.otlp.decode import BadPayload, decode_request
 
 PROTOBUF, JSON = "application/x-protobuf", "application/json"
 SECOND = 1_000_000_000
@@ -492,17 +492,19 @@ def test_only_the_cli_imports_the_receiver():
     from test_one_door import back_doors
 
     root = Path(__file__).resolve().parents[1] / "engine"
+    receiver = root / "integrations" / "otlp"
     importers = set()
     for path in root.rglob("*.py"):
-        if path.parent.name == "otlp":
+        if path.parent == receiver:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            if any(n == "engine.otlp" or n.startswith("engine.otlp.") for n in names):
-                importers.add(path.name)
-    assert importers == {"cli.py"}
-    assert {p.name: hits for p in (root / "otlp").glob("*.py") if (hits := back_doors(p))} == {}
+            if any(n.startswith(("engine.integrations.otlp.", "engine.integrations.otlp"))
+                   for n in names if n.split(".")[:3] == ["engine", "integrations", "otlp"]):
+                importers.add(str(path.relative_to(root)))
+    assert importers == {"cli/parser.py"}
+    assert {p.name: hits for p in receiver.glob("*.py") if (hits := back_doors(p))} == {}
 
 
 def test_a_quarantine_cannot_stop_a_watched_agent_and_its_real_calls_are_kept(receiver, engine):
@@ -546,8 +548,8 @@ attribute_values = st.one_of(st.text(), st.integers(), st.floats(allow_nan=False
     "traceloop.span.kind", "traceloop.entity.input", "gen_ai.completion.0.content"]),
     attribute_values), kind=st.sampled_from(["execute_tool", "chat", "TOOL", "LLM", "tool"]))
 def test_classifying_any_attributes_never_raises(attrs, kind):
-    from engine.otlp.conventions import classify
-    from engine.otlp.decode import SpanData
+    from engine.integrations.otlp.conventions import classify
+    from engine.integrations.otlp.decode import SpanData
 
     for key in ("gen_ai.operation.name", "openinference.span.kind", "traceloop.span.kind"):
         attrs.setdefault(key, kind)

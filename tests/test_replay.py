@@ -1,4 +1,4 @@
-"""Replay of stored steps under another detector configuration (engine/replay.py)."""
+"""Replay of stored steps under another detector configuration (engine/loops/replay.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from engine.errors import ConfigError
 from engine.loops.detector import DetectorConfig
 from engine.loops.normalize import result_digest
-from engine.records import MessageRecord, StepRecord
-from engine.replay import (
+from engine.loops.replay import (
     Flag,
     SessionReplay,
     compare,
@@ -22,6 +21,7 @@ from engine.replay import (
     smallest_change,
     summarize,
 )
+from engine.records import MessageRecord, StepRecord
 from engine.types import StepStatus
 
 
@@ -91,7 +91,7 @@ class TestFirstFlag:
         assert first_flag(records) == Flag(5, "exact_repeat")
 
     def test_the_refusal_prefix_is_the_quarantines(self):
-        from engine.quarantine import REFUSAL_PREFIX
+        from engine.fleet.quarantine import REFUSAL_PREFIX
 
         assert REFUSAL_PREFIX == "ToolQuarantined: "
 

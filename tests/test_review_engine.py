@@ -15,7 +15,7 @@ import pytest
 from support.fleet import LOOPING, seed_looping
 
 from engine import NOTICE_FLAG, Actor
-from engine.cli import main
+from engine.cli.parser import main
 from engine.errors import ConfigError, StepError
 from engine.memory.embeddings import HashingEmbedder
 from engine.memory.session import MemoryConfig
@@ -322,7 +322,7 @@ def test_a_step_call_entered_twice_is_refused_before_a_second_step_is_written(ur
 
 
 def test_a_dead_webhook_counts_every_alert_that_waits_for_it(url, looping):
-    from engine.alerts import AlertConfig, AlertWorker
+    from engine.fleet.alerts import AlertConfig, AlertWorker
 
     def unreachable(url: str, body: bytes, timeout: float) -> int:
         raise ConnectionRefusedError("connection refused")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlite3
 
 from engine import Engine
-from engine.fleet import session_history
-from engine.replay import first_flag, smallest_change
+from engine.fleet.queries import session_history
+from engine.loops.replay import first_flag, smallest_change
 
 BUDGET = {"max_steps": 8}
 

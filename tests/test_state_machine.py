@@ -22,7 +22,7 @@ from engine import Engine, NothingToRollBack, SnapshotNotRestorable
 from engine.memory.decay import Decay, MemoryPolicy
 from engine.memory.embeddings import HashingEmbedder
 from engine.memory.session import MemoryConfig
-from engine.sessions.notices import TEMPLATES
+from engine.recovery.notices import TEMPLATES
 from engine.store import Retention
 
 KEEP_NAMED, KEEP_STEPS = 3, 4

@@ -9,12 +9,12 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from dashboard.access import SESSION_KEY, User
+from dashboard.signin.access import SESSION_KEY, User
+from dashboard.signin.passwords import hash_password
 from dashboard.views import why_flagged as why
 from engine import Engine
-from engine.auth import hash_password
-from engine.fleet import session_history
-from engine.replay import first_flag, smallest_change
+from engine.fleet.queries import session_history
+from engine.loops.replay import first_flag, smallest_change
 
 SID = "budget-tasks"
 

@@ -7,7 +7,8 @@ import time
 
 import streamlit as st
 
-from dashboard import access, data, views
+from dashboard import data, views
+from dashboard.signin import access
 
 PERIODS = {"last hour": 3600, "last 24 hours": 86400, "last 7 days": 7 * 86400,
            "last 30 days": 30 * 86400, "all time": None}

@@ -14,7 +14,8 @@ import time
 
 import streamlit as st
 
-from dashboard import access, actions, data, views
+from dashboard import actions, data, views
+from dashboard.signin import access
 from engine import LIVE_S, PermissionDenied
 
 STATUSES = ["needs attention", "pending", "running", "failed", "done", "resolved", "all"]

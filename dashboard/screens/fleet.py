@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from dashboard import access, actions, charts, data, dialogs, settings, views
+from dashboard import actions, charts, data, dialogs, settings, views
+from dashboard.signin import access
 from dashboard.views import fleet as fleet_views
 from engine import SessionStatus
 

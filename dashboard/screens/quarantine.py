@@ -8,7 +8,8 @@ import time
 
 import streamlit as st
 
-from dashboard import access, actions, data, dialogs, settings, views
+from dashboard import actions, data, dialogs, settings, views
+from dashboard.signin import access
 from engine import RewindError, unused_tool_hint
 
 UNTIL = {"Until lifted": None, "1 hour": dt.timedelta(hours=1), "4 hours": dt.timedelta(hours=4),

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from dashboard import access, charts, data, dialogs, views
-from dashboard.access import User
+from dashboard import charts, data, dialogs, views
+from dashboard.signin import access
+from dashboard.signin.access import User
 from dashboard.views import session as session_views
 from dashboard.views import why_flagged as why
 from engine import (

@@ -8,7 +8,8 @@ import time
 
 import streamlit as st
 
-from dashboard import access, data, dialogs, views
+from dashboard import data, dialogs, views
+from dashboard.signin import access
 from dashboard.views import whatif
 from engine import ConfigError
 

@@ -27,7 +27,7 @@ EPISODE_COLUMNS = ["at", "session", "tenant", "scenario", "prompt_version"]
 
 
 def loop_episodes_frame(episodes: Iterable[Any]) -> pd.DataFrame:
-    """Loop episodes (`engine.fleet.LoopEpisode`) as a frame with EPISODE_COLUMNS."""
+    """Loop episodes (`engine.fleet.queries.LoopEpisode`) as a frame with EPISODE_COLUMNS."""
     return pd.DataFrame([tuple(e) for e in episodes], columns=EPISODE_COLUMNS)
 
 

@@ -13,11 +13,12 @@ would stop a rescue.
 
 from __future__ import annotations
 
-from engine import metrics, saga
+from engine import metrics
 from engine.errors import NothingToRollBack, SnapshotNotRestorable, WatchOnly
 from engine.identity import Actor, checked_actor, checked_reason, require_operator
 from engine.limits import Limits, cut_text
 from engine.records import RollbackResult, SessionInfo
+from engine.recovery import saga
 from engine.recovery.notices import checked_notice, template_for
 from engine.recovery.targets import (
     checked_target,

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from engine import quarantine
 from engine.documents import checked_documents
 from engine.errors import LoopDetected, StepError, ToolQuarantined
+from engine.fleet import quarantine
 from engine.freeze import PolicyChoice
 from engine.identity import Actor
 from engine.ids import validate_session_id
@@ -383,7 +383,7 @@ class Session:
             TypeError: args or compensation args cannot be represented as JSON.
             ToolQuarantined: (on entering the block, before its body runs) an operator
                 quarantined the tool for this session; the refusal is recorded as a step that
-                ended in error (see `engine.quarantine`).
+                ended in error (see `engine.fleet.quarantine`).
             LoopDetected: (on leaving the block) the detector flagged a loop; with the default
                 policy the session was already rolled back and a notice injected.
         """

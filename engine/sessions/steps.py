@@ -13,8 +13,8 @@ from engine.limits import Limits, canonical_within, check_text
 from engine.loops.detector import Step, Verdict
 from engine.loops.fingerprint import MAX_DEPTH, canonicalize, digest
 from engine.loops.normalize import result_digest
+from engine.loops.replay import step_of
 from engine.records import StepRecord
-from engine.replay import step_of
 from engine.types import TOKEN_BREAKDOWN_KEYS, StoredVerdict, TokenBreakdown
 
 PREVIEW_CHARS = 500
@@ -152,7 +152,7 @@ def result_preview(result: Any, limits: Limits | None = None) -> tuple[str | Non
 
 def detector_step(rec: StepRecord) -> Step:
     """The detector's view of a stored step (to rebuild its window after a rollback): the same
-    view replay takes (`engine.replay.step_of`), so a rebuilt window judges as replay does."""
+    view replay takes (`engine.loops.replay.step_of`), so a rebuilt window judges as replay does."""
     return step_of(rec)
 
 

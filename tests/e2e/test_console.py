@@ -16,7 +16,7 @@ from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_looping
 
 from dashboard import views
 from engine import Engine
-from engine.sessions.notices import TEMPLATES
+from engine.recovery.notices import TEMPLATES
 
 pytestmark = pytest.mark.browser
 

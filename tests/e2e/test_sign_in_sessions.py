@@ -16,7 +16,7 @@ from playwright.sync_api import Page, expect
 from support.console import ACCOUNTS, sign_in, start_console, stop_console, write_secrets
 from support.fleet import LOOPING, seed_fleet
 
-from dashboard.access import SESSION_COOKIE
+from dashboard.signin.access import SESSION_COOKIE
 
 pytestmark = pytest.mark.browser
 

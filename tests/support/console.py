@@ -16,7 +16,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.auth import hash_password
+from dashboard.signin.passwords import hash_password
 from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from engine.loops.fingerprint import canonicalize
-from engine.sessions.notices import NOTICE_FLAG
+from engine.recovery.notices import NOTICE_FLAG
 
 ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool",
          "function": "function", "developer": "developer"}

@@ -1,5 +1,5 @@
 """`McpProxy`: the logic of `rewind mcp-proxy`, independent of the transport it is served on
-(see `engine.integrations.mcp_proxy` for what the proxy does and how it is run).
+(see `engine.integrations.mcp` for what the proxy does and how it is run).
 
 Every tool call the proxy forwards is a step it opens, and every step it opens ends: ok, error
 (the upstream's error, a result too large to record, an answer that is not UTF-8, no answer
@@ -43,7 +43,7 @@ from engine.errors import (
 from engine.ids import validate_session_id
 from engine.integrations.mcp.upstream import Upstream
 from engine.loops.fingerprint import canonicalize, fingerprint
-from engine.sessions.notices import NOTICE_FLAG
+from engine.recovery.notices import NOTICE_FLAG
 from engine.sessions.session import NUDGE_TEXT, Session, StepCall
 
 __all__ = ["DEFAULT_TIMEOUT_S", "META_SESSION_KEYS", "McpProxy", "UpstreamUnavailable"]

@@ -77,6 +77,6 @@ class AuditStore(Protocol):
         Returns:
             The events, or None when the store cannot answer for `since`: a release that
             wrote no ``loop`` events may have written steps then (scan the feed's ``step``
-            events instead, as `engine.fleet.LoopTally` does).
+            events instead, as `engine.fleet.queries.LoopTally` does).
         """
         ...

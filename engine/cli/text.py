@@ -1,4 +1,4 @@
-"""Text and argument parsing for `rewind` (engine/cli.py): what a terminal may show, and the
+"""Text and argument parsing for `rewind` (engine/cli/parser.py): what a terminal may show, and the
 argument types whose bad values are usage errors (exit 2) before anything is opened."""
 
 from __future__ import annotations

@@ -45,6 +45,8 @@ def verify_password(password: str, stored: str) -> bool:
     The key derivation runs whenever the hash is well formed, also for an empty password, so
     the time taken says nothing about the password.
     """
+    if not isinstance(stored, str) or not isinstance(password, str | None):
+        return False
     try:
         scheme, n, r, p, salt_b64, hash_b64 = stored.split("$")
         if scheme != "scrypt" or not 1 < int(n) <= _MAX_N:
@@ -52,17 +54,19 @@ def verify_password(password: str, stored: str) -> bool:
         salt = base64.b64decode(salt_b64)
         expected = base64.b64decode(hash_b64)
         digest = _scrypt(password or "", salt, int(n), int(r), int(p), len(expected))
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError):
         return False
     return bool(password) and hmac.compare_digest(digest, expected)
 
 
 def hash_parameters(stored: str) -> tuple[int, int, int] | None:
     """(N, r, p) of a stored hash, or None when it is not a scrypt hash."""
+    if not isinstance(stored, str):
+        return None
     try:
         scheme, n, r, p, _, _ = stored.split("$")
         return (int(n), int(r), int(p)) if scheme == "scrypt" else None
-    except (ValueError, AttributeError):
+    except ValueError:
         return None
 
 

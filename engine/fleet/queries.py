@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from engine.loops.detector import DetectorConfig
+from engine.loops.replay import Label, SessionReplay, Summary, compare
 from engine.records import Event, MessageRecord, SessionInfo, StepRecord
-from engine.replay import Label, SessionReplay, Summary, compare
 from engine.runtime import Runtime
 from engine.store import SessionFilter
 from engine.types import FACETS, CompensationStatus, EventType, SessionStatus, StepStatus
@@ -265,7 +265,7 @@ def session_history(rt: Runtime, sid: str) -> list[StepRecord | MessageRecord]:
 def replay(rt: Runtime, config: DetectorConfig | Mapping[str, Any] | None,
            sessions: list[SessionInfo]) -> tuple[list[SessionReplay], Summary]:
     """Replay `sessions` under the detector this runtime runs now and under `config` (see
-    `engine.replay.compare`); reads the store, writes nothing.
+    `engine.loops.replay.compare`); reads the store, writes nothing.
 
     One session's history is read, replayed and dropped before the next is read: a fleet's
     million steps held at once cost a gigabyte, and every garbage collection walked them."""

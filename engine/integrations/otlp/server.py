@@ -7,7 +7,8 @@
   content type (415), and must parse (400); each answer carries its reason, and the server
   keeps serving.
 - At most `max_concurrent` requests are read at once (so at most that many bodies of
-  `max_body_bytes` are in memory) and the span buffers are bounded (see `engine.otlp.ingest`):
+  `max_body_bytes` are in memory) and the span buffers are bounded (see
+  `engine.integrations.otlp.ingest`):
   past either, the answer is 429 with Retry-After, which the official exporters retry; memory
   never grows with a burst. A client that stalls longer than `read_timeout_s` is dropped.
 - Store writes happen on one writer thread, never on a request thread: a slow store slows the
@@ -30,8 +31,14 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from engine.otlp.decode import JSON, BadPayload, decode_request, encode_response, inflate
-from engine.otlp.ingest import Backpressure, IngestConfig, Ingestor
+from engine.integrations.otlp.decode import (
+    JSON,
+    BadPayload,
+    decode_request,
+    encode_response,
+    inflate,
+)
+from engine.integrations.otlp.ingest import Backpressure, IngestConfig, Ingestor
 
 if TYPE_CHECKING:
     from engine.engine import Engine

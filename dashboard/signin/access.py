@@ -49,7 +49,8 @@ import streamlit as st
 from dashboard import secrets_file
 from dashboard.secrets_file import SecretsFileError
 from dashboard.settings import section
-from engine import Actor, PermissionDenied, Role, hash_password, verify_password
+from dashboard.signin.passwords import hash_password, verify_password
+from engine import Actor, PermissionDenied, Role
 
 ROLES = ("viewer", "operator")
 SESSION_KEY = "rewind_user"

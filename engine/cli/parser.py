@@ -3,19 +3,18 @@
 No command prints a traceback for something the user or the store did: each failure is one line
 on stderr (store URLs with their passwords masked) and an exit code that says what happened; see
 `EXIT_CODES`. Set REWIND_DEBUG=1 to get the traceback of an unexpected error. The commands are in
-`engine.cli_commands`, what they share in `engine.cli_common`.
+`engine.cli.commands`, what they share in `engine.cli.common`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess  # noqa: F401 - tests stub engine.cli.subprocess.call
 import sys
 import textwrap
 from typing import TYPE_CHECKING
 
-from engine.cli_text import (  # noqa: F401 - parse_age, scrub: part of the CLI's API
+from engine.cli.text import (  # noqa: F401 - parse_age, scrub: part of the CLI's API
     _days,
     _non_negative,
     _nonblank,
@@ -36,7 +35,7 @@ from engine.errors import (
 if TYPE_CHECKING:
     pass
 
-from engine.cli_commands import (
+from engine.cli.commands import (
     _set_item,
     _since,
     _where_item,
@@ -59,7 +58,7 @@ from engine.cli_commands import (
     cmd_sessions,
     cmd_show,
 )
-from engine.cli_common import (
+from engine.cli.common import (
     EXIT_CODES,
     EXIT_INTERRUPTED,
     EXIT_NOT_FOUND,
@@ -344,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("otlp", help="watch agents through OpenTelemetry: an OTLP/HTTP receiver "
                        "(POST /v1/traces) whose sessions are flagged, never rolled back")
-    from engine.otlp import server as otlp
+    from engine.integrations.otlp import server as otlp
 
     otlp.add_arguments(p)
     p.set_defaults(func=otlp.main)
@@ -429,6 +428,3 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)  # usage errors exit 2 with argparse's message
     return run(args)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

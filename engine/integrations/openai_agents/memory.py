@@ -3,7 +3,7 @@
     from agents import Agent
     from engine import Engine
     from engine.integrations.openai_agents import RewindSession, ToolGuard
-    from engine.integrations.openai_agents_memory import memory_tools
+    from engine.integrations.openai_agents.memory import memory_tools
 
     session = RewindSession(Engine.open(), "chat-42")
     agent = Agent(name="clerk", tools=[*memory_tools(session), lookup])

@@ -197,7 +197,7 @@ def declare_detector(rt: Runtime, settings: Mapping[str, Any], *, actor: str | A
         PermissionDenied: not an operator (now). ConfigError: an unknown field or a value the
         detector refuses. ValueError: empty reason. TypeError: a value with no JSON form.
     """
-    from engine.replay import detector_config
+    from engine.loops.replay import detector_config
 
     who = checked_actor(rt.limits, actor)
     require_operator(who, "change the loop detector")

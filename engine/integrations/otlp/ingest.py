@@ -59,8 +59,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import SizeLimitExceeded
-from engine.otlp.conventions import Action, classify, valid_session_id
-from engine.otlp.decode import SpanData
+from engine.integrations.otlp.conventions import Action, classify, valid_session_id
+from engine.integrations.otlp.decode import SpanData
 
 if TYPE_CHECKING:
     from engine.engine import Engine

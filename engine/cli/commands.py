@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.cli_text import (
+from engine.cli.text import (
     _describe_age,
     _fmt_time,
     _fmt_utc,
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from engine.engine import Engine
     from engine.records import BranchInfo
 
-from engine.cli_common import (
+from engine.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REFUSED,
@@ -125,7 +125,7 @@ def _where_filters(pairs: list[tuple[str, str]] | None) -> dict[str, str]:
 def _detector_settings(pairs: list[tuple[str, str]] | None) -> dict[str, object]:
     """The `--set FIELD=VALUE` pairs parsed as `DetectorConfig` fields; a bad field or value is
     a usage error (CLIError, exit 2) that names it."""
-    from engine.replay import parse_setting
+    from engine.loops.replay import parse_setting
 
     try:
         return {name: parse_setting(name, text) for name, text in pairs or []}
@@ -244,7 +244,7 @@ def cmd_rollback(args) -> int:
 
 def cmd_quarantine(args) -> int:
     from engine import Actor
-    from engine.quarantine import unused_tool_hint
+    from engine.fleet.quarantine import unused_tool_hint
 
     modes = sum([bool(args.list), args.lift is not None, args.tool is not None])
     if modes != 1:
@@ -426,7 +426,7 @@ def _since(text: str) -> float:
 def cmd_alert(args) -> int:
     import signal
 
-    from engine.alerts import RULES, AlertConfig, AlertWorker
+    from engine.fleet.alerts import RULES, AlertConfig, AlertWorker
 
     rules = tuple(args.rule) if args.rule else RULES
     try:
@@ -547,7 +547,7 @@ def _audit_what(detail: dict) -> str:
 
 
 def _no_live_handler(name: str) -> str:
-    from engine.saga import LIVE_S
+    from engine.recovery.saga import LIVE_S
 
     return (f"warning: no running process has registered {name} in the last "
             f"{LIVE_S / 60:g} minutes; retrying will not help until one does (start the agent "
@@ -704,7 +704,7 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_hash_password(args) -> int:
-    from engine.auth import hash_password
+    from dashboard.signin.passwords import hash_password
 
     password = args.password
     if password is None:
@@ -758,7 +758,7 @@ def _die_with_parent() -> None:
 
 
 def cmd_mcp_proxy(args) -> int:
-    from engine.integrations.mcp_proxy import main as proxy_main
+    from engine.integrations.mcp import main as proxy_main
 
     command = list(args.upstream_command)
     if command[:1] == ["--"]:

@@ -10,7 +10,7 @@ try's time is the compensation's `next_attempt_at`), then stays failed, visible 
 needing manual action.
 
 Operators then retry it (back to pending, attempts reset: the next process with the handler runs
-it again) or mark it resolved by hand (`engine.actions.retry_compensation`,
+it again) or mark it resolved by hand (`engine.fleet.actions.retry_compensation`,
 `resolve_compensation`). Retrying helps only if some process has the handler, so every process
 that registers handlers announces them in the store (a worker heartbeat, at registration and at
 most every `HEARTBEAT_S` while it runs compensations); `live_handlers` reads who was seen in the

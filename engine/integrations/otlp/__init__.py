@@ -7,7 +7,7 @@ and writes them through the engine's public API; `server` is the HTTP listener `
 runs. Nothing in the engine imports this room; only the CLI does.
 """
 
-from engine.otlp.ingest import Backpressure, IngestConfig, Ingestor
-from engine.otlp.server import Receiver, ServerConfig
+from engine.integrations.otlp.ingest import Backpressure, IngestConfig, Ingestor
+from engine.integrations.otlp.server import Receiver, ServerConfig
 
 __all__ = ["Backpressure", "IngestConfig", "Ingestor", "Receiver", "ServerConfig"]

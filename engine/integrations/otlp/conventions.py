@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from engine.otlp.decode import SpanData
+from engine.integrations.otlp.decode import SpanData
 
 __all__ = ["Action", "classify", "session_of"]
 

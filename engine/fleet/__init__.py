@@ -1,0 +1,7 @@
+"""Fleet controls: what an operator does to many sessions at once, and what they read about them.
+
+`quarantine` (tools refused fleet-wide), `actions` (operator verbs on sessions, compensations,
+freezes and the declared detector), `alerts` (pages to webhooks, the durable outbox), `queries`
+(the fleet view's figures and loop episodes). The freeze window itself is `engine.freeze`: every
+process reads it below the runtime, so it cannot live in this room, which sits above it.
+"""
