@@ -299,8 +299,8 @@ REALRUNS_CANDIDATES = (
     *(folder / "shared" / "data" / "realruns.jsonl.gz" for folder in ROOT.parents),
 )
 """Where the converted real-runs corpus may be (it is generated, not committed: see
-bench/corpora/convert_realruns.py): ``shared/data`` beside the checkout (``/work/main`` and the
-worktrees under ``/work/wt`` both find ``/work/shared``)."""
+bench/corpora/convert_realruns.py): ``shared/data`` beside the checkout or beside any folder
+above it (a worktree one level deeper finds the same one)."""
 
 
 @dataclass(frozen=True)

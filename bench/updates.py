@@ -14,7 +14,7 @@ Two feedings, both through ``s.memory.add`` with the default rules judge, one fr
 Figures per split: ``tuned`` (rules may be changed looking at it) and ``held-out`` (reported as
 is). The issue's target: precision >= 0.90 and recall >= 0.40 on pairs written by others.
 
-Run: ``python bench/updates.py [--git /work/.mirror/hussainzs+Memoria/repo] [--show N]``; skips
+Run: ``python bench/updates.py [--git $MIRRORS/hussainzs+Memoria/repo] [--show N]``; skips
 cleanly (exit 0) when the snapshot is absent. ``--show`` lists misses and false positives of the
 tuned split only.
 """

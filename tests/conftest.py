@@ -6,12 +6,17 @@
   test when redis-server is not installed.
 - `open_engine(url, **options)` opens an engine as `Engine.open` does; `engine` is one on
   `store_url`.
+- Under CI (``CI=true``) a skipped test fails: a missing redis-server, Redis Cluster, Chromium,
+  extra or data file must turn the run red, never quietly shrink it. Only a skip whose reason
+  starts with ``n/a:`` (the test does not apply to this parameter, e.g. a second process on an
+  in-memory store) stays a skip.
 - No engine outlives its test: every engine opened with `Engine.open` while a test runs, by the
   test or by the code it calls, is closed at the test's teardown (`opened_engines`).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 
@@ -41,6 +46,46 @@ BACKENDS = {"sqlite-memory": _sqlite_memory, "sqlite-file": _sqlite_file, **REDI
 def store_url(request, tmp_path):
     """A fresh, empty store URL for each backend."""
     return BACKENDS[request.param](tmp_path, request)
+
+
+NOT_APPLICABLE = "n/a:"
+"""Reason prefix of a skip that says the test does not apply here, not that a part is missing."""
+
+
+def _under_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def _skip_reason(report: pytest.CollectReport | pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def _fail_missing_part(report: pytest.CollectReport | pytest.TestReport) -> None:
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = _skip_reason(report)
+    if reason.startswith(NOT_APPLICABLE):
+        return
+    report.outcome = "failed"
+    report.longrepr = (f"skipped under CI=true, where every part the suite needs must be present "
+                       f"(a skip would hide it): {reason}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if _under_ci():
+        _fail_missing_part(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    if _under_ci():
+        _fail_missing_part(outcome.get_result())
 
 
 def pytest_collection_modifyitems(config, items):

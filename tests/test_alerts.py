@@ -350,7 +350,7 @@ def _rewind_alert(url: str, *webhooks: str) -> subprocess.Popen:
 
 def test_killing_and_restarting_rewind_alert_neither_skips_nor_repeats(store_url, hooks):
     if store_url.endswith(":memory:"):
-        pytest.skip("the pager is another process")
+        pytest.skip("n/a: the pager is another process (an in-memory store is not shared)")
     a = hooks()
     engine = Engine.open(store_url)
     proc = _rewind_alert(store_url, a.url)

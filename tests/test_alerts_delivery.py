@@ -78,7 +78,7 @@ def test_a_trickling_webhook_holds_back_neither_the_healthy_one_nor_the_cursor(e
 
 def test_sigterm_stops_rewind_alert_in_the_middle_of_a_slow_post(store_url, hooks):
     if store_url.endswith(":memory:"):
-        pytest.skip("the pager is another process")
+        pytest.skip("n/a: the pager is another process (an in-memory store is not shared)")
     slow, healthy = hooks(trickle=2.0), hooks()  # the webhook: one byte every 2 s
     engine = Engine.open(store_url)
     proc = _rewind_alert(store_url, slow.url, healthy.url)

@@ -257,6 +257,9 @@ def test_agents_stepping_in_threads_while_bulk_rollbacks_run(engine):
     assert not errors
     for item in results:  # every item says what happened; failures only as engine errors
         assert item.ok or item.error.split(":")[0] in ("NothingToRollBack", "RollbackConflict")
+    # ...and the bulk rollbacks did happen: five rounds over two looping sessions that cannot
+    # all be refused (a run where every rollback failed would otherwise pass).
+    assert {item.session for item in results if item.ok} == {"t1", "t2"}
     for sid in ("t1", "t2"):
         s = engine.get_session(sid)
         info = s.info()
@@ -385,7 +388,7 @@ def test_a_quarantine_needs_a_tool_and_a_reason(engine):
 
 def test_another_engine_in_the_same_process_sees_it_through_the_store(store_url):
     if store_url.endswith(":memory:"):
-        pytest.skip("two engines on :memory: are two databases")
+        pytest.skip("n/a: two engines on :memory: are two databases")
     a, b = Engine.open(store_url), Engine.open(store_url)
     try:
         s = b.session("s", on_loop="off")
@@ -446,7 +449,7 @@ def _agent_process(url: str, ready, quarantined, lifted, results) -> None:
 
 def test_quarantine_across_two_processes(store_url):
     if store_url.endswith(":memory:"):
-        pytest.skip("a :memory: store lives in one process")
+        pytest.skip("n/a: a :memory: store lives in one process")
     ctx = multiprocessing.get_context("spawn")
     ready, quarantined, lifted = ctx.Event(), ctx.Event(), ctx.Event()
     results = ctx.Queue()
@@ -492,7 +495,7 @@ def test_a_second_bulk_run_does_not_take_the_notices_away(engine):
 
 def test_bulk_rollbacks_while_agent_processes_step(store_url):
     if store_url.endswith(":memory:"):
-        pytest.skip("agent processes need a shared store")
+        pytest.skip("n/a: agent processes need a shared store")
     import time
 
     from support.agents import assert_consistent, spawn_agent

@@ -3,7 +3,7 @@
 
 Run::
 
-    python bench/corpora/cdconv.py --git /work/.mirror/thu-coai+CDConv/repo [--split dev]
+    python bench/corpora/cdconv.py --git $MIRRORS/thu-coai+CDConv/repo [--split dev]
 
 Prints, per split: chats, precision and recall of "a memory was invalidated" on label 3 against
 label 0, the flag rate of labels 1 and 2, and the share of all turns invalidated; with

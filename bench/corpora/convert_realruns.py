@@ -28,11 +28,11 @@ Long texts keep their head and tail with a marker in between that carries the el
 a short hash of the whole text, so two long texts that differ only in the middle stay different
 and identical ones stay identical.
 
-Run (after ``fetch`` brought both snapshots to /work/.mirror):
+Run (with git snapshots of both repositories in $MIRRORS):
 
     python bench/corpora/convert_realruns.py \\
-        --mini /work/.mirror/gruckion+mini-swe-agent/repo \\
-        --claude /work/.mirror/jiayuanz3+SWEContextBench/repo \\
+        --mini $MIRRORS/gruckion+mini-swe-agent/repo \\
+        --claude $MIRRORS/jiayuanz3+SWEContextBench/repo \\
         --out bench/corpora/realruns.jsonl.gz
 
 Each output line is one run: ``id``, ``framework``, ``model``, ``instance``, ``source`` (repo,

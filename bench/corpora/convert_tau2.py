@@ -17,8 +17,8 @@ Mapping (plain dicts in the corpus, ``None`` fields left out):
 
 Run::
 
-    python bench/corpora/convert_tau2.py --git /work/.mirror/sierra-research+tau2-bench/repo \\
-        --out /tmp/tau2runs.jsonl.gz
+    python bench/corpora/convert_tau2.py --git $MIRRORS/sierra-research+tau2-bench/repo \\
+        --out tau2runs.jsonl.gz
 
 Each output line is one run: ``id`` (``<set>/<task>/<simulation id prefix>``), ``set``,
 ``source`` (repo, commit, path), ``resolved`` (reward 1.0), ``termination``, ``steps``.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,9 @@ from pathlib import Path
 REPO = "hussainzs/Memoria"
 COMMIT = "959167b875ddc992661da1cf1a3263821e6831ed"
 FOLDER = "evaluations/data/lme_jsons"
-GIT = Path("/work/.mirror/hussainzs+Memoria/repo")
+GIT = Path(os.environ.get("REWIND_MIRRORS", "../.mirror")) / "hussainzs+Memoria" / "repo"
+"""A git snapshot of github.com/hussainzs/Memoria; `$REWIND_MIRRORS` names the folder of such
+snapshots (default: `.mirror` beside the checkout), `--git` overrides it."""
 SEED = "rewind-updates-v1"
 UPDATE_TYPE = "knowledge-update"
 

@@ -16,7 +16,7 @@ changes should flag almost none. The figure that matters is that it flags no non
 First run (default `RulesJudge`): 0 of 1,327 pairs flagged, as locutions and as propositions (642
 non-contradictions: no false alarm; 685 self-contradictions: recall 0, none is a stated change).
 
-Run: ``python bench/corpora/prosecco.py --git /work/.mirror/henrikebeyer+ProSeCCo/repo``.
+Run: ``python bench/corpora/prosecco.py --git $MIRRORS/henrikebeyer+ProSeCCo/repo``.
 """
 
 from __future__ import annotations
