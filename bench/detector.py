@@ -4,7 +4,7 @@ Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000] 
 [--cost-only] [--verdicts PATH] [--late N]``
 
 - Quality, per source: the production detector (``LoopDetector()``) over the labelled trace corpus
-  (tests/traces), each peer suite (tests/loops_peers: other projects' own loop-detection test
+  (tests/traces), each peer suite (tests/loops/peers: other projects' own loop-detection test
   cases) and the hand-labelled real runs (bench/corpora: the tuned and the held-out split, and the
   whole converted corpus for the false-alarm rate; the enriched set, chosen by a repetition
   listing and not at random, is shown apart). A looping case is a true positive when the
@@ -341,7 +341,7 @@ def trace_cases() -> list[Case]:
 
 
 def peer_cases() -> dict[str, list[Case]]:
-    suites = _import_by_path("rewind_peer_suites", ROOT / "tests" / "loops_peers").SUITES
+    suites = _import_by_path("rewind_peer_suites", ROOT / "tests" / "loops" / "peers").SUITES
     return {
         suite: [
             Case(

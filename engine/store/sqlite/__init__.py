@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     def _fills_the_contract(store: SQLiteStore) -> Store:
         # SQLiteStore fills each focused protocol of the Store contract, so it is a Store: mypy
         # checks every method against SQLiteStore's here, and an error names the protocol whose
-        # parameter or return type drifted (tests/test_store_protocol.py checks names, kinds
+        # parameter or return type drifted (tests/store/test_store_protocol.py checks names, kinds
         # and defaults at run time).
         _sessions: SessionStore = store
         _snapshots: SnapshotStore = store

@@ -1,0 +1,122 @@
+"""The freeze is a fleet fact kept in the store (issue 24): declared once (console or CLI,
+audited), followed by every process on the store, whatever that process's own environment
+says; the banner and `rewind freeze` state where the freeze comes from."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from support.paths import ROOT
+
+from engine import Engine, PermissionDenied
+from engine.cli.parser import main
+
+NOW = time.time()
+START, END = NOW - 3600, NOW + 86400
+
+
+def test_a_declared_freeze_reaches_an_engine_that_was_given_none(open_engine, tmp_path):
+    url = f"sqlite:///{tmp_path}/r.db"
+    console = open_engine(url, freeze=None)
+    agent = open_engine(url, freeze=None)  # like a plain Engine.open with no $REWIND_FREEZE_*
+    assert agent.loop_policy().policy == "rollback"
+    console.declare_freeze(START, END, name="National Day", on_loop="flag", actor="alice",
+                           reason="holiday change freeze")
+    agent.runtime.forget_declared_freeze()  # another process: within a second; here at once
+    choice = agent.loop_policy()
+    assert (choice.policy, choice.source, choice.reason) == ("flag", "freeze",
+                                                             "freeze: National Day")
+    assert agent.freeze_in_force()[1] == "store"
+    (row,) = console.audit(action="freeze")
+    assert row.actor == "alice" and row.reason == "holiday change freeze"
+    assert row.detail["on_loop"] == "flag"
+
+    assert console.end_freeze(actor="bob", reason="freeze over").name == "National Day"
+    agent.runtime.forget_declared_freeze()
+    assert agent.loop_policy().policy == "rollback"
+    assert [e.actor for e in console.audit(action="freeze_end")] == ["bob"]
+
+
+def test_the_stored_freeze_wins_over_a_process_configuration(open_engine, tmp_path):
+    import datetime as dt
+
+    from engine import FreezeWindow
+
+    url = f"sqlite:///{tmp_path}/r.db"
+    local = FreezeWindow(dt.datetime.fromtimestamp(START, dt.UTC),
+                         dt.datetime.fromtimestamp(END, dt.UTC), "local", "rollback")
+    agent = open_engine(url, freeze=local)
+    assert agent.freeze_in_force() == (local, "config")
+    open_engine(url).declare_freeze(START, END, name="fleet", on_loop="flag", actor="alice",
+                                    reason="r")
+    agent.runtime.forget_declared_freeze()
+    assert agent.freeze.name == "fleet" and agent.loop_policy().policy == "flag"
+
+
+def test_only_operators_declare_a_freeze_and_a_reason_is_needed(open_engine):
+    from engine import Actor, Role
+
+    engine = open_engine("sqlite:///:memory:")
+    with pytest.raises(PermissionDenied):
+        engine.declare_freeze(START, END, actor=Actor("v", Role.VIEWER), reason="r")
+    with pytest.raises(ValueError, match="reason"):
+        engine.declare_freeze(START, END, actor="alice", reason=" ")
+    assert engine.freeze is None and engine.audit(action="freeze") == []
+
+
+AGENT = textwrap.dedent("""
+    import sys
+    from engine import Engine, LoopDetected
+    engine = Engine.open(sys.argv[1])       # no freeze given, none in the environment
+    s = engine.session(sys.argv[2], meta={"locale": "en"})
+    s.append_message("user", "crop the receipt")
+    s.snapshot("start")
+    try:
+        for _ in range(8):
+            with s.step("image_crop", {"x": 10}) as call:
+                call.fail("invalid slice")
+    except LoopDetected as caught:
+        print("rolled back" if caught.rollback else "not rolled back")
+    print(s.info().status)
+""")
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_an_agent_process_follows_the_freeze_the_console_declared(tmp_path, declared):
+    """An agent process and the console share a store: the agent reads no $REWIND_FREEZE_* and
+    still flags instead of rolling back while the declared freeze lasts."""
+    url = f"sqlite:///{tmp_path}/r.db"
+    with Engine.open(url) as console:
+        if declared:
+            console.declare_freeze(START, END, name="freeze", on_loop="flag", actor="alice",
+                                   reason="holiday")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-c", AGENT, url, "crop-1"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    if declared:
+        assert done.stdout.split() == ["looping"]  # flagged for on-call, never rolled back
+    else:
+        assert done.stdout.splitlines() == ["rolled back", "rolled_back"]
+
+
+def test_the_cli_declares_shows_and_ends_the_freeze(tmp_path, open_engine, capsys):
+    url = f"sqlite:///{tmp_path}/r.db"
+    open_engine(url)
+    iso = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(t))  # noqa: E731
+    assert main(["freeze", "--store", url, "--start", iso(START), "--end", iso(END),
+                 "--name", "Holiday", "--on-loop", "flag", "--actor", "alice",
+                 "--reason", "holiday"]) == 0
+    assert "declared in the store" in capsys.readouterr().out
+    assert main(["--store", url, "freeze"]) == 0
+    out = capsys.readouterr().out
+    assert "Holiday" in out and "in force" in out and "every process" in out
+    assert main(["--store", url, "freeze", "--lift", "--actor", "bob", "--reason", "over"]) == 0
+    assert main(["--store", url, "freeze", "--lift", "--actor", "bob", "--reason", "x"]) == 4
+    assert main(["--store", url, "freeze", "--start", iso(START)]) == 2  # no actor, no end
