@@ -159,12 +159,12 @@ def _seed_small(engine: Engine, k: int, n_steps: int, counter, lock) -> None:
 
     The steps go through the batch path (`Session.record_steps` of a handle that only
     watches): judged one by one as `with` blocks would be, written in one transaction; the
-    message and the snapshot go in one `Engine.write_session`. A session costs three store
+    message and the snapshot go in one `Engine.documents.write_session`. A session costs three store
     writes (four when it loops), not two per step."""
     sid = f"bench-{k:06d}"
     s = engine.session(sid, meta=_meta(k), on_loop="flag")
     # The first message and the start snapshot in one atomic write.
-    engine.write_session(sid, messages=[{
+    engine.documents.write_session(sid, messages=[{
         "role": "user", "content": f"Task {k}: please help with {SCENARIOS[k % len(SCENARIOS)]}."
     }], snapshot="start")
     done = 0

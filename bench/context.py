@@ -40,6 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from engine._runtime import Runtime  # noqa: E402
 from rank_bm25 import BM25Okapi  # noqa: E402
 
 from engine import Engine  # noqa: E402
@@ -61,7 +62,6 @@ from engine.memory.session import (  # noqa: E402
     MemoryHit,
     _memory,
 )
-from engine.runtime import Runtime  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "locomo10.json"
 
@@ -561,7 +561,7 @@ def bench_session_memory(
                 mem = (
                     engine.session(sid).memory
                     if label == "ours"
-                    else ReloadingMemory(engine.runtime, sid)
+                    else ReloadingMemory(engine._runtime, sid)
                 )
                 mem.recall("warm up", k=10)  # first call: load, index, embed
                 for _ in range(3):  # tokenizer and stemmer caches, the SQLite page cache

@@ -68,7 +68,7 @@ def send_notice(engine: Engine, user: User, sid: str, text: str | None) -> str:
     """
     if text is not None and not text.strip():
         raise ActionRefused("the notice is empty; pick a template or write the text")
-    return engine.notice(sid, text, actor=user.actor())
+    return engine.get_session(sid).inject_notice(text, actor=user.actor())
 
 
 def describe_rollback(result: Any) -> str:
@@ -102,7 +102,7 @@ def _on_compensations(engine: Engine, user: User, comps: Sequence[Any], reason: 
         reason, f"say why you {action} these compensations; the reason goes to the audit log")
     if not comps:
         raise ActionRefused("select the compensations first (tick their rows in the table)")
-    act = engine.retry_compensation if action == "retry" else engine.resolve_compensation
+    act = engine.compensations.retry if action == "retry" else engine.compensations.resolve
     out = []
     for c in comps:
         try:
@@ -269,4 +269,4 @@ def declare_detector(engine: Engine, user: User, settings: Mapping[str, Any],
     """
     reason = _required_reason(
         reason, "say why the fleet's detector settings change; the reason goes to the audit log")
-    return engine.declare_detector(dict(settings), actor=user.actor(), reason=reason)
+    return engine.fleet.declare_detector(dict(settings), actor=user.actor(), reason=reason)

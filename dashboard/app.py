@@ -74,7 +74,7 @@ if user.source == "demo":
             "and you act as the operator `demo`. Configure accounts in .streamlit/secrets.toml "
             "before sharing it.", icon=":material/science:")
 
-degraded = data.engine().degraded
+degraded = data.engine().config.degraded
 if degraded:
     st.error(f"**Degraded store:** {views.plain(degraded)}. Sessions written now live in the "
              "fallback store; restart the console with Redis reachable to go back to it.",

@@ -77,7 +77,7 @@ def store_errors() -> Iterator[None]:
 # -- fleet ------------------------------------------------------------------------------------
 @st.cache_data(ttl=FLEET_TTL, show_spinner=False)
 def fleet_stats(url: str | None, window_s: float = 3600.0) -> dict:
-    return engine_for(url).fleet_stats(window_s=window_s)
+    return engine_for(url).fleet.stats(window_s=window_s)
 
 
 def sessions(url: str | None, status: SessionStatus | str | None = None,
@@ -165,8 +165,8 @@ def compensations(url: str | None, status: str | None = None, limit: int = 1000)
 @st.cache_data(ttl=FLEET_TTL, show_spinner=False)
 def compensation_handlers(url: str | None) -> dict[str, float]:
     """Handler name -> last heartbeat of a live process that registered it
-    (`Engine.compensation_handlers`)."""
-    return engine_for(url).compensation_handlers()
+    (`Engine.compensations.handlers`)."""
+    return engine_for(url).compensations.handlers()
 
 
 def attention_compensations(url: str | None, stats: dict) -> list:
@@ -232,7 +232,7 @@ def label_version(url: str | None) -> int:
 
 
 def label_agreement(url: str | None) -> fleet_views.LabelAgreement:
-    """How the live detector's flags agree with the operators' labels (`Engine.labels`): a
+    """How the live detector's flags agree with the operators' labels (`Engine.fleet.labels`): a
     session counts as flagged when it was flagged at least once.
 
     Cached on the newest label's id (`label_version`): a new label, from anywhere, shows on
@@ -247,7 +247,7 @@ def _label_agreement(url: str | None, version: int) -> fleet_views.LabelAgreemen
     labelled sessions (at most LABELS_CHECKED) one by one: the cost of the labels, not of the
     fleet."""
     eng = engine_for(url)
-    labels = eng.labels()
+    labels = eng.fleet.labels()
     if not labels:
         return fleet_views.label_agreement({}, {})
     loops: dict[str, int] = {}
@@ -267,14 +267,14 @@ def detector_now(url: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The settings of `whatif.SETTINGS` the detector runs now (this console's engine's over
     those declared in the store, as replay compares with), and the declared settings."""
     eng = engine_for(url)
-    declared = eng.detector_settings()
-    return whatif_views.current_settings(eng.detector_factory().config, declared), declared
+    declared = eng.fleet.detector_settings()
+    return whatif_views.current_settings(eng.config.detector_factory().config, declared), declared
 
 
 def detector_defaults(url: str | None) -> dict[str, Any]:
     """The settings of `whatif.SETTINGS` with nothing declared in the store: this console's
     own detector configuration (no store read)."""
-    return whatif_views.current_settings(engine_for(url).detector_factory().config)
+    return whatif_views.current_settings(engine_for(url).config.detector_factory().config)
 
 
 @st.cache_data(ttl=FLEET_TTL, show_spinner=False)
@@ -282,13 +282,13 @@ def detector_declaration(url: str | None) -> whatif_views.Declaration:
     """The settings declared in the store, and who declared them, when and why (the newest
     ``detector`` audit row)."""
     eng = engine_for(url)
-    return whatif_views.declaration(eng.detector_settings(),
+    return whatif_views.declaration(eng.fleet.detector_settings(),
                                     eng.audit(action="detector", limit=1))
 
 
 def detector_declared_now(url: str | None) -> dict[str, Any]:
     """The detector settings declared in the store, read now: neither this console's cache nor
-    the engine's second-long one (`Engine.detector_settings`) may hide another operator's
+    the engine's second-long one (`Engine.fleet.detector_settings`) may hide another operator's
     declaration from a dialog about to replace it. The engine writes each declaration and its
     ``detector`` audit row in one transaction, so the newest row holds them; without one
     (purged by retention) the engine's reading."""
@@ -296,7 +296,7 @@ def detector_declared_now(url: str | None) -> dict[str, Any]:
     last = eng.audit(action="detector", limit=1)
     if last and isinstance(last[0].detail.get("settings"), dict):
         return dict(last[0].detail["settings"])
-    return eng.detector_settings()
+    return eng.fleet.detector_settings()
 
 
 def forget_detector() -> None:
@@ -458,7 +458,7 @@ def fleet_freeze(configured: FreezeWindow | None) -> tuple[FreezeWindow | None, 
     """The freeze to show, and where it comes from: the one declared in the store
     (``"store"``: every process on it follows it), else this console's configuration
     (``"config"``: agents follow it only if they were configured alike), else none."""
-    declared, source = engine().freeze_in_force()
+    declared, source = engine().fleet.freeze_in_force()
     if source == "store":
         return declared, "store"
     return (configured, "config") if configured is not None else (None, "")

@@ -86,6 +86,8 @@ if TYPE_CHECKING:
     from engine.recovery.saga import LIVE_S
     from engine.sessions.session import Session, StepCall
     from engine.store.base import Retention
+    from engine.store.urls import redact as redact_url
+    from engine.store.urls import resolve as resolve_url
     from engine.types import (
         AUDIT_ACTIONS,
         CompensationStatus,
@@ -99,6 +101,8 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "redact_url",
+    "resolve_url",
     "AUDIT_ACTIONS",
     "WatchOnly",
     "PAUSED_TEMPLATES",
@@ -261,15 +265,18 @@ _LAZY: dict[str, str] = {
     "Verdict": "engine.loops.detector",
     "RuleReading": "engine.loops.replay",
     "WhyFlagged": "engine.loops.replay",
+    "redact_url": "engine.store.urls:redact",
+    "resolve_url": "engine.store.urls:resolve",
 }
 """Where each public name lives."""
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    where = _LAZY.get(name)
+    if where is None:
         raise AttributeError(f"module 'engine' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    module, _, attr = where.partition(":")  # "module:attr" where the public name differs
+    value = getattr(importlib.import_module(module), attr or name)
     globals()[name] = value  # the next lookup is a plain attribute read
     return value
 

@@ -1,5 +1,6 @@
 """Documents and multi-part writes: what integrations keep beside a session's history, written
-through the engine like everything else (`Engine.put_documents`, `Engine.write_session`, …).
+through the engine like everything else (`Engine.documents.put`,
+`Engine.documents.write_session`, …).
 
 Integrations (the LangGraph saver and guard, the MCP proxy, the alert worker) keep state of
 their own in the store: unversioned documents of a session (LangGraph's checkpoints), versioned
@@ -212,3 +213,144 @@ def write_session(
                              "dict among the documents")
         write["stamp"] = (ns, key)
     return rt.store.write_session(sid, write, rt.clock(), retention or rt.retention)
+
+
+class Documents:
+    """`engine.documents`: the one door integrations use for state of their own beside a
+    session's history. Every write is size-checked before the store is touched, and the parts of
+    one change are written atomically; see the module docstring for what is checked."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    def get(self, sid: str, ns: str, keys: Sequence[str]) -> dict[str, Any]:
+        """The documents among `keys` that exist in namespace `ns` of session `sid`. Documents
+        are unversioned (rollbacks leave them alone): integrations keep their own history there.
+        A document is JSON data, or `bytes` when it was stored as bytes.
+
+        Raises:
+            InvalidSessionId: bad id. ValueError: `ns` is not an identifier.
+        """
+        return get_documents(self._rt, sid, ns, keys)
+
+    def scan(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
+        """Every document of namespace `ns` of session `sid` whose key starts with `prefix`, in
+        key order ({} for an unknown session).
+
+        Raises:
+            InvalidSessionId: bad id. ValueError: `ns` is not an identifier.
+        """
+        return scan_documents(self._rt, sid, ns, prefix)
+
+    def put(self, sid: str, ns: str, items: Mapping[str, Any]) -> None:
+        """Set documents of namespace `ns` of session `sid` (a value of None deletes one), in
+        one atomic write; each document is checked against ``Limits.document_bytes`` first. A
+        document is JSON data, or `bytes` kept as they are; `get` gives bytes back.
+
+        Raises:
+            UnknownSession: no such session. ValueError: bad namespace or key.
+            SizeLimitExceeded: a document over its limit (nothing written). TypeError: a
+            document with no JSON form.
+        """
+        put_documents(self._rt, sid, ns, items)
+
+    def fleet(self, ns: str) -> dict[str, Any]:
+        """Every fleet document of namespace `ns` (small fleet-wide state no session owns, such
+        as the alert worker's cursor), in key order.
+
+        Raises:
+            ValueError: `ns` is not an identifier.
+        """
+        return fleet_documents(self._rt, ns)
+
+    def put_fleet(self, ns: str, values: Mapping[str, Any]) -> None:
+        """Set fleet documents of namespace `ns` (None deletes one) in one atomic write, each
+        checked against ``Limits.document_bytes`` first.
+
+        Raises:
+            ValueError: bad namespace or key. SizeLimitExceeded: a document over its limit
+            (nothing written). TypeError: a document with no JSON form.
+        """
+        put_fleet_documents(self._rt, ns, values)
+
+    def values(self, sid: str, ns: str) -> dict[str, Any]:
+        """Current values of versioned namespace `ns` on the live line of session `sid` ({} for
+        an unknown session); a rollback restores them as they were at its snapshot.
+
+        Raises:
+            InvalidSessionId: bad id. ValueError: `ns` is not an identifier.
+        """
+        return get_values(self._rt, sid, ns)
+
+    def put_values(self, sid: str, ns: str, items: Mapping[str, Any]) -> int:
+        """Set keys of versioned namespace `ns` of session `sid` (None deletes one) in one
+        write, checked like `Session.set_vars`. ``var`` and ``mem`` are refused: they hold the
+        session's variables and memory.
+
+        Returns:
+            The session's epoch.
+
+        Raises:
+            UnknownSession: no such session. ValueError: bad or reserved namespace, bad key.
+            SizeLimitExceeded: over ``Limits.variables_bytes`` (nothing written).
+        """
+        return put_values(self._rt, sid, ns, items)
+
+    def write_session(
+        self,
+        sid: str,
+        *,
+        messages: Sequence[Mapping[str, Any]] = (),
+        messages_if_empty: bool = False,
+        values: Mapping[str, Mapping[str, Any]] | None = None,
+        snapshot: str | None = None,
+        documents: Mapping[str, Mapping[str, Any]] | None = None,
+        stamp: tuple[str, str] | None = None,
+        retention: Retention | None = None,
+    ) -> tuple[int, SnapshotNode | None]:
+        """Several writes to session `sid` as one atomic write: all happen, or none.
+
+        In this order: `messages` appended to the live line (only when it holds none yet, with
+        `messages_if_empty`), `values` set (namespace -> items, as `put_values`), a manual
+        snapshot labelled `snapshot` taken (older ones retired by `retention`, None: the
+        engine's), `documents` set (namespace -> items, as `put`). The document that `stamp`
+        (namespace, key) names records the snapshot: its ``snap`` (id), ``msgs`` (live message
+        count) and ``epoch``. Every part is size-checked before the store is touched.
+
+        Returns:
+            (the session's epoch, the snapshot taken or None).
+
+        Raises:
+            UnknownSession: no such session. ValueError: a bad part, or a stamp without a
+            snapshot or naming no dict among `documents`. SizeLimitExceeded: a part over its
+            limit. Nothing is written when any of these is raised.
+        """
+        return write_session(
+            self._rt, sid, messages=messages, messages_if_empty=messages_if_empty,
+            values=values, snapshot=snapshot, documents=documents, stamp=stamp,
+            retention=retention)
+
+    def live_messages(self, sid: str, *, since: int = 0,
+                      until: int | None = None) -> list[dict[str, Any]]:
+        """The messages on the live line of session `sid` from position `since` on (0: all;
+        `SessionInfo.messages` counts them), before position `until` (None: to the end), oldest
+        first, [] for an unknown session. Reading a span costs what it returns, however long
+        the history.
+
+        Raises:
+            InvalidSessionId: bad id.
+        """
+        return self._rt.store.live_messages(validate_session_id(sid), since=since, until=until)
+
+    def record_refusal(self, sid: str, tool: str, args: Any, reason: str) -> int:
+        """Record on session `sid`'s timeline a call to `tool` that an integration's own guard
+        refused before it ran (the MCP proxy's loop block): a step that ended in error, its
+        text ``refused by Rewind: <reason>``, no snapshot. The loop detector never counts it, so
+        a refused call is never evidence of a loop. Returns its step number.
+
+        Raises:
+            UnknownSession: no such session. SizeLimitExceeded: `args` over its limit.
+        """
+        from engine.fleet.quarantine import refuse_call
+
+        return refuse_call(self._rt, sid, tool, args, reason)

@@ -254,7 +254,7 @@ def freeze_window(conf: Mapping[str, Any] | None = None,
 
 def declared_window(start: Any, end: Any, name: str | None = None,
                     on_loop: Any = None) -> FreezeWindow:
-    """The window an operator declares (`Engine.declare_freeze`, `rewind freeze --start …`),
+    """The window an operator declares (`Engine.fleet.declare_freeze`, `rewind freeze --start …`),
     each value named as the declaring call gives it: a bad start is "the freeze's start", not
     the `[rewind.freeze] start` of a configuration file the operator never wrote.
 

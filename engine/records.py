@@ -375,7 +375,7 @@ class CompensationWorker:
     """A process that registered compensation handlers, as its last heartbeat in the store says."""
 
     id: str
-    """The process's worker id (host, pid and engine: `Engine.worker_id`)."""
+    """The process's worker id (host, pid and engine: `Engine.config.worker_id`)."""
     handlers: tuple[str, ...]
     """Names of the compensation handlers it registered, sorted."""
     seen_at: float

@@ -268,6 +268,56 @@ class Runtime:
         return info
 
 
+class EngineConfig:
+    """`engine.config`: how one engine was wired, read through to its `Runtime`. Retention and
+    the memory config may be changed on a live engine (tests and integrations tune them)."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    @property
+    def retention(self) -> Retention:
+        """Which snapshots stay restorable as new ones are taken."""
+        return self._rt.retention
+
+    @retention.setter
+    def retention(self, value: Retention) -> None:
+        self._rt.retention = value
+
+    @property
+    def memory_config(self) -> MemoryConfig:
+        """`MemoryConfig` shared by the sessions of this engine (created on first use)."""
+        return self._rt.memory()
+
+    @memory_config.setter
+    def memory_config(self, value: MemoryConfig) -> None:
+        self._rt.memory_config = value
+
+    @property
+    def detector_factory(self) -> Callable[[], LoopDetector]:
+        """Makes the loop detector of each session handle."""
+        return self._rt.detector_factory
+
+    @property
+    def on_loop(self) -> LoopPolicy:
+        """The default loop policy (outside a freeze) of session handles given none."""
+        return self._rt.on_loop
+
+    @property
+    def worker_id(self) -> str:
+        """Who claims compensations in the outbox: host, pid and this engine."""
+        return self._rt.worker_id
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the engine runs on its fallback store, or None when it runs on the one asked
+        for."""
+        store = self._rt.store
+        if getattr(store, "degraded", False):
+            return getattr(store, "degraded_reason", None) or "running on the fallback store"
+        return None
+
+
 def _refuse_misnamed_detector_table(doc: Mapping[str, Any], section: Mapping[str, Any],
                                     where: str) -> None:
     """Raises ConfigError for a detector table under another name (`[rewind.detectors]`,

@@ -105,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve:
         serve()
         return 0
-    from engine import Engine
+    from engine import Engine, resolve_url
 
-    store = Engine.resolve_url(args.store)
+    store = resolve_url(args.store)
     if store.startswith("sqlite:///") and ":memory:" not in store:
         # The proxy runs from the project folder: a relative path must name the file the
         # console opens from the folder this example was started in.

@@ -1,6 +1,6 @@
 """One door to the store (issue 21): integrations, the alert worker and the demo reach the store
 only through the engine's public API, which checks size limits before the store is touched and
-writes the parts of one change atomically (`Engine.write_session`), on every backend."""
+writes the parts of one change atomically (`Engine.documents.write_session`), on every backend."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import Engine, Limits, SizeLimitExceeded, UnknownSession
+from engine import Engine, Limits, SizeLimitExceeded, UnknownSession, redact_url, resolve_url
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTSIDE = [ROOT / "engine" / "integrations", ROOT / "engine" / "fleet" / "alerts.py",
@@ -79,38 +79,39 @@ def _everything(engine: Engine, sid: str) -> dict:
         return {"session": None}
     s = engine.get_session(sid)
     return {"info": (info.messages, info.head, info.epoch), "messages": s.state().messages,
-            "values": engine.get_values(sid, "lg_head"), "tree": [n.id for n in s.tree()],
-            "docs": engine.scan_documents(sid, "lg")}
+            "values": engine.documents.values(sid, "lg_head"), "tree": [n.id for n in s.tree()],
+            "docs": engine.documents.scan(sid, "lg")}
 
 
 def test_a_session_write_lands_whole_with_the_snapshot_stamped_in_its_document(engine):
     s = engine.session("s")
     s.append_message("user", "before")
     cursor = engine.events()[-1].id
-    epoch, node = engine.write_session(
+    epoch, node = engine.documents.write_session(
         "s", messages=[{"role": "assistant", "content": "hi"}],
         values={"lg_head": {"root": "c1"}}, snapshot="checkpoint c1",
         documents={"lg": {"c/1": {"id": "c1", "snap": None}, "b/1": [1, "x"]}},
         stamp=("lg", "c/1"))
     assert epoch == 0 and node is not None and node.label == "checkpoint c1"
     assert node.messages == 2 and node.is_head and node.kind == "manual"
-    assert engine.scan_documents("s", "lg") == {
+    assert engine.documents.scan("s", "lg") == {
         "b/1": [1, "x"], "c/1": {"id": "c1", "snap": node.id, "msgs": 2, "epoch": 0}}
-    assert engine.get_values("s", "lg_head") == {"root": "c1"}
+    assert engine.documents.values("s", "lg_head") == {"root": "c1"}
     assert s.info().head == node.id
     # the feed tells the same story as the separate writes would
     assert [e.type for e in engine.events(since=cursor)] == ["message", "lg_head", "snapshot"]
     # the values are versioned: a rollback to an earlier snapshot takes them back
-    engine.write_session("s", values={"lg_head": {"root": "c2"}}, snapshot="checkpoint c2")
+    engine.documents.write_session("s", values={"lg_head": {"root": "c2"}},
+                                   snapshot="checkpoint c2")
     engine.rollback("s", to=node.id, actor="alice", reason="back", notice=False)
-    assert engine.get_values("s", "lg_head") == {"root": "c1"}
+    assert engine.documents.values("s", "lg_head") == {"root": "c1"}
 
 
 def test_messages_if_empty_adds_history_only_to_an_empty_live_line(engine):
     engine.session("empty")
-    engine.write_session("empty", messages=[{"role": "user", "content": "a"}],
+    engine.documents.write_session("empty", messages=[{"role": "user", "content": "a"}],
                          messages_if_empty=True)
-    engine.write_session("empty", messages=[{"role": "user", "content": "b"}],
+    engine.documents.write_session("empty", messages=[{"role": "user", "content": "b"}],
                          messages_if_empty=True)
     assert engine.get_session("empty").state().messages == [{"role": "user", "content": "a"}]
 
@@ -134,14 +135,14 @@ def test_a_session_write_with_any_part_over_its_limit_writes_nothing(engine, par
     else:
         write["snapshot"] = big
     with pytest.raises(SizeLimitExceeded):
-        small.write_session("s", **write)
+        small.documents.write_session("s", **write)
     assert _everything(engine, "s") == before
     assert engine.events(since=cursor) == []
 
 
 def test_a_session_write_to_a_missing_session_creates_nothing(engine):
     with pytest.raises(UnknownSession):
-        engine.write_session("ghost", messages=[{"role": "user", "content": "x"}],
+        engine.documents.write_session("ghost", messages=[{"role": "user", "content": "x"}],
                              values={"lg_head": {"root": "c"}}, snapshot="s",
                              documents={"lg": {"k": {}}})
     assert engine.session_info("ghost") is None and engine.sessions() == []
@@ -150,49 +151,49 @@ def test_a_session_write_to_a_missing_session_creates_nothing(engine):
 def test_a_stamp_needs_a_snapshot_and_a_dict_document(engine):
     engine.session("s")
     with pytest.raises(ValueError, match="stamp"):
-        engine.write_session("s", documents={"lg": {"c/1": {}}}, stamp=("lg", "c/1"))
+        engine.documents.write_session("s", documents={"lg": {"c/1": {}}}, stamp=("lg", "c/1"))
     with pytest.raises(ValueError, match="stamp"):
-        engine.write_session("s", snapshot="x", documents={"lg": {"c/1": [1]}},
+        engine.documents.write_session("s", snapshot="x", documents={"lg": {"c/1": [1]}},
                              stamp=("lg", "c/1"))
     with pytest.raises(ValueError, match="stamp"):  # the store refuses it as well
         engine.store.write_session("s", {"snapshot": "x", "documents": {"lg": {"c/1": [1]}},
-                                         "stamp": ("lg", "c/1")}, 1.0, engine.retention)
-    assert engine.get_session("s").tree() == [] and engine.scan_documents("s", "lg") == {}
+                                         "stamp": ("lg", "c/1")}, 1.0, engine.config.retention)
+    assert engine.get_session("s").tree() == [] and engine.documents.scan("s", "lg") == {}
 
 
 def test_documents_and_fleet_documents_are_size_checked_before_the_store(engine):
     engine.session("s")
     small = Engine(engine.store, limits=Limits(document_bytes=50))
-    small.put_documents("s", "lg", {"a": {"v": 1}, "gone": None})
+    small.documents.put("s", "lg", {"a": {"v": 1}, "gone": None})
     with pytest.raises(SizeLimitExceeded, match="document_bytes"):
-        small.put_documents("s", "lg", {"b": {"v": 2}, "c": "x" * 100})
-    assert engine.scan_documents("s", "lg") == {"a": {"v": 1}}
-    assert engine.get_documents("s", "lg", ["a", "b"]) == {"a": {"v": 1}}
-    small.put_fleet_documents("alerts", {"w": {"cursor": 1}})
+        small.documents.put("s", "lg", {"b": {"v": 2}, "c": "x" * 100})
+    assert engine.documents.scan("s", "lg") == {"a": {"v": 1}}
+    assert engine.documents.get("s", "lg", ["a", "b"]) == {"a": {"v": 1}}
+    small.documents.put_fleet("alerts", {"w": {"cursor": 1}})
     with pytest.raises(SizeLimitExceeded):
-        small.put_fleet_documents("alerts", {"w": {"cursor": 2}, "x": "y" * 100})
-    assert engine.fleet_documents("alerts") == {"w": {"cursor": 1}}
-    small.put_fleet_documents("alerts", {"w": None})
-    assert engine.fleet_documents("alerts") == {}
+        small.documents.put_fleet("alerts", {"w": {"cursor": 2}, "x": "y" * 100})
+    assert engine.documents.fleet("alerts") == {"w": {"cursor": 1}}
+    small.documents.put_fleet("alerts", {"w": None})
+    assert engine.documents.fleet("alerts") == {}
 
 
 def test_a_document_without_a_json_form_is_refused_before_the_store(engine):
     engine.session("s")
     with pytest.raises(TypeError):
-        engine.put_documents("s", "lg", {"a": {"v": 1}, "b": object()})
+        engine.documents.put("s", "lg", {"a": {"v": 1}, "b": object()})
     with pytest.raises(ValueError, match="surrogate"):
-        engine.put_documents("s", "lg", {"a": {"v": 1}, "b": {"t": "\ud800"}})
-    assert engine.scan_documents("s", "lg") == {}
+        engine.documents.put("s", "lg", {"a": {"v": 1}, "b": {"t": "\ud800"}})
+    assert engine.documents.scan("s", "lg") == {}
 
 
 def test_the_engines_own_namespaces_are_not_writable_as_values(engine):
     s = engine.session("s")
     for ns in ("var", "mem"):
         with pytest.raises(ValueError, match="Session"):
-            engine.put_values("s", ns, {"k": 1})
+            engine.documents.put_values("s", ns, {"k": 1})
     with pytest.raises(ValueError, match="identifier"):
-        engine.put_documents("s", "not a namespace", {"k": 1})
-    assert engine.put_values("s", "lg_head", {"root": "c"}) == 0
+        engine.documents.put("s", "not a namespace", {"k": 1})
+    assert engine.documents.put_values("s", "lg_head", {"root": "c"}) == 0
     assert s.state().variables == {}
 
 
@@ -209,7 +210,7 @@ def test_a_failure_inside_the_sqlite_transaction_writes_nothing(tmp_path, open_e
 
     monkeypatch.setattr(SQLiteStore, "_doc_put", staticmethod(broken))
     with pytest.raises(RuntimeError, match="disk on fire"):
-        engine.write_session("s", messages=[{"role": "user", "content": "x"}],
+        engine.documents.write_session("s", messages=[{"role": "user", "content": "x"}],
                              values={"lg_head": {"root": "c"}}, snapshot="c",
                              documents={"lg": {"c/1": {}}}, stamp=("lg", "c/1"))
     monkeypatch.undo()
@@ -219,11 +220,11 @@ def test_a_failure_inside_the_sqlite_transaction_writes_nothing(tmp_path, open_e
 
 # -- urls -------------------------------------------------------------------------------------
 def test_the_engine_names_its_store_without_the_password(monkeypatch):
-    assert Engine.redact_url("redis://u:s3cret@h:6379/0") == "redis://u:***@h:6379/0"
+    assert redact_url("redis://u:s3cret@h:6379/0") == "redis://u:***@h:6379/0"
     monkeypatch.setenv("REWIND_STORE", "sqlite:///from-env.db")
-    assert Engine.resolve_url(None) == "sqlite:///from-env.db"
-    assert Engine.resolve_url("sqlite:///given.db") == "sqlite:///given.db"
+    assert resolve_url(None) == "sqlite:///from-env.db"
+    assert resolve_url("sqlite:///given.db") == "sqlite:///given.db"
     monkeypatch.delenv("REWIND_STORE")
-    assert Engine.resolve_url() == "sqlite:///.rewind/rewind.db"
+    assert resolve_url() == "sqlite:///.rewind/rewind.db"
     with Engine.open("sqlite:///:memory:") as engine:
         assert engine.url == "sqlite:///:memory:"

@@ -1,7 +1,7 @@
 """Compensations: the saga outbox (pending, running, failed; done and resolved on request).
 
 A compensation stays pending until a process that registered its handler runs
-`Engine.run_compensations`; the console runs none. Processes with handlers leave a heartbeat in
+`Engine.compensations.run`; the console runs none. Processes with handlers leave a heartbeat in
 the store, so each row says whether a live process has its handler, and the page warns per
 handler that none has. Operators tick rows and retry them (back to pending, attempts reset) or
 mark them resolved by hand, with a reason; the engine checks the role and audits both, so a

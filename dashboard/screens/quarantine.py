@@ -22,7 +22,7 @@ ANY = "Any"
 @st.cache_data(ttl=30, show_spinner=False)
 def recent_tools(store_url: str | None) -> dict[str, int]:
     """Tools called in the recently active sessions (a bounded read, kept for 30 s)."""
-    return data.engine_for(store_url).recent_tools()
+    return data.engine_for(store_url).fleet.recent_tools()
 
 
 user = access.require_user()

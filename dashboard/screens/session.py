@@ -342,11 +342,11 @@ EXPLAIN_AT_ONCE_STEPS = 3000
 
 @st.cache_data(ttl=300, max_entries=64, show_spinner="Replaying the session…")
 def explain_flag(url: str | None, sid: str, updated_at: float) -> WhyFlagged | None:
-    """`Engine.why_flagged`: what each rule saw at the session's first flag and the smallest
+    """`Engine.fleet.why_flagged`: what each rule saw at the session's first flag and the smallest
     setting change that would not have flagged it, from replays of its stored steps (which write
     nothing) under the settings that flagged it; None when they flag nothing. `updated_at` keys
     the cache: a session that moved is replayed again."""
-    return data.engine_for(url).why_flagged(sid)
+    return data.engine_for(url).fleet.why_flagged(sid)
 
 
 def render_flag_explained(page: Page) -> None:

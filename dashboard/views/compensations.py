@@ -44,7 +44,7 @@ def compensations_frame(comps: Iterable[Any], now: float,
     is missing, `stuck` for pending ones older than STUCK_AFTER_S.
 
     Args:
-        live: handler names some live process registered (`Engine.compensation_handlers`);
+        live: handler names some live process registered (`Engine.compensations.handlers`);
             ``live`` is "yes"/"no" for open compensations (blank for done or resolved ones,
             and when unknown).
     """

@@ -193,7 +193,7 @@ class Kpi:
 
 
 def kpis(stats: Mapping[str, int], window_s: float = 3600.0) -> list[Kpi]:
-    """The fleet KPI row from `Engine.fleet_stats`."""
+    """The fleet KPI row from `Engine.fleet.stats`."""
     hours = window_s / 3600
     span = "hour" if hours == 1 else f"{hours:g} hours"
     pending = stats.get("compensations_pending", 0)

@@ -79,7 +79,7 @@ SETTINGS: tuple[Setting, ...] = (
 
 def current_settings(config: Any, declared: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The values of `SETTINGS` the detector runs now: a `DetectorConfig`'s, under the settings
-    declared in the store (`Engine.detector_settings`, stored as typed: ``"5"``, ``"none"``,
+    declared in the store (`Engine.fleet.detector_settings`, stored as typed: ``"5"``, ``"none"``,
     ``"a,b"``), as the page's inputs start (``max_steps`` None as 0, rule sets as sorted
     lists). A declared value this page cannot read keeps the configuration's."""
     out: dict[str, Any] = {}
@@ -307,7 +307,7 @@ OWN_CONFIG = "each process's own"
 
 def declared_after(declared: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
     """The settings to declare so the fleet runs what a replay tried: the settings declared in
-    the store now, with `changes` over them (`Engine.declare_detector` replaces the whole
+    the store now, with `changes` over them (`Engine.fleet.declare_detector` replaces the whole
     declaration, so the ones already declared must be passed again to stay)."""
     return {**declared, **changes}
 
@@ -345,7 +345,7 @@ class Declaration:
     newest ``detector`` audit row)."""
 
     settings: dict[str, Any]
-    """Declared now (`Engine.detector_settings`); empty: none, each process runs its own."""
+    """Declared now (`Engine.fleet.detector_settings`); empty: none, each process runs its own."""
     actor: str | None = None
     """Who made the last change (declared these, or went back to the defaults); None: no
     audit row says (purged by retention, say)."""

@@ -1,5 +1,5 @@
-"""View model of "Why flagged": the engine's answer (`Engine.why_flagged`: the flagged step, what
-each loop rule saw of the session run alone, the smallest change of one detector setting that
+"""View model of "Why flagged": the engine's answer (`Engine.fleet.why_flagged`: the flagged step,
+what each loop rule saw of the session run alone, the smallest change of one detector setting that
 would not have flagged it) in on-call's words, and the `rewind replay --set` line that tries the
 change on the whole fleet (pure, no Streamlit, no I/O).
 

@@ -209,7 +209,7 @@ def cmd_rollback(args) -> int:
     # if someone else rolls the session back in between, this one is refused, not repeated.
     expect = info.epoch if args.expect_epoch is None else args.expect_epoch
     try:
-        preview = engine.preview_rollback(args.session, args.to)
+        preview = engine.fleet.preview_rollback(args.session, args.to)
     except RewindError:
         if not args.force:
             raise
@@ -275,7 +275,7 @@ def cmd_quarantine(args) -> int:
     until = "until lifted" if q.until is None else f"until {_fmt_utc(q.until)}"
     out(f"quarantined {q.tool} for {where} {until} (id {q.id}); agents see "
         "ToolQuarantined within a second (not watch-only agents: Rewind does not run them)")
-    hint = unused_tool_hint(q.tool, engine.recent_tools())
+    hint = unused_tool_hint(q.tool, engine.fleet.recent_tools())
     if hint:
         out(hint)
     return 0
@@ -299,7 +299,7 @@ def cmd_freeze(args) -> int:
     if args.start or args.end_at:
         if not (args.start and args.end_at):
             raise CLIError("a freeze needs both --start and --end", EXIT_USAGE)
-        window = engine.declare_freeze(args.start, args.end_at, name=args.name,
+        window = engine.fleet.declare_freeze(args.start, args.end_at, name=args.name,
                                        on_loop=args.on_loop,
                                        actor=Actor(args.actor, Role.OPERATOR),
                                        reason=args.reason or "")
@@ -308,12 +308,13 @@ def cmd_freeze(args) -> int:
             "process on this store follows it within a second.")
         return EXIT_OK
     if args.lift:
-        ended = engine.end_freeze(actor=Actor(args.actor, Role.OPERATOR), reason=args.reason or "")
+        ended = engine.fleet.end_freeze(actor=Actor(args.actor, Role.OPERATOR),
+                                        reason=args.reason or "")
         if ended is None:
             raise CLIError("no freeze is declared in this store", EXIT_NOT_FOUND)
         out(f"freeze ended: {ended.name}; processes fall back to their own configuration")
         return EXIT_OK
-    window, source = engine.freeze_in_force()
+    window, source = engine.fleet.freeze_in_force()
     if window is None:
         out("no freeze declared in this store, none configured here")
         return EXIT_OK
@@ -373,17 +374,17 @@ def cmd_detector(args) -> int:
     engine = _engine(args)
     if changing:
         # stored as typed on the command line (text): every process parses it the same way
-        declared = engine.declare_detector(
+        declared = engine.fleet.declare_detector(
             {} if args.reset else dict(args.set), actor=Actor(args.actor, Role.OPERATOR),
             reason=args.reason)
         out("every process on this store follows "
             + (", ".join(f"{k}={v}" for k, v in declared.items()) or "its own configuration")
             + " within a second (new session handles)")
         return EXIT_OK
-    declared = engine.detector_settings()
+    declared = engine.fleet.detector_settings()
     out(", ".join(f"{k}={v}" for k, v in declared.items())
         or "no detector settings declared in this store: each process uses its own")
-    settings, _ = engine.detector_in_force()
+    settings, _ = engine.fleet.detector_in_force()
     from_file = {k: v for k, v in settings.items() if k not in declared}
     if from_file:
         out("this process also follows its configuration file ([rewind.detector]): "
@@ -480,7 +481,8 @@ def cmd_notice(args) -> int:
 
     engine = _engine(args)
     _refuse_watch_only(engine.get_session(args.session).info(), "sent a notice")
-    text = engine.notice(args.session, args.text, actor=Actor(args.actor, Role.OPERATOR))
+    text = engine.get_session(args.session).inject_notice(
+        args.text, actor=Actor(args.actor, Role.OPERATOR))
     out(f"notice appended to {args.session}: {text}")
     return 0
 
@@ -565,7 +567,7 @@ def cmd_compensations(args) -> int:
         comps = engine.compensations(session=args.session, status=args.status, limit=args.limit)
         if not comps:
             _refuse_unknown_session(engine, args.session)
-        live = engine.compensation_handlers()
+        live = engine.compensations.handlers()
         rows = [[str(c.id), c.session, str(c.step), c.name, c.status, str(c.attempts),
                  "-" if c.next_attempt_at is None else _fmt_utc(c.next_attempt_at),
                  "yes" if c.name in live else "no", _cut(c.error or "", 60)] for c in comps]
@@ -579,13 +581,13 @@ def cmd_compensations(args) -> int:
     who = Actor(args.actor, Role.OPERATOR)
     what = "compensation {c.id} ({c.name} for {c.session}, step {c.step})"
     if args.retry is not None:
-        c = engine.retry_compensation(cid, actor=who, reason=args.reason)
+        c = engine.compensations.retry(cid, actor=who, reason=args.reason)
         out(what.format(c=c) + " is pending again with its attempts reset; a process that "
             "registered the handler runs it on its next pass")
-        if c.name not in engine.compensation_handlers():
+        if c.name not in engine.compensations.handlers():
             print(f"rewind: {scrub(_no_live_handler(c.name))}", file=sys.stderr)
     else:
-        c = engine.resolve_compensation(cid, actor=who, reason=args.reason)
+        c = engine.compensations.resolve(cid, actor=who, reason=args.reason)
         out(what.format(c=c) + f" is marked resolved by {who.name}; no process will run it")
     return 0
 
@@ -636,7 +638,7 @@ def cmd_purge(args) -> int:
     question = (f"delete {len(candidates)} abandoned branch(es) of {sessions} session(s), "
                 f"older than {_describe_age(age)}, from {where}?")
     _confirm_purge(question, args)
-    removed = engine.purge_abandoned(older_than_s=age)
+    removed = engine.fleet.purge_abandoned(older_than_s=age)
     print(json.dumps(removed))
     return 0
 
@@ -655,7 +657,7 @@ def _confirm_purge(question: str, args) -> None:
 
 def _purge_idle_sessions(engine: Engine, age: float, args) -> int:
     where = redact(engine.store.url)
-    found = engine.purge_idle_sessions(age, dry_run=True)
+    found = engine.fleet.purge_idle_sessions(age, dry_run=True)
     kept = f"{found['evidence']} as old kept as evidence"
     if args.dry_run:
         out(f"dry run: {found['sessions']} idle session(s) older than {_describe_age(age)} "
@@ -667,7 +669,7 @@ def _purge_idle_sessions(engine: Engine, age: float, args) -> int:
         return 0
     _confirm_purge(f"delete {found['sessions']} idle session(s) older than "
                    f"{_describe_age(age)} that are not evidence, from {where}?", args)
-    print(json.dumps(engine.purge_idle_sessions(age)))
+    print(json.dumps(engine.fleet.purge_idle_sessions(age)))
     return 0
 
 
@@ -675,7 +677,7 @@ def cmd_doctor(args) -> int:
     try:
         engine = _engine(args)
         where = redact(engine.store.url)
-        rebuilt = engine.doctor()
+        rebuilt = engine.fleet.doctor()
     except CLIError:
         raise
     except Exception as exc:  # noqa: BLE001 - doctor's job is to say what is wrong
@@ -689,9 +691,9 @@ def cmd_doctor(args) -> int:
             EXIT_STORE,
         ) from exc
     out(f"{where}: ok" + (f"; rebuilt {json.dumps(rebuilt)}" if rebuilt else ""))
-    if engine.degraded:
-        out(f"warning: {engine.degraded}")
-    stuck = engine.running_steps(args.stuck_after)
+    if engine.config.degraded:
+        out(f"warning: {engine.config.degraded}")
+    stuck = engine.fleet.running_steps(args.stuck_after)
     if stuck:
         # A step that never ended: its process died or lost the call (an MCP proxy before
         # issue 23). The session's timeline shows it running for ever; say where.

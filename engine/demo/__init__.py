@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from engine import freeze as freeze_mod
+from engine import redact_url
 from engine.demo.fleet import DemoStats, ScenarioStats, run_demo
 from engine.demo.ledger import Ledger
 from engine.demo.scenarios import HEALTHY, LOOPING, SCENARIOS, Plan, plan_session
@@ -118,12 +119,11 @@ def main(args: argparse.Namespace) -> int:
             previous[signum] = signal.signal(signum, lambda *_: stop.set())
         except ValueError:  # not the main thread: the caller owns the signals
             pass
-    from engine.engine import Engine
 
     store = getattr(args, "store", None)
     freeze = configured_freeze()
     print(f"rewind demo: {args.sessions} sessions at {args.speed:g} steps/s"
-          f"{f' on {Engine.redact_url(store)}' if store else ''}, seed {args.seed}"
+          f"{f' on {redact_url(store)}' if store else ''}, seed {args.seed}"
           f"{f', {args.workers} workers' if args.workers > 1 else ''}; "
           f"{'Ctrl-C stops' if not args.duration else f'{args.duration:g} s'}", flush=True)
     if freeze is not None:

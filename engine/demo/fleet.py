@@ -6,7 +6,7 @@ slot j has index ``k * N + j``; its plan (scenario, prompt version, locale, ever
 pure function of the seed and that index, so timing never changes what a session does.
 
 Every worker (the main process with ``workers <= 1``, else each worker process) opens its own
-engine, registers the demo's compensation handlers and runs `Engine.run_compensations` every
+engine, registers the demo's compensation handlers and runs `Engine.compensations.run` every
 `compensation_interval` seconds, so a rollback done from the console or the CLI in another process
 is compensated by the worker, as it would be in production.
 
@@ -29,7 +29,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from engine import Engine, LoopDetected
+from engine import Engine, LoopDetected, resolve_url
 from engine.demo.agent import Pace, SimAgent, Stopped, VirtualClock, warnings
 from engine.demo.ledger import Ledger, default_path
 from engine.demo.scenarios import COMPENSATIONS, SCENARIOS, plan_session, scenario_order
@@ -193,7 +193,7 @@ def register_compensations(engine: Engine, ledger: Ledger, stats: DemoStats) -> 
         return handler
 
     for name in COMPENSATIONS:
-        engine.register_compensation(name, make(name))
+        engine.compensations.register(name, make(name))
 
 
 # -- one worker -------------------------------------------------------------------------------
@@ -296,7 +296,7 @@ def run_worker(cfg: DemoConfig, slots: list[int], stop, duration: float = 0.0) -
     def pump() -> None:
         while not done.wait(cfg.compensation_interval):
             try:
-                engine.run_compensations()
+                engine.compensations.run()
             except Exception:  # noqa: BLE001 - keep pumping; the store may be busy
                 log.exception("demo: running compensations failed")
 
@@ -324,7 +324,7 @@ def run_worker(cfg: DemoConfig, slots: list[int], stop, duration: float = 0.0) -
             t.join()
         done.set()
         pump_thread.join()
-        engine.run_compensations()  # whatever the last rollbacks queued
+        engine.compensations.run()  # whatever the last rollbacks queued
         stats.warnings = warnings()
         stats.elapsed = time.monotonic() - started
         engine.close()
@@ -342,7 +342,7 @@ def progress_line(stats: DemoStats, engine: Engine | None = None) -> str:
                 f"{stats.compensation_calls} compensation calls, {len(stats.errors)} errors")
     if engine is not None:
         try:
-            kpis = engine.fleet_stats()
+            kpis = engine.fleet.stats()
             line += f"; store: {kpis.get('looping', 0)} looping now"
         except Exception:  # noqa: BLE001 - a progress line never stops the fleet
             pass
@@ -382,7 +382,7 @@ def backfill(cfg: DemoConfig, minutes: float, stop, stats: DemoStats) -> None:
                     _run_session(engine, ledger, cfg, k * cfg.sessions + slot, pace, stats)
                     k += 1
                     clock.advance(jitter.uniform(1, 4) / cfg.speed)
-                engine.run_compensations()
+                engine.compensations.run()
             finally:
                 engine.close()
             if cfg.progress_s:
@@ -467,7 +467,7 @@ def run_demo(url: str | None = None, sessions: int = 12, speed: float = 1.0, see
         ValueError: bad arguments, or an in-memory store with worker processes.
         ConfigError: the freeze variables are malformed.
     """
-    url = Engine.resolve_url(url)
+    url = resolve_url(url)
     if sessions < 1:
         raise ValueError("sessions must be at least 1")
     if not 0 <= hold_share <= 1:

@@ -25,6 +25,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from engine import resolve_url
+
 # The one exemption from "no store access outside the engine" (tests/test_one_door.py): these are
 # SQLite helpers (connections, WAL, write transactions, the script runner, the URL's path) for the
 # ledger's OWN database, a stand-in for the outside world that must not live in the Rewind store.
@@ -159,9 +161,8 @@ class Ledger:
 
 def default_path(url: str | None) -> str:
     """Where the ledger of a demo on store `url` lives (see `Ledger.for_store`)."""
-    from engine.engine import Engine
 
-    url = Engine.resolve_url(url)
+    url = resolve_url(url)
     if url.lower().startswith("sqlite:"):
         path = path_from_url(url)
         if path == ":memory:":

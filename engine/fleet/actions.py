@@ -64,7 +64,7 @@ def retry_compensation(
 ) -> Compensation:
     """Put compensation `cid` (failed, pending, or running under a lease that ended) back to
     pending with its attempts reset, so the next process that registered its handler runs it
-    again on its next pass (`Engine.run_compensations`). Audited as ``compensation.retry``, with
+    again on its next pass (`Engine.compensations.run`). Audited as ``compensation.retry``, with
     a feed event; one atomic write.
 
     Returns:

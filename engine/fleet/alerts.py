@@ -407,7 +407,7 @@ class AlertWorker:
 
     def _loaded(self) -> _State:
         if self._state is None:
-            doc = self.engine.fleet_documents(NAMESPACE).get(self.name)
+            doc = self.engine.documents.fleet(NAMESPACE).get(self.name)
             self._resumed = doc is not None
             if doc is None:
                 first = self.start
@@ -444,7 +444,7 @@ class AlertWorker:
             doc = copy.deepcopy(self._state.dump())
             self._dirty = False
         try:
-            self.engine.put_fleet_documents(NAMESPACE, {self.name: doc})
+            self.engine.documents.put_fleet(NAMESPACE, {self.name: doc})
         except Exception:
             with self._lock:
                 self._dirty = True

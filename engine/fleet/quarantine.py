@@ -324,8 +324,9 @@ def _when(at: float) -> str:
 
 
 def unused_tool_hint(tool: str, recent: Mapping[str, int]) -> str | None:
-    """A warning when `tool` is not among the tools agents called lately (`Engine.recent_tools`):
-    the name may be a typo that quarantines nothing. Names it may have meant are suggested.
+    """A warning when `tool` is not among the tools agents called lately
+    (`Engine.fleet.recent_tools`): the name may be a typo that quarantines nothing. Names it may
+    have meant are suggested.
 
     Returns:
         None when `tool` was called lately, or when no tool was (an empty store: no hint).

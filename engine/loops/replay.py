@@ -748,7 +748,7 @@ class RuleReading:
 @dataclass(frozen=True)
 class WhyFlagged:
     """Why a session was flagged: the flag, what each rule saw, and by how much a setting would
-    have to move not to flag it (`Engine.why_flagged`)."""
+    have to move not to flag it (`Engine.fleet.why_flagged`)."""
 
     session: str
     flag: Flag

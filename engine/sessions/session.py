@@ -522,14 +522,14 @@ class Session:
         so (no exception). When another writer adds steps or rolls the session back
         meanwhile, the batch is judged again after it.
 
-        `documents` (a namespace and its documents, as `Engine.put_documents` takes them) are
+        `documents` (a namespace and its documents, as `Engine.documents.put` takes them) are
         set in the same store write: what the watcher keeps about the steps (the span ids it
         has seen) can never disagree with them.
 
         Raises:
             StepError: the handle acts on loops, or a call was entered, not finished, takes a
                 snapshot or belongs to another handle.
-            ValueError, SizeLimitExceeded, TypeError: `documents` as `Engine.put_documents`
+            ValueError, SizeLimitExceeded, TypeError: `documents` as `Engine.documents.put`
                 refuses them (nothing is written).
         """
         if self.acts_on_loops and self._on_loop not in ("flag", "off"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from engine.store.base import (
@@ -13,7 +12,7 @@ from engine.store.base import (
     StepTicket,
     Store,
 )
-from engine.store.urls import redact
+from engine.store.urls import DEFAULT_URL, redact, resolve
 
 __all__ = [
     "DEFAULT_URL",
@@ -25,9 +24,8 @@ __all__ = [
     "Store",
     "open_store",
     "redact",
+    "resolve",
 ]
-
-DEFAULT_URL = "sqlite:///.rewind/rewind.db"
 
 
 def open_store(url: str | None = None, *, create: bool = True, **options: Any) -> Store:
@@ -57,7 +55,7 @@ def open_store(url: str | None = None, *, create: bool = True, **options: Any) -
         raise ValueError("the store URL is empty: give sqlite:///path, redis://host:port/db, "
                          "rediss://… or redis+cluster://host:port, or leave it out for "
                          "$REWIND_STORE (else sqlite:///.rewind/rewind.db)")
-    url = url or os.environ.get("REWIND_STORE") or DEFAULT_URL
+    url = resolve(url)
     scheme = url.split(":", 1)[0].lower()
     if scheme == "sqlite":
         from engine.store.sqlite.store import SQLiteStore

@@ -1,5 +1,6 @@
 """The storage contract. Each backend (SQLite, Redis, Redis Cluster) lives in its own module and
-only fills this contract; `tests/store/test_store_conformance.py` runs the same tests against every one.
+only fills this contract; `tests/store/test_store_conformance.py` runs the same tests against
+every one.
 
 Model: every write to a session takes the next number of the session's sequence (`seq`). A
 snapshot is one row holding the sequence number and the live message count at that moment, so it

@@ -1,7 +1,8 @@
-"""Store URLs made safe to print."""
+"""Store URLs: which one a process opens, and made safe to print."""
 
 from __future__ import annotations
 
+import os
 import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -10,6 +11,15 @@ _SECRET_PARAM = re.compile(r"(^|&)([^=&]*password|pass|pwd)=([^&]*)", re.IGNOREC
 ``sentinel_password=…``, ``ssl_password=…``, ``pass=…``, ``pwd=…``."""
 _NESTED_USERINFO = re.compile(r"(://[^/@:&]*):[^@/&]*@")
 """The password of a URL nested in the query (``?fallback=redis://u:pw@…``)."""
+
+DEFAULT_URL = "sqlite:///.rewind/rewind.db"
+"""The embedded store `Engine.open()` opens when given no URL and $REWIND_STORE is unset."""
+
+
+def resolve(url: str | None = None) -> str:
+    """The store URL `Engine.open(url)` opens: `url`, else $REWIND_STORE, else the embedded
+    default (``sqlite:///.rewind/rewind.db``). Not redacted: it is the one to open."""
+    return url or os.environ.get("REWIND_STORE") or DEFAULT_URL
 
 
 def redact(url: str) -> str:

@@ -174,14 +174,14 @@ def test_append_messages_given_one_message_says_so(url, open_engine, one):
 def test_a_bad_declared_freeze_time_is_named_as_given_not_as_a_config_file_key(url, looping,
                                                                               capsys):
     with pytest.raises(ConfigError, match="the freeze's start must be an ISO 8601 time") as bad:
-        looping.declare_freeze("garbage", "2026-10-08T00:00:00+08:00", actor="alice",
+        looping.fleet.declare_freeze("garbage", "2026-10-08T00:00:00+08:00", actor="alice",
                                reason="holiday")
     assert "[rewind.freeze]" not in str(bad.value)
     assert main(["--store", url, "freeze", "--start", "2026-10-01", "--end", "soon",
                  "--actor", "alice", "--reason", "holiday"]) == 2
     err = capsys.readouterr().err
     assert "the freeze's end must be an ISO 8601 time" in err and "[rewind.freeze]" not in err
-    assert looping.freeze_in_force()[0] is None
+    assert looping.fleet.freeze_in_force()[0] is None
     assert looping.audit() == []
 
 
@@ -194,7 +194,7 @@ def test_a_bad_declared_freeze_time_is_named_as_given_not_as_a_config_file_key(u
 def test_freeze_flags_that_would_be_ignored_are_a_usage_error(url, looping, capsys, argv, said):
     assert main(["--store", url, "freeze", *argv]) == 2
     assert said in capsys.readouterr().err
-    assert looping.freeze_in_force()[0] is None and looping.audit() == []
+    assert looping.fleet.freeze_in_force()[0] is None and looping.audit() == []
 
 
 def test_a_freeze_declared_with_equals_flags_is_in_force(url, looping, open_engine, capsys):
@@ -218,10 +218,11 @@ def test_a_store_url_that_is_not_a_string_is_named(tmp_path, open_engine):
 @pytest.mark.parametrize("call, error", [
     (lambda e: e.rollback_many("status=looping", actor="alice", reason="r"),
      "where must be a dict of filters"),
-    (lambda e: e.declare_detector("repeat_threshold=3", actor="alice", reason="r"),
+    (lambda e: e.fleet.declare_detector("repeat_threshold=3", actor="alice", reason="r"),
      "detector settings are a dict of DetectorConfig fields"),
-    (lambda e: e.purge_abandoned("7d", actor="alice"), "older_than_s is a number of seconds"),
-    (lambda e: e.purge_idle_sessions("30d", actor="alice"), "older_than_s is a number of seconds"),
+    (lambda e: e.fleet.purge_abandoned("7d", actor="alice"), "older_than_s is a number of seconds"),
+    (lambda e: e.fleet.purge_idle_sessions("30d", actor="alice"),
+     "older_than_s is a number of seconds"),
     (lambda e: e.compensations(status="failing"),
      "status must be one of pending, running, done, failed, resolved"),
 ])
@@ -230,7 +231,7 @@ def test_fleet_calls_name_a_wrong_type_and_change_nothing(looping, call, error):
     with pytest.raises((TypeError, ValueError), match=error):
         call(looping)
     assert [(i.id, i.epoch, i.status) for i in looping.sessions()] == before
-    assert looping.audit() == [] and looping.detector_settings() == {}
+    assert looping.audit() == [] and looping.fleet.detector_settings() == {}
 
 
 @pytest.mark.parametrize("command", [["audit"], ["compensations"],
@@ -247,7 +248,7 @@ def test_a_mistyped_session_filter_is_not_found_not_an_empty_table(url, looping,
 
 def test_the_audit_of_a_deleted_session_is_still_shown(url, looping, capsys):
     looping.rollback(LOOPING, actor="alice", reason="loop")
-    assert looping.delete_session(LOOPING, actor="alice", reason="test data")
+    assert looping.fleet.delete_session(LOOPING, actor="alice", reason="test data")
     assert main(["--store", url, "audit", "--session", LOOPING]) == 0
     assert "rollback" in capsys.readouterr().out
 
@@ -365,7 +366,7 @@ def test_a_shared_config_file_with_other_rewind_tables_still_opens(tmp_path, mon
                       "[rewind.detector]\nrepeat_threshold = 4\n")
     monkeypatch.setenv("REWIND_CONFIG", str(shared))
     engine = open_engine(f"sqlite:///{tmp_path}/rewind.db")
-    assert engine.detector_in_force()[0]["repeat_threshold"] == 4
+    assert engine.fleet.detector_in_force()[0]["repeat_threshold"] == 4
 
 
 # -- another process holding the file's write lock ---------------------------------------------

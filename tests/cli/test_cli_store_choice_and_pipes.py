@@ -154,8 +154,8 @@ def test_compensations_say_when_a_failed_one_is_tried_next(tmp_path, open_engine
     def down(args, key):
         raise RuntimeError("HTTP 503")
 
-    eng.register_compensation("refund_api.undo", down)
-    eng.run_compensations()
+    eng.compensations.register("refund_api.undo", down)
+    eng.compensations.run()
     (comp,) = eng.compensations()
     assert comp.status == "pending" and comp.next_attempt_at is not None
     assert main(["--store", url, "compensations"]) == 0

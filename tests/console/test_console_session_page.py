@@ -91,7 +91,7 @@ def test_a_label_goes_through_the_engine_with_the_rights_held_when_it_is_saved(t
     with Engine.open(f"sqlite:///{tmp_path}/rewind.db") as engine:
         seed_looping(engine)
         dialogs.label_session(engine, olivia, LOOPING, "loop", "  ")
-        assert engine.labels() == {LOOPING: "loop"}
+        assert engine.fleet.labels() == {LOOPING: "loop"}
         row = engine.audit(action="label", session=LOOPING)[0]
         assert row.actor == "olivia" and not row.reason  # a blank reason is none
         with pytest.raises(PermissionDenied):
@@ -100,7 +100,7 @@ def test_a_label_goes_through_the_engine_with_the_rights_held_when_it_is_saved(t
         secrets.write_text(f'[rewind.users.olivia]\nrole = "viewer"\npassword_hash = "{HASH}"\n')
         with pytest.raises(PermissionDenied):
             dialogs.label_session(engine, olivia, LOOPING, "not_loop", "false alarm")
-        assert engine.labels() == {LOOPING: "loop"}
+        assert engine.fleet.labels() == {LOOPING: "loop"}
 
 
 def test_operators_answer_was_this_a_loop_and_everyone_sees_the_answer(store):
@@ -111,7 +111,7 @@ def test_operators_answer_was_this_a_loop_and_everyone_sees_the_answer(store):
     at.button(key="label-not-loop").click().run()
     assert not at.exception
     with Engine.open(store) as engine:
-        assert engine.labels()[LOOPING] == "not_loop"
+        assert engine.fleet.labels()[LOOPING] == "not_loop"
         assert engine.audit(action="label", session=LOOPING)[0].actor == "olivia"
     at = page(store, "Timeline", user=VIEWER)
     shown = texts(at.markdown)

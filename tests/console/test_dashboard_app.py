@@ -117,7 +117,7 @@ def test_the_banner_says_whether_agents_follow_the_freeze(tmp_path):
     assert note in texts(app(store, freeze={"on_loop": "flag"}).warning)
     with Engine.open(store) as engine:
         now = time.time()
-        engine.declare_freeze(now - 60, now + 3600, name="Declared freeze", on_loop="flag",
+        engine.fleet.declare_freeze(now - 60, now + 3600, name="Declared freeze", on_loop="flag",
                               actor="alice", reason="holiday")
     from dashboard import data
 

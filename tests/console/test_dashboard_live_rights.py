@@ -81,7 +81,7 @@ def test_an_open_action_is_refused_once_the_account_changed(setup, change):
     assert (engine.get_session(LOOPING).info().epoch,
             len(engine.get_session(LOOPING).state().messages)) == before
     assert engine.audit() == [] and engine.quarantines() == []
-    assert engine.detector_settings() == {}
+    assert engine.fleet.detector_settings() == {}
 
 
 def test_quarantine_lift_and_compensations_ask_at_the_moment_too(setup):

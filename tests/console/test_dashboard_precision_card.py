@@ -28,7 +28,7 @@ def fleet(tmp_path) -> str:
 
 @pytest.fixture
 def label_reads(monkeypatch) -> list[int]:
-    """One entry per time the console read all the labels (`Engine.labels`)."""
+    """One entry per time the console read all the labels (`Engine.fleet.labels`)."""
     reads: list[int] = []
     real = Engine.labels
 

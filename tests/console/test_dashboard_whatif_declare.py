@@ -1,7 +1,7 @@
-"""The What-if page makes the settings it tried the fleet's (issue 26 item 4): "Use these settings
-for the whole fleet…" declares them in the store through `Engine.declare_detector` (operators, a
-reason, audited), the page shows what is declared and who declared it, when and why, and "Go back
-to the defaults…" takes the declaration out. View models with hand-made records, the page through
+"""The What-if page makes the settings it tried the fleet's: "Use these settings for the whole
+fleet…" declares them in the store through `Engine.fleet.declare_detector` (operators, a reason,
+audited), the page shows what is declared and who declared it, when and why, and "Go back to the
+defaults…" takes the declaration out. View models with hand-made records, the page through
 AppTest on a store of each test's own (the console's caches are per store URL)."""
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def texts(elements) -> str:
 
 def detector_rows(store) -> tuple[dict, list]:
     with Engine.open(store) as engine:
-        return engine.detector_settings(), engine.audit(action="detector")
+        return engine.fleet.detector_settings(), engine.audit(action="detector")
 
 
 def test_the_dialog_shows_the_diff_and_refuses_to_confirm_without_a_reason(store):
@@ -139,7 +139,7 @@ def test_confirming_declares_the_settings_for_the_fleet_and_the_page_shows_who_a
 
 def test_going_back_to_the_defaults_takes_the_declaration_out_of_the_store(store):
     with Engine.open(store) as engine:
-        engine.declare_detector({"repeat_threshold": 40, "poll_budget": 9}, actor="olivia",
+        engine.fleet.declare_detector({"repeat_threshold": 40, "poll_budget": 9}, actor="olivia",
                                 reason="calmer")
     at = open_whatif(store)
     assert "by **olivia**" in texts(at.caption) and "calmer" in texts(at.caption)
@@ -164,7 +164,7 @@ def test_going_back_to_the_defaults_takes_the_declaration_out_of_the_store(store
 
 def test_a_viewer_can_try_settings_but_not_declare_them(store):
     with Engine.open(store) as engine:
-        engine.declare_detector({"poll_budget": 9}, actor="olivia", reason="calmer")
+        engine.fleet.declare_detector({"poll_budget": 9}, actor="olivia", reason="calmer")
     at = replay_with(open_whatif(store, VIEWER), repeat_threshold=40)
     keys = [b.key for b in at.button]
     assert "whatif-open-declare" not in keys and "whatif-open-defaults" not in keys
@@ -180,7 +180,7 @@ def test_a_viewer_can_try_settings_but_not_declare_them(store):
 def test_settings_declared_elsewhere_since_the_replay_are_not_overwritten(store):
     at = replay_with(open_whatif(store), repeat_threshold=40)
     with Engine.open(store) as engine:  # another operator, or the CLI, meanwhile
-        engine.declare_detector({"poll_budget": 9}, actor="alice", reason="polls")
+        engine.fleet.declare_detector({"poll_budget": 9}, actor="alice", reason="polls")
     at.button(key="whatif-open-declare").click().run()
     at.text_input(key="whatif-declare-reason").input("fewer false flags").run()
     assert "changed in the store since your replay" in texts(at.warning)

@@ -64,7 +64,7 @@ def test_what_if_shows_which_flags_move_under_other_settings(console, page: Page
 
 def test_what_if_settings_go_to_the_whole_fleet_and_back_to_the_defaults(console, page: Page):
     with Engine.open(console.store) as engine:
-        assert engine.detector_settings() == {}  # the console's store is shared: as found
+        assert engine.fleet.detector_settings() == {}  # the console's store is shared: as found
     try:
         sign_in(page, f"{console.url}/what-if", "olivia")
         expect(page.get_by_text("No detector settings declared for the whole fleet")
@@ -93,7 +93,7 @@ def test_what_if_settings_go_to_the_whole_fleet_and_back_to_the_defaults(console
         expect(declared).to_contain_text("fewer false flags during the freeze")
         expect(repeat).to_have_value("40")
         with Engine.open(console.store) as engine:
-            assert engine.detector_settings() == {"repeat_threshold": 40}
+            assert engine.fleet.detector_settings() == {"repeat_threshold": 40}
             event = engine.audit(action="detector", limit=1)[0]
             assert (event.actor, event.reason) == ("olivia", "fewer false flags during the freeze")
 
@@ -111,9 +111,9 @@ def test_what_if_settings_go_to_the_whole_fleet_and_back_to_the_defaults(console
         expect(declared).to_contain_text("freeze over")
         expect(repeat).to_have_value("3")
         with Engine.open(console.store) as engine:
-            assert engine.detector_settings() == {}
+            assert engine.fleet.detector_settings() == {}
             assert engine.audit(action="detector", limit=1)[0].reason == "freeze over"
     finally:  # leave the shared store as it was found, even when a check above failed
         with Engine.open(console.store) as engine:
-            if engine.detector_settings():
-                engine.declare_detector({}, actor="olivia", reason="test cleanup")
+            if engine.fleet.detector_settings():
+                engine.fleet.declare_detector({}, actor="olivia", reason="test cleanup")

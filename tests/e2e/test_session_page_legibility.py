@@ -196,7 +196,7 @@ def test_an_operator_labels_a_session_in_the_browser(console, page: Page):
     expect(page.get_by_text("Labelled a loop;")).to_be_visible()
     expect(block).to_contain_text(re.compile(r"Labelled a loop by olivia at .*six identical 500s"))
     with Engine.open(console.store) as engine:
-        assert engine.labels()[sid] == "loop"
+        assert engine.fleet.labels()[sid] == "loop"
 
 
 @VIEWPORTS

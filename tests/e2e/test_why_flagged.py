@@ -52,7 +52,7 @@ def precision_card(page: Page):
 def precision_shown(engine: Engine) -> tuple[str, str | None]:
     """The fleet card's value and note, computed here from the engine's labels and each labelled
     session's loop count (a session counts as flagged when it was flagged at least once)."""
-    labels = engine.labels()
+    labels = engine.fleet.labels()
     flagged = {sid: lab for sid, lab in labels.items()
                if engine.get_session(sid).info().loops > 0}
     if not flagged:
@@ -86,14 +86,14 @@ def test_why_flagged_shows_what_each_rule_saw_and_the_smallest_change(console, p
     sid = "why-refund-1"
     with Engine.open(console.store, detector_settings={}) as engine:
         seed_looping(engine, sid)
-        found = engine.why_flagged(sid)
+        found = engine.fleet.why_flagged(sid)
         assert found is not None and found.change is not None
         step, rule, change = found.flag.step, found.flag.rule, found.change
         # the engine's replay, independently: under the settings in force the flagged step is
         # the first flag; one unit looser and it is not flagged there (nor earlier)
         now = engine.replay({}, where={"session": sid}).sessions[0]
         assert (now.before.step, now.before.rule) == (step, rule)
-        assert change.before == getattr(engine.detector_factory().config, change.field)
+        assert change.before == getattr(engine.config.detector_factory().config, change.field)
         looser = engine.replay({change.field: change.after}, where={"session": sid}).sessions[0]
         assert looser.after is None or looser.after.step > step
         assert change.flag == looser.after
@@ -126,8 +126,8 @@ def test_an_operator_label_is_stored_audited_and_moves_the_precision_card(consol
     label_in_browser(page, console.url, false_alarm, "No, not a loop",
                      "the amount was wrong, not a loop")
     with Engine.open(console.store) as engine:
-        assert engine.labels()[loop] == "loop"
-        assert engine.labels()[false_alarm] == "not_loop"
+        assert engine.fleet.labels()[loop] == "loop"
+        assert engine.fleet.labels()[false_alarm] == "not_loop"
         rows = engine.audit(action="label", session=false_alarm)
         assert [(r.actor, r.reason, r.detail) for r in rows] == [
             ("olivia", "the amount was wrong, not a loop", {"label": "not_loop"})]
@@ -148,7 +148,7 @@ def test_a_viewer_cannot_label_and_nothing_is_stored(console, page: Page):
            ).to_have_count(0)
     expect(page.get_by_role("textbox", name="Reason (optional)")).to_have_count(0)
     with Engine.open(console.store) as engine:
-        assert sid not in engine.labels()
+        assert sid not in engine.fleet.labels()
         assert engine.audit(action="label", session=sid) == []
 
 

@@ -299,8 +299,8 @@ def test_a_failed_compensation_pages(engine, hooks):
     def broken(args, key):
         raise RuntimeError("refund service down")
 
-    engine.register_compensation("charge.undo", broken)
-    engine.runtime.compensation_attempts = 1
+    engine.compensations.register("charge.undo", broken)
+    engine._runtime.compensation_attempts = 1
     s = engine.session("pay")
     s.snapshot("start")
     with s.step("charge", {"n": 1}, side_effect=True, compensation=("charge.undo", {"n": 1})) as c:
@@ -316,8 +316,8 @@ def test_a_failed_compensation_pages(engine, hooks):
     assert alert["rule"] == "compensation_failed" and "NOT undone" in alert["text"]
     # An operator retries it, it fails for good again: that pages again, once.
     [comp] = engine.compensations(status="failed")
-    engine.retry_compensation(comp.id, actor=Actor("olivia", "operator"), reason="service back?")
-    engine.run_compensations()
+    engine.compensations.retry(comp.id, actor=Actor("olivia", "operator"), reason="service back?")
+    engine.compensations.run()
     worker = AlertWorker(engine, [a.url], AlertConfig(rules=("compensation_failed",)))
     try:
         worker.run_once()
@@ -354,7 +354,7 @@ def test_killing_and_restarting_rewind_alert_neither_skips_nor_repeats(store_url
     proc = _rewind_alert(store_url, a.url)
     try:
         # A first run starts at the newest event: once it has saved that, what follows pages.
-        _until(lambda: "default" in engine.fleet_documents(NAMESPACE), 60)
+        _until(lambda: "default" in engine.documents.fleet(NAMESPACE), 60)
         _loop(engine, "one")
         _until(lambda: len(a.keys()) == 2, 60)
         time.sleep(0.5)  # let it save the outcome of its last round

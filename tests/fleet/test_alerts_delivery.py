@@ -25,7 +25,7 @@ def hooks():
 
 
 def _cursor(engine: Engine, name: str = "default") -> int:
-    return int((engine.fleet_documents(NAMESPACE).get(name) or {}).get("cursor") or 0)
+    return int((engine.documents.fleet(NAMESPACE).get(name) or {}).get("cursor") or 0)
 
 
 def _newest_event(engine: Engine) -> int:
@@ -84,7 +84,7 @@ def test_sigterm_stops_rewind_alert_in_the_middle_of_a_slow_post(store_url, hook
     proc = _rewind_alert(store_url, slow.url, healthy.url)
     try:
         # A first run starts at the newest event; once it has saved that, what follows pages.
-        _until(lambda: "default" in engine.fleet_documents(NAMESPACE), 60)
+        _until(lambda: "default" in engine.documents.fleet(NAMESPACE), 60)
         _loop(engine, "one")
         _until(lambda: len(healthy.keys()) == 2 and slow.trickling >= 1, 60)
         proc.send_signal(signal.SIGTERM)
@@ -117,7 +117,7 @@ def test_a_redirect_is_a_failure_not_a_delivery(engine, hooks, caplog):
     assert result["delivered"] == 0 and result["failed"] == 1
     assert internal.headers == [] and internal.received == []  # never followed
     assert "HTTP 302" in caplog.text and "redirect" in caplog.text
-    outbox = engine.fleet_documents(NAMESPACE)["default"]["outbox"]
+    outbox = engine.documents.fleet(NAMESPACE)["default"]["outbox"]
     assert [len(box) for box in outbox.values()] == [1]  # kept for a retry
 
 

@@ -103,8 +103,8 @@ def test_rollback_and_compensation_alerts_read_as_sentences(engine, steps):
     def broken(args, key):
         raise RuntimeError("refund service down")
 
-    engine.register_compensation("charge.undo", broken)
-    engine.runtime.compensation_attempts = 1
+    engine.compensations.register("charge.undo", broken)
+    engine._runtime.compensation_attempts = 1
     s = engine.session("pay")
     start = s.snapshot("start")
     for n in range(steps):

@@ -52,8 +52,8 @@ def _failed(engine: Engine, sid: str = "s") -> int:
     def refund_down(args, key):
         raise RuntimeError("refund service down")
 
-    broken.register_compensation("pay.undo", refund_down)
-    broken.run_compensations()  # runs it until it stays failed
+    broken.compensations.register("pay.undo", refund_down)
+    broken.compensations.run()  # runs it until it stays failed
     [comp] = engine.compensations(session=sid)
     assert (comp.id, comp.status, comp.attempts) == (cid, "failed", 2)
     return cid
@@ -67,7 +67,7 @@ def _one(engine: Engine, cid: int):
 # -- retry --------------------------------------------------------------------------------------
 def test_a_retried_failed_compensation_is_run_to_done_by_a_worker_with_the_handler(engine):
     cid = _failed(engine)
-    after = engine.retry_compensation(cid, actor="olivia", reason="refund service is back")
+    after = engine.compensations.retry(cid, actor="olivia", reason="refund service is back")
     assert (after.id, after.status, after.attempts) == (cid, "pending", 0)
     assert "refund service down" in after.error  # the last error stays until a run succeeds
     stored = _one(engine, cid)
@@ -96,7 +96,7 @@ def test_retry_resets_the_attempts_of_a_pending_one_that_keeps_failing(engine):
     worker.register_compensation("pay.undo", lambda a, k: 1 / 0)
     worker.run_compensations(limit=1)
     assert (_one(engine, cid).status, _one(engine, cid).attempts) == ("pending", 1)
-    assert engine.retry_compensation(cid, actor="olivia", reason="again").attempts == 0
+    assert engine.compensations.retry(cid, actor="olivia", reason="again").attempts == 0
     worker.run_compensations(limit=2)
     assert _one(engine, cid).status == "pending"  # 2 of 3 fresh attempts used
     worker.run_compensations(limit=1)
@@ -110,13 +110,13 @@ def test_done_and_unknown_compensations_are_refused_and_nothing_is_written(engin
     worker.run_compensations()
     cursor = engine.store.last_event_id()
     with pytest.raises(CompensationConflict, match="is done"):
-        engine.retry_compensation(cid, actor="olivia", reason="why not")
+        engine.compensations.retry(cid, actor="olivia", reason="why not")
     with pytest.raises(CompensationConflict, match="is done"):
-        engine.resolve_compensation(cid, actor="olivia", reason="why not")
+        engine.compensations.resolve(cid, actor="olivia", reason="why not")
     with pytest.raises(UnknownCompensation, match="no compensation 424242"):
-        engine.retry_compensation(424242, actor="olivia", reason="typo")
+        engine.compensations.retry(424242, actor="olivia", reason="typo")
     with pytest.raises(UnknownCompensation):
-        engine.resolve_compensation(424242, actor="olivia", reason="typo")
+        engine.compensations.resolve(424242, actor="olivia", reason="typo")
     assert _one(engine, cid).status == "done"
     assert engine.audit(action="compensation.retry") == []
     assert engine.audit(action="compensation.resolve") == []
@@ -126,16 +126,16 @@ def test_done_and_unknown_compensations_are_refused_and_nothing_is_written(engin
 def test_viewers_are_refused_and_a_reason_is_required(engine):
     cid = _failed(engine)
     with pytest.raises(PermissionDenied, match="only operators"):
-        engine.retry_compensation(cid, actor=VIEWER, reason="I only read")
+        engine.compensations.retry(cid, actor=VIEWER, reason="I only read")
     with pytest.raises(PermissionDenied):
-        engine.resolve_compensation(cid, actor=VIEWER, reason="I only read")
+        engine.compensations.resolve(cid, actor=VIEWER, reason="I only read")
     for blank in ("", "   "):
         with pytest.raises(ValueError, match="reason"):
-            engine.retry_compensation(cid, actor="olivia", reason=blank)
+            engine.compensations.retry(cid, actor="olivia", reason=blank)
         with pytest.raises(ValueError, match="reason"):
-            engine.resolve_compensation(cid, actor="olivia", reason=blank)
+            engine.compensations.resolve(cid, actor="olivia", reason=blank)
     with pytest.raises(TypeError):
-        engine.retry_compensation(str(cid), actor="olivia", reason="id as text")
+        engine.compensations.retry(str(cid), actor="olivia", reason="id as text")
     assert _one(engine, cid).status == "failed"
     assert [e.action for e in engine.audit() if e.action.startswith("compensation.")] == []
 
@@ -144,7 +144,7 @@ def test_viewers_are_refused_and_a_reason_is_required(engine):
 def test_resolving_keeps_who_and_why_and_no_worker_runs_it_afterwards(engine):
     failed, pending = _failed(engine, "a"), _queue(engine, "b")
     for cid in (failed, pending):
-        after = engine.resolve_compensation(cid, actor="olivia", reason="refunded by hand")
+        after = engine.compensations.resolve(cid, actor="olivia", reason="refunded by hand")
         assert (after.status, after.resolved_by, after.resolved_reason) == (
             "resolved", "olivia", "refunded by hand")
         stored = _one(engine, cid)
@@ -160,12 +160,12 @@ def test_resolving_keeps_who_and_why_and_no_worker_runs_it_afterwards(engine):
     worker.register_compensation("pay.undo", lambda a, k: calls.append(k))
     assert worker.run_compensations() == [] and calls == []
     with pytest.raises(CompensationConflict, match="resolved by hand by olivia"):
-        engine.retry_compensation(pending, actor="olivia", reason="changed my mind")
+        engine.compensations.retry(pending, actor="olivia", reason="changed my mind")
     events = engine.audit(action="compensation.resolve")
     assert [(e.detail["id"], e.detail["from"]) for e in events] == [
         (pending, "pending"), (failed, "failed")]
     assert {e.session for e in events} == {"a", "b"}
-    stats = engine.fleet_stats()
+    stats = engine.fleet.stats()
     assert stats["compensations_pending"] == 0 and stats["compensations_failed"] == 0
 
 
@@ -177,7 +177,7 @@ def test_a_running_compensation_under_a_live_lease_is_refused(store_url, open_en
     claimed = engine.store.claim_compensation(["pay.undo"], "worker-1", 60, clock())
     assert claimed is not None and claimed.id == cid
     clock.t += 30  # the worker may still be running the handler
-    for act in (engine.retry_compensation, engine.resolve_compensation):
+    for act in (engine.compensations.retry, engine.compensations.resolve):
         with pytest.raises(CompensationConflict, match="holds its lease"):
             act(cid, actor="olivia", reason="stuck?")
     assert _one(engine, cid).status == "running"
@@ -196,8 +196,8 @@ def test_after_the_lease_ends_a_late_worker_cannot_undo_a_retry_or_a_resolve(
         got = engine.store.claim_compensation(["pay.undo"], "slow-worker", 60, clock())
         assert got is not None and got.id == cid
     clock.t += 61  # the leases ended: the worker is gone, or only slow
-    engine.retry_compensation(retried, actor="olivia", reason="worker died")
-    engine.resolve_compensation(resolved, actor="olivia", reason="refunded by hand")
+    engine.compensations.retry(retried, actor="olivia", reason="worker died")
+    engine.compensations.resolve(resolved, actor="olivia", reason="refunded by hand")
     for cid in (retried, resolved):  # the slow worker finishes late: fenced, changes nothing
         engine.store.finish_compensation(cid, "slow-worker", False, "boom", clock(), True)
     assert (_one(engine, retried).status, _one(engine, retried).attempts) == ("pending", 0)
@@ -217,12 +217,12 @@ def test_a_claim_after_a_retry_takes_it_once_and_a_resolve_loses_to_the_claim(
     clock = Clock()
     engine = open_engine(store_url, clock=clock)
     cid = _failed(engine)
-    engine.retry_compensation(cid, actor="olivia", reason="back up")
+    engine.compensations.retry(cid, actor="olivia", reason="back up")
     first = engine.store.claim_compensation(["pay.undo"], "w1", 60, clock())
     assert first is not None and (first.id, first.attempts) == (cid, 1)
     assert engine.store.claim_compensation(["pay.undo"], "w2", 60, clock()) is None
     with pytest.raises(CompensationConflict):
-        engine.resolve_compensation(cid, actor="olivia", reason="too late")
+        engine.compensations.resolve(cid, actor="olivia", reason="too late")
     engine.store.finish_compensation(cid, "w1", True, None, clock(), True)
     stored = _one(engine, cid)
     assert (stored.status, stored.resolved_by) == ("done", None)
@@ -295,9 +295,9 @@ def test_a_schema_2_file_gets_the_new_columns(tmp_path, monkeypatch):
         with Engine.open(url) as reader:
             assert reader.store._db.read_only
             assert _one(reader, cid).status == "failed"
-            assert reader.compensation_handlers() == {}
+            assert reader.compensations.handlers() == {}
     with Engine.open(url) as engine:
-        after = engine.resolve_compensation(cid, actor="olivia", reason="by hand")
+        after = engine.compensations.resolve(cid, actor="olivia", reason="by hand")
         assert _one(engine, cid).resolved_by == "olivia" == after.resolved_by
     with sqlite3.connect(path) as conn:
         (version,) = conn.execute(

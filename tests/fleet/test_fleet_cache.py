@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.runtime import FleetDocCache
+from engine._runtime import FleetDocCache
 
 
 class Reads:
@@ -41,7 +41,7 @@ def test_a_zero_ttl_reads_every_time():
 
 def test_one_cache_per_namespace_and_parse_in_a_runtime(open_engine, tmp_path):
     engine = open_engine(f"sqlite:///{tmp_path}/c.db")
-    rt = engine.runtime
+    rt = engine._runtime
     assert rt.fleet_cache("quarantine", dict) is rt.fleet_cache("quarantine", dict)
     assert rt.fleet_cache("quarantine", dict) is not rt.fleet_cache("freeze", dict)
     assert rt.fleet_cache("quarantine", dict).get() == {}

@@ -652,9 +652,9 @@ def test_deleting_a_session_writes_its_audit_row_in_the_same_write(tmp_path, ope
 
     monkeypatch.setattr(sqlite_store, "add_audit", broken)
     with pytest.raises(RuntimeError):
-        engine.delete_session("gone", actor="alice", reason="gdpr")
+        engine.fleet.delete_session("gone", actor="alice", reason="gdpr")
     monkeypatch.undo()
     assert engine.get_session("gone").state().messages  # not deleted without its row
-    assert engine.delete_session("gone", actor="alice", reason="gdpr") is True
+    assert engine.fleet.delete_session("gone", actor="alice", reason="gdpr") is True
     (row,) = engine.audit(action="delete")
     assert row.session == "gone" and row.reason == "gdpr"

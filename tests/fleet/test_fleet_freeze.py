@@ -24,21 +24,21 @@ def test_a_declared_freeze_reaches_an_engine_that_was_given_none(open_engine, tm
     url = f"sqlite:///{tmp_path}/r.db"
     console = open_engine(url, freeze=None)
     agent = open_engine(url, freeze=None)  # like a plain Engine.open with no $REWIND_FREEZE_*
-    assert agent.loop_policy().policy == "rollback"
+    assert agent.fleet.loop_policy().policy == "rollback"
     console.declare_freeze(START, END, name="National Day", on_loop="flag", actor="alice",
                            reason="holiday change freeze")
-    agent.runtime.forget_declared_freeze()  # another process: within a second; here at once
-    choice = agent.loop_policy()
+    agent._runtime.forget_declared_freeze()  # another process: within a second; here at once
+    choice = agent.fleet.loop_policy()
     assert (choice.policy, choice.source, choice.reason) == ("flag", "freeze",
                                                              "freeze: National Day")
-    assert agent.freeze_in_force()[1] == "store"
+    assert agent.fleet.freeze_in_force()[1] == "store"
     (row,) = console.audit(action="freeze")
     assert row.actor == "alice" and row.reason == "holiday change freeze"
     assert row.detail["on_loop"] == "flag"
 
     assert console.end_freeze(actor="bob", reason="freeze over").name == "National Day"
-    agent.runtime.forget_declared_freeze()
-    assert agent.loop_policy().policy == "rollback"
+    agent._runtime.forget_declared_freeze()
+    assert agent.fleet.loop_policy().policy == "rollback"
     assert [e.actor for e in console.audit(action="freeze_end")] == ["bob"]
 
 
@@ -51,11 +51,11 @@ def test_the_stored_freeze_wins_over_a_process_configuration(open_engine, tmp_pa
     local = FreezeWindow(dt.datetime.fromtimestamp(START, dt.UTC),
                          dt.datetime.fromtimestamp(END, dt.UTC), "local", "rollback")
     agent = open_engine(url, freeze=local)
-    assert agent.freeze_in_force() == (local, "config")
+    assert agent.fleet.freeze_in_force() == (local, "config")
     open_engine(url).declare_freeze(START, END, name="fleet", on_loop="flag", actor="alice",
                                     reason="r")
-    agent.runtime.forget_declared_freeze()
-    assert agent.freeze.name == "fleet" and agent.loop_policy().policy == "flag"
+    agent._runtime.forget_declared_freeze()
+    assert agent.fleet.freeze.name == "fleet" and agent.fleet.loop_policy().policy == "flag"
 
 
 def test_only_operators_declare_a_freeze_and_a_reason_is_needed(open_engine):
@@ -63,10 +63,10 @@ def test_only_operators_declare_a_freeze_and_a_reason_is_needed(open_engine):
 
     engine = open_engine("sqlite:///:memory:")
     with pytest.raises(PermissionDenied):
-        engine.declare_freeze(START, END, actor=Actor("v", Role.VIEWER), reason="r")
+        engine.fleet.declare_freeze(START, END, actor=Actor("v", Role.VIEWER), reason="r")
     with pytest.raises(ValueError, match="reason"):
-        engine.declare_freeze(START, END, actor="alice", reason=" ")
-    assert engine.freeze is None and engine.audit(action="freeze") == []
+        engine.fleet.declare_freeze(START, END, actor="alice", reason=" ")
+    assert engine.fleet.freeze is None and engine.audit(action="freeze") == []
 
 
 AGENT = textwrap.dedent("""

@@ -59,7 +59,7 @@ def test_labels_feed_precision_and_recall(fleet):
     engine.label(LOOPING, "loop", actor="alice", reason="it was")
     engine.label("retried", "loop", actor="alice")
     engine.label("retried", "not_loop", actor="bob", reason="it recovered")  # newest counts
-    assert engine.labels() == {LOOPING: "loop", "retried": "not_loop"}
+    assert engine.fleet.labels() == {LOOPING: "loop", "retried": "not_loop"}
     summary = engine.replay({}).summary
     assert summary.labelled == 2 and summary.precision_before == 1.0
     assert summary.recall_before == 1.0
@@ -72,7 +72,7 @@ def test_labels_are_operator_actions_and_take_two_values(fleet):
         engine.label(LOOPING, "loop", actor=Actor("v", Role.VIEWER))
     with pytest.raises(ValueError, match="loop or not_loop"):
         engine.label(LOOPING, "maybe", actor="alice")
-    assert engine.labels() == {}
+    assert engine.fleet.labels() == {}
 
 
 def test_a_bad_setting_is_refused_before_the_fleet_is_read(fleet):
@@ -114,11 +114,11 @@ def test_a_watched_session_says_what_rewind_cannot_do(open_engine, tmp_path):
     with pytest.raises(WatchOnly, match="cannot be rolled back"):
         engine.rollback("otel-1", actor="alice", reason="loop")
     with pytest.raises(WatchOnly, match="cannot be sent a notice"):
-        engine.notice("otel-1", actor="alice")
+        engine.get_session("otel-1").inject_notice(actor="alice")
     (item,) = engine.rollback_many({"session": "otel-1"}, actor="alice", reason="loop")
     assert not item.ok and isinstance(item.exception, WatchOnly)
     engine.label("otel-1", "loop", actor="alice")  # labels work
-    assert engine.labels() == {"otel-1": "loop"}
+    assert engine.fleet.labels() == {"otel-1": "loop"}
 
 
 def test_one_detector_configuration_for_every_process(open_engine, tmp_path):
@@ -132,7 +132,7 @@ def test_one_detector_configuration_for_every_process(open_engine, tmp_path):
     with pytest.raises(ConfigError):
         console.declare_detector({"no_such_field": 1}, actor="alice", reason="typo")
     console.declare_detector({"repeat_threshold": 5}, actor="alice", reason="fewer flags")
-    agent.runtime.forget_declared_detector()  # another process: within a second
+    agent._runtime.forget_declared_detector()  # another process: within a second
     s = agent.session("crop", on_loop="flag")
     flagged_at = None
     for i in range(8):
@@ -155,8 +155,8 @@ def test_the_cli_declares_and_shows_the_detector_settings(fleet, capsys):
                  "--reason", "fewer flags"]) == 0
     assert main(["--store", url, "detector"]) == 0
     assert "repeat_threshold=5" in capsys.readouterr().out
-    engine.runtime.forget_declared_detector()
-    assert engine.detector_settings() == {"repeat_threshold": "5"}
+    engine._runtime.forget_declared_detector()
+    assert engine.fleet.detector_settings() == {"repeat_threshold": "5"}
     assert main(["--store", url, "detector", "--reset", "--actor", "alice", "--reason", "x"]) == 0
 
 

@@ -108,7 +108,7 @@ def test_policy_order_session_then_freeze_then_engine():
     assert str(resolve(None, window, "rollback", AFTER)) == "policy rollback (engine default)"
     mine = resolve("nudge_then_rollback", window, "rollback", INSIDE)
     assert str(mine) == "policy nudge_then_rollback (set for this session)"
-    assert mine.freeze == window  # the freeze is known, it just did not decide
+    assert mine.fleet.freeze == window  # the freeze is known, it just did not decide
     assert resolve(None, None, "flag", INSIDE).source == "engine"
 
 
@@ -131,7 +131,7 @@ def frozen(store_url, open_engine, clock):
 
 
 def test_inside_the_freeze_a_loop_is_flagged_not_rolled_back(frozen):
-    assert frozen.loop_policy().policy == "flag"
+    assert frozen.fleet.loop_policy().policy == "flag"
     s = frozen.session("crop-1", meta={"tenant": "acme"})
     s.snapshot("start")
     _loop(s)  # no LoopDetected: the freeze policy only flags
@@ -146,7 +146,7 @@ def test_inside_the_freeze_a_loop_is_flagged_not_rolled_back(frozen):
 
 def test_outside_the_freeze_the_engine_default_rolls_back(frozen, clock):
     clock.now = AFTER
-    assert str(frozen.loop_policy()) == "policy rollback (engine default)"
+    assert str(frozen.fleet.loop_policy()) == "policy rollback (engine default)"
     s = frozen.session("crop-2")
     s.snapshot("start")
     with pytest.raises(LoopDetected) as caught:
@@ -197,7 +197,7 @@ def test_open_reads_the_environment_unless_told(monkeypatch, open_engine):
     monkeypatch.setenv("REWIND_FREEZE_END", CONF["end"])
     monkeypatch.setenv("REWIND_FREEZE_ON_LOOP", "flag")
     engine = open_engine("sqlite:///:memory:", clock=Clock(INSIDE))
-    assert engine.freeze.on_loop == "flag" and engine.loop_policy().policy == "flag"
+    assert engine.fleet.freeze.on_loop == "flag" and engine.fleet.loop_policy().policy == "flag"
     assert open_engine("sqlite:///:memory:", freeze=None).freeze is None
     assert Engine(engine.store).freeze is None  # the constructor reads no environment
 

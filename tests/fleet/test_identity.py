@@ -32,11 +32,11 @@ def fleet(open_engine, tmp_path):
 ACTIONS = {
     "rollback": lambda e, a: e.rollback(LOOPING, actor=a, reason="loop"),
     "bulk rollback": lambda e, a: e.rollback_many({"status": "looping"}, actor=a, reason="loop"),
-    "notice": lambda e, a: e.notice(LOOPING, "custom text", actor=a),
+    "notice": lambda e, a: e.get_session(LOOPING).inject_notice("custom text", actor=a),
     "quarantine": lambda e, a: e.quarantine("refund_api", actor=a, reason="broken"),
-    "delete": lambda e, a: e.delete_session(LOOPING, actor=a, reason="gdpr"),
-    "purge": lambda e, a: e.purge_abandoned(0, actor=a),
-    "purge idle": lambda e, a: e.purge_idle_sessions(0, actor=a),
+    "delete": lambda e, a: e.fleet.delete_session(LOOPING, actor=a, reason="gdpr"),
+    "purge": lambda e, a: e.fleet.purge_abandoned(0, actor=a),
+    "purge idle": lambda e, a: e.fleet.purge_idle_sessions(0, actor=a),
 }
 
 

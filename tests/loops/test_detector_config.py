@@ -91,13 +91,13 @@ def test_engine_open_follows_the_file_and_the_store_wins_field_by_field(
     monkeypatch.setenv(CONFIG_ENV, str(path))
     url = f"sqlite:///{tmp_path}/d.db"
     agent = open_engine(url)
-    assert agent.detector_in_force() == ({"repeat_threshold": 5, "breaker_failures": 9},
+    assert agent.fleet.detector_in_force() == ({"repeat_threshold": 5, "breaker_failures": 9},
                                          "config")
     assert _flagged_at(agent, "a") == 5
     assert agent.get_session("a").info().last_verdict["detector"] == {
         "repeat_threshold": 5, "breaker_failures": 9}
-    agent.declare_detector({"repeat_threshold": 4}, actor="alice", reason="sooner")
-    assert agent.detector_in_force() == ({"repeat_threshold": 4, "breaker_failures": 9},
+    agent.fleet.declare_detector({"repeat_threshold": 4}, actor="alice", reason="sooner")
+    assert agent.fleet.detector_in_force() == ({"repeat_threshold": 4, "breaker_failures": 9},
                                          "store")
     assert _flagged_at(agent, "b") == 4
     assert agent.get_session("b").info().last_verdict["detector"] == {

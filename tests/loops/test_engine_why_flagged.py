@@ -1,4 +1,4 @@
-"""`Engine.why_flagged`: why a session was flagged, from its stored steps replayed under the
+"""`Engine.fleet.why_flagged`: why a session was flagged, from its stored steps replayed under the
 settings that flagged it: the flagged step and rule, what each rule (in the detector's order)
 looks for, its settings in force and its first flag alone, and the smallest change of one setting
 (the same as `engine.loops.replay.smallest_change`). The console's "Why flagged" words this
@@ -28,9 +28,9 @@ def engine(tmp_path):
 
 
 def test_a_looping_session_says_which_rule_what_each_saw_and_the_smallest_change(engine):
-    found = engine.why_flagged(LOOPING)
+    found = engine.fleet.why_flagged(LOOPING)
     assert isinstance(found, WhyFlagged) and found.session == LOOPING
-    records = session_history(engine.runtime, LOOPING)
+    records = session_history(engine._runtime, LOOPING)
     assert found.flag == first_flag(records, None)
     assert found.flag.rule == engine.session_info(LOOPING).last_verdict["rule"]
     assert [r.rule for r in found.readings] == [r.id for r in REGISTRY]  # the detector's order
@@ -48,9 +48,10 @@ def test_a_looping_session_says_which_rule_what_each_saw_and_the_smallest_change
 
 
 def test_it_replays_under_the_settings_the_verdict_recorded(engine):
-    engine.declare_detector({"repeat_threshold": 4}, actor="olivia", reason="fewer false alarms")
+    engine.fleet.declare_detector({"repeat_threshold": 4}, actor="olivia",
+                                  reason="fewer false alarms")
     seed_looping(engine, "after-declare")
-    found = engine.why_flagged("after-declare")
+    found = engine.fleet.why_flagged("after-declare")
     assert found is not None and found.detector == {"repeat_threshold": 4}
     exact = next(r for r in found.readings if r.rule == "exact_repeat")
     assert exact.settings == {
@@ -60,10 +61,10 @@ def test_it_replays_under_the_settings_the_verdict_recorded(engine):
 
 
 def test_an_earlier_step_that_was_not_flagged_and_a_healthy_session_give_none(engine):
-    assert engine.why_flagged("healthy") is None
-    assert engine.why_flagged(LOOPING, step=1) is None
+    assert engine.fleet.why_flagged("healthy") is None
+    assert engine.fleet.why_flagged(LOOPING, step=1) is None
 
 
 def test_an_unknown_session_is_refused(engine):
     with pytest.raises(UnknownSession):
-        engine.why_flagged("nobody")
+        engine.fleet.why_flagged("nobody")

@@ -57,7 +57,7 @@ def test_the_verdict_starts_where_the_task_that_used_the_budget_began(tmp_path):
 
 def test_the_smallest_change_of_a_budget_stop_is_the_budget(tmp_path):
     with budget_store(tmp_path, [5, 5, 12]) as engine:
-        found = engine.why_flagged(SID)
+        found = engine.fleet.why_flagged(SID)
         assert found is not None and found.flag.step == 18
         change = found.change
         assert (change.field, change.before, change.after) == ("max_steps", 8, 9)
@@ -71,7 +71,7 @@ def test_the_smallest_change_of_a_budget_stop_is_the_budget(tmp_path):
 
 def test_smallest_change_replays_tasks_as_the_session_counted_them(tmp_path):
     with budget_store(tmp_path, [5, 5, 12]) as engine:
-        history = session_history(engine.runtime, SID)
+        history = session_history(engine._runtime, SID)
     assert first_flag(history, {"max_steps": 8}).step == 18
     change = smallest_change(history, {"max_steps": 8}, 18)
     assert change is not None and (change.field, change.after) == ("max_steps", 9)

@@ -147,7 +147,7 @@ def test_bad_memory_input_is_rejected(mem_engine):
 
 def test_a_second_handle_sees_memories_written_elsewhere(mem_engine):
     writer = mem_engine.session("s")
-    reader = Engine(mem_engine.store, memory=mem_engine.memory_config).session("s")
+    reader = Engine(mem_engine.store, memory=mem_engine.config.memory_config).session("s")
     assert reader.memory.recall("deadline", k=3) == []
     mid = writer.memory.add("the deadline is Friday", importance=0.5)
     assert [h.id for h in reader.memory.recall("deadline", k=3)] == [mid]
@@ -207,7 +207,7 @@ def test_a_handle_reads_the_namespace_once_then_follows_the_event_feed(mem_engin
         )
         s.memory.recall("deadline", k=3)
     assert reads.count("mem") == 1
-    other = Engine(mem_engine.store, memory=mem_engine.memory_config).session("s")
+    other = Engine(mem_engine.store, memory=mem_engine.config.memory_config).session("s")
     theirs = other.memory.add("the deadline moved to Monday", importance=0.9)
     ids = {m.id for m in s.memory.items(include_invalid=True)}
     assert theirs in ids and first in ids

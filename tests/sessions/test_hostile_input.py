@@ -234,7 +234,7 @@ def test_oversized_messages_notices_reasons_actors_and_meta_are_refused():
     with pytest.raises(SizeLimitExceeded, match="actor_chars"):
         s.rollback(actor="a" * 21, reason="loop")
     with pytest.raises(SizeLimitExceeded, match="reason_chars"):
-        eng.delete_session("s", actor="alice", reason="r" * 51)
+        eng.fleet.delete_session("s", actor="alice", reason="r" * 51)
     with pytest.raises(SizeLimitExceeded, match="meta_bytes"):
         eng.session("s2", meta={"blob": "b" * 500})
     with pytest.raises(SizeLimitExceeded, match="name_chars"):
@@ -261,7 +261,7 @@ def test_an_automatic_rollback_cuts_a_long_reason_instead_of_refusing():
     s.snapshot("start")
     s.append_message("user", "b")
     result = rollback(
-        eng.runtime,
+        eng._runtime,
         "s",
         actor="rewind",
         reason="loop detected: " + "x" * 500,

@@ -33,7 +33,7 @@ def test_the_step_after_new_task_is_marked_and_replay_restarts_the_budget(store_
     assert s.info().status != "looping" and s.info().last_verdict is None
     marked = [r.n for r in s.steps() if r.task]
     assert marked == [7, 13, 19, 25]
-    history = session_history(engine.runtime, "long-run")
+    history = session_history(engine._runtime, "long-run")
     assert first_flag(history, BUDGET) is None
     assert first_flag(history, {"max_steps": 5}).step == 5  # each task still has its budget
     result = engine.replay(BUDGET, where={"session": "long-run"})
@@ -47,11 +47,11 @@ def test_a_runaway_runtime_task_is_flagged_where_the_live_detector_flagged_it(st
     runtime_tasks(s, [5, 5, 12])
     verdict = s.info().last_verdict
     assert verdict["rule"] == "step_budget" and verdict["evidence_steps"] == [11, 18]
-    history = session_history(engine.runtime, "runaway")
+    history = session_history(engine._runtime, "runaway")
     assert first_flag(history, BUDGET).step == 18  # counted per session, it was step 8
     change = smallest_change(history, BUDGET, 18)
     assert change is not None and (change.field, change.after) == ("max_steps", 9)
-    found = engine.why_flagged("runaway")
+    found = engine.fleet.why_flagged("runaway")
     assert found is not None and found.flag.step == 18
 
 

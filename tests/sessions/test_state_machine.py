@@ -213,8 +213,8 @@ class NoContradictions:
 # Retention and memory rules the model knows; set on the engine after construction.
 @pytest.fixture(autouse=True)
 def _model_rules(engine):
-    engine.retention = Retention(keep_snapshots=KEEP_NAMED, keep_step_snapshots=KEEP_STEPS)
-    engine.memory_config = MemoryConfig(
+    engine.config.retention = Retention(keep_snapshots=KEEP_NAMED, keep_step_snapshots=KEEP_STEPS)
+    engine.config.memory_config = MemoryConfig(
         embedder=HashingEmbedder(), checker=NoContradictions(),
         policy=MemoryPolicy(capacity=10_000), decay=Decay(half_life_days=3650, min_weight=0.0),
     )

@@ -200,7 +200,7 @@ def test_an_older_file_gets_the_indexes_of_this_release(tmp_path):
     for i in range(60):
         with s.step("search", {"q": i}) as call:
             call.ok(i)
-    assert sum(n.restorable for n in s.tree()) == engine.retention.keep_step_snapshots
+    assert sum(n.restorable for n in s.tree()) == engine.config.retention.keep_step_snapshots
     engine.close()
     conn = sqlite3.connect(path)
     indexes = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index'"))

@@ -158,13 +158,13 @@ def test_documents_go_with_the_steps_in_one_write_and_never_without_them(store_u
                                                                           open_engine):
     engine = open_engine(store_url, clock=_fixed_clock)
     s = engine.session("with-docs", on_loop="flag")
-    engine.put_documents("with-docs", "watch", {"old": 1, "gone": 2})
+    engine.documents.put("with-docs", "watch", {"old": 1, "gone": 2})
     calls = [s.step("search", {"q": i}, snapshot=False) for i in range(3)]
     for call in calls:
         call.ok("r")
     s.record_steps(calls, documents=("watch", {"ids": "AAAA", "gone": None}))
     assert [c.n for c in calls] == [1, 2, 3]
-    assert engine.get_documents("with-docs", "watch", ["old", "ids", "gone"]) == {
+    assert engine.documents.get("with-docs", "watch", ["old", "ids", "gone"]) == {
         "old": 1, "ids": "AAAA"}
     # The store writes neither the steps nor the documents when the session moved meanwhile.
     store = engine.store
@@ -174,11 +174,11 @@ def test_documents_go_with_the_steps_in_one_write_and_never_without_them(store_u
     stale = (info.steps - 1, info.epoch)
     assert store.record_steps("with-docs", [(start, {"status": "ok"})], stale, NOW,
                               ("watch", {"ids": "BBBB"})) is None
-    assert engine.get_documents("with-docs", "watch", ["ids"]) == {"ids": "AAAA"}
+    assert engine.documents.get("with-docs", "watch", ["ids"]) == {"ids": "AAAA"}
     assert len(s.steps()) == 3
     # No calls: the documents alone, still checked as put_documents checks them.
     s.record_steps([], documents=("watch", {"ids": "CCCC"}))
-    assert engine.get_documents("with-docs", "watch", ["ids"]) == {"ids": "CCCC"}
+    assert engine.documents.get("with-docs", "watch", ["ids"]) == {"ids": "CCCC"}
     with pytest.raises(ValueError):
         s.record_steps([], documents=("not a namespace", {"ids": 1}))
 

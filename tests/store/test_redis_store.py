@@ -476,7 +476,7 @@ def test_fallback_runs_on_the_embedded_store_and_says_so(tmp_path):
     engine = Engine.open(url)
     store = engine.store
     assert isinstance(store, FallbackStore) and store.degraded
-    assert engine.degraded == store.degraded_reason
+    assert engine.config.degraded == store.degraded_reason
     assert f"127.0.0.1:{port}" in store.degraded_reason and "pw-secret" not in store.degraded_reason
     assert store.url == fallback and not store.primary_reachable()
     s = engine.session("kept")
@@ -564,7 +564,7 @@ def test_rebuild_indexes_restores_dropped_fleet_indexes(backend):
     store._r.delete(keys.session_hash(keys.session_base("s0", store.prefix)))
     assert store.rebuild_indexes()["stale_removed"] == 1
     assert store.count_sessions() == 4
-    assert engine.purge_abandoned(older_than_s=0)["branches"] == 2
+    assert engine.fleet.purge_abandoned(older_than_s=0)["branches"] == 2
     store.close()
 
 

@@ -50,7 +50,7 @@ def test_rollback_to_a_step_snapshot_keeps_it_live(store_url, open_engine):
     assert not _node(s, d.snapshot_id).on_live_line
     assert _node(s, b.snapshot_id).restorable
     # purging the branches keeps the snapshot that stayed live, and its parent links
-    removed = engine.purge_abandoned(older_than_s=0)
+    removed = engine.fleet.purge_abandoned(older_than_s=0)
     assert (removed["steps"], removed["snapshots"]) == (3, 2)
     tree = s.tree()
     assert [n.id for n in tree] == [s.steps()[0].snapshot, b.snapshot_id]
@@ -82,7 +82,7 @@ def test_a_late_step_keeps_its_snapshot_on_the_live_line(store_url, open_engine)
 
 def test_the_retention_window_retires_the_oldest_step_snapshots(store_url, open_engine):
     engine = _clocked(open_engine, store_url)
-    keep = engine.retention.keep_step_snapshots
+    keep = engine.config.retention.keep_step_snapshots
     s = engine.session("window")
     calls = [_step(s, "search", i) for i in range(keep + 7)]
     restorable = [n.id for n in s.tree() if n.restorable]
@@ -139,7 +139,7 @@ def test_an_older_file_keeps_its_step_snapshots(tmp_path, open_engine):
     r = s.rollback(to="snap-3", actor="t", reason="to an old row", notice=False)
     assert (r.abandoned_steps, r.abandoned_snapshots) == (2, 1)
     assert [x.n for x in s.steps(live_only=True)] == [1]
-    for i in range(engine.retention.keep_step_snapshots):
+    for i in range(engine.config.retention.keep_step_snapshots):
         _step(s, "more", i)
     assert not _node(s, "snap-3").restorable and not _node(s, "snap-1").restorable
     with pytest.raises(SnapshotNotRestorable):

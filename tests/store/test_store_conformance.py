@@ -243,7 +243,7 @@ def test_viewers_cannot_act(engine):
     with pytest.raises(PermissionDenied):
         engine.rollback("s", actor=Actor("vic", "viewer"), reason="x")
     with pytest.raises(PermissionDenied):
-        engine.notice("s", actor=Actor("vic", "viewer"))
+        engine.get_session("s").inject_notice(actor=Actor("vic", "viewer"))
     assert engine.audit() == [] and s.state().messages == []
 
 
@@ -269,9 +269,9 @@ def test_purge_removes_old_abandoned_branches_and_records_it(store_url):
     snap = s.snapshot()
     s.append_message("user", "gone later")
     s.rollback(to=snap, actor="a", reason="r", notice=False)
-    assert engine.purge_abandoned(older_than_s=3600)["branches"] == 0
+    assert engine.fleet.purge_abandoned(older_than_s=3600)["branches"] == 0
     now[0] += 7200
-    removed = engine.purge_abandoned(older_than_s=3600)
+    removed = engine.fleet.purge_abandoned(older_than_s=3600)
     assert removed["branches"] == 1 and removed["messages"] == 1
     assert s.messages() == [] and s.branches() == []
     assert engine.audit(action="retention")[0].detail["messages"] == 1
@@ -407,17 +407,17 @@ def test_failing_compensation_is_retried_then_stays_failed(store_url):
         attempts.append(key)
         raise RuntimeError("refund service down")
 
-    engine.register_compensation("pay.undo", broken)
+    engine.compensations.register("pay.undo", broken)
     s.rollback(to=snap, actor="alice", reason="r", notice=False)  # runs it once right away
     [comp] = engine.compensations(session="s")
     # A blip needs no person: the next try waits (2 s, then 8 s), it does not run back to back.
     assert comp.status == "pending" and comp.next_attempt_at == 1002.0
-    assert engine.run_compensations() == [] and len(attempts) == 1  # not due yet
+    assert engine.compensations.run() == [] and len(attempts) == 1  # not due yet
     now[0] = 1002.0
-    engine.run_compensations()
+    engine.compensations.run()
     assert engine.compensations(session="s")[0].next_attempt_at == 1010.0
     now[0] = 1010.0
-    engine.run_compensations()
+    engine.compensations.run()
     [comp] = engine.compensations(session="s")
     assert comp.status == "failed" and comp.attempts == 3 and "refund service down" in comp.error
     assert comp.next_attempt_at is None
@@ -439,8 +439,8 @@ def test_expired_lease_is_taken_over_with_the_same_key(store_url):
     assert engine.store.claim_compensation(["pay.undo"], "other", 30, now[0]) is None
     now[0] += 31
     keys = []
-    engine.register_compensation("pay.undo", lambda a, k: keys.append(k))
-    engine.run_compensations()
+    engine.compensations.register("pay.undo", lambda a, k: keys.append(k))
+    engine.compensations.run()
     assert keys == [crashed.idempotency_key]
     engine.store.finish_compensation(crashed.id, "crashed-worker", True, None, now[0], True)
     [comp] = engine.compensations()
@@ -472,10 +472,10 @@ def test_fleet_stats(engine):
     for _ in range(3):
         with s.step("t", {}) as c:
             c.fail("boom")
-    stats = engine.fleet_stats()
+    stats = engine.fleet.stats()
     assert stats["sessions"] == 1 and stats["looping"] == 1 and stats["active"] == 1
     engine.rollback("s", actor="alice", reason="r")
-    stats = engine.fleet_stats()
+    stats = engine.fleet.stats()
     assert stats["looping"] == 0 and stats["rollbacks_window"] == 1
 
 
@@ -515,17 +515,17 @@ def test_documents_may_be_bytes_kept_as_they_are(engine):
     JSON documents, through every write path; deleting it works like any other."""
     s = engine.session("raw")
     blob = bytes(range(256)) * 3 + b"b64:{not json"
-    engine.put_documents("raw", "lg", {"b/1": blob, "c/1": {"v": 1}, "b/empty": b"",
+    engine.documents.put("raw", "lg", {"b/1": blob, "c/1": {"v": 1}, "b/empty": b"",
                                        "b/json-like": b'{"a": 1}'})
-    assert engine.get_documents("raw", "lg", ["b/1", "c/1", "b/empty", "b/json-like"]) == {
+    assert engine.documents.get("raw", "lg", ["b/1", "c/1", "b/empty", "b/json-like"]) == {
         "b/1": blob, "c/1": {"v": 1}, "b/empty": b"", "b/json-like": b'{"a": 1}'}
-    assert engine.scan_documents("raw", "lg", "b/") == {
+    assert engine.documents.scan("raw", "lg", "b/") == {
         "b/1": blob, "b/empty": b"", "b/json-like": b'{"a": 1}'}
-    engine.write_session("raw", snapshot="with bytes",
+    engine.documents.write_session("raw", snapshot="with bytes",
                          documents={"lg": {"b/2": bytearray(b"\x00\xff"), "b/1": None,
                                            "c/2": {"id": "2"}}},
                          stamp=("lg", "c/2"))
-    docs = engine.scan_documents("raw", "lg")
+    docs = engine.documents.scan("raw", "lg")
     assert docs["b/2"] == b"\x00\xff" and isinstance(docs["b/2"], bytes) and "b/1" not in docs
     assert docs["c/2"]["id"] == "2" and docs["c/2"]["snap"]
     assert s.info().head is not None
@@ -537,12 +537,12 @@ def test_a_bytes_document_is_measured_by_its_bytes(open_engine, store_url):
 
     engine = open_engine(store_url, limits=Limits(document_bytes=1_000))
     engine.session("raw")
-    engine.put_documents("raw", "lg", {"k": b"\xff" * 990})  # as base64 it would not fit
+    engine.documents.put("raw", "lg", {"k": b"\xff" * 990})  # as base64 it would not fit
     with pytest.raises(SizeLimitExceeded):
-        engine.put_documents("raw", "lg", {"k": b"\xff" * 1_000})
-    assert engine.get_documents("raw", "lg", ["k"]) == {"k": b"\xff" * 990}
+        engine.documents.put("raw", "lg", {"k": b"\xff" * 1_000})
+    assert engine.documents.get("raw", "lg", ["k"]) == {"k": b"\xff" * 990}
     with pytest.raises(TypeError):
-        engine.put_fleet_documents("lg", {"k": b"x"})
+        engine.documents.put_fleet("lg", {"k": b"x"})
 
 def test_delete_session_removes_everything_but_the_audit(engine):
     s = engine.session("gone")
@@ -550,13 +550,13 @@ def test_delete_session_removes_everything_but_the_audit(engine):
     s.snapshot()
     engine.store.doc_put("gone", "lg", {"k": 1}, 1.0)
     engine.session("stays").append_message("user", "y")
-    assert engine.delete_session("gone", actor="alice", reason="test data")
+    assert engine.fleet.delete_session("gone", actor="alice", reason="test data")
     assert [i.id for i in engine.sessions()] == ["stays"]
     with pytest.raises(UnknownSession):
         engine.get_session("gone")
     assert engine.store.doc_scan("gone", "lg") == {}
     assert engine.audit(action="delete")[0].session == "gone"
-    assert not engine.delete_session("gone", actor="alice")
+    assert not engine.fleet.delete_session("gone", actor="alice")
     fresh = engine.session("gone")
     assert fresh.state().messages == [] and fresh.tree() == []
 
@@ -584,7 +584,7 @@ def test_a_recreated_session_gets_fresh_compensation_keys(engine):
         r = s.rollback(to=snap, actor="a", reason="r", notice=False)
         [comp] = r.compensations
         keys.append(comp.idempotency_key)
-        engine.delete_session("again", actor="a")
+        engine.fleet.delete_session("again", actor="a")
     assert keys[0] != keys[1] and all(k.startswith("again#1@") for k in keys)
     assert len(engine.compensations(status="pending")) == 2
 
@@ -597,7 +597,7 @@ def test_fleet_stats_count_every_compensation(engine):
                     snapshot=False) as c:
             c.ok(i)
     engine.rollback("many", to=start, actor="o", reason="x", notice=False)
-    assert engine.fleet_stats()["compensations_pending"] == 1005
+    assert engine.fleet.stats()["compensations_pending"] == 1005
 
 
 def test_a_rollback_that_expects_an_older_epoch_is_refused(engine):
@@ -639,11 +639,11 @@ def test_rollbacks_in_the_window_are_counted_by_time(store_url):
         s.append_message("user", "x")
         engine.rollback("s", to=snap, actor="a", reason="r", notice=False)
         now[0] += 1000
-    engine.notice("s", actor="a")
+    engine.get_session("s").inject_notice(actor="a")
     assert engine.store.count_audit("rollback", 1_000_000.0) == 3
     assert engine.store.count_audit("rollback", 1_000_500.0) == 2
     assert engine.store.count_audit("rollback", 1_010_000.0) == 0
-    assert engine.fleet_stats(window_s=2500)["rollbacks_window"] == 2  # now: 1_003_000
+    assert engine.fleet.stats(window_s=2500)["rollbacks_window"] == 2  # now: 1_003_000
 
 
 # -- hardening (issue 14) ---------------------------------------------------------------------
@@ -764,7 +764,7 @@ def test_idle_sessions_are_purged_but_evidence_is_kept(store_url):
     engine.store.add_audit("alice", "note", "audited", None, "looked at it", {}, now[0])
     # a deleted session's audit rows do not make its successor under the same id evidence
     engine.session("reborn").append_message("user", "first life")
-    engine.delete_session("reborn", actor="alice", reason="test data")
+    engine.fleet.delete_session("reborn", actor="alice", reason="test data")
     now[0] += 10
     engine.session("reborn").append_message("user", "second life")
     now[0] += 7200
@@ -811,8 +811,8 @@ def test_fleet_documents_outlive_sessions_and_retention(engine):
     s = engine.session("s")
     s.append_message("user", "x")
     engine.store.fleet_doc_put("alerts", {"cursor": 3}, 1.0)
-    engine.delete_session("s", actor="alice", reason="gdpr")
-    engine.purge_abandoned(older_than_s=0)
+    engine.fleet.delete_session("s", actor="alice", reason="gdpr")
+    engine.fleet.purge_abandoned(older_than_s=0)
     assert engine.store.fleet_docs("alerts") == {"cursor": 3}
 
 

@@ -64,8 +64,8 @@ def test_event_ids_only_grow_across_rollbacks_purges_and_deleted_sessions(tmp_pa
     s = engine.session("gone")
     _steps(s, "search", 3)
     s.rollback(to=None, actor="t", reason="test", notice=False)
-    engine.purge_abandoned(older_than_s=0)
-    assert engine.delete_session("gone", actor="t", reason="test")
+    engine.fleet.purge_abandoned(older_than_s=0)
+    assert engine.fleet.delete_session("gone", actor="t", reason="test")
     seen = engine.events()
     assert [e.type for e in seen if e.session == "gone"][-1] == "deleted"  # the feed stays
     cursor = seen[-1].id

@@ -132,7 +132,7 @@ class LoopGuard:
     def on_loop(self) -> LoopPolicy:
         """The policy in effect now: the one given, else the engine's (its freeze policy while
         a freeze is in force)."""
-        return self._on_loop or self.engine.loop_policy().policy
+        return self._on_loop or self.engine.fleet.loop_policy().policy
 
     # -- ToolNode hooks ---------------------------------------------------------------------
     def wrap_tool_call(self, request: Any, execute: Callable[[Any], Any]) -> Any:
@@ -237,7 +237,7 @@ class LoopGuard:
                 if attempt == 2:
                     raise
         if rewind_checkpoints and step.n is not None:
-            self.engine.put_documents(
+            self.engine.documents.put(
                 session.id, layout.DOCS,
                 {layout.step_key(step.n): {"checkpoint": root, "call": tool_call.get("id")}})
         return _Call(session, lock, step, root)
@@ -304,8 +304,8 @@ class LoopGuard:
             except (UnknownSnapshot, SnapshotNotRestorable):
                 continue
             if root:
-                base = self.engine.get_values(session.id, layout.HEAD).get(layout.ROOT)
-                self.engine.put_values(session.id, layout.HEAD,
+                base = self.engine.documents.values(session.id, layout.HEAD).get(layout.ROOT)
+                self.engine.documents.put_values(session.id, layout.HEAD,
                                        {layout.FENCE: {"base": base, "until": root}})
             return result
         return None

@@ -30,11 +30,11 @@ whatever the thread's length: at most log2(n) + 1 documents per list channel. Ch
 stored as bytes (the serializer's output behind a small header), so a read neither parses nor
 base64-decodes them; threads stored as JSON before still read.
 
-Every read and write goes through the engine's public API (`Engine.get_documents`,
-`Engine.write_session`, …), never the store itself: the engine checks size limits before the store
-is touched, and a checkpoint's parts (mirrored messages, head pointer, snapshot, documents) are
-written in one atomic write, as is a copied thread. Async methods run the sync ones in the default
-executor.
+Every read and write goes through the engine's public API (`Engine.documents.get`,
+`Engine.documents.write_session`, …), never the store itself: the engine checks size limits
+before the store is touched, and a checkpoint's parts (mirrored messages, head pointer, snapshot,
+documents) are written in one atomic write, as is a copied thread. Async methods run the sync
+ones in the default executor.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def healthy_checkpoint(engine: Engine | Any, sid: str, step: int | None) -> dict
     """
     if step is None:
         return None
-    get = (engine.get_documents if isinstance(engine, Engine)
+    get = (engine.documents.get if isinstance(engine, Engine)
            else engine.doc_get)  # the old signature took the store
 
     def doc(key: str) -> Any:
@@ -142,7 +142,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         self.engine = engine
         self.messages_channel = messages_channel
         self.retention = Retention(keep_snapshots=keep_checkpoints,
-                                   keep_step_snapshots=engine.retention.keep_step_snapshots)
+                                   keep_step_snapshots=engine.config.retention.keep_step_snapshots)
         self._cache_size = max(1, cache_size)
         self._lock = threading.RLock()
         self._ensured: OrderedDict[str, None] = OrderedDict()
@@ -170,7 +170,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
                                                max(0.0, min(0.05, deadline - time.monotonic()))):
                     return True
             # stored by another saver, or forgotten by this one's bounded memory
-            if self.engine.get_documents(key[0], layout.DOCS, [ckey]):
+            if self.engine.documents.get(key[0], layout.DOCS, [ckey]):
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -196,7 +196,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
             key = layout.checkpoint_key(ns, checkpoint_id)
-            rec = self.engine.get_documents(sid, layout.DOCS, [key]).get(key)
+            rec = self.engine.documents.get(sid, layout.DOCS, [key]).get(key)
         else:
             info = self.engine.session_info(sid) if ns == "" else None
             if ns == "" and info is None:
@@ -244,7 +244,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         before_id = get_checkpoint_id(before) if before else None
         for thread_id in threads:
             sid = session_id(thread_id)
-            recs = list(self.engine.scan_documents(sid, layout.DOCS,
+            recs = list(self.engine.documents.scan(sid, layout.DOCS,
                                             layout.checkpoint_prefix(ns_filter)).values())
             recs.sort(key=lambda r: r["id"], reverse=True)
             scans: dict = {}
@@ -324,7 +324,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         regular = [key for key, entry in entries.items() if entry[0] >= 0]
 
         def run() -> None:
-            existing = self.engine.get_documents(sid, layout.DOCS, regular) if regular else {}
+            existing = self.engine.documents.get(sid, layout.DOCS, regular) if regular else {}
             items = {
                 key: {"task": task_id, "path": task_path, "idx": widx, "ch": channel,
                       "value": codec.encode(self.serde, value)}
@@ -332,7 +332,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 if widx < 0 or key not in existing
             }
             if items:
-                self.engine.put_documents(sid, layout.DOCS, items)
+                self.engine.documents.put(sid, layout.DOCS, items)
 
         self._retrying(sid, run)
 
@@ -343,7 +343,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
             thread_id: the thread to delete; a missing thread is a no-op.
         """
         sid = session_id(thread_id)
-        self.engine.delete_session(sid, actor=ACTOR, reason="LangGraph delete_thread")
+        self.engine.fleet.delete_session(sid, actor=ACTOR, reason="LangGraph delete_thread")
         self._forget(sid)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -352,8 +352,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
         The target gets LangGraph's whole history (all namespaces, the full parent chains), the
         source's live conversation if it has none yet, and one snapshot of the copied latest
         checkpoint. Steps and snapshots of the source stay with the source. All of it is one
-        atomic write (`Engine.write_session`): a copy that fails (a size limit, the store) leaves
-        the target's history, head and documents as they were.
+        atomic write (`Engine.documents.write_session`): a copy that fails (a size limit, the
+        store) leaves the target's history, head and documents as they were.
 
         Args:
             source_thread_id: thread to copy from; a missing thread copies nothing.
@@ -364,7 +364,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 nothing is written, and a missing target is not created.
         """
         src, dst = session_id(source_thread_id), session_id(target_thread_id)
-        docs = self.engine.scan_documents(src, layout.DOCS, "")
+        docs = self.engine.documents.scan(src, layout.DOCS, "")
         if not docs:
             return
         head = self._head(src)
@@ -382,11 +382,11 @@ class RewindSaver(BaseCheckpointSaver[str]):
 
         def run() -> None:
             if rec is None or rec.get("late") or head_key is None:
-                self.engine.put_documents(dst, layout.DOCS, copied)
+                self.engine.documents.put(dst, layout.DOCS, copied)
                 return
             info = self.engine.session_info(dst)
             history = self._live_messages(src) if info is None or info.messages == 0 else []
-            self.engine.write_session(
+            self.engine.documents.write_session(
                 dst, messages=history, messages_if_empty=True,
                 values={layout.HEAD: {layout.ROOT: head}}, snapshot=label,
                 documents={layout.DOCS: copied}, stamp=(layout.DOCS, head_key),
@@ -423,7 +423,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
             raise ValueError(f"strategy must be 'keep_latest' or 'delete', not {strategy!r}")
         for thread_id in thread_ids:
             sid = session_id(thread_id)
-            docs = self.engine.scan_documents(sid, layout.DOCS, "")
+            docs = self.engine.documents.scan(sid, layout.DOCS, "")
             if not docs:
                 continue
             if strategy == "delete":
@@ -457,7 +457,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         if not runs:
             return
         for sid in self._threads():
-            docs = self.engine.scan_documents(sid, layout.DOCS, "")
+            docs = self.engine.documents.scan(sid, layout.DOCS, "")
             recs = [doc for key, doc in docs.items() if key.startswith("c/")]
             if not any(rec.get("run") in runs for rec in recs):
                 continue
@@ -565,7 +565,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
             "late": False, "snap": None, "msgs": None, "epoch": None, "lists": chains,
         }
         if ns == "":
-            pointers = self.engine.get_values(sid, layout.HEAD)
+            pointers = self.engine.documents.values(sid, layout.HEAD)
             head, fence = pointers.get(layout.ROOT), pointers.get(layout.FENCE) or {}
             if (fence and parent_id == fence.get("base")
                     and checkpoint_id <= fence.get("until", "")
@@ -585,7 +585,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 chat = [c for c in (to_chat(m) for m in appended if not is_notice(m)) if c]
             label = (f"checkpoint {checkpoint_id} ({meta.get('source', '?')}, "
                      f"step {meta.get('step', '?')})")
-            epoch, node = self.engine.write_session(
+            epoch, node = self.engine.documents.write_session(
                 sid, messages=chat, values={layout.HEAD: {layout.ROOT: checkpoint_id}},
                 snapshot=cut_text(label, self.engine.limits.name_chars),
                 documents={layout.DOCS: docs}, stamp=(layout.DOCS, key),
@@ -593,7 +593,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
             assert node is not None
             rec.update(snap=node.id, msgs=node.messages, epoch=epoch)
         else:
-            self.engine.put_documents(sid, layout.DOCS, docs)
+            self.engine.documents.put(sid, layout.DOCS, docs)
         with self._seen_changed:
             for channel, state in lists.items():
                 self._remember(self._lists, (sid, ns, channel), state)
@@ -626,7 +626,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         if channel is None:
             return rec
         if rec is None:
-            fence = self.engine.get_values(sid, layout.HEAD).get(layout.FENCE)
+            fence = self.engine.documents.values(sid, layout.HEAD).get(layout.FENCE)
             if not fence or fence.get("base") is not None:
                 return None
             seen = 0
@@ -668,17 +668,17 @@ class RewindSaver(BaseCheckpointSaver[str]):
 
     # -- records and values -----------------------------------------------------------------
     def _head(self, sid: str) -> str | None:
-        return self.engine.get_values(sid, layout.HEAD).get(layout.ROOT)
+        return self.engine.documents.values(sid, layout.HEAD).get(layout.ROOT)
 
     def _latest(self, sid: str, ns: str) -> dict | None:
         if ns == "":
             head = self._head(sid)
             if head:
                 key = layout.checkpoint_key("", head)
-                rec = self.engine.get_documents(sid, layout.DOCS, [key]).get(key)
+                rec = self.engine.documents.get(sid, layout.DOCS, [key]).get(key)
                 if rec is not None:
                     return rec
-        recs = list(self.engine.scan_documents(sid, layout.DOCS,
+        recs = list(self.engine.documents.scan(sid, layout.DOCS,
                                                layout.checkpoint_prefix(ns)).values())
         live = [r for r in recs if not r.get("late")]
         return max(live, key=lambda r: r["id"], default=None)
@@ -689,7 +689,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         if last is not None and last["id"] == checkpoint_id:
             return last
         key = layout.checkpoint_key(ns, checkpoint_id)
-        return self.engine.get_documents(sid, layout.DOCS, [key]).get(key)
+        return self.engine.documents.get(sid, layout.DOCS, [key]).get(key)
 
     def _list_state(self, sid: str, ns: str, channel: str, version: Any,
                     chain: codec.Chain | None) -> codec.ListState | None:
@@ -701,12 +701,12 @@ class RewindSaver(BaseCheckpointSaver[str]):
         if cached is not None and cached.version == version:
             return cached
         if chain and str(chain[-1][0]) == version:
-            docs = self.engine.get_documents(sid, layout.DOCS, codec.chain_keys(ns, channel, chain))
+            docs = self.engine.documents.get(sid, layout.DOCS, codec.chain_keys(ns, channel, chain))
             encodings = codec.chain_items(docs, ns, channel, chain, version)
             if encodings is not None:
                 return codec.ListState(version, encodings, chain=chain)
         key = layout.blob_key(ns, channel, version)
-        doc = codec.load(self.engine.get_documents(sid, layout.DOCS, [key]).get(key))
+        doc = codec.load(self.engine.documents.get(sid, layout.DOCS, [key]).get(key))
         if doc is None or not codec.is_list_doc(doc):
             return None
         return codec.ListState(version, self._encodings(sid, ns, channel, version, doc, {}))
@@ -722,7 +722,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         scan = scans.get((ns, channel))
         if scan is None:
             prefix = layout.blob_prefix(ns, channel)
-            found = self.engine.scan_documents(sid, layout.DOCS, prefix)
+            found = self.engine.documents.scan(sid, layout.DOCS, prefix)
             scan = scans[(ns, channel)] = {layout.version_of(k, prefix): codec.load(d)
                                            for k, d in found.items()}
         try:
@@ -753,7 +753,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
             usable[channel] = chain
             wanted.update(codec.chain_keys(ns, channel, chain))
         docs = codec.load_all(
-            self.engine.get_documents(sid, layout.DOCS, sorted(wanted)) if wanted else {})
+            self.engine.documents.get(sid, layout.DOCS, sorted(wanted)) if wanted else {})
         values = {}
         for channel, key in keys.items():
             doc = docs.get(key)
@@ -786,7 +786,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         values = self._values(sid, ns, rec["cp"].get("channel_versions", {}),
                               rec.get("lists") or {}, scans, remember)
         writes = sorted(
-            self.engine.scan_documents(sid, layout.DOCS,
+            self.engine.documents.scan(sid, layout.DOCS,
                                        layout.write_prefix(ns, checkpoint_id)).values(),
             key=lambda w: writes_sort_key(w["path"], w["task"], w["idx"]),
         )
@@ -834,10 +834,10 @@ class RewindSaver(BaseCheckpointSaver[str]):
     # -- housekeeping -----------------------------------------------------------------------
     def _delete_docs(self, sid: str, doomed: dict[str, None], *, head: bool) -> None:
         if head:  # the documents and the head pointer go together, or neither does
-            self.engine.write_session(sid, values={layout.HEAD: {layout.ROOT: None}},
+            self.engine.documents.write_session(sid, values={layout.HEAD: {layout.ROOT: None}},
                                       documents={layout.DOCS: doomed})
         elif doomed:
-            self.engine.put_documents(sid, layout.DOCS, doomed)
+            self.engine.documents.put(sid, layout.DOCS, doomed)
         self._forget_cache(sid)
 
     def _live_messages(self, sid: str) -> builtins.list[dict]:

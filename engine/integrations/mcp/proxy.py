@@ -4,8 +4,8 @@
 Every tool call the proxy forwards is a step it opens, and every step it opens ends: ok, error
 (the upstream's error, a result too large to record, an answer that is not UTF-8, no answer
 within the timeout, a lost server) or cancelled (the client gave up, the proxy stopped). Calls the
-proxy refuses itself (a loop it blocked) are recorded with `Engine.record_refusal`, which the
-loop detector never counts: a refusal is never evidence of a loop.
+proxy refuses itself (a loop it blocked) are recorded with `Engine.documents.record_refusal`,
+which the loop detector never counts: a refusal is never evidence of a loop.
 """
 
 from __future__ import annotations
@@ -347,7 +347,7 @@ class McpProxy:
                 return True
         except InvalidSessionId:
             return False
-        return ORIGIN in self.engine.get_documents(sid, DOCS, [ORIGIN])
+        return ORIGIN in self.engine.documents.get(sid, DOCS, [ORIGIN])
 
     def _open(self, sid: str) -> Session:
         new = self.engine.session_info(sid) is None
@@ -356,7 +356,7 @@ class McpProxy:
         session = self.engine.session(sid, meta=self.meta)
         session.acts_on_loops = False
         if new:
-            self.engine.put_documents(sid, DOCS, {ORIGIN: {"by": "rewind mcp-proxy"}})
+            self.engine.documents.put(sid, DOCS, {ORIGIN: {"by": "rewind mcp-proxy"}})
         return session
 
     def _connection_session(self, ctx: Any) -> str:
@@ -370,12 +370,12 @@ class McpProxy:
         return self.default_session
 
     def _blocked(self, session: Session, fp: str) -> dict | None:
-        found = self.engine.get_documents(session.id, DOCS, [f"blocked:{fp}"])
+        found = self.engine.documents.get(session.id, DOCS, [f"blocked:{fp}"])
         return found.get(f"blocked:{fp}")
 
     def _block(self, session: Session, fps: set[str], verdict: Any) -> None:
         record = {"rule": verdict.rule, "explanation": verdict.explanation}
-        self.engine.put_documents(session.id, DOCS, {f"blocked:{fp}": record for fp in fps})
+        self.engine.documents.put(session.id, DOCS, {f"blocked:{fp}": record for fp in fps})
 
     def _pending_notice(self, session: Session) -> str | None:
         """The notice of a rollback this proxy has not told the client about yet."""
@@ -478,9 +478,9 @@ class McpProxy:
         if blocked is not None:
             reason = f"this call repeats a loop ({blocked.get('rule')}); the tool was not called"
             try:
-                self.engine.record_refusal(session.id, name, args, reason)
+                self.engine.documents.record_refusal(session.id, name, args, reason)
             except SizeLimitExceeded:  # recorded by digest, as the calls it repeats
-                self.engine.record_refusal(session.id, name, _by_digest(args), reason)
+                self.engine.documents.record_refusal(session.id, name, _by_digest(args), reason)
             return _refusal(
                 REFUSAL.format(tool=name, explanation=_clause(blocked.get("explanation"))))
         upstream = await self._route(name)
@@ -583,8 +583,8 @@ class McpProxy:
         tool = step.tool or "tool"
         if verdict.remedy == "stop":
             session.stop()
-            notice: str | None = self.engine.notice(
-                session.id, PAUSED_NOTICE.format(tool=tool), actor=ACTOR)
+            notice: str | None = session.inject_notice(PAUSED_NOTICE.format(tool=tool),
+                                                       actor=ACTOR)
         else:
             notice = self._roll_back(session, verdict, choice,
                                      ROLLED_BACK_NOTICE.format(tool=tool))

@@ -352,7 +352,7 @@ class RewindSession:
         Only the visible spans of the tail are read, newest first, each for as many messages as
         are still wanted (twice as many as the last read when messages without an item left it
         short), so a read costs about what it returns, however many items were popped."""
-        variables = self.engine.get_values(self.session_id, "var")
+        variables = self.engine.documents.values(self.session_id, "var")
         start = variables.get(START_VAR) or 0
         hidden = _ranges(variables.get(HIDDEN_VAR))
         if total is None:
@@ -360,7 +360,8 @@ class RewindSession:
         if newest is None:
             out = []
             for since, until in _spans(hidden, start, total):
-                messages = self.engine.live_messages(self.session_id, since=since, until=until)
+                messages = self.engine.documents.live_messages(self.session_id, since=since,
+                                                               until=until)
                 out += _items(since, messages)
             return out, hidden
         chunks: list[list[tuple[int, dict]]] = []
@@ -368,7 +369,8 @@ class RewindSession:
         for since, until in reversed(_spans(hidden, start, total)):
             while until > since and found < newest:
                 first = max(since, until - max(newest - found, 2 * read))
-                messages = self.engine.live_messages(self.session_id, since=first, until=until)
+                messages = self.engine.documents.live_messages(self.session_id, since=first,
+                                                               until=until)
                 chunk = _items(first, messages)
                 chunks.append(chunk)
                 found += len(chunk)

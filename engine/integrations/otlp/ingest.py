@@ -290,7 +290,7 @@ class Ingestor:
                     done += 1
             done += self._record(state, batch, documents=self._documents(state))
             if state.dirty:  # no steps took the documents along, or they changed after
-                self.engine.put_documents(sid, NAMESPACE, self._documents(state))
+                self.engine.documents.put(sid, NAMESPACE, self._documents(state))
                 state.dirty.clear()
         except Exception as exc:  # noqa: BLE001 - the writer must outlive a store hiccup
             self.counts["errors"] += 1
@@ -323,7 +323,7 @@ class Ingestor:
         handle = self.engine.session(sid, meta={"source": "otlp", "watch_only": True, **meta},
                                      on_loop="flag")
         state = _State(judged=handle, meta=meta)
-        saved = self.engine.get_documents(sid, NAMESPACE, ["state", "late", "quarantined"])
+        saved = self.engine.documents.get(sid, NAMESPACE, ["state", "late", "quarantined"])
         doc = saved.get("state") or {}
         ids = base64.b64decode(doc.get("ids") or "")
         for i in range(0, len(ids) - 7, 8):

@@ -119,12 +119,12 @@ def test_a_thread_stored_before_chains_reads_and_continues(sqlite_url, counted):
     engine = Engine.open(sqlite_url)
     saver = RewindSaver(engine)
     configs, lists = grow(saver, "old", 20)
-    records = engine.scan_documents("old", layout.DOCS, layout.checkpoint_prefix(""))
-    engine.put_documents("old", layout.DOCS,
+    records = engine.documents.scan("old", layout.DOCS, layout.checkpoint_prefix(""))
+    engine.documents.put("old", layout.DOCS,
                          {k: {key: v for key, v in r.items() if key != "lists"}
                           for k, r in records.items()})
-    blobs = engine.scan_documents("old", layout.DOCS, layout.blob_prefix("", "messages"))
-    engine.put_documents("old", layout.DOCS, {  # one base64 text per item, unpacked
+    blobs = engine.documents.scan("old", layout.DOCS, layout.blob_prefix("", "messages"))
+    engine.documents.put("old", layout.DOCS, {  # one base64 text per item, unpacked
         k: {"base": load(d)["base"], "keep": load(d)["keep"],
             "items": [[kind, base64.b64encode(data).decode()] for kind, data in unpack(d)]}
         for k, d in blobs.items()})
@@ -149,7 +149,7 @@ def test_a_thread_stored_as_json_reads_and_continues(sqlite_url):
     as bytes) build on them."""
     engine = Engine.open(sqlite_url)
     configs, lists = grow(RewindSaver(engine), "json", 40)
-    blobs = engine.scan_documents("json", layout.DOCS, "b/")
+    blobs = engine.documents.scan("json", layout.DOCS, "b/")
     assert blobs and all(isinstance(d, bytes) for d in blobs.values())
     as_json = {}
     for key, raw in blobs.items():
@@ -159,9 +159,9 @@ def test_a_thread_stored_as_json_reads_and_continues(sqlite_url):
         else:
             kind, data = doc["raw_value"]
             as_json[key] = {"value": [kind, base64.b64encode(data).decode()]}
-    engine.put_documents("json", layout.DOCS, as_json)
+    engine.documents.put("json", layout.DOCS, as_json)
     assert not any(isinstance(d, bytes)
-                   for d in engine.scan_documents("json", layout.DOCS, "b/").values())
+                   for d in engine.documents.scan("json", layout.DOCS, "b/").values())
     cold = RewindSaver(engine)
     for i, config in enumerate(configs):
         values = cold.get_tuple(config).checkpoint["channel_values"]
@@ -264,7 +264,7 @@ def test_no_document_passes_the_limit_when_deltas_would_not(sqlite_url):
         parent, version = put(saver, "big", parent, history, version, i)
         configs.append(parent)
         lists.append(history)
-    docs = engine.scan_documents("big", layout.DOCS, layout.blob_prefix("", "messages"))
+    docs = engine.documents.scan("big", layout.DOCS, layout.blob_prefix("", "messages"))
     assert max(len(d) if isinstance(d, bytes) else len(json.dumps(d))
                for d in docs.values()) <= 40_000
     cold = RewindSaver(engine)

@@ -302,8 +302,8 @@ def _thread_state(engine, sid: str) -> dict:
         return {"session": None}
     s = engine.get_session(sid)
     return {"head": (info.head, info.messages), "messages": s.state().messages,
-            "pointer": engine.get_values(sid, layout.HEAD), "tree": [n.id for n in s.tree()],
-            "docs": engine.scan_documents(sid, layout.DOCS),
+            "pointer": engine.documents.values(sid, layout.HEAD), "tree": [n.id for n in s.tree()],
+            "docs": engine.documents.scan(sid, layout.DOCS),
             "events": [(e.id, e.type) for e in engine.events(session=sid)]}
 
 
@@ -444,7 +444,7 @@ def test_guard_policies(engine, policy, raises):
 
 def test_guard_side_effects_queue_compensations(engine):
     refunds = []
-    engine.register_compensation("points.refund", lambda args, key: refunds.append((args, key)))
+    engine.compensations.register("points.refund", lambda args, key: refunds.append((args, key)))
 
     @tool
     def deduct(points: int) -> str:

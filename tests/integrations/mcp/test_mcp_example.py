@@ -23,7 +23,7 @@ def test_the_mcp_example_writes_where_the_console_reads_by_default(tmp_path):
         [sys.executable, os.path.join(ROOT, "examples", "mcp_proxy_loop.py")],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
-    console_default = tmp_path / ".rewind" / "rewind.db"  # Engine.resolve_url(None) from there
+    console_default = tmp_path / ".rewind" / "rewind.db"  # resolve_url(None) from there
     assert sorted(p.name for p in (tmp_path / ".rewind").glob("*.db")) == ["rewind.db"]
     with Engine.open(f"sqlite:///{console_default}", create=False) as engine:
         steps = engine.get_session("mcp-receipts").steps()

@@ -536,7 +536,7 @@ def test_a_session_purged_while_its_client_stays_connected_starts_again(tmp_path
             with Engine.open(f"sqlite:///{tmp_path}/purged.db") as engine:
                 proxy = McpProxy(engine, [Upstream(client=client)], session="mcp-base")
                 first = await proxy.on_call_tool(None, _named("mcp-day", "morning"))
-                purged = engine.purge_idle_sessions(0.0)
+                purged = engine.fleet.purge_idle_sessions(0.0)
                 gone = engine.session_info("mcp-day") is None
                 later = await proxy.on_call_tool(None, _named("mcp-day", "evening"))
                 return first, purged, gone, later, engine.get_session("mcp-day").steps()

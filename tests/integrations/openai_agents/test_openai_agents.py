@@ -186,7 +186,7 @@ def test_side_effects_and_compensations_are_declared_per_tool(engine):
     sid = fresh_id()
     session = RewindSession(engine, sid)
     refunds: list[dict] = []
-    engine.register_compensation("refund", lambda args, key: refunds.append(args))
+    engine.compensations.register("refund", lambda args, key: refunds.append(args))
     guard = ToolGuard(session, side_effects={"charge": lambda a: ("refund", a)})
     model = Scripted([lambda n: call("charge", {"order": "A-9"}, n), lambda n: say("Charged.", n)])
     agent = guard.agent(Agent(name="shop", model=model, tools=[charge, lookup]))
@@ -203,7 +203,7 @@ def test_side_effects_and_compensations_are_declared_per_tool(engine):
     # an operator rolls the whole run back: the charge is refunded once
     first = next(n for n in engine.get_session(sid).tree() if n.label == "run start")
     engine.rollback(sid, to=first.id, actor="alice", reason="wrong customer")
-    engine.run_compensations()
+    engine.compensations.run()
     assert refunds == [{"order": "A-9"}]
 
 

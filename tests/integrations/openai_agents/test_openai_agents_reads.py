@@ -16,7 +16,7 @@ from engine.integrations.openai_agents import RewindSession  # noqa: E402
 
 @pytest.fixture()
 def counted(monkeypatch):
-    """The messages `Engine.live_messages` returned, per call."""
+    """The messages `Engine.documents.live_messages` returned, per call."""
     sizes: list[int] = []
     original = Engine.live_messages
 
@@ -68,7 +68,8 @@ def test_pops_hide_ranges_and_reads_skip_them_unread(store_url, counted):
     asyncio.run(session.add_items(more))
     asyncio.run(session.pop_item())
     asyncio.run(session.add_items([{"role": "user", "content": "last"}]))
-    assert engine.get_values("popped", "var")["openai_agents.hidden"] == [[100, 300], [304, 305]]
+    hidden = engine.documents.values("popped", "var")["openai_agents.hidden"]
+    assert hidden == [[100, 300], [304, 305]]
     counted.clear()
     expected = [*items[96:100], *more[:4], {"role": "user", "content": "last"}]
     assert asyncio.run(session.get_items(limit=9)) == expected
@@ -83,7 +84,8 @@ def test_pops_hide_ranges_and_reads_skip_them_unread(store_url, counted):
     assert asyncio.run(session.get_items(limit=3)) == [
         more[3], more[4], {"role": "user", "content": "last"}]
     assert asyncio.run(session.pop_item()) == {"role": "user", "content": "last"}
-    assert engine.get_values("popped", "var")["openai_agents.hidden"] == [[100, 300], [305, 306]]
+    hidden = engine.documents.values("popped", "var")["openai_agents.hidden"]
+    assert hidden == [[100, 300], [305, 306]]
     engine.close()
 
 
@@ -102,14 +104,15 @@ def test_live_messages_since_a_position(store_url):
     engine = Engine.open(store_url)
     s = engine.session("tail")
     s.append_messages([{"role": "user", "content": str(i)} for i in range(10)])
-    assert [m["content"] for m in engine.live_messages("tail", since=7)] == ["7", "8", "9"]
-    assert [m["content"] for m in engine.live_messages("tail", since=3, until=5)] == ["3", "4"]
-    assert engine.live_messages("tail", since=5, until=5) == []
-    assert engine.live_messages("tail", since=6, until=2) == []
-    assert [m["content"] for m in engine.live_messages("tail", until=1)] == ["0"]
-    assert len(engine.live_messages("tail")) == 10
-    assert engine.live_messages("tail", since=10) == []
-    assert engine.live_messages("nobody", since=3) == []
+    read = engine.documents.live_messages
+    assert [m["content"] for m in read("tail", since=7)] == ["7", "8", "9"]
+    assert [m["content"] for m in read("tail", since=3, until=5)] == ["3", "4"]
+    assert engine.documents.live_messages("tail", since=5, until=5) == []
+    assert engine.documents.live_messages("tail", since=6, until=2) == []
+    assert [m["content"] for m in engine.documents.live_messages("tail", until=1)] == ["0"]
+    assert len(engine.documents.live_messages("tail")) == 10
+    assert engine.documents.live_messages("tail", since=10) == []
+    assert engine.documents.live_messages("nobody", since=3) == []
 
 
 def test_items_come_back_exactly_and_their_text_is_stored_once(store_url):

@@ -269,7 +269,7 @@ def test_a_failure_right_after_the_steps_were_written_does_not_write_them_twice(
 
 def test_span_ids_remembered_by_an_earlier_receiver_still_count(engine):
     engine.session("conv-1", meta={"source": "otlp", "watch_only": True}, on_loop="flag")
-    engine.put_documents("conv-1", "otlp", {"state": {
+    engine.documents.put("conv-1", "otlp", {"state": {
         "seen": [f"{n:016x}" for n in (1, 2)], "high_ns": T0 + 2 * SECOND}})
     ingestor = Ingestor(engine, IngestConfig(settle_s=NEVER))
     ingestor.accept(decode(request(*[gen_ai_tool(n, args=json.dumps({"page": n}))
@@ -305,7 +305,7 @@ def test_a_late_span_is_recorded_but_never_judged(receiver, engine):
     info = engine.session_info("conv-1")
     assert info.status == "healthy" and info.steps == 3 and info.last_verdict is None
     assert receiver.ingestor.counts["late"] == 1
-    late = engine.get_documents("conv-1", "otlp", ["late"])["late"]
+    late = engine.documents.get("conv-1", "otlp", ["late"])["late"]
     assert late == [{"span": f"{4:016x}", "step": 3, "start_ns": T0 + 4 * SECOND}]
     send(receiver, gen_ai_tool(7, error="invalid slice"))  # on time again: judged
     receiver.ingestor.flush(force=True)
