@@ -145,11 +145,11 @@ def test_compensations_are_retried_and_resolved_with_an_actor_and_a_reason(
     engine.rollback(LOOPING, to=snapshot_labelled(engine, LOOPING, "start"), actor="alice",
                     reason="loop", notice=False)
     worker = open_engine(store, compensation_attempts=1)
-    worker.register_compensation("points_refund", lambda args, key: 1 / 0)
-    worker.run_compensations()
+    worker.compensations.register("points_refund", lambda args, key: 1 / 0)
+    worker.compensations.run()
     [comp] = engine.compensations(status="failed")
     worker.close()  # its heartbeat stays for two minutes: forget it, as after a long pause
-    engine.store.heartbeat_worker(worker.worker_id, [], engine.clock(), 0)
+    engine.store.heartbeat_worker(worker.config.worker_id, [], engine.clock(), 0)
 
     def rewind(*args: str) -> tuple[int, str, str]:
         code = main(["--store", store, "compensations", *args])

@@ -201,7 +201,7 @@ def test_a_freeze_declared_with_equals_flags_is_in_force(url, looping, open_engi
     assert main(["freeze", "--start=2026-10-01T00:00:00+08:00", "--end=2026-10-08T00:00:00+08:00",
                  "--on-loop=flag", "--name=National Day", "--actor=alice", "--reason=holiday",
                  f"--store={url}"]) == 0
-    window, source = open_engine(url).freeze_in_force()  # a fresh process's view, uncached
+    window, source = open_engine(url).fleet.freeze_in_force()  # a fresh process's view, uncached
     assert (window.name, window.on_loop, source) == ("National Day", "flag", "store")
 
 

@@ -72,7 +72,7 @@ def test_compensations_are_retried_and_resolved_as_the_operator_one_refusal_at_a
     engine.rollback(LOOPING, to=start, actor="rewind", reason="loop", notice=False)
     [comp] = engine.compensations()
     worker = Engine(engine.store)
-    worker.register_compensation("points_refund", lambda args, key: None)
+    worker.compensations.register("points_refund", lambda args, key: None)
     with pytest.raises(actions.ActionRefused, match="say why"):
         actions.retry_compensations(engine, OPERATOR, [comp], "   ")
     with pytest.raises(actions.ActionRefused, match="select"):
@@ -82,7 +82,7 @@ def test_compensations_are_retried_and_resolved_as_the_operator_one_refusal_at_a
 
     [retried] = actions.retry_compensations(engine, OPERATOR, [comp], " service back ")
     assert retried.ok and engine.audit(action="compensation.retry")[0].reason == "service back"
-    worker.run_compensations()
+    worker.compensations.run()
     # done now: the engine refuses, and the page says so next to the ones that went through
     outcomes = actions.resolve_compensations(engine, OPERATOR, [comp], "by hand")
     assert [(o.id, o.ok) for o in outcomes] == [(comp.id, False)] and "is done" in outcomes[0].error

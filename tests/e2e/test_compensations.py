@@ -119,7 +119,7 @@ def test_operator_retries_and_resolves_failed_compensations(comp_console, page, 
         [comp] = [c for c in worker.compensations(status="pending") if c.id == retried_id]
         assert (comp.attempts, comp.error) == (0, "HTTP 503: refund service down")
         undone = []
-        worker.register_compensation(handler, lambda args, key: undone.append((args, key)))
+        worker.compensations.register(handler, lambda args, key: undone.append((args, key)))
 
         # its heartbeat is in the store: the page no longer warns about its handler
         sign_in(page, f"{comp_console.url}/compensations?comp-status=needs+attention", "olivia")
@@ -129,12 +129,12 @@ def test_operator_retries_and_resolves_failed_compensations(comp_console, page, 
         expect(warning).to_contain_text(f"points_refund_{width}")
         expect(warning).not_to_contain_text(handler)
 
-        [done] = worker.run_compensations()  # its next pass
+        [done] = worker.compensations.run()  # its next pass
         assert (done.id, done.status) == (retried_id, "done")
         assert undone == [({"order": "A-7"}, comp.idempotency_key)]
         [event] = worker.audit(action="compensation.retry", session=f"refund-{width}")
         assert (event.actor, event.reason) == ("olivia", "refund service is back")
-        worker.store.heartbeat_worker(worker.worker_id, [], worker.clock(), 0)  # it stops
+        worker.store.heartbeat_worker(worker.config.worker_id, [], worker.clock(), 0)  # it stops
 
     sign_in(page, f"{comp_console.url}/compensations?comp-status=failed", "olivia")
     select_row(page, 0)  # the points compensation is the only failed one left

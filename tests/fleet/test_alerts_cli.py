@@ -82,7 +82,7 @@ def test_once_exits_1_when_no_webhook_could_be_reached(url, hooks, capsys, open_
     code, _, err = _alert(capsys, url, "--webhook", dead_url, "--since", "1h")
     assert code == 1
     assert "127.0.0.1" in err and "outbox" in err and "/hook" not in err
-    state = open_engine(url).fleet_documents(NAMESPACE)["default"]
+    state = open_engine(url).documents.fleet(NAMESPACE)["default"]
     assert sum(len(box) for box in state["outbox"].values()) == 2  # kept for the next run
     # The next run, with the webhook still down and its retry not yet due, still says so.
     code, _, err = _alert(capsys, url, "--webhook", dead_url)

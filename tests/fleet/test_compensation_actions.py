@@ -75,8 +75,8 @@ def test_a_retried_failed_compensation_is_run_to_done_by_a_worker_with_the_handl
 
     seen = []
     worker = Engine(engine.store)
-    worker.register_compensation("pay.undo", lambda args, key: seen.append((args, key)))
-    [done] = worker.run_compensations()
+    worker.compensations.register("pay.undo", lambda args, key: seen.append((args, key)))
+    [done] = worker.compensations.run()
     assert (done.id, done.status) == (cid, "done")
     assert seen == [({"order": "s"}, stored.idempotency_key)]  # same key: idempotent handlers
     assert _one(engine, cid).status == "done"
@@ -93,21 +93,21 @@ def test_a_retried_failed_compensation_is_run_to_done_by_a_worker_with_the_handl
 def test_retry_resets_the_attempts_of_a_pending_one_that_keeps_failing(engine):
     cid = _queue(engine)
     worker = Engine(engine.store, compensation_attempts=3, compensation_backoff=NO_WAIT)
-    worker.register_compensation("pay.undo", lambda a, k: 1 / 0)
-    worker.run_compensations(limit=1)
+    worker.compensations.register("pay.undo", lambda a, k: 1 / 0)
+    worker.compensations.run(limit=1)
     assert (_one(engine, cid).status, _one(engine, cid).attempts) == ("pending", 1)
     assert engine.compensations.retry(cid, actor="olivia", reason="again").attempts == 0
-    worker.run_compensations(limit=2)
+    worker.compensations.run(limit=2)
     assert _one(engine, cid).status == "pending"  # 2 of 3 fresh attempts used
-    worker.run_compensations(limit=1)
+    worker.compensations.run(limit=1)
     assert (_one(engine, cid).status, _one(engine, cid).attempts) == ("failed", 3)
 
 
 def test_done_and_unknown_compensations_are_refused_and_nothing_is_written(engine):
     cid = _queue(engine)
     worker = Engine(engine.store)
-    worker.register_compensation("pay.undo", lambda a, k: None)
-    worker.run_compensations()
+    worker.compensations.register("pay.undo", lambda a, k: None)
+    worker.compensations.run()
     cursor = engine.store.last_event_id()
     with pytest.raises(CompensationConflict, match="is done"):
         engine.compensations.retry(cid, actor="olivia", reason="why not")
@@ -157,8 +157,8 @@ def test_resolving_keeps_who_and_why_and_no_worker_runs_it_afterwards(engine):
 
     calls = []
     worker = Engine(engine.store)
-    worker.register_compensation("pay.undo", lambda a, k: calls.append(k))
-    assert worker.run_compensations() == [] and calls == []
+    worker.compensations.register("pay.undo", lambda a, k: calls.append(k))
+    assert worker.compensations.run() == [] and calls == []
     with pytest.raises(CompensationConflict, match="resolved by hand by olivia"):
         engine.compensations.retry(pending, actor="olivia", reason="changed my mind")
     events = engine.audit(action="compensation.resolve")
@@ -205,8 +205,8 @@ def test_after_the_lease_ends_a_late_worker_cannot_undo_a_retry_or_a_resolve(
 
     keys = []
     worker = Engine(engine.store, clock=clock)
-    worker.register_compensation("pay.undo", lambda a, k: keys.append(k))
-    [done] = worker.run_compensations()
+    worker.compensations.register("pay.undo", lambda a, k: keys.append(k))
+    [done] = worker.compensations.run()
     assert done.id == retried and _one(engine, retried).status == "done"
     assert keys == [_one(engine, retried).idempotency_key]
 
@@ -234,11 +234,11 @@ def test_processes_that_register_handlers_are_live_for_a_while(store_url, open_e
     console = open_engine(store_url, clock=clock)
     assert console.compensation_handlers() == {}
     worker = Engine(console.store, clock=clock)
-    worker.register_compensation("refund_api.undo", lambda a, k: None)
-    worker.register_compensation("points.undo", lambda a, k: None)
+    worker.compensations.register("refund_api.undo", lambda a, k: None)
+    worker.compensations.register("points.undo", lambda a, k: None)
     assert console.compensation_handlers() == {"points.undo": clock.t, "refund_api.undo": clock.t}
     [w] = console.store.compensation_workers(clock.t - 1)
-    assert w.id == worker.worker_id and w.handlers == ("points.undo", "refund_api.undo")
+    assert w.id == worker.config.worker_id and w.handlers == ("points.undo", "refund_api.undo")
 
     other = Engine(console.store, clock=clock)
     clock.t += 100
@@ -247,7 +247,7 @@ def test_processes_that_register_handlers_are_live_for_a_while(store_url, open_e
                                                "refund_api.undo": clock.t - 100}
     clock.t += 60  # the first worker fell silent 160 s ago
     assert console.compensation_handlers() == {"points.undo": clock.t - 60}
-    worker.run_compensations()  # running compensations renews its heartbeat
+    worker.compensations.run()  # running compensations renews its heartbeat
     assert set(console.compensation_handlers()) == {"points.undo", "refund_api.undo"}
     assert console.compensation_handlers(within_s=1) == {"points.undo": clock.t,
                                                          "refund_api.undo": clock.t}
@@ -257,21 +257,21 @@ def test_heartbeats_are_throttled_and_old_workers_are_forgotten(store_url, open_
     clock = Clock()
     console = open_engine(store_url, clock=clock)
     worker = Engine(console.store, clock=clock)
-    worker.register_compensation("pay.undo", lambda a, k: None)
+    worker.compensations.register("pay.undo", lambda a, k: None)
     seen = console.store.compensation_workers(0)[0].seen_at
     clock.t += 10
-    worker.run_compensations()  # within HEARTBEAT_S: no new write
+    worker.compensations.run()  # within HEARTBEAT_S: no new write
     assert console.store.compensation_workers(0)[0].seen_at == seen
     clock.t += 30
-    worker.run_compensations()
+    worker.compensations.run()
     assert console.store.compensation_workers(0)[0].seen_at == clock.t
     for i in range(5):  # short-lived processes, long gone
         console.store.heartbeat_worker(f"gone-{i}", ["pay.undo"], clock.t - 7200, 0)
     assert len(console.store.compensation_workers(0)) == 6
     clock.t += 30
-    worker.run_compensations()  # its heartbeat forgets the ones older than an hour
-    assert [w.id for w in console.store.compensation_workers(0)] == [worker.worker_id]
-    console.store.heartbeat_worker(worker.worker_id, [], clock.t, 0)  # no handlers: forgotten
+    worker.compensations.run()  # its heartbeat forgets the ones older than an hour
+    assert [w.id for w in console.store.compensation_workers(0)] == [worker.config.worker_id]
+    console.store.heartbeat_worker(worker.config.worker_id, [], clock.t, 0)  # no handlers: forgotten
     assert console.store.compensation_workers(0) == []
 
 

@@ -52,7 +52,7 @@ def test_the_stored_freeze_wins_over_a_process_configuration(open_engine, tmp_pa
                          dt.datetime.fromtimestamp(END, dt.UTC), "local", "rollback")
     agent = open_engine(url, freeze=local)
     assert agent.fleet.freeze_in_force() == (local, "config")
-    open_engine(url).declare_freeze(START, END, name="fleet", on_loop="flag", actor="alice",
+    open_engine(url).fleet.declare_freeze(START, END, name="fleet", on_loop="flag", actor="alice",
                                     reason="r")
     agent._runtime.forget_declared_freeze()
     assert agent.fleet.freeze.name == "fleet" and agent.fleet.loop_policy().policy == "flag"

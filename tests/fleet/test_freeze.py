@@ -198,7 +198,7 @@ def test_open_reads_the_environment_unless_told(monkeypatch, open_engine):
     monkeypatch.setenv("REWIND_FREEZE_ON_LOOP", "flag")
     engine = open_engine("sqlite:///:memory:", clock=Clock(INSIDE))
     assert engine.fleet.freeze.on_loop == "flag" and engine.fleet.loop_policy().policy == "flag"
-    assert open_engine("sqlite:///:memory:", freeze=None).freeze is None
+    assert open_engine("sqlite:///:memory:", freeze=None).fleet.freeze is None
     assert Engine(engine.store).freeze is None  # the constructor reads no environment
 
 

@@ -381,14 +381,14 @@ def test_compensations_run_newest_first_exactly_once(engine):
 
     calls = []
     worker = Engine(engine.store)
-    worker.register_compensation("points.deduct.undo", lambda a, k: calls.append(("p", a, k)))
-    worker.register_compensation("inventory.reserve.undo", lambda a, k: calls.append(("i", a, k)))
-    done = worker.run_compensations()
+    worker.compensations.register("points.deduct.undo", lambda a, k: calls.append(("p", a, k)))
+    worker.compensations.register("inventory.reserve.undo", lambda a, k: calls.append(("i", a, k)))
+    done = worker.compensations.run()
     assert [c.status for c in done] == ["done", "done"]
     assert [c[:2] for c in calls] == [("i", {"i": 1}), ("p", {"i": 0})]
     assert [c[2].split("@")[0] for c in calls] == ["s#2", "s#1"]
     assert calls[0][2] == r.compensations[0].idempotency_key
-    assert worker.run_compensations() == []  # nothing twice
+    assert worker.compensations.run() == []  # nothing twice
     assert {c.status for c in engine.compensations(session="s")} == {"done"}
     outcomes = [e.detail["status"] for e in engine.audit(action="compensation")]
     assert outcomes == ["done", "done"]
