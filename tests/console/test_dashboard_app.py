@@ -446,8 +446,8 @@ def test_compensations_page_gives_operators_the_actions_and_viewers_none(tmp_pat
             call.ok({"balance": 1})
         engine.rollback("comp-2", to=start, actor="rewind", reason="test", notice=False)
         live = Engine(engine.store, compensation_attempts=1)
-        live.register_compensation("points_refund", lambda args, key: 1 / 0)
-        live.run_compensations()  # failed for good, and its process is live
+        live.compensations.register("points_refund", lambda args, key: 1 / 0)
+        live.compensations.run()  # failed for good, and its process is live
     at = app(url, page="screens/compensations.py", query={"comp-status": "failed"})
     assert not at.exception
     assert at.dataframe[0].value["live"].tolist() == ["yes"]

@@ -232,24 +232,24 @@ def test_a_claim_after_a_retry_takes_it_once_and_a_resolve_loses_to_the_claim(
 def test_processes_that_register_handlers_are_live_for_a_while(store_url, open_engine):
     clock = Clock()
     console = open_engine(store_url, clock=clock)
-    assert console.compensation_handlers() == {}
+    assert console.compensations.handlers() == {}
     worker = Engine(console.store, clock=clock)
     worker.compensations.register("refund_api.undo", lambda a, k: None)
     worker.compensations.register("points.undo", lambda a, k: None)
-    assert console.compensation_handlers() == {"points.undo": clock.t, "refund_api.undo": clock.t}
+    assert console.compensations.handlers() == {"points.undo": clock.t, "refund_api.undo": clock.t}
     [w] = console.store.compensation_workers(clock.t - 1)
     assert w.id == worker.config.worker_id and w.handlers == ("points.undo", "refund_api.undo")
 
     other = Engine(console.store, clock=clock)
     clock.t += 100
-    other.register_compensation("points.undo", lambda a, k: None)
-    assert console.compensation_handlers() == {"points.undo": clock.t,
+    other.compensations.register("points.undo", lambda a, k: None)
+    assert console.compensations.handlers() == {"points.undo": clock.t,
                                                "refund_api.undo": clock.t - 100}
     clock.t += 60  # the first worker fell silent 160 s ago
-    assert console.compensation_handlers() == {"points.undo": clock.t - 60}
+    assert console.compensations.handlers() == {"points.undo": clock.t - 60}
     worker.compensations.run()  # running compensations renews its heartbeat
-    assert set(console.compensation_handlers()) == {"points.undo", "refund_api.undo"}
-    assert console.compensation_handlers(within_s=1) == {"points.undo": clock.t,
+    assert set(console.compensations.handlers()) == {"points.undo", "refund_api.undo"}
+    assert console.compensations.handlers(within_s=1) == {"points.undo": clock.t,
                                                          "refund_api.undo": clock.t}
 
 
@@ -271,7 +271,8 @@ def test_heartbeats_are_throttled_and_old_workers_are_forgotten(store_url, open_
     clock.t += 30
     worker.compensations.run()  # its heartbeat forgets the ones older than an hour
     assert [w.id for w in console.store.compensation_workers(0)] == [worker.config.worker_id]
-    console.store.heartbeat_worker(worker.config.worker_id, [], clock.t, 0)  # no handlers: forgotten
+    # no handlers: forgotten
+    console.store.heartbeat_worker(worker.config.worker_id, [], clock.t, 0)
     assert console.store.compensation_workers(0) == []
 
 

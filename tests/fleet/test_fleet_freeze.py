@@ -25,7 +25,7 @@ def test_a_declared_freeze_reaches_an_engine_that_was_given_none(open_engine, tm
     console = open_engine(url, freeze=None)
     agent = open_engine(url, freeze=None)  # like a plain Engine.open with no $REWIND_FREEZE_*
     assert agent.fleet.loop_policy().policy == "rollback"
-    console.declare_freeze(START, END, name="National Day", on_loop="flag", actor="alice",
+    console.fleet.declare_freeze(START, END, name="National Day", on_loop="flag", actor="alice",
                            reason="holiday change freeze")
     agent._runtime.forget_declared_freeze()  # another process: within a second; here at once
     choice = agent.fleet.loop_policy()
@@ -36,7 +36,7 @@ def test_a_declared_freeze_reaches_an_engine_that_was_given_none(open_engine, tm
     assert row.actor == "alice" and row.reason == "holiday change freeze"
     assert row.detail["on_loop"] == "flag"
 
-    assert console.end_freeze(actor="bob", reason="freeze over").name == "National Day"
+    assert console.fleet.end_freeze(actor="bob", reason="freeze over").name == "National Day"
     agent._runtime.forget_declared_freeze()
     assert agent.fleet.loop_policy().policy == "rollback"
     assert [e.actor for e in console.audit(action="freeze_end")] == ["bob"]
@@ -93,7 +93,7 @@ def test_an_agent_process_follows_the_freeze_the_console_declared(tmp_path, decl
     url = f"sqlite:///{tmp_path}/r.db"
     with Engine.open(url) as console:
         if declared:
-            console.declare_freeze(START, END, name="freeze", on_loop="flag", actor="alice",
+            console.fleet.declare_freeze(START, END, name="freeze", on_loop="flag", actor="alice",
                                    reason="holiday")
     env = {k: v for k, v in os.environ.items() if not k.startswith("REWIND_")}
     env["PYTHONPATH"] = str(ROOT)

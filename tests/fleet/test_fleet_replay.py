@@ -130,8 +130,8 @@ def test_one_detector_configuration_for_every_process(open_engine, tmp_path):
     console = open_engine(url)
     agent = open_engine(url, detector_factory=lambda: LoopDetector(repeat_threshold=3))
     with pytest.raises(ConfigError):
-        console.declare_detector({"no_such_field": 1}, actor="alice", reason="typo")
-    console.declare_detector({"repeat_threshold": 5}, actor="alice", reason="fewer flags")
+        console.fleet.declare_detector({"no_such_field": 1}, actor="alice", reason="typo")
+    console.fleet.declare_detector({"repeat_threshold": 5}, actor="alice", reason="fewer flags")
     agent._runtime.forget_declared_detector()  # another process: within a second
     s = agent.session("crop", on_loop="flag")
     flagged_at = None
@@ -144,8 +144,8 @@ def test_one_detector_configuration_for_every_process(open_engine, tmp_path):
     assert s.info().last_verdict["detector"] == {"repeat_threshold": 5}
     (row,) = console.audit(action="detector")
     assert row.actor == "alice" and row.detail["settings"] == {"repeat_threshold": 5}
-    console.declare_detector({}, actor="alice", reason="back to defaults")
-    assert console.detector_settings() == {}
+    console.fleet.declare_detector({}, actor="alice", reason="back to defaults")
+    assert console.fleet.detector_settings() == {}
 
 
 def test_the_cli_declares_and_shows_the_detector_settings(fleet, capsys):

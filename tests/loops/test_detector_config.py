@@ -115,7 +115,7 @@ def test_the_file_applies_over_a_factory_in_code_and_can_be_turned_off(
     coded = open_engine(url, detector_factory=lambda: LoopDetector(repeat_threshold=5))
     assert _flagged_at(coded, "a") == 4
     plain = open_engine(url, detector_settings={})
-    assert plain.detector_in_force() == ({}, "")
+    assert plain.fleet.detector_in_force() == ({}, "")
     assert _flagged_at(plain, "b") == 3
     assert "detector" not in plain.get_session("b").info().last_verdict
     with pytest.raises(ConfigError, match="do not fit"):
@@ -160,10 +160,10 @@ def test_every_process_builds_the_same_detector(open_engine, tmp_path):
     by_cwd = _agent(url, "p2", base, workdir)
     assert by_env == by_cwd == {"flagged_at": 5, "detector": {"repeat_threshold": 5}}
 
-    console.declare_detector({"repeat_threshold": 4}, actor="alice", reason="sooner")
+    console.fleet.declare_detector({"repeat_threshold": 4}, actor="alice", reason="sooner")
     assert _agent(url, "p3", {**base, CONFIG_ENV: str(named)}, tmp_path) == {
         "flagged_at": 4, "detector": {"repeat_threshold": 4}}
     assert _agent(url, "p4", base, tmp_path) == {  # no file at all: the store alone
         "flagged_at": 4, "detector": {"repeat_threshold": 4}}
-    console.declare_detector({}, actor="alice", reason="back")
+    console.fleet.declare_detector({}, actor="alice", reason="back")
     assert _agent(url, "p5", base, workdir)["flagged_at"] == 5
