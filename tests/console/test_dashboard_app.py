@@ -121,7 +121,7 @@ def test_the_banner_says_whether_agents_follow_the_freeze(tmp_path):
                               actor="alice", reason="holiday")
     from dashboard import data
 
-    data.engine_for(store).runtime.forget_declared_freeze()  # the console's: within a second
+    data.engine_for(store)._runtime.forget_declared_freeze()  # the console's: within a second
     at = app(store)  # nothing configured for the console
     assert not at.exception
     assert "Declared freeze" in texts(at.warning) and note not in texts(at.warning)

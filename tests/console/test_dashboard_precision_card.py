@@ -14,6 +14,7 @@ from dashboard import data
 from dashboard.signin.access import SESSION_KEY, User
 from dashboard.signin.passwords import hash_password
 from engine import Engine
+from engine.fleet.api import Fleet
 
 APP = str(ROOT / "dashboard" / "app.py")
 CARD = "Detector precision"
@@ -30,13 +31,13 @@ def fleet(tmp_path) -> str:
 def label_reads(monkeypatch) -> list[int]:
     """One entry per time the console read all the labels (`Engine.fleet.labels`)."""
     reads: list[int] = []
-    real = Engine.labels
+    real = Fleet.labels
 
     def counted(self):
         reads.append(1)
         return real(self)
 
-    monkeypatch.setattr(Engine, "labels", counted)
+    monkeypatch.setattr(Fleet, "labels", counted)
     return reads
 
 

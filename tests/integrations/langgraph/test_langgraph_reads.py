@@ -20,6 +20,7 @@ from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
 from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 
 from engine import Engine, Limits  # noqa: E402
+from engine.documents import Documents  # noqa: E402
 from engine.integrations.langgraph import RewindSaver, layout  # noqa: E402
 from engine.integrations.langgraph.codec import (  # noqa: E402
     is_list_doc,
@@ -49,7 +50,7 @@ def put(saver, sid: str, parent: dict | None, messages: list, version, step: int
 def counted(monkeypatch):
     """Documents the engine handed back, per call: [(method, prefix or None, {key: doc})]."""
     calls: list[tuple[str, str | None, dict]] = []
-    get, scan = Engine.get_documents, Engine.scan_documents
+    get, scan = Documents.get, Documents.scan
 
     def get_documents(self, sid, ns, keys):
         out = get(self, sid, ns, keys)
@@ -61,8 +62,8 @@ def counted(monkeypatch):
         calls.append(("scan", prefix, out))
         return out
 
-    monkeypatch.setattr(Engine, "get_documents", get_documents)
-    monkeypatch.setattr(Engine, "scan_documents", scan_documents)
+    monkeypatch.setattr(Documents, "get", get_documents)
+    monkeypatch.setattr(Documents, "scan", scan_documents)
     return calls
 
 

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("agents")
 
 from engine import Engine  # noqa: E402
+from engine.documents import Documents  # noqa: E402
 from engine.integrations.openai_agents import RewindSession  # noqa: E402
 
 
@@ -18,14 +19,14 @@ from engine.integrations.openai_agents import RewindSession  # noqa: E402
 def counted(monkeypatch):
     """The messages `Engine.documents.live_messages` returned, per call."""
     sizes: list[int] = []
-    original = Engine.live_messages
+    original = Documents.live_messages
 
     def counting(self, sid, *, since=0, until=None):
         out = original(self, sid, since=since, until=until)
         sizes.append(len(out))
         return out
 
-    monkeypatch.setattr(Engine, "live_messages", counting)
+    monkeypatch.setattr(Documents, "live_messages", counting)
     return sizes
 
 
