@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Engine, LoopDetected, metrics
+from engine import LoopDetected, metrics
+from engine.fleet.api import Fleet
 
 
 def test_an_automatic_loop_rollback_is_counted(open_engine):
@@ -30,7 +31,7 @@ def test_an_automatic_loop_rollback_is_counted(open_engine):
 def test_metrics_are_served_over_http():
     import urllib.request
 
-    server, _thread = Engine.serve_metrics(0)
+    server, _thread = Fleet.serve_metrics(0)
     try:
         url = f"http://127.0.0.1:{server.server_port}/metrics"
         body = urllib.request.urlopen(url, timeout=5).read().decode()
