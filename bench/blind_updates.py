@@ -150,4 +150,6 @@ def _report(path: Path, args: argparse.Namespace, out: Callable[[str], None]) ->
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from bench.common import run_recorded
+
+    raise SystemExit(run_recorded(main))
