@@ -45,6 +45,12 @@ def table(headers: list[str], rows: list[list[str]], *, rule: bool = False) -> s
     return "\n".join(out)
 
 
+SCORED_AGAIN = "[held-out half, scored again after later tuning: read it as tuned]"
+"""The mark of a held-out half that earlier rounds of rules were already scored on: its figure
+no longer says how the rules do on text they were not written for. A fresh held-out half needs
+new data, labelled before anything runs on it."""
+
+
 RESULTS = Path(__file__).resolve().with_name("RESULTS.md")
 """Where the benches keep the tables they printed, one section per bench and arguments."""
 
