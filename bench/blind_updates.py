@@ -32,6 +32,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from updates import TARGET_P, TARGET_R, _ratio, judge_engine, pair_flagged  # noqa: E402
 
+from bench.common import SCORED_AGAIN  # noqa: E402
+
 DATA = ROOT / "bench" / "corpora" / "blind_updates.jsonl"
 DATA_V3 = ROOT / "bench" / "corpora" / "blind_v3.jsonl"
 """A second blind corpus, mostly hard non-updates, by another helper (``BLIND_V3.md``)."""
@@ -130,7 +132,7 @@ def _report(path: Path, args: argparse.Namespace, out: Callable[[str], None]) ->
     for split in SPLITS if args.split == "both" else [args.split]:
         part = [r for r in rows if r["split"] == split]
         got = measure(part, args.show if split == "tuned" else 0)
-        tag = "  [held-out]" if split == "held-out" else ""
+        tag = f"  {SCORED_AGAIN}" if split == "held-out" else ""
         for lang in ("en", "zh", "all"):
             c = got["counts"][lang]
             if not c["pos"] + c["neg"]:
@@ -150,4 +152,6 @@ def _report(path: Path, args: argparse.Namespace, out: Callable[[str], None]) ->
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from bench.common import run_recorded
+
+    raise SystemExit(run_recorded(main))

@@ -1,9 +1,18 @@
-"""Helpers shared by the benchmarks: the synthetic message, a median timer and text tables."""
+"""Helpers shared by the benchmarks: the synthetic message, a median timer, text tables, and
+`run_recorded`, which keeps what a bench printed in bench/RESULTS.md."""
 
 from __future__ import annotations
 
+import datetime as dt
+import io
+import os
 import statistics
+import subprocess
+import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
 
 MSG_CHARS = 400
 """Length of one synthetic history message (the issue's ~400 characters)."""
@@ -34,3 +43,76 @@ def table(headers: list[str], rows: list[list[str]], *, rule: bool = False) -> s
         out.append("  ".join("-" * w for w in widths))
     out += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     return "\n".join(out)
+
+
+SCORED_AGAIN = "[held-out half, scored again after later tuning: read it as tuned]"
+"""The mark of a held-out half that earlier rounds of rules were already scored on: its figure
+no longer says how the rules do on text they were not written for. A fresh held-out half needs
+new data, labelled before anything runs on it."""
+
+
+RESULTS = Path(__file__).resolve().with_name("RESULTS.md")
+"""Where the benches keep the tables they printed, one section per bench and arguments."""
+
+_PREAMBLE = """# Benchmark results
+
+Written by the benches themselves: each section is what one run printed, tables against their
+baselines measured in the same run, with the command, the commit and the machine's load. Run a
+bench again to replace its section (``REWIND_BENCH_RECORD=0`` leaves this file alone). Ratios hold
+across runs on these shared 2-core machines; absolute times do not.
+"""
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.seen = out, io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.seen.write(text)
+        return self.out.write(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def _section(name: str, argv: list[str], text: str) -> str:
+    commit = subprocess.run(["git", "-C", str(RESULTS.parent), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "-C", str(RESULTS.parent), "status", "--porcelain", "--",
+                            ".."], capture_output=True, text=True).stdout.strip()
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    command = " ".join(["python", name, *argv])
+    state = " (with uncommitted changes)" if dirty else ""
+    return (f"## `{command}`\n\nAt commit {commit}{state}, {when}, load average {load} on "
+            f"{os.cpu_count()} cores.\n\n```\n{text.rstrip()}\n```\n")
+
+
+def record(name: str, argv: list[str], text: str) -> None:
+    """Put `text` (what bench `name` printed when run with `argv`) in its section of
+    `RESULTS.md`, replacing the section an earlier run with the same arguments wrote."""
+    start, end = f"<!-- {name} {' '.join(argv)}".rstrip() + " -->", "<!-- end -->"
+    body = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else _PREAMBLE
+    block = f"{start}\n{_section(name, argv, text)}{end}\n"
+    at = body.find(start + "\n")
+    if at >= 0:
+        stop = body.index(end, at) + len(end) + 1
+        body = body[:at] + block + body[stop:]
+    else:
+        body = body.rstrip() + "\n\n" + block
+    RESULTS.write_text(body, encoding="utf-8")
+
+
+def run_recorded(main: Callable[[], int | None]) -> int:
+    """Run a bench's `main` as its command line does, printing as usual, and record what it
+    printed in `RESULTS.md` when it finished well (exit status 0)."""
+    tee = _Tee(sys.stdout)
+    sys.stdout = tee  # type: ignore[assignment]
+    try:
+        status = main() or 0
+    finally:
+        sys.stdout = tee.out
+    if status == 0 and os.environ.get("REWIND_BENCH_RECORD", "1") != "0":
+        name = Path(sys.argv[0]).resolve().relative_to(RESULTS.parent.parent).as_posix()
+        record(name, sys.argv[1:], tee.seen.getvalue())
+    return int(status)

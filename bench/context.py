@@ -647,4 +647,6 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from bench.common import run_recorded
+
+    raise SystemExit(run_recorded(main))

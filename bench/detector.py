@@ -913,4 +913,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from bench.common import run_recorded
+
+    raise SystemExit(run_recorded(main))

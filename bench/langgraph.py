@@ -198,4 +198,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from bench.common import run_recorded
+
+    raise SystemExit(run_recorded(main))

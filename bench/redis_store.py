@@ -308,4 +308,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bench.common import run_recorded
+
+    raise SystemExit(run_recorded(main))

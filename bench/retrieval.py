@@ -61,6 +61,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import SCORED_AGAIN  # noqa: E402
 from engine.memory.config import DEFAULT_SPEAKER_BOOST  # noqa: E402
 from engine.memory.embeddings import (  # noqa: E402
     HashingEmbedder,
@@ -483,7 +484,7 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
                 label += " (dev-chosen)"
             rows[label] = mean(scores)
         n = len(next(iter(bare[split].values())))
-        mark = " [held-out]" if split == "held-out" else ""
+        mark = f" {SCORED_AGAIN}" if split == "held-out" else ""
         out(
             table(
                 f"LoCoMo {split} split, conversations "
@@ -528,7 +529,7 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         memory, counts = run_memory(conversations, memory_embedder)
         rows = {
             f"s.memory dev ({label})": mean(memory["dev"]),
-            f"s.memory held-out ({label}) [held-out]": mean(memory["held-out"]),
+            f"s.memory held-out ({label})": mean(memory["held-out"]),
         }
         out(
             table(
@@ -544,7 +545,7 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
             f"{counts['recall_s'] / max(1, counts['queries']) * 1000:.1f} ms each; "
             f"{time.perf_counter() - t1:.0f} s"
         )
-        held = rows[f"s.memory held-out ({label}) [held-out]"]["R@10"]
+        held = rows[f"s.memory held-out ({label})"]["R@10"]
         verdict = "ok" if held >= MEMORY_R10_TARGET else "MISSED"
         out(f"target s.memory held-out R@10 >= {MEMORY_R10_TARGET}: {held:.3f} {verdict}")
         if verdict != "ok":
@@ -560,7 +561,7 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         for split in SPLITS:
             bm25 = mean(bare2[split]["BM25"])["R@10"] if bare2[split] else float("nan")
             mem = mean(memory2[split])["R@10"] if memory2[split] else float("nan")
-            mark = " [held-out]" if split == "held-out" else ""
+            mark = f" {SCORED_AGAIN}" if split == "held-out" else ""
             out(
                 f"{args.second.name} {split}{mark}: R@10 s.memory {mem:.3f} vs BM25 alone "
                 f"{bm25:.3f} ({mem - bm25:+.3f}), n={len(memory2[split])}"
@@ -622,4 +623,6 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from bench.common import run_recorded
+
+    raise SystemExit(run_recorded(main))

@@ -132,4 +132,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from bench.common import run_recorded
+
+    raise SystemExit(run_recorded(main))

@@ -33,6 +33,8 @@ sys.path.insert(0, str(ROOT / "bench" / "corpora"))
 from cdconv import judge_engine  # noqa: E402  (bench/corpora)
 from lme_updates import GIT, REPO, Question, available, load  # noqa: E402
 
+from bench.common import SCORED_AGAIN  # noqa: E402
+
 SPLITS = ("tuned", "held-out")
 TARGET_P, TARGET_R = 0.90, 0.40
 
@@ -151,7 +153,7 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         show = args.show if split == "tuned" else 0
         p = measure_pairs(part, show)
         c = measure_chats(part, show)
-        tag = "  [held-out]" if split == "held-out" else ""
+        tag = f"  {SCORED_AGAIN}" if split == "held-out" else ""
         rows = (
             ("pairs", p["pos"], p["neg"], p, _ratio(p["fp"], p["neg"])),
             ("chats", c["pos"], c["other_turns"], c, c["other_invalidated"]),
@@ -174,4 +176,6 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from bench.common import run_recorded
+
+    raise SystemExit(run_recorded(main))

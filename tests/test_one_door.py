@@ -1,4 +1,4 @@
-"""One door to the store (issue 21): integrations, the alert worker and the demo reach the store
+"""One door to the store: integrations, the alert worker and the demo reach the store
 only through the engine's public API, which checks size limits before the store is touched and
 writes the parts of one change atomically (`Engine.documents.write_session`), on every backend."""
 

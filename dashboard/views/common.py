@@ -165,4 +165,4 @@ def rollbacks_text(rollbacks: int) -> str:
 
 # Shared by the fleet's "needs you" band and the compensations page.
 STUCK_AFTER_S = 300.0
-"""A compensation still pending after this long has no process running it (see issue 15)."""
+"""A compensation still pending after this long has no process running it."""

@@ -695,8 +695,8 @@ def cmd_doctor(args) -> int:
         out(f"warning: {engine.config.degraded}")
     stuck = engine.fleet.running_steps(args.stuck_after)
     if stuck:
-        # A step that never ended: its process died or lost the call (an MCP proxy before
-        # issue 23). The session's timeline shows it running for ever; say where.
+        # A step that never ended: its process died or lost the call. The session's timeline
+        # shows it running for ever; say where.
         out(f"warning: {len(stuck)} step(s) left running for more than "
             f"{_describe_age(args.stuck_after)} (their process died or lost the call):")
         for sid, step in stuck[:20]:

@@ -1,7 +1,7 @@
 """What session memory needs from its host (the engine's `Runtime` satisfies it structurally).
 
 Memory depends on this narrow protocol, not on `engine.runtime`, so the memory package sits below
-the runtime and the stores (issue 21): a store with the four calls below, a clock, the size limits
+the runtime and the stores: a store with the four calls below, a clock, the size limits
 and the memory configuration.
 """
 

@@ -1,5 +1,5 @@
 """A demanding new user's review of the engine and the CLI: what README.md promises, tried the
-way people type it, on real SQLite files. Each test here failed before its fix.
+way people type it, on real SQLite files. Each test states a promise of the README.
 
 - The CLI takes a command's options and positionals in any order (`rewind notice SESSION
   --actor alice "text"`), and `--` still marks where the positionals are.

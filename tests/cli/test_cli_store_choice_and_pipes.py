@@ -1,4 +1,4 @@
-"""A new user's first hour with the CLI (issue 24): a wrong store is refused, never shown as an
+"""A new user's first hour with the CLI: a wrong store is refused, never shown as an
 empty fleet; --store works on either side of the command; a second rollback does not undo the
 first one's notice; a closed pipe is no failure."""
 

@@ -1,4 +1,4 @@
-"""The session page for on-call (issues 24-27): "Was this a loop?" labels stored through the engine
+"""The session page for on-call: "Was this a loop?" labels stored through the engine
 with the operator's rights checked when they act, what each rule saw and the smallest setting
 change in "Why flagged", watch-only sessions that say what Rewind cannot do there, memories that
 say why they were invalidated, a decay chart that decays, and labels that tell steps and

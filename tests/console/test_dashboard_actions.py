@@ -92,7 +92,7 @@ def test_compensations_are_retried_and_resolved_as_the_operator_one_refusal_at_a
     assert kind == "success" and lines[0].startswith(f"Retried 1: #{comp.id} points_refund")
 
 
-# -- fleet controls (issue 16) --------------------------------------------------------------------
+# -- fleet controls --------------------------------------------------------------------
 @pytest.fixture
 def fleet(tmp_path):
     """Looping sessions under two prompt versions (v9: three, v8: two, plus refund-42)."""

@@ -287,7 +287,7 @@ def test_audit_lists_filters_and_exports(store):
     assert at.dataframe[0].value["session"].tolist() == [AUTO_ROLLED_BACK]
 
 
-# -- on-call (issue 15) ---------------------------------------------------------------------------
+# -- on-call ---------------------------------------------------------------------------
 def page_links(at) -> list:
     return [e.proto for e in at.get("page_link")]
 
@@ -720,7 +720,7 @@ def test_the_sidebar_never_shows_a_store_password(tmp_path):
     assert "secret" not in texts(at.error)
 
 
-# -- fleet controls (issue 16) --------------------------------------------------------------------
+# -- fleet controls --------------------------------------------------------------------
 @pytest.fixture
 def controls_store(tmp_path):
     """Its own store (these tests change it): refund-42 and three sessions looping under v9."""

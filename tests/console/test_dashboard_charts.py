@@ -318,8 +318,7 @@ def test_long_lane_names_wrap_onto_two_short_lines():
 
 
 def test_memory_axis_spans_the_curves_not_a_fixed_week():
-    # A log axis of the time since the first memory (issue 24 item 10: on a clock axis a
-    # 7-day half-life drew a flat line): it spans exactly the samples, minutes or weeks.
+    # A log axis of the time since the first memory: it spans exactly the samples, minutes or weeks.
     t0 = dt.datetime(2026, 10, 1, tzinfo=dt.UTC)
     curves = pd.DataFrame([{"memory": "fx", "t": t0 + dt.timedelta(minutes=m), "strength": 1.0}
                            for m in range(0, 21, 5)])

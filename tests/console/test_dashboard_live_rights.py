@@ -1,4 +1,4 @@
-"""Rights at the moment of acting (issue 23, items 1 and 2): a console user's actor asks the
+"""Rights at the moment of acting: a console user's actor asks the
 secrets file for its role when the action runs, so a dialog left open by an account demoted or
 deleted since acts no more; a secrets file that cannot be read or parsed fails closed (never demo
 mode) and names the file and line; role changes apply without a restart."""

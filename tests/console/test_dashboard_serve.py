@@ -1,4 +1,4 @@
-"""How `rewind dashboard` serves the console (dashboard/serve.py, issue 23 items 6 and low): no
+"""How `rewind dashboard` serves the console (dashboard/serve.py): no
 page may frame it, `/_stcore/metrics` answers only a demo console, the tables' own CSV export is
 off, and SIGTERM to `rewind dashboard` stops the Streamlit server it started."""
 

@@ -152,7 +152,7 @@ def test_timeline_frame_lanes_outcomes_and_escaped_hover():
     assert frame["outcome"].tolist() == ["ok", "error", "ok", "error"]
     assert frame["line"].tolist() == ["live", "live", "live", "abandoned"]
     assert frame.loc[2, "lane"] == views.AGENT_LANE
-    # Lanes read as the tool and its short arguments (issue 15), not as fingerprint hashes.
+    # Lanes read as the tool and its short arguments, not as fingerprint hashes.
     assert frame.loc[0, "lane"] == frame.loc[3, "lane"] == 'crop {"x":1}'
     assert "&lt;b&gt;" in frame.loc[1, "hover"] and "<i>" not in frame.loc[1, "hover"]
     assert "branch-9" in frame.loc[3, "hover"] and "late" in frame.loc[3, "hover"]
@@ -432,7 +432,7 @@ def test_sessions_frame_of_hand_made_info():
     assert frame.loc[0, "locale"] == "en" and frame.loc[0, "tenant"] is None
 
 
-# -- on-call: needs you, since when, how bad (issue 15) -------------------------------------------
+# -- on-call: needs you, since when, how bad -------------------------------------------
 def budget_step(n, tool="refund", *, total=1000, side_effect=False, status="ok", verdict=None):
     s = step(n, tool, {"n": n}, status, side_effect=side_effect, verdict=verdict)
     return StepRecord(**{**s.__dict__, "budget": {"total": total}})
@@ -710,7 +710,7 @@ def test_step_list_joins_runs():
     assert views.bucket_text(30) == "30 s" and views.bucket_text(86400) == "1 d"
 
 
-# -- fleet controls (issue 16) --------------------------------------------------------------------
+# -- fleet controls --------------------------------------------------------------------
 def test_bulk_preview_adds_up_each_session_and_says_why_one_is_skipped():
     from engine.records import BulkRollbackItem
 

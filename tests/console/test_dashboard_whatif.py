@@ -1,5 +1,5 @@
-"""The What-if page and the fleet's labels and watch-only sessions (issue 26 items 2-3, issue 27
-item 3): view models with hand-made records, and the pages through AppTest on a seeded store."""
+"""The What-if page and the fleet's labels and watch-only sessions: view models with hand-made
+records, and the pages through AppTest on a seeded store."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fleet controls for a freeze (issue 16) in the browser, at 1440x900: an operator filters the fleet
+"""Fleet controls for a freeze in the browser, at 1440x900: an operator filters the fleet
 to the looping sessions of one prompt version, previews, rolls them all back with one reason,
 quarantines a tool, and finds both on the audit page; a viewer finds none of these controls.
 

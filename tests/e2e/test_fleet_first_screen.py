@@ -1,4 +1,4 @@
-"""The fleet's first screen arrives whole (issue 24 item 12): its loop charts are drawn without
+"""The fleet's first screen arrives whole: its loop charts are drawn without
 plotly.js (4.7 MB that the browser downloads, parses and runs before the first plotly chart,
 holding the KPIs and the table back meanwhile), legible at 1440x900 and 390x844.
 

@@ -1,6 +1,6 @@
-"""The What-if page in the browser (issue 26 items 3 and 4: replay, then use the settings for the
-whole fleet and go back to the defaults), and the fleet's bulk caption on a phone (issue 24 item
-10): the table's toolbar no longer covers it."""
+"""The What-if page in the browser (replay, then use the settings for the whole fleet and go back
+to the defaults), and the fleet's bulk caption on a phone: the table's toolbar does not cover
+it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What on-call reads (issue 24 item 10), at 1440x900 and 390x844: no label cut off, plain words
+"""What on-call reads, at 1440x900 and 390x844: no label cut off, plain words
 instead of the engine's jargon, and a "Needs you" band of real links, newest first."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The session page as on-call reads it (issue 24 item 10, issues 25-27), at 1440x900 and 390x844:
+"""The session page as on-call reads it, at 1440x900 and 390x844:
 a decay chart that decays, with a legend and recall marks; snapshot labels told apart; numbered
 timeline steps, upright on a phone; the rollback dialog's sticky bar never over the notice the user
 will see; plain words; "Was this a loop?" and watch-only sessions in the browser."""

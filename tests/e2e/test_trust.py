@@ -1,4 +1,4 @@
-"""Trust nothing (issue 23), in the browser against a console of its own whose secrets file the
+"""Trust nothing, in the browser against a console of its own whose secrets file the
 tests rewrite: rights are asked for at the moment of acting, so a dialog that is already open
 refuses once its account was demoted or deleted; a secrets file that breaks closes the console
 (never demo mode)."""

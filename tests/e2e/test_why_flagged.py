@@ -1,8 +1,7 @@
-"""The session page's "Why flagged" and "Was this a loop?" in the browser (issue 26 items 2-3, issue
-22 item 2): what each rule saw at the flagged step and the smallest setting change, checked against
-the engine's own replay; an operator's label, stored, audited and counted by the fleet's detector
-precision; a viewer who cannot label; and a stop by the hard step budget that names the task that
-used it.
+"""The session page's "Why flagged" and "Was this a loop?" in the browser: what each rule saw at
+the flagged step and the smallest setting change, checked against the engine's own replay; an
+operator's label, stored, audited and counted by the fleet's detector precision; a viewer who
+cannot label; and a stop by the hard step budget that names the task that used it.
 
 Every session here is seeded through the public engine API on the package's console store, with
 ids of its own (the store is shared with the other browser tests)."""

@@ -1,4 +1,4 @@
-"""`rewind alert` as on-call starts it (issue 24 item 9): a first run pages what happens from now
+"""`rewind alert` as on-call starts it: a first run pages what happens from now
 on, not the backlog of the feed, unless asked (`--since`); `--once` says with its exit code
 whether the webhooks took the alerts (1 when one could not be reached; see `--help`)."""
 

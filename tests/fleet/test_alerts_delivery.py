@@ -1,4 +1,4 @@
-"""Delivery under hostile or broken webhooks (issue 23 items 4 and the low ones), against real
+"""Delivery under hostile or broken webhooks, against real
 HTTP servers on loopback ports: a webhook that trickles one byte at a time is cut off at its
 deadline and holds back neither the healthy webhooks nor the cursor; SIGTERM stops `rewind alert`
 in the middle of such a POST; a redirect is a failure, not a delivery; a webhook URL with
@@ -47,7 +47,7 @@ def test_one_post_ends_at_its_deadline_though_bytes_keep_trickling(hooks):
 
     thread = threading.Thread(target=post, daemon=True)
     thread.start()
-    thread.join(60)  # generous: the deadline is 1 s; before the fix it never ended
+    thread.join(60)  # generous: the deadline is 1 s; a worker without one never ends
     assert not thread.is_alive(), "the POST outlived its deadline"
     [result] = outcome
     assert isinstance(result, TimeoutError), result
@@ -71,7 +71,7 @@ def test_a_trickling_webhook_holds_back_neither_the_healthy_one_nor_the_cursor(e
     finally:
         worker.stop()
         worker.close()
-        slow.close()  # ends the trickle, so a worker stuck in it (before the fix) lets go
+        slow.close()  # ends the trickle, so a worker stuck in it would let go
         runner.join(60)
     assert not runner.is_alive()
 

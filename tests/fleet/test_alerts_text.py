@@ -1,4 +1,4 @@
-"""What on-call reads in an alert (issue 23 item 5, issue 24 item 9): nothing a session carries
+"""What on-call reads in an alert: nothing a session carries
 (its id, meta, tool names, the detector's explanation) can become Slack markup — a mention, a
 link with a label of its own — and the texts read as sentences."""
 

@@ -1,4 +1,4 @@
-"""Fleet controls for a freeze (issue 16): bulk rollback and tool quarantine, on every store."""
+"""Fleet controls for a freeze: bulk rollback and tool quarantine, on every store."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The freeze is a fleet fact kept in the store (issue 24): declared once (console or CLI,
+"""The freeze is a fleet fact kept in the store: declared once (console or CLI,
 audited), followed by every process on the store, whatever that process's own environment
 says; the banner and `rewind freeze` state where the freeze comes from."""
 

@@ -1,4 +1,4 @@
-"""Replay of the fleet's own history and operator labels (issue 26), through the public API and
+"""Replay of the fleet's own history and operator labels, through the public API and
 the CLI, on a real store: replay writes nothing, sees abandoned branches, and measures the
 detector against the labels."""
 

@@ -1,4 +1,4 @@
-"""Change freezes (issue 16, item 4): the window and its loop policy are read from configuration
+"""Change freezes: the window and its loop policy are read from configuration
 the same way everywhere, and while the engine's clock is inside the window, sessions without a
 policy of their own follow the freeze's, on every store."""
 

@@ -1,4 +1,4 @@
-"""Rights are checked when an action runs, not when its page was drawn (issue 23): an `Actor`
+"""Rights are checked when an action runs, not when its page was drawn: an `Actor`
 that carries an authority is asked its current role by every operator action, so an open
 dialog of a demoted or deleted account acts no more."""
 

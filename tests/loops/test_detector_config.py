@@ -1,4 +1,4 @@
-"""One detector configuration for every process (issue 26, item 4): ``[rewind.detector]`` of the
+"""One detector configuration for every process: ``[rewind.detector]`` of the
 configuration file ($REWIND_CONFIG, else ./rewind.toml) reaches every engine `Engine.open` makes,
 settings declared in the store win over it field by field, a bad file fails naming the file, the
 field and the value, and each verdict records the settings that produced it."""

@@ -1,5 +1,5 @@
-"""Loops of conversational agents, boilerplate error text and nudged build commands (issue 26,
-item 5): the three classes as the detector's mechanisms."""
+"""Loops of conversational agents, boilerplate error text and nudged build commands: the three
+classes as the detector's mechanisms."""
 
 from __future__ import annotations
 

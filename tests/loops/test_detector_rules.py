@@ -90,7 +90,7 @@ class TestNormalization:
         assert normalize_text("def f():\n  return 1") != normalize_text("def f():\n    return 1")
 
     def test_whitespace_inside_code_is_kept(self):
-        # issue 12, class 4: an indent and its undo are two different calls
+        # an indent and its undo are two different calls
         indent = {"command": "sed -i 's/^return x/    return x/' src/a.py"}
         undo = {"command": "sed -i 's/^    return x/return x/' src/a.py"}
         assert normalize_args(indent) != normalize_args(undo)
@@ -495,7 +495,7 @@ class TestCycle:
     FETCH = ok("fetch", {"url": "https://wiki/freeze"}, "TBD")
 
     def test_ababa_is_flagged_at_the_third_head(self):
-        # Relabelled (issue 12, class 1): ABAB alone used to be flagged when the second round
+        # Relabelled: ABAB alone used to be flagged when the second round
         # ended; peers (and we) wait for the head of the third round.
         verdicts = feed([self.SEARCH, self.FETCH] * 5)
         v = verdicts[4]
@@ -542,7 +542,7 @@ class TestCycle:
         sleep = ok("sleep", {"seconds": 30}, "slept 30s")
         healthy = [poll, sleep, poll, sleep, ok("ci_status", {"run": 1}, {"state": "running"})]
         assert flagged(feed(healthy)) == []
-        # Relabelled (issue 12, class 8): the third identical answer after waiting used to be
+        # Relabelled: the third identical answer after waiting used to be
         # an exact repeat; polling with back-off is healthy until the poll budget.
         assert flagged(feed([poll, sleep] * 6)) == []
         # without the waits, the third identical answer is still no progress
@@ -574,7 +574,7 @@ class TestRecurrence:
     NO_DIST = "ERROR: No matching distribution found for pillow==9.0.0"
 
     def test_same_failure_with_fix_attempts_in_between(self):
-        # issue 12, class 2: each "fix attempt" is progress, which used to reset exact repeats
+        # each "fix attempt" is progress, which used to reset exact repeats
         steps = []
         for i in range(5):
             steps += [
@@ -775,7 +775,7 @@ class TestContextOverflow:
         assert v.rule == CONTEXT_OVERFLOW and v.loop_start == 0
 
     def test_ten_condensations_in_a_row(self):
-        # issue 12, class 7: back to back they used to make one episode, never flagged
+        # back to back they used to make one episode, never flagged
         verdicts = feed([ok("list_dir", {"path": "."}, ["a"])] + [self.condense(0)] * 12)
         v = first(verdicts)
         assert flagged(verdicts)[0] == 10 and v.rule == CONTEXT_OVERFLOW
@@ -783,7 +783,7 @@ class TestContextOverflow:
         assert flagged(feed([self.condense(0)] * 9)) == []
 
     def test_healthy_condensations_each_after_one_new_step(self):
-        # issue 12, class 7: a planned condensation after real work is memory management
+        # a planned condensation after real work is memory management
         steps = []
         for i in range(6):
             steps += [ok("read_file", {"path": f"src/m{i}.py"}, f"code {i}"), self.condense(i)]
@@ -876,7 +876,7 @@ class TestPollBudget:
         assert v.details == {"polls": 11, "budget": 10}
 
     def test_unchanged_polls_with_back_off_are_healthy_until_the_budget(self):
-        # issue 12, class 8
+        #
         steps = []
         for k in range(12):
             steps += [

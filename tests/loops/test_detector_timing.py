@@ -1,4 +1,4 @@
-"""How soon after a loop starts the detector flags it (issue 26, item 5): a write the agent makes
+"""How soon after a loop starts the detector flags it: a write the agent makes
 again right after the user spoke is flagged at the second, and the cases that must keep the
 ordinary threshold (failures retried once on request, writes back to back, another call or a
 wait between, another target)."""

@@ -1,4 +1,4 @@
-"""Mechanisms added while tuning the detector on the peer suites (issue 12): each test holds one
+"""Mechanisms added while tuning the detector on the peer suites: each test holds one
 class of behaviour, independent of the peer case that revealed it."""
 
 from __future__ import annotations

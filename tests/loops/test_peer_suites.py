@@ -37,7 +37,7 @@ KNOWN_FAILURES: dict[str, str] = {
     "openhands/repeating_action_observation_pattern": (
         "one step early: we flag a 2-step cycle at its third head (ABABA, step 4), the rule the "
         "Gemini CLI and OpenClaw cases hold us to; OpenHands waits for three full rounds (ABABAB, "
-        "step 5) (issue 12, class 1)"
+        "step 5)"
     ),
 }
 """``suite/case`` -> why the detector still misses it. Remove an entry once the case passes."""

@@ -1,4 +1,4 @@
-"""A stop by the hard step budget, explained (issue 22 item 2, issue 26 item 3): the budget counts
+"""A stop by the hard step budget, explained: the budget counts
 per task, so "Why flagged" names the task that used it (its first step and what began it: a user
 message, the session's start, the agent's runtime) and the smallest change is the budget itself,
 found by replays that start a new task where the user spoke, as the live session did."""

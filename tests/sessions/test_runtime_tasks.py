@@ -1,8 +1,7 @@
 """A task the agent's runtime begins (`Session.new_task`: a new run, a graph invocation, an MCP
 client back after an idle gap) is written with the step after it, so replay, the smallest
-change and the console count the step budget as the live session did (issue 22 item 2, issue
-26 item 1): before, a replay counted one budget across such tasks and flagged a healthy
-session the live detector had let run."""
+change and the console count the step budget as the live session did; a replay that counted one
+budget across such tasks would flag a healthy session the live detector let run."""
 
 from __future__ import annotations
 

@@ -646,7 +646,7 @@ def test_rollbacks_in_the_window_are_counted_by_time(store_url):
     assert engine.fleet.stats(window_s=2500)["rollbacks_window"] == 2  # now: 1_003_000
 
 
-# -- hardening (issue 14) ---------------------------------------------------------------------
+# -- hardening ---------------------------------------------------------------------
 def _everything(engine, sid):
     """What a refused operation must leave unchanged (the session, its lines, audit, feed)."""
     s = engine.get_session(sid)
@@ -790,7 +790,7 @@ def test_idle_sessions_are_purged_but_evidence_is_kept(store_url):
     assert engine.store.purge_sessions(now[0] - 3600, now[0]) == {"sessions": 0, "evidence": 4}
 
 
-# -- fleet documents and bulk rollback batches (issue 16) ------------------------------------------
+# -- fleet documents and bulk rollback batches ------------------------------------------
 def test_fleet_documents_are_set_read_and_deleted_atomically(engine):
     store = engine.store
     assert store.fleet_docs("quarantine") == {}

@@ -568,7 +568,7 @@ HEALTHY_TRACES = [
     # --- polling with back-off, the answer unchanged for a while --------------------------------
     trace(
         "poll_with_backoff_same_answer_then_done",
-        "a job sits at 45 % for four polls a minute apart, then finishes (issue 12, class 8)",
+        "a job sits at 45 % for four polls a minute apart, then finishes",
         ok("start_job", {"name": "exp-43"}, {"job_id": "exp-43"}),
         [
             [

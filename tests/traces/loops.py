@@ -1120,7 +1120,7 @@ LOOP_TRACES = [
         "poll_stuck_at_same_percentage",
         "a training job is stuck at 45 %; every poll, a minute apart, says so (only the timestamp "
         "changes); waiting between polls is patient, so it is flagged past the poll budget "
-        "(relabelled, issue 12 class 8: it used to be flagged at the third identical poll)",
+        "(relabelled: it used to be flagged at the third identical poll)",
         ok("start_job", {"name": "exp-42"}, {"job_id": "exp-42"}),
         ok(
             "job_status",
