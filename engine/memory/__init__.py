@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engine.memory.config import MemoryConfig
+    from engine.memory.endpoint import EndpointJudge
     from engine.memory.judges import (
         ContradictionJudge,
         FunctionJudge,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ContradictionJudge",
+    "EndpointJudge",
     "FunctionJudge",
     "Judgement",
     "Memory",
@@ -43,6 +45,7 @@ _WHERE = {
     "Judgement": "engine.memory.judges",
     "RulesJudge": "engine.memory.judges",
     "NLIJudge": "engine.memory.nli",
+    "EndpointJudge": "engine.memory.endpoint",
 }
 
 

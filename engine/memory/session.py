@@ -28,12 +28,15 @@ write could be applied without a full reload.
 from __future__ import annotations
 
 import heapq
+import logging
 import uuid
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.limits import canonical_within, check_text
+from engine.errors import JudgeUnavailable
+from engine.limits import canonical_within, check_text, cut_text
 from engine.memory.config import MemoryConfig
 from engine.memory.decay import Curve, MemoryItem
 from engine.memory.host import MemoryHost
@@ -47,6 +50,23 @@ NS = "mem"
 ITEM, FIX, LOG = "item:", "fix:", "log:"
 MAX_ACCESS_TIMES = 50
 MAX_LOG = 200
+log = logging.getLogger("rewind.memory")
+_FAILED: dict[str, int] = {}
+"""Judge failures in this process, by judge name (the first of each is logged)."""
+
+
+def _judge_failed(name: str, exc: BaseException) -> None:
+    _FAILED[name] = _FAILED.get(name, 0) + 1
+    if _FAILED[name] == 1:
+        log.warning("memory judge %r failed (%s); memories are kept and nothing is invalidated "
+                    "while it fails; later failures are counted, not logged", name, exc)
+
+
+def judge_failures() -> dict[str, int]:
+    """Judge failures in this process so far, by judge name."""
+    return dict(_FAILED)
+
+
 CONTRADICTION_CANDIDATES = 8
 
 
@@ -375,6 +395,7 @@ class SessionMemory:
         writes: dict[str, Any] = {}
         judge = self.config.active_judge()
         keys = None
+        unjudged: list[dict] = []
         try:
             if key is not None:
                 replaced = [
@@ -389,7 +410,7 @@ class SessionMemory:
             elif judge is not None:
                 keys_of = getattr(judge, "keys", None)
                 keys = frozenset(keys_of(text)) if keys_of is not None else None
-                replaced = self._judged(view, judge, text, keys)
+                replaced = self._judged(view, judge, text, keys, mid, now, unjudged)
             else:
                 replaced = []
             for old, verdict, by in replaced:
@@ -441,7 +462,7 @@ class SessionMemory:
             if keys is not None:
                 new["claim_keys"] = sorted(keys)
             self._stage(view, writes, ITEM + mid, new, now)
-            self._lifecycle(view, writes, now)
+            self._lifecycle(view, writes, now, unjudged)
         except BaseException:
             self._view = None
             raise
@@ -449,9 +470,15 @@ class SessionMemory:
         return mid
 
     def _judged(
-        self, view: _View, judge: Any, text: str, keys: frozenset[str] | None
+        self, view: _View, judge: Any, text: str, keys: frozenset[str] | None, mid: str,
+        now: float, unjudged: list[dict],
     ) -> list[tuple[Memory, Judgement, str]]:
-        """Older free-text memories the judge says ``text`` replaces, with its judgements."""
+        """Older free-text memories the judge says ``text`` replaces, with its judgements.
+
+        A judge that fails (its model timed out, was over its budget, answered nonsense) costs
+        the new memory nothing: it is kept, nothing is invalidated, and the failure goes to the
+        memory's log (`unjudged`, written with the memory) and, once per judge and process, to
+        the ``rewind.memory`` logger."""
         # lexical neighbours (BM25 alone: the dense side adds nothing the keys do not cover)
         seen = [h for h, _ in view.index.bm25.search(text, CONTRADICTION_CANDIDATES)]
         for claim_key in keys or ():
@@ -469,9 +496,18 @@ class SessionMemory:
         ]
         if not candidates:
             return []
-        verdicts = judge.judge([(m.text, text) for m in candidates])
-        floor = self.config.min_confidence
         name = str(getattr(judge, "name", type(judge).__name__))
+        try:
+            verdicts = judge.judge([(m.text, text) for m in candidates])
+            if len(verdicts) != len(candidates):
+                raise JudgeUnavailable(f"judge {name!r} returned {len(verdicts)} answers for "
+                                       f"{len(candidates)} pairs")
+        except Exception as exc:  # noqa: BLE001 - any judge failure: keep the memory, invalidate nothing
+            _judge_failed(name, exc)
+            unjudged.append({"at": now, "id": mid, "event": "judge unavailable",
+                             "reason": cut_text(f"{name}: {exc}", 500)})
+            return []
+        floor = self.config.min_confidence
         return [
             (m, v, name)
             for m, v in zip(candidates, verdicts, strict=True)
@@ -594,12 +630,13 @@ class SessionMemory:
         self._write(view, writes, now)
         return sorted(before - set(view.items))
 
-    def _lifecycle(self, view: _View, writes: dict, now: float) -> None:
-        """Prune, consolidate and evict; stages the writes and log entries.
+    def _lifecycle(self, view: _View, writes: dict, now: float,
+                   extra: Sequence[dict] = ()) -> None:
+        """Prune, consolidate and evict; stages the writes and log entries (`extra` too).
 
         Only what can change is looked at: the memories whose prune time has come (a heap) and
         the short-term buffer, so the cost does not grow with the long-term memory."""
-        entries = []
+        entries = list(extra)
         due: dict[str, None] = {}
         while view.heap and view.heap[0][0] <= now + 1e-3:
             at, mid = heapq.heappop(view.heap)
