@@ -108,7 +108,7 @@ def test_policy_order_session_then_freeze_then_engine():
     assert str(resolve(None, window, "rollback", AFTER)) == "policy rollback (engine default)"
     mine = resolve("nudge_then_rollback", window, "rollback", INSIDE)
     assert str(mine) == "policy nudge_then_rollback (set for this session)"
-    assert mine.fleet.freeze == window  # the freeze is known, it just did not decide
+    assert mine.freeze == window  # the freeze is known, it just did not decide
     assert resolve(None, None, "flag", INSIDE).source == "engine"
 
 
@@ -199,7 +199,7 @@ def test_open_reads_the_environment_unless_told(monkeypatch, open_engine):
     engine = open_engine("sqlite:///:memory:", clock=Clock(INSIDE))
     assert engine.fleet.freeze.on_loop == "flag" and engine.fleet.loop_policy().policy == "flag"
     assert open_engine("sqlite:///:memory:", freeze=None).fleet.freeze is None
-    assert Engine(engine.store).freeze is None  # the constructor reads no environment
+    assert Engine(engine.store).fleet.freeze is None  # the constructor reads no environment
 
 
 def test_a_malformed_freeze_setting_stops_the_cli_with_a_usage_error(monkeypatch, tmp_path,

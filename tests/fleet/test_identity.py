@@ -74,9 +74,9 @@ def test_compensation_verbs_ask_the_authority_too(fleet):
     comp = fleet.compensations()[0]
     accounts.roles["alice"] = "viewer"
     with pytest.raises(PermissionDenied):
-        fleet.resolve_compensation(comp.id, actor=alice, reason="undone by hand")
+        fleet.compensations.resolve(comp.id, actor=alice, reason="undone by hand")
     with pytest.raises(PermissionDenied):
-        fleet.retry_compensation(comp.id, actor=alice, reason="try again")
+        fleet.compensations.retry(comp.id, actor=alice, reason="try again")
 
 
 def test_a_role_the_engine_does_not_know_is_refused(fleet):
