@@ -67,5 +67,6 @@ def test_it_scores_per_split_and_language_and_shows_tuned_rows_only(tmp_path):
     text = "\n".join(lines)
     assert "blind to the rules" in lines[0]
     assert any(line.startswith("tuned     en") and "1/0" in line for line in lines)
-    assert any(line.startswith("held-out  zh") and "[held-out half, scored again" in line for line in lines)
+    assert any(line.startswith("held-out  zh") and "[held-out half, scored again" in line
+               for line in lines)
     assert "SECRET" not in text and "我住在杭州" not in text  # held-out rows are never printed

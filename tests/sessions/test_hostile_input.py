@@ -149,7 +149,7 @@ def test_default_limits_are_generous_but_bounded():
     assert limits.memory_text > 0 and limits.meta_bytes > 0
     with pytest.raises(ValueError, match="positive"):
         Limits(args_bytes=0)
-    assert Engine.open("sqlite:///:memory:").runtime.limits == Limits()
+    assert Engine.open("sqlite:///:memory:").limits == Limits()
 
 
 def test_oversized_arguments_are_refused_before_anything_is_written():
