@@ -72,6 +72,7 @@ from engine.store.sqlite.schema import (
     init_schema,
     loops_from,
     missing_columns,
+    up_to_date,
 )
 from engine.store.sqlite.snapshots import SnapshotReads
 from engine.store.sqlite.tx import SQLiteDB, path_from_url
@@ -220,7 +221,7 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
                 self._embedded = False
             if "sessions" in missing:  # no loop events either
                 self._loops_from = math.inf
-        else:
+        elif not up_to_date(self._db.conn):
             with self._db.write() as conn:
                 init_schema(conn, url)
         if self._loops_from != math.inf:
