@@ -104,10 +104,14 @@ def get_documents(rt: Runtime, sid: str, ns: str, keys: Sequence[str]) -> dict[s
     return rt.store.doc_get(validate_session_id(sid), _namespace(ns, "document"), list(keys))
 
 
-def scan_documents(rt: Runtime, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
-    """Every document of namespace `ns` of session `sid` whose key starts with `prefix`, in
-    key order."""
-    return rt.store.doc_scan(validate_session_id(sid), _namespace(ns, "document"), prefix)
+def scan_documents(rt: Runtime, sid: str, ns: str, prefix: str = "", *,
+                   below: str | None = None, last: int | None = None) -> dict[str, Any]:
+    """Every document of namespace `ns` of session `sid` whose key starts with `prefix` (and
+    is less than `below`), in key order; with `last`, only the last that many."""
+    if last is not None and (not isinstance(last, int) or last < 0):
+        raise ValueError(f"last must be a count of documents (0 or more), not {last!r}")
+    return rt.store.doc_scan(validate_session_id(sid), _namespace(ns, "document"), prefix,
+                             below=below, last=last)
 
 
 def put_documents(rt: Runtime, sid: str, ns: str, items: Mapping[str, Any]) -> None:
@@ -172,10 +176,12 @@ def write_session(
     documents: Mapping[str, Mapping[str, Any]] | None = None,
     stamp: tuple[str, str] | None = None,
     retention: Retention | None = None,
+    create: dict[str, Any] | None = None,
 ) -> tuple[int, SnapshotNode | None]:
     """Messages, versioned values, a snapshot and documents of session `sid` in one atomic
     write (see `Store.write_session`): every part is checked first, then all are written or
-    none is. The snapshot retires older ones by `retention` (None: the engine's).
+    none is. The snapshot retires older ones by `retention` (None: the engine's). `create`
+    (canonical meta, checked by the caller) creates the session when it is missing.
 
     Raises:
         UnknownSession: no such session (nothing written). ValueError: a bad part, or a
@@ -211,4 +217,6 @@ def write_session(
             raise ValueError(f"the stamp {stamp!r} needs a snapshot and a document that is a "
                              "dict among the documents")
         write["stamp"] = (ns, key)
+    if create is not None:
+        write["create"] = create
     return rt.store.write_session(sid, write, rt.clock(), retention or rt.retention)

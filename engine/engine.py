@@ -250,6 +250,12 @@ class Engine:
             (tenant, scenario, prompt_version, locale) that is not a string.
         """
         validate_session_id(sid)
+        meta = self._checked_meta(meta)
+        info = self.store.ensure_session(sid, meta or None, self.clock())
+        return Session(self.runtime, info, on_loop)
+
+    def _checked_meta(self, meta: Any) -> dict | None:
+        """`meta` as canonical data, within ``Limits.meta_bytes``, its facets strings."""
         if meta is not None and not isinstance(meta, dict):
             raise TypeError("meta must be a dict")
         for key in (*FACETS, "locale"):
@@ -260,8 +266,7 @@ class Engine:
                                 f"{type(value).__name__} {value!r:.80}")
         if meta:
             meta, _ = canonical_within(meta, self.runtime.limits.meta_bytes, "meta", "meta_bytes")
-        info = self.store.ensure_session(sid, meta or None, self.clock())
-        return Session(self.runtime, info, on_loop)
+        return meta
 
     def get_session(self, sid: str) -> Session:
         """The handle of an existing session.
@@ -612,14 +617,17 @@ class Engine:
         """
         return _documents.get_documents(self.runtime, sid, ns, keys)
 
-    def scan_documents(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
+    def scan_documents(self, sid: str, ns: str, prefix: str = "", *, below: str | None = None,
+                       last: int | None = None) -> dict[str, Any]:
         """Every document of namespace `ns` of session `sid` whose key starts with `prefix`, in
-        key order ({} for an unknown session).
+        key order ({} for an unknown session). `below` keeps the keys less than it; `last`
+        keeps only the last that many (a page of the newest, read without the rest on SQLite).
 
         Raises:
-            InvalidSessionId: bad id. ValueError: `ns` is not an identifier.
+            InvalidSessionId: bad id. ValueError: `ns` is not an identifier, or `last` is not
+            a count.
         """
-        return _documents.scan_documents(self.runtime, sid, ns, prefix)
+        return _documents.scan_documents(self.runtime, sid, ns, prefix, below=below, last=last)
 
     def put_documents(self, sid: str, ns: str, items: Mapping[str, Any]) -> None:
         """Set documents of namespace `ns` of session `sid` (a value of None deletes one), in
@@ -687,8 +695,13 @@ class Engine:
         documents: Mapping[str, Mapping[str, Any]] | None = None,
         stamp: tuple[str, str] | None = None,
         retention: Retention | None = None,
+        create: Mapping[str, Any] | None = None,
     ) -> tuple[int, SnapshotNode | None]:
         """Several writes to session `sid` as one atomic write: all happen, or none.
+
+        With `create` (meta, as `session` takes it), a missing session is created first and an
+        existing one gets the keys merged into its meta (on SQLite in the same transaction, so
+        a new thread's first write is one transaction; elsewhere just before).
 
         In this order: `messages` appended to the live line (only when it holds none yet, with
         `messages_if_empty`), `values` set (namespace -> items, as `put_values`), a manual
@@ -701,14 +714,16 @@ class Engine:
             (the session's epoch, the snapshot taken or None).
 
         Raises:
-            UnknownSession: no such session. ValueError: a bad part, or a stamp without a
-            snapshot or naming no dict among `documents`. SizeLimitExceeded: a part over its
-            limit. Nothing is written when any of these is raised.
+            UnknownSession: no such session (and no `create`). ValueError: a bad part, or a
+            stamp without a snapshot or naming no dict among `documents`. SizeLimitExceeded: a
+            part over its limit. TypeError: `create` is not a dict, or a facet in it is not a
+            string. Nothing is written when any of these is raised.
         """
         return _documents.write_session(
             self.runtime, sid, messages=messages, messages_if_empty=messages_if_empty,
             values=values, snapshot=snapshot, documents=documents, stamp=stamp,
-            retention=retention)
+            retention=retention,
+            create=None if create is None else (self._checked_meta(dict(create)) or {}))
 
     def record_refusal(self, sid: str, tool: str, args: Any, reason: str) -> int:
         """Record on session `sid`'s timeline a call to `tool` that an integration's own guard

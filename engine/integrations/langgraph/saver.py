@@ -77,6 +77,9 @@ from engine.limits import cut_text
 ACTOR = "langgraph"
 """Actor name of the saver's own actions (forks, deletions) in the audit log."""
 
+_THREAD_META = {layout.META_KEY: layout.META_VALUE}
+"""The meta that marks a session as a LangGraph thread (merged into an existing one)."""
+
 _PLAIN_FIELDS = ("v", "ts", "channel_versions", "versions_seen", "updated_channels")
 """Checkpoint fields stored as plain JSON; the id is the record's, other fields are serialized."""
 
@@ -244,9 +247,14 @@ class RewindSaver(BaseCheckpointSaver[str]):
         before_id = get_checkpoint_id(before) if before else None
         for thread_id in threads:
             sid = session_id(thread_id)
-            recs = list(self.engine.scan_documents(sid, layout.DOCS,
-                                            layout.checkpoint_prefix(ns_filter)).values())
-            recs.sort(key=lambda r: r["id"], reverse=True)
+            if ns_filter is not None and limit is not None and not id_filter:
+                recs: Iterator[dict] = self._newest(sid, ns_filter, before_id,
+                                                    limit if not filter else max(limit, 20))
+            else:
+                every = list(self.engine.scan_documents(
+                    sid, layout.DOCS, layout.checkpoint_prefix(ns_filter)).values())
+                every.sort(key=lambda r: r["id"], reverse=True)
+                recs = iter(every)
             scans: dict = {}
             for rec in recs:
                 if id_filter and rec["id"] != id_filter:
@@ -262,6 +270,19 @@ class RewindSaver(BaseCheckpointSaver[str]):
                     limit -= 1
                     if limit <= 0:
                         return
+
+    def _newest(self, sid: str, ns: str, before_id: str | None, page: int) -> Iterator[dict]:
+        """The namespace's checkpoint records newest first (below `before_id`), read a page of
+        `page` at a time: ``list(limit=…)`` reads about what it returns, not the thread.
+        Checkpoint ids sort by time (LangGraph's uuid6), and so do their keys."""
+        prefix = layout.checkpoint_prefix(ns)
+        below = layout.checkpoint_key(ns, before_id) if before_id else None
+        while True:
+            batch = self.engine.scan_documents(sid, layout.DOCS, prefix, below=below, last=page)
+            yield from reversed(list(batch.values()))
+            if len(batch) < page:
+                return
+            below = next(iter(batch))
 
     # -- writing ----------------------------------------------------------------------------
     def put(
@@ -293,8 +314,20 @@ class RewindSaver(BaseCheckpointSaver[str]):
         sid = session_id(thread_id)
         ns = conf.get("checkpoint_ns") or ""
         meta = get_checkpoint_metadata(config, metadata)
-        self._retrying(sid, lambda: self._put(sid, ns, conf.get("checkpoint_id"), checkpoint,
-                                              meta, new_versions))
+
+        def run() -> None:
+            self._put(sid, ns, conf.get("checkpoint_id"), checkpoint, meta, new_versions)
+
+        if ns == "":
+            # A root checkpoint's write creates the session when it is missing (one
+            # transaction for a new thread's first checkpoint on SQLite).
+            try:
+                run()
+            except UnknownSession:  # deleted while this put ran a part that does not create
+                self._forget(sid)
+                self._retrying(sid, run)
+        else:
+            self._retrying(sid, run)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -589,10 +622,13 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 sid, messages=chat, values={layout.HEAD: {layout.ROOT: checkpoint_id}},
                 snapshot=cut_text(label, self.engine.limits.name_chars),
                 documents={layout.DOCS: docs}, stamp=(layout.DOCS, key),
-                retention=self.retention)
+                retention=self.retention, create=_THREAD_META)
             assert node is not None
             rec.update(snap=node.id, msgs=node.messages, epoch=epoch)
+            with self._lock:
+                self._remember(self._ensured, sid, None)
         else:
+            self._ensure(sid)
             self.engine.put_documents(sid, layout.DOCS, docs)
         with self._seen_changed:
             for channel, state in lists.items():
@@ -864,7 +900,10 @@ class RewindSaver(BaseCheckpointSaver[str]):
             if sid in self._ensured:
                 self._ensured.move_to_end(sid)
                 return
-        self.engine.session(sid, meta={layout.META_KEY: layout.META_VALUE})
+        # a read first: a thread this integration made needs no write (a saver per request)
+        info = self.engine.session_info(sid)
+        if info is None or info.meta.get(layout.META_KEY) != layout.META_VALUE:
+            self.engine.session(sid, meta=_THREAD_META)
         with self._lock:
             self._remember(self._ensured, sid, None)
 

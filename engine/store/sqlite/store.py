@@ -43,7 +43,7 @@ from engine.store.base import (
     stamped,
 )
 from engine.store.sqlite.branches import BranchLine
-from engine.store.sqlite.docs import DocumentRows
+from engine.store.sqlite.docs import DocumentRows, doc_text
 from engine.store.sqlite.rows import (
     AUDIT_COLS,
     COMPENSATION,
@@ -156,6 +156,26 @@ _EVIDENCE = (
 by an earlier session of the same id do not count)."""
 
 
+_WRITE_SESSION = (
+    "SELECT seq, epoch, msg_count, step_count, head, meta FROM sessions WHERE id = ?"
+)
+"""What `SQLiteStore.write_session` reads of the session's row, once, inside its transaction."""
+
+
+def _put_rows(conn: sqlite3.Connection, table: str, sid: str, ns: str,
+              texts: list[tuple[str, Any]]) -> None:
+    """Set the current values of `table` (kv or docs) in two statements at most: the rows to
+    write, and the keys to delete (value None)."""
+    rows = [(sid, ns, key, text) for key, text in texts if text is not None]
+    if rows:
+        conn.executemany(
+            f"INSERT OR REPLACE INTO {table}(session, ns, key, value) VALUES (?, ?, ?, ?)", rows
+        )
+    gone = [(sid, ns, key) for key, text in texts if text is None]
+    if gone:
+        conn.executemany(f"DELETE FROM {table} WHERE session = ? AND ns = ? AND key = ?", gone)
+
+
 def _session_where(where: SessionFilter) -> tuple[str, list[object]]:
     # The facets are columns of their own (kept with the meta), so each filter is one index.
     return rows_where(
@@ -252,37 +272,35 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
             row = conn.execute("SELECT meta FROM sessions WHERE id = ?", (sid,)).fetchone()
             if row is None:
                 merged = dict(meta or {})
-                conn.execute(
-                    "INSERT INTO sessions(id, meta, tenant, scenario, prompt_version, "
-                    "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        sid,
-                        dumps(merged),
-                        merged.get("tenant"),
-                        merged.get("scenario"),
-                        merged.get("prompt_version"),
-                        now,
-                        now,
-                    ),
-                )
+                self._create_session(conn, sid, merged, now)
                 add_event(conn, now, sid, "session", {"meta": merged})
             elif meta:
-                merged = {**json.loads(row[0]), **meta}
-                conn.execute(
-                    "UPDATE sessions SET meta = ?, tenant = ?, scenario = ?, prompt_version = ? "
-                    "WHERE id = ?",
-                    (
-                        dumps(merged),
-                        merged.get("tenant"),
-                        merged.get("scenario"),
-                        merged.get("prompt_version"),
-                        sid,
-                    ),
-                )
+                current = json.loads(row[0])
+                if {**current, **meta} != current:
+                    self._set_meta(conn, sid, {**current, **meta})
         info = self.get_session(sid)
         if info is None:  # deleted by another process right after the write
             raise UnknownSession(f"session {sid!r} was deleted while it was being opened")
         return info
+
+    @staticmethod
+    def _create_session(conn: sqlite3.Connection, sid: str, meta: dict[str, Any],
+                        now: float) -> None:
+        conn.execute(
+            "INSERT INTO sessions(id, meta, tenant, scenario, prompt_version, created_at, "
+            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (sid, dumps(meta), meta.get("tenant"), meta.get("scenario"),
+             meta.get("prompt_version"), now, now),
+        )
+
+    @staticmethod
+    def _set_meta(conn: sqlite3.Connection, sid: str, meta: dict[str, Any]) -> None:
+        conn.execute(
+            "UPDATE sessions SET meta = ?, tenant = ?, scenario = ?, prompt_version = ? "
+            "WHERE id = ?",
+            (dumps(meta), meta.get("tenant"), meta.get("scenario"), meta.get("prompt_version"),
+             sid),
+        )
 
     def get_session(self, sid: str) -> SessionInfo | None:
         """The session summary, or None when no such session exists."""
@@ -430,7 +448,12 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (sid, snap_id, head, label, kind, seq, msg_count, step_count + 1, now),
         )
-        cls._retire(conn, sid, kind, step_count + 1, now, retention)
+        if kind == "step" or seq > retention.keep_snapshots:
+            # A session's snapshots each took a sequence number of their own (numbers only
+            # grow, and go with the session when it is deleted), so while the newest number is
+            # within the window there cannot be more snapshots than it keeps: a short thread's
+            # checkpoint pays nothing for retention.
+            cls._retire(conn, sid, kind, step_count + 1, now, retention)
         return SnapshotNode(
             id=snap_id,
             parent=head,
@@ -820,24 +843,72 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
     def write_session(
         self, sid: str, write: SessionWrite, now: float, retention: Retention
     ) -> tuple[int, SnapshotNode | None]:
-        """Messages, versioned values, a snapshot and documents in one transaction."""
+        """Messages, versioned values, a snapshot and documents in one transaction.
+
+        The rows each part's own method writes, with the same sequence numbers and feed
+        events, but the session's row read once and written once, and each table's rows in one
+        statement: a LangGraph checkpoint (its messages, head pointer, snapshot, documents) is
+        one short transaction, near what a plain checkpointer's insert costs."""
+        create = write.get("create")
         with self._db.write() as conn:
-            _seq, epoch, live_messages, *_ = session_row(conn, sid)
+            events: list[tuple[float, str, str, str]] = []
+            row = conn.execute(_WRITE_SESSION, (sid,)).fetchone()
+            if row is None:
+                if create is None:
+                    raise UnknownSession(f"no session {sid!r} in this store")
+                self._create_session(conn, sid, create, now)
+                events.append((now, sid, "session", dumps({"meta": create})))
+                seq, epoch, msg_count, step_count, head = 0, 0, 0, 0, None
+            else:
+                seq, epoch, msg_count, step_count, head, meta_text = row
+                if create:
+                    meta = json.loads(meta_text)
+                    merged = {**meta, **create}
+                    if merged != meta:
+                        self._set_meta(conn, sid, merged)
             messages = write.get("messages") or []
-            if write.get("messages_if_empty") and live_messages:
+            if write.get("messages_if_empty") and msg_count:
                 messages = []
             if messages:
-                self._append(conn, sid, messages, now)
+                conn.executemany(
+                    "INSERT INTO messages(session, seq, pos, body, created_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    [(sid, seq + i + 1, msg_count + i, dumps(m), now)
+                     for i, m in enumerate(messages)],
+                )
+                events.append((now, sid, "message", dumps(
+                    {"count": len(messages), "pos": msg_count,
+                     "roles": [m["role"] for m in messages]})))
+                seq += len(messages)
+                msg_count += len(messages)
             for ns, items in (write.get("values") or {}).items():
-                self._put(conn, sid, ns, items, now)
+                seq += 1
+                texts = [(key, None if value is None else dumps(value))
+                         for key, value in items.items()]
+                conn.executemany(
+                    "INSERT INTO kv_writes(session, seq, ns, key, value) VALUES (?, ?, ?, ?, ?)",
+                    [(sid, seq, ns, key, text) for key, text in texts],
+                )
+                _put_rows(conn, "kv", sid, ns, texts)
+                events.append((now, sid, ns, dumps(
+                    {"keys": sorted(items)[:20], "count": len(items)})))
             node = None
             label = write.get("snapshot")
             if label is not None:
-                node = self._snapshot(conn, sid, label, "manual", now, retention)
-                add_event(conn, now, sid, "snapshot",
-                          {"id": node.id, "label": label, "kind": "manual"})
+                node = self._insert_snapshot(conn, sid, (seq, epoch, msg_count, step_count, head),
+                                             label, "manual", now, retention)
+                seq, head = seq + 1, node.id
+                events.append((now, sid, "snapshot", dumps(
+                    {"id": node.id, "label": label, "kind": "manual"})))
             for ns, docs in stamped(write, epoch, node).items():
-                self._doc_put(conn, sid, ns, docs, now)
+                _put_rows(conn, "docs", sid, ns, [
+                    (key, None if value is None else doc_text(value))
+                    for key, value in docs.items()])
+            conn.execute(
+                "UPDATE sessions SET seq = ?, msg_count = ?, head = ?, updated_at = ? "
+                "WHERE id = ?", (seq, msg_count, head, now, sid))
+            conn.executemany(
+                "INSERT INTO events(at, session, type, data) VALUES (?, ?, ?, ?)", events)
         return epoch, node
 
     # -- maintenance ------------------------------------------------------------------------
