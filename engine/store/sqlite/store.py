@@ -127,7 +127,8 @@ _VERDICT_EVENTS = (
 episode (the session was not inside one): one statement, as for any step."""
 
 ACTIVITY_GRAIN_S = 1.0
-"""A step moves its session's ``updated_at`` only when the last move is this old (status changes,
+"""A step (and an integration's multi-part write, a LangGraph checkpoint) moves its session's
+``updated_at`` only when the last move is this old (status changes,
 verdicts, rollbacks and late steps always move it). ``updated_at`` keys two paging indexes: moving
 it twice per step rewrote four index entries each step; at this grain a busy session rewrites
 them about once a second, and last activity stays exact to within a second."""
@@ -157,9 +158,11 @@ by an earlier session of the same id do not count)."""
 
 
 _WRITE_SESSION = (
-    "SELECT seq, epoch, msg_count, step_count, head, meta FROM sessions WHERE id = ?"
+    "SELECT seq, epoch, msg_count, step_count, head, meta, updated_at FROM sessions WHERE id = ?"
 )
 """What `SQLiteStore.write_session` reads of the session's row, once, inside its transaction."""
+_WRITE_SESSION_ROW = "UPDATE sessions SET seq = ?, msg_count = ?, head = ? WHERE id = ?"
+_WRITE_SESSION_TOUCH = _WRITE_SESSION_ROW.replace(" WHERE", ", updated_at = ? WHERE")
 
 
 def _put_rows(conn: sqlite3.Connection, table: str, sid: str, ns: str,
@@ -400,7 +403,9 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
             "AND pos < ? ORDER BY pos",
             (sid, since, _END if until is None else until),
         )
-        return [json.loads(r[0]) for r in rows]
+        # One decode of the whole span (each body is JSON text this store wrote): a full read
+        # of a long history pays the decoder's setup once, not once per message.
+        return json.loads("[" + ",".join([r[0] for r in rows]) + "]") if rows else []
 
     def all_messages(self, sid: str) -> list[MessageRecord]:
         """Every message, live and abandoned, in write order."""
@@ -858,9 +863,9 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
                     raise UnknownSession(f"no session {sid!r} in this store")
                 self._create_session(conn, sid, create, now)
                 events.append((now, sid, "session", dumps({"meta": create})))
-                seq, epoch, msg_count, step_count, head = 0, 0, 0, 0, None
+                seq, epoch, msg_count, step_count, head, updated_at = 0, 0, 0, 0, None, now
             else:
-                seq, epoch, msg_count, step_count, head, meta_text = row
+                seq, epoch, msg_count, step_count, head, meta_text, updated_at = row
                 if create:
                     meta = json.loads(meta_text)
                     merged = {**meta, **create}
@@ -904,9 +909,10 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
                 _put_rows(conn, "docs", sid, ns, [
                     (key, None if value is None else doc_text(value))
                     for key, value in docs.items()])
-            conn.execute(
-                "UPDATE sessions SET seq = ?, msg_count = ?, head = ?, updated_at = ? "
-                "WHERE id = ?", (seq, msg_count, head, now, sid))
+            if now - updated_at >= ACTIVITY_GRAIN_S:
+                conn.execute(_WRITE_SESSION_TOUCH, (seq, msg_count, head, now, sid))
+            else:  # as a step: the paging indexes on updated_at move about once a second
+                conn.execute(_WRITE_SESSION_ROW, (seq, msg_count, head, sid))
             conn.executemany(
                 "INSERT INTO events(at, session, type, data) VALUES (?, ?, ?, ?)", events)
         return epoch, node
