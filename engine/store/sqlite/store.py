@@ -247,12 +247,11 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
         elif not up_to_date(self._db.conn):
             with self._db.write() as conn:
                 init_schema(conn, url)
-        if self._loops_from != math.inf:
-            self._loops_from = loops_from(self._db.conn)
 
-    _loops_from = -math.inf
+    _loops_from: float | None = None
     """`loops` answers for times after this one: the time of the last event an older release
-    wrote to this file (-inf: every event came from a release that writes ``loop`` events)."""
+    wrote to this file (-inf: every event came from a release that writes ``loop`` events);
+    None until `loops` first needs it (an agent process never does)."""
 
     _embedded = True
     """False on a read-only file of an older schema: its step snapshots are all rows of
@@ -803,6 +802,8 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
     def loops(self, since: float, after: int = 0, limit: int = 1000) -> list[Event] | None:
         """``loop`` events after (`since`, `after`) by (time, cursor), through ``events_loop``;
         None for a time an older release may have written steps at."""
+        if self._loops_from is None:
+            self._loops_from = loops_from(self._db.conn)
         if since <= self._loops_from:
             return None
         rows = self._named(
