@@ -143,20 +143,31 @@ def _surely_longer(value: Any, limit: int) -> bool:
     """
     total = 0
     stack: list[tuple[Any, int]] = [(value, 0)]
+    pop, push = stack.pop, stack.append
     while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
+        item, depth = pop()
+        kind = type(item)
+        if kind is str:  # the common leaves first, by exact type (no isinstance chain)
+            total += len(item) + 2
+        elif kind is int or kind is float or kind is bool or item is None:
+            total += 1
+        elif kind is dict or (kind is not list and isinstance(item, Mapping)):
+            total += 2 * len(item) + 1
+            if total <= limit and depth < MAX_DEPTH:
+                depth += 1
+                for key, part in item.items():
+                    push((key, depth))
+                    push((part, depth))
+        elif isinstance(item, str):
             total += len(item) + 2
         elif isinstance(item, (bytes, bytearray)):
             total += len(item) * 4 // 3 + 2
-        elif isinstance(item, Mapping):
-            total += 2 * len(item) + 1
-            if total <= limit and depth < MAX_DEPTH:
-                stack.extend((part, depth + 1) for pair in item.items() for part in pair)
         elif isinstance(item, (list, tuple, set, frozenset)):
             total += len(item) + 1
             if total <= limit and depth < MAX_DEPTH:
-                stack.extend((part, depth + 1) for part in item)
+                depth += 1
+                for part in item:
+                    push((part, depth))
         else:
             total += 1
         if total > limit:
