@@ -609,3 +609,21 @@ def test_a_saver_per_request_writes_nothing_to_mark_a_known_thread(open_engine, 
     RewindSaver(engine).put_writes(configs[0], [("messages", AIMessage("x", id="a"))], "task-1")
     engine.store._db.conn.set_trace_callback(None)  # type: ignore[attr-defined]
     assert len([s for s in statements if s.startswith("BEGIN")]) == 1  # the writes alone
+
+
+def test_a_warm_saver_sees_a_rollback_made_by_another_process(open_engine, tmp_path):
+    """The saver keeps what it last wrote to answer the next read without the store; a head
+    moved elsewhere (the console, another worker) is still what it reads."""
+    url = f"sqlite:///{tmp_path}/rewind.db"
+    saver = RewindSaver(open_engine(url))
+    configs = put_chain(saver, "chat-3", [[HumanMessage("a", id="a")],
+                                          [HumanMessage("a", id="a"), AIMessage("b", id="b")]])
+    latest = {"configurable": {"thread_id": "chat-3"}}
+    assert saver.get_tuple(latest).config == configs[1]
+    other = open_engine(url)
+    first = next(n for n in other.session("chat-3").tree()
+                 if configs[0]["configurable"]["checkpoint_id"] in (n.label or ""))
+    other.session("chat-3").rollback(to=first.id, actor="alice", reason="r", notice=False)
+    tup = saver.get_tuple(latest)
+    assert tup.config == configs[0]
+    assert [m.content for m in tup.checkpoint["channel_values"]["messages"]] == ["a"]

@@ -77,6 +77,10 @@ from engine.limits import cut_text
 ACTOR = "langgraph"
 """Actor name of the saver's own actions (forks, deletions) in the audit log."""
 
+_CACHED_LIST: dict[str, Any] = {"raw": None}
+"""Stands for a list document whose version this saver holds (`codec.ListState`): the read
+takes the items from the cache and never looks inside it."""
+
 _THREAD_META = {layout.META_KEY: layout.META_VALUE}
 """The meta that marks a session as a LangGraph thread (merged into an existing one)."""
 
@@ -152,6 +156,9 @@ class RewindSaver(BaseCheckpointSaver[str]):
         self._lists: OrderedDict[tuple[str, str, str], codec.ListState] = OrderedDict()
         self._last: OrderedDict[tuple[str, str], dict] = OrderedDict()
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._blobs: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+        """(session, blob key) -> a stored value that is not a list, as stored (bytes, decoded
+        anew at every read): a version's value never changes, so a warm read need not fetch it."""
         self._seen_changed = threading.Condition(self._lock)
 
     def wait_for_checkpoint(self, thread_id: Any, checkpoint_id: str, timeout: float) -> bool:
@@ -566,6 +573,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         parent_chains = (parent.get("lists") or {}) if parent else {}
         values = checkpoint["channel_values"]
         docs: dict[str, Any] = {}
+        raws: dict[str, bytes] = {}
         lists: dict[str, codec.ListState] = {}
         appended = None  # messages this checkpoint adds to its parent's, for the mirror
         max_bytes = self.engine.limits.document_bytes // 2
@@ -577,6 +585,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
             value = values[channel]
             if not isinstance(value, list):
                 docs[key] = codec.raw_value(tuple(self.serde.dumps_typed(value)))
+                raws[key] = docs[key]
                 continue
             before = parent_versions.get(channel)
             base = None
@@ -633,6 +642,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
         with self._seen_changed:
             for channel, state in lists.items():
                 self._remember(self._lists, (sid, ns, channel), state)
+            for blob_key, raw in raws.items():
+                self._remember(self._blobs, (sid, blob_key), raw)
             self._remember(self._last, (sid, ns), rec)
             self._remember(self._seen, (sid, checkpoint_id), None)
             self._seen_changed.notify_all()
@@ -710,6 +721,10 @@ class RewindSaver(BaseCheckpointSaver[str]):
         if ns == "":
             head = self._head(sid)
             if head:
+                with self._lock:
+                    last = self._last.get((sid, ""))
+                if last is not None and last["id"] == head:
+                    return last  # what this saver last stored or read of the thread's head
                 key = layout.checkpoint_key("", head)
                 rec = self.engine.get_documents(sid, layout.DOCS, [key]).get(key)
                 if rec is not None:
@@ -749,12 +764,12 @@ class RewindSaver(BaseCheckpointSaver[str]):
 
     def _encodings(self, sid: str, ns: str, channel: str, version: str, doc: dict,
                    scans: dict) -> Sequence[tuple]:
-        if doc.get("base") is None:
-            return codec.unpack(doc)
         with self._lock:
             cached = self._lists.get((sid, ns, channel))
         if cached is not None and cached.version == version:
             return cached.encodings
+        if doc.get("base") is None:
+            return codec.unpack(doc)
         scan = scans.get((ns, channel))
         if scan is None:
             prefix = layout.blob_prefix(ns, channel)
@@ -776,7 +791,16 @@ class RewindSaver(BaseCheckpointSaver[str]):
         (each list's skip-delta chain included, `chains` from the record), unless `scans`
         already holds a whole channel (`list` reading many checkpoints)."""
         keys = {ch: layout.blob_key(ns, ch, v) for ch, v in versions.items()}
-        wanted = set(keys.values())
+        cached_docs: dict[str, Any] = {}
+        with self._lock:
+            for channel, key in keys.items():
+                raw = self._blobs.get((sid, key))
+                listed = self._lists.get((sid, ns, channel))
+                if raw is not None:
+                    cached_docs[key] = raw
+                elif listed is not None and listed.version == str(versions[channel]):
+                    cached_docs[key] = _CACHED_LIST
+        wanted = set(keys.values()) - cached_docs.keys()
         usable: dict[str, codec.Chain] = {}
         for channel, chain in chains.items():
             if channel not in versions or str(chain[-1][0]) != str(versions[channel]):
@@ -788,8 +812,13 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 continue
             usable[channel] = chain
             wanted.update(codec.chain_keys(ns, channel, chain))
-        docs = codec.load_all(
-            self.engine.get_documents(sid, layout.DOCS, sorted(wanted)) if wanted else {})
+        found = self.engine.get_documents(sid, layout.DOCS, sorted(wanted)) if wanted else {}
+        if remember:
+            with self._lock:
+                for key, doc in found.items():
+                    if isinstance(doc, bytes) and key in keys.values() and codec.is_value_doc(doc):
+                        self._remember(self._blobs, (sid, key), doc)
+        docs = codec.load_all({**found, **cached_docs})
         values = {}
         for channel, key in keys.items():
             doc = docs.get(key)
@@ -925,7 +954,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
 
     def _forget_cache(self, sid: str) -> None:
         with self._lock:
-            caches: tuple[OrderedDict[Any, Any], ...] = (self._lists, self._last, self._seen)
+            caches: tuple[OrderedDict[Any, Any], ...] = (self._lists, self._last, self._seen,
+                                                         self._blobs)
             for cache in caches:
                 for key in [k for k in cache if k[0] == sid]:
                     del cache[key]

@@ -252,7 +252,8 @@ class SQLiteDB:
         if not self.memory:
             directory = os.path.dirname(os.path.abspath(path))
             try:
-                os.makedirs(directory, exist_ok=True)
+                if not os.path.isdir(directory):  # a stat, not a mkdir, on every open
+                    os.makedirs(directory, exist_ok=True)
             except OSError as exc:
                 raise StoreUnavailable(f"cannot create the folder for {name}: {exc}") from exc
             if not self.read_only:
