@@ -198,7 +198,7 @@ def test_the_engines_own_namespaces_are_not_writable_as_values(engine):
 
 def test_a_failure_inside_the_sqlite_transaction_writes_nothing(tmp_path, open_engine,
                                                                 monkeypatch):
-    from engine.store.sqlite import store as sqlite_store
+    from engine.store.sqlite import writes as sqlite_store
 
     engine = open_engine(f"sqlite:///{tmp_path}/rewind.db")
     engine.session("s").append_message("user", "before")

@@ -39,15 +39,13 @@ executor.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import functools
 import json
 import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -69,9 +67,10 @@ from langgraph.checkpoint.base.id import uuid6
 from engine import Retention
 from engine.engine import Engine
 from engine.errors import SnapshotNotRestorable, StoreError, UnknownSession, UnknownSnapshot
-from engine.ids import validate_session_id
 from engine.integrations.langgraph import codec, layout
+from engine.integrations.langgraph.aio import AsyncSaver
 from engine.integrations.langgraph.chat import is_notice, notice_message, to_chat
+from engine.integrations.langgraph.threads import healthy_checkpoint, session_id
 from engine.limits import cut_text
 
 ACTOR = "langgraph"
@@ -84,46 +83,13 @@ takes the items from the cache and never looks inside it."""
 _THREAD_META = {layout.META_KEY: layout.META_VALUE}
 """The meta that marks a session as a LangGraph thread (merged into an existing one)."""
 
+__all__ = ["ACTOR", "RewindSaver", "healthy_checkpoint", "session_id"]
+
 _PLAIN_FIELDS = ("v", "ts", "channel_versions", "versions_seen", "updated_channels")
 """Checkpoint fields stored as plain JSON; the id is the record's, other fields are serialized."""
 
 
-def session_id(thread_id: Any) -> str:
-    """The Rewind session of a LangGraph thread.
-
-    Raises:
-        InvalidSessionId: the thread id is empty, longer than 200 characters or holds control
-            characters.
-    """
-    return validate_session_id(str(thread_id))
-
-
-def healthy_checkpoint(engine: Engine | Any, sid: str, step: int | None) -> dict | None:
-    """The record of the last checkpoint before the model turn that led to guarded step `step`.
-
-    A tool call runs under a root checkpoint that already holds the model's message asking for
-    it; the checkpoint before that one is the last state without any of it. None when unknown
-    (the step was not recorded by the guard, or the thread is not checkpointed by `RewindSaver`).
-    `engine` is the `Engine` (a `Store`, as this function took before, still works).
-    """
-    if step is None:
-        return None
-    get = (engine.get_documents if isinstance(engine, Engine)
-           else engine.doc_get)  # the old signature took the store
-
-    def doc(key: str) -> Any:
-        return get(sid, layout.DOCS, [key]).get(key)
-
-    ran = doc(layout.step_key(step))
-    if not ran or not ran.get("checkpoint"):
-        return None
-    rec = doc(layout.checkpoint_key("", ran["checkpoint"]))
-    if not rec or not rec.get("parent"):
-        return None
-    return doc(layout.checkpoint_key("", rec["parent"]))
-
-
-class RewindSaver(BaseCheckpointSaver[str]):
+class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
     """LangGraph checkpointer that keeps threads as Rewind sessions.
 
     ``RewindSaver(Engine.open(url))``, then ``graph.compile(checkpointer=saver)``.
@@ -514,55 +480,6 @@ class RewindSaver(BaseCheckpointSaver[str]):
         else:
             counter = int(str(current).split(".")[0])
         return f"{counter + 1:032}.{random.random():016}"
-
-    # -- async ------------------------------------------------------------------------------
-    async def _run(self, fn, *args, **kwargs):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, functools.partial(fn, *args, **kwargs))
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Async `get_tuple`."""
-        return await self._run(self.get_tuple, config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """Async `list`."""
-        items = await self._run(
-            lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
-        for item in items:
-            yield item
-
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
-                   metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
-        """Async `put`."""
-        return await self._run(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                          task_id: str, task_path: str = "") -> None:
-        """Async `put_writes`."""
-        await self._run(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """Async `delete_thread`."""
-        await self._run(self.delete_thread, thread_id)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Async `copy_thread`."""
-        await self._run(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Async `prune`."""
-        await self._run(self.prune, thread_ids, strategy=strategy)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Async `delete_for_runs`."""
-        await self._run(self.delete_for_runs, run_ids)
 
     # -- put --------------------------------------------------------------------------------
     def _put(self, sid: str, ns: str, parent_id: str | None, checkpoint: Checkpoint,

@@ -209,7 +209,7 @@ def _items(since: int, messages: list[dict]) -> list[tuple[int, dict]]:
 
     The common message (an item whose text is its content: `REST_KEY` and `TEXT_KEY`) is
     rebuilt inline, in one pass over a full history; others go through `_message_item`."""
-    out = []
+    out: list[tuple[int, dict]] = []
     append = out.append
     for position, message in enumerate(messages, start=since):
         rest = message.get(REST_KEY)
