@@ -213,7 +213,8 @@ def _items(since: int, messages: list[dict]) -> list[tuple[int, dict]]:
     append = out.append
     for position, message in enumerate(messages, start=since):
         rest = message.get(REST_KEY)
-        if rest is not None and message.get(TEXT_KEY) == "content" and type(rest) is dict:
+        if (rest is not None and message.get(TEXT_KEY) == "content" and type(rest) is dict
+                and ITEM_KEY not in message):
             append((position, {**rest, "role": message.get("role"),
                                "content": message.get("content")}))
             continue
