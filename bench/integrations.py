@@ -14,19 +14,25 @@ median bare call (target: under 1 ms on SQLite).
 - MCP proxy: `McpProxy.call` vs the upstream client's ``call_tool``, the upstream an in-process
   MCP server (no subprocess, so the figure is the proxy's own cost, not the pipe's).
 
-Then the integrations' own reads and writes against the SDKs' own stores, same run, at 10, 100
-and 1,000 items (or checkpoints) of history, calls alternating between the two sides, twice: at
-each side's default settings (Rewind: WAL, synchronous=NORMAL; the SDKs: WAL, SQLite's default
-synchronous=FULL) and at equal durability (both WAL, synchronous=FULL):
+Then the integrations' own reads and writes against the SDKs' own stores, as their users run
+them, same run, calls alternating between the two sides: both on a SQLite file in WAL mode at
+the same ``synchronous`` level (NORMAL, Rewind's default; ``--synchronous FULL`` runs both at
+FULL), both sides' objects reused (warm) or both opened anew (fresh):
 
-- `RewindSession` vs the Agents SDK's `SQLiteSession` (a file each): ``get_items(limit=20)``,
-  ``pop_item``, ``add_items`` of one item, and the stored bytes per item (the row text);
-- `RewindSaver` vs LangGraph's `SqliteSaver`: ``put`` (median of the last 10) and reading the
-  latest checkpoint with a fresh saver object (cold cache) on both sides (bench/langgraph.py's
-  plan: a ReAct thread whose message list grows by one message per checkpoint).
+- `RewindSaver` vs LangGraph's `SqliteSaver` on threads of 10, 100 and 1,000 checkpoints
+  (bench/langgraph.py's plan: a ReAct thread whose message list grows by one message per
+  checkpoint; the short threads several at a time): ``put`` (median of each thread's last 10),
+  reading the latest checkpoint with the savers in use (one connection each, reused), and
+  opening anew (`Engine.open` + a new saver vs a new connection + a new saver) then reading it;
+- `RewindSession` vs the Agents SDK's `SQLiteSession` (a file each) at 10 to 10,000 items:
+  ``get_items(limit=20)``, ``get_items()`` (the whole history), ``pop_item``, ``add_items`` of
+  one item, and the stored bytes per item (the row text).
+
+The tables are printed, and kept in bench/RESULTS.md in this bench's section
+(``REWIND_BENCH_RECORD=0``: not).
 
     python bench/integrations.py [--calls N] [--store URL] [--no-history] [--repeat N]
-    python bench/integrations.py --history-only {all,sessions,savers}
+    python bench/integrations.py --history-only {all,sessions,savers} [--synchronous FULL]
 """
 
 from __future__ import annotations
@@ -198,16 +204,13 @@ def bench_mcp(engine: Engine, calls: int) -> Row | None:
 
 
 HISTORY_SIZES = (10, 100, 1_000)
-"""Items (or checkpoints) of history at which the integrations' reads are compared."""
+"""Checkpoints of history at which the savers are compared."""
 
-DURABILITY = {
-    "default": "",
-    "equal": "?synchronous=FULL",
-}
-"""Rewind's store URL suffix per durability mode. The SDKs' stores (SQLiteSession, SqliteSaver)
-run SQLite in WAL mode at SQLite's default ``synchronous=FULL`` (an fsync per commit) and offer
-no setting for it; Rewind's default is WAL with ``synchronous=NORMAL`` (durable across a crash
-of the process, not of the machine). "equal" runs Rewind at FULL too: both sides WAL + FULL."""
+SESSION_SIZES = (10, 100, 1_000, 10_000)
+"""Items of history at which the sessions are compared (10,000: a full read of a long chat)."""
+
+PUTS_PER_SIZE = 300
+"""Checkpoints put per history size: a short thread is timed over several threads."""
 
 
 def _interleaved_us(a: Callable[[], Any], b: Callable[[], Any], repeat: int
@@ -234,6 +237,10 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "-"
 
 
+def _us(value: float) -> str:
+    return f"{value:,.0f}"
+
+
 async def _ainterleaved_us(a: Callable[[], Awaitable[Any]], b: Callable[[], Awaitable[Any]],
                            repeat: int) -> tuple[float, float]:
     """`_interleaved_us` for coroutines, in the running event loop."""
@@ -251,53 +258,69 @@ async def _ainterleaved_us(a: Callable[[], Awaitable[Any]], b: Callable[[], Awai
 
 async def _session_figures(rw: Any, sdk: Any, n: int, repeat: int
                            ) -> list[tuple[float, float]]:
-    """(get(20), pop, add one) median µs of both sessions after `n` items, in one event loop
-    (the SDK's session runs SQLite in the loop's executor threads, each with its connection:
-    a loop per call would pay a new thread and connection every time)."""
+    """(get(20), get all, pop, add one) median µs of both sessions after `n` items, in one
+    event loop (the SDK's session runs SQLite in the loop's executor threads, each with its
+    connection: a loop per call would pay a new thread and connection every time)."""
     items: Any = _sdk_items(n)
-    for i in range(0, n, 100):
-        await rw.add_items(items[i:i + 100])
-        await sdk.add_items(items[i:i + 100])
+    for i in range(0, n, 500):
+        await rw.add_items(items[i:i + 500])
+        await sdk.add_items(items[i:i + 500])
     get = await _ainterleaved_us(lambda: rw.get_items(limit=20),
                                  lambda: sdk.get_items(limit=20), repeat)
+    full = await _ainterleaved_us(rw.get_items, sdk.get_items,
+                                  max(3, min(repeat, 200_000 // max(n, 1))))
     ra, sa = iter(_sdk_items(repeat, "more")), iter(_sdk_items(repeat, "more"))
     add = await _ainterleaved_us(lambda: rw.add_items([next(ra)]),
                                  lambda: sdk.add_items([next(sa)]), repeat)
     pop = await _ainterleaved_us(rw.pop_item, sdk.pop_item, min(repeat, n))
-    return [get, pop, add]
+    return [get, full, pop, add]
 
 
-def bench_sessions_vs_sdk(tmp: str, repeat: int) -> list[list[str]] | None:
+def _sdk_session_class(synchronous: str) -> Any:
+    """The SDK's `SQLiteSession`, its connections at `synchronous` (it leaves SQLite's default,
+    FULL, and offers no setting): both sides then pay the same for a commit."""
+    from agents import SQLiteSession
+
+    class Session(SQLiteSession):
+        @staticmethod
+        def _configure_connection(conn: sqlite3.Connection) -> None:
+            SQLiteSession._configure_connection(conn)
+            conn.execute(f"PRAGMA synchronous = {synchronous}")
+
+    return Session
+
+
+def bench_sessions_vs_sdk(tmp: str, repeat: int, synchronous: str = "NORMAL"
+                          ) -> list[list[str]] | None:
     """RewindSession vs the SDK's SQLiteSession: rows of the table (None: SDK not installed)."""
     try:
-        from agents import SQLiteSession
-
         from engine.integrations.openai_agents import RewindSession
+
+        sdk_session = _sdk_session_class(synchronous)
     except ImportError:
         return None
     rows = []
-    for mode, suffix in DURABILITY.items():
-        for n in HISTORY_SIZES:
-            rewind_file, sdk_file = f"{tmp}/rs-{mode}-{n}.db", f"{tmp}/sdk-{mode}-{n}.db"
-            engine = Engine.open(f"sqlite:///{rewind_file}{suffix}")
-            get, pop, add = asyncio.run(_session_figures(
-                RewindSession(engine, f"chat-{n}"), SQLiteSession(f"chat-{n}", sdk_file), n,
-                repeat))
-            engine.close()
-            with sqlite3.connect(rewind_file) as db:
-                (rewind_bytes,) = db.execute(
-                    "SELECT SUM(LENGTH(body)) FROM messages WHERE session = ?", (f"chat-{n}",)
-                ).fetchone()
-            with sqlite3.connect(sdk_file) as db:
-                sdk_bytes, sdk_count = db.execute(
-                    "SELECT SUM(LENGTH(message_data)), COUNT(*) FROM agent_messages").fetchone()
-            # Rewind keeps every item added (a pop hides one); the SDK deletes popped rows
-            per_rw, per_sdk = rewind_bytes / (n + repeat), sdk_bytes / sdk_count
-            rows.append([mode, f"{n:,}",
-                         f"{get[0]:.0f}", f"{get[1]:.0f}", _ratio(*get),
-                         f"{pop[0]:.0f}", f"{pop[1]:.0f}", _ratio(*pop),
-                         f"{add[0]:.0f}", f"{add[1]:.0f}", _ratio(*add),
-                         f"{per_rw:.0f}", f"{per_sdk:.0f}", _ratio(per_rw, per_sdk)])
+    for n in SESSION_SIZES:
+        rewind_file, sdk_file = f"{tmp}/rs-{n}.db", f"{tmp}/sdk-{n}.db"
+        engine = Engine.open(f"sqlite:///{rewind_file}?synchronous={synchronous}")
+        get, full, pop, add = asyncio.run(_session_figures(
+            RewindSession(engine, f"chat-{n}"), sdk_session(f"chat-{n}", sdk_file), n, repeat))
+        engine.close()
+        with sqlite3.connect(rewind_file) as db:
+            (rewind_bytes,) = db.execute(
+                "SELECT SUM(LENGTH(body)) FROM messages WHERE session = ?", (f"chat-{n}",)
+            ).fetchone()
+        with sqlite3.connect(sdk_file) as db:
+            sdk_bytes, sdk_count = db.execute(
+                "SELECT SUM(LENGTH(message_data)), COUNT(*) FROM agent_messages").fetchone()
+        # Rewind keeps every item added (a pop hides one); the SDK deletes popped rows
+        per_rw, per_sdk = rewind_bytes / (n + repeat), sdk_bytes / sdk_count
+        rows.append([f"{n:,}",
+                     _us(get[0]), _us(get[1]), _ratio(*get),
+                     _us(full[0]), _us(full[1]), _ratio(*full),
+                     _us(pop[0]), _us(pop[1]), _ratio(*pop),
+                     _us(add[0]), _us(add[1]), _ratio(*add),
+                     f"{per_rw:.0f}", f"{per_sdk:.0f}", _ratio(per_rw, per_sdk)])
     return rows
 
 
@@ -313,13 +336,50 @@ def _bench_langgraph_module() -> Any:
     return lg
 
 
-def bench_savers(tmp: str, repeat: int) -> list[list[str]] | None:
+def _saver_reads(rw: Any, sq: Any, rw_url: str, lg_file: str,
+                 connect: Callable[[str], sqlite3.Connection], threads: list[str],
+                 repeat: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(warm, fresh) µs of reading a thread's latest checkpoint on both sides, alternately:
+    with the savers in use, then opening anew and closing after the read. Each side reads the
+    threads in turn."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from engine.integrations.langgraph import RewindSaver
+
+    latest = [{"configurable": {"thread_id": t}} for t in threads]
+    turns = {"rw": 0, "sq": 0}
+
+    def config(side: str) -> Any:
+        turns[side] += 1
+        return latest[turns[side] % len(latest)]
+
+    def warm_rw() -> None:
+        assert rw.get_tuple(config("rw")) is not None
+
+    def warm_sq() -> None:
+        assert sq.get_tuple(config("sq")) is not None
+
+    def fresh_rw() -> None:
+        with Engine.open(rw_url) as fresh:
+            assert RewindSaver(fresh).get_tuple(config("rw")) is not None
+
+    def fresh_sq() -> None:
+        conn = connect(lg_file)
+        assert SqliteSaver(conn).get_tuple(config("sq")) is not None
+        conn.close()
+
+    return (_interleaved_us(warm_rw, warm_sq, repeat),
+            _interleaved_us(fresh_rw, fresh_sq, repeat))
+
+
+def bench_savers(tmp: str, repeat: int, synchronous: str = "NORMAL"
+                 ) -> list[list[str]] | None:
     """RewindSaver vs LangGraph's SqliteSaver: rows of the table (None: LangGraph missing).
 
-    One thread per side gets the same checkpoints (bench/langgraph.py's plan: a ReAct thread
-    whose message list grows by one message per checkpoint), puts alternating between the
-    sides; then fresh saver objects on both sides (cold caches, a new connection for
-    SqliteSaver) read the latest checkpoint, alternately.
+    Each side gets the same threads (bench/langgraph.py's plan), puts alternating between the
+    sides, on savers kept open (SqliteSaver on one connection, reused, as its users hold it).
+    Then the latest checkpoint of each thread is read, alternately: warm (the savers in use)
+    and fresh (a new engine and saver vs a new connection and saver, closed after the read).
     """
     try:
         lg = _bench_langgraph_module()
@@ -328,16 +388,25 @@ def bench_savers(tmp: str, repeat: int) -> list[list[str]] | None:
         from engine.integrations.langgraph import RewindSaver
     except ImportError:
         return None
+
+    def connect(path: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(path, check_same_thread=False)
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        return conn
+
     rows = []
-    for mode, suffix in DURABILITY.items():
-        for n in HISTORY_SIZES:
-            plan = lg.checkpoints(n)
-            thread = f"thread-{n}"
-            engine = Engine.open(f"sqlite:///{tmp}/rsaver-{mode}-{n}.db{suffix}")
-            lg_file = f"{tmp}/lgsaver-{mode}-{n}.db"
-            rw = RewindSaver(engine)
-            sq = SqliteSaver(sqlite3.connect(lg_file, check_same_thread=False))
-            rw_puts, sq_puts, parent = [], [], None
+    for n in HISTORY_SIZES:
+        plan = lg.checkpoints(n)
+        threads = [f"thread-{n}-{k}" for k in range(max(1, PUTS_PER_SIZE // n))]
+        rw_url = f"sqlite:///{tmp}/rsaver-{n}.db?synchronous={synchronous}"
+        lg_file = f"{tmp}/lgsaver-{n}.db"
+        engine = Engine.open(rw_url)
+        rw = RewindSaver(engine)
+        sq = SqliteSaver(connect(lg_file))
+        sq.setup()  # WAL, as SqliteSaver sets it
+        rw_puts, sq_puts = [], []
+        for thread in threads:
+            parent = None
             for checkpoint, metadata, new_versions in plan:
                 config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
                 if parent:
@@ -350,23 +419,16 @@ def bench_savers(tmp: str, repeat: int) -> list[list[str]] | None:
                 rw_puts.append(t1 - t0)
                 sq_puts.append(t2 - t1)
                 parent = checkpoint["id"]
-            sq.conn.close()
-            latest: Any = {"configurable": {"thread_id": thread}}
-
-            def read_rw(latest: Any = latest, engine: Engine = engine) -> None:
-                assert RewindSaver(engine).get_tuple(latest) is not None
-
-            def read_sq(latest: Any = latest, lg_file: str = lg_file) -> None:
-                conn = sqlite3.connect(lg_file, check_same_thread=False)
-                assert SqliteSaver(conn).get_tuple(latest) is not None
-                conn.close()
-
-            read = _interleaved_us(read_rw, read_sq, repeat)
-            engine.close()
-            put = (statistics.median(rw_puts[-10:]) * 1e6,
-                   statistics.median(sq_puts[-10:]) * 1e6)
-            rows.append([mode, f"{n:,}", f"{put[0]:.0f}", f"{put[1]:.0f}", _ratio(*put),
-                         f"{read[0]:.0f}", f"{read[1]:.0f}", _ratio(*read)])
+            del rw_puts[:-10 * len(threads)]  # a long thread: its last 10 puts
+            del sq_puts[:-10 * len(threads)]
+        warm, fresh = _saver_reads(rw, sq, rw_url, lg_file, connect, threads, repeat)
+        engine.close()
+        sq.conn.close()
+        put = (statistics.median(rw_puts) * 1e6, statistics.median(sq_puts) * 1e6)
+        rows.append([f"{n:,}", str(len(threads)),
+                     _us(put[0]), _us(put[1]), _ratio(*put),
+                     _us(warm[0]), _us(warm[1]), _ratio(*warm),
+                     _us(fresh[0]), _us(fresh[1]), _ratio(*fresh)])
     return rows
 
 
@@ -377,32 +439,38 @@ def print_table(headers: list[str], rows: list[list[str]]) -> None:
         print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
 
 
-def history_tables(repeat: int, only: str | None = None) -> None:
-    """The integrations' reads against the SDKs' own stores, by history length, at default
-    settings and at equal durability (both WAL + synchronous=FULL)."""
+SAVER_HEADERS = ["checkpoints", "threads", "put rw", "put lg", "ratio", "warm read rw",
+                 "warm read lg", "ratio", "open+read rw", "open+read lg", "ratio"]
+SESSION_HEADERS = ["items", "get(20) rw", "get(20) sdk", "ratio", "get all rw", "get all sdk",
+                   "ratio", "pop rw", "pop sdk", "ratio", "add rw", "add sdk", "ratio",
+                   "B/item rw", "B/item sdk", "ratio"]
+
+def history_tables(repeat: int, only: str | None = None, synchronous: str = "NORMAL") -> None:
+    """The integrations against the SDKs' own stores, by history length, at equal durability
+    (both WAL, both at `synchronous`)."""
+    print(f"\nBoth sides WAL + synchronous={synchronous}, calls alternating, µs (medians). Ratio: "
+          "Rewind / the SDK's store (under 1: Rewind is faster).")
     with tempfile.TemporaryDirectory() as tmp:
-        if only in (None, "sessions"):
-            sessions = bench_sessions_vs_sdk(tmp, repeat)
-            if sessions is None:
-                print("\nRewindSession vs SQLiteSession: skipped (openai-agents is not installed)")
-            else:
-                print(f"\nRewindSession (rw) vs the Agents SDK's SQLiteSession (sdk), median µs "
-                      f"of {repeat}, calls alternating; default: Rewind WAL+NORMAL, SDK WAL+FULL; "
-                      "equal: both WAL+FULL; B/item: stored row text per item")
-                print_table(["durability", "items", "get(20) rw", "get(20) sdk", "ratio",
-                             "pop rw", "pop sdk", "ratio", "add rw", "add sdk", "ratio",
-                             "B/item rw", "B/item sdk", "ratio"], sessions)
         if only in (None, "savers"):
-            savers = bench_savers(tmp, repeat)
+            savers = bench_savers(tmp, repeat, synchronous)
             if savers is None:
                 print("\nRewindSaver vs SqliteSaver: skipped (langgraph is not installed)")
             else:
-                print(f"\nRewindSaver (rw) vs LangGraph's SqliteSaver (lg), µs; put: median of "
-                      f"the last 10, alternating; latest: a fresh saver reads the newest "
-                      f"checkpoint (median of {repeat}, alternating); default: Rewind WAL+NORMAL, "
-                      "SqliteSaver WAL+FULL; equal: both WAL+FULL")
-                print_table(["durability", "checkpoints", "put rw", "put lg", "ratio",
-                             "latest rw", "latest lg", "ratio"], savers)
+                title = ("RewindSaver (rw) vs LangGraph's SqliteSaver (lg), both savers kept "
+                         "open (one connection each); put: median of each thread's last 10; "
+                         f"reads: median of {repeat}")
+                print(f"\n{title}")
+                print_table(SAVER_HEADERS, savers)
+        if only in (None, "sessions"):
+            sessions = bench_sessions_vs_sdk(tmp, repeat, synchronous)
+            if sessions is None:
+                print("\nRewindSession vs SQLiteSession: skipped (openai-agents is not installed)")
+            else:
+                title = ("RewindSession (rw) vs the Agents SDK's SQLiteSession (sdk), one event "
+                         f"loop, median of {repeat} (get all: fewer at 10,000 items); B/item: "
+                         "stored row text per item")
+                print(f"\n{title}")
+                print_table(SESSION_HEADERS, sessions)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -414,10 +482,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history-only", choices=["all", "sessions", "savers"], default=None,
                         help="only the SDK-store comparisons (all, or one of the two tables)")
     parser.add_argument("--repeat", type=int, default=21, help="repeats per history figure")
+    parser.add_argument("--synchronous", choices=["NORMAL", "FULL"], default="NORMAL",
+                        help="the synchronous level of both sides' SQLite files")
     args = parser.parse_args(argv)
     if args.history_only:
         print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-        history_tables(args.repeat, None if args.history_only == "all" else args.history_only)
+        history_tables(args.repeat, None if args.history_only == "all" else args.history_only,
+                       args.synchronous)
         print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
         return 0
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
@@ -470,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     if not args.no_history:
-        history_tables(args.repeat)
+        history_tables(args.repeat, None, args.synchronous)
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -32,6 +32,7 @@ from engine.limits import bytes_within, canonical_within, chat_message, check_te
 from engine.records import SessionInfo, SnapshotNode
 from engine.runtime import Runtime
 from engine.store.base import Retention, SessionWrite
+from engine.types import FACETS
 
 RESERVED_VALUES = ("var", "mem")
 """Versioned namespaces of the engine's own: variables and memory."""
@@ -95,6 +96,26 @@ def checked_values(rt: Runtime, ns: str, items: Mapping[str, Any]) -> dict[str, 
     return clean
 
 
+def checked_meta(rt: Runtime, meta: Any) -> dict | None:
+    """`meta` as canonical data, within ``Limits.meta_bytes``, its facets strings.
+
+    Raises:
+        TypeError: not a dict, not representable as JSON, or a facet (tenant, scenario,
+        prompt_version, locale) that is not a string. SizeLimitExceeded: over its limit.
+    """
+    if meta is not None and not isinstance(meta, dict):
+        raise TypeError("meta must be a dict")
+    for key in (*FACETS, "locale"):
+        # The fleet is filtered, indexed and quarantined by these: one rule on every store.
+        value = (meta or {}).get(key)
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"meta {key} must be a string (or left out), not "
+                            f"{type(value).__name__} {value!r:.80}")
+    if meta:
+        meta, _ = canonical_within(meta, rt.limits.meta_bytes, "meta", "meta_bytes")
+    return meta
+
+
 def session_info(rt: Runtime, sid: str) -> SessionInfo | None:
     """The stored summary of session `sid`, None when there is no such session."""
     return rt.store.get_session(validate_session_id(sid))
@@ -105,10 +126,14 @@ def get_documents(rt: Runtime, sid: str, ns: str, keys: Sequence[str]) -> dict[s
     return rt.store.doc_get(validate_session_id(sid), _namespace(ns, "document"), list(keys))
 
 
-def scan_documents(rt: Runtime, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
-    """Every document of namespace `ns` of session `sid` whose key starts with `prefix`, in
-    key order."""
-    return rt.store.doc_scan(validate_session_id(sid), _namespace(ns, "document"), prefix)
+def scan_documents(rt: Runtime, sid: str, ns: str, prefix: str = "", *,
+                   below: str | None = None, last: int | None = None) -> dict[str, Any]:
+    """Every document of namespace `ns` of session `sid` whose key starts with `prefix` (and
+    is less than `below`), in key order; with `last`, only the last that many."""
+    if last is not None and (not isinstance(last, int) or last < 0):
+        raise ValueError(f"last must be a count of documents (0 or more), not {last!r}")
+    return rt.store.doc_scan(validate_session_id(sid), _namespace(ns, "document"), prefix,
+                             below=below, last=last)
 
 
 def put_documents(rt: Runtime, sid: str, ns: str, items: Mapping[str, Any]) -> None:
@@ -173,10 +198,12 @@ def write_session(
     documents: Mapping[str, Mapping[str, Any]] | None = None,
     stamp: tuple[str, str] | None = None,
     retention: Retention | None = None,
+    create: dict[str, Any] | None = None,
 ) -> tuple[int, SnapshotNode | None]:
     """Messages, versioned values, a snapshot and documents of session `sid` in one atomic
     write (see `Store.write_session`): every part is checked first, then all are written or
-    none is. The snapshot retires older ones by `retention` (None: the engine's).
+    none is. The snapshot retires older ones by `retention` (None: the engine's). `create`
+    (canonical meta, checked by the caller) creates the session when it is missing.
 
     Raises:
         UnknownSession: no such session (nothing written). ValueError: a bad part, or a
@@ -212,6 +239,8 @@ def write_session(
             raise ValueError(f"the stamp {stamp!r} needs a snapshot and a document that is a "
                              "dict among the documents")
         write["stamp"] = (ns, key)
+    if create is not None:
+        write["create"] = create
     return rt.store.write_session(sid, write, rt.clock(), retention or rt.retention)
 
 
@@ -233,14 +262,17 @@ class Documents:
         """
         return get_documents(self._rt, sid, ns, keys)
 
-    def scan(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
+    def scan(self, sid: str, ns: str, prefix: str = "", *, below: str | None = None,
+             last: int | None = None) -> dict[str, Any]:
         """Every document of namespace `ns` of session `sid` whose key starts with `prefix`, in
-        key order ({} for an unknown session).
+        key order ({} for an unknown session). `below` keeps the keys less than it; `last`
+        keeps only the last that many (a page of the newest, read without the rest on SQLite).
 
         Raises:
-            InvalidSessionId: bad id. ValueError: `ns` is not an identifier.
+            InvalidSessionId: bad id. ValueError: `ns` is not an identifier, or `last` is not
+            a count.
         """
-        return scan_documents(self._rt, sid, ns, prefix)
+        return scan_documents(self._rt, sid, ns, prefix, below=below, last=last)
 
     def put(self, sid: str, ns: str, items: Mapping[str, Any]) -> None:
         """Set documents of namespace `ns` of session `sid` (a value of None deletes one), in
@@ -307,8 +339,13 @@ class Documents:
         documents: Mapping[str, Mapping[str, Any]] | None = None,
         stamp: tuple[str, str] | None = None,
         retention: Retention | None = None,
+        create: Mapping[str, Any] | None = None,
     ) -> tuple[int, SnapshotNode | None]:
         """Several writes to session `sid` as one atomic write: all happen, or none.
+
+        With `create` (meta, as `Engine.session` takes it), a missing session is created first
+        and an existing one gets the keys merged into its meta (on SQLite in the same
+        transaction, so a new thread's first write is one transaction; elsewhere just before).
 
         In this order: `messages` appended to the live line (only when it holds none yet, with
         `messages_if_empty`), `values` set (namespace -> items, as `put_values`), a manual
@@ -321,14 +358,16 @@ class Documents:
             (the session's epoch, the snapshot taken or None).
 
         Raises:
-            UnknownSession: no such session. ValueError: a bad part, or a stamp without a
-            snapshot or naming no dict among `documents`. SizeLimitExceeded: a part over its
-            limit. Nothing is written when any of these is raised.
+            UnknownSession: no such session (and no `create`). ValueError: a bad part, or a
+            stamp without a snapshot or naming no dict among `documents`. SizeLimitExceeded: a
+            part over its limit. TypeError: `create` is not a dict, or a facet in it is not a
+            string. Nothing is written when any of these is raised.
         """
         return write_session(
             self._rt, sid, messages=messages, messages_if_empty=messages_if_empty,
             values=values, snapshot=snapshot, documents=documents, stamp=stamp,
-            retention=retention)
+            retention=retention,
+            create=None if create is None else (checked_meta(self._rt, dict(create)) or {}))
 
     def live_messages(self, sid: str, *, since: int = 0,
                       until: int | None = None) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ from engine.freeze import (
 )
 from engine.identity import Actor, checked_actor, checked_reason, require_operator
 from engine.ids import validate_session_id
-from engine.limits import Limits, canonical_within
+from engine.limits import Limits
 from engine.loops.detector import DetectorConfig, LoopDetector
 from engine.records import (
     AuditEvent,
@@ -45,7 +45,7 @@ from engine.recovery import bulk, verbs
 from engine.runtime import CompensationHandler, EngineConfig, Runtime, configured_detector
 from engine.sessions.session import Session
 from engine.store import Retention, SessionCursor, SessionFilter, Store, open_store
-from engine.types import FACETS, LoopPolicy, RollbackKind
+from engine.types import LoopPolicy, RollbackKind
 
 if TYPE_CHECKING:
     from engine.loops.replay import Replay
@@ -173,16 +173,7 @@ class Engine:
             (tenant, scenario, prompt_version, locale) that is not a string.
         """
         validate_session_id(sid)
-        if meta is not None and not isinstance(meta, dict):
-            raise TypeError("meta must be a dict")
-        for key in (*FACETS, "locale"):
-            # The fleet is filtered, indexed and quarantined by these: one rule on every store.
-            value = (meta or {}).get(key)
-            if value is not None and not isinstance(value, str):
-                raise TypeError(f"meta {key} must be a string (or left out), not "
-                                f"{type(value).__name__} {value!r:.80}")
-        if meta:
-            meta, _ = canonical_within(meta, self._runtime.limits.meta_bytes, "meta", "meta_bytes")
+        meta = _documents.checked_meta(self._runtime, meta)
         info = self.store.ensure_session(sid, meta or None, self.clock())
         return Session(self._runtime, info, on_loop)
 

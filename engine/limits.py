@@ -79,8 +79,10 @@ def _too_big(what: str, size: str, limit: int, field: str, unit: str) -> SizeLim
 def canonical_within(value: Any, limit: int, what: str, field: str) -> tuple[Any, str]:
     """`value` as canonical data and as canonical JSON text, refused past `limit` bytes.
 
-    The text is encoded piece by piece, so an oversized value is refused after at most `limit`
-    bytes of output, never after a full copy.
+    A value whose JSON text is surely longer than `limit` is refused before it is converted
+    (`_surely_longer`, a walk that stops at the limit); what passes that lower bound has a text
+    of at most a few times `limit` (escapes, multi-byte characters, numbers), which the C
+    encoder writes in one go before it is measured.
 
     Raises:
         SizeLimitExceeded: over the limit. TypeError / ValueError: from `canonicalize` (no JSON
@@ -89,14 +91,11 @@ def canonical_within(value: Any, limit: int, what: str, field: str) -> tuple[Any
     if _surely_longer(value, limit):
         raise _too_big(what, f"more than {limit:,}", limit, field, "bytes")
     canonical = canonicalize(value, what)
-    pieces: list[str] = []
-    size = 0
-    for piece in CANONICAL_JSON.iterencode(canonical):
-        size += len(piece.encode("utf-8"))
-        if size > limit:
-            raise _too_big(what, f"more than {limit:,}", limit, field, "bytes")
-        pieces.append(piece)
-    return canonical, "".join(pieces)
+    text = CANONICAL_JSON.encode(canonical)
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    if size > limit:
+        raise _too_big(what, f"{size:,}", limit, field, "bytes")
+    return canonical, text
 
 
 def json_within(value: Any, limit: int, what: str, field: str) -> Any:
@@ -144,20 +143,31 @@ def _surely_longer(value: Any, limit: int) -> bool:
     """
     total = 0
     stack: list[tuple[Any, int]] = [(value, 0)]
+    pop, push = stack.pop, stack.append
     while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
+        item, depth = pop()
+        kind = type(item)
+        if kind is str:  # the common leaves first, by exact type (no isinstance chain)
+            total += len(item) + 2
+        elif kind is int or kind is float or kind is bool or item is None:
+            total += 1
+        elif kind is dict or (kind is not list and isinstance(item, Mapping)):
+            total += 2 * len(item) + 1
+            if total <= limit and depth < MAX_DEPTH:
+                depth += 1
+                for key, part in item.items():
+                    push((key, depth))
+                    push((part, depth))
+        elif isinstance(item, str):
             total += len(item) + 2
         elif isinstance(item, (bytes, bytearray)):
             total += len(item) * 4 // 3 + 2
-        elif isinstance(item, Mapping):
-            total += 2 * len(item) + 1
-            if total <= limit and depth < MAX_DEPTH:
-                stack.extend((part, depth + 1) for pair in item.items() for part in pair)
         elif isinstance(item, (list, tuple, set, frozenset)):
             total += len(item) + 1
             if total <= limit and depth < MAX_DEPTH:
-                stack.extend((part, depth + 1) for part in item)
+                depth += 1
+                for part in item:
+                    push((part, depth))
         else:
             total += 1
         if total > limit:

@@ -5,16 +5,25 @@ so that importing Rewind never clashes with an application's own metric names. S
 `serve_metrics` (an HTTP endpoint on a daemon thread) or embed `render_metrics()` in an existing
 endpoint. Example alert: ``increase(agent_loop_detected_total{rule="exact_repeat"}[10m]) > 20``.
 
+prometheus_client is imported when the first counter is touched (a loop flagged, a rollback, a
+scrape), not with the engine: an agent process that never loops pays nothing for it.
+
 Label values come from the session's meta; missing values become ``unknown`` and every value is
 cut to 100 characters, so a misbehaving caller cannot explode the series count with huge labels.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest, start_http_server
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Counter
+
+    REGISTRY: CollectorRegistry
+    LOOPS_DETECTED: Counter
+    ROLLBACKS: Counter
 
 __all__ = [
     "REGISTRY",
@@ -27,25 +36,53 @@ __all__ = [
     "sample",
 ]
 
-REGISTRY = CollectorRegistry(auto_describe=True)
-"""The registry holding Rewind's counters (read it in tests with `sample`)."""
+_lock = threading.Lock()
+_counters: dict[str, Any] = {}
 
-LOOPS_DETECTED = Counter(
-    "agent_loop_detected_total",
-    "Loops flagged by the Rewind loop detector.",
-    labelnames=("rule", "tool", "scenario", "prompt_version"),
-    registry=REGISTRY,
-)
-"""``agent_loop_detected_total{rule, tool, scenario, prompt_version}``."""
 
-ROLLBACKS = Counter(
-    "agent_rollbacks_total",
-    "Sessions rolled back by Rewind, automatically or by an operator.",
-    labelnames=("scenario", "prompt_version", "actor_kind", "rule"),
-    registry=REGISTRY,
-)
-"""``agent_rollbacks_total{scenario, prompt_version, actor_kind, rule}``; actor_kind is
-``automatic`` or ``operator``; rule is the verdict's rule for automatic rollbacks, else ``none``."""
+def _build() -> dict[str, Any]:
+    """The registry and its counters, made once, on first use."""
+    with _lock:
+        if not _counters:
+            from prometheus_client import CollectorRegistry, Counter
+
+            registry = CollectorRegistry(auto_describe=True)
+            _counters["LOOPS_DETECTED"] = Counter(
+                "agent_loop_detected_total",
+                "Loops flagged by the Rewind loop detector.",
+                labelnames=("rule", "tool", "scenario", "prompt_version"),
+                registry=registry,
+            )
+            _counters["ROLLBACKS"] = Counter(
+                "agent_rollbacks_total",
+                "Sessions rolled back by Rewind, automatically or by an operator.",
+                labelnames=("scenario", "prompt_version", "actor_kind", "rule"),
+                registry=registry,
+            )
+            _counters["REGISTRY"] = registry
+    return _counters
+
+
+def __getattr__(name: str) -> Any:
+    """``REGISTRY`` (the registry holding Rewind's counters, read it in tests with `sample`),
+    ``LOOPS_DETECTED`` (``agent_loop_detected_total{rule, tool, scenario, prompt_version}``)
+    and ``ROLLBACKS`` (``agent_rollbacks_total{scenario, prompt_version, actor_kind, rule}``;
+    actor_kind is ``automatic`` or ``operator``; rule is the verdict's rule for automatic
+    rollbacks, else ``none``), made on first access."""
+    if name in ("REGISTRY", "LOOPS_DETECTED", "ROLLBACKS"):
+        return _build()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _registry() -> CollectorRegistry:
+    registry: CollectorRegistry = _build()["REGISTRY"]
+    return registry
+
+
+def _counter(name: str) -> Counter:
+    counter: Counter = _build()[name]
+    return counter
+
 
 _UNKNOWN = "unknown"
 _MAX_LABEL = 100
@@ -74,7 +111,7 @@ def record_loop(
     """
     if not getattr(verdict, "looping", False):
         return
-    LOOPS_DETECTED.labels(
+    _counter("LOOPS_DETECTED").labels(
         rule=_label(verdict.rule),
         tool=_label(tool if tool is not None else getattr(verdict, "tool", None), "none"),
         scenario=_meta(meta, "scenario"),
@@ -92,7 +129,7 @@ def record_rollback(
         automatic: True when Rewind rolled back on a verdict, False for an operator's rollback.
         rule: the rule that caused an automatic rollback (``none`` when not given).
     """
-    ROLLBACKS.labels(
+    _counter("ROLLBACKS").labels(
         scenario=_meta(meta, "scenario"),
         prompt_version=_meta(meta, "prompt_version"),
         actor_kind="automatic" if automatic else "operator",
@@ -113,17 +150,21 @@ def serve_metrics(port: int, addr: str = "127.0.0.1"):
     Raises:
         OSError: when the address cannot be bound (port in use, no such interface).
     """
-    return start_http_server(port, addr=addr, registry=REGISTRY)
+    from prometheus_client import start_http_server
+
+    return start_http_server(port, addr=addr, registry=_registry())
 
 
 def render_metrics() -> bytes:
     """The Prometheus text exposition of `REGISTRY` (to embed in an existing endpoint)."""
-    return generate_latest(REGISTRY)
+    from prometheus_client import generate_latest
+
+    return generate_latest(_registry())
 
 
 def sample(name: str, **labels: str) -> float:
     """Current value of one series (0.0 when it was never incremented), e.g.
     ``sample("agent_loop_detected_total", rule="cycle", tool="fetch", scenario="refund",
     prompt_version="v7")``."""
-    value = REGISTRY.get_sample_value(name, labels)
+    value = _registry().get_sample_value(name, labels)
     return 0.0 if value is None else value

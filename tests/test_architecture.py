@@ -194,6 +194,29 @@ def test_pure_parts_load_without_stores_or_metrics(module):
     assert out == "[]", f"import {module} loaded {out}"
 
 
+CONSOLE_STACK = ("streamlit", "plotly", "pandas", "pyarrow", "pydeck", "altair", "authlib")
+
+
+def test_an_engine_and_a_guarded_step_load_no_console_metrics_or_redis(tmp_path):
+    """An agent process that opens an engine per request pays for what a step needs: never the
+    console's stack (an extra install), the Redis client on a SQLite URL, or prometheus_client
+    before a metric is recorded."""
+    code = (
+        "import sys\n"
+        "from engine import Engine\n"
+        f"e = Engine.open({f'sqlite:///{tmp_path}/r.db'!r})\n"
+        "s = e.session('s')\n"
+        "with s.step('search', {'q': 1}) as call:\n"
+        "    call.ok(1)\n"
+        "e.close()\n"
+        "heavy = (*" + repr(CONSOLE_STACK) + ", 'prometheus_client', 'redis')\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout.strip()
+    assert out == "[]", f"an engine and a step loaded {out}"
+
+
 def test_the_engine_package_still_exports_every_public_name_on_use():
     code = ("import engine\n"
             "missing = [n for n in engine.__all__ if getattr(engine, n, None) is None]\n"
@@ -255,7 +278,7 @@ def test_the_cycle_check_sees_imports_inside_functions_and_type_checking(tmp_pat
 def test_engine_never_imports_ui_libraries():
     offenders = {mod for mod, path in _modules("engine").items()
                  for name in _imports(path)
-                 if name.split(".")[0] in {"streamlit", "plotly"}}
+                 if name.split(".")[0] in set(CONSOLE_STACK)}
     assert offenders == set()
 
 

@@ -6,9 +6,11 @@ downloaded."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +38,8 @@ def project(tmp_path: Path, pip_fails: bool) -> Path:
     python.write_text(f"""#!/usr/bin/env bash
 case "$*" in
   *"pip install -q --upgrade pip"*) exit 0 ;;
-  *"pip install -q -e"*) cat "{tmp_path}/warning.txt" >&2; {outcome} ;;
+  *"pip install -q -e"*) echo "$*" >>"{tmp_path}/pip-args.txt"
+    cat "{tmp_path}/warning.txt" >&2; {outcome} ;;
   *) exit 0 ;;
 esac
 """)
@@ -44,9 +47,9 @@ esac
     return tmp_path
 
 
-def run_install(root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(root / "scripts" / "install")], cwd=root, text=True,
-                          capture_output=True, timeout=60, env=dict(os.environ))
+def run_install(root: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(root / "scripts" / "install"), *flags], cwd=root,
+                          text=True, capture_output=True, timeout=60, env=dict(os.environ))
 
 
 def test_a_good_install_keeps_setuptools_warning_block_in_a_log_not_on_screen(tmp_path):
@@ -66,3 +69,30 @@ def test_a_failed_install_shows_pips_messages_and_writes_no_stamp(tmp_path):
     assert "No matching distribution found for redis" in done.stderr
     assert "pip could not install agent-rewind" in done.stderr
     assert not (tmp_path / ".venv" / ".rewind-install-stamp").exists()
+
+
+def test_the_engine_installs_alone_and_the_console_is_asked_for(tmp_path):
+    root = project(tmp_path, pip_fails=False)
+    assert run_install(root).returncode == 0
+    assert run_install(root, "--console").returncode == 0
+    installed = [line.rsplit(" ", 1)[-1] for line in
+                 (tmp_path / "pip-args.txt").read_text().splitlines()]
+    assert installed == [".", ".[console]"]
+    refused = run_install(root, "--consle")
+    assert refused.returncode == 2 and "usage: scripts/install" in refused.stderr
+
+
+def test_the_run_script_installs_the_console():
+    assert "./scripts/install --console" in (ROOT / "scripts" / "run").read_text()
+
+
+def test_the_console_stack_is_an_extra_that_the_tests_install():
+    project_table = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    def names(requirements: list[str]) -> set[str]:
+        return {re.split(r"[\[<>=!~ ;]", r, maxsplit=1)[0].lower() for r in requirements}
+    console = {"streamlit", "plotly", "pandas"}
+    assert not console & names(project_table["dependencies"])
+    extras = project_table["optional-dependencies"]
+    assert console <= names(extras["console"])
+    test_extra = next(r for r in extras["test"] if r.startswith("agent-rewind["))
+    assert "console" in test_extra.split("[", 1)[1].rstrip("]").split(",")

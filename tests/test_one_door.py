@@ -199,16 +199,19 @@ def test_the_engines_own_namespaces_are_not_writable_as_values(engine):
 
 def test_a_failure_inside_the_sqlite_transaction_writes_nothing(tmp_path, open_engine,
                                                                 monkeypatch):
-    from engine.store.sqlite.store import SQLiteStore
+    from engine.store.sqlite import writes as sqlite_store
 
     engine = open_engine(f"sqlite:///{tmp_path}/rewind.db")
     engine.session("s").append_message("user", "before")
     before, cursor = _everything(engine, "s"), engine.events()[-1].id
+    put_rows = sqlite_store._put_rows
 
-    def broken(*args, **kwargs):  # after the messages, values and snapshot are written
-        raise RuntimeError("disk on fire")
+    def broken(conn, table, *args, **kwargs):  # after the messages, values and snapshot
+        if table == "docs":
+            raise RuntimeError("disk on fire")
+        return put_rows(conn, table, *args, **kwargs)
 
-    monkeypatch.setattr(SQLiteStore, "_doc_put", staticmethod(broken))
+    monkeypatch.setattr(sqlite_store, "_put_rows", broken)
     with pytest.raises(RuntimeError, match="disk on fire"):
         engine.documents.write_session("s", messages=[{"role": "user", "content": "x"}],
                              values={"lg_head": {"root": "c"}}, snapshot="c",

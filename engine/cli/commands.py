@@ -729,6 +729,15 @@ def cmd_demo(args) -> int:
 
 
 def cmd_dashboard(args) -> int:
+    import importlib.util
+
+    missing = [name for name in ("streamlit", "plotly", "pandas")
+               if importlib.util.find_spec(name) is None]
+    if missing:
+        # The console's stack is an extra: an engine-only install must say how to get it.
+        raise CLIError(
+            f"the console needs {', '.join(missing)}, which this install lacks: run pip "
+            "install 'agent-rewind[console]' (./scripts/run installs it)")
     # serve.py runs app.py behind the console's response headers (no framing, metrics shut)
     app = Path(__file__).resolve().parents[2] / "dashboard" / "serve.py"
     env = dict(os.environ)

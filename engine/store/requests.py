@@ -202,6 +202,9 @@ class SessionWrite(TypedDict):
     """Unversioned documents: namespace -> items (None deletes one), as `Store.doc_put`."""
     stamp: NotRequired[tuple[str, str]]
     """(namespace, key) of a document in `documents` that records the snapshot taken."""
+    create: NotRequired[dict[str, Any]]
+    """Canonical meta: create the session with it when missing, else merge its keys into the
+    session's meta (as `Store.ensure_session`), before the other parts."""
 
 
 def stamped(write: SessionWrite, epoch: int, node: SnapshotNode | None

@@ -341,3 +341,15 @@ def test_purge_idle_sessions_keeps_evidence(store, rewind, open_engine):
     assert {i.id for i in engine.sessions()} == {LOOPING}
     (entry,) = [a for a in engine.audit(action="retention") if a.detail.get("session_ids")]
     assert entry.detail["session_ids"] == [HEALTHY]
+
+
+def test_dashboard_without_the_console_extra_says_how_to_install_it(monkeypatch, capsys):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "streamlit" else find_spec(name, *a))
+    monkeypatch.setattr(subprocess, "call", lambda *a, **k: pytest.fail("started streamlit"))
+    assert main(["dashboard"]) == 1
+    err = capsys.readouterr().err
+    assert "needs streamlit" in err and "pip install 'agent-rewind[console]'" in err

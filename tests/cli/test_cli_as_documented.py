@@ -397,11 +397,12 @@ def test_a_write_lock_held_elsewhere_names_the_store_and_writes_nothing(tmp_path
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "holding\n"
+        reader = open_engine(url)  # opening writes nothing, so the lock does not stop it
+        assert reader.get_session("agent").state().messages == [{"role": "user", "content": "hi"}]
         with pytest.raises(StoreBusy, match=r"the SQLite store sqlite:///.*rewind\.db stayed "
                                             r"locked by another connection for 0\.2 s"):
-            open_engine(url)
-        assert main(["--store", url, "rollback", "agent", "--actor", "alice", "--reason", "r",
-                     "--force"]) == 3
+            reader.get_session("agent").append_message("user", "lost?")
+        assert main(["--store", url, "notice", "agent", "--actor", "alice"]) == 3
         err = capsys.readouterr().err
         assert "stayed locked by another connection" in err and "damaged" not in err
     finally:

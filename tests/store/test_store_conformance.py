@@ -510,6 +510,46 @@ def test_documents_are_not_touched_by_rollbacks(engine):
 
 
 
+def test_a_page_of_documents_is_the_last_ones_below_a_key(engine):
+    """`scan_documents(below=…, last=…)`: a page of the newest documents, in key order, the
+    way a checkpointer lists a thread's latest checkpoints without reading the rest."""
+    engine.session("p")
+    engine.documents.put("p", "lg", {f"c/{i:03d}": {"i": i} for i in range(12)} | {"w/x": 1})
+    assert list(engine.documents.scan("p", "lg", "c/", last=3)) == ["c/009", "c/010", "c/011"]
+    assert list(engine.documents.scan("p", "lg", "c/", below="c/005", last=2)) == [
+        "c/003", "c/004"]
+    assert list(engine.documents.scan("p", "lg", "c/", below="c/002")) == ["c/000", "c/001"]
+    assert engine.documents.scan("p", "lg", "c/", below="c/000", last=5) == {}
+    assert engine.documents.scan("p", "lg", "c/", last=0) == {}
+    assert len(engine.documents.scan("p", "lg", "c/", last=50)) == 12
+    with pytest.raises(ValueError, match="last must be a count"):
+        engine.documents.scan("p", "lg", "c/", last=-1)
+
+
+def test_a_write_that_creates_its_session(engine):
+    """`write_session(create=meta)` creates a missing session (one transaction on SQLite), and
+    merges the meta into an existing one; a bad meta writes nothing."""
+    epoch, node = engine.documents.write_session(
+        "fresh", messages=[{"role": "user", "content": "hi"}], values={"head": {"root": "c1"}},
+        snapshot="first", documents={"lg": {"c/1": {"id": "1"}}}, stamp=("lg", "c/1"),
+        create={"integration": "langgraph"})
+    info = engine.session_info("fresh")
+    assert info is not None and info.meta == {"integration": "langgraph"}
+    assert info.messages == 1 and info.head == node.id and epoch == 0
+    assert engine.documents.get("fresh", "lg", ["c/1"])["c/1"]["snap"] == node.id
+    assert [e.type for e in engine.events(session="fresh")] == [
+        "session", "message", "head", "snapshot"]
+    engine.session("old", meta={"tenant": "acme"})
+    engine.documents.write_session("old", documents={"lg": {"k": 1}},
+                                   create={"integration": "langgraph"})
+    assert engine.session_info("old").meta == {"tenant": "acme", "integration": "langgraph"}
+    with pytest.raises(TypeError, match="meta tenant must be a string"):
+        engine.documents.write_session("never", documents={"lg": {"k": 1}}, create={"tenant": 7})
+    assert engine.session_info("never") is None
+    with pytest.raises(UnknownSession):
+        engine.documents.write_session("never", documents={"lg": {"k": 1}})
+
+
 def test_documents_may_be_bytes_kept_as_they_are(engine):
     """A document given as bytes reads back as those bytes (any byte, none of them JSON), beside
     JSON documents, through every write path; deleting it works like any other."""

@@ -125,6 +125,14 @@ def load(doc: Any) -> Any:
                     "data": memoryview(doc)[at + 4 * n:]}}
 
 
+def is_value_doc(doc: bytes) -> bool:
+    """Whether stored bytes are a channel value that is not a list (`raw_value`)."""
+    if doc[:4] != RAW_MAGIC:
+        return False
+    at = 8 + int.from_bytes(doc[4:8], "big")
+    return b'"type"' in doc[8:at]
+
+
 def load_all(docs: Mapping[str, Any]) -> dict[str, Any]:
     """`load` applied to every document of `docs` (key -> document)."""
     return {key: load(doc) if isinstance(doc, bytes) else doc for key, doc in docs.items()}

@@ -31,23 +31,21 @@ stored as bytes (the serializer's output behind a small header), so a read neith
 base64-decodes them; threads stored as JSON before still read.
 
 Every read and write goes through the engine's public API (`Engine.documents.get`,
-`Engine.documents.write_session`, …), never the store itself: the engine checks size limits
-before the store is touched, and a checkpoint's parts (mirrored messages, head pointer, snapshot,
+`Engine.documents.write_session`, …), never the store itself: the engine checks size limits before
+the store is touched, and a checkpoint's parts (mirrored messages, head pointer, snapshot,
 documents) are written in one atomic write, as is a copied thread. Async methods run the sync
 ones in the default executor.
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import functools
 import json
 import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -69,54 +67,29 @@ from langgraph.checkpoint.base.id import uuid6
 from engine import Retention
 from engine.engine import Engine
 from engine.errors import SnapshotNotRestorable, StoreError, UnknownSession, UnknownSnapshot
-from engine.ids import validate_session_id
 from engine.integrations.langgraph import codec, layout
+from engine.integrations.langgraph.aio import AsyncSaver
 from engine.integrations.langgraph.chat import is_notice, notice_message, to_chat
+from engine.integrations.langgraph.threads import healthy_checkpoint, session_id
 from engine.limits import cut_text
 
 ACTOR = "langgraph"
 """Actor name of the saver's own actions (forks, deletions) in the audit log."""
 
+_CACHED_LIST: dict[str, Any] = {"raw": None}
+"""Stands for a list document whose version this saver holds (`codec.ListState`): the read
+takes the items from the cache and never looks inside it."""
+
+_THREAD_META = {layout.META_KEY: layout.META_VALUE}
+"""The meta that marks a session as a LangGraph thread (merged into an existing one)."""
+
+__all__ = ["ACTOR", "RewindSaver", "healthy_checkpoint", "session_id"]
+
 _PLAIN_FIELDS = ("v", "ts", "channel_versions", "versions_seen", "updated_channels")
 """Checkpoint fields stored as plain JSON; the id is the record's, other fields are serialized."""
 
 
-def session_id(thread_id: Any) -> str:
-    """The Rewind session of a LangGraph thread.
-
-    Raises:
-        InvalidSessionId: the thread id is empty, longer than 200 characters or holds control
-            characters.
-    """
-    return validate_session_id(str(thread_id))
-
-
-def healthy_checkpoint(engine: Engine | Any, sid: str, step: int | None) -> dict | None:
-    """The record of the last checkpoint before the model turn that led to guarded step `step`.
-
-    A tool call runs under a root checkpoint that already holds the model's message asking for
-    it; the checkpoint before that one is the last state without any of it. None when unknown
-    (the step was not recorded by the guard, or the thread is not checkpointed by `RewindSaver`).
-    `engine` is the `Engine` (a `Store`, as this function took before, still works).
-    """
-    if step is None:
-        return None
-    get = (engine.documents.get if isinstance(engine, Engine)
-           else engine.doc_get)  # the old signature took the store
-
-    def doc(key: str) -> Any:
-        return get(sid, layout.DOCS, [key]).get(key)
-
-    ran = doc(layout.step_key(step))
-    if not ran or not ran.get("checkpoint"):
-        return None
-    rec = doc(layout.checkpoint_key("", ran["checkpoint"]))
-    if not rec or not rec.get("parent"):
-        return None
-    return doc(layout.checkpoint_key("", rec["parent"]))
-
-
-class RewindSaver(BaseCheckpointSaver[str]):
+class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
     """LangGraph checkpointer that keeps threads as Rewind sessions.
 
     ``RewindSaver(Engine.open(url))``, then ``graph.compile(checkpointer=saver)``.
@@ -149,6 +122,9 @@ class RewindSaver(BaseCheckpointSaver[str]):
         self._lists: OrderedDict[tuple[str, str, str], codec.ListState] = OrderedDict()
         self._last: OrderedDict[tuple[str, str], dict] = OrderedDict()
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._blobs: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+        """(session, blob key) -> a stored value that is not a list, as stored (bytes, decoded
+        anew at every read): a version's value never changes, so a warm read need not fetch it."""
         self._seen_changed = threading.Condition(self._lock)
 
     def wait_for_checkpoint(self, thread_id: Any, checkpoint_id: str, timeout: float) -> bool:
@@ -244,9 +220,14 @@ class RewindSaver(BaseCheckpointSaver[str]):
         before_id = get_checkpoint_id(before) if before else None
         for thread_id in threads:
             sid = session_id(thread_id)
-            recs = list(self.engine.documents.scan(sid, layout.DOCS,
-                                            layout.checkpoint_prefix(ns_filter)).values())
-            recs.sort(key=lambda r: r["id"], reverse=True)
+            if ns_filter is not None and limit is not None and not id_filter:
+                recs: Iterator[dict] = self._newest(sid, ns_filter, before_id,
+                                                    limit if not filter else max(limit, 20))
+            else:
+                every = list(self.engine.documents.scan(
+                    sid, layout.DOCS, layout.checkpoint_prefix(ns_filter)).values())
+                every.sort(key=lambda r: r["id"], reverse=True)
+                recs = iter(every)
             scans: dict = {}
             for rec in recs:
                 if id_filter and rec["id"] != id_filter:
@@ -262,6 +243,19 @@ class RewindSaver(BaseCheckpointSaver[str]):
                     limit -= 1
                     if limit <= 0:
                         return
+
+    def _newest(self, sid: str, ns: str, before_id: str | None, page: int) -> Iterator[dict]:
+        """The namespace's checkpoint records newest first (below `before_id`), read a page of
+        `page` at a time: ``list(limit=…)`` reads about what it returns, not the thread.
+        Checkpoint ids sort by time (LangGraph's uuid6), and so do their keys."""
+        prefix = layout.checkpoint_prefix(ns)
+        below = layout.checkpoint_key(ns, before_id) if before_id else None
+        while True:
+            batch = self.engine.documents.scan(sid, layout.DOCS, prefix, below=below, last=page)
+            yield from reversed(list(batch.values()))
+            if len(batch) < page:
+                return
+            below = next(iter(batch))
 
     # -- writing ----------------------------------------------------------------------------
     def put(
@@ -293,8 +287,20 @@ class RewindSaver(BaseCheckpointSaver[str]):
         sid = session_id(thread_id)
         ns = conf.get("checkpoint_ns") or ""
         meta = get_checkpoint_metadata(config, metadata)
-        self._retrying(sid, lambda: self._put(sid, ns, conf.get("checkpoint_id"), checkpoint,
-                                              meta, new_versions))
+
+        def run() -> None:
+            self._put(sid, ns, conf.get("checkpoint_id"), checkpoint, meta, new_versions)
+
+        if ns == "":
+            # A root checkpoint's write creates the session when it is missing (one
+            # transaction for a new thread's first checkpoint on SQLite).
+            try:
+                run()
+            except UnknownSession:  # deleted while this put ran a part that does not create
+                self._forget(sid)
+                self._retrying(sid, run)
+        else:
+            self._retrying(sid, run)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -352,8 +358,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
         The target gets LangGraph's whole history (all namespaces, the full parent chains), the
         source's live conversation if it has none yet, and one snapshot of the copied latest
         checkpoint. Steps and snapshots of the source stay with the source. All of it is one
-        atomic write (`Engine.documents.write_session`): a copy that fails (a size limit, the
-        store) leaves the target's history, head and documents as they were.
+        atomic write (`Engine.documents.write_session`): a copy that fails (a size limit, the store)
+        leaves the target's history, head and documents as they were.
 
         Args:
             source_thread_id: thread to copy from; a missing thread copies nothing.
@@ -475,55 +481,6 @@ class RewindSaver(BaseCheckpointSaver[str]):
             counter = int(str(current).split(".")[0])
         return f"{counter + 1:032}.{random.random():016}"
 
-    # -- async ------------------------------------------------------------------------------
-    async def _run(self, fn, *args, **kwargs):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, functools.partial(fn, *args, **kwargs))
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Async `get_tuple`."""
-        return await self._run(self.get_tuple, config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """Async `list`."""
-        items = await self._run(
-            lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
-        for item in items:
-            yield item
-
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
-                   metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
-        """Async `put`."""
-        return await self._run(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                          task_id: str, task_path: str = "") -> None:
-        """Async `put_writes`."""
-        await self._run(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """Async `delete_thread`."""
-        await self._run(self.delete_thread, thread_id)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Async `copy_thread`."""
-        await self._run(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Async `prune`."""
-        await self._run(self.prune, thread_ids, strategy=strategy)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Async `delete_for_runs`."""
-        await self._run(self.delete_for_runs, run_ids)
-
     # -- put --------------------------------------------------------------------------------
     def _put(self, sid: str, ns: str, parent_id: str | None, checkpoint: Checkpoint,
              meta: CheckpointMetadata | dict, new_versions: ChannelVersions) -> None:
@@ -533,6 +490,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
         parent_chains = (parent.get("lists") or {}) if parent else {}
         values = checkpoint["channel_values"]
         docs: dict[str, Any] = {}
+        raws: dict[str, bytes] = {}
         lists: dict[str, codec.ListState] = {}
         appended = None  # messages this checkpoint adds to its parent's, for the mirror
         max_bytes = self.engine.limits.document_bytes // 2
@@ -544,6 +502,7 @@ class RewindSaver(BaseCheckpointSaver[str]):
             value = values[channel]
             if not isinstance(value, list):
                 docs[key] = codec.raw_value(tuple(self.serde.dumps_typed(value)))
+                raws[key] = docs[key]
                 continue
             before = parent_versions.get(channel)
             base = None
@@ -589,14 +548,19 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 sid, messages=chat, values={layout.HEAD: {layout.ROOT: checkpoint_id}},
                 snapshot=cut_text(label, self.engine.limits.name_chars),
                 documents={layout.DOCS: docs}, stamp=(layout.DOCS, key),
-                retention=self.retention)
+                retention=self.retention, create=_THREAD_META)
             assert node is not None
             rec.update(snap=node.id, msgs=node.messages, epoch=epoch)
+            with self._lock:
+                self._remember(self._ensured, sid, None)
         else:
+            self._ensure(sid)
             self.engine.documents.put(sid, layout.DOCS, docs)
         with self._seen_changed:
             for channel, state in lists.items():
                 self._remember(self._lists, (sid, ns, channel), state)
+            for blob_key, raw in raws.items():
+                self._remember(self._blobs, (sid, blob_key), raw)
             self._remember(self._last, (sid, ns), rec)
             self._remember(self._seen, (sid, checkpoint_id), None)
             self._seen_changed.notify_all()
@@ -674,6 +638,10 @@ class RewindSaver(BaseCheckpointSaver[str]):
         if ns == "":
             head = self._head(sid)
             if head:
+                with self._lock:
+                    last = self._last.get((sid, ""))
+                if last is not None and last["id"] == head:
+                    return last  # what this saver last stored or read of the thread's head
                 key = layout.checkpoint_key("", head)
                 rec = self.engine.documents.get(sid, layout.DOCS, [key]).get(key)
                 if rec is not None:
@@ -713,12 +681,12 @@ class RewindSaver(BaseCheckpointSaver[str]):
 
     def _encodings(self, sid: str, ns: str, channel: str, version: str, doc: dict,
                    scans: dict) -> Sequence[tuple]:
-        if doc.get("base") is None:
-            return codec.unpack(doc)
         with self._lock:
             cached = self._lists.get((sid, ns, channel))
         if cached is not None and cached.version == version:
             return cached.encodings
+        if doc.get("base") is None:
+            return codec.unpack(doc)
         scan = scans.get((ns, channel))
         if scan is None:
             prefix = layout.blob_prefix(ns, channel)
@@ -740,7 +708,16 @@ class RewindSaver(BaseCheckpointSaver[str]):
         (each list's skip-delta chain included, `chains` from the record), unless `scans`
         already holds a whole channel (`list` reading many checkpoints)."""
         keys = {ch: layout.blob_key(ns, ch, v) for ch, v in versions.items()}
-        wanted = set(keys.values())
+        cached_docs: dict[str, Any] = {}
+        with self._lock:
+            for channel, key in keys.items():
+                raw = self._blobs.get((sid, key))
+                listed = self._lists.get((sid, ns, channel))
+                if raw is not None:
+                    cached_docs[key] = raw
+                elif listed is not None and listed.version == str(versions[channel]):
+                    cached_docs[key] = _CACHED_LIST
+        wanted = set(keys.values()) - cached_docs.keys()
         usable: dict[str, codec.Chain] = {}
         for channel, chain in chains.items():
             if channel not in versions or str(chain[-1][0]) != str(versions[channel]):
@@ -752,8 +729,13 @@ class RewindSaver(BaseCheckpointSaver[str]):
                 continue
             usable[channel] = chain
             wanted.update(codec.chain_keys(ns, channel, chain))
-        docs = codec.load_all(
-            self.engine.documents.get(sid, layout.DOCS, sorted(wanted)) if wanted else {})
+        found = self.engine.documents.get(sid, layout.DOCS, sorted(wanted)) if wanted else {}
+        if remember:
+            with self._lock:
+                for key, doc in found.items():
+                    if isinstance(doc, bytes) and key in keys.values() and codec.is_value_doc(doc):
+                        self._remember(self._blobs, (sid, key), doc)
+        docs = codec.load_all({**found, **cached_docs})
         values = {}
         for channel, key in keys.items():
             doc = docs.get(key)
@@ -864,7 +846,10 @@ class RewindSaver(BaseCheckpointSaver[str]):
             if sid in self._ensured:
                 self._ensured.move_to_end(sid)
                 return
-        self.engine.session(sid, meta={layout.META_KEY: layout.META_VALUE})
+        # a read first: a thread this integration made needs no write (a saver per request)
+        info = self.engine.session_info(sid)
+        if info is None or info.meta.get(layout.META_KEY) != layout.META_VALUE:
+            self.engine.session(sid, meta=_THREAD_META)
         with self._lock:
             self._remember(self._ensured, sid, None)
 
@@ -886,7 +871,8 @@ class RewindSaver(BaseCheckpointSaver[str]):
 
     def _forget_cache(self, sid: str) -> None:
         with self._lock:
-            caches: tuple[OrderedDict[Any, Any], ...] = (self._lists, self._last, self._seen)
+            caches: tuple[OrderedDict[Any, Any], ...] = (self._lists, self._last, self._seen,
+                                                         self._blobs)
             for cache in caches:
                 for key in [k for k in cache if k[0] == sid]:
                     del cache[key]

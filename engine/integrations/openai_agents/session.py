@@ -205,12 +205,22 @@ def _message_item(message: dict) -> dict | None:
 
 
 def _items(since: int, messages: list[dict]) -> list[tuple[int, dict]]:
-    """(position, item) of the messages read from position `since` that stand for an item."""
-    out = []
+    """(position, item) of the messages read from position `since` that stand for an item.
+
+    The common message (an item whose text is its content: `REST_KEY` and `TEXT_KEY`) is
+    rebuilt inline, in one pass over a full history; others go through `_message_item`."""
+    out: list[tuple[int, dict]] = []
+    append = out.append
     for position, message in enumerate(messages, start=since):
+        rest = message.get(REST_KEY)
+        if (rest is not None and message.get(TEXT_KEY) == "content" and type(rest) is dict
+                and ITEM_KEY not in message):
+            append((position, {**rest, "role": message.get("role"),
+                               "content": message.get("content")}))
+            continue
         item = _message_item(message)
         if item is not None:
-            out.append((position, item))
+            append((position, item))
     return out
 
 

@@ -40,8 +40,11 @@ class DocumentStore(Protocol):
         """The documents among `keys` that exist (`bytes` for one stored as bytes)."""
         ...
 
-    def doc_scan(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
-        """Every document of `ns` whose key starts with `prefix`, in key order."""
+    def doc_scan(self, sid: str, ns: str, prefix: str = "", *, below: str | None = None,
+                 last: int | None = None) -> dict[str, Any]:
+        """Every document of `ns` whose key starts with `prefix` (and is less than `below`
+        when given), in key order; with `last`, only the last that many of them (a page read
+        newest first reads no more than it returns on SQLite)."""
         ...
 
     def fleet_docs(self, ns: str) -> dict[str, Any]:

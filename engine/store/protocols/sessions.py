@@ -244,12 +244,14 @@ class SessionStore(Protocol):
         taken (`take_snapshot`, with `retention`), and each namespace of `write["documents"]`
         set (`doc_put`). The document `write["stamp"]` names, a dict among the documents, is
         stored with the snapshot's ``snap`` (id), ``msgs`` (live message count) and ``epoch``.
+        With `write["create"]` (meta), a missing session is created first (`ensure_session`):
+        in the same transaction on SQLite, as a step of its own before the script on Redis.
 
         Returns:
             (the session's epoch, the snapshot taken or None).
 
         Raises:
-            UnknownSession: no such session. Nothing is written.
+            UnknownSession: no such session (and no `create`). Nothing is written.
             ValueError: a stamp without a snapshot, or naming no dict among the documents.
         """
         ...

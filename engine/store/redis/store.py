@@ -654,14 +654,22 @@ class RedisStore(FleetDocs):
             out.update(self._docs(sid, [ns, "keys", *keys[i : i + 500]]))
         return out
 
-    def doc_scan(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
-        return self._docs(sid, [ns, "scan", prefix])
+    def doc_scan(self, sid: str, ns: str, prefix: str = "", *, below: str | None = None,
+                 last: int | None = None) -> dict[str, Any]:
+        found = self._docs(sid, [ns, "scan", prefix])
+        if below is None and last is None:
+            return found
+        keys = [k for k in found if below is None or k < below]
+        if last is not None:
+            keys = keys[max(0, len(keys) - last):]
+        return {k: found[k] for k in keys}
 
     # -- atomic multi-part writes ------------------------------------------------------------
     def write_session(
         self, sid: str, write: SessionWrite, now: float, retention: Retention
     ) -> tuple[int, SnapshotNode | None]:
-        """Messages, versioned values, a snapshot and documents in one script (see write.lua)."""
+        """Messages, versioned values, a snapshot and documents in one script (see write.lua);
+        a session to create (`write["create"]`) is created before it."""
         label = write.get("snapshot")
         documents = write.get("documents") or {}
         stamp = write.get("stamp")
@@ -669,6 +677,8 @@ class RedisStore(FleetDocs):
                                   or not isinstance(documents.get(stamp[0], {}).get(stamp[1]),
                                                     dict)):
             raise ValueError(f"the stamp {stamp!r} needs a snapshot and a document that is a dict")
+        if "create" in write:
+            self.ensure_session(sid, write["create"] or None, now)
         messages = write.get("messages") or []
         args: list[Any] = ["1" if write.get("messages_if_empty") else "0",
                            dumps([m["role"] for m in messages]), len(messages),

@@ -44,13 +44,26 @@ class DocumentRows:
             out.update((k, _doc_value(v)) for k, v in rows)
         return out
 
-    def doc_scan(self, sid: str, ns: str, prefix: str = "") -> dict[str, Any]:
-        """Every document of `ns` whose key starts with `prefix`, in key order."""
-        rows = self._db.read(
-            "SELECT key, value FROM docs WHERE session = ? AND ns = ? AND key >= ? AND key < ? "
-            "ORDER BY key",
-            (sid, ns, prefix, prefix + "\U0010ffff"),
-        )
+    def doc_scan(self, sid: str, ns: str, prefix: str = "", *, below: str | None = None,
+                 last: int | None = None) -> dict[str, Any]:
+        """Every document of `ns` whose key starts with `prefix` (and is less than `below`),
+        in key order; with `last`, the last that many, read backwards through the key."""
+        end = prefix + "\U0010ffff"
+        if below is not None and below < end:
+            end = below
+        if last is None:
+            rows = self._db.read(
+                "SELECT key, value FROM docs WHERE session = ? AND ns = ? AND key >= ? "
+                "AND key < ? ORDER BY key",
+                (sid, ns, prefix, end),
+            )
+        else:
+            rows = self._db.read(
+                "SELECT key, value FROM docs WHERE session = ? AND ns = ? AND key >= ? "
+                "AND key < ? ORDER BY key DESC LIMIT ?",
+                (sid, ns, prefix, end, max(0, last)),
+            )
+            rows.reverse()
         return {k: _doc_value(v) for k, v in rows}
 
     # -- fleet documents --------------------------------------------------------------------
@@ -84,13 +97,18 @@ class DocumentRows:
 def _put_doc(conn: sqlite3.Connection, sid: str, ns: str, key: str, value: Any) -> None:
     """Set (None: delete) one document: the ``docs`` row holds its JSON text, or bytes as they
     are (a BLOB: the column's TEXT affinity leaves BLOBs alone)."""
-    if isinstance(value, (bytearray, memoryview)):
-        value = bytes(value)
     if value is None:
         conn.execute("DELETE FROM docs WHERE session = ? AND ns = ? AND key = ?", (sid, ns, key))
         return
     conn.execute("INSERT OR REPLACE INTO docs(session, ns, key, value) VALUES (?, ?, ?, ?)",
-                 (sid, ns, key, value if isinstance(value, bytes) else dumps(value)))
+                 (sid, ns, key, doc_text(value)))
+
+
+def doc_text(value: Any) -> str | bytes:
+    """What a ``docs`` row holds for a document: its JSON text, or bytes as they are."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    return dumps(value)
 
 
 def _doc_value(stored: str | bytes) -> Any:

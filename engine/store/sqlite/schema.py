@@ -4,6 +4,14 @@ One row of ``rewind_meta`` records the schema version a file was written with. O
 written by a newer release refuses (`SchemaMismatch`) instead of misreading it; an older or equal
 version gets the missing tables and indexes (every statement is ``IF NOT EXISTS``).
 
+That upgrade runs only when needed: once it has run, a ``layout`` row records this release's
+layout (`LAYOUT`) with SQLite's schema cookie (``PRAGMA schema_version``, which SQLite moves on
+every change of a table or index). An open that finds both unchanged (`up_to_date`, one read)
+knows the file holds exactly the tables and indexes the upgrade left, and writes nothing: opening
+an engine per request costs a connection and a read, not the script and a commit. Any other
+release that changes the layout (an older one recreating a dropped index, a newer one adding a
+table) moves the cookie or writes its own layout, and the next open here runs the upgrade again.
+
 Layout, per session (column ``session``): ``sessions`` (summary, counters, ``seq``: the
 session's write sequence), ``messages``, ``kv_writes`` (every versioned put) and ``kv`` (current
 values), ``docs`` (unversioned documents), ``snapshots``, ``steps``, ``branches``. Fleet-wide:
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import zlib
 
 from engine.errors import SchemaMismatch, StoreUnavailable
 
@@ -180,6 +189,35 @@ NOT EXISTS`` leaves those as they are). An older file's step snapshots stay rows
 ``loop_open`` starts from the status (see `init_schema`)."""
 
 
+LAYOUT = format(
+    zlib.crc32(
+        repr(
+            (SCHEMA_VERSION, DDL, RETIRED_INDEXES, REDEFINED_INDEXES, ADDED_COLUMNS)
+        ).encode()
+    ),
+    "08x",
+)
+"""This release's layout: changes whenever the tables, indexes or upgrade steps above change,
+so a file stamped by a release with another layout is upgraded again on open."""
+
+_LAYOUT_READ = (
+    "SELECT (SELECT value FROM rewind_meta WHERE key = 'schema_version'), "
+    "(SELECT value FROM rewind_meta WHERE key = 'layout'), schema_version "
+    "FROM pragma_schema_version"
+)
+
+
+def up_to_date(conn: sqlite3.Connection) -> bool:
+    """True when the file holds this release's layout, unchanged since `init_schema` left it
+    (then opening it needs no write). One read; False for a new file."""
+    try:
+        row = conn.execute(_LAYOUT_READ).fetchone()
+    except sqlite3.OperationalError:  # a new file: no rewind_meta yet
+        return False
+    version, layout, cookie = row
+    return version == str(SCHEMA_VERSION) and layout == f"{LAYOUT}:{cookie}"
+
+
 def missing_columns(conn: sqlite3.Connection) -> dict[str, list[str]]:
     """Per table, the `ADDED_COLUMNS` (with their types) an older file lacks."""
     out: dict[str, list[str]] = {}
@@ -258,6 +296,13 @@ def init_schema(conn: sqlite3.Connection, name: str) -> None:
         "ON CONFLICT(key) DO UPDATE SET value = excluded.value "
         "WHERE CAST(rewind_meta.value AS INTEGER) < CAST(excluded.value AS INTEGER)",
         (str(SCHEMA_VERSION),),
+    )
+    # The cookie now is the one this transaction commits (a row write leaves it as it is).
+    (cookie,) = conn.execute("PRAGMA schema_version").fetchone()
+    conn.execute(
+        "INSERT INTO rewind_meta(key, value) VALUES ('layout', ?) "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (f"{LAYOUT}:{cookie}",),
     )
 
 

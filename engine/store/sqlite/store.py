@@ -9,6 +9,7 @@ connection. The class is assembled from the parts that own each concern:
 - `engine.store.sqlite.rows`: rows to records, the WHERE builder, audit and feed writes;
 - `engine.store.sqlite.branches`: rollbacks, abandoned branches and their retention;
 - `engine.store.sqlite.saga`: the compensation outbox;
+- `engine.store.sqlite.writes`: an integration's multi-part write (`write_session`);
 - this module: sessions, history, snapshots, steps, the feed, documents.
 """
 
@@ -36,11 +37,9 @@ from engine.store.base import (
     Retention,
     SessionCursor,
     SessionFilter,
-    SessionWrite,
     StepOutcome,
     StepStart,
     StepTicket,
-    stamped,
 )
 from engine.store.sqlite.branches import BranchLine
 from engine.store.sqlite.docs import DocumentRows
@@ -72,9 +71,11 @@ from engine.store.sqlite.schema import (
     init_schema,
     loops_from,
     missing_columns,
+    up_to_date,
 )
 from engine.store.sqlite.snapshots import SnapshotReads
 from engine.store.sqlite.tx import SQLiteDB, path_from_url
+from engine.store.sqlite.writes import ACTIVITY_GRAIN_S, SessionWrites
 from engine.store.urls import redact
 from engine.types import SessionStatus, SnapshotKind, StepStatus, StoredVerdict
 
@@ -125,12 +126,6 @@ _VERDICT_EVENTS = (
 """A flagged step's feed event, followed by a ``loop`` event when the step starts a loop
 episode (the session was not inside one): one statement, as for any step."""
 
-ACTIVITY_GRAIN_S = 1.0
-"""A step moves its session's ``updated_at`` only when the last move is this old (status changes,
-verdicts, rollbacks and late steps always move it). ``updated_at`` keys two paging indexes: moving
-it twice per step rewrote four index entries each step; at this grain a busy session rewrites
-them about once a second, and last activity stays exact to within a second."""
-
 _END_STEP = (
     "UPDATE steps SET status = ?, error = ?, result_digest = ?, result_preview = ?, "
     "ended_at = ?, verdict = ?, budget = ? WHERE session = ? AND n = ?"
@@ -169,7 +164,7 @@ def _delete_session(conn: sqlite3.Connection, sid: str) -> bool:
     return found
 
 
-class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
+class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWrites):
     """Store on one SQLite file (or `:memory:` for tests and demos in one process).
 
     Args:
@@ -220,15 +215,14 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
                 self._embedded = False
             if "sessions" in missing:  # no loop events either
                 self._loops_from = math.inf
-        else:
+        elif not up_to_date(self._db.conn):
             with self._db.write() as conn:
                 init_schema(conn, url)
-        if self._loops_from != math.inf:
-            self._loops_from = loops_from(self._db.conn)
 
-    _loops_from = -math.inf
+    _loops_from: float | None = None
     """`loops` answers for times after this one: the time of the last event an older release
-    wrote to this file (-inf: every event came from a release that writes ``loop`` events)."""
+    wrote to this file (-inf: every event came from a release that writes ``loop`` events);
+    None until `loops` first needs it (an agent process never does)."""
 
     _embedded = True
     """False on a read-only file of an older schema: its step snapshots are all rows of
@@ -251,33 +245,12 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
             row = conn.execute("SELECT meta FROM sessions WHERE id = ?", (sid,)).fetchone()
             if row is None:
                 merged = dict(meta or {})
-                conn.execute(
-                    "INSERT INTO sessions(id, meta, tenant, scenario, prompt_version, "
-                    "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        sid,
-                        dumps(merged),
-                        merged.get("tenant"),
-                        merged.get("scenario"),
-                        merged.get("prompt_version"),
-                        now,
-                        now,
-                    ),
-                )
+                self._create_session(conn, sid, merged, now)
                 add_event(conn, now, sid, "session", {"meta": merged})
             elif meta:
-                merged = {**json.loads(row[0]), **meta}
-                conn.execute(
-                    "UPDATE sessions SET meta = ?, tenant = ?, scenario = ?, prompt_version = ? "
-                    "WHERE id = ?",
-                    (
-                        dumps(merged),
-                        merged.get("tenant"),
-                        merged.get("scenario"),
-                        merged.get("prompt_version"),
-                        sid,
-                    ),
-                )
+                current = json.loads(row[0])
+                if {**current, **meta} != current:
+                    self._set_meta(conn, sid, {**current, **meta})
         info = self.get_session(sid)
         if info is None:  # deleted by another process right after the write
             raise UnknownSession(f"session {sid!r} was deleted while it was being opened")
@@ -381,7 +354,9 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
             "AND pos < ? ORDER BY pos",
             (sid, since, _END if until is None else until),
         )
-        return [json.loads(r[0]) for r in rows]
+        # One decode of the whole span (each body is JSON text this store wrote): a full read
+        # of a long history pays the decoder's setup once, not once per message.
+        return json.loads("[" + ",".join([r[0] for r in rows]) + "]") if rows else []
 
     def all_messages(self, sid: str) -> list[MessageRecord]:
         """Every message, live and abandoned, in write order."""
@@ -429,7 +404,12 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (sid, snap_id, head, label, kind, seq, msg_count, step_count + 1, now),
         )
-        cls._retire(conn, sid, kind, step_count + 1, now, retention)
+        if kind == "step" or seq > retention.keep_snapshots:
+            # A session's snapshots each took a sequence number of their own (numbers only
+            # grow, and go with the session when it is deleted), so while the newest number is
+            # within the window there cannot be more snapshots than it keeps: a short thread's
+            # checkpoint pays nothing for retention.
+            cls._retire(conn, sid, kind, step_count + 1, now, retention)
         return SnapshotNode(
             id=snap_id,
             parent=head,
@@ -774,6 +754,8 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
     def loops(self, since: float, after: int = 0, limit: int = 1000) -> list[Event] | None:
         """``loop`` events after (`since`, `after`) by (time, cursor), through ``events_loop``;
         None for a time an older release may have written steps at."""
+        if self._loops_from is None:
+            self._loops_from = loops_from(self._db.conn)
         if since <= self._loops_from:
             return None
         rows = self._named(
@@ -816,29 +798,6 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
         return counts
 
     # -- atomic multi-part writes ------------------------------------------------------------
-    def write_session(
-        self, sid: str, write: SessionWrite, now: float, retention: Retention
-    ) -> tuple[int, SnapshotNode | None]:
-        """Messages, versioned values, a snapshot and documents in one transaction."""
-        with self._db.write() as conn:
-            _seq, epoch, live_messages, *_ = session_row(conn, sid)
-            messages = write.get("messages") or []
-            if write.get("messages_if_empty") and live_messages:
-                messages = []
-            if messages:
-                self._append(conn, sid, messages, now)
-            for ns, items in (write.get("values") or {}).items():
-                self._put(conn, sid, ns, items, now)
-            node = None
-            label = write.get("snapshot")
-            if label is not None:
-                node = self._snapshot(conn, sid, label, "manual", now, retention)
-                add_event(conn, now, sid, "snapshot",
-                          {"id": node.id, "label": label, "kind": "manual"})
-            for ns, docs in stamped(write, epoch, node).items():
-                self._doc_put(conn, sid, ns, docs, now)
-        return epoch, node
-
     # -- maintenance ------------------------------------------------------------------------
     def rebuild_indexes(self) -> dict[str, int]:
         """SQLite's indexes are part of its tables; nothing drifts. Checks integrity instead."""

@@ -252,7 +252,8 @@ class SQLiteDB:
         if not self.memory:
             directory = os.path.dirname(os.path.abspath(path))
             try:
-                os.makedirs(directory, exist_ok=True)
+                if not os.path.isdir(directory):  # a stat, not a mkdir, on every open
+                    os.makedirs(directory, exist_ok=True)
             except OSError as exc:
                 raise StoreUnavailable(f"cannot create the folder for {name}: {exc}") from exc
             if not self.read_only:
@@ -269,12 +270,12 @@ class SQLiteDB:
                 target, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False,
                 uri=self.read_only,
             )
-            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            # connect's timeout is the busy timeout; foreign keys are off by default and no
+            # table declares one: an engine opened per request runs no statement it needs not
             if not self.memory and not self.read_only:
                 _set_wal(conn)
                 conn.execute("PRAGMA wal_autocheckpoint = 0")  # the Checkpointer does it
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-            conn.execute("PRAGMA foreign_keys = OFF")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open {self.name}: {exc}") from exc
         return conn

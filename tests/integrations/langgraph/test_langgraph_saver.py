@@ -565,3 +565,65 @@ def test_guard_follows_the_freeze_unless_given_a_policy(store_url, open_engine):
     assert caught.value.rollback is not None
     assert engine.get_session("strict").info().last_verdict["policy_reason"] == (
         "set for this session")
+
+
+# -- short threads ------------------------------------------------------------------------------
+def test_a_new_threads_first_checkpoint_is_one_transaction(open_engine, tmp_path):
+    engine = open_engine(f"sqlite:///{tmp_path}/rewind.db")
+    saver = RewindSaver(engine)
+    statements: list[str] = []
+    engine.store._db.conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+    put_chain(saver, "chat-1", [[HumanMessage("hi", id="h1")]])
+    engine.store._db.conn.set_trace_callback(None)  # type: ignore[attr-defined]
+    assert [s for s in statements if s.startswith("BEGIN")] == ["BEGIN IMMEDIATE"]
+    info = engine.session_info("chat-1")
+    assert info.meta == {layout.META_KEY: layout.META_VALUE} and info.messages == 1
+    assert [n.label.split(" (")[0] for n in engine.session("chat-1").tree()][-1].startswith(
+        "checkpoint")
+
+
+def test_list_with_a_limit_pages_back_through_filters_and_before(engine, saver):
+    configs = put_chain(saver, "long", [[HumanMessage(f"m{j}", id=f"m{j}")
+                                         for j in range(i + 1)] for i in range(45)])
+    ids = [c["configurable"]["checkpoint_id"] for c in configs]
+    root = {"configurable": {"thread_id": "long", "checkpoint_ns": ""}}
+    got = [t.config["configurable"]["checkpoint_id"] for t in saver.list(root, limit=3)]
+    assert got == ids[::-1][:3]
+    got = [t.config["configurable"]["checkpoint_id"]
+           for t in saver.list(root, before=configs[30], limit=4)]
+    assert got == ids[:30][::-1][:4]
+    # a filter that matches only early checkpoints: the pages go back until enough match
+    got = [t.metadata["step"] for t in saver.list(root, filter={"step": 2}, limit=1)]
+    assert got == [2]
+    got = [t.metadata["step"] for t in saver.list(root, filter={"source": "loop"}, limit=25)]
+    assert got == list(range(44, 19, -1))
+    assert len(list(saver.list(root, limit=100))) == 45
+
+
+def test_a_saver_per_request_writes_nothing_to_mark_a_known_thread(open_engine, tmp_path):
+    url = f"sqlite:///{tmp_path}/rewind.db"
+    configs = put_chain(RewindSaver(open_engine(url)), "chat-2", [[HumanMessage("hi", id="h")]])
+    engine = open_engine(url)
+    statements: list[str] = []
+    engine.store._db.conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+    RewindSaver(engine).put_writes(configs[0], [("messages", AIMessage("x", id="a"))], "task-1")
+    engine.store._db.conn.set_trace_callback(None)  # type: ignore[attr-defined]
+    assert len([s for s in statements if s.startswith("BEGIN")]) == 1  # the writes alone
+
+
+def test_a_warm_saver_sees_a_rollback_made_by_another_process(open_engine, tmp_path):
+    """The saver keeps what it last wrote to answer the next read without the store; a head
+    moved elsewhere (the console, another worker) is still what it reads."""
+    url = f"sqlite:///{tmp_path}/rewind.db"
+    saver = RewindSaver(open_engine(url))
+    configs = put_chain(saver, "chat-3", [[HumanMessage("a", id="a")],
+                                          [HumanMessage("a", id="a"), AIMessage("b", id="b")]])
+    latest = {"configurable": {"thread_id": "chat-3"}}
+    assert saver.get_tuple(latest).config == configs[1]
+    other = open_engine(url)
+    first = next(n for n in other.session("chat-3").tree()
+                 if configs[0]["configurable"]["checkpoint_id"] in (n.label or ""))
+    other.session("chat-3").rollback(to=first.id, actor="alice", reason="r", notice=False)
+    tup = saver.get_tuple(latest)
+    assert tup.config == configs[0]
+    assert [m.content for m in tup.checkpoint["channel_values"]["messages"]] == ["a"]

@@ -1,0 +1,153 @@
+"""`SQLiteStore.write_session`: an integration's multi-part write to one session (a LangGraph
+checkpoint: mirrored messages, head pointer, snapshot, documents) as one short transaction."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import UnknownSession
+from engine.records import SnapshotNode
+from engine.store.requests import Retention, SessionWrite, stamped
+from engine.store.sqlite.docs import doc_text
+from engine.store.sqlite.rows import dumps
+from engine.store.sqlite.tx import SQLiteDB
+
+if TYPE_CHECKING:
+    from engine.types import SnapshotKind
+
+ACTIVITY_GRAIN_S = 1.0
+"""A step (and an integration's multi-part write, a LangGraph checkpoint) moves its session's
+``updated_at`` only when the last move is this old (status changes,
+verdicts, rollbacks and late steps always move it). ``updated_at`` keys two paging indexes: moving
+it twice per step rewrote four index entries each step; at this grain a busy session rewrites
+them about once a second, and last activity stays exact to within a second."""
+
+_WRITE_SESSION = (
+    "SELECT seq, epoch, msg_count, step_count, head, meta, updated_at FROM sessions WHERE id = ?"
+)
+"""What `SQLiteStore.write_session` reads of the session's row, once, inside its transaction."""
+_WRITE_SESSION_ROW = "UPDATE sessions SET seq = ?, msg_count = ?, head = ? WHERE id = ?"
+_WRITE_SESSION_TOUCH = _WRITE_SESSION_ROW.replace(" WHERE", ", updated_at = ? WHERE")
+
+
+def _put_rows(conn: sqlite3.Connection, table: str, sid: str, ns: str,
+              texts: list[tuple[str, Any]]) -> None:
+    """Set the current values of `table` (kv or docs) in two statements at most: the rows to
+    write, and the keys to delete (value None)."""
+    rows = [(sid, ns, key, text) for key, text in texts if text is not None]
+    if rows:
+        conn.executemany(
+            f"INSERT OR REPLACE INTO {table}(session, ns, key, value) VALUES (?, ?, ?, ?)", rows
+        )
+    gone = [(sid, ns, key) for key, text in texts if text is None]
+    if gone:
+        conn.executemany(f"DELETE FROM {table} WHERE session = ? AND ns = ? AND key = ?", gone)
+
+
+
+class SessionWrites:
+    """The multi-part write of `SQLiteStore` (a mixin: it uses the store's database and its
+    snapshot insert)."""
+
+    _db: SQLiteDB
+
+    if TYPE_CHECKING:
+        @classmethod
+        def _insert_snapshot(
+            cls, conn: sqlite3.Connection, sid: str,
+            row: tuple[int, int, int, int, str | None], label: str | None,
+            kind: SnapshotKind, now: float, retention: Retention,
+        ) -> SnapshotNode: ...
+
+    @staticmethod
+    def _create_session(conn: sqlite3.Connection, sid: str, meta: dict[str, Any],
+                        now: float) -> None:
+        conn.execute(
+            "INSERT INTO sessions(id, meta, tenant, scenario, prompt_version, created_at, "
+            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (sid, dumps(meta), meta.get("tenant"), meta.get("scenario"),
+             meta.get("prompt_version"), now, now),
+        )
+
+    @staticmethod
+    def _set_meta(conn: sqlite3.Connection, sid: str, meta: dict[str, Any]) -> None:
+        conn.execute(
+            "UPDATE sessions SET meta = ?, tenant = ?, scenario = ?, prompt_version = ? "
+            "WHERE id = ?",
+            (dumps(meta), meta.get("tenant"), meta.get("scenario"), meta.get("prompt_version"),
+             sid),
+        )
+
+    def write_session(
+        self, sid: str, write: SessionWrite, now: float, retention: Retention
+    ) -> tuple[int, SnapshotNode | None]:
+        """Messages, versioned values, a snapshot and documents in one transaction.
+
+        The rows each part's own method writes, with the same sequence numbers and feed
+        events, but the session's row read once and written once, and each table's rows in one
+        statement: a LangGraph checkpoint (its messages, head pointer, snapshot, documents) is
+        one short transaction, near what a plain checkpointer's insert costs."""
+        create = write.get("create")
+        with self._db.write() as conn:
+            events: list[tuple[float, str, str, str]] = []
+            row = conn.execute(_WRITE_SESSION, (sid,)).fetchone()
+            if row is None:
+                if create is None:
+                    raise UnknownSession(f"no session {sid!r} in this store")
+                self._create_session(conn, sid, create, now)
+                events.append((now, sid, "session", dumps({"meta": create})))
+                seq, epoch, msg_count, step_count, head, updated_at = 0, 0, 0, 0, None, now
+            else:
+                seq, epoch, msg_count, step_count, head, meta_text, updated_at = row
+                if create:
+                    meta = json.loads(meta_text)
+                    merged = {**meta, **create}
+                    if merged != meta:
+                        self._set_meta(conn, sid, merged)
+            messages = write.get("messages") or []
+            if write.get("messages_if_empty") and msg_count:
+                messages = []
+            if messages:
+                conn.executemany(
+                    "INSERT INTO messages(session, seq, pos, body, created_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    [(sid, seq + i + 1, msg_count + i, dumps(m), now)
+                     for i, m in enumerate(messages)],
+                )
+                events.append((now, sid, "message", dumps(
+                    {"count": len(messages), "pos": msg_count,
+                     "roles": [m["role"] for m in messages]})))
+                seq += len(messages)
+                msg_count += len(messages)
+            for ns, items in (write.get("values") or {}).items():
+                seq += 1
+                texts = [(key, None if value is None else dumps(value))
+                         for key, value in items.items()]
+                conn.executemany(
+                    "INSERT INTO kv_writes(session, seq, ns, key, value) VALUES (?, ?, ?, ?, ?)",
+                    [(sid, seq, ns, key, text) for key, text in texts],
+                )
+                _put_rows(conn, "kv", sid, ns, texts)
+                events.append((now, sid, ns, dumps(
+                    {"keys": sorted(items)[:20], "count": len(items)})))
+            node = None
+            label = write.get("snapshot")
+            if label is not None:
+                node = self._insert_snapshot(conn, sid, (seq, epoch, msg_count, step_count, head),
+                                             label, "manual", now, retention)
+                seq, head = seq + 1, node.id
+                events.append((now, sid, "snapshot", dumps(
+                    {"id": node.id, "label": label, "kind": "manual"})))
+            for ns, docs in stamped(write, epoch, node).items():
+                _put_rows(conn, "docs", sid, ns, [
+                    (key, None if value is None else doc_text(value))
+                    for key, value in docs.items()])
+            if now - updated_at >= ACTIVITY_GRAIN_S:
+                conn.execute(_WRITE_SESSION_TOUCH, (seq, msg_count, head, now, sid))
+            else:  # as a step: the paging indexes on updated_at move about once a second
+                conn.execute(_WRITE_SESSION_ROW, (seq, msg_count, head, sid))
+            conn.executemany(
+                "INSERT INTO events(at, session, type, data) VALUES (?, ?, ?, ?)", events)
+        return epoch, node
