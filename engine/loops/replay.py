@@ -407,6 +407,7 @@ def step_of(record: StepRecord) -> Step:
         result=record.result_digest,
         text=record.text,
         side_effect=record.side_effect,
+        turn=record.turn,
     )
 
 
