@@ -218,8 +218,9 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
                 self._comp_cols = COMPENSATION.select(absent=RESOLUTION_COLUMNS)
                 self._has_workers = False
             if "steps" in missing:
-                self._embedded = False
                 lacking = frozenset(c.split()[0] for c in missing["steps"])
+                if "snap_msgs" in lacking:
+                    self._embedded = False
                 self._step_cols = STEP.select(absent=lacking)  # read as None (no task, no turn)
             if "sessions" in missing:  # no loop events either
                 self._loops_from = math.inf
