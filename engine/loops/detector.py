@@ -289,7 +289,8 @@ class DetectorConfig:
     default: it catches a retry loop at its second attempt, but also flags the single retry a
     customer asks for ("please try again with that card"); on tau2-bench's runs it moved flags
     to within 3 actions (tool calls, not chat messages) of the loop's start for 13 of 14 tuned
-    loops instead of 12 (held-out: 12 of 15 either way), and flagged 2 of 96 tuned healthy runs (``bench/detector.py`` prints both settings)."""
+    loops instead of 12 (held-out: 12 of 15 either way), and flagged 2 of 96 tuned healthy
+    runs (``bench/detector.py`` prints both settings)."""
     near_duplicate_threshold: int = 3
     """``near_duplicate`` fires at this many near-identical failures (or side effects)."""
     near_max_changed: int = 4
