@@ -8,6 +8,7 @@ import sqlite3
 
 import pytest
 
+from dashboard.views.session import timeline_frame
 from engine import StepRecord
 from engine.fleet.queries import session_history
 from engine.loops.replay import first_flag, step_of, why_flagged
@@ -107,3 +108,12 @@ def test_an_older_file_read_only_reads_no_turn(tmp_path, monkeypatch, open_engin
     assert isinstance(record, StepRecord) and record.turn is None and record.ok
     # its write-ahead snapshot is still found in the step's row
     assert [n.id for n in reader.store.snapshots("old")] == [record.snapshot]
+
+
+def test_the_session_timeline_says_which_model_response_issued_each_call(engine):
+    s = engine.session("timeline")
+    guesses(s, "resp_1", ["parse_config", "parse_conf"])
+    with s.step("search_code", {"query": "parse config"}) as call:
+        call.ok([])
+    hover = timeline_frame(s.steps())["hover"].tolist()
+    assert ["model response: resp_1" in h for h in hover] == [True, True, False]
