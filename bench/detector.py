@@ -29,7 +29,8 @@ Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000] 
   cases flagged at the loop's start or at most 3 actions after it (a miss or an early flag is
   not). "On time" (peer suites): the share of the cases the peer flags where our first flag
   comes at or before the peer's own step + 1 (earlier counts, unlike "peer step").
-- Conversational runs (bench/data/tau2runs.jsonl.gz, labels in bench/corpora/tau2_labels.json):
+- Conversational runs (bench/data/tau2runs.jsonl.gz, or $REWIND_TAU2RUNS; labels in
+  bench/corpora/tau2_labels.json):
   a customer-service agent and a simulated customer, each half in two forms (the customer's turns
   as user input between agent turns, and tau-bench's ``respond`` calls); only the tuned half's
   mistakes are listed.
@@ -297,7 +298,7 @@ def _continue(start: int, end: int) -> Iterator[Step]:
 # --- detection quality per source --------------------------------------------------------------
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = ROOT / "bench" / "corpora" / "labels.json"
-TAU2_RUNS = ROOT / "bench" / "data" / "tau2runs.jsonl.gz"
+TAU2_RUNS = Path(os.environ.get("REWIND_TAU2RUNS") or ROOT / "bench" / "data" / "tau2runs.jsonl.gz")
 TAU2_LABELS = ROOT / "bench" / "corpora" / "tau2_labels.json"
 USER = None
 """In a case's steps: the user spoke here (a conversational run's customer turn); not a step."""
