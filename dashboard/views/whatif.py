@@ -66,7 +66,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("poll_budget", "Polls with changing results", "poll_budget flags when a call repeats "
             "this many times with changing results.", "int", 2),
     Setting("max_steps", "Step budget per task (0: none)", "step_budget stops a task after this "
-            "many steps since the task began (a user message, a new run).", "budget", 0),
+            "many steps since the task began (a user message, a new run). A budget under 10 "
+            "also lowers the repeat thresholds to half of it.", "budget", 0),
     Setting("near_text_similarity", "Text similarity for near-identical", "Strings at least this "
             "similar (0 to 1) count as a slight change for near_duplicate.", "float", 0),
     Setting("turn_similarity", "Turn similarity for repeats", "Two agent turns at least this "
