@@ -87,6 +87,8 @@ def test_a_failed_batch_sent_again_in_another_order_is_a_repeat_but_not_after_pr
     assert flags([*batch("resp_1"), again[2], again[0], again[1]]) == [(5, "exact_repeat")]
     # something new learned between the two batches: the second one is another attempt
     assert flags([*batch("resp_1"), found("resp_2"), *batch("resp_3")]) == []
+    # the customer asked for the retry: counted as usual, not at once
+    assert flags([*batch("resp_1"), "please try again", *batch("resp_2")]) == []
 
 
 def test_one_call_issued_twice_in_one_response_counts_once():

@@ -56,7 +56,7 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
   already happened, so the second is a duplicate side effect, a second refund); with
   `user_repeat_failures` (off by default), a failing call retried that way twice too; a
   batch (a turn of 2+ calls that all failed) sent again as the next turn, the same calls
-  failing the same way, no progress since: at once, the agent changed nothing.
+  failing the same way, no progress and no user turn since: at once, the agent changed nothing.
 - ``circuit_breaker``: K consecutive failures of one tool (`breaker_failures`, per-tool
   overrides), whatever the arguments, with no success of it and no progress elsewhere between;
   or `repeat_threshold` failures of one call back to back (nothing in between), whatever the

@@ -31,8 +31,9 @@ class ExactRepeat(Rule):
     Turns (`Step.turn`, the model response that issued the call): one state issued twice in
     one turn counts once (a model that duplicates a parallel call has tried once). A batch, a
     turn of two or more calls that all failed, sent again as the next turn with the same
-    calls failing the same way (in any order) and no progress since, is a repeat at once: the
-    agent read every error of its batch and changed nothing."""
+    calls failing the same way (in any order), no progress and no user turn since, is a repeat
+    at once: the agent read every error of its batch and changed nothing (after a user turn
+    the batch counts as usual: a customer may ask for one retry)."""
 
     id = EXACT_REPEAT
     kinds = frozenset({CALL})
@@ -101,6 +102,7 @@ class ExactRepeat(Rule):
             or len(states) != len(last[0])
             or last[1][0] <= window.fence
             or last[2] != window.progress
+            or window.last_user > last[1][0]  # the user spoke since: a retry they may ask for
             or sorted(states) != last[0]
             or not self.allowed(_tools(window, indexes))
         ):
