@@ -778,7 +778,8 @@ def timing_table(scores: list[Score]) -> str:
         f"{'source':36} {'loops':>5} {'from start':>10} {'<= 3 after start':>16} {'on time':>13}"
     )
     lines = [
-        "Timing: first flag from the loop's start (targets: within 3 steps; peers on time >= 0.90)",
+        "Timing: first flag from the loop's start, in actions (targets: within 3; peers on time"
+        " >= 0.90)",
         "",
         header,
         "-" * len(header),
