@@ -10,21 +10,27 @@ Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--naive-steps 10000] 
   listing and not at random, is shown apart). A looping case is a true positive when the
   first flag comes at the expected step or one step later, a false positive when it comes earlier
   (before the loop began, or before the step the peer agrees on), a false negative when it comes
-  later or never; a flag on a healthy case is a false positive. Median delay: first flag minus the
-  expected step, over the true positives. "Flagged ok" is the share of runs that finished
-  successfully (real runs: resolved) that were flagged at all; for the traces and the peer suites,
-  where nothing "finishes", the share of healthy cases flagged. "ok, no loop": the same over the
-  successful runs whose label shows no loop (a run may loop for a while and still succeed).
+  later or never; a flag on a healthy case is a false positive. Median delay: the actions from
+  the expected step to the first flag, over the true positives. "Flagged ok" is the share of
+  runs that finished successfully (real runs: resolved) that were flagged at all; for the
+  traces and the peer suites, where nothing "finishes", the share of healthy cases flagged.
+  "ok, no loop": the same over the successful runs whose label shows no loop (a run may loop
+  for a while and still succeed).
   "Peer step" counts the peer cases the peer flags where our first flag is the peer's own step or
   one later, whatever we expect (our disagreements lower it on purpose).
-- Timing, per source with loops (a second table; the first is unchanged): the issue's targets
-  count from where the loop starts, not from the step we expect a flag at. "From start": first
-  flag minus the loop's first step (the label's ``loop_start``; the peer suites give none, so
-  their expected step), median over the true positives; "<= 3 after start": the share of the
-  looping cases flagged at the loop's start or at most 3 steps after it (a miss or an early flag
-  is not). "On time" (peer suites): the share of the cases the peer flags where our first flag
+- Delays count the agent's actions (`actions_between`): tool calls and turns a harness
+  answered (an agent turn in a run without a user, a rejected answer), not the agent's chat
+  messages to the user (a turn in a run where a user speaks, a call of a user tool such as
+  ``respond``). "Median delay" is the actions from the expected step to the first flag.
+- Timing, per source with loops (a second table): the targets count from where the loop
+  starts, not from the step we expect a flag at. "From start": the actions from the loop's
+  first step (the label's ``loop_start``; the peer suites give none, so their expected step) to
+  the first flag, median over the true positives; "<= 3 after start": the share of the looping
+  cases flagged at the loop's start or at most 3 actions after it (a miss or an early flag is
+  not). "On time" (peer suites): the share of the cases the peer flags where our first flag
   comes at or before the peer's own step + 1 (earlier counts, unlike "peer step").
-- Conversational runs (bench/data/tau2runs.jsonl.gz, labels in bench/corpora/tau2_labels.json):
+- Conversational runs (bench/data/tau2runs.jsonl.gz, or $REWIND_TAU2RUNS; labels in
+  bench/corpora/tau2_labels.json):
   a customer-service agent and a simulated customer, each half in two forms (the customer's turns
   as user input between agent turns, and tau-bench's ``respond`` calls); only the tuned half's
   mistakes are listed.
@@ -67,7 +73,13 @@ from pathlib import Path
 # bench/)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.loops.detector import DetectorConfig, LoopDetector, Step, Verdict  # noqa: E402
+from engine.loops.detector import (  # noqa: E402
+    DEFAULT_USER_TOOLS,
+    DetectorConfig,
+    LoopDetector,
+    Step,
+    Verdict,
+)
 from engine.loops.fingerprint import digest, fingerprint  # noqa: E402
 from engine.loops.normalize import Normalizer, error_signature, result_digest  # noqa: E402
 
@@ -286,7 +298,7 @@ def _continue(start: int, end: int) -> Iterator[Step]:
 # --- detection quality per source --------------------------------------------------------------
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = ROOT / "bench" / "corpora" / "labels.json"
-TAU2_RUNS = ROOT / "bench" / "data" / "tau2runs.jsonl.gz"
+TAU2_RUNS = Path(os.environ.get("REWIND_TAU2RUNS") or ROOT / "bench" / "data" / "tau2runs.jsonl.gz")
 TAU2_LABELS = ROOT / "bench" / "corpora" / "tau2_labels.json"
 USER = None
 """In a case's steps: the user spoke here (a conversational run's customer turn); not a step."""
@@ -369,6 +381,7 @@ def _step(d: dict) -> Step:
         error=d.get("error"),
         result=d.get("result"),
         text=d.get("text"),
+        turn=d.get("turn"),
     )
 
 
@@ -505,6 +518,28 @@ def verdicts(
         i += 1
 
 
+def action_marks(steps: Sequence[Step | None | tuple[()]]) -> list[bool]:
+    """Per tool step of a case (indexed as `verdicts` numbers them): whether it is an action of
+    the agent (a tool call, a turn a harness answered) rather than a chat message to the user
+    (a call of a user tool, or an accepted turn in a run where a user speaks)."""
+    users = any(step is USER for step in steps)
+    marks = []
+    for step in steps:
+        if step is USER or isinstance(step, tuple):
+            continue
+        chat = step.tool in DEFAULT_USER_TOOLS or (step.tool is None and users and step.ok)
+        marks.append(not chat)
+    return marks
+
+
+def actions_between(marks: list[bool], start: int, end: int) -> int:
+    """The agent's actions after step `start` up to step `end` (negative when `end` comes
+    first): how many actions later the flag at `end` came."""
+    if end >= start:
+        return sum(marks[start + 1 : end + 1])
+    return -sum(marks[end + 1 : start + 1])
+
+
 def first_flag(
     steps: Sequence[Step | None | tuple[()]], config: DetectorConfig | None = None
 ) -> int | None:
@@ -559,6 +594,7 @@ def score(
     sc.delays, sc.misses, sc.from_start = [], [], []
     for c in cases:
         got = first_flag(c.steps, config)
+        marks = action_marks(c.steps) if c.expected is not None else []
         if c.finished_ok:
             sc.ok_runs += 1
             sc.ok_flagged += got is not None
@@ -578,11 +614,13 @@ def score(
                 sc.misses.append(f"FP {c.name}: flagged {where}, healthy")
             continue
         earliest = c.expected if c.earliest is None else c.earliest
-        sc.within_3 += got is not None and earliest <= got <= earliest + 3
+        sc.within_3 += (
+            got is not None and earliest <= got and actions_between(marks, earliest, got) <= 3
+        )
         if got is not None and earliest <= got <= c.expected + 1:
             sc.tp += 1
-            sc.delays.append(got - c.expected)
-            sc.from_start.append(got - earliest)
+            sc.delays.append(actions_between(marks, c.expected, got))
+            sc.from_start.append(actions_between(marks, earliest, got))
         elif got is not None and got < earliest:
             sc.fp += 1
             sc.misses.append(f"FP {c.name}: flagged {where}, expected {c.expected}")
@@ -715,7 +753,9 @@ def late_report(context: int) -> None:
             start = c.expected if c.earliest is None else c.earliest
             flags = {i: v.rule for i, v in verdicts(c.steps) if v.looping}
             got = min(flags, default=None)
-            if got is not None and start <= got <= start + 3:
+            if got is not None and start <= got and actions_between(
+                action_marks(c.steps), start, got
+            ) <= 3:
                 continue
             print(
                 f"\n{source} / {c.name}: loop starts {start}, expected {c.expected}, "
@@ -738,7 +778,8 @@ def timing_table(scores: list[Score]) -> str:
         f"{'source':36} {'loops':>5} {'from start':>10} {'<= 3 after start':>16} {'on time':>13}"
     )
     lines = [
-        "Timing: first flag from the loop's start (targets: within 3 steps; peers on time >= 0.90)",
+        "Timing: first flag from the loop's start, in actions (targets: within 3; peers on time"
+        " >= 0.90)",
         "",
         header,
         "-" * len(header),

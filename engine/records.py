@@ -158,6 +158,9 @@ class StepRecord:
     budget: TokenBreakdown | None = None
     """Token breakdown of the context the agent built for this step (system, dialogue, memories,
     reserve, dropped, total, max_tokens), when the runtime passed one."""
+    turn: str | None = None
+    """Id of the model response that issued the call (`Step.turn`); None when the runtime did
+    not say (and for every step recorded before turns were kept)."""
 
     @property
     def ok(self) -> bool:

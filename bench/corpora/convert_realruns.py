@@ -20,7 +20,8 @@ out):
   the runtime rejected for its format (no or several bash blocks) is an agent turn without a tool
   call (``tool`` null, ``text`` = the reply).
 - Claude Code (tool_use / tool_result blocks): ``tool`` is the tool name (Bash, Read, Edit, …),
-  ``args`` its input, ``ok`` is ``not is_error``, ``result`` / ``error`` the tool_result text. An
+  ``args`` its input, ``ok`` is ``not is_error``, ``result`` / ``error`` the tool_result text,
+  ``turn`` the id of the assistant message that issued it (parallel calls share one). An
   assistant message with text and no tool call is an agent turn (``tool`` null). Thinking blocks,
   snapshots and summaries are dropped.
 
@@ -83,8 +84,10 @@ def clip_args(value: Any) -> Any:
     return value
 
 
-def step(tool=None, args=None, ok=True, error=None, result=None, text=None) -> dict:
+def step(tool=None, args=None, ok=True, error=None, result=None, text=None, turn=None) -> dict:
     out: dict[str, Any] = {"tool": tool}
+    if turn is not None:
+        out["turn"] = turn
     if args is not None:
         out["args"] = args
     if not ok:
@@ -255,7 +258,8 @@ def claude_runs(snap: Snapshot) -> Iterator[dict]:
                 for block in content if isinstance(content, list) else []:
                     kind = block.get("type")
                     if kind == "tool_use":
-                        st = {"tool": block.get("name"), "args": clip_args(block.get("input"))}
+                        st = {"tool": block.get("name"), "args": clip_args(block.get("input")),
+                              "turn": mid}
                         calls[block.get("id")] = st
                         order.append(st)
                         has_tool[mid] = True
@@ -293,6 +297,7 @@ def claude_runs(snap: Snapshot) -> Iterator[dict]:
                         ok=st.get("ok", True),
                         error=st.get("error"),
                         result=st.get("result") if st.get("ok", True) else None,
+                        turn=st.get("turn"),
                     )
                 )
         session = Path(path).stem

@@ -9,7 +9,7 @@ Mapping (plain dicts in the corpus, ``None`` fields left out):
 
 - an assistant message with tool calls: one step per call, ``tool`` the function name, ``args``
   its arguments, ``ok`` is ``not error`` of the matching tool message, ``result`` / ``error`` its
-  content;
+  content, ``turn`` the message's position (``m12``): the calls one response issued together;
 - an assistant message with text and no tool call: an agent turn (``tool`` null, ``text``);
 - a user message (the simulated customer speaking, or acting on their own device in telecom):
   ``{"user": <text>}``. It is no step: the replay calls `LoopDetector.user_input()` for it, as
@@ -78,7 +78,7 @@ def convert(simulation: dict[str, Any]) -> list[dict[str, Any]]:
         m.get("id"): m for m in simulation["messages"] if m["role"] == "tool" and m.get("id")
     }
     steps: list[dict[str, Any]] = []
-    for m in simulation["messages"]:
+    for position, m in enumerate(simulation["messages"]):
         role = m["role"]
         if role == "user":
             text = m.get("content") or ""
@@ -91,7 +91,8 @@ def convert(simulation: dict[str, Any]) -> list[dict[str, Any]]:
                 steps.append({"tool": None, "text": clip(m.get("content") or "")})
             for call in calls:
                 out = results.get(call.get("id"), {})
-                step: dict[str, Any] = {"tool": call["name"], "args": call.get("arguments")}
+                step: dict[str, Any] = {"tool": call["name"], "args": call.get("arguments"),
+                                        "turn": f"m{position}"}
                 content = clip(out.get("content"))
                 if out.get("error"):
                     step["ok"] = False

@@ -378,10 +378,13 @@ def render_flag_explained(page: Page) -> None:
         column_config={"at this step": st.column_config.TextColumn(width="large"),
                        "looks for": st.column_config.TextColumn(width="medium"),
                        "settings": st.column_config.TextColumn(width="medium")})
+    batches = why.turns_sentence(found)
+    if batches is not None:
+        st.caption(views.plain(batches) + ".")
     sentence = why.change_sentence(found)
     if sentence is None:
-        st.markdown("**Smallest setting change that would not have flagged it:** none found; "
-                    "no single setting of this rule clears it.")
+        st.markdown("**Smallest setting change that would not have flagged it:** "
+                    + views.plain(why.no_change_sentence(found)) + ".")
         return
     st.markdown("**Smallest setting change that would not have flagged it:** "
                 + views.plain(sentence) + ".")

@@ -191,9 +191,9 @@ else:
             "before": st.column_config.TextColumn("first flag now", width="medium"),
             "after": st.column_config.TextColumn("first flag with these settings",
                                                  width="medium"),
-            "moved": st.column_config.NumberColumn(
-                "steps moved", help="How many steps later (positive) or earlier (negative) the "
-                "first flag comes."),
+            "moved": st.column_config.TextColumn(
+                "steps moved", help="How many steps later (+) or earlier (-) the first flag "
+                "comes; empty when one side has no flag."),
             "label": "operator label",
             "verdict": st.column_config.TextColumn(
                 "against the label", help="right, false flag or missed, with these settings"),

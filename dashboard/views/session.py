@@ -227,6 +227,9 @@ def timeline_frame(steps: Sequence[Any], max_lanes: int = MAX_LANES) -> pd.DataF
             parts.append(f"abandoned ({plot_text(str(s.branch))}){late}")
         if s.side_effect:
             parts.append("side effect")
+        turn = getattr(s, "turn", None)
+        if turn:  # the model response that issued it: one turn's calls are one attempt
+            parts.append("model response: " + plot_text(turn[:ARGS_CHARS]))
         rows.append({"n": s.n, "lane": lane, "tool": s.tool, "fingerprint": s.fingerprint,
                      "outcome": outcome, "line": line,
                      "hover": "<br>".join(p for p in parts if p), "at": s.started_at,

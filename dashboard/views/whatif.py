@@ -66,7 +66,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("poll_budget", "Polls with changing results", "poll_budget flags when a call repeats "
             "this many times with changing results.", "int", 2),
     Setting("max_steps", "Step budget per task (0: none)", "step_budget stops a task after this "
-            "many steps since the task began (a user message, a new run).", "budget", 0),
+            "many steps since the task began (a user message, a new run). A budget under 10 "
+            "also lowers the repeat thresholds to half of it.", "budget", 0),
     Setting("near_text_similarity", "Text similarity for near-identical", "Strings at least this "
             "similar (0 to 1) count as a slight change for near_duplicate.", "float", 0),
     Setting("turn_similarity", "Turn similarity for repeats", "Two agent turns at least this "
@@ -198,9 +199,9 @@ def results_frame(results: Sequence[Any], infos: Mapping[str, Any]) -> pd.DataFr
     for r in results:
         info = infos.get(r.session)
         meta = (info.meta if info is not None else None) or {}
-        moved = None
+        moved = ""  # no literal None in the table: "" when a side has no flag
         if r.before is not None and r.after is not None:
-            moved = r.after.step - r.before.step
+            moved = f"{r.after.step - r.before.step:+d}"
         rows.append({
             "session": r.session, "link": session_link(r.session),
             "change": CHANGES.get(r.change, r.change), "before": flag_text(r.before),
@@ -209,15 +210,13 @@ def results_frame(results: Sequence[Any], infos: Mapping[str, Any]) -> pd.DataFr
             "verdict": verdict_check(r.label, r.after is not None),
             "tenant": meta.get("tenant") or "", "scenario": meta.get("scenario") or "",
             "prompt_version": meta.get("prompt_version") or "",
-            "steps": info.steps if info is not None else None,
+            "steps": str(info.steps) if info is not None else "",
             "last_activity": info.updated_at if info is not None else 0.0,
             "_rank": order.get(r.change, len(order)),
         })
     frame = pd.DataFrame(rows, columns=[*RESULT_COLUMNS, "_rank"])
     frame = frame.sort_values(["_rank", "last_activity", "session"],
                               ascending=[True, False, True], kind="stable")
-    frame["moved"] = frame["moved"].astype("Int64")
-    frame["steps"] = frame["steps"].astype("Int64")
     return frame.drop(columns="_rank").reset_index(drop=True)
 
 
@@ -246,6 +245,9 @@ def summary_cards(summary: Any) -> list[SummaryCard]:
         SummaryCard("Flagged earlier", f"{s.earlier:,}", "The first flag comes at an earlier "
                     "step."),
         SummaryCard("Flagged later", f"{s.later:,}", "The first flag comes at a later step."),
+        SummaryCard("Another rule", f"{s.other_rule:,}", "The first flag comes at the same "
+                    "step, named by another rule. The cards before this one and this one add up "
+                    "to every session whose flag moved."),
         SummaryCard("Precision", f"{rate_text(s.precision_before)} → "
                     f"{rate_text(s.precision_after)}",
                     "Of the labelled sessions flagged, the share labelled a loop: now → with "

@@ -76,6 +76,36 @@ def change_sentence(found: WhyFlagged) -> str | None:
     return f"{what}: {then}"
 
 
+def no_change_sentence(found: WhyFlagged) -> str:
+    """Why no single setting clears the step, when `change_sentence` finds none: another rule
+    that flags the session at that step or before it, named (foreign tool names are not in it,
+    but render via `plain` all the same); else that no setting of the rule that fired is
+    enough."""
+    rule = found.flag.rule
+    also = sorted(getattr(found, "also", ()), key=lambda f: (f.step, f.rule))
+    if not also:
+        return f"none found; no single setting of {rule} clears it"
+    named = ", ".join(f"{f.rule} (alone it flags step {f.step})" for f in also)
+    one = len(also) == 1
+    return (f"none found: {named} {'flags' if one else 'flag'} this session too, so no setting "
+            f"of {rule} alone clears it; switching off {rule} and "
+            f"{'that rule' if one else 'those rules'} would")
+
+
+def turns_sentence(found: WhyFlagged) -> str | None:
+    """Which steps one model response issued together, for the steps whose runtime said
+    (`WhyFlagged.turns`); None when no two steps share a turn. Calls of one turn are judged as
+    one attempt."""
+    groups: dict[str, list[int]] = {}
+    for n, turn in sorted(getattr(found, "turns", {}).items()):
+        groups.setdefault(turn, []).append(n)
+    batches = [steps for steps in groups.values() if len(steps) > 1]
+    if not batches:
+        return None
+    shown = "; ".join(f"steps {', '.join(map(str, steps))}" for steps in batches[-4:])
+    return (f"Calls one model response issued together, judged as one attempt: {shown}")
+
+
 def replay_command(found: WhyFlagged) -> str | None:
     """``rewind replay --set FIELD=VALUE`` trying the change on every session; None when the
     change is switching the rule off (or there is none)."""

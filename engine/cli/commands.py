@@ -358,7 +358,8 @@ def cmd_replay(args) -> int:
 
     out(f"\n{s.sessions} session(s) replayed, {len(moved)} changed: {s.newly_flagged} newly "
         f"flagged, {s.no_longer_flagged} no longer flagged, {s.earlier} earlier, {s.later} "
-        f"later. On {s.labelled} labelled: precision {rate(s.precision_before)} -> "
+        f"later, {s.other_rule} by another rule at the same step. On {s.labelled} labelled: "
+        f"precision {rate(s.precision_before)} -> "
         f"{rate(s.precision_after)}, recall {rate(s.recall_before)} -> "
         f"{rate(s.recall_after)}. Nothing was written.")
     return EXIT_OK

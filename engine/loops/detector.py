@@ -30,6 +30,15 @@ Vocabulary
   named target (its ``path``, ``reservation_id``… arguments) is progress for that target only:
   the first write of b.md does not make the third identical write of a.md new (``exact_repeat``);
   a write naming no target (``git add -A``) counts for every repetition.
+- *Turn*: the model response that issued a call (`Step.turn`: an LLM response id, the
+  AIMessage holding the tool calls, a parent span). Calls of one turn are one *attempt*: a
+  batch of different guesses that all fail is one failed try, not several failures in a row
+  (``circuit_breaker``, ``near_duplicate`` count turns; ``exact_repeat`` and ``recurrence``
+  count one call issued twice in a turn once); the same failed batch sent again is a repeat.
+  A step without a turn is an attempt of its own.
+- *Rejected answer*: an agent turn without a tool call that the runtime or harness answered
+  with a rejection (`Step.error` on a ``tool=None`` step that is no context overflow: "not a
+  valid call", "locations not precise"). It is a failed attempt, never progress.
 - *User turn*: the user speaking (`LoopDetector.user_input`, or a call of a user tool such as
   tau-bench's ``respond``, whose result is the user's reply). It is never progress by itself: a
   user turn counts only through what the agent does next, so the same failing call retried
@@ -45,7 +54,9 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
   a successful write twice (`user_repeat_threshold`) when the repeat is the agent's next call
   after a user turn (the same cancellation made again after the customer's reply: the action
   already happened, so the second is a duplicate side effect, a second refund); with
-  `user_repeat_failures` (off by default), a failing call retried that way twice too.
+  `user_repeat_failures` (off by default), a failing call retried that way twice too; a
+  batch (a turn of 2+ calls that all failed) sent again as the next turn, the same calls
+  failing the same way, no progress and no user turn since: at once, the agent changed nothing.
 - ``circuit_breaker``: K consecutive failures of one tool (`breaker_failures`, per-tool
   overrides), whatever the arguments, with no success of it and no progress elsewhere between;
   or `repeat_threshold` failures of one call back to back (nothing in between), whatever the
@@ -69,6 +80,11 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
   another turn of the run (case, numbers and punctuation ignored); or, once the run has called
   tools, 3 message turns in a row without a tool call, whatever they say. A read between the
   turns that returns a state already in the window does not end the run (it is no progress).
+  Checked first on a turn: 3 rejected answers in a row with the same kind of rejection (one
+  error signature), no progress and no accepted answer between, tools called or not (failed
+  calls between and the harness's answer as a user message do not end the run). It runs in
+  this place because a rejected answer is a turn: an overflow (``context_overflow``, before
+  it) is not a rejection, and a chanting message (``repeated_content``) is judged apart.
 - ``repeated_content``: one agent message in which a passage of 50 characters
   (`content_chunk_size`) comes back 10 times (`content_repeats`), close together: the model is
   "chanting". Code blocks and tables are left out.
@@ -78,6 +94,12 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
 - ``step_budget``: the current task reached `max_steps` observed steps (remedy ``stop``); a
   task begins with a user message, a new run or graph invocation, or an idle gap
   (`LoopDetector.new_task`), so a long healthy session is never stopped for being long.
+
+Short budgets: where the task's budget `max_steps` is small, the repeat thresholds
+(``exact_repeat``, ``near_duplicate``, ``circuit_breaker``, ``recurrence``, ``idle_turns``)
+are at most half of it, never below 2 (`budget_scaled`): with a budget of 6 actions, the third
+reworded failing search trips the circuit breaker; a loop that uses half the budget is flagged
+before the budget ends. At the default budget (500) nothing changes.
 
 Limitation: a tool whose output hides the state it moves through (a debugger printing only the
 current line while stepping through a program loop) looks exactly like a cycle; make it return
@@ -266,8 +288,9 @@ class DetectorConfig:
     failed with the same error (the customer's turn did not change what the agent does). Off by
     default: it catches a retry loop at its second attempt, but also flags the single retry a
     customer asks for ("please try again with that card"); on tau2-bench's runs it moved flags
-    to within 3 steps of the loop's start for 12 of 15 held-out loops instead of 10, and flagged
-    2 of 96 tuned healthy runs (``bench/detector.py`` prints both settings)."""
+    to within 3 actions (tool calls, not chat messages) of the loop's start for 13 of 14 tuned
+    loops instead of 12 (held-out: 12 of 15 either way), and flagged 2 of 96 tuned healthy
+    runs (``bench/detector.py`` prints both settings)."""
     near_duplicate_threshold: int = 3
     """``near_duplicate`` fires at this many near-identical failures (or side effects)."""
     near_max_changed: int = 4
@@ -330,7 +353,9 @@ class DetectorConfig:
     """Per-tool override of `poll_budget` (e.g. a CI status tool that may poll for an hour)."""
     max_steps: int | None = 500
     """Hard budget of observed steps per task (since the task began: a user message, a new run
-    or graph invocation, an idle gap; `LoopDetector.new_task`); None: no budget."""
+    or graph invocation, an idle gap; `LoopDetector.new_task`); None: no budget. A small budget
+    lowers the repeat thresholds to half of it (at least 2; `budget_scaled`), so that a loop
+    using half the budget is flagged before the budget ends."""
     exempt_tools: frozenset[str] = frozenset()
     """Tools ignored by every rule except the step budget (their steps are transparent)."""
     tool_exemptions: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -388,6 +413,36 @@ _SET_FIELDS = (
 )
 
 
+BUDGET_SCALED = (
+    "repeat_threshold",
+    "near_duplicate_threshold",
+    "breaker_failures",
+    "recurrence_threshold",
+    "idle_turns_threshold",
+)
+"""The repeat thresholds a small step budget lowers (`budget_scaled`)."""
+
+
+def budget_scaled(config: DetectorConfig) -> dict[str, Any]:
+    """The repeat thresholds a small `max_steps` lowers: each of `BUDGET_SCALED` (and every
+    per-tool `tool_breaker_failures`) is at most half the budget, and never below 2, so a
+    loop that uses half the budget is flagged before the budget ends (a budget of 6 actions:
+    the circuit breaker trips at the 3rd failure, not the 5th). A budget of 10 or more changes
+    nothing at the default thresholds."""
+    budget = config.max_steps
+    if budget is None:
+        return {}
+    cap = max(2, budget // 2)
+    out: dict[str, Any] = {
+        name: cap for name in BUDGET_SCALED if getattr(config, name) > cap
+    }
+    if any(v > cap for v in config.tool_breaker_failures.values()):
+        out["tool_breaker_failures"] = {
+            t: min(v, cap) for t, v in config.tool_breaker_failures.items()
+        }
+    return out
+
+
 def _build_rules(config: DetectorConfig, registry: Iterable[type[Rule]]) -> list[Rule]:
     """A fresh instance of each rule class, given its settings from `config` and its per-tool
     exemptions.
@@ -395,9 +450,10 @@ def _build_rules(config: DetectorConfig, registry: Iterable[type[Rule]]) -> list
     Raises:
         ValueError: for a setting a rule refuses.
     """
+    scaled = budget_scaled(config)
     rules = []
     for cls in registry:
-        rule = cls(**{name: getattr(config, name) for name in cls.settings})
+        rule = cls(**{name: scaled.get(name, getattr(config, name)) for name in cls.settings})
         exempt = frozenset(t for t, ids in config.tool_exemptions.items() if cls.id in ids)
         if exempt:
             rule.exempt = exempt

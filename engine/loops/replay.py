@@ -407,6 +407,7 @@ def step_of(record: StepRecord) -> Step:
         result=record.result_digest,
         text=record.text,
         side_effect=record.side_effect,
+        turn=record.turn,
     )
 
 
@@ -497,6 +498,7 @@ def _first_flag(
                 record.result_digest,
                 record.text,
                 record.side_effect,
+                record.turn,
             )
         )
         if verdict.looping:
@@ -761,6 +763,12 @@ class WhyFlagged:
     detector: dict[str, Any]
     """The settings replayed, over the detector factory's config (as a verdict records them;
     ``{}``: the factory's own)."""
+    also: tuple[Flag, ...] = ()
+    """The other rules that, alone, flag the session at the flagged step or before it: while
+    one of them fires too, no setting of the rule that fired clears the step by itself."""
+    turns: dict[int, str] = dataclasses.field(default_factory=dict)
+    """The model response (`StepRecord.turn`) of each step the detector could see at the flag
+    (its window), for the steps whose runtime said: calls of one turn are one attempt."""
 
 
 def _looks_for(rule: type[Any]) -> str:
@@ -821,4 +829,10 @@ def why_flagged(
         for rule in REGISTRY
     )
     change = smallest_change(records, base, flag.step, max_tries=max_tries)
-    return WhyFlagged(session, flag, readings, change, dict(detector or {}))
+    also = tuple(
+        r.alone for r in readings
+        if r.rule != flag.rule and r.alone is not None and r.alone.step <= flag.step
+    )
+    window = [r for r in records if isinstance(r, StepRecord) and r.n <= flag.step]
+    turns = {r.n: r.turn for r in window[-base.window :] if r.turn is not None}
+    return WhyFlagged(session, flag, readings, change, dict(detector or {}), also, turns)

@@ -27,3 +27,8 @@ class Step:
     side_effect: bool = False
     """The call changes the world (creates a ticket, sends mail…): repeating it is never progress,
     whatever it returns."""
+    turn: str | None = None
+    """Id of the model response that issued the call (an LLM response id, the AIMessage that
+    holds the tool calls, a parent span); None when unknown. Calls of one turn are judged as one
+    attempt: a batch of different guesses that all fail is one failed try, not several failures
+    in a row; the same batch sent again is a repeat."""

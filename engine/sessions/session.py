@@ -72,6 +72,7 @@ class StepCall:
         snapshot: bool,
         text: str | None,
         context: Any = None,
+        turn: str | None = None,
     ):
         self.session = session
         limits = session._rt.limits
@@ -107,6 +108,13 @@ class StepCall:
             self.compensation = (compensation[0], comp_args)
         self._snapshot = snapshot
         self.text = text
+        if turn is not None:
+            if not isinstance(turn, str) or not turn:
+                raise TypeError(f"turn must be the id of the model response that issued the call "
+                                f"(a non-empty string) or None, not {cut_text(repr(turn), 80)}")
+            check_text(turn, limits.name_chars, "a turn id", "name_chars")
+        self.turn = turn
+        """Id of the model response that issued the call (`Step.turn`)."""
         self.n: int | None = None
         """Step number, known once the step began."""
         self.snapshot_id: str | None = None
@@ -151,6 +159,8 @@ class StepCall:
         }
         if s._task_pending:
             start["task"] = True
+        if self.turn is not None:
+            start["turn"] = self.turn
         ticket = rt.store.begin_step(
             s.id,
             start,
@@ -372,12 +382,16 @@ class Session:
         compensation: tuple[str, Any] | None = None,
         snapshot: bool = True,
         context: Any = None,
+        turn: str | None = None,
     ) -> StepCall:
         """Guard one tool call: write-ahead snapshot, record, loop check.
 
         Use as ``with s.step("tool", {...}) as call: call.ok(result)`` (or ``call.fail(err)``).
         An exception inside the block is recorded as the failure and re-raised. `context` (the
         `Context` the agent built for this turn) records its token breakdown with the step.
+        `turn` is the id of the model response that issued the call (an LLM response id): the
+        calls of one response are judged as one attempt (a batch of different guesses that all
+        fail is one failed try; the same batch sent again is a repeat).
 
         Raises:
             TypeError: args or compensation args cannot be represented as JSON.
@@ -389,20 +403,25 @@ class Session:
         """
         if not isinstance(tool, str) or not tool:
             raise ValueError("a step needs a tool name; use agent_turn() for a plain message")
-        return StepCall(self, tool, args, side_effect, compensation, snapshot, None, context)
+        return StepCall(
+            self, tool, args, side_effect, compensation, snapshot, None, context, turn
+        )
 
     def agent_turn(
-        self, text: str | None, context: Any = None, error: str | None = None
+        self, text: str | None, context: Any = None, error: str | None = None,
+        turn: str | None = None,
     ) -> Verdict:
         """Record an agent message turn without a tool call and run the loop check on it.
 
         `error` records a failed model call (e.g. "context length exceeded"), so repeated
-        context overflows are caught too.
+        context overflows are caught too, or the runtime's or harness's rejection of the
+        answer ("not a valid call"): the same kind of rejection three times in a row, with no
+        progress between, is a loop. `turn` is the model response's id, if known.
 
         Raises:
             LoopDetected: as for `step`.
         """
-        call = StepCall(self, None, None, False, None, False, text, context)
+        call = StepCall(self, None, None, False, None, False, text, context, turn)
         with call:
             call.fail(error) if error else call.ok(None)
         if call.verdict is None:  # pragma: no cover - _finish_step sets it or raises
@@ -490,6 +509,7 @@ class Session:
             result=out.get("result_digest"),
             text=call.text,
             side_effect=call.side_effect,
+            turn=call.turn,
         )
         verdict = self._observe(n, step)
         call.verdict = verdict
@@ -576,6 +596,8 @@ class Session:
                     side_effect=call.side_effect, text=call.text,
                     compensation=None if call.compensation is None
                     else canonical_json(list(call.compensation)))
+                if call.turn is not None:
+                    start["turn"] = call.turn
                 ended = call._outcome
                 assert ended is not None  # checked above
                 stored = self._judge(call, ended, n)

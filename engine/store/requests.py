@@ -34,6 +34,8 @@ class StepStart(TypedDict):
     """Agent text of a message turn."""
     task: NotRequired[bool]
     """The agent's runtime began a new task right before this step (see `StepRecord.task`)."""
+    turn: NotRequired[str | None]
+    """Id of the model response that issued the call (see `StepRecord.turn`)."""
 
 
 class StepOutcome(TypedDict):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 from support.fleet import AUTO_ROLLED_BACK, LOOPING, seed_fleet
@@ -84,21 +83,26 @@ def test_results_list_changes_first_with_the_label_checked():
     b, c, a = frame.to_dict("records")
     assert (b["change"], b["before"], b["after"], b["verdict"]) == \
         ("no longer flagged", "step 6 · exact_repeat", "not flagged", "right")
-    assert c["moved"] == -3 and c["label"] == "" and c["verdict"] == ""
-    assert a["verdict"] == "right" and a["tenant"] == "acme"
-    assert pd.isna(b["moved"])
+    assert c["moved"] == "-3" and c["label"] == "" and c["verdict"] == ""
+    assert a["verdict"] == "right" and a["tenant"] == "acme" and a["moved"] == "+0"
+    assert b["moved"] == "" and b["steps"] == "4"  # no literal None in the table
+    assert not frame.isna().any().any()
     assert a["link"] == "session?session=a"
 
 
 def test_the_summary_reads_before_and_after_and_says_what_it_rests_on():
     summary = SimpleNamespace(newly_flagged=2, no_longer_flagged=1, earlier=0, later=3,
-                              labelled=4, precision_before=0.75, precision_after=1.0,
+                              other_rule=2, labelled=4, precision_before=0.75, precision_after=1.0,
                               recall_before=None, recall_after=0.5)
     cards = {c.label: c for c in whatif.summary_cards(summary)}
     assert cards["Newly flagged"].value == "2"
     assert cards["Precision"].value == "0.75 → 1.00"
     assert cards["Recall"].value == "n/a → 0.50"
     assert "4 sessions operators labelled" in cards["Precision"].help
+    # the cards of moved sessions add up to the 8 sessions whose flag moved
+    moved = ("Newly flagged", "No longer flagged", "Flagged earlier", "Flagged later",
+             "Another rule")
+    assert sum(int(cards[name].value) for name in moved) == 8
 
 
 def test_the_scope_caption_says_when_the_replay_was_capped():

@@ -492,6 +492,21 @@ def test_token_breakdown_is_kept_with_its_step(engine):
         s.step("x", {}, context="not a context")
 
 
+def test_the_turn_is_kept_with_its_step_live_and_after_a_rollback(engine):
+    s = engine.session("s")
+    with s.step("search", {"q": 1}, turn="resp_1") as call:
+        call.ok("r")
+    snap = s.snapshot("after the search")
+    with s.step("fetch", {"id": 2}, turn="resp_2", side_effect=True) as call:
+        call.fail("HTTP 500")
+    s.agent_turn("done", turn="resp_3")
+    assert [(r.tool, r.turn) for r in s.steps()] == [
+        ("search", "resp_1"), ("fetch", "resp_2"), (None, "resp_3")]
+    s.rollback(to=snap, actor="alice", reason="test", notice=False)
+    assert [(r.turn, r.on_live_line) for r in s.steps()] == [
+        ("resp_1", True), ("resp_2", False), ("resp_3", False)]
+
+
 # -- documents and deletion -------------------------------------------------------------------
 def test_documents_are_not_touched_by_rollbacks(engine):
     s = engine.session("s")

@@ -226,7 +226,8 @@ class LoopGuard:
         for attempt in (1, 2):
             session, lock = self._session(thread_id)
             self._mark_task(session, request)
-            step = session.step(name, args, side_effect=side_effect, compensation=compensation)
+            step = session.step(name, args, side_effect=side_effect, compensation=compensation,
+                                turn=_turn_of(getattr(request, "state", None), tool_call.get("id")))
             try:
                 with lock:
                     step.__enter__()
@@ -445,6 +446,22 @@ def _nudge(result: Any, text: str) -> Any:
     else:
         content = [*content, {"type": "text", "text": text}]
     return result.model_copy(update={"content": content})
+
+
+def _turn_of(state: Any, call_id: Any) -> str | None:
+    """The id of the AI message in the graph state that holds the tool call `call_id` (the model
+    response that issued it: its calls are judged as one attempt); None when unknown."""
+    messages = state.get("messages") if isinstance(state, Mapping) else getattr(
+        state, "messages", None)
+    if not call_id or not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
+        return None
+    for m in reversed(messages):
+        calls = m.get("tool_calls") if isinstance(m, Mapping) else getattr(m, "tool_calls", None)
+        if calls and any((c.get("id") if isinstance(c, Mapping) else None) == call_id
+                         for c in calls):
+            turn = m.get("id") if isinstance(m, Mapping) else getattr(m, "id", None)
+            return turn if isinstance(turn, str) and turn else None
+    return None
 
 
 def _user_messages(state: Any) -> int | None:

@@ -56,6 +56,7 @@ import copy
 import dataclasses
 import json
 import logging
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -443,6 +444,21 @@ class ToolGuard:
             dict(side_effects) if isinstance(side_effects, Mapping) else dict.fromkeys(side_effects)
         )
         self.error_when = error_when
+        # turns: the SDK hands a tool no response id, but the calls of one model response see
+        # the run's model request count (`ctx.usage.requests`) at one value
+        self._turn_prefix = uuid.uuid4().hex[:8]
+        self._usage: Any = None
+        self._runs = 0
+
+    def _turn(self, ctx: Any) -> str | None:
+        """The model response that issued this call: the run and its model request count."""
+        usage = getattr(ctx, "usage", None)
+        requests = getattr(usage, "requests", None)
+        if type(requests) is not int or requests < 1:
+            return None
+        if usage is not self._usage:  # another run (each has its own usage)
+            self._usage, self._runs = usage, self._runs + 1
+        return f"{self._turn_prefix}.{self._runs}.{requests}"
 
     def tools(self, tools: Iterable[Any]) -> list[Any]:
         """The tools with every `FunctionTool` guarded (others are returned unchanged)."""
@@ -479,7 +495,8 @@ class ToolGuard:
         compensation = (
             compensator(args) if compensator is not None and isinstance(args, dict) else None
         )
-        step = self.session.step(name, args, side_effect=side_effect, compensation=compensation)
+        step = self.session.step(name, args, side_effect=side_effect, compensation=compensation,
+                                 turn=self._turn(ctx))
         try:
             step.__enter__()
         except _quarantine_errors() as refused:

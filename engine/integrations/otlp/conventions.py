@@ -66,6 +66,11 @@ class Action:
     session: str | None = None
     """The explicit session id, or None when only the trace names it."""
     meta: dict[str, str] = field(default_factory=dict)
+    turn: str | None = None
+    """The model response that issued the call (`gen_ai.response.id` on the tool span), when
+    the instrumentation says; the calls of one response are judged as one attempt. The parent
+    span is not used: most instrumentations hang every tool span of a run under one agent span,
+    which would make a whole run one attempt."""
 
 
 def _get(span: SpanData, *keys: str) -> Any:
@@ -223,6 +228,10 @@ def classify(span: SpanData, session_attributes: Sequence[str] = ()) -> Action |
     if action.kind == "tool":
         action.error = _error(span)
         action.ok = action.error is None
+        turn = _get(span, "gen_ai.response.id")
+        if isinstance(turn, str) and turn:  # a response id Rewind cannot store: its digest
+            action.turn = turn if len(turn) <= 200 and turn.isascii() else "otlp-" + (
+                hashlib.sha256(turn.encode("utf-8", "replace")).hexdigest()[:32])
     action.session = session_of(span, session_attributes)
     action.meta = _meta(span)
     return action

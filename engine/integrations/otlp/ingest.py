@@ -420,12 +420,12 @@ class Ingestor:
         """
         tool = (action.tool or "tool")[: self.engine.limits.name_chars]
         try:
-            call = handle.step(tool, action.args, snapshot=False)
+            call = handle.step(tool, action.args, snapshot=False, turn=action.turn)
         except (SizeLimitExceeded, TypeError, ValueError):
             # Too large or not JSON: the digest still lets the detector see a repeat.
             text = repr(action.args).encode("utf-8", "replace")
             call = handle.step(tool, {"digest": hashlib.sha256(text).hexdigest(),
-                                      "bytes": len(text)}, snapshot=False)
+                                      "bytes": len(text)}, snapshot=False, turn=action.turn)
         if action.ok:
             try:
                 call.ok(action.result)

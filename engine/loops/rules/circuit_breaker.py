@@ -28,6 +28,8 @@ class _Streak:
     call: str = ""
     location: str = ""
     """Where in the code the last failure of that call was (`error_location`)."""
+    turn: str | None = None
+    """The model response that issued the last failure (`Step.turn`), if known."""
 
 
 class CircuitBreaker(Rule):
@@ -35,7 +37,8 @@ class CircuitBreaker(Rule):
     one tool with no success of it and no progress elsewhere in between; sooner, at
     `repeat_threshold`, when they are failures of one call (the same arguments) back to back,
     nothing in between, whatever the errors say, unless the error moved to another place in the
-    code (the code it runs changed)."""
+    code (the code it runs changed). Failures issued by one model response (`Step.turn`) are
+    one attempt: a batch of guesses that all fail counts once."""
 
     id = CIRCUIT_BREAKER
     kinds = frozenset({CALL})
@@ -73,6 +76,9 @@ class CircuitBreaker(Rule):
             or streak.indexes[0] <= window.fence
         ):
             streak = self._streaks[tool] = _Streak(deque(maxlen=limit), deque(maxlen=limit), 0, [])
+        elif obs.step.turn is not None and streak.turn == obs.step.turn:
+            return None  # another call of the same batch: the same attempt
+        streak.turn = obs.step.turn
         same = streak.same
         location = error_location(obs.signature)
         if (

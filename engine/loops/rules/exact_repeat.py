@@ -26,7 +26,14 @@ class ExactRepeat(Rule):
     next call after a user turn, with the same error, flags at `user_repeat_threshold` too (a
     stricter setting for conversational agents: it catches a retry loop at its second attempt,
     and also flags a single retry the customer asked for). Back-to-back repeats with no user
-    turn between keep `repeat_threshold`."""
+    turn between keep `repeat_threshold`.
+
+    Turns (`Step.turn`, the model response that issued the call): one state issued twice in
+    one turn counts once (a model that duplicates a parallel call has tried once). A batch, a
+    turn of two or more calls that all failed, sent again as the next turn with the same
+    calls failing the same way (in any order), no progress and no user turn since, is a repeat
+    at once: the agent read every error of its batch and changed nothing (after a user turn
+    the batch counts as usual: a customer may ask for one retry)."""
 
     id = EXACT_REPEAT
     kinds = frozenset({CALL})
@@ -52,13 +59,68 @@ class ExactRepeat(Rule):
     def reset(self) -> None:
         # per state, of its last `threshold` steps: index, progress mark right after it
         # (`Observation.progress_mark`), and whether the agent waited since the previous one
-        self._hits: dict[tuple[str, str], list[tuple[int, Any, bool]]] = {}
+        # and the turn that issued it
+        self._hits: dict[tuple[str, str], list[tuple[int, Any, bool, str | None]]] = {}
         # per write state: the indexes of its latest run of repeats each made as the agent's
         # next call after a user turn (the first of them included)
         self._answered: dict[tuple[str, str], list[int]] = {}
+        # the batch being issued (turn id, its states, their indexes, all failed so far) and
+        # the last finished one with two or more calls that all failed (its states sorted,
+        # its indexes, the progress count before it), for the batch repeat
+        self._batch: tuple[str | None, list[tuple[str, str]], list[int], bool] = (
+            None, [], [], True
+        )
+        self._batch_progress = 0
+        self._failed_batch: tuple[list[tuple[str, str]], list[int], int] | None = None
 
     def after_flag(self) -> None:
         self._answered.clear()
+        self._failed_batch = None
+        self._batch = (None, [], [], True)
+
+    def _same_batch(self, obs: Observation, window: Window, turn: str) -> Finding | None:
+        """Take a call of turn `turn` into the batch being issued; report it when the batch
+        repeats the last failed batch exactly (see the class docstring)."""
+        state = obs.state
+        assert state is not None
+        current, states, indexes, failed = self._batch
+        if current != turn:  # a new turn: the one before it is finished
+            if current is not None and failed and len(states) > 1:
+                self._failed_batch = (sorted(states), indexes, self._batch_progress)
+            else:
+                self._failed_batch = None  # a turn that did something else came between
+            states, indexes, failed = [], [], True
+            self._batch_progress = obs.progress_before
+        states.append(state)
+        indexes.append(obs.index)
+        failed = failed and not obs.ok
+        self._batch = (turn, states, indexes, failed)
+        last = self._failed_batch
+        if (
+            last is None
+            or not failed
+            or len(states) != len(last[0])
+            or last[1][0] <= window.fence
+            or last[2] != window.progress
+            or window.last_user > last[1][0]  # the user spoke since: a retry they may ask for
+            or sorted(states) != last[0]
+            or not self.allowed(_tools(window, indexes))
+        ):
+            return None
+        evidence = [*last[1], *indexes]
+        self._failed_batch = None
+        return Finding(
+            "batch\x00" + "\x00".join(f"{c}\x00{o}" for c, o in last[0]),
+            obs.tool,
+            evidence,
+            evidence[0],
+            f"The agent sent the same batch of {len(states)} calls in two turns in a row and "
+            "every call failed the same way both times, with no progress in between, so it is "
+            "retrying its whole attempt unchanged.",
+            "Every call of this batch already failed with these exact arguments; do not send "
+            "it again, change the approach.",
+            {"count": 2, "batch": len(states), "turns": 2},
+        )
 
     def _after_user(
         self, obs: Observation, window: Window, before: int, mark: Any
@@ -123,15 +185,25 @@ class ExactRepeat(Rule):
     def check(self, obs: Observation, window: Window) -> Finding | None:
         state = obs.state
         assert state is not None
+        turn = obs.step.turn
+        if turn is not None:
+            batch = self._same_batch(obs, window, turn)
+            if batch is not None:
+                return batch
+        elif self._batch[0] is not None:  # a call of no known turn ends the batch
+            self._batch = (None, [], [], True)
+            self._failed_batch = None
         hits = self._hits.get(state) if not obs.novel_state else None
         if hits is None:  # new in the window: what it did before has gone with it
             if len(self._hits) > 4 * window.size:
                 seen = window.state_seen
                 self._hits = {s: h for s, h in self._hits.items() if s in seen}
             hits = self._hits[state] = []
+        if turn is not None and hits and hits[-1][3] == turn:
+            return None  # the same call again in one turn: one attempt
         waited = bool(hits) and window.waited_since(hits[-1][0])
         mark = obs.progress_mark
-        hits.append((obs.index, mark, waited))
+        hits.append((obs.index, mark, waited, turn))
         needed = self.threshold
         if len(hits) > needed:
             del hits[0]
@@ -146,16 +218,16 @@ class ExactRepeat(Rule):
                 return answered
         if len(hits) < needed:
             return None
-        first_index, progress_then, _ = hits[0]
+        first_index, progress_then = hits[0][0], hits[0][1]
         if first_index <= window.fence or progress_then != mark:
             return None
-        if all(waited for _, _, waited in hits[1:]):
+        if all(h[2] for h in hits[1:]):
             return None
         tool = obs.tool
         if not self.allowed((tool,)):
             return None
         step = obs.step
-        evidence = [i for i, _, _ in hits]
+        evidence = [h[0] for h in hits]
         details: dict[str, Any] = {"count": needed, "fingerprint": obs.call}
         if not step.ok:
             details["error"] = clip(step.error or "", 200)
@@ -191,3 +263,10 @@ class ExactRepeat(Rule):
             advice,
             details,
         )
+
+
+def _tools(window: Window, indexes: list[int]) -> set[str | None]:
+    """The tools of the steps at `indexes` still in the window."""
+    records = window.records
+    first = window.n - len(records)
+    return {records[i - first].tool for i in indexes if i >= first}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Final
 
-from engine.loops.normalize import turn_signature, values_close
-from engine.loops.rules.base import Finding, Rule
+from engine.loops.normalize import error_signature, turn_signature, values_close
+from engine.loops.rules.base import Finding, Rule, quote
 from engine.loops.window import TURN, Observation, Window
 
 __all__ = ["IDLE_TURNS", "IdleTurns"]
@@ -21,7 +21,14 @@ class IdleTurns(Rule):
     works through tools and stops calling them is talking instead of acting). A tool call
     ends the run, unless every call since the last turn was a successful read whose state the
     window had already seen (it learned nothing new); a model call that overflowed is no turn
-    (``context_overflow`` counts it)."""
+    (``context_overflow`` counts it).
+
+    Rejected answers: a turn without a tool call that the runtime or harness rejected (its
+    `Step.error`: "not a valid call", "locations not precise") is a failed attempt. At
+    `idle_turns_threshold` rejections in a row of the same kind (one error signature), with no
+    progress between and no turn accepted between, it fires, whatever the turns say and
+    whether or not the run called tools: failed calls between do not end the run, nor does the
+    harness's answer arriving as a user message."""
 
     id = IDLE_TURNS
     kinds = frozenset({TURN})
@@ -41,8 +48,16 @@ class IdleTurns(Rule):
         self._turns: deque[tuple[int, str]] = deque()
         self._counts: dict[str, int] = {}
         self._messages: list[int] = []  # message turns (no thought tool) in a row
+        self._rejected: list[int] = []  # rejected answers of one kind in a row
+        self._rejection = ""  # their error signature
+        self._rejected_progress = 0  # the progress count when the first of them came
 
     def after_flag(self) -> None:
+        self._end_run()
+        self._rejected.clear()
+
+    def _end_run(self) -> None:
+        """A tool call ended the run of idle turns (not a run of rejected answers)."""
         self._turns.clear()
         self._counts.clear()
         self._messages.clear()
@@ -53,13 +68,17 @@ class IdleTurns(Rule):
     def check(self, obs: Observation, window: Window) -> Finding | None:
         if obs.overflow:
             return None  # a model call that overflowed is no turn the agent spoke
+        if obs.step.tool is None:
+            rejected = self._rejected_answer(obs, window)
+            if rejected is not None:
+                return rejected
         turns, counts = self._turns, self._counts
         if (
             turns
             and (window.last_call or -1) > turns[-1][0]
             and not _only_stale_reads(window, turns[-1][0])
         ):
-            self.after_flag()  # a tool call ended the last run of idle turns
+            self._end_run()  # a tool call ended the last run of idle turns
         step = obs.step
         text = step.text
         if text is None and step.tool is not None and step.args is not None:
@@ -117,6 +136,36 @@ class IdleTurns(Rule):
             "Your last replies were empty or repeated; take a concrete next action or say what "
             "is blocking you.",
             {"turns": len(run), "empty": empty, "repeated": len(run) - empty},
+        )
+
+    def _rejected_answer(self, obs: Observation, window: Window) -> Finding | None:
+        """Count a rejected answer (a message turn with an error); report the run of them."""
+        step = obs.step
+        run = self._rejected
+        if step.ok or not step.error:
+            run.clear()  # an answer accepted: the run of rejections ends
+            return None
+        kind = error_signature(step.error)
+        if not run or kind != self._rejection or self._rejected_progress != window.progress:
+            run.clear()
+            self._rejection, self._rejected_progress = kind, window.progress
+        run.append(obs.index)
+        if len(run) < self.threshold or not self.allowed(()):
+            return None
+        evidence = list(run)
+        run.clear()
+        return Finding(
+            "rejected\x00" + kind,
+            None,
+            evidence,
+            evidence[0],
+            f"The agent's answer was rejected {len(evidence)} times in a row the same way "
+            f"({quote(step.error)}) with no progress in between, so it keeps retrying an answer "
+            "that cannot pass.",
+            f"Your last answers were all rejected with {quote(step.error)}; read the rejection "
+            "and change the answer (or call a tool to find what is missing) instead of "
+            "restating it.",
+            {"turns": len(evidence), "rejected": len(evidence), "error": step.error[:200]},
         )
 
     def _turn_key(self, signature: str) -> str:

@@ -27,6 +27,8 @@ class _Attempt:
     progress: int
     error: str = ""
     """The error text of a failure ("" for a side effect)."""
+    turn: str | int = -1
+    """The model response that issued it (`Step.turn`), else its own index: one attempt."""
 
 
 class NearDuplicate(Rule):
@@ -39,7 +41,11 @@ class NearDuplicate(Rule):
     and changes only its flags and the directories of its paths (``mvn -q test -Dtest=A`` and
     ``mvn test -o -Dtest=A -DfailIfNoTests=false`` failing the same way: the same build failure,
     the same target); and a number the error quotes back each time (``but paid 417``, ``but paid
-    822``: the same complaint about the amount the agent keeps changing)."""
+    822``: the same complaint about the amount the agent keeps changing).
+
+    Calls issued by one model response (`Step.turn`) are one attempt: three different guesses
+    of one batch that fail alike are one try, so the chain must span `near_duplicate_threshold`
+    turns."""
 
     id = NEAR_DUPLICATE
     kinds = frozenset({CALL})
@@ -101,14 +107,24 @@ class NearDuplicate(Rule):
             )
             if broken:
                 chain.clear()
+        turn = step.turn
         chain.append(
-            _Attempt(index, leaves, window.progress, step.error or "" if not step.ok else "")
+            _Attempt(
+                index,
+                leaves,
+                window.progress,
+                step.error or "" if not step.ok else "",
+                index if turn is None else turn,
+            )
         )
         needed = self.threshold
         if len(chain) < needed:
             return None
         near = self._near_group(chain, step.ok)
         if len(near) < needed or not self.allowed((tool,)):
+            return None
+        turns = len({a.turn for a in near})
+        if turns < needed:  # guesses issued together are one attempt
             return None
         diffs = _differences([a.leaves for a in near])
         if not diffs:  # nothing varied: an exact repeat, judged by its own threshold
@@ -120,6 +136,8 @@ class NearDuplicate(Rule):
             "arg_diffs": diffs,
             "error_signature": signature if not step.ok else None,
         }
+        if turns < len(near):
+            details["turns"] = turns
         if step.ok:
             explanation = (
                 f"{tool} performed nearly the same side effect {len(near)} times on the same "

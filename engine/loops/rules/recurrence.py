@@ -22,7 +22,8 @@ class Recurrence(Rule):
     the same edit re-issued while the file keeps growing recurs too, unless another change came
     between (``git add -A`` after every edit is made again on purpose). Occurrences with a wait
     before each repeat are polling, left to ``poll_budget``. Successful reads never count: a
-    ``git status`` after every edit is ordinary work."""
+    ``git status`` after every edit is ordinary work. One model response (`Step.turn`) issuing
+    the same call twice is one occurrence."""
 
     id = RECURRENCE
     kinds = frozenset({CALL})
@@ -38,8 +39,9 @@ class Recurrence(Rule):
         return self.threshold
 
     def reset(self) -> None:
-        # per state: (index, waited since the previous one) of its occurrences in the window
-        self._seen: dict[tuple[str, str], deque[tuple[int, bool]]] = {}
+        # per state: (index, waited since the previous one, turn) of its occurrences in the
+        # window
+        self._seen: dict[tuple[str, str], deque[tuple[int, bool, str | None]]] = {}
         # the latest write, and the latest write of another call: (index, call fingerprint)
         self._write: tuple[int, str] = (-1, "")
         self._other_write: tuple[int, str] = (-1, "")
@@ -66,18 +68,21 @@ class Recurrence(Rule):
             occurrences.popleft()
         if obs.write and occurrences and other_write > occurrences[-1][0]:
             occurrences.clear()  # another change came between: this one is made again on purpose
+        turn = obs.step.turn
+        if turn is not None and occurrences and occurrences[-1][2] == turn:
+            return None  # the same call twice in one turn: one occurrence
         waited = bool(occurrences) and window.waited_since(occurrences[-1][0])
-        occurrences.append((index, waited))
+        occurrences.append((index, waited, turn))
         count = len(occurrences)
         if count < self.threshold:
             return None
-        if all(w for _, w in list(occurrences)[1:]):
+        if all(o[1] for o in list(occurrences)[1:]):
             return None
         tool = obs.tool
         if not self.allowed((tool,)):
             return None
         step = obs.step
-        indexes = [i for i, _ in occurrences]
+        indexes = [o[0] for o in occurrences]
         between = index - indexes[0] + 1 - count
         details = {"count": count, "fingerprint": obs.call, "steps_between": between}
         if not step.ok:

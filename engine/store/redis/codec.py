@@ -155,6 +155,7 @@ STEP_BEGIN: FieldMap[dict[str, Any]] = FieldMap(
     Column("side_effect", "side_effect", bool, optional=True),
     Column("text", "text", optional=True),
     Column("task", "task", bool, optional=True),
+    Column("turn", "turn", optional=True),
 )
 """The `StepRecord` fields of a step's begin object."""
 

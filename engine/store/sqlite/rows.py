@@ -160,6 +160,7 @@ STEP: FieldMap[StepRecord] = FieldMap(
     Column("epoch", "epoch"),
     Column("budget", "budget", loads),
     Column("task", "task", bool),
+    Column("turn", "turn"),
 )
 """A `steps` row as a `StepRecord`."""
 

@@ -113,7 +113,7 @@ CREATE TABLE IF NOT EXISTS steps (
     side_effect INTEGER NOT NULL DEFAULT 0, compensation TEXT, verdict TEXT,
     snapshot TEXT, text TEXT, branch TEXT, late INTEGER NOT NULL DEFAULT 0, budget TEXT,
     snap_label TEXT, snap_parent TEXT, snap_msgs INTEGER,
-    task INTEGER,
+    task INTEGER, turn TEXT,
     PRIMARY KEY (session, n)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS branches (
@@ -181,7 +181,8 @@ ADDED_COLUMNS = {
     "sessions": (
         "snap_floor INTEGER NOT NULL DEFAULT 0", "loop_open INTEGER NOT NULL DEFAULT 0"
     ),
-    "steps": ("snap_label TEXT", "snap_parent TEXT", "snap_msgs INTEGER", "task INTEGER"),
+    "steps": ("snap_label TEXT", "snap_parent TEXT", "snap_msgs INTEGER", "task INTEGER",
+              "turn TEXT"),
 }
 """Columns later schema versions added to tables an older file already has (``CREATE TABLE IF
 NOT EXISTS`` leaves those as they are). An older file's step snapshots stay rows of

@@ -50,6 +50,7 @@ from engine.store.sqlite.rows import (
     MESSAGE,
     RESOLUTION_COLUMNS,
     SESSION_COLS,
+    STEP,
     STEP_COLS,
     add_audit,
     add_event,
@@ -87,15 +88,15 @@ _dumps = dumps
 
 _BEGIN_SNAP = (
     "INSERT INTO steps(session, n, seq, epoch, tool, args, fingerprint, status, started_at, "
-    "side_effect, compensation, text, task, snapshot, snap_label, snap_parent, snap_msgs) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "side_effect, compensation, text, task, turn, snapshot, snap_label, snap_parent, snap_msgs) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 """A step's row with its write-ahead snapshot (sequence number ``seq + 1``, the step
 ``seq + 2``), from the session's row as `_BEGIN_SESSION` read it."""
 _BEGIN_PLAIN = (
     "INSERT INTO steps(session, n, seq, epoch, tool, args, fingerprint, status, started_at, "
-    "side_effect, compensation, text, task) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)"
+    "side_effect, compensation, text, task, turn) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)"
 )
 """A step's row without a snapshot."""
 
@@ -212,7 +213,10 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
                 self._comp_cols = COMPENSATION.select(absent=RESOLUTION_COLUMNS)
                 self._has_workers = False
             if "steps" in missing:
-                self._embedded = False
+                lacking = frozenset(c.split()[0] for c in missing["steps"])
+                if "snap_msgs" in lacking:
+                    self._embedded = False
+                self._step_cols = STEP.select(absent=lacking)  # read as None (no task, no turn)
             if "sessions" in missing:  # no loop events either
                 self._loops_from = math.inf
         elif not up_to_date(self._db.conn):
@@ -223,6 +227,9 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
     """`loops` answers for times after this one: the time of the last event an older release
     wrote to this file (-inf: every event came from a release that writes ``loop`` events);
     None until `loops` first needs it (an agent process never does)."""
+
+    _step_cols = STEP_COLS
+    """The step columns this file holds (an older file read-only lacks the newer ones)."""
 
     _embedded = True
     """False on a read-only file of an older schema: its step snapshots are all rows of
@@ -493,7 +500,8 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
                 conn.execute(_BEGIN_SNAP, (
                     sid, n, seq, epoch, step["tool"], step["args"], step["fingerprint"], now,
                     int(bool(step.get("side_effect"))), step.get("compensation"),
-                    step.get("text"), 1 if step.get("task") else None, snap_id,
+                    step.get("text"), 1 if step.get("task") else None, step.get("turn"),
+                    snap_id,
                     snapshot_label, head, msg_count,
                 ))
                 conn.execute(
@@ -507,7 +515,7 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
                 conn.execute(_BEGIN_PLAIN, (
                     sid, n, seq, epoch, step["tool"], step["args"], step["fingerprint"], now,
                     int(bool(step.get("side_effect"))), step.get("compensation"),
-                    step.get("text"), 1 if step.get("task") else None,
+                    step.get("text"), 1 if step.get("task") else None, step.get("turn"),
                 ))
                 conn.execute(
                     _BEGIN_PLAIN_TOUCH if touch else _BEGIN_PLAIN_SESSION,
@@ -639,6 +647,7 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
                     state, get("error"), get("result_digest"), get("result_preview"), now, now,
                     int(bool(step.get("side_effect"))), step.get("compensation"), verdict_text,
                     step.get("text"), None if budget is None else dumps(budget),
+                    1 if step.get("task") else None, step.get("turn"),
                 ))
                 # dumps({"n": n, "status": state, "late": False, "looping": …}), written out
                 events.append((now, sid, "step", f'{{"late":false,"looping":'
@@ -658,8 +667,8 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
             conn.executemany(
                 "INSERT INTO steps(session, n, seq, epoch, tool, args, fingerprint, status, "
                 "error, result_digest, result_preview, started_at, ended_at, side_effect, "
-                "compensation, verdict, text, budget) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "compensation, verdict, text, budget, task, turn) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
             conn.execute(
@@ -679,15 +688,16 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
     ) -> list[StepRecord]:
         """Steps in step order; `last` keeps only the newest N."""
         live = " AND branch IS NULL" if live_only else ""
+        cols = self._step_cols
         if last is not None:
             rows = self._named(
-                f"SELECT {STEP_COLS} FROM steps WHERE session = ?{live} ORDER BY n DESC LIMIT ?",
+                f"SELECT {cols} FROM steps WHERE session = ?{live} ORDER BY n DESC LIMIT ?",
                 (sid, last),
             )
             rows.reverse()
         else:
             rows = self._named(
-                f"SELECT {STEP_COLS} FROM steps WHERE session = ?{live} ORDER BY n", (sid,)
+                f"SELECT {cols} FROM steps WHERE session = ?{live} ORDER BY n", (sid,)
             )
         return [to_step(r) for r in rows]
 
