@@ -18,7 +18,7 @@ OUTSIDE = [ROOT / "engine" / "integrations", ROOT / "engine" / "fleet" / "alerts
 LEDGER_HELPERS = {"engine.store.sqlite.tx", "engine.store.sqlite.schema"}
 """What `engine/demo/ledger.py` may import: SQLite helpers for the ledger's own database (the
 demo's outside world), which never touch the Rewind store (see the comment there)."""
-BACK_DOORS = {"store", "runtime"}
+BACK_DOORS = {"store", "runtime", "_runtime"}
 """Attributes that lead past the engine's API to the store."""
 
 

@@ -24,7 +24,7 @@ def ping_pong(s) -> None:
 def test_why_flagged_names_the_other_rule_that_fires_too(engine):
     s = engine.session("ping-pong", on_loop="flag")
     ping_pong(s)
-    found = why_flagged("ping-pong", session_history(engine.runtime, "ping-pong"), None)
+    found = why_flagged("ping-pong", session_history(engine._runtime, "ping-pong"), None)
     assert found is not None and (found.flag.step, found.flag.rule) == (5, "exact_repeat")
     assert found.change is None  # raising the threshold or switching it off: the cycle fires
     assert [(f.rule, f.step) for f in found.also] == [("cycle", 5)]
@@ -38,7 +38,7 @@ def test_without_another_rule_it_says_no_setting_of_the_rule_is_enough(engine):
     for _ in range(3):
         with s.step("image_crop", {"x": 10}) as call:
             call.fail("invalid slice")
-    found = why_flagged("alone", session_history(engine.runtime, "alone"), None)
+    found = why_flagged("alone", session_history(engine._runtime, "alone"), None)
     assert found is not None and found.turns == {} and why.turns_sentence(found) is None
     lone = type(found)(found.session, found.flag, found.readings, None, {}, ())
     assert why.no_change_sentence(lone) == (

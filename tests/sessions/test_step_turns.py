@@ -57,7 +57,7 @@ def test_a_batch_of_guesses_is_one_attempt_live_and_in_replay(store_url, open_en
     with s.step("search_code", {"query": "parse config"}, turn="resp_2") as call:
         call.ok(["django/conf/__init__.py:88"])
     assert s.info().last_verdict is None
-    history = session_history(engine.runtime, "guesses")
+    history = session_history(engine._runtime, "guesses")
     assert first_flag(history) is None  # replay judges the stored turns as the live one did
     # the same steps without turns: three failed tries in a row
     t = engine.session("no-turns")
@@ -73,7 +73,7 @@ def test_why_flagged_shows_the_turns_of_the_repeated_batch(store_url, open_engin
     guesses(s, "resp_2", names)
     verdict = s.info().last_verdict
     assert verdict["rule"] == "exact_repeat" and verdict["evidence_steps"] == [1, 2, 3, 4]
-    found = why_flagged("same-batch", session_history(engine.runtime, "same-batch"), None)
+    found = why_flagged("same-batch", session_history(engine._runtime, "same-batch"), None)
     assert found is not None and found.flag.step == 4
     assert found.turns == {1: "resp_1", 2: "resp_1", 3: "resp_2", 4: "resp_2"}
 
