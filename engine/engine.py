@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine import documents as _documents
 from engine import metrics
+from engine.errors import WatchOnly
 from engine.fleet import actions, quarantine
 from engine.fleet import queries as fleet
 from engine.freeze import (
@@ -245,11 +246,21 @@ class Engine:
         `on_loop` fixes this handle's loop policy, freeze or not; None follows the engine's
         (`loop_policy`: the freeze's while one is in force, else the default).
 
+        A session the OTLP receiver (`rewind otlp`) created is *watch-only*: Rewind does not
+        run the agent behind it, so it is flagged, never rolled back. A handle never inherits
+        that: opening such a session without ``meta={"watch_only": True}`` (what the receiver
+        itself passes) is refused with `WatchOnly`, naming the receiver, and nothing is
+        written; so spans cannot squat an id an agent embeds Rewind under, and an agent that
+        gets a handle always gets its rollbacks and its `LoopDetected`. Open another id (the
+        receiver writes only ids under its ``--session-prefix``, ``otel-`` by default).
+
         Raises:
             InvalidSessionId: bad id. TypeError: meta not representable as JSON, or a facet
-            (tenant, scenario, prompt_version, locale) that is not a string.
+            (tenant, scenario, prompt_version, locale) that is not a string. WatchOnly: the
+            session is watched by the OTLP receiver (see above).
         """
         validate_session_id(sid)
+        watched = isinstance(meta, dict) and bool(meta.get("watch_only"))
         if meta is not None and not isinstance(meta, dict):
             raise TypeError("meta must be a dict")
         for key in (*FACETS, "locale"):
@@ -260,7 +271,11 @@ class Engine:
                                 f"{type(value).__name__} {value!r:.80}")
         if meta:
             meta, _ = canonical_within(meta, self.runtime.limits.meta_bytes, "meta", "meta_bytes")
+        if meta and not watched:  # meta would be merged into the session: look first
+            _refuse_watched(self.store.get_session(sid))
         info = self.store.ensure_session(sid, meta or None, self.clock())
+        if not watched:
+            _refuse_watched(info)
         return Session(self.runtime, info, on_loop)
 
     def get_session(self, sid: str) -> Session:
@@ -755,3 +770,14 @@ class Engine:
                 if step.status == "running" and step.started_at <= cutoff:
                     found.append((info.id, step))
         return sorted(found, key=lambda pair: pair[1].started_at)
+
+
+def _refuse_watched(info: SessionInfo | None) -> None:
+    """Raises WatchOnly when `info` is a session the OTLP receiver watches (see
+    `Engine.session`)."""
+    if info is not None and (info.meta or {}).get("watch_only"):
+        raise WatchOnly(
+            f"session {info.id!r} is watched by the OTLP receiver (rewind otlp created it from "
+            "an agent's spans): an embedded engine cannot open it, as Rewind could only flag "
+            "its loops, never roll them back. Open the agent's session under another id (the "
+            "receiver writes only ids under its --session-prefix, 'otel-' by default)")
