@@ -20,10 +20,11 @@ Starlette too), with these rules, each answered with its reason in the body:
 - **What it costs.** A request (headers and body) must arrive within `read_timeout_s` of its
   first byte, or the connection is closed; one client address holds at most
   `per_client_connections` connections, all clients `max_connections` (503 past either), so a
-  few slow clients cannot hold every slot. At most `decode_budget_bytes` of bodies are inflated
-  and decoded at once, over all requests (a gzip body counts as `max_body_bytes`, what it may
-  inflate to), and at most `max_concurrent` requests decode and store at once; past either the
-  answer is 429 with Retry-After. Memory does not grow with a burst.
+  few slow clients cannot hold every slot. At most `body_budget_bytes` of bodies are read at
+  once and `decode_budget_bytes` inflated and decoded at once, over all requests (a gzip body
+  counts as `max_body_bytes`, what it may inflate to), and at most `max_concurrent` requests
+  decode and store at once; past any of these the answer is 429 with Retry-After. Memory does
+  not grow with a burst.
 - A refused request is said on stderr too (at most once a minute per status, with a count), so
   an operator sees why an agent's traces do not arrive.
 """
@@ -117,8 +118,12 @@ class ServerConfig:
     """Largest body accepted, compressed and inflated."""
     max_concurrent: int = 8
     """Requests decoded and stored at once; more get 429."""
+    body_budget_bytes: int = 32 * 1024 * 1024
+    """Bytes of bodies (as their Content-Length declares) read at once over all requests;
+    more get 429."""
     decode_budget_bytes: int = 16 * 1024 * 1024
-    """Bytes of bodies inflated and decoded at once over all requests; more get 429."""
+    """Bytes of bodies inflated and decoded at once over all requests (a gzip body counts as
+    `max_body_bytes`, what it may inflate to); more get 429."""
     read_timeout_s: float = 10.0
     """A request's headers and body must arrive within this many seconds of its first byte."""
     per_client_connections: int = 16
@@ -233,7 +238,10 @@ class Receiver:
         self.ingestor = Ingestor(engine, ingest)
         self._slots: dict[str, int] = {}
         self._open = 0
-        self._budget = self.config.decode_budget_bytes
+        self._reading = max(self.config.body_budget_bytes, self.config.max_body_bytes)
+        """Bytes of the body budget not held by a request being read (event loop only)."""
+        self._decoding = max(self.config.decode_budget_bytes, self.config.max_body_bytes)
+        """Bytes of the decode budget not held by a request being decoded (event loop only)."""
         self._decoders = 0
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -347,14 +355,13 @@ class Receiver:
             raise _Refused(413, f"the body has {length} bytes, over the limit of "
                            f"{config.max_body_bytes}; send smaller batches")
         encoding = request.headers.get("content-encoding", "")
-        # What this request may hold at once: its body, or what a gzip body may inflate to.
-        cost = config.max_body_bytes if encoding.strip().lower() not in ("", "identity") else (
-            max(length, 1))
-        if cost > self._budget or self._decoders >= config.max_concurrent:
-            raise _Refused(429, "too many requests are being decoded; retry later",
-                           retry_after=1)
-        self._budget -= cost
-        self._decoders += 1
+        content_type = request.headers.get("content-type", "")
+        # Bodies being read hold what they declared (a slow client holds it until the
+        # request deadline at most); bodies being decoded hold what they may inflate to.
+        if length > self._reading:
+            raise _Refused(429, f"{config.body_budget_bytes - self._reading} bytes of bodies "
+                           "are being read; retry later", retry_after=1)
+        self._reading -= length
         try:
             chunks, got = [], 0
             async for chunk in request.stream():
@@ -366,11 +373,20 @@ class Receiver:
                 raise _Refused(400, f"the body ended after {got} of {length} bytes")
             body = b"".join(chunks)
             del chunks
-            content_type = request.headers.get("content-type", "")
-            await anyio.to_thread.run_sync(self._store, body, encoding, content_type)
+            cost = config.max_body_bytes if encoding.strip().lower() not in (
+                "", "identity") else length
+            if cost > self._decoding or self._decoders >= config.max_concurrent:
+                raise _Refused(429, "too many requests are being decoded; retry later",
+                               retry_after=1)
+            self._decoding -= cost
+            self._decoders += 1
+            try:
+                await anyio.to_thread.run_sync(self._store, body, encoding, content_type)
+            finally:
+                self._decoding += cost
+                self._decoders -= 1
         finally:
-            self._budget += cost
-            self._decoders -= 1
+            self._reading += length
         return self._answer(request, 200, body=encode_response(content_type))
 
     def _store(self, body: bytes, encoding: str, content_type: str) -> None:
@@ -536,6 +552,7 @@ def main(args: argparse.Namespace) -> int:
             engine, ServerConfig(address=args.address, port=args.port, token=token,
                                  allowed_hosts=tuple(args.allowed_host),
                                  max_body_bytes=args.max_body,
+                                 body_budget_bytes=4 * args.max_body,
                                  decode_budget_bytes=2 * args.max_body),
             IngestConfig(settle_s=args.settle, session_prefix=args.session_prefix,
                          session_attributes=tuple(args.session_attribute)))
