@@ -232,6 +232,7 @@ class Receiver:
             self._sock.close()
             raise
         self._sock.setblocking(False)
+        self._port = int(self._sock.getsockname()[1])
         ingest = ingest or IngestConfig()
         if ingest.spool_name == IngestConfig.spool_name:
             ingest = _with(ingest, spool_name=f"{socket.gethostname()}:{self.port}")
@@ -425,7 +426,7 @@ class Receiver:
     # -- life ---------------------------------------------------------------------------------
     @property
     def port(self) -> int:
-        return int(self._sock.getsockname()[1])
+        return self._port
 
     @property
     def endpoint(self) -> str:
