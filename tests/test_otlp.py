@@ -624,3 +624,169 @@ def test_spans_of_a_session_an_embedded_engine_guards_are_not_written_twice(engi
     info = engine.session_info("conv-1")
     assert info.steps == 1 and "watch_only" not in info.meta
     assert ingestor.counts["embedded"] == 1
+
+
+# -- who may send, and what it costs ----------------------------------------------------------
+def raw(port: int, data: bytes, source: str = "127.0.0.1", *, wait: bool = True) -> Any:
+    """A socket from `source` that sent `data`; with `wait`, what came back until the server
+    closed the connection (bytes), else the open socket."""
+    import socket
+
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(source, 0))
+    sock.sendall(data)
+    if not wait:
+        return sock
+    answer = b""
+    with sock:
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_host_header_naming_another_domain_is_refused_and_creates_nothing(engine):
+    """A web page whose domain was made to resolve to this host (DNS rebinding) sends its own
+    domain in Host: refused. Loopback names, IP addresses and --allowed-host names pass."""
+    with Receiver(engine, ServerConfig(port=0, allowed_hosts=("rewind.internal",)),
+                  IngestConfig(settle_s=NEVER)) as r:
+        body = request(gen_ai_tool(1)).SerializeToString()
+        code, answer, _ = post(r.endpoint, body, Host=f"evil.example:{r.port}")
+        assert code == 403 and b"Host 'evil.example' is not served here" in answer
+        assert r.ingestor.counts["spans"] == 0
+        for host in (f"localhost:{r.port}", f"rewind.internal:{r.port}", "[::1]", "10.1.2.3"):
+            assert post(r.endpoint, body, Host=host)[0] == 200, host
+        r.ingestor.flush(force=True)
+    assert [i.id for i in engine.sessions()] == ["otel-conv-1"]
+
+
+def test_a_request_from_a_web_page_is_refused(receiver, engine):
+    body = request(gen_ai_tool(1)).SerializeToString()
+    code, answer, _ = post(receiver.endpoint, body, Origin="http://localhost:8501")
+    assert code == 403 and b"Origin" in answer
+    receiver.ingestor.flush(force=True)
+    assert engine.sessions() == []
+
+
+def test_beyond_loopback_the_receiver_refuses_to_start_without_a_token(engine, tmp_path, capsys,
+                                                                        monkeypatch):
+    monkeypatch.delenv("REWIND_OTLP_TOKEN", raising=False)
+    code = main(["otlp", "--store", f"sqlite:///{tmp_path}/r.db", "--address", "0.0.0.0",
+                 "--port", "0"])
+    assert code == 2
+    assert "refusing to receive traces on 0.0.0.0 without a bearer token" in (
+        capsys.readouterr().err)
+    with pytest.raises(ValueError, match="without a bearer token"):
+        Receiver(engine, ServerConfig(address="0.0.0.0", port=0))
+
+
+def test_the_token_is_read_from_a_file_or_the_environment(tmp_path, monkeypatch):
+    import argparse
+
+    from engine.errors import ConfigError
+    from engine.integrations.otlp.server import _token, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    secret = tmp_path / "token"
+    secret.write_text("s3cret\n")
+    monkeypatch.setenv("REWIND_OTLP_TOKEN", "from-env")
+    assert _token(parser.parse_args(["--token-file", str(secret)])) == "s3cret"
+    assert _token(parser.parse_args([])) == "from-env"
+    (tmp_path / "empty").write_text("")
+    with pytest.raises(ConfigError, match="holds no token"):
+        _token(parser.parse_args(["--token-file", str(tmp_path / "empty")]))
+
+
+def test_slow_clients_cannot_hold_every_slot(engine):
+    """Connections that send a byte now and then hold a connection each, never a request slot:
+    others are served beside them; past its share, one client is refused, others are not."""
+    with Receiver(engine, ServerConfig(port=0, per_client_connections=8),
+                  IngestConfig(settle_s=NEVER)) as r:
+        slow = [raw(r.port, b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n", wait=False)
+                for _ in range(7)]
+        slow.append(raw(r.port, b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                        b"application/x-protobuf\r\nContent-Length: 5000\r\n\r\n01", wait=False))
+        try:
+            import time
+
+            deadline = time.monotonic() + 30
+            while r._open < 8 and time.monotonic() < deadline:
+                time.sleep(0.01)  # the server counts a connection once it accepted it
+            answer = raw(r.port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 503") and b"at most 8 per client" in answer
+            body = request(gen_ai_tool(1)).SerializeToString()
+            answer = raw(r.port, b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         b"Content-Type: application/x-protobuf\r\nConnection: close\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body,
+                         source="127.0.0.2")
+            assert answer.startswith(b"HTTP/1.1 200")
+        finally:
+            for sock in slow:
+                sock.close()
+        r.ingestor.flush(force=True)
+    assert len(engine.get_session("otel-conv-1").steps()) == 1
+
+
+def test_a_request_that_does_not_arrive_within_the_deadline_is_dropped(engine):
+    with Receiver(engine, ServerConfig(port=0, read_timeout_s=0.5),
+                  IngestConfig(settle_s=NEVER)) as r:
+        # no answer: the connection is closed, while the client still owes headers or body
+        assert raw(r.port, b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n") == b""
+        assert raw(r.port, b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                   b"application/x-protobuf\r\nContent-Length: 5000\r\n\r\n0123") == b""
+        assert r.ingestor.counts["spans"] == 0
+        send(r, gen_ai_tool(1))
+
+
+def test_bodies_past_the_read_budget_get_429_until_the_budget_is_free(engine):
+    with Receiver(engine, ServerConfig(port=0, max_body_bytes=10_000, body_budget_bytes=10_000),
+                  IngestConfig(settle_s=NEVER)) as r:
+        held = raw(r.port, b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                   b"application/x-protobuf\r\nContent-Length: 9990\r\n\r\n0123", wait=False)
+        body = request(gen_ai_tool(1)).SerializeToString()
+        import time
+
+        deadline = time.monotonic() + 30
+        code, answer, headers = post(r.endpoint, body)
+        while code == 200 and time.monotonic() < deadline:  # until the server read the first
+            code, answer, headers = post(r.endpoint, body)
+        assert code == 429 and headers["Retry-After"] and b"are being read" in answer
+        held.close()
+        while code != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            code, answer, headers = post(r.endpoint, body)
+        assert code == 200
+
+
+# -- ids are owned ------------------------------------------------------------------------------
+def test_spans_never_squat_the_id_an_embedded_agent_opens(store_url, open_engine):
+    """A span naming conv-9 writes otel-conv-9; the agent's own conv-9 is an ordinary session
+    whose loop is rolled back; and no handle inherits watch-only: opening the receiver's
+    session is refused, naming the receiver, and writes nothing."""
+    from engine import LoopDetected, WatchOnly
+
+    engine = open_engine(store_url, freeze=None)
+    ingestor = Ingestor(engine, IngestConfig(settle_s=NEVER))
+    ingestor.accept(decode(request(gen_ai_tool(1, conversation="conv-9"))))
+    ingestor.flush(force=True)
+    assert engine.session_info("otel-conv-9").meta["watch_only"] is True
+    assert engine.session_info("conv-9") is None
+
+    agent = engine.session("conv-9", meta={"tenant": "acme"})
+    agent.snapshot(label="start")
+    with pytest.raises(LoopDetected):
+        for _ in range(10):
+            with agent.step("image_crop", {"x": 10}) as call:
+                call.fail("invalid slice")
+    assert engine.session_info("conv-9").rollbacks == 1
+
+    for meta in (None, {"tenant": "acme"}):
+        with pytest.raises(WatchOnly, match="watched by the OTLP receiver .rewind otlp"):
+            engine.session("otel-conv-9", meta=meta)
+    assert "tenant" not in engine.session_info("otel-conv-9").meta
+
+
+def test_an_empty_prefix_writes_the_ids_as_the_spans_name_them(engine):
+    ingestor = Ingestor(engine, IngestConfig(settle_s=NEVER, session_prefix=""))
+    ingestor.accept(decode(request(gen_ai_tool(1))))
+    ingestor.flush(force=True)
+    assert [i.id for i in engine.sessions()] == ["conv-1"]

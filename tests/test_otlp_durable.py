@@ -6,6 +6,7 @@ kept and exits non-zero; the next one writes them."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -65,7 +66,7 @@ def export_tool_spans(endpoint: str, n: int, conversation: str, args_bytes: int 
         with tracer.start_as_current_span("execute_tool image_crop", attributes={
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "image_crop",
                 "gen_ai.conversation.id": conversation,
-                "gen_ai.tool.call.arguments": '{"x": %d, "pad": "%s"}' % (i, "p" * args_bytes),
+                "gen_ai.tool.call.arguments": json.dumps({"x": i, "pad": "p" * args_bytes}),
                 "gen_ai.tool.call.result": '{"ok": true}'}):
             pass
     assert provider.force_flush(30_000)
@@ -158,8 +159,9 @@ def test_a_full_disk_gets_503_and_a_stop_keeps_and_counts_what_it_could_not_writ
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def post(first: int, n: int) -> tuple[int, str, str | None]:
-        body = request(*(gen_ai_tool(first + i, args='{"x": %d, "pad": "%s"}' % (
-            first + i, "p" * 2000)) for i in range(n))).SerializeToString()
+        body = request(*(gen_ai_tool(first + i, args=json.dumps({"x": first + i,
+                                                                "pad": "p" * 2000}))
+                         for i in range(n))).SerializeToString()
         req = urllib.request.Request(endpoint, data=body, method="POST",
                                      headers={"Content-Type": "application/x-protobuf"})
         try:

@@ -159,6 +159,7 @@ class _Connection(H11Protocol):
 
     receiver: Receiver  # set on the subclass each Receiver makes
     _slot: str | None = None
+    _refusal: str | None = None
     _deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -166,14 +167,26 @@ class _Connection(H11Protocol):
         client = self.client[0] if self.client else "?"
         reason = self.receiver.take_slot(client)
         if reason is not None:
-            self.receiver.refused(503, reason, client)
-            transport.write(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n"
-                            b"Content-Type: text/plain\r\nConnection: close\r\nContent-Length: "
-                            + str(len(reason)).encode() + b"\r\n\r\n" + reason.encode())
-            transport.close()
+            # Answered once the request's first bytes are in (closing with them unread would
+            # reset the connection, and the client would never read why).
+            self._refusal = reason
+            self._arm()
             return
         self._slot = client
         self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._refusal is None:
+            super().data_received(data)
+            return
+        if not self.transport.is_closing():
+            reason, client = self._refusal, self.client[0] if self.client else "?"
+            self.receiver.refused(503, reason, client)
+            self.transport.write(
+                b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: "
+                b"text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: "
+                + str(len(reason.encode())).encode() + b"\r\n\r\n" + reason.encode())
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
