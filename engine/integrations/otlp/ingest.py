@@ -1,4 +1,19 @@
-"""Spans to steps: per-session buffering, start-time order, idempotent span ids, bounded memory.
+"""Spans to steps: a durable spool, per-session buffering, start-time order, idempotent span
+ids, bounded memory.
+
+**Durable before accepted.** `Ingestor.accept` writes the spans it takes to the store's spool
+(fleet documents of namespace ``otlp_spool``, keyed by the receiver's `IngestConfig.spool_name`,
+one atomic write per request) before it returns, so the receiver's 200 means they are in the
+store. A spool document is deleted once every span of it is written (or found a duplicate); a
+receiver started again under the same name takes back what is left (`replay`), and a span
+written before the kill but still spooled is then a duplicate, dropped. When the store cannot
+take a request (it is down, its disk is full) or is failing the writer, `accept` raises
+`Unavailable` (503): spans wait in the exporters, never in this process's memory.
+
+**Owned ids.** Every session id is the receiver's `IngestConfig.session_prefix` (``otel-``)
+followed by the id the span names (or ``trace-<trace id>``), so spans cannot create the id of a
+session an agent embedding Rewind opens later; and the engine refuses such an agent a handle on
+a watch-only session (`Engine.session`).
 
 **Delivery.** Exporters send spans in batches, out of order across batches, and again after a
 timeout (a retry). Every accepted span waits in its session's buffer; once the oldest span of a
@@ -35,15 +50,16 @@ counted (``quarantined``) and what really happened (span, tool, outcome) is kept
 ``otlp`` document ``quarantined``.
 
 **Embedded agents.** A span naming a session that exists and is not watch-only (an agent that
-embeds Rewind and exports traces too) is dropped (``embedded``): that session is guarded
-already, and its steps must not be written twice.
+embeds Rewind and exports traces too), under the name the span gives or the receiver's, is
+dropped (``embedded``): that session is guarded already, and its steps must not be written
+twice.
 
 **Bounds.** At most `max_session_spans` spans wait per session and `max_buffered_spans` in all:
 a request that would pass either is refused whole (`Backpressure`, HTTP 429, safe to retry since
 span ids are idempotent), unless nothing waits there yet (a request alone over a bound could
 never fit, and the body limit bounds it). At most `max_sessions` sessions' states and
 `max_traces` trace-to-session links are kept in memory (least recently used go first; a state
-is reread from its document).
+is reread from its document); a state keeps its remembered span ids as one bytearray.
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ class _Connection(H11Protocol):
     _refusal: str | None = None
     _deadline: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
         client = self.client[0] if self.client else "?"
         reason = self.receiver.take_slot(client)
