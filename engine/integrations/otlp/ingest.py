@@ -67,6 +67,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import sqlite3
 import sys
 import threading
 import time
@@ -298,7 +299,7 @@ class Ingestor:
             # holds requests in the order they were buffered.
             try:
                 keys = self._spool(actions)
-            except StoreError as exc:
+            except (StoreError, ConnectionError, sqlite3.Error) as exc:
                 self.counts["refused"] += len(spans)
                 raise Unavailable(f"the store cannot take the spans now ({exc}); retry "
                                   "later") from exc
@@ -392,7 +393,7 @@ class Ingestor:
             return
         try:
             self.engine.put_fleet_documents(SPOOL, dict.fromkeys(done))
-        except StoreError:
+        except Exception:  # noqa: BLE001 - the writer must outlive a store hiccup
             with self._lock:
                 self._spool_finished.extend(done)
 
