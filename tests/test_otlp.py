@@ -790,3 +790,24 @@ def test_an_empty_prefix_writes_the_ids_as_the_spans_name_them(engine):
     ingestor.accept(decode(request(gen_ai_tool(1))))
     ingestor.flush(force=True)
     assert [i.id for i in engine.sessions()] == ["conv-1"]
+
+
+def test_the_deadline_is_the_clients_time_only_a_slow_store_still_gets_its_answer(engine):
+    """The deadline covers sending the request; storing it is the receiver's time: a request
+    whose client asked to close afterwards (as urllib does) still gets its 200."""
+    import time
+
+    with Receiver(engine, ServerConfig(port=0, read_timeout_s=0.3),
+                  IngestConfig(settle_s=NEVER)) as r:
+        accept = r.ingestor.accept
+
+        def slow_accept(spans):  # type: ignore[no-untyped-def]
+            time.sleep(1.0)  # a store that takes longer than the client's deadline
+            return accept(spans)
+
+        r.ingestor.accept = slow_accept  # type: ignore[method-assign]
+        status, _, _ = post(r.endpoint, request(gen_ai_tool(1)).SerializeToString(),
+                            Connection="close")
+        assert status == 200
+        r.ingestor.flush(force=True)
+    assert len(engine.get_session("otel-conv-1").steps()) == 1

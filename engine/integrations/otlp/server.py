@@ -153,6 +153,10 @@ class _Refused(Exception):
         self.status, self.retry_after = status, retry_after
 
 
+_RECEIVED = (h11.DONE, h11.MUST_CLOSE, h11.CLOSED)
+"""h11 states of a client whose request is in (MUST_CLOSE: it asked to close after it)."""
+
+
 class _Connection(H11Protocol):
     """uvicorn's h11 connection, with per-client slots and a deadline per request (uvicorn
     alone lets a client take as long as it likes to send its headers and body)."""
@@ -206,12 +210,12 @@ class _Connection(H11Protocol):
 
     def _expire(self) -> None:
         self._deadline = None
-        if self.conn.their_state is not h11.DONE and not self.transport.is_closing():
+        if self.conn.their_state not in _RECEIVED and not self.transport.is_closing():
             self.transport.close()  # the app sees a disconnect; nothing was accepted
 
     def handle_events(self) -> None:
         super().handle_events()
-        if self.conn.their_state is h11.DONE:
+        if self.conn.their_state in _RECEIVED:
             self._disarm()  # the request is in: deciding and storing are not the client's time
 
     def on_response_complete(self) -> None:
