@@ -206,3 +206,19 @@ def test_a_full_disk_gets_503_and_a_stop_keeps_and_counts_what_it_could_not_writ
     finally:
         if again.poll() is None:
             again.kill()
+
+
+def test_a_full_disk_is_a_store_error_that_says_what_to_do(tiny_disk):
+    from engine import StoreFull
+
+    url = f"sqlite:///{tiny_disk}/rewind.db"
+    with Engine.open(url, freeze=None) as engine:
+        s = engine.session("s-1")
+        s.append_message("user", "hello")
+        fill(tiny_disk)
+        with pytest.raises(StoreFull) as caught:
+            for n in range(1_000):  # the disk is finite
+                s.append_message("user", f"{n} " + "x" * 20_000)
+        text = str(caught.value)
+        assert "disk holding the store is full" in text and "Free space" in text
+        assert url.split("///")[1] in text or "rewind.db" in text
