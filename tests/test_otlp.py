@@ -811,3 +811,35 @@ def test_the_deadline_is_the_clients_time_only_a_slow_store_still_gets_its_answe
         assert status == 200
         r.ingestor.flush(force=True)
     assert len(engine.get_session("otel-conv-1").steps()) == 1
+
+
+def test_what_a_receiver_accepted_and_did_not_write_is_written_by_the_next_under_its_name(
+        engine):
+    first = Ingestor(engine, IngestConfig(settle_s=NEVER, spool_name="host-a:4318"))
+    first.accept(decode(request(gen_ai_tool(1), gen_ai_tool(2))))  # then it was killed
+    assert engine.session_info("otel-conv-1") is None
+
+    other = Ingestor(engine, IngestConfig(settle_s=NEVER, spool_name="host-b:4318"))
+    assert other.replay() == 0 and other.others == {"host-a:4318": 1}
+
+    again = Ingestor(engine, IngestConfig(settle_s=NEVER, spool_name="host-a:4318"))
+    assert again.replay() == 2
+    again.flush()  # replayed spans have waited long enough already
+    assert [s.args for s in engine.get_session("otel-conv-1").steps()] == [{"x": 10, "y": 4}] * 2
+    assert engine.fleet_documents("otlp_spool") == {}
+    assert Ingestor(engine, IngestConfig(spool_name="host-a:4318")).replay() == 0
+
+
+def test_a_span_written_but_still_spooled_when_the_receiver_died_is_not_written_twice(engine):
+    first = Ingestor(engine, IngestConfig(settle_s=NEVER, spool_name="host-a:4318"))
+    first._drop_finished = lambda: None  # type: ignore[method-assign]  # killed right there
+    first.accept(decode(request(gen_ai_tool(1), gen_ai_tool(2))))
+    first.flush(force=True)
+    assert len(engine.get_session("otel-conv-1").steps()) == 2
+    assert engine.fleet_documents("otlp_spool") != {}
+
+    again = Ingestor(engine, IngestConfig(settle_s=NEVER, spool_name="host-a:4318"))
+    assert again.replay() == 2
+    again.flush(force=True)
+    assert len(engine.get_session("otel-conv-1").steps()) == 2
+    assert again.counts["duplicate"] == 2 and engine.fleet_documents("otlp_spool") == {}

@@ -224,6 +224,9 @@ class Ingestor:
         the engine refused as data (dropped), spans of sessions an embedded engine guards
         (dropped), write errors (retried)."""
         self.last_error: str | None = None
+        self.others: dict[str, int] = {}
+        """After `replay`: spool documents other receivers (by name) left, which they write
+        when started again under that name."""
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._pending: dict[str, dict[str, tuple[float, Action, str]]] = {}
@@ -406,8 +409,13 @@ class Ingestor:
             StoreError: the store cannot be read.
         """
         prefix = self.config.spool_name + "/"
-        found = {k: v for k, v in self.engine.fleet_documents(SPOOL).items()
-                 if k.startswith(prefix)}
+        spool = self.engine.fleet_documents(SPOOL)
+        found = {k: v for k, v in spool.items() if k.startswith(prefix)}
+        self.others = {}
+        for key in spool:
+            if not key.startswith(prefix):
+                name = key.rpartition("/")[0]
+                self.others[name] = self.others.get(name, 0) + 1
         taken = 0
         with self._lock:
             ripe = self.clock() - self.config.settle_s

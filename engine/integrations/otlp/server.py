@@ -585,6 +585,10 @@ def main(args: argparse.Namespace) -> int:
     except BaseException:
         engine.close()
         raise
+    for name, docs in sorted(receiver.ingestor.others.items()):
+        print(f"rewind otlp: note: the receiver {name} left {docs} spool document(s) of "
+              "accepted spans it has not written; it writes them when started again on that "
+              "host and port", file=sys.stderr, flush=True)
     replayed = receiver.ingestor.counts["replayed"]
     again = f"; {replayed} span(s) accepted earlier are written now" if replayed else ""
     print(f"rewind otlp: receiving traces at {receiver.endpoint} into {engine.url}; sessions "
