@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine import documents as _documents
 from engine.documents import Documents
+from engine.errors import WatchOnly
 from engine.fleet import quarantine, queries
 from engine.fleet.api import Compensations, Fleet
 from engine.freeze import (
@@ -168,13 +169,27 @@ class Engine:
         `on_loop` fixes this handle's loop policy, freeze or not; None follows the engine's
         (`loop_policy`: the freeze's while one is in force, else the default).
 
+        A session the OTLP receiver (`rewind otlp`) created is *watch-only*: Rewind does not
+        run the agent behind it, so it is flagged, never rolled back. A handle never inherits
+        that: opening such a session without ``meta={"watch_only": True}`` (what the receiver
+        itself passes) is refused with `WatchOnly`, naming the receiver, and nothing is
+        written; so spans cannot squat an id an agent embeds Rewind under, and an agent that
+        gets a handle always gets its rollbacks and its `LoopDetected`. Open another id (the
+        receiver writes only ids under its ``--session-prefix``, ``otel-`` by default).
+
         Raises:
             InvalidSessionId: bad id. TypeError: meta not representable as JSON, or a facet
-            (tenant, scenario, prompt_version, locale) that is not a string.
+            (tenant, scenario, prompt_version, locale) that is not a string. WatchOnly: the
+            session is watched by the OTLP receiver (see above).
         """
         validate_session_id(sid)
+        watched = isinstance(meta, dict) and bool(meta.get("watch_only"))
         meta = _documents.checked_meta(self._runtime, meta)
+        if meta and not watched:  # meta would be merged into the session: look first
+            _refuse_watched(self.store.get_session(sid))
         info = self.store.ensure_session(sid, meta or None, self.clock())
+        if not watched:
+            _refuse_watched(info)
         return Session(self._runtime, info, on_loop)
 
     def get_session(self, sid: str) -> Session:
@@ -342,3 +357,14 @@ class Engine:
             InvalidSessionId: bad id.
         """
         return _documents.session_info(self._runtime, sid)
+
+
+def _refuse_watched(info: SessionInfo | None) -> None:
+    """Raises WatchOnly when `info` is a session the OTLP receiver watches (see
+    `Engine.session`)."""
+    if info is not None and (info.meta or {}).get("watch_only"):
+        raise WatchOnly(
+            f"session {info.id!r} is watched by the OTLP receiver (rewind otlp created it from "
+            "an agent's spans): an embedded engine cannot open it, as Rewind could only flag "
+            "its loops, never roll them back. Open the agent's session under another id (the "
+            "receiver writes only ids under its --session-prefix, 'otel-' by default)")

@@ -61,6 +61,11 @@ class StoreBusy(StoreUnavailable):
     SQLite file with a write transaction left open elsewhere); nothing was written."""
 
 
+class StoreFull(StoreError):
+    """The disk holding the store is full (or the store reached its size limit); nothing of
+    the write was kept. Free space there, then retry."""
+
+
 class StoreNotFound(StoreError, LookupError):
     """A reading command was pointed at a store that does not exist (a SQLite file that is not
     there): refused, never created empty, so a wrong path cannot pass for an empty fleet."""

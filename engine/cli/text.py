@@ -129,7 +129,14 @@ def parse_until(text: str) -> str:
     """
     text = (text or "").strip()
     if text.startswith("+"):
-        parse_age(text[1:])
+        seconds = parse_age(text[1:])
+        try:
+            _dt.datetime.now(_dt.UTC) + _dt.timedelta(seconds=seconds)
+        except (OverflowError, ValueError):
+            raise argparse.ArgumentTypeError(
+                f"--until {text} lies past 9999-12-31, the last time a calendar shows; give a "
+                "nearer time, or leave --until out for a quarantine that lasts until someone "
+                "lifts it") from None
         return text
     try:
         _dt.datetime.fromisoformat(text)

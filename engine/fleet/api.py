@@ -173,22 +173,15 @@ class Fleet:
         return dict(sorted(seen.items(), key=lambda kv: (-kv[1], kv[0])))
 
     # -- housekeeping -------------------------------------------------------------------------
-    def running_steps(self, older_than_s: float = 300.0, *, sessions: int = 200,
-                      last: int = 50) -> list[tuple[str, StepRecord]]:
+    def running_steps(self, older_than_s: float = 300.0) -> list[tuple[str, StepRecord]]:
         """Steps begun more than `older_than_s` seconds ago that never ended (their process died,
-        or lost the call), among the `last` steps of the `sessions` most recently active
-        sessions: a bounded look for `rewind doctor`, not a scan of the whole fleet.
+        or lost the call), in every session of the store, on every line: for `rewind doctor`,
+        which must not miss one that a look at the busiest sessions would.
 
         Returns:
             (session id, `StepRecord`) pairs, oldest step first.
         """
-        cutoff = self._rt.clock() - older_than_s
-        found: list[tuple[str, StepRecord]] = []
-        for info in self._rt.store.list_sessions(SessionFilter(), limit=sessions):
-            for step in self._rt.store.steps(info.id, last=last):
-                if step.status == "running" and step.started_at <= cutoff:
-                    found.append((info.id, step))
-        return sorted(found, key=lambda pair: pair[1].started_at)
+        return self._rt.store.running_steps(self._rt.clock() - older_than_s)
 
     def doctor(self) -> dict:
         """Rebuild the store's fleet-wide indexes from the sessions (after a crash or drift)."""

@@ -123,6 +123,18 @@ def test_quarantine_until_must_be_readable(capsys, url, until):
     assert caught.value.code == EXIT_USAGE
 
 
+@pytest.mark.parametrize("until", ["+99999999999h", "+9" + "9" * 400 + "d"])
+def test_quarantine_until_past_any_calendar_is_refused_with_its_reason(capsys, url, until):
+    with pytest.raises(SystemExit) as caught:
+        main(["--store", url, "quarantine", "x", "--reason", "r", "--actor", "a",
+              "--until", until])
+    assert caught.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "lies past 9999-12-31" in err and "OverflowError" not in err
+    with Engine.open(url) as eng:
+        assert eng.quarantines() == []
+
+
 def test_quarantine_until_an_iso_time(capsys, url):
     code, out, _ = run(capsys, "--store", url, "quarantine", "x", "--reason", "r", "--actor",
                        "a", "--until", "2999-01-01T08:00")

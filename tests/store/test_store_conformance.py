@@ -901,3 +901,28 @@ def test_a_notice_sent_by_a_bulk_rollback_carries_the_batch_id_in_its_audit(engi
     s.append_message("user", "two")
     engine.rollback("s", actor="alice", reason="single")
     assert "batch" not in engine.audit(action="notice")[0].detail
+
+
+# -- housekeeping ---------------------------------------------------------------------------------
+def test_every_step_left_running_is_found_however_old_its_session_or_deep_its_step(engine):
+    """`rewind doctor` once looked at the last 50 steps of the 200 most recent sessions and
+    missed stuck steps in older sessions and under newer steps; the store finds all of them."""
+    stuck = []
+    for k in range(3):  # sessions the 200 most recent leave out (older, and smaller ids)
+        sid = f"a-{k}"
+        engine.session(sid).step("fetch", {"k": k}).__enter__()  # its process "died"
+        stuck.append((sid, 1))
+    deep = engine.session("b-deep")
+    deep.step("fetch", {"first": True}).__enter__()
+    stuck.append(("b-deep", 1))
+    later = engine.session("b-deep")  # another worker carries on with the session
+    for n in range(60):
+        with later.step("read", {"n": n}) as call:
+            call.ok(n)
+    for k in range(205):
+        with engine.session(f"z-{k:03d}").step("read", {}) as call:
+            call.ok("done")
+    found = engine.fleet.running_steps(0.0)
+    assert sorted((sid, step.n) for sid, step in found) == sorted(stuck)
+    assert all(step.tool == "fetch" for _, step in found)
+    assert engine.fleet.running_steps(3600.0) == []  # none has run that long

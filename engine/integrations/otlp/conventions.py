@@ -64,7 +64,10 @@ class Action:
     messages: list[dict[str, Any]] = field(default_factory=list)
     """Chat messages of a model turn: the last user input, then the outputs."""
     session: str | None = None
-    """The explicit session id, or None when only the trace names it."""
+    """The explicit session id, or None when only the trace names it; once accepted, the
+    receiver's session id (under its prefix)."""
+    named: str | None = None
+    """The session id the span itself named (before the receiver's prefix), once accepted."""
     meta: dict[str, str] = field(default_factory=dict)
     turn: str | None = None
     """The model response that issued the call (`gen_ai.response.id` on the tool span), when

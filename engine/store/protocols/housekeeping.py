@@ -5,7 +5,10 @@ Part of `engine.store.base.Store` (see there for the model and the rules every m
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from engine.records import StepRecord
 
 
 @runtime_checkable
@@ -53,6 +56,16 @@ class HousekeepingStore(Protocol):
 
         Returns:
             Counts of what went (or would go): branches, messages, steps, snapshots, kv_writes.
+        """
+        ...
+
+    def running_steps(self, started_before: float) -> list[tuple[str, StepRecord]]:
+        """Every step of the store still running that started at or before `started_before`
+        (its process died or lost the call), over all sessions and lines, not a sample; for
+        `rewind doctor`, which may take its time.
+
+        Returns:
+            (session id, step) pairs, oldest start first (ties: session, then step number).
         """
         ...
 

@@ -726,6 +726,23 @@ class RedisStore(FleetDocs):
         return result == "1"
 
     # -- maintenance ------------------------------------------------------------------------
+    def running_steps(self, started_before: float) -> list[tuple[str, StepRecord]]:
+        """Every running step started at or before `started_before`, oldest first: each
+        session's steps are read in turn (no fleet-wide index of running steps exists, as one
+        could not be kept atomically with a session's steps on Redis Cluster), page by page of
+        sessions, so memory holds one page and the running steps found."""
+        found: list[tuple[str, StepRecord]] = []
+        after: SessionCursor | None = None
+        while True:
+            page = self.list_sessions(limit=500, after=after)
+            for info in page:
+                found.extend((info.id, step) for step in self.steps(info.id)
+                             if step.status == "running" and step.started_at <= started_before)
+            if len(page) < 500:
+                break
+            after = SessionCursor.after(page[-1])
+        return sorted(found, key=lambda pair: (pair[1].started_at, pair[0], pair[1].n))
+
     def rebuild_indexes(self) -> dict[str, int]:
         """Rebuild the fleet indexes from the sessions themselves (``rewind doctor``); see
         `engine.store.redis.doctor.rebuild_indexes`. Safe to run while agents write.

@@ -809,6 +809,13 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
 
     # -- atomic multi-part writes ------------------------------------------------------------
     # -- maintenance ------------------------------------------------------------------------
+    def running_steps(self, started_before: float) -> list[tuple[str, StepRecord]]:
+        """Every running step started at or before `started_before`, oldest first."""
+        rows = self._named(
+            f"SELECT session AS owner, {STEP_COLS} FROM steps WHERE status = 'running' "
+            "AND started_at <= ? ORDER BY started_at, session, n", (started_before,))
+        return [(row["owner"], to_step(row)) for row in rows]
+
     def rebuild_indexes(self) -> dict[str, int]:
         """SQLite's indexes are part of its tables; nothing drifts. Checks integrity instead."""
         (result,) = self._read("PRAGMA quick_check")[0]

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, urlparse
 
-from engine.errors import StoreBusy, StoreUnavailable
+from engine.errors import StoreBusy, StoreFull, StoreUnavailable
 
 BUSY_TIMEOUT_S = 30.0
 """How long a connection waits for another process's write lock before giving up."""
@@ -211,13 +211,35 @@ class _Write:
         db = self.db
         try:
             if exc_type is not None:
-                self.conn.execute("ROLLBACK")
+                if self.conn.in_transaction:  # SQLite may have rolled back already (a full disk)
+                    self.conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error) and _full(exc):
+                    raise _store_full(db.name, exc) from exc
                 return
-            self.conn.execute("COMMIT")
+            try:
+                self.conn.execute("COMMIT")
+            except sqlite3.Error as failed:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                if _full(failed):
+                    raise _store_full(db.name, failed) from failed
+                raise
             if db._checkpointer is not None:
                 db._checkpointer.poke()
         finally:
             db._lock.release()
+
+
+def _full(exc: sqlite3.Error) -> bool:
+    """True when `exc` says the disk (or the database's size limit) is full."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code == sqlite3.SQLITE_FULL or "disk is full" in str(exc)
+
+
+def _store_full(name: str, exc: sqlite3.Error) -> StoreFull:
+    return StoreFull(f"{name}: the disk holding the store is full ({exc}); nothing of this "
+                     "write was kept. Free space on that disk (or move the store to a larger "
+                     "one), then retry")
 
 
 class SQLiteDB:

@@ -71,19 +71,19 @@ def test_an_instrumented_agents_sdk_run_that_loops_is_flagged_by_rewind_otlp(rew
 
     with Engine.open(url, create=False, freeze=None) as engine:
         deadline = time.monotonic() + 60
-        info = engine.session_info("ticket-42")
+        info = engine.session_info("otel-ticket-42")
         while (info is None or info.steps < 6) and time.monotonic() < deadline:
             time.sleep(0.1)  # the receiver writes once a session's spans settled
-            info = engine.session_info("ticket-42")
+            info = engine.session_info("otel-ticket-42")
         assert info is not None and info.steps == 6
         assert info.status == "looping" and info.rollbacks == 0
         assert info.meta["watch_only"] is True and info.meta["source"] == "otlp"
         assert (info.scenario, info.prompt_version) == ("billing-agent", "v8")
-        recorded = engine.get_session("ticket-42").steps()
+        recorded = engine.get_session("otel-ticket-42").steps()
         assert {(s.tool, s.status.value) for s in recorded} == {("fetch_invoice", "error")}
         assert recorded[0].args == {"invoice": "INV-7"}
         assert "Error running tool" in (recorded[0].error or "")
-        assert [s.id for s in engine.sessions()] == ["ticket-42"]
+        assert [s.id for s in engine.sessions()] == ["otel-ticket-42"]
 
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
