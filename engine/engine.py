@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 from engine import documents as _documents
 from engine import metrics
 from engine.fleet import actions, quarantine
+from engine.fleet import incidents as _incidents
 from engine.fleet import queries as fleet
+from engine.fleet.incidents import Incident, IncidentAction
 from engine.freeze import (
     FreezeWindow,
     PolicyChoice,
@@ -454,6 +456,67 @@ class Engine:
             PermissionDenied: the actor is a viewer. UnknownQuarantine: no such id.
         """
         return quarantine.lift(self.runtime, qid, actor=actor, reason=reason)
+
+    # -- incidents (engine.fleet.incidents) -------------------------------------------------------
+    def incidents(self, since: Any = None, status: str | None = None) -> list[Incident]:
+        """Loops grouped by cause (tool, normalised error signature, rule): incidents last seen
+        at or after `since` (unix seconds or a datetime; None: all), of `status` (``open``,
+        ``closed``; None: both), open ones first. Reads only; see `engine.fleet.incidents`.
+
+        Raises:
+            ValueError: an unknown status. TypeError: `since` is no time.
+        """
+        return _incidents.incidents(self.runtime, since, status)
+
+    def incident(self, incident_id: str) -> Incident:
+        """Incident `incident_id`.
+
+        Raises:
+            UnknownIncident: no such incident.
+        """
+        return _incidents.incident(self.runtime, incident_id)
+
+    def incident_action(self, incident_id: str, action: str, *, actor: str | Actor, reason: str,
+                        dry_run: bool = False, seen: int | None = None,
+                        note: str | None = None) -> IncidentAction:
+        """Take remedy `action` (rollback, quarantine, release, stop, notice, close) on every
+        session of incident `incident_id`; with `dry_run`, say what it would do and write
+        nothing. ``release`` and ``stop`` act on the sessions waiting for on-call through this
+        engine's `release` / `stop` (refused when the engine has none). `seen`: the number of
+        remedies the operator's page showed (`Incident.revision`). See `engine.fleet.incidents`.
+
+        Raises:
+            ValueError: unknown action, empty reason, a remedy this incident or engine cannot
+            take. PermissionDenied: not an operator (now). UnknownIncident: no such incident.
+            IncidentConflict: it is closed, or another operator acted on it first.
+        """
+        return _incidents.act(
+            self.runtime, incident_id, action, actor=actor, reason=reason, dry_run=dry_run,
+            seen=seen, release=getattr(self, "release", None), stop=getattr(self, "stop", None),
+            notice=self.notice, note=note)
+
+    def close_incident(self, incident_id: str, *, actor: str | Actor,
+                       reason: str) -> IncidentAction:
+        """Close incident `incident_id` (audited); a new loop of its cause opens a new one.
+
+        Raises:
+            as `incident_action`.
+        """
+        return self.incident_action(incident_id, "close", actor=actor, reason=reason)
+
+    def close_quiet_incidents(self) -> list[str]:
+        """Write the close of every incident quiet for longer than the quiet period; their ids."""
+        return _incidents.close_quiet(self.runtime)
+
+    def set_incident_quiet(self, seconds: float, *, actor: str | Actor, reason: str) -> float:
+        """Set how long (seconds) an incident stays open with no new loop of its cause, for
+        every process on the store (audited).
+
+        Raises:
+            PermissionDenied: not an operator (now). ValueError: not a positive number, or no
+            reason.
+        """
+        return _incidents.set_quiet(self.runtime, seconds, actor=actor, reason=reason)
 
     def notice(self, sid: str, text: str | None = None, *, actor: str | Actor = "system") -> str:
         """Append a recovery notice to session `sid` (None: default template for its locale).

@@ -1,0 +1,282 @@
+"""Incidents: loop verdicts grouped by cause (tool, normalised error, rule), one record every
+process sees, and remedies for the whole group; on SQLite, Redis and Redis Cluster."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import threading
+import uuid
+
+import pytest
+
+from engine import (
+    Actor,
+    Engine,
+    IncidentConflict,
+    PermissionDenied,
+    ToolQuarantined,
+    UnknownIncident,
+)
+from engine.fleet.incidents import signature
+
+VIEWER = Actor("vera", "viewer")
+
+
+def _broken_refund(engine: Engine, sid: str, tenant: str = "acme", n: int = 0) -> None:
+    """A session looping (policy flag) on refund_api, which answers 503 with its own ids."""
+    s = engine.session(sid, meta={"tenant": tenant, "scenario": "refund",
+                                  "prompt_version": "v7"}, on_loop="flag")
+    s.append_message("user", f"refund order {n}")
+    s.snapshot("start")
+    order = f"A-{1000 + n}"
+    for attempt in range(3):
+        with s.step("refund_api", {"order": order}) as call:
+            call.fail(f"HTTP 503 Service Unavailable: refund of order {order} failed "
+                      f"(request {uuid.uuid4()}, took {120 + attempt * 7 + n} ms) at "
+                      f"2026-10-01T14:0{attempt}:{10 + n % 50}Z")
+        s.append_message("tool", "HTTP 503")
+
+
+def _other_loop(engine: Engine, sid: str, i: int) -> None:
+    """A loop with a cause of its own: another tool, another error."""
+    s = engine.session(sid, meta={"tenant": "globex"}, on_loop="flag")
+    s.snapshot("start")
+    for _ in range(3):
+        with s.step(f"tool_{i}", {"x": 10}) as call:
+            call.fail(f"{['invalid slice', 'no such file', 'quota exceeded', 'bad json'][i % 4]}"
+                      f" in tool_{i}")
+
+
+def _healthy(engine: Engine, sid: str) -> None:
+    s = engine.session(sid, meta={"tenant": "acme"})
+    for i in range(3):
+        with s.step("refund_api", {"order": f"H-{i}"}) as call:
+            call.ok({"refunded": True})
+
+
+def test_the_signature_masks_ids_numbers_paths_and_times_but_keeps_the_status():
+    a = signature("HTTP 503 for order A-1234 at 2026-12-07T14:02:11Z in /srv/app/x.py", None)
+    b = signature("HTTP 503 for order B-77 at 2026-12-07T15:12:01Z in /srv/app/y.py",
+                  {"order": "B-77"})
+    assert a == b and "503" in a
+    assert signature("HTTP 500 for order A-1", None) != a
+    assert signature(None) == signature("  ") == ""
+
+
+def test_forty_sessions_on_one_broken_tool_make_one_incident_and_one_rollback(engine):
+    for n in range(40):
+        _broken_refund(engine, f"refund-{n}", tenant="acme" if n < 30 else "initech", n=n)
+    for i in range(10):
+        _other_loop(engine, f"other-{i}", i)
+    _healthy(engine, "healthy")
+
+    refund = [i for i in engine.incidents() if i.tool == "refund_api"]
+    assert len(refund) == 1
+    [inc] = refund
+    assert sorted(inc.sessions) == sorted(f"refund-{n}" for n in range(40))
+    assert inc.status == "open" and inc.counts == {"looping": 40}
+    assert "503" in inc.signature and inc.rule
+    assert inc.tenants == ["acme", "initech"] and inc.scenarios == ["refund"]
+    assert inc.prompt_versions == ["v7"] and inc.first_seen <= inc.last_seen
+    others = [i for i in engine.incidents() if i.id != inc.id]
+    assert not any(set(o.sessions) & set(inc.sessions) for o in others)
+    assert {s for o in others for s in o.sessions} == {f"other-{i}" for i in range(10)}
+    assert engine.incident(inc.id) == inc
+    assert [i.id for i in engine.incidents(status="open") if i.tool == "refund_api"] == [inc.id]
+    assert engine.incidents(status="closed") == []
+    assert engine.incidents(since=inc.last_seen + 1) == []
+
+    preview = engine.incident_action(inc.id, "rollback", actor="alice", reason="", dry_run=True)
+    assert len(preview.sessions) == 40 and all(item.preview for item in preview.results)
+    assert engine.incident(inc.id).counts == {"looping": 40}  # a preview writes nothing
+
+    done = engine.incident_action(inc.id, "rollback", actor="alice", reason="refund_api is down")
+    assert len(done.results) == 40 and done.failed == {}
+    assert engine.incident(inc.id).counts == {"rolled_back": 40}
+    assert {i.id for i in engine.sessions(status="looping")} == {f"other-{i}"
+                                                               for i in range(10)}
+    [claim] = engine.audit(action="incident_rollback")
+    assert claim.actor == "alice" and claim.detail["id"] == inc.id
+    assert engine.incident(inc.id).actions[0]["action"] == "rollback"
+
+
+def test_the_cli_lists_incidents_as_json_previews_and_rolls_back_with_yes(store_url, capsys):
+    from engine.cli import main
+
+    if store_url.endswith(":memory:"):
+        pytest.skip("a :memory: store lives in one process")
+    engine = Engine.open(store_url)
+    try:
+        for n in range(5):
+            _broken_refund(engine, f"r-{n}", n=n)
+        _other_loop(engine, "x", 1)
+    finally:
+        engine.close()
+    assert main(["--store", store_url, "incidents", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["incidents"]
+    [refund] = [i for i in listed if i["tool"] == "refund_api"]
+    assert set(refund) >= {"id", "tool", "signature", "rule", "status", "first_seen",
+                           "last_seen", "sessions", "counts"}
+    assert sorted(refund["sessions"]) == [f"r-{n}" for n in range(5)]
+    assert refund["counts"] == {"looping": 5} and refund["status"] == "open"
+
+    iid = refund["id"]
+    assert main(["--store", store_url, "incident", iid, "rollback", "--actor", "alice",
+                 "--reason", "503s"]) == 0
+    out = capsys.readouterr().out
+    assert "would roll back 5 sessions" in out and "--yes" in out
+    assert main(["--store", store_url, "incidents"]) == 0
+    assert "looping 5" in capsys.readouterr().out
+    assert main(["--store", store_url, "incident", iid, "rollback", "--actor", "alice",
+                 "--reason", "503s", "--yes"]) == 0
+    assert "rolled back 5 of 5 sessions" in capsys.readouterr().out
+    assert main(["--store", store_url, "incident", iid]) == 0
+    shown = capsys.readouterr().out
+    assert "rolled_back 5" in shown and "r-0" in shown
+
+    # Bad input: refused clearly, nothing written.
+    before = len(Engine.open(store_url).audit())
+    assert main(["--store", store_url, "incident", "inc-nope", "close", "--actor", "alice",
+                 "--reason", "x", "--yes"]) != 0
+    assert "no incident 'inc-nope'" in capsys.readouterr().err
+    assert main(["--store", store_url, "incident", iid, "close", "--actor", "alice",
+                 "--reason", " ", "--yes"]) != 0
+    assert "needs a reason" in capsys.readouterr().err
+    assert main(["--store", store_url, "incident", iid, "close", "--actor", "alice",
+                 "--reason", "fixed upstream", "--yes"]) == 0
+    capsys.readouterr()
+    assert main(["--store", store_url, "incident", iid, "quarantine", "--actor", "bob",
+                 "--reason", "x", "--yes"]) != 0
+    assert "is closed (by alice" in capsys.readouterr().err
+    assert len(Engine.open(store_url).audit()) == before + 1  # the close alone
+
+
+def test_bad_input_is_refused_and_writes_nothing(engine):
+    for n in range(3):
+        _broken_refund(engine, f"r-{n}", n=n)
+    [inc] = engine.incidents()
+    before = (len(engine.audit()), engine.incident(inc.id))
+    with pytest.raises(PermissionDenied, match="vera is a viewer"):
+        engine.incident_action(inc.id, "rollback", actor=VIEWER, reason="x")
+    with pytest.raises(ValueError, match="needs a reason"):
+        engine.incident_action(inc.id, "quarantine", actor="alice", reason="")
+    with pytest.raises(ValueError, match="one of rollback"):
+        engine.incident_action(inc.id, "explode", actor="alice", reason="x")
+    with pytest.raises(UnknownIncident, match="no incident 'inc-missing'"):
+        engine.incident_action("inc-missing", "close", actor="alice", reason="x")
+    with pytest.raises(UnknownIncident):
+        engine.incident("inc-missing")
+    if not hasattr(engine, "release"):
+        with pytest.raises(ValueError, match="waiting-for-on-call feature"):
+            engine.incident_action(inc.id, "release", actor="alice", reason="x")
+    assert (len(engine.audit()), engine.incident(inc.id)) == before
+
+    engine.close_incident(inc.id, actor="alice", reason="fixed upstream")
+    closed = engine.incident(inc.id)
+    assert closed.status == "closed" and closed.closed_by == "alice"
+    assert closed.close_reason == "fixed upstream"
+    with pytest.raises(IncidentConflict, match="is closed"):
+        engine.incident_action(inc.id, "rollback", actor="alice", reason="x")
+    # A new loop of the same cause opens a new incident.
+    _broken_refund(engine, "r-late", n=9)
+    [fresh] = engine.incidents(status="open")
+    assert fresh.id != inc.id and fresh.sessions == ["r-late"]
+
+
+def test_quarantine_remedy_refuses_the_tool_fleet_wide(engine):
+    for n in range(2):
+        _broken_refund(engine, f"r-{n}", n=n)
+    [inc] = engine.incidents()
+    done = engine.incident_action(inc.id, "quarantine", actor="alice", reason="503 everywhere")
+    assert done.quarantine.tool == "refund_api"
+    s = engine.session("new")
+    with pytest.raises(ToolQuarantined):
+        with s.step("refund_api", {"order": "x"}) as call:
+            call.ok(1)
+
+
+def test_an_incident_closes_after_its_quiet_period(store_url, open_engine):
+    now = [1_000_000.0]
+    engine = open_engine(store_url, clock=lambda: now[0])
+    _broken_refund(engine, "r-0")
+    [inc] = engine.incidents()
+    with pytest.raises(ValueError, match="positive number"):
+        engine.set_incident_quiet(0, actor="alice", reason="x")
+    engine.set_incident_quiet(600, actor="alice", reason="short freeze")
+    now[0] += 601
+    [quiet] = engine.incidents()
+    assert quiet.status == "closed" and quiet.closed_by == "rewind"  # read: nothing written
+    assert engine.audit(action="incident_close") == []
+    assert engine.close_quiet_incidents() == [inc.id]
+    [event] = engine.audit(action="incident_close")
+    assert event.actor == "rewind" and "10 min" in event.reason
+    assert engine.incidents(status="open") == []
+
+
+def test_two_operators_acting_at_once_one_wins_and_the_other_is_told(engine):
+    for n in range(3):
+        _broken_refund(engine, f"r-{n}", n=n)
+    [inc] = engine.incidents()
+    outcomes: list[object] = []
+    barrier = threading.Barrier(2)
+
+    def operator(name: str) -> None:
+        barrier.wait()
+        try:
+            outcomes.append(engine.incident_action(inc.id, "close", actor=name,
+                                                   reason=f"{name} closes"))
+        except IncidentConflict as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=operator, args=(n,)) for n in ("alice", "bob")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wins = [o for o in outcomes if not isinstance(o, Exception)]
+    told = [o for o in outcomes if isinstance(o, IncidentConflict)]
+    assert len(wins) == 1 and len(told) == 1
+    assert "closed" in str(told[0])
+    assert len(engine.audit(action="incident_close")) == 1
+    # A page drawn before a remedy was taken is told what changed.
+    _broken_refund(engine, "r-9", n=9)
+    [fresh] = engine.incidents(status="open")
+    engine.incident_action(fresh.id, "quarantine", actor="alice", reason="x",
+                           seen=fresh.revision)
+    with pytest.raises(IncidentConflict, match="alice took quarantine"):
+        engine.incident_action(fresh.id, "rollback", actor="bob", reason="y",
+                               seen=fresh.revision)
+
+
+def _agent(url: str, first: int, count: int, healthy: bool) -> None:
+    engine = Engine.open(url)
+    try:
+        for n in range(first, first + count):
+            if healthy:
+                _healthy(engine, f"ok-{n}")
+            else:
+                _broken_refund(engine, f"mp-{n}", tenant=f"t{n % 3}", n=n)
+    finally:
+        engine.close()
+
+
+def test_agents_in_several_processes_join_one_incident(store_url):
+    if store_url.endswith(":memory:"):
+        pytest.skip("a :memory: store lives in one process")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_agent, args=(store_url, i * 6, 6, False)) for i in range(4)]
+    procs += [ctx.Process(target=_agent, args=(store_url, i * 5, 5, True)) for i in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(180)
+    assert [p.exitcode for p in procs] == [0] * len(procs)
+    engine = Engine.open(store_url)
+    try:
+        [inc] = engine.incidents()
+        assert sorted(inc.sessions) == sorted(f"mp-{n}" for n in range(24))
+        assert inc.counts == {"looping": 24} and inc.tenants and len(inc.tenants) == 3
+        assert len(engine.audit(action="incident_open")) == 1
+    finally:
+        engine.close()
