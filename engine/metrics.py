@@ -14,7 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+    start_http_server,
+)
 
 __all__ = [
     "REGISTRY",
@@ -22,6 +28,10 @@ __all__ = [
     "ROLLBACKS",
     "record_loop",
     "record_rollback",
+    "INCIDENTS_OPENED",
+    "INCIDENTS_OPEN",
+    "record_incident_opened",
+    "set_open_incidents",
     "serve_metrics",
     "render_metrics",
     "sample",
@@ -46,6 +56,22 @@ ROLLBACKS = Counter(
 )
 """``agent_rollbacks_total{scenario, prompt_version, actor_kind, rule}``; actor_kind is
 ``automatic`` or ``operator``; rule is the verdict's rule for automatic rollbacks, else ``none``."""
+
+INCIDENTS_OPENED = Counter(
+    "agent_incidents_opened_total",
+    "Incidents (loops grouped by cause) this process opened.",
+    labelnames=("tool", "rule"),
+    registry=REGISTRY,
+)
+"""``agent_incidents_opened_total{tool, rule}``: counted by the process whose loop opened it."""
+
+INCIDENTS_OPEN = Gauge(
+    "agent_incidents_open",
+    "Open incidents in the store, as this process last read them (the alert worker reads them "
+    "every round).",
+    registry=REGISTRY,
+)
+"""``agent_incidents_open``: the fleet's open incidents when this process last read them."""
 
 _UNKNOWN = "unknown"
 _MAX_LABEL = 100
@@ -98,6 +124,16 @@ def record_rollback(
         actor_kind="automatic" if automatic else "operator",
         rule=_label(rule, "none"),
     ).inc()
+
+
+def record_incident_opened(tool: str | None, rule: str) -> None:
+    """Count one incident opened (``none`` for loops of agent turns without a tool)."""
+    INCIDENTS_OPENED.labels(tool=_label(tool, "none"), rule=_label(rule)).inc()
+
+
+def set_open_incidents(count: int) -> None:
+    """Set the number of open incidents in the store, as just read."""
+    INCIDENTS_OPEN.set(count)
 
 
 def serve_metrics(port: int, addr: str = "127.0.0.1"):

@@ -280,3 +280,73 @@ def test_agents_in_several_processes_join_one_incident(store_url):
         assert len(engine.audit(action="incident_open")) == 1
     finally:
         engine.close()
+
+
+def _pager(engine: Engine):
+    from engine.fleet.alerts import AlertConfig, AlertWorker
+
+    sent: list[dict] = []
+
+    def post(url: str, body: bytes, timeout: float) -> int:
+        sent.append(json.loads(body))
+        return 200
+
+    worker = AlertWorker(engine, ["https://hooks.example/rewind"],
+                         AlertConfig(rules=("incident",),
+                                     console_url="https://rewind.example/console"),
+                         post=post)
+    return worker, sent
+
+
+def test_one_page_for_forty_sessions_on_one_cause_and_one_when_it_closes(engine):
+    from engine.metrics import sample
+
+    worker, sent = _pager(engine)
+    try:
+        worker.run_once()
+        for n in range(40):
+            _broken_refund(engine, f"refund-{n}", tenant="acme" if n < 30 else "initech", n=n)
+        for i in range(10):
+            _other_loop(engine, f"other-{i}", i)
+        [inc] = [i for i in engine.incidents() if i.tool == "refund_api"]
+        assert sample("agent_incidents_open") == 11
+        worker.run_once()
+        about = [b for b in sent if b.get("incident") == inc.id]
+        assert len(about) == 1
+        [page] = about
+        assert page["rule"] == "incident" and "opened" in page["text"]
+        assert "40 sessions" in page["text"] and "503" in page["text"]
+        assert page["link"] == f"https://rewind.example/console/incident?incident={inc.id}"
+        assert page["tool"] == "refund_api" and page["tenant"] == "acme, initech"
+        assert len(sent) == 11  # one per cause, not one per session
+
+        engine.incident_action(inc.id, "rollback", actor="alice", reason="503s")
+        worker.run_once()
+        assert len(sent) == 11
+        engine.close_incident(inc.id, actor="alice", reason="refund_api fixed")
+        worker.run_once()
+        [closed] = [b for b in sent[11:] if b.get("incident") == inc.id]
+        assert "closed by alice" in closed["text"] and "refund_api fixed" in closed["text"]
+    finally:
+        worker.close()
+
+
+def test_an_incident_pages_again_when_it_grows_or_spreads_to_a_new_tenant(engine):
+    worker, sent = _pager(engine)
+    try:
+        _broken_refund(engine, "r-0", n=0)
+        worker.run_once()
+        assert len(sent) == 1 and "1 session" in sent[0]["text"]
+        for n in range(1, 5):
+            _broken_refund(engine, f"r-{n}", n=n)
+        worker.run_once()
+        assert len(sent) == 1  # 5 sessions: under the first size that pages
+        for n in range(5, 10):
+            _broken_refund(engine, f"r-{n}", n=n)
+        worker.run_once()
+        assert len(sent) == 2 and "grew" in sent[1]["text"] and "10 sessions" in sent[1]["text"]
+        _broken_refund(engine, "r-beta", tenant="beta", n=11)
+        worker.run_once()
+        assert len(sent) == 3 and "spread to tenant beta" in sent[2]["text"]
+    finally:
+        worker.close()

@@ -267,8 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--webhook", action="append", required=True, metavar="URL",
                    help="http(s) URL to POST alerts to (repeatable)")
     p.add_argument("--rule", action="append", metavar="NAME",
-                   choices=["loop", "rollback", "compensation_failed", "loop_spike"],
-                   help="enable only these rules (repeatable; default: all)")
+                   choices=["loop", "rollback", "compensation_failed", "loop_spike", "incident"],
+                   help="enable only these rules (repeatable; default: all but incident, "
+                   "which pages once per cause of loops instead of once per session)")
     p.add_argument("--console-url", metavar="URL",
                    help="console base URL, for a link to the session in each alert")
     p.add_argument("--spike-threshold", type=_non_negative("--spike-threshold", int),

@@ -47,6 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine import metrics
 from engine.errors import IncidentConflict, RewindError, UnknownIncident
 from engine.identity import Actor, checked_actor, checked_reason, require_operator
 from engine.limits import cut_text
@@ -312,6 +313,8 @@ def note_loop(rt: Runtime, sid: str, tool: str | None, error: str | None, args: 
                     **_summary(new), "session": sid, "size": crossed or None,
                     "new_tenants": spread})
         if rt.store.fleet_doc_swap(NAMESPACE, {key: doc}, {key: new}, now, audit):
+            if doc is None:
+                metrics.record_incident_opened(tool, rule)
             return str(new["id"])
         _backoff(attempt)
     raise RewindError(f"could not record session {sid}'s loop in its incident: the incident "
@@ -363,11 +366,14 @@ def close_quiet(rt: Runtime) -> list[str]:
     alert worker) does each round, so a quiet incident pages its close without a new loop."""
     docs = rt.store.fleet_docs(NAMESPACE)
     quiet_s, now = quiet_period(docs), rt.clock()
-    closed = []
+    closed, still_open = [], 0
     for key, doc in docs.items():
         if key.startswith("open:") and _quiet(doc, now, quiet_s):
             if _close_quiet_doc(rt, key, doc, quiet_s, now):
                 closed.append(str(doc["id"]))
+        elif key.startswith("open:"):
+            still_open += 1
+    metrics.set_open_incidents(still_open)
     return closed
 
 
@@ -475,6 +481,8 @@ def incidents(rt: Runtime, since: Any = None, status: str | None = None, *,
                 continue
         found.append(_record(doc, now, quiet_s, state))
     found.sort(key=lambda i: (i.status != "open", -i.last_seen, i.id))
+    if status is None and after is None:
+        metrics.set_open_incidents(sum(1 for i in found if i.status == "open"))
     return found
 
 
