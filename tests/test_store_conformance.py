@@ -830,6 +830,13 @@ def test_fleet_documents_compare_and_set_writes_only_when_every_expectation_hold
     assert [e.data for e in engine.events() if e.type == "incident_close"] == [
         {"actor": "alice", "id": "a"}]
     assert store.fleet_doc_get("incidents", []) == {}
+    # A feed event without an audit row: the engine's own bookkeeping.
+    assert store.fleet_doc_swap("incidents", {"open:b": None}, {"open:b": 1}, 4.0,
+                                AuditEntry("rewind", "incident_open", "", {"id": "b"}),
+                                feed_only=True)
+    assert [e.action for e in engine.audit()] == ["incident_close"]
+    assert [e.data for e in engine.events() if e.type == "incident_open"] == [
+        {"actor": "rewind", "id": "b"}]
 
 
 def test_fleet_documents_outlive_sessions_and_retention(engine):

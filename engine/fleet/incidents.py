@@ -21,9 +21,11 @@ no session has looped on its cause for ``quiet_s`` seconds (`DEFAULT_QUIET_S`; a
 fleet, `set_quiet`): a quiet incident reads as closed at once, and the next loop of its cause,
 or `close_quiet` (the alert worker runs it every round), writes the close and its audit row.
 
-Audited events (each in the same write as the change, each a feed event the alert worker pages
-on): ``incident_open``, ``incident_grow`` (the incident reached one of `GROWTH_SIZES` sessions, or
-a tenant it had not touched), ``incident_close``, and one ``incident_<remedy>`` per remedy.
+Feed events (each in the same write as the change; the alert worker pages on them):
+``incident_open``, ``incident_grow`` (the incident reached one of `GROWTH_SIZES` sessions, or a
+tenant it had not touched) and ``incident_close``. Those the engine writes itself (open, grow, a
+quiet close) are bookkeeping, not actions: feed events only. An operator's close and each remedy
+(``incident_<remedy>``) are audited too, with the operator as actor.
 
 Remedies (`act`) work on the whole group: ``rollback`` every session (the bulk rollback),
 ``quarantine`` the tool, ``release`` or ``stop`` the sessions that wait for on-call (only where
@@ -312,7 +314,8 @@ def note_loop(rt: Runtime, sid: str, tool: str | None, error: str | None, args: 
                 audit = AuditEntry(AUTOMATIC_ACTOR, "incident_grow", why, {
                     **_summary(new), "session": sid, "size": crossed or None,
                     "new_tenants": spread})
-        if rt.store.fleet_doc_swap(NAMESPACE, {key: doc}, {key: new}, now, audit):
+        if rt.store.fleet_doc_swap(NAMESPACE, {key: doc}, {key: new}, now, audit,
+                                   feed_only=True):
             if doc is None:
                 metrics.record_incident_opened(tool, rule)
             return str(new["id"])
@@ -357,12 +360,12 @@ def _close_quiet_doc(rt: Runtime, key: str, doc: Mapping[str, Any], quiet_s: flo
     return rt.store.fleet_doc_swap(
         NAMESPACE, {key: doc, ckey: None}, {key: None, ckey: closed}, now,
         AuditEntry(AUTOMATIC_ACTOR, "incident_close", closed["close_reason"],
-                   {**_summary(doc), "by": AUTOMATIC_ACTOR}))
+                   {**_summary(doc), "by": AUTOMATIC_ACTOR}), feed_only=True)
 
 
 def close_quiet(rt: Runtime) -> list[str]:
-    """Write the close of every open incident quiet for longer than the quiet period (audited
-    as ``incident_close`` by ``rewind``); returns their ids. What a long-running writer (the
+    """Write the close of every open incident quiet for longer than the quiet period (a feed
+    event ``incident_close`` by ``rewind``); returns their ids. What a long-running writer (the
     alert worker) does each round, so a quiet incident pages its close without a new loop."""
     docs = rt.store.fleet_docs(NAMESPACE)
     quiet_s, now = quiet_period(docs), rt.clock()

@@ -69,7 +69,7 @@ class DocumentStore(Protocol):
 
     def fleet_doc_swap(self, ns: str, expect: dict[str, Any | None],
                        values: dict[str, Any | None], now: float,
-                       audit: AuditEntry | None = None) -> bool:
+                       audit: AuditEntry | None = None, feed_only: bool = False) -> bool:
         """Compare and set fleet documents of namespace `ns`: when every key of `expect` holds
         exactly the value given (None: the key is absent), set `values` (None deletes a key)
         and write `audit`, all in one atomic write, and return True; otherwise write nothing

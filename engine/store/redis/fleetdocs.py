@@ -42,14 +42,14 @@ class FleetDocs:
 
     def fleet_doc_swap(self, ns: str, expect: dict[str, Any | None],
                        values: dict[str, Any | None], now: float,
-                       audit: AuditEntry | None = None) -> bool:
+                       audit: AuditEntry | None = None, feed_only: bool = False) -> bool:
         """Set `values` (and write `audit`) when every key of `expect` holds its value, in one
         script (`lua/fleet_docs_swap.lua`); False when one does not."""
         entry = "" if audit is None else dumps([
             audit.action, dumps(audit.actor), "null", dumps(audit.reason), dumps(audit.detail),
             dumps({"actor": audit.actor, **audit.detail})])
         args: list[str] = [*map(str, self._views._maxlens), num(now), str(self._views._ttl), entry,
-                           ns, str(len(expect))]
+                           ns, "1" if feed_only else "", str(len(expect))]
         for key, value in expect.items():
             args += [key, "" if value is None else dumps(value)]
         for key, value in values.items():

@@ -94,7 +94,7 @@ class DocumentRows:
 
     def fleet_doc_swap(self, ns: str, expect: dict[str, Any | None],
                        values: dict[str, Any | None], now: float,
-                       audit: AuditEntry | None = None) -> bool:
+                       audit: AuditEntry | None = None, feed_only: bool = False) -> bool:
         """Set `values` (and write `audit`) when every key of `expect` holds its value, in one
         transaction; False (nothing written) when one does not."""
         wanted = {k: None if v is None else dumps(v) for k, v in expect.items()}
@@ -106,8 +106,9 @@ class DocumentRows:
                 if (None if row is None else row[0]) != value:
                     return False
             if audit is not None:
-                add_audit(conn, now, audit.actor, audit.action, None, None, audit.reason,
-                          audit.detail)
+                if not feed_only:
+                    add_audit(conn, now, audit.actor, audit.action, None, None, audit.reason,
+                              audit.detail)
                 add_event(conn, now, None, audit.action, {"actor": audit.actor, **audit.detail})
             for key, value in encoded.items():
                 if value is None:
