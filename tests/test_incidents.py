@@ -354,3 +354,57 @@ def test_an_incident_pages_again_when_it_grows_or_spreads_to_a_new_tenant(engine
         assert len(sent) == 3 and "spread to tenant beta" in sent[2]["text"]
     finally:
         worker.close()
+
+
+def test_release_and_stop_act_on_the_waiting_sessions_through_the_engines_verbs(
+        engine, monkeypatch):
+    from engine.fleet import incidents as incident_module
+
+    for n in range(4):
+        _broken_refund(engine, f"r-{n}", n=n)
+    [inc] = engine.incidents()
+    waiting = {"r-1", "r-3"}
+    monkeypatch.setattr(incident_module, "session_state", lambda rt: (
+        lambda sid: "waiting" if sid in waiting else "looping"))
+    calls: list[tuple] = []
+
+    def release(sid, *, actor, reason, note=None):
+        calls.append(("release", sid, actor.name, reason, note))
+
+    def stop(sid, *, actor, reason):
+        if sid == "r-3":
+            raise RuntimeError("decided already")
+        calls.append(("stop", sid, actor.name, reason))
+
+    monkeypatch.setattr(engine, "release", release, raising=False)
+    monkeypatch.setattr(engine, "stop", stop, raising=False)
+    preview = engine.incident_action(inc.id, "release", actor="alice", reason="", dry_run=True)
+    assert preview.sessions == ["r-1", "r-3"] and set(preview.skipped) == {"r-0", "r-2"}
+    assert calls == []
+    done = engine.incident_action(inc.id, "release", actor="alice", reason="fixed upstream",
+                                  note="refund_api is back")
+    assert calls == [("release", "r-1", "alice", "fixed upstream", "refund_api is back"),
+                     ("release", "r-3", "alice", "fixed upstream", "refund_api is back")]
+    assert done.failed == {}
+    done = engine.incident_action(inc.id, "stop", actor="alice", reason="give up")
+    assert calls[-1] == ("stop", "r-1", "alice", "give up")
+    assert done.failed == {"r-3": "RuntimeError: decided already"}
+    assert [e.action for e in engine.audit()] == ["incident_stop", "incident_release"]
+
+
+def test_a_session_waiting_for_on_call_or_released_counts_as_such():
+    from types import SimpleNamespace
+
+    from engine.fleet.incidents import state_of
+
+    def info(status, verdict):
+        return SimpleNamespace(status=status, last_verdict=verdict)
+
+    assert state_of(info("looping", {"rule": "x", "waiting": True})) == "waiting"
+    assert state_of(info("looping", {"rule": "x"})) == "looping"
+    released = {"rule": "x", "waiting": True, "decision": {"kind": "released"}}
+    assert state_of(info("healthy", released)) == "released"
+    stopped = {"rule": "x", "waiting": True, "decision": {"kind": "stopped"}}
+    assert state_of(info("stopped", stopped)) == "stopped"
+    assert state_of(info("rolled_back", None)) == "rolled_back"
+    assert state_of(None) == "deleted"

@@ -10,6 +10,7 @@ from urllib.parse import quote
 import pandas as pd
 
 from dashboard.views.common import status_label, when
+from engine.fleet.incidents import state_of
 
 NO_TOOL = "(agent turn)"
 """The tool shown for loops of agent turns without a tool call."""
@@ -54,7 +55,7 @@ def incident_sessions_frame(inc: Any, infos: Mapping[str, Any]) -> pd.DataFrame:
         meta = dict(info.meta) if info is not None else {}
         rows.append({
             "link": f"session?session={quote(sid, safe='')}",
-            "state": status_label(info.status) if info is not None else "deleted",
+            "state": status_label(state_of(info)),
             "tenant": meta.get("tenant"), "scenario": meta.get("scenario"),
             "prompt_version": meta.get("prompt_version"),
             "joined": when(inc.joined.get(sid)),

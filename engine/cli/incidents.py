@@ -70,10 +70,12 @@ def cmd_incident(args: Any) -> int:
         engine = _engine(args)
         inc = engine.incident(args.id)
         _show(inc)
-        state_of = {sid: engine.session_info(sid) for sid in inc.sessions}
-        rows = [[sid, str(info.status) if info else "deleted",
+        from engine.fleet.incidents import state_of
+
+        infos = {sid: engine.session_info(sid) for sid in inc.sessions}
+        rows = [[sid, state_of(info),
                  (info.meta.get("tenant") or "-") if info else "-", _fmt_utc(inc.joined[sid])]
-                for sid, info in state_of.items()]
+                for sid, info in infos.items()]
         if rows:
             print(_table(rows, ["SESSION", "STATE", "TENANT", "JOINED"]))
         return EXIT_OK

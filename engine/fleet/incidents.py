@@ -132,8 +132,8 @@ class Incident:
     sessions: list[str]
     """Session ids in the order they joined."""
     counts: dict[str, int]
-    """Sessions by their state now (looping, waiting, rolled_back, released, healthy, stopped;
-    ``deleted`` for one deleted since)."""
+    """Sessions by their state now (`state_of`: looping, waiting, rolled_back, released,
+    healthy, stopped; ``deleted`` for one deleted since)."""
     error: str = ""
     """One error text as a session saw it (cut), for people."""
     cause: str = ""
@@ -406,12 +406,27 @@ def set_quiet(rt: Runtime, seconds: float, *, actor: str | Actor, reason: str) -
 StateOf = Callable[[str], str]
 
 
+def state_of(info: Any) -> str:
+    """A session's state in an incident: ``waiting`` while it waits for on-call (its status is
+    looping and its last verdict made it wait, with no decision yet), ``released`` after an
+    operator released it (and it has not looped again), else its status; ``deleted`` for None."""
+    if info is None:
+        return "deleted"
+    status = str(info.status)
+    verdict: dict[str, Any] = dict(info.last_verdict or {})
+    decision: dict[str, Any] = dict(verdict.get("decision") or {})
+    if status == "looping" and verdict.get("waiting") and not decision:
+        return "waiting"
+    if status != "looping" and decision.get("kind") == "released":
+        return "released"
+    return status
+
+
 def session_state(rt: Runtime) -> StateOf:
-    """Session id -> its state now, as its status says (``deleted`` when it is gone)."""
+    """Session id -> its state now (`state_of`)."""
 
     def state(sid: str) -> str:
-        info = rt.store.get_session(sid)
-        return "deleted" if info is None else str(info.status)
+        return state_of(rt.store.get_session(sid))
 
     return state
 
