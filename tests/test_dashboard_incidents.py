@@ -121,3 +121,15 @@ def test_an_unknown_incident_is_said_plainly(store):
     assert not at.exception and "open" in _markdown(at) + str(
         [e.proto.label for e in at.main if type(e).__name__ == "PageLink"])
     assert dt.datetime  # (imported for symmetry with the other console tests)
+
+
+def test_the_blast_radius_counts_sessions_as_they_joined():
+    from types import SimpleNamespace
+
+    from dashboard.views.incidents import blast_radius_frame, counts_text
+
+    inc = SimpleNamespace(joined={"b": 20.0, "a": 10.0, "c": 30.0})
+    frame = blast_radius_frame(inc)
+    assert list(frame["sessions"]) == [1, 2, 3]
+    assert [t.timestamp() for t in frame["at"]] == [10.0, 20.0, 30.0]
+    assert counts_text({"looping": 12, "rolled_back": 28}) == "28 rolled back, 12 looping"

@@ -71,6 +71,10 @@ for entry in inc.actions:
                            f"{entry.get('actor')} took {entry.get('action')}: "
                            f"{entry.get('reason')}"))
 
+if len(inc.sessions) > 1:
+    st.caption("Blast radius: sessions in the incident over time")
+    st.line_chart(incident_views.blast_radius_frame(inc), x="at", y="sessions", height=180)
+
 st.subheader(f"Sessions ({len(inc.sessions)})")
 with data.store_errors():
     infos = data.session_infos(url, inc.sessions)

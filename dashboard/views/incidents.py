@@ -91,3 +91,12 @@ def done_text(done: Any) -> str:
             "notice": "Sent the notice to"}[done.action]
     return f"{verb} {ok} of {len(done.results)} sessions" + (
         f"; {len(failed)} refused" if failed else "") + "."
+
+
+def blast_radius_frame(inc: Any) -> pd.DataFrame:
+    """Sessions in the incident over time: one row per session joining (``at``, local time),
+    with the number of sessions in it from then on (``sessions``)."""
+    times = sorted(inc.joined.values())
+    return pd.DataFrame({"at": [when(t) for t in times],
+                         "sessions": list(range(1, len(times) + 1))},
+                        columns=["at", "sessions"])
