@@ -408,3 +408,21 @@ def test_a_session_waiting_for_on_call_or_released_counts_as_such():
     assert state_of(info("stopped", stopped)) == "stopped"
     assert state_of(info("rolled_back", None)) == "rolled_back"
     assert state_of(None) == "deleted"
+
+
+def test_loops_rolled_back_by_the_engine_join_their_incident_too(engine):
+    from engine import LoopDetected
+
+    for n in range(3):
+        s = engine.session(f"auto-{n}", meta={"tenant": "acme"})  # the default: roll back
+        s.snapshot("start")
+        with pytest.raises(LoopDetected):
+            for attempt in range(10):
+                with s.step("refund_api", {"order": f"B-{n}"}) as call:
+                    call.fail(f"HTTP 503 for order B-{n}, attempt {attempt}")
+    [inc] = engine.incidents()
+    assert sorted(inc.sessions) == ["auto-0", "auto-1", "auto-2"]
+    assert inc.counts == {"rolled_back": 3} and inc.loops == 3
+    preview = engine.incident_action(inc.id, "rollback", actor="alice", reason="x",
+                                     dry_run=True)
+    assert all("NothingToRollBack" in (item.error or "") for item in preview.results)
