@@ -423,10 +423,14 @@ def state_of(info: Any) -> str:
 
 
 def session_state(rt: Runtime) -> StateOf:
-    """Session id -> its state now (`state_of`)."""
+    """Session id -> its state now (`state_of`), each session read once per reader (a session
+    can be in several incidents: it looped on several causes)."""
+    seen: dict[str, str] = {}
 
     def state(sid: str) -> str:
-        return state_of(rt.store.get_session(sid))
+        if sid not in seen:
+            seen[sid] = state_of(rt.store.get_session(sid))
+        return seen[sid]
 
     return state
 
