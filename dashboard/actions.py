@@ -270,3 +270,18 @@ def declare_detector(engine: Engine, user: User, settings: Mapping[str, Any],
     reason = _required_reason(
         reason, "say why the fleet's detector settings change; the reason goes to the audit log")
     return engine.fleet.declare_detector(dict(settings), actor=user.actor(), reason=reason)
+def incident_remedy(engine: Engine, user: User, iid: str, action: str, reason: str, *,
+                    dry_run: bool = False, seen: int | None = None) -> Any:
+    """Preview (`dry_run`) or take remedy `action` on incident `iid` on behalf of `user`;
+    `seen` is the incident's revision the page showed, so a remedy another operator took
+    meanwhile is told, not repeated (`Engine.fleet.incident_action`).
+
+    Raises:
+        ActionRefused: no reason (to act). PermissionDenied: the user is a viewer (raised by
+        the engine). UnknownIncident, IncidentConflict, ValueError.
+    """
+    if not dry_run:
+        reason = _required_reason(
+            reason, "say why you take this remedy; the reason goes to the audit log")
+    return engine.fleet.incident_action(iid, action, actor=user.actor(), reason=reason,
+                                        dry_run=dry_run, seen=seen)

@@ -43,6 +43,8 @@ PAGES = [
     st.Page("screens/fleet.py", title="Fleet", icon=":material/monitoring:", url_path="fleet",
             default=True),
     st.Page("screens/session.py", title="Session", icon=":material/timeline:", url_path="session"),
+    st.Page("screens/incident.py", title="Incident", icon=":material/crisis_alert:",
+            url_path="incident"),
     st.Page("screens/compensations.py", title="Compensations", icon=":material/build:",
             url_path="compensations"),
     st.Page("screens/quarantine.py", title="Quarantine", icon=":material/block:",

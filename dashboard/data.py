@@ -186,6 +186,29 @@ def quarantines(url: str | None) -> list:
     return engine_for(url).quarantines()
 
 
+@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
+def incidents(url: str | None, status: str | None = "open") -> list:
+    """Incidents (loops grouped by cause), open ones by default (`Engine.incidents`)."""
+    return engine_for(url).incidents(status=status)
+
+
+def incident(url: str | None, iid: str) -> Any:
+    """Incident `iid` as it stands now (not cached: an operator acts on what it shows)."""
+    return engine_for(url).incident(iid)
+
+
+def session_infos(url: str | None, ids: list[str]) -> dict[str, Any]:
+    """Session id -> `SessionInfo` (None for one deleted since)."""
+    eng = engine_for(url)
+    return {sid: eng.session_info(sid) for sid in ids}
+
+
+def forget_incidents() -> None:
+    """Drop the cached incidents after a remedy."""
+    incidents.clear()
+    audit.clear()
+
+
 def forget_quarantines() -> None:
     """Drop the cached quarantine list after setting or lifting one."""
     quarantines.clear()

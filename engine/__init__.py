@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         ConfigError,
         EncodingIntegrityError,
         EncodingUnavailable,
+        IncidentConflict,
         InvalidSessionId,
         JudgeUnavailable,
         LoopDetected,
@@ -41,11 +42,13 @@ if TYPE_CHECKING:
         ToolQuarantined,
         UnknownCompensation,
         UnknownEncoding,
+        UnknownIncident,
         UnknownQuarantine,
         UnknownSession,
         UnknownSnapshot,
         WatchOnly,
     )
+    from engine.fleet.incidents import Incident
     from engine.fleet.quarantine import unused_tool_hint
     from engine.fleet.queries import LABEL_ACTION, LoopTally
     from engine.freeze import (
@@ -174,6 +177,9 @@ __all__ = [
     "ToolQuarantined",
     "UnknownCompensation",
     "UnknownEncoding",
+    "UnknownIncident",
+    "IncidentConflict",
+    "Incident",
     "UnknownQuarantine",
     "UnknownSession",
     "UnknownSnapshot",
@@ -259,6 +265,9 @@ _LAZY: dict[str, str] = {
     "UnknownCompensation": "engine.errors",
     "UnknownEncoding": "engine.errors",
     "UnknownQuarantine": "engine.errors",
+    "UnknownIncident": "engine.errors",
+    "IncidentConflict": "engine.errors",
+    "Incident": "engine.fleet.incidents",
     "UnknownSession": "engine.errors",
     "UnknownSnapshot": "engine.errors",
     "unused_tool_hint": "engine.fleet.quarantine",

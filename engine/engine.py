@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any
 from engine import documents as _documents
 from engine.documents import Documents
 from engine.errors import WatchOnly
+from engine.fleet import incidents as _incidents
 from engine.fleet import quarantine, queries
 from engine.fleet.api import Compensations, Fleet
+from engine.fleet.incidents import Incident
 from engine.freeze import (
     FreezeWindow,
     from_environment,
@@ -358,6 +360,25 @@ class Engine:
         """
         return _documents.session_info(self._runtime, sid)
 
+    # -- incidents (engine.fleet.incidents) ----------------------------------------------------
+    def incidents(self, since: Any = None, status: str | None = None) -> list[Incident]:
+        """Loops grouped by cause (tool, normalised error signature, rule): incidents last seen
+        at or after `since` (unix seconds or a datetime; None: all), of `status` (``open``,
+        ``closed``; None: both), open ones first. Reads only; remedies are
+        `engine.fleet.incident_action`. See `engine.fleet.incidents`.
+
+        Raises:
+            ValueError: an unknown status. TypeError: `since` is no time.
+        """
+        return _incidents.incidents(self._runtime, since, status)
+
+    def incident(self, incident_id: str) -> Incident:
+        """Incident `incident_id`.
+
+        Raises:
+            UnknownIncident: no such incident.
+        """
+        return _incidents.incident(self._runtime, incident_id)
 
 def _refuse_watched(info: SessionInfo | None) -> None:
     """Raises WatchOnly when `info` is a session the OTLP receiver watches (see

@@ -182,3 +182,15 @@ class ToolQuarantined(RewindError):
             f"use another tool or tell the user. An operator lifts it with "
             f"`rewind quarantine --lift {q.id} --reason …`"
         )
+
+
+class UnknownIncident(RewindError, KeyError):
+    """No incident with that id is in the store."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown incident"
+
+
+class IncidentConflict(RewindError, RuntimeError):
+    """The incident does not allow the remedy now: it is closed, or another operator took a
+    remedy on it first (nothing was written)."""

@@ -19,11 +19,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry, Counter
+    from prometheus_client import CollectorRegistry, Counter, Gauge
 
     REGISTRY: CollectorRegistry
     LOOPS_DETECTED: Counter
     ROLLBACKS: Counter
+    INCIDENTS_OPENED: Counter
+    INCIDENTS_OPEN: Gauge
 
 __all__ = [
     "REGISTRY",
@@ -31,6 +33,10 @@ __all__ = [
     "ROLLBACKS",
     "record_loop",
     "record_rollback",
+    "INCIDENTS_OPENED",
+    "INCIDENTS_OPEN",
+    "record_incident_opened",
+    "set_open_incidents",
     "serve_metrics",
     "render_metrics",
     "sample",
@@ -44,7 +50,7 @@ def _build() -> dict[str, Any]:
     """The registry and its counters, made once, on first use."""
     with _lock:
         if not _counters:
-            from prometheus_client import CollectorRegistry, Counter
+            from prometheus_client import CollectorRegistry, Counter, Gauge
 
             registry = CollectorRegistry(auto_describe=True)
             _counters["LOOPS_DETECTED"] = Counter(
@@ -59,6 +65,18 @@ def _build() -> dict[str, Any]:
                 labelnames=("scenario", "prompt_version", "actor_kind", "rule"),
                 registry=registry,
             )
+            _counters["INCIDENTS_OPENED"] = Counter(
+                "agent_incidents_opened_total",
+                "Incidents (loops grouped by cause) this process opened.",
+                labelnames=("tool", "rule"),
+                registry=registry,
+            )
+            _counters["INCIDENTS_OPEN"] = Gauge(
+                "agent_incidents_open",
+                "Open incidents in the store, as this process last read them (the alert worker "
+                "reads them every round).",
+                registry=registry,
+            )
             _counters["REGISTRY"] = registry
     return _counters
 
@@ -68,8 +86,11 @@ def __getattr__(name: str) -> Any:
     ``LOOPS_DETECTED`` (``agent_loop_detected_total{rule, tool, scenario, prompt_version}``)
     and ``ROLLBACKS`` (``agent_rollbacks_total{scenario, prompt_version, actor_kind, rule}``;
     actor_kind is ``automatic`` or ``operator``; rule is the verdict's rule for automatic
-    rollbacks, else ``none``), made on first access."""
-    if name in ("REGISTRY", "LOOPS_DETECTED", "ROLLBACKS"):
+    rollbacks, else ``none``), ``INCIDENTS_OPENED`` (``agent_incidents_opened_total{tool,
+    rule}``, counted by the process whose loop opened it) and ``INCIDENTS_OPEN``
+    (``agent_incidents_open``, the fleet's open incidents when this process last read them), made
+    on first access."""
+    if name in ("REGISTRY", "LOOPS_DETECTED", "ROLLBACKS", "INCIDENTS_OPENED", "INCIDENTS_OPEN"):
         return _build()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -135,6 +156,16 @@ def record_rollback(
         actor_kind="automatic" if automatic else "operator",
         rule=_label(rule, "none"),
     ).inc()
+
+
+def record_incident_opened(tool: str | None, rule: str) -> None:
+    """Count one incident opened (``none`` for loops of agent turns without a tool)."""
+    _build()["INCIDENTS_OPENED"].labels(tool=_label(tool, "none"), rule=_label(rule)).inc()
+
+
+def set_open_incidents(count: int) -> None:
+    """Set the number of open incidents in the store, as just read."""
+    _build()["INCIDENTS_OPEN"].set(count)
 
 
 def serve_metrics(port: int, addr: str = "127.0.0.1"):

@@ -212,6 +212,8 @@ AUDIT_ACTIONS: tuple[str, ...] = (
     "rollback", "rollback_many", "rollback_many.start", "fork", "notice", "delete",
     "retention", "compensation",
     "compensation.retry", "compensation.resolve", "quarantine", "quarantine_lift", "freeze",
-    "freeze_end", "label", "detector",
+    "freeze_end", "label", "detector", "incident_close", "incident_rollback",
+    "incident_quarantine", "incident_release", "incident_stop",
+    "incident_notice", "incident_settings",
 )
 """Every action the audit log records, as stored (`AuditEvent.action`)."""

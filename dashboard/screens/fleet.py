@@ -16,6 +16,7 @@ import streamlit as st
 from dashboard import actions, charts, data, dialogs, settings, views
 from dashboard.signin import access
 from dashboard.views import fleet as fleet_views
+from dashboard.views import incidents as incident_views
 from engine import SessionStatus
 
 user = access.require_user()
@@ -74,6 +75,24 @@ def render_needs_you(looping: pd.DataFrame, comps: list, now: float) -> None:
             st.button(f"…and {hidden} more looping: show all {len(looping)} in the table",
                       key="needs-you-more", type="tertiary", icon=":material/filter_list:",
                       on_click=_filter_looping)
+
+
+def render_incidents(open_incidents: list) -> None:
+    """Open incidents (loops grouped by cause), one line each, above what needs you: one broken
+    tool shows once, however many sessions it sends into loops. Each links to its page, where
+    the remedies for the whole group are."""
+    if not open_incidents:
+        return
+    with st.container(border=True, key="incidents"):
+        n = len(open_incidents)
+        st.markdown(f":red[**{n} open incident{'s' if n != 1 else ''}: loops grouped by "
+                    "cause**]")
+        for inc in open_incidents[:10]:
+            st.page_link("screens/incident.py",
+                         label=views.plain(incident_views.incident_line(inc)),
+                         query_params={"incident": inc.id}, icon=":material/crisis_alert:")
+        if n > 10:
+            st.caption(f"…and {n - 10} more (`rewind incidents` lists them all)")
 
 
 def render_quarantines(active: list) -> None:
@@ -294,6 +313,8 @@ def live_view() -> None:
     now = time.time()
     with data.store_errors():
         screen = read_first_screen(now)
+        open_incidents = data.incidents(url)
+    render_incidents(open_incidents)
     render_needs_you(screen.looping, screen.compensations, now)
     render_quarantines(screen.quarantines)
     render_kpis(screen.stats, screen.agreement)

@@ -428,9 +428,9 @@ def _since(text: str) -> float:
 def cmd_alert(args) -> int:
     import signal
 
-    from engine.fleet.alerts import RULES, AlertConfig, AlertWorker
+    from engine.fleet.alerts import DEFAULT_RULES, AlertConfig, AlertWorker
 
-    rules = tuple(args.rule) if args.rule else RULES
+    rules = tuple(args.rule) if args.rule else DEFAULT_RULES
     try:
         config = AlertConfig(rules=rules, console_url=args.console_url,
                              spike_threshold=args.spike_threshold,

@@ -27,6 +27,7 @@ from engine.errors import (
     ConfigError,
     RewindError,
     UnknownCompensation,
+    UnknownIncident,
     UnknownQuarantine,
     UnknownSession,
     UnknownSnapshot,
@@ -69,6 +70,8 @@ from engine.cli.common import (
     CLIError,
     _store_failure,
 )
+from engine.cli.incidents import VERBS as INCIDENT_VERBS
+from engine.cli.incidents import cmd_incident, cmd_incidents
 
 EPILOG = "exit codes:\n" + "\n".join(
     textwrap.fill(text, 78, initial_indent=f"  {code:<4}", subsequent_indent=" " * 6)
@@ -222,6 +225,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason")
     p.set_defaults(func=cmd_detector)
 
+    p = sub.add_parser(
+        "incidents", help="loops grouped by cause (tool, normalised error, rule)",
+        epilog="Open incidents first. --json prints {\"incidents\": [{id, tool, signature, "
+        "rule, status, first_seen, last_seen, sessions, counts, …}]}.")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--status", choices=["open", "closed"], help="only open or closed ones")
+    p.set_defaults(func=cmd_incidents)
+
+    p = sub.add_parser(
+        "incident", help="show one incident, or take a remedy on all its sessions",
+        epilog="Without --yes a remedy is only previewed. rollback: every session of the "
+        "incident (bulk rollback); quarantine: its tool; release / stop: its sessions waiting "
+        "for on-call; notice: the recovery notice to every session; close: the incident.")
+    p.add_argument("id", type=_nonblank("ID"), help="incident id (see `rewind incidents`)")
+    p.add_argument("action", nargs="?", choices=list(INCIDENT_VERBS))
+    p.add_argument("--actor", type=actor)
+    p.add_argument("--reason", help="why (audited; required to act)")
+    p.add_argument("--yes", action="store_true", help="act, instead of previewing")
+    p.set_defaults(func=cmd_incident)
+
     p = sub.add_parser("label", help="say whether a session was a loop (audited)")
     p.add_argument("session", type=_session_id)
     p.add_argument("label", choices=["loop", "not-loop"])
@@ -244,8 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--webhook", action="append", required=True, metavar="URL",
                    help="http(s) URL to POST alerts to (repeatable)")
     p.add_argument("--rule", action="append", metavar="NAME",
-                   choices=["loop", "rollback", "compensation_failed", "loop_spike"],
-                   help="enable only these rules (repeatable; default: all)")
+                   choices=["loop", "rollback", "compensation_failed", "loop_spike", "incident"],
+                   help="enable only these rules (repeatable; default: all but incident, "
+                   "which pages once per cause of loops instead of once per session)")
     p.add_argument("--console-url", metavar="URL",
                    help="console base URL, for a link to the session in each alert")
     p.add_argument("--spike-threshold", type=_non_negative("--spike-threshold", int),
@@ -395,7 +419,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     except CLIError as exc:
         return fail(str(exc), exc.code)
-    except (UnknownSession, UnknownSnapshot, UnknownCompensation, UnknownQuarantine) as exc:
+    except (UnknownSession, UnknownSnapshot, UnknownCompensation, UnknownQuarantine,
+            UnknownIncident) as exc:
         return fail(str(exc), EXIT_NOT_FOUND)
     except ConfigError as exc:  # a malformed setting ($REWIND_FREEZE_*): the user's to fix
         return fail(str(exc), EXIT_USAGE)

@@ -79,8 +79,18 @@ log = logging.getLogger("rewind.alerts")
 
 NAMESPACE = "alerts"
 """Fleet document namespace of the workers' states."""
-RULES = ("loop", "rollback", "compensation_failed", "loop_spike")
+RULES = ("loop", "rollback", "compensation_failed", "loop_spike", "incident")
 """Every rule, in the order they are checked."""
+DEFAULT_RULES = ("loop", "rollback", "compensation_failed", "loop_spike")
+"""The rules a worker given none follows: the ``incident`` rule is asked for by name (it pages
+per cause what ``loop`` pages per session)."""
+
+_INCIDENT_EVENTS = ("incident_open", "incident_grow", "incident_close")
+
+
+def _cut_text(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
 
 Poster = Callable[[str, bytes, float], int]
 """Sends one POST (url, JSON body, deadline in seconds) and returns the HTTP status; raises
@@ -95,7 +105,7 @@ time the first event at or after it."""
 class AlertConfig:
     """What pages and how hard the worker tries. Defaults suit a freeze on-call rota."""
 
-    rules: tuple[str, ...] = RULES
+    rules: tuple[str, ...] = DEFAULT_RULES
     """Enabled rules (see the module docstring)."""
     console_url: str | None = None
     """Base URL of the console; alerts about a session link to its session page."""
@@ -388,6 +398,8 @@ class AlertWorker:
         self._dirty = False
         self._senders = {wid: _Sender(self, wid) for wid in self.webhooks}
         self._meta: dict[str, dict[str, Any]] = {}
+        self._incidents_told: dict[str, tuple[int, set[str]]] = {}
+        """Incident id -> (size, tenants) the last page about it told."""
 
     @property
     def stopped(self) -> bool:
@@ -465,6 +477,8 @@ class AlertWorker:
             there, also those queued behind the one that failed and not tried yet. `failures`
             says which webhooks failed and why.
         """
+        if "incident" in self.config.rules:
+            self._close_quiet_incidents()
         read, queued = self._read_feed()
         before = {wid: (s.delivered, s.failed) for wid, s in self._senders.items()}
         tickets = {wid: s.ask() for wid, s in self._senders.items()}
@@ -488,6 +502,16 @@ class AlertWorker:
         self._save_if_dirty()
         return {"events": read, "queued": queued, "delivered": delivered, "failed": failed,
                 "waiting": waiting}
+
+    def _close_quiet_incidents(self) -> None:
+        """Write the close of quiet incidents, so their close pages without a new loop."""
+        close = getattr(self.engine, "close_quiet_incidents", None)
+        if close is None:
+            return
+        try:
+            close()
+        except Exception as exc:  # noqa: BLE001 - paging goes on; the next round tries again
+            log.warning("could not close quiet incidents: %s", exc)
 
     def run(self, interval_s: float = 1.0, rounds: int | None = None) -> None:
         """Read the feed every `interval_s` seconds until `stop()` (or `rounds` rounds); each
@@ -547,6 +571,10 @@ class AlertWorker:
         rules = self.config.rules
         sid, data = ev.session, ev.data or {}
         out: list[dict[str, Any]] = []
+        if ev.type in _INCIDENT_EVENTS:
+            if "incident" in rules:
+                out += self._incident_alerts(ev, data)
+            return out
         if sid is None:
             return out
         if ev.type == "step" and not data.get("late"):
@@ -646,6 +674,56 @@ class AlertWorker:
                     )
                 )
         return out
+
+    def _incident_alerts(self, ev: Event, data: dict[str, Any]) -> list[dict[str, Any]]:
+        """The page for an incident event (see the ``incident`` rule), with the incident as it
+        stands now: a page read after a burst tells its whole size once."""
+        iid = str(data.get("id") or "")
+        now: Any = None
+        try:
+            now = self.engine.incident(iid)
+        except (KeyError, AttributeError):  # unknown since, or an engine without incidents
+            now = None
+        tool = (now.tool if now else data.get("tool")) or "(agent turn)"
+        size = len(now.sessions) if now else int(data.get("sessions") or 0)
+        tenants = list(now.tenants) if now else list(data.get("tenants") or [])
+        sig = (now.signature if now else data.get("signature")) or "(no error)"
+        states = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in now.counts.items()) \
+            if now else ""
+        told = self._incidents_told.get(iid)
+        about = (f"{tool} loops ({(now.rule if now else data.get('rule')) or 'loop'}) on "
+                 f"\"{_cut_text(sig, 160)}\": {_count(size, 'session')}"
+                 + (f" ({states})" if states else "")
+                 + (f", tenants {', '.join(tenants)}" if tenants else ""))
+        if ev.type == "incident_open":
+            key, text = f"incident_open:{iid}", f"Incident {iid} opened: {about}."
+        elif ev.type == "incident_grow":
+            if told is not None and size <= told[0] and set(tenants) <= told[1]:
+                return []
+            new = [t for t in tenants if told is None or t not in told[1]]
+            spread = f"; spread to tenant {', '.join(new)}" if new and told else ""
+            key = f"incident_grow:{iid}:{size}:{','.join(sorted(tenants))}"
+            text = f"Incident {iid} grew: {about}{spread}."
+        else:
+            by = data.get("by") or data.get("actor") or "someone"
+            why = _clause(str((now.close_reason if now else None) or ""))
+            key = f"incident_close:{iid}"
+            text = f"Incident {iid} closed by {by}" + (f" ({why})" if why else "") + \
+                f": {about}."
+        self._incidents_told[iid] = (size, set(tenants))
+        if len(self._incidents_told) > 10000:
+            self._incidents_told.clear()
+        alert = self._alert("incident", key, ev, {}, None if tool == "(agent turn)" else tool,
+                            text)
+        body = alert["body"]
+        body["incident"] = iid
+        body["tenant"] = ", ".join(tenants) or None
+        if self.config.console_url:
+            link = (f"{self.config.console_url.rstrip('/')}/incident?incident="
+                    f"{quote(iid, safe='')}")
+            body["link"] = link
+            body["text"] += f" <{slack_escape(link).replace('|', '%7C')}>"
+        return [alert]
 
     def _loop_facts(self, sid: str, n: Any) -> tuple[dict[str, Any], str | None, dict | None]:
         meta = self._meta_of(sid)

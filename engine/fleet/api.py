@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine.fleet import actions, queries
+from engine.fleet import actions, incidents, queries
+from engine.fleet.incidents import IncidentAction
 from engine.fleet.quarantine import is_refusal
 from engine.freeze import FreezeWindow, PolicyChoice, declared_window
 from engine.identity import Actor
@@ -171,6 +172,54 @@ class Fleet:
                 if step.tool is not None and not is_refusal(step):
                     seen[step.tool] = seen.get(step.tool, 0) + 1
         return dict(sorted(seen.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    # -- incidents: remedies for a whole cause -------------------------------------------------
+    def incident_action(self, incident_id: str, action: str, *, actor: str | Actor, reason: str,
+                        dry_run: bool = False, seen: int | None = None,
+                        note: str | None = None) -> IncidentAction:
+        """Take remedy `action` (rollback, quarantine, release, stop, notice, close) on every
+        session of incident `incident_id`; with `dry_run`, say what it would do and write
+        nothing. ``release`` and ``stop`` act on the sessions waiting for on-call. `seen`: the
+        number of remedies the operator's page showed (`Incident.revision`), so a remedy another
+        operator took meanwhile is told, not repeated. See `engine.fleet.incidents`.
+
+        Raises:
+            ValueError: unknown action, empty reason, a remedy this incident cannot take.
+            PermissionDenied: not an operator (now). UnknownIncident: no such incident.
+            IncidentConflict: it is closed, or another operator acted on it first.
+        """
+        from engine.recovery.verbs import notice
+
+        def notify(sid: str, text: str | None, *, actor: Any) -> str:
+            return notice(self._rt, sid, text, actor=actor)
+
+        return incidents.act(
+            self._rt, incident_id, action, actor=actor, reason=reason, dry_run=dry_run,
+            seen=seen, release=getattr(self, "release", None), stop=getattr(self, "stop", None),
+            notice=notify, note=note)
+
+    def close_incident(self, incident_id: str, *, actor: str | Actor,
+                       reason: str) -> IncidentAction:
+        """Close incident `incident_id` (audited); a new loop of its cause opens a new one.
+
+        Raises:
+            as `incident_action`.
+        """
+        return self.incident_action(incident_id, "close", actor=actor, reason=reason)
+
+    def close_quiet_incidents(self) -> list[str]:
+        """Write the close of every incident quiet for longer than the quiet period; their ids."""
+        return incidents.close_quiet(self._rt)
+
+    def set_incident_quiet(self, seconds: float, *, actor: str | Actor, reason: str) -> float:
+        """Set how long (seconds) an incident stays open with no new loop of its cause, for
+        every process on the store (audited).
+
+        Raises:
+            PermissionDenied: not an operator (now). ValueError: not a positive number, or no
+            reason.
+        """
+        return incidents.set_quiet(self._rt, seconds, actor=actor, reason=reason)
 
     # -- housekeeping -------------------------------------------------------------------------
     def running_steps(self, older_than_s: float = 300.0) -> list[tuple[str, StepRecord]]:

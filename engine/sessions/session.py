@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from engine.documents import checked_documents
 from engine.errors import LoopDetected, StepError, ToolQuarantined
-from engine.fleet import quarantine
+from engine.fleet import incidents, quarantine
 from engine.freeze import PolicyChoice
 from engine.identity import Actor
 from engine.ids import validate_session_id
@@ -612,6 +612,7 @@ class Session:
         for call, (_start, out) in zip(calls, records, strict=True):
             stored = out.get("verdict")
             if stored is not None and call.verdict is not None and call.policy is not None:
+                _join_incident(rt, self.id, call, out, stored)
                 response = policy.respond(call.verdict, call.policy, acts=self.acts_on_loops)
                 policy.recover(rt, self.id, call.tool, call.verdict, stored, call.policy,
                                response)
@@ -642,6 +643,7 @@ class Session:
             return
         if stored is None or choice is None:
             return
+        _join_incident(rt, self.id, call, out, stored)
         response = policy.respond(verdict, choice, acts=self.acts_on_loops)
         if response.action == "nudge":
             policy.recover(rt, self.id, call.tool, verdict, stored, choice, response)
@@ -651,3 +653,16 @@ class Session:
         if response.action == "flag":
             return
         raise LoopDetected(verdict, result)
+
+
+def _join_incident(rt: Runtime, sid: str, call: StepCall, out: Mapping[str, Any],
+                   stored: StoredVerdict) -> None:
+    """Group the loop verdict just stored with the others of its cause (`engine.fleet.incidents`).
+    The verdict is stored already: an incident that cannot be written is logged, never turned
+    into a failure of the agent's step."""
+    try:
+        incidents.note_loop(rt, sid, call.tool, out.get("error"), call.args, stored,
+                            incidents.tokens_of(call.budget))
+    except Exception:  # noqa: BLE001 - the agent's step went through; on-call reads the log
+        incidents.log.warning("session %s: its loop verdict joined no incident", sid,
+                              exc_info=True)

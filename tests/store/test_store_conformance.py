@@ -862,6 +862,38 @@ def test_fleet_documents_are_set_read_and_deleted_atomically(engine):
     assert store.fleet_docs("alerts") == {"cursor": 7}
 
 
+def test_fleet_documents_compare_and_set_writes_only_when_every_expectation_holds(engine):
+    from engine.store.base import AuditEntry
+
+    store = engine.store
+    doc = {"tool": "refund_api", "sessions": {"s-1": {"tenant": "acme"}}, "n": 1.5}
+    assert store.fleet_doc_swap("incidents", {"open:a": None}, {"open:a": doc}, 1.0)
+    assert store.fleet_doc_get("incidents", ["open:a", "missing"]) == {"open:a": doc}
+    # Someone else's value is there now: nothing written, the caller is told.
+    assert not store.fleet_doc_swap("incidents", {"open:a": None}, {"open:a": {"x": 1}}, 2.0)
+    assert not store.fleet_doc_swap("incidents", {"open:a": {**doc, "n": 2}},
+                                    {"open:a": None, "closed:a": doc}, 2.0)
+    assert store.fleet_docs("incidents") == {"open:a": doc}
+    # The value as read back matches, whatever key order it was written in.
+    read = store.fleet_doc_get("incidents", ["open:a"])["open:a"]
+    assert store.fleet_doc_swap("incidents", {"open:a": read, "closed:a": None},
+                                {"open:a": None, "closed:a": {**read, "status": "closed"}}, 3.0,
+                                AuditEntry("alice", "incident_close", "fixed", {"id": "a"}))
+    assert store.fleet_docs("incidents") == {"closed:a": {**doc, "status": "closed"}}
+    [event] = engine.audit(action="incident_close")
+    assert event.actor == "alice" and event.detail == {"id": "a"} and event.session is None
+    assert [e.data for e in engine.events() if e.type == "incident_close"] == [
+        {"actor": "alice", "id": "a"}]
+    assert store.fleet_doc_get("incidents", []) == {}
+    # A feed event without an audit row: the engine's own bookkeeping.
+    assert store.fleet_doc_swap("incidents", {"open:b": None}, {"open:b": 1}, 4.0,
+                                AuditEntry("rewind", "incident_open", "", {"id": "b"}),
+                                feed_only=True)
+    assert [e.action for e in engine.audit()] == ["incident_close"]
+    assert [e.data for e in engine.events() if e.type == "incident_open"] == [
+        {"actor": "rewind", "id": "b"}]
+
+
 def test_fleet_documents_outlive_sessions_and_retention(engine):
     s = engine.session("s")
     s.append_message("user", "x")

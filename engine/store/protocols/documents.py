@@ -64,3 +64,20 @@ class DocumentStore(Protocol):
         session, and its feed event).
         """
         ...
+
+    def fleet_doc_get(self, ns: str, keys: list[str]) -> dict[str, Any]:
+        """The fleet documents of namespace `ns` among `keys` that exist (key -> JSON value):
+        one read that costs what it returns, however many documents the namespace holds."""
+        ...
+
+    def fleet_doc_swap(self, ns: str, expect: dict[str, Any | None],
+                       values: dict[str, Any | None], now: float,
+                       audit: AuditEntry | None = None, feed_only: bool = False) -> bool:
+        """Compare and set fleet documents of namespace `ns`: when every key of `expect` holds
+        exactly the value given (None: the key is absent), set `values` (None deletes a key)
+        and write `audit`, all in one atomic write, and return True; otherwise write nothing
+        and return False. Values are compared by their canonical JSON, so a value read with
+        `fleet_docs` or `fleet_doc_get` and passed back unchanged matches. Lets several
+        processes change one shared record (an incident) without losing each other's changes.
+        """
+        ...

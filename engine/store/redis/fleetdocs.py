@@ -17,6 +17,8 @@ from engine.store.redis.fleet import FleetViews
 from engine.store.redis.scripts import SOURCES
 from engine.store.requests import AuditEntry
 
+_fleet_docs_key = keys.fleet_docs  # `fleet_doc_get`'s parameter is named keys, as the protocol's
+
 
 class FleetDocs:
     """`Store.fleet_docs` and `Store.fleet_doc_put` for `RedisStore`."""
@@ -29,6 +31,31 @@ class FleetDocs:
         """Every fleet document of namespace `ns`, in key order."""
         raw = self._client.call(self._client.r.hgetall, keys.fleet_docs(self._fb, ns))
         return {k: json.loads(raw[k]) for k in sorted(raw)}
+
+    def fleet_doc_get(self, ns: str, keys: list[str]) -> dict[str, Any]:
+        """The fleet documents of `ns` among `keys` that exist, in key order."""
+        if not keys:
+            return {}
+        raw = self._client.call(self._client.r.hmget, _fleet_docs_key(self._fb, ns), keys)
+        return {k: json.loads(v) for k, v in sorted(zip(keys, raw, strict=True))
+                if v is not None}
+
+    def fleet_doc_swap(self, ns: str, expect: dict[str, Any | None],
+                       values: dict[str, Any | None], now: float,
+                       audit: AuditEntry | None = None, feed_only: bool = False) -> bool:
+        """Set `values` (and write `audit`) when every key of `expect` holds its value, in one
+        script (`lua/fleet_docs_swap.lua`); False when one does not."""
+        entry = "" if audit is None else dumps([
+            audit.action, dumps(audit.actor), "null", dumps(audit.reason), dumps(audit.detail),
+            dumps({"actor": audit.actor, **audit.detail})])
+        args: list[str] = [*map(str, self._views._maxlens), num(now), str(self._views._ttl), entry,
+                           ns, "1" if feed_only else "", str(len(expect))]
+        for key, value in expect.items():
+            args += [key, "" if value is None else dumps(value)]
+        for key, value in values.items():
+            args += [key, "" if value is None else dumps(value)]
+        name = "fleet_docs_swap"
+        return bool(self._client.script(name, [self._fb], args, SOURCES[name]))
 
     def fleet_doc_put(self, ns: str, values: dict[str, Any | None], now: float,
                       audit: AuditEntry | None = None) -> None:

@@ -93,6 +93,48 @@ class DocumentRows:
                         (ns, key, value, now),
                     )
 
+    def fleet_doc_get(self, ns: str, keys: list[str]) -> dict[str, Any]:
+        """The fleet documents of `ns` among `keys` that exist, in key order."""
+        out: dict[str, Any] = {}
+        for i in range(0, len(keys), 500):  # stay under SQLite's bound-parameter limit
+            chunk = keys[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._db.read(
+                f"SELECT key, value FROM fleet_docs WHERE ns = ? AND key IN ({marks})",
+                (ns, *chunk))
+            out.update((k, json.loads(v)) for k, v in rows)
+        return dict(sorted(out.items()))
+
+    def fleet_doc_swap(self, ns: str, expect: dict[str, Any | None],
+                       values: dict[str, Any | None], now: float,
+                       audit: AuditEntry | None = None, feed_only: bool = False) -> bool:
+        """Set `values` (and write `audit`) when every key of `expect` holds its value, in one
+        transaction; False (nothing written) when one does not."""
+        wanted = {k: None if v is None else dumps(v) for k, v in expect.items()}
+        encoded = {k: None if v is None else dumps(v) for k, v in values.items()}
+        with self._db.write() as conn:  # BEGIN IMMEDIATE: nobody writes between check and set
+            for key, value in wanted.items():
+                row = conn.execute("SELECT value FROM fleet_docs WHERE ns = ? AND key = ?",
+                                   (ns, key)).fetchone()
+                if (None if row is None else row[0]) != value:
+                    return False
+            if audit is not None:
+                if not feed_only:
+                    add_audit(conn, now, audit.actor, audit.action, None, None, audit.reason,
+                              audit.detail)
+                add_event(conn, now, None, audit.action, {"actor": audit.actor, **audit.detail})
+            for key, value in encoded.items():
+                if value is None:
+                    conn.execute("DELETE FROM fleet_docs WHERE ns = ? AND key = ?", (ns, key))
+                else:
+                    conn.execute(
+                        "INSERT INTO fleet_docs(ns, key, value, updated_at) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT(ns, key) DO UPDATE SET value = excluded.value, "
+                        "updated_at = excluded.updated_at",
+                        (ns, key, value, now),
+                    )
+        return True
+
 
 def _put_doc(conn: sqlite3.Connection, sid: str, ns: str, key: str, value: Any) -> None:
     """Set (None: delete) one document: the ``docs`` row holds its JSON text, or bytes as they
