@@ -49,11 +49,14 @@ def engine_for(url: str | None) -> Engine:
     # The console runs no sessions, so its engine needs no freeze; the frame reads the freeze
     # from secrets and the environment (`settings.freeze_window`) and shows a malformed one as a
     # warning, where the engine's own reading would refuse to open.
-    return Engine.open(url, freeze=None)
+    # create=False: a store that does not exist is refused (StoreNotFound names its absolute
+    # path), never created empty to show "Nothing needs you now"; only agents create stores.
+    return Engine.open(url, freeze=None, create=False)
 
 
 def store_url() -> str | None:
-    """The store the console reads: `[rewind] store`, else $REWIND_STORE, else the default."""
+    """The store the console reads: `rewind dashboard --store`, else `[rewind] store`, else
+    $REWIND_STORE, else the default (`settings.store_url`)."""
     return settings.store_url(access.read_secrets())
 
 

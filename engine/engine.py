@@ -575,6 +575,14 @@ class Engine:
         return url or os.environ.get("REWIND_STORE") or DEFAULT_URL
 
     @staticmethod
+    def store_name(url: str) -> str:
+        """The store as people check it: a SQLite file by its absolute path, others by their
+        URL with passwords masked and options left out."""
+        from engine.store.urls import store_name
+
+        return store_name(url)
+
+    @staticmethod
     def redact_url(url: str) -> str:
         """`url` (a store URL, a webhook, …) with every password replaced by ***."""
         from engine.store.urls import redact

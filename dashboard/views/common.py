@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any, overload
 
-from engine import SessionStatus
+from engine import Engine, SessionStatus
 
 ARGS_CHARS = 200
 """Arguments are cut to this many characters in hovers and tables."""
@@ -122,13 +122,16 @@ def escape_text(text: str) -> str:
 
 
 def store_label(url: str) -> str:
-    """How the sidebar names the store: scheme, host and path of `Engine.url`.
+    """How the sidebar names the store: a SQLite file by its absolute path, others by the
+    scheme, host and path of `Engine.url`.
 
     The engine's URL has its `user:password@` redacted already; options in the query string
     (`password=`, `fallback=`, retries…) say nothing an operator needs there, and may hold a
     secret, so they are left out.
     """
-    return re.split(r"[?#]", url, maxsplit=1)[0]
+    # A file by its absolute path, as `rewind` prints it: "which folder?" is the question a
+    # relative path leaves open.
+    return Engine.store_name(url)
 
 
 # -- times and counts --------------------------------------------------------------------------

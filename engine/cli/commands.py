@@ -29,6 +29,7 @@ from engine.errors import (
     RewindError,
 )
 from engine.store import SessionCursor, redact
+from engine.store.urls import absolute_url
 from engine.types import Role
 
 if TYPE_CHECKING:
@@ -728,10 +729,25 @@ def cmd_demo(args) -> int:
 
 def cmd_dashboard(args) -> int:
     # serve.py runs app.py behind the console's response headers (no framing, metrics shut)
-    app = Path(__file__).resolve().parent.parent / "dashboard" / "serve.py"
+    app = Path(__file__).resolve().parents[2] / "dashboard" / "serve.py"
     env = dict(os.environ)
+    env.pop("REWIND_CONSOLE_STORE", None)
+    # Streamlit runs in the checkout's folder: a relative store URL (the default included) is
+    # made absolute here, against the folder the user started from, so the console reads the
+    # store `rewind sessions` reads from the same place. A store named on this command line
+    # also wins over the console's own `[rewind] store` setting.
+    from engine.engine import Engine
+
+    if args.store is not None and not args.store.strip():
+        raise CLIError("the store URL is empty: give sqlite:///path, redis://host:port/db, "
+                       "rediss://… or redis+cluster://host:port, or leave it out for "
+                       "$REWIND_STORE (else sqlite:///.rewind/rewind.db)", EXIT_USAGE)
+    url = absolute_url(Engine.resolve_url(args.store))
+    if args.store or not _console_store_setting(app.parent.parent):
+        _existing_store(url)  # the console never creates a store; refuse before it starts
+    env["REWIND_STORE"] = url
     if args.store:
-        env["REWIND_STORE"] = args.store
+        env["REWIND_CONSOLE_STORE"] = url
     cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port),
            "--server.address", args.address, "--server.headless", "true",
            "--browser.gatherUsageStats", "false"]
@@ -741,6 +757,37 @@ def cmd_dashboard(args) -> int:
             cmd += ["--server.allowedHosts", host]
     return subprocess.call(cmd, env=env, cwd=str(app.parent.parent),
                            preexec_fn=_die_with_parent)
+
+
+def _console_store_setting(checkout: Path) -> bool:
+    """Whether the console's secrets.toml (in the folder Streamlit runs in, or the user's home)
+    names a store; that setting then applies unless --store is given."""
+    import tomllib
+
+    for path in (checkout / ".streamlit" / "secrets.toml",
+                 Path.home() / ".streamlit" / "secrets.toml"):
+        try:
+            with path.open("rb") as fh:
+                if (tomllib.load(fh).get("rewind") or {}).get("store"):
+                    return True
+        except (OSError, tomllib.TOMLDecodeError, AttributeError):
+            continue
+    return False
+
+
+def _existing_store(url: str) -> None:
+    """Refuse a SQLite store that does not exist (StoreNotFound, exit 4, naming its absolute
+    path) without creating it; other stores are checked when the process opens them."""
+    from engine.store.sqlite.tx import path_from_url
+
+    if not url.lower().startswith("sqlite:"):
+        return
+    path = path_from_url(url)
+    if path and path != ":memory:" and not os.path.exists(path):
+        raise CLIError(f"no Rewind store at {os.path.abspath(path)} (from {url}): the file does "
+                       "not exist. Check --store or $REWIND_STORE, or run the command from the "
+                       "folder that holds .rewind/ (agents create the store, the console never "
+                       "does)", EXIT_NOT_FOUND)
 
 
 def _die_with_parent() -> None:

@@ -26,6 +26,7 @@ from engine.cli.text import (  # noqa: F401 - parse_age, scrub: part of the CLI'
 from engine.errors import (
     ConfigError,
     RewindError,
+    StoreNotFound,
     UnknownCompensation,
     UnknownQuarantine,
     UnknownSession,
@@ -395,7 +396,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     except CLIError as exc:
         return fail(str(exc), exc.code)
-    except (UnknownSession, UnknownSnapshot, UnknownCompensation, UnknownQuarantine) as exc:
+    except (UnknownSession, UnknownSnapshot, UnknownCompensation, UnknownQuarantine,
+            StoreNotFound) as exc:
         return fail(str(exc), EXIT_NOT_FOUND)
     except ConfigError as exc:  # a malformed setting ($REWIND_FREEZE_*): the user's to fix
         return fail(str(exc), EXIT_USAGE)

@@ -294,7 +294,9 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("--settle must be 0 or more and --max-body above 0")
     try:
         # vars(): an `args.store` read looks like a back door to tests/test_one_door.py's check
-        engine = Engine.open(vars(args).get("store"))
+        # create=False: a receiver never creates a store; a missing one is refused (exit 4,
+        # naming its absolute path), or spans would be written where nobody looks.
+        engine = Engine.open(vars(args).get("store"), create=False)
     except ValueError as exc:
         if isinstance(exc, RewindError):
             raise
@@ -315,7 +317,8 @@ def main(args: argparse.Namespace) -> int:
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     receiver.start()
-    print(f"rewind otlp: receiving traces at {receiver.endpoint} into {engine.url}; sessions "
+    print(f"rewind otlp: receiving traces at {receiver.endpoint} into "
+          f"{Engine.store_name(engine.url)}; sessions "
           "are watch-only (flagged, never rolled back); Ctrl-C stops", flush=True)
     try:
         stopped.wait()
