@@ -608,9 +608,9 @@ class AlertWorker:
         elif ev.type == "rollback":
             state.looping.pop(sid, None)
             if data.get("batch"):  # one of a bulk rollback: its summary pages, not each one
-                batch = state.batches.setdefault(str(data["batch"]), {"at": ev.at})
-                batch["rolled"] = int(batch.get("rolled") or 0) + 1
-                batch.setdefault("actor", data.get("actor"))
+                bulk = state.batches.setdefault(str(data["batch"]), {"at": ev.at})
+                bulk["rolled"] = int(bulk.get("rolled") or 0) + 1
+                bulk.setdefault("actor", data.get("actor"))
                 return out
             if "rollback" in rules:
                 meta = self._meta_of(sid)
