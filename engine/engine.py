@@ -34,6 +34,7 @@ from engine.records import (
     BulkRollbackItem,
     Compensation,
     Event,
+    LoopCost,
     Quarantine,
     RollbackPreview,
     RollbackResult,
@@ -270,6 +271,16 @@ class Engine:
             UnknownSession: no such session.
         """
         return Session(self.runtime, self.runtime.require_session(sid))
+
+    def loop_cost(self, sid: str) -> LoopCost | None:
+        """What session `sid`'s latest loop cost from its first step: steps, time, tokens and
+        write-ahead snapshots, and how often it was flagged (`SessionInfo.loop_cost`, read
+        from the session's summary alone); None without a loop verdict.
+
+        Raises:
+            UnknownSession.
+        """
+        return self.runtime.require_session(sid).loop_cost(self.clock())
 
     def sessions(self, **filters: Any) -> list[SessionInfo]:
         """Fleet summaries, most recently active first (ties: greater id first). Filters:

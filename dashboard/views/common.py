@@ -154,10 +154,16 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def loops_text(loops: int) -> str:
-    """How often a session was flagged, in words on-call reads at a glance."""
-    return "never flagged as looping" if not loops else (
-        "flagged as looping once" if loops == 1 else f"flagged as looping {loops} times")
+def loops_text(loops: int, this_loop: int | None = None) -> str:
+    """How often a session was flagged, in words on-call reads at a glance; `this_loop`: the
+    verdicts of the loop it is in now (one loop left running is flagged again every few steps,
+    so the lifetime count alone reads like that many loops)."""
+    if not loops:
+        return "never flagged as looping"
+    if this_loop is not None and this_loop >= 1:
+        now = "once in this loop" if this_loop == 1 else f"{this_loop:,} times in this loop"
+        return f"flagged {now}" + ("" if loops <= this_loop else f" ({loops:,} verdicts in all)")
+    return "flagged as looping once" if loops == 1 else f"flagged as looping {loops:,} times"
 
 
 def rollbacks_text(rollbacks: int) -> str:

@@ -59,15 +59,20 @@ def cmd_sessions(args) -> int:
     infos = engine.sessions(status=args.status, tenant=args.tenant, scenario=args.scenario,
                             prompt_version=args.prompt_version, updated_since=since,
                             limit=args.limit, after=after)
+    now = time.time()
+    costs = {i.id: i.loop_cost(now) if i.status == "looping" else None for i in infos}
     if args.json:
-        print(json.dumps([i.__dict__ for i in infos], ensure_ascii=True, indent=1))
+        print(json.dumps([{**i.__dict__, "loop_cost": c.__dict__ if (c := costs[i.id]) else None}
+                          for i in infos], ensure_ascii=True, indent=1))
         return 0
     rows = [[i.id, i.status + (" (watch-only)" if i.meta.get("watch_only") else ""),
              i.tenant or "-", i.scenario or "-", i.prompt_version or "-",
              str(i.steps), str(i.rollbacks), _fmt_time(i.updated_at),
-             (i.last_verdict or {}).get("rule") or "-"] for i in infos]
+             f"{c.steps:,} steps, {_duration(c.seconds)}" if (c := costs[i.id]) else "-",
+             (i.last_verdict or {}).get("rule") or "-"]
+            for i in infos]
     print(_table(rows, ["SESSION", "STATUS", "TENANT", "SCENARIO", "PROMPT", "STEPS",
-                        "ROLLBACKS", "LAST ACTIVITY", "VERDICT"]))
+                        "ROLLBACKS", "LAST ACTIVITY", "IN LOOP", "VERDICT"]))
     out(f"\n{len(infos)} session(s) in {redact(engine.store.url)}")
     if infos and len(infos) == args.limit:
         out(f"next page: --after {shlex.quote(SessionCursor.after(infos[-1]).encode())}")
@@ -85,10 +90,12 @@ def cmd_show(args) -> int:
     if info.last_verdict:
         v = info.last_verdict
         out(f"verdict: {v.get('rule')}: {v.get('explanation')} "
-            f"(evidence steps {v.get('evidence_steps')}, loop began at step "
-            f"{v.get('loop_start_step')})")
+            f"(evidence steps {v.get('evidence_steps')})")
         if v.get("policy"):
             out(f"policy: {v.get('policy')} ({v.get('policy_reason') or 'reason not recorded'})")
+        cost = info.loop_cost(time.time())
+        if cost is not None:
+            out(f"loop: {_loop_cost_text(cost)}")
     out(f"suggested rollback target: {s.suggested_target() or '-'}\n")
     rows = [[n.id, n.parent or "-", n.label or "-", _fmt_time(n.created_at),
              "head" if n.is_head else ("live" if n.on_live_line else "abandoned"),
@@ -97,6 +104,28 @@ def cmd_show(args) -> int:
             for n in (s.tree()[-args.last:] if args.last else [])]
     print(_table(rows, ["SNAPSHOT", "PARENT", "LABEL", "TAKEN", "LINE", "RESTORABLE"]))
     return 0
+
+
+def _loop_cost_text(cost) -> str:
+    """A `LoopCost` in one line: since when and what it spent, from the loop's first step."""
+    parts = [f"began at step {cost.start_step} ({_fmt_time(cost.started_at)})",
+             ("running for " if cost.ongoing else "lasted ") + _duration(cost.seconds),
+             f"{cost.steps:,} step(s)",
+             f"flagged {cost.flags:,} time(s)"]
+    if cost.tokens is not None:
+        parts.append(f"{cost.tokens:,} context tokens")
+    if cost.snapshots is not None:
+        parts.append(f"{cost.snapshots:,} snapshot(s)")
+    return ", ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    s = int(max(seconds, 0))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 def _where_item(text: str) -> tuple[str, str]:
