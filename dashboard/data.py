@@ -27,6 +27,7 @@ from engine import (
     LoopTally,
     SessionStatus,
     StoreError,
+    StoreNotFound,
     StoreUnavailable,
 )
 
@@ -71,6 +72,9 @@ def store_errors() -> Iterator[None]:
         yield
     except StoreUnavailable as exc:
         st.error(f"The store cannot be reached: {views.plain(exc)}")
+        st.stop()
+    except StoreNotFound as exc:  # never created here: only agents create a store
+        st.error(f"There is no store to show: {views.plain(exc)}")
         st.stop()
     except StoreError as exc:  # wrong password, schema from a newer version, …
         st.error(f"The store refused the request: {views.plain(exc)}")

@@ -110,3 +110,20 @@ def test_the_console_never_creates_a_store(tmp_path, monkeypatch):
     with pytest.raises(StoreNotFound, match=str(tmp_path / "nope.db")):
         data.engine_for(f"sqlite:///{tmp_path}/nope.db")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_console_says_the_store_is_missing_and_creates_nothing(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard import data
+
+    missing = tmp_path / "missing.db"
+    monkeypatch.setenv("REWIND_STORE", f"sqlite:///{missing}")
+    monkeypatch.delenv("REWIND_CONSOLE_STORE", raising=False)
+    data.engine_for.clear()
+    at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=60).run()
+    assert not at.exception
+    errors = "\n".join(e.value for e in at.error)
+    assert "There is no store to show" in errors and views.plain(str(missing)) in errors
+    assert not at.title and not at.metric  # never "Nothing needs you now"
+    assert list(tmp_path.iterdir()) == []
