@@ -27,6 +27,7 @@ from engine import (
     LoopTally,
     SessionStatus,
     StoreError,
+    StoreNotFound,
     StoreUnavailable,
 )
 
@@ -49,11 +50,14 @@ def engine_for(url: str | None) -> Engine:
     # The console runs no sessions, so its engine needs no freeze; the frame reads the freeze
     # from secrets and the environment (`settings.freeze_window`) and shows a malformed one as a
     # warning, where the engine's own reading would refuse to open.
-    return Engine.open(url, freeze=None)
+    # create=False: a store that does not exist is refused (StoreNotFound names its absolute
+    # path), never created empty to show "Nothing needs you now"; only agents create stores.
+    return Engine.open(url, freeze=None, create=False)
 
 
 def store_url() -> str | None:
-    """The store the console reads: `[rewind] store`, else $REWIND_STORE, else the default."""
+    """The store the console reads: `rewind dashboard --store`, else `[rewind] store`, else
+    $REWIND_STORE, else the default (`settings.store_url`)."""
     return settings.store_url(access.read_secrets())
 
 
@@ -68,6 +72,9 @@ def store_errors() -> Iterator[None]:
         yield
     except StoreUnavailable as exc:
         st.error(f"The store cannot be reached: {views.plain(exc)}")
+        st.stop()
+    except StoreNotFound as exc:  # never created here: only agents create a store
+        st.error(f"There is no store to show: {views.plain(exc)}")
         st.stop()
     except StoreError as exc:  # wrong password, schema from a newer version, …
         st.error(f"The store refused the request: {views.plain(exc)}")

@@ -57,8 +57,14 @@ def _plain(node: Any) -> Any:
 
 def store_url(secrets: Mapping[str, Any] | None,
               env: Mapping[str, str] | None = None) -> str | None:
-    """The store URL: `[rewind] store`, else $REWIND_STORE, else None (the engine's default)."""
+    """The store URL: the one named on `rewind dashboard --store` ($REWIND_CONSOLE_STORE),
+    else `[rewind] store`, else $REWIND_STORE, else None (the engine's default). `rewind
+    dashboard` passes both variables as absolute URLs, resolved against the folder it was
+    started from; a relative `[rewind] store` is read from the console's own folder."""
     env = os.environ if env is None else env
+    named = env.get("REWIND_CONSOLE_STORE")
+    if named:
+        return named
     url = section(secrets, "rewind").get("store")
     return url or env.get("REWIND_STORE") or None
 

@@ -71,6 +71,7 @@ if TYPE_CHECKING:
         Compensation,
         CompensationWorker,
         Event,
+        LoopCost,
         MessageRecord,
         Quarantine,
         RollbackPreview,
@@ -92,9 +93,11 @@ if TYPE_CHECKING:
     from engine.store.base import Retention
     from engine.store.urls import redact as redact_url
     from engine.store.urls import resolve as resolve_url
+    from engine.store.urls import store_name
     from engine.types import (
         AUDIT_ACTIONS,
         CompensationStatus,
+        LoopEpisode,
         LoopPolicy,
         Role,
         SessionStatus,
@@ -107,6 +110,7 @@ if TYPE_CHECKING:
 __all__ = [
     "redact_url",
     "resolve_url",
+    "store_name",
     "AUDIT_ACTIONS",
     "WatchOnly",
     "PAUSED_TEMPLATES",
@@ -140,7 +144,9 @@ __all__ = [
     "JudgeUnavailable",
     "Limits",
     "LoopDetected",
+    "LoopCost",
     "LoopDetector",
+    "LoopEpisode",
     "LoopPolicy",
     "MemoryConfig",
     "MessageRecord",
@@ -227,7 +233,9 @@ _LAZY: dict[str, str] = {
     "JudgeUnavailable": "engine.errors",
     "Limits": "engine.limits",
     "LoopDetected": "engine.errors",
+    "LoopCost": "engine.records",
     "LoopDetector": "engine.loops.detector",
+    "LoopEpisode": "engine.types",
     "LoopPolicy": "engine.types",
     "MemoryConfig": "engine.memory.config",
     "MessageRecord": "engine.records",
@@ -279,6 +287,7 @@ _LAZY: dict[str, str] = {
     "WhyFlagged": "engine.loops.replay",
     "redact_url": "engine.store.urls:redact",
     "resolve_url": "engine.store.urls:resolve",
+    "store_name": "engine.store.urls",
 }
 """Where each public name lives."""
 

@@ -61,6 +61,75 @@ class SessionInfo:
     def locale(self) -> str:
         return self.meta.get("locale") or "en"
 
+    def loop_cost(self, now: float) -> LoopCost | None:
+        """What the session's latest loop cost from its first step (`LoopCost`), read from the
+        last verdict alone (no step is read); None without a loop verdict. While the session
+        still loops the steps and the time run on to now."""
+        verdict = self.last_verdict
+        if not verdict:
+            return None
+        episode = verdict.get("episode")
+        ongoing = self.status == SessionStatus.LOOPING
+        if episode:
+            start, began = int(episode["start_step"]), float(episode["started_at"])
+            flags, tokens = int(episode["flags"]), episode["tokens"]
+            snapshots: int | None = int(episode["snapshots"])
+            through = int(episode["through_step"])
+        else:  # a verdict stored before episodes were recorded: its own window only
+            start = loop_first_step(verdict) or 0
+            if not start:
+                return None
+            began, flags, tokens, snapshots = float(verdict["at"]), 1, None, None
+            through = max(verdict.get("evidence_steps") or [start])
+        last = max(self.steps, through) if ongoing else through
+        until = max(now, began) if ongoing else float(verdict["at"])
+        return LoopCost(start_step=start, started_at=began, last_step=last, steps=last - start + 1,
+                        seconds=max(until - began, 0.0), flags=flags, tokens=tokens,
+                        snapshots=snapshots, ongoing=ongoing)
+
+
+def loop_first_step(verdict: StoredVerdict | None) -> int | None:
+    """The first step of the loop a stored verdict belongs to: its episode's start (the first
+    flag's, kept while the session is flagged again), else the verdict's own ``loop_start_step``
+    (where its evidence window begins), else its oldest evidence step."""
+    if not verdict:
+        return None
+    episode = verdict.get("episode")
+    if episode:
+        return int(episode["start_step"])
+    start = verdict.get("loop_start_step")
+    if start:
+        return int(start)
+    evidence = verdict.get("evidence_steps") or []
+    return min(evidence) if evidence else None
+
+
+@dataclass(frozen=True)
+class LoopCost:
+    """What one loop cost, from its first step (`SessionInfo.loop_cost`,
+    `Engine.fleet.loop_cost`)."""
+
+    start_step: int
+    """The loop's first step (the first flag's evidence begins there)."""
+    started_at: float
+    """Unix time that step began."""
+    last_step: int
+    """The newest step inside the loop: the session's newest step while it loops, else the
+    step of the loop's last flag."""
+    steps: int
+    """Steps spent since the loop began (`start_step` … `last_step`)."""
+    seconds: float
+    """Time since the loop began: until now while it loops, else until its last flag."""
+    flags: int
+    """How often this loop was flagged (the session's lifetime count is `SessionInfo.loops`)."""
+    tokens: int | None
+    """Context tokens its steps sent to the model through its last flag (recorded budgets);
+    None when no step recorded one."""
+    snapshots: int | None
+    """Write-ahead snapshots taken for its steps through its last flag (None: not recorded)."""
+    ongoing: bool
+    """The session still loops: the cost grows."""
+
 
 @dataclass(frozen=True)
 class State:

@@ -159,6 +159,26 @@ SnapshotKind = Literal["manual", "step"]
 kind has its own retention window."""
 
 
+class LoopEpisode(TypedDict):
+    """One loop from its first step, carried by every verdict of the loop (`StoredVerdict`):
+    the first flag's start, kept while the session is flagged again, until a step ends ok or
+    the session is rolled back (`engine.sessions.episode`)."""
+
+    start_step: int
+    """Session step number where the loop began: the first flag's evidence starts there."""
+    started_at: float
+    """Unix time that step began."""
+    flags: int
+    """Verdicts of this loop so far (1 at its first flag)."""
+    tokens: int | None
+    """Context tokens the loop's steps sent to the model through `through_step` (their
+    recorded token budgets); None while no step of it recorded one."""
+    snapshots: int
+    """Write-ahead snapshots taken for the loop's steps through `through_step`."""
+    through_step: int
+    """The step of the verdict carrying this record (the loop's newest flag)."""
+
+
 class StoredVerdict(TypedDict):
     """A loop verdict as stored with its step and on the session (`SessionInfo.last_verdict`)."""
 
@@ -179,6 +199,9 @@ class StoredVerdict(TypedDict):
     policies were recorded)."""
     policy_reason: NotRequired[str]
     """Why that policy: "set for this session", "freeze: <name>" or "engine default"."""
+    episode: NotRequired[LoopEpisode]
+    """The loop this verdict belongs to, from its first step (absent in verdicts stored before
+    episodes were recorded)."""
     detector: NotRequired[dict[str, Any]]
     """The detector settings that produced the verdict (`DetectorConfig` field -> value, over
     the detector factory's config): the process's ``[rewind.detector]``, with the settings

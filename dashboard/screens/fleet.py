@@ -358,7 +358,7 @@ def live_view() -> None:
     bar = st.container()
     picked = st.dataframe(
         views.blank_missing(shown),
-        column_order=["link", "state", "flagged_at", "loop_steps", "explanation", "tenant",
+        column_order=["link", "state", "loop_began", "loop_steps", "explanation", "tenant",
                       "scenario", "prompt_version", "last_activity", "steps", "loops",
                       "rollbacks", "verdict", "hold"],
         column_config={
@@ -369,17 +369,18 @@ def live_view() -> None:
                 color=[*(views.STATUS_COLORS[s] for s in views.STATUS_ORDER), "violet"],
                 help="watch-only: seen through OpenTelemetry (rewind otlp); Rewind does not "
                      "run the agent, so it can flag and label it but not roll it back."),
-            "flagged_at": st.column_config.DatetimeColumn(
+            "loop_began": st.column_config.DatetimeColumn(
                 "looping since", format="HH:mm:ss",
-                help="When the loop was flagged (its latest verdict), for sessions looping now."),
+                help="When the loop's first step began (not its latest flag), for sessions "
+                     "looping now."),
             "loop_steps": st.column_config.TextColumn(
                 "steps in loop", help="Steps spent since the loop began; a rollback takes them "
                 "out of the conversation the agent continues from."),
             "hold": st.column_config.TextColumn("policy note"),
             "prompt_version": "prompt",
             "loops": st.column_config.NumberColumn(
-                "times flagged", help="How often the session was flagged as looping; under the "
-                "flag policy one loop can be flagged more than once. The charts above count "
+                "times flagged", help="How often the session was flagged as looping in all; "
+                "one loop left running is flagged again every few steps. The charts above count "
                 "loops."),
             "last_activity": st.column_config.DatetimeColumn("last activity",
                                                              format="YYYY-MM-DD HH:mm:ss"),

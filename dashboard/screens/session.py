@@ -111,7 +111,7 @@ def render_header(head, page: Page) -> None:
                   if meta.get("hold") and info.status == SessionStatus.LOOPING else []),
                 f"{info.steps:,} steps",
                 f"{info.messages:,} messages in the conversation now",
-                views.loops_text(info.loops),
+                views.loops_text(info.loops, _loop_flags(info)),
                 views.rollbacks_text(info.rollbacks),
                 f"last activity {views.when(info.updated_at):%Y-%m-%d %H:%M:%S}",
             ]
@@ -142,6 +142,14 @@ def render_header(head, page: Page) -> None:
     else:
         st.success("No loop verdict for this session.")
     render_loop_cost(page)
+
+
+def _loop_flags(info) -> int | None:
+    """Verdicts of the loop the session is in now (None when not looping or not recorded)."""
+    if info.status != SessionStatus.LOOPING or not info.last_verdict:
+        return None
+    episode = info.last_verdict.get("episode")
+    return int(episode["flags"]) if episode else None
 
 
 def render_loop_cost(page: Page) -> None:
@@ -184,8 +192,17 @@ def render_loop_cost(page: Page) -> None:
         st.metric(
             "Side effects in the loop",
             f"{len(cost.side_effects)}",
-            help="Side-effecting steps that completed while the agent was stuck.",
+            help="Side-effecting steps that completed while the agent was stuck"
+            + (" (among the steps this page shows)." if cost.partial else "."),
         )
+        if cost.flags is not None and not budget:
+            st.metric("Flagged in this loop", f"{cost.flags:,}",
+                      help="Verdicts of this loop; one loop left running is flagged again every "
+                           "few steps. The session's header counts every verdict it ever had.")
+        if cost.snapshots is not None:
+            st.metric("Snapshots in the loop", f"{cost.snapshots:,}",
+                      help="Write-ahead snapshots taken for the loop's steps; a repeat of a "
+                           "call that just failed takes none.")
     if cost.side_effects:
         st.caption(
             "Side effects during the loop: "

@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any, overload
 
-from engine import SessionStatus
+from engine import SessionStatus, store_name
 
 ARGS_CHARS = 200
 """Arguments are cut to this many characters in hovers and tables."""
@@ -122,13 +122,16 @@ def escape_text(text: str) -> str:
 
 
 def store_label(url: str) -> str:
-    """How the sidebar names the store: scheme, host and path of `Engine.url`.
+    """How the sidebar names the store: a SQLite file by its absolute path, others by the
+    scheme, host and path of `Engine.url`.
 
     The engine's URL has its `user:password@` redacted already; options in the query string
     (`password=`, `fallback=`, retries…) say nothing an operator needs there, and may hold a
     secret, so they are left out.
     """
-    return re.split(r"[?#]", url, maxsplit=1)[0]
+    # A file by its absolute path, as `rewind` prints it: "which folder?" is the question a
+    # relative path leaves open.
+    return store_name(url)
 
 
 # -- times and counts --------------------------------------------------------------------------
@@ -151,10 +154,16 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def loops_text(loops: int) -> str:
-    """How often a session was flagged, in words on-call reads at a glance."""
-    return "never flagged as looping" if not loops else (
-        "flagged as looping once" if loops == 1 else f"flagged as looping {loops} times")
+def loops_text(loops: int, this_loop: int | None = None) -> str:
+    """How often a session was flagged, in words on-call reads at a glance; `this_loop`: the
+    verdicts of the loop it is in now (one loop left running is flagged again every few steps,
+    so the lifetime count alone reads like that many loops)."""
+    if not loops:
+        return "never flagged as looping"
+    if this_loop is not None and this_loop >= 1:
+        now = "once in this loop" if this_loop == 1 else f"{this_loop:,} times in this loop"
+        return f"flagged {now}" + ("" if loops <= this_loop else f" ({loops:,} verdicts in all)")
+    return "flagged as looping once" if loops == 1 else f"flagged as looping {loops:,} times"
 
 
 def rollbacks_text(rollbacks: int) -> str:

@@ -22,6 +22,7 @@ from dashboard.views.common import (
     when,
 )
 from engine import SessionStatus, StoredVerdict
+from engine.records import loop_first_step
 
 EPISODE_COLUMNS = ["at", "session", "tenant", "scenario", "prompt_version"]
 
@@ -35,14 +36,15 @@ def loop_episodes_frame(episodes: Iterable[Any]) -> pd.DataFrame:
 SESSION_COLUMNS = [
     "session", "status", "state", "tenant", "scenario", "prompt_version", "locale", "last_activity",
     "steps", "messages", "loops", "rollbacks", "verdict", "explanation", "link", "flagged_at",
-    "loop_steps", "hold", "watch_only",
+    "loop_steps", "hold", "watch_only", "loop_began",
 ]
 WATCH_ONLY = "watch-only"
 """The state pill of a session Rewind only watches (ingested by `rewind otlp`): it can be
 flagged and labelled, not rolled back or sent a notice."""
 DEFAULT_SORT = "Needs you first"
 SORTS = {
-    DEFAULT_SORT: (["status_rank", "last_activity"], [True, False]),
+    # looping first, and among them the costliest loop (most steps since it began)
+    DEFAULT_SORT: (["status_rank", "loop_steps", "last_activity"], [True, False, False]),
     "Last activity": ("last_activity", False),
     "Loop verdicts": ("loops", False),
     "Rollbacks": ("rollbacks", False),
@@ -77,10 +79,12 @@ def sessions_frame(infos: Iterable[Any]) -> pd.DataFrame:
             loop.get("at") if loop is not None else None,
             loop_steps(i.steps, loop) if loop is not None else None,
             meta.get("hold"), watch_only,
+            loop_began(loop) if loop is not None else None,
         ))
     frame = pd.DataFrame.from_records(rows, columns=SESSION_COLUMNS)
     frame["last_activity"] = local_times(frame["last_activity"].astype(float))
     frame["flagged_at"] = local_times(frame["flagged_at"].astype(float))
+    frame["loop_began"] = local_times(frame["loop_began"].astype(float))
     frame["loop_steps"] = frame["loop_steps"].astype("Int64")
     frame["watch_only"] = frame["watch_only"].astype(bool)
     frame["status_rank"] = frame["status"].map(
@@ -270,11 +274,21 @@ def precision_kpi(agreement: LabelAgreement) -> Kpi:
 
 def loop_steps(steps_total: int, verdict: StoredVerdict | None) -> int | None:
     """Steps taken since a loop began: step numbers are never reused, so a session still
-    looping has spent steps `loop_start_step` … `steps_total` inside its loop."""
-    start = verdict.get("loop_start_step") if verdict else None
+    looping has spent steps from the loop's first step (its first flag's, however often it
+    was flagged since: `engine.records.loop_first_step`) to `steps_total` inside its loop."""
+    start = loop_first_step(verdict)
     if not start:
         return None
     return max(int(steps_total) - int(start) + 1, 0)
+
+
+def loop_began(verdict: StoredVerdict | None) -> float | None:
+    """Unix time the loop's first step began (a verdict stored before loops were recorded from
+    their first step: the time of that verdict)."""
+    if not verdict:
+        return None
+    episode = verdict.get("episode")
+    return float(episode["started_at"]) if episode else verdict.get("at")
 
 
 @dataclass(frozen=True)
@@ -294,17 +308,22 @@ class NeedsYou:
 
 def needs_you(looping: pd.DataFrame, compensations: Sequence[Any], now: float,
               limit: int = 6) -> list[NeedsYou]:
-    """What waits for on-call, newest loop first (what just broke is what on-call is paged
-    for; the heading counts the rest): looping sessions (from the fleet frame), then failed
+    """What waits for on-call, the costliest loop first: the most steps spent since the loop
+    began (a loop left running for 4,000 steps before one of 3), the newest first among equals
+    (the heading counts the rest); looping sessions (from the fleet frame), then failed
     compensations and pending ones older than STUCK_AFTER_S."""
     out: list[NeedsYou] = []
     if not looping.empty:
-        rows = looping.sort_values("flagged_at", ascending=False, na_position="last",
-                                   kind="stable")
+        order = [c for c in ("loop_steps", "flagged_at") if c in looping]
+        rows = looping.sort_values(order, ascending=False, na_position="last", kind="stable")
         for row in rows.head(limit).itertuples():
             # a missing facet is NaN in a text column (pandas' string dtype), and NaN is truthy
             parts = [row.session, _text(row.scenario), status_label(row.status)]
-            if pd.notna(row.flagged_at):
+            began = row._asdict().get("loop_began")
+            if began is not None and pd.notna(began):
+                ago = duration_text(now - began.timestamp())
+                parts.append(f"loop began {began:%H:%M:%S} ({ago} ago)")
+            elif pd.notna(row.flagged_at):
                 flagged = row.flagged_at.timestamp()
                 parts.append(f"flagged {row.flagged_at:%H:%M:%S} ({duration_text(now - flagged)}"
                              " ago)")

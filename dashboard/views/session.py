@@ -23,6 +23,7 @@ from dashboard.views.common import (
     when,
 )
 from engine import NOTICE_FLAG, StoredVerdict, TokenBreakdown, is_refused
+from engine.records import loop_first_step
 
 MAX_LANES = 12
 """Timeline lanes for the most frequent fingerprints; rarer calls share one lane."""
@@ -56,6 +57,13 @@ class LoopCost:
     rolled_back_at: float | None = None
     """Unix time of the rollback that ended the loop (its steps lie on that abandoned branch);
     the loop lasts until then, however long the session waited for on-call."""
+    flags: int | None = None
+    """How often this loop was flagged (None: a verdict stored before loops were counted)."""
+    snapshots: int | None = None
+    """Write-ahead snapshots taken for the loop's steps (None: unknown)."""
+    partial: bool = False
+    """The page holds only the newest steps, not the loop's first ones: the side effects
+    listed are those of the steps shown."""
 
     @property
     def duration_s(self) -> float:
@@ -66,24 +74,27 @@ def loop_cost(steps: Sequence[Any], verdict: StoredVerdict | None, looping: bool
               now: float | None = None, branches: Sequence[Any] = ()) -> LoopCost | None:
     """The cost of the loop `verdict` describes, or None without a verdict or its steps.
 
-    While `looping`, the loop runs from its first step to the newest step and until `now`.
+    The loop begins at its first step: the first flag's (`loop_first_step`), however often it
+    was flagged since. While `looping`, it runs from there to the newest step and until `now`.
     Otherwise its steps end at the last step that carried a verdict for the same loop, and its
     time at the rollback that abandoned that step (one of `branches`) when there was one: a
-    session flagged and left waiting for on-call looped until someone rolled it back.
+    session flagged and left waiting for on-call looped until someone rolled it back. When
+    `steps` (the newest steps of a long session) no longer reach the loop's first step, the
+    counts come from the loop record the verdict carries.
     """
     if not verdict or not steps:
         return None
-    start = verdict.get("loop_start_step") or min(verdict.get("evidence_steps") or [0]) or None
+    start = loop_first_step(verdict)
     if start is None:
         return None
+    episode = verdict.get("episode")
     by_n = {s.n: s for s in steps}
     if start not in by_n:
-        return None
+        return _cost_from_episode(steps, verdict, looping, now) if episode else None
     if looping:
         end = max(by_n)
     else:
-        flagged = [s.n for s in steps if s.verdict and
-                   (s.verdict.get("loop_start_step") or start) == start]
+        flagged = [s.n for s in steps if s.verdict and loop_first_step(s.verdict) == start]
         end = max(flagged) if flagged else max(verdict.get("evidence_steps") or [start])
     inside = [s for s in steps if start <= s.n <= end]
     last = by_n.get(end) or inside[-1]
@@ -99,7 +110,23 @@ def loop_cost(steps: Sequence[Any], verdict: StoredVerdict | None, looping: bool
     effects = tuple((s.n, s.tool or "agent turn") for s in inside
                     if s.side_effect and s.status == "ok")
     return LoopCost(start, end, by_n[start].started_at, ended_at, looping, len(inside),
-                    tokens, effects, rolled_back_at)
+                    tokens, effects, rolled_back_at,
+                    flags=episode["flags"] if episode else None,
+                    snapshots=sum(1 for s in inside if s.snapshot is not None))
+
+
+def _cost_from_episode(steps: Sequence[Any], verdict: StoredVerdict, looping: bool,
+                       now: float | None) -> LoopCost:
+    """The cost from the loop record of `verdict` when the steps shown begin inside the loop."""
+    episode = verdict["episode"]
+    start = int(episode["start_step"])
+    end = max(s.n for s in steps) if looping else int(episode["through_step"])
+    ended_at = now if looping and now is not None else float(verdict["at"])
+    effects = tuple((s.n, s.tool or "agent turn") for s in steps
+                    if start <= s.n <= end and s.side_effect and s.status == "ok")
+    return LoopCost(start, end, float(episode["started_at"]), ended_at, looping,
+                    end - start + 1, episode["tokens"], effects, None,
+                    flags=episode["flags"], snapshots=episode["snapshots"], partial=True)
 
 
 def loop_cost_line(cost: LoopCost) -> str:
@@ -108,11 +135,16 @@ def loop_cost_line(cost: LoopCost) -> str:
              ("running for " if cost.ongoing else "lasted ") + duration_text(cost.duration_s)
              + (f" (until the rollback at {when(cost.rolled_back_at):%H:%M:%S})"
                 if cost.rolled_back_at is not None else ""),
-             f"{cost.steps} steps wasted"]
+             f"{cost.steps:,} steps wasted"]
+    if cost.flags is not None and cost.flags > 1:
+        parts.append(f"flagged {cost.flags:,} times")
     if cost.tokens is not None:
         parts.append(f"{cost.tokens:,} context tokens")
+    if cost.snapshots:
+        parts.append(f"{cost.snapshots:,} snapshots")
     if cost.side_effects:
-        parts.append(f"{len(cost.side_effects)} side effects ran during the loop: "
+        parts.append(f"{len(cost.side_effects)} side effects ran during the loop"
+                     + (" (in the steps shown)" if cost.partial else "") + ": "
                      + ", ".join(f"{tool} (step {n})" for n, tool in cost.side_effects[:5]))
     else:
         parts.append("no side effects during the loop")

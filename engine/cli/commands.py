@@ -29,6 +29,7 @@ from engine.errors import (
     RewindError,
 )
 from engine.store import SessionCursor, redact
+from engine.store.urls import absolute_url
 from engine.types import Role
 
 if TYPE_CHECKING:
@@ -58,15 +59,20 @@ def cmd_sessions(args) -> int:
     infos = engine.sessions(status=args.status, tenant=args.tenant, scenario=args.scenario,
                             prompt_version=args.prompt_version, updated_since=since,
                             limit=args.limit, after=after)
+    now = time.time()
+    costs = {i.id: i.loop_cost(now) if i.status == "looping" else None for i in infos}
     if args.json:
-        print(json.dumps([i.__dict__ for i in infos], ensure_ascii=True, indent=1))
+        print(json.dumps([{**i.__dict__, "loop_cost": c.__dict__ if (c := costs[i.id]) else None}
+                          for i in infos], ensure_ascii=True, indent=1))
         return 0
     rows = [[i.id, i.status + (" (watch-only)" if i.meta.get("watch_only") else ""),
              i.tenant or "-", i.scenario or "-", i.prompt_version or "-",
              str(i.steps), str(i.rollbacks), _fmt_time(i.updated_at),
-             (i.last_verdict or {}).get("rule") or "-"] for i in infos]
+             f"{c.steps:,} steps, {_duration(c.seconds)}" if (c := costs[i.id]) else "-",
+             (i.last_verdict or {}).get("rule") or "-"]
+            for i in infos]
     print(_table(rows, ["SESSION", "STATUS", "TENANT", "SCENARIO", "PROMPT", "STEPS",
-                        "ROLLBACKS", "LAST ACTIVITY", "VERDICT"]))
+                        "ROLLBACKS", "LAST ACTIVITY", "IN LOOP", "VERDICT"]))
     out(f"\n{len(infos)} session(s) in {redact(engine.store.url)}")
     if infos and len(infos) == args.limit:
         out(f"next page: --after {shlex.quote(SessionCursor.after(infos[-1]).encode())}")
@@ -84,10 +90,12 @@ def cmd_show(args) -> int:
     if info.last_verdict:
         v = info.last_verdict
         out(f"verdict: {v.get('rule')}: {v.get('explanation')} "
-            f"(evidence steps {v.get('evidence_steps')}, loop began at step "
-            f"{v.get('loop_start_step')})")
+            f"(evidence steps {v.get('evidence_steps')})")
         if v.get("policy"):
             out(f"policy: {v.get('policy')} ({v.get('policy_reason') or 'reason not recorded'})")
+        cost = info.loop_cost(time.time())
+        if cost is not None:
+            out(f"loop: {_loop_cost_text(cost)}")
     out(f"suggested rollback target: {s.suggested_target() or '-'}\n")
     rows = [[n.id, n.parent or "-", n.label or "-", _fmt_time(n.created_at),
              "head" if n.is_head else ("live" if n.on_live_line else "abandoned"),
@@ -96,6 +104,28 @@ def cmd_show(args) -> int:
             for n in (s.tree()[-args.last:] if args.last else [])]
     print(_table(rows, ["SNAPSHOT", "PARENT", "LABEL", "TAKEN", "LINE", "RESTORABLE"]))
     return 0
+
+
+def _loop_cost_text(cost) -> str:
+    """A `LoopCost` in one line: since when and what it spent, from the loop's first step."""
+    parts = [f"began at step {cost.start_step} ({_fmt_time(cost.started_at)})",
+             ("running for " if cost.ongoing else "lasted ") + _duration(cost.seconds),
+             f"{cost.steps:,} step(s)",
+             f"flagged {cost.flags:,} time(s)"]
+    if cost.tokens is not None:
+        parts.append(f"{cost.tokens:,} context tokens")
+    if cost.snapshots is not None:
+        parts.append(f"{cost.snapshots:,} snapshot(s)")
+    return ", ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    s = int(max(seconds, 0))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 def _where_item(text: str) -> tuple[str, str]:
@@ -742,8 +772,23 @@ def cmd_dashboard(args) -> int:
     # serve.py runs app.py behind the console's response headers (no framing, metrics shut)
     app = Path(__file__).resolve().parents[2] / "dashboard" / "serve.py"
     env = dict(os.environ)
+    env.pop("REWIND_CONSOLE_STORE", None)
+    # Streamlit runs in the checkout's folder: a relative store URL (the default included) is
+    # made absolute here, against the folder the user started from, so the console reads the
+    # store `rewind sessions` reads from the same place. A store named on this command line
+    # also wins over the console's own `[rewind] store` setting.
+    from engine import resolve_url
+
+    if args.store is not None and not args.store.strip():
+        raise CLIError("the store URL is empty: give sqlite:///path, redis://host:port/db, "
+                       "rediss://… or redis+cluster://host:port, or leave it out for "
+                       "$REWIND_STORE (else sqlite:///.rewind/rewind.db)", EXIT_USAGE)
+    url = absolute_url(resolve_url(args.store))
+    if args.store or not _console_store_setting(app.parent.parent):
+        _existing_store(url)  # the console never creates a store; refuse before it starts
+    env["REWIND_STORE"] = url
     if args.store:
-        env["REWIND_STORE"] = args.store
+        env["REWIND_CONSOLE_STORE"] = url
     cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(args.port),
            "--server.address", args.address, "--server.headless", "true",
            "--browser.gatherUsageStats", "false"]
@@ -753,6 +798,37 @@ def cmd_dashboard(args) -> int:
             cmd += ["--server.allowedHosts", host]
     return subprocess.call(cmd, env=env, cwd=str(app.parent.parent),
                            preexec_fn=_die_with_parent)
+
+
+def _console_store_setting(checkout: Path) -> bool:
+    """Whether the console's secrets.toml (in the folder Streamlit runs in, or the user's home)
+    names a store; that setting then applies unless --store is given."""
+    import tomllib
+
+    for path in (checkout / ".streamlit" / "secrets.toml",
+                 Path.home() / ".streamlit" / "secrets.toml"):
+        try:
+            with path.open("rb") as fh:
+                if (tomllib.load(fh).get("rewind") or {}).get("store"):
+                    return True
+        except (OSError, tomllib.TOMLDecodeError, AttributeError):
+            continue
+    return False
+
+
+def _existing_store(url: str) -> None:
+    """Refuse a SQLite store that does not exist (StoreNotFound, exit 4, naming its absolute
+    path) without creating it; other stores are checked when the process opens them."""
+    from engine.store.sqlite.tx import path_from_url
+
+    if not url.lower().startswith("sqlite:"):
+        return
+    path = path_from_url(url)
+    if path and path != ":memory:" and not os.path.exists(path):
+        raise CLIError(f"no Rewind store at {os.path.abspath(path)} (from {url}): the file does "
+                       "not exist. Check --store or $REWIND_STORE, or run the command from the "
+                       "folder that holds .rewind/ (agents create the store, the console never "
+                       "does)", EXIT_NOT_FOUND)
 
 
 def _die_with_parent() -> None:

@@ -3,7 +3,6 @@ engine on the store a command names (never created by a reading command)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -58,12 +57,9 @@ def _engine(args):
 def _store_name(url: str) -> str:
     """The store as people check it: a SQLite file by its absolute path, others by their URL
     with the password masked."""
-    from engine.store.sqlite.tx import path_from_url
+    from engine.store.urls import store_name
 
-    if url.lower().startswith("sqlite:"):
-        path = path_from_url(url)
-        return path if path == ":memory:" else os.path.abspath(path)
-    return redact(url)
+    return store_name(url) if url.lower().startswith("sqlite:") else redact(url)
 
 
 def _store_failure(exc: BaseException) -> str | None:

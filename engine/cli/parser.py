@@ -26,6 +26,7 @@ from engine.cli.text import (  # noqa: F401 - parse_age, scrub: part of the CLI'
 from engine.errors import (
     ConfigError,
     RewindError,
+    StoreNotFound,
     UnknownCompensation,
     UnknownIncident,
     UnknownQuarantine,
@@ -420,7 +421,7 @@ def run(args: argparse.Namespace) -> int:
     except CLIError as exc:
         return fail(str(exc), exc.code)
     except (UnknownSession, UnknownSnapshot, UnknownCompensation, UnknownQuarantine,
-            UnknownIncident) as exc:
+            UnknownIncident, StoreNotFound) as exc:
         return fail(str(exc), EXIT_NOT_FOUND)
     except ConfigError as exc:  # a malformed setting ($REWIND_FREEZE_*): the user's to fix
         return fail(str(exc), EXIT_USAGE)

@@ -13,7 +13,11 @@ Rules, in the order an event is checked (enable a subset with ``rules``):
     ends when a step of the session ends ok, or the session is rolled back), so the detector
     repeating its verdict under the ``flag`` policy pages once. Key ``loop:<session>:<event>``.
 ``rollback``
-    a rollback, automatic or by an operator. Key ``rollback:<session>:<epoch>``.
+    a rollback, automatic or by an operator. Key ``rollback:<session>:<epoch>``. The rollbacks
+    of one bulk rollback (`Engine.rollback_many`) page once, with a summary, when the batch's
+    closing audit event arrives (or ``bulk_wait_s`` after its start when it never does: a run
+    killed midway): rule ``rollback_many``, key ``rollback_many:<batch>``, with ``batch``,
+    ``count`` (rolled back), ``failed`` and a ``link`` to the console's audit page of the batch.
 ``compensation_failed``
     a saga compensation ended failed for good. Key ``compensation_failed:<id>:<event>``: an
     operator's retry that fails for good again pages again.
@@ -44,8 +48,11 @@ followed) keeps it for a retry after ``backoff_s`` doubling per attempt (at most
 back only its own alerts, never the feed or the other webhooks. Each POST has a total deadline
 (``timeout_s``, for connecting, sending and the answer's status line), so a webhook that
 trickles bytes is cut off too. A webhook sends at most ``rate_per_minute`` alerts a minute; the
-rest wait in its outbox. Delivery is at least once: a worker killed after a POST and before it
-saved the outcome sends that alert again, with the same ``key`` for the receiver to drop.
+rest wait in its outbox. Alerts that need someone now (``loop``, ``loop_spike``,
+``compensation_failed``) have a budget of their own and are sent before notices (``rollback``,
+``rollback_many``): a wave of notices never holds a new loop back. Delivery is at least
+once: a worker killed after a POST and before it saved the outcome sends that alert again,
+with the same ``key`` for the receiver to drop.
 
 Markup and secrets: the ``text`` is Slack markup, so every ``&``, ``<`` and ``>`` that comes from
 a session (its id, meta, tool names, the detector's explanation) is escaped as Slack asks
@@ -91,6 +98,8 @@ _INCIDENT_EVENTS = ("incident_open", "incident_grow", "incident_close")
 def _cut_text(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
+URGENT = frozenset({"loop", "loop_spike", "compensation_failed"})
+"""Rules whose alerts need someone now: sent before notices, with a rate budget of their own."""
 
 Poster = Callable[[str, bytes, float], int]
 """Sends one POST (url, JSON body, deadline in seconds) and returns the HTTP status; raises
@@ -126,7 +135,11 @@ class AlertConfig:
     rate_per_minute: int = 60
     """Alerts one webhook receives at most per minute (the rest wait in its outbox)."""
     outbox_limit: int = 1000
-    """Alerts kept per webhook while it is down; the oldest are dropped (logged) past it."""
+    """Alerts kept per webhook while it is down; the oldest are dropped (logged) past it,
+    notices before urgent alerts."""
+    bulk_wait_s: float = 600.0
+    """A bulk rollback whose closing audit event has not arrived this long after its start
+    (a run killed midway) pages its summary anyway."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.rules if r not in RULES]
@@ -269,7 +282,10 @@ class _State:
     outbox: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """webhook id -> pending deliveries {key, body, attempts, next_at, error}."""
     sent: dict[str, list[float]] = field(default_factory=dict)
-    """webhook id -> times of the POSTs of the last minute (rate limit)."""
+    """webhook id -> times of the POSTs of notices in the last minute (rate limit); the key
+    ``<webhook id>!`` holds those of urgent alerts (their own budget)."""
+    batches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """bulk rollback id -> what its events said so far (start, actor, planned, rolled back)."""
 
     @classmethod
     def load(cls, doc: Any) -> _State:
@@ -282,6 +298,7 @@ class _State:
             recent=list(doc.get("recent") or []),
             outbox={k: list(v) for k, v in (doc.get("outbox") or {}).items()},
             sent={k: list(v) for k, v in (doc.get("sent") or {}).items()},
+            batches={k: dict(v) for k, v in (doc.get("batches") or {}).items()},
         )
 
     def dump(self) -> dict[str, Any]:
@@ -292,7 +309,13 @@ class _State:
             "recent": self.recent,
             "outbox": self.outbox,
             "sent": self.sent,
+            "batches": self.batches,
         }
+
+
+def _urgent(item: dict[str, Any]) -> bool:
+    """Whether an outbox item needs someone now (see `URGENT`)."""
+    return (item.get("body") or {}).get("rule") in URGENT
 
 
 class _Sender:
@@ -554,6 +577,8 @@ class AlertWorker:
             alerts = []
             for ev in events:
                 alerts += self._alerts(state, ev)
+            if len(events) < self.page:  # caught up: bulk runs that never closed
+                alerts += self._stale_batches(state)
             with self._lock:
                 queued += self._queue(state, alerts)
                 if events:
@@ -575,6 +600,8 @@ class AlertWorker:
             if "incident" in rules:
                 out += self._incident_alerts(ev, data)
             return out
+        if ev.type in ("rollback_many.start", "rollback_many") and data.get("batch"):
+            return self._batch_event(state, ev, data)
         if sid is None:
             return out
         if ev.type == "step" and not data.get("late"):
@@ -608,6 +635,11 @@ class AlertWorker:
                 state.looping.pop(sid, None)
         elif ev.type == "rollback":
             state.looping.pop(sid, None)
+            if data.get("batch"):  # one of a bulk rollback: its summary pages, not each one
+                bulk = state.batches.setdefault(str(data["batch"]), {"at": ev.at})
+                bulk["rolled"] = int(bulk.get("rolled") or 0) + 1
+                bulk.setdefault("actor", data.get("actor"))
+                return out
             if "rollback" in rules:
                 meta = self._meta_of(sid)
                 who = data.get("actor") or "someone"
@@ -641,6 +673,55 @@ class AlertWorker:
                     )
                 )
         return out
+
+    def _batch_event(self, state: _State, ev: Event, data: dict[str, Any]
+                     ) -> list[dict[str, Any]]:
+        """A bulk rollback's start (remember it) or its closing summary (page it once)."""
+        bid = str(data["batch"])
+        batch = state.batches.setdefault(bid, {"at": ev.at})
+        batch.setdefault("actor", data.get("actor"))
+        if ev.type == "rollback_many.start":
+            batch["at"] = min(float(batch["at"]), ev.at)
+            batch["planned"] = data.get("sessions")
+            return []
+        state.batches.pop(bid, None)
+        failed = data.get("failed") or {}
+        return self._batch_alert(ev, bid, data.get("actor"), int(data.get("rolled_back") or 0),
+                                 len(failed), data.get("sessions"), ended=True)
+
+    def _stale_batches(self, state: _State) -> list[dict[str, Any]]:
+        """Summaries of bulk rollbacks whose closing event is overdue (a run killed midway)."""
+        now = self.engine.clock()
+        out = []
+        for bid, batch in list(state.batches.items()):
+            if float(batch.get("at") or 0.0) + self.config.bulk_wait_s <= now:
+                del state.batches[bid]
+                ev = Event(id=state.cursor, at=now, session=None, type="rollback_many",
+                           data={})
+                out += self._batch_alert(ev, bid, batch.get("actor"),
+                                         int(batch.get("rolled") or 0), 0,
+                                         batch.get("planned"), ended=False)
+        return out
+
+    def _batch_alert(self, ev: Event, bid: str, actor: Any, rolled: int, failed: int,
+                     planned: Any, *, ended: bool) -> list[dict[str, Any]]:
+        """The one page of bulk rollback `bid`: how many, by whom, the batch id, a link."""
+        if "rollback" not in self.config.rules:
+            return []
+        who = actor or "someone"
+        text = (f"Bulk rollback {bid} by {who}: {_count(rolled, 'session')} rolled back"
+                + (f", {failed} failed" if failed else ""))
+        if not ended:
+            text += (f" so far, of {planned} planned; no end on record" if planned is not None
+                     else " so far; no end on record")
+        link = None
+        if self.config.console_url:
+            link = (f"{self.config.console_url.rstrip('/')}/audit?batch="
+                    f"{quote(bid, safe='')}")
+        alert = self._alert("rollback_many", f"rollback_many:{bid}", ev, {}, None, text + ".",
+                            link=link)
+        alert["body"].update({"batch": bid, "count": rolled, "failed": failed})
+        return [alert]
 
     def _spikes(
         self, state: _State, ev: Event, meta: dict[str, Any], tool: str | None
@@ -758,9 +839,9 @@ class AlertWorker:
         tool: str | None,
         text: str,
         ttl: float | None = None,
+        link: str | None = None,
     ) -> dict[str, Any]:
-        link = None
-        if self.config.console_url and ev.session is not None:
+        if link is None and self.config.console_url and ev.session is not None:
             link = (f"{self.config.console_url.rstrip('/')}/session?session="
                     f"{quote(ev.session, safe='')}")
         # Everything in `text` is plain text but the console link Rewind adds ("|" would end
@@ -795,7 +876,8 @@ class AlertWorker:
                 box.append({"key": key, "body": alert["body"], "attempts": 0, "next_at": 0.0,
                             "error": None})
                 if len(box) > self.config.outbox_limit:
-                    dropped = box.pop(0)
+                    notices = [i for i, x in enumerate(box) if not _urgent(x)]
+                    dropped = box.pop(notices[0] if notices else 0)
                     log.warning(
                         "webhook %s: outbox full, dropped alert %s",
                         webhook_label(self.webhooks[wid]),
@@ -821,17 +903,23 @@ class AlertWorker:
                 if state is None:  # asked before the feed was read: nothing queued yet
                     return
                 now = time.time()
-                sent = [t for t in state.sent.get(sender.wid, []) if t > now - 60.0]
-                state.sent[sender.wid] = sent
                 box = state.outbox.get(sender.wid) or []
-                if not box or box[0]["next_at"] > now or len(sent) >= cfg.rate_per_minute:
+                item, budget = None, ""
+                # Urgent alerts first, each kind within its own budget; in each kind, in order.
+                for urgent, name in ((True, sender.wid + "!"), (False, sender.wid)):
+                    sent = [t for t in state.sent.get(name, []) if t > now - 60.0]
+                    state.sent[name] = sent
+                    first = next((x for x in box if _urgent(x) is urgent), None)
+                    if first is not None and len(sent) < cfg.rate_per_minute:
+                        item, budget = first, name
+                        break
+                if item is None or item["next_at"] > now:
                     return
-                item = box[0]
                 body = json.dumps(item["body"], ensure_ascii=False).encode("utf-8")
             error = self._post(sender.url, body)
             with self._lock:
                 self._dirty = True
-                state.sent.setdefault(sender.wid, []).append(time.time())
+                state.sent.setdefault(budget, []).append(time.time())
                 box = state.outbox.get(sender.wid) or []
                 # The reader may have dropped it meanwhile (a full outbox).
                 index = next((i for i, x in enumerate(box) if x is item), None)

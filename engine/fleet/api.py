@@ -16,7 +16,7 @@ from engine.fleet.incidents import IncidentAction
 from engine.fleet.quarantine import is_refusal
 from engine.freeze import FreezeWindow, PolicyChoice, declared_window
 from engine.identity import Actor
-from engine.records import Compensation, RollbackPreview, StepRecord
+from engine.records import Compensation, LoopCost, RollbackPreview, StepRecord
 from engine.recovery import saga
 from engine.runtime import CompensationHandler, Runtime
 from engine.store import SessionFilter
@@ -143,6 +143,16 @@ class Fleet:
             base = detector_config(recorded, self._rt.detector_factory().config)
         return why_flagged(info.id, queries.session_history(self._rt, info.id), base,
                            step=step, detector=recorded)
+
+    def loop_cost(self, sid: str) -> LoopCost | None:
+        """What session `sid`'s latest loop cost from its first step: steps, time, tokens and
+        write-ahead snapshots, and how often it was flagged (`SessionInfo.loop_cost`, read
+        from the session's summary alone); None without a loop verdict.
+
+        Raises:
+            UnknownSession.
+        """
+        return self._rt.require_session(sid).loop_cost(self._rt.clock())
 
     def suggested_target(self, sid: str) -> str | None:
         """The snapshot a rollback of `sid` goes to by default (see `Session.suggested_target`)."""

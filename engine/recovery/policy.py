@@ -24,7 +24,7 @@ from typing import Literal
 from engine import metrics
 from engine.freeze import PolicyChoice
 from engine.loops.detector import Verdict
-from engine.records import RollbackResult
+from engine.records import RollbackResult, loop_first_step
 from engine.recovery.verbs import rollback
 from engine.runtime import Runtime
 from engine.types import SessionStatus, StoredVerdict
@@ -89,7 +89,7 @@ def recover(rt: Runtime, sid: str, tool: str | None, verdict: Verdict, stored: S
         return None
     if response.action != "rollback":
         return None
-    start = stored["loop_start_step"]
+    start = loop_first_step(stored)  # the loop's first step, however often it was flagged
     target = rt.store.restorable_snapshot(sid, start) if start is not None else None
     if target is None:
         return None

@@ -6,20 +6,23 @@ All three read the store only; the rollback itself is `engine.recovery.verbs.rol
 from __future__ import annotations
 
 from engine.errors import NothingToRollBack, UnknownSnapshot
-from engine.records import RollbackPreview, SessionInfo, SnapshotNode
+from engine.records import RollbackPreview, SessionInfo, SnapshotNode, loop_first_step
 from engine.recovery.notices import NOTICE_FLAG
 from engine.runtime import Runtime
 from engine.types import SessionStatus, StepStatus
 
 
 def suggested_target(rt: Runtime, sid: str, info: SessionInfo | None = None) -> str | None:
-    """The last healthy snapshot of session `sid`: before the flagged loop if the session is
-    looping, else before the trailing run of failed steps (within the detector's horizon), else
+    """The last healthy snapshot of session `sid`: before the flagged loop's first step if the
+    session is looping (None when no restorable snapshot is that old: never one inside the
+    loop), else before the trailing run of failed steps (within the detector's horizon), else
     the head. None when no snapshot is restorable."""
     info = info or rt.require_session(sid)
     before = None
     if info.status == SessionStatus.LOOPING and info.last_verdict:
-        before = info.last_verdict.get("loop_start_step")
+        # the loop's first step, not the latest verdict's window: a session flagged again and
+        # again slides that window along, and a target inside the loop would keep most of it
+        before = loop_first_step(info.last_verdict)
     if before is None:
         recent = rt.store.steps(sid, live_only=True, last=rt.detector_horizon)
         for rec in reversed(recent):

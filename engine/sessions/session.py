@@ -35,6 +35,7 @@ from engine.records import (
 from engine.recovery import policy, targets, verbs
 from engine.recovery.policy import NUDGE_TEXT
 from engine.runtime import Runtime
+from engine.sessions.episode import EpisodeTracker
 from engine.sessions.steps import (
     budget_record,
     detector_step,
@@ -129,6 +130,8 @@ class StepCall:
         self.refused: Quarantine | None = None
         """The quarantine that refused the call, for a call recorded by `Session.record_steps`
         (``with`` raises `ToolQuarantined` instead)."""
+        self.started_at: float | None = None
+        """Unix time the step began (engine clock), once it began."""
         self._outcome: StepOutcome | None = None
         self._result: Any = None
         self._ticket: StepTicket | None = None
@@ -161,11 +164,15 @@ class StepCall:
             start["task"] = True
         if self.turn is not None:
             start["turn"] = self.turn
+        # A repeat of the call that just failed takes no write-ahead snapshot of its own
+        # (`engine.sessions.episode`): a loop's rollback goes to before its first step.
+        snapshot = self._snapshot and not s._episodes.skip_snapshot(self.fingerprint)
+        self.started_at = rt.clock()
         ticket = rt.store.begin_step(
             s.id,
             start,
-            f"before {self.tool or 'agent turn'}" if self._snapshot else None,
-            rt.clock(),
+            f"before {self.tool or 'agent turn'}" if snapshot else None,
+            self.started_at,
             rt.retention,
         )
         self._ticket = ticket
@@ -227,6 +234,7 @@ class Session:
         self._detector, self._settings = runtime.new_detector()
         self._observed: list[int] = []  # detector index - offset -> step number
         self._count = 0  # steps the detector has observed since its last reset
+        self._episodes = EpisodeTracker(4 * max(self._detector.horizon, 1))
         self._memory: SessionMemory | None = None
         self._task_pending = False  # `new_task` was called: the next step's row says so
 
@@ -298,6 +306,7 @@ class Session:
         """
         msg = chat_message(role, content, extra, self._rt.limits)
         self._sync_epoch(self._rt.store.append_messages(self.id, [msg], self._rt.clock()))
+        self._episodes.wrote()
         if role == "user":
             self._detector.user_input()
             self._detector.new_task()
@@ -320,6 +329,7 @@ class Session:
             msgs.append(chat_message(m["role"], m.get("content"), extra, self._rt.limits))
         if msgs:
             self._sync_epoch(self._rt.store.append_messages(self.id, msgs, self._rt.clock()))
+            self._episodes.wrote()
             if any(m["role"] == "user" for m in msgs):
                 self._detector.user_input()
                 self._detector.new_task()
@@ -357,6 +367,7 @@ class Session:
         )
         if clean:
             self._sync_epoch(self._rt.store.put(self.id, "var", clean, self._rt.clock()))
+            self._episodes.wrote()
 
     def del_var(self, key: str) -> None:
         """Delete a variable."""
@@ -461,8 +472,10 @@ class Session:
         Raises:
             UnknownSnapshot, SnapshotNotRestorable, NothingToRollBack.
         """
-        return verbs.rollback(self._rt, self.id, to=to, actor=actor, reason=reason, notice=notice,
-                              force=force)
+        result = verbs.rollback(self._rt, self.id, to=to, actor=actor, reason=reason,
+                                notice=notice, force=force)
+        self._episodes.wrote()  # the state moved back: the next step takes its snapshot
+        return result
 
     def inject_notice(self, text: str | None = None, actor: str | Actor = "system") -> str:
         """Append a recovery notice (None: the default template for the session's locale).
@@ -478,10 +491,13 @@ class Session:
         self._detector.reset()
         self._observed = []
         self._count = 0
+        self._episodes.reset()
         for rec in self.steps(live_only=True, last=self._detector.horizon):
             if rec.n == exclude or rec.status == "running" or quarantine.is_refusal(rec):
                 continue  # a refused call never ran: not a step the detector judges
             self._observe(rec.n, detector_step(rec))
+            self._episodes.seen(rec.n, rec.started_at, (rec.budget or {}).get("total"),
+                                rec.snapshot is not None)
 
     def _observe(self, n: int, step: Step) -> Verdict:
         self._count += 1
@@ -514,12 +530,17 @@ class Session:
         verdict = self._observe(n, step)
         call.verdict = verdict
         now = self._rt.clock()
+        self._episodes.seen(n, call.started_at or now, (call.budget or {}).get("total"),
+                            call.snapshot_id is not None)
         # Decided once, at the moment of the verdict: a freeze that begins or ends while the
         # session handles the loop must not split one loop between two policies.
         choice = call.policy = self.loop_policy(now) if verdict.looping else None
         if choice is None or choice.policy == "off":
+            self._episodes.judged(n, call.fingerprint, step.ok, False)
             return None
         stored = verdict_record(verdict, self._step_number, now, choice)
+        self._episodes.judged(n, call.fingerprint, step.ok, True)
+        self._episodes.flag(stored, n, now, lambda: self._rt.store.get_session(self.id))
         if self._settings:
             stored["detector"] = self._settings  # the configuration that produced it
         return stored
@@ -574,6 +595,9 @@ class Session:
         while True:
             info = rt.require_session(self.id)
             self._sync_epoch(info.epoch)
+            now = rt.clock()  # the batch's steps are stored as begun now: judged as such
+            for call in calls:
+                call.started_at = now
             by_tool: dict[str | None, Quarantine | None] = {}
             for call in calls:  # one look per tool, not per call: a batch repeats its tools
                 if call.tool not in by_tool:
@@ -603,7 +627,7 @@ class Session:
                 stored = self._judge(call, ended, n)
                 records.append((start, StepOutcome(**ended, verdict=stored, budget=call.budget)))
             first = rt.store.record_steps(self.id, records, (info.steps, info.epoch),
-                                          rt.clock(), docs)
+                                          now, docs)
             if first is not None:
                 break
             self._epoch = None  # the session moved meanwhile: judge again after what it holds

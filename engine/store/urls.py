@@ -49,3 +49,33 @@ def secrets(url: str) -> list[str]:
     found |= {m.group(3) for m in _SECRET_PARAM.finditer(parts.query)}
     found |= {unquote(s) for s in found}
     return sorted((s for s in found if s and s != "***"), key=len, reverse=True)
+
+
+def absolute_url(url: str, base: str | None = None) -> str:
+    """`url` with a relative SQLite path made absolute against `base` (None: this process's
+    folder). A process that hands its store to another one started elsewhere (`rewind
+    dashboard` runs Streamlit in the checkout's folder) passes this, so both read the file the
+    user named from where they stood. Other schemes, ``:memory:`` and absolute paths are
+    returned unchanged; the query string is kept."""
+    if not url.lower().startswith("sqlite:"):
+        return url
+    from engine.store.sqlite.tx import path_from_url
+
+    path = path_from_url(url)
+    if not path or path == ":memory:" or os.path.isabs(path):
+        return url
+    full = os.path.normpath(os.path.join(base or os.getcwd(), path))
+    query = urlsplit(url).query
+    return f"sqlite:///{full}" + (f"?{query}" if query else "")
+
+
+def store_name(url: str) -> str:
+    """The store as people check it: a SQLite file by its absolute path (against this process's
+    folder), others by their URL with the password masked and the query left out (options such
+    as ``fallback=`` may hold a secret and say nothing an operator needs)."""
+    if url.lower().startswith("sqlite:"):
+        from engine.store.sqlite.tx import path_from_url
+
+        path = path_from_url(url)
+        return path if path in ("", ":memory:") else os.path.abspath(path)
+    return re.split(r"[?#]", redact(url), maxsplit=1)[0]

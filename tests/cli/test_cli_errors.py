@@ -316,14 +316,15 @@ def test_hash_password_refuses_an_empty_password_without_a_traceback():
     assert result.returncode == 0 and result.stdout.startswith("scrypt$32768$8$1$")
 
 
-def test_dashboard_allowed_hosts_keep_the_loopback_names(monkeypatch):
+def test_dashboard_allowed_hosts_keep_the_loopback_names(monkeypatch, url):
     calls = []
     monkeypatch.setattr("engine.cli.commands.subprocess.call",
                         lambda cmd, **kw: calls.append(cmd) or 0)
-    assert main(["dashboard", "--address", "0.0.0.0", "--allowed-host", "rewind.example.com"]) == 0
+    assert main(["--store", url, "dashboard", "--address", "0.0.0.0",
+                 "--allowed-host", "rewind.example.com"]) == 0
     cmd = calls[0]
     hosts = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--server.allowedHosts"]
     assert hosts == ["localhost", "127.0.0.1", "::1", "rewind.example.com"]
     calls.clear()
-    main(["dashboard"])
+    main(["--store", url, "dashboard"])
     assert "--server.allowedHosts" not in calls[0]  # .streamlit/config.toml's list applies

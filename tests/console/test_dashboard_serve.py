@@ -18,6 +18,7 @@ from support.paths import ROOT
 from support.ports import free_port
 
 from dashboard.serve import ConsoleGuard
+from engine import Engine
 
 
 def _call(guard: ConsoleGuard, path: str) -> tuple[int, dict[bytes, bytes], bool]:
@@ -108,6 +109,7 @@ def test_rewind_dashboard_sends_the_headers_and_sigterm_stops_the_server(tmp_pat
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "REWIND_STORE": f"sqlite:///{tmp_path}/rewind.db"}
+    Engine.open(env["REWIND_STORE"]).close()  # the console reads a store, never creates one
     process = subprocess.Popen(
         [sys.executable, "-m", "engine.cli", "dashboard", "--port", str(port)],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -17,6 +17,7 @@ from dashboard.signin import access
 from dashboard.signin import passwords as auth
 from dashboard.signin.access import BrowserRequest, SignInThrottle
 from dashboard.signin.passwords import hash_password, needs_rehash, verify_password
+from engine import Engine
 
 APP = str(ROOT / "dashboard" / "app.py")
 HASH = hash_password("correct horse")
@@ -263,6 +264,7 @@ def test_a_run_without_a_browser_checks_only_the_bind_address():
 
 def demo_app(monkeypatch, tmp_path, request_) -> AppTest:
     monkeypatch.setenv("REWIND_STORE", f"sqlite:///{tmp_path}/r.db")
+    Engine.open(f"sqlite:///{tmp_path}/r.db").close()  # the console never creates a store
     monkeypatch.setattr(access, "browser_request", lambda: request_)
     return AppTest.from_file(APP, default_timeout=60).run()
 

@@ -46,6 +46,9 @@ class Model:
         self.memories: dict[str, str] = {}  # id -> text
         self.writes = 0  # live-line writes: a rollback with none after its target is refused
         self.rolled_back = False  # status rolled_back: set by a rollback, cleared by an ok step
+        # (tool, failed) of the last step, None after a message, variable or rollback: a step
+        # repeating a failed call with nothing written in between takes no snapshot of its own
+        self.last_call: tuple[str, bool] | None = None
 
     def write(self) -> None:
         self.writes += 1
@@ -85,6 +88,7 @@ class Model:
         self.head = target
         self.writes = saved["writes"]
         self.rolled_back = True
+        self.last_call = None
 
     def nothing_after(self, target: str) -> bool:
         return self.writes == self.snapshots[target]["writes"]
@@ -113,11 +117,13 @@ def make_machine(engine: Engine):
             self.s.append_message(role, content)
             self.m.messages.append({"role": role, "content": content})
             self.m.write()
+            self.m.last_call = None
 
         @rule(key=keys, value=values)
         def set_var(self, key, value):
             self.s.set_var(key, value)
             self.m.write()
+            self.m.last_call = None
             if value is None:
                 self.m.variables.pop(key, None)
             else:
@@ -134,7 +140,11 @@ def make_machine(engine: Engine):
         def step(self, tool, ok):
             with self.s.step(tool, {"q": tool}) as call:
                 call.ok("r") if ok else call.fail("boom")
-            self.m.save(call.snapshot_id, "step")
+            repeat = self.m.last_call == (tool, True)
+            assert (call.snapshot_id is None) == repeat
+            if not repeat:
+                self.m.save(call.snapshot_id, "step")
+            self.m.last_call = (tool, not ok)
             self.m.write()
             self.m.step_count += 1
             if ok:

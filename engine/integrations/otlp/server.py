@@ -62,6 +62,7 @@ from engine.integrations.otlp.decode import (
     inflate,
 )
 from engine.integrations.otlp.ingest import Backpressure, IngestConfig, Ingestor, Unavailable
+from engine.store.urls import store_name
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -560,7 +561,9 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         # vars(): an `args.store` read looks like a back door to tests/test_one_door.py's check
-        engine = Engine.open(vars(args).get("store"))
+        # create=False: a receiver never creates a store; a missing one is refused (exit 4,
+        # naming its absolute path), or spans would be written where nobody looks.
+        engine = Engine.open(vars(args).get("store"), create=False)
     except ValueError as exc:
         if isinstance(exc, RewindError):
             raise
@@ -591,8 +594,8 @@ def main(args: argparse.Namespace) -> int:
               "host and port", file=sys.stderr, flush=True)
     replayed = receiver.ingestor.counts["replayed"]
     again = f"; {replayed} span(s) accepted earlier are written now" if replayed else ""
-    print(f"rewind otlp: receiving traces at {receiver.endpoint} into {engine.url}; sessions "
-          f"are watch-only (flagged, never rolled back){again}; Ctrl-C stops", flush=True)
+    print(f"rewind otlp: receiving traces at {receiver.endpoint} into {store_name(engine.url)}; "
+          f"sessions are watch-only (flagged, never rolled back){again}; Ctrl-C stops", flush=True)
     try:
         stopped.wait()
     except KeyboardInterrupt:

@@ -609,6 +609,7 @@ def test_rewind_otlp_on_a_port_in_use_says_so_and_exits_2(tmp_path, capsys):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
+        Engine.open(f"sqlite:///{tmp_path}/r.db").close()  # a receiver never creates one
         code = main(["otlp", "--store", f"sqlite:///{tmp_path}/r.db", "--port", str(port)])
     assert code == 2
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
