@@ -40,7 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine._runtime import Runtime  # noqa: E402
+from engine.runtime import Runtime  # noqa: E402
 from rank_bm25 import BM25Okapi  # noqa: E402
 
 from engine import Engine  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine._runtime import FleetDocCache
+from engine.runtime import FleetDocCache
 
 
 class Reads:
