@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         WatchOnly,
     )
     from engine.fleet.incidents import Incident
+    from engine.fleet.incidents import state_of as incident_state
     from engine.fleet.quarantine import unused_tool_hint
     from engine.fleet.queries import LABEL_ACTION, LoopTally
     from engine.freeze import (
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
         SnapshotNode,
         State,
         StepRecord,
+        loop_first_step,
     )
     from engine.recovery.notices import (
         NOTICE_FLAG,
@@ -111,6 +113,8 @@ __all__ = [
     "redact_url",
     "resolve_url",
     "store_name",
+    "loop_first_step",
+    "incident_state",
     "AUDIT_ACTIONS",
     "WatchOnly",
     "PAUSED_TEMPLATES",
@@ -288,6 +292,8 @@ _LAZY: dict[str, str] = {
     "redact_url": "engine.store.urls:redact",
     "resolve_url": "engine.store.urls:resolve",
     "store_name": "engine.store.urls",
+    "loop_first_step": "engine.records",
+    "incident_state": "engine.fleet.incidents:state_of",
 }
 """Where each public name lives."""
 

@@ -21,8 +21,7 @@ from dashboard.views.common import (
     status_label,
     when,
 )
-from engine import SessionStatus, StoredVerdict
-from engine.records import loop_first_step
+from engine import SessionStatus, StoredVerdict, loop_first_step
 
 EPISODE_COLUMNS = ["at", "session", "tenant", "scenario", "prompt_version"]
 

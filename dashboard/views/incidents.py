@@ -10,7 +10,7 @@ from urllib.parse import quote
 import pandas as pd
 
 from dashboard.views.common import status_label, when
-from engine.fleet.incidents import state_of
+from engine import incident_state as state_of
 
 NO_TOOL = "(agent turn)"
 """The tool shown for loops of agent turns without a tool call."""

@@ -22,8 +22,7 @@ from dashboard.views.common import (
     short_json,
     when,
 )
-from engine import NOTICE_FLAG, StoredVerdict, TokenBreakdown, is_refused
-from engine.records import loop_first_step
+from engine import NOTICE_FLAG, StoredVerdict, TokenBreakdown, is_refused, loop_first_step
 
 MAX_LANES = 12
 """Timeline lanes for the most frequent fingerprints; rarer calls share one lane."""

@@ -107,7 +107,7 @@ def test_the_cli_lists_incidents_as_json_previews_and_rolls_back_with_yes(store_
     from engine.cli import main
 
     if store_url.endswith(":memory:"):
-        pytest.skip("a :memory: store lives in one process")
+        pytest.skip("n/a: a :memory: store lives in one process")
     engine = Engine.open(store_url)
     try:
         for n in range(5):
@@ -270,7 +270,7 @@ def _agent(url: str, first: int, count: int, healthy: bool) -> None:
 
 def test_agents_in_several_processes_join_one_incident(store_url):
     if store_url.endswith(":memory:"):
-        pytest.skip("a :memory: store lives in one process")
+        pytest.skip("n/a: a :memory: store lives in one process")
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_agent, args=(store_url, i * 6, 6, False)) for i in range(4)]
     procs += [ctx.Process(target=_agent, args=(store_url, i * 5, 5, True)) for i in range(2)]

@@ -70,7 +70,7 @@ def test_a_new_loop_after_a_healthy_step_starts_its_own_count(engine):
 
 def test_a_second_handle_continues_the_loop_another_began(engine, open_engine, store_url):
     if store_url == "sqlite:///:memory:":
-        pytest.skip("one process's in-memory store cannot be opened twice")
+        pytest.skip("n/a: one process's in-memory store cannot be opened twice")
     s = _watched(engine, "w")
     _record(s, HEALTHY)
     _record(s, [REPEAT] * 6)
@@ -78,7 +78,7 @@ def test_a_second_handle_continues_the_loop_another_began(engine, open_engine, s
     again = _watched(other, "w")
     for _ in range(20):
         _record(again, [REPEAT] * 5)
-    cost = other.loop_cost("w")
+    cost = other.fleet.loop_cost("w")
     assert cost.start_step == 4 and cost.steps == 106
     assert cost.flags == engine.session_info("w").loops
 
@@ -170,7 +170,7 @@ def test_the_cli_shows_the_loop_from_its_first_step(engine, store_url, tmp_path)
     from pathlib import Path
 
     if store_url == "sqlite:///:memory:":
-        pytest.skip("another process cannot read this process's in-memory store")
+        pytest.skip("n/a: another process cannot read this process's in-memory store")
     s = _watched(engine, "w")
     _record(s, HEALTHY)
     for _ in range(20):
