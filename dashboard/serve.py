@@ -37,6 +37,7 @@ FRAME_HEADERS = [(b"x-frame-options", b"DENY"),
 """No page of another origin (nor of this one) may frame the console: a framed console is a
 clickjacking target (three clicks roll a session back)."""
 METRICS_PATH = "/_stcore/metrics"
+GUARD_HEADER = sessions.GUARD_HEADER.encode("ascii")
 MAX_CODE_BYTES = 256
 """A one-time code is 43 characters; a longer body is not one."""
 
@@ -128,6 +129,11 @@ class ConsoleGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope.get("type")
+        if kind in ("http", "websocket"):
+            scope = dict(scope)
+            scope["headers"] = [*((k, v) for k, v in scope.get("headers", [])
+                                  if bytes(k).lower() != GUARD_HEADER),
+                                (GUARD_HEADER, b"1")]
         if kind == "websocket":
             if not self._same_origin(scope):
                 # closing before accepting: the handshake is answered 403

@@ -220,6 +220,7 @@ def cookie(monkeypatch):
     """What the browser sends as the session cookie when a new Streamlit session connects."""
     sent: dict[str, str | None] = {"value": None}
     monkeypatch.setattr(access, "session_cookie", lambda: sent["value"])
+    monkeypatch.setattr(access, "guarded", lambda: True)  # served as `rewind dashboard` does
     return sent
 
 
@@ -360,3 +361,18 @@ def test_the_cookie_is_read_once_per_streamlit_session(store, cookie):
     # a later run leaves the browser's cookie alone: another tab may have signed in since
     assert cookie_scripts(at) == []
     assert "Unknown username or wrong password." in [e.value for e in at.error]
+
+
+def test_without_the_guard_a_sign_in_lasts_for_the_page_only(store, monkeypatch):
+    """`streamlit run dashboard/app.py` alone has no cookie route: no cookie, no script, and
+    the page is signed in until it is reloaded."""
+    monkeypatch.setattr(access, "session_cookie", lambda: None)
+    at = console(store).run()
+    at.text_input[0].input("olivia")
+    at.text_input[1].input("olivia-pw")
+    at.button[0].click().run()
+    assert "**olivia** · operator" in signed_in(at)
+    assert cookie_scripts(at) == []
+    at.sidebar.button(key="sign-out").click().run()
+    assert [t.label for t in at.text_input] == ["Username", "Password"]
+    assert cookie_scripts(at) == []

@@ -74,6 +74,7 @@ from dashboard.signin.decisions import (
     trusted_proxies,
 )
 from dashboard.signin.sessions import (
+    GUARD_HEADER,
     SESSION_COOKIE,
     SIGN_IN_PATH,
     SIGN_OUT_PATH,
@@ -354,12 +355,21 @@ def _sign_in_form(accounts: dict[str, dict]) -> None:
         st.error("Unknown username or wrong password.")
         return
     throttle.succeeded(name, client)
-    # The page exchanges the code for the HttpOnly cookie (`SIGN_IN_PATH`) and reloads; the
-    # reloaded page's connection carries the cookie and is signed in.
-    code = _session_tokens().issue_code(user.name,
-                                        credential_stamp(accounts[name]["password_hash"]))
-    st.session_state[COOKIE_KEY] = code
+    stamp = credential_stamp(accounts[name]["password_hash"])
+    if guarded():
+        # The page exchanges the code for the HttpOnly cookie (`SIGN_IN_PATH`) and reloads;
+        # the reloaded page's connection carries the cookie and is signed in.
+        st.session_state[COOKIE_KEY] = _session_tokens().issue_code(user.name, stamp)
+    else:  # no guard, no cookie route: signed in for this page only
+        st.session_state[SESSION_KEY] = user
+        st.session_state[TOKEN_KEY] = _session_tokens().issue(user.name, stamp)
     st.rerun()
+
+
+def guarded() -> bool:
+    """Whether the console's ASGI guard (`dashboard.serve`, as `rewind dashboard` runs it)
+    passed this connection on, so its cookie routes answer."""
+    return st.context.headers.get(GUARD_HEADER) == "1"
 
 
 def throttle_client() -> str | None:
@@ -388,6 +398,8 @@ def _send_cookie(slot: Any) -> bool:
     if COOKIE_KEY not in st.session_state:
         return False
     code = st.session_state.pop(COOKIE_KEY)
+    if not guarded():
+        return False  # no route to ask; the session it stood for has ended anyway
     if code:
         slot.html(exchange_script(code, base_path(SIGN_IN_PATH)), unsafe_allow_javascript=True)
         return True

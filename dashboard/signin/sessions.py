@@ -34,6 +34,10 @@ SIGN_IN_PATH = "/_rewind/sign-in"
 """Where the page posts a one-time code; the answer sets the session cookie."""
 SIGN_OUT_PATH = "/_rewind/sign-out"
 """Where the page posts to end the browser's session; the answer deletes the cookie."""
+GUARD_HEADER = "x-rewind-console-guard"
+"""Request header the ASGI guard adds (after dropping any a client sent) to every request it
+passes on: a run that sees it knows the cookie routes exist. `streamlit run dashboard/app.py`
+alone has no guard, so a sign-in there lasts only as long as the page (no cookie at all)."""
 NAMESPACE = "console_sign_ins"
 """Fleet-document namespace of sign-in sessions (``s_<digest>``) and codes (``c_<digest>``)."""
 
