@@ -18,15 +18,14 @@ with a time limit (`engine.loops.detector.OVERFLOW_SEARCH_S`). Pure functions, n
 
 from __future__ import annotations
 
+import importlib
 import re
 from typing import Any
 
-try:  # the parser `re` itself uses; `sre_parse` is its deprecated alias
-    from re import _constants as _c  # type: ignore[attr-defined]
-    from re import _parser as _p  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - Python < 3.11
-    import sre_constants as _c  # type: ignore[no-redef]
-    import sre_parse as _p  # type: ignore[no-redef]
+# The parser `re` itself uses (`sre_parse` is its deprecated alias), so the check judges exactly
+# what will run; private, hence imported by name.
+_c: Any = importlib.import_module("re._constants")
+_p: Any = importlib.import_module("re._parser")
 
 MAX_PATTERN_CHARS = 1000
 """Longer patterns are refused before they are parsed."""
