@@ -326,8 +326,8 @@ class Engine:
         """Why session `sid` was flagged, from its stored steps (every branch) replayed under
         the detector settings that flagged it: those its last verdict records (over the
         detector factory's config), or, without a verdict, the settings in force now. Writes
-        nothing; replays the session a few dozen times (a caller showing it for a long session
-        should compute it on request).
+        nothing; replays the flagged task a few dozen times (from its start through the flagged
+        step), and remembers the answer per flagged step and settings.
 
         Args:
             step: the flagged step to explain (None: the session's first flag).
@@ -342,18 +342,7 @@ class Engine:
             UnknownSession: no such session. InvalidSessionId: a bad id. ConfigError: the
             recorded settings are ones this detector refuses.
         """
-        from engine.loops.replay import detector_config, why_flagged
-
-        info = self.runtime.require_session(sid)
-        verdict = info.last_verdict
-        if verdict is None:
-            detector, recorded = self.runtime.new_detector()
-            base = detector.config
-        else:
-            recorded = dict(verdict.get("detector") or {})
-            base = detector_config(recorded, self.runtime.detector_factory().config)
-        return why_flagged(info.id, fleet.session_history(self.runtime, info.id), base,
-                           step=step, detector=recorded)
+        return fleet.why_flagged(self.runtime, sid, step)
 
     def label(self, sid: str, label: str, *, actor: str | Actor,
               reason: str | None = None) -> None:

@@ -196,7 +196,9 @@ def current_user() -> User | None:
         elif mode == "oidc":
             user = _oidc_user(secrets)
         else:
-            user = _local_user(local_accounts(secrets), session_limits(secrets))
+            accounts, limits = local_accounts(secrets), session_limits(secrets)
+            with data.store_errors():  # sign-in sessions live in the store
+                user = _local_user(accounts, limits)
     except SecretsFileError as exc:
         st.title("Rewind console")
         st.error("The console's secrets file cannot be read, so it serves nothing (never demo "
