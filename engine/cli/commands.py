@@ -728,7 +728,8 @@ def cmd_demo(args) -> int:
 
 def cmd_dashboard(args) -> int:
     # serve.py runs app.py behind the console's response headers (no framing, metrics shut)
-    app = Path(__file__).resolve().parent.parent / "dashboard" / "serve.py"
+    # engine/cli/commands.py -> the checkout (or site-packages) holding engine/ and dashboard/
+    app = Path(__file__).resolve().parents[2] / "dashboard" / "serve.py"
     env = dict(os.environ)
     if args.store:
         env["REWIND_STORE"] = args.store
