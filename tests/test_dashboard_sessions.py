@@ -376,3 +376,17 @@ def test_without_the_guard_a_sign_in_lasts_for_the_page_only(store, monkeypatch)
     at.sidebar.button(key="sign-out").click().run()
     assert [t.label for t in at.text_input] == ["Username", "Password"]
     assert cookie_scripts(at) == []
+
+
+def test_a_connection_from_another_origin_gets_nothing_even_with_a_valid_cookie(store, cookie,
+                                                                               monkeypatch):
+    """The guard refuses such a websocket before Streamlit; app.py alone refuses it too."""
+    browser(store, console(store), "olivia", cookie)
+    monkeypatch.setattr(access, "browser_request", lambda: access.BrowserRequest(
+        "127.0.0.1:8501", "http://127.0.0.1:9999", None))
+    at = console(store).run()
+    assert "another origin" in "\n".join(e.value for e in at.error)
+    assert not at.text_input and "olivia" not in signed_in(at)
+    monkeypatch.setattr(access, "browser_request", lambda: access.BrowserRequest(
+        "127.0.0.1:8501", "http://127.0.0.1:8501", None))
+    assert "**olivia** · operator" in signed_in(console(store).run())
