@@ -109,3 +109,16 @@ def test_a_refused_declaration_writes_nothing(store_url, open_engine):
     engine.runtime.forget_declared_detector()
     assert engine.detector_settings() == {"repeat_threshold": 4}
     assert len(engine.audit(action="detector")) == before
+
+
+def test_an_unsafe_pattern_already_in_the_store_is_ignored_not_obeyed(tmp_path, open_engine):
+    """A declaration written by an older release: agents keep running on their own settings."""
+    from engine.fleet.actions import DETECTOR_KEY, DETECTOR_NAMESPACE
+
+    engine = open_engine(f"sqlite:///{tmp_path}/r.db")
+    engine.runtime.store.fleet_doc_put(DETECTOR_NAMESPACE, {DETECTOR_KEY: {
+        "settings": {"overflow_pattern": "(a+)+$"}, "actor": "old", "reason": "old", "at": 0}},
+        0.0)
+    engine.runtime.forget_declared_detector()
+    detector, settings = engine.runtime.new_detector()
+    assert settings == {} and detector.config.overflow_pattern == DEFAULT_OVERFLOW_PATTERN
