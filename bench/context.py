@@ -40,7 +40,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.runtime import Runtime  # noqa: E402
 from rank_bm25 import BM25Okapi  # noqa: E402
 
 from engine import Engine  # noqa: E402
@@ -62,6 +61,7 @@ from engine.memory.session import (  # noqa: E402
     MemoryHit,
     _memory,
 )
+from engine.runtime import Runtime  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "locomo10.json"
 

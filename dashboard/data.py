@@ -16,8 +16,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from dashboard import settings, views
-from dashboard.signin import access
+from dashboard import secrets_file, settings, views
 from dashboard.views import fleet as fleet_views
 from dashboard.views import whatif as whatif_views
 from engine import (
@@ -58,7 +57,7 @@ def engine_for(url: str | None) -> Engine:
 def store_url() -> str | None:
     """The store the console reads: `rewind dashboard --store`, else `[rewind] store`, else
     $REWIND_STORE, else the default (`settings.store_url`)."""
-    return settings.store_url(access.read_secrets())
+    return settings.store_url(secrets_file.current_secrets())
 
 
 def engine() -> Engine:

@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 import tomllib
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -145,6 +146,10 @@ class Runtime:
     """Engine-clock time of that heartbeat."""
     _fleet_caches: dict[tuple[str, Callable[..., Any]], FleetDocCache[Any]] = field(
         default_factory=dict, repr=False)
+    explained: OrderedDict[tuple[Any, ...], Any] = field(default_factory=OrderedDict,
+                                                         repr=False)
+    """"Why flagged" answers already computed (`engine.fleet.queries.why_flagged`): a flag's
+    explanation depends only on the steps up to it, which never change."""
 
     def __post_init__(self) -> None:
         if checked_policy(self.on_loop) is None:

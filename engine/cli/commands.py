@@ -770,6 +770,7 @@ def cmd_dashboard(args) -> int:
             f"the console needs {', '.join(missing)}, which this install lacks: run pip "
             "install 'agent-rewind[console]' (./scripts/run installs it)")
     # serve.py runs app.py behind the console's response headers (no framing, metrics shut)
+    # engine/cli/commands.py -> the checkout (or site-packages) holding engine/ and dashboard/
     app = Path(__file__).resolve().parents[2] / "dashboard" / "serve.py"
     env = dict(os.environ)
     env.pop("REWIND_CONSOLE_STORE", None)

@@ -9,7 +9,7 @@ lives on `engine.fleet`, and the compensation outbox on `engine.compensations`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.fleet import actions, incidents, queries
 from engine.fleet.incidents import IncidentAction
@@ -21,6 +21,9 @@ from engine.recovery import saga
 from engine.runtime import CompensationHandler, Runtime
 from engine.store import SessionFilter
 from engine.types import LoopPolicy
+
+if TYPE_CHECKING:
+    from engine.loops.replay import WhyFlagged
 
 __all__ = ["Compensations", "Fleet"]
 
@@ -111,12 +114,12 @@ class Fleet:
         """Session id -> its operator label (``loop`` / ``not_loop``), newest per session."""
         return dict(queries.labels(self._rt))
 
-    def why_flagged(self, sid: str, *, step: int | None = None) -> Any:
+    def why_flagged(self, sid: str, *, step: int | None = None) -> WhyFlagged | None:
         """Why session `sid` was flagged, from its stored steps (every branch) replayed under
         the detector settings that flagged it: those its last verdict records (over the
         detector factory's config), or, without a verdict, the settings in force now. Writes
-        nothing; replays the session a few dozen times (a caller showing it for a long session
-        should compute it on request).
+        nothing; replays the flagged task a few dozen times (from its start through the flagged
+        step), and remembers the answer per flagged step and settings.
 
         Args:
             step: the flagged step to explain (None: the session's first flag).
@@ -131,18 +134,7 @@ class Fleet:
             UnknownSession: no such session. InvalidSessionId: a bad id. ConfigError: the
             recorded settings are ones this detector refuses.
         """
-        from engine.loops.replay import detector_config, why_flagged
-
-        info = self._rt.require_session(sid)
-        verdict = info.last_verdict
-        if verdict is None:
-            detector, recorded = self._rt.new_detector()
-            base = detector.config
-        else:
-            recorded = dict(verdict.get("detector") or {})
-            base = detector_config(recorded, self._rt.detector_factory().config)
-        return why_flagged(info.id, queries.session_history(self._rt, info.id), base,
-                           step=step, detector=recorded)
+        return queries.why_flagged(self._rt, sid, step)
 
     def loop_cost(self, sid: str) -> LoopCost | None:
         """What session `sid`'s latest loop cost from its first step: steps, time, tokens and

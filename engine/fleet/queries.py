@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from engine.loops.detector import DetectorConfig
-from engine.loops.replay import Label, SessionReplay, Summary, compare
+from engine.loops.replay import Label, SessionReplay, Summary, WhyFlagged, compare, detector_config
+from engine.loops.replay import why_flagged as explain
 from engine.records import Event, MessageRecord, SessionInfo, StepRecord
 from engine.runtime import Runtime
 from engine.store import SessionFilter
@@ -272,3 +273,43 @@ def replay(rt: Runtime, config: DetectorConfig | Mapping[str, Any] | None,
     before = rt.new_detector()[0].config
     history = ((info.id, session_history(rt, info.id)) for info in sessions)
     return compare(history, config, before=before, labels=labels(rt))
+
+
+WHY_FLAGGED_CACHED = 256
+"""Explanations this process keeps (the least recently asked go first)."""
+_EXPLAINED_LOCK = threading.Lock()
+
+
+def why_flagged(rt: Runtime, sid: str, step: int | None) -> WhyFlagged | None:
+    """`Engine.fleet.why_flagged`: the replay (`engine.loops.replay.why_flagged`), remembered per
+    (session, flagged step, settings) in `rt.explained`. An explanation depends only on the
+    steps up to the flag, which later steps (spans still arriving) do not change, so asking
+    again costs nothing; the session's first flag is remembered too, so a repeated question
+    about it reads no history."""
+    info = rt.require_session(sid)
+    verdict = info.last_verdict
+    if verdict is None:
+        detector, recorded = rt.new_detector()
+        base = detector.config
+    else:
+        recorded = dict(verdict.get("detector") or {})
+        base = detector_config(recorded, rt.detector_factory().config)
+    settings = repr(base)
+    first_key = ("first", info.id, info.created_at, settings)
+    with _EXPLAINED_LOCK:
+        if step is None:
+            step = rt.explained.get(first_key)
+        key = ("why", info.id, info.created_at, step, settings)
+        if step is not None and key in rt.explained:
+            rt.explained.move_to_end(key)
+            known: WhyFlagged = rt.explained[key]
+            return known
+    found = explain(info.id, session_history(rt, info.id), base, step=step, detector=recorded)
+    if found is not None:
+        with _EXPLAINED_LOCK:
+            if step is None:
+                rt.explained[first_key] = found.flag.step
+            rt.explained[("why", info.id, info.created_at, found.flag.step, settings)] = found
+            while len(rt.explained) > WHY_FLAGGED_CACHED:
+                rt.explained.popitem(last=False)
+    return found

@@ -131,6 +131,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import regex
+
 from engine.loops.fingerprint import digest, fingerprint_normalized
 from engine.loops.normalize import (
     DEFAULT_CODE_KEYS,
@@ -146,6 +148,7 @@ from engine.loops.normalize import (
     result_digest,
     result_version,
 )
+from engine.loops.patterns import UnsafePattern, check_pattern
 from engine.loops.rules import (
     CIRCUIT_BREAKER,
     CONTEXT_OVERFLOW,
@@ -383,6 +386,16 @@ class DetectorConfig:
                 raise TypeError(f"{name} takes a collection of names, not the string {value!r}")
             if not isinstance(value, frozenset):
                 object.__setattr__(self, name, frozenset(value))
+        for name, (kind, low, high) in FIELD_RANGES.items():
+            _check_range(name, getattr(self, name), kind, low, high)
+        for name, per_tool in (("tool_breaker_failures", "breaker_failures"),
+                               ("tool_poll_budgets", "poll_budget")):
+            kind, low, high = FIELD_RANGES[per_tool]
+            for tool, value in dict(getattr(self, name)).items():
+                _check_range(f"{name}[{tool!r}]", value, kind, low, high)
+        for name in ("enabled", "user_repeat_failures"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be true or false, not {getattr(self, name)!r}")
         exemptions = {tool: frozenset(rules) for tool, rules in self.tool_exemptions.items()}
         object.__setattr__(self, "tool_exemptions", exemptions)
         unknown = (self.disabled_rules | {r for rs in exemptions.values() for r in rs}) - set(RULES)
@@ -392,9 +405,56 @@ class DetectorConfig:
         if self.window < needed:
             raise ValueError(f"window must be at least {needed} steps to hold the longest pattern")
         try:
-            re.compile(self.overflow_pattern)
-        except re.error as exc:
+            check_pattern(self.overflow_pattern, "overflow_pattern")
+            regex.compile(self.overflow_pattern, regex.IGNORECASE | regex.VERSION0)
+        except UnsafePattern as exc:
+            raise ValueError(str(exc)) from None
+        except regex.error as exc:
             raise ValueError(f"overflow_pattern is not a valid regular expression: {exc}") from None
+
+
+FIELD_RANGES: dict[str, tuple[type, float, float]] = {
+    "window": (int, 4, 10_000),
+    "repeat_threshold": (int, 2, 10_000),
+    "user_repeat_threshold": (int, 2, 10_000),
+    "near_duplicate_threshold": (int, 2, 10_000),
+    "near_max_changed": (int, 0, 10_000),
+    "near_numeric_abs": (float, 0.0, 1e12),
+    "near_numeric_rel": (float, 0.0, 1.0),
+    "near_text_similarity": (float, 0.0, 1.0),
+    "cycle_min_period": (int, 2, 1_000),
+    "cycle_max_period": (int, 2, 1_000),
+    "cycle_repeats": (int, 2, 1_000),
+    "recurrence_threshold": (int, 2, 10_000),
+    "idle_turns_threshold": (int, 2, 10_000),
+    "turn_similarity": (float, 0.0, 1.0),
+    "content_chunk_size": (int, 8, 100_000),
+    "content_repeats": (int, 3, 100_000),
+    "overflow_threshold": (int, 2, 10_000),
+    "overflow_min_progress": (int, 0, 10_000),
+    "overflow_run_threshold": (int, 2, 10_000),
+    "breaker_failures": (int, 1, 1_000_000),
+    "poll_budget": (int, 1, 1_000_000),
+    "max_steps": (int, 1, 100_000_000),
+}
+"""The kind and the allowed range (inclusive) of each numeric `DetectorConfig` field, checked by
+every config: a declared setting reaches every process on the store, so `window=10**12` (memory)
+or `turn_similarity=-1` (every turn a repeat) is refused, not obeyed. `max_steps` may also be
+None; the per-tool overrides take their field's range."""
+
+
+def _check_range(name: str, value: Any, kind: type, low: float, high: float) -> None:
+    """Refuse `value` for `name` unless it is a `kind` (a whole number for int; booleans are
+    not numbers here) within [low, high]."""
+    if name == "max_steps" and value is None:
+        return
+    whole = "a whole number" if kind is int else "a number"
+    shown = f"{int(low)} to {int(high)}" if kind is int else f"{low:g} to {high:g}"
+    allowed = (int,) if kind is int else (int, float)
+    if isinstance(value, bool) or not isinstance(value, allowed):
+        raise TypeError(f"{name} must be {whole} from {shown}, not {value!r}")
+    if not low <= value <= high:  # also refuses nan
+        raise ValueError(f"{name} must be {whole} from {shown}, not {value!r}")
 
 
 _SET_FIELDS = (
@@ -443,6 +503,30 @@ def budget_scaled(config: DetectorConfig) -> dict[str, Any]:
     return out
 
 
+OVERFLOW_SEARCH_S = 0.05
+"""Time limit of one search of `overflow_pattern` in an error text. The pattern cannot backtrack
+exponentially (`engine.loops.patterns`), but a polynomial one such as ``a.*b.*c`` could still
+take minutes on a 20,000-character error; past the limit the text is read as no overflow. The
+default pattern takes about a millisecond on such a text."""
+
+
+class _TimedSearch:
+    """Case-insensitive search of a pattern in error texts, within `OVERFLOW_SEARCH_S`.
+
+    Why the `regex` package: `re` has no time limit; `regex` reads `re`'s syntax (its VERSION0)
+    and stops a search that runs too long.
+    """
+
+    def __init__(self, pattern: str) -> None:
+        self._pattern = regex.compile(pattern, regex.IGNORECASE | regex.VERSION0)
+
+    def __call__(self, text: str) -> bool:
+        try:
+            return self._pattern.search(text, timeout=OVERFLOW_SEARCH_S) is not None
+        except TimeoutError:
+            return False
+
+
 def _build_rules(config: DetectorConfig, registry: Iterable[type[Rule]]) -> list[Rule]:
     """A fresh instance of each rule class, given its settings from `config` and its per-tool
     exemptions.
@@ -487,7 +571,7 @@ class LoopDetector:
         self._normalizer = Normalizer(
             cfg.volatile_keys, cfg.progress_keys, cfg.thought_keys, cfg.code_keys, cfg.query_keys
         )
-        self._overflow = re.compile(cfg.overflow_pattern, re.IGNORECASE)
+        self._overflow = _TimedSearch(cfg.overflow_pattern)
         self._signatures: dict[tuple[str, str | None], tuple[str, bool, bool]] = {}
         self._wait_tools = cfg.wait_tools
         # tools read otherwise than as a call, in order of precedence (the first set wins)
@@ -599,7 +683,7 @@ class LoopDetector:
         window.push(record)
         if kind == CONDENSATION:
             overflow, cause = True, None
-        elif kind == TURN and not step.ok and step.error and self._overflow.search(step.error):
+        elif kind == TURN and not step.ok and step.error and self._overflow(step.error):
             # The model call overflowed: the tool output read just before it is the cause.
             overflow, cause = True, window.last_call
             if _CONDENSING.search(step.error):
@@ -699,7 +783,7 @@ class LoopDetector:
             signature = error_signature(error, args, self._normalizer.volatile_values(step.args))
             known = self._signatures[key] = (
                 signature,
-                bool(self._overflow.search(error)),
+                self._overflow(error),
                 answers_no(step.args, step.error),
             )
         return known

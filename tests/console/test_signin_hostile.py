@@ -98,11 +98,12 @@ def test_padding_the_name_does_not_escape_the_lock_out():
     now = [0.0]
     throttle = SignInThrottle(limit=3, lock_s=60, clock=lambda: now[0])
     for name in ("alice", " alice", "alice ", "\talice"):
-        throttle.failed(name)
+        throttle.failed(name, "203.0.113.9")
     for name in ("alice", " alice", "alice\n"):
-        assert throttle.locked_for(name) == 120  # the fourth failure doubled the first wait
-    throttle.succeeded(" alice ")
-    assert throttle.locked_for("alice") == 0
+        # the fourth failure doubled the first wait
+        assert throttle.locked_for(name, "203.0.113.9") == 120
+    throttle.succeeded(" alice ", "203.0.113.9")
+    assert throttle.locked_for("alice", "203.0.113.9") == 0
 
 
 def test_a_stranger_cannot_lock_the_owner_out():

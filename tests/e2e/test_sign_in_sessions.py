@@ -1,5 +1,6 @@
-"""A local account stays signed in across reloads and tabs (a session cookie), and only while its
-session holds: sign-out, a forged or expired cookie, a deleted account all get the sign-in form.
+"""A local account stays signed in across reloads and tabs (an HttpOnly session cookie that only
+the console's server side sets), and only while its session holds: sign-out, a forged or expired
+cookie, a deleted account all get the sign-in form.
 
 The console runs on its own (serve.py, as `rewind dashboard` serves it) with a secrets file these
 tests rewrite; each test has a fresh browser context, so no cookie crosses from one to another.
@@ -72,20 +73,36 @@ def shows_sign_in_form(page: Page) -> None:
     expect(page.get_by_text("Active sessions")).to_have_count(0)
 
 
+def _wait_for(page: Page, present: bool) -> None:
+    """Wait until the browser holds the session cookie (or no longer does). The cookie is
+    HttpOnly, so the page's `document.cookie` never shows it: the browser's jar is asked."""
+    for _ in range(200):
+        if (session_cookie(page) is not None) is present:
+            return
+        page.wait_for_timeout(100)
+    raise AssertionError(f"the session cookie is {'missing' if present else 'still there'}")
+
+
+def wait_for_cookie(page: Page) -> None:
+    _wait_for(page, True)
+
+
 def wait_for_cookie_gone(page: Page) -> None:
-    page.wait_for_function(f"() => !document.cookie.includes('{SESSION_COOKIE}=')")
+    _wait_for(page, False)
 
 
 def test_a_reload_and_a_second_tab_stay_signed_in_with_the_same_role(served, page):
     console, _ = served
     sign_in(page, console.url, "victor")
-    page.wait_for_function(f"() => document.cookie.includes('{SESSION_COOKIE}=')")
+    wait_for_cookie(page)
     cookie = session_cookie(page)
     assert cookie is not None and cookie["sameSite"] == "Strict" and cookie["path"] == "/"
+    assert cookie["httpOnly"]  # no page script can read it
     assert cookie["expires"] > 0  # kept when the browser restarts, until the session's end
     token = cookie["value"]
     assert len(token) >= 40
-    assert token not in page.content()  # the script that set it blanked itself
+    assert token not in page.content()
+    assert SESSION_COOKIE not in page.evaluate("document.cookie")
 
     page.reload()
     signed_in_as(page, "victor")
@@ -107,7 +124,7 @@ def test_a_reload_and_a_second_tab_stay_signed_in_with_the_same_role(served, pag
 def test_sign_out_ends_the_session_for_every_reload(served, page):
     console, _ = served
     sign_in(page, console.url, "olivia")
-    page.wait_for_function(f"() => document.cookie.includes('{SESSION_COOKIE}=')")
+    wait_for_cookie(page)
     token = session_cookie(page)["value"]
 
     page.get_by_role("button", name="Sign out").click()
@@ -138,7 +155,7 @@ def test_a_forged_cookie_gets_the_sign_in_form_and_is_deleted(served, page):
 def test_an_expired_session_gets_the_sign_in_form(served, page, secrets_restored):
     console, secrets_path = served
     sign_in(page, console.url, "olivia")
-    page.wait_for_function(f"() => document.cookie.includes('{SESSION_COOKIE}=')")
+    wait_for_cookie(page)
     # sessions end after a millisecond without use now: the one above has expired
     edit(secrets_path, lambda text: text.replace(
         "[rewind]\n", "[rewind]\nsession_idle_minutes = 0.00001\n", 1))
@@ -151,7 +168,7 @@ def test_an_account_deleted_after_sign_in_is_signed_out_on_the_next_run(served, 
                                                                          secrets_restored):
     console, secrets_path = served
     sign_in(page, console.url, "victor")
-    page.wait_for_function(f"() => document.cookie.includes('{SESSION_COOKIE}=')")
+    wait_for_cookie(page)
     token = session_cookie(page)["value"]
     original = secrets_path.read_text(encoding="utf-8")
     edit(secrets_path, lambda text: without_account(text, "victor"))

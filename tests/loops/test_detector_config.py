@@ -57,7 +57,7 @@ def test_the_file_in_the_working_directory_or_the_one_the_environment_names(tmp_
     ("repeat_thresold = 4", ["repeat_thresold", "4", "not a detector setting"]),
     ('repeat_threshold = "four"', ["repeat_threshold", "'four'", "whole number"]),
     ("repeat_threshold = true", ["repeat_threshold", "True", "whole number"]),
-    ("repeat_threshold = 1", ["repeat_threshold", "1", "at least 2"]),
+    ("repeat_threshold = 1", ["repeat_threshold", "1", "from 2 to 10000"]),
     ('near_text_similarity = "high"', ["near_text_similarity", "'high'", "a number"]),
     ("exempt_tools = [1, 2]", ["exempt_tools", "[1, 2]", "list of names"]),
     ("window = 4", ["window", "4", "at least"]),
