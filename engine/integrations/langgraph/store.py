@@ -31,7 +31,9 @@ or else the value as JSON; ``index=False`` keeps an item out of query results. `
 top-level value fields by equality or with ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``.
 TTLs are not supported (``supports_ttl`` is False).
 
-Calls run inline (also ``abatch``): each is one read of the session's event feed and at most one
+``batch`` runs in the caller's thread; ``abatch`` runs it in a worker thread
+(`engine.integrations.threads`), so the store's I/O and the embedding model never stall the event
+loop. Each operation is one read of the session's event feed and at most one
 write. A value must be JSON and fit the engine's ``Limits.meta_bytes``.
 """
 
@@ -55,6 +57,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 
+from engine.integrations.threads import off_loop
 from engine.memory.session import Memory
 from engine.sessions.session import Session
 
@@ -155,8 +158,9 @@ class RewindStore(BaseStore):
             return out
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """`batch`, inline on the event loop."""
-        return self.batch(ops)
+        """`batch` in a worker thread: the store's I/O and the embedding model keep off the
+        event loop."""
+        return await off_loop(self.session, self.batch, list(ops))
 
     # -- operations --------------------------------------------------------------------------
     def _get(self, namespace: tuple[str, ...], key: str) -> Item | None:
