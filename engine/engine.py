@@ -548,8 +548,9 @@ class Engine:
 
     @staticmethod
     def serve_metrics(port: int = 9464, addr: str = "127.0.0.1") -> Any:
-        """Expose this process's Prometheus counters (agent_loop_detected_total,
-        agent_rollbacks_total) at http://addr:port/metrics. Returns (server, thread)."""
+        """Expose this process's Prometheus counters (rewind_loop_detected_total,
+        rewind_rollbacks_total; see `engine.metrics`) at http://addr:port/metrics. Returns
+        (server, thread)."""
         return metrics.serve_metrics(port, addr)
 
     # -- integrations: the one door to the store (engine.documents) ---------------------------

@@ -3,52 +3,137 @@
 Counters live in a module-level registry, `REGISTRY`, separate from prometheus-client's global one
 so that importing Rewind never clashes with an application's own metric names. Serve it with
 `serve_metrics` (an HTTP endpoint on a daemon thread) or embed `render_metrics()` in an existing
-endpoint. Example alert: ``increase(agent_loop_detected_total{rule="exact_repeat"}[10m]) > 20``.
+endpoint. Example alert: ``increase(rewind_loop_detected_total{rule="exact_repeat"}[10m]) > 20``.
 
-Label values come from the session's meta; missing values become ``unknown`` and every value is
-cut to 100 characters, so a misbehaving caller cannot explode the series count with huge labels.
+Names: ``rewind_loop_detected_total`` and ``rewind_rollbacks_total``. The names of earlier
+releases, ``agent_loop_detected_total`` and ``agent_rollbacks_total``, are still exported with
+the same labels and values for one more release (`DEPRECATED_NAMES`), so dashboards and alerts
+can move over; they will then be removed.
+
+Label values: ``rule`` and ``actor_kind`` come from Rewind (a fixed set). ``tool``, ``scenario``
+and ``prompt_version`` come from callers, so each is bounded (`LabelBound`): the first
+`LABEL_VALUES` distinct values a process sees keep their name, and every later new value is
+counted under ``other``; a missing value is ``unknown`` (``none`` for the tool of an agent turn)
+and every value is cut to 100 characters. A fleet that knows its tools or scenarios can fix the
+set instead (`bound_labels(tool=[...])`): only those values keep their name. So the number of
+series is bounded whatever callers send.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest, start_http_server
 
 __all__ = [
-    "REGISTRY",
+    "DEPRECATED_NAMES",
+    "LABEL_VALUES",
     "LOOPS_DETECTED",
+    "OTHER",
+    "REGISTRY",
     "ROLLBACKS",
+    "LabelBound",
+    "bound_labels",
     "record_loop",
     "record_rollback",
-    "serve_metrics",
     "render_metrics",
     "sample",
+    "serve_metrics",
 ]
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 """The registry holding Rewind's counters (read it in tests with `sample`)."""
 
 LOOPS_DETECTED = Counter(
-    "agent_loop_detected_total",
+    "rewind_loop_detected_total",
     "Loops flagged by the Rewind loop detector.",
     labelnames=("rule", "tool", "scenario", "prompt_version"),
     registry=REGISTRY,
 )
-"""``agent_loop_detected_total{rule, tool, scenario, prompt_version}``."""
+"""``rewind_loop_detected_total{rule, tool, scenario, prompt_version}``."""
 
 ROLLBACKS = Counter(
-    "agent_rollbacks_total",
+    "rewind_rollbacks_total",
     "Sessions rolled back by Rewind, automatically or by an operator.",
     labelnames=("scenario", "prompt_version", "actor_kind", "rule"),
     registry=REGISTRY,
 )
-"""``agent_rollbacks_total{scenario, prompt_version, actor_kind, rule}``; actor_kind is
+"""``rewind_rollbacks_total{scenario, prompt_version, actor_kind, rule}``; actor_kind is
 ``automatic`` or ``operator``; rule is the verdict's rule for automatic rollbacks, else ``none``."""
+
+_OLD_LOOPS = Counter(
+    "agent_loop_detected_total",
+    "Deprecated: rewind_loop_detected_total (removed in the next release).",
+    labelnames=("rule", "tool", "scenario", "prompt_version"),
+    registry=REGISTRY,
+)
+_OLD_ROLLBACKS = Counter(
+    "agent_rollbacks_total",
+    "Deprecated: rewind_rollbacks_total (removed in the next release).",
+    labelnames=("scenario", "prompt_version", "actor_kind", "rule"),
+    registry=REGISTRY,
+)
+DEPRECATED_NAMES = {
+    "agent_loop_detected_total": "rewind_loop_detected_total",
+    "agent_rollbacks_total": "rewind_rollbacks_total",
+}
+"""Old name -> new name of the counters still exported under their old names for one release."""
 
 _UNKNOWN = "unknown"
 _MAX_LABEL = 100
+OTHER = "other"
+"""The value that stands for every value of a bounded label past its bound."""
+LABEL_VALUES = 50
+"""Distinct values each bounded label keeps by default (per process); later ones are `OTHER`."""
+
+
+class LabelBound:
+    """The values one label may take: a fixed set, or the first `limit` distinct values seen;
+    any other value is `OTHER`. Thread-safe."""
+
+    def __init__(self, limit: int = LABEL_VALUES, fixed: Iterable[str] | None = None):
+        self._lock = threading.Lock()
+        self.limit = limit
+        self.fixed = None if fixed is None else frozenset(fixed)
+        self._seen: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        if value in (_UNKNOWN, "none", OTHER):
+            return value
+        if self.fixed is not None:
+            return value if value in self.fixed else OTHER
+        with self._lock:
+            if value in self._seen:
+                return value
+            if len(self._seen) < self.limit:
+                self._seen.add(value)
+                return value
+        return OTHER
+
+
+_BOUNDS: dict[str, LabelBound] = {
+    name: LabelBound() for name in ("tool", "scenario", "prompt_version")
+}
+
+
+def bound_labels(limit: int = LABEL_VALUES, **fixed: Iterable[str] | None) -> None:
+    """Set how ``tool``, ``scenario`` and ``prompt_version`` are bounded from now on: each named
+    label to its fixed set of values (None: the first `limit` seen), the others to the first
+    `limit` seen. Forgets the values seen so far.
+
+    Raises:
+        ValueError: an unknown label name, or a `limit` below 1.
+    """
+    unknown = sorted(set(fixed) - set(_BOUNDS))
+    if unknown:
+        raise ValueError(f"cannot bound label {unknown[0]!r}: bounded labels are "
+                         f"{', '.join(_BOUNDS)}")
+    if limit < 1:
+        raise ValueError("limit must be >= 1: the distinct values a label keeps")
+    for name in _BOUNDS:
+        _BOUNDS[name] = LabelBound(limit, fixed.get(name))
 
 
 def _label(value: Any, missing: str = _UNKNOWN) -> str:
@@ -59,7 +144,7 @@ def _label(value: Any, missing: str = _UNKNOWN) -> str:
 
 
 def _meta(meta: Mapping[str, Any] | None, key: str) -> str:
-    return _label((meta or {}).get(key))
+    return _BOUNDS[key](_label((meta or {}).get(key)))
 
 
 def record_loop(
@@ -74,12 +159,15 @@ def record_loop(
     """
     if not getattr(verdict, "looping", False):
         return
-    LOOPS_DETECTED.labels(
-        rule=_label(verdict.rule),
-        tool=_label(tool if tool is not None else getattr(verdict, "tool", None), "none"),
-        scenario=_meta(meta, "scenario"),
-        prompt_version=_meta(meta, "prompt_version"),
-    ).inc()
+    labels = {
+        "rule": _label(verdict.rule),
+        "tool": _BOUNDS["tool"](
+            _label(tool if tool is not None else getattr(verdict, "tool", None), "none")),
+        "scenario": _meta(meta, "scenario"),
+        "prompt_version": _meta(meta, "prompt_version"),
+    }
+    LOOPS_DETECTED.labels(**labels).inc()
+    _OLD_LOOPS.labels(**labels).inc()
 
 
 def record_rollback(
@@ -92,12 +180,14 @@ def record_rollback(
         automatic: True when Rewind rolled back on a verdict, False for an operator's rollback.
         rule: the rule that caused an automatic rollback (``none`` when not given).
     """
-    ROLLBACKS.labels(
-        scenario=_meta(meta, "scenario"),
-        prompt_version=_meta(meta, "prompt_version"),
-        actor_kind="automatic" if automatic else "operator",
-        rule=_label(rule, "none"),
-    ).inc()
+    labels = {
+        "scenario": _meta(meta, "scenario"),
+        "prompt_version": _meta(meta, "prompt_version"),
+        "actor_kind": "automatic" if automatic else "operator",
+        "rule": _label(rule, "none"),
+    }
+    ROLLBACKS.labels(**labels).inc()
+    _OLD_ROLLBACKS.labels(**labels).inc()
 
 
 def serve_metrics(port: int, addr: str = "127.0.0.1"):
@@ -123,7 +213,7 @@ def render_metrics() -> bytes:
 
 def sample(name: str, **labels: str) -> float:
     """Current value of one series (0.0 when it was never incremented), e.g.
-    ``sample("agent_loop_detected_total", rule="cycle", tool="fetch", scenario="refund",
+    ``sample("rewind_loop_detected_total", rule="cycle", tool="fetch", scenario="refund",
     prompt_version="v7")``."""
     value = REGISTRY.get_sample_value(name, labels)
     return 0.0 if value is None else value
