@@ -27,8 +27,9 @@ def two(open_engine: Callable[..., Engine], url: str) -> tuple[Engine, Engine]:
 # -- two MCP proxies ----------------------------------------------------------------------------
 def test_two_mcp_proxies_take_one_conversation_in_turn(redis_url, open_engine):
     """The calls of one conversation, answered by either proxy: one session with every call in
-    order, the loop flagged once at the third identical failure whichever proxy saw it, and the
-    call that would continue it refused by the other proxy too, the tool not called."""
+    order, the loop flagged once at the third identical failure whichever proxy saw it, the call
+    that would continue it refused by the other proxy too (the tool not called), and the notice
+    given once."""
     pytest.importorskip("mcp")
     import mcp_types as types
     from mcp import Client
@@ -61,6 +62,9 @@ def test_two_mcp_proxies_take_one_conversation_in_turn(redis_url, open_engine):
     text = ["\n".join(c.text for c in r.content) for r in results]
     assert "completed a loop" in text[2]  # the third identical failure, its second on proxy A
     assert all(t.startswith("Rewind refused this call") for t in text[3:])  # also proxy B
+    # the client hears of the rollback once, with the call that completed the loop, not again
+    # from the other proxy
+    assert [i for i, t in enumerate(text) if "Rewind notice:" in t] == [2]
     assert len(calls) == 3  # the refused calls never reached the tool
     for engine in (first, second):  # both processes see one session and one loop
         steps = engine.get_session(sid).steps()

@@ -77,6 +77,9 @@ rollback neither unblocks a loop nor forgets who created the session): ``blocked
 for each call it blocks, ``origin`` on the sessions an MCP proxy created."""
 BLOCKED_DOCS = DOCS
 ORIGIN = "origin"
+TOLD = "told:"
+"""Document key prefix: ``told:<epoch>`` once a proxy gave the client the notice of the rollback
+that made that epoch, so another proxy serving the session does not give it again."""
 
 ACTOR = "rewind"
 """Actor of the proxy's own rollbacks and notices in the audit log (as the engine's)."""
@@ -392,12 +395,17 @@ class McpProxy:
         self.engine.put_documents(session.id, DOCS, {f"blocked:{fp}": record for fp in fps})
 
     def _pending_notice(self, session: Session) -> str | None:
-        """The notice of a rollback this proxy has not told the client about yet."""
+        """The notice of a rollback this proxy has not told the client about yet, unless
+        another proxy on the store told it already (several proxies may serve one session)."""
         epoch = session.info().epoch
         seen = self._epochs.get(session.id)
         _keep(self._epochs, session.id, epoch, KEPT_SESSIONS)
         if seen is None or seen == epoch:
             return None
+        told = f"{TOLD}{epoch}"
+        if told in self.engine.get_documents(session.id, DOCS, [told]):
+            return None
+        self.engine.put_documents(session.id, DOCS, {told: True})
         for message in reversed(session.state().messages):
             if message.get(NOTICE_FLAG):
                 return str(message.get("content") or "")
@@ -466,6 +474,9 @@ class McpProxy:
             result = _with_text(result, f"Rewind notice: {notice}")
         with contextlib.suppress(StoreError, UnknownSession):
             epoch = (await self._io(session.info)).epoch
+            if epoch != self._epochs.get(session.id):  # this call's own rollback, told with it
+                await self._io(self.engine.put_documents, session.id, DOCS,
+                               {f"{TOLD}{epoch}": True})
             _keep(self._epochs, session.id, epoch, KEPT_SESSIONS)
         return result
 
