@@ -19,13 +19,16 @@ machine, so a case that allocates enough to trigger one shows it as its longest 
 is the longest stall over `SQLiteSession`'s for the same kind of call.
 
     python bench/async_stall.py [--coroutines C] [--calls R] [--items N] [--store URL]
+                                [--gc-freeze]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
+import importlib
 import os
 import statistics
 import sys
@@ -107,6 +110,13 @@ async def main_async(args: argparse.Namespace, folder: str) -> list[list[str]]:
         for chunk in range(0, len(items), 100):
             await ours.add_items(items[chunk:chunk + 100])
             await theirs.add_items(items[chunk:chunk + 100])
+        if args.gc_freeze:
+            for optional in ("langgraph.store.base", "engine.integrations.langgraph", "mcp",
+                             "mcp.server.mcpserver", "engine.integrations.mcp"):
+                with contextlib.suppress(ImportError):
+                    importlib.import_module(optional)
+            gc.collect()
+            gc.freeze()
 
         def row(case: str, side: str, found: tuple[float, float, float, list[float]],
                 base: float) -> None:
@@ -187,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--items", type=int, default=1000)
     parser.add_argument("--store", default=None, help="Rewind store URL (default: a temp SQLite)")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="gc.freeze() after loading (what long-running servers often do): "
+                        "full collections then skip the modules' objects, so the stalls left "
+                        "are the calls' own")
     args = parser.parse_args(argv)
     gc.callbacks.append(_gen2)
     with tempfile.TemporaryDirectory() as folder:
