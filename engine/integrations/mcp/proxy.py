@@ -45,6 +45,7 @@ from engine.errors import (
 )
 from engine.ids import validate_session_id
 from engine.integrations.mcp.upstream import Upstream
+from engine.integrations.threads import off_loop
 from engine.loops.fingerprint import canonicalize, fingerprint
 from engine.recovery.notices import NOTICE_FLAG
 from engine.sessions.session import NUDGE_TEXT, Session, StepCall
@@ -254,15 +255,13 @@ class McpProxy:
         """Where a 2026-07-28 client's subscriptions/listen stream hears of it."""
         for upstream in self.upstreams:
             upstream.on_tools_changed = self._tools_changed
-        self._store_lock = anyio.Lock()
-        """Held by the store work of a request (`_io`): the handles' loop detectors and the
-        proxy's bookkeeping are never touched by two threads at once."""
 
     async def _io(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` (the engine's store work of a request) in a worker thread, one at a
-        time: a slow store write stalls no other client's request on the event loop."""
-        async with self._store_lock:
-            return await anyio.to_thread.run_sync(fn, *args)
+        """``fn(*args)`` (the engine's store work of a request) on the proxy's worker thread,
+        one at a time (the handles' loop detectors and the proxy's bookkeeping are never
+        touched by two threads at once): a slow store write stalls no other client's request on
+        the event loop."""
+        return await off_loop(self, fn, *args)
 
     # -- lifecycle --------------------------------------------------------------------------
     @contextlib.asynccontextmanager
