@@ -184,3 +184,37 @@ def test_a_held_store_write_does_not_stop_the_proxy(sqlite_url, open_engine):
     assert store.held == [True]
     assert store.threads and loop_thread not in store.threads
     assert [s.status for s in engine.get_session("mcp-held").steps()] == ["ok", "ok"]
+
+
+# -- the worker ---------------------------------------------------------------------------------
+def test_a_cancelled_caller_waits_for_its_store_call_to_finish():
+    """A cancelled step must not leave its store call running behind the caller's back: the
+    cancellation goes on once the call ended (its step is then known, and can be ended)."""
+    from engine.integrations.threads import off_loop
+
+    release, began, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def store_call() -> str:
+        began.set()
+        release.wait(HOLD_S)
+        ended.set()
+        return "done"
+
+    class Handle:
+        pass
+
+    async def scenario() -> tuple[bool, bool, bool]:
+        task = asyncio.create_task(off_loop(Handle(), store_call))
+        while not began.is_set():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        for _ in range(20):
+            await asyncio.sleep(0.001)
+        waiting = not task.done()  # still waiting for the call, not abandoned
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return waiting, ended.is_set(), task.cancelled()
+
+    waiting, finished, cancelled = asyncio.run(scenario())
+    assert waiting and finished and cancelled

@@ -43,9 +43,9 @@ also the SDK's `AgentsException`, so `Runner.run` raises it as is. A quarantined
 engine has fleet quarantines: ``engine.ToolQuarantined``) is not called; the model gets a plain
 refusal as the tool's output.
 
-The ``async`` methods keep the event loop free: their store work runs in a worker thread
-(`asyncio.to_thread`, as the SDK's own `SQLiteSession` does), one call at a time per session
-handle (`engine.integrations.threads`); ``bench/async_stall.py`` measures the loop's longest stall
+The ``async`` methods keep the event loop free: their store work runs in a worker thread (as the
+SDK's own `SQLiteSession` does with `asyncio.to_thread`), one call at a time per session handle
+(`engine.integrations.threads`); ``bench/async_stall.py`` measures the loop's longest stall
 against `SQLiteSession`. A `RewindSession` serves one run at a time, like the SDK's
 own sessions. Needs ``pip install 'agent-rewind[openai-agents]'``.
 """
@@ -72,7 +72,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from engine import errors
 from engine.engine import Engine
 from engine.errors import LoopDetected
-from engine.integrations.threads import off_loop
+from engine.integrations.threads import handle_lock, off_loop
 from engine.records import SessionInfo
 from engine.sessions.session import Session
 from engine.types import LoopPolicy
@@ -493,7 +493,7 @@ class ToolGuard:
             )
         except asyncio.CancelledError:  # the step began in its thread: end it, as below
             if step.n is not None:
-                with contextlib.suppress(LoopDetected):
+                with handle_lock(self.session), contextlib.suppress(LoopDetected):
                     step.fail("CancelledError: the call did not finish")
                     step.__exit__(None, None, None)
             raise
@@ -506,7 +506,7 @@ class ToolGuard:
             await off_loop(self.session, self._finish, step, lambda: step.fail(raised), name, exc)
             raise
         except BaseException as exc:  # cancelled (a timeout, the run stopping): record, go on
-            with contextlib.suppress(LoopDetected):
+            with handle_lock(self.session), contextlib.suppress(LoopDetected):
                 step.fail(f"{type(exc).__name__}: the call did not finish")
                 step.__exit__(None, None, None)
             raise
