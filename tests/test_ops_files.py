@@ -1,5 +1,6 @@
 """The Prometheus alerting rules and the Grafana dashboard in ops/ load and use only the metrics
-Rewind exports, with their real labels."""
+Rewind exports, under their current names (not the deprecated ``agent_*`` ones), with their real
+labels."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from engine import metrics
 
 OPS = Path(__file__).resolve().parents[1] / "ops"
 METRICS = {
-    "agent_loop_detected_total": set(metrics.LOOPS_DETECTED._labelnames),
-    "agent_rollbacks_total": set(metrics.ROLLBACKS._labelnames),
+    "rewind_loop_detected_total": set(metrics.LOOPS_DETECTED._labelnames),
+    "rewind_rollbacks_total": set(metrics.ROLLBACKS._labelnames),
 }
 
 
 def _check_expr(expr: str) -> None:
-    names = set(re.findall(r"\bagent_[a-z_]+\b", expr))
+    assert not re.search(r"\bagent_[a-z_]+_total\b", expr), f"a deprecated name: {expr}"
+    names = set(re.findall(r"\brewind_[a-z_]+_total\b", expr))
     assert names and names <= set(METRICS), expr
     labels = set(re.findall(r"by \(([^)]*)\)", expr))
     used = {label.strip() for group in labels for label in group.split(",")}

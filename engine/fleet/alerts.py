@@ -44,7 +44,10 @@ saved after every page of the feed it reads, whatever the webhooks are doing. Ea
 sender thread of its own that sends its outbox in order: a 2xx removes the alert, a failure
 (connection refused, the deadline passed, a non-2xx answer, a redirect: redirects are never
 followed) keeps it for a retry after ``backoff_s`` doubling per attempt (at most
-``max_backoff_s``), given up after ``attempts`` tries. So a dead, failing or slow webhook holds
+``max_backoff_s``), jittered to between half and all of that, and never sooner than the
+webhook's own ``Retry-After`` (Slack sends one with a 429; honoured up to an hour), given up
+after ``attempts`` tries. POSTs go through httpx, with proxies from the environment
+(``HTTPS_PROXY``, ``NO_PROXY``, …). So a dead, failing or slow webhook holds
 back only its own alerts, never the feed or the other webhooks. Each POST has a total deadline
 (``timeout_s``, for connecting, sending and the answer's status line), so a webhook that
 trickles bytes is cut off too. A webhook sends at most ``rate_per_minute`` alerts a minute; the
@@ -68,17 +71,21 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
-import http.client
 import json
 import logging
 import math
+import random
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 from urllib.parse import quote, unquote, urlsplit
+
+import httpx
 
 from engine.records import Event
 
@@ -104,6 +111,9 @@ URGENT = frozenset({"loop", "loop_spike", "compensation_failed"})
 Poster = Callable[[str, bytes, float], int]
 """Sends one POST (url, JSON body, deadline in seconds) and returns the HTTP status; raises
 OSError when the webhook cannot be reached or does not answer in time."""
+
+RETRY_AFTER_MAX_S = 3600.0
+"""Longest ``Retry-After`` honoured: a webhook asking for more is tried again after an hour."""
 
 Start = float | Literal["now"] | None
 """Where a worker without a state begins: None the whole feed, "now" the newest event, a unix
@@ -168,13 +178,58 @@ def _clause(text: str) -> str:
 
 
 # -- webhooks ---------------------------------------------------------------------------------
-def http_post(url: str, body: bytes, timeout: float) -> int:
-    """POST `body` as JSON to `url` within `timeout` seconds in all, and return the HTTP status.
+class Answer(int):
+    """A webhook's HTTP status, with the wait it asked for before the next POST (its
+    ``Retry-After``, in seconds; None when it gave none or one that does not parse)."""
 
-    The deadline covers connecting, sending and reading the answer's status line: a webhook that
-    trickles a byte at a time is cut off at it, which a socket timeout (per read) would not do.
-    Name resolution is the one step it does not bound. Redirects are not followed (a 3xx status
-    is returned). A URL with credentials (``https://user:pw@host/…``) is sent with basic
+    retry_after: float | None
+
+    def __new__(cls, status: int, retry_after: float | None = None) -> Answer:
+        answer = super().__new__(cls, status)
+        answer.retry_after = retry_after
+        return answer
+
+
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait: delta-seconds or an HTTP date (None: no
+    header, or one that is neither; a date in the past is 0)."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is GMT
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def retry_delay(attempts: int, backoff_s: float, max_backoff_s: float,
+                asked: float | None = None, rand: Callable[[], float] = random.random) -> float:
+    """Seconds before try number ``attempts + 1`` of an alert: ``backoff_s`` doubling per
+    attempt, at most ``max_backoff_s``, jittered to between half and all of it (webhooks that
+    failed together, as one Slack workspace's do, are not retried in step); never less than the
+    webhook's own ``Retry-After`` (`asked`), which is honoured up to `RETRY_AFTER_MAX_S`."""
+    delay = min(backoff_s * 2 ** (attempts - 1), max_backoff_s)
+    delay = delay / 2 + rand() * delay / 2
+    if asked is not None:
+        delay = max(delay, min(asked, RETRY_AFTER_MAX_S))
+    return delay
+
+
+def http_post(url: str, body: bytes, timeout: float) -> Answer:
+    """POST `body` as JSON to `url` within `timeout` seconds in all, and return the HTTP status
+    (an `Answer`, with the webhook's ``Retry-After`` when it sent one).
+
+    Sent with httpx: proxies come from the environment (``HTTPS_PROXY``, ``HTTP_PROXY``,
+    ``ALL_PROXY``, ``NO_PROXY``), as do ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``. The deadline covers
+    connecting, sending and reading the answer's status line: a webhook (or proxy) that trickles
+    a byte at a time is cut off at it, which httpx's timeouts (per read) would not do. Name
+    resolution is the one step it does not bound. Redirects are not followed (a 3xx status is
+    returned). A URL with credentials (``https://user:pw@host/…``) is sent with basic
     authorization and without them in the request line.
 
     Returns:
@@ -185,39 +240,63 @@ def http_post(url: str, body: bytes, timeout: float) -> int:
         reached, or its answer is not HTTP.
     """
     parts = urlsplit(url)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     headers = {"Content-Type": "application/json", "User-Agent": "rewind-alert"}
     if parts.username is not None or parts.password is not None:
         pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
         headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
-    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = kind(parts.hostname or "", parts.port, timeout=timeout)
+        url = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
     cut = threading.Event()
+    sockets: list[socket.socket] = []
+    guard = threading.Lock()
+
+    def shut(sock: socket.socket) -> None:
+        try:  # the plain socket's shutdown: it wakes a read blocked in another thread
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def traced(event: str, info: dict) -> None:
+        # every TCP connection of this POST (to the webhook, or to a proxy) is cut at the
+        # deadline, also one that opens after it
+        if event != "connection.connect_tcp.complete":
+            return
+        stream = info.get("return_value")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if isinstance(sock, socket.socket):
+            with guard:
+                sockets.append(sock)
+                late = cut.is_set()
+            if late:
+                shut(sock)
 
     def cut_off() -> None:
-        cut.set()
-        sock = conn.sock
-        if sock is not None:
-            try:  # the plain socket's shutdown: it wakes a read blocked in another thread
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
-            except OSError:
-                pass
+        with guard:
+            cut.set()
+            open_now = list(sockets)
+        for sock in open_now:
+            shut(sock)
 
     timer = threading.Timer(timeout, cut_off)
     timer.daemon = True
     timer.start()
     try:
-        conn.request("POST", target, body=body, headers=headers)
-        return int(conn.getresponse().status)
-    except (OSError, http.client.HTTPException) as exc:
-        if cut.is_set() or isinstance(exc, TimeoutError):
+        with httpx.Client(timeout=httpx.Timeout(timeout), trust_env=True,
+                          follow_redirects=False) as client:
+            answer = client.post(url, content=body, headers=headers,
+                                 extensions={"trace": traced})
+        return Answer(answer.status_code, retry_after(answer.headers.get("retry-after")))
+    except (OSError, httpx.HTTPError) as exc:
+        if cut.is_set() or isinstance(exc, (TimeoutError, httpx.TimeoutException)):
             raise TimeoutError(f"no answer within the deadline of {timeout:g} s") from None
         if isinstance(exc, OSError):
             raise
-        raise ConnectionError(f"the answer is not HTTP ({type(exc).__name__})") from None
+        if isinstance(exc, (httpx.ConnectError, httpx.ProxyError)):
+            raise ConnectionError(f"cannot connect: {exc}") from None
+        if isinstance(exc, httpx.TransportError):
+            raise ConnectionError(f"the answer is not HTTP ({type(exc).__name__})") from None
+        raise ConnectionError(f"{type(exc).__name__}: {exc}") from None
     finally:
         timer.cancel()
-        conn.close()
 
 
 def check_webhook(url: str) -> str:
@@ -916,7 +995,7 @@ class AlertWorker:
                 if item is None or item["next_at"] > now:
                     return
                 body = json.dumps(item["body"], ensure_ascii=False).encode("utf-8")
-            error = self._post(sender.url, body)
+            error, asked = self._post(sender.url, body)
             with self._lock:
                 self._dirty = True
                 state.sent.setdefault(budget, []).append(time.time())
@@ -937,7 +1016,7 @@ class AlertWorker:
                     if index is not None:
                         del box[index]
                     continue
-                delay = min(cfg.backoff_s * 2 ** (attempts - 1), cfg.max_backoff_s)
+                delay = retry_delay(attempts, cfg.backoff_s, cfg.max_backoff_s, asked)
                 log.warning("webhook %s: alert %s failed (%s); retry in %.1f s", sender.label,
                             item["key"], error, delay)
                 if index is not None:
@@ -945,15 +1024,19 @@ class AlertWorker:
                                   "error": error}
                 return
 
-    def _post(self, url: str, body: bytes) -> str | None:
-        """None when `url` took `body`, else what went wrong, without the webhook's secrets."""
+    def _post(self, url: str, body: bytes) -> tuple[str | None, float | None]:
+        """(None when `url` took `body`, else what went wrong, without the webhook's secrets;
+        the seconds it asked to wait before the next POST, its ``Retry-After``, or None)."""
         try:
             status = self.post(url, body, self.config.timeout_s)
         except Exception as exc:  # noqa: BLE001 - unreachable, TLS, a garbled answer, …
-            return redact_webhook(f"{type(exc).__name__}: {exc}", url)
+            return redact_webhook(f"{type(exc).__name__}: {exc}", url), None
+        asked = getattr(status, "retry_after", None)
         if 200 <= status < 300:
-            return None
+            return None, None
         if 300 <= status < 400:
             return (f"HTTP {status}: a redirect, which is not followed (a webhook must take the "
-                    "POST itself); give its final URL")
-        return f"HTTP {status}"
+                    "POST itself); give its final URL"), asked
+        if status == 429 and asked is not None:
+            return f"HTTP 429: rate limited, asked to wait {asked:g} s", asked
+        return f"HTTP {status}", asked

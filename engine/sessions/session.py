@@ -179,6 +179,10 @@ class StepCall:
         s._task_pending = False
         self.n = ticket.n
         self.snapshot_id = ticket.snapshot
+        if ticket.n != (s._began or 0) + 1:
+            s._epoch = None  # steps began elsewhere since this handle's last (another process
+            # serving the same session, a refusal): the detector reads them before judging
+        s._began = ticket.n
         s._sync_epoch(ticket.epoch, exclude=self.n)
         return self
 
@@ -237,6 +241,7 @@ class Session:
         self._episodes = EpisodeTracker(4 * max(self._detector.horizon, 1))
         self._memory: SessionMemory | None = None
         self._task_pending = False  # `new_task` was called: the next step's row says so
+        self._began: int | None = None  # number of the last step this handle began
 
     # -- loop policy ------------------------------------------------------------------------
     @property

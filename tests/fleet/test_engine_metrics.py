@@ -8,23 +8,31 @@ from engine import LoopDetected, metrics
 from engine.fleet.api import Fleet
 
 
+@pytest.fixture(autouse=True)
+def fresh_bounds():
+    """No label values seen yet: the process's other tests may have filled the bounds."""
+    metrics.bound_labels()
+    yield
+    metrics.bound_labels()
+
+
 def test_an_automatic_loop_rollback_is_counted(open_engine):
     engine = open_engine("sqlite:///:memory:")
     meta = {"scenario": "metrics-crop", "prompt_version": "v-metrics"}
     s = engine.session("m", meta=meta)
     labels = dict(scenario="metrics-crop", prompt_version="v-metrics")
-    loops_before = metrics.sample("agent_loop_detected_total", rule="exact_repeat",
+    loops_before = metrics.sample("rewind_loop_detected_total", rule="exact_repeat",
                                   tool="image_crop", **labels)
     with pytest.raises(LoopDetected):
         for _ in range(5):
             with s.step("image_crop", {"x": 1}) as call:
                 call.fail("invalid slice")
-    assert metrics.sample("agent_loop_detected_total", rule="exact_repeat", tool="image_crop",
+    assert metrics.sample("rewind_loop_detected_total", rule="exact_repeat", tool="image_crop",
                           **labels) == loops_before + 1
-    assert metrics.sample("agent_rollbacks_total", actor_kind="automatic", rule="exact_repeat",
+    assert metrics.sample("rewind_rollbacks_total", actor_kind="automatic", rule="exact_repeat",
                           **labels) >= 1
     engine.rollback("m", actor="alice", reason="manual", force=True)  # again, on purpose
-    assert metrics.sample("agent_rollbacks_total", actor_kind="operator", rule="none",
+    assert metrics.sample("rewind_rollbacks_total", actor_kind="operator", rule="none",
                           **labels) == 1
 
 
@@ -37,4 +45,5 @@ def test_metrics_are_served_over_http():
         body = urllib.request.urlopen(url, timeout=5).read().decode()
     finally:
         server.shutdown()
-    assert "agent_loop_detected_total" in body and "agent_rollbacks_total" in body
+    assert "rewind_loop_detected_total" in body and "rewind_rollbacks_total" in body
+    assert "agent_loop_detected_total" in body  # the old names, for one release

@@ -316,7 +316,7 @@ def test_one_page_for_forty_sessions_on_one_cause_and_one_when_it_closes(engine)
         for i in range(10):
             _other_loop(engine, f"other-{i}", i)
         [inc] = [i for i in engine.incidents() if i.tool == "refund_api"]
-        assert sample("agent_incidents_open") == 11
+        assert sample("rewind_incidents_open") == 11
         worker.run_once()
         about = [b for b in sent if b.get("incident") == inc.id]
         assert len(about) == 1

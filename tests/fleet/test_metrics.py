@@ -1,8 +1,11 @@
-"""Prometheus counters for loops and rollbacks."""
+"""Prometheus counters for loops and rollbacks: named ``rewind_*`` (the ``agent_*`` names still
+exported for one release), with a bounded number of label values."""
 
 from __future__ import annotations
 
 import urllib.request
+
+import pytest
 
 from engine import metrics
 from engine.loops.detector import HEALTHY, LoopDetector, Step, Verdict
@@ -11,11 +14,19 @@ META = {"tenant": "acme", "scenario": "refund", "prompt_version": "v7"}
 
 
 def loops(**labels) -> float:
-    return metrics.sample("agent_loop_detected_total", **labels)
+    return metrics.sample("rewind_loop_detected_total", **labels)
 
 
 def rollbacks(**labels) -> float:
-    return metrics.sample("agent_rollbacks_total", **labels)
+    return metrics.sample("rewind_rollbacks_total", **labels)
+
+
+@pytest.fixture(autouse=True)
+def fresh_bounds():
+    """Each test starts with no label values seen (the process's other tests saw many)."""
+    metrics.bound_labels()
+    yield
+    metrics.bound_labels()
 
 
 def test_record_loop_counts_by_rule_tool_scenario_and_prompt_version():
@@ -52,8 +63,8 @@ def test_tool_defaults_to_the_verdict_and_missing_meta_is_unknown():
 def test_healthy_verdicts_are_not_counted():
     before = metrics.render_metrics()
     metrics.record_loop(HEALTHY, "fetch", META)
-    assert metrics.render_metrics().count(b"agent_loop_detected_total{") == before.count(
-        b"agent_loop_detected_total{"
+    assert metrics.render_metrics().count(b"rewind_loop_detected_total{") == before.count(
+        b"rewind_loop_detected_total{"
     )
 
 
@@ -110,6 +121,68 @@ def test_http_endpoint_serves_the_counters():
     finally:
         server.shutdown()
         server.server_close()
+    assert "# TYPE rewind_loop_detected_total counter" in body
+    assert 'rewind_rollbacks_total{actor_kind="automatic"' in body
+    # the names of the previous release, still served for one more
     assert "# TYPE agent_loop_detected_total counter" in body
     assert 'agent_rollbacks_total{actor_kind="automatic"' in body
     thread.join(timeout=5)
+
+
+def test_the_old_names_count_the_same_for_one_release():
+    assert metrics.DEPRECATED_NAMES == {
+        "agent_loop_detected_total": "rewind_loop_detected_total",
+        "agent_rollbacks_total": "rewind_rollbacks_total",
+    }
+    labels = {"rule": "cycle", "tool": "fetch", "scenario": "old-names", "prompt_version": "v1"}
+    before = (loops(**labels), metrics.sample("agent_loop_detected_total", **labels))
+    metrics.record_loop(metrics_verdict("cycle", "fetch"), None,
+                        {"scenario": "old-names", "prompt_version": "v1"})
+    assert (loops(**labels), metrics.sample("agent_loop_detected_total", **labels)) == (
+        before[0] + 1, before[1] + 1)
+
+
+def metrics_verdict(rule: str, tool: str) -> Verdict:
+    return Verdict(looping=True, rule=rule, tool=tool)
+
+
+def series(name: str, label: str) -> set[str]:
+    """The values `label` takes among the series of `name`."""
+    return {s.labels[label] for m in metrics.REGISTRY.collect() for s in m.samples
+            if s.name == name and label in s.labels}
+
+
+def test_caller_label_values_are_bounded_with_an_other_bucket():
+    """A caller sending a new tool and scenario name on every call (ids, timestamps) adds at most
+    the bound's series, then counts under "other"."""
+    metrics.bound_labels(limit=3)
+    for i in range(40):
+        metrics.record_loop(metrics_verdict("exact_repeat", f"tool-{i}"), None,
+                            {"scenario": f"scenario-{i}", "prompt_version": f"pv-{i}"})
+    tools = series("rewind_loop_detected_total", "tool")
+    assert {"tool-0", "tool-1", "tool-2", "other"} <= tools
+    assert not any(t.startswith("tool-") and t not in ("tool-0", "tool-1", "tool-2")
+                   for t in tools)
+    assert loops(rule="exact_repeat", tool="other", scenario="other",
+                 prompt_version="other") == 37
+    # a value seen before the bound filled keeps its name
+    metrics.record_loop(metrics_verdict("exact_repeat", "tool-1"), None,
+                        {"scenario": "scenario-1", "prompt_version": "pv-1"})
+    assert loops(rule="exact_repeat", tool="tool-1", scenario="scenario-1",
+                 prompt_version="pv-1") == 2
+
+
+def test_a_fixed_set_of_values_keeps_only_those():
+    metrics.bound_labels(tool=["refund_api", "image_crop"], scenario=["refund"])
+    metrics.record_rollback({"scenario": "refund", "prompt_version": "v9"}, automatic=True)
+    metrics.record_rollback({"scenario": "made-up", "prompt_version": "v9"}, automatic=True)
+    metrics.record_loop(metrics_verdict("cycle", "image_crop"), None, {"scenario": "x"})
+    metrics.record_loop(metrics_verdict("cycle", "rm_rf"), None, {"scenario": "x"})
+    assert rollbacks(scenario="refund", prompt_version="v9", actor_kind="automatic",
+                     rule="none") == 1
+    assert rollbacks(scenario="other", prompt_version="v9", actor_kind="automatic",
+                     rule="none") >= 1
+    assert loops(rule="cycle", tool="image_crop", scenario="other", prompt_version="unknown") >= 1
+    assert loops(rule="cycle", tool="other", scenario="other", prompt_version="unknown") >= 1
+    with pytest.raises(ValueError, match="cannot bound label 'tenant'"):
+        metrics.bound_labels(tenant=["acme"])

@@ -10,9 +10,9 @@
 Each thread is a Rewind session: its checkpoints are snapshots, forks are branches of the
 snapshot tree, tool calls are guarded steps; a loop rolls the thread back to its last healthy
 checkpoint and the next invocation continues from there with a recovery notice. `RewindStore`
-(``compile(store=RewindStore(engine.session("agent-memory")))``) keeps the graph's long-term
-facts as keyed memories of a session, which a rollback undoes. See `saver`, `guard` and `store`
-for the details. Needs ``pip install 'agent-rewind[langgraph]'``.
+(``compile(store=RewindStore(engine, depth=2))``) keeps the graph's long-term facts as keyed
+memories of one session per namespace, which a rollback of that session undoes. See `saver`,
+`guard` and `store` for the details. Needs ``pip install 'agent-rewind[langgraph]'``.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ Every tool call the proxy forwards is a step it opens, and every step it opens e
 within the timeout, a lost server) or cancelled (the client gave up, the proxy stopped). Calls the
 proxy refuses itself (a loop it blocked) are recorded with `Engine.documents.record_refusal`,
 which the loop detector never counts: a refusal is never evidence of a loop.
+
+The engine's store work of a request runs in a worker thread, one request's at a time (`_io`), so
+a slow store write never stalls the event loop that serves every client and upstream.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
@@ -42,6 +45,7 @@ from engine.errors import (
 )
 from engine.ids import validate_session_id
 from engine.integrations.mcp.upstream import Upstream
+from engine.integrations.threads import off_loop
 from engine.loops.fingerprint import canonicalize, fingerprint
 from engine.recovery.notices import NOTICE_FLAG
 from engine.sessions.session import NUDGE_TEXT, Session, StepCall
@@ -49,6 +53,8 @@ from engine.sessions.session import NUDGE_TEXT, Session, StepCall
 __all__ = ["DEFAULT_TIMEOUT_S", "META_SESSION_KEYS", "McpProxy", "UpstreamUnavailable"]
 
 log = logging.getLogger("rewind.mcp_proxy")
+
+T = TypeVar("T")
 
 KEPT_HANDLES = 1_000
 """Session handles the proxy keeps open (least recently used go first)."""
@@ -72,6 +78,9 @@ rollback neither unblocks a loop nor forgets who created the session): ``blocked
 for each call it blocks, ``origin`` on the sessions an MCP proxy created."""
 BLOCKED_DOCS = DOCS
 ORIGIN = "origin"
+TOLD = "told:"
+"""Document key prefix: ``told:<epoch>`` once a proxy gave the client the notice of the rollback
+that made that epoch, so another proxy serving the session does not give it again."""
 
 ACTOR = "rewind"
 """Actor of the proxy's own rollbacks and notices in the audit log (as the engine's)."""
@@ -247,6 +256,13 @@ class McpProxy:
         for upstream in self.upstreams:
             upstream.on_tools_changed = self._tools_changed
 
+    async def _io(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` (the engine's store work of a request) on the proxy's worker thread,
+        one at a time (the handles' loop detectors and the proxy's bookkeeping are never
+        touched by two threads at once): a slow store write stalls no other client's request on
+        the event loop."""
+        return await off_loop(self, fn, *args)
+
     # -- lifecycle --------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def connected(self) -> AsyncIterator[McpProxy]:
@@ -378,12 +394,17 @@ class McpProxy:
         self.engine.documents.put(session.id, DOCS, {f"blocked:{fp}": record for fp in fps})
 
     def _pending_notice(self, session: Session) -> str | None:
-        """The notice of a rollback this proxy has not told the client about yet."""
+        """The notice of a rollback this proxy has not told the client about yet, unless
+        another proxy on the store told it already (several proxies may serve one session)."""
         epoch = session.info().epoch
         seen = self._epochs.get(session.id)
         _keep(self._epochs, session.id, epoch, KEPT_SESSIONS)
         if seen is None or seen == epoch:
             return None
+        told = f"{TOLD}{epoch}"
+        if told in self.engine.documents.get(session.id, DOCS, [told]):
+            return None
+        self.engine.documents.put(session.id, DOCS, {told: True})
         for message in reversed(session.state().messages):
             if message.get(NOTICE_FLAG):
                 return str(message.get("content") or "")
@@ -432,8 +453,8 @@ class McpProxy:
         meta = params.meta if isinstance(params.meta, dict) else getattr(ctx, "meta", None)
         for attempt in (1, 2):
             try:
-                session = self.session_for(ctx, meta)
-                notice = self._pending_notice(session)
+                session = await self._io(self.session_for, ctx, meta)
+                notice = await self._io(self._pending_notice, session)
                 result = await self.call(session, name, args)
                 break
             except _SessionRefused as refused:
@@ -451,7 +472,11 @@ class McpProxy:
         if notice:
             result = _with_text(result, f"Rewind notice: {notice}")
         with contextlib.suppress(StoreError, UnknownSession):
-            _keep(self._epochs, session.id, session.info().epoch, KEPT_SESSIONS)
+            epoch = (await self._io(session.info)).epoch
+            if epoch != self._epochs.get(session.id):  # this call's own rollback, told with it
+                await self._io(self.engine.documents.put, session.id, DOCS,
+                               {f"{TOLD}{epoch}": True})
+            _keep(self._epochs, session.id, epoch, KEPT_SESSIONS)
         return result
 
     def _requested_session(self, ctx: Any, meta: Any) -> str:
@@ -474,13 +499,15 @@ class McpProxy:
                 was called (after, the result goes back saying the records miss it).
         """
         fp = fingerprint(name, canonicalize(args, "args"))
-        blocked = self._blocked(session, fp)
+        blocked = await self._io(self._blocked, session, fp)
         if blocked is not None:
             reason = f"this call repeats a loop ({blocked.get('rule')}); the tool was not called"
             try:
-                self.engine.documents.record_refusal(session.id, name, args, reason)
+                await self._io(self.engine.documents.record_refusal, session.id, name, args,
+                               reason)
             except SizeLimitExceeded:  # recorded by digest, as the calls it repeats
-                self.engine.documents.record_refusal(session.id, name, _by_digest(args), reason)
+                await self._io(self.engine.documents.record_refusal, session.id, name,
+                               _by_digest(args), reason)
             return _refusal(
                 REFUSAL.format(tool=name, explanation=_clause(blocked.get("explanation"))))
         upstream = await self._route(name)
@@ -490,7 +517,7 @@ class McpProxy:
         if now - self._last_call.get(session.id, now) >= IDLE_TASK_S:
             # The client came back after a pause: a new task, so a client connected all day is
             # never stopped by the step budget for being connected long (loops still count).
-            session.new_task()
+            await self._io(session.new_task)
         _keep(self._last_call, session.id, now, KEPT_SESSIONS)
         try:
             step = session.step(name, args)
@@ -499,19 +526,19 @@ class McpProxy:
             # goes through, recorded by their digest, so the detector still sees a repeat.
             step = session.step(name, _by_digest(args))
         try:
-            step.__enter__()
+            await self._io(step.__enter__)
         except ToolQuarantined as refused:
             return _refusal(QUARANTINED.format(tool=name, reason=refused))
         try:
             result = await self._forward(upstream, name, args)
         except BaseException:  # cancelled: the client gave up, or the proxy is stopping
             step.fail(CANCELLED)
-            with contextlib.suppress(StoreError, UnknownSession):
-                self._end(session, step, fp, None)
+            with contextlib.suppress(StoreError, UnknownSession), anyio.CancelScope(shield=True):
+                await self._io(self._end, session, step, fp, None)
             raise
         result = self._record(step, name, result)
         try:
-            return self._end(session, step, fp, result)
+            return await self._io(self._end, session, step, fp, result)
         except (StoreError, UnknownSession) as exc:
             # The tool ran: its result goes back, saying that the records miss it.
             log.warning("cannot record the end of %s in the store: %s", name, exc)

@@ -43,13 +43,16 @@ also the SDK's `AgentsException`, so `Runner.run` raises it as is. A quarantined
 engine has fleet quarantines: ``engine.ToolQuarantined``) is not called; the model gets a plain
 refusal as the tool's output.
 
-Store calls are made inline on the event loop (a guarded call costs well under a millisecond on
-SQLite, see ``bench/integrations.py``). A `RewindSession` serves one run at a time, like the SDK's
+The ``async`` methods keep the event loop free: their store work runs in a worker thread (as the
+SDK's own `SQLiteSession` does with `asyncio.to_thread`), one call at a time per session handle
+(`engine.integrations.threads`); ``bench/async_stall.py`` measures the loop's longest stall
+against `SQLiteSession`. A `RewindSession` serves one run at a time, like the SDK's
 own sessions. Needs ``pip install 'agent-rewind[openai-agents]'``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import copy
@@ -70,6 +73,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from engine import errors
 from engine.engine import Engine
 from engine.errors import LoopDetected
+from engine.integrations.threads import handle_lock, off_loop
 from engine.records import SessionInfo
 from engine.sessions.session import Session
 from engine.types import LoopPolicy
@@ -305,6 +309,9 @@ class RewindSession:
     # -- the SDK's protocol ------------------------------------------------------------------
     async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[dict]:
         """The visible history, oldest first; `limit`: only the newest N items."""
+        return await off_loop(self.rewind, self._get_items, limit, wrapper)
+
+    def _get_items(self, limit: int | None, wrapper: Any) -> list[dict]:
         if limit is None and self.session_settings is not None:
             limit = getattr(self.session_settings, "limit", None)
         info = self.rewind.info()  # one read of the summary serves the run check and the read
@@ -316,6 +323,9 @@ class RewindSession:
     async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
         """Append items to the history (one atomic write); dropped when the session was rolled
         back since this run read it."""
+        await off_loop(self.rewind, self._add_items, items, wrapper)
+
+    def _add_items(self, items: list[Any], wrapper: Any) -> None:
         if not items:
             return
         info = self.rewind.info()
@@ -339,6 +349,9 @@ class RewindSession:
     async def pop_item(self, *, wrapper: Any = None) -> dict | None:
         """Remove and return the newest visible item (None when there is none). The message
         stays in Rewind's history; it is hidden from the SDK (restored by a rollback)."""
+        return await off_loop(self.rewind, self._pop_item)
+
+    def _pop_item(self) -> dict | None:
         visible, hidden = self._visible(1)
         if not visible:
             return None
@@ -348,6 +361,9 @@ class RewindSession:
 
     async def clear_session(self, *, wrapper: Any = None) -> None:
         """Hide every item stored so far (the messages stay in Rewind's history)."""
+        await off_loop(self.rewind, self._clear_session)
+
+    def _clear_session(self) -> None:
         self.rewind.set_vars({START_VAR: self.rewind.info().messages, HIDDEN_VAR: None})
 
     # -- Rewind --------------------------------------------------------------------------------
@@ -498,22 +514,28 @@ class ToolGuard:
         step = self.session.step(name, args, side_effect=side_effect, compensation=compensation,
                                  turn=self._turn(ctx))
         try:
-            step.__enter__()
+            await off_loop(self.session, step.__enter__)
         except _quarantine_errors() as refused:
             return (
                 f"Rewind: the tool {name} is quarantined and was not called ({refused}). "
                 "Do not call it again; use another tool or tell the user it is unavailable."
             )
+        except asyncio.CancelledError:  # the step began in its thread: end it, as below
+            if step.n is not None:
+                with handle_lock(self.session), contextlib.suppress(LoopDetected):
+                    step.fail("CancelledError: the call did not finish")
+                    step.__exit__(None, None, None)
+            raise
         caught: list[BaseException] = []
         token = _CAUGHT.set(caught)
         try:
             output = await invoke(ctx, arguments)
         except Exception as exc:
             raised = exc
-            self._finish(step, lambda: step.fail(raised), name, exc)
+            await off_loop(self.session, self._finish, step, lambda: step.fail(raised), name, exc)
             raise
         except BaseException as exc:  # cancelled (a timeout, the run stopping): record, go on
-            with contextlib.suppress(LoopDetected):
+            with handle_lock(self.session), contextlib.suppress(LoopDetected):
                 step.fail(f"{type(exc).__name__}: the call did not finish")
                 step.__exit__(None, None, None)
             raise
@@ -526,9 +548,10 @@ class ToolGuard:
                 failure = said if isinstance(said, str) else (_text(output) or "error")
         if failure is not None:
             reason = failure
-            self._finish(step, lambda: step.fail(reason), name, None)
+            await off_loop(self.session, self._finish, step, lambda: step.fail(reason), name, None)
         else:
-            self._finish(step, lambda: step.ok(_result_of(output)), name, None)
+            await off_loop(self.session, self._finish, step, lambda: step.ok(_result_of(output)),
+                           name, None)
         return output
 
     def _finish(

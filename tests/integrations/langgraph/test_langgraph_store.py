@@ -207,3 +207,105 @@ def test_a_graph_keeps_its_long_term_facts_in_the_store_and_a_rollback_undoes_th
     assert store.get(("users", "u1"), "home").value == {"text": "I live on the moon"}
     store.session.rollback(to=snap, actor="op", reason="bad fact", notice=False)
     assert store.get(("users", "u1"), "home").value == {"text": "I live in Boston"}
+
+
+# -- one session per namespace ------------------------------------------------------------------
+@pytest.fixture
+def spread(mem_engine):
+    return RewindStore(mem_engine, depth=2)
+
+
+def test_each_namespace_has_a_session_of_its_own(spread, mem_engine):
+    spread.put(("users", "u1"), "home", {"text": "lives in Denver"})
+    spread.put(("users", "u2"), "home", {"text": "lives in Lisbon"})
+    spread.put(("users", "u2", "pets"), "cat", {"text": "a cat named Io"})
+    assert spread.session_id(("users", "u1")) == "langgraph-store/users/u1"
+    assert spread.session_id(("users", "u2", "pets")) == "langgraph-store/users/u2"
+    ids = {s.id for s in mem_engine.sessions()}
+    assert {"langgraph-store/users/u1", "langgraph-store/users/u2"} <= ids
+    assert [m.key for m in mem_engine.session("langgraph-store/users/u1").memory.facts()] == [
+        "users/u1/home"]
+    assert spread.get(("users", "u2"), "home").value == {"text": "lives in Lisbon"}
+    # reading a namespace that never had an item creates no session
+    assert spread.get(("users", "u9"), "home") is None
+    spread.delete(("users", "u9"), "home")
+    assert mem_engine.session_info("langgraph-store/users/u9") is None
+
+
+def test_a_rollback_touches_only_its_namespace(spread):
+    spread.put(("users", "u1"), "home", {"text": "lives in Boston"})
+    spread.put(("users", "u2"), "home", {"text": "lives in Lisbon"})
+    u1 = spread.session_for(("users", "u1"))
+    snap = u1.snapshot("facts known")
+    spread.put(("users", "u1"), "home", {"text": "lives on the moon"})  # a loop made it up
+    spread.put(("users", "u2"), "home", {"text": "moved to Porto"})     # u2's real news
+    u1.rollback(to=snap, actor="op", reason="the loop made it up", notice=False)
+    assert spread.get(("users", "u1"), "home").value == {"text": "lives in Boston"}
+    assert spread.get(("users", "u2"), "home").value == {"text": "moved to Porto"}
+
+
+def test_search_and_listing_span_the_namespace_sessions(spread, mem_engine, clock):
+    spread.put(("users", "u1"), "home", {"text": "lives in Denver, Colorado", "kind": "place"})
+    spread.put(("users", "u2"), "home", {"text": "lives in Lisbon", "kind": "place"})
+    spread.put(("users", "u2"), "food", {"text": "allergic to peanuts", "kind": "health"})
+    spread.put(("docs",), "readme", {"content": "the council meets in Denver"})
+    other = RewindStore(mem_engine, prefix="other-store", depth=2)
+    other.put(("users", "u1"), "home", {"text": "lives in Denver too"})  # another store's item
+    hits = spread.search(("users",), query="which city does the user live in? Denver")
+    assert hits[0].namespace == ("users", "u1") and hits[0].key == "home"
+    assert {h.namespace[0] for h in hits} == {"users"}
+    assert "lives in Denver too" not in {h.value["text"] for h in hits}
+    listed = spread.search(("users",), filter={"kind": "place"})
+    assert [i.namespace for i in listed] == [("users", "u2"), ("users", "u1")]  # newest first
+    assert spread.list_namespaces() == [("docs",), ("users", "u1"), ("users", "u2")]
+    assert spread.list_namespaces(prefix=("users",)) == [("users", "u1"), ("users", "u2")]
+    assert spread.list_namespaces(prefix=("*", "u2")) == [("users", "u2")]
+    # another process on the same store finds the namespace sessions
+    again = RewindStore(mem_engine, depth=2)
+    assert {h.key for h in again.search(("users",))} == {"home", "food"}
+
+
+def test_a_long_namespace_gets_a_hashed_session_id(spread):
+    ns = ("users", "x" * 300)
+    spread.put(ns, "k", {"text": "long"})
+    sid = spread.session_id(ns)
+    assert sid.startswith("langgraph-store/#") and len(sid) <= 200
+    assert spread.get(ns, "k").value == {"text": "long"}
+    assert spread.session_id(("users", "a/b")) == "langgraph-store/users/a%2Fb"
+
+
+def test_bad_mappings_are_refused(mem_engine):
+    with pytest.raises(ValueError, match="depth"):
+        RewindStore(mem_engine, depth=0)
+    with pytest.raises(ValueError):
+        RewindStore(mem_engine, prefix="")
+
+
+def test_items_of_one_session_move_to_namespace_sessions(mem_engine):
+    from engine.integrations.langgraph.store import move_items
+
+    old = RewindStore(mem_engine.session("agent-memory"))
+    old.put(("users", "u1"), "home", {"text": "lives in Boston"})
+    old.put(("users", "u2"), "home", {"text": "lives in Lisbon"}, index=False)
+    old.put(("users", "u1"), "home", {"text": "lives in Denver"})
+    first = old.get(("users", "u1"), "home")
+    new = RewindStore(mem_engine, depth=2)
+    assert move_items(old.session, new) == 2
+    moved = new.get(("users", "u1"), "home")
+    assert moved.value == {"text": "lives in Denver"} and moved.created_at == first.created_at
+    hits = new.search(("users",), query="Lisbon")
+    assert ("users", "u2") not in {tuple(h.namespace) for h in hits}  # index=False kept
+    assert move_items(old.session, new) == 0  # nothing changed since
+    # the old session is left as it was
+    assert old.get(("users", "u2"), "home").value == {"text": "lives in Lisbon"}
+    with pytest.raises(ValueError, match="one session per namespace"):
+        move_items(old.session, old)
+
+
+def test_async_operations_on_namespace_sessions(spread):
+    async def go():
+        await spread.aput(("users", "u1"), "home", {"text": "lives in Denver"})
+        return await spread.aget(("users", "u1"), "home"), await spread.asearch(("users",))
+
+    got, found = asyncio.run(go())
+    assert got.value == {"text": "lives in Denver"} and [f.key for f in found] == ["home"]
