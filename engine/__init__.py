@@ -20,16 +20,19 @@ if TYPE_CHECKING:
         BudgetError,
         CompensationConflict,
         ConfigError,
+        DecisionRefused,
         EncodingIntegrityError,
         EncodingUnavailable,
         InvalidSessionId,
         JudgeUnavailable,
         LoopDetected,
+        LoopWaiting,
         NothingToRollBack,
         PermissionDenied,
         RewindError,
         RollbackConflict,
         SchemaMismatch,
+        SessionStopped,
         SizeLimitExceeded,
         SnapshotNotRestorable,
         StepError,
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
         UnknownQuarantine,
         UnknownSession,
         UnknownSnapshot,
+        WaitTimeout,
         WatchOnly,
     )
     from engine.fleet.quarantine import unused_tool_hint
@@ -66,6 +70,7 @@ if TYPE_CHECKING:
         BulkRollbackItem,
         Compensation,
         CompensationWorker,
+        Decision,
         Event,
         MessageRecord,
         Quarantine,
@@ -99,6 +104,11 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "Decision",
+    "WaitTimeout",
+    "SessionStopped",
+    "DecisionRefused",
+    "LoopWaiting",
     "AUDIT_ACTIONS",
     "WatchOnly",
     "PAUSED_TEMPLATES",
@@ -182,6 +192,11 @@ __all__ = [
 __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
+    "Decision": "engine.records",
+    "WaitTimeout": "engine.errors",
+    "SessionStopped": "engine.errors",
+    "DecisionRefused": "engine.errors",
+    "LoopWaiting": "engine.errors",
     "AUDIT_ACTIONS": "engine.types",
     "WatchOnly": "engine.errors",
     "PAUSED_TEMPLATES": "engine.recovery.notices",

@@ -33,6 +33,7 @@ from engine.records import (
     AuditEvent,
     BulkRollbackItem,
     Compensation,
+    Decision,
     Event,
     Quarantine,
     RollbackPreview,
@@ -41,7 +42,7 @@ from engine.records import (
     SnapshotNode,
     StepRecord,
 )
-from engine.recovery import bulk, saga, verbs
+from engine.recovery import bulk, oncall, saga, verbs
 from engine.runtime import CompensationHandler, Runtime, configured_detector
 from engine.sessions.session import Session
 from engine.store import Retention, SessionCursor, SessionFilter, Store, open_store
@@ -239,11 +240,12 @@ class Engine:
 
     # -- sessions ---------------------------------------------------------------------------
     def session(self, sid: str, meta: dict | None = None, *,
-                on_loop: LoopPolicy | None = None) -> Session:
+                on_loop: LoopPolicy | None = None, freeze_exempt: bool = False) -> Session:
         """Get or create the session `sid`; `meta` keys are merged into its metadata.
 
-        `on_loop` fixes this handle's loop policy, freeze or not; None follows the engine's
-        (`loop_policy`: the freeze's while one is in force, else the default).
+        `on_loop` sets this handle's loop policy; None follows the engine's default. While a
+        freeze that sets a loop policy is in force, the freeze's policy applies instead,
+        unless the handle is `freeze_exempt` (`engine.freeze.resolve`).
 
         Raises:
             InvalidSessionId: bad id. TypeError: meta not representable as JSON, or a facet
@@ -261,7 +263,7 @@ class Engine:
         if meta:
             meta, _ = canonical_within(meta, self.runtime.limits.meta_bytes, "meta", "meta_bytes")
         info = self.store.ensure_session(sid, meta or None, self.clock())
-        return Session(self.runtime, info, on_loop)
+        return Session(self.runtime, info, on_loop, freeze_exempt)
 
     def get_session(self, sid: str) -> Session:
         """The handle of an existing session.
@@ -454,6 +456,35 @@ class Engine:
             PermissionDenied: the actor is a viewer. UnknownQuarantine: no such id.
         """
         return quarantine.lift(self.runtime, qid, actor=actor, reason=reason)
+
+    def release(self, sid: str, *, actor: str | Actor, reason: str,
+                note: str | None = None) -> Decision:
+        """Release session `sid`, waiting for on-call: its agent may continue; `note` is
+        appended to its messages. Audited, one atomic write (`engine.recovery.oncall`).
+
+        Raises:
+            PermissionDenied: not an operator (now). DecisionRefused: blank reason, the session
+            does not wait, or was decided already. UnknownSession. Nothing is written then.
+        """
+        return oncall.release(self.runtime, sid, actor=actor, reason=reason, note=note)
+
+    def stop(self, sid: str, *, actor: str | Actor, reason: str) -> Decision:
+        """Stop session `sid`, waiting for on-call: status stopped, its steps raise
+        `SessionStopped`. Audited, one atomic write (`engine.recovery.oncall`).
+
+        Raises:
+            PermissionDenied, DecisionRefused, UnknownSession: as `release`.
+        """
+        return oncall.stop(self.runtime, sid, actor=actor, reason=reason)
+
+    def wait_for_decision(self, sid: str, timeout: float | None = None) -> Decision:
+        """Block until an operator decides about session `sid`'s wait for on-call (see
+        `Session.wait_for_decision`).
+
+        Raises:
+            WaitTimeout: none within `timeout` seconds. StepError: the session does not wait.
+        """
+        return oncall.wait_for_decision(self.runtime, sid, timeout)
 
     def notice(self, sid: str, text: str | None = None, *, actor: str | Actor = "system") -> str:
         """Append a recovery notice to session `sid` (None: default template for its locale).

@@ -31,6 +31,7 @@ from engine.store.protocols.snapshots import SnapshotStore
 from engine.store.requests import (
     ALL_SESSIONS,
     AuditEntry,
+    DecisionRequest,
     Retention,
     RollbackRequest,
     SessionCursor,
@@ -39,6 +40,7 @@ from engine.store.requests import (
     StepOutcome,
     StepStart,
     StepTicket,
+    refuse_undecidable,
     stamped,
 )
 from engine.types import CompensationStatus
@@ -46,6 +48,7 @@ from engine.types import CompensationStatus
 __all__ = [
     "ALL_SESSIONS",
     "AuditEntry",
+    "DecisionRequest",
     "OPERABLE_COMPENSATIONS",
     "STORE_PROTOCOLS",
     "AuditStore",
@@ -65,6 +68,7 @@ __all__ = [
     "Store",
     "compensation_refusal",
     "protocol_members",
+    "refuse_undecidable",
     "stamped",
 ]
 
