@@ -232,7 +232,7 @@ class DecisionRequest:
     on-call, with its audit row, in one atomic write."""
 
     kind: Literal["released", "stopped"]
-    """released (the agent may continue) or stopped (status stopped)."""
+    """released (status healthy: the agent may continue) or stopped (status stopped)."""
     actor: str
     """Who decides (audited)."""
     reason: str

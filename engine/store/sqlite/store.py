@@ -348,7 +348,8 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows):
             decided = {**verdict, "decision": request.record()}
             if request.note is not None:
                 self._append(conn, sid, [request.note], request.now)
-            new_status = SessionStatus.STOPPED if request.kind == "stopped" else status
+            new_status = (SessionStatus.STOPPED if request.kind == "stopped"
+                          else SessionStatus.HEALTHY)
             conn.execute("UPDATE sessions SET status = ?, last_verdict = ?, updated_at = ? "
                          "WHERE id = ?", (new_status, dumps(decided), request.now, sid))
             if new_status != status:

@@ -19,10 +19,10 @@ if ARGV[13] ~= "" then
   event("message", '{"count":1,"pos":' .. pos .. ',"roles":' .. ARGV[17] .. '}')
 end
 set("verdict", decided, "updated", NOW)
-if ARGV[9] == "stopped" and S.status ~= "stopped" then
-  set("status", "stopped")
-  event("status", '{"status":"stopped"}')
-end
+-- released: the operator judged the loop, the session runs again; stopped: it runs no more
+local status = ARGV[9] == "stopped" and "stopped" or "healthy"
+set("status", status)
+event("status", '{"status":"' .. status .. '"}')
 audit(ARGV[14], ARGV[10], "null", ARGV[11], ARGV[15])
 event(ARGV[14], ARGV[16])
 return done(decided)
