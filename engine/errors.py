@@ -137,8 +137,9 @@ class LoopWaiting(LoopDetected):
         stamp = _dt.datetime.fromtimestamp(since, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         self.args = (
             f"waiting for on-call since {stamp}: loop detected ({verdict.rule}): "
-            f"{verdict.explanation}. The call was not run; wait for an operator's decision "
-            f"(Session.wait_for_decision) or ask one to act: rewind release|stop|rollback "
+            f"{str(verdict.explanation).rstrip('.')}. The call was not run; wait for an "
+            f"operator's decision (Session.wait_for_decision) or ask one to act: rewind "
+            f"release|stop|rollback "
             f"{session or 'SESSION'} --actor A --reason R",
         )
 

@@ -228,6 +228,10 @@ class Session:
         """False when an integration acts on loops itself (the LangGraph tool guard): the handle
         still stores each verdict with the policy in effect, but neither rolls back, nudges nor
         stops; the integration reads the policy from `StepCall.policy`."""
+        self.holds_on_loops = True
+        """False for a handle that only watches an agent running elsewhere (as `record_steps`
+        always does): under ``flag`` its loops are flagged, but the session is not made to
+        wait for on-call, since nothing here can hold the agent."""
         self._epoch: int | None = None
         self._detector, self._settings = runtime.new_detector()
         self._observed: list[int] = []  # detector index - offset -> step number
@@ -642,7 +646,8 @@ class Session:
         stored = verdict_record(verdict, self._step_number, now, choice)
         if self._settings:
             stored["detector"] = self._settings  # the configuration that produced it
-        if choice.policy == "flag" and verdict.remedy != "stop" and not watch:
+        if (choice.policy == "flag" and verdict.remedy != "stop" and not watch
+                and self.holds_on_loops):
             stored["waiting"] = True
         return stored
 

@@ -120,7 +120,9 @@ class LoopGuard:
 
     Args:
         rewind: the `RewindSaver` of the graph, or the `Engine` on the same store.
-        on_loop: rollback, nudge_then_rollback, flag or off (default: the engine's policy).
+        on_loop: rollback, nudge_then_rollback, flag or off (default: the engine's policy); a
+            declared freeze's policy applies instead while it lasts, unless `freeze_exempt`.
+        freeze_exempt: the thread's sessions keep `on_loop` during a freeze.
         side_effects: names of tools that change the outside world, or a mapping from such a name
             to a function building its compensation ``(handler, args)`` from the call's args
             (None: no compensation). A rollback queues the compensations of the side-effecting
@@ -138,9 +140,10 @@ class LoopGuard:
     def __init__(self, rewind: Engine | RewindSaver, *, on_loop: LoopPolicy | None = None,
                  side_effects: Mapping[str, Compensator | None] | Iterable[str] = (),
                  error_when: Callable[[ToolMessage], str | bool | None] | None = None,
-                 checkpoint_wait: float = 10.0):
+                 checkpoint_wait: float = 10.0, freeze_exempt: bool = False):
         self.engine: Engine = rewind.engine if isinstance(rewind, RewindSaver) else rewind
         self._on_loop: LoopPolicy | None = checked_policy(on_loop)
+        self.freeze_exempt = freeze_exempt
         self.side_effects: dict[str, Compensator | None] = (
             dict(side_effects) if isinstance(side_effects, Mapping)
             else dict.fromkeys(side_effects))
@@ -153,9 +156,9 @@ class LoopGuard:
 
     @property
     def on_loop(self) -> LoopPolicy:
-        """The policy in effect now: the one given, else the engine's (its freeze policy while
-        a freeze is in force)."""
-        return self._on_loop or self.engine.loop_policy().policy
+        """The policy in effect now: a freeze's while one is in force (unless
+        `freeze_exempt`), else the one given, else the engine's."""
+        return self.engine.runtime.loop_policy(self._on_loop, None, self.freeze_exempt).policy
 
     # -- ToolNode hooks ---------------------------------------------------------------------
     def wrap_tool_call(self, request: Any, execute: Callable[[Any], Any]) -> Any:
@@ -229,7 +232,8 @@ class LoopGuard:
         if found is None:
             # The handle records each verdict with the policy in effect; the guard acts on it
             # (it picks the rollback target from the graph's checkpoints).
-            session = self.engine.session(sid, on_loop=self._on_loop)
+            session = self.engine.session(sid, on_loop=self._on_loop,
+                                          freeze_exempt=self.freeze_exempt)
             session.acts_on_loops = False
             found = (session, threading.Lock())
             with self._lock:

@@ -235,7 +235,8 @@ class SessionStore(Protocol):
         """Write an operator's decision on a session waiting for on-call, all in one atomic
         write: the decision on the session's last verdict (``decision``, see
         `DecisionRequest.record`), the note appended to the live line (a release's), status
-        ``healthy`` (a release) or ``stopped`` (a stop), the audit row (action ``release`` or ``stop``) and feed events.
+        ``healthy`` (a release) or ``stopped`` (a stop), the audit row (action ``release`` or
+        ``stop``) and feed events.
         The check that the session waits with no decision yet (`refuse_undecidable`) runs in
         that same write, so of two operators deciding at once, the second is refused.
 
