@@ -197,12 +197,14 @@ class Engine:
         """
         return actions.end_freeze(self.runtime, actor=actor, reason=reason)
 
-    def loop_policy(self, now: float | None = None) -> PolicyChoice:
-        """The loop policy a session handle given no policy of its own follows at unix time
-        `now` (None: the engine's clock), and why (`.policy`, `.source`, `.reason`, `.freeze`):
-        the freeze's policy while a freeze that sets one is in force, else the engine default.
+    def loop_policy(self, now: float | None = None, *, on_loop: LoopPolicy | None = None,
+                    freeze_exempt: bool = False) -> PolicyChoice:
+        """The loop policy a session handle given `on_loop` (None: none of its own) and
+        `freeze_exempt` follows at unix time `now` (None: the engine's clock), and why
+        (`.policy`, `.source`, `.reason`, `.freeze`): the freeze's policy while a freeze that
+        sets one is in force (unless exempt), else `on_loop`, else the engine default.
         """
-        return self.runtime.loop_policy(None, now)
+        return self.runtime.loop_policy(on_loop, now, freeze_exempt)
 
     @property
     def detector_factory(self) -> Callable[[], LoopDetector]:

@@ -158,7 +158,8 @@ class LoopGuard:
     def on_loop(self) -> LoopPolicy:
         """The policy in effect now: a freeze's while one is in force (unless
         `freeze_exempt`), else the one given, else the engine's."""
-        return self.engine.runtime.loop_policy(self._on_loop, None, self.freeze_exempt).policy
+        return self.engine.loop_policy(on_loop=self._on_loop,
+                                       freeze_exempt=self.freeze_exempt).policy
 
     # -- ToolNode hooks ---------------------------------------------------------------------
     def wrap_tool_call(self, request: Any, execute: Callable[[Any], Any]) -> Any:

@@ -43,6 +43,14 @@ also the SDK's `AgentsException`, so `Runner.run` raises it as is. A quarantined
 engine has fleet quarantines: ``engine.ToolQuarantined``) is not called; the model gets a plain
 refusal as the tool's output.
 
+**On-call.** Under the ``flag`` policy (the session's or a declared freeze's) the call that
+completes a loop makes the session wait for a person, and the run stops with `ToolLoopWaiting`
+(a `LoopWaiting`, also the SDK's `AgentsException`): no traceback from the SDK, no further tool
+call. Wait for the decision with ``await session.rewind.await_decision()`` (rolled back,
+released with the operator's note, or stopped), then run again on the same session: after a
+rollback or a release the run goes on (the note is among the items), after a stop the guarded
+calls raise `ToolSessionStopped`.
+
 Store calls are made inline on the event loop (a guarded call costs well under a millisecond on
 SQLite, see ``bench/integrations.py``). A `RewindSession` serves one run at a time, like the SDK's
 own sessions. Needs ``pip install 'agent-rewind[openai-agents]'``.
@@ -68,7 +76,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from engine import errors
 from engine.engine import Engine
-from engine.errors import LoopDetected
+from engine.errors import LoopDetected, LoopWaiting, SessionStopped
 from engine.records import SessionInfo
 from engine.sessions.session import Session
 from engine.types import LoopPolicy
@@ -122,6 +130,29 @@ class ToolLoopDetected(LoopDetected, AgentsException):
         self.run_data = None
         self.tool = tool
         """Name of the tool whose call completed the loop."""
+
+
+class ToolLoopWaiting(ToolLoopDetected, LoopWaiting):
+    """The session waits for on-call (loop policy ``flag``, the session's or a freeze's): the
+    run stops with this exception, raised by the call that completed the loop, or by a later
+    call before its tool runs. It is Rewind's `LoopWaiting` (``.verdict``, ``.since``) and the
+    SDK's `AgentsException`, so `Runner.run` raises it unchanged. Wait for the operator's
+    decision (``await session.rewind.await_decision()``), then run again on the same session.
+    """
+
+    def __init__(self, verdict: Any, since: float, session: str, tool: str | None = None):
+        LoopWaiting.__init__(self, verdict, since, session)
+        self.run_data = None
+        self.tool = tool
+
+
+class ToolSessionStopped(SessionStopped, AgentsException):
+    """An operator stopped the session: a guarded call refuses to run and the run stops with
+    this exception (Rewind's `SessionStopped`, the SDK's `AgentsException`)."""
+
+    def __init__(self, message: str):
+        SessionStopped.__init__(self, message)
+        self.run_data = None
 
 
 # -- items <-> messages ------------------------------------------------------------------------
@@ -475,6 +506,11 @@ class ToolGuard:
                 f"Rewind: the tool {name} is quarantined and was not called ({refused}). "
                 "Do not call it again; use another tool or tell the user it is unavailable."
             )
+        except LoopWaiting as waiting:  # the tool is not called while the session waits
+            raise ToolLoopWaiting(waiting.verdict, waiting.since, waiting.session,
+                                  name) from None
+        except SessionStopped as stopped:
+            raise ToolSessionStopped(str(stopped)) from None
         caught: list[BaseException] = []
         token = _CAUGHT.set(caught)
         try:
@@ -508,6 +544,9 @@ class ToolGuard:
         outcome()
         try:
             step.__exit__(None, None, None)
+        except LoopWaiting as waiting:
+            raise ToolLoopWaiting(waiting.verdict, waiting.since, waiting.session,
+                                  name) from (error or waiting)
         except LoopDetected as loop:
             raise ToolLoopDetected(loop.verdict, loop.rollback, name) from (error or loop)
 
