@@ -111,6 +111,9 @@ def seed_looping(engine: Engine, sid: str = LOOPING) -> None:
     s = engine.session(sid, meta={"tenant": "globex", "scenario": "refund",
                                       "prompt_version": "v8", "locale": "en", "channel": "web"},
                        on_loop="flag")
+    # flagged and left looping, as a watched agent's session is (nothing holds it for on-call):
+    # the console's views of a session that keeps looping after its first flag
+    s.holds_on_loops = False
     s.append_message("user", "Please refund order A-1, the parcel never arrived.")
     s.snapshot("start")
     with s.step("lookup_order", {"order": "A-1"}) as call:
