@@ -228,7 +228,7 @@ class Session:
         """False when an integration acts on loops itself (the LangGraph tool guard): the handle
         still stores each verdict with the policy in effect, but neither rolls back, nudges nor
         stops; the integration reads the policy from `StepCall.policy`."""
-        self.holds_on_loops = True
+        self.holds_on_loops = not (info.meta or {}).get("watch_only")
         """False for a handle that only watches an agent running elsewhere (as `record_steps`
         always does): under ``flag`` its loops are flagged, but the session is not made to
         wait for on-call, since nothing here can hold the agent."""
