@@ -79,7 +79,8 @@ def _decide(rt: Runtime, sid: str, kind: str, actor: str | Actor, reason: str | 
     refuse_undecidable(info.id, info.status, dict(info.last_verdict or {}) or None)
     stored = rt.store.decide(info.id, DecisionRequest(
         kind="released" if kind == "released" else "stopped", actor=who.name, reason=why,
-        now=rt.clock(), note=message, note_text=None if message is None else note.strip(),
+        now=rt.clock(), note=message,
+        note_text=None if message is None or note is None else note.strip(),
         step=info.steps))
     decision = stored.get("decision")
     assert decision is not None  # the store wrote it
@@ -108,6 +109,12 @@ def stop(rt: Runtime, sid: str, *, actor: str | Actor, reason: str) -> Decision:
     return _decide(rt, sid, "stopped", actor, reason, None)
 
 
+def stored_decision(info: SessionInfo) -> dict[str, Any]:
+    """The decision stored on the session's last verdict ({} for none)."""
+    verdict: dict[str, Any] = dict(info.last_verdict or {})
+    return dict(verdict.get("decision") or {})
+
+
 def _record(d: Any) -> Decision:
     return Decision(kind=d.get("kind"), actor=str(d.get("actor") or ""),
                     reason=str(d.get("reason") or ""), note=d.get("note"),
@@ -127,7 +134,7 @@ def decision_after(rt: Runtime, info: SessionInfo, since: float | None,
                    epoch: int | None) -> Decision | None:
     """The decision that ended the wait session `info` was in since `since` at `epoch`, or
     None while it still waits (or when it never waited)."""
-    verdict = info.last_verdict or {}
+    verdict: dict[str, Any] = dict(info.last_verdict or {})
     decided = verdict.get("decision")
     if verdict.get("waiting") and decided and (since is None or verdict.get("at") == since):
         return _record(decided)

@@ -547,8 +547,7 @@ class Session:
         """Learn from the stored summary whether the session waits for on-call, was stopped
         by an operator, or released (the detector's window then starts after the evidence)."""
         since = info.waiting_since
-        verdict = info.last_verdict or {}
-        decided = verdict.get("decision") or {}
+        decided = oncall.stored_decision(info)
         if since is not None:
             self._hold = (since, info.epoch)
         elif info.status == SessionStatus.STOPPED and decided.get("kind") == "stopped":
@@ -567,7 +566,7 @@ class Session:
             self._hold = (since, info.epoch)
             raise LoopWaiting(oncall.waited_verdict(info.last_verdict or {}),  # type: ignore[arg-type]
                               since, self.id)
-        decided = (info.last_verdict or {}).get("decision") or {}
+        decided = oncall.stored_decision(info)
         if info.status == SessionStatus.STOPPED and decided.get("kind") == "stopped":
             raise SessionStopped(
                 f"session {self.id!r} was stopped by {decided.get('actor')}: "
@@ -579,7 +578,7 @@ class Session:
         """The wait is over: a released session's detector window starts after the evidence
         of the wait; a rolled-back one is rebuilt from its new live line (its epoch moved)."""
         self._hold = None
-        decided = (info.last_verdict or {}).get("decision") or {}
+        decided = oncall.stored_decision(info)
         if decided.get("kind") == "released" and info.status != SessionStatus.STOPPED:
             through = int(decided.get("step") or info.steps)
             if through > self._evidence_through:
