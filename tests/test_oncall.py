@@ -275,8 +275,10 @@ def test_wait_for_decision_across_processes(tmp_path, open_engine):
     assert "try height 20" in out
 
 
-def test_the_hard_step_budget_stops_a_session_under_flag(store_url, open_engine):
-    engine = open_engine(store_url, on_loop="flag", freeze=None,
+@pytest.mark.parametrize("policy", ["flag", "off"])
+def test_the_hard_step_budget_stops_a_session_under_every_policy(store_url, open_engine,
+                                                                 policy):
+    engine = open_engine(store_url, on_loop=policy, freeze=None,
                          detector_factory=lambda: LoopDetector(DetectorConfig(max_steps=5)))
     s = engine.session("busy")
     s.append_message("user", "work")

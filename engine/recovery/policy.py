@@ -4,7 +4,7 @@
 session handle and the integrations that act on loops themselves (the LangGraph tool guard,
 which rolls back graph checkpoints instead of the session) follow one rule:
 
-1. No looping verdict, or policy ``off``: nothing.
+1. No looping verdict, or policy ``off`` (but for a hard budget's stop, rule 3): nothing.
 2. A handle whose integration acts on loops itself: the verdict is stored and counted, nothing
    else (the integration carries the rule out its own way).
 3. The verdict's remedy is ``stop`` (a step budget ran out): there is no healthy point to return
@@ -56,7 +56,8 @@ class LoopResponse:
 def respond(verdict: Verdict, choice: PolicyChoice | None, *, acts: bool = True) -> LoopResponse:
     """The response to `verdict` under `choice` (None: no policy was resolved because the step
     did not loop). `acts` is False for a handle whose integration acts on loops itself."""
-    if not verdict.looping or choice is None or choice.policy == "off":
+    if not verdict.looping or choice is None or (
+            choice.policy == "off" and verdict.remedy != "stop"):
         return LoopResponse("none")
     if not acts:
         return LoopResponse("flag")

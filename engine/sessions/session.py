@@ -640,7 +640,7 @@ class Session:
         # Decided once, at the moment of the verdict: a freeze that begins or ends while the
         # session handles the loop must not split one loop between two policies.
         choice = call.policy = self.loop_policy(now) if verdict.looping else None
-        if choice is None or choice.policy == "off":
+        if choice is None or (choice.policy == "off" and verdict.remedy != "stop"):
             return None
         stored = verdict_record(verdict, self._step_number, now, choice)
         if self._settings:

@@ -593,7 +593,7 @@ class McpProxy:
         verdict, choice = step.verdict, step.policy
         if verdict is None or not verdict.looping or step.late or choice is None:
             return out
-        if choice.policy == "off":
+        if choice.policy == "off" and verdict.remedy != "stop":
             return out
         if choice.policy == "flag" and verdict.remedy != "stop":  # a budget stops under flag too
             return _with_text(out, NOW_WAITING.format(explanation=_clause(verdict.explanation)))
