@@ -333,10 +333,11 @@ class LoopGuard:
     def _held(self, request: Any) -> tuple[str, dict] | None:
         """(session, interrupt value) of this tool call when the guard held it for on-call
         before (the node runs again on resume), else None."""
-        thread_id = _configurable(request).get("thread_id")
+        configurable = _configurable(request)
+        thread_id = configurable.get("thread_id")
         call_id = request.tool_call.get("id")
-        if thread_id is None or not call_id:
-            return None
+        if thread_id is None or not call_id or not _resuming(configurable):
+            return None  # a first run of the node: no call of it was held (no store read)
         sid = session_id(thread_id)
         try:
             found = self.engine.get_documents(sid, layout.DOCS, [HELD + str(call_id)])
@@ -528,6 +529,18 @@ def _refusal(request: Any, exc: ToolQuarantined) -> ToolMessage:
         tool_call_id=tool_call.get("id") or "",
         status="error",
     )
+
+
+def _resuming(configurable: Mapping) -> bool:
+    """Whether this task runs with resume values (`Command(resume=...)`), from LangGraph's
+    scratchpad; True when it cannot tell (look in the store then)."""
+    pad = configurable.get("__pregel_scratchpad")
+    if pad is None:
+        return True
+    try:
+        return bool(getattr(pad, "resume", None)) or pad.get_null_resume(False) is not None
+    except Exception:  # noqa: BLE001 - another LangGraph: look in the store
+        return True
 
 
 def _configurable(request: Any) -> dict:
