@@ -143,6 +143,11 @@ async def run_async(
         loop = caught
         out(f"waiting for on-call ({caught.verdict.rule}): {caught.verdict.explanation}")
         out(f"  decide: rewind release|stop|rollback {session_id} --actor A --reason R")
+        if ":memory:" in engine.url:  # no operator can reach this process's own store
+            out("  (an in-memory store: run the example with a store URL to decide from the "
+                "console or the CLI)")
+            return {"loop": loop, "answer": None, "items": await session.get_items(),
+                    "next_input": None, "decision": None}
         decision = await session.rewind.await_decision(timeout=wait)
         out(f"  decision: {decision.kind} by {decision.actor}: {decision.reason}")
         if decision.kind == "stopped":  # the session runs no more: nothing to run again
