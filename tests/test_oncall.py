@@ -311,5 +311,5 @@ def test_the_cli_releases_and_stops(tmp_path, capsys, open_engine):
     assert cli_main(["--store", url, "release", "b", "--actor", "bob", "--reason", " "]) != 0
     assert "needs a reason" in capsys.readouterr().err
     assert [r.action for r in engine.audit()] == ["stop", "release"]
-    assert engine.session_info("a").status == "looping"
+    assert engine.session_info("a").status == "healthy"  # released: it runs again
     assert engine.session_info("b").status == "stopped"
