@@ -13,6 +13,7 @@ from typing import Any
 from dashboard.signin.access import User
 from engine import (
     BulkRollbackItem,
+    Decision,
     Engine,
     PermissionDenied,
     Quarantine,
@@ -58,6 +59,25 @@ def roll_back(engine: Engine, user: User, sid: str, target: str, reason: str,
         reason, "say why you roll this session back; the reason goes to the audit log")
     return engine.rollback(sid, to=target, actor=user.actor(), reason=reason, notice=notice,
                            expect_epoch=expect_epoch)
+
+
+def decide(engine: Engine, user: User, sid: str, kind: str, reason: str,
+           note: str | None = None) -> Decision:
+    """Release (``kind="release"``) or stop session `sid`, waiting for on-call, on behalf of
+    `user`; a release's `note` is appended to the session's messages for its agent.
+
+    Raises:
+        ActionRefused: no reason given. PermissionDenied: the user is a viewer (now).
+        DecisionRefused: the session does not wait, or someone decided already.
+    """
+    reason = _required_reason(
+        reason, f"say why you {kind} this session; the reason goes to the audit log")
+    if kind == "release":
+        return engine.fleet.release(sid, actor=user.actor(), reason=reason,
+                              note=(note or "").strip() or None)
+    if kind == "stop":
+        return engine.fleet.stop(sid, actor=user.actor(), reason=reason)
+    raise ValueError(f"a decision is release or stop, not {kind!r}")
 
 
 def send_notice(engine: Engine, user: User, sid: str, text: str | None) -> str:

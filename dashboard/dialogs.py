@@ -24,7 +24,8 @@ OPEN_KEY = "rewind_open_dialog"
 """The session page's dialog the operator opened and has not closed: (kind, session, target)."""
 
 
-def ask(kind: Literal["rollback", "notice"], sid: str, target: str | None = None) -> None:
+def ask(kind: Literal["rollback", "notice", "release", "stop"], sid: str,
+        target: str | None = None) -> None:
     """Button callback: open the session page's `kind` dialog for `sid` and keep it open.
 
     A dialog stays open only while each full run of the page calls it again, and a run can come
@@ -49,6 +50,10 @@ def open_asked(sid: str, user: User) -> None:
         _closed()
     elif kind == "rollback":
         rollback_dialog(sid, user, target=target)
+    elif kind == "release":
+        release_dialog(sid, user)
+    elif kind == "stop":
+        stop_dialog(sid, user)
     else:
         notice_dialog(sid, user)
 
@@ -277,6 +282,56 @@ def notice_dialog(sid: str, user: User) -> None:
     flash("success", "Notice sent; it is now the last message of the conversation.")
     _closed()
     st.rerun()
+
+
+def _decision(sid: str, user: User, kind: Literal["release", "stop"]) -> None:
+    """The body of the Release… and Stop… dialogs of a session waiting for on-call."""
+    if not user.can_act:
+        st.error("Only operators can release or stop a session.")
+        return
+    bundle = data.session_bundle(data.store_url(), sid)
+    since = bundle.info.waiting_since
+    if since is None:
+        st.info("The session no longer waits for on-call: someone decided already.")
+    else:
+        st.markdown(f"Session **{views.plain(sid)}** waits for on-call since "
+                    f"{views.when(since):%H:%M:%S}.")
+    st.caption("Release: its agent may continue (your note is appended to its messages). "
+               if kind == "release" else
+               "Stop: its agent runs no more steps; the session stays readable.")
+    reason = _reason(f"{kind}-{sid}")
+    note = (st.text_area("Note for the agent (optional)", key=f"{kind}-note-{sid}")
+            if kind == "release" else None)
+    st.html(views.DIALOG_CSS)
+    with st.container(key=views.DECIDE_KEY, horizontal=True):
+        go = st.button("Release" if kind == "release" else "Stop", type="primary",
+                       key=f"{kind}-go-{sid}", disabled=not reason or since is None)
+        cancel = st.button("Cancel", key=f"{kind}-cancel-{sid}")
+    if cancel:
+        _closed()
+        st.rerun()
+    if not go:
+        return
+    try:
+        actions.decide(data.engine(), user, sid, kind, reason, note)
+    except (actions.ActionRefused, RewindError, PermissionError) as exc:
+        st.error(views.plain(exc))
+        return
+    data.forget_session(sid)
+    flash("success", "Released: the agent may continue." if kind == "release"
+          else "Stopped: the agent runs no more steps.")
+    _closed()
+    st.rerun()
+
+
+@st.dialog("Release session", width="medium", on_dismiss=_closed)
+def release_dialog(sid: str, user: User) -> None:
+    _decision(sid, user, "release")
+
+
+@st.dialog("Stop session", width="medium", on_dismiss=_closed)
+def stop_dialog(sid: str, user: User) -> None:
+    _decision(sid, user, "stop")
 
 
 # -- bulk rollback (fleet page) -----------------------------------------------------------------

@@ -165,11 +165,12 @@ class Engine:
 
     # -- sessions ---------------------------------------------------------------------------
     def session(self, sid: str, meta: dict | None = None, *,
-                on_loop: LoopPolicy | None = None) -> Session:
+                on_loop: LoopPolicy | None = None, freeze_exempt: bool = False) -> Session:
         """Get or create the session `sid`; `meta` keys are merged into its metadata.
 
-        `on_loop` fixes this handle's loop policy, freeze or not; None follows the engine's
-        (`loop_policy`: the freeze's while one is in force, else the default).
+        `on_loop` sets this handle's loop policy; None follows the engine's default. While a
+        freeze that sets a loop policy is in force, the freeze's policy applies instead,
+        unless the handle is `freeze_exempt` (`engine.freeze.resolve`).
 
         A session the OTLP receiver (`rewind otlp`) created is *watch-only*: Rewind does not
         run the agent behind it, so it is flagged, never rolled back. A handle never inherits
@@ -192,7 +193,7 @@ class Engine:
         info = self.store.ensure_session(sid, meta or None, self.clock())
         if not watched:
             _refuse_watched(info)
-        return Session(self._runtime, info, on_loop)
+        return Session(self._runtime, info, on_loop, freeze_exempt)
 
     def get_session(self, sid: str) -> Session:
         """The handle of an existing session.

@@ -119,6 +119,52 @@ class LoopDetected(RewindError):
         super().__init__(f"loop detected ({verdict.rule}): {verdict.explanation}{where}")
 
 
+class LoopWaiting(LoopDetected):
+    """Raised from a guarded step when the session waits for on-call: the loop policy is
+    ``flag`` (the session's own or a freeze's), so a person, not the engine, decides what
+    happens to the looping session. Raised by the step that was flagged (on leaving its block)
+    and by every later step on the waiting session before its body runs: the looping call is
+    not executed again. Wait for the decision with `Session.wait_for_decision` (or
+    ``await Session.await_decision()``): rolled back, released (with the operator's note) or
+    stopped.
+
+    Attributes:
+        verdict: the detector's `Verdict` that made the session wait.
+        since: unix time the session began to wait.
+        session: the id of the waiting session.
+        rollback: always None (nothing was rolled back).
+    """
+
+    def __init__(self, verdict, since: float, session: str = "") -> None:
+        super().__init__(verdict, None)
+        self.since = since
+        self.session = session
+        stamp = _dt.datetime.fromtimestamp(since, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        self.args = (
+            f"waiting for on-call since {stamp}: loop detected ({verdict.rule}): "
+            f"{str(verdict.explanation).rstrip('.')}. The call was not run; wait for an "
+            f"operator's decision (Session.wait_for_decision) or ask one to act: rewind "
+            f"release|stop|rollback "
+            f"{session or 'SESSION'} --actor A --reason R",
+        )
+
+
+class DecisionRefused(RewindError, ValueError):
+    """An operator's decision on a waiting session (release, stop) was refused before anything
+    was written: the session is not waiting for on-call (never flagged, rolled back, decided
+    already), or the reason is blank. The message says which."""
+
+
+class SessionStopped(RewindError):
+    """Raised from a guarded step when an operator stopped the session (`Session.stop` with an
+    actor, `rewind stop`): it stays readable, but it runs no more steps. An operator's rollback
+    makes it runnable again."""
+
+
+class WaitTimeout(RewindError, TimeoutError):
+    """`Session.wait_for_decision` timed out: the session still waits for on-call."""
+
+
 class UnknownEncoding(RewindError, ValueError):
     """The encoding name is not one Rewind can load offline."""
 

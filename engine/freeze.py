@@ -10,9 +10,15 @@ Vocabulary:
 - The **policy in effect** for a session at the moment a loop is detected (`resolve`) is, in
   this order:
 
-  1. the policy given for that session handle (``engine.session(sid, on_loop=...)``);
-  2. the freeze's policy, when the engine's clock lies inside the window and the window sets one;
+  1. the freeze's policy, when the engine's clock lies inside the window and the window sets
+     one, for every session that was not exempted from the freeze
+     (``engine.session(sid, freeze_exempt=True)``): a declared freeze is the truth for the
+     whole fleet, so a policy written into an agent's code cannot quietly escape it;
+  2. the policy given for that session handle (``engine.session(sid, on_loop=...)``);
   3. the engine's default (``Engine(on_loop=...)``, "rollback" unless told otherwise).
+
+  Under ``flag`` a flagged session waits for on-call (`engine.recovery.oncall`); a hard step
+  budget stops a session under every policy.
 
   The choice (`PolicyChoice`) says which policy and why; it is stored with the loop verdict
   (``policy``, ``policy_reason``) so an operator can see why a session was not rolled back.
@@ -75,8 +81,8 @@ class FreezeWindow:
     name: str = DEFAULT_NAME
     """What banners and verdicts call it."""
     on_loop: LoopPolicy | None = None
-    """Loop policy of sessions without one of their own while the freeze lasts; None: the
-    engine's default applies during the freeze too."""
+    """Loop policy of every session not exempted from the freeze while it lasts; None: each
+    session's own policy, else the engine's default, applies during the freeze too."""
 
     def __post_init__(self) -> None:
         if self.start.tzinfo is None or self.end.tzinfo is None:
@@ -108,10 +114,16 @@ class PolicyChoice:
     """Where the policy came from (see the module docstring for the order)."""
     freeze: FreezeWindow | None = None
     """The freeze in force at that moment (also when its policy did not decide)."""
+    exempt: bool = False
+    """The session was exempted from the freeze (``freeze_exempt=True``)."""
 
     @property
     def reason(self) -> str:
-        """Why this policy: "set for this session", "freeze: <name>" or "engine default"."""
+        """Why this policy: "set for this session", "freeze: <name>", "engine default", or
+        with "exempt from freeze: <name>" added for an exempted session inside a freeze."""
+        if self.exempt and self.freeze is not None and self.source != "freeze":
+            why = "set for this session" if self.source == "session" else "engine default"
+            return f"{why}; exempt from freeze: {self.freeze.name}"
         if self.source == "session":
             return "set for this session"
         if self.source == "freeze" and self.freeze is not None:
@@ -123,20 +135,21 @@ class PolicyChoice:
 
 
 def resolve(explicit: LoopPolicy | None, freeze: FreezeWindow | None, default: LoopPolicy,
-            now: float) -> PolicyChoice:
-    """The policy in effect at unix time `now`: the session's `explicit` one, else the freeze's
-    while `now` lies inside it, else the engine's `default`."""
+            now: float, exempt: bool = False) -> PolicyChoice:
+    """The policy in effect at unix time `now`: the freeze's while `now` lies inside it and
+    the session is not `exempt`, else the session's `explicit` one, else the engine's
+    `default`."""
     inside = freeze if freeze is not None and freeze.active(now) else None
-    if explicit is not None:
-        return PolicyChoice(explicit, "session", inside)
-    if inside is not None and inside.on_loop is not None:
+    if inside is not None and inside.on_loop is not None and not exempt:
         return PolicyChoice(inside.on_loop, "freeze", inside)
-    return PolicyChoice(default, "engine", inside)
+    if explicit is not None:
+        return PolicyChoice(explicit, "session", inside, exempt=exempt and inside is not None)
+    return PolicyChoice(default, "engine", inside, exempt=exempt and inside is not None)
 
 
 POLICY_SENTENCES: dict[LoopPolicy | None, str] = {
-    "flag": "Loops are flagged for on-call, not rolled back automatically (freeze policy): roll "
-            "looping sessions back by hand and tell their users.",
+    "flag": "Loops are flagged for on-call, not rolled back automatically (freeze policy): a "
+            "flagged session waits until an operator rolls it back, releases or stops it.",
     "rollback": "Loops are rolled back automatically (freeze policy); tell their users, fixes "
                 "ship after the freeze.",
     "nudge_then_rollback": "Looping agents are nudged once, then rolled back automatically "
@@ -146,7 +159,7 @@ POLICY_SENTENCES: dict[LoopPolicy | None, str] = {
     None: "Roll looping sessions back and tell their users; fixes ship after the freeze.",
 }
 """What happens to loops during a freeze, per freeze policy (None: the freeze sets none), in
-words for banners. Sessions given a policy of their own keep it."""
+words for banners. It applies to every session but those exempted from the freeze."""
 
 
 POLICY_SHORT: dict[LoopPolicy | None, str] = {

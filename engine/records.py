@@ -7,6 +7,7 @@ from typing import Any
 
 from engine.types import (
     CompensationStatus,
+    DecisionKind,
     SessionStatus,
     SnapshotKind,
     StepStatus,
@@ -44,6 +45,21 @@ class SessionInfo:
     """Number of rollbacks so far."""
     last_verdict: StoredVerdict | None = None
     """The latest loop verdict (rule, explanation, evidence steps, loop_start_step), if any."""
+
+    @property
+    def waiting_since(self) -> float | None:
+        """Unix time since which the session waits for on-call (its loop policy is ``flag``:
+        a person decides, see `engine.recovery.oncall`), or None when it does not wait."""
+        verdict = self.last_verdict
+        if (self.status != SessionStatus.LOOPING or not verdict or not verdict.get("waiting")
+                or verdict.get("decision")):
+            return None
+        return float(verdict.get("at") or 0.0)
+
+    @property
+    def waiting(self) -> bool:
+        """True while the session waits for on-call (`waiting_since`)."""
+        return self.waiting_since is not None
 
     @property
     def tenant(self) -> str | None:
@@ -129,6 +145,24 @@ class LoopCost:
     """Write-ahead snapshots taken for its steps through its last flag (None: not recorded)."""
     ongoing: bool
     """The session still loops: the cost grows."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What an operator decided about a session that waited for on-call
+    (`Session.wait_for_decision`)."""
+
+    kind: DecisionKind
+    """rolled_back (the session was rolled back), released (the agent may continue) or
+    stopped (it runs no more steps)."""
+    actor: str
+    """Who decided."""
+    reason: str
+    """Why, as the operator said it."""
+    note: str | None
+    """A release's note for the agent (also appended to the session's messages), else None."""
+    at: float
+    """Unix time of the decision."""
 
 
 @dataclass(frozen=True)

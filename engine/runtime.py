@@ -168,12 +168,12 @@ class Runtime:
                                   f"detector factory: {exc}") from None
 
     def loop_policy(self, explicit: LoopPolicy | None = None,
-                    now: float | None = None) -> PolicyChoice:
+                    now: float | None = None, exempt: bool = False) -> PolicyChoice:
         """The loop policy in effect at unix time `now` (None: the clock) for a session handle
-        given `explicit` (None: it was given none); see `engine.freeze.resolve`. The freeze is
-        the fleet's (`freeze_in_force`)."""
+        given `explicit` (None: it was given none), `exempt` from the freeze or not; see
+        `engine.freeze.resolve`. The freeze is the fleet's (`freeze_in_force`)."""
         return resolve(explicit, self.freeze_in_force()[0], self.on_loop,
-                       self.clock() if now is None else now)
+                       self.clock() if now is None else now, exempt)
 
     def freeze_in_force(self) -> tuple[FreezeWindow | None, str]:
         """The freeze this process follows and where it comes from: the one declared in the

@@ -207,6 +207,34 @@ class StoredVerdict(TypedDict):
     the detector factory's config): the process's ``[rewind.detector]``, with the settings
     declared for the fleet in the store over it; absent when neither set any. `Engine.replay`
     takes it as is."""
+    waiting: NotRequired[bool]
+    """True when this verdict made the session wait for on-call (policy ``flag``, see
+    `engine.recovery.oncall`): its looping call is not run again until a person decides."""
+    decision: NotRequired[DecisionRecord]
+    """An operator's decision on the wait this verdict began (release or stop), written with
+    its audit row; absent while the session waits, and when it was rolled back instead."""
+
+
+DecisionKind = Literal["rolled_back", "released", "stopped"]
+"""What an operator decided about a session waiting for on-call."""
+
+
+class DecisionRecord(TypedDict):
+    """An operator's decision on a waiting session, as stored on its verdict."""
+
+    kind: DecisionKind
+    """released or stopped (a rollback is the rollback's own record)."""
+    actor: str
+    """Who decided."""
+    reason: str
+    """Why, as the operator said it."""
+    note: str | None
+    """A release's note for the agent (appended to the session's messages), or None."""
+    at: float
+    """Unix time of the decision (engine clock)."""
+    step: NotRequired[int]
+    """The session's step count at the decision: a released session's detector window starts
+    after it, so the evidence of the wait does not flag it again at once."""
 
 
 class TokenBreakdown(TypedDict, total=False):
@@ -235,7 +263,7 @@ AUDIT_ACTIONS: tuple[str, ...] = (
     "rollback", "rollback_many", "rollback_many.start", "fork", "notice", "delete",
     "retention", "compensation",
     "compensation.retry", "compensation.resolve", "quarantine", "quarantine_lift", "freeze",
-    "freeze_end", "label", "detector", "incident_close", "incident_rollback",
+    "freeze_end", "label", "detector", "release", "stop", "incident_close", "incident_rollback",
     "incident_quarantine", "incident_release", "incident_stop",
     "incident_notice", "incident_settings",
 )

@@ -7,6 +7,15 @@ rolls the thread back to the checkpoint before the first crop call and appends t
 The next invocation starts from that clean state: the model sees the notice and answers without
 the crop tool.
 
+Under the ``flag`` policy (``rewind freeze --on-loop flag``, or $REWIND_FREEZE_ON_LOOP=flag with a
+freeze window) the loop is not rolled back: the session waits for on-call and the thread is
+interrupted (a LangGraph interrupt). The example waits for an operator's decision, e.g.
+
+    rewind --store sqlite:///.rewind/rewind.db release receipt-42 --actor alice --reason ok \
+        --note "read the total from the full image"
+
+then resumes the thread with ``Command(resume=...)`` and finishes.
+
     python examples/langgraph_loop.py sqlite:///.rewind/rewind.db
     rewind --store sqlite:///.rewind/rewind.db sessions      # the thread, rolled back
     rewind --store sqlite:///.rewind/rewind.db show receipt-42
@@ -29,10 +38,11 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
+from langgraph.types import Command
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine import Engine, LoopDetected  # noqa: E402
+from engine import Engine, LoopDetected, SessionStopped  # noqa: E402
 from engine.integrations.langgraph import RewindSaver, RewindToolNode  # noqa: E402
 from engine.recovery.notices import NOTICE_FLAG  # noqa: E402
 
@@ -52,7 +62,8 @@ def image_crop(image: str, x: int, y: int, width: int, height: int) -> str:
 
 class ReceiptModel(BaseChatModel):
     """A scripted chat model: crops the receipt, repeats the same call after every failure, and
-    answers without tools once a Rewind notice says the context was reset."""
+    answers without tools once a Rewind notice says the context was reset, or Rewind says an
+    operator released the conversation."""
 
     @property
     def _llm_type(self) -> str:
@@ -62,7 +73,8 @@ class ReceiptModel(BaseChatModel):
                   **kwargs: Any) -> ChatResult:
         last = messages[-1]
         reset = any(m.additional_kwargs.get(NOTICE_FLAG) for m in messages
-                    if isinstance(m, AIMessage))
+                    if isinstance(m, AIMessage)) or any(
+            str(m.content).startswith("Rewind:") for m in messages if isinstance(m, ToolMessage))
         if reset:
             reply = AIMessage(content=ANSWER)
         elif isinstance(last, ToolMessage) and last.status != "error":
@@ -90,17 +102,21 @@ def build_graph(saver: RewindSaver):
     return builder.compile(checkpointer=saver)
 
 
-def run(store: str | Engine | None, thread_id: str = "receipt-42", out=print) -> dict:
+def run(store: str | Engine | None, thread_id: str = "receipt-42", out=print,
+        wait: float | None = None) -> dict:
     """Run the two invocations on a fresh thread and report what happened.
 
     Args:
         store: a store URL (None: the default store) or an open `Engine`.
         thread_id: the LangGraph thread (and Rewind session) to use; reset first.
         out: where the report lines go.
+        wait: seconds to wait for an operator's decision when the thread waits for on-call
+            (None: as long as it takes).
 
     Returns:
         ``verdict`` (the loop verdict), ``rollback`` (its RollbackResult), ``messages`` (the
-        thread's messages after the second invocation) and ``session`` (its SessionInfo).
+        thread's messages after the second invocation), ``session`` (its SessionInfo) and
+        ``decision`` (the operator's `Decision` when the thread waited for on-call, else None).
     """
     engine = store if isinstance(store, Engine) else Engine.open(store)
     saver = RewindSaver(engine)
@@ -110,10 +126,25 @@ def run(store: str | Engine | None, thread_id: str = "receipt-42", out=print) ->
     graph = build_graph(saver)
     config = {"configurable": {"thread_id": thread_id}}
     out(f"thread {thread_id} on {engine.url}")
-    verdict = rollback = None
+    verdict = rollback = decision = None
     try:
-        graph.invoke({"messages": [HumanMessage("What is the total on receipt-42.png? "
-                                                "Crop the total line first.")]}, config)
+        first = graph.invoke({"messages": [HumanMessage("What is the total on receipt-42.png? "
+                                                        "Crop the total line first.")]}, config)
+        if first.get("__interrupt__"):  # policy flag: the thread waits for on-call
+            held = first["__interrupt__"][0].value
+            out(f"1st invocation: interrupted, {held['rewind']} ({held['rule']}): "
+                f"{held['explanation']}")
+            out(f"  decide: {held['decide']}")
+            decision = engine.get_session(thread_id).wait_for_decision(timeout=wait)
+            out(f"  decision: {decision.kind} by {decision.actor}: {decision.reason}")
+            graph.invoke(Command(resume={"kind": decision.kind}), config)
+    except SessionStopped as exc:
+        out(f"the operator stopped the thread: {exc}")
+        info = engine.get_session(thread_id).info()
+        if engine is not store:
+            engine.close()
+        return {"verdict": verdict, "rollback": rollback, "messages": [], "session": info,
+                "decision": decision}
     except LoopDetected as exc:
         verdict, rollback = exc.verdict, exc.rollback
         out(f"1st invocation: LoopDetected ({verdict.rule}): {verdict.explanation}")
@@ -132,7 +163,7 @@ def run(store: str | Engine | None, thread_id: str = "receipt-42", out=print) ->
         f"rollbacks={info.rollbacks}")
     out(f"see it in the console: rewind --store {engine.url} sessions")
     summary = {"verdict": verdict, "rollback": rollback, "messages": result["messages"],
-               "session": info}
+               "session": info, "decision": decision}
     if engine is not store:
         engine.close()
     return summary
@@ -145,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--thread", default="receipt-42", help="thread id (default receipt-42)")
     args = parser.parse_args(argv)
     summary = run(args.store, args.thread)
-    return 0 if summary["verdict"] is not None else 1
+    return 0 if summary["verdict"] is not None or summary["decision"] is not None else 1
 
 
 if __name__ == "__main__":

@@ -12,6 +12,14 @@ itself with an ``isError`` result telling the model what to do instead; the serv
 
     python examples/mcp_proxy_loop.py [STORE_URL] [--session ID]
 
+Under the ``flag`` policy (``rewind freeze --on-loop flag``, or $REWIND_FREEZE_ON_LOOP=flag with a
+freeze window, which the proxy inherits) the third call's result says the conversation waits for
+on-call; the example stops calling tools and waits for an operator's decision, e.g.
+
+    rewind --store STORE_URL release mcp-receipts --actor alice --reason ok
+
+then reads the total through the proxy (a stopped session ends the example).
+
 Without STORE_URL it writes where the console reads by default ($REWIND_STORE, else
 sqlite:///.rewind/rewind.db in the current folder), so `rewind dashboard` run from the same
 folder shows the session.
@@ -51,9 +59,14 @@ def serve() -> None:
     server.run()
 
 
-async def run_async(store: str, session: str, out: Callable[[str], Any] = print) -> list[Any]:
-    """Drive the proxy like a looping model; returns the tool results in call order."""
+async def run_async(store: str, session: str, out: Callable[[str], Any] = print,
+                    wait: float | None = None) -> list[Any]:
+    """Drive the proxy like a looping model; returns the tool results in call order. When the
+    session waits for on-call, waits (at most `wait` seconds; None: as long as it takes) for
+    the operator's decision before it goes on."""
     from mcp import Client, StdioServerParameters
+
+    from engine import Engine
 
     env = {
         **os.environ,
@@ -81,13 +94,23 @@ async def run_async(store: str, session: str, out: Callable[[str], Any] = print)
     async with Client(proxy) as client:
         names = [t.name for t in (await client.list_tools()).tools]
         out(f"tools behind the proxy: {', '.join(names)}")
-        for attempt in range(1, 5):
-            result = await client.call_tool("image_crop", CROP)
-            results.append(result)
-            first = result.content[0].text if result.content else ""
-            out(f"image_crop #{attempt}: is_error={result.is_error}: {first[:90]}")
-            for extra in result.content[1:]:
-                out(f"    + {extra.text[:110]}")
+        with Engine.open(store, create=False) as engine:
+            for attempt in range(1, 5):
+                result = await client.call_tool("image_crop", CROP)
+                results.append(result)
+                first = result.content[0].text if result.content else ""
+                out(f"image_crop #{attempt}: is_error={result.is_error}: {first[:90]}")
+                for extra in result.content[1:]:
+                    out(f"    + {extra.text[:110]}")
+                info = engine.session_info(session)
+                if info is not None and info.waiting:  # policy flag: a person decides
+                    out(f"the session waits for on-call: rewind release|stop|rollback {session} "
+                        "--actor A --reason R")
+                    decision = await engine.get_session(session).await_decision(timeout=wait)
+                    out(f"decision: {decision.kind} by {decision.actor}: {decision.reason}")
+                    if decision.kind == "stopped":
+                        return results
+                    break
         total = await client.call_tool("read_total", {})
         results.append(total)
         out(f"read_total: {total.content[0].text}")

@@ -7,6 +7,14 @@ snapshot before the first crop and appends the recovery notice; `Runner.run` rai
 `ToolLoopDetected`. The next run starts from the rolled-back history: the user's question, the
 notice, the new question; nothing from the loop.
 
+Under the ``flag`` policy (``rewind freeze --on-loop flag``, or $REWIND_FREEZE_ON_LOOP=flag with a
+freeze window) the loop is not rolled back: the run stops with `ToolLoopWaiting` and the session
+waits for on-call. The example waits for an operator's decision, e.g.
+
+    rewind --store STORE_URL release receipts-openai-agents --actor alice --reason ok
+
+and then runs again on the same session (a stopped session ends the example).
+
     python examples/openai_agents_loop.py [STORE_URL] [--session ID]
 """
 
@@ -26,7 +34,7 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
-from engine import Engine, LoopDetected
+from engine import Engine, LoopDetected, LoopWaiting, SessionStopped
 from engine.integrations.openai_agents import RewindSession, ToolGuard
 
 ANSWER = "The total on the receipt is 42.00 EUR."
@@ -112,7 +120,8 @@ def build_agent(session: RewindSession, model: Model) -> Agent[Any]:
 
 
 async def run_async(
-    engine: Engine, session_id: str, out: Callable[[str], Any] = print
+    engine: Engine, session_id: str, out: Callable[[str], Any] = print,
+    wait: float | None = None,
 ) -> dict[str, Any]:
     session = RewindSession(
         engine, session_id, meta={"scenario": "receipts", "channel": "openai-agents"}
@@ -121,6 +130,7 @@ async def run_async(
     agent = build_agent(session, model)
     config = RunConfig(tracing_disabled=True)
     loop: LoopDetected | None = None
+    decision = None
     try:
         await Runner.run(
             agent,
@@ -129,11 +139,31 @@ async def run_async(
             run_config=config,
             max_turns=20,
         )
+    except LoopWaiting as caught:  # policy flag: the run stopped, the session waits
+        loop = caught
+        out(f"waiting for on-call ({caught.verdict.rule}): {caught.verdict.explanation}")
+        out(f"  decide: rewind release|stop|rollback {session_id} --actor A --reason R")
+        if ":memory:" in engine.url:  # no operator can reach this process's own store
+            out("  (an in-memory store: run the example with a store URL to decide from the "
+                "console or the CLI)")
+            return {"loop": loop, "answer": None, "items": await session.get_items(),
+                    "next_input": None, "decision": None}
+        decision = await session.rewind.await_decision(timeout=wait)
+        out(f"  decision: {decision.kind} by {decision.actor}: {decision.reason}")
+        if decision.kind == "stopped":  # the session runs no more: nothing to run again
+            return {"loop": loop, "answer": None, "items": await session.get_items(),
+                    "next_input": None, "decision": decision}
     except LoopDetected as caught:
         loop = caught
         out(f"LoopDetected ({caught.verdict.rule}): {caught.verdict.explanation}")
     seen = len(model.inputs)
-    result = await Runner.run(agent, "just tell me the total", session=session, run_config=config)
+    try:
+        result = await Runner.run(agent, "just tell me the total", session=session,
+                                  run_config=config)
+    except SessionStopped as stopped:  # the operator stopped the session
+        out(f"stopped: {stopped}")
+        return {"loop": loop, "answer": None, "items": await session.get_items(),
+                "next_input": None, "decision": decision}
     out(f"answer: {result.final_output}")
     items = await session.get_items()
     out(
@@ -145,11 +175,13 @@ async def run_async(
         "answer": result.final_output,
         "items": items,
         "next_input": model.inputs[seen],
+        "decision": decision,
     }
 
 
-def run(engine: Engine, session_id: str, out: Callable[[str], Any] = print) -> dict[str, Any]:
-    return asyncio.run(run_async(engine, session_id, out))
+def run(engine: Engine, session_id: str, out: Callable[[str], Any] = print,
+        wait: float | None = None) -> dict[str, Any]:
+    return asyncio.run(run_async(engine, session_id, out, wait))
 
 
 def main(argv: list[str] | None = None) -> int:

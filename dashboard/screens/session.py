@@ -123,10 +123,15 @@ def render_header(head, page: Page) -> None:
         if verdict
         else "none"
     )
+    since = info.waiting_since
     if info.status == SessionStatus.LOOPING and verdict:
         st.error(
             f"**Looping** ({views.plain(verdict['rule'] or '?')}): "
             f"{views.plain(verdict['explanation'])}  \n"
+            + (f"**Waiting for on-call** since {views.when(since):%H:%M:%S} "
+               f"({views.duration_text(time.time() - since)}): its agent runs no step until "
+               "someone rolls it back, releases it or stops it.  \n"
+               if since is not None else "")
             + ("Rewind cannot roll this agent back: it only watches it."
                if page.watch_only else
                f"Suggested rollback target: **{views.plain(page.target_text)}**"),
@@ -244,6 +249,13 @@ def render_actions(page: Page) -> None:
             "its conversation, including notices the user already got. The dialog shows what.",
             on_click=dialogs.ask, args=("rollback", page.sid),
         )
+        if page.bundle.info.waiting:  # the decisions besides a rollback
+            st.button("Release…", key="open-release", icon=":material/play_arrow:",
+                      help="Let the agent continue, with a note it reads.",
+                      on_click=dialogs.ask, args=("release", page.sid))
+            st.button("Stop…", key="open-stop", icon=":material/stop:",
+                      help="The agent runs no more steps; the session stays readable.",
+                      on_click=dialogs.ask, args=("stop", page.sid))
         st.button("Send notice…", key="open-notice", icon=":material/chat:",
                   on_click=dialogs.ask, args=("notice", page.sid))
         render_audit_link(page)

@@ -38,6 +38,9 @@ SESSION_COLUMNS = [
     "loop_steps", "hold", "watch_only", "loop_began",
 ]
 WATCH_ONLY = "watch-only"
+WAITING = "waiting for on-call"
+"""What the fleet table and the needs-you band say of a session waiting for a person's
+decision (loop policy ``flag``, `SessionInfo.waiting`)."""
 """The state pill of a session Rewind only watches (ingested by `rewind otlp`): it can be
 flagged and labelled, not rolled back or sent a notice."""
 DEFAULT_SORT = "Needs you first"
@@ -68,7 +71,9 @@ def sessions_frame(infos: Iterable[Any]) -> pd.DataFrame:
         # The loop columns are filled only while the session loops (and has a verdict saying so).
         loop = verdict if i.status == SessionStatus.LOOPING else None
         watch_only = bool(meta.get("watch_only"))
-        state = [status_label(i.status), *([WATCH_ONLY] if watch_only else [])]
+        waiting = bool(getattr(i, "waiting", False))
+        state = [status_label(i.status), *([WAITING] if waiting else []),
+                 *([WATCH_ONLY] if watch_only else [])]
         rows.append((
             i.id, i.status, state, meta.get("tenant"),
             meta.get("scenario"), meta.get("prompt_version"), meta.get("locale") or "en",
@@ -77,7 +82,7 @@ def sessions_frame(infos: Iterable[Any]) -> pd.DataFrame:
             session_link(i.id),
             loop.get("at") if loop is not None else None,
             loop_steps(i.steps, loop) if loop is not None else None,
-            meta.get("hold"), watch_only,
+            WAITING if waiting else meta.get("hold"), watch_only,
             loop_began(loop) if loop is not None else None,
         ))
     frame = pd.DataFrame.from_records(rows, columns=SESSION_COLUMNS)

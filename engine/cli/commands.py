@@ -65,7 +65,7 @@ def cmd_sessions(args) -> int:
         print(json.dumps([{**i.__dict__, "loop_cost": c.__dict__ if (c := costs[i.id]) else None}
                           for i in infos], ensure_ascii=True, indent=1))
         return 0
-    rows = [[i.id, i.status + (" (watch-only)" if i.meta.get("watch_only") else ""),
+    rows = [[i.id, _status_text(i),
              i.tenant or "-", i.scenario or "-", i.prompt_version or "-",
              str(i.steps), str(i.rollbacks), _fmt_time(i.updated_at),
              f"{c.steps:,} steps, {_duration(c.seconds)}" if (c := costs[i.id]) else "-",
@@ -79,11 +79,21 @@ def cmd_sessions(args) -> int:
     return 0
 
 
+def _status_text(info) -> str:
+    """A session's status for a table: a waiting session says since when."""
+    if info.waiting_since is not None:
+        return f"waiting for on-call since {_fmt_time(info.waiting_since)}"
+    return info.status + (" (watch-only)" if info.meta.get("watch_only") else "")
+
+
 def cmd_show(args) -> int:
     engine = _engine(args)
     s = engine.get_session(args.session)
     info = s.info()
     out(f"session {info.id}  status={info.status}  head={info.head}  epoch={info.epoch}")
+    if info.waiting_since is not None:
+        out(f"waiting for on-call since {_fmt_time(info.waiting_since)}: decide with rewind "
+            f"rollback|release|stop {info.id} --actor A --reason R")
     if info.meta.get("watch_only"):
         out(WATCH_ONLY.format(sid=info.id, verb="rolled back or notified"))
     out(f"meta: {json.dumps(info.meta, ensure_ascii=False)}")
@@ -421,6 +431,28 @@ def cmd_detector(args) -> int:
         out("this process also follows its configuration file ([rewind.detector]): "
             + ", ".join(f"{k}={v}" for k, v in from_file.items())
             + " (other processes follow theirs)")
+    return EXIT_OK
+
+
+def cmd_release(args) -> int:
+    from engine import Actor
+
+    engine = _engine(args)
+    decision = engine.fleet.release(args.session, actor=Actor(args.actor, Role.OPERATOR),
+                              reason=args.reason, note=args.note)
+    out(f"released {args.session} (by {decision.actor}); its agent may continue"
+        + (" and reads your note" if decision.note else ""))
+    return EXIT_OK
+
+
+def cmd_stop(args) -> int:
+    from engine import Actor
+
+    engine = _engine(args)
+    decision = engine.fleet.stop(args.session, actor=Actor(args.actor, Role.OPERATOR),
+                           reason=args.reason)
+    out(f"stopped {args.session} (by {decision.actor}); it stays readable, its steps are "
+        "refused")
     return EXIT_OK
 
 

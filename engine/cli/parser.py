@@ -55,10 +55,12 @@ from engine.cli.commands import (
     cmd_notice,
     cmd_purge,
     cmd_quarantine,
+    cmd_release,
     cmd_replay,
     cmd_rollback,
     cmd_sessions,
     cmd_show,
+    cmd_stop,
 )
 from engine.cli.common import (
     EXIT_CODES,
@@ -245,6 +247,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", help="why (audited; required to act)")
     p.add_argument("--yes", action="store_true", help="act, instead of previewing")
     p.set_defaults(func=cmd_incident)
+
+    p = sub.add_parser(
+        "release", help="let a session waiting for on-call continue (audited)",
+        epilog="A session flagged under the 'flag' loop policy (its own or a freeze's) waits "
+        "for a person: roll it back (rewind rollback), release it, or stop it. A release lets "
+        "its agent go on; --note is appended to its messages for the agent to read.")
+    p.add_argument("session", type=_session_id)
+    p.add_argument("--actor", type=actor, required=True)
+    p.add_argument("--reason", required=True)
+    p.add_argument("--note", help="a note for the agent (appended to its messages)")
+    p.set_defaults(func=cmd_release)
+
+    p = sub.add_parser("stop", help="stop a session waiting for on-call (audited)",
+                       epilog="The session stays readable; its agent's steps are refused.")
+    p.add_argument("session", type=_session_id)
+    p.add_argument("--actor", type=actor, required=True)
+    p.add_argument("--reason", required=True)
+    p.set_defaults(func=cmd_stop)
 
     p = sub.add_parser("label", help="say whether a session was a loop (audited)")
     p.add_argument("session", type=_session_id)

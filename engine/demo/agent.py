@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine import LoopDetected, Session
+from engine import LoopDetected, LoopWaiting, Session
 
 log = logging.getLogger("rewind.demo")
 
@@ -149,8 +149,9 @@ class SimAgent:
         on_loop: called with each LoopDetected the engine raises, before it propagates.
         memory: False never uses session memory; None or True does.
         hold_s: under the flag policy (`engine.session(..., on_loop="flag")`) a flagged step
-            does not raise; the agent then holds for up to `hold_s` seconds of wall time,
-            waiting for an operator to roll the session back (see `hold_for_oncall`).
+            raises `LoopWaiting`; the agent then holds for up to `hold_s` seconds of wall time,
+            waiting for an operator to roll the session back or release it (see
+            `hold_for_oncall`).
     """
 
     def __init__(self, session: Session, rng: random.Random, jitter: random.Random, pace: Pace,
@@ -213,6 +214,11 @@ class SimAgent:
         text = self.t(en, zh)
         try:
             self.s.agent_turn(text, **self._context())
+        except LoopWaiting as waiting:  # flag: the turn was said; the session waits for on-call
+            self.s.append_message("assistant", text)
+            self._flagged(waiting)
+            self.hold_for_oncall()
+            raise
         except LoopDetected as exc:
             self._flagged(exc)
             raise
@@ -232,6 +238,7 @@ class SimAgent:
         """
         self.pace.pause(self.jitter, 1.0)
         snapshot = self.snapshots == "step"
+        held: LoopWaiting | None = None
         try:
             with self.s.step(name, args, side_effect=side_effect, compensation=compensation,
                              snapshot=snapshot, **self._context()) as call:
@@ -244,13 +251,13 @@ class SimAgent:
                 else:
                     call.ok(result)
                     outcome = Outcome(True, result, None, call.n)
+        except LoopWaiting as waiting:  # flag: the call ran; the session waits for on-call
+            held = waiting
         except LoopDetected as exc:
             self._flagged(exc)
             raise
         if call.late:  # an operator rolled the session back while the tool ran
             self.late_steps += 1
-        held = (self.s.on_loop == "flag" and call.verdict is not None
-                and call.verdict.looping and not call.late)
         call_id = f"call_{self.rng.getrandbits(40):010x}"
         content = (json.dumps(outcome.result, ensure_ascii=False) if outcome.ok
                    else f"Error: {outcome.error}")
@@ -261,11 +268,10 @@ class SimAgent:
                                           "arguments": json.dumps(args, ensure_ascii=False)}}]},
             {"role": "tool", "tool_call_id": call_id, "name": name, "content": content},
         ])
-        if held:
-            flagged = LoopDetected(call.verdict, None)
-            self._flagged(flagged)
+        if held is not None:
+            self._flagged(held)
             self.hold_for_oncall()
-            raise flagged
+            raise held
         return outcome
 
     def repeat_until_flagged(self, attempt: Callable[[], Any], limit: int = 12
@@ -285,8 +291,9 @@ class SimAgent:
 
     def hold_for_oncall(self) -> None:
         """Wait for an operator after a flag under the flag policy, as a runtime that pages
-        on-call would: return once someone rolled the session back (its epoch moved or it is no
-        longer looping); after `hold_s` seconds the user gives up and the session stops.
+        on-call would: return once someone rolled the session back, released or stopped it (its
+        epoch moved or it is no longer looping); after `hold_s` seconds the user gives up and
+        the session stops.
 
         Simulated history (a virtual clock) and runs without pauses cannot wait: the session is
         left looping where it stands.

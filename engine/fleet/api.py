@@ -16,8 +16,8 @@ from engine.fleet.incidents import IncidentAction
 from engine.fleet.quarantine import is_refusal
 from engine.freeze import FreezeWindow, PolicyChoice, declared_window
 from engine.identity import Actor
-from engine.records import Compensation, LoopCost, RollbackPreview, StepRecord
-from engine.recovery import saga
+from engine.records import Compensation, Decision, LoopCost, RollbackPreview, StepRecord
+from engine.recovery import oncall, saga
 from engine.runtime import CompensationHandler, Runtime
 from engine.store import SessionFilter
 from engine.types import LoopPolicy
@@ -71,12 +71,14 @@ class Fleet:
         """
         return actions.end_freeze(self._rt, actor=actor, reason=reason)
 
-    def loop_policy(self, now: float | None = None) -> PolicyChoice:
-        """The loop policy a session handle given no policy of its own follows at unix time
-        `now` (None: the engine's clock), and why (`.policy`, `.source`, `.reason`, `.freeze`):
-        the freeze's policy while a freeze that sets one is in force, else the engine default.
+    def loop_policy(self, now: float | None = None, *, on_loop: LoopPolicy | None = None,
+                    freeze_exempt: bool = False) -> PolicyChoice:
+        """The loop policy a session handle given `on_loop` (None: none of its own) and
+        `freeze_exempt` follows at unix time `now` (None: the engine's clock), and why
+        (`.policy`, `.source`, `.reason`, `.freeze`): the freeze's policy while a freeze that
+        sets one is in force (unless exempt), else `on_loop`, else the engine default.
         """
-        return self._rt.loop_policy(None, now)
+        return self._rt.loop_policy(on_loop, now, freeze_exempt)
 
     # -- the declared detector ----------------------------------------------------------------
     def declare_detector(self, settings: Mapping[str, Any], *, actor: str | Actor,
@@ -174,6 +176,36 @@ class Fleet:
                 if step.tool is not None and not is_refusal(step):
                     seen[step.tool] = seen.get(step.tool, 0) + 1
         return dict(sorted(seen.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    # -- decisions on sessions waiting for on-call (engine.recovery.oncall) --------------------
+    def release(self, sid: str, *, actor: str | Actor, reason: str,
+                note: str | None = None) -> Decision:
+        """Release session `sid`, waiting for on-call: its agent may continue; `note` is
+        appended to its messages. Audited, one atomic write (`engine.recovery.oncall`).
+
+        Raises:
+            PermissionDenied: not an operator (now). DecisionRefused: blank reason, the session
+            does not wait, or was decided already. UnknownSession. Nothing is written then.
+        """
+        return oncall.release(self._rt, sid, actor=actor, reason=reason, note=note)
+
+    def stop(self, sid: str, *, actor: str | Actor, reason: str) -> Decision:
+        """Stop session `sid`, waiting for on-call: status stopped, its steps raise
+        `SessionStopped`. Audited, one atomic write (`engine.recovery.oncall`).
+
+        Raises:
+            PermissionDenied, DecisionRefused, UnknownSession: as `release`.
+        """
+        return oncall.stop(self._rt, sid, actor=actor, reason=reason)
+
+    def wait_for_decision(self, sid: str, timeout: float | None = None) -> Decision:
+        """Block until an operator decides about session `sid`'s wait for on-call (see
+        `Session.wait_for_decision`).
+
+        Raises:
+            WaitTimeout: none within `timeout` seconds. StepError: the session does not wait.
+        """
+        return oncall.wait_for_decision(self._rt, sid, timeout)
 
     # -- incidents: remedies for a whole cause -------------------------------------------------
     def incident_action(self, incident_id: str, action: str, *, actor: str | Actor, reason: str,

@@ -4,14 +4,16 @@
 session handle and the integrations that act on loops themselves (the LangGraph tool guard,
 which rolls back graph checkpoints instead of the session) follow one rule:
 
-1. No looping verdict, or policy ``off``: nothing.
-2. Policy ``flag``, or a handle whose integration acts on loops itself: the verdict is stored and
-   counted, nothing else (an operator decides).
+1. No looping verdict, or policy ``off`` (but for a hard budget's stop, rule 3): nothing.
+2. A handle whose integration acts on loops itself: the verdict is stored and counted, nothing
+   else (the integration carries the rule out its own way).
 3. The verdict's remedy is ``stop`` (a step budget ran out): there is no healthy point to return
-   to, so the session is stopped.
-4. Policy ``nudge_then_rollback`` on the loop's first flag: the detector's advice is appended as
+   to, so the session is stopped, whatever the policy: no policy, freeze or setting switches a
+   hard budget off.
+4. Policy ``flag``: the session waits for on-call (`engine.recovery.oncall`); a person decides.
+5. Policy ``nudge_then_rollback`` on the loop's first flag: the detector's advice is appended as
    a system message; the agent gets one chance to change course.
-5. Otherwise: roll back to the snapshot before the loop began, with a notice.
+6. Otherwise: roll back to the snapshot before the loop began, with a notice.
 
 `recover` carries the decision out on the store for a session handle.
 """
@@ -54,12 +56,15 @@ class LoopResponse:
 def respond(verdict: Verdict, choice: PolicyChoice | None, *, acts: bool = True) -> LoopResponse:
     """The response to `verdict` under `choice` (None: no policy was resolved because the step
     did not loop). `acts` is False for a handle whose integration acts on loops itself."""
-    if not verdict.looping or choice is None or choice.policy == "off":
+    if not verdict.looping or choice is None or (
+            choice.policy == "off" and verdict.remedy != "stop"):
         return LoopResponse("none")
-    if choice.policy == "flag" or not acts:
+    if not acts:
         return LoopResponse("flag")
     if verdict.remedy == "stop":
         return LoopResponse("stop")
+    if choice.policy == "flag":
+        return LoopResponse("flag")
     if choice.policy == "nudge_then_rollback" and verdict.flag_count <= 1:
         return LoopResponse("nudge", verdict.advice or NUDGE_TEXT.format(
             explanation=verdict.explanation))

@@ -13,7 +13,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine.documents import checked_documents
-from engine.errors import LoopDetected, StepError, ToolQuarantined
+from engine.errors import (
+    LoopDetected,
+    LoopWaiting,
+    SessionStopped,
+    StepError,
+    ToolQuarantined,
+    WaitTimeout,
+)
 from engine.fleet import incidents, quarantine
 from engine.freeze import PolicyChoice
 from engine.identity import Actor
@@ -23,6 +30,7 @@ from engine.loops.detector import Step, Verdict
 from engine.loops.fingerprint import digest
 from engine.records import (
     BranchInfo,
+    Decision,
     MessageRecord,
     Quarantine,
     RollbackPreview,
@@ -32,7 +40,7 @@ from engine.records import (
     State,
     StepRecord,
 )
-from engine.recovery import policy, targets, verbs
+from engine.recovery import oncall, policy, targets, verbs
 from engine.recovery.policy import NUDGE_TEXT
 from engine.runtime import Runtime
 from engine.sessions.episode import EpisodeTracker
@@ -144,6 +152,7 @@ class StepCall:
             done = f"step {self.n}" if self.n is not None else "a call finished without `with`"
             raise StepError(f"this StepCall was used already ({done}); open one with "
                             "Session.step(...) for every call")
+        s._check_hold()  # a session waiting for on-call, or stopped by one, runs no step
         if self.tool is not None:  # an operator's quarantine refuses the call before it runs
             q = quarantine.applying(s._rt, s.id, self.tool)
             if q is not None:
@@ -226,14 +235,24 @@ class StepCall:
 class Session:
     """Handle on one session. Cheap to create; every call goes to the store."""
 
-    def __init__(self, runtime: Runtime, info: SessionInfo, on_loop: LoopPolicy | None = None):
+    def __init__(self, runtime: Runtime, info: SessionInfo, on_loop: LoopPolicy | None = None,
+                 freeze_exempt: bool = False):
         self._rt = runtime
         self.id = info.id
         self._on_loop: LoopPolicy | None = checked_policy(on_loop)
+        if not isinstance(freeze_exempt, bool):
+            raise TypeError(f"freeze_exempt is True or False, not {freeze_exempt!r:.80}")
+        self.freeze_exempt = freeze_exempt
+        """True: a declared freeze's loop policy does not apply to this handle (its own
+        `on_loop`, else the engine's default, does)."""
         self.acts_on_loops = True
         """False when an integration acts on loops itself (the LangGraph tool guard): the handle
         still stores each verdict with the policy in effect, but neither rolls back, nudges nor
         stops; the integration reads the policy from `StepCall.policy`."""
+        self.holds_on_loops = not (info.meta or {}).get("watch_only")
+        """False for a handle that only watches an agent running elsewhere (as `record_steps`
+        always does): under ``flag`` its loops are flagged, but the session is not made to
+        wait for on-call, since nothing here can hold the agent."""
         self._epoch: int | None = None
         self._detector, self._settings = runtime.new_detector()
         self._observed: list[int] = []  # detector index - offset -> step number
@@ -243,6 +262,11 @@ class Session:
         self._task_pending = False  # `new_task` was called: the next step's row says so
         self._began: int | None = None  # number of the last step this handle began
 
+        # (since, epoch) of the on-call wait this handle knows of; while set, every step looks
+        # at the store first (a handle that never saw a wait costs no extra read)
+        self._hold: tuple[float, int] | None = None
+        self._evidence_through = 0  # steps a release left behind the detector's window
+        self._note_session(info)
     # -- loop policy ------------------------------------------------------------------------
     @property
     def on_loop(self) -> LoopPolicy:
@@ -256,9 +280,10 @@ class Session:
 
     def loop_policy(self, now: float | None = None) -> PolicyChoice:
         """The loop policy this handle follows at unix time `now` (None: the engine's clock),
-        and why: the policy given for this handle, else the freeze's while one is in force,
-        else the engine's default (`engine.freeze.resolve`)."""
-        return self._rt.loop_policy(self._on_loop, now)
+        and why: the freeze's while one is in force (unless this handle is `freeze_exempt`),
+        else the policy given for this handle, else the engine's default
+        (`engine.freeze.resolve`)."""
+        return self._rt.loop_policy(self._on_loop, now, self.freeze_exempt)
 
     # -- reading ----------------------------------------------------------------------------
     def info(self) -> SessionInfo:
@@ -444,9 +469,77 @@ class Session:
             raise StepError("the agent turn ended without a verdict")
         return call.verdict
 
-    def stop(self) -> None:
-        """Mark the session stopped (it stays readable)."""
-        self._rt.store.set_status(self.id, SessionStatus.STOPPED, None, self._rt.clock())
+    def stop(self, actor: str | Actor | None = None, reason: str | None = None
+             ) -> Decision | None:
+        """Without an actor: the agent marks its own session stopped (it stays readable).
+        With one: an operator's decision on the session waiting for on-call (see
+        `engine.recovery.oncall.stop`): audited, its steps raise `SessionStopped`.
+
+        Raises:
+            PermissionDenied, DecisionRefused, UnknownSession: an operator's stop refused
+                (nothing is written).
+        """
+        if actor is None:
+            self._rt.store.set_status(self.id, SessionStatus.STOPPED, None, self._rt.clock())
+            return None
+        decision = oncall.stop(self._rt, self.id, actor=actor, reason=reason or "")
+        self._hold = self._hold or (0.0, -1)
+        return decision
+
+    # -- on-call ----------------------------------------------------------------------------
+    def release(self, *, actor: str | Actor, reason: str, note: str | None = None) -> Decision:
+        """An operator releases the session waiting for on-call: its agent may continue;
+        `note` is appended to its messages for the agent to read. Audited (action
+        ``release``; see `engine.recovery.oncall`).
+
+        Raises:
+            PermissionDenied: not an operator (now). DecisionRefused: blank reason, the
+                session does not wait, or was decided already. Nothing is written then.
+        """
+        return oncall.release(self._rt, self.id, actor=actor, reason=reason, note=note)
+
+    def waiting_since(self) -> float | None:
+        """Unix time since which the session waits for on-call, or None (read from the store)."""
+        return self.info().waiting_since
+
+    def wait_for_decision(self, timeout: float | None = None, *,
+                          poll: float = oncall.POLL_S) -> Decision:
+        """Block until an operator decides about this session's wait for on-call: rolled back,
+        released (with the operator's note) or stopped. Polls the store, so the decision may
+        come from any process. After a rollback or a release the next step runs.
+
+        Raises:
+            WaitTimeout: no decision within `timeout` seconds (None: wait as long as it
+                takes); the session still waits. StepError: it neither waits nor was decided.
+        """
+        since, epoch = self._hold if self._hold and self._hold[1] >= 0 else (None, None)
+        decision = oncall.wait_for_decision(self._rt, self.id, timeout, since=since,
+                                            epoch=epoch, poll=poll)
+        self._after_decision(self.info())
+        return decision
+
+    async def await_decision(self, timeout: float | None = None, *,
+                             poll: float = oncall.POLL_S) -> Decision:
+        """`wait_for_decision` for asyncio code: the event loop runs meanwhile (each look at
+        the store runs in a worker thread; the pause between looks is `asyncio.sleep`).
+
+        Raises:
+            WaitTimeout, StepError: as `wait_for_decision`.
+        """
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            try:  # one look at the store, off the event loop
+                return await asyncio.to_thread(self.wait_for_decision, 0, poll=poll)
+            except WaitTimeout:
+                left = None if deadline is None else deadline - loop.time()
+                if left is not None and left <= 0:
+                    raise WaitTimeout(f"session {self.id!r} still waits for on-call after "
+                                      f"{timeout} s; await it again, or ask an operator to "
+                                      "act") from None
+            await asyncio.sleep(poll if left is None else min(poll, left))
 
     # -- rollback and notices ---------------------------------------------------------------
     def suggested_target(self) -> str | None:
@@ -488,6 +581,52 @@ class Session:
         return verbs.notice(self._rt, self.id, text, actor=actor)
 
     # -- internals --------------------------------------------------------------------------
+    def _note_session(self, info: SessionInfo) -> None:
+        """Learn from the stored summary whether the session waits for on-call, was stopped
+        by an operator, or released (the detector's window then starts after the evidence)."""
+        since = info.waiting_since
+        decided = oncall.stored_decision(info)
+        if since is not None:
+            self._hold = (since, info.epoch)
+        elif info.status == SessionStatus.STOPPED and decided.get("kind") == "stopped":
+            self._hold = (since or 0.0, -1)
+        elif decided.get("kind") == "released":
+            self._evidence_through = max(self._evidence_through, int(decided.get("step") or 0))
+
+    def _check_hold(self) -> None:
+        """Raises LoopWaiting while the session waits for on-call, SessionStopped when an
+        operator stopped it; after a rollback or a release, lets the step run."""
+        if self._hold is None:
+            return
+        info = self.info()
+        since = info.waiting_since
+        if since is not None:
+            self._hold = (since, info.epoch)
+            raise LoopWaiting(oncall.waited_verdict(info.last_verdict or {}),  # type: ignore[arg-type]
+                              since, self.id)
+        decided = oncall.stored_decision(info)
+        if info.status == SessionStatus.STOPPED and decided.get("kind") == "stopped":
+            raise SessionStopped(
+                f"session {self.id!r} was stopped by {decided.get('actor')}: "
+                f"{decided.get('reason')}. It runs no more steps; an operator's rollback makes "
+                f"it runnable again")
+        self._after_decision(info)
+
+    def _after_decision(self, info: SessionInfo) -> None:
+        """The wait is over: a released session's detector window starts after the evidence
+        of the wait; a rolled-back one is rebuilt from its new live line (its epoch moved)."""
+        self._hold = None
+        decided = oncall.stored_decision(info)
+        if decided.get("kind") == "released" and info.status != SessionStatus.STOPPED:
+            through = int(decided.get("step") or info.steps)
+            if through > self._evidence_through:
+                self._evidence_through = through
+                self._detector.reset()
+                self._observed = []
+                self._count = 0
+        elif info.status == SessionStatus.STOPPED and decided.get("kind") == "stopped":
+            self._hold = (0.0, -1)
+
     def _sync_epoch(self, epoch: int, exclude: int | None = None) -> None:
         """Rebuild the detector window from the live steps when the epoch moved."""
         if self._epoch == epoch:
@@ -500,6 +639,8 @@ class Session:
         for rec in self.steps(live_only=True, last=self._detector.horizon):
             if rec.n == exclude or rec.status == "running" or quarantine.is_refusal(rec):
                 continue  # a refused call never ran: not a step the detector judges
+            if rec.n <= self._evidence_through:
+                continue  # the evidence of a wait an operator released
             self._observe(rec.n, detector_step(rec))
             self._episodes.seen(rec.n, rec.started_at, (rec.budget or {}).get("total"),
                                 rec.snapshot is not None)
@@ -519,9 +660,12 @@ class Session:
             return self._observed[pos]
         return None
 
-    def _judge(self, call: StepCall, out: StepOutcome, n: int) -> StoredVerdict | None:
+    def _judge(self, call: StepCall, out: StepOutcome, n: int,
+               watch: bool = False) -> StoredVerdict | None:
         """Run step `n` through the detector; sets `call.verdict` and `call.policy` and returns
-        the verdict to store with it (None: not a loop, or policy off)."""
+        the verdict to store with it (None: not a loop, or policy off). Under ``flag`` the
+        verdict makes the session wait for on-call (``waiting``), unless the handle only
+        `watch`es (nothing can be held) or a hard budget ran out (the session is stopped)."""
         step = Step(
             tool=call.tool,
             args=call.args,
@@ -540,7 +684,7 @@ class Session:
         # Decided once, at the moment of the verdict: a freeze that begins or ends while the
         # session handles the loop must not split one loop between two policies.
         choice = call.policy = self.loop_policy(now) if verdict.looping else None
-        if choice is None or choice.policy == "off":
+        if choice is None or (choice.policy == "off" and verdict.remedy != "stop"):
             self._episodes.judged(n, call.fingerprint, step.ok, False)
             return None
         stored = verdict_record(verdict, self._step_number, now, choice)
@@ -548,6 +692,9 @@ class Session:
         self._episodes.flag(stored, n, now, lambda: self._rt.store.get_session(self.id))
         if self._settings:
             stored["detector"] = self._settings  # the configuration that produced it
+        if (choice.policy == "flag" and verdict.remedy != "stop" and not watch
+                and self.holds_on_loops):
+            stored["waiting"] = True
         return stored
 
     def record_steps(
@@ -629,7 +776,7 @@ class Session:
                     start["turn"] = call.turn
                 ended = call._outcome
                 assert ended is not None  # checked above
-                stored = self._judge(call, ended, n)
+                stored = self._judge(call, ended, n, watch=True)
                 records.append((start, StepOutcome(**ended, verdict=stored, budget=call.budget)))
             first = rt.store.record_steps(self.id, records, (info.steps, info.epoch),
                                           now, docs)
@@ -642,7 +789,8 @@ class Session:
             stored = out.get("verdict")
             if stored is not None and call.verdict is not None and call.policy is not None:
                 _join_incident(rt, self.id, call, out, stored)
-                response = policy.respond(call.verdict, call.policy, acts=self.acts_on_loops)
+                # a watcher acts on nothing (not even a budget's stop): the agent runs elsewhere
+                response = policy.respond(call.verdict, call.policy, acts=False)
                 policy.recover(rt, self.id, call.tool, call.verdict, stored, call.policy,
                                response)
         return list(calls)
@@ -679,6 +827,10 @@ class Session:
             self.append_message("system", f"Rewind: {response.nudge}", rewind_nudge=True)
             return
         result = policy.recover(rt, self.id, call.tool, verdict, stored, choice, response)
+        if stored.get("waiting"):
+            self._hold = (stored["at"], ticket.epoch)
+            if self.acts_on_loops:  # the looping call is not run again: the agent waits
+                raise LoopWaiting(verdict, stored["at"], self.id)
         if response.action == "flag":
             return
         raise LoopDetected(verdict, result)

@@ -32,6 +32,7 @@ from engine.store.protocols.snapshots import SnapshotStore
 from engine.store.requests import (
     ALL_SESSIONS,
     AuditEntry,
+    DecisionRequest,
     Retention,
     RollbackRequest,
     SessionCursor,
@@ -40,6 +41,7 @@ from engine.store.requests import (
     StepOutcome,
     StepStart,
     StepTicket,
+    refuse_undecidable,
     stamped,
 )
 from engine.types import CompensationStatus
@@ -47,6 +49,7 @@ from engine.types import CompensationStatus
 __all__ = [
     "ALL_SESSIONS",
     "AuditEntry",
+    "DecisionRequest",
     "OPERABLE_COMPENSATIONS",
     "STORE_PROTOCOLS",
     "AuditStore",
@@ -66,6 +69,7 @@ __all__ = [
     "Store",
     "compensation_refusal",
     "protocol_members",
+    "refuse_undecidable",
     "stamped",
 ]
 

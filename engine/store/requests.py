@@ -4,8 +4,9 @@ and rollback requests (the arguments the `engine.store.base.Store` protocols tak
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
+from engine.errors import DecisionRefused
 from engine.records import SnapshotNode
 from engine.types import (
     FACETS,
@@ -228,6 +229,61 @@ def stamped(write: SessionWrite, epoch: int, node: SnapshotNode | None
     documents[ns] = {**documents[ns], key: {**doc, "snap": node.id, "msgs": node.messages,
                                             "epoch": epoch}}
     return documents
+
+
+@dataclass(frozen=True)
+class DecisionRequest:
+    """What `Store.decide` is asked to write: an operator's decision on a session waiting for
+    on-call, with its audit row, in one atomic write."""
+
+    kind: Literal["released", "stopped"]
+    """released (status healthy: the agent may continue) or stopped (status stopped)."""
+    actor: str
+    """Who decides (audited)."""
+    reason: str
+    """Why (audited; never blank)."""
+    now: float
+    """Time of the decision (engine clock)."""
+    note: dict[str, Any] | None = None
+    """Chat message appended to the live line with a release (the operator's note), or None."""
+    note_text: str | None = None
+    """The operator's note as written (stored with the decision; `note` carries it)."""
+    step: int = 0
+    """The session's step count when the operator decided (steps up to it are the evidence of
+    the wait: a released session's detector window starts after them)."""
+
+    @property
+    def action(self) -> str:
+        """The audit action: ``release`` or ``stop``."""
+        return "release" if self.kind == "released" else "stop"
+
+    def record(self) -> dict[str, Any]:
+        """The decision as stored on the session's verdict (`engine.types.DecisionRecord`)."""
+        note = self.note_text if self.note is not None else None
+        return {"kind": self.kind, "actor": self.actor, "reason": self.reason, "note": note,
+                "at": self.now, "step": self.step}
+
+
+def refuse_undecidable(sid: str, status: str, verdict: dict[str, Any] | None) -> None:
+    """Raises DecisionRefused unless session `sid` (its `status` and last verdict) waits for
+    on-call with no decision yet. Every store runs this check in the write that decides."""
+    if verdict and verdict.get("waiting") and verdict.get("decision"):
+        d = verdict["decision"]
+        raise DecisionRefused(decided_message(sid, str(d.get("kind")), str(d.get("actor"))))
+    if status != SessionStatus.LOOPING or not verdict or not verdict.get("waiting"):
+        raise DecisionRefused(not_waiting_message(sid, status))
+
+
+def decided_message(sid: str, kind: str, actor: str) -> str:
+    """Why a second decision on one wait is refused."""
+    return (f"session {sid!r} was {kind} already by {actor}: one decision per wait; nothing "
+            f"was written")
+
+
+def not_waiting_message(sid: str, status: str) -> str:
+    """Why a decision on a session that does not wait is refused."""
+    return (f"session {sid!r} is not waiting for on-call (status {status}): only a session "
+            f"flagged under the 'flag' loop policy waits for a decision; nothing was written")
 
 
 @dataclass(frozen=True)

@@ -328,6 +328,7 @@ def test_a_long_session_page_draws_the_newest_steps_and_says_how_many_of_all(tmp
     url = f"sqlite:///{tmp_path}/long.db"
     with Engine.open(url, on_loop="flag") as engine:
         s = engine.session("all-day", meta={"tenant": "acme"})
+        s.holds_on_loops = False  # flagged and left looping, not held for on-call
         for i in range(120):
             with s.step("search", {"q": f"question {i}"}) as call:
                 call.ok({"hits": i})

@@ -96,6 +96,7 @@ def test_a_flagged_loop_is_one_episode_however_often_it_is_flagged(engine):
 def test_an_automatic_rollback_ends_the_episode_and_a_new_loop_starts_another(engine):
     seed_auto_rolled_back(engine)
     s = engine.session("again", meta={"prompt_version": "v9"}, on_loop="flag")
+    s.holds_on_loops = False  # flagged, not held: it recovers by itself, then loops again
     s.snapshot("start")
     fail_times(s, 4)
     with s.step("refund_api", {"order": "A-2"}) as call:

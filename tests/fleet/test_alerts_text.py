@@ -10,7 +10,7 @@ import re
 import pytest
 from test_alerts import _loop
 
-from engine import Engine, FreezeWindow
+from engine import Engine, FreezeWindow, LoopWaiting
 from engine.fleet.alerts import AlertConfig, AlertWorker, slack_escape
 
 HOSTILE_SESSION = "<!channel> urgent & <@U024BE7LH>"
@@ -88,9 +88,10 @@ def test_a_loop_under_a_freeze_reads_as_sentences(store_url):
     engine = Engine.open(store_url, freeze=freeze)
     try:
         s = engine.session("frozen")
-        for _ in range(4):
-            with s.step("image_crop", {"x": 1}) as call:
-                call.fail("invalid slice")
+        with pytest.raises(LoopWaiting):  # flagged: the session waits for on-call
+            for _ in range(4):
+                with s.step("image_crop", {"x": 1}) as call:
+                    call.fail("invalid slice")
         [text] = _texts(engine, rules=("loop",))
     finally:
         engine.close()

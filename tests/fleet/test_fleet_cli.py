@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Engine
+from engine import Engine, LoopWaiting
 from engine.cli.parser import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, main
 
 
@@ -23,9 +23,10 @@ def url(tmp_path) -> str:
             s = eng.session(sid, meta={"prompt_version": version})
             s.append_message("user", "hi")
             s.snapshot("start")
-            for _ in range(3):
-                with s.step("image_crop", {"x": 1}) as call:
-                    call.fail("invalid slice")
+            with pytest.raises(LoopWaiting):  # flagged: waits for on-call
+                for _ in range(3):
+                    with s.step("image_crop", {"x": 1}) as call:
+                        call.fail("invalid slice")
         eng.session("d", meta={"prompt_version": "v8"}).append_message("user", "fine")
     return store
 

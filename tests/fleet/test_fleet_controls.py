@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import multiprocessing
 import threading
@@ -13,6 +14,7 @@ from engine import (
     BulkRollbackItem,
     Engine,
     LoopDetected,
+    LoopWaiting,
     PermissionDenied,
     Quarantine,
     RollbackConflict,
@@ -26,20 +28,23 @@ VIEWER = Actor("vera", "viewer")
 
 
 def _looping(engine: Engine, sid: str, prompt_version: str = "v8", tenant: str = "acme",
-             tool: str = "image_crop", side_effect: bool = False):
-    """A session left looping (policy flag): a healthy snapshot, one ok step, three failures."""
+             tool: str = "image_crop", side_effect: bool = False, hold: bool = True):
+    """A session left looping (policy flag): a healthy snapshot, one ok step, three failures;
+    it waits for on-call unless not `hold` (its agent then carries on stepping)."""
     s = engine.session(sid, meta={"prompt_version": prompt_version, "tenant": tenant},
                        on_loop="flag")
+    s.holds_on_loops = hold
     s.append_message("user", f"help {sid}")
     s.snapshot("start")
     with s.step("charge", {"sid": sid}, side_effect=side_effect,
                 compensation=("charge.undo", {"sid": sid}) if side_effect else None) as call:
         call.ok("charged")
     for _ in range(3):
-        with s.step(tool, {"x": 10}) as call:
-            call.fail("invalid slice")
+        with contextlib.suppress(LoopWaiting):  # the third is flagged: the session waits
+            with s.step(tool, {"x": 10}) as call:
+                call.fail("invalid slice")
         s.append_message("tool", "invalid slice")
-    assert s.info().status == "looping"
+    assert s.info().status == "looping" and s.info().waiting == hold
     return s
 
 
@@ -179,7 +184,7 @@ def test_a_concurrent_single_rollback_wins_and_the_bulk_one_is_refused(engine):
 
 
 def test_a_step_in_flight_during_a_bulk_rollback_lands_late(engine):
-    s = _looping(engine, "a")
+    s = _looping(engine, "a", hold=False)  # an agent that carries on after the flag
     agent = Engine(engine.store).get_session("a")
     with agent.step("image_crop", {"x": 11}) as call:
         (item,) = engine.rollback_many({"status": "looping"}, actor="alice", reason="bulk")
@@ -633,9 +638,10 @@ def seed_prompt_loops_in(engine, count):
     for n in range(count):
         s = engine.session(f"bulk-{n}", meta={"prompt_version": "v-bulk"}, on_loop="flag")
         s.snapshot("start")
-        for _ in range(4):
-            with s.step("image_crop", {"x": n}) as call:
-                call.fail("invalid slice")
+        with pytest.raises(LoopWaiting):  # the third is flagged: the session waits for on-call
+            for _ in range(4):
+                with s.step("image_crop", {"x": n}) as call:
+                    call.fail("invalid slice")
         ids.append(s.id)
     return ids
 

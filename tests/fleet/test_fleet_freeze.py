@@ -71,7 +71,7 @@ def test_only_operators_declare_a_freeze_and_a_reason_is_needed(open_engine):
 
 AGENT = textwrap.dedent("""
     import sys
-    from engine import Engine, LoopDetected
+    from engine import Engine, LoopDetected, LoopWaiting
     engine = Engine.open(sys.argv[1])       # no freeze given, none in the environment
     s = engine.session(sys.argv[2], meta={"locale": "en"})
     s.append_message("user", "crop the receipt")
@@ -80,6 +80,8 @@ AGENT = textwrap.dedent("""
         for _ in range(8):
             with s.step("image_crop", {"x": 10}) as call:
                 call.fail("invalid slice")
+    except LoopWaiting:
+        print("waiting")
     except LoopDetected as caught:
         print("rolled back" if caught.rollback else "not rolled back")
     print(s.info().status)
@@ -101,7 +103,8 @@ def test_an_agent_process_follows_the_freeze_the_console_declared(tmp_path, decl
                           text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     if declared:
-        assert done.stdout.split() == ["looping"]  # flagged for on-call, never rolled back
+        # flagged: the session waits for on-call, never rolled back
+        assert done.stdout.split() == ["waiting", "looping"]
     else:
         assert done.stdout.splitlines() == ["rolled back", "rolled_back"]
 

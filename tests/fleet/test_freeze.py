@@ -8,7 +8,7 @@ import datetime as dt
 
 import pytest
 
-from engine import ConfigError, Engine, FreezeWindow, LoopDetected
+from engine import ConfigError, Engine, FreezeWindow, LoopDetected, LoopWaiting
 from engine.cli.parser import main as cli_main
 from engine.freeze import configured, freeze_window, from_environment, read_table, resolve
 
@@ -101,14 +101,24 @@ def test_a_secrets_file_gives_only_its_freeze_table(tmp_path):
         configured([broken], env={})
 
 
-def test_policy_order_session_then_freeze_then_engine():
+def test_policy_order_freeze_then_session_then_engine():
     window = FreezeWindow(START, END, NAME, "flag")
     assert str(resolve(None, window, "rollback", INSIDE)) == f"policy flag (freeze: {NAME})"
     assert str(resolve(None, window, "rollback", BEFORE)) == "policy rollback (engine default)"
     assert str(resolve(None, window, "rollback", AFTER)) == "policy rollback (engine default)"
+    # a declared freeze is the truth for every session: a policy in the agent's code loses
     mine = resolve("nudge_then_rollback", window, "rollback", INSIDE)
-    assert str(mine) == "policy nudge_then_rollback (set for this session)"
-    assert mine.freeze == window  # the freeze is known, it just did not decide
+    assert str(mine) == f"policy flag (freeze: {NAME})"
+    assert str(resolve("nudge_then_rollback", window, "rollback", BEFORE)) == (
+        "policy nudge_then_rollback (set for this session)")
+    # unless the session was exempted from the freeze explicitly
+    exempt = resolve("nudge_then_rollback", window, "rollback", INSIDE, exempt=True)
+    assert str(exempt) == (f"policy nudge_then_rollback (set for this session; exempt from "
+                           f"freeze: {NAME})")
+    assert exempt.freeze == window  # the freeze is known, it just did not decide
+    assert resolve(None, window, "rollback", INSIDE, exempt=True).policy == "rollback"
+    # a freeze that sets no policy leaves the session's own
+    assert resolve("off", FreezeWindow(START, END, NAME), "rollback", INSIDE).policy == "off"
     assert resolve(None, None, "flag", INSIDE).source == "engine"
 
 
@@ -118,6 +128,14 @@ def _loop(s):
     for _ in range(3):
         with s.step("image_crop", {"x": 10}) as call:
             call.fail("invalid slice")
+
+
+def _loop_waits(s):
+    """`_loop` under the flag policy: the flagged step says the session waits for on-call."""
+    with pytest.raises(LoopWaiting) as caught:
+        _loop(s)
+    assert caught.value.rollback is None and caught.value.verdict.looping
+    return caught.value
 
 
 @pytest.fixture
@@ -134,9 +152,10 @@ def test_inside_the_freeze_a_loop_is_flagged_not_rolled_back(frozen):
     assert frozen.fleet.loop_policy().policy == "flag"
     s = frozen.session("crop-1", meta={"tenant": "acme"})
     s.snapshot("start")
-    _loop(s)  # no LoopDetected: the freeze policy only flags
+    _loop_waits(s)  # the freeze policy flags: the session waits for on-call, not rolled back
     info = s.info()
     assert info.status == "looping" and info.rollbacks == 0 and info.loops == 1
+    assert info.waiting
     assert info.last_verdict["policy"] == "flag"
     assert info.last_verdict["policy_reason"] == f"freeze: {NAME}"
     assert s.steps()[-1].verdict["policy_reason"] == f"freeze: {NAME}"
@@ -160,13 +179,24 @@ def test_outside_the_freeze_the_engine_default_rolls_back(frozen, clock):
     assert audit.actor == "rewind" and audit.reason.endswith("policy rollback (engine default)")
 
 
-def test_a_policy_given_for_the_session_wins_over_the_freeze(frozen):
+def test_the_freeze_wins_over_a_policy_given_for_the_session(frozen):
     s = frozen.session("crop-3", on_loop="rollback")
+    s.snapshot("start")
+    assert s.on_loop == "flag"
+    _loop_waits(s)
+    assert s.info().status == "looping" and s.info().rollbacks == 0
+    assert s.info().last_verdict["policy_reason"] == f"freeze: {NAME}"
+
+
+def test_a_session_exempted_from_the_freeze_keeps_its_own_policy(frozen):
+    s = frozen.session("crop-3x", on_loop="rollback", freeze_exempt=True)
     s.snapshot("start")
     with pytest.raises(LoopDetected) as caught:
         _loop(s)
+    assert not isinstance(caught.value, LoopWaiting)
     assert caught.value.rollback is not None and s.info().status == "rolled_back"
-    assert s.info().last_verdict["policy_reason"] == "set for this session"
+    assert s.info().last_verdict["policy_reason"] == (
+        f"set for this session; exempt from freeze: {NAME}")
 
 
 def test_the_policy_is_the_one_in_force_when_the_loop_is_detected(frozen, clock):
@@ -176,7 +206,7 @@ def test_the_policy_is_the_one_in_force_when_the_loop_is_detected(frozen, clock)
     assert s.on_loop == "rollback"
     clock.now = INSIDE
     assert s.on_loop == "flag" and s.loop_policy().source == "freeze"
-    _loop(s)
+    _loop_waits(s)
     assert s.info().status == "looping" and s.info().rollbacks == 0
 
 
@@ -217,6 +247,6 @@ def test_rewind_show_says_which_policy_applied(tmp_path, capsys, open_engine):
     engine = open_engine(url, clock=Clock(INSIDE), freeze=FreezeWindow(START, END, NAME, "flag"))
     s = engine.session("crop-6")
     s.snapshot("start")
-    _loop(s)
+    _loop_waits(s)
     assert cli_main(["--store", url, "show", "crop-6"]) == 0
     assert f"policy: flag (freeze: {NAME})" in capsys.readouterr().out

@@ -18,6 +18,7 @@ from engine import (
     ToolQuarantined,
     UnknownIncident,
 )
+from engine.fleet.api import Fleet
 from engine.fleet.incidents import signature
 
 VIEWER = Actor("vera", "viewer")
@@ -371,16 +372,16 @@ def test_release_and_stop_act_on_the_waiting_sessions_through_the_engines_verbs(
         lambda sid: "waiting" if sid in waiting else "looping"))
     calls: list[tuple] = []
 
-    def release(sid, *, actor, reason, note=None):
+    def release(self, sid, *, actor, reason, note=None):
         calls.append(("release", sid, actor.name, reason, note))
 
-    def stop(sid, *, actor, reason):
+    def stop(self, sid, *, actor, reason):
         if sid == "r-3":
             raise RuntimeError("decided already")
         calls.append(("stop", sid, actor.name, reason))
 
-    monkeypatch.setattr(engine, "release", release, raising=False)
-    monkeypatch.setattr(engine, "stop", stop, raising=False)
+    monkeypatch.setattr(Fleet, "release", release)
+    monkeypatch.setattr(Fleet, "stop", stop)
     preview = engine.fleet.incident_action(inc.id, "release", actor="alice", reason="",
                                            dry_run=True)
     assert preview.sessions == ["r-1", "r-3"] and set(preview.skipped) == {"r-0", "r-2"}

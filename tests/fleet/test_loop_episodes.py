@@ -40,6 +40,13 @@ class FeedOnly:
         return self._engine.get_session(sid)
 
 
+def unheld(s):
+    """A handle whose agent goes on after a flag (not held for on-call): loop episodes come and
+    go as the agent keeps stepping."""
+    s.holds_on_loops = False
+    return s
+
+
 def episodes(tally: LoopTally, prefix: str = "") -> list[tuple[float, str]]:
     return [(e.at, e.session) for e in tally.episodes() if e.session.startswith(prefix)]
 
@@ -75,14 +82,14 @@ def clocked(store_url, open_engine):
 
 def test_one_loop_event_per_episode_and_the_tally_reads_them(clocked):
     engine, clock = clocked
-    s = engine.session("a", meta={"tenant": "acme"}, on_loop="flag")
+    s = unheld(engine.session("a", meta={"tenant": "acme"}, on_loop="flag"))
     start = s.snapshot("start")
     fail(s, 6)  # flagged again and again: one episode
     ok(s)  # healthy again
     fail(s, 6)  # a second episode
     s.rollback(to=start, actor="alice", reason="loop", notice=False)
     fail(s, 6)  # a third, after the rollback ended the second
-    stopped = engine.session("b", on_loop="flag")
+    stopped = unheld(engine.session("b", on_loop="flag"))
     stopped.snapshot("start")
     fail(stopped, 5)
     stopped.stop()  # stopping ends no episode: later verdicts are the same loop
@@ -102,7 +109,7 @@ def test_one_loop_event_per_episode_and_the_tally_reads_them(clocked):
     assert indexed.scanned == len(loops) < scan.scanned
     assert [e.tenant for e in indexed.episodes()][:1] == ["acme"]
     # later refreshes follow the feed, counting loop events
-    t = engine.session("c", on_loop="flag")
+    t = unheld(engine.session("c", on_loop="flag"))
     fail(t, 6)
     indexed.refresh()
     scan.refresh()
@@ -112,7 +119,7 @@ def test_one_loop_event_per_episode_and_the_tally_reads_them(clocked):
 
 def test_a_late_flagged_step_starts_no_episode(clocked):
     engine, clock = clocked
-    agent = engine.session("late", on_loop="flag")
+    agent = unheld(engine.session("late", on_loop="flag"))
     snap = agent.snapshot("safe")
     fail(agent, 2)
     operator = Engine(engine.store)
@@ -128,7 +135,7 @@ def test_paging_through_loop_events_at_the_same_instant(store_url, open_engine):
     frozen = Clock()
     engine = open_engine(store_url, clock=lambda: frozen.t)  # every event at one time
     for i in range(7):
-        s = engine.session(f"s{i}", on_loop="flag")
+        s = unheld(engine.session(f"s{i}", on_loop="flag"))
         fail(s, 5)
     every = engine.store.loops(0.0)
     assert len(every) == 7 and len({e.at for e in every}) == 1
@@ -147,7 +154,7 @@ def test_paging_through_loop_events_at_the_same_instant(store_url, open_engine):
 
 def test_recorded_steps_write_loop_events_as_guarded_steps_do(clocked):
     engine, clock = clocked
-    watched = engine.session("otel", on_loop="flag")
+    watched = unheld(engine.session("otel", on_loop="flag"))
     calls = []
     for i in range(12):
         call = watched.step("refund_api", {"order": "A-1"}, snapshot=False)
@@ -178,7 +185,7 @@ def test_episodes_through_the_index_equal_the_scan(clocked, ops):
     for op, who, oks in ops:
         sid = f"{run}{who}"
         if sid not in handles:
-            handles[sid] = engine.session(sid, on_loop="flag")
+            handles[sid] = unheld(engine.session(sid, on_loop="flag"))
             snaps[sid] = handles[sid].snapshot("start")
         s = handles[sid]
         if op == "fail":
@@ -228,7 +235,7 @@ def test_an_older_sqlite_file_is_scanned_until_its_window_holds_only_new_steps(t
     path = f"{tmp_path}/old.db"
     clock = Clock()
     engine = Engine.open(f"sqlite:///{path}", clock=clock)
-    s = engine.session("old", on_loop="flag")
+    s = unheld(engine.session("old", on_loop="flag"))
     fail(s, 6)
     engine.close()
     _as_written_by_release_4(path)
@@ -237,11 +244,11 @@ def test_an_older_sqlite_file_is_scanned_until_its_window_holds_only_new_steps(t
     try:
         assert engine.store.loops(0.0) is None  # the older release wrote steps then
         assert engine.store.loops(upgraded_at + 0.5) == []
-        old = engine.session("old", on_loop="flag")
+        old = unheld(engine.session("old", on_loop="flag"))
         fail(old, 2)  # still inside the episode it was in: no new one
         ok(old)
         fail(old, 6)
-        fail(engine.session("new", on_loop="flag"), 6)
+        fail(unheld(engine.session("new", on_loop="flag")), 6)
         indexed, scan = both(engine, clock)
         assert not indexed.indexed  # the window reaches back before the upgrade: scanned
         assert [e[1] for e in episodes(indexed)] == ["old", "old", "new"]
@@ -261,7 +268,7 @@ def test_a_read_only_older_file_is_scanned(tmp_path, monkeypatch):
 
     path = f"{tmp_path}/old.db"
     engine = Engine.open(f"sqlite:///{path}", clock=Clock())
-    fail(engine.session("old", on_loop="flag"), 6)
+    fail(unheld(engine.session("old", on_loop="flag")), 6)
     engine.close()
     _as_written_by_release_4(path)
     monkeypatch.setattr(tx.os, "access", lambda p, mode: False)  # this user may not write it
@@ -282,7 +289,7 @@ def test_an_older_redis_store_is_scanned_for_times_before_the_upgrade(open_engin
     url = server.url(prefix=fresh_prefix())
     clock = Clock()
     engine = open_engine(url, clock=clock)
-    fail(engine.session("old", on_loop="flag"), 6)
+    fail(unheld(engine.session("old", on_loop="flag")), 6)
     store = engine.store
     # as an older release left it: no loop events, no marks, nothing recorded as complete
     store._r.delete(f"{store._fb}lp", f"{store._fb}lp:from")  # type: ignore[attr-defined]
@@ -291,8 +298,8 @@ def test_an_older_redis_store_is_scanned_for_times_before_the_upgrade(open_engin
     engine = open_engine(url, clock=clock)
     assert engine.store.loops(0.0) is None
     assert engine.store.loops(upgraded_at + 0.5) == []
-    ok(engine.session("old", on_loop="flag"))
-    fail(engine.session("new", on_loop="flag"), 6)
+    ok(unheld(engine.session("old", on_loop="flag")))
+    fail(unheld(engine.session("new", on_loop="flag")), 6)
     indexed, scan = both(engine, clock)
     assert not indexed.indexed
     assert [e[1] for e in episodes(indexed)] == ["old", "new"] and \

@@ -115,7 +115,7 @@ def test_a_rebuilt_detector_sees_what_the_live_one_saw(engine):
 def test_answering_the_user_is_not_talking_instead_of_acting(tmp_path):
     """In a tool-using session, message turns that each answer a new user message are healthy;
     the same turns with no user between them are an agent that stopped acting."""
-    from engine import Engine
+    from engine import Engine, LoopWaiting
 
     with Engine.open(f"sqlite:///{tmp_path}/r.db") as engine:
         chat = engine.session("chat", on_loop="flag")
@@ -128,6 +128,7 @@ def test_answering_the_user_is_not_talking_instead_of_acting(tmp_path):
         idle = engine.session("idle", on_loop="flag")
         with idle.step("search", {"q": "refund policy"}) as call:
             call.ok({"hits": 3})
-        verdicts = [idle.agent_turn(f"I will now think about part {i} of the plan.")
-                    for i in range(4)]
-        assert any(v.looping and v.rule == "idle_turns" for v in verdicts)
+        with pytest.raises(LoopWaiting) as caught:  # under flag the session waits for on-call
+            for i in range(4):
+                idle.agent_turn(f"I will now think about part {i} of the plan.")
+        assert caught.value.verdict.rule == "idle_turns"

@@ -40,6 +40,8 @@ def make_machine(engine: Engine):
             self.operator = engine.session(self.sid, on_loop="flag")
             self.agents = [Engine(engine.store, on_loop="flag").get_session(self.sid)
                            for _ in AGENTS]
+            for handle in (self.operator, *self.agents):  # agents that go on after a flag
+                handle.holds_on_loops = False
             self.open: dict[int, tuple] = {}  # agent -> (cm, call, rollbacks when it began)
             self.late: dict[int, bool] = {}  # step n -> late, as the agent's handle said
             self.rollbacks = 0

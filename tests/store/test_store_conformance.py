@@ -14,6 +14,7 @@ from engine import (
     Engine,
     InvalidSessionId,
     LoopDetected,
+    LoopWaiting,
     NothingToRollBack,
     PermissionDenied,
     RollbackConflict,
@@ -316,10 +317,11 @@ def test_loop_rolls_back_to_before_the_loop_and_injects_notice(engine):
 def test_flag_policy_leaves_the_session_looping_for_an_operator(engine):
     s = engine.session("s", on_loop="flag")
     s.snapshot("start")
-    for _ in range(3):
-        with s.step("image_crop", {"x": 1}) as call:
-            call.fail("invalid slice")
-    assert s.info().status == "looping"
+    with pytest.raises(LoopWaiting):  # flagged: the session waits for on-call
+        for _ in range(3):
+            with s.step("image_crop", {"x": 1}) as call:
+                call.fail("invalid slice")
+    assert s.info().status == "looping" and s.info().waiting
     target = s.suggested_target()
     preview = s.preview_rollback()
     assert preview.target == target and [x.n for x in preview.steps] == [1, 2, 3]
@@ -469,9 +471,10 @@ def test_event_feed_is_readable_from_a_cursor(engine):
 def test_fleet_stats(engine):
     s = engine.session("s", on_loop="flag")
     s.snapshot()
-    for _ in range(3):
-        with s.step("t", {}) as c:
-            c.fail("boom")
+    with pytest.raises(LoopWaiting):
+        for _ in range(3):
+            with s.step("t", {}) as c:
+                c.fail("boom")
     stats = engine.fleet.stats()
     assert stats["sessions"] == 1 and stats["looping"] == 1 and stats["active"] == 1
     engine.rollback("s", actor="alice", reason="r")
@@ -648,6 +651,8 @@ def test_fleet_stats_count_every_compensation(engine):
     s = engine.session("many", on_loop="off")
     start = s.snapshot("start")
     for i in range(1005):
+        if i and i % 400 == 0:  # runs of the agent: the hard step budget counts per task
+            s.new_task()
         with s.step("debit", {"i": i}, side_effect=True, compensation=("refund", {"i": i}),
                     snapshot=False) as c:
             c.ok(i)
@@ -807,9 +812,10 @@ def test_idle_sessions_are_purged_but_evidence_is_kept(store_url):
     engine.session("empty")
     looped = engine.session("looped", on_loop="flag")
     looped.snapshot()
-    for _ in range(3):
-        with looped.step("crop", {"x": 1}) as call:
-            call.fail("invalid slice")
+    with pytest.raises(LoopWaiting):
+        for _ in range(3):
+            with looped.step("crop", {"x": 1}) as call:
+                call.fail("invalid slice")
     rolled = engine.session("rolled")
     snap = rolled.snapshot()
     rolled.append_message("user", "x")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from engine import Engine, LoopDetected
+from engine import Engine, LoopDetected, LoopWaiting
 from engine.memory.embeddings import HashingEmbedder
 from engine.memory.session import MemoryConfig
 
@@ -61,6 +61,7 @@ def seed_background(engine: Engine, count: int = 24, clock: StepClock | None = N
         s = engine.session(sid, meta={"tenant": TENANTS[i % 3], "scenario": SCENARIOS[i % 4],
                                       "prompt_version": PROMPTS[i % 3], "locale": "en"},
                            on_loop=on_loop)
+        s.holds_on_loops = False  # flagged ones are left alone, not held for on-call
         s.append_message("user", f"task {i}")
         s.snapshot("start")
         with s.step("search", {"q": f"task {i}"}) as call:
@@ -111,6 +112,9 @@ def seed_looping(engine: Engine, sid: str = LOOPING) -> None:
     s = engine.session(sid, meta={"tenant": "globex", "scenario": "refund",
                                       "prompt_version": "v8", "locale": "en", "channel": "web"},
                        on_loop="flag")
+    # flagged and left looping, as a watched agent's session is (nothing holds it for on-call):
+    # the console's views of a session that keeps looping after its first flag
+    s.holds_on_loops = False
     s.append_message("user", "Please refund order A-1, the parcel never arrived.")
     s.snapshot("start")
     with s.step("lookup_order", {"order": "A-1"}) as call:
@@ -153,15 +157,20 @@ def seed_prompt_loops(url: str, prompt_version: str, count: int,
             with s.step("lookup_order", {"order": f"A-{n}"}) as call:
                 call.ok({"amount": 5})
             for _ in range(6):
-                if n % 2 == 0:
-                    with s.step("refund_api", {"order": f"A-{n}"}, side_effect=True,
-                                compensation=("refund_api.undo", {"order": f"A-{n}"})) as call:
-                        call.ok({"status": "pending"})
-                else:
-                    with s.step("image_crop", {"box": [0, 0, 0, n]}) as call:
-                        call.fail("invalid slice")
+                flagged = False
+                try:  # flagged: the session waits for on-call (policy flag)
+                    if n % 2 == 0:
+                        with s.step("refund_api", {"order": f"A-{n}"}, side_effect=True,
+                                    compensation=("refund_api.undo",
+                                                  {"order": f"A-{n}"})) as call:
+                            call.ok({"status": "pending"})
+                    else:
+                        with s.step("image_crop", {"box": [0, 0, 0, n]}) as call:
+                            call.fail("invalid slice")
+                except LoopWaiting:
+                    flagged = True
                 s.append_message("assistant", "trying again")
-                if s.info().status == "looping":
+                if flagged:
                     break
             assert s.info().status == "looping", sid
             ids.append(sid)
@@ -190,6 +199,7 @@ def seed_hostile(url: str) -> None:
             s = engine.session(sid, meta={"tenant": EVIL_LINK, "scenario": EVIL_ANCHOR,
                                           "prompt_version": EVIL_BARE, "channel": EVIL_TEXT,
                                           "locale": "en"}, on_loop="flag")
+            s.holds_on_loops = False  # left looping after its flag: every step's text shows
             s.append_message("user", EVIL_TEXT)
             s.memory.add(EVIL_TEXT, importance=0.9)
             s.memory.recall("evil", k=1)

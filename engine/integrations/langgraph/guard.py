@@ -30,11 +30,27 @@ the graph again (new user input, or ``None`` to let the agent continue).
 Policies (``on_loop``; default the engine's, which is a freeze's while one is in force, see
 `engine.freeze`): ``rollback`` as above; ``nudge_then_rollback`` appends the detector's advice to
 the looping tool's result on the first flag of a loop and rolls back when the same loop is flagged
-again; ``flag`` marks the session looping and carries on;
-``off`` records steps only. A verdict whose remedy is ``stop`` (a step budget ran out) stops the
+again; ``flag`` makes the session wait for on-call (below); ``off`` records steps only. A
+verdict whose remedy is ``stop`` (a step budget ran out, under every policy) stops the
 session and raises `LoopDetected` without a rollback, as the engine does. The state rollback
 needs `RewindSaver` as the graph's checkpointer on the same store; with another checkpointer the
 session is still rolled back and `LoopDetected` raised, but the graph's state is not restored.
+
+**On-call** (policy ``flag``, the session's or a declared freeze's): the call that completes the
+loop makes the session wait for a person (`engine.recovery.oncall`), and the tool node raises a
+LangGraph `interrupt` whose value says so (``{"rewind": "waiting for on-call", "session",
+"since", "rule", "explanation", "decide"}``): the thread shows as interrupted to every LangGraph
+tool (``graph.get_state(config).interrupts``, ``result["__interrupt__"]``). No tool call of the
+thread runs while it waits. Once an operator has decided (``rewind rollback|release|stop``),
+resume with ``graph.invoke(Command(resume=decision), config)`` (any value; the guard reads the
+decision from the store, and interrupts again when there is none yet):
+
+- released: the held call is not run again; its tool message says the operator released the
+  conversation, with the operator's note, and the graph continues;
+- rolled back: the thread's latest checkpoint is the one before the loop (with the notice); the
+  resumed run ends with `LoopDetected` (as the ``rollback`` policy does) and the next invocation
+  continues from the rolled-back state;
+- stopped: the resumed run ends with `SessionStopped`.
 """
 
 from __future__ import annotations
@@ -51,10 +67,13 @@ from langchain_core.messages import ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import TOOL_CALL_ERROR_TEMPLATE
+from langgraph.types import interrupt
 
 from engine.engine import Engine
 from engine.errors import (
     LoopDetected,
+    LoopWaiting,
+    SessionStopped,
     SnapshotNotRestorable,
     ToolQuarantined,
     UnknownSession,
@@ -79,6 +98,10 @@ DURABILITY_KEY = "__pregel_durability"
 INTERRUPTED = "interrupted"
 """Result recorded for a tool call that raised a LangGraph interrupt."""
 
+HELD = "held/"
+"""Document key prefix (namespace `layout.DOCS`) of a tool call held for on-call: the resumed
+node finds it and does not run the call again."""
+
 Compensator = Callable[[dict], tuple[str, Any]]
 """Builds the (handler name, args) compensation of a side-effecting tool call from its args."""
 
@@ -97,7 +120,9 @@ class LoopGuard:
 
     Args:
         rewind: the `RewindSaver` of the graph, or the `Engine` on the same store.
-        on_loop: rollback, nudge_then_rollback, flag or off (default: the engine's policy).
+        on_loop: rollback, nudge_then_rollback, flag or off (default: the engine's policy); a
+            declared freeze's policy applies instead while it lasts, unless `freeze_exempt`.
+        freeze_exempt: the thread's sessions keep `on_loop` during a freeze.
         side_effects: names of tools that change the outside world, or a mapping from such a name
             to a function building its compensation ``(handler, args)`` from the call's args
             (None: no compensation). A rollback queues the compensations of the side-effecting
@@ -115,9 +140,10 @@ class LoopGuard:
     def __init__(self, rewind: Engine | RewindSaver, *, on_loop: LoopPolicy | None = None,
                  side_effects: Mapping[str, Compensator | None] | Iterable[str] = (),
                  error_when: Callable[[ToolMessage], str | bool | None] | None = None,
-                 checkpoint_wait: float = 10.0):
+                 checkpoint_wait: float = 10.0, freeze_exempt: bool = False):
         self.engine: Engine = rewind.engine if isinstance(rewind, RewindSaver) else rewind
         self._on_loop: LoopPolicy | None = checked_policy(on_loop)
+        self.freeze_exempt = freeze_exempt
         self.side_effects: dict[str, Compensator | None] = (
             dict(side_effects) if isinstance(side_effects, Mapping)
             else dict.fromkeys(side_effects))
@@ -130,9 +156,10 @@ class LoopGuard:
 
     @property
     def on_loop(self) -> LoopPolicy:
-        """The policy in effect now: the one given, else the engine's (its freeze policy while
-        a freeze is in force)."""
-        return self._on_loop or self.engine.fleet.loop_policy().policy
+        """The policy in effect now: a freeze's while one is in force (unless
+        `freeze_exempt`), else the one given, else the engine's."""
+        return self.engine.fleet.loop_policy(on_loop=self._on_loop,
+                                       freeze_exempt=self.freeze_exempt).policy
 
     # -- ToolNode hooks ---------------------------------------------------------------------
     def wrap_tool_call(self, request: Any, execute: Callable[[Any], Any]) -> Any:
@@ -140,11 +167,17 @@ class LoopGuard:
 
         Raises:
             LoopDetected: this call completed a loop (policy rollback); the thread is rolled back.
+            GraphInterrupt: (a LangGraph interrupt) the session waits for on-call.
         """
+        held = self._held(request)
+        if held is not None:
+            return self._wait(request, *held)
         try:
             call = self._begin(request)
         except ToolQuarantined as exc:
             return _refusal(request, exc)
+        except LoopWaiting as waiting:
+            return self._wait(request, *self._hold(request, waiting))
         if call is None:
             return execute(request)
         try:
@@ -153,16 +186,27 @@ class LoopGuard:
             self._finish(call, INTERRUPTED, None)
             raise
         except Exception as exc:
-            self._finish(call, None, exc)
+            try:
+                self._finish(call, None, exc)
+            except LoopWaiting as waiting:
+                return self._wait(request, *self._hold(request, waiting))
             raise
-        return self._finish(call, result, None)
+        try:
+            return self._finish(call, result, None)
+        except LoopWaiting as waiting:
+            return self._wait(request, *self._hold(request, waiting))
 
     async def awrap_tool_call(self, request: Any, execute: Callable[[Any], Any]) -> Any:
         """``ToolNode(awrap_tool_call=…)`` hook, the async twin of `wrap_tool_call`."""
+        held = await asyncio.to_thread(self._held, request)
+        if held is not None:  # interrupt() reads the run's context: called on the loop's task
+            return self._wait(request, *held)
         try:
             call = await asyncio.to_thread(self._begin, request)
         except ToolQuarantined as exc:
             return _refusal(request, exc)
+        except LoopWaiting as waiting:
+            return self._wait(request, *await asyncio.to_thread(self._hold, request, waiting))
         if call is None:
             return await execute(request)
         try:
@@ -171,9 +215,15 @@ class LoopGuard:
             await asyncio.to_thread(self._finish, call, INTERRUPTED, None)
             raise
         except Exception as exc:
-            await asyncio.to_thread(self._finish, call, None, exc)
+            try:
+                await asyncio.to_thread(self._finish, call, None, exc)
+            except LoopWaiting as waiting:
+                return self._wait(request, *await asyncio.to_thread(self._hold, request, waiting))
             raise
-        return await asyncio.to_thread(self._finish, call, result, None)
+        try:
+            return await asyncio.to_thread(self._finish, call, result, None)
+        except LoopWaiting as waiting:
+            return self._wait(request, *await asyncio.to_thread(self._hold, request, waiting))
 
     # -- steps ------------------------------------------------------------------------------
     def _session(self, thread_id: Any) -> tuple[Session, threading.Lock]:
@@ -183,7 +233,8 @@ class LoopGuard:
         if found is None:
             # The handle records each verdict with the policy in effect; the guard acts on it
             # (it picks the rollback target from the graph's checkpoints).
-            session = self.engine.session(sid, on_loop=self._on_loop)
+            session = self.engine.session(sid, on_loop=self._on_loop,
+                                          freeze_exempt=self.freeze_exempt)
             session.acts_on_loops = False
             found = (session, threading.Lock())
             with self._lock:
@@ -263,6 +314,9 @@ class LoopGuard:
         # rollback goes to the graph's healthy checkpoint).
         choice = step.policy or PolicyChoice(self.on_loop, "session")
         response = respond(verdict, choice)
+        if response.action == "flag" and call.session.info().waiting:
+            raise LoopWaiting(verdict, call.session.info().waiting_since or 0.0,
+                              call.session.id) from error
         if response.action in ("none", "flag"):
             return result
         session = call.session
@@ -275,6 +329,68 @@ class LoopGuard:
         start = last["loop_start_step"] if last else None
         rollback = self._roll_back(session, verdict, start, call.root)
         raise LoopDetected(verdict, rollback) from error
+
+    # -- on-call ----------------------------------------------------------------------------
+    def _held(self, request: Any) -> tuple[str, dict] | None:
+        """(session, interrupt value) of this tool call when the guard held it for on-call
+        before (the node runs again on resume), else None."""
+        configurable = _configurable(request)
+        thread_id = configurable.get("thread_id")
+        call_id = request.tool_call.get("id")
+        if thread_id is None or not call_id or not _resuming(configurable):
+            return None  # a first run of the node: no call of it was held (no store read)
+        sid = session_id(thread_id)
+        try:
+            found = self.engine.documents.get(sid, layout.DOCS, [HELD + str(call_id)])
+        except (UnknownSession, ValueError):
+            return None
+        value = found.get(HELD + str(call_id))
+        return (sid, value) if isinstance(value, dict) else None
+
+    def _hold(self, request: Any, waiting: LoopWaiting) -> tuple[str, dict]:
+        """Remember this tool call as held for on-call; (session, interrupt value)."""
+        verdict = waiting.verdict
+        value = {
+            "rewind": "waiting for on-call", "session": waiting.session,
+            "since": waiting.since, "rule": verdict.rule, "explanation": verdict.explanation,
+            "decide": f"rewind rollback|release|stop {waiting.session} --actor A --reason R, "
+                      "then resume the thread with Command(resume=...)",
+        }
+        call_id = request.tool_call.get("id")
+        if call_id:
+            self.engine.documents.put(waiting.session, layout.DOCS, {HELD + str(call_id): value})
+        return waiting.session, value
+
+    def _wait(self, request: Any, sid: str, value: dict) -> ToolMessage:
+        """Interrupt the thread while session `sid` waits for on-call; once resumed after a
+        decision, the tool message that says it (the held call is not run), or LoopDetected
+        (rolled back) or SessionStopped (stopped)."""
+        while True:
+            interrupt(value)  # raises GraphInterrupt until the thread is resumed
+            info = self.engine.session_info(sid)
+            if info is None or not info.waiting:
+                break  # resumed while it still waits: the next interrupt() holds it again
+        session, _lock = self._session(sid)
+        call_id = request.tool_call.get("id")
+        if call_id:
+            self.engine.documents.put(sid, layout.DOCS, {HELD + str(call_id): None})
+        decision = session.wait_for_decision(timeout=0)
+        explanation = str(value.get("explanation") or "a loop").rstrip(".")
+        if decision.kind == "stopped":
+            raise SessionStopped(f"session {sid!r} was stopped by {decision.actor}: "
+                                 f"{decision.reason}")
+        if decision.kind == "rolled_back":
+            from engine.loops.detector import Verdict
+
+            raise LoopDetected(Verdict(looping=True, rule=value.get("rule"),
+                                       explanation=explanation))
+        note = f" Their note: {decision.note}" if decision.note else ""
+        return ToolMessage(
+            content=(f"Rewind: this call repeated a loop ({explanation}) and was not run "
+                     f"again. An operator ({decision.actor}) released the conversation.{note} "
+                     "Do not repeat the call: change the arguments, use another tool or "
+                     "answer the user."),
+            name=request.tool_call["name"], tool_call_id=call_id or "", status="error")
 
     def _failure(self, result: Any) -> str | None:
         if not isinstance(result, ToolMessage):
@@ -358,7 +474,8 @@ class RewindToolNode(ToolNode):
 
 def let_loops_through(flag: Any) -> Any:
     """A `ToolNode` ``handle_tool_errors`` value that handles what `flag` handles, the same way,
-    but lets `LoopDetected` end the run (True would turn it into a tool message)."""
+    but lets `LoopDetected` and `SessionStopped` end the run (True would turn them into a tool
+    message, and the model would call on)."""
     if not flag:
         return flag
     template = TOOL_CALL_ERROR_TEMPLATE.format
@@ -387,7 +504,7 @@ def let_loops_through(flag: Any) -> Any:
         render = flag
 
     def handle_tool_error(error: Exception) -> str:
-        if isinstance(error, LoopDetected) or not isinstance(error, handled):
+        if isinstance(error, (LoopDetected, SessionStopped)) or not isinstance(error, handled):
             raise error
         return render(error)
 
@@ -413,6 +530,18 @@ def _refusal(request: Any, exc: ToolQuarantined) -> ToolMessage:
         tool_call_id=tool_call.get("id") or "",
         status="error",
     )
+
+
+def _resuming(configurable: Mapping) -> bool:
+    """Whether this task runs with resume values (`Command(resume=...)`), from LangGraph's
+    scratchpad; True when it cannot tell (look in the store then)."""
+    pad = configurable.get("__pregel_scratchpad")
+    if pad is None:
+        return True
+    try:
+        return bool(getattr(pad, "resume", None)) or pad.get_null_resume(False) is not None
+    except Exception:  # noqa: BLE001 - another LangGraph: look in the store
+        return True
 
 
 def _configurable(request: Any) -> dict:

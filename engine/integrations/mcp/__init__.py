@@ -33,6 +33,12 @@ engine's size limit (a large file an agent writes) are recorded by their digest 
 call goes through, and a repeat of it is still seen. A quarantined tool
 (``engine.ToolQuarantined``) is refused the same way.
 
+**On-call.** Under the ``flag`` policy (the session's or a declared freeze's) the call that
+completes a loop goes back with a note that the conversation now waits for on-call, and every
+later call of the session is answered with a plain ``isError`` result ("waiting for on-call
+since …") without reaching the upstream, until an operator rolls the session back, releases or
+stops it (`engine.recovery.oncall`); after a rollback or a release the calls go through again.
+
 **A broken or hostile upstream** never wedges the proxy: every step it opens ends (ok, error or
 cancelled); a result over the engine's size limit, or an answer that is not UTF-8 or holds a
 lone surrogate, becomes an error result saying so; each request waits at most ``--timeout``

@@ -34,8 +34,10 @@ from engine.engine import Engine
 from engine.errors import (
     InvalidSessionId,
     LoopDetected,
+    LoopWaiting,
     NothingToRollBack,
     RollbackConflict,
+    SessionStopped,
     SizeLimitExceeded,
     SnapshotNotRestorable,
     StoreError,
@@ -135,6 +137,20 @@ TIMED_OUT = (
     "The upstream server did not answer {tool} within {timeout:g} s (rewind mcp-proxy "
     "--timeout), so the call was abandoned; it may still complete on the server. Do not repeat "
     "it blindly: check its effect first, or ask the user."
+)
+WAITING = (
+    "Rewind refused this call: this conversation is {waiting}. The tool was not called. Do "
+    "not call tools now; tell the user that a person is looking at it."
+)
+"""A call on a session waiting for on-call (the ``flag`` policy): it never reaches the
+upstream until an operator rolls the session back, releases or stops it."""
+NOW_WAITING = (
+    "Rewind: this call completed a loop ({explanation}); the conversation now waits for "
+    "on-call: further tool calls are refused until a person decides."
+)
+STOPPED = (
+    "Rewind refused this call: an operator stopped this conversation ({reason}). The tool was "
+    "not called. Do not call tools; tell the user."
 )
 GONE = "The upstream server is not available: {failure}. The tool was not called."
 LOST = "The upstream server failed during the call: {failure}. The call did not complete."
@@ -529,6 +545,10 @@ class McpProxy:
             await self._io(step.__enter__)
         except ToolQuarantined as refused:
             return _refusal(QUARANTINED.format(tool=name, reason=refused))
+        except LoopWaiting as waiting:
+            return _refusal(WAITING.format(waiting=str(waiting).split(": loop detected")[0]))
+        except SessionStopped as stopped:
+            return _refusal(STOPPED.format(reason=str(stopped).split(". It runs")[0]))
         try:
             result = await self._forward(upstream, name, args)
         except BaseException:  # cancelled: the client gave up, or the proxy is stopping
@@ -600,8 +620,10 @@ class McpProxy:
         verdict, choice = step.verdict, step.policy
         if verdict is None or not verdict.looping or step.late or choice is None:
             return out
-        if choice.policy in ("off", "flag"):
+        if choice.policy == "off" and verdict.remedy != "stop":
             return out
+        if choice.policy == "flag" and verdict.remedy != "stop":  # a budget stops under flag too
+            return _with_text(out, NOW_WAITING.format(explanation=_clause(verdict.explanation)))
         if choice.policy == "nudge_then_rollback" and verdict.flag_count <= 1 and (
                 verdict.remedy != "stop"):
             advice = verdict.advice or NUDGE_TEXT.format(explanation=verdict.explanation)

@@ -9,8 +9,10 @@ from engine.integrations.openai_agents.session import (
     RewindSession,
     ToolGuard,
     ToolLoopDetected,
+    ToolLoopWaiting,
+    ToolSessionStopped,
     item_message,
 )
 
-__all__ = ["ITEM_KEY", "MAX_KEY", "RewindSession", "ToolGuard", "ToolLoopDetected", "item_message",
-           "memory_tools"]
+__all__ = ["ITEM_KEY", "MAX_KEY", "RewindSession", "ToolGuard", "ToolLoopDetected",
+           "ToolLoopWaiting", "ToolSessionStopped", "item_message", "memory_tools"]

@@ -43,6 +43,14 @@ also the SDK's `AgentsException`, so `Runner.run` raises it as is. A quarantined
 engine has fleet quarantines: ``engine.ToolQuarantined``) is not called; the model gets a plain
 refusal as the tool's output.
 
+**On-call.** Under the ``flag`` policy (the session's or a declared freeze's) the call that
+completes a loop makes the session wait for a person, and the run stops with `ToolLoopWaiting`
+(a `LoopWaiting`, also the SDK's `AgentsException`): no traceback from the SDK, no further tool
+call. Wait for the decision with ``await session.rewind.await_decision()`` (rolled back,
+released with the operator's note, or stopped), then run again on the same session: after a
+rollback or a release the run goes on (the note is among the items), after a stop the guarded
+calls raise `ToolSessionStopped`.
+
 The ``async`` methods keep the event loop free: their store work runs in a worker thread (as the
 SDK's own `SQLiteSession` does with `asyncio.to_thread`), one call at a time per session handle
 (`engine.integrations.threads`); ``bench/async_stall.py`` measures the loop's longest stall
@@ -72,7 +80,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from engine import errors
 from engine.engine import Engine
-from engine.errors import LoopDetected
+from engine.errors import LoopDetected, LoopWaiting, SessionStopped
 from engine.integrations.threads import handle_lock, off_loop
 from engine.records import SessionInfo
 from engine.sessions.session import Session
@@ -127,6 +135,29 @@ class ToolLoopDetected(LoopDetected, AgentsException):
         self.run_data = None
         self.tool = tool
         """Name of the tool whose call completed the loop."""
+
+
+class ToolLoopWaiting(ToolLoopDetected, LoopWaiting):
+    """The session waits for on-call (loop policy ``flag``, the session's or a freeze's): the
+    run stops with this exception, raised by the call that completed the loop, or by a later
+    call before its tool runs. It is Rewind's `LoopWaiting` (``.verdict``, ``.since``) and the
+    SDK's `AgentsException`, so `Runner.run` raises it unchanged. Wait for the operator's
+    decision (``await session.rewind.await_decision()``), then run again on the same session.
+    """
+
+    def __init__(self, verdict: Any, since: float, session: str, tool: str | None = None):
+        LoopWaiting.__init__(self, verdict, since, session)
+        self.run_data = None
+        self.tool = tool
+
+
+class ToolSessionStopped(SessionStopped, AgentsException):
+    """An operator stopped the session: a guarded call refuses to run and the run stops with
+    this exception (Rewind's `SessionStopped`, the SDK's `AgentsException`)."""
+
+    def __init__(self, message: str):
+        SessionStopped.__init__(self, message)
+        self.run_data = None
 
 
 # -- items <-> messages ------------------------------------------------------------------------
@@ -520,6 +551,11 @@ class ToolGuard:
                 f"Rewind: the tool {name} is quarantined and was not called ({refused}). "
                 "Do not call it again; use another tool or tell the user it is unavailable."
             )
+        except LoopWaiting as waiting:  # the tool is not called while the session waits
+            raise ToolLoopWaiting(waiting.verdict, waiting.since, waiting.session,
+                                  name) from None
+        except SessionStopped as stopped:
+            raise ToolSessionStopped(str(stopped)) from None
         except asyncio.CancelledError:  # the step began in its thread: end it, as below
             if step.n is not None:
                 with handle_lock(self.session), contextlib.suppress(LoopDetected):
@@ -560,6 +596,9 @@ class ToolGuard:
         outcome()
         try:
             step.__exit__(None, None, None)
+        except LoopWaiting as waiting:
+            raise ToolLoopWaiting(waiting.verdict, waiting.since, waiting.session,
+                                  name) from (error or waiting)
         except LoopDetected as loop:
             raise ToolLoopDetected(loop.verdict, loop.rollback, name) from (error or loop)
 

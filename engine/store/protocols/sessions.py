@@ -11,6 +11,7 @@ from engine.records import MessageRecord, SessionInfo, SnapshotNode, StepRecord
 from engine.store.requests import (
     ALL_SESSIONS,
     AuditEntry,
+    DecisionRequest,
     Retention,
     SessionCursor,
     SessionFilter,
@@ -227,6 +228,24 @@ class SessionStore(Protocol):
 
         Raises:
             UnknownSession: no such session.
+        """
+        ...
+
+    def decide(self, sid: str, request: DecisionRequest) -> StoredVerdict:
+        """Write an operator's decision on a session waiting for on-call, all in one atomic
+        write: the decision on the session's last verdict (``decision``, see
+        `DecisionRequest.record`), the note appended to the live line (a release's), status
+        ``healthy`` (a release) or ``stopped`` (a stop), the audit row (action ``release`` or
+        ``stop``) and feed events.
+        The check that the session waits with no decision yet (`refuse_undecidable`) runs in
+        that same write, so of two operators deciding at once, the second is refused.
+
+        Returns:
+            The session's last verdict with the decision.
+
+        Raises:
+            UnknownSession: no such session. DecisionRefused: it does not wait, or was decided
+                already. Nothing is written.
         """
         ...
 

@@ -63,6 +63,7 @@ from redis.exceptions import (
 from redis.retry import Retry
 
 from engine.errors import (
+    DecisionRefused,
     NothingToRollBack,
     RollbackConflict,
     SnapshotNotRestorable,
@@ -73,6 +74,7 @@ from engine.errors import (
     UnknownSnapshot,
 )
 from engine.store.redis import keys
+from engine.store.requests import decided_message, not_waiting_message
 from engine.store.urls import redact, secrets
 
 SCHEMES = frozenset({"redis", "rediss", "redis+cluster", "rediss+cluster"})
@@ -330,6 +332,11 @@ def script_error(exc: ResponseError, client: RedisClient, sid: str, target: Any)
     detail = detail.split(" script: ")[0].strip()
     if code == "UNKNOWN_SESSION":
         return UnknownSession(f"no session {sid!r} in this store")
+    if code == "NOT_WAITING":
+        return DecisionRefused(not_waiting_message(sid, detail))
+    if code == "DECIDED":
+        kind, _, actor = detail.partition(" ")
+        return DecisionRefused(decided_message(sid, kind, actor))
     if code == "UNKNOWN_SNAPSHOT":
         return UnknownSnapshot(f"session {sid!r} has no snapshot {target!r}")
     if code == "ABANDONED":

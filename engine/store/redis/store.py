@@ -87,6 +87,7 @@ from engine.records import (
 from engine.store.base import (
     ALL_SESSIONS,
     AuditEntry,
+    DecisionRequest,
     Retention,
     RollbackRequest,
     SessionCursor,
@@ -550,6 +551,17 @@ class RedisStore(FleetDocs):
             [dumps(message), dumps(actor), dumps(message.get("content"))],
             sync=True,
         )
+
+    def decide(self, sid: str, request: DecisionRequest) -> StoredVerdict:
+        record = request.record()
+        detail = {"note": record["note"]}
+        result, _ = self._write("decide", sid, request.now, [
+            request.kind, dumps(request.actor), dumps(request.reason), dumps(record),
+            "" if request.note is None else dumps(request.note), request.action,
+            dumps(detail), dumps({"actor": request.actor, **detail}),
+            dumps([request.note["role"]] if request.note is not None else []),
+        ], sync=True)
+        return json.loads(result)
 
     # -- audit and feed ---------------------------------------------------------------------
     # -- fleet views (engine.store.redis.fleet) ---------------------------------------------

@@ -34,12 +34,14 @@ from engine.records import (
 from engine.store.base import (
     ALL_SESSIONS,
     AuditEntry,
+    DecisionRequest,
     Retention,
     SessionCursor,
     SessionFilter,
     StepOutcome,
     StepStart,
     StepTicket,
+    refuse_undecidable,
 )
 from engine.store.sqlite.branches import BranchLine
 from engine.store.sqlite.docs import DocumentRows
@@ -312,6 +314,31 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
                     (status, now, sid),
                 )
             add_event(conn, now, sid, "status", {"status": status})
+
+    def decide(self, sid: str, request: DecisionRequest) -> StoredVerdict:
+        """An operator's decision on a waiting session, its note, status and audit row, in one
+        transaction."""
+        with self._db.write() as conn:
+            session_row(conn, sid)
+            status, text = conn.execute(
+                "SELECT status, last_verdict FROM sessions WHERE id = ?", (sid,)).fetchone()
+            verdict = json.loads(text) if text else None
+            refuse_undecidable(sid, status, verdict)
+            assert verdict is not None  # refuse_undecidable refuses a session without one
+            decided = {**verdict, "decision": request.record()}
+            if request.note is not None:
+                self._append(conn, sid, [request.note], request.now)
+            new_status = (SessionStatus.STOPPED if request.kind == "stopped"
+                          else SessionStatus.HEALTHY)
+            conn.execute("UPDATE sessions SET status = ?, last_verdict = ?, updated_at = ? "
+                         "WHERE id = ?", (new_status, dumps(decided), request.now, sid))
+            if new_status != status:
+                add_event(conn, request.now, sid, "status", {"status": new_status})
+            detail = {"note": decided["decision"]["note"]}
+            add_audit(conn, request.now, request.actor, request.action, sid, None,
+                      request.reason, detail)
+            add_event(conn, request.now, sid, request.action, {"actor": request.actor, **detail})
+        return decided  # type: ignore[return-value]  # the stored verdict, with its decision
 
     # -- history ----------------------------------------------------------------------------
     def append_messages(self, sid: str, messages: list[dict[str, Any]], now: float) -> int:

@@ -419,8 +419,26 @@ def test_guard_loop_without_rewind_checkpoints_rolls_the_session_back(engine):
     assert session.state().messages[-1][NOTICE_FLAG] is True
 
 
-@pytest.mark.parametrize("policy,raises", [("flag", False), ("off", False),
-                                           ("nudge_then_rollback", True)])
+def test_guard_flag_interrupts_the_thread_while_it_waits_for_on_call(engine):
+    ran = []
+
+    @tool
+    def crop(x: int) -> str:
+        """Crop with a box that never fits."""
+        ran.append(x)
+        raise ValueError("invalid slice")
+
+    node = RewindToolNode([crop], engine, handle_tool_errors=True, on_loop="flag")
+    engine.session("policy-flag").snapshot("start")
+    outs = [run_tools(node, [("crop", {"x": -1})], sid="policy-flag") for _ in range(6)]
+    assert [len(o["messages"]) for o in outs] == [1, 1, 0, 0, 0, 0]  # interrupted from the 3rd
+    assert len(ran) == 3  # the looping call is not run again while the session waits
+    info = engine.get_session("policy-flag").info()
+    assert info.status == "looping" and info.rollbacks == 0 and info.waiting
+    assert info.steps == 3
+
+
+@pytest.mark.parametrize("policy,raises", [("off", False), ("nudge_then_rollback", True)])
 def test_guard_policies(engine, policy, raises):
     node = RewindToolNode([flaky], engine, handle_tool_errors=True, on_loop=policy)
     sid = f"policy-{policy}"
@@ -434,8 +452,6 @@ def test_guard_policies(engine, policy, raises):
     else:
         assert not raises
     info = engine.get_session(sid).info()
-    if policy == "flag":
-        assert info.status == "looping" and info.rollbacks == 0
     if policy == "off":
         assert info.loops == 0
     if policy == "nudge_then_rollback":
@@ -542,7 +558,7 @@ def test_step_of_an_aborted_run_stored_late_is_fenced(engine, saver):
     assert saver.get_tuple({"configurable": {"thread_id": sid}}).config == fresh
 
 
-def test_guard_follows_the_freeze_unless_given_a_policy(store_url, open_engine):
+def test_guard_follows_the_freeze_unless_exempted(store_url, open_engine):
     import datetime as dt
 
     from engine import FreezeWindow
@@ -552,19 +568,27 @@ def test_guard_follows_the_freeze_unless_given_a_policy(store_url, open_engine):
         now - dt.timedelta(hours=1), now + dt.timedelta(days=1), "Holiday freeze", "flag"))
     node = RewindToolNode([flaky], engine, handle_tool_errors=True)
     engine.session("frozen").snapshot("start")
-    for _ in range(4):  # flagged, not rolled back: no LoopDetected
+    for _ in range(4):  # flagged, not rolled back: no LoopDetected; the thread waits
         run_tools(node, [("flaky", {"x": -1})], sid="frozen")
     info = engine.get_session("frozen").info()
-    assert info.status == "looping" and info.rollbacks == 0
+    assert info.status == "looping" and info.rollbacks == 0 and info.waiting
     assert info.last_verdict["policy_reason"] == "freeze: Holiday freeze"
-    strict = RewindToolNode([flaky], engine, handle_tool_errors=True, on_loop="rollback")
+    # a policy in the graph's code does not escape a declared freeze ...
+    own = RewindToolNode([flaky], engine, handle_tool_errors=True, on_loop="rollback")
+    engine.session("own").snapshot("start")
+    for _ in range(4):
+        run_tools(own, [("flaky", {"x": -1})], sid="own")
+    assert engine.get_session("own").info().waiting
+    # ... unless the guard's sessions are exempted from it
+    strict = RewindToolNode([flaky], LoopGuard(engine, on_loop="rollback", freeze_exempt=True),
+                            handle_tool_errors=True)
     engine.session("strict").snapshot("start")
     with pytest.raises(LoopDetected) as caught:
         for _ in range(4):
             run_tools(strict, [("flaky", {"x": -1})], sid="strict")
     assert caught.value.rollback is not None
     assert engine.get_session("strict").info().last_verdict["policy_reason"] == (
-        "set for this session")
+        "set for this session; exempt from freeze: Holiday freeze")
 
 
 # -- short threads ------------------------------------------------------------------------------
