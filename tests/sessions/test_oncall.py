@@ -81,8 +81,9 @@ def test_a_flagged_session_waits_and_the_looping_call_is_not_run_again(flagging)
 
 def test_release_lets_the_agent_continue_with_the_operators_note(flagging):
     s, ran, _ = _waiting(flagging)
-    decision = flagging.fleet.release("crop", actor="alice", reason="the crop box is fixed upstream",
-                                note="use height 20, not -20")
+    decision = flagging.fleet.release("crop", actor="alice",
+                                      reason="the crop box is fixed upstream",
+                                      note="use height 20, not -20")
     assert decision.kind == "released" and decision.actor == "alice"
     assert decision.note == "use height 20, not -20"
     assert s.wait_for_decision(timeout=0) == decision
