@@ -100,7 +100,7 @@ if TYPE_CHECKING:
     from engine.store.base import Retention
     from engine.store.urls import redact as redact_url
     from engine.store.urls import resolve as resolve_url
-    from engine.store.urls import store_name
+    from engine.store.urls import store_name as shown_store
     from engine.types import (
         AUDIT_ACTIONS,
         CompensationStatus,
@@ -117,7 +117,7 @@ if TYPE_CHECKING:
 __all__ = [
     "redact_url",
     "resolve_url",
-    "store_name",
+    "shown_store",
     "loop_first_step",
     "incident_state",
     "Decision",
@@ -306,7 +306,7 @@ _LAZY: dict[str, str] = {
     "WhyFlagged": "engine.loops.replay",
     "redact_url": "engine.store.urls:redact",
     "resolve_url": "engine.store.urls:resolve",
-    "store_name": "engine.store.urls",
+    "shown_store": "engine.store.urls:store_name",
     "loop_first_step": "engine.records",
     "incident_state": "engine.fleet.incidents:state_of",
 }

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_MODULE_LINES = 900
+MAX_MODULE_LINES = 1200
 
 
 def _modules(package: str) -> dict[str, Path]:

@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any, overload
 
-from engine import SessionStatus, store_name
+from engine import SessionStatus, shown_store
 
 ARGS_CHARS = 200
 """Arguments are cut to this many characters in hovers and tables."""
@@ -131,7 +131,7 @@ def store_label(url: str) -> str:
     """
     # A file by its absolute path, as `rewind` prints it: "which folder?" is the question a
     # relative path leaves open.
-    return store_name(url)
+    return shown_store(url)
 
 
 # -- times and counts --------------------------------------------------------------------------

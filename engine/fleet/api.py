@@ -229,8 +229,7 @@ class Fleet:
 
         return incidents.act(
             self._rt, incident_id, action, actor=actor, reason=reason, dry_run=dry_run,
-            seen=seen, release=getattr(self, "release", None), stop=getattr(self, "stop", None),
-            notice=notify, note=note)
+            seen=seen, release=self.release, stop=self.stop, notice=notify, note=note)
 
     def close_incident(self, incident_id: str, *, actor: str | Actor,
                        reason: str) -> IncidentAction:

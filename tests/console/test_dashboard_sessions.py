@@ -1,6 +1,6 @@
 """Sign-in sessions of local accounts: the token store (with a fake clock, in memory and in every
 store backend), what a session restores, and the console's use of them (AppTest; the cookie
-itself, which only the server side sets, in tests/test_dashboard_serve.py and tests/e2e/
+itself, which only the server side sets, in tests/console/test_dashboard_serve.py and tests/e2e/
 test_sign_in_sessions.py, since AppTest sends no cookies: the test stands in for the browser by
 redeeming the page's one-time code and handing `session_cookie` the token)."""
 

@@ -232,7 +232,7 @@ def test_await_decision_leaves_the_event_loop_free(flagging):
         async def operator():
             while ticks < 5:  # the loop runs while the agent awaits its decision
                 await asyncio.sleep(0.005)
-            await asyncio.to_thread(flagging.stop, "crop", actor="alice", reason="halt")
+            await asyncio.to_thread(flagging.fleet.stop, "crop", actor="alice", reason="halt")
 
         tick = asyncio.create_task(ticker())
         decision, _ = await asyncio.gather(s.await_decision(poll=0.01), operator())

@@ -54,6 +54,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from engine import shown_store
 from engine.integrations.otlp.decode import (
     JSON,
     BadPayload,
@@ -62,7 +63,6 @@ from engine.integrations.otlp.decode import (
     inflate,
 )
 from engine.integrations.otlp.ingest import Backpressure, IngestConfig, Ingestor, Unavailable
-from engine.store.urls import store_name
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -594,7 +594,7 @@ def main(args: argparse.Namespace) -> int:
               "host and port", file=sys.stderr, flush=True)
     replayed = receiver.ingestor.counts["replayed"]
     again = f"; {replayed} span(s) accepted earlier are written now" if replayed else ""
-    print(f"rewind otlp: receiving traces at {receiver.endpoint} into {store_name(engine.url)}; "
+    print(f"rewind otlp: receiving traces at {receiver.endpoint} into {shown_store(engine.url)}; "
           f"sessions are watch-only (flagged, never rolled back){again}; Ctrl-C stops", flush=True)
     try:
         stopped.wait()
