@@ -638,10 +638,8 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         if ns == "":
             head = self._head(sid)
             if head:
-                with self._lock:
-                    last = self._last.get((sid, ""))
-                if last is not None and last["id"] == head:
-                    return last  # what this saver last stored or read of the thread's head
+                # Read, not remembered: a thread held for on-call and resumed after the
+                # operator's decision must see the head's record as the store has it now.
                 key = layout.checkpoint_key("", head)
                 rec = self.engine.documents.get(sid, layout.DOCS, [key]).get(key)
                 if rec is not None:
