@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from test_loop_cost import HEALTHY, REPEAT, _record, _watched
+from support.loop_steps import HEALTHY, REPEAT, _record, _watched
 
 from dashboard import views
 from dashboard.views import fleet as fleet_views

@@ -95,8 +95,8 @@ def test_two_otlp_receivers_take_one_agents_spans(redis_url, open_engine):
             send(a if n % 2 else b, gen_ai_tool(n, error="invalid slice"))
         send(a, gen_ai_tool(1, error="invalid slice"))  # a redelivery, to the other receiver
     for engine in (first, second):  # both processes see one session, one loop
-        assert [(s.id, s.loops) for s in engine.sessions()] == [("conv-1", 1)]
-        steps = engine.get_session("conv-1").steps()
+        assert [(s.id, s.loops) for s in engine.sessions()] == [("otel-conv-1", 1)]
+        steps = engine.get_session("otel-conv-1").steps()
         assert [(s.n, s.tool, s.error) for s in steps] == [
             (n, "image_crop", "ValueError: invalid slice") for n in range(1, 6)]
         assert [(s.n, s.verdict["rule"]) for s in steps if s.verdict] == [(3, "exact_repeat")]

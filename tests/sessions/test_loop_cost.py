@@ -5,28 +5,9 @@ the loop's first step; a repeated failing call takes no write-ahead snapshot of 
 from __future__ import annotations
 
 import pytest
+from support.loop_steps import HEALTHY, REPEAT, _record, _watched
 
 from engine import LoopDetected
-
-
-def _watched(engine, sid: str):
-    """A session Rewind only watches (flagged again at every repeat, never held or rolled
-    back), so the loop runs on as long as its agent does."""
-    return engine.session(sid, meta={"tenant": "acme", "watch_only": True}, on_loop="flag")
-
-
-def _record(s, specs, budget: int | None = None) -> list:
-    calls = []
-    for tool, args, ok in specs:
-        call = s.step(tool, args, snapshot=False,
-                      context=None if budget is None else {"total": budget, "system": 1})
-        call.ok("fine") if ok else call.fail("invalid slice")
-        calls.append(call)
-    return s.record_steps(calls)
-
-
-HEALTHY = [("search", {"q": i}, True) for i in range(3)]
-REPEAT = ("image_crop", {"x": 10}, False)
 
 
 def test_the_cost_runs_from_the_loops_first_step_not_its_latest_flag(engine):

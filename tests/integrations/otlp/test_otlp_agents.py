@@ -37,6 +37,7 @@ from engine import Engine  # noqa: E402
 def rewind_otlp(tmp_path):
     """`rewind otlp` in its own process on a free port: (store URL, endpoint, process)."""
     url, port = f"sqlite:///{tmp_path}/rewind.db", free_port()
+    Engine.open(url).close()  # the receiver never creates a store: the fleet's comes first
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "engine.cli", "otlp", "--store", url, "--port", str(port),
