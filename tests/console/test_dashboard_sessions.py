@@ -194,7 +194,7 @@ def test_sessions_live_in_the_store_shared_by_replicas_and_across_restarts(store
     """Two consoles on one store (replicas, or one restarted) know the same sessions; the store
     holds only digests."""
     if store_url.endswith(":memory:"):
-        pytest.skip("an in-memory store is one process's alone")
+        pytest.skip("n/a: an in-memory store is one process's alone")
     first = SessionTokens(open_engine(store_url).documents)
     code = first.issue_code("olivia", "stamp")
     second = SessionTokens(open_engine(store_url).documents)
