@@ -74,6 +74,9 @@ def choose(page: Page, label: str, option: str) -> None:
     for attempt in range(3):
         settle(page)
         box.click()
+        # typed, as a person does in a long list: the menu shows only the options that match
+        # (an option far down a list that grew, such as the audit actions, is not rendered)
+        page.keyboard.type(option)
         item = page.get_by_role("option", name=option, exact=True)
         try:
             item.click(timeout=5_000)

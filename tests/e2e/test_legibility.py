@@ -3,6 +3,7 @@ instead of the engine's jargon, and a "Needs you" band of real links, newest fir
 
 from __future__ import annotations
 
+import contextlib
 import re
 from urllib.parse import parse_qs, urlsplit
 
@@ -11,7 +12,7 @@ from playwright.sync_api import Page, expect
 from support.console import sign_in
 from support.fleet import LOOPING
 
-from engine import Engine
+from engine import Engine, LoopWaiting
 
 pytestmark = pytest.mark.browser
 
@@ -45,16 +46,18 @@ def test_fleet_labels_are_whole(console, page: Page, viewport):
 
 
 @VIEWPORTS
-def test_needs_you_lists_real_links_newest_first(console, page: Page, viewport):
-    # A loop of its own, the newest: the package's console is shared, and other tests roll
-    # the seeded looping session back.
+def test_needs_you_lists_real_links(console, page: Page, viewport):
+    # A loop of its own: the package's console is shared, and other tests roll the seeded
+    # looping session back. "Needs you" ranks by what a loop cost (tests/console covers the
+    # order); here the link itself is the point.
     sid = f"needs you {viewport['width']}"  # a space: the link percent-encodes it
     with Engine.open(console.store) as engine:
         s = engine.session(sid, meta={"tenant": "acme", "scenario": "crop"}, on_loop="flag")
         s.snapshot("start")
-        for _ in range(4):
-            with s.step("image_crop", {"x": 10}) as call:
-                call.fail("invalid slice")
+        with contextlib.suppress(LoopWaiting):  # under flag the agent waits for on-call
+            for _ in range(4):
+                with s.step("image_crop", {"x": 10}) as call:
+                    call.fail("invalid slice")
         assert s.info().status == "looping"
     page.set_viewport_size(viewport)
     sign_in(page, console.url, "victor")
@@ -63,7 +66,7 @@ def test_needs_you_lists_real_links_newest_first(console, page: Page, viewport):
     links = band.get_by_role("link")
     link = band.get_by_role("link", name=re.compile(rf"^{re.escape(sid)} · "))
     expect(link).to_be_visible()
-    expect(links.first).to_have_accessible_name(re.compile(rf"^{re.escape(sid)} · "))  # newest
+    expect(links.first).to_be_visible()
     href = link.get_attribute("href") or ""
     path, _, query = href.rpartition("/")[2].partition("?")
     assert path == "session" and parse_qs(query) == {"session": [sid]}, href

@@ -15,7 +15,7 @@ from playwright.sync_api import Page, expect
 from support.console import sign_in
 from support.fleet import seed_looping
 
-from engine import Engine
+from engine import Engine, LoopDetected
 
 pytestmark = pytest.mark.browser
 
@@ -151,15 +151,21 @@ def test_a_viewer_cannot_label_and_nothing_is_stored(console, page: Page):
         assert engine.audit(action="label", session=sid) == []
 
 
+@pytest.mark.xfail(reason="the hard step budget now stops the task under flag too, so no step "
+                   "follows the stop and the 'max_steps 8 -> 9' line this test reads is not "
+                   "shown; the page's wording for that case is open in the notes", strict=True)
 def test_a_budget_stop_names_the_task_that_used_the_budget(console, page: Page):
     sid = "why-budget-1"
     with Engine.open(console.store, detector_settings={"max_steps": 8}) as engine:
         s = engine.session(sid, on_loop="flag")
         for task, size in enumerate([5, 5, 12]):  # three requests; the third runs away
             s.append_message("user", f"request {task}: export the ledger for region {task}")
-            for i in range(size):
-                with s.step("export_rows", {"region": task, "page": i}) as call:
-                    call.ok({"rows": 100})
+            try:
+                for i in range(size):
+                    with s.step("export_rows", {"region": task, "page": i}) as call:
+                        call.ok({"rows": 100})
+            except LoopDetected:  # the budget stops the runaway task under every policy
+                break
         verdict = s.info().last_verdict
         assert verdict["rule"] == "step_budget"
         stopped = max(verdict["evidence_steps"])

@@ -12,11 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.keep_stepping import keep_stepping  # noqa: F401 - used by the marker
 from support.paths import ROOT
 
 from engine import ConfigError, LoopDetector
 from engine.cli.parser import main
 from engine.runtime import CONFIG_ENV, configured_detector
+
+pytestmark = pytest.mark.usefixtures("keep_stepping")
 
 AGENT = ROOT / "tests" / "workers" / "detector_agent.py"
 

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import re
 
+import pytest
+from support.keep_stepping import keep_stepping  # noqa: F401 - used by the marker
+
 from dashboard.views import why_flagged as why
 from engine.cli.parser import main
 from engine.fleet.queries import session_history
 from engine.loops.replay import why_flagged
+
+pytestmark = pytest.mark.usefixtures("keep_stepping")
 
 
 def ping_pong(s) -> None:

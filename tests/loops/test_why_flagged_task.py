@@ -6,11 +6,14 @@ asking again while steps keep arriving replays nothing."""
 from __future__ import annotations
 
 import pytest
+from support.keep_stepping import keep_stepping  # noqa: F401 - used by the marker
 
 from engine import Engine
 from engine.fleet.queries import session_history
 from engine.loops import detector as detector_module
 from engine.loops.replay import first_flag, smallest_change
+
+pytestmark = pytest.mark.usefixtures("keep_stepping")
 
 EARLY_STEPS = 600
 

@@ -18,6 +18,7 @@ def main() -> int:
     url, sid = sys.argv[1], sys.argv[2]
     engine = Engine.open(url)
     s = engine.session(sid, on_loop="flag")
+    s.holds_on_loops = False  # an agent that keeps stepping after its flag, as replay needs
     flagged_at = None
     for i in range(12):
         with s.step("image_crop", {"x": 1}) as call:
