@@ -78,20 +78,7 @@ class DocumentRows:
         transaction."""
         encoded = {k: None if v is None else dumps(v) for k, v in values.items()}
         with self._db.write() as conn:
-            if audit is not None:
-                add_audit(conn, now, audit.actor, audit.action, None, None, audit.reason,
-                          audit.detail)
-                add_event(conn, now, None, audit.action, {"actor": audit.actor, **audit.detail})
-            for key, value in encoded.items():
-                if value is None:
-                    conn.execute("DELETE FROM fleet_docs WHERE ns = ? AND key = ?", (ns, key))
-                else:
-                    conn.execute(
-                        "INSERT INTO fleet_docs(ns, key, value, updated_at) VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT(ns, key) DO UPDATE SET value = excluded.value, "
-                        "updated_at = excluded.updated_at",
-                        (ns, key, value, now),
-                    )
+            _write_fleet_docs(conn, ns, encoded, now, audit)
 
     def fleet_doc_get(self, ns: str, keys: list[str]) -> dict[str, Any]:
         """The fleet documents of `ns` among `keys` that exist, in key order."""
@@ -118,21 +105,7 @@ class DocumentRows:
                                    (ns, key)).fetchone()
                 if (None if row is None else row[0]) != value:
                     return False
-            if audit is not None:
-                if not feed_only:
-                    add_audit(conn, now, audit.actor, audit.action, None, None, audit.reason,
-                              audit.detail)
-                add_event(conn, now, None, audit.action, {"actor": audit.actor, **audit.detail})
-            for key, value in encoded.items():
-                if value is None:
-                    conn.execute("DELETE FROM fleet_docs WHERE ns = ? AND key = ?", (ns, key))
-                else:
-                    conn.execute(
-                        "INSERT INTO fleet_docs(ns, key, value, updated_at) VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT(ns, key) DO UPDATE SET value = excluded.value, "
-                        "updated_at = excluded.updated_at",
-                        (ns, key, value, now),
-                    )
+            _write_fleet_docs(conn, ns, encoded, now, audit, feed_only)
         return True
 
 
@@ -156,3 +129,24 @@ def doc_text(value: Any) -> str | bytes:
 def _doc_value(stored: str | bytes) -> Any:
     """A document as `_put_doc` stored it."""
     return stored if isinstance(stored, bytes) else json.loads(stored)
+
+
+def _write_fleet_docs(conn: Any, ns: str, encoded: dict[str, str | None], now: float,
+                      audit: AuditEntry | None, feed_only: bool = False) -> None:
+    """Inside the caller's transaction: the audit row (unless `feed_only`) and its feed event,
+    then each document set (JSON text) or deleted (None). Shared by a plain put and a swap."""
+    if audit is not None:
+        if not feed_only:
+            add_audit(conn, now, audit.actor, audit.action, None, None, audit.reason,
+                      audit.detail)
+        add_event(conn, now, None, audit.action, {"actor": audit.actor, **audit.detail})
+    for key, value in encoded.items():
+        if value is None:
+            conn.execute("DELETE FROM fleet_docs WHERE ns = ? AND key = ?", (ns, key))
+        else:
+            conn.execute(
+                "INSERT INTO fleet_docs(ns, key, value, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(ns, key) DO UPDATE SET value = excluded.value, "
+                "updated_at = excluded.updated_at",
+                (ns, key, value, now),
+            )
