@@ -1,12 +1,14 @@
 """A small MCP server for the proxy's tests and example (stdio, or streamable HTTP with
 ``--http PORT``): image_crop always fails with "invalid slice", read_total answers, echo returns
-its arguments; a resource and a prompt to pass through."""
+its arguments, lookup waits a moment and fails (a guessed name that is not there); a resource
+and a prompt to pass through."""
 
 from __future__ import annotations
 
 import json
 import sys
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
@@ -29,6 +31,13 @@ def read_total() -> str:
 def echo(text: str) -> str:
     """Return the text, with its length."""
     return json.dumps({"text": text, "length": len(text)})
+
+
+@server.tool()
+async def lookup(name: str) -> str:
+    """Look a symbol up by name (slowly: long enough for calls issued together to overlap)."""
+    await anyio.sleep(0.5)
+    raise ToolError(f"no symbol named {name}")
 
 
 @server.resource("receipt://latest")

@@ -262,6 +262,8 @@ class McpProxy:
         """The epoch each session's client has heard of (a rollback since: a notice is due)."""
         self._last_call: OrderedDict[str, float] = OrderedDict()
         """Monotonic time of each session's last tools/call (a new task after `IDLE_TASK_S`)."""
+        self._turns: dict[str, tuple[str, int]] = {}
+        """Per session with calls in flight: the turn they belong to and how many there are."""
         self._tools: dict[str, Upstream] = {}
         self._prompts: dict[str, Upstream] = {}
         self._clients: OrderedDict[str, Any] = OrderedDict()
@@ -514,6 +516,28 @@ class McpProxy:
             StoreError, UnknownSession: the store failed, or lost the session, before the tool
                 was called (after, the result goes back saying the records miss it).
         """
+        turn = self._join_turn(session.id)
+        try:
+            return await self._call(session, name, args, turn)
+        finally:
+            self._leave_turn(session.id)
+
+    def _join_turn(self, sid: str) -> str:
+        """The turn of a call arriving now: the turn of the calls of `sid` still in flight, or a
+        new one. A client that waits for each result before its model asks again never overlaps
+        two calls; calls that overlap were issued together by one model response (parallel
+        tool calls), and the detector judges them as one attempt."""
+        turn, flying = self._turns.get(sid) or (f"mcp-{uuid.uuid4().hex[:16]}", 0)
+        self._turns[sid] = (turn, flying + 1)
+        return turn
+
+    def _leave_turn(self, sid: str) -> None:
+        turn, flying = self._turns.pop(sid, ("", 1))
+        if flying > 1:
+            self._turns[sid] = (turn, flying - 1)
+
+    async def _call(self, session: Session, name: str, args: dict,
+                    turn: str) -> types.CallToolResult:
         fp = fingerprint(name, canonicalize(args, "args"))
         blocked = await self._io(self._blocked, session, fp)
         if blocked is not None:
@@ -536,11 +560,11 @@ class McpProxy:
             await self._io(session.new_task)
         _keep(self._last_call, session.id, now, KEPT_SESSIONS)
         try:
-            step = session.step(name, args)
+            step = session.step(name, args, turn=turn)
         except SizeLimitExceeded:
             # Arguments too large to record whole (a file an IDE agent writes): the call still
             # goes through, recorded by their digest, so the detector still sees a repeat.
-            step = session.step(name, _by_digest(args))
+            step = session.step(name, _by_digest(args), turn=turn)
         try:
             await self._io(step.__enter__)
         except ToolQuarantined as refused:

@@ -591,3 +591,34 @@ def test_an_unreachable_store_gets_a_clear_refusal_and_the_tool_is_not_called(tm
     assert down.is_error and texts(down)[0].startswith(
         "Rewind could not reach its store, so the tool was not called: cannot reach Redis")
     assert called == ["up", "back"]
+
+
+def test_calls_in_flight_together_are_one_turn_and_not_failures_in_a_row(tmp_path):
+    # A model guesses three names in one response and the client runs the calls together; all
+    # three fail, and the next response finds the right one. Three failures of one attempt are
+    # no loop: the proxy records the overlapping calls as one turn.
+    store = f"sqlite:///{tmp_path}/mcp.db"
+    sid = f"mcp-turns-{uuid.uuid4().hex[:6]}"
+
+    async def scenario():
+        async with Client(proxy_params(store, "--session", sid, "--", sys.executable, SERVER)
+                          ) as client:
+            guesses = await asyncio.gather(*(
+                client.call_tool("lookup", {"name": name})
+                for name in ("parse_cfg", "parseConfig", "load_config")))
+            found = await client.call_tool("echo", {"text": "config.parse"})
+            again = await client.call_tool("lookup", {"name": "config_parse"})
+        return guesses, found, again
+
+    guesses, found, again = asyncio.run(scenario())
+    assert all(g.is_error and "no symbol named" in texts(g)[0] for g in guesses)
+    assert not any("Rewind" in t for g in guesses for t in texts(g))
+    assert not found.is_error and again.is_error
+    with Engine.open(store) as engine:
+        session = engine.get_session(sid)
+        steps = session.steps()
+        assert [s.tool for s in steps] == ["lookup"] * 3 + ["echo", "lookup"]
+        turns = [s.turn for s in steps]
+        assert None not in turns and len(set(turns[:3])) == 1
+        assert len(set(turns)) == 3  # the batch, then one turn per call waited on
+        assert session.info().loops == 0
