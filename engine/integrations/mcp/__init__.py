@@ -31,9 +31,9 @@ an ``isError`` result saying plainly what to do instead, and the upstream tool i
 Such refusals are recorded on the timeline but are never evidence of a loop. MCP does not say
 which model response issued a call, but overlap does: calls of one session that are in flight
 together were issued together (a client that waits for each result never overlaps two), so
-they share a turn (``StepRecord.turn``) and the detector judges them as one attempt. Arguments over the
-engine's size limit (a large file an agent writes) are recorded by their digest and size: the
-call goes through, and a repeat of it is still seen. A quarantined tool
+they share a turn (``StepRecord.turn``) and the detector judges them as one attempt.
+Arguments over the engine's size limit (a large file an agent writes) are recorded by their
+digest and size: the call goes through, and a repeat of it is still seen. A quarantined tool
 (``engine.ToolQuarantined``) is refused the same way.
 
 **On-call.** Under the ``flag`` policy (the session's or a declared freeze's) the call that
