@@ -103,16 +103,18 @@ def record(name: str, argv: list[str], text: str) -> None:
     RESULTS.write_text(body, encoding="utf-8")
 
 
-def run_recorded(main: Callable[[], int | None]) -> int:
+def run_recorded(main: Callable[[], int | None], listings: tuple[str, ...] = ()) -> int:
     """Run a bench's `main` as its command line does, printing as usual, and record what it
-    printed in `RESULTS.md` when it finished well (exit status 0)."""
+    printed in `RESULTS.md` when it finished well (exit status 0), unless one of `listings`
+    (options that print a diagnostic listing rather than figures) was given."""
     tee = _Tee(sys.stdout)
     sys.stdout = tee  # type: ignore[assignment]
     try:
         status = main() or 0
     finally:
         sys.stdout = tee.out
-    if status == 0 and os.environ.get("REWIND_BENCH_RECORD", "1") != "0":
+    listing = any(a.split("=")[0] in listings for a in sys.argv[1:])
+    if status == 0 and not listing and os.environ.get("REWIND_BENCH_RECORD", "1") != "0":
         name = Path(sys.argv[0]).resolve().relative_to(RESULTS.parent.parent).as_posix()
         record(name, sys.argv[1:], tee.seen.getvalue())
     return int(status)

@@ -956,4 +956,4 @@ def main() -> None:
 if __name__ == "__main__":
     from bench.common import run_recorded
 
-    raise SystemExit(run_recorded(main))
+    raise SystemExit(run_recorded(main, listings=("--late", "--verdicts")))
