@@ -510,6 +510,16 @@ def cmd_alert(args) -> int:
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     out(f"rewind alert: following {redact(engine.store.url)} for {', '.join(rules)}; "
         f"{count(len(worker.webhooks), 'webhook')}; Ctrl-C stops")
+    server = None
+    if args.metrics_port is not None:
+        try:
+            server, _thread = engine.fleet.serve_metrics(args.metrics_port)
+        except (OSError, OverflowError) as exc:
+            worker.close()
+            why = getattr(exc, "strerror", None) or str(exc)
+            raise CLIError(f"cannot serve metrics on 127.0.0.1:{args.metrics_port}: {why}",
+                           EXIT_USAGE) from None
+        out(f"rewind alert: metrics at http://127.0.0.1:{server.server_port}/metrics")
     try:
         cursor, resumed = worker.start_point()
         if resumed:
@@ -528,6 +538,9 @@ def cmd_alert(args) -> int:
         result = worker.run_once()
     finally:
         worker.close()
+        if server is not None:
+            server.shutdown()
+            server.server_close()
     out(f"rewind alert: read {count(result['events'], 'event')}, queued "
         f"{count(result['queued'], 'alert')}, delivered {result['delivered']}")
     if worker.failures:
