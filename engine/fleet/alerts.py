@@ -1009,7 +1009,7 @@ class AlertWorker:
             if cause in state.causes:
                 del state.pending[sid]
                 continue
-            iid = incidents.open_incident_of(self.engine.store, cause, now) if cause else None
+            iid = self.engine.fleet.open_incident_of(cause) if cause else None
             if iid is not None:
                 state.causes[cause] = iid
                 data = {"id": iid, "session": sid}
