@@ -116,3 +116,17 @@ def test_a_watched_session_page_says_nothing_holds_it_and_offers_no_decision(tmp
     assert "nothing to release or stop" in "\n".join(str(i.value) for i in at.info)
     assert not [b for b in at.button
                 if b.key in ("open-release", "open-stop", "open-rollback", "open-notice")]
+
+
+def test_console_decisions_on_a_session_not_waiting_are_refused_and_write_nothing(store):
+    with Engine.open(store, create=False) as engine:
+        s = engine.session("healthy")
+        with s.step("image_crop", {"x": 1}) as call:
+            call.ok("cropped")
+        before = engine.session_info("healthy"), len(engine.audit())
+        for kind in ("release", "stop"):
+            with pytest.raises(DecisionRefused, match="'healthy' is not waiting for on-call"):
+                actions.decide(engine, OPERATOR, "healthy", kind, "go on")
+        with pytest.raises(actions.ActionRefused, match="say why"):  # checked before the store
+            actions.decide(engine, OPERATOR, "healthy", "release", "")
+        assert (engine.session_info("healthy"), len(engine.audit())) == before
