@@ -95,6 +95,10 @@ if freeze is not None and freeze.active(time.time()):
     note = "" if freeze_source == "store" else (
         " Configured for this console only: agents follow it only when it is declared in the "
         "store (`rewind freeze --start … --end …`).")
-    st.warning(settings.freeze_banner(freeze) + note, icon=":material/ac_unit:")
+    exempt = None
+    if freeze.on_loop is not None:
+        with data.store_errors():
+            exempt = len(data.exempt_sessions(data.store_url(), freeze.start.timestamp()))
+    st.warning(settings.freeze_banner(freeze, exempt) + note, icon=":material/ac_unit:")
 
 page.run()

@@ -483,6 +483,13 @@ def decay_view(url: str | None, sid: str) -> tuple[pd.DataFrame, pd.DataFrame, f
     return (*views.decay_frames(items, curves, start, now), now - start)
 
 
+@st.cache_data(ttl=FLEET_TTL, show_spinner=False)
+def exempt_sessions(url: str | None, active_since: float) -> list[str]:
+    """Sessions opened exempt from the freeze (``freeze_exempt=True``) and active since the
+    freeze began."""
+    return engine_for(url).fleet.exempt_sessions(active_since)
+
+
 def fleet_freeze(configured: FreezeWindow | None) -> tuple[FreezeWindow | None, str]:
     """The freeze to show, and where it comes from: the one declared in the store
     (``"store"``: every process on it follows it), else this console's configuration

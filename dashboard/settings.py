@@ -110,14 +110,29 @@ def freeze_window(
         raise SettingsError(str(exc)) from exc
 
 
-def freeze_banner(window: FreezeWindow) -> str:
-    """The banner text while `window` is in force: until when, and what happens to loops.
+def freeze_banner(window: FreezeWindow, exempt: int | None = None) -> str:
+    """The banner text while `window` is in force: until when, what happens to loops (under
+    "flag": that a flagged session waits for an operator), and, when the freeze sets a policy
+    and `exempt` is known, how many sessions are exempt from it (``freeze_exempt=True``: they
+    keep their own loop policy).
 
     Markdown with the name escaped: the name is configuration text, shown as plain text.
     """
     until = f"{window.end:%a %d %b %H:%M %Z}".strip()
     head = f"**{plain(window.name)}** until {until}: no deploys."
-    return f"{head} {plain(policy_sentence(window))}"
+    text = f"{head} {plain(policy_sentence(window))}"
+    if window.on_loop is not None and exempt is not None:
+        text += " " + exempt_sentence(exempt)
+    return text
+
+
+def exempt_sentence(exempt: int) -> str:
+    """How many sessions the freeze's loop policy does not govern (Markdown)."""
+    if exempt == 0:
+        return "No session is exempt from it: its loop policy applies to every session."
+    which = "1 session is" if exempt == 1 else f"{exempt:,} sessions are"
+    return (f"**{which} exempt from it** (opened with `freeze_exempt=True`) and "
+            f"{'keeps its' if exempt == 1 else 'keep their'} own loop policy.")
 
 
 def freeze_caption(window: FreezeWindow) -> str:

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from engine import documents as _documents
 from engine.documents import Documents
 from engine.errors import WatchOnly
+from engine.fleet import exemptions, quarantine, queries
 from engine.fleet import incidents as _incidents
-from engine.fleet import quarantine, queries
 from engine.fleet.api import Compensations, Fleet
 from engine.fleet.incidents import Incident
 from engine.freeze import (
@@ -170,7 +170,8 @@ class Engine:
 
         `on_loop` sets this handle's loop policy; None follows the engine's default. While a
         freeze that sets a loop policy is in force, the freeze's policy applies instead,
-        unless the handle is `freeze_exempt` (`engine.freeze.resolve`).
+        unless the handle is `freeze_exempt` (`engine.freeze.resolve`); the store keeps that
+        the session was opened exempt, for the freeze banner's count (`engine.fleet.exemptions`).
 
         A session the OTLP receiver (`rewind otlp`) created is *watch-only*: Rewind does not
         run the agent behind it, so it is flagged, never rolled back. A handle never inherits
@@ -193,7 +194,10 @@ class Engine:
         info = self.store.ensure_session(sid, meta or None, self.clock())
         if not watched:
             _refuse_watched(info)
-        return Session(self._runtime, info, on_loop, freeze_exempt)
+        session = Session(self._runtime, info, on_loop, freeze_exempt)
+        if freeze_exempt:  # the freeze banner and `rewind freeze` count these
+            exemptions.note(self._runtime, sid)
+        return session
 
     def get_session(self, sid: str) -> Session:
         """The handle of an existing session.

@@ -85,6 +85,10 @@ st.dataframe(
         "prompt_version": "prompt",
         "joined": st.column_config.DatetimeColumn("joined", format="YYYY-MM-DD HH:mm:ss"),
     })
+watched = incident_views.watch_only_count(infos)
+if watched:
+    st.info(incident_views.watch_only_text(watched, len(inc.sessions)),
+            icon=":material/visibility:")
 st.caption(f"updated {time.strftime('%H:%M:%S')}")
 
 if inc.status != "open":
@@ -95,7 +99,7 @@ if not user.can_act:
 
 st.subheader("Remedies for the whole incident")
 remedies = [a for a in incident_views.REMEDIES
-            if a not in ("release", "stop") or hasattr(data.engine(), a)]
+            if a not in ("release", "stop") or hasattr(data.engine().fleet, a)]
 if inc.tool is None:
     remedies = [a for a in remedies if a != "quarantine"]
 with st.form("incident-remedy", border=True):

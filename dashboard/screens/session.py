@@ -132,7 +132,7 @@ def render_header(head, page: Page) -> None:
                f"({views.duration_text(time.time() - since)}): its agent runs no step until "
                "someone rolls it back, releases it or stops it.  \n"
                if since is not None else "")
-            + ("Rewind cannot roll this agent back: it only watches it."
+            + (session_views.WATCH_ONLY_LOOPING
                if page.watch_only else
                f"Suggested rollback target: **{views.plain(page.target_text)}**"),
             icon=":material/autorenew:",

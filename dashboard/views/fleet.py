@@ -43,6 +43,9 @@ WAITING = "waiting for on-call"
 decision (loop policy ``flag``, `SessionInfo.waiting`)."""
 """The state pill of a session Rewind only watches (ingested by `rewind otlp`): it can be
 flagged and labelled, not rolled back or sent a notice."""
+WATCH_ONLY_NEEDS = ("watch-only (OpenTelemetry): nothing holds it, nothing to release; stop "
+                    "or fix its agent where it runs")
+"""What the needs-you band says of a looping session Rewind only watches."""
 DEFAULT_SORT = "Needs you first"
 SORTS = {
     # looping first, and among them the costliest loop (most steps since it began)
@@ -339,6 +342,8 @@ def needs_you(looping: pd.DataFrame, compensations: Sequence[Any], now: float,
                 parts.append(f"last step {duration_text(now - last.timestamp())} ago")
             if _text(row.hold):
                 parts.append(_text(row.hold))
+            if bool(row._asdict().get("watch_only")):
+                parts.append(WATCH_ONLY_NEEDS)
             out.append(NeedsYou("loop", row.session, " · ".join(p for p in parts if p),
                                 "session", {"session": row.session}))
     for c in compensations:

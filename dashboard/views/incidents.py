@@ -63,6 +63,21 @@ def incident_sessions_frame(inc: Any, infos: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=INCIDENT_COLUMNS)
 
 
+def watch_only_count(infos: Mapping[str, Any]) -> int:
+    """How many of the sessions (`SessionInfo`s, None for one deleted) Rewind only watches."""
+    return sum(1 for info in infos.values()
+               if info is not None and (info.meta or {}).get("watch_only"))
+
+
+def watch_only_text(watched: int, total: int) -> str:
+    """What the incident page says of its watch-only sessions (plain text)."""
+    which = "1 of these sessions is" if watched == 1 else \
+        f"{watched} of these {total} sessions are"
+    return (f"{which} watch-only (seen through OpenTelemetry): Rewind does not run their "
+            "agents, so nothing holds them; they never wait for on-call, and no remedy here "
+            "releases, stops or rolls them back. Stop or fix those agents where they run.")
+
+
 def preview_text(preview: Any) -> str:
     """What a previewed remedy would do, in one sentence (plain text)."""
     inc, action = preview.incident, preview.action

@@ -158,10 +158,16 @@ def is_watch_only(info: Any) -> bool:
 
 
 WATCH_ONLY_BADGE = ":violet-badge[watch-only]"
+WATCH_ONLY_LOOPING = ("Rewind only watches this agent (OpenTelemetry): nothing holds it, so it "
+                      "does not wait for on-call and cannot be released, stopped or rolled back "
+                      "here. Its agent keeps running: stop or fix it where it runs.")
+"""The looping box's last line on a watch-only session, instead of a rollback target."""
 WATCH_ONLY_NOTE = (
     "**Watch-only:** Rewind sees this agent through its OpenTelemetry traces (`rewind otlp`) "
     "but does not run it. **It can** flag its loops, page on-call (`rewind alert`), show them "
-    "here and take your label. **It cannot** roll the agent back, send its user a notice or "
+    "here and take your label. **It cannot** hold the agent: under the flag policy its loop "
+    "is flagged but the agent keeps running, so nothing waits for you here and there is "
+    "nothing to release or stop. Nor can it roll the agent back, send its user a notice or "
     "hold its calls under a quarantine. To stop a loop, stop or fix the agent where it runs."
 )
 """What the session page says instead of offering actions the engine would refuse."""

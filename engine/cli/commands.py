@@ -346,6 +346,7 @@ def cmd_freeze(args) -> int:
         out(f"freeze declared in the store: {window.name}, {window.start.isoformat()} to "
             f"{window.end.isoformat()}; loops: {window.on_loop or 'engine default'}. Every "
             "process on this store follows it within a second.")
+        _freeze_policy_lines(engine, window)
         return EXIT_OK
     if args.lift:
         ended = engine.fleet.end_freeze(actor=Actor(args.actor, Role.OPERATOR),
@@ -364,7 +365,29 @@ def cmd_freeze(args) -> int:
     state = "in force" if window.active(time.time()) else "not in force now"
     out(f"{window.name}: {window.start.isoformat()} to {window.end.isoformat()} ({state}); "
         f"loops: {window.on_loop or 'engine default'}; {where}")
+    _freeze_policy_lines(engine, window)
     return EXIT_OK
+
+
+def _freeze_policy_lines(engine, window) -> None:
+    """What the freeze does to loops (under flag: flagged sessions wait for an operator) and
+    which sessions it does not govern (opened with freeze_exempt=True), as the console's banner
+    says."""
+    from engine.freeze import policy_sentence
+
+    if window.on_loop is None:
+        out("the freeze sets no loop policy: each session keeps its own")
+        return
+    out(policy_sentence(window) + (" Decide with `rewind rollback|release|stop SESSION`."
+                                   if window.on_loop == "flag" else ""))
+    exempt = engine.fleet.exempt_sessions(window.start.timestamp())
+    if not exempt:
+        out("no session is exempt from it: its loop policy applies to every session")
+        return
+    shown = ", ".join(exempt[:10]) + (f" and {len(exempt) - 10} more" if len(exempt) > 10 else "")
+    out(f"{len(exempt)} session{'s are' if len(exempt) != 1 else ' is'} exempt from it "
+        f"(opened with freeze_exempt=True) and keep{'s' if len(exempt) == 1 else ''} "
+        f"{'its' if len(exempt) == 1 else 'their'} own loop policy: {shown}")
 
 
 def _set_item(text: str) -> tuple[str, str]:
@@ -510,6 +533,16 @@ def cmd_alert(args) -> int:
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     out(f"rewind alert: following {redact(engine.store.url)} for {', '.join(rules)}; "
         f"{count(len(worker.webhooks), 'webhook')}; Ctrl-C stops")
+    server = None
+    if args.metrics_port is not None:
+        try:
+            server, _thread = engine.fleet.serve_metrics(args.metrics_port)
+        except (OSError, OverflowError) as exc:
+            worker.close()
+            why = getattr(exc, "strerror", None) or str(exc)
+            raise CLIError(f"cannot serve metrics on 127.0.0.1:{args.metrics_port}: {why}",
+                           EXIT_USAGE) from None
+        out(f"rewind alert: metrics at http://127.0.0.1:{server.server_port}/metrics")
     try:
         cursor, resumed = worker.start_point()
         if resumed:
@@ -528,6 +561,9 @@ def cmd_alert(args) -> int:
         result = worker.run_once()
     finally:
         worker.close()
+        if server is not None:
+            server.shutdown()
+            server.server_close()
     out(f"rewind alert: read {count(result['events'], 'event')}, queued "
         f"{count(result['queued'], 'alert')}, delivered {result['delivered']}")
     if worker.failures:

@@ -274,11 +274,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_label)
 
     p = sub.add_parser(
-        "alert", help="page webhooks on loops, rollbacks, failed compensations, loop spikes",
+        "alert", help="page webhooks on incidents, loops, rollbacks, failed compensations",
         epilog="Follows the event feed from a cursor kept in the store: a restart neither "
         "skips nor repeats an alert. Each alert is a JSON POST whose `text` a Slack-compatible "
         "incoming webhook shows. Rules: loop, rollback, compensation_failed, loop_spike (loops "
-        "of one prompt version or tool reaching --spike-threshold within --spike-window). "
+        "of one prompt version or tool reaching --spike-threshold within --spike-window), "
+        "incident (one page when loops of one cause open an incident, when it grows past 10, "
+        "25, 50, 100, ... sessions or reaches a new tenant, when it closes; a session's loop "
+        "pages through its incident while this rule is on). "
         "A first run starts at the newest event (see --since); later runs resume. SIGTERM or "
         "Ctrl-C stops it within a second. Exit codes with --once: 0 every due alert was "
         "delivered (or none was due), 1 a webhook could not be reached, answered other than "
@@ -289,8 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="http(s) URL to POST alerts to (repeatable)")
     p.add_argument("--rule", action="append", metavar="NAME",
                    choices=["loop", "rollback", "compensation_failed", "loop_spike", "incident"],
-                   help="enable only these rules (repeatable; default: all but incident, "
-                   "which pages once per cause of loops instead of once per session)")
+                   help="enable only these rules (repeatable; default: all, so loops page "
+                   "once per incident, not once per session; leave out incident to page each "
+                   "looping session)")
     p.add_argument("--console-url", metavar="URL",
                    help="console base URL, for a link to the session in each alert")
     p.add_argument("--spike-threshold", type=_non_negative("--spike-threshold", int),
@@ -308,6 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "it has an offset); default: now. A pager that has run before resumes")
     p.add_argument("--timeout", type=_non_negative("--timeout"), default=5.0,
                    metavar="SECONDS", help="deadline of one POST, all included (default 5)")
+    p.add_argument("--metrics-port", type=_non_negative("--metrics-port", int), metavar="PORT",
+                   help="serve Prometheus metrics on 127.0.0.1:PORT/metrics while it runs, "
+                   "with rewind_incidents_open as of each round")
     p.set_defaults(func=cmd_alert)
 
     p = sub.add_parser("notice", help="send the user a recovery notice")

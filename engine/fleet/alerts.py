@@ -24,7 +24,18 @@ Rules, in the order an event is checked (enable a subset with ``rules``):
 ``loop_spike``
     loops (episodes) of one prompt version, or of one tool, reach ``spike_threshold`` within
     ``spike_window_s`` seconds of event time. Key ``loop_spike:<prompt_version|tool>:<value>``,
-    sent at most once per window.
+    sent at most once per window. With the ``incident`` rule on, it counts causes, not
+    sessions: forty sessions looping on one broken tool are one incident, paged as one.
+``incident``
+    loops grouped by cause (`engine.fleet.incidents`): one page when an incident opens (key
+    ``incident_open:<id>``), one when it grows past a set size (10, 25, 50, 100, …) or reaches a
+    new tenant (``incident_grow:<id>:<size>:<tenants>``), one when it closes
+    (``incident_close:<id>``), each with the incident as it stands when the page is written
+    (a page read after a burst tells its whole size once). While it is on, a session's ``loop``
+    page is folded into its incident's: a loop of a cause whose incident this worker knows
+    pages nothing more; one whose incident has not shown up waits ``fold_wait_s`` for it, then
+    pages on its own (its incident was never recorded); one whose incident opened before the
+    worker's first event pages that incident once. On by default (`DEFAULT_RULES`).
 
 Every key is sent once per ``dedup_s`` (keys of spikes: once per window). Each alert body holds
 ``text`` (what a Slack-compatible incoming webhook shows), ``rule``, ``key``, ``session``,
@@ -52,8 +63,9 @@ back only its own alerts, never the feed or the other webhooks. Each POST has a 
 (``timeout_s``, for connecting, sending and the answer's status line), so a webhook that
 trickles bytes is cut off too. A webhook sends at most ``rate_per_minute`` alerts a minute; the
 rest wait in its outbox. Alerts that need someone now (``loop``, ``loop_spike``,
-``compensation_failed``) have a budget of their own and are sent before notices (``rollback``,
-``rollback_many``): a wave of notices never holds a new loop back. Delivery is at least
+``compensation_failed``, an incident's opening and growth) have a budget of their own and are
+sent before notices (``rollback``, ``rollback_many``, an incident's close): a wave of notices
+never holds a new loop back. Delivery is at least
 once: a worker killed after a POST and before it saved the outcome sends that alert again,
 with the same ``key`` for the receiver to drop.
 
@@ -87,6 +99,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
+from engine.fleet import incidents
 from engine.records import Event
 
 log = logging.getLogger("rewind.alerts")
@@ -95,18 +108,22 @@ NAMESPACE = "alerts"
 """Fleet document namespace of the workers' states."""
 RULES = ("loop", "rollback", "compensation_failed", "loop_spike", "incident")
 """Every rule, in the order they are checked."""
-DEFAULT_RULES = ("loop", "rollback", "compensation_failed", "loop_spike")
-"""The rules a worker given none follows: the ``incident`` rule is asked for by name (it pages
-per cause what ``loop`` pages per session)."""
+DEFAULT_RULES = RULES
+"""The rules a worker given none follows: all of them. With ``incident`` on, a session's loop
+pages through its incident (one page per cause), not on its own (see the module docstring)."""
 
 _INCIDENT_EVENTS = ("incident_open", "incident_grow", "incident_close")
+WATCH_ONLY_TEXT = ("watch-only (OpenTelemetry): Rewind does not run this agent, so nothing "
+                   "holds it and there is nothing to release; stop or fix it where it runs")
+"""What a loop page says of a session Rewind only watches (`rewind otlp`)."""
 
 
 def _cut_text(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
-URGENT = frozenset({"loop", "loop_spike", "compensation_failed"})
-"""Rules whose alerts need someone now: sent before notices, with a rate budget of their own."""
+URGENT = frozenset({"loop", "loop_spike", "compensation_failed", "incident"})
+"""Rules whose alerts need someone now: sent before notices, with a rate budget of their own
+(an incident's close is a notice)."""
 
 Poster = Callable[[str, bytes, float], int]
 """Sends one POST (url, JSON body, deadline in seconds) and returns the HTTP status; raises
@@ -150,6 +167,10 @@ class AlertConfig:
     bulk_wait_s: float = 600.0
     """A bulk rollback whose closing audit event has not arrived this long after its start
     (a run killed midway) pages its summary anyway."""
+    fold_wait_s: float = 30.0
+    """With the ``incident`` rule on, a session's loop waits this long (seconds) for its
+    incident to be seen; past it, the loop pages on its own (its incident was never recorded:
+    the agent died between its step and the incident's write, or it runs an older release)."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.rules if r not in RULES]
@@ -159,6 +180,8 @@ class AlertConfig:
             raise ValueError("spike_threshold and attempts must be >= 1, the window > 0")
         if not self.timeout_s > 0:
             raise ValueError("timeout_s must be > 0: it is the deadline of one POST")
+        if not self.fold_wait_s >= 0:
+            raise ValueError("fold_wait_s must be >= 0 seconds")
 
 
 # -- text -------------------------------------------------------------------------------------
@@ -365,6 +388,11 @@ class _State:
     ``<webhook id>!`` holds those of urgent alerts (their own budget)."""
     batches: dict[str, dict[str, Any]] = field(default_factory=dict)
     """bulk rollback id -> what its events said so far (start, actor, planned, rolled back)."""
+    causes: dict[str, str] = field(default_factory=dict)
+    """cause key -> id of its open incident, as the feed told (the ``incident`` rule)."""
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """session -> its loop page waiting for the session's incident to be seen: {cause, at,
+    alert}; dropped when the incident shows up, sent after ``fold_wait_s`` otherwise."""
 
     @classmethod
     def load(cls, doc: Any) -> _State:
@@ -378,6 +406,8 @@ class _State:
             outbox={k: list(v) for k, v in (doc.get("outbox") or {}).items()},
             sent={k: list(v) for k, v in (doc.get("sent") or {}).items()},
             batches={k: dict(v) for k, v in (doc.get("batches") or {}).items()},
+            causes=dict(doc.get("causes") or {}),
+            pending={k: dict(v) for k, v in (doc.get("pending") or {}).items()},
         )
 
     def dump(self) -> dict[str, Any]:
@@ -389,12 +419,15 @@ class _State:
             "outbox": self.outbox,
             "sent": self.sent,
             "batches": self.batches,
+            "causes": self.causes,
+            "pending": self.pending,
         }
 
 
 def _urgent(item: dict[str, Any]) -> bool:
-    """Whether an outbox item needs someone now (see `URGENT`)."""
-    return (item.get("body") or {}).get("rule") in URGENT
+    """Whether an outbox item needs someone now (see `URGENT`; an incident's close does not)."""
+    rule = (item.get("body") or {}).get("rule")
+    return rule in URGENT and not str(item.get("key") or "").startswith("incident_close:")
 
 
 class _Sender:
@@ -607,7 +640,7 @@ class AlertWorker:
 
     def _close_quiet_incidents(self) -> None:
         """Write the close of quiet incidents, so their close pages without a new loop."""
-        close = getattr(self.engine, "close_quiet_incidents", None)
+        close = getattr(getattr(self.engine, "fleet", None), "close_quiet_incidents", None)
         if close is None:
             return
         try:
@@ -622,6 +655,8 @@ class AlertWorker:
         try:
             while not self._stop.is_set() and (rounds is None or done < rounds):
                 try:
+                    if "incident" in self.config.rules:
+                        self._close_quiet_incidents()
                     self._read_feed()
                     for sender in self._senders.values():
                         sender.ask()
@@ -656,8 +691,9 @@ class AlertWorker:
             alerts = []
             for ev in events:
                 alerts += self._alerts(state, ev)
-            if len(events) < self.page:  # caught up: bulk runs that never closed
-                alerts += self._stale_batches(state)
+            if len(events) < self.page:  # caught up: bulk runs that never closed, loops
+                alerts += self._stale_batches(state)  # whose incident never showed up
+                alerts += self._unfolded_loops(state)
             with self._lock:
                 queued += self._queue(state, alerts)
                 if events:
@@ -676,8 +712,9 @@ class AlertWorker:
         sid, data = ev.session, ev.data or {}
         out: list[dict[str, Any]] = []
         if ev.type in _INCIDENT_EVENTS:
+            sentence = self._note_incident(state, ev, data)
             if "incident" in rules:
-                out += self._incident_alerts(ev, data)
+                out += self._incident_alerts(ev, data, sentence)
             return out
         if ev.type in ("rollback_many.start", "rollback_many") and data.get("batch"):
             return self._batch_event(state, ev, data)
@@ -688,26 +725,17 @@ class AlertWorker:
                 if sid in state.looping:
                     return out
                 state.looping[sid] = ev.id
-                meta, tool, verdict = self._loop_facts(sid, data.get("n"))
-                state.recent.append([ev.at, meta.get("prompt_version"), tool])
+                meta, tool, verdict, cause = self._loop_facts(sid, data.get("n"))
+                grouped = "incident" in rules
+                state.recent.append([ev.at, meta.get("prompt_version"), tool,
+                                     cause if grouped else None])
                 if "loop" in rules:
-                    rule = (verdict or {}).get("rule") or "loop"
-                    why = _clause((verdict or {}).get("explanation") or "")
-                    why = why or "the detector flagged a loop"
-                    policy = (verdict or {}).get("policy")
-                    if policy:  # e.g. "; policy flag (freeze: National Day change freeze)"
-                        reason = (verdict or {}).get("policy_reason")
-                        why += f"; policy {policy}" + (f" ({reason})" if reason else "")
-                    out.append(
-                        self._alert(
-                            "loop",
-                            f"loop:{sid}:{ev.id}",
-                            ev,
-                            meta,
-                            tool,
-                            f"Loop detected in session {sid} ({rule}): {why}.",
-                        )
-                    )
+                    alert, sentence = self._loop_alert(ev, meta, tool, verdict)
+                    if not grouped:
+                        out.append(alert)
+                    elif cause not in state.causes:  # folded at once into a known incident
+                        state.pending[sid] = {"cause": cause, "at": self.engine.clock(),
+                                              "alert": alert, "sentence": sentence}
                 if "loop_spike" in rules:
                     out += self._spikes(state, ev, meta, tool)
             elif data.get("status") == "ok":
@@ -815,12 +843,19 @@ class AlertWorker:
         ):
             if value is None:
                 continue
-            count = sum(1 for r in state.recent if r[index] == value)
+            same = [r for r in state.recent if r[index] == value]
+            if "incident" in cfg.rules:  # loops of one cause are one incident, paged as one
+                count = len({(r[3] if len(r) > 3 and r[3] else f"#{n}")
+                             for n, r in enumerate(same)})
+            else:
+                count = len(same)
             if count >= cfg.spike_threshold:
                 key = f"loop_spike:{label}:{value}"
                 minutes = cfg.spike_window_s / 60
                 window = _count(int(minutes), "minute") if minutes.is_integer() else (
                     f"{minutes:g} minutes")
+                what = (f"Loops of {_count(count, 'cause')}" if "incident" in cfg.rules
+                        else _count(count, 'loop'))
                 out.append(
                     self._alert(
                         "loop_spike",
@@ -828,16 +863,18 @@ class AlertWorker:
                         ev,
                         meta,
                         tool,
-                        f"{_count(count, 'loop')} of {label.replace('_', ' ')} {value} in the "
+                        f"{what} of {label.replace('_', ' ')} {value} in the "
                         f"last {window} (threshold {cfg.spike_threshold}).",
                         ttl=cfg.spike_window_s,
                     )
                 )
         return out
 
-    def _incident_alerts(self, ev: Event, data: dict[str, Any]) -> list[dict[str, Any]]:
+    def _incident_alerts(self, ev: Event, data: dict[str, Any], sentence: str = ""
+                         ) -> list[dict[str, Any]]:
         """The page for an incident event (see the ``incident`` rule), with the incident as it
-        stands now: a page read after a burst tells its whole size once."""
+        stands now: a page read after a burst tells its whole size once. `sentence`: the loop
+        page of the session that opened it, folded into the opening page."""
         iid = str(data.get("id") or "")
         now: Any = None
         try:
@@ -851,12 +888,22 @@ class AlertWorker:
         states = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in now.counts.items()) \
             if now else ""
         told = self._incidents_told.get(iid)
+        watched = sum(1 for sid in (now.sessions[:200] if now else [])
+                      if self._meta_of(sid).get("watch_only"))
         about = (f"{tool} loops ({(now.rule if now else data.get('rule')) or 'loop'}) on "
                  f"\"{_cut_text(sig, 160)}\": {_count(size, 'session')}"
                  + (f" ({states})" if states else "")
-                 + (f", tenants {', '.join(tenants)}" if tenants else ""))
+                 + (f", tenants {', '.join(tenants)}" if tenants else "")
+                 + (f"; {watched} of them watch-only (OpenTelemetry): Rewind does not run "
+                    "those agents, so nothing holds them and there is nothing to release; stop "
+                    "or fix them where they run" if watched else ""))
+        opener = data.get("session") if ev.type == "incident_open" else None
         if ev.type == "incident_open":
-            key, text = f"incident_open:{iid}", f"Incident {iid} opened: {about}."
+            first = f" (first: session {opener})" if opener and size > 1 else (
+                f" (session {opener})" if opener else "")
+            key, text = f"incident_open:{iid}", f"Incident {iid} opened{first}: {about}."
+            if sentence:
+                text += f" {sentence}"
         elif ev.type == "incident_grow":
             if told is not None and size <= told[0] and set(tenants) <= told[1]:
                 return []
@@ -877,6 +924,7 @@ class AlertWorker:
                             text)
         body = alert["body"]
         body["incident"] = iid
+        body["session"] = opener
         body["tenant"] = ", ".join(tenants) or None
         if self.config.console_url:
             link = (f"{self.config.console_url.rstrip('/')}/incident?incident="
@@ -885,17 +933,95 @@ class AlertWorker:
             body["text"] += f" <{slack_escape(link).replace('|', '%7C')}>"
         return [alert]
 
-    def _loop_facts(self, sid: str, n: Any) -> tuple[dict[str, Any], str | None, dict | None]:
+    def _loop_facts(self, sid: str, n: Any
+                    ) -> tuple[dict[str, Any], str | None, dict | None, str]:
+        """(the session's meta, the looping step's tool, its verdict, the loop's cause key as
+        `incidents.note_loop` computes it)."""
         meta = self._meta_of(sid)
-        tool, verdict = None, None
         try:
             steps = self.engine.get_session(sid).steps(last=20)
         except KeyError:  # deleted since
-            return meta, None, None
+            return meta, None, None, ""
         for rec in steps:
             if rec.n == n:
-                tool, verdict = rec.tool, rec.verdict
-        return meta, tool, verdict
+                verdict = dict(rec.verdict or {})
+                rule = verdict.get("rule") or "loop"
+                return meta, rec.tool, rec.verdict, incidents.cause_key(
+                    rec.tool, incidents.signature(rec.error, rec.args), rule)
+        return meta, None, None, ""
+
+    def _loop_alert(self, ev: Event, meta: dict[str, Any], tool: str | None,
+                    verdict: dict | None) -> tuple[dict[str, Any], str]:
+        """The ``loop`` page of session ``ev.session`` and its sentence: the rule, why, the
+        policy, and what on-call can do (a session waiting for on-call; one Rewind only
+        watches)."""
+        found = verdict or {}
+        rule = found.get("rule") or "loop"
+        why = _clause(found.get("explanation") or "") or "the detector flagged a loop"
+        policy = found.get("policy")
+        if policy:  # e.g. "; policy flag (freeze: National Day change freeze)"
+            reason = found.get("policy_reason")
+            why += f"; policy {policy}" + (f" ({reason})" if reason else "")
+        if meta.get("watch_only"):
+            why += f"; {WATCH_ONLY_TEXT}"
+        elif found.get("waiting"):
+            why += "; it waits for on-call: roll it back, release it or stop it"
+        sentence = f"Loop detected in session {ev.session} ({rule}): {why}."
+        return self._alert("loop", f"loop:{ev.session}:{ev.id}", ev, meta, tool,
+                           sentence), sentence
+
+    # -- loops folded into their incident (the ``incident`` rule) -----------------------------
+    def _note_incident(self, state: _State, ev: Event, data: dict[str, Any]) -> str:
+        """Follow which causes have an open incident; a loop page waiting for its incident is
+        folded into the incident's page once the incident shows up. Returns the loop sentence
+        of the session that opened it ("" when none waited)."""
+        iid = str(data.get("id") or "")
+        if not iid:
+            return ""
+        cause = incidents.cause_key(data.get("tool"), str(data.get("signature") or ""),
+                                    str(data.get("rule") or "loop"))
+        if ev.type == "incident_close":
+            if state.causes.get(cause) == iid:
+                del state.causes[cause]
+            return ""
+        state.causes[cause] = iid
+        if len(state.causes) > 5000:  # the oldest first: dicts keep their order
+            for old in list(state.causes)[:1000]:
+                del state.causes[old]
+        opener, sentence = data.get("session"), ""
+        for sid, wait in list(state.pending.items()):
+            if wait.get("cause") == cause or sid == opener:
+                if sid == opener and ev.type == "incident_open":
+                    sentence = str(wait.get("sentence") or "")
+                del state.pending[sid]
+        return sentence
+
+    def _unfolded_loops(self, state: _State) -> list[dict[str, Any]]:
+        """Settle the loop pages waiting for their incident (the feed is caught up): one whose
+        incident is known is dropped (folded into its page); one whose cause has an open
+        incident in the store that this worker never paged (it opened before the worker's
+        first event) pages that incident once; one whose incident has not shown up within
+        ``fold_wait_s`` pages on its own."""
+        out: list[dict[str, Any]] = []
+        now = self.engine.clock()
+        for sid, wait in list(state.pending.items()):
+            cause = str(wait.get("cause") or "")
+            if cause in state.causes:
+                del state.pending[sid]
+                continue
+            iid = self.engine.fleet.open_incident_of(cause) if cause else None
+            if iid is not None:
+                state.causes[cause] = iid
+                data = {"id": iid, "session": sid}
+                out += self._incident_alerts(
+                    Event(id=state.cursor, at=now, session=None, type="incident_open",
+                          data=data), data, str(wait.get("sentence") or "")
+                ) if "incident" in self.config.rules else []
+                del state.pending[sid]
+            elif now - float(wait.get("at") or 0.0) >= self.config.fold_wait_s:
+                out.append(wait["alert"])
+                del state.pending[sid]
+        return out
 
     def _meta_of(self, sid: str) -> dict[str, Any]:
         meta = self._meta.get(sid)

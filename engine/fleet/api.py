@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from engine.fleet import actions, incidents, queries
+from engine.fleet import actions, exemptions, incidents, queries
 from engine.fleet.incidents import IncidentAction
 from engine.fleet.quarantine import is_refusal
 from engine.freeze import FreezeWindow, PolicyChoice, declared_window
@@ -70,6 +70,12 @@ class Fleet:
             PermissionDenied: not an operator (now). ValueError: empty reason.
         """
         return actions.end_freeze(self._rt, actor=actor, reason=reason)
+
+    def exempt_sessions(self, active_since: float | None = None) -> list[str]:
+        """Sessions opened with ``freeze_exempt=True`` (a declared freeze's loop policy does not
+        apply to them) that still exist; with `active_since` (unix time), only those changed at
+        or after it. See `engine.fleet.exemptions`."""
+        return exemptions.exempt_sessions(self._rt, active_since)
 
     def loop_policy(self, now: float | None = None, *, on_loop: LoopPolicy | None = None,
                     freeze_exempt: bool = False) -> PolicyChoice:
@@ -239,6 +245,11 @@ class Fleet:
             as `incident_action`.
         """
         return self.incident_action(incident_id, "close", actor=actor, reason=reason)
+
+    def open_incident_of(self, cause: str) -> str | None:
+        """The id of the open incident of `cause` (a key from `incidents.cause_key`: tool,
+        normalised error, rule), or None; one small read (the alert worker's)."""
+        return incidents.open_incident_of(self._rt.store, cause, self._rt.clock())
 
     def close_quiet_incidents(self) -> list[str]:
         """Write the close of every incident quiet for longer than the quiet period; their ids."""

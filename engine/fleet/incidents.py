@@ -363,6 +363,16 @@ def _close_quiet_doc(rt: Runtime, key: str, doc: Mapping[str, Any], quiet_s: flo
                    {**_summary(doc), "by": AUTOMATIC_ACTOR}), feed_only=True)
 
 
+def open_incident_of(store: Any, cause: str, now: float) -> str | None:
+    """The id of the open incident of `cause` (`cause_key`), or None (none, or a quiet one,
+    which reads as closed). One read of two documents."""
+    docs = store.fleet_doc_get(NAMESPACE, [_open_key(cause), "settings"])
+    doc = docs.get(_open_key(cause))
+    if doc is None or doc.get("status") != "open" or _quiet(doc, now, quiet_period(docs)):
+        return None
+    return str(doc["id"])
+
+
 def close_quiet(rt: Runtime) -> list[str]:
     """Write the close of every open incident quiet for longer than the quiet period (a feed
     event ``incident_close`` by ``rewind``); returns their ids. What a long-running writer (the

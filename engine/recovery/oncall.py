@@ -16,7 +16,9 @@ run again. The wait ends with one operator decision:
 
 Release and stop check the actor's role at the moment they act, need a reason, and write the
 decision, the note, the status and the audit row in one atomic write that refuses a session
-that does not wait or was decided already (`Store.decide`). A session nobody decides about
+that does not wait or was decided already (`Store.decide`). A session Rewind only watches
+(OpenTelemetry, ``watch_only``) never waits: nothing can hold its agent, and a decision on it
+is refused saying so. A session nobody decides about
 stays waiting. The agent's runtime waits with `wait_for_decision` (polls the store, so the
 decision may come from any process).
 """
@@ -57,6 +59,13 @@ def decision_reason(limits: Any, reason: str | None, verb: str) -> str:
     return checked_reason(limits, reason)
 
 
+def watch_only_message(sid: str, verb: str) -> str:
+    """Why a decision on a session Rewind only watches (OpenTelemetry) is refused."""
+    return (f"session {sid!r} is watch-only (seen through OpenTelemetry, `rewind otlp`): Rewind "
+            f"does not run its agent, so nothing holds it and there is nothing to {verb}; stop "
+            "or fix the agent where it runs. Nothing was written")
+
+
 def note_message(note: str) -> dict[str, Any]:
     """The message a release appends so the agent reads the operator's note."""
     return {"role": "system", "content": f"{NOTE_PREFIX}: {note}", RELEASE_FLAG: True}
@@ -76,6 +85,8 @@ def _decide(rt: Runtime, sid: str, kind: str, actor: str | Actor, reason: str | 
             check_text(note, rt.limits.notice_chars, "the note", "notice_chars")
             message = note_message(note.strip())
     info = rt.require_session(sid)
+    if (info.meta or {}).get("watch_only"):
+        raise DecisionRefused(watch_only_message(info.id, verb))
     refuse_undecidable(info.id, info.status, dict(info.last_verdict or {}) or None)
     stored = rt.store.decide(info.id, DecisionRequest(
         kind="released" if kind == "released" else "stopped", actor=who.name, reason=why,

@@ -328,3 +328,23 @@ def test_dashboard_allowed_hosts_keep_the_loopback_names(monkeypatch, url):
     calls.clear()
     main(["--store", url, "dashboard"])
     assert "--server.allowedHosts" not in calls[0]  # .streamlit/config.toml's list applies
+
+
+@pytest.mark.parametrize("argv,code,message", [
+    (["release", "sess-1", "--reason", "go on"], EXIT_REFUSED,
+     "'sess-1' is not waiting for on-call"),
+    (["stop", "sess-1", "--reason", "halt"], EXIT_REFUSED, "'sess-1' is not waiting for on-call"),
+    (["release", "no-such", "--reason", "go on"], EXIT_NOT_FOUND, "no session 'no-such'"),
+    (["stop", "sess-1", "--reason", " "], EXIT_REFUSED, "needs a reason"),
+], ids=["release-not-waiting", "stop-not-waiting", "unknown", "blank-reason"])
+def test_a_decision_the_engine_refuses_exits_with_why_and_writes_nothing(capsys, url, argv, code,
+                                                                         message):
+    """`rewind release|stop` on a session that does not wait, an unknown one, or with a blank
+    reason: the exit code and message say which, and the store is left as it was."""
+    with Engine.open(url, create=False) as engine:
+        before = (engine.session_info("sess-1"), len(engine.audit()))
+    result, _out, err = run_main(capsys, "--store", url, *argv[:2], "--actor", "alice",
+                                 *argv[2:])
+    assert result == code and message in err and "Traceback" not in err
+    with Engine.open(url, create=False) as engine:
+        assert (engine.session_info("sess-1"), len(engine.audit())) == before

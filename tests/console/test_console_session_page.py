@@ -202,7 +202,7 @@ def test_a_watch_only_session_says_what_rewind_can_and_cannot_do(store):
     assert "It can" in note and "label" in note
     buttons = [b.label for b in at.button]
     assert not [b for b in buttons if b.startswith(("Roll back", "Send notice"))], buttons
-    assert "Rewind cannot roll this agent back" in texts(at.error)
+    assert "cannot be released, stopped or rolled back here" in texts(at.error)
     assert {"Yes, a loop", "No, not a loop"} <= set(buttons)  # labelled like any other
     at = page(store, "Why flagged", sid=WATCHED)
     assert "Suggested rollback target" not in texts(at.markdown)

@@ -97,3 +97,36 @@ def test_the_fleet_table_and_needs_you_band_say_waiting(store):
     assert fleet_views.WAITING in waiting["state"]
     items = fleet_views.needs_you(frame[frame["status"] == "looping"], [], now=2e9)
     assert all(fleet_views.WAITING in i.text for i in items) and len(items) == 2
+
+
+def test_a_watched_session_page_says_nothing_holds_it_and_offers_no_decision(tmp_path):
+    """An OpenTelemetry-fed session under flag is flagged but never held: its page says so
+    and offers neither Release nor Stop (nor a rollback), whoever looks."""
+    from support.loop_steps import REPEAT, _record, _watched
+
+    from dashboard.views import session as session_views
+
+    url = f"sqlite:///{tmp_path}/rewind.db"
+    with Engine.open(url, freeze=None) as engine:
+        _record(_watched(engine, "otel-conv-1"), [REPEAT] * 4)
+    at = page(url, "otel-conv-1")
+    assert not at.exception
+    shown = "\n".join(str(e.value) for e in at.error)
+    assert session_views.WATCH_ONLY_LOOPING in shown and "Waiting for on-call" not in shown
+    assert "nothing to release or stop" in "\n".join(str(i.value) for i in at.info)
+    assert not [b for b in at.button
+                if b.key in ("open-release", "open-stop", "open-rollback", "open-notice")]
+
+
+def test_console_decisions_on_a_session_not_waiting_are_refused_and_write_nothing(store):
+    with Engine.open(store, create=False) as engine:
+        s = engine.session("healthy")
+        with s.step("image_crop", {"x": 1}) as call:
+            call.ok("cropped")
+        before = engine.session_info("healthy"), len(engine.audit())
+        for kind in ("release", "stop"):
+            with pytest.raises(DecisionRefused, match="'healthy' is not waiting for on-call"):
+                actions.decide(engine, OPERATOR, "healthy", kind, "go on")
+        with pytest.raises(actions.ActionRefused, match="say why"):  # checked before the store
+            actions.decide(engine, OPERATOR, "healthy", "release", "")
+        assert (engine.session_info("healthy"), len(engine.audit())) == before

@@ -136,3 +136,24 @@ def test_the_blast_radius_counts_sessions_as_they_joined():
     assert list(frame["sessions"]) == [1, 2, 3]
     assert [t.timestamp() for t in frame["at"]] == [10.0, 20.0, 30.0]
     assert counts_text({"looping": 12, "rolled_back": 28}) == "28 rolled back, 12 looping"
+
+
+def test_the_incident_page_releases_its_waiting_sessions_with_one_remedy(store):
+    """Release and stop are offered (the engine's verbs live on `engine.fleet`) and act on
+    every waiting session, each decision audited."""
+    url, iid = store
+    at = app(url, page="screens/incident.py", query={"incident": iid})
+    assert at.selectbox(key="incident-action").options == [
+        "Roll back every session", "Quarantine the tool", "Release the waiting sessions",
+        "Stop the waiting sessions", "Send the notice to every session", "Close the incident"]
+    at.selectbox(key="incident-action").select("release")
+    at.text_input(key="incident-reason").input("refund_api is back")
+    at.button[0].click().run()
+    assert "Release 5 of the incident's 5 sessions" in "\n".join(
+        str(w.value) for w in at.warning)
+    at.button(key="incident-confirm-button").click().run()
+    assert not at.exception and not at.error
+    assert "Released 5 of 5 sessions" in "\n".join(str(s.value) for s in at.success)
+    with Engine.open(url) as engine:
+        assert engine.incident(iid).counts == {"released": 5}
+        assert len(engine.audit(action="release")) == 5

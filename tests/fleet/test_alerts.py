@@ -20,6 +20,10 @@ from support.paths import ROOT
 from engine import Actor, Engine, LoopDetected, LoopWaiting
 from engine.fleet.alerts import NAMESPACE, AlertConfig, AlertWorker
 
+PER_SESSION = ("loop", "rollback", "compensation_failed", "loop_spike")
+"""Every rule but ``incident``: a loop pages per session (the tests of delivery use it; the
+default, which pages per incident, is in tests/fleet/test_alerts_fleet.py)."""
+
 
 class Hook:
     """A webhook on a free loopback port. `fail_first` answers 500 to the first N POSTs;
@@ -143,7 +147,7 @@ def test_a_loop_pages_once_per_key_with_what_on_call_needs(engine, hooks):
     a, b = hooks(), hooks()
     _loop(engine, "sess-1")
     worker = AlertWorker(engine, [a.url, b.url],
-                         AlertConfig(console_url="https://rewind.example/console/"))
+                         AlertConfig(PER_SESSION, console_url="https://rewind.example/console/"))
     try:
         first = worker.run_once()
         assert first["queued"] == 2 and first["delivered"] == 4
@@ -172,11 +176,11 @@ def keys_of(hook: Hook, rule: str) -> list[str]:
 def test_a_restart_neither_skips_nor_repeats(engine, hooks):
     a = hooks()
     _loop(engine, "one")
-    first = AlertWorker(engine, [a.url])
+    first = AlertWorker(engine, [a.url], AlertConfig(PER_SESSION))
     first.run_once()
     first.close()  # the pager dies here
     _loop(engine, "two")
-    second = AlertWorker(engine, [a.url])
+    second = AlertWorker(engine, [a.url], AlertConfig(PER_SESSION))
     second.run_once()
     second.run_once()
     second.close()
@@ -216,7 +220,8 @@ def test_an_unreachable_webhook_never_blocks_the_others(engine, hooks):
     dead_url = dead.url
     dead.close()  # nothing listens there any more
     _loop(engine, "sess-1")
-    worker = AlertWorker(engine, [dead_url, healthy.url], AlertConfig(backoff_s=60))
+    worker = AlertWorker(engine, [dead_url, healthy.url],
+                         AlertConfig(PER_SESSION, backoff_s=60))
     try:
         result = worker.run_once()
     finally:
@@ -236,7 +241,7 @@ def test_a_flagged_loop_repeating_its_verdict_pages_once(store_url, hooks):
         for _ in range(6):
             with s.step("image_crop", {"x": 1}) as call:
                 call.fail("invalid slice")
-        worker = AlertWorker(engine, [a.url])
+        worker = AlertWorker(engine, [a.url], AlertConfig(PER_SESSION))
         worker.run_once()
         with s.step("image_crop", {"x": 2}) as call:  # healthy again: the episode ends
             call.ok("cropped")
@@ -267,14 +272,15 @@ def test_a_loop_during_a_freeze_says_the_freeze_policy_left_it_for_on_call(store
                 with s.step("image_crop", {"x": 1}) as call:
                     call.fail("invalid slice")
         assert s.state().status == "looping" and s.info().waiting
-        worker = AlertWorker(engine, [a.url])
+        worker = AlertWorker(engine, [a.url])  # the default: the loop pages as its incident
         worker.run_once()
         worker.close()
     finally:
         engine.close()
-    [loop] = [b for b in a.received if b["rule"] == "loop"]
-    assert "policy flag (freeze: National Day change freeze)" in loop["text"]
-    assert not [b for b in a.received if b["rule"] == "rollback"]
+    [page] = a.received
+    assert page["rule"] == "incident" and page["session"] == "frozen"
+    assert "policy flag (freeze: National Day change freeze)" in page["text"]
+    assert "it waits for on-call: roll it back, release it or stop it" in page["text"]
 
 
 def test_loops_of_one_prompt_version_over_the_threshold_page_a_spike(engine, hooks):
@@ -342,6 +348,7 @@ def test_config_and_webhooks_are_checked(engine):
 def _rewind_alert(url: str, *webhooks: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     args = [sys.executable, "-m", "engine.cli", "--store", url, "alert", "--interval", "0.1"]
+    args += [arg for rule in PER_SESSION for arg in ("--rule", rule)]
     for hook in webhooks:
         args += ["--webhook", hook]
     return subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,

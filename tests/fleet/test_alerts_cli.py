@@ -106,3 +106,51 @@ def test_a_webhook_secret_stays_out_of_what_rewind_alert_prints(url, hooks, caps
     assert code == 1
     for secret in ("s3cr3t", "tok3n"):
         assert secret not in out + err
+
+
+def test_the_pager_serves_the_open_incident_count_to_prometheus(tmp_path, hooks, open_engine):
+    """`rewind alert --metrics-port` exports rewind_incidents_open as of its last round: the
+    one process that reads the fleet's incidents every second."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    from support.paths import ROOT
+    from support.ports import free_port
+    from test_alerts import _until
+
+    store = f"sqlite:///{tmp_path}/rewind.db"
+    engine = open_engine(store)
+    _loop(engine, "crop", tool="image_crop")
+    _loop(engine, "fetch", tool="fetch_page")
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "--store", store, "alert", "--interval", "0.2",
+         "--webhook", hooks().url, "--metrics-port", str(port)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    seen: list[str] = []
+
+    def exported() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+                seen[:] = [line for line in resp.read().decode().splitlines()
+                           if line.startswith("rewind_incidents_open ")]
+        except OSError:
+            return False
+        return seen == ["rewind_incidents_open 2.0"]
+
+    try:
+        _until(exported, 60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    assert f"metrics at http://127.0.0.1:{port}/metrics" in output
+    assert proc.returncode == 0
+
+
+def test_a_metrics_port_that_cannot_be_bound_is_a_usage_error(url, hooks, capsys):
+    code, _, err = _alert(capsys, url, "--webhook", hooks().url, "--metrics-port", "99999")
+    assert code == 2 and "cannot serve metrics on 127.0.0.1:99999" in err

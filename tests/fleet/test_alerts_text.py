@@ -42,8 +42,8 @@ def test_slack_escape_turns_the_three_control_characters_into_entities():
 
 def test_nothing_from_a_session_becomes_slack_markup(engine):
     _loop(engine, HOSTILE_SESSION, prompt_version=HOSTILE_VERSION, tool=HOSTILE_TOOL)
-    texts = _texts(engine, console_url="https://rewind.example/console",
-                   spike_threshold=1)
+    texts = _texts(engine, rules=("loop", "rollback", "loop_spike"),
+                   console_url="https://rewind.example/console", spike_threshold=1)
     assert {t.split(" ", 2)[1] for t in texts} >= {"Loop", "Session"}
     assert any("loop of prompt version" in t for t in texts)  # the spike names the version
     for text in texts:
@@ -96,7 +96,8 @@ def test_a_loop_under_a_freeze_reads_as_sentences(store_url):
     finally:
         engine.close()
     assert _sentence_glitches(text) == [], text
-    assert text.endswith("; policy flag (freeze: National Day change freeze).")
+    assert text.endswith("; policy flag (freeze: National Day change freeze); it waits for "
+                         "on-call: roll it back, release it or stop it.")
 
 
 @pytest.mark.parametrize("steps", [1, 3])
@@ -121,3 +122,19 @@ def test_rollback_and_compensation_alerts_read_as_sentences(engine, steps):
     rollback = next(t for t in texts if "rolled back" in t)
     assert f"{steps} step{'s' if steps > 1 else ''} undone" in rollback
     assert "by alice" in rollback
+
+
+def test_an_incident_page_carries_nothing_as_markup_and_reads_as_sentences(engine):
+    """Under the default rules a loop pages as its incident: the page names the tool, the
+    error, the session and its loop, all escaped, and one link (the incident's page)."""
+    _loop(engine, HOSTILE_SESSION, prompt_version=HOSTILE_VERSION, tool=HOSTILE_TOOL)
+    texts = _texts(engine, console_url="https://rewind.example/console")
+    [page] = [t for t in texts if t.startswith("[Rewind] Incident")]
+    for raw in ("<!channel>", "<@U024BE7LH>", "<!here>"):
+        assert raw not in page
+    assert "session &lt;!channel&gt; urgent &amp; &lt;@U024BE7LH&gt;" in page
+    links = re.findall(r"<[^>]*>", page)
+    assert len(links) == 1 and links[0].startswith(
+        "<https://rewind.example/console/incident?incident=inc-")
+    assert _sentence_glitches(page) == [], page
+    assert not [t for t in texts if t.startswith("[Rewind] Loop")]  # folded into the incident

@@ -123,3 +123,52 @@ def test_the_cli_declares_shows_and_ends_the_freeze(tmp_path, open_engine, capsy
     assert main(["--store", url, "freeze", "--lift", "--actor", "bob", "--reason", "over"]) == 0
     assert main(["--store", url, "freeze", "--lift", "--actor", "bob", "--reason", "x"]) == 4
     assert main(["--store", url, "freeze", "--start", iso(START)]) == 2  # no actor, no end
+
+
+def _freeze_exempt_fleet(engine) -> None:
+    """Under a declared flag freeze: two sessions opened exempt, one not."""
+    engine.fleet.declare_freeze(START, END, name="Holiday", on_loop="flag", actor="alice",
+                                reason="holiday")
+    engine._runtime.forget_declared_freeze()
+    for sid in ("canary-1", "canary-2"):
+        engine.session(sid, on_loop="rollback", freeze_exempt=True)
+    engine.session("canary-1", freeze_exempt=True)  # opened again: noted once
+    engine.session("ordinary")
+
+
+def test_sessions_opened_exempt_from_the_freeze_are_counted_on_every_store(store_url,
+                                                                          open_engine):
+    engine = open_engine(store_url)
+    _freeze_exempt_fleet(engine)
+    assert engine.fleet.exempt_sessions() == ["canary-1", "canary-2"]
+    assert engine.fleet.exempt_sessions(active_since=END) == []  # none changed since then
+    assert engine.fleet.delete_session("canary-2", actor="alice", reason="done")
+    assert engine.fleet.exempt_sessions(START) == ["canary-1"]
+    # the exemption is the handle's: an exempt handle keeps its own policy, the others wait
+    assert engine.session("canary-1", on_loop="rollback",
+                          freeze_exempt=True).loop_policy().policy == "rollback"
+    assert engine.session("ordinary", on_loop="rollback").loop_policy().policy == "flag"
+
+
+def test_rewind_freeze_says_flagged_sessions_wait_and_counts_the_exempt_ones(
+        tmp_path, open_engine, capsys):
+    url = f"sqlite:///{tmp_path}/r.db"
+    _freeze_exempt_fleet(open_engine(url))
+    assert main(["--store", url, "freeze"]) == 0
+    out = capsys.readouterr().out
+    assert "a flagged session waits until an operator rolls it back, releases or stops it" in out
+    assert "rewind rollback|release|stop SESSION" in out
+    assert ("2 sessions are exempt from it (opened with freeze_exempt=True) and keep their own "
+            "loop policy: canary-1, canary-2") in out
+
+
+def test_rewind_freeze_without_exempt_sessions_says_the_policy_applies_to_all(
+        tmp_path, open_engine, capsys):
+    url = f"sqlite:///{tmp_path}/r.db"
+    open_engine(url).session("ordinary")
+    assert main(["--store", url, "freeze", "--start", "2026-01-01T00:00:00+00:00", "--end",
+                 "2099-01-01T00:00:00+00:00", "--on-loop", "flag", "--actor", "alice",
+                 "--reason", "holiday"]) == 0
+    out = capsys.readouterr().out
+    assert "a flagged session waits until an operator" in out
+    assert "no session is exempt from it: its loop policy applies to every session" in out

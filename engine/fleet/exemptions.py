@@ -1,0 +1,48 @@
+"""Sessions exempt from the change freeze: which sessions an agent opened with
+``engine.session(sid, freeze_exempt=True)``.
+
+A declared freeze's loop policy applies to every session but the exempt ones (`engine.freeze`).
+The exemption belongs to a session handle, so the store would not know of it: `note` keeps, the
+first time a session is opened exempt, a fleet document of namespace ``freeze_exempt`` (key: the
+session id, value: when it was first opened so), and `exempt_sessions` reads them back, so the
+console's freeze banner and `rewind freeze` count the sessions the freeze does not govern. A
+session opened exempt once counts as exempt from then on (a handle is the agent's word, and an
+agent that opens one exempt handle means it).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from engine.runtime import Runtime
+
+log = logging.getLogger("rewind.freeze")
+
+NAMESPACE = "freeze_exempt"
+"""Fleet document namespace of the sessions opened exempt from the freeze."""
+
+
+def note(rt: Runtime, sid: str) -> None:
+    """Remember that session `sid` was opened exempt from the freeze: one read, and one write
+    the first time. A failure is logged, never turned into a failure to open the session."""
+    try:
+        if rt.store.fleet_doc_get(NAMESPACE, [sid]):
+            return
+        now = rt.clock()
+        rt.store.fleet_doc_put(NAMESPACE, {sid: {"at": now}}, now)
+    except Exception:  # noqa: BLE001 - bookkeeping for the banner, not the agent's business
+        log.warning("session %s: could not record that it is exempt from the freeze", sid,
+                    exc_info=True)
+
+
+def exempt_sessions(rt: Runtime, active_since: float | None = None) -> list[str]:
+    """Sessions opened exempt from the freeze that still exist, sorted; with `active_since`
+    (unix time), only those changed at or after it (the freeze's start: the sessions it does
+    not govern). Reads each such session's summary."""
+    out = []
+    for sid in rt.store.fleet_docs(NAMESPACE):
+        info = rt.store.get_session(sid)
+        if info is None or (active_since is not None and info.updated_at < active_since):
+            continue
+        out.append(sid)
+    return sorted(out)
