@@ -28,7 +28,7 @@ Rules, in the order an event is checked (enable a subset with ``rules``):
     sessions: forty sessions looping on one broken tool are one incident, paged as one.
 ``incident``
     loops grouped by cause (`engine.fleet.incidents`): one page when an incident opens (key
-    ``incident_open:<id>``), one when it grows past a set size (10, 25, 50, 100, …) or reaches a
+    ``incident_open:<id>``), one when it grows past a set size (50, 100, 250, …) or reaches a
     new tenant (``incident_grow:<id>:<size>:<tenants>``), one when it closes
     (``incident_close:<id>``), each with the incident as it stands when the page is written
     (a page read after a burst tells its whole size once). While it is on, a session's ``loop``

@@ -65,7 +65,7 @@ NAMESPACE = "incidents"
 """Fleet document namespace of the incidents."""
 DEFAULT_QUIET_S = 1800.0
 """Seconds without a new loop of its cause after which an incident closes by itself."""
-GROWTH_SIZES = (10, 25, 50, 100, 250, 500, 1000)
+GROWTH_SIZES = (50, 100, 250, 500, 1000)
 """Session counts whose crossing is audited (``incident_grow``) and paged; past the last one,
 every further thousand."""
 ACTIONS = ("rollback", "quarantine", "release", "stop", "notice", "close")

@@ -183,23 +183,26 @@ def test_forty_sessions_on_one_broken_tool_page_once_beside_ten_other_loops(
 
 def test_an_incident_followed_live_pages_when_it_opens_and_past_each_size(
         store_url, open_engine, hooks):
-    """A pager that reads the feed while the sessions join pages the incident when it opens and
-    when it grows past 10 and 25 sessions: three pages for forty sessions, not forty."""
+    """A pager that reads the feed while the sessions join pages the incident once when it
+    opens (forty sessions on one broken tool: one page, not forty) and again only when it
+    grows past 50 sessions."""
     engine = open_engine(store_url)
     hook = hooks()
     worker = _pager(engine, hook)
     try:
         worker.run_once()
-        for n in range(40):
+        for n in range(55):
             _broken_refund(engine, f"refund-{n}", n)
             worker.run_once()
+            if n == 39:
+                at_forty = list(hook.received)
     finally:
         worker.close()
+    assert [b["key"].split(":")[0] for b in at_forty] == ["incident_open"]
     texts = [b["text"] for b in hook.received]
     assert [b["key"].split(":")[0] for b in hook.received] == [
-        "incident_open", "incident_grow", "incident_grow"], texts
-    assert "1 session (1 waiting)" in texts[0] and "10 sessions" in texts[1]
-    assert "25 sessions" in texts[2]
+        "incident_open", "incident_grow"], texts
+    assert "1 session (1 waiting)" in texts[0] and "50 sessions" in texts[1]
 
 
 def test_incident_pages_never_wait_behind_rollback_notices(store_url, open_engine, hooks):

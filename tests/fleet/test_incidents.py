@@ -20,7 +20,7 @@ from engine import (
     UnknownIncident,
 )
 from engine.fleet.api import Fleet
-from engine.fleet.incidents import signature
+from engine.fleet.incidents import GROWTH_SIZES, signature
 
 VIEWER = Actor("vera", "viewer")
 
@@ -353,11 +353,13 @@ def test_an_incident_pages_again_when_it_grows_or_spreads_to_a_new_tenant(engine
             _broken_refund(engine, f"r-{n}", n=n)
         worker.run_once()
         assert len(sent) == 1  # 5 sessions: under the first size that pages
-        for n in range(5, 10):
+        first = GROWTH_SIZES[0]  # 50: forty sessions on one broken tool are one page
+        for n in range(5, first):
             _broken_refund(engine, f"r-{n}", n=n)
         worker.run_once()
-        assert len(sent) == 2 and "grew" in sent[1]["text"] and "10 sessions" in sent[1]["text"]
-        _broken_refund(engine, "r-beta", tenant="beta", n=11)
+        assert len(sent) == 2 and "grew" in sent[1]["text"]
+        assert f"{first} sessions" in sent[1]["text"]
+        _broken_refund(engine, "r-beta", tenant="beta", n=first + 1)
         worker.run_once()
         assert len(sent) == 3 and "spread to tenant beta" in sent[2]["text"]
     finally:
