@@ -16,12 +16,14 @@ OPS = Path(__file__).resolve().parents[1] / "ops"
 METRICS = {
     "rewind_loop_detected_total": set(metrics.LOOPS_DETECTED._labelnames),
     "rewind_rollbacks_total": set(metrics.ROLLBACKS._labelnames),
+    "rewind_incidents_opened_total": set(metrics.INCIDENTS_OPENED._labelnames),
+    "rewind_incidents_open": set(),
 }
 
 
 def _check_expr(expr: str) -> None:
     assert not re.search(r"\bagent_[a-z_]+_total\b", expr), f"a deprecated name: {expr}"
-    names = set(re.findall(r"\brewind_[a-z_]+_total\b", expr))
+    names = set(re.findall(r"\brewind_[a-z_]+\b", expr))
     assert names and names <= set(METRICS), expr
     labels = set(re.findall(r"by \(([^)]*)\)", expr))
     used = {label.strip() for group in labels for label in group.split(",")}
