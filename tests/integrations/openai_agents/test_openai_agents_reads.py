@@ -138,6 +138,53 @@ def test_items_come_back_exactly_and_their_text_is_stored_once(store_url):
     assert asyncio.run(session.pop_item()) == items[-1]
 
 
+def test_a_full_read_decodes_a_long_history_a_chunk_at_a_time(store_url, counted,
+                                                                monkeypatch):
+    """A full read reads each visible span in pieces of at most READ_CHUNK messages (one decode
+    holds the interpreter's lock, and with it the event loop), across hidden ranges."""
+    from engine.integrations.openai_agents import session as module
+
+    monkeypatch.setattr(module, "READ_CHUNK", 7)
+    engine = Engine.open(store_url)
+    session = RewindSession(engine, "chunks")
+    items = [{"role": "user" if i % 2 else "assistant", "content": f"turn {i}"}
+             for i in range(40)]
+    asyncio.run(session.add_items(items))
+    for _ in range(3):
+        asyncio.run(session.pop_item())
+    asyncio.run(session.add_items([{"role": "user", "content": "after"}]))
+    counted.clear()
+    assert asyncio.run(session.get_items()) == [*items[:-3], {"role": "user", "content": "after"}]
+    assert max(counted) <= 7 and sum(counted) == 38
+    engine.close()
+
+
+def test_chat_items_are_stored_flat_and_older_messages_still_read(store_url):
+    """A chat item's message is its role, its text and the marker of its text field, nothing
+    nested; messages stored with an empty rest (as before) read back the same."""
+    engine = Engine.open(store_url)
+    session = RewindSession(engine, "flat")
+    asyncio.run(session.add_items([{"role": "user", "content": "hi"},
+                                   {"type": "message", "role": "user", "content": "typed"}]))
+    stored = session.rewind.state().messages
+    assert stored[0] == {"role": "user", "content": "hi", "sdk_text": "content"}
+    assert stored[1]["sdk_rest"] == {"type": "message"}
+    session.rewind.append_messages([
+        {"role": "assistant", "content": "older", "sdk_rest": {}, "sdk_text": "content"},
+        {"role": "tool", "content": "out", "sdk_rest": {"type": "function_call_output",
+                                                        "call_id": "c1"},
+         "sdk_text": "output"}])
+    expected = [{"role": "user", "content": "hi"},
+                {"type": "message", "role": "user", "content": "typed"},
+                {"role": "assistant", "content": "older"},
+                {"type": "function_call_output", "call_id": "c1", "output": "out"}]
+    assert asyncio.run(session.get_items()) == expected
+    assert asyncio.run(session.get_items(limit=2)) == expected[-2:]
+    assert asyncio.run(session.pop_item()) == expected[-1]
+    assert asyncio.run(session.pop_item()) == expected[-2]
+    engine.close()
+
+
 # -- any sequence of adds, pops, reads, clears and rollbacks -------------------------------------
 def test_session_reads_match_a_plain_list_under_any_sequence(tmp_path):
     """`RewindSession` against a plain list of visible items: adds, pops (hidden as ranges),
