@@ -258,15 +258,19 @@ def _items(messages: list[dict], since: int = 0, positions: list[int] | None = N
     A chat message's message (its role, its text and `TEXT_KEY`, nothing else) becomes its
     item in place: the read decoded it for this call only, and a full history then costs one
     dict per item, as the SDK's own decode does, not three (and no dict holding another, which
-    the garbage collector would have to track). Others go through `_message_item`."""
+    the garbage collector would have to track); an item kept whole is handed over as decoded.
+    Others go through `_message_item`."""
     out: list[dict] = []
     append = out.append
     for offset, message in enumerate(messages):
-        if len(message) == 3 and message.get(TEXT_KEY) == "content":
+        field = message.get(TEXT_KEY)
+        if field == "content" and len(message) == 3:
             del message[TEXT_KEY]  # {"role", "content"} left: the item
             append(message)
-        elif len(message) == 4 and message.get(REST_KEY) == {} and (
-                message.get(TEXT_KEY) == "content"):  # as written before REST_KEY was left out
+        elif field is None and type(stored := message.get(ITEM_KEY)) is dict:
+            append(stored)  # an item kept whole
+        elif field == "content" and len(message) == 4 and message.get(REST_KEY) == {}:
+            # a chat message as written before REST_KEY was left out when empty
             del message[TEXT_KEY], message[REST_KEY]
             append(message)
         else:
