@@ -396,11 +396,13 @@ class RewindSession:
             return
         plain = [_plain(item) for item in items]
         messages = [item_message(item) for item in plain]
-        self.rewind.append_messages(messages)
-        if _ends_run(plain):
-            # the history just grew, so it differs from the last snapshot: no read to check it
-            self.rewind.snapshot(label="run end")
-            self._snapshot_seq = (info.epoch, info.messages + len(messages))
+        if not _ends_run(plain):
+            self.rewind.append_messages(messages)
+            return
+        # the run's answer: its snapshot in the same write (the history just grew, so it
+        # differs from the last snapshot taken here: no read to check it)
+        self.rewind.append_messages(messages, snapshot="run end")
+        self._snapshot_seq = (info.epoch, info.messages + len(messages))
 
     async def pop_item(self, *, wrapper: Any = None) -> dict | None:
         """Remove and return the newest visible item (None when there is none). The message
