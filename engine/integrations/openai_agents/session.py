@@ -84,7 +84,6 @@ from engine import errors
 from engine.engine import Engine
 from engine.errors import LoopDetected, LoopWaiting, SessionStopped
 from engine.integrations.threads import handle_lock, off_loop
-from engine.records import SessionInfo
 from engine.sessions.session import Session
 from engine.types import LoopPolicy
 
@@ -368,11 +367,12 @@ class RewindSession:
     def _get_items(self, limit: int | None, wrapper: Any) -> list[dict]:
         if limit is None and self.session_settings is not None:
             limit = getattr(self.session_settings, "limit", None)
-        info = self.rewind.info()  # one read of the summary serves the run check and the read
-        self._begin_run(wrapper, info)
+        # one read serves the run check, the run-start snapshot and, for a limit, the items
+        epoch, total, variables, tail = self._read(0 if limit is None else max(limit, 0))
+        self._begin_run(wrapper, epoch, total)
         if limit is not None and limit <= 0:
             return []
-        return self._visible(limit, info.messages)[0]
+        return self._visible(variables, total, limit, tail)[0]
 
     async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
         """Append items to the history (one atomic write); dropped when the session was rolled
@@ -410,7 +410,8 @@ class RewindSession:
         return await off_loop(self.rewind, self._pop_item)
 
     def _pop_item(self) -> dict | None:
-        visible, positions, hidden = self._visible(1, positions=True)
+        _, total, variables, tail = self._read(1)
+        visible, positions, hidden = self._visible(variables, total, 1, tail, positions=True)
         if not visible:
             return None
         self.rewind.set_var(HIDDEN_VAR, _hide(hidden, positions[-1]))
@@ -429,21 +430,31 @@ class RewindSession:
         (options: `ToolGuard`'s)."""
         return ToolGuard(self, **options).agent(agent)
 
-    def _visible(self, newest: int | None = None, total: int | None = None, *,
-                 positions: bool = False
+    def _read(self, last: int) -> tuple[int, int, dict[str, Any], list[dict]]:
+        """(epoch, live message count, session variables, the `last` newest live messages) in
+        one store read.
+
+        Raises:
+            UnknownSession: the session was deleted."""
+        while (found := self.engine.documents.live_tail(self.session_id, "var", last)) is None:
+            self.rewind.info()  # raises UnknownSession (unless it was created again since)
+        return found
+
+    def _visible(self, variables: dict[str, Any], total: int, newest: int | None = None,
+                 tail: list[dict] | None = None, *, positions: bool = False
                  ) -> tuple[list[dict], list[int], list[list[int]]]:
         """The visible items, oldest first: all of them, or only the `newest` N; their
-        live-line positions (with `positions`, else []); and the hidden ranges. `total`: the
-        live line's length when the caller just read it. A full read reads each visible span
-        `READ_CHUNK` messages at a time. A `newest` read reads only the visible spans of the
-        tail, newest first, each for as many messages as are still wanted (twice as many as the
-        last read when messages without an item left it short), so it costs about what it
-        returns, however many items were popped."""
-        variables = self.engine.documents.values(self.session_id, "var")
+        live-line positions (with `positions`, else []); and the hidden ranges. `variables`,
+        `total`: the session's variables and live line length, as just read; `tail`: the last
+        messages of the live line when they were read with them.
+
+        A full read reads each visible span `READ_CHUNK` messages at a time. A `newest` read
+        reads only the visible spans of the tail, newest first, each for as many messages as
+        are still wanted (twice as many as the last read when messages without an item left
+        it short), so it costs about what it returns, however many items were popped; what
+        `tail` holds is not read again."""
         start = variables.get(START_VAR) or 0
         hidden = _ranges(variables.get(HIDDEN_VAR))
-        if total is None:
-            total = self.rewind.info().messages
         live = self.engine.documents.live_messages
         sid = self.session_id
         at: list[int] | None = [] if positions else None
@@ -454,12 +465,18 @@ class RewindSession:
                     out += _items(live(sid, since=first, until=min(until, first + READ_CHUNK)),
                                   first, at)
             return out, at or [], hidden
+        tail = tail or []
+        held = total - len(tail)  # the position of tail[0]
         chunks: list[tuple[list[dict], list[int] | None]] = []
         found = read = 0
         for since, until in reversed(_spans(hidden, start, total)):
             while until > since and found < newest:
                 first = max(since, until - min(READ_CHUNK, max(newest - found, 2 * read)))
-                messages = live(sid, since=first, until=until)
+                # what the tail holds is taken from it (each message once: reads do not
+                # overlap), the rest read
+                messages = tail[max(first - held, 0):max(until - held, 0)]
+                if first < held:
+                    messages = live(sid, since=first, until=min(until, held)) + messages
                 count = len(messages)
                 where: list[int] | None = [] if positions else None
                 chunk = _items(messages, first, where)
@@ -476,24 +493,15 @@ class RewindSession:
             at = [p for _, where in reversed(chunks) for p in where or ()][-newest:]
         return out, at or [], hidden
 
-    def _begin_run(self, wrapper: Any, info: SessionInfo) -> None:
+    def _begin_run(self, wrapper: Any, epoch: int, messages: int) -> None:
         key = id(wrapper) if wrapper is not None else None
         if key is not None and key == self._run_key:
             return  # the same run reading again (limits, compaction)
         self._run_key = key
-        self._run_epoch = info.epoch
-        self._snapshot("run start", info)
-
-    def _snapshot(self, label: str, info: SessionInfo | None = None) -> None:
-        """Take a snapshot unless nothing was written since the last one taken here (`info`:
-        the session's summary, when the caller just read it)."""
-        if info is None:
-            info = self.rewind.info()
-        marker = (info.epoch, info.messages)
-        if marker == self._snapshot_seq:
-            return
-        self.rewind.snapshot(label=label)
-        self._snapshot_seq = marker
+        self._run_epoch = epoch
+        if (epoch, messages) != self._snapshot_seq:  # else nothing was written since the last
+            self.rewind.snapshot(label="run start")
+            self._snapshot_seq = (epoch, messages)
 
 
 # -- the tool guard ---------------------------------------------------------------------------
