@@ -45,6 +45,23 @@ def table(headers: list[str], rows: list[list[str]], *, rule: bool = False) -> s
     return "\n".join(out)
 
 
+def sdk_session_class(synchronous: str = "NORMAL") -> type:
+    """The Agents SDK's `SQLiteSession` with its connections at ``PRAGMA synchronous``
+    `synchronous` (it sets WAL, leaves SQLite's default, FULL, and offers no setting), so that
+    it pays what a Rewind file at the same level pays for a commit. Needs openai-agents."""
+    import sqlite3
+
+    from agents import SQLiteSession
+
+    class Session(SQLiteSession):
+        @staticmethod
+        def _configure_connection(conn: sqlite3.Connection) -> None:
+            SQLiteSession._configure_connection(conn)
+            conn.execute(f"PRAGMA synchronous = {synchronous}")
+
+    return Session
+
+
 SCORED_AGAIN = "[held-out half, scored again after later tuning: read it as tuned]"
 """The mark of a held-out half that earlier rounds of rules were already scored on: its figure
 no longer says how the rules do on text they were not written for. A fresh held-out half needs

@@ -26,7 +26,9 @@ FULL), both sides' objects reused (warm) or both opened anew (fresh):
   opening anew (`Engine.open` + a new saver vs a new connection + a new saver) then reading it;
 - `RewindSession` vs the Agents SDK's `SQLiteSession` (a file each) at 10 to 10,000 items:
   ``get_items(limit=20)``, ``get_items()`` (the whole history), ``pop_item``, ``add_items`` of
-  one item, and the stored bytes per item (the row text).
+  one item, and the stored bytes per item (the row text), on chat items; then full reads of
+  histories shaped as the SDK's `Runner` stores them (per tool turn: the user's message, a
+  function call, its output, the answer as an output message) at 1,000 and 10,000 items.
 
 The tables are printed, and kept in bench/RESULTS.md in this bench's section
 (``REWIND_BENCH_RECORD=0``: not).
@@ -233,6 +235,25 @@ def _sdk_items(n: int, tag: str = "turn") -> list[dict]:
              "content": f"{tag} {i}: " + lookup_result(f"A-{i}") * 3} for i in range(n)]
 
 
+def _runner_items(n: int) -> list[dict]:
+    """`n` items shaped as the SDK's `Runner` stores them, a tool turn at a time: the user's
+    message, the model's function call, the tool's output, the model's answer (an output
+    message whose content is a list of parts)."""
+    out: list[dict] = []
+    for i in range(n // 4 + 1):
+        text = lookup_result(f"A-{i}")
+        out += [
+            {"role": "user", "content": f"where is order A-{i}? " + text},
+            {"type": "function_call", "call_id": f"call_{i}", "name": "lookup",
+             "arguments": f'{{"order": "A-{i}"}}', "id": f"fc_{i}", "status": "completed"},
+            {"type": "function_call_output", "call_id": f"call_{i}", "output": text * 2},
+            {"id": f"msg_{i}", "type": "message", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": f"It left: {text}", "annotations": [],
+                          "logprobs": []}]},
+        ]
+    return out[:n]
+
+
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "-"
 
@@ -276,27 +297,56 @@ async def _session_figures(rw: Any, sdk: Any, n: int, repeat: int
     return [get, full, pop, add]
 
 
-def _sdk_session_class(synchronous: str) -> Any:
-    """The SDK's `SQLiteSession`, its connections at `synchronous` (it leaves SQLite's default,
-    FULL, and offers no setting): both sides then pay the same for a commit."""
-    from agents import SQLiteSession
+RUNNER_SIZES = (1_000, 10_000)
+"""Items of the Runner-shaped histories whose full reads are compared."""
 
-    class Session(SQLiteSession):
-        @staticmethod
-        def _configure_connection(conn: sqlite3.Connection) -> None:
-            SQLiteSession._configure_connection(conn)
-            conn.execute(f"PRAGMA synchronous = {synchronous}")
 
-    return Session
+def bench_runner_reads(tmp: str, repeat: int, synchronous: str = "NORMAL"
+                       ) -> list[list[str]] | None:
+    """Full reads of Runner-shaped histories (`_runner_items`), RewindSession vs SQLiteSession:
+    rows of the table (None: SDK not installed)."""
+    try:
+        from bench.common import sdk_session_class
+        from engine.integrations.openai_agents import RewindSession
+
+        sdk_session = sdk_session_class(synchronous)
+    except ImportError:
+        return None
+
+    async def figures(rw: Any, sdk: Any, items: list[dict]) -> tuple[float, float]:
+        for i in range(0, len(items), 500):
+            await rw.add_items(items[i:i + 500])
+            await sdk.add_items(items[i:i + 500])
+        assert await rw.get_items() == await sdk.get_items()
+        return await _ainterleaved_us(rw.get_items, sdk.get_items,
+                                      max(3, min(repeat, 200_000 // len(items))))
+
+    rows = []
+    for n in RUNNER_SIZES:
+        rewind_file, sdk_file = f"{tmp}/rs-runner-{n}.db", f"{tmp}/sdk-runner-{n}.db"
+        engine = Engine.open(f"sqlite:///{rewind_file}?synchronous={synchronous}")
+        full = asyncio.run(figures(RewindSession(engine, f"run-{n}"),
+                                   sdk_session(f"run-{n}", sdk_file), _runner_items(n)))
+        engine.close()
+        with sqlite3.connect(rewind_file) as db:
+            (rewind_bytes,) = db.execute("SELECT SUM(LENGTH(body)) FROM messages").fetchone()
+        with sqlite3.connect(sdk_file) as db:
+            (sdk_bytes,) = db.execute(
+                "SELECT SUM(LENGTH(message_data)) FROM agent_messages").fetchone()
+        rows.append([f"{n:,}", _us(full[0]), _us(full[1]), _ratio(*full),
+                     f"{rewind_bytes / n:.0f}", f"{sdk_bytes / n:.0f}",
+                     _ratio(rewind_bytes, sdk_bytes)])
+    return rows
 
 
 def bench_sessions_vs_sdk(tmp: str, repeat: int, synchronous: str = "NORMAL"
                           ) -> list[list[str]] | None:
     """RewindSession vs the SDK's SQLiteSession: rows of the table (None: SDK not installed)."""
     try:
+        from bench.common import sdk_session_class
         from engine.integrations.openai_agents import RewindSession
 
-        sdk_session = _sdk_session_class(synchronous)
+        sdk_session = sdk_session_class(synchronous)
     except ImportError:
         return None
     rows = []
@@ -441,6 +491,8 @@ def print_table(headers: list[str], rows: list[list[str]]) -> None:
 
 SAVER_HEADERS = ["checkpoints", "threads", "put rw", "put lg", "ratio", "warm read rw",
                  "warm read lg", "ratio", "open+read rw", "open+read lg", "ratio"]
+RUNNER_HEADERS = ["items", "get all rw", "get all sdk", "ratio", "B/item rw", "B/item sdk",
+                  "ratio"]
 SESSION_HEADERS = ["items", "get(20) rw", "get(20) sdk", "ratio", "get all rw", "get all sdk",
                    "ratio", "pop rw", "pop sdk", "ratio", "add rw", "add sdk", "ratio",
                    "B/item rw", "B/item sdk", "ratio"]
@@ -471,6 +523,12 @@ def history_tables(repeat: int, only: str | None = None, synchronous: str = "NOR
                          "stored row text per item")
                 print(f"\n{title}")
                 print_table(SESSION_HEADERS, sessions)
+            runner = bench_runner_reads(tmp, repeat, synchronous)
+            if runner is not None:
+                print("\nThe same, full reads of histories shaped as the Runner stores them (per "
+                      "tool turn: the user's message, a function call, its output, the answer as "
+                      "an output message)")
+                print_table(RUNNER_HEADERS, runner)
 
 
 def main(argv: list[str] | None = None) -> int:

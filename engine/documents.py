@@ -381,6 +381,22 @@ class Documents:
         """
         return self._rt.store.live_messages(validate_session_id(sid), since=since, until=until)
 
+    def live_tail(self, sid: str, ns: str, last: int
+                  ) -> tuple[int, int, dict[str, Any], list[dict[str, Any]]] | None:
+        """In one consistent read (one round trip): session `sid`'s epoch, its live message
+        count (`SessionInfo.messages`), the values of versioned namespace `ns` (as `values`)
+        and its last `last` live messages, oldest first (as `live_messages`); None for an
+        unknown session. A chat integration's read of the newest items, in one store call.
+
+        Raises:
+            InvalidSessionId: bad id. ValueError: `ns` is not an identifier, or `last` is not
+            a non-negative integer.
+        """
+        if type(last) is not int or last < 0:
+            raise ValueError(f"last must be a non-negative integer, not {last!r}")
+        return self._rt.store.live_tail(validate_session_id(sid), _namespace(ns, "key-value"),
+                                        last)
+
     def record_refusal(self, sid: str, tool: str, args: Any, reason: str) -> int:
         """Record on session `sid`'s timeline a call to `tool` that an integration's own guard
         refused before it ran (the MCP proxy's loop block): a step that ended in error, its

@@ -11,6 +11,10 @@ integrations therefore run their store work in a worker thread (as the Agents SD
   (on the loop they could not); and the same thread keeps the same store connection;
 - a cancelled caller waits for its thread to finish before the cancellation goes on, so nothing
   runs on a handle after its caller moved on (a begun step is never left behind unseen).
+
+A call is handed to its worker through a plain queue and its result back to the loop with one
+``call_soon_threadsafe``: an executor's future, work item and idle semaphore, and the chaining
+of a concurrent future to an asyncio one, were a quarter of the cost of a small read.
 """
 
 from __future__ import annotations
@@ -20,11 +24,11 @@ import contextlib
 import contextvars
 import itertools
 import os
+import queue
 import threading
 import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["handle_lock", "off_loop"]
 
@@ -33,29 +37,86 @@ T = TypeVar("T")
 WORKERS = min(32, (os.cpu_count() or 1) + 4)
 """Worker threads of the integrations (as many as asyncio's default executor has)."""
 
-_EXECUTORS: list[ThreadPoolExecutor] = []
+_WORKERS: list[_Worker | None] = []
 _NEXT = itertools.count()
 _PLACES: weakref.WeakKeyDictionary[Any, tuple[threading.RLock, int]] = (
     weakref.WeakKeyDictionary())
 _GUARD = threading.Lock()
 
 
-def _place(handle: Any) -> tuple[threading.RLock, ThreadPoolExecutor]:
-    """`handle`'s lock and its worker (both made on first use, dropped with the handle)."""
+class _Call(Generic[T]):
+    """One call handed to a worker: run there, its outcome handed back on the caller's loop."""
+
+    __slots__ = ("args", "context", "done", "error", "fn", "lock", "loop", "result", "waiter")
+
+    def __init__(self, fn: Callable[..., T], args: tuple[Any, ...], lock: threading.RLock,
+                 loop: asyncio.AbstractEventLoop):
+        self.fn, self.args, self.lock, self.loop = fn, args, lock, loop
+        self.context = contextvars.copy_context()
+        self.waiter: asyncio.Future[Any] = loop.create_future()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+        """Set on the loop's thread once the call finished in its worker."""
+
+    def run(self) -> None:
+        """In the worker: the call, holding its handle's lock; then its outcome to the loop."""
+        try:
+            with self.lock:
+                self.result = self.context.run(self.fn, *self.args)
+        except BaseException as exc:  # handed to the caller, as an executor does
+            self.error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            self.loop.call_soon_threadsafe(self._finished)
+        del self  # an error's traceback keeps this frame: it must not hold the call (a cycle)
+
+    def _finished(self) -> None:
+        self.done = True
+        waiter = self.waiter
+        if waiter.done():  # the caller was cancelled and does not wait for the outcome
+            return
+        if self.error is not None:
+            waiter.set_exception(self.error)
+        else:
+            waiter.set_result(self.result)
+
+
+class _Worker:
+    """A thread running the calls queued to it, one after the other."""
+
+    def __init__(self, index: int):
+        self.calls: queue.SimpleQueue[_Call[Any]] = queue.SimpleQueue()
+        # a daemon: an idle worker must not hold the interpreter's exit (an executor's threads
+        # are joined at exit instead); a store write cut by the exit is rolled back by its store
+        threading.Thread(target=self._serve, name=f"rewind-io-{index}", daemon=True).start()
+
+    def _serve(self) -> None:
+        take = self.calls.get
+        while True:
+            call = take()
+            call.run()
+            del call  # drop the finished call (its result) before waiting for the next
+
+
+def _place(handle: Any) -> tuple[threading.RLock, _Worker]:
+    """`handle`'s lock and its worker (both made on first use, the pair dropped with the
+    handle)."""
     with _GUARD:
         found = _PLACES.get(handle)
         if found is None:
             found = _PLACES[handle] = (threading.RLock(), next(_NEXT) % WORKERS)
-        if not _EXECUTORS:
-            _EXECUTORS.extend(ThreadPoolExecutor(1, thread_name_prefix=f"rewind-io-{i}")
-                              for i in range(WORKERS))
-        return found[0], _EXECUTORS[found[1]]
+        if not _WORKERS:
+            _WORKERS.extend([None] * WORKERS)
+        worker = _WORKERS[found[1]]
+        if worker is None:
+            worker = _WORKERS[found[1]] = _Worker(found[1])
+        return found[0], worker
 
 
 def _forget_after_fork() -> None:
     # a forked child has none of the parent's threads, and a lock held in one stays held
     global _PLACES
-    _EXECUTORS.clear()
+    _WORKERS.clear()
     _PLACES = weakref.WeakKeyDictionary()
 
 
@@ -68,25 +129,22 @@ def handle_lock(handle: Any) -> threading.RLock:
 
 
 async def off_loop(handle: Any, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` on `handle`'s worker thread, holding `handle`'s lock; its result or its
-    exception. A handle keeps one worker (handles are spread over `WORKERS` threads): its
-    calls reuse that thread's store connection and, on SQLite, its page cache, which a thread
-    picked at random per call would read again.
+    """``fn(*args)`` on `handle`'s worker thread, holding `handle`'s lock, in a copy of the
+    caller's context; its result or its exception. A handle keeps one worker (handles are
+    spread over `WORKERS` threads): its calls reuse that thread's store connection and, on
+    SQLite, its page cache, which a thread picked at random per call would read again.
 
     Raises:
         asyncio.CancelledError: the caller was cancelled (raised once the thread finished).
     """
-    lock, executor = _place(handle)
-
-    def locked() -> T:
-        with lock:
-            return fn(*args)
-
-    running = executor.submit(contextvars.copy_context().run, locked)
+    lock, worker = _place(handle)
+    call = _Call(fn, args, lock, asyncio.get_running_loop())
+    worker.calls.put(call)
     try:
-        return await asyncio.wrap_future(running)
+        return await call.waiter
     except asyncio.CancelledError:
-        while not running.done():  # it began: let it finish before the cancellation goes on
+        while not call.done:  # it began or is queued: let it finish before the cancellation
+            call.waiter = call.loop.create_future()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wrap_future(running)
+                await call.waiter
         raise

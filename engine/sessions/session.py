@@ -341,12 +341,17 @@ class Session:
             self._detector.user_input()
             self._detector.new_task()
 
-    def append_messages(self, messages: list[dict]) -> None:
-        """Append several chat messages in one atomic write (all of them or none).
+    def append_messages(self, messages: list[dict], *, snapshot: str | None = None) -> None:
+        """Append several chat messages in one atomic write (all of them or none); with
+        `snapshot`, take a snapshot so labelled after them in the same write (as `snapshot`
+        would, one transaction instead of two).
 
         Raises:
-            TypeError: `messages` is one message (a dict) or text, not a list of them.
+            TypeError: `messages` is one message (a dict) or text, not a list of them; a label
+                that is not a string.
             ValueError, TypeError: as `append_message`, for the first bad message.
+            SizeLimitExceeded: a label over ``Limits.name_chars``. Nothing is written when any
+                of these is raised.
         """
         if isinstance(messages, (Mapping, str, bytes)):
             raise TypeError(f"append_messages takes a list of messages (dicts with a role), not "
@@ -357,12 +362,24 @@ class Session:
                 raise ValueError(f"a message must be a dict with a role, not {m!r}")
             extra = {k: v for k, v in m.items() if k not in ("role", "content")}
             msgs.append(chat_message(m["role"], m.get("content"), extra, self._rt.limits))
+        if snapshot is not None:
+            if not isinstance(snapshot, str):
+                raise TypeError("a snapshot label must be a string")
+            check_text(snapshot, self._rt.limits.name_chars, "a snapshot label", "name_chars")
         if msgs:
-            self._sync_epoch(self._rt.store.append_messages(self.id, msgs, self._rt.clock()))
+            if snapshot is None:
+                epoch = self._rt.store.append_messages(self.id, msgs, self._rt.clock())
+            else:
+                epoch, _ = self._rt.store.write_session(
+                    self.id, {"messages": msgs, "snapshot": snapshot}, self._rt.clock(),
+                    self._rt.retention)
+            self._sync_epoch(epoch)
             self._episodes.wrote()
             if any(m["role"] == "user" for m in msgs):
                 self._detector.user_input()
                 self._detector.new_task()
+        elif snapshot is not None:
+            self.snapshot(snapshot)
 
     def new_task(self) -> None:
         """A new task starts here (a new run or graph invocation, a client back after an idle

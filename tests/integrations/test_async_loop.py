@@ -218,3 +218,38 @@ def test_a_cancelled_caller_waits_for_its_store_call_to_finish():
 
     waiting, finished, cancelled = asyncio.run(scenario())
     assert waiting and finished and cancelled
+
+
+def test_a_handles_calls_run_in_order_on_one_thread_in_the_callers_context():
+    """The worker keeps what a caller of `asyncio.to_thread` gets: the caller's context
+    variables, the call's result or its own exception; and a handle's calls run one after the
+    other on the same thread (its store connection)."""
+    import contextvars
+
+    from engine.integrations.threads import off_loop
+
+    tenant: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="none")
+
+    class Handle:
+        pass
+
+    handle = Handle()
+
+    def seen(i: int) -> tuple[int, str, int]:
+        return i, tenant.get(), threading.get_ident()
+
+    def fails() -> None:
+        raise KeyError("no such order")
+
+    async def scenario() -> tuple[list, int]:
+        tenant.set("acme")
+        got = await asyncio.gather(*(off_loop(handle, seen, i) for i in range(20)))
+        with pytest.raises(KeyError, match="no such order"):
+            await off_loop(handle, fails)
+        return got, threading.get_ident()
+
+    got, loop_thread = asyncio.run(scenario())
+    assert [g[0] for g in got] == list(range(20))
+    assert {g[1] for g in got} == {"acme"}
+    assert len({g[2] for g in got}) == 1 and got[0][2] != loop_thread
+

@@ -142,6 +142,29 @@ def test_messages_and_variables_round_trip(engine):
     assert st.variables == {"order_id": "A-1", "amount": 12.5}
 
 
+def test_the_live_tail_is_the_summary_the_values_and_the_newest_messages_at_once(engine):
+    s = engine.session("tail")
+    s.append_messages([{"role": "user", "content": f"m{i}"} for i in range(6)])
+    s.set_vars({"a": 1, "b": [1, 2]})
+    read = engine.documents.live_tail
+    epoch, count, values, tail = read("tail", "var", 3)
+    assert (epoch, count) == (s.info().epoch, 6) and values == {"a": 1, "b": [1, 2]}
+    assert tail == engine.documents.live_messages("tail", since=3)
+    assert read("tail", "var", 10)[3] == engine.documents.live_messages("tail")
+    assert read("tail", "var", 0)[3] == [] and read("tail", "other", 1)[2] == {}
+    snap = s.snapshot("six")
+    s.append_message("user", "m6")
+    s.rollback(to=snap, actor="test", reason="r", notice=False)
+    epoch, count, _, tail = read("tail", "var", 2)
+    assert (epoch, count) == (s.info().epoch, 6) and [m["content"] for m in tail] == ["m4", "m5"]
+    assert read("nobody", "var", 2) is None
+    for bad in (-1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="last"):
+            read("tail", "var", bad)
+    with pytest.raises(ValueError, match="namespace"):
+        read("tail", "not an identifier", 1)
+
+
 def test_values_that_json_cannot_hold_are_rejected_and_nothing_is_written(engine):
     s = engine.session("s")
     with pytest.raises(TypeError, match="object"):

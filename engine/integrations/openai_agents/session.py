@@ -17,8 +17,10 @@ guard for function tools.
 the Rewind session: ``role`` and a readable ``content`` for the console, the item itself under
 ``sdk_item``, so `get_items` hands back exactly what was stored. An item whose text is a plain
 string (a chat message's ``content``, a tool output's ``output``) keeps that text once, as the
-message's content, and the rest of the item under ``sdk_rest``. Messages written by Rewind (the
-recovery notice, a nudge) come back as plain chat items (``{"role": "assistant", "content": …}``).
+message's content, and the rest of the item, if any, under ``sdk_rest`` (a chat message has none:
+it reads back flat and becomes its item in place, one dict per item as the SDK's own read).
+Messages written by Rewind (the recovery notice, a nudge) come back as plain chat items
+(``{"role": "assistant", "content": …}``).
 `pop_item` and `clear_session` never delete: history is append-only in Rewind, so they hide
 messages through two session variables (``openai_agents.hidden``: ranges of hidden positions,
 ``openai_agents.start``) that a rollback restores with everything else.
@@ -82,7 +84,6 @@ from engine import errors
 from engine.engine import Engine
 from engine.errors import LoopDetected, LoopWaiting, SessionStopped
 from engine.integrations.threads import handle_lock, off_loop
-from engine.records import SessionInfo
 from engine.sessions.session import Session
 from engine.types import LoopPolicy
 
@@ -96,10 +97,16 @@ ITEM_KEY = "sdk_item"
 REST_KEY = "sdk_rest"
 """Message key holding the SDK item without its text, when the message's ``content`` is that
 text (stored once, not twice): the item is ``rest`` plus ``content`` under `TEXT_KEY`'s field
-(and, for an item with a role, the message's role)."""
+(and, for an item with a role, the message's role). Absent when the item has nothing else (a
+chat message: its role and its text), so that the message reads back as a flat dict."""
 
 TEXT_KEY = "sdk_text"
 """Message key naming the item field (``content`` or ``output``) that the content restores."""
+
+READ_CHUNK = 1000
+"""Most messages read and decoded at once by a full read: one decode holds the interpreter's
+lock (no other thread, the event loop's included, runs during it), so a long history is read in
+spans of this many, each one query and one decode."""
 
 HIDDEN_VAR = "openai_agents.hidden"
 """Session variable: live-line positions of messages `pop_item` removed, as sorted, disjoint
@@ -218,6 +225,8 @@ def item_message(item: Any) -> dict:
     # The text is the message's content already: keeping it twice doubled what a chat costs.
     rest = {k: v for k, v in plain.items()
             if k != text_field and not (text_field == "content" and k == "role")}
+    if not rest:  # a chat message: read back flat, and rebuilt in place (`_items`)
+        return {"role": role, "content": content, TEXT_KEY: text_field}
     return {"role": role, "content": content, REST_KEY: rest, TEXT_KEY: text_field}
 
 
@@ -227,7 +236,7 @@ def _message_item(message: dict) -> dict | None:
     stored = message.get(ITEM_KEY)
     if isinstance(stored, dict):
         return stored
-    rest, field = message.get(REST_KEY), message.get(TEXT_KEY)
+    rest, field = message.get(REST_KEY, {}), message.get(TEXT_KEY)
     if isinstance(rest, dict) and field in ("content", "output"):
         item = dict(rest)
         if field == "content":
@@ -240,23 +249,36 @@ def _message_item(message: dict) -> dict | None:
     return {"role": role, "content": _text(message.get("content"))}
 
 
-def _items(since: int, messages: list[dict]) -> list[tuple[int, dict]]:
-    """(position, item) of the messages read from position `since` that stand for an item.
+def _items(messages: list[dict], since: int = 0, positions: list[int] | None = None
+           ) -> list[dict]:
+    """The items the messages read from position `since` stand for, oldest first; their
+    positions appended to `positions` when given.
 
-    The common message (an item whose text is its content: `REST_KEY` and `TEXT_KEY`) is
-    rebuilt inline, in one pass over a full history; others go through `_message_item`."""
-    out: list[tuple[int, dict]] = []
+    A chat message's message (its role, its text and `TEXT_KEY`, nothing else) becomes its
+    item in place: the read decoded it for this call only, and a full history then costs one
+    dict per item, as the SDK's own decode does, not three (and no dict holding another, which
+    the garbage collector would have to track); an item kept whole is handed over as decoded.
+    Others go through `_message_item`."""
+    out: list[dict] = []
     append = out.append
-    for position, message in enumerate(messages, start=since):
-        rest = message.get(REST_KEY)
-        if (rest is not None and message.get(TEXT_KEY) == "content" and type(rest) is dict
-                and ITEM_KEY not in message):
-            append((position, {**rest, "role": message.get("role"),
-                               "content": message.get("content")}))
-            continue
-        item = _message_item(message)
-        if item is not None:
-            append((position, item))
+    for offset, message in enumerate(messages):
+        field = message.get(TEXT_KEY)
+        if field == "content" and len(message) == 3:
+            del message[TEXT_KEY]  # {"role", "content"} left: the item
+            append(message)
+        elif field is None and type(stored := message.get(ITEM_KEY)) is dict:
+            append(stored)  # an item kept whole
+        elif field == "content" and len(message) == 4 and message.get(REST_KEY) == {}:
+            # a chat message as written before REST_KEY was left out when empty
+            del message[TEXT_KEY], message[REST_KEY]
+            append(message)
+        else:
+            item = _message_item(message)
+            if item is None:
+                continue
+            append(item)
+        if positions is not None:
+            positions.append(since + offset)
     return out
 
 
@@ -345,11 +367,12 @@ class RewindSession:
     def _get_items(self, limit: int | None, wrapper: Any) -> list[dict]:
         if limit is None and self.session_settings is not None:
             limit = getattr(self.session_settings, "limit", None)
-        info = self.rewind.info()  # one read of the summary serves the run check and the read
-        self._begin_run(wrapper, info)
+        # one read serves the run check, the run-start snapshot and, for a limit, the items
+        epoch, total, variables, tail = self._read(0 if limit is None else max(limit, 0))
+        self._begin_run(wrapper, epoch, total)
         if limit is not None and limit <= 0:
             return []
-        return [item for _, item in self._visible(limit, info.messages)[0]]
+        return self._visible(variables, total, limit, tail)[0]
 
     async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
         """Append items to the history (one atomic write); dropped when the session was rolled
@@ -373,9 +396,13 @@ class RewindSession:
             return
         plain = [_plain(item) for item in items]
         messages = [item_message(item) for item in plain]
-        self.rewind.append_messages(messages)
-        if _ends_run(plain):
-            self._snapshot("run end")
+        if not _ends_run(plain):
+            self.rewind.append_messages(messages)
+            return
+        # the run's answer: its snapshot in the same write (the history just grew, so it
+        # differs from the last snapshot taken here: no read to check it)
+        self.rewind.append_messages(messages, snapshot="run end")
+        self._snapshot_seq = (info.epoch, info.messages + len(messages))
 
     async def pop_item(self, *, wrapper: Any = None) -> dict | None:
         """Remove and return the newest visible item (None when there is none). The message
@@ -383,12 +410,12 @@ class RewindSession:
         return await off_loop(self.rewind, self._pop_item)
 
     def _pop_item(self) -> dict | None:
-        visible, hidden = self._visible(1)
+        _, total, variables, tail = self._read(1)
+        visible, positions, hidden = self._visible(variables, total, 1, tail, positions=True)
         if not visible:
             return None
-        position, item = visible[-1]
-        self.rewind.set_var(HIDDEN_VAR, _hide(hidden, position))
-        return item
+        self.rewind.set_var(HIDDEN_VAR, _hide(hidden, positions[-1]))
+        return visible[-1]
 
     async def clear_session(self, *, wrapper: Any = None) -> None:
         """Hide every item stored so far (the messages stay in Rewind's history)."""
@@ -403,60 +430,78 @@ class RewindSession:
         (options: `ToolGuard`'s)."""
         return ToolGuard(self, **options).agent(agent)
 
-    def _visible(self, newest: int | None = None, total: int | None = None
-                 ) -> tuple[list[tuple[int, dict]], list[list[int]]]:
-        """The visible (position, item) pairs, oldest first: all of them, or only the `newest`
-        N; and the hidden ranges. `total`: the live line's length when the caller just read it.
-        Only the visible spans of the tail are read, newest first, each for as many messages as
-        are still wanted (twice as many as the last read when messages without an item left it
-        short), so a read costs about what it returns, however many items were popped."""
-        variables = self.engine.documents.values(self.session_id, "var")
+    def _read(self, last: int) -> tuple[int, int, dict[str, Any], list[dict]]:
+        """(epoch, live message count, session variables, the `last` newest live messages) in
+        one store read.
+
+        Raises:
+            UnknownSession: the session was deleted."""
+        while (found := self.engine.documents.live_tail(self.session_id, "var", last)) is None:
+            self.rewind.info()  # raises UnknownSession (unless it was created again since)
+        return found
+
+    def _visible(self, variables: dict[str, Any], total: int, newest: int | None = None,
+                 tail: list[dict] | None = None, *, positions: bool = False
+                 ) -> tuple[list[dict], list[int], list[list[int]]]:
+        """The visible items, oldest first: all of them, or only the `newest` N; their
+        live-line positions (with `positions`, else []); and the hidden ranges. `variables`,
+        `total`: the session's variables and live line length, as just read; `tail`: the last
+        messages of the live line when they were read with them.
+
+        A full read reads each visible span `READ_CHUNK` messages at a time. A `newest` read
+        reads only the visible spans of the tail, newest first, each for as many messages as
+        are still wanted (twice as many as the last read when messages without an item left
+        it short), so it costs about what it returns, however many items were popped; what
+        `tail` holds is not read again."""
         start = variables.get(START_VAR) or 0
         hidden = _ranges(variables.get(HIDDEN_VAR))
-        if total is None:
-            total = self.rewind.info().messages
+        live = self.engine.documents.live_messages
+        sid = self.session_id
+        at: list[int] | None = [] if positions else None
         if newest is None:
-            out = []
+            out: list[dict] = []
             for since, until in _spans(hidden, start, total):
-                messages = self.engine.documents.live_messages(self.session_id, since=since,
-                                                               until=until)
-                out += _items(since, messages)
-            return out, hidden
-        chunks: list[list[tuple[int, dict]]] = []
+                for first in range(since, until, READ_CHUNK):
+                    out += _items(live(sid, since=first, until=min(until, first + READ_CHUNK)),
+                                  first, at)
+            return out, at or [], hidden
+        tail = tail or []
+        held = total - len(tail)  # the position of tail[0]
+        chunks: list[tuple[list[dict], list[int] | None]] = []
         found = read = 0
         for since, until in reversed(_spans(hidden, start, total)):
             while until > since and found < newest:
-                first = max(since, until - max(newest - found, 2 * read))
-                messages = self.engine.documents.live_messages(self.session_id, since=first,
-                                                               until=until)
-                chunk = _items(first, messages)
-                chunks.append(chunk)
+                first = max(since, until - min(READ_CHUNK, max(newest - found, 2 * read)))
+                # what the tail holds is taken from it (each message once: reads do not
+                # overlap), the rest read
+                messages = tail[max(first - held, 0):max(until - held, 0)]
+                if first < held:
+                    messages = live(sid, since=first, until=min(until, held)) + messages
+                count = len(messages)
+                where: list[int] | None = [] if positions else None
+                chunk = _items(messages, first, where)
+                chunks.append((chunk, where))
                 found += len(chunk)
-                read = len(messages) if len(chunk) < len(messages) else 0
+                read = count if len(chunk) < count else 0
                 until = first
             if found >= newest:
                 break
-        out = [pair for chunk in reversed(chunks) for pair in chunk]
-        return out[-newest:] if newest else [], hidden
+        if not newest:
+            return [], [], hidden
+        out = [item for chunk, _ in reversed(chunks) for item in chunk][-newest:]
+        if positions:
+            at = [p for _, where in reversed(chunks) for p in where or ()][-newest:]
+        return out, at or [], hidden
 
-    def _begin_run(self, wrapper: Any, info: SessionInfo) -> None:
+    def _begin_run(self, wrapper: Any, epoch: int, messages: int) -> None:
         key = id(wrapper) if wrapper is not None else None
         if key is not None and key == self._run_key:
             return  # the same run reading again (limits, compaction)
         self._run_key = key
-        self._run_epoch = info.epoch
-        self._snapshot("run start", info)
-
-    def _snapshot(self, label: str, info: SessionInfo | None = None) -> None:
-        """Take a snapshot unless nothing was written since the last one taken here (`info`:
-        the session's summary, when the caller just read it)."""
-        if info is None:
-            info = self.rewind.info()
-        marker = (info.epoch, info.messages)
-        if marker == self._snapshot_seq:
-            return
-        self.rewind.snapshot(label=label)
-        self._snapshot_seq = marker
+        self._run_epoch = epoch
+        if (epoch, messages) != self._snapshot_seq:  # else nothing was written since the last
+            self.rewind.snapshot(label="run start")
+            self._snapshot_seq = (epoch, messages)
 
 
 # -- the tool guard ---------------------------------------------------------------------------

@@ -145,6 +145,14 @@ class SessionStore(Protocol):
         """
         ...
 
+    def live_tail(self, sid: str, ns: str, last: int
+                  ) -> tuple[int, int, dict[str, Any], list[dict[str, Any]]] | None:
+        """In one consistent read (one round trip): the session's epoch, its live message
+        count, the current values of namespace `ns` (as `get_all`) and its last `last` live
+        messages, oldest first (as `live_messages` from position count - `last`; all of them
+        when fewer, none for 0). None for an unknown session."""
+        ...
+
     def all_messages(self, sid: str) -> list[MessageRecord]:
         """Every message, live and abandoned, in write order."""
         ...

@@ -317,6 +317,15 @@ class RedisStore(FleetDocs):
                            -1 if until is None else until - 1)
         return [json.loads(r)[3] for r in rows]
 
+    def live_tail(self, sid: str, ns: str, last: int
+                  ) -> tuple[int, int, dict[str, Any], list[dict[str, Any]]] | None:
+        found = self._read("tail", sid, [ns, max(last, 0)])
+        if not found:
+            return None
+        epoch, count, flat, tail = found
+        values = {flat[i]: json.loads(flat[i + 1]) for i in range(0, len(flat), 2)}
+        return int(epoch), int(count), values, [json.loads(r)[3] for r in tail]
+
     def all_messages(self, sid: str) -> list[MessageRecord]:
         live, abandoned = self._read("messages", sid)
         out = [codec.message(r, None) for r in live]

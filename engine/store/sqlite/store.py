@@ -392,6 +392,24 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
         # of a long history pays the decoder's setup once, not once per message.
         return json.loads("[" + ",".join([r[0] for r in rows]) + "]") if rows else []
 
+    def live_tail(self, sid: str, ns: str, last: int
+                  ) -> tuple[int, int, dict[str, Any], list[dict[str, Any]]] | None:
+        """Epoch, live message count, values of `ns` and the last `last` live messages, read
+        in one transaction."""
+        with self._db.reading() as conn:
+            row = conn.execute("SELECT epoch, msg_count FROM sessions WHERE id = ?",
+                               (sid,)).fetchone()
+            if row is None:
+                return None
+            values = conn.execute("SELECT key, value FROM kv WHERE session = ? AND ns = ?",
+                                  (sid, ns)).fetchall()
+            rows = conn.execute(
+                "SELECT body FROM messages WHERE session = ? AND branch IS NULL AND pos >= ? "
+                "AND pos < ? ORDER BY pos", (sid, max(row[1] - last, 0), _END),
+            ).fetchall() if last > 0 else []
+        return (row[0], row[1], {k: json.loads(v) for k, v in values},
+                json.loads("[" + ",".join([r[0] for r in rows]) + "]") if rows else [])
+
     def all_messages(self, sid: str) -> list[MessageRecord]:
         """Every message, live and abandoned, in write order."""
         rows = self._named(

@@ -16,12 +16,13 @@ WAL, as before.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import quote, urlparse
 
@@ -323,6 +324,21 @@ class SQLiteDB:
         """Rows of one query, outside any write transaction (the last committed state)."""
         with self._lock:
             return self.conn.execute(sql, params).fetchall()
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection in one read transaction: the queries of the block see one
+        committed state (inside this thread's write, that write's state)."""
+        with self._lock:
+            conn = self.conn
+            if conn.in_transaction:
+                yield conn
+                return
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
 
     def read_named(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Like `read`, with each row's columns readable by name (`sqlite3.Row`)."""

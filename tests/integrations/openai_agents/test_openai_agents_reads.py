@@ -1,6 +1,7 @@
 """Integration reads cost what they return: `RewindSession.get_items(limit)` and `pop_item` read
-the tail of the live line, not the whole history (counted: the messages the engine hands back),
-and still skip hidden and item-less messages correctly."""
+the tail of the live line, not the whole history (counted: the messages the engine hands back; a
+read of N items takes the N newest messages with the session's summary, then only what hidden
+and item-less messages left short), and still skip hidden and item-less messages correctly."""
 
 from __future__ import annotations
 
@@ -17,16 +18,23 @@ from engine.integrations.openai_agents import RewindSession  # noqa: E402
 
 @pytest.fixture()
 def counted(monkeypatch):
-    """The messages `Engine.documents.live_messages` returned, per call."""
+    """The messages `Engine.documents.live_messages` and `live_tail` returned, per call."""
     sizes: list[int] = []
-    original = Documents.live_messages
+    original, tail = Documents.live_messages, Documents.live_tail
 
     def counting(self, sid, *, since=0, until=None):
         out = original(self, sid, since=since, until=until)
         sizes.append(len(out))
         return out
 
+    def counting_tail(self, sid, ns, last):
+        out = tail(self, sid, ns, last)
+        if out is not None and out[3]:
+            sizes.append(len(out[3]))
+        return out
+
     monkeypatch.setattr(Documents, "live_messages", counting)
+    monkeypatch.setattr(Documents, "live_tail", counting_tail)
     return sizes
 
 
@@ -43,10 +51,12 @@ def test_get_items_and_pop_item_read_the_tail(store_url, counted):
     counted.clear()
     assert asyncio.run(session.pop_item()) == items[-1]
     assert asyncio.run(session.pop_item()) == items[-2]
-    assert sum(counted) == 2  # the second pop skips the first one it hid, unread
+    # each pop reads the newest message with the session's summary; the second then skips
+    # the one it finds hidden and reads the one before it
+    assert counted == [1, 1, 1]
     counted.clear()
     assert asyncio.run(session.get_items(limit=3)) == items[-5:-2]
-    assert sum(counted) == 3
+    assert counted == [3, 2]  # the 3 newest (2 of them hidden), then the 2 still wanted
     # a message Rewind wrote without an SDK item and a non-chat role is skipped, not counted
     session.rewind.append_message("tool", "Rewind bookkeeping")
     assert asyncio.run(session.get_items(limit=2)) == items[-4:-2]
@@ -74,11 +84,11 @@ def test_pops_hide_ranges_and_reads_skip_them_unread(store_url, counted):
     counted.clear()
     expected = [*items[96:100], *more[:4], {"role": "user", "content": "last"}]
     assert asyncio.run(session.get_items(limit=9)) == expected
-    assert sum(counted) == 9
+    assert counted == [9, 4]  # the 9 newest (5 visible), then the 4 still wanted, not 200
     counted.clear()
     assert asyncio.run(session.pop_item()) == expected[-1]
     assert asyncio.run(session.pop_item()) == expected[-2]
-    assert sum(counted) == 2
+    assert sum(counted) == 3
     assert asyncio.run(session.get_items()) == [*items[:100], *more[:3]]
     # positions stored one by one (before ranges) still hide the same items
     engine.session("popped").set_var("openai_agents.hidden", [101, 100, *range(102, 300)])
@@ -136,6 +146,53 @@ def test_items_come_back_exactly_and_their_text_is_stored_once(store_url):
     plain = [stored[i] for i in (0, 3)]
     assert all(text not in str({k: v for k, v in m.items() if k != "content"}) for m in plain)
     assert asyncio.run(session.pop_item()) == items[-1]
+
+
+def test_a_full_read_decodes_a_long_history_a_chunk_at_a_time(store_url, counted,
+                                                                monkeypatch):
+    """A full read reads each visible span in pieces of at most READ_CHUNK messages (one decode
+    holds the interpreter's lock, and with it the event loop), across hidden ranges."""
+    from engine.integrations.openai_agents import session as module
+
+    monkeypatch.setattr(module, "READ_CHUNK", 7)
+    engine = Engine.open(store_url)
+    session = RewindSession(engine, "chunks")
+    items = [{"role": "user" if i % 2 else "assistant", "content": f"turn {i}"}
+             for i in range(40)]
+    asyncio.run(session.add_items(items))
+    for _ in range(3):
+        asyncio.run(session.pop_item())
+    asyncio.run(session.add_items([{"role": "user", "content": "after"}]))
+    counted.clear()
+    assert asyncio.run(session.get_items()) == [*items[:-3], {"role": "user", "content": "after"}]
+    assert max(counted) <= 7 and sum(counted) == 38
+    engine.close()
+
+
+def test_chat_items_are_stored_flat_and_older_messages_still_read(store_url):
+    """A chat item's message is its role, its text and the marker of its text field, nothing
+    nested; messages stored with an empty rest (as before) read back the same."""
+    engine = Engine.open(store_url)
+    session = RewindSession(engine, "flat")
+    asyncio.run(session.add_items([{"role": "user", "content": "hi"},
+                                   {"type": "message", "role": "user", "content": "typed"}]))
+    stored = session.rewind.state().messages
+    assert stored[0] == {"role": "user", "content": "hi", "sdk_text": "content"}
+    assert stored[1]["sdk_rest"] == {"type": "message"}
+    session.rewind.append_messages([
+        {"role": "assistant", "content": "older", "sdk_rest": {}, "sdk_text": "content"},
+        {"role": "tool", "content": "out", "sdk_rest": {"type": "function_call_output",
+                                                        "call_id": "c1"},
+         "sdk_text": "output"}])
+    expected = [{"role": "user", "content": "hi"},
+                {"type": "message", "role": "user", "content": "typed"},
+                {"role": "assistant", "content": "older"},
+                {"type": "function_call_output", "call_id": "c1", "output": "out"}]
+    assert asyncio.run(session.get_items()) == expected
+    assert asyncio.run(session.get_items(limit=2)) == expected[-2:]
+    assert asyncio.run(session.pop_item()) == expected[-1]
+    assert asyncio.run(session.pop_item()) == expected[-2]
+    engine.close()
 
 
 # -- any sequence of adds, pops, reads, clears and rollbacks -------------------------------------
