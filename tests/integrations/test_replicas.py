@@ -83,7 +83,7 @@ def test_two_otlp_receivers_take_one_agents_spans(redis_url, open_engine):
     """An agent's exporter load-balanced over two receivers: each gets every other span of one
     conversation; the session holds every tool call once, in start order, flagged once."""
     pytest.importorskip("opentelemetry.proto")
-    from test_otlp import gen_ai_tool, send
+    from support.otlp_spans import gen_ai_tool, send
 
     from engine.integrations.otlp import IngestConfig, Receiver, ServerConfig
 

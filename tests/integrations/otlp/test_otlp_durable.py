@@ -150,7 +150,7 @@ def test_a_full_disk_gets_503_and_a_stop_keeps_and_counts_what_it_could_not_writ
     import urllib.error
     import urllib.request
 
-    from test_otlp import gen_ai_tool, request
+    from support.otlp_spans import gen_ai_tool, request
 
     url, port = f"sqlite:///{tiny_disk}/rewind.db", free_port()
     Engine.open(url).close()
