@@ -162,7 +162,8 @@ def test_chat_is_read_clause_by_clause_with_the_dropped_subject_put_back():
 
 def test_plans_and_hedges_end_nothing():
     judge = RulesJudge()
-    for text in ["I might sell the mazda", "if the xps dies I'll get a framework", "我打算把车卖了"]:
+    for text in ["I might sell the mazda", "if the xps dies I'll get a framework",
+                 "我打算把车卖了"]:
         _, _, ends, _ = judge.read(text)
         assert ends == [], text
 
