@@ -292,8 +292,8 @@ def test_memories_are_written_and_recalled_once_the_engine_has_memory(tmp_path, 
         def __init__(self, runtime, sid):
             self.session = types.SimpleNamespace(id=sid)
 
-        def add(self, text, importance=0.5, meta=None):
-            calls.append(("add", self.session.id, text, importance, meta))
+        def add(self, text, importance=0.5, meta=None, key=None):
+            calls.append(("add", self.session.id, text, importance, meta, key))
             return f"m{len(calls)}"
 
         def recall(self, query, k=10):
@@ -309,8 +309,8 @@ def test_memories_are_written_and_recalled_once_the_engine_has_memory(tmp_path, 
     adds = [c for c in calls if c[0] == "add"]
     assert {c[1].split("-")[0] for c in adds} >= {"finance", "refund", "customer_service"}
     assert all(0 <= c[3] <= 1 and "turn" in c[4] for c in adds)
-    finance = [c[2] for c in adds if c[1].startswith("finance")]
-    assert len(finance) >= 2  # the rate, then the treasury update that contradicts it
+    finance = [c[5] for c in adds if c[1].startswith("finance")]
+    assert finance.count("fx.EUR/USD") >= 2  # the rate, then the treasury's, by one key
     assert [c for c in calls if c[0] == "recall"]
     engine = open_engine(url)
     budgets = [s.budget for i in engine.sessions() for s in engine.get_session(i.id).steps()]
