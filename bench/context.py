@@ -50,7 +50,6 @@ from engine.memory.config import MemoryConfig  # noqa: E402
 from engine.memory.embeddings import HashingEmbedder  # noqa: E402
 from engine.memory.retrieval import HybridIndex, _top, tokenize, weighted_rrf  # noqa: E402
 from engine.memory.session import (  # noqa: E402
-    CONTRADICTION_CANDIDATES,
     FIX,
     ITEM,
     LOG,
@@ -383,10 +382,13 @@ class ReloadingMemory:
         writes: dict[str, Any] = {}
 
         candidates = [
-            (h, items[h]) for h, _ in index.search(text, CONTRADICTION_CANDIDATES) if h in items
+            (h, items[h]) for h, _ in index.search(text, self.config.judge_pairs) if h in items
         ]
-        for found in self.config.checker.check(text, [(h, m.text) for h, m in candidates]):
-            old = items[found.older_id]
+        judge = self.config.judge
+        verdicts = judge.judge([(m.text, text) for _, m in candidates]) if judge else []
+        for (_, old), found in zip(candidates, verdicts, strict=False):
+            if not found.contradicts or found.confidence < self.config.min_confidence:
+                continue
             writes[ITEM + old.id] = {
                 **_old_dump(old),
                 "invalid_at": now,

@@ -791,7 +791,8 @@ def invalidated_text(table: pd.DataFrame) -> str:
 
 def memory_log_frame(entries: Iterable[Mapping[str, Any]],
                      names: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """Memory lifecycle events (promote, evict, prune) and contradiction fixes, by time;
+    """Memory lifecycle events (promote, evict, prune, a judge unavailable) and replacements, by
+    time, each replacement with the judge that decided it (or the key it was written with);
     `names` maps memory ids to their text."""
     known = names or {}
 
@@ -804,8 +805,12 @@ def memory_log_frame(entries: Iterable[Mapping[str, Any]],
         if "event" in e:
             what, about = e["event"], name(e.get("id"))
         else:
-            kept, gone = e.get("kept"), e.get("invalidated")
-            what = f"contradiction ({e.get('kind', '?')})"
+            kept, gone, judge = e.get("kept"), e.get("invalidated"), e.get("judge")
+            if judge == "key":  # an exact fact the agent stored by key, written again
+                what = f"replaced (key {e.get('key')})"
+            else:
+                what = f"contradiction ({e.get('kind', '?')})"
+                what += f", {JUDGE_WORDS.get(judge, judge)}" if judge else ""
             about = f"kept “{name(kept)}”, invalidated “{name(gone)}”"
         rows.append({"time": when(e.get("at")), "event": what, "memory": about,
                      "reason": e.get("reason")})

@@ -321,12 +321,15 @@ class SimAgent:
         self.s.stop()
 
     # -- memory -----------------------------------------------------------------------------
-    def remember(self, en: str, zh: str, importance: float = 0.5, **meta: Any) -> str | None:
-        """Store a memory (unless memory is off); returns its id."""
+    def remember(self, en: str, zh: str, importance: float = 0.5, key: str | None = None,
+                 **meta: Any) -> str | None:
+        """Store a memory (unless memory is off); returns its id. With ``key`` it is a fact the
+        agent knows it stores (a rate, an address, a preference): a newer one with the same
+        key replaces it, and the console says so."""
         if not self._memory_on:
             return None
         try:
-            return self.s.memory.add(self.t(en, zh), importance=importance,
+            return self.s.memory.add(self.t(en, zh), importance=importance, key=key,
                                      meta={"turn": self.turn, **meta})
         except Exception as exc:  # noqa: BLE001 - the demo keeps running on a memory bug
             _warn_once("memory.add", exc)

@@ -175,6 +175,14 @@ PRODUCTS = (  # sku, English, Chinese, price, loyalty points earned
     ("SKU-KB-730", "mechanical keyboard", "机械键盘", 149.0, 149),
     ("SKU-AP-118", "air purifier", "空气净化器", 239.0, 239),
 )
+STREETS = (  # delivery addresses (English, Chinese) a customer moves between
+    ("14 Elm Street, Springfield", "上海市徐汇区漕溪北路 88 号"),
+    ("221 Baker Street, London", "北京市朝阳区建国路 77 号"),
+    ("9 Harbour Road, Leith", "广州市天河区体育西路 12 号"),
+    ("310 Pine Avenue, Portland", "深圳市南山区科技园路 5 号"),
+)
+FX_KEY = "fx.EUR/USD"
+"""The finance agent's exchange rate, a keyed fact: the treasury's later rate replaces it."""
 
 
 TOOL_DOCS = {  # name: (description, parameters) - the tool schemas a runtime puts in the prompt
@@ -408,13 +416,21 @@ def customer_service(a: SimAgent, p: Plan, ledger: Ledger) -> None:
            f"你好，我是{name}。我的订单 {order}（{product_zh}）已经晚了 {days} 天，怎么回事？",
            think=0.3)
     carrier = a.pick(["UPS", "DHL", "FedEx"], ["顺丰速运", "中通快递", "京东物流"])
+    street, new_street = r.sample(STREETS, 2)
     a.tool("lookup_order", {"order_id": order},
            _const({"order_id": order, "sku": sku, "status": "in_transit", "carrier": carrier,
-                   "last_scan": a.t("Regional hub, 4 days ago", "区域分拨中心，4 天前")}),
+                   "last_scan": a.t("Regional hub, 4 days ago", "区域分拨中心，4 天前"),
+                   "ship_to": a.t(*street), "notify_by": "email"}),
            thought=("Looking the order up.", "先查一下订单。"))
     a.remember(f"{name} ({customer}): order {order} delayed {days} days, stuck at regional hub",
                f"{name}（{customer}）：订单 {order} 延误 {days} 天，卡在区域分拨中心",
                importance=0.6)
+    # What the agent knows it stores, by key: a later address or preference replaces the earlier.
+    address_key, notify_key = f"customer.{customer}.address", f"customer.{customer}.notify_by"
+    a.remember(f"{name} ({customer}) delivery address: {street[0]}",
+               f"{name}（{customer}）收货地址：{street[1]}", importance=0.8, key=address_key)
+    a.remember(f"{name} ({customer}) wants updates by email",
+               f"{name}（{customer}）希望通过邮件接收进度通知", importance=0.6, key=notify_key)
     tickets: list[str] = []
 
     def create(subject_en: str, subject_zh: str, extra: dict | None = None):
@@ -439,8 +455,12 @@ def customer_service(a: SimAgent, p: Plan, ledger: Ledger) -> None:
             f"ticket {first} with our logistics team.",
             f"非常抱歉。您的包裹卡在{carrier}的区域分拨中心，"
             f"我已为您创建工单 {first}，物流组会跟进。")
-    a.user("Please raise its priority, I need it before the weekend.",
-           "麻烦把这个工单的优先级提高一下，我周末前必须收到。")
+    a.user(f"Please raise its priority, I need it before the weekend. And I've moved: please "
+           f"deliver to {new_street[0]}.",
+           f"麻烦把这个工单的优先级提高一下，我周末前必须收到。另外我搬家了，请改送到{new_street[1]}。")
+    a.remember(f"{name} ({customer}) delivery address: {new_street[0]} (moved)",
+               f"{name}（{customer}）收货地址：{new_street[1]}（已搬家）", importance=0.8,
+               key=address_key)
     if p.loop:
         create("Urgent: delayed delivery", "加急：配送延误", {"priority": "high"})
         a.reply(f"Done: ticket {tickets[-1]} is marked high priority.",
@@ -451,7 +471,11 @@ def customer_service(a: SimAgent, p: Plan, ledger: Ledger) -> None:
                thought=(f"Raising the priority of {first}.", f"提高工单 {first} 的优先级。"))
         a.reply(f"Done: {first} is now high priority with a 24-hour response time.",
                 f"已处理：工单 {first} 已提为高优先级，24 小时内响应。")
-    a.user("Can you check the progress on it?", "帮我看看现在处理到哪一步了？")
+    a.user("Can you check the progress on it? And text me the updates, not email.",
+           "帮我看看现在处理到哪一步了？以后进度请发短信，别发邮件了。")
+    a.remember(f"{name} ({customer}) wants updates by text message, not email",
+               f"{name}（{customer}）希望改用短信接收进度通知，不要邮件", importance=0.6,
+               key=notify_key)
     if p.loop:
         subject = a.t("Delivery progress inquiry", "配送进度查询")
         args = {"customer_id": customer, "order_id": order, "subject": subject}
@@ -607,9 +631,10 @@ def finance(a: SimAgent, p: Plan, ledger: Ledger) -> None:
            _const({"pair": "EUR/USD", "rate": old_rate, "source": "ECB reference"}),
            thought=("Getting today's EUR/USD rate.", "获取今天的欧元兑美元汇率。"))
     a.set_vars(fx_rate=old_rate)
-    # Facts are remembered as "attribute: value", so a later value contradicts this one.
+    # The rate is a keyed fact: the treasury's later rate replaces this one (by key, not guessed).
     a.remember(f"EUR/USD exchange rate for invoice {invoice}: {old_rate}",
-               f"发票 {invoice} 的欧元兑美元汇率：{old_rate}", importance=0.9, kind="fx_rate")
+               f"发票 {invoice} 的欧元兑美元汇率：{old_rate}", importance=0.9, key=FX_KEY,
+               kind="fx_rate")
     a.tool("calc_line_items", {"invoice_id": invoice, "items": items, "currency": "EUR"},
            _const({"total_eur": total_eur, "vat_eur": round(total_eur * 0.19, 2)}),
            thought=("Totalling the line items.", "汇总明细金额。"))
@@ -621,7 +646,7 @@ def finance(a: SimAgent, p: Plan, ledger: Ledger) -> None:
            f"资金部刚更新了汇率：今天起所有发票的欧元兑美元汇率为 {new_rate}。")
     a.remember(f"EUR/USD exchange rate for invoice {invoice}: {new_rate} (treasury update)",
                f"发票 {invoice} 的欧元兑美元汇率：{new_rate}（资金部更新）", importance=0.9,
-               kind="fx_rate")
+               key=FX_KEY, kind="fx_rate")
     tolerance = (f"rate {old_rate:.4f} is outside the 0.5% tolerance of the treasury quote "
                  f"{new_rate:.4f}; re-quote before booking")
     if p.loop:

@@ -14,13 +14,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from engine.memory.config import MemoryConfig
     from engine.memory.endpoint import EndpointJudge
-    from engine.memory.judges import (
-        ContradictionJudge,
-        FunctionJudge,
-        Judgement,
-        RulesJudge,
-    )
+    from engine.memory.judges import ContradictionJudge, FunctionJudge, Judgement
     from engine.memory.nli import NLIJudge
+    from engine.memory.rules import RulesJudge
     from engine.memory.session import Memory, MemoryHit, SessionMemory
 
 __all__ = [
@@ -43,7 +39,7 @@ _WHERE = {
     "ContradictionJudge": "engine.memory.judges",
     "FunctionJudge": "engine.memory.judges",
     "Judgement": "engine.memory.judges",
-    "RulesJudge": "engine.memory.judges",
+    "RulesJudge": "engine.memory.rules",
     "NLIJudge": "engine.memory.nli",
     "EndpointJudge": "engine.memory.endpoint",
 }

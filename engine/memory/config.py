@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.memory.contradictions import ContradictionChecker
 from engine.memory.decay import Decay, MemoryPolicy
-from engine.memory.judges import CheckerJudge, ContradictionJudge, RulesJudge
+from engine.memory.judges import ContradictionJudge
 from engine.memory.retrieval import DEFAULT_HAN_WEIGHT, DEFAULT_WEIGHTS, HybridIndex
+from engine.memory.rules import RulesJudge
 
 DEFAULT_SPEAKER_BOOST = 0.5
 """Fused-score boost of a memory that names a speaker of the query (see
@@ -40,23 +40,20 @@ class MemoryConfig:
     speaker said or did comes before what others did with the same words. 0: off."""
     judge: ContradictionJudge | None = field(default_factory=RulesJudge)
     """Decides which older free-text memories a new one replaces (`engine.memory.judges`); the
-    default `RulesJudge` is conservative, deterministic and offline. None: free text never
-    invalidates anything (keyed facts still replace each other)."""
+    default `RulesJudge` (`engine.memory.rules`) is conservative, deterministic and offline.
+    None: free text never invalidates anything (keyed facts still replace each other)."""
     min_confidence: float = 0.7
     """A judgement invalidates an older memory only at or above this confidence."""
-    checker: ContradictionChecker | None = None
-    """Deprecated: an old-style checker (e.g. `RuleChecker`); when set it is used through
-    `CheckerJudge` instead of `judge`."""
+    judge_pairs: int = 16
+    """At most this many (older, newer) pairs are asked of the judge per `add`, in one batch:
+    the same owner's older free-text memories closest in meaning or sharing a subject key,
+    newest first (`SessionMemory.add`)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.judge_pairs, bool) or not isinstance(self.judge_pairs, int):
+            raise TypeError(f"judge_pairs must be an int, not {type(self.judge_pairs).__name__}")
+        if self.judge_pairs < 1:
+            raise ValueError(f"judge_pairs must be at least 1, got {self.judge_pairs}")
 
     def new_index(self) -> HybridIndex:
         return HybridIndex(embedder=self.embedder, weights=self.weights, han_weight=self.han_weight)
-
-    def active_judge(self) -> ContradictionJudge | None:
-        """The judge `SessionMemory.add` asks: `checker` (adapted) when set, else `judge`."""
-        if self.checker is not None:
-            cached = getattr(self, "_adapted", None)
-            if cached is None or cached.checker is not self.checker:
-                cached = CheckerJudge(self.checker)
-                object.__setattr__(self, "_adapted", cached)
-            return cached
-        return self.judge

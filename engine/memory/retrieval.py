@@ -782,7 +782,8 @@ class HybridIndex:
         return found
 
     def search_detailed(
-        self, query: str, k: int = 10, boost: Mapping[str, float] | None = None
+        self, query: str, k: int = 10, boost: Mapping[str, float] | None = None,
+        dense: bool = True,
     ) -> list[HybridHit]:
         """Fused search with each retriever's rank and score.
 
@@ -792,6 +793,8 @@ class HybridIndex:
             boost: a factor on the fused score of some memories (by id), applied before the
                 top k is cut (session memory raises the memories that name the query's
                 speakers).
+            dense: False leaves the dense side out (no embedding is computed): the lexical
+                rankings alone, fused.
 
         Returns:
             Up to k `HybridHit`, best first.
@@ -800,7 +803,7 @@ class HybridIndex:
             return []
         # An English-only embedder ranks Han-script text by noise (MADial-Bench's Chinese half:
         # recall fell with it); such a query gets the lexical side alone.
-        dense_index = self.dense
+        dense_index = self.dense if dense else None
         if dense_index is not None and getattr(dense_index.embedder, "english_only", False):
             if _mostly_han(query):
                 dense_index = None
@@ -810,9 +813,10 @@ class HybridIndex:
         # one ranking alone: fusion keeps its order, so the top k of it is all that is needed
         several = dense_index is not None or han_index is not None or bool(boost)
         depth = max(self.depth, k) if several else k
-        lexical = self.weights[0] > 0 or self.feedback > 0
+        weights = self.weights if dense else (self.weights[0] or 1.0, 0.0)
+        lexical = weights[0] > 0 or self.feedback > 0
         sparse = self.bm25.search(query, depth) if lexical else []
-        dense = (
+        dense_hits = (
             dense_index.search(
                 query,
                 depth,
@@ -822,12 +826,12 @@ class HybridIndex:
             if dense_index is not None
             else []
         )
-        if self.weights[0] == 0:
+        if weights[0] == 0:
             sparse = []
         han = [d for d, _ in han_index.search(query, depth)] if han_index is not None else []
         fused = weighted_rrf(
-            [[d for d, _ in sparse], [d for d, _ in dense], han],
-            (*self.weights, self.han_weight),
+            [[d for d, _ in sparse], [d for d, _ in dense_hits], han],
+            (*weights, self.han_weight),
             k=self.rrf_k,
         )
         if boost:
@@ -835,7 +839,7 @@ class HybridIndex:
                 ((d, score * boost.get(d, 1.0)) for d, score in fused), key=lambda h: -h[1]
             )  # stable: equal scores keep the fusion's order
         sparse_at = {d: (r, s) for r, (d, s) in enumerate(sparse, start=1)}
-        dense_at = {d: (r, s) for r, (d, s) in enumerate(dense, start=1)}
+        dense_at = {d: (r, s) for r, (d, s) in enumerate(dense_hits, start=1)}
         han_at = {d: r for r, d in enumerate(han, start=1)}
         hits = []
         for doc_id, score in fused[:k]:
@@ -845,7 +849,8 @@ class HybridIndex:
         return hits
 
     def search(
-        self, query: str, k: int = 10, boost: Mapping[str, float] | None = None
+        self, query: str, k: int = 10, boost: Mapping[str, float] | None = None,
+        dense: bool = True,
     ) -> list[tuple[str, float]]:
         """Fused search.
 
@@ -853,8 +858,9 @@ class HybridIndex:
             query: the query text.
             k: how many results.
             boost: as in `search_detailed`.
+            dense: as in `search_detailed`.
 
         Returns:
             ``(id, fused score)`` pairs, best first.
         """
-        return [(h.id, h.score) for h in self.search_detailed(query, k, boost)]
+        return [(h.id, h.score) for h in self.search_detailed(query, k, boost, dense)]

@@ -42,6 +42,7 @@ from engine.memory.decay import Curve, MemoryItem
 from engine.memory.host import MemoryHost
 from engine.memory.judges import Judgement
 from engine.memory.retrieval import HybridIndex
+from engine.memory.rules import subject_keys
 from engine.memory.surface import mentions, normalize, query_speakers, split_speaker
 
 __all__ = ["Memory", "MemoryConfig", "MemoryHit", "SessionMemory"]
@@ -65,9 +66,6 @@ def _judge_failed(name: str, exc: BaseException) -> None:
 def judge_failures() -> dict[str, int]:
     """Judge failures in this process so far, by judge name."""
     return dict(_FAILED)
-
-
-CONTRADICTION_CANDIDATES = 8
 
 
 @dataclass(frozen=True)
@@ -156,8 +154,6 @@ HARMLESS_EVENTS = frozenset(
 """Feed events that never change the ``mem`` namespace (they only move a handle's cursor)."""
 EVENT_PAGE = 256
 """Events read per refresh; a full page means many foreign changes (or a trimmed feed): reload."""
-KEY_CANDIDATES = 8
-"""Older memories sharing an (owner, attribute) key that the contradiction check also sees."""
 
 
 class _View:
@@ -253,7 +249,7 @@ class SessionMemory:
         if live is not None and live.key is not None:
             view.keyed.setdefault(live.key, {})[mid] = live.created_at
         # contradiction keys
-        keys_of = getattr(self.config.active_judge(), "keys", None)
+        keys_of = _keys_of(self.config.judge)
         for k in view.item_keys.pop(mid, ()):
             view.by_key.get(k, {}).pop(mid, None)
         if live is not None and value is not None and keys_of is not None:
@@ -393,7 +389,7 @@ class SessionMemory:
         view = self._refresh()
         mid = f"m-{uuid.uuid4().hex[:12]}"
         writes: dict[str, Any] = {}
-        judge = self.config.active_judge()
+        judge = self.config.judge
         keys = None
         unjudged: list[dict] = []
         try:
@@ -408,8 +404,7 @@ class SessionMemory:
                     if h in view.items
                 ]
             elif judge is not None:
-                keys_of = getattr(judge, "keys", None)
-                keys = frozenset(keys_of(text)) if keys_of is not None else None
+                keys = frozenset(_keys_of(judge)(text))
                 replaced = self._judged(view, judge, text, keys, mid, now, unjudged)
             else:
                 replaced = []
@@ -479,21 +474,7 @@ class SessionMemory:
         the new memory nothing: it is kept, nothing is invalidated, and the failure goes to the
         memory's log (`unjudged`, written with the memory) and, once per judge and process, to
         the ``rewind.memory`` logger."""
-        # lexical neighbours (BM25 alone: the dense side adds nothing the keys do not cover)
-        seen = [h for h, _ in view.index.bm25.search(text, CONTRADICTION_CANDIDATES)]
-        for claim_key in keys or ():
-            owners = view.by_key.get(claim_key, {})
-            seen += heapq.nlargest(KEY_CANDIDATES, owners, key=owners.__getitem__)
-        speaker = _speaker(text)
-        candidates = [
-            view.items[h]
-            for h in dict.fromkeys(seen)
-            if h in view.items
-            and view.items[h].valid
-            and view.items[h].key is None
-            and view.items[h].text != text
-            and _same_owner(speaker, _speaker(view.items[h].text), text)
-        ]
+        candidates = self._candidates(view, text, keys)
         if not candidates:
             return []
         name = str(getattr(judge, "name", type(judge).__name__))
@@ -513,6 +494,37 @@ class SessionMemory:
             for m, v in zip(candidates, verdicts, strict=True)
             if v.contradicts and v.confidence >= floor
         ]
+
+    def _candidates(self, view: _View, text: str, keys: frozenset[str] | None) -> list[Memory]:
+        """The older memories a judge is asked about for ``text``, newest first: valid free-text
+        memories of the same owner (`_same_owner`) that share a subject key with it (the
+        judge's ``keys``, or the rules judge's reading of who states what: newest first, at
+        most half the bound; a key that meets any value, ``*``, last) or are closest to it in
+        words (BM25 and, for Han text, Han bigrams, fused as recall fuses them), at most
+        `MemoryConfig.judge_pairs` in all. The dense side is left out: on the tuned half of
+        ``bench/updates.py --hidden`` it reached no update the words and keys missed, and it
+        would cost an embedding per add."""
+        bound = self.config.judge_pairs
+        speaker = _speaker(text)
+
+        def fits(h: str) -> bool:
+            m = view.items.get(h)
+            return (m is not None and m.valid and m.key is None and m.text != text
+                    and _same_owner(speaker, _speaker(m.text), text))
+
+        picked: dict[str, None] = {}
+        for claim_key in sorted(keys or (), key=lambda k: (k.endswith("*"), k)):  # "*" last
+            owners = view.by_key.get(claim_key, {})
+            for h in heapq.nlargest(bound, owners, key=owners.__getitem__):
+                if len(picked) < bound // 2 and fits(h):
+                    picked[h] = None
+        near = view.index.search(text, 2 * bound, dense=False) if len(picked) < bound else ()
+        for h, _ in near:
+            if len(picked) == bound:
+                break
+            if fits(h):
+                picked[h] = None
+        return sorted((view.items[h] for h in picked), key=lambda m: (-m.created_at, m.id))
 
     def recall(self, query: str, k: int = 10, key_prefix: str | None = None) -> list[MemoryHit]:
         """The `k` memories most relevant to `query`, best first (hybrid BM25 + dense).
@@ -675,6 +687,15 @@ def _turn(m: Memory) -> bool:
     without a speaker are no turns: on MADial-Bench's memory notes the share lost recall
     (bench/retrieval.py), on LoCoMo's turns it gains."""
     return m.key is None and _speaker(m.text) is not None
+
+
+def _keys_of(judge: Any) -> Any:
+    """How subject keys are read for a judge: its own ``keys`` when it has one, else the rules
+    judge's reading (who and what a text states a value of), so a model judge is asked about
+    the same owner's older statements of the same thing even when they share no word."""
+    if judge is None:
+        return None
+    return getattr(judge, "keys", None) or subject_keys
 
 
 def _speaker(text: str) -> str | None:

@@ -292,8 +292,8 @@ def test_memories_are_written_and_recalled_once_the_engine_has_memory(tmp_path, 
         def __init__(self, runtime, sid):
             self.session = types.SimpleNamespace(id=sid)
 
-        def add(self, text, importance=0.5, meta=None):
-            calls.append(("add", self.session.id, text, importance, meta))
+        def add(self, text, importance=0.5, meta=None, key=None):
+            calls.append(("add", self.session.id, text, importance, meta, key))
             return f"m{len(calls)}"
 
         def recall(self, query, k=10):
@@ -309,8 +309,8 @@ def test_memories_are_written_and_recalled_once_the_engine_has_memory(tmp_path, 
     adds = [c for c in calls if c[0] == "add"]
     assert {c[1].split("-")[0] for c in adds} >= {"finance", "refund", "customer_service"}
     assert all(0 <= c[3] <= 1 and "turn" in c[4] for c in adds)
-    finance = [c[2] for c in adds if c[1].startswith("finance")]
-    assert len(finance) >= 2  # the rate, then the treasury update that contradicts it
+    finance = [c[5] for c in adds if c[1].startswith("finance")]
+    assert finance.count("fx.EUR/USD") >= 2  # the rate, then the treasury's, by one key
     assert [c for c in calls if c[0] == "recall"]
     engine = open_engine(url)
     budgets = [s.budget for i in engine.sessions() for s in engine.get_session(i.id).steps()]
@@ -474,3 +474,30 @@ def test_worker_processes_follow_the_freeze_too(tmp_path, open_engine):
                      freeze=window)
     assert stats.errors == [] and stats["refund"].rollbacks == 0
     _assert_flagged_for_the_freeze(open_engine(url), "Workers")
+
+
+# -- keyed facts: the demo's agents store what they know by key -----------------------------------
+def test_the_demo_agents_replace_rates_addresses_and_preferences_by_key(tmp_path):
+    from support.demo_memory import run_scenario
+
+    from engine.demo.scenarios import FX_KEY
+    from engine.memory.config import MemoryConfig
+    from engine.memory.embeddings import HashingEmbedder
+
+    with Engine.open(f"sqlite:///{tmp_path}/keys.db",
+                     memory=MemoryConfig(embedder=HashingEmbedder())) as engine:
+        for index in (0, 1):  # the first session of a looping scenario loops, the next may not
+            finance = engine.get_session(run_scenario(engine, "finance", index)).memory
+            support = engine.get_session(run_scenario(engine, "customer_service", index)).memory
+            gone = [m for m in finance.items(include_invalid=True) if not m.valid]
+            assert [(m.key, m.invalid_by, m.invalid_confidence) for m in gone] == [
+                (FX_KEY, "key", 1.0)]
+            assert gone[0].invalid_reason == f"replaced by a newer {FX_KEY!r}"
+            assert "treasury" in finance.fact(FX_KEY).text or "资金部" in finance.fact(FX_KEY).text
+            replaced = {m.key.rsplit(".", 1)[1] for m in support.items(include_invalid=True)
+                        if not m.valid and m.invalid_by == "key"}
+            assert replaced == {"address", "notify_by"}
+            now = {m.key.rsplit(".", 1)[1]: m.text for m in support.facts("customer.")}
+            assert "(moved)" in now["address"] or "已搬家" in now["address"]
+            assert "text message" in now["notify_by"] or "短信" in now["notify_by"]
+            assert {f["judge"] for f in support.corrections()} == {"key"}

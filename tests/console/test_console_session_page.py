@@ -192,6 +192,27 @@ def test_the_memory_table_says_why_by_which_judge_how_sure_and_what_replaced_it(
         "the judge was and what replaced it.")
 
 
+def test_the_memory_tab_shows_the_demo_rate_replaced_by_its_key_and_why(tmp_path):
+    from support.demo_memory import run_scenario
+
+    from engine.demo.scenarios import FX_KEY
+
+    url = f"sqlite:///{tmp_path}/demo.db"
+    with Engine.open(url, memory=MemoryConfig(embedder=HashingEmbedder())) as engine:
+        sid = run_scenario(engine, "finance", index=1)
+    at = page(url, "Memory", sid=sid)
+    assert not at.exception
+    assert "invalidated by a newer one (key (exact fact))" in texts(at.markdown).replace("\\", "")
+    table = at.dataframe[0].value
+    gone = table[table["state"].str.startswith("invalidated")]
+    assert gone["judge"].tolist() == ["key (exact fact)"]
+    assert gone["why"].tolist() == [f"replaced by a newer {FX_KEY!r}"]
+    assert gone["key"].tolist() == [FX_KEY] and gone["confidence"].tolist() == [1.0]
+    assert gone["replaced by"].iloc[0].startswith(("EUR/USD exchange rate", "发票"))
+    log = at.dataframe[1].value
+    assert f"replaced (key {FX_KEY})" in log["event"].tolist()
+
+
 # -- d. watch-only ------------------------------------------------------------------------------
 def test_a_watch_only_session_says_what_rewind_can_and_cannot_do(store):
     at = page(store, "Snapshot tree", sid=WATCHED)

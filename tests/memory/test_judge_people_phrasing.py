@@ -1,9 +1,8 @@
 """The default rules judge on updates phrased the way people type them in chat, and on hard
 non-updates next to them (examples written for this file, not taken from any corpus).
 
-Pins the shapes of `engine.memory.judge_frames` and the clause-by-clause reading of
-`RulesJudge`: chat as written (lower-case "i", a dropped subject, several clauses in one turn),
-ends of things and plans, plain states said as current, switches to a thing of the same kind,
+Pins the clause-by-clause reading of `RulesJudge` (`engine.memory.rules`): chat as written
+(lower-case "i", a dropped subject, several clauses in one turn), ends of things and plans,
 corrections, new numbers, counts said without their noun; and that surface format (quotes,
 captions, code, logs, questions, short replies) still never invalidates anything.
 """
@@ -17,8 +16,7 @@ from hypothesis import strategies as st
 from engine import Engine
 from engine.memory.config import MemoryConfig
 from engine.memory.embeddings import HashingEmbedder
-from engine.memory.judge_frames import clauses, frames
-from engine.memory.judges import RulesJudge
+from engine.memory.rules import RulesJudge, clauses
 from engine.memory.surface import statements
 
 
@@ -38,6 +36,11 @@ def _flagged(old: str, new: str) -> bool:
         engine.close()
 
 
+# Left to a model judge (`engine.memory.endpoint`), no longer read by these rules: a plain state
+# said as current ("I drink matcha in the mornings now"), a switch to a thing of the same kind
+# ("switched to Pocket Casts for podcasts", "… instead of …"), a new number with no attribute
+# word ("got a new number btw: …"), something got against an older "I don't have one", the same
+# statement with another number ("现在每个月交一千八的房租了").
 UPDATES = [
     # a dropped subject, lower case
     ("I drive a silver Mazda 3.", "sold the mazda last weekend, taking the train for now"),
@@ -62,15 +65,8 @@ UPDATES = [
         "I teach piano lessons on Saturdays.",
         "I'm not teaching piano anymore, my back can't take it",
     ),
-    # plain states said as current, switches to a thing of the same kind, instead of
-    ("I drink black tea in the mornings.", "I drink matcha in the mornings now."),
-    ("I'm on the early shift at the bakery.", "I'm on the late shift now, 2 to 10."),
-    ("I listen to podcasts on Spotify.", "switched to Pocket Casts for podcasts"),
-    ("I walk the dog at 7.", "I take the dog out at 6 now instead of walking him at 7"),
-    ("My accountant is Mrs. Okafor.", "we changed accountants, ours is a firm in town now"),
     # corrections, new numbers, counts
     ("The flight is at 6:40 on Friday.", "sorry, I had it wrong, the flight is at 8:15 on Friday"),
-    ("Text me on 07700 900123.", "got a new number btw: 07700 900456"),
     ("I weigh 78 kg at the moment.", "down to 74!! cutting sugar worked"),
     ("We keep 12 hens in the back garden.", "a badger got in, we're down to 9 hens"),
     # Chinese
@@ -80,18 +76,7 @@ UPDATES = [
     ("我和阿杰在谈恋爱。", "我和阿杰分手了，不想多说。"),
     ("我现在65公斤。", "瘦到60了，开心。"),
     ("我们家有两只狗。", "又领养了一只，现在三只狗了。"),
-    ("我每个月交一千五的房租。", "现在每个月交一千八的房租了。"),
     ("我们公司在望京。", "公司搬到顺义了，通勤变远了。"),
-    # something got against an older "I don't own one"
-    (
-        "We don't have a dog, the flat is too small.",
-        "we finally adopted a dog!! a rescue greyhound",
-    ),
-    ("我们家没有车，出门都坐公交。", "我们买了车了，周末可以自驾了。"),
-    # the same statement with another number, said as now
-    ("I water the tomatoes 3 times a week.", "I water the tomatoes 2 times a week now."),
-    # the contact to use from now on, against one given as an instruction
-    ("email me at kofi.mensah@yahoo.com", "new domain, so use kofi@mensah.dev from now on pls"),
     # a break-up said with both names, with no belief around it
     ("I'm seeing Dana.", "dana and I split up over the summer"),
 ]
@@ -150,12 +135,12 @@ def test_hard_non_updates_next_to_them_do_not(old, new):
     assert not _flagged(old, new), (old, new)
 
 
-def test_the_judge_gives_a_reason_and_a_confidence_for_the_new_shapes():
+def test_the_judge_gives_a_reason_and_a_confidence_for_ends_corrections_and_counts():
     judge = RulesJudge()
     pairs = [
         ("I drive a silver Mazda 3.", "sold the mazda last weekend"),
-        ("I drink black tea in the mornings.", "I drink matcha in the mornings now."),
-        ("Text me on 07700 900123.", "got a new number btw: 07700 900456"),
+        ("The flight is at 6:40 on Friday.", "sorry, I had it wrong, the flight is at 8:15"),
+        ("We keep 12 hens in the back garden.", "a badger got in, we're down to 9 hens"),
     ]
     for verdict in judge.judge(pairs):
         assert verdict.contradicts and verdict.confidence >= MemoryConfig().min_confidence
@@ -175,13 +160,12 @@ def test_chat_is_read_clause_by_clause_with_the_dropped_subject_put_back():
     assert clauses(s)[0] == "不喜欢"
 
 
-def test_plans_and_hedges_make_no_frames():
-    for text in [
-        "I might sell the mazda",
-        "if the xps dies I'll get a framework",
-        "我打算把车卖了",
-    ]:
-        assert [f for s in statements(text) for f in frames(s)] == [], text
+def test_plans_and_hedges_end_nothing():
+    judge = RulesJudge()
+    for text in ["I might sell the mazda", "if the xps dies I'll get a framework",
+                 "我打算把车卖了"]:
+        _, _, ends, _ = judge.read(text)
+        assert ends == [], text
 
 
 # -- format never decides, for the new shapes too -------------------------------------------------

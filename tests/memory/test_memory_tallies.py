@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from engine import Engine
 from engine.memory.config import MemoryConfig
 from engine.memory.embeddings import HashingEmbedder
-from engine.memory.judges import RulesJudge
-from engine.memory.tallies import restated, tallies
+from engine.memory.rules import RulesJudge, restated, tallies
 
 
 @pytest.fixture

@@ -215,16 +215,11 @@ def test_engine_matches_the_model(engine, request):
     )
 
 
-class NoContradictions:
-    def check(self, new_text, existing):
-        return []
-
-
 # Retention and memory rules the model knows; set on the engine after construction.
 @pytest.fixture(autouse=True)
 def _model_rules(engine):
     engine.config.retention = Retention(keep_snapshots=KEEP_NAMED, keep_step_snapshots=KEEP_STEPS)
     engine.config.memory_config = MemoryConfig(
-        embedder=HashingEmbedder(), checker=NoContradictions(),
+        embedder=HashingEmbedder(), judge=None,
         policy=MemoryPolicy(capacity=10_000), decay=Decay(half_life_days=3650, min_weight=0.0),
     )
