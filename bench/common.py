@@ -51,8 +51,12 @@ no longer says how the rules do on text they were not written for. A fresh held-
 new data, labelled before anything runs on it."""
 
 
-RESULTS = Path(__file__).resolve().with_name("RESULTS.md")
-"""Where the benches keep the tables they printed, one section per bench and arguments."""
+ROOT = Path(__file__).resolve().parents[1]
+"""The checkout the benches belong to."""
+
+RESULTS = Path(os.environ.get("REWIND_BENCH_RESULTS") or ROOT / "bench" / "RESULTS.md")
+"""Where the benches keep the tables they printed, one section per bench and arguments
+(``$REWIND_BENCH_RESULTS`` names another file: the tests of the benches write there)."""
 
 _PREAMBLE = """# Benchmark results
 
@@ -76,10 +80,11 @@ class _Tee(io.TextIOBase):
 
 
 def _section(name: str, argv: list[str], text: str) -> str:
-    commit = subprocess.run(["git", "-C", str(RESULTS.parent), "rev-parse", "--short", "HEAD"],
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "-C", str(RESULTS.parent), "status", "--porcelain", "--",
-                            ".."], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", ".",
+                            ":(exclude)bench/RESULTS.md"],  # the sections earlier benches wrote
+                           capture_output=True, text=True).stdout.strip()
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     command = " ".join(["python", name, *argv])
@@ -113,6 +118,6 @@ def run_recorded(main: Callable[[], int | None]) -> int:
     finally:
         sys.stdout = tee.out
     if status == 0 and os.environ.get("REWIND_BENCH_RECORD", "1") != "0":
-        name = Path(sys.argv[0]).resolve().relative_to(RESULTS.parent.parent).as_posix()
+        name = Path(sys.argv[0]).resolve().relative_to(ROOT).as_posix()
         record(name, sys.argv[1:], tee.seen.getvalue())
     return int(status)
