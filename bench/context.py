@@ -286,11 +286,12 @@ def corpus(n: int) -> tuple[list[str], list[str]]:
     return texts[:n], queries
 
 
-def bench_retrieval(n: int, n_queries: int, out: Callable[[str], None]) -> dict[str, float]:
+def bench_retrieval(n: int, n_queries: int, out: Callable[[str], None],
+                    embedder: str = "default") -> dict[str, float]:
     texts, queries = corpus(n)
     queries = queries[:n_queries]
     ids = [f"m{i}" for i in range(len(texts))]
-    index = HybridIndex()
+    index = HybridIndex(embedder=HashingEmbedder()) if embedder == "hashing" else HybridIndex()
     t0 = time.perf_counter()
     index.add_many(zip(ids, texts, strict=True))
     index.bm25.search("warm up")  # one lazy IDF refresh
@@ -302,7 +303,8 @@ def bench_retrieval(n: int, n_queries: int, out: Callable[[str], None]) -> dict[
     out("")
     out(
         f"{len(texts):,} memories: indexed for BM25 in {t_bm25:.1f} s, embedded with "
-        f"all-MiniLM-L6-v2 in {t_embed:.1f} s (once); {len(queries)} queries, k=10"
+        f"{getattr(index.dense.embedder, 'name', type(index.dense.embedder).__name__)} in "
+        f"{t_embed:.1f} s (once); {len(queries)} queries, k=10"
     )
 
     tokenized = [tokenize(t) for t in texts]
@@ -356,7 +358,8 @@ def bench_retrieval(n: int, n_queries: int, out: Callable[[str], None]) -> dict[
 
     def new_text(search: Callable[[str], object]) -> Callable[[int], None]:
         def run(i: int) -> None:  # query embeddings are cached by content: a text never seen
-            embedder._cache.clear()
+            if hasattr(embedder, "_cache"):
+                embedder._cache.clear()
             search(query(i))
 
         return run
@@ -674,7 +677,8 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         0, or 1 with ``--check`` when a target is missed.
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer runs and 2,000 memories")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer runs and at most 2,000 memories")
     parser.add_argument("--memories", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument(
@@ -685,18 +689,19 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         choices=("default", "none", "hashing"),
         default="default",
         help="dense side of the s.memory table (default: MemoryConfig's; none: BM25 alone; "
-        "hashing: no model)",
+        "hashing: no model, for the retrieval table too)",
     )
     parser.add_argument("--only-memory", action="store_true", help="only the s.memory table")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     args = parser.parse_args(argv)
     runs = 50 if args.quick else 200
-    n = 2000 if args.quick else args.memories
+    n = min(2000, args.memories) if args.quick else args.memories
     out(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     results: dict[str, float] = {}
     if not args.only_memory:
         results |= bench_context(runs, out)
-        results |= bench_retrieval(n, min(args.queries, 50) if args.quick else args.queries, out)
+        results |= bench_retrieval(n, min(args.queries, 50) if args.quick else args.queries, out,
+                                   "hashing" if args.embedder == "hashing" else "default")
     sizes = [int(x) for x in args.sizes.split(",")]
     results |= bench_session_memory(sizes, args.embedder, 20 if args.quick else 60, out)
     out("")

@@ -852,6 +852,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000, help="steps per timed stream")
     parser.add_argument(
+        "--memory-steps",
+        default="10000,100000",
+        help="healthy steps after which the memory held is measured (two counts)",
+    )
+    parser.add_argument(
         "--quality-only", action="store_true", help="only the detection-quality table"
     )
     parser.add_argument(
@@ -935,11 +940,12 @@ def main() -> None:
             f"{tail:19.1f} {flags[label, name]:6d}"
         )
     print()
-    counts = (10_000, 100_000)
-    held = {label: memory_after(make, counts) for label, make in detectors.items()}
-    print(f"{'memory held':28} {'after 10k steps':>16} {'after 100k steps':>17} {'ratio':>6}")
+    small_n, large_n = (int(x) for x in opts.memory_steps.split(","))
+    held = {label: memory_after(make, (small_n, large_n)) for label, make in detectors.items()}
+    print(f"{'memory held':28} {f'after {small_n:,} steps':>18} {f'after {large_n:,} steps':>19} "
+          f"{'ratio':>6}")
     for label, (small, large) in held.items():
-        print(f"{label:28} {small / 1024:13.1f} KiB {large / 1024:14.1f} KiB {large / small:6.2f}")
+        print(f"{label:28} {small / 1024:14.1f} KiB {large / 1024:15.1f} KiB {large / small:6.2f}")
     print()
     ours = held[f"rewind (window {window})"]
     worst = max(r[3] for r in rows if r[1].startswith("rewind"))

@@ -16,8 +16,8 @@ once, one 5,000-step session that loops and is rolled back ten times: the store 
 ``bench/console.py --scale``, seeded by its `seed` through the public API's batch path). Each
 stage (`--stages`, fractions of `--steps`; ``0.2,0.5,1`` shows how the time grows) runs in a
 fresh process, which reports its peak resident memory (VmHWM). Stores are kept in
-bench/results/ (git-ignored) under the console bench's names and seeded once (`--reseed` seeds
-afresh; `--stages ""` skips the end-to-end run).
+bench/results/ (git-ignored; ``--out`` names another folder) under the console bench's names
+and seeded once (`--reseed` seeds afresh; `--stages ""` skips the end-to-end run).
 
 Baseline, in the same run, both in memory and end to end: the replay a user would write
 instead, ``bench/detector.py``'s `SimpleWindowDetector` (the last steps' keys in a bounded deque
@@ -175,12 +175,12 @@ def in_memory(steps: int, per_session: int) -> list[dict]:
     ]
 
 
-def store_path(steps: int) -> tuple[Path, int]:
+def store_path(steps: int, out: Path = RESULTS) -> tuple[Path, int]:
     """Where the store of `steps` stored steps is kept, and its session count (the names of
     bench/console.py, so a store seeded by either bench serves both)."""
     sessions = max(2, round(steps * SESSIONS_PER_MILLION / 1_000_000))
     steps = max(LONG_STEPS + sessions, steps)
-    return RESULTS / f"console-{sessions}-{steps}.db", sessions
+    return out / f"console-{sessions}-{steps}.db", sessions
 
 
 def end_to_end(path: Path) -> dict:
@@ -231,10 +231,11 @@ def _child(mode: str, path: Path) -> dict:
     return json.loads(out.stdout.splitlines()[-1])
 
 
-def end_to_end_row(steps: int, reseed: bool, workers: int) -> list[dict]:
-    """Seed the store of `steps` steps if needed, then time `end_to_end` in a fresh process."""
-    path, sessions = store_path(steps)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+def end_to_end_row(steps: int, reseed: bool, workers: int, out: Path = RESULTS) -> list[dict]:
+    """Seed the store of `steps` steps if needed, then time `end_to_end` (and the simple replay)
+    in a fresh process each."""
+    path, sessions = store_path(steps, out)
+    out.mkdir(parents=True, exist_ok=True)
     if reseed or not Path(f"{path}.seeded").exists():
         print(f"seeding {path} ({sessions:,} sessions)...", flush=True)
         took = seed(path, sessions, steps, workers)
@@ -312,6 +313,7 @@ def main() -> None:
         '"" skips the end-to-end run)',
     )
     parser.add_argument("--reseed", action="store_true", help="seed the stores afresh")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the stores are kept")
     parser.add_argument(
         "--workers", type=int, default=os.cpu_count() or 2, help="seeding processes"
     )
@@ -332,7 +334,8 @@ def main() -> None:
         flush=True,
     )
     for fraction in (float(f) for f in opts.stages.split(",") if f.strip()):
-        rows += end_to_end_row(round(opts.steps * fraction), opts.reseed, opts.workers)
+        rows += end_to_end_row(round(opts.steps * fraction), opts.reseed, opts.workers,
+                               opts.out)
     print(table(rows))
     ends = [r for r in rows if r["mode"] == "end to end: Engine.replay"]
     if len(ends) > 1:
