@@ -272,8 +272,9 @@ def _data_layer(url: str, queue) -> None:
 
     logging.disable(logging.WARNING)  # Streamlit's "no runtime found" for every cache
 
+    # the query caches with a TTL the pages read (not the engine's, nor the tally's)
     cached = (data.fleet_stats, data.looping, data.facets, data.table_page, data._sessions,
-              data.label_agreement, data.loop_episodes, data.compensations, data.quarantines,
+              data._label_agreement, data.loop_episodes, data.compensations, data.quarantines,
               data.session_bundle, data.session_audit)
 
     def fleet() -> None:  # as screens/fleet.py reads and draws its first screen
@@ -324,7 +325,15 @@ def data_timings(path: Path) -> dict[str, float]:
     queue = ctx.Queue()
     proc = ctx.Process(target=_data_layer, args=(f"sqlite:///{path}", queue))
     proc.start()
-    out = queue.get(timeout=1800)
+    deadline = time.monotonic() + 1800
+    while True:  # a child that failed puts nothing: stop waiting when it is gone
+        try:
+            out = queue.get(timeout=1.0)
+            break
+        except Exception:  # noqa: BLE001 - queue.Empty, from the context's queue module
+            if not proc.is_alive() or time.monotonic() > deadline:
+                raise SystemExit(f"the data layer's process failed (exit {proc.exitcode})"
+                                 ) from None
     proc.join()
     return out
 
@@ -621,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.demo_sessions:
         path = args.out / f"console-demo-{args.demo_sessions}-{args.demo_steps}.db"
         print(f"demo-sized fleet: {args.demo_sessions:,} sessions, {args.demo_steps:,} steps "
-              f"-> {path}", flush=True)
+              f"-> {path.name}", flush=True)
         if not seeded(path, args):
             demo_took = seed(path, args.demo_sessions, args.demo_steps, args.workers)
             print(f"    seeded in {demo_took:.0f} s", flush=True)
@@ -647,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
         sessions = max(2, round(args.sessions * fraction))
         steps = max(LONG_STEPS + sessions, round(args.steps * fraction))
         path = args.out / f"console-{sessions}-{steps}.db"
-        print(f"stage: {sessions:,} sessions, {steps:,} steps -> {path}", flush=True)
+        print(f"stage: {sessions:,} sessions, {steps:,} steps -> {path.name}", flush=True)
         took: float | None = None
         if not seeded(path, args):
             took = seed(path, sessions, steps, args.workers)

@@ -237,7 +237,7 @@ def end_to_end_row(steps: int, reseed: bool, workers: int, out: Path = RESULTS) 
     path, sessions = store_path(steps, out)
     out.mkdir(parents=True, exist_ok=True)
     if reseed or not Path(f"{path}.seeded").exists():
-        print(f"seeding {path} ({sessions:,} sessions)...", flush=True)
+        print(f"seeding {path.name} ({sessions:,} sessions)...", flush=True)
         took = seed(path, sessions, steps, workers)
         print(f"    seeded in {took:.0f} s ({steps / took:,.0f} steps/s)", flush=True)
     base = _child("--child-base", path)

@@ -43,3 +43,8 @@ def section(text: str, name: str, args: tuple[str, ...] | list[str]) -> str:
     body = text[at + len(start):end]
     assert f"## `python bench/{name}" in body and "```" in body
     return body
+
+
+def printed(section: str) -> str:
+    """What the bench printed, inside a section (without the command line above it)."""
+    return section.split("```")[1]
