@@ -93,13 +93,17 @@ def _section(name: str, argv: list[str], text: str) -> str:
             f"{os.cpu_count()} cores.\n\n```\n{text.rstrip()}\n```\n")
 
 
+def _relative(text: str) -> str:
+    """`text` with no machine's folders: paths under the checkout (and beside it, where the
+    shared data sets live) written relative to it."""
+    return text.replace(f"{ROOT}{os.sep}", "").replace(f"{ROOT.parent}{os.sep}", f"..{os.sep}")
+
+
 def record(name: str, argv: list[str], text: str) -> None:
     """Put `text` (what bench `name` printed when run with `argv`) in its section of
     `RESULTS.md`, replacing the section an earlier run with the same arguments wrote."""
+    argv, text = [_relative(a) for a in argv], _relative(text)
     start, end = f"<!-- {name} {' '.join(argv)}".rstrip() + " -->", "<!-- end -->"
-    # no machine's folders in the file: paths under the checkout (and beside it, where the
-    # shared data sets live) are written relative to it
-    text = text.replace(f"{ROOT}{os.sep}", "").replace(f"{ROOT.parent}{os.sep}", f"..{os.sep}")
     body = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else _PREAMBLE
     block = f"{start}\n{_section(name, argv, text)}{end}\n"
     at = body.find(start + "\n")

@@ -526,6 +526,9 @@ def cost_tables(conversations: list[dict], embedder: CachedEmbedder | None,
         ms = r["query_s"] / max(1, r["queries"]) * 1000
         out(f"{name:<{width}}{r['index_s']:>9.2f}{r['index_s'] / base['index_s']:>7.1f}x"
             f"{ms:>10.3f}{ms / base_ms:>7.1f}x")
+    if memory_counts is not None:
+        out("    s.memory: index = every s.memory.add (contradiction checks, SQLite writes); it "
+            "embeds what was added at the next recall, so its ms/query carries that embedding")
     chat = chat_cost(conversations[0], embedder)
     out("")
     out(f"LoCoMo conversation {conversations[0].get('index', 0)} as a chat "

@@ -16,3 +16,4 @@ def test_the_replay_bench_records_each_mode_beside_its_base(tmp_path):
                  "end to end: base, deque+Counter (2 passes)", "end to end: Engine.replay"):
         assert mode in section
     assert str(tmp_path) not in printed(section)  # no machine's folders in the results
+    assert "--child" not in (tmp_path / "RESULTS.md").read_text()  # its children record nothing
