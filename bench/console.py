@@ -117,6 +117,7 @@ def _seed_session(engine: Engine, k: int, n_steps: int, counter, lock) -> None:
     s = engine.session(
         sid, meta={**_meta(k), "channel": "app" if k % 2 else "web"}, on_loop=policy
     )
+    s.holds_on_loops = False  # a flagged session goes on stepping: the fleet shows it looping
     s.append_message("user", f"Task {k}: please help with {SCENARIOS[k % len(SCENARIOS)]}.")
     s.snapshot("start")
     loop_at = {int(n_steps * 0.6)} if loops_once else set()
