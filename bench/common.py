@@ -68,8 +68,12 @@ no longer says how the rules do on text they were not written for. A fresh held-
 new data, labelled before anything runs on it."""
 
 
-RESULTS = Path(__file__).resolve().with_name("RESULTS.md")
-"""Where the benches keep the tables they printed, one section per bench and arguments."""
+ROOT = Path(__file__).resolve().parents[1]
+"""The checkout the benches belong to."""
+
+RESULTS = Path(os.environ.get("REWIND_BENCH_RESULTS") or ROOT / "bench" / "RESULTS.md")
+"""Where the benches keep the tables they printed, one section per bench and arguments
+(``$REWIND_BENCH_RESULTS`` names another file: the tests of the benches write there)."""
 
 _PREAMBLE = """# Benchmark results
 
@@ -93,10 +97,11 @@ class _Tee(io.TextIOBase):
 
 
 def _section(name: str, argv: list[str], text: str) -> str:
-    commit = subprocess.run(["git", "-C", str(RESULTS.parent), "rev-parse", "--short", "HEAD"],
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "-C", str(RESULTS.parent), "status", "--porcelain", "--",
-                            ".."], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", ".",
+                            ":(exclude)bench/RESULTS.md"],  # the sections earlier benches wrote
+                           capture_output=True, text=True).stdout.strip()
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     command = " ".join(["python", name, *argv])
@@ -105,9 +110,16 @@ def _section(name: str, argv: list[str], text: str) -> str:
             f"{os.cpu_count()} cores.\n\n```\n{text.rstrip()}\n```\n")
 
 
+def _relative(text: str) -> str:
+    """`text` with no machine's folders: paths under the checkout (and beside it, where the
+    shared data sets live) written relative to it."""
+    return text.replace(f"{ROOT}{os.sep}", "").replace(f"{ROOT.parent}{os.sep}", f"..{os.sep}")
+
+
 def record(name: str, argv: list[str], text: str) -> None:
     """Put `text` (what bench `name` printed when run with `argv`) in its section of
     `RESULTS.md`, replacing the section an earlier run with the same arguments wrote."""
+    argv, text = [_relative(a) for a in argv], _relative(text)
     start, end = f"<!-- {name} {' '.join(argv)}".rstrip() + " -->", "<!-- end -->"
     body = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else _PREAMBLE
     block = f"{start}\n{_section(name, argv, text)}{end}\n"
@@ -132,6 +144,6 @@ def run_recorded(main: Callable[[], int | None], listings: tuple[str, ...] = ())
         sys.stdout = tee.out
     listing = any(a.split("=")[0] in listings for a in sys.argv[1:])
     if status == 0 and not listing and os.environ.get("REWIND_BENCH_RECORD", "1") != "0":
-        name = Path(sys.argv[0]).resolve().relative_to(RESULTS.parent.parent).as_posix()
+        name = Path(sys.argv[0]).resolve().relative_to(ROOT).as_posix()
         record(name, sys.argv[1:], tee.seen.getvalue())
     return int(status)

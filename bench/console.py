@@ -39,7 +39,9 @@ It also times the console's data layer behind each page (`dashboard.data`, the c
 make, `data_timings`), in a fresh process, cold and steady, to show the server's share,
 and measures a bare Streamlit page holding one small chart the same way, drawn as each page
 draws its first (Vega-Lite for the fleet, plotly for the session): the floor that Streamlit, the
-chart library and the browser cost on this machine before the console does anything.
+chart library and the browser cost on this machine before the console does anything. It is
+measured first, in every run, and printed beside the demo-sized fleet's first screen and each
+stage's first chart.
 Stores are kept in bench/results/ (git-ignored) and seeded once: a later run measures a store an
 earlier one finished seeding (`--reseed` seeds afresh).
 Targets: fleet under 3 s, session under 2 s.
@@ -115,6 +117,7 @@ def _seed_session(engine: Engine, k: int, n_steps: int, counter, lock) -> None:
     s = engine.session(
         sid, meta={**_meta(k), "channel": "app" if k % 2 else "web"}, on_loop=policy
     )
+    s.holds_on_loops = False  # a flagged session goes on stepping: the fleet shows it looping
     s.append_message("user", f"Task {k}: please help with {SCENARIOS[k % len(SCENARIOS)]}.")
     s.snapshot("start")
     loop_at = {int(n_steps * 0.6)} if loops_once else set()
@@ -270,8 +273,9 @@ def _data_layer(url: str, queue) -> None:
 
     logging.disable(logging.WARNING)  # Streamlit's "no runtime found" for every cache
 
+    # the query caches with a TTL the pages read (not the engine's, nor the tally's)
     cached = (data.fleet_stats, data.looping, data.facets, data.table_page, data._sessions,
-              data.label_agreement, data.loop_episodes, data.compensations, data.quarantines,
+              data._label_agreement, data.loop_episodes, data.compensations, data.quarantines,
               data.session_bundle, data.session_audit)
 
     def fleet() -> None:  # as screens/fleet.py reads and draws its first screen
@@ -322,7 +326,15 @@ def data_timings(path: Path) -> dict[str, float]:
     queue = ctx.Queue()
     proc = ctx.Process(target=_data_layer, args=(f"sqlite:///{path}", queue))
     proc.start()
-    out = queue.get(timeout=1800)
+    deadline = time.monotonic() + 1800
+    while True:  # a child that failed puts nothing: stop waiting when it is gone
+        try:
+            out = queue.get(timeout=1.0)
+            break
+        except Exception:  # noqa: BLE001 - queue.Empty, from the context's queue module
+            if not proc.is_alive() or time.monotonic() > deadline:
+                raise SystemExit(f"the data layer's process failed (exit {proc.exitcode})"
+                                 ) from None
     proc.join()
     return out
 
@@ -448,11 +460,17 @@ def measure_demo(path: Path, runs: int, out: Path,
             for label in trees}
 
 
-def demo_table(cold: dict, steady: dict) -> str:
+def demo_table(cold: dict, steady: dict, floor: tuple[float, float] | None = None) -> str:
+    """The first screen's parts, cold and steady; with `floor` (cold, steady seconds to the chart
+    of a bare Streamlit page), its rows under them."""
     headers = ["", *FIRST_SCREEN, "table - title", "chart - table"]
     rows = [[name, *(f"{t[k]:.2f} s" for k in FIRST_SCREEN),
              f"{t['table'] - t['title']:.2f} s", f"{t['first chart'] - t['table']:+.2f} s"]
             for name, t in (("cold", cold), ("steady", steady))]
+    if floor is not None:
+        rows += [[f"bare page, {name}", *(f"{seconds:.2f} s" if k == "first chart" else "-"
+                                          for k in FIRST_SCREEN), "-", "-"]
+                 for name, seconds in (("cold", floor[0]), ("steady", floor[1]))]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)),
              "  ".join("-" * w for w in widths)]
@@ -606,10 +624,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.scale:
         args.sessions, args.steps, args.stages = 100_000, 1_000_000, "0.1,1"
     args.out.mkdir(parents=True, exist_ok=True)
+    floor = measure_pages(None, args.runs, args.out)
+    print("baseline: a bare Streamlit page with one small chart: " + ", ".join(
+        f"{kind} {floor[page][0]:.2f} s cold / {floor[page][1]:.2f} s steady"
+        for page, kind in (("fleet", "Vega-Lite"), ("session", "plotly"))), flush=True)
     if args.demo_sessions:
         path = args.out / f"console-demo-{args.demo_sessions}-{args.demo_steps}.db"
         print(f"demo-sized fleet: {args.demo_sessions:,} sessions, {args.demo_steps:,} steps "
-              f"-> {path}", flush=True)
+              f"-> {path.name}", flush=True)
         if not seeded(path, args):
             demo_took = seed(path, args.demo_sessions, args.demo_steps, args.workers)
             print(f"    seeded in {demo_took:.0f} s", flush=True)
@@ -619,27 +641,23 @@ def main(argv: list[str] | None = None) -> int:
         timed = measure_demo(path, args.runs, args.out, trees)
         print("\nfleet page, demo-sized fleet: navigation -> each part of the first screen "
               "visible (1440x900; how long after the title the table came, and the chart after "
-              "the table)")
+              "the table); bare page: the baseline's Vega-Lite chart, same run")
         for label, (cold, steady) in timed.items():
             if len(timed) > 1:
                 print(f"{label}:")
-            print(demo_table(cold, steady), flush=True)
+            print(demo_table(cold, steady, floor["fleet"]), flush=True)
         if args.against:
             print(f"\nthis checkout / {args.against}, same run (below 1: sooner now)")
             print(ratio_table(timed["this checkout"], timed[args.against]), flush=True)
         print()
     if not args.stages.strip():  # only the demo-sized fleet
         return 0
-    floor = measure_pages(None, args.runs, args.out)
-    print("baseline: a bare Streamlit page with one small chart: " + ", ".join(
-        f"{kind} {floor[page][0]:.2f} s cold / {floor[page][1]:.2f} s steady"
-        for page, kind in (("fleet", "Vega-Lite"), ("session", "plotly"))), flush=True)
     rows = []
     for fraction in (float(f) for f in args.stages.split(",")):
         sessions = max(2, round(args.sessions * fraction))
         steps = max(LONG_STEPS + sessions, round(args.steps * fraction))
         path = args.out / f"console-{sessions}-{steps}.db"
-        print(f"stage: {sessions:,} sessions, {steps:,} steps -> {path}", flush=True)
+        print(f"stage: {sessions:,} sessions, {steps:,} steps -> {path.name}", flush=True)
         took: float | None = None
         if not seeded(path, args):
             took = seed(path, sessions, steps, args.workers)

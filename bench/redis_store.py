@@ -6,7 +6,12 @@ baseline). Starts its own redis-server processes on free loopback ports.
 
 Machines here are noisy: read the ratios, not the absolute times.
 
-    python bench/redis_store.py [--quick]
+Each figure has its baseline from the same run beside it: steps per second as a ratio to SQLite's
+on the same machine, requests per guarded step beside the floor of two round trips (the
+two bare transactions of ``bench/snapshots.py``), memory as a ratio to the history's bytes,
+snapshot and rollback beside a full copy.
+
+    python bench/redis_store.py [--quick] [--seconds S] [--lengths 10,100] [--memory-steps N]
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ def worker(url: str, sid: str, seconds: float) -> None:
     s = engine.session(sid, meta={"tenant": "bench", "scenario": "throughput"}, on_loop="off")
     n, t_end = 0, time.perf_counter() + seconds
     while time.perf_counter() < t_end:
+        if n % 50 == 0:  # a new task every 50 steps, as an agent's: under the hard step budget
+            s.new_task()
         with s.step("search", {"q": f"query {n}"}) as call:
             call.ok({"hits": n})
         n += 1
@@ -106,6 +113,8 @@ def memory(url: str, steps: int) -> dict:
     store = engine.store
     s = engine.session("mem", meta={"tenant": "bench"}, on_loop="off")
     for i in range(steps):
+        if i % 50 == 0:  # a new task every 50 steps, under the hard step budget
+            s.new_task()
         with s.step("search", {"q": f"query {i}"}) as call:
             call.ok({"hits": i, "top": f"result {i}"})
         s.append_message(**message(i))
@@ -195,6 +204,14 @@ def costs(url: str, lengths: list[int], repeat: int, server=None) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs, fewer repeats")
+    parser.add_argument("--seconds", type=float, help="seconds of each throughput run")
+    parser.add_argument("--processes", default="1,2,4", help="worker processes per run")
+    parser.add_argument("--lengths", default="10,100,1000,10000",
+                        help="messages of history at which snapshot and rollback are timed")
+    parser.add_argument("--memory-steps", type=int, default=1000,
+                        help="guarded steps of the memory table's session")
+    parser.add_argument("--round-trips", type=int, default=200,
+                        help="guarded steps whose requests are counted")
     parser.add_argument(
         "--worker", nargs=3, metavar=("URL", "SID", "SECONDS"), help=argparse.SUPPRESS
     )
@@ -207,7 +224,7 @@ def main() -> int:
     if not have_redis():
         print("redis-server and redis-cli are needed (scripts/install --test)")
         return 1
-    seconds = 2.0 if args.quick else 5.0
+    seconds = args.seconds or (2.0 if args.quick else 5.0)
     repeat = 15 if args.quick else 40
     server = RedisServer().start()
     cluster = RedisCluster(3).start()
@@ -221,27 +238,32 @@ def main() -> int:
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
         print(f"Guarded steps per second, {seconds:.0f} s per run, {os.cpu_count()} cores, "
               f"load average {load}")
-        print(f"{'processes':>10} {'redis':>10} {'cluster':>10} {'sqlite':>10}")
+        print("(×sqlite: the store's rate over SQLite's on this machine, same run)")
+        print(f"{'processes':>10} {'redis':>10} {'×sqlite':>8} {'cluster':>10} {'×sqlite':>8} "
+              f"{'sqlite':>10}")
         tput = {}
-        for procs in (1, 2, 4):
+        for procs in (int(p) for p in args.processes.split(",")):
             row = {name: throughput(url, procs, seconds) for name, url in urls.items()}
             tput[procs] = row
             server.cli("FLUSHALL")
             cluster.flushall()
             print(
-                f"{procs:>10} {row['redis']:>10.0f} {row['cluster']:>10.0f} {row['sqlite']:>10.0f}"
+                f"{procs:>10} {row['redis']:>10.0f} {row['redis'] / row['sqlite']:>7.2f}x "
+                f"{row['cluster']:>10.0f} {row['cluster'] / row['sqlite']:>7.2f}x "
+                f"{row['sqlite']:>10.0f}"
             )
 
-        rt = {name: round_trips(urls[name], 200) for name in ("redis", "cluster")}
-        print("\nRequests per guarded step (socket-level count, 200 steps)")
-        print(f"{'store':>10} {'agent path':>11} {'all':>6}")
+        rt = {name: round_trips(urls[name], args.round_trips) for name in ("redis", "cluster")}
+        print(f"\nRequests per guarded step (socket-level count, {args.round_trips} steps; "
+              "floor: the two round trips of two bare transactions)")
+        print(f"{'store':>10} {'agent path':>11} {'×floor':>7} {'all':>6}")
         for name, (path, total) in rt.items():
-            print(f"{name:>10} {path:>11.2f} {total:>6.2f}")
+            print(f"{name:>10} {path:>11.2f} {path / 2:>6.2f}x {total:>6.2f}")
 
-        mem = {name: memory(urls[name], 1000) for name in ("redis", "cluster")}
+        mem = {name: memory(urls[name], args.memory_steps) for name in ("redis", "cluster")}
         print(
-            "\nMemory of a 1,000-step session (a ~400-char message per step, a variable every"
-            " 10 steps, a write-ahead snapshot per step)"
+            f"\nMemory of a {args.memory_steps:,}-step session (a ~400-char message per step, a "
+            "variable every 10 steps, a write-ahead snapshot per step)"
         )
         m = mem["redis"]
         print(
@@ -256,7 +278,7 @@ def main() -> int:
                 f"{m['feed']:,} B)"
             )
 
-        lengths = [10, 100, 1_000, 10_000]
+        lengths = [int(x) for x in args.lengths.split(",")]
         rows = {
             "redis": costs(urls["redis"], lengths, repeat, server),
             "cluster": costs(urls["cluster"], lengths, repeat),
@@ -264,19 +286,20 @@ def main() -> int:
         for name, rs in rows.items():
             print(
                 f"\nSnapshot and rollback (10 messages leave) by history length, {name} "
-                "(median microseconds, client side)"
+                "(median microseconds, client side; ratio: the full copy's time over Rewind's)"
             )
             extra = " server/script" if name == "redis" else ""
             print(
-                f"{'messages':>9} {'snapshot':>9} {'rollback':>9} {'full-copy snap':>15} "
-                f"{'full-copy rollback':>19}{extra}"
+                f"{'messages':>9} {'snapshot':>9} {'full-copy snap':>15} {'ratio':>7} "
+                f"{'rollback':>9} {'full-copy rollback':>19} {'ratio':>7}{extra}"
             )
             for r in rs:
                 server_col = f" {r['server_us']:>13.1f}" if r["server_us"] is not None else ""
                 print(
-                    f"{r['messages']:>9} {r['snapshot_us']:>9.0f} {r['rollback_us']:>9.0f} "
-                    f"{r['copy_snapshot_us']:>15.0f} {r['copy_rollback_us']:>19.0f}"
-                    f"{server_col}"
+                    f"{r['messages']:>9} {r['snapshot_us']:>9.0f} {r['copy_snapshot_us']:>15.0f} "
+                    f"{r['copy_snapshot_us'] / r['snapshot_us']:>6.1f}x {r['rollback_us']:>9.0f} "
+                    f"{r['copy_rollback_us']:>19.0f} "
+                    f"{r['copy_rollback_us'] / r['rollback_us']:>6.2f}x{server_col}"
                 )
 
         print("\nTargets")
@@ -285,9 +308,11 @@ def main() -> int:
             rs = rows[name]
             snap_flat = rs[-1]["snapshot_us"] / rs[0]["snapshot_us"]
             rb_flat = rs[-1]["rollback_us"] / rs[0]["rollback_us"]
+            first, last = f"{lengths[0]:,}", f"{lengths[-1]:,}"
             checks += [
-                (f"{name}: snapshot at 10,000 within 2x of at 10", snap_flat, snap_flat <= 2),
-                (f"{name}: rollback at 10,000 within 2x of at 10", rb_flat, rb_flat <= 2),
+                (f"{name}: snapshot at {last} within 2x of at {first}", snap_flat,
+                 snap_flat <= 2),
+                (f"{name}: rollback at {last} within 2x of at {first}", rb_flat, rb_flat <= 2),
                 (
                     f"{name}: round trips per guarded step on the agent's path <= 2",
                     rt[name][0],
@@ -297,7 +322,8 @@ def main() -> int:
             m = mem[name]
             ratio = m["redis"] / (m["history"] + m["step_records"])
             checks.append(
-                (f"{name}: memory of a 1,000-step session <= 2x its history", ratio, ratio <= 2.0)
+                (f"{name}: memory of a {args.memory_steps:,}-step session <= 2x its history",
+                 ratio, ratio <= 2.0)
             )
         for name, value, ok in checks:
             print(f"  [{'ok' if ok else 'MISS'}] {name}: {value:.2f}")
@@ -308,6 +334,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if "--worker" in sys.argv:  # a worker process of the throughput runs: nothing to record
+        raise SystemExit(main())
     from bench.common import run_recorded
 
     raise SystemExit(run_recorded(main))

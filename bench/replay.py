@@ -16,8 +16,15 @@ once, one 5,000-step session that loops and is rolled back ten times: the store 
 ``bench/console.py --scale``, seeded by its `seed` through the public API's batch path). Each
 stage (`--stages`, fractions of `--steps`; ``0.2,0.5,1`` shows how the time grows) runs in a
 fresh process, which reports its peak resident memory (VmHWM). Stores are kept in
-bench/results/ (git-ignored) under the console bench's names and seeded once (`--reseed` seeds
-afresh; `--stages ""` skips the end-to-end run).
+bench/results/ (git-ignored; ``--out`` names another folder) under the console bench's names
+and seeded once (`--reseed` seeds afresh; `--stages ""` skips the end-to-end run).
+
+Baseline, in the same run, both in memory and end to end: the replay a user would write
+instead, ``bench/detector.py``'s `SimpleWindowDetector` (the last steps' keys in a bounded deque
+with a Counter, flagging a key seen 3 times, and 4 for the tried setting) over the same records,
+twice a session; end to end it reads the fleet through the public API (`Engine.sessions`, each
+session's `steps()`) in a fresh process of its own. ``×base`` is each row's time over its
+baseline's.
 
 Target: 1,000,000 stored steps replay end to end in under a minute.
 """
@@ -38,16 +45,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from console import LONG_STEPS, seed  # noqa: E402
-from detector import healthy_stream, looping_stream  # noqa: E402
+from detector import SimpleWindowDetector, healthy_stream, looping_stream  # noqa: E402
 
-from engine import Engine  # noqa: E402
+from engine import Engine, LoopDetector  # noqa: E402
 from engine.loops.normalize import result_digest  # noqa: E402
-from engine.loops.replay import compare, first_flag  # noqa: E402
+from engine.loops.replay import compare, first_flag, step_of  # noqa: E402
 from engine.loops.step import Step  # noqa: E402
 from engine.records import StepRecord  # noqa: E402
 from engine.types import StepStatus  # noqa: E402
 
 TARGET_SECONDS = 60.0
+BASE_THRESHOLDS = (3, 4)
+"""The simple replay's two passes: a key seen 3 times (as the defaults), and 4 (`TRIED`)."""
 TRIED = {"repeat_threshold": 4}
 """The configuration tried against the production defaults, in memory and end to end."""
 SESSIONS_PER_MILLION = 100_000
@@ -81,6 +90,22 @@ def records_of(steps: list[Step]) -> list[StepRecord]:
     return out
 
 
+def simple_replay(records: list[StepRecord], window: int,
+                  thresholds: tuple[int, ...] = BASE_THRESHOLDS) -> list[int | None]:
+    """The baseline: a deque+Counter check per threshold over the finished steps of `records`;
+    the first step each flags (None: none)."""
+    firsts: list[int | None] = []
+    for threshold in thresholds:
+        check = SimpleWindowDetector(window, threshold=threshold)
+        first = None
+        for record in records:
+            if record.status != StepStatus.RUNNING and check.observe(step_of(record)):
+                first = record.n
+                break
+        firsts.append(first)
+    return firsts
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory, MB: VmHWM (Linux), which starts afresh at exec, so a
     child started by the bench does not report the pages of the bench it forked from (ru_maxrss
@@ -95,7 +120,8 @@ def peak_rss_mb() -> float:
 
 
 def in_memory(steps: int, per_session: int) -> list[dict]:
-    """The baseline rows: `first_flag` and `compare` over records already in memory."""
+    """The in-memory rows: `first_flag` and `compare` over records already in memory, and the
+    simple replay over the same records, one pass and two."""
     count = max(1, steps // per_session)
     healthy = list(healthy_stream(per_session * 8))
     looping = list(looping_stream(per_session))
@@ -115,47 +141,46 @@ def in_memory(steps: int, per_session: int) -> list[dict]:
     gc.freeze()
     t0 = time.perf_counter()
     flagged = 0
-    replayed = 0
     for records in sessions.values():
         flag = first_flag(records)
         flagged += flag is not None
-        replayed += len(records) if flag is None else flag.step
     one = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     _, summary = compare(sessions, TRIED)
     two = time.perf_counter() - t0
+
+    window = LoopDetector().horizon
+    t0 = time.perf_counter()
+    base_flagged = sum(simple_replay(records, window, BASE_THRESHOLDS[:1])[0] is not None
+                       for records in sessions.values())
+    base_one = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for records in sessions.values():
+        simple_replay(records, window)
+    base_two = time.perf_counter() - t0
     gc.unfreeze()
     rss = peak_rss_mb()
     note = f"{flagged} flagged; {summary.no_longer_flagged} no longer, {summary.later} later"
+    common = {"stored": total, "sessions": count, "rss_mb": rss}
     return [
-        {
-            "mode": "in memory: first_flag, defaults",
-            "stored": total,
-            "sessions": count,
-            "replayed": replayed,
-            "seconds": one,
-            "rss_mb": rss,
-            "note": note,
-        },
-        {
-            "mode": "in memory: compare (2 replays)",
-            "stored": total,
-            "sessions": count,
-            "replayed": 2 * total,
-            "seconds": two,
-            "rss_mb": rss,
-            "note": "",
-        },
+        {**common, "mode": "in memory: base, deque+Counter (1 pass)", "seconds": base_one,
+         "base": base_one, "note": f"{base_flagged} flagged"},
+        {**common, "mode": "in memory: first_flag, defaults", "seconds": one, "base": base_one,
+         "note": note},
+        {**common, "mode": "in memory: base, deque+Counter (2 passes)", "seconds": base_two,
+         "base": base_two, "note": ""},
+        {**common, "mode": "in memory: compare (2 replays)", "seconds": two, "base": base_two,
+         "note": ""},
     ]
 
 
-def store_path(steps: int) -> tuple[Path, int]:
+def store_path(steps: int, out: Path = RESULTS) -> tuple[Path, int]:
     """Where the store of `steps` stored steps is kept, and its session count (the names of
     bench/console.py, so a store seeded by either bench serves both)."""
     sessions = max(2, round(steps * SESSIONS_PER_MILLION / 1_000_000))
     steps = max(LONG_STEPS + sessions, steps)
-    return RESULTS / f"console-{sessions}-{steps}.db", sessions
+    return out / f"console-{sessions}-{steps}.db", sessions
 
 
 def end_to_end(path: Path) -> dict:
@@ -177,32 +202,68 @@ def end_to_end(path: Path) -> dict:
     }
 
 
-def end_to_end_row(steps: int, reseed: bool, workers: int) -> dict:
-    """Seed the store of `steps` steps if needed, then time `end_to_end` in a fresh process."""
-    path, sessions = store_path(steps)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+def end_to_end_base(path: Path) -> dict:
+    """In this (fresh) process: the simple replay over the whole store at `path`, read through
+    the public API (every session listed, its steps read), timed as `end_to_end` is."""
+    engine = Engine.open(f"sqlite:///{path}")
+    window = LoopDetector().horizon
+    base = peak_rss_mb()
+    t0 = time.perf_counter()
+    sessions, flagged, page = 0, 0, 500
+    while True:
+        batch = engine.sessions(limit=page, offset=sessions)
+        for info in batch:
+            flagged += simple_replay(engine.get_session(info.id).steps(), window)[0] is not None
+        sessions += len(batch)
+        if len(batch) < page:
+            break
+    seconds = time.perf_counter() - t0
+    peak = peak_rss_mb()
+    engine.close()
+    return {"seconds": seconds, "sessions": sessions, "rss_mb": peak, "rss_before_mb": base,
+            "flagged": flagged}
+
+
+def _child(mode: str, path: Path) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, mode, str(path)], check=True, capture_output=True, text=True
+    )
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def end_to_end_row(steps: int, reseed: bool, workers: int, out: Path = RESULTS) -> list[dict]:
+    """Seed the store of `steps` steps if needed, then time `end_to_end` (and the simple replay)
+    in a fresh process each."""
+    path, sessions = store_path(steps, out)
+    out.mkdir(parents=True, exist_ok=True)
     if reseed or not Path(f"{path}.seeded").exists():
-        print(f"seeding {path} ({sessions:,} sessions)...", flush=True)
+        print(f"seeding {path.name} ({sessions:,} sessions)...", flush=True)
         took = seed(path, sessions, steps, workers)
         print(f"    seeded in {took:.0f} s ({steps / took:,.0f} steps/s)", flush=True)
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", str(path)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    got = json.loads(out.stdout.splitlines()[-1])
+    base = _child("--child-base", path)
+    got = _child("--child", path)
     summary = got["summary"]
-    return {
-        "mode": "end to end: Engine.replay",
-        "stored": steps,
-        "sessions": got["sessions"],
-        "replayed": 2 * steps,
-        "seconds": got["seconds"],
-        "rss_mb": got["rss_mb"],
-        "note": f"{summary['no_longer_flagged']} no longer, {summary['later']} later; "
-        f"{got['rss_before_mb']:.0f} MB before",
-    }
+    return [
+        {
+            "mode": "end to end: base, deque+Counter (2 passes)",
+            "stored": steps,
+            "sessions": base["sessions"],
+            "seconds": base["seconds"],
+            "base": base["seconds"],
+            "rss_mb": base["rss_mb"],
+            "note": f"{base['flagged']} flagged; {base['rss_before_mb']:.0f} MB before",
+        },
+        {
+            "mode": "end to end: Engine.replay",
+            "stored": steps,
+            "sessions": got["sessions"],
+            "seconds": got["seconds"],
+            "base": base["seconds"],
+            "rss_mb": got["rss_mb"],
+            "note": f"{summary['no_longer_flagged']} no longer, {summary['later']} later; "
+            f"{got['rss_before_mb']:.0f} MB before",
+        },
+    ]
 
 
 def table(rows: list[dict]) -> str:
@@ -214,6 +275,7 @@ def table(rows: list[dict]) -> str:
         "seconds",
         "stored steps/s",
         "s per 1M",
+        "×base",
         "peak RSS",
         "",
     )
@@ -228,6 +290,7 @@ def table(rows: list[dict]) -> str:
                 f"{r['seconds']:.1f}",
                 f"{rate:,.0f}",
                 f"{1_000_000 / rate:.1f}",
+                f"{r['seconds'] / r['base']:.2f}x",
                 f"{r['rss_mb']:,.0f} MB",
                 r["note"],
             )
@@ -250,13 +313,18 @@ def main() -> None:
         '"" skips the end-to-end run)',
     )
     parser.add_argument("--reseed", action="store_true", help="seed the stores afresh")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the stores are kept")
     parser.add_argument(
         "--workers", type=int, default=os.cpu_count() or 2, help="seeding processes"
     )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--child-base", type=Path, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
         print(json.dumps(end_to_end(opts.child)))
+        return
+    if opts.child_base:
+        print(json.dumps(end_to_end_base(opts.child_base)))
         return
 
     rows = in_memory(opts.steps, opts.session)
@@ -266,9 +334,10 @@ def main() -> None:
         flush=True,
     )
     for fraction in (float(f) for f in opts.stages.split(",") if f.strip()):
-        rows.append(end_to_end_row(round(opts.steps * fraction), opts.reseed, opts.workers))
+        rows += end_to_end_row(round(opts.steps * fraction), opts.reseed, opts.workers,
+                               opts.out)
     print(table(rows))
-    ends = [r for r in rows if r["mode"].startswith("end to end")]
+    ends = [r for r in rows if r["mode"] == "end to end: Engine.replay"]
     if len(ends) > 1:
         rates = [r["stored"] / r["seconds"] for r in ends]
         print(
@@ -276,7 +345,7 @@ def main() -> None:
             + " -> ".join(f"{x:,.0f}" for x in rates)
             + f" ({rates[-1] / rates[0]:.2f}x; 1.00x is linear)"
         )
-    top = max(ends or rows[:1], key=lambda r: r["stored"])
+    top = max(ends or rows[1:2], key=lambda r: r["stored"])
     per_million = top["seconds"] * 1_000_000 / top["stored"]
     measured = (
         "measured" if top["stored"] >= 1_000_000 else (f"extrapolated from {top['stored']:,}")
@@ -291,6 +360,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if "--child" in sys.argv or "--child-base" in sys.argv:  # a measuring child: its parent
+        raise SystemExit(main())  # records the table
     from bench.common import run_recorded
 
     raise SystemExit(run_recorded(main))

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         steps = round(args.steps * fraction)
         path = args.out / f"console-{sessions}-{steps}.db"
         if not Path(f"{path}.seeded").exists():
-            print(f"seeding {sessions:,} sessions, {steps:,} steps -> {path}", flush=True)
+            print(f"seeding {sessions:,} sessions, {steps:,} steps -> {path.name}", flush=True)
             print(f"    seeded in {seed(path, sessions, steps, args.workers):.0f} s", flush=True)
         url = f"sqlite:///{path}"
         index = measure(url, "index", args.runs)
