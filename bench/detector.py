@@ -678,8 +678,9 @@ def quality_report(show_misses: bool) -> None:
             f"{sc.cell(delay, '+.1f'):>12} {peer:>9} {ok:>13} {healthy:>13}"
         )
     print()
-    print("Held-out rows: never tuned on, but scored again after later rounds of tuning (CI prints")
-    print("this table on every run), so read them as tuned; only a set not seen before is held out.")
+    print("Held-out rows: never tuned on, but scored again after later rounds of tuning (CI")
+    print("prints this table on every run), so read them as tuned; only a set not seen before")
+    print("is held out.")
     print()
     print(timing_table(scores))
     print()
