@@ -15,8 +15,9 @@ import streamlit as st
 from dashboard import charts, data, dialogs, views
 from dashboard.signin import access
 from dashboard.signin.access import User
-from dashboard.views import session as session_views
-from dashboard.views import why_flagged as why
+from dashboard.views.session import header as session_views
+from dashboard.views.session import memory as memory_views
+from dashboard.views.session import why_flagged as why
 from engine import (
     InvalidSessionId,
     SessionStatus,
@@ -484,7 +485,7 @@ def render_memory(page: Page) -> None:
     else:
         st.caption("No memory is valid any more: every one was replaced by a newer one.")
     table = memory.items
-    st.markdown(views.plain(session_views.invalidated_text(table)))
+    st.markdown(views.plain(memory_views.invalidated_text(table)))
     st.dataframe(
         table, hide_index=True,
         column_config={"why": st.column_config.TextColumn(width="large"),

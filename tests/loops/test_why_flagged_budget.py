@@ -10,7 +10,7 @@ from support.paths import ROOT
 
 from dashboard.signin.access import SESSION_KEY, User
 from dashboard.signin.passwords import hash_password
-from dashboard.views import why_flagged as why
+from dashboard.views.session import why_flagged as why
 from engine import Engine, LoopDetected
 from engine.fleet.queries import session_history
 from engine.loops.replay import first_flag, smallest_change
