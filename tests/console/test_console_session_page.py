@@ -58,7 +58,7 @@ def page(store, tab: str, sid: str = LOOPING, user: User = OPERATOR) -> AppTest:
         "olivia": {"role": "operator", "password_hash": HASH},
         "victor": {"role": "viewer", "password_hash": HASH}}}
     at.session_state[SESSION_KEY] = user
-    at.switch_page("screens/session.py")
+    at.switch_page("screens/session/session.py")
     at.query_params["session"] = sid
     at.query_params["tab"] = tab
     return at.run()

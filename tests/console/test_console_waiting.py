@@ -44,7 +44,7 @@ def page(store, sid: str, user: User = OPERATOR) -> AppTest:
         "olivia": {"role": "operator", "password_hash": HASH},
         "victor": {"role": "viewer", "password_hash": HASH}}}
     at.session_state[SESSION_KEY] = user
-    at.switch_page("screens/session.py")
+    at.switch_page("screens/session/session.py")
     at.query_params["session"] = sid
     at.query_params["tab"] = "Timeline"
     return at.run()

@@ -112,7 +112,7 @@ def session_page(tmp_path, tab: str | None = None) -> AppTest:
     at.secrets["rewind"] = {"store": f"sqlite:///{tmp_path}/rewind.db", "users": {
         "olivia": {"role": "operator", "password_hash": hash_password("pw")}}}
     at.session_state[SESSION_KEY] = User("olivia", "operator", "local")
-    at.switch_page("screens/session.py")
+    at.switch_page("screens/session/session.py")
     at.query_params["session"] = SID
     if tab is not None:
         at.query_params["tab"] = tab

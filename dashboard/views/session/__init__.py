@@ -11,5 +11,5 @@
 - `memory`: the memory table, why a memory was invalidated, the decay chart's frames.
 - `budget`: the token budget per step and of the current context.
 
-The screens of the same names (`dashboard/screens/session.py`) render them.
+The screens of the same names (`dashboard/screens/session/`) render them.
 """
