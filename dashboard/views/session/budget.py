@@ -4,11 +4,11 @@ and the current context against the model's window (pure, no Streamlit, no I/O).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import pandas as pd
 
-from engine import TokenBreakdown
+from engine import StepRecord, TokenBreakdown
 
 BudgetPart = Literal["system", "dialogue", "memories", "reserve"]
 BUDGET_PARTS: tuple[BudgetPart, ...] = ("system", "dialogue", "memories", "reserve")
@@ -17,7 +17,7 @@ reading one from a breakdown is typed too)."""
 BUDGET_COLUMNS = ["step", *BUDGET_PARTS, "dropped", "total", "max_tokens", "line"]
 
 
-def budget_history(steps: Sequence[Any]) -> pd.DataFrame:
+def budget_history(steps: Sequence[StepRecord]) -> pd.DataFrame:
     """Token breakdown per step (from `StepRecord.budget`), live and abandoned, in step order.
 
     Empty when the runtime never passed a context to `Session.step`.

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from dashboard.views.common import duration_text, when
-from engine import StoredVerdict, loop_first_step
+from engine import AuditEvent, BranchInfo, SessionInfo, StepRecord, StoredVerdict, loop_first_step
 
 
 @dataclass(frozen=True)
@@ -51,8 +50,9 @@ class LoopCost:
         return max(self.ended_at - self.started_at, 0.0)
 
 
-def loop_cost(steps: Sequence[Any], verdict: StoredVerdict | None, looping: bool,
-              now: float | None = None, branches: Sequence[Any] = ()) -> LoopCost | None:
+def loop_cost(steps: Sequence[StepRecord], verdict: StoredVerdict | None, looping: bool,
+              now: float | None = None,
+              branches: Sequence[BranchInfo] = ()) -> LoopCost | None:
     """The cost of the loop `verdict` describes, or None without a verdict or its steps.
 
     The loop begins at its first step: the first flag's (`loop_first_step`), however often it
@@ -86,7 +86,7 @@ def loop_cost(steps: Sequence[Any], verdict: StoredVerdict | None, looping: bool
         cut = next((b.created_at for b in branches if b.id == last.branch), None)
         if cut is not None and cut >= ended_at:
             ended_at = rolled_back_at = cut
-    budgets = [s.budget.get("total") for s in inside if getattr(s, "budget", None)]
+    budgets = [s.budget.get("total") for s in inside if s.budget]
     tokens = sum(int(t or 0) for t in budgets) if budgets else None
     effects = tuple((s.n, s.tool or "agent turn") for s in inside
                     if s.side_effect and s.status == "ok")
@@ -96,7 +96,7 @@ def loop_cost(steps: Sequence[Any], verdict: StoredVerdict | None, looping: bool
                     snapshots=sum(1 for s in inside if s.snapshot is not None))
 
 
-def _cost_from_episode(steps: Sequence[Any], verdict: StoredVerdict, looping: bool,
+def _cost_from_episode(steps: Sequence[StepRecord], verdict: StoredVerdict, looping: bool,
                        now: float | None) -> LoopCost:
     """The cost from the loop record of `verdict` when the steps shown begin inside the loop."""
     episode = verdict["episode"]
@@ -133,7 +133,7 @@ def loop_cost_line(cost: LoopCost) -> str:
 
 
 # -- watch-only sessions, the operator's label ---------------------------------------------------
-def is_watch_only(info: Any) -> bool:
+def is_watch_only(info: SessionInfo) -> bool:
     """Whether Rewind only watches the session (spans from `rewind otlp`) and does not run its
     agent: it cannot roll it back, notify its user or refuse its calls."""
     return bool((info.meta or {}).get("watch_only"))
@@ -171,7 +171,7 @@ class LabelSeen:
     reason: str | None
 
 
-def current_label(events: Iterable[Any]) -> LabelSeen | None:
+def current_label(events: Iterable[AuditEvent]) -> LabelSeen | None:
     """The newest label among a session's audit events (any order), or None."""
     labels = [e for e in events if e.action == LABEL_ACTION
               and (e.detail or {}).get("label") in LABEL_WORDS]

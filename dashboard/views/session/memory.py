@@ -7,18 +7,65 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 
 from dashboard.views.common import when
 
 
+class MemoryRecord(Protocol):
+    """What this tab reads of a memory (`Session.memory.items()`). The engine's memory record is
+    not among its public names, the only ones the console imports, so the fields read are named
+    here and mypy checks the engine's record against them."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def key(self) -> str | None: ...
+    @property
+    def tier(self) -> str: ...
+    @property
+    def importance(self) -> float: ...
+    @property
+    def created_at(self) -> float: ...
+    @property
+    def access_times(self) -> Sequence[float]: ...
+    @property
+    def access_count(self) -> int: ...
+    @property
+    def invalid_at(self) -> float | None: ...
+    @property
+    def invalid_reason(self) -> str | None: ...
+    @property
+    def invalid_by(self) -> str | None: ...
+    @property
+    def invalid_confidence(self) -> float | None: ...
+    @property
+    def superseded_by(self) -> str | None: ...
+
+
+class DecayCurve(Protocol):
+    """What the decay chart reads of one window's curves (`Session.memory.curves`), named here for
+    the same reason as `MemoryRecord`."""
+
+    @property
+    def times(self) -> Sequence[float]: ...
+    @property
+    def weights(self) -> Mapping[str, Sequence[float | None]]: ...
+    @property
+    def accesses(self) -> Mapping[str, Sequence[tuple[float, float]]]: ...
+    @property
+    def threshold(self) -> float: ...
+
+
 def memory_label(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def memory_names(items: Sequence[Any]) -> dict[str, str]:
+def memory_names(items: Sequence[MemoryRecord]) -> dict[str, str]:
     """Memory id -> its short text, numbered where two would read the same (legend entries)."""
     names: dict[str, str] = {}
     seen: Counter[str] = Counter()
@@ -37,7 +84,7 @@ DECAY_LAST_DECADE = 9
 """The chart never reaches past 10^9 s (31 years) after the first memory."""
 
 
-def decay_first_decade(items: Sequence[Any], start: float) -> int:
+def decay_first_decade(items: Sequence[MemoryRecord], start: float) -> int:
     """The decade (10^k s after the first memory) where the decay chart begins: the one holding
     the earliest later event (another memory written, a recall), between 1 ms and 1 s."""
     offsets = [t - start for m in items for t in (m.created_at, *m.access_times) if t > start]
@@ -45,20 +92,20 @@ def decay_first_decade(items: Sequence[Any], start: float) -> int:
     return max(-3, min(0, math.floor(math.log10(first))))
 
 
-def decay_windows(items: Sequence[Any], start: float) -> list[tuple[float, float]]:
+def decay_windows(items: Sequence[MemoryRecord], start: float) -> list[tuple[float, float]]:
     """(from, to) unix times, one per decade of the time since the first memory, from
     `decay_first_decade` to 10^DECAY_LAST_DECADE s; the loader stops early with `decay_done`."""
     first = decay_first_decade(items, start)
     return [(start + 10.0 ** k, start + 10.0 ** (k + 1)) for k in range(first, DECAY_LAST_DECADE)]
 
 
-def decay_done(curve: Any, end: float, now: float) -> bool:
+def decay_done(curve: DecayCurve, end: float, now: float) -> bool:
     """Whether the chart reached far enough: past now, and every memory under the threshold."""
     last = [series[-1] for series in curve.weights.values() if series]
     return end >= now and all(w is not None and w < curve.threshold for w in last)
 
 
-def decay_frames(items: Sequence[Any], curves: Sequence[Any], start: float,
+def decay_frames(items: Sequence[MemoryRecord], curves: Sequence[DecayCurve], start: float,
                  now: float) -> tuple[pd.DataFrame, pd.DataFrame, float | None]:
     """(curves, recalls, threshold) for `charts.decay_curves` from the `Curve` of each window of
     `decay_windows`: per memory its weight at each sample (elapsed seconds since the first
@@ -93,7 +140,7 @@ MEMORY_COLUMNS = ["memory", "key", "state", "why", "judge", "confidence", "repla
                   "importance", "recalls", "created"]
 
 
-def memory_table(items: Sequence[Any]) -> pd.DataFrame:
+def memory_table(items: Sequence[MemoryRecord]) -> pd.DataFrame:
     """One row per memory: its text and fact key, and for an invalidated one why, by which judge,
     how sure the judge was and which memory replaced it (by its text, else its id)."""
     texts = {m.id: m.text for m in items}

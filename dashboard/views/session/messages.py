@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dashboard.views.common import escape_text, short_json
-from engine import NOTICE_FLAG
+from engine import NOTICE_FLAG, AuditEvent, BranchInfo, MessageRecord
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,8 @@ def content_text(content: Any) -> str:
     return short_json(content, 2000)
 
 
-def messages_view(records: Sequence[Any], branches: Sequence[Any]) -> list[MessageView]:
+def messages_view(records: Sequence[MessageRecord],
+                  branches: Sequence[BranchInfo]) -> list[MessageView]:
     """Every message in write order; abandoned ones say which rollback took them off the line."""
     why = {b.id: b.why for b in branches}
     return [MessageView(
@@ -87,7 +88,8 @@ class NoticeSeen:
     """Still in the live history (False: a later rollback took it off)."""
 
 
-def last_notice(records: Sequence[Any], audit: Iterable[Any] = ()) -> NoticeSeen | None:
+def last_notice(records: Sequence[MessageRecord],
+                audit: Iterable[AuditEvent] = ()) -> NoticeSeen | None:
     """The newest notice among a session's messages, with its sender from the audit events
     (`notice`, or `rollback` for a rollback's notice) written closest to it."""
     notices = [r for r in records if r.message.get(NOTICE_FLAG)]

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 import pandas as pd
 
 from dashboard.views.common import plot_text, when
+from engine import BranchInfo, SnapshotNode
 
 
-def tree_layout(nodes: Sequence[Any], branches: Sequence[Any] = (),
+def tree_layout(nodes: Sequence[SnapshotNode], branches: Sequence[BranchInfo] = (),
                 include_retired: bool = False) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
     """Node positions and edges for the snapshot tree.
 
@@ -26,7 +26,7 @@ def tree_layout(nodes: Sequence[Any], branches: Sequence[Any] = (),
     """
     by_id = {n.id: n for n in nodes}
 
-    def shown(n) -> bool:
+    def shown(n: SnapshotNode) -> bool:
         return (include_retired or n.restorable or not n.on_live_line or n.is_head
                 or n.kind != "step")
 
@@ -75,13 +75,13 @@ def tree_layout(nodes: Sequence[Any], branches: Sequence[Any] = (),
     return frame, edges
 
 
-def node_label(node: Any, limit: int = 18) -> str:
+def node_label(node: SnapshotNode, limit: int = 18) -> str:
     """The short text drawn next to a snapshot node: its label, else "step N"."""
     text = node.label or (f"step {node.next_step}" if node.kind == "step" else node.kind)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def node_labels(nodes: Sequence[Any], limit: int = 18) -> dict[str, str]:
+def node_labels(nodes: Sequence[SnapshotNode], limit: int = 18) -> dict[str, str]:
     """Snapshot id -> the text drawn next to its node (`node_label`); where several nodes would
     read the same ("before post_invoi…" three times), a second line tells them apart: the step
     they come before, their time when that is the same too, and their id as a last resort.
@@ -101,14 +101,14 @@ def node_labels(nodes: Sequence[Any], limit: int = 18) -> dict[str, str]:
     return out
 
 
-def rollback_choices(nodes: Sequence[Any], suggested: str | None) -> tuple[list[str], int]:
+def rollback_choices(nodes: Sequence[SnapshotNode], suggested: str | None) -> tuple[list[str], int]:
     """Restorable snapshots on the live line, newest first, and the index of `suggested`."""
     choices = [n.id for n in reversed(nodes) if n.on_live_line and n.restorable]
     index = choices.index(suggested) if suggested in choices else 0
     return choices, index
 
 
-def snapshot_caption(node: Any, suggested: str | None = None) -> str:
+def snapshot_caption(node: SnapshotNode, suggested: str | None = None) -> str:
     """How a snapshot is named in menus: id, label, position, and a mark for the suggested."""
     text = f"{node.id} · {node.label or node.kind} · before step {node.next_step}"
     if node.is_head:

@@ -7,12 +7,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import pandas as pd
 
 from dashboard.views.common import ARGS_CHARS, plot_text, short_json, when
-from engine import StoredVerdict, is_refused
+from engine import BranchInfo, StepRecord, StoredVerdict, is_refused
 
 MAX_LANES = 12
 """Timeline lanes for the most frequent fingerprints; rarer calls share one lane."""
@@ -24,11 +23,11 @@ LANE_ARGS_CHARS = 36
 """Arguments shown in a lane's name."""
 
 
-def lane_labels(steps: Sequence[Any], fingerprints: Iterable[str]) -> dict[str, str]:
+def lane_labels(steps: Sequence[StepRecord], fingerprints: Iterable[str]) -> dict[str, str]:
     """Lane names for fingerprints: the tool and its short arguments, e.g.
     `refund_api {"amount":42,…}`; the fingerprint's start is added only where two lanes would
     read the same."""
-    first: dict[str, Any] = {}
+    first: dict[str, StepRecord] = {}
     wanted = set(fingerprints)
     for s in steps:
         if s.fingerprint in wanted and s.fingerprint not in first:
@@ -38,7 +37,7 @@ def lane_labels(steps: Sequence[Any], fingerprints: Iterable[str]) -> dict[str, 
     return {fp: (f"{name} · {fp[:6]}" if seen[name] > 1 else name) for fp, name in names.items()}
 
 
-def timeline_frame(steps: Sequence[Any], max_lanes: int = MAX_LANES) -> pd.DataFrame:
+def timeline_frame(steps: Sequence[StepRecord], max_lanes: int = MAX_LANES) -> pd.DataFrame:
     """One row per step: x (step), lane (fingerprint lane), outcome, line, hover text.
 
     The `max_lanes` most frequent fingerprints get their own lane; the rest share
@@ -90,7 +89,7 @@ STEP_LABELS = 16
 """Most step numbers written next to the timeline's markers (more would overlap on a phone)."""
 
 
-def labelled_steps(steps: Sequence[Any], limit: int = STEP_LABELS) -> set[int]:
+def labelled_steps(steps: Sequence[StepRecord], limit: int = STEP_LABELS) -> set[int]:
     """The steps whose number the timeline writes next to their marker: every step of a short
     session; else evenly spaced ones, and always where a loop began and where it was flagged,
     so a phone (where nothing hovers) still tells which step is which."""
@@ -98,7 +97,8 @@ def labelled_steps(steps: Sequence[Any], limit: int = STEP_LABELS) -> set[int]:
     if len(numbers) <= limit:
         return set(numbers)
     marked = {s.n for s in steps if s.verdict}
-    marked |= {s.verdict.get("loop_start_step") for s in steps if s.verdict} - {None}
+    marked |= {start for s in steps
+               if s.verdict and (start := s.verdict.get("loop_start_step")) is not None}
     room = max(limit - len(marked), 2)
     every = math.ceil(len(numbers) / room)
     return marked | set(numbers[::every])
@@ -127,7 +127,7 @@ def lane_order(frame: pd.DataFrame) -> list[str]:
     return [x for x in seen if x not in tail] + tail
 
 
-def loop_windows(steps: Sequence[Any]) -> list[tuple[float, float, str]]:
+def loop_windows(steps: Sequence[StepRecord]) -> list[tuple[float, float, str]]:
     """(x0, x1, rule) spans to shade: from each loop's first step to the step that flagged it.
 
     Verdicts repeated on later steps of the same loop (policy "flag") widen one span.
@@ -156,7 +156,7 @@ def steps_shown(shown: int, total: int) -> str:
             "`Session.steps()`).")
 
 
-def rollback_markers(steps: Sequence[Any], branches: Sequence[Any]) -> list[dict]:
+def rollback_markers(steps: Sequence[StepRecord], branches: Sequence[BranchInfo]) -> list[dict]:
     """Where each rollback cut the line: x after the last step it abandoned, with who and why."""
     last_on: dict[str, int] = {}
     for s in steps:

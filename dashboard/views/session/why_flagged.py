@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from dashboard.views.common import short_json
-from engine import RuleReading, StoredVerdict, WhyFlagged
+from engine import MessageRecord, RuleReading, StepRecord, StoredVerdict, WhyFlagged
 
 READING_COLUMNS = ["rule", "at this step", "looks for", "settings"]
 
@@ -151,8 +151,8 @@ def _quoted(content: Any) -> str:
     return text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 1].rstrip() + "…"
 
 
-def budget_task(verdict: Mapping[str, Any] | None, steps: Sequence[Any],
-                messages: Sequence[Any]) -> BudgetTask | None:
+def budget_task(verdict: StoredVerdict | None, steps: Sequence[StepRecord],
+                messages: Sequence[MessageRecord]) -> BudgetTask | None:
     """Which task used the budget, for a ``step_budget`` verdict (None for any other): its first
     step is where the verdict's evidence starts; it began with the newest user message written
     after the step before it and by its own start (every branch: the detector saw them all), else
@@ -210,7 +210,7 @@ def step_list(steps: Sequence[int], limit: int = 12) -> str:
     return ", ".join(text) + (", …" if len(runs) > limit else "")
 
 
-def evidence_frame(steps: Sequence[Any], verdict: StoredVerdict | None) -> pd.DataFrame:
+def evidence_frame(steps: Sequence[StepRecord], verdict: StoredVerdict | None) -> pd.DataFrame:
     """The verdict's evidence steps with tool, args, outcome and error."""
     wanted = set(verdict["evidence_steps"]) if verdict else set()
     rows = [{"step": s.n, "tool": s.tool or "agent turn", "args": short_json(s.args, 400),
@@ -233,7 +233,7 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix or "(args)": value}
 
 
-def arg_diffs(steps: Sequence[Any]) -> pd.DataFrame:
+def arg_diffs(steps: Sequence[StepRecord]) -> pd.DataFrame:
     """Argument paths whose values differ between the given steps, one column per step.
 
     Empty when every step has the same arguments (an exact repeat).
@@ -252,9 +252,9 @@ def arg_diffs(steps: Sequence[Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["argument", *[f"step {n}" for n in flat]])
 
 
-def near_duplicate_groups(steps: Sequence[Any]) -> list[list[Any]]:
+def near_duplicate_groups(steps: Sequence[StepRecord]) -> list[list[StepRecord]]:
     """Evidence steps grouped by tool where the arguments are not all identical."""
-    by_tool: dict[str | None, list] = {}
+    by_tool: dict[str | None, list[StepRecord]] = {}
     for s in steps:
         by_tool.setdefault(s.tool, []).append(s)
     return [group for group in by_tool.values()
