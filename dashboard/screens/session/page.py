@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from dashboard import data
 from dashboard.signin.access import User
 from dashboard.views.session import header as header_views
-from engine import StoredVerdict
+from engine import SnapshotNode, StoredVerdict
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Page:
     """How the suggested rollback target is named ("no restorable snapshot" when none)."""
 
     @property
-    def nodes(self) -> dict:
+    def nodes(self) -> dict[str, SnapshotNode]:
         return {n.id: n for n in self.bundle.tree}
 
     @property

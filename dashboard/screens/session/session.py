@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from dashboard import data, dialogs, views
 from dashboard.screens.session.budget import render_token_budget
@@ -25,6 +26,7 @@ from dashboard.views.session import header as header_views
 from dashboard.views.session import snapshots as snapshot_views
 from engine import (
     InvalidSessionId,
+    SessionInfo,
     SessionStatus,
     StoredVerdict,
     UnknownSession,
@@ -32,7 +34,7 @@ from engine import (
 
 
 # -- above the tabs -----------------------------------------------------------------------------
-def render_picker(column) -> str:
+def render_picker(column: DeltaGenerator) -> str:
     """The session id box (bound to `?session=`); returns the id exactly as given.
 
     Never trimmed: "sess-1 " and "sess-1" are two sessions, and a rollback must hit the one the
@@ -43,7 +45,7 @@ def render_picker(column) -> str:
     )
 
 
-def render_no_session(head, url: str | None) -> None:
+def render_no_session(head: DeltaGenerator, url: str | None) -> None:
     """No id given: point to the fleet and list the sessions looping now."""
     head.title("Session")
     st.caption(
@@ -64,7 +66,7 @@ def render_no_session(head, url: str | None) -> None:
         )
 
 
-def render_header(head, page: Page) -> None:
+def render_header(head: DeltaGenerator, page: Page) -> None:
     """Title, the session's meta and counters, and the verdict box."""
     info = page.bundle.info
     head.title(views.plain(page.sid), anchor=False)
@@ -127,7 +129,7 @@ def render_header(head, page: Page) -> None:
     render_loop_cost(page)
 
 
-def _loop_flags(info) -> int | None:
+def _loop_flags(info: SessionInfo) -> int | None:
     """Verdicts of the loop the session is in now (None when not looping or not recorded)."""
     if info.status != SessionStatus.LOOPING or not info.last_verdict:
         return None

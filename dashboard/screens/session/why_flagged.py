@@ -4,13 +4,15 @@ change that would not have flagged it; for a stop by the step budget, which task
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 import streamlit as st
 
 from dashboard import data, views
 from dashboard.screens.session.page import Page
 from dashboard.views.session import why_flagged as why
-from engine import SessionStatus, StoredVerdict, WhyFlagged
+from engine import SessionStatus, StepRecord, StoredVerdict, WhyFlagged
 
 
 def render_why_flagged(page: Page) -> None:
@@ -63,7 +65,7 @@ def render_verdict_figures(verdict: StoredVerdict, task: why.BudgetTask | None) 
         c3.caption(f"steps {why.step_list(evidence)}")
 
 
-def render_near_duplicates(steps: list, wanted: set[int]) -> None:
+def render_near_duplicates(steps: Sequence[StepRecord], wanted: set[int]) -> None:
     groups = why.near_duplicate_groups([s for s in steps if s.n in wanted])
     if groups:
         st.markdown("**Argument differences between near-duplicates**")
