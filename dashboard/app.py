@@ -42,7 +42,8 @@ st.html(FRAME_GUARD, unsafe_allow_javascript=True)
 PAGES = [
     st.Page("screens/fleet.py", title="Fleet", icon=":material/monitoring:", url_path="fleet",
             default=True),
-    st.Page("screens/session.py", title="Session", icon=":material/timeline:", url_path="session"),
+    st.Page("screens/session/session.py", title="Session", icon=":material/timeline:",
+            url_path="session"),
     st.Page("screens/incident.py", title="Incident", icon=":material/crisis_alert:",
             url_path="incident"),
     st.Page("screens/compensations.py", title="Compensations", icon=":material/build:",

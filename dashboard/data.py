@@ -21,10 +21,16 @@ from dashboard.views import fleet as fleet_views
 from dashboard.views import whatif as whatif_views
 from engine import (
     LABEL_ACTION,
+    AuditEvent,
+    BranchInfo,
     Engine,
     FreezeWindow,
     LoopTally,
+    MessageRecord,
+    SessionInfo,
     SessionStatus,
+    SnapshotNode,
+    StepRecord,
     StoreError,
     StoreNotFound,
     StoreUnavailable,
@@ -365,11 +371,11 @@ def replay(url: str | None, settings: dict, ids: tuple[str, ...]):
 class SessionBundle:
     """Everything the session page shows, read in one go."""
 
-    info: Any
-    steps: list
-    tree: list
-    messages: list
-    branches: list
+    info: SessionInfo
+    steps: list[StepRecord]
+    tree: list[SnapshotNode]
+    messages: list[MessageRecord]
+    branches: list[BranchInfo]
     suggested: str | None
 
 
@@ -399,7 +405,7 @@ def session_epoch(url: str | None, sid: str) -> int:
 
 
 @st.cache_data(ttl=SESSION_TTL, show_spinner=False)
-def session_audit(url: str | None, sid: str, limit: int = 200) -> list:
+def session_audit(url: str | None, sid: str, limit: int = 200) -> list[AuditEvent]:
     """The session's audit events (rollbacks, notices, …), newest first."""
     return engine_for(url).audit(session=sid, limit=limit)
 

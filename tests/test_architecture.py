@@ -315,7 +315,7 @@ def _bare_strings(body: list[ast.stmt], top: bool) -> list[int]:
 def test_console_pages_hold_no_bare_strings_that_streamlit_would_print(tmp_path):
     """A string under an assignment reads like an attribute docstring, but in a page script
     Streamlit's magic writes it onto the page; pages use comments instead."""
-    pages = [ROOT / "dashboard" / "app.py", *sorted((ROOT / "dashboard" / "screens").glob("*.py"))]
+    pages = [ROOT / "dashboard" / "app.py", *sorted((ROOT / "dashboard" / "screens").rglob("*.py"))]
     found = {str(p.relative_to(ROOT)): lines for p in pages
              if (lines := _bare_strings(ast.parse(p.read_text()).body, True))}
     assert found == {}

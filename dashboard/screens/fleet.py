@@ -68,7 +68,7 @@ def render_needs_you(looping: pd.DataFrame, comps: list, now: float) -> None:
         # percent-encoding the session id, so foreign text never becomes a URL of its own.
         for item in items:
             loop = item.page == "session"
-            st.page_link("screens/session.py" if loop else "screens/compensations.py",
+            st.page_link("screens/session/session.py" if loop else "screens/compensations.py",
                          label=views.plain(item.text), query_params=item.query,
                          icon=":material/autorenew:" if loop else ":material/build:")
         if hidden:
@@ -152,7 +152,7 @@ def render_actions(chosen: pd.DataFrame, matching: pd.DataFrame, where: dict,
             short = sid if len(sid) <= 40 else sid[:39] + "…"
             st.button(f"Open {views.plain(short)}", key="open-selected",
                       icon=":material/open_in_new:", on_click=_ask_open,
-                      args=("screens/session.py", {"session": sid}))
+                      args=("screens/session/session.py", {"session": sid}))
         if not user.can_act:
             return
         n = len(chosen)

@@ -3,12 +3,15 @@
 Pages ask `dashboard.data` for records, shape them here, and hand the result to
 `dashboard.charts` or a Streamlit element. Everything here is tested with hand-made records.
 
-One module per page it serves, so none grows past what a reader can hold:
+One module per page it serves (a package of one module per tab for the session page), so none
+grows past what a reader can hold:
 
 - `common`: status words and colours, times, compact JSON, foreign text made safe (`plain`,
   `literal`, `plot_text`, `escape_text`); every other module builds on it.
 - `fleet`: the sessions table, KPIs, the "needs you" band, the loops-over-time charts.
-- `session`: loop cost, step timeline, evidence, snapshot tree, messages, memory, token budget.
+- `session/`: the session page, one module per part of it: `header` (loop cost, watch-only,
+  the operator's label), then one per tab: `timeline`, `why_flagged` (evidence, what each
+  rule saw), `snapshots`, `messages`, `memory`, `budget`.
 - `dialogs`: rollback and notice dialogs, bulk rollback previews and results.
 - `compensations`, `audit`, `quarantine`: the pages of the same names.
 
@@ -118,53 +121,65 @@ from dashboard.views.quarantine import (
     scope_text,
     until_text,
 )
-from dashboard.views.session import (
-    AGENT_LANE,
+from dashboard.views.session.budget import (
     BUDGET_COLUMNS,
     BUDGET_PARTS,
-    DECAY_POINTS,
-    LANE_ARGS_CHARS,
-    MAX_LANES,
-    MESSAGES_CSS,
-    OTHER_LANE,
-    TABS_CSS,
-    USER_VIEW_CSS,
     BudgetPart,
-    LoopCost,
-    MessageView,
-    NoticeSeen,
-    arg_diffs,
     budget_history,
     budget_parts,
-    clock_ticks,
-    content_text,
     current_budget,
+)
+from dashboard.views.session.header import (
+    TABS_CSS,
+    LoopCost,
+    loop_cost,
+    loop_cost_line,
+)
+from dashboard.views.session.memory import (
+    DECAY_POINTS,
     decay_done,
     decay_frames,
     decay_windows,
-    evidence_frame,
-    lane_labels,
-    lane_order,
-    last_notice,
-    loop_cost,
-    loop_cost_line,
-    loop_windows,
     memory_label,
     memory_log_frame,
     memory_table,
+)
+from dashboard.views.session.messages import (
+    MESSAGES_CSS,
+    USER_VIEW_CSS,
+    MessageView,
+    NoticeSeen,
+    content_text,
+    last_notice,
     messages_html,
     messages_view,
-    near_duplicate_groups,
-    node_label,
-    rollback_choices,
-    rollback_markers,
-    snapshot_caption,
-    step_list,
-    steps_shown,
-    timeline_frame,
-    tree_layout,
     user_view,
     user_view_html,
+)
+from dashboard.views.session.snapshots import (
+    node_label,
+    rollback_choices,
+    snapshot_caption,
+    tree_layout,
+)
+from dashboard.views.session.timeline import (
+    AGENT_LANE,
+    LANE_ARGS_CHARS,
+    MAX_LANES,
+    OTHER_LANE,
+    clock_ticks,
+    lane_labels,
+    lane_order,
+    loop_windows,
+    rollback_markers,
+    steps_shown,
+    timeline_frame,
+)
+from dashboard.views.session.why_flagged import (
+    arg_diffs,
+    evidence_frame,
+    near_duplicate_groups,
+    step_list,
 )
 
 __all__ = [

@@ -16,8 +16,11 @@ from dashboard import charts, dialogs
 from dashboard.signin.access import SESSION_KEY, User, role_authority
 from dashboard.signin.passwords import hash_password
 from dashboard.views import dialogs as dialog_views
-from dashboard.views import session as sv
-from dashboard.views import why_flagged as why
+from dashboard.views.session import header as header_views
+from dashboard.views.session import memory as memory_views
+from dashboard.views.session import snapshots as snapshot_views
+from dashboard.views.session import timeline as timeline_views
+from dashboard.views.session import why_flagged as why
 from engine import Engine, PermissionDenied, RuleReading, WhyFlagged
 from engine.loops.replay import Flag, SettingChange
 from engine.loops.rules import REGISTRY
@@ -55,7 +58,7 @@ def page(store, tab: str, sid: str = LOOPING, user: User = OPERATOR) -> AppTest:
         "olivia": {"role": "operator", "password_hash": HASH},
         "victor": {"role": "viewer", "password_hash": HASH}}}
     at.session_state[SESSION_KEY] = user
-    at.switch_page("screens/session.py")
+    at.switch_page("screens/session/session.py")
     at.query_params["session"] = sid
     at.query_params["tab"] = tab
     return at.run()
@@ -75,13 +78,13 @@ def test_the_newest_label_counts_and_says_who_set_it():
     events = [event(3, "label", "olivia", 300.0, "same 500 six times", label="loop"),
               event(2, "rollback", "olivia", 200.0),
               event(1, "label", "bob", 100.0, label="not_loop")]
-    seen = sv.current_label(reversed(events))
+    seen = header_views.current_label(reversed(events))
     assert (seen.label, seen.actor, seen.reason) == ("loop", "olivia", "same 500 six times")
-    text = sv.label_text(seen)
+    text = header_views.label_text(seen)
     assert text.startswith("Labelled a loop by olivia at ") and text.endswith(
         ": same 500 six times")
-    assert sv.current_label([event(1, "rollback")]) is None
-    assert sv.label_text(None) == "No operator has said yet whether this was a loop."
+    assert header_views.current_label([event(1, "rollback")]) is None
+    assert header_views.label_text(None) == "No operator has said yet whether this was a loop."
 
 
 def test_a_label_goes_through_the_engine_with_the_rights_held_when_it_is_saved(tmp_path):
@@ -179,7 +182,7 @@ def test_the_memory_table_says_why_by_which_judge_how_sure_and_what_replaced_it(
         s.memory.add("The user lives in Lyon", key="user.home_city")
         s.memory.add("The user lives in Porto", key="user.home_city")
         items = s.memory.items(include_invalid=True)
-    table = sv.memory_table(items).set_index("memory")
+    table = memory_views.memory_table(items).set_index("memory")
     old, new = table.loc["The user lives in Lyon"], table.loc["The user lives in Porto"]
     assert old["state"].startswith("invalidated ") and new["state"] == "valid"
     assert old["why"] == "replaced by a newer 'user.home_city'"
@@ -187,7 +190,7 @@ def test_the_memory_table_says_why_by_which_judge_how_sure_and_what_replaced_it(
     assert old["replaced by"] == "The user lives in Porto"
     assert old["key"] == new["key"] == "user.home_city"
     assert new["why"] == new["judge"] == new["replaced by"] == "" and pd.isna(new["confidence"])
-    assert sv.invalidated_text(sv.memory_table(items)) == (
+    assert memory_views.invalidated_text(memory_views.memory_table(items)) == (
         "2 memories, 1 invalidated by a newer one (key (exact fact)); each says why, how sure "
         "the judge was and what replaced it.")
 
@@ -254,11 +257,11 @@ def test_the_decay_chart_decays_on_a_log_axis_with_a_legend_and_recall_marks(tmp
         start = min(m.created_at for m in items)
         now = max(t for m in items for t in (m.created_at, *m.access_times)) + 60
         curves = []
-        for a, b in sv.decay_windows(items, start):
-            curves.append(s.memory.curves(a, b, points=sv.DECAY_POINTS))
-            if sv.decay_done(curves[-1], b, now):
+        for a, b in memory_views.decay_windows(items, start):
+            curves.append(s.memory.curves(a, b, points=memory_views.DECAY_POINTS))
+            if memory_views.decay_done(curves[-1], b, now):
                 break
-    frame, recalls, threshold = sv.decay_frames(items, curves, start, now)
+    frame, recalls, threshold = memory_views.decay_frames(items, curves, start, now)
     fig = charts.decay_curves(frame, recalls, threshold, now - start)
     lines = [t for t in fig.data if t.mode == "lines"]
     legend = [t.name for t in fig.data if t.showlegend is not False]
@@ -279,17 +282,19 @@ def test_the_decay_chart_decays_on_a_log_axis_with_a_legend_and_recall_marks(tmp
 def test_decay_windows_start_at_the_first_event_and_stop_when_all_are_forgotten():
     t0 = 1_900_000_000.0
     items = [Mem("a", "x", t0), Mem("b", "y", t0 + 0.02, (t0 + 5,))]
-    windows = sv.decay_windows(items, t0)
+    windows = memory_views.decay_windows(items, t0)
     assert windows[0] == (t0 + 0.01, t0 + 0.1) and windows[-1][1] == t0 + 1e9
     assert all(b == c for (_, b), (c, _) in zip(windows, windows[1:], strict=False))
-    assert sv.decay_windows([Mem("a", "x", t0)], t0)[0][0] == t0 + 1  # nothing else: 1 s
-    assert sv.decay_done(Curve([1, 2], {"a": [0.5, 0.05]}, {}), end=10, now=5)
-    assert not sv.decay_done(Curve([1, 2], {"a": [0.5, 0.05]}, {}), end=4, now=5)  # not now yet
-    assert not sv.decay_done(Curve([1, 2], {"a": [0.5, 0.2]}, {}), end=10, now=5)
+    assert memory_views.decay_windows([Mem("a", "x", t0)], t0)[0][0] == t0 + 1  # nothing else: 1 s
+    assert memory_views.decay_done(Curve([1, 2], {"a": [0.5, 0.05]}, {}), end=10, now=5)
+    # not now yet
+    assert not memory_views.decay_done(Curve([1, 2], {"a": [0.5, 0.05]}, {}), end=4, now=5)
+    assert not memory_views.decay_done(Curve([1, 2], {"a": [0.5, 0.2]}, {}), end=10, now=5)
 
 
 def test_memories_that_read_the_same_get_numbered_in_the_legend():
-    names = sv.memory_names([Mem("a", "same", 0), Mem("b", "same", 1), Mem("c", "other", 2)])
+    names = memory_views.memory_names([Mem("a", "same", 0), Mem("b", "same", 1),
+                                       Mem("c", "other", 2)])
     assert names == {"a": "same", "b": "same (2)", "c": "other"}
 
 
@@ -303,12 +308,12 @@ def test_identical_snapshot_labels_are_told_apart_by_step_then_time():
     nodes = [node("s1", "before post_invoice", 3, 100.0), node("s2", "before post_invoice", 5,
                                                              200.0),
              node("s3", "before post_invoice", 5, 300.0), node("s4", "start", 1, 50.0)]
-    labels = sv.node_labels(nodes)
+    labels = snapshot_views.node_labels(nodes)
     assert labels["s4"] == "start"
     assert labels["s1"] == "before post_invoi…\nstep 3"
     assert labels["s2"].startswith("before post_invoi…\nstep 5 · ")
     assert len(set(labels.values())) == 4
-    frame, _ = sv.tree_layout(nodes)
+    frame, _ = snapshot_views.tree_layout(nodes)
     fig = charts.snapshot_tree(frame, [])
     drawn = [t for trace in fig.data if trace.text is not None for t in trace.text]
     assert "before post_invoi…<br>step 3" in drawn
@@ -323,15 +328,15 @@ def step(n, verdict=None, status="error"):
 
 def test_timeline_steps_carry_their_numbers_upright():
     short = [step(n) for n in range(1, 7)]
-    frame = sv.timeline_frame(short)
+    frame = timeline_views.timeline_frame(short)
     assert list(frame["label"]) == ["1", "2", "3", "4", "5", "6"]
-    fig = charts.timeline(frame, sv.lane_order(frame))
+    fig = charts.timeline(frame, timeline_views.lane_order(frame))
     assert fig.data[0].mode == "markers+text" and list(fig.data[0].text) == list(frame["label"])
     assert fig.layout.xaxis.tickangle == 0
     verdict = {"rule": "exact_repeat", "loop_start_step": 37, "evidence_steps": [37, 38, 39]}
     long = [step(n, verdict if n == 39 else None) for n in range(1, 201)]
-    shown = sv.labelled_steps(long)
-    assert {37, 39, 1} <= shown and len(shown) <= sv.STEP_LABELS + 2
+    shown = timeline_views.labelled_steps(long)
+    assert {37, 39, 1} <= shown and len(shown) <= timeline_views.STEP_LABELS + 2
 
 
 def test_the_rollback_dialog_puts_its_decide_bar_before_the_notice_on_a_phone():
@@ -360,8 +365,8 @@ def test_a_long_session_page_draws_the_newest_steps_and_says_how_many_of_all(tmp
     bundle = data.session_bundle.__wrapped__(url, "all-day")
     assert [r.n for r in bundle.steps] == list(range(75, 125))
     assert bundle.info.steps == 124 and bundle.info.status == "looping"
-    assert sv.steps_shown(50, 124).startswith(" Showing the newest 50 of 124 steps")
-    assert sv.steps_shown(124, 124) == ""
+    assert timeline_views.steps_shown(50, 124).startswith(" Showing the newest 50 of 124 steps")
+    assert timeline_views.steps_shown(124, 124) == ""
     at = page(url, "Timeline", sid="all-day")
     assert not at.exception
     assert "Showing the newest 50 of 124 steps" in texts(at.caption)

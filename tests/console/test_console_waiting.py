@@ -44,7 +44,7 @@ def page(store, sid: str, user: User = OPERATOR) -> AppTest:
         "olivia": {"role": "operator", "password_hash": HASH},
         "victor": {"role": "viewer", "password_hash": HASH}}}
     at.session_state[SESSION_KEY] = user
-    at.switch_page("screens/session.py")
+    at.switch_page("screens/session/session.py")
     at.query_params["session"] = sid
     at.query_params["tab"] = "Timeline"
     return at.run()
@@ -104,7 +104,7 @@ def test_a_watched_session_page_says_nothing_holds_it_and_offers_no_decision(tmp
     and offers neither Release nor Stop (nor a rollback), whoever looks."""
     from support.loop_steps import REPEAT, _record, _watched
 
-    from dashboard.views import session as session_views
+    from dashboard.views.session import header as header_views
 
     url = f"sqlite:///{tmp_path}/rewind.db"
     with Engine.open(url, freeze=None) as engine:
@@ -112,7 +112,7 @@ def test_a_watched_session_page_says_nothing_holds_it_and_offers_no_decision(tmp
     at = page(url, "otel-conv-1")
     assert not at.exception
     shown = "\n".join(str(e.value) for e in at.error)
-    assert session_views.WATCH_ONLY_LOOPING in shown and "Waiting for on-call" not in shown
+    assert header_views.WATCH_ONLY_LOOPING in shown and "Waiting for on-call" not in shown
     assert "nothing to release or stop" in "\n".join(str(i.value) for i in at.info)
     assert not [b for b in at.button
                 if b.key in ("open-release", "open-stop", "open-rollback", "open-notice")]

@@ -68,7 +68,7 @@ def labels(widgets) -> list[str]:
 
 # -- signing in ---------------------------------------------------------------------------------
 def test_sign_in_form_guards_every_page(store):
-    for page in (None, "screens/session.py", "screens/audit.py"):
+    for page in (None, "screens/session/session.py", "screens/audit.py"):
         at = app(store, user=None, page=page, query={"session": LOOPING})
         assert not at.exception
         assert labels(at.text_input) == ["Username", "Password"]
@@ -174,7 +174,7 @@ def test_fleet_can_pause_its_refresh(store):
 # -- session ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("tab", TABS)
 def test_session_deep_link_renders_every_tab(store, tab):
-    at = app(store, page="screens/session.py", query={"session": LOOPING, "tab": tab})
+    at = app(store, page="screens/session/session.py", query={"session": LOOPING, "tab": tab})
     assert not at.exception
     assert [t.value for t in at.title] == [views.plain(LOOPING)]
     assert labels(at.tabs) == TABS
@@ -199,20 +199,21 @@ def test_session_deep_link_renders_every_tab(store, tab):
 
 
 def test_memory_and_token_budget_tabs_draw_what_the_session_recorded(store):
-    at = app(store, page="screens/session.py", query={"session": AUTO_ROLLED_BACK,
-                                                      "tab": "Memory"})
+    at = app(store, page="screens/session/session.py", query={"session": AUTO_ROLLED_BACK,
+                                                              "tab": "Memory"})
     assert not at.exception
     assert len(at.get("plotly_chart")) == 1
     assert "The user wants a square crop of img-7.png" in set(at.dataframe[0].value["memory"])
-    at = app(store, page="screens/session.py", query={"session": AUTO_ROLLED_BACK,
-                                                      "tab": "Token budget"})
+    at = app(store, page="screens/session/session.py", query={"session": AUTO_ROLLED_BACK,
+                                                              "tab": "Token budget"})
     assert not at.exception
     assert len(at.get("plotly_chart")) == 2
     assert "Context of step 5" in texts(at.markdown)
 
 
 def test_operator_sees_the_actions_and_the_rollback_dialog_defaults_to_the_suggestion(store):
-    at = app(store, page="screens/session.py", query={"session": LOOPING, "tab": "Messages"})
+    at = app(store, page="screens/session/session.py",
+             query={"session": LOOPING, "tab": "Messages"})
     assert {"Roll back…", "Send notice…"} <= set(labels(at.button))
     at.button(key="open-rollback").click().run()
     assert not at.exception
@@ -227,7 +228,8 @@ def test_operator_sees_the_actions_and_the_rollback_dialog_defaults_to_the_sugge
 def test_the_rollback_dialog_stays_open_across_runs_until_cancelled(store):
     """A run of the page the operator did not ask for (the page's first runs finishing, a
     chart's first state) keeps the dialog and its reason; Cancel closes it for good."""
-    at = app(store, page="screens/session.py", query={"session": LOOPING, "tab": "Messages"})
+    at = app(store, page="screens/session/session.py",
+             query={"session": LOOPING, "tab": "Messages"})
     at.button(key="open-rollback").click().run()
     at.pills(key=f"rb-reason-{LOOPING}-preset").set_value(views.PRESET_REASONS[0]).run()
     at.run()  # not asked for through the dialog
@@ -241,7 +243,7 @@ def test_the_rollback_dialog_stays_open_across_runs_until_cancelled(store):
     assert Engine.open(store).get_session(LOOPING).info().rollbacks == 0
 
 def test_operator_opens_the_notice_dialog_with_the_locale_template(store):
-    at = app(store, page="screens/session.py",
+    at = app(store, page="screens/session/session.py",
              query={"session": AUTO_ROLLED_BACK, "tab": "Messages"})
     at.button(key="open-notice").click().run()
     assert not at.exception
@@ -251,7 +253,7 @@ def test_operator_opens_the_notice_dialog_with_the_locale_template(store):
 
 def test_viewer_finds_no_way_to_act(store):
     for tab in ("Why flagged", "Snapshot tree"):
-        at = app(store, user=VIEWER, page="screens/session.py",
+        at = app(store, user=VIEWER, page="screens/session/session.py",
                  query={"session": LOOPING, "tab": tab})
         assert not at.exception
         buttons = labels(at.button)
@@ -260,7 +262,7 @@ def test_viewer_finds_no_way_to_act(store):
 
 
 def test_session_page_without_id_lists_looping_sessions(store):
-    at = app(store, page="screens/session.py")
+    at = app(store, page="screens/session/session.py")
     assert not at.exception
     links = at.get("page_link")
     assert links and links[0].proto.query_string == f"session={LOOPING}"
@@ -268,7 +270,7 @@ def test_session_page_without_id_lists_looping_sessions(store):
 
 
 def test_unknown_session_says_so(store):
-    at = app(store, page="screens/session.py", query={"session": "no-such-session"})
+    at = app(store, page="screens/session/session.py", query={"session": "no-such-session"})
     assert not at.exception
     assert "no-such-session" in texts(at.error)
 
@@ -337,7 +339,8 @@ def test_fleet_charts_fit_the_loops_by_default(store):
 
 
 def test_session_header_says_since_when_and_how_bad(store):
-    at = app(store, page="screens/session.py", query={"session": LOOPING, "tab": "Messages"})
+    at = app(store, page="screens/session/session.py",
+             query={"session": LOOPING, "tab": "Messages"})
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Steps wasted"] == "6" and metrics["Side effects in the loop"] == "0"
@@ -345,7 +348,8 @@ def test_session_header_says_since_when_and_how_bad(store):
     at.button(key="open-audit").click().run()  # to the session's audit trail
     assert not at.exception and [t.value for t in at.title] == ["Audit"]
     assert at.text_input(key="audit-session").value == LOOPING
-    at = app(store, page="screens/session.py", query={"session": LOOPING, "tab": "Messages"})
+    at = app(store, page="screens/session/session.py",
+             query={"session": LOOPING, "tab": "Messages"})
     html = [h.proto.body for h in at.get("html")]
     user_side = [h for h in html if "rw-chat" in h]
     assert user_side and "Please refund order A-1" in user_side[0]
@@ -363,13 +367,13 @@ def test_the_header_stops_saying_the_session_waits_for_on_call_once_rolled_back(
         seed_looping(engine, "held-1")
         engine.session("held-1", meta={"hold": HOLD_LABEL})  # merged into its meta
     held = views.plain(HOLD_LABEL)  # as the caption writes it
-    at = app(url, page="screens/session.py", query={"session": "held-1"})
+    at = app(url, page="screens/session/session.py", query={"session": "held-1"})
     assert not at.exception and "Looping" in texts(at.error)
     assert f"**{held}**" in texts(at.caption)
     with Engine.open(url) as engine:
         engine.rollback("held-1", actor="olivia", reason="refund loop", notice=False)
     data.forget_session("held-1")  # as the rollback dialog does after rolling back
-    at = app(url, page="screens/session.py", query={"session": "held-1"})
+    at = app(url, page="screens/session/session.py", query={"session": "held-1"})
     assert not at.exception and "Rolled back." in texts(at.warning)
     header = texts(at.caption)
     assert "globex" in header  # the meta line is still there, without the hold
@@ -377,19 +381,19 @@ def test_the_header_stops_saying_the_session_waits_for_on_call_once_rolled_back(
 
 
 def test_roll_back_is_secondary_on_a_session_that_is_not_looping(store):
-    at = app(store, page="screens/session.py", query={"session": AUTO_ROLLED_BACK})
+    at = app(store, page="screens/session/session.py", query={"session": AUTO_ROLLED_BACK})
     button = at.button(key="open-rollback")
     assert button.label == "Roll back anyway…" and button.proto.type == "secondary"
     at.button(key="open-rollback").click().run()
     assert not at.exception
     assert "not looping" in texts(at.warning) and "notice" in texts(at.warning)
     assert at.button(key=f"rb-confirm-{AUTO_ROLLED_BACK}").disabled  # no reason yet
-    at = app(store, page="screens/session.py", query={"session": LOOPING})
+    at = app(store, page="screens/session/session.py", query={"session": LOOPING})
     assert at.button(key="open-rollback").proto.type == "primary"
 
 
 def test_the_rollback_confirm_waits_for_a_reason_and_offers_presets(store):
-    at = app(store, page="screens/session.py", query={"session": LOOPING})
+    at = app(store, page="screens/session/session.py", query={"session": LOOPING})
     at.button(key="open-rollback").click().run()
     assert at.button(key=f"rb-confirm-{LOOPING}").disabled
     presets = at.get("button_group")[0]
@@ -399,13 +403,13 @@ def test_the_rollback_confirm_waits_for_a_reason_and_offers_presets(store):
 
 
 def test_a_second_notice_needs_a_confirmation(store):
-    at = app(store, page="screens/session.py", query={"session": AUTO_ROLLED_BACK})
+    at = app(store, page="screens/session/session.py", query={"session": AUTO_ROLLED_BACK})
     at.button(key="open-notice").click().run()
     assert not at.exception
     assert "already got a notice" in texts(at.warning) and "rewind" in texts(at.warning)
     assert at.button(key=f"nt-send-{AUTO_ROLLED_BACK}").disabled
     assert labels(at.checkbox) == ["Send another notice anyway"]  # ticking it: browser test
-    at = app(store, page="screens/session.py", query={"session": LOOPING})
+    at = app(store, page="screens/session/session.py", query={"session": LOOPING})
     at.button(key="open-notice").click().run()
     assert "already got a notice" not in texts(at.warning)
     assert not at.button(key=f"nt-send-{LOOPING}").disabled
@@ -634,11 +638,11 @@ def hostile_store(tmp_path_factory):
 def test_hostile_text_never_renders_as_a_link_on_any_page(hostile_store):
     from support.fleet import HOSTILE_LOOPING, HOSTILE_ROLLED_BACK
 
-    pages = [app(hostile_store), app(hostile_store, page="screens/session.py"),
+    pages = [app(hostile_store), app(hostile_store, page="screens/session/session.py"),
              app(hostile_store, page="screens/audit.py")]
     for sid in (HOSTILE_LOOPING, HOSTILE_ROLLED_BACK):
         for tab in TABS:
-            pages.append(app(hostile_store, page="screens/session.py",
+            pages.append(app(hostile_store, page="screens/session/session.py",
                              query={"session": sid, "tab": tab}))
     for at in pages:
         assert not at.exception
@@ -657,17 +661,17 @@ def test_hostile_text_never_renders_as_a_link_in_dialogs_and_flashes(hostile_sto
     from dashboard.dialogs import FLASH_KEY
 
     query = {"session": HOSTILE_LOOPING, "tab": "Snapshot tree"}
-    at = app(hostile_store, page="screens/session.py", query=query)
+    at = app(hostile_store, page="screens/session/session.py", query=query)
     at.button(key="open-notice").click().run()
     assert not at.exception and links_rendered(at) == []
     assert "Send notice" in labels(at.button)
-    at = app(hostile_store, page="screens/session.py", query=query)
+    at = app(hostile_store, page="screens/session/session.py", query=query)
     oldest = at.selectbox(key="tree-node").options[-1]
     at.selectbox(key="tree-node").select(oldest).run()
     at.button(key="tree-rollback").click().run()  # the preview lists a hostile compensation
     assert not at.exception and links_rendered(at) == []
     assert "Compensations that will be queued (1):" in texts(at.markdown)
-    at = app(hostile_store, page="screens/session.py", query=query)
+    at = app(hostile_store, page="screens/session/session.py", query=query)
     at.session_state[FLASH_KEY] = ("success", f"Rolled back to snap-1; {EVIL_TEXT}")
     at.run()
     assert "Rolled back to" in texts(at.success)
@@ -681,15 +685,15 @@ def test_the_session_page_takes_the_id_exactly_as_given(hostile_store):
     with Engine.open(hostile_store) as engine:
         engine.session("sess-1", meta={"tenant": "plain-one"})
         engine.session("sess-1 ", meta={"tenant": "trailing-space"})
-    at = app(hostile_store, page="screens/session.py", query={"session": "sess-1 "})
+    at = app(hostile_store, page="screens/session/session.py", query={"session": "sess-1 "})
     assert not at.exception and not at.error
     assert "trailing\\-space" in texts(at.caption) and "plain\\-one" not in texts(at.caption)
     assert "`'sess-1 '`" in texts(at.caption)  # the exact id, quoted, so the space shows
     assert at.text_input(key="session").value == "sess-1 "
-    at = app(hostile_store, page="screens/session.py", query={"session": "refund-42 "})
+    at = app(hostile_store, page="screens/session/session.py", query={"session": "refund-42 "})
     assert not at.exception
     assert "No session `'refund-42 '`" in texts(at.error)
-    at = app(hostile_store, page="screens/session.py", query={"session": "sess-1"})
+    at = app(hostile_store, page="screens/session/session.py", query={"session": "sess-1"})
     assert "plain\\-one" in texts(at.caption) and "`'sess-1" not in texts(at.caption)
 
 

@@ -69,14 +69,14 @@ def test_the_page_of_a_watched_loop_says_nothing_holds_it(engine, rules):
 def test_the_console_says_a_watched_loop_cannot_be_held(engine):
     from dashboard.views import fleet as fleet_views
     from dashboard.views import incidents as incident_views
-    from dashboard.views import session as session_views
+    from dashboard.views.session import header as header_views
 
     _watched_loop(engine)
     frame = fleet_views.sessions_frame(engine.sessions())
     [item] = fleet_views.needs_you(frame[frame["status"] == "looping"], [], now=2e9)
     assert fleet_views.WATCH_ONLY_NEEDS in item.text and fleet_views.WAITING not in item.text
-    assert "nothing to release or stop" in session_views.WATCH_ONLY_NOTE
-    assert "does not wait for on-call" in session_views.WATCH_ONLY_LOOPING
+    assert "nothing to release or stop" in header_views.WATCH_ONLY_NOTE
+    assert "does not wait for on-call" in header_views.WATCH_ONLY_LOOPING
     [inc] = engine.incidents()
     infos = {sid: engine.session_info(sid) for sid in inc.sessions}
     assert incident_views.watch_only_count(infos) == 1

@@ -9,7 +9,7 @@ import re
 import pytest
 from support.keep_stepping import keep_stepping  # noqa: F401 - used by the marker
 
-from dashboard.views import why_flagged as why
+from dashboard.views.session import why_flagged as why
 from engine.cli.parser import main
 from engine.fleet.queries import session_history
 from engine.loops.replay import why_flagged

@@ -10,7 +10,7 @@ from support.paths import ROOT
 
 from dashboard.signin.access import SESSION_KEY, User
 from dashboard.signin.passwords import hash_password
-from dashboard.views import why_flagged as why
+from dashboard.views.session import why_flagged as why
 from engine import Engine, LoopDetected
 from engine.fleet.queries import session_history
 from engine.loops.replay import first_flag, smallest_change
@@ -112,7 +112,7 @@ def session_page(tmp_path, tab: str | None = None) -> AppTest:
     at.secrets["rewind"] = {"store": f"sqlite:///{tmp_path}/rewind.db", "users": {
         "olivia": {"role": "operator", "password_hash": hash_password("pw")}}}
     at.session_state[SESSION_KEY] = User("olivia", "operator", "local")
-    at.switch_page("screens/session.py")
+    at.switch_page("screens/session/session.py")
     at.query_params["session"] = SID
     if tab is not None:
         at.query_params["tab"] = tab

@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 from support.keep_stepping import keep_stepping  # noqa: F401 - used by the marker
 
-from dashboard.views.session import timeline_frame
+from dashboard.views.session.timeline import timeline_frame
 from engine import StepRecord
 from engine.fleet.queries import session_history
 from engine.loops.replay import first_flag, step_of, why_flagged

@@ -1,7 +1,9 @@
-"""View model of "Why flagged": the engine's answer (`Engine.fleet.why_flagged`: the flagged step,
-what each loop rule saw of the session run alone, the smallest change of one detector setting that
-would not have flagged it) in on-call's words, and the `rewind replay --set` line that tries the
-change on the whole fleet (pure, no Streamlit, no I/O).
+"""View model of the session page's "Why flagged" tab: the evidence steps the verdict rests on and
+the argument differences between near-duplicates; the engine's answer (`Engine.fleet.why_flagged`:
+the flagged step, what each loop rule saw of the session run alone, the smallest change of one
+detector setting that would not have flagged it) in on-call's words, with the `rewind replay
+--set` line that tries the change on the whole fleet; and, for a stop by the hard step budget,
+which task used it (pure, no Streamlit, no I/O).
 
 The engine does the replays and the search; this module only words them.
 """
@@ -12,7 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine import RuleReading, WhyFlagged
+import pandas as pd
+
+from dashboard.views.common import short_json
+from engine import MessageRecord, RuleReading, StepRecord, StoredVerdict, WhyFlagged
 
 READING_COLUMNS = ["rule", "at this step", "looks for", "settings"]
 
@@ -146,8 +151,8 @@ def _quoted(content: Any) -> str:
     return text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 1].rstrip() + "…"
 
 
-def budget_task(verdict: Mapping[str, Any] | None, steps: Sequence[Any],
-                messages: Sequence[Any]) -> BudgetTask | None:
+def budget_task(verdict: StoredVerdict | None, steps: Sequence[StepRecord],
+                messages: Sequence[MessageRecord]) -> BudgetTask | None:
     """Which task used the budget, for a ``step_budget`` verdict (None for any other): its first
     step is where the verdict's evidence starts; it began with the newest user message written
     after the step before it and by its own start (every branch: the detector saw them all), else
@@ -190,3 +195,67 @@ def budget_sentence(task: BudgetTask) -> str:
     return (f"The task that began at step {task.first_step}, {began}, used {used}{budget} "
             f"({span}). The budget starts again with every new task: a long session is not "
             "stopped for being long.")
+
+
+# -- the evidence: the steps the verdict rests on -------------------------------------------
+def step_list(steps: Sequence[int], limit: int = 12) -> str:
+    """Step numbers for people, runs joined: "4–9, 12" (the first `limit` runs, then "…")."""
+    runs: list[list[int]] = []
+    for n in sorted(set(steps)):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    text = [f"{a}" if a == b else f"{a}–{b}" for a, b in runs[:limit]]
+    return ", ".join(text) + (", …" if len(runs) > limit else "")
+
+
+def evidence_frame(steps: Sequence[StepRecord], verdict: StoredVerdict | None) -> pd.DataFrame:
+    """The verdict's evidence steps with tool, args, outcome and error."""
+    wanted = set(verdict["evidence_steps"]) if verdict else set()
+    rows = [{"step": s.n, "tool": s.tool or "agent turn", "args": short_json(s.args, 400),
+             "status": s.status, "error": s.error, "line": "live" if s.on_live_line else
+             f"abandoned ({s.branch})"} for s in steps if s.n in wanted]
+    return pd.DataFrame(rows, columns=["step", "tool", "args", "status", "error", "line"])
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out or {prefix or "(args)": {}}
+    if isinstance(value, list):
+        out = {}
+        for i, v in enumerate(value):
+            out.update(_flatten(v, f"{prefix}[{i}]"))
+        return out or {prefix or "(args)": []}
+    return {prefix or "(args)": value}
+
+
+def arg_diffs(steps: Sequence[StepRecord]) -> pd.DataFrame:
+    """Argument paths whose values differ between the given steps, one column per step.
+
+    Empty when every step has the same arguments (an exact repeat).
+    """
+    flat = {s.n: _flatten(s.args) for s in steps}
+    paths = sorted({p for f in flat.values() for p in f})
+    missing = object()
+    rows = []
+    for path in paths:
+        values = [flat[n].get(path, missing) for n in flat]
+        if len({short_json(v) if v is not missing else "∅" for v in values}) > 1:
+            row = {"argument": path}
+            for n, v in zip(flat, values, strict=True):
+                row[f"step {n}"] = "—" if v is missing else short_json(v, 80)
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["argument", *[f"step {n}" for n in flat]])
+
+
+def near_duplicate_groups(steps: Sequence[StepRecord]) -> list[list[StepRecord]]:
+    """Evidence steps grouped by tool where the arguments are not all identical."""
+    by_tool: dict[str | None, list[StepRecord]] = {}
+    for s in steps:
+        by_tool.setdefault(s.tool, []).append(s)
+    return [group for group in by_tool.values()
+            if len(group) > 1 and len({s.fingerprint for s in group}) > 1]
