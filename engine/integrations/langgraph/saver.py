@@ -122,9 +122,12 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         self._lists: OrderedDict[tuple[str, str, str], codec.ListState] = OrderedDict()
         self._last: OrderedDict[tuple[str, str], dict] = OrderedDict()
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._blobs: OrderedDict[tuple[str, str], bytes] = OrderedDict()
-        """(session, blob key) -> a stored value that is not a list, as stored (bytes, decoded
-        anew at every read): a version's value never changes, so a warm read need not fetch it."""
+        self._blobs: OrderedDict[tuple[str, str, str], tuple[str, dict]] = OrderedDict()
+        """(session, namespace, channel) -> (version, its document as `codec.load` reads it):
+        the last version of a channel that is not a list this saver wrote or read (its value
+        serialized, decoded anew at every read; or the mark of a channel emptied). A version's
+        value never changes, so a warm read need not fetch it; one entry per channel, like
+        `_lists`, so many threads do not push each other's out."""
         self._seen_changed = threading.Condition(self._lock)
 
     def wait_for_checkpoint(self, thread_id: Any, checkpoint_id: str, timeout: float) -> bool:
@@ -170,21 +173,40 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         sid = session_id(thread_id)
         ns = conf.get("checkpoint_ns") or ""
         checkpoint_id = get_checkpoint_id(config)
+        writes: builtins.list[dict] | None = None
         if checkpoint_id:
-            key = layout.checkpoint_key(ns, checkpoint_id)
-            rec = self.engine.documents.get(sid, layout.DOCS, [key]).get(key)
-        else:
-            info = self.engine.session_info(sid) if ns == "" else None
-            if ns == "" and info is None:
+            rec, writes = self._with_writes(sid, ns, checkpoint_id)
+        elif ns == "":
+            # The thread's summary and its head pointer in one read, then the head's record
+            # and its pending writes in another: a warm read is two statements on SQLite.
+            info, pointers = self.engine.documents.session_values(sid, layout.HEAD)
+            if info is None:
                 return None
+            head = pointers.get(layout.ROOT)
+            rec, writes = self._with_writes(sid, ns, head) if head else (None, None)
+            if rec is None:  # no head yet, or its record is gone: the newest live one
+                rec, writes = self._latest(sid, ns), None
+            delivered = self._deliver_notices(sid, thread_id, rec, info, pointers)
+            if delivered is not rec:
+                rec, writes = delivered, None
+        else:
             rec = self._latest(sid, ns)
-            if info is not None:
-                rec = self._deliver_notices(sid, thread_id, rec, info)
         if rec is None:
             return None
         with self._lock:
             self._remember(self._seen, (sid, rec["id"]), None)
-        return self._tuple(sid, thread_id, rec, {}, remember=True)
+        return self._tuple(sid, thread_id, rec, {}, remember=True, writes=writes)
+
+    def _with_writes(self, sid: str, ns: str, checkpoint_id: str
+                     ) -> tuple[dict | None, builtins.list[dict] | None]:
+        """Checkpoint `checkpoint_id`'s record and its pending writes, in one read."""
+        key = layout.checkpoint_key(ns, checkpoint_id)
+        prefix = layout.write_prefix(ns, checkpoint_id)
+        found = self.engine.documents.get(sid, layout.DOCS, [key], prefix=prefix)
+        rec = found.get(key)
+        if rec is None:
+            return None, None
+        return rec, [doc for k, doc in found.items() if k.startswith(prefix)]
 
     def list(
         self,
@@ -490,7 +512,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         parent_chains = (parent.get("lists") or {}) if parent else {}
         values = checkpoint["channel_values"]
         docs: dict[str, Any] = {}
-        raws: dict[str, bytes] = {}
+        raws: dict[str, tuple[str, dict]] = {}
         lists: dict[str, codec.ListState] = {}
         appended = None  # messages this checkpoint adds to its parent's, for the mirror
         max_bytes = self.engine.limits.document_bytes // 2
@@ -498,11 +520,13 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             key = layout.blob_key(ns, channel, version)
             if channel not in values:
                 docs[key] = {"empty": True}
+                raws[channel] = (str(version), docs[key])
                 continue
             value = values[channel]
             if not isinstance(value, list):
-                docs[key] = codec.raw_value(tuple(self.serde.dumps_typed(value)))
-                raws[key] = docs[key]
+                serialized = tuple(self.serde.dumps_typed(value))
+                docs[key] = codec.raw_value(serialized)
+                raws[channel] = (str(version), {"raw_value": serialized})
                 continue
             before = parent_versions.get(channel)
             base = None
@@ -538,7 +562,12 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         key = layout.checkpoint_key(ns, checkpoint_id)
         docs[key] = rec
         if ns == "" and not rec["late"]:
-            # mirrored messages, head pointer, snapshot and documents: one atomic write
+            # mirrored messages, head pointer, snapshot and documents: one atomic write. A
+            # thread this saver does not know yet is created by it (one transaction for its
+            # first checkpoint); a known one deleted meanwhile fails the write, and `put` then
+            # creates it again and retries.
+            with self._lock:
+                known = sid in self._ensured
             chat: builtins.list[dict] = []
             if appended and (parent_id == head or (parent_id is None and head is None)):
                 chat = [c for c in (to_chat(m) for m in appended if not is_notice(m)) if c]
@@ -548,7 +577,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 sid, messages=chat, values={layout.HEAD: {layout.ROOT: checkpoint_id}},
                 snapshot=cut_text(label, self.engine.limits.name_chars),
                 documents={layout.DOCS: docs}, stamp=(layout.DOCS, key),
-                retention=self.retention, create=_THREAD_META)
+                retention=self.retention, create=None if known else _THREAD_META)
             assert node is not None
             rec.update(snap=node.id, msgs=node.messages, epoch=epoch)
             with self._lock:
@@ -559,8 +588,8 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         with self._seen_changed:
             for channel, state in lists.items():
                 self._remember(self._lists, (sid, ns, channel), state)
-            for blob_key, raw in raws.items():
-                self._remember(self._blobs, (sid, blob_key), raw)
+            for channel, raw in raws.items():
+                self._remember(self._blobs, (sid, ns, channel), raw)
             self._remember(self._last, (sid, ns), rec)
             self._remember(self._seen, (sid, checkpoint_id), None)
             self._seen_changed.notify_all()
@@ -579,18 +608,19 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         return True
 
     def _deliver_notices(self, sid: str, thread_id: Any, rec: dict | None,
-                         info: Any) -> dict | None:
+                         info: Any, pointers: dict) -> dict | None:
         """Hand notices appended to the session after `rec` to the graph (see module doc).
 
         `rec` is the live checkpoint's record; None when the guard rolled back a run of a thread
         without any stored checkpoint before it (``durability="exit"``): the notices then start
-        the thread's first checkpoint. `info` is the session's summary.
+        the thread's first checkpoint. `info` is the session's summary, `pointers` its values
+        of `layout.HEAD` (read together).
         """
         channel = self.messages_channel
         if channel is None:
             return rec
         if rec is None:
-            fence = self.engine.documents.values(sid, layout.HEAD).get(layout.FENCE)
+            fence = pointers.get(layout.FENCE)
             if not fence or fence.get("base") is not None:
                 return None
             seen = 0
@@ -635,15 +665,10 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         return self.engine.documents.values(sid, layout.HEAD).get(layout.ROOT)
 
     def _latest(self, sid: str, ns: str) -> dict | None:
-        if ns == "":
-            head = self._head(sid)
-            if head:
-                # Read, not remembered: a thread held for on-call and resumed after the
-                # operator's decision must see the head's record as the store has it now.
-                key = layout.checkpoint_key("", head)
-                rec = self.engine.documents.get(sid, layout.DOCS, [key]).get(key)
-                if rec is not None:
-                    return rec
+        """The newest live checkpoint record of namespace `ns` (a scan: the root namespace's
+        head is read before, by `get_tuple`; read, not remembered: a thread held for on-call and
+        resumed after the operator's decision must see the head's record as the store has it
+        now)."""
         recs = list(self.engine.documents.scan(sid, layout.DOCS,
                                                layout.checkpoint_prefix(ns)).values())
         live = [r for r in recs if not r.get("late")]
@@ -700,20 +725,45 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 "were damaged"
             ) from exc
 
+    def _held_values(self, sid: str, ns: str, versions: dict) -> dict | None:
+        """The channel values at `versions` decoded from what this saver holds (`_lists`,
+        `_blobs`), without a store read; None when one of them is not held (a warm read of the
+        latest checkpoint, the common case, takes this path)."""
+        held: builtins.list[tuple[str, Any, Any]] = []
+        with self._lock:
+            for channel, version in versions.items():
+                version = str(version)
+                listed = self._lists.get((sid, ns, channel))
+                if listed is not None and listed.version == version:
+                    held.append((channel, listed.encodings, None))
+                    continue
+                raw = self._blobs.get((sid, ns, channel))
+                if raw is None or raw[0] != version:
+                    return None
+                if not raw[1].get("empty"):
+                    held.append((channel, None, raw[1]))
+        return {channel: codec.decode_list(self.serde, encodings) if encodings is not None
+                else codec.value_of(self.serde, doc)
+                for channel, encodings, doc in held}
+
     def _values(self, sid: str, ns: str, versions: dict, chains: dict, scans: dict,
                 remember: bool) -> dict:
         """The channel values at `versions`: one store read for every document they need
         (each list's skip-delta chain included, `chains` from the record), unless `scans`
         already holds a whole channel (`list` reading many checkpoints)."""
+        held = self._held_values(sid, ns, versions)
+        if held is not None:
+            return held
         keys = {ch: layout.blob_key(ns, ch, v) for ch, v in versions.items()}
         cached_docs: dict[str, Any] = {}
         with self._lock:
             for channel, key in keys.items():
-                raw = self._blobs.get((sid, key))
+                version = str(versions[channel])
+                raw = self._blobs.get((sid, ns, channel))
                 listed = self._lists.get((sid, ns, channel))
-                if raw is not None:
-                    cached_docs[key] = raw
-                elif listed is not None and listed.version == str(versions[channel]):
+                if raw is not None and raw[0] == version:
+                    cached_docs[key] = raw[1]
+                elif listed is not None and listed.version == version:
                     cached_docs[key] = _CACHED_LIST
         wanted = set(keys.values()) - cached_docs.keys()
         usable: dict[str, codec.Chain] = {}
@@ -730,9 +780,12 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         found = self.engine.documents.get(sid, layout.DOCS, sorted(wanted)) if wanted else {}
         if remember:
             with self._lock:
-                for key, doc in found.items():
-                    if isinstance(doc, bytes) and key in keys.values() and codec.is_value_doc(doc):
-                        self._remember(self._blobs, (sid, key), doc)
+                for channel, key in keys.items():
+                    doc = found.get(key)
+                    if (isinstance(doc, bytes) and codec.is_value_doc(doc)) or (
+                            isinstance(doc, dict) and doc.get("empty")):
+                        self._remember(self._blobs, (sid, ns, channel),
+                                       (str(versions[channel]), codec.load(doc)))
         docs = codec.load_all({**found, **cached_docs})
         values = {}
         for channel, key in keys.items():
@@ -761,15 +814,16 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         return values
 
     def _tuple(self, sid: str, thread_id: Any, rec: dict, scans: dict,
-               remember: bool) -> CheckpointTuple:
+               remember: bool, writes: builtins.list[dict] | None = None) -> CheckpointTuple:
+        """The tuple of record `rec`; `writes` its pending writes when read with it (else they
+        are read here)."""
         ns, checkpoint_id = rec["ns"], rec["id"]
         values = self._values(sid, ns, rec["cp"].get("channel_versions", {}),
                               rec.get("lists") or {}, scans, remember)
-        writes = sorted(
-            self.engine.documents.scan(sid, layout.DOCS,
-                                       layout.write_prefix(ns, checkpoint_id)).values(),
-            key=lambda w: writes_sort_key(w["path"], w["task"], w["idx"]),
-        )
+        if writes is None:
+            writes = list(self.engine.documents.scan(
+                sid, layout.DOCS, layout.write_prefix(ns, checkpoint_id)).values())
+        writes = sorted(writes, key=lambda w: writes_sort_key(w["path"], w["task"], w["idx"]))
         parent = rec.get("parent")
         return CheckpointTuple(
             config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,

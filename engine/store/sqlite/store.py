@@ -153,6 +153,13 @@ _EVIDENCE = (
 by an earlier session of the same id do not count)."""
 
 
+_SESSION_VALUES = (
+    f"SELECT {SESSION_COLS}, kv.key AS kv_key, kv.value AS kv_value FROM sessions "
+    "LEFT JOIN kv ON kv.session = sessions.id AND kv.ns = ? WHERE sessions.id = ?"
+)
+"""`SQLiteStore.get_session_values`: a session's row with its values of one namespace."""
+
+
 def _session_where(where: SessionFilter) -> tuple[str, list[object]]:
     # The facets are columns of their own (kept with the meta), so each filter is one index.
     return rows_where(
@@ -379,6 +386,15 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
         """Current values of namespace `ns` on the live line."""
         rows = self._read("SELECT key, value FROM kv WHERE session = ? AND ns = ?", (sid, ns))
         return {k: json.loads(v) for k, v in rows}
+
+    def get_session_values(self, sid: str, ns: str) -> tuple[SessionInfo | None, dict[str, Any]]:
+        """The session summary and the current values of namespace `ns`: one statement (the
+        session's row, joined with its values, one row per key)."""
+        rows = self._named(_SESSION_VALUES, (ns, sid))
+        if not rows:
+            return None, {}
+        return to_session(rows[0]), {r["kv_key"]: json.loads(r["kv_value"]) for r in rows
+                                     if r["kv_key"] is not None}
 
     def live_messages(self, sid: str, *, since: int = 0,
                       until: int | None = None) -> list[dict[str, Any]]:
