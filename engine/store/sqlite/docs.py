@@ -37,15 +37,14 @@ class DocumentRows:
         """The documents among `keys` that exist, and with `prefix` every document under it:
         one statement (the prefix's range beside the first 500 keys)."""
         out: dict[str, Any] = {}
-        scan = prefix is not None
-        for i in range(0, max(len(keys), 1 if scan else 0), 500):  # SQLite's parameter limit
+        span = None if prefix is None else [sid, ns, prefix, prefix + "\U0010ffff"]
+        for i in range(0, max(len(keys), 1 if span else 0), 500):  # SQLite's parameter limit
             chunk = keys[i : i + 500]
             params: list[Any] = [sid, ns, *chunk] if chunk else []
-            if scan:
-                params = [sid, ns, prefix, prefix + "\U0010ffff", *params]
-            out.update((k, _doc_value(v)) for k, v in self._db.read(_doc_get_sql(len(chunk), scan),
-                                                                      params))
-            scan = False
+            sql = _doc_get_sql(len(chunk), span is not None)
+            if span is not None:
+                params, span = span + params, None
+            out.update((k, _doc_value(v)) for k, v in self._db.read(sql, params))
         return out
 
     def doc_scan(self, sid: str, ns: str, prefix: str = "", *, below: str | None = None,
