@@ -85,6 +85,9 @@ _THREAD_META = {layout.META_KEY: layout.META_VALUE}
 
 __all__ = ["ACTOR", "RewindSaver", "healthy_checkpoint", "session_id"]
 
+_JSON = json.JSONEncoder()
+"""Encodes metadata to see whether it comes back from JSON as it is (built once)."""
+
 _PLAIN_FIELDS = ("v", "ts", "channel_versions", "versions_seen", "updated_channels")
 """Checkpoint fields stored as plain JSON; the id is the record's, other fields are serialized."""
 
@@ -854,7 +857,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
 
     def _dump_meta(self, meta: Mapping[str, Any]) -> dict:
         try:
-            if json.loads(json.dumps(meta)) == meta:
+            if json.loads(_JSON.encode(meta)) == meta:
                 return {"json": meta}
         except (TypeError, ValueError):
             pass
