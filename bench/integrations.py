@@ -336,7 +336,7 @@ def bench_savers(tmp: str, repeat: int, synchronous: str = "NORMAL"
         lg = _bench_langgraph_module()
     except ImportError:
         return None
-    return [lg.row(lg.compare(tmp, n, repeat, synchronous)) for n in lg.SIZES]
+    return [lg.row(lg.compare(tmp, n, repeat, synchronous)) for n in lg.SIZES]  # timings
 
 
 def print_table(headers: list[str], rows: list[list[str]]) -> None:

@@ -13,7 +13,10 @@ two sides (which one goes first alternates too), so both see the same machine lo
   from its first checkpoint; a long thread over its last 10 puts);
 - ``warm read``: ``get_tuple`` of a thread's latest checkpoint on the savers in use;
 - ``open+read``: ``Engine.open`` + a new RewindSaver vs ``sqlite3.connect`` + a new SqliteSaver,
-  then ``get_tuple`` of the latest checkpoint, then closing;
+  then ``get_tuple`` of the latest checkpoint, then closing, as a service that opens per request
+  runs it: a closed engine leaves its connection idle for the next open of the file in the
+  process (engine/store/sqlite/tx.py), so Rewind's open takes it; ``first open`` is the same
+  with no idle connection (the first request of a process), SqliteSaver's side unchanged;
 - ``stored``: bytes a thread's checkpoints take (RewindSaver: its documents, key and value;
   SqliteSaver: its checkpoint and write rows), and ``file``: the SQLite file per thread after a
   WAL checkpoint (Rewind's file also holds the session: its snapshots, the mirrored
@@ -52,6 +55,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
 
 from engine import Engine  # noqa: E402
 from engine.integrations.langgraph import RewindSaver  # noqa: E402
+from engine.store.sqlite.tx import IDLE  # noqa: E402
 
 SIZES = (10, 100, 1_000)
 """Checkpoints per thread at which the savers are compared."""
@@ -197,6 +201,14 @@ def compare(tmp: str, n: int, repeat: int, synchronous: str = "NORMAL") -> dict[
         with Engine.open(rw_url) as fresh:
             assert RewindSaver(fresh).get_tuple(config("rw")) is not None
 
+    def first_rw() -> None:
+        IDLE.close_all()
+        t0 = time.perf_counter()
+        fresh_rw()
+        first_times.append(time.perf_counter() - t0)
+
+    first_times: list[float] = []
+
     def fresh_sq() -> None:
         conn = connect()
         assert SqliteSaver(conn).get_tuple(config("sq")) is not None
@@ -205,6 +217,7 @@ def compare(tmp: str, n: int, repeat: int, synchronous: str = "NORMAL") -> dict[
     warm = interleaved(lambda: rw.get_tuple(config("rw")), lambda: sq.get_tuple(config("sq")),
                        repeat)
     fresh = interleaved(fresh_rw, fresh_sq, repeat)
+    first = interleaved(first_rw, fresh_sq, repeat)  # timed inside: not the close_all
     engine.close()
     sq.conn.close()
     stored = stored_bytes(rw_file, lg_file)
@@ -212,28 +225,39 @@ def compare(tmp: str, n: int, repeat: int, synchronous: str = "NORMAL") -> dict[
     us = lambda xs: statistics.median(xs) * 1e6  # noqa: E731
     return {"n": n, "threads": len(threads),
             "put": (us(rw_puts), us(sq_puts)), "warm": (us(warm[0]), us(warm[1])),
-            "fresh": (us(fresh[0]), us(fresh[1])),
+            "fresh": (us(fresh[0]), us(fresh[1])), "first": (us(first_times), us(first[1])),
             "stored": (stored[0] / len(threads), stored[1] / len(threads)),
             "file": (files[0] / len(threads), files[1] / len(threads))}
 
 
 HEADERS = ["checkpoints", "threads", "put rw", "put lg", "ratio", "warm read rw", "warm read lg",
-           "ratio", "open+read rw", "open+read lg", "ratio", "stored rw", "stored lg", "ratio",
-           "file rw", "file lg", "ratio"]
+           "ratio", "open+read rw", "open+read lg", "ratio", "first open rw", "lg", "ratio"]
+"""The timings table (`row`)."""
+
+BYTES_HEADERS = ["checkpoints", "stored rw", "stored lg", "ratio", "file rw", "file lg", "ratio"]
+"""The bytes table (`bytes_row`), per thread."""
+
+
+def _pair(r: dict[str, Any], key: str, fmt: Callable[[float], str]) -> list[str]:
+    a, b = r[key]
+    return [fmt(a), fmt(b), f"{a / b:.2f}x" if b else "-"]
 
 
 def row(r: dict[str, Any]) -> list[str]:
-    """One line of the table for `compare`'s result."""
-    def pair(key: str, fmt: Callable[[float], str]) -> list[str]:
-        a, b = r[key]
-        return [fmt(a), fmt(b), f"{a / b:.2f}x" if b else "-"]
+    """The timings of `compare`'s result, a line of the `HEADERS` table."""
+    def us(x: float) -> str:
+        return f"{x:,.0f}"
 
+    return [f"{r['n']:,}", str(r["threads"]), *_pair(r, "put", us), *_pair(r, "warm", us),
+            *_pair(r, "fresh", us), *_pair(r, "first", us)]
+
+
+def bytes_row(r: dict[str, Any]) -> list[str]:
+    """The bytes of `compare`'s result, a line of the `BYTES_HEADERS` table."""
     def kb(x: float) -> str:
         return f"{x / 1e3:,.1f} kB"
 
-    return [f"{r['n']:,}", str(r["threads"]),
-            *pair("put", lambda x: f"{x:,.0f}"), *pair("warm", lambda x: f"{x:,.0f}"),
-            *pair("fresh", lambda x: f"{x:,.0f}"), *pair("stored", kb), *pair("file", kb)]
+    return [f"{r['n']:,}", *_pair(r, "stored", kb), *_pair(r, "file", kb)]
 
 
 def print_table(headers: list[str], rows: list[list[str]]) -> None:
@@ -255,10 +279,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nRewindSaver (rw) vs LangGraph's SqliteSaver (lg): both WAL + synchronous="
           f"{args.synchronous}, SqliteSaver on one reused connection, calls alternating; µs "
           f"(medians; put over {PUTS_PER_SIZE} puts a size, the last {LONG_TAIL} of a long "
-          f"thread; reads {args.repeat} each); stored and file per thread. Ratio: rw / lg.")
+          f"thread; reads {args.repeat} each). Ratio: rw / lg.")
     with tempfile.TemporaryDirectory(prefix="rewind-bench-lg-") as tmp:
-        rows = [row(compare(tmp, n, args.repeat, args.synchronous)) for n in sizes]
-    print_table(HEADERS, rows)
+        results = [compare(tmp, n, args.repeat, args.synchronous) for n in sizes]
+    print_table(HEADERS, [row(r) for r in results])
+    print("\nBytes per thread: stored (the checkpoints' documents; SqliteSaver's rows) and the "
+          "SQLite file after a WAL checkpoint (Rewind's also holds the session).")
+    print_table(BYTES_HEADERS, [bytes_row(r) for r in results])
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -245,9 +245,14 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         before_id = get_checkpoint_id(before) if before else None
         for thread_id in threads:
             sid = session_id(thread_id)
-            if ns_filter is not None and limit is not None and not id_filter:
-                recs: Iterator[dict] = self._newest(sid, ns_filter, before_id,
-                                                    limit if not filter else max(limit, 20))
+            recs: Iterator[dict]
+            if id_filter and ns_filter is not None:  # one checkpoint: one read
+                key = layout.checkpoint_key(ns_filter, id_filter)
+                recs = iter(self.engine.documents.get(sid, layout.DOCS, [key]).values())
+            elif limit is not None and not id_filter:
+                page = limit if not filter else max(limit, 20)
+                recs = (self._newest(sid, ns_filter, before_id, page) if ns_filter is not None
+                        else self._newest_everywhere(sid, before_id, limit, filter, page))
             else:
                 every = list(self.engine.documents.scan(
                     sid, layout.DOCS, layout.checkpoint_prefix(ns_filter)).values())
@@ -268,6 +273,38 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                     limit -= 1
                     if limit <= 0:
                         return
+
+    def _newest_everywhere(self, sid: str, before_id: str | None, limit: int,
+                           filter: dict[str, Any] | None, page: int) -> Iterator[dict]:
+        """The newest `limit` checkpoint records of the thread across its namespaces (below
+        `before_id`, matching `filter`), newest first, in the order a scan of them all sorted
+        by id gives: each namespace's newest are read a page at a time (`_newest`), and the
+        next namespace is found below the last one's keys (a namespace's keys are one range:
+        its encoded name holds no ``/``), so a thread is read by what it returns, namespace by
+        namespace, not whole."""
+        found: builtins.list[builtins.list[dict]] = []
+        below = None
+        while True:
+            last = self.engine.documents.scan(sid, layout.DOCS, layout.checkpoint_prefix(),
+                                              below=below, last=1)
+            if not last:
+                break
+            ns = next(iter(last.values()))["ns"]
+            mine: builtins.list[dict] = []
+            for rec in self._newest(sid, ns, before_id, page):
+                if filter:
+                    meta = self._load_meta(rec["meta"])
+                    if not all(meta.get(k) == v for k, v in filter.items()):
+                        continue
+                mine.append(rec)
+                if len(mine) >= limit:
+                    break
+            found.append(mine)
+            below = layout.checkpoint_prefix(ns)
+        # key order (namespaces, then ids, ascending), then by id: what the whole scan gave
+        every = [rec for mine in reversed(found) for rec in reversed(mine)]
+        every.sort(key=lambda r: r["id"], reverse=True)
+        return iter(every)
 
     def _newest(self, sid: str, ns: str, before_id: str | None, page: int) -> Iterator[dict]:
         """The namespace's checkpoint records newest first (below `before_id`), read a page of
