@@ -190,7 +190,8 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
     """
 
     def __init__(self, url: str, *, create: bool = True):
-        if urlparse(url).username is not None or urlparse(url).password is not None:
+        parsed = urlparse(url)  # once: an engine opened per request opens its store each time
+        if parsed.username is not None or parsed.password is not None:
             # A SQLite file takes no credentials: refuse the URL instead of creating a folder
             # named after them, and never repeat the password.
             raise ValueError(f"{redact(url)}: a SQLite URL takes no user or password; use "
@@ -206,7 +207,7 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
                 "exist. Check --store or $REWIND_STORE, or run the command from the folder "
                 "that holds .rewind/"
             )
-        options = {k: v[-1] for k, v in parse_qs(urlparse(url).query).items()}
+        options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
         synchronous = options.get("synchronous", "NORMAL").upper()
         self.url = url
         """The store's URL (a SQLite URL carries no password)."""
