@@ -116,6 +116,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         if keep_checkpoints < 1:
             raise ValueError("keep_checkpoints must be at least 1")
         self.engine = engine
+        self._docs = engine.documents  # the engine hands out a new handle at every access
         self.messages_channel = messages_channel
         self.retention = Retention(keep_snapshots=keep_checkpoints,
                                    keep_step_snapshots=engine.config.retention.keep_step_snapshots)
@@ -152,7 +153,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                                                max(0.0, min(0.05, deadline - time.monotonic()))):
                     return True
             # stored by another saver, or forgotten by this one's bounded memory
-            if self.engine.documents.get(key[0], layout.DOCS, [ckey]):
+            if self._docs.get(key[0], layout.DOCS, [ckey]):
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -182,7 +183,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         elif ns == "":
             # The thread's summary and its head pointer in one read, then the head's record
             # and its pending writes in another: a warm read is two statements on SQLite.
-            info, pointers = self.engine.documents.session_values(sid, layout.HEAD)
+            info, pointers = self._docs.session_values(sid, layout.HEAD)
             if info is None:
                 return None
             head = pointers.get(layout.ROOT)
@@ -205,7 +206,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         """Checkpoint `checkpoint_id`'s record and its pending writes, in one read."""
         key = layout.checkpoint_key(ns, checkpoint_id)
         prefix = layout.write_prefix(ns, checkpoint_id)
-        found = self.engine.documents.get(sid, layout.DOCS, [key], prefix=prefix)
+        found = self._docs.get(sid, layout.DOCS, [key], prefix=prefix)
         rec = found.get(key)
         if rec is None:
             return None, None
@@ -248,13 +249,13 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             recs: Iterator[dict]
             if id_filter and ns_filter is not None:  # one checkpoint: one read
                 key = layout.checkpoint_key(ns_filter, id_filter)
-                recs = iter(self.engine.documents.get(sid, layout.DOCS, [key]).values())
+                recs = iter(self._docs.get(sid, layout.DOCS, [key]).values())
             elif limit is not None and not id_filter:
                 page = limit if not filter else max(limit, 20)
                 recs = (self._newest(sid, ns_filter, before_id, page) if ns_filter is not None
                         else self._newest_everywhere(sid, before_id, limit, filter, page))
             else:
-                every = list(self.engine.documents.scan(
+                every = list(self._docs.scan(
                     sid, layout.DOCS, layout.checkpoint_prefix(ns_filter)).values())
                 every.sort(key=lambda r: r["id"], reverse=True)
                 recs = iter(every)
@@ -285,8 +286,8 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         found: builtins.list[builtins.list[dict]] = []
         below = None
         while True:
-            last = self.engine.documents.scan(sid, layout.DOCS, layout.checkpoint_prefix(),
-                                              below=below, last=1)
+            last = self._docs.scan(sid, layout.DOCS, layout.checkpoint_prefix(),
+                                   below=below, last=1)
             if not last:
                 break
             ns = next(iter(last.values()))["ns"]
@@ -313,7 +314,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         prefix = layout.checkpoint_prefix(ns)
         below = layout.checkpoint_key(ns, before_id) if before_id else None
         while True:
-            batch = self.engine.documents.scan(sid, layout.DOCS, prefix, below=below, last=page)
+            batch = self._docs.scan(sid, layout.DOCS, prefix, below=below, last=page)
             yield from reversed(list(batch.values()))
             if len(batch) < page:
                 return
@@ -392,7 +393,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         regular = [key for key, entry in entries.items() if entry[0] >= 0]
 
         def run() -> None:
-            existing = self.engine.documents.get(sid, layout.DOCS, regular) if regular else {}
+            existing = self._docs.get(sid, layout.DOCS, regular) if regular else {}
             items = {
                 key: {"task": task_id, "path": task_path, "idx": widx, "ch": channel,
                       "value": codec.encode(self.serde, value)}
@@ -400,7 +401,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 if widx < 0 or key not in existing
             }
             if items:
-                self.engine.documents.put(sid, layout.DOCS, items)
+                self._docs.put(sid, layout.DOCS, items)
 
         self._retrying(sid, run)
 
@@ -432,7 +433,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 nothing is written, and a missing target is not created.
         """
         src, dst = session_id(source_thread_id), session_id(target_thread_id)
-        docs = self.engine.documents.scan(src, layout.DOCS, "")
+        docs = self._docs.scan(src, layout.DOCS, "")
         if not docs:
             return
         head = self._head(src)
@@ -450,11 +451,11 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
 
         def run() -> None:
             if rec is None or rec.get("late") or head_key is None:
-                self.engine.documents.put(dst, layout.DOCS, copied)
+                self._docs.put(dst, layout.DOCS, copied)
                 return
             info = self.engine.session_info(dst)
             history = self._live_messages(src) if info is None or info.messages == 0 else []
-            self.engine.documents.write_session(
+            self._docs.write_session(
                 dst, messages=history, messages_if_empty=True,
                 values={layout.HEAD: {layout.ROOT: head}}, snapshot=label,
                 documents={layout.DOCS: copied}, stamp=(layout.DOCS, head_key),
@@ -491,7 +492,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             raise ValueError(f"strategy must be 'keep_latest' or 'delete', not {strategy!r}")
         for thread_id in thread_ids:
             sid = session_id(thread_id)
-            docs = self.engine.documents.scan(sid, layout.DOCS, "")
+            docs = self._docs.scan(sid, layout.DOCS, "")
             if not docs:
                 continue
             if strategy == "delete":
@@ -525,7 +526,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         if not runs:
             return
         for sid in self._threads():
-            docs = self.engine.documents.scan(sid, layout.DOCS, "")
+            docs = self._docs.scan(sid, layout.DOCS, "")
             recs = [doc for key, doc in docs.items() if key.startswith("c/")]
             if not any(rec.get("run") in runs for rec in recs):
                 continue
@@ -588,7 +589,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             "late": False, "snap": None, "msgs": None, "epoch": None, "lists": chains,
         }
         if ns == "":
-            pointers = self.engine.documents.values(sid, layout.HEAD)
+            pointers = self._docs.values(sid, layout.HEAD)
             head, fence = pointers.get(layout.ROOT), pointers.get(layout.FENCE) or {}
             if (fence and parent_id == fence.get("base")
                     and checkpoint_id <= fence.get("until", "")
@@ -613,7 +614,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 chat = [c for c in (to_chat(m) for m in appended if not is_notice(m)) if c]
             label = (f"checkpoint {checkpoint_id} ({meta.get('source', '?')}, "
                      f"step {meta.get('step', '?')})")
-            epoch, node = self.engine.documents.write_session(
+            epoch, node = self._docs.write_session(
                 sid, messages=chat, values={layout.HEAD: {layout.ROOT: checkpoint_id}},
                 snapshot=cut_text(label, self.engine.limits.name_chars),
                 documents={layout.DOCS: docs}, stamp=(layout.DOCS, key),
@@ -624,7 +625,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 self._remember(self._ensured, sid, None)
         else:
             self._ensure(sid)
-            self.engine.documents.put(sid, layout.DOCS, docs)
+            self._docs.put(sid, layout.DOCS, docs)
         with self._seen_changed:
             for channel, state in lists.items():
                 self._remember(self._lists, (sid, ns, channel), state)
@@ -702,15 +703,14 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
 
     # -- records and values -----------------------------------------------------------------
     def _head(self, sid: str) -> str | None:
-        return self.engine.documents.values(sid, layout.HEAD).get(layout.ROOT)
+        return self._docs.values(sid, layout.HEAD).get(layout.ROOT)
 
     def _latest(self, sid: str, ns: str) -> dict | None:
         """The newest live checkpoint record of namespace `ns` (a scan: the root namespace's
         head is read before, by `get_tuple`; read, not remembered: a thread held for on-call and
         resumed after the operator's decision must see the head's record as the store has it
         now)."""
-        recs = list(self.engine.documents.scan(sid, layout.DOCS,
-                                               layout.checkpoint_prefix(ns)).values())
+        recs = list(self._docs.scan(sid, layout.DOCS, layout.checkpoint_prefix(ns)).values())
         live = [r for r in recs if not r.get("late")]
         return max(live, key=lambda r: r["id"], default=None)
 
@@ -720,7 +720,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         if last is not None and last["id"] == checkpoint_id:
             return last
         key = layout.checkpoint_key(ns, checkpoint_id)
-        return self.engine.documents.get(sid, layout.DOCS, [key]).get(key)
+        return self._docs.get(sid, layout.DOCS, [key]).get(key)
 
     def _list_state(self, sid: str, ns: str, channel: str, version: Any,
                     chain: codec.Chain | None) -> codec.ListState | None:
@@ -732,12 +732,12 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         if cached is not None and cached.version == version:
             return cached
         if chain and str(chain[-1][0]) == version:
-            docs = self.engine.documents.get(sid, layout.DOCS, codec.chain_keys(ns, channel, chain))
+            docs = self._docs.get(sid, layout.DOCS, codec.chain_keys(ns, channel, chain))
             encodings = codec.chain_items(docs, ns, channel, chain, version)
             if encodings is not None:
                 return codec.ListState(version, encodings, chain=chain)
         key = layout.blob_key(ns, channel, version)
-        doc = codec.load(self.engine.documents.get(sid, layout.DOCS, [key]).get(key))
+        doc = codec.load(self._docs.get(sid, layout.DOCS, [key]).get(key))
         if doc is None or not codec.is_list_doc(doc):
             return None
         return codec.ListState(version, self._encodings(sid, ns, channel, version, doc, {}))
@@ -753,7 +753,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         scan = scans.get((ns, channel))
         if scan is None:
             prefix = layout.blob_prefix(ns, channel)
-            found = self.engine.documents.scan(sid, layout.DOCS, prefix)
+            found = self._docs.scan(sid, layout.DOCS, prefix)
             scan = scans[(ns, channel)] = {layout.version_of(k, prefix): codec.load(d)
                                            for k, d in found.items()}
         try:
@@ -817,7 +817,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 continue
             usable[channel] = chain
             wanted.update(codec.chain_keys(ns, channel, chain))
-        found = self.engine.documents.get(sid, layout.DOCS, sorted(wanted)) if wanted else {}
+        found = self._docs.get(sid, layout.DOCS, sorted(wanted)) if wanted else {}
         if remember:
             with self._lock:
                 for channel, key in keys.items():
@@ -861,7 +861,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         values = self._values(sid, ns, rec["cp"].get("channel_versions", {}),
                               rec.get("lists") or {}, scans, remember)
         if writes is None:
-            writes = list(self.engine.documents.scan(
+            writes = list(self._docs.scan(
                 sid, layout.DOCS, layout.write_prefix(ns, checkpoint_id)).values())
         writes = sorted(writes, key=lambda w: writes_sort_key(w["path"], w["task"], w["idx"]))
         parent = rec.get("parent")
@@ -908,10 +908,10 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
     # -- housekeeping -----------------------------------------------------------------------
     def _delete_docs(self, sid: str, doomed: dict[str, None], *, head: bool) -> None:
         if head:  # the documents and the head pointer go together, or neither does
-            self.engine.documents.write_session(sid, values={layout.HEAD: {layout.ROOT: None}},
-                                      documents={layout.DOCS: doomed})
+            self._docs.write_session(sid, values={layout.HEAD: {layout.ROOT: None}},
+                                     documents={layout.DOCS: doomed})
         elif doomed:
-            self.engine.documents.put(sid, layout.DOCS, doomed)
+            self._docs.put(sid, layout.DOCS, doomed)
         self._forget_cache(sid)
 
     def _live_messages(self, sid: str) -> builtins.list[dict]:
