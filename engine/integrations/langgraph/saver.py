@@ -25,8 +25,12 @@ Mapping (key layout in `layout`):
 Storage does not copy the message list at every checkpoint: channel values are stored once per
 (channel, version), like LangGraph's Postgres saver, and list values as skip-deltas against
 earlier versions on the same line (`codec`). The checkpoint record names every document its
-lists are built from, so reading a checkpoint is one read of the record and one of its values,
-whatever the thread's length: at most log2(n) + 1 documents per list channel. Channel values are
+lists are built from, so reading a checkpoint is one read of the record with its pending writes
+and one of its values, whatever the thread's length: at most log2(n) + 1 documents per list
+channel. The latest checkpoint of the root namespace takes one more read first, the thread's
+summary with its head pointer; the values of the versions this saver last wrote or read are held
+(serialized, decoded anew at every read), so a warm read of the latest checkpoint is two reads.
+``list(limit=…)`` reads a page of records at a time, namespace by namespace. Channel values are
 stored as bytes (the serializer's output behind a small header), so a read neither parses nor
 base64-decodes them; threads stored as JSON before still read.
 
