@@ -51,6 +51,7 @@ from engine.store.sqlite.rows import (
     EVENT,
     MESSAGE,
     RESOLUTION_COLUMNS,
+    SESSION,
     SESSION_COLS,
     STEP,
     STEP_COLS,
@@ -153,6 +154,8 @@ _EVIDENCE = (
 by an earlier session of the same id do not count)."""
 
 
+_SESSION = f"SELECT {SESSION_COLS} FROM sessions WHERE id = ?"
+"""`SQLiteStore.get_session`: one session's row."""
 _SESSION_VALUES = (
     f"SELECT {SESSION_COLS}, kv.key AS kv_key, kv.value AS kv_value FROM sessions "
     "LEFT JOIN kv ON kv.session = sessions.id AND kv.ns = ? WHERE sessions.id = ?"
@@ -275,8 +278,8 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
 
     def get_session(self, sid: str) -> SessionInfo | None:
         """The session summary, or None when no such session exists."""
-        rows = self._named(f"SELECT {SESSION_COLS} FROM sessions WHERE id = ?", (sid,))
-        return to_session(rows[0]) if rows else None
+        rows = self._read(_SESSION, (sid,))
+        return SESSION.decode_selected(rows[0]) if rows else None
 
     def list_sessions(
         self,
@@ -391,11 +394,11 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
     def get_session_values(self, sid: str, ns: str) -> tuple[SessionInfo | None, dict[str, Any]]:
         """The session summary and the current values of namespace `ns`: one statement (the
         session's row, joined with its values, one row per key)."""
-        rows = self._named(_SESSION_VALUES, (ns, sid))
+        rows = self._read(_SESSION_VALUES, (ns, sid))
         if not rows:
             return None, {}
-        return to_session(rows[0]), {r["kv_key"]: json.loads(r["kv_value"]) for r in rows
-                                     if r["kv_key"] is not None}
+        return SESSION.decode_selected(rows[0]), {r[-2]: json.loads(r[-1]) for r in rows
+                                                  if r[-2] is not None}
 
     def live_messages(self, sid: str, *, since: int = 0,
                       until: int | None = None) -> list[dict[str, Any]]:
