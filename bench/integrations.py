@@ -19,11 +19,9 @@ them, same run, calls alternating between the two sides: both on a SQLite file i
 the same ``synchronous`` level (NORMAL, Rewind's default; ``--synchronous FULL`` runs both at
 FULL), both sides' objects reused (warm) or both opened anew (fresh):
 
-- `RewindSaver` vs LangGraph's `SqliteSaver` on threads of 10, 100 and 1,000 checkpoints
-  (bench/langgraph.py's plan: a ReAct thread whose message list grows by one message per
-  checkpoint; the short threads several at a time): ``put`` (median of each thread's last 10),
-  reading the latest checkpoint with the savers in use (one connection each, reused), and
-  opening anew (`Engine.open` + a new saver vs a new connection + a new saver) then reading it;
+- `RewindSaver` vs LangGraph's `SqliteSaver` on threads of 10, 100 and 1,000 checkpoints:
+  bench/langgraph.py's table (put, warm read, open + read, bytes stored), measured by that
+  bench's code;
 - `RewindSession` vs the Agents SDK's `SQLiteSession` (a file each) at 10 to 10,000 items:
   ``get_items(limit=20)``, ``get_items()`` (the whole history), ``pop_item``, ``add_items`` of
   one item, and the stored bytes per item (the row text), on chat items; then full reads of
@@ -205,15 +203,8 @@ def bench_mcp(engine: Engine, calls: int) -> Row | None:
     return ("MCP proxy", *asyncio.run(run()))
 
 
-HISTORY_SIZES = (10, 100, 1_000)
-"""Checkpoints of history at which the savers are compared."""
-
 SESSION_SIZES = (10, 100, 1_000, 10_000)
 """Items of history at which the sessions are compared (10,000: a full read of a long chat)."""
-
-PUTS_PER_SIZE = 300
-"""Checkpoints put per history size: a short thread is timed over several threads."""
-
 
 def _interleaved_us(a: Callable[[], Any], b: Callable[[], Any], repeat: int
                     ) -> tuple[float, float]:
@@ -386,100 +377,16 @@ def _bench_langgraph_module() -> Any:
     return lg
 
 
-def _saver_reads(rw: Any, sq: Any, rw_url: str, lg_file: str,
-                 connect: Callable[[str], sqlite3.Connection], threads: list[str],
-                 repeat: int) -> tuple[tuple[float, float], tuple[float, float]]:
-    """(warm, fresh) µs of reading a thread's latest checkpoint on both sides, alternately:
-    with the savers in use, then opening anew and closing after the read. Each side reads the
-    threads in turn."""
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    from engine.integrations.langgraph import RewindSaver
-
-    latest = [{"configurable": {"thread_id": t}} for t in threads]
-    turns = {"rw": 0, "sq": 0}
-
-    def config(side: str) -> Any:
-        turns[side] += 1
-        return latest[turns[side] % len(latest)]
-
-    def warm_rw() -> None:
-        assert rw.get_tuple(config("rw")) is not None
-
-    def warm_sq() -> None:
-        assert sq.get_tuple(config("sq")) is not None
-
-    def fresh_rw() -> None:
-        with Engine.open(rw_url) as fresh:
-            assert RewindSaver(fresh).get_tuple(config("rw")) is not None
-
-    def fresh_sq() -> None:
-        conn = connect(lg_file)
-        assert SqliteSaver(conn).get_tuple(config("sq")) is not None
-        conn.close()
-
-    return (_interleaved_us(warm_rw, warm_sq, repeat),
-            _interleaved_us(fresh_rw, fresh_sq, repeat))
-
-
 def bench_savers(tmp: str, repeat: int, synchronous: str = "NORMAL"
                  ) -> list[list[str]] | None:
-    """RewindSaver vs LangGraph's SqliteSaver: rows of the table (None: LangGraph missing).
-
-    Each side gets the same threads (bench/langgraph.py's plan), puts alternating between the
-    sides, on savers kept open (SqliteSaver on one connection, reused, as its users hold it).
-    Then the latest checkpoint of each thread is read, alternately: warm (the savers in use)
-    and fresh (a new engine and saver vs a new connection and saver, closed after the read).
-    """
+    """RewindSaver vs LangGraph's SqliteSaver: rows of bench/langgraph.py's table (None:
+    LangGraph missing), measured by that bench's `compare` (one implementation of the
+    comparison: the same threads, calls alternating, SqliteSaver on one reused connection)."""
     try:
         lg = _bench_langgraph_module()
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
-        from engine.integrations.langgraph import RewindSaver
     except ImportError:
         return None
-
-    def connect(path: str) -> sqlite3.Connection:
-        conn = sqlite3.connect(path, check_same_thread=False)
-        conn.execute(f"PRAGMA synchronous = {synchronous}")
-        return conn
-
-    rows = []
-    for n in HISTORY_SIZES:
-        plan = lg.checkpoints(n)
-        threads = [f"thread-{n}-{k}" for k in range(max(1, PUTS_PER_SIZE // n))]
-        rw_url = f"sqlite:///{tmp}/rsaver-{n}.db?synchronous={synchronous}"
-        lg_file = f"{tmp}/lgsaver-{n}.db"
-        engine = Engine.open(rw_url)
-        rw = RewindSaver(engine)
-        sq = SqliteSaver(connect(lg_file))
-        sq.setup()  # WAL, as SqliteSaver sets it
-        rw_puts, sq_puts = [], []
-        for thread in threads:
-            parent = None
-            for checkpoint, metadata, new_versions in plan:
-                config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-                if parent:
-                    config["configurable"]["checkpoint_id"] = parent
-                t0 = time.perf_counter()
-                rw.put(config, checkpoint, metadata, new_versions)
-                t1 = time.perf_counter()
-                sq.put(config, checkpoint, metadata, new_versions)
-                t2 = time.perf_counter()
-                rw_puts.append(t1 - t0)
-                sq_puts.append(t2 - t1)
-                parent = checkpoint["id"]
-            del rw_puts[:-10 * len(threads)]  # a long thread: its last 10 puts
-            del sq_puts[:-10 * len(threads)]
-        warm, fresh = _saver_reads(rw, sq, rw_url, lg_file, connect, threads, repeat)
-        engine.close()
-        sq.conn.close()
-        put = (statistics.median(rw_puts) * 1e6, statistics.median(sq_puts) * 1e6)
-        rows.append([f"{n:,}", str(len(threads)),
-                     _us(put[0]), _us(put[1]), _ratio(*put),
-                     _us(warm[0]), _us(warm[1]), _ratio(*warm),
-                     _us(fresh[0]), _us(fresh[1]), _ratio(*fresh)])
-    return rows
+    return [lg.row(lg.compare(tmp, n, repeat, synchronous)) for n in lg.SIZES]  # timings
 
 
 def print_table(headers: list[str], rows: list[list[str]]) -> None:
@@ -489,8 +396,6 @@ def print_table(headers: list[str], rows: list[list[str]]) -> None:
         print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
 
 
-SAVER_HEADERS = ["checkpoints", "threads", "put rw", "put lg", "ratio", "warm read rw",
-                 "warm read lg", "ratio", "open+read rw", "open+read lg", "ratio"]
 RUNNER_HEADERS = ["items", "get all rw", "get all sdk", "ratio", "B/item rw", "B/item sdk",
                   "ratio"]
 SESSION_HEADERS = ["items", "get(20) rw", "get(20) sdk", "ratio", "get all rw", "get all sdk",
@@ -508,11 +413,10 @@ def history_tables(repeat: int, only: str | None = None, synchronous: str = "NOR
             if savers is None:
                 print("\nRewindSaver vs SqliteSaver: skipped (langgraph is not installed)")
             else:
-                title = ("RewindSaver (rw) vs LangGraph's SqliteSaver (lg), both savers kept "
-                         "open (one connection each); put: median of each thread's last 10; "
-                         f"reads: median of {repeat}")
+                title = ("RewindSaver (rw) vs LangGraph's SqliteSaver (lg), as bench/langgraph.py "
+                         f"measures them; reads: median of {repeat}")
                 print(f"\n{title}")
-                print_table(SAVER_HEADERS, savers)
+                print_table(_bench_langgraph_module().HEADERS, savers)
         if only in (None, "sessions"):
             sessions = bench_sessions_vs_sdk(tmp, repeat, synchronous)
             if sessions is None:

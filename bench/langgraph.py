@@ -1,32 +1,46 @@
-"""LangGraph checkpointers on a growing message list: bytes stored and put latency.
+"""RewindSaver against LangGraph's SqliteSaver as its users run it, on threads of 10, 100 and
+1,000 checkpoints: put, reading the latest checkpoint warm and fresh, and bytes stored.
 
-One thread, N steps; every step appends one message (a tool call, then its ~400-character
-result, alternately) and stores a checkpoint, the way a ReAct agent's checkpointer sees it. The
-same checkpoints go to Rewind's `RewindSaver` (SQLite file; also ``--store URL``, e.g. Redis) and,
-in the same run, to LangGraph's `SqliteSaver` (SQLite file) and `InMemorySaver`.
+Every step of a thread appends one message (a tool call, then its ~400-character result,
+alternately) and stores a checkpoint, the way a ReAct agent's checkpointer sees it. Both sides
+get the same checkpoints, at equal durability: a SQLite file each, WAL, at the same
+``synchronous`` level (NORMAL, Rewind's default; ``--synchronous FULL`` runs both at FULL).
+SqliteSaver runs as its users run it: ``SqliteSaver(sqlite3.connect(path,
+check_same_thread=False))``, one connection reused for every call. Calls alternate between the
+two sides (which one goes first alternates too), so both see the same machine load.
 
-Columns: ``stored`` is what the checkpointer keeps for the thread: for RewindSaver the JSON of its
-documents (the same on every backend), for SqliteSaver the bytes of its rows, for InMemorySaver the
-serialized bytes it holds. ``x history`` divides it by one serialized copy of the final message
-list. ``file`` is the SQLite file after a WAL checkpoint (for RewindSaver it also holds the session:
-snapshots, the mirrored conversation, events). ``latest`` is the time a fresh saver (cold cache)
-takes to read the latest checkpoint back (median of 5). Machines here are noisy (the load average
-is printed): read the ratios.
+- ``put``: the median of the timed puts (a short thread is timed over several threads, each
+  from its first checkpoint; a long thread over its last 10 puts);
+- ``warm read``: ``get_tuple`` of a thread's latest checkpoint on the savers in use;
+- ``open+read``: ``Engine.open`` + a new RewindSaver vs ``sqlite3.connect`` + a new SqliteSaver,
+  then ``get_tuple`` of the latest checkpoint, then closing, as a service that opens per request
+  runs it: a closed engine leaves its connection idle for the next open of the file in the
+  process (engine/store/sqlite/tx.py), so Rewind's open takes it; ``first open`` is the same
+  with no idle connection (the first request of a process), SqliteSaver's side unchanged;
+- ``stored``: bytes a thread's checkpoints take (RewindSaver: its documents, key and value;
+  SqliteSaver: its checkpoint and write rows), and ``file``: the SQLite file per thread after a
+  WAL checkpoint (Rewind's file also holds the session: its snapshots, the mirrored
+  conversation, the feed).
 
-    python bench/langgraph.py [--quick] [--store redis://localhost:6379/0]
+Ratios are Rewind / SqliteSaver (under 1: Rewind is cheaper). The machines here are shared: read
+the ratios, not the times. The table is kept in bench/RESULTS.md (``REWIND_BENCH_RECORD=0``:
+not).
+
+    python bench/langgraph.py [--quick] [--repeat N] [--synchronous FULL]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sqlite3
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # This file is named after the package it measures: keep `import langgraph` from finding it.
@@ -37,11 +51,20 @@ from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
 from langgraph.checkpoint.base import Checkpoint  # noqa: E402
 from langgraph.checkpoint.base.id import uuid6  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer  # noqa: E402
 from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
 
 from engine import Engine  # noqa: E402
-from engine.integrations.langgraph import RewindSaver, layout  # noqa: E402
+from engine.integrations.langgraph import RewindSaver  # noqa: E402
+from engine.store.sqlite.tx import IDLE  # noqa: E402
+
+SIZES = (10, 100, 1_000)
+"""Checkpoints per thread at which the savers are compared."""
+
+PUTS_PER_SIZE = 300
+"""Checkpoints put per size and side: a short thread is timed over several threads."""
+
+LONG_TAIL = 10
+"""A thread longer than this is timed over its last this many puts."""
 
 RESULT = ("Row 17: invoice A-{i} | customer ACME GmbH | amount 1,204.50 EUR | due 2025-01-31 | "
           "status open | notes: partial payment received on 2024-12-02, reminder sent twice, "
@@ -78,30 +101,67 @@ def checkpoints(steps: int) -> list[tuple[Checkpoint, dict, dict]]:
     return out
 
 
-def run_puts(saver, thread: str, plan) -> list[float]:
-    """Put every checkpoint of `plan` as a chain; seconds per put."""
-    times, parent = [], None
-    for checkpoint, metadata, new_versions in plan:
-        config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-        if parent:
-            config["configurable"]["checkpoint_id"] = parent
-        t0 = time.perf_counter()
-        saver.put(config, checkpoint, metadata, new_versions)
-        times.append(time.perf_counter() - t0)
-        parent = checkpoint["id"]
-    return times
+def interleaved(a: Callable[[], Any], b: Callable[[], Any], repeat: int
+                ) -> tuple[list[float], list[float]]:
+    """Seconds of each call of `a` and of `b`, `repeat` times each, alternating which goes
+    first, so both see the same machine load."""
+    sa: list[float] = []
+    sb: list[float] = []
+    for i in range(repeat):
+        for fn, into in ((a, sa), (b, sb)) if i % 2 == 0 else ((b, sb), (a, sa)):
+            t0 = time.perf_counter()
+            fn()
+            into.append(time.perf_counter() - t0)
+    return sa, sb
 
 
-def read_latest(make_saver, thread: str, repeat: int = 5) -> float:
-    """Median seconds for a fresh saver to read the thread's latest checkpoint."""
-    samples = []
-    for _ in range(repeat):
-        saver = make_saver()
-        t0 = time.perf_counter()
-        tup = saver.get_tuple({"configurable": {"thread_id": thread}})
-        samples.append(time.perf_counter() - t0)
-        assert tup is not None and tup.checkpoint["channel_values"]["messages"]
-    return statistics.median(samples)
+def _config(thread: str, parent: str | None) -> Any:
+    config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    if parent:
+        config["configurable"]["checkpoint_id"] = parent
+    return config
+
+
+def put_threads(rw: Any, sq: Any, plan: list, threads: list[str]
+                ) -> tuple[list[float], list[float]]:
+    """Put `plan` as a chain on every thread, both sides alternately (which side goes first
+    alternates too); the timed puts' seconds (every put of a short thread, the last
+    `LONG_TAIL` of a long one)."""
+    rw_puts: list[float] = []
+    sq_puts: list[float] = []
+    timed_from = max(0, len(plan) - LONG_TAIL)
+    turn = 0
+    for thread in threads:
+        parent = None
+        for i, (checkpoint, metadata, new_versions) in enumerate(plan):
+            config = _config(thread, parent)
+            sides = [(rw, rw_puts), (sq, sq_puts)]
+            if turn % 2:
+                sides.reverse()
+            turn += 1
+            for saver, into in sides:
+                t0 = time.perf_counter()
+                saver.put(config, checkpoint, metadata, new_versions)
+                if i >= timed_from:
+                    into.append(time.perf_counter() - t0)
+            parent = checkpoint["id"]
+    return rw_puts, sq_puts
+
+
+def stored_bytes(rw_file: str, lg_file: str) -> tuple[int, int]:
+    """Bytes of every thread's checkpoint data: Rewind's documents, SqliteSaver's rows."""
+    with sqlite3.connect(rw_file) as db:
+        (rw,) = db.execute(
+            "SELECT COALESCE(SUM(LENGTH(CAST(key AS BLOB)) + LENGTH(CAST(value AS BLOB))), 0) "
+            "FROM docs WHERE ns = 'langgraph'").fetchone()
+    db.close()
+    with sqlite3.connect(lg_file) as db:
+        (lg,) = db.execute(
+            "SELECT (SELECT COALESCE(SUM(LENGTH(checkpoint) + LENGTH(metadata) "
+            "+ LENGTH(checkpoint_id) + LENGTH(thread_id)), 0) FROM checkpoints) + "
+            "(SELECT COALESCE(SUM(LENGTH(value)), 0) FROM writes)").fetchone()
+    db.close()
+    return rw, lg
 
 
 def file_bytes(path: str) -> int:
@@ -111,89 +171,122 @@ def file_bytes(path: str) -> int:
     return os.path.getsize(path)
 
 
-def bench_rewind(url: str, thread: str, plan, file: str | None) -> dict:
-    engine = Engine.open(url)
-    saver = RewindSaver(engine)
-    times = run_puts(saver, thread, plan)
-    docs = engine.store.doc_scan(thread, layout.DOCS, "")
-    stored = sum(len(k) + len(json.dumps(v, separators=(",", ":"))) for k, v in docs.items())
-    latest = read_latest(lambda: RewindSaver(engine), thread)
+def compare(tmp: str, n: int, repeat: int, synchronous: str = "NORMAL") -> dict[str, Any]:
+    """One size: both savers on files of their own in `tmp`, the same threads of `n`
+    checkpoints; the timings (µs medians) and bytes."""
+    plan = checkpoints(n)
+    threads = [f"thread-{n}-{k}" for k in range(max(1, PUTS_PER_SIZE // n))]
+    rw_file, lg_file = f"{tmp}/rewind-{n}.db", f"{tmp}/langgraph-{n}.db"
+    rw_url = f"sqlite:///{rw_file}?synchronous={synchronous}"
+
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(lg_file, check_same_thread=False)
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        return conn
+
+    engine = Engine.open(rw_url)
+    rw = RewindSaver(engine)
+    sq = SqliteSaver(connect())
+    sq.setup()  # WAL, as SqliteSaver sets it on first use
+    rw_puts, sq_puts = put_threads(rw, sq, plan, threads)
+
+    latest = [{"configurable": {"thread_id": t}} for t in threads]
+    turn = {"rw": 0, "sq": 0}
+
+    def config(side: str) -> Any:
+        turn[side] += 1
+        return latest[turn[side] % len(latest)]
+
+    def fresh_rw() -> None:
+        with Engine.open(rw_url) as fresh:
+            assert RewindSaver(fresh).get_tuple(config("rw")) is not None
+
+    def first_rw() -> None:
+        IDLE.close_all()
+        t0 = time.perf_counter()
+        fresh_rw()
+        first_times.append(time.perf_counter() - t0)
+
+    first_times: list[float] = []
+
+    def fresh_sq() -> None:
+        conn = connect()
+        assert SqliteSaver(conn).get_tuple(config("sq")) is not None
+        conn.close()
+
+    warm = interleaved(lambda: rw.get_tuple(config("rw")), lambda: sq.get_tuple(config("sq")),
+                       repeat)
+    fresh = interleaved(fresh_rw, fresh_sq, repeat)
+    first = interleaved(first_rw, fresh_sq, repeat)  # timed inside: not the close_all
     engine.close()
-    return {"times": times, "stored": stored, "file": file_bytes(file) if file else None,
-            "latest": latest}
+    sq.conn.close()
+    stored = stored_bytes(rw_file, lg_file)
+    files = (file_bytes(rw_file), file_bytes(lg_file))
+    us = lambda xs: statistics.median(xs) * 1e6  # noqa: E731
+    return {"n": n, "threads": len(threads),
+            "put": (us(rw_puts), us(sq_puts)), "warm": (us(warm[0]), us(warm[1])),
+            "fresh": (us(fresh[0]), us(fresh[1])), "first": (us(first_times), us(first[1])),
+            "stored": (stored[0] / len(threads), stored[1] / len(threads)),
+            "file": (files[0] / len(threads), files[1] / len(threads))}
 
 
-def bench_sqlite_saver(path: str, thread: str, plan) -> dict:
-    conn = sqlite3.connect(path, check_same_thread=False)
-    saver = SqliteSaver(conn)
-    times = run_puts(saver, thread, plan)
-    (stored,) = conn.execute(
-        "SELECT COALESCE(SUM(LENGTH(checkpoint) + LENGTH(metadata) + LENGTH(checkpoint_id) "
-        "+ LENGTH(thread_id)), 0) FROM checkpoints").fetchone()
-    latest = read_latest(lambda: SqliteSaver(sqlite3.connect(path, check_same_thread=False)),
-                         thread)
-    conn.close()
-    return {"times": times, "stored": stored, "file": file_bytes(path), "latest": latest}
+HEADERS = ["checkpoints", "threads", "put rw", "put lg", "ratio", "warm read rw", "warm read lg",
+           "ratio", "open+read rw", "open+read lg", "ratio", "first open rw", "lg", "ratio"]
+"""The timings table (`row`)."""
+
+BYTES_HEADERS = ["checkpoints", "stored rw", "stored lg", "ratio", "file rw", "file lg", "ratio"]
+"""The bytes table (`bytes_row`), per thread."""
 
 
-def bench_memory_saver(thread: str, plan) -> dict:
-    saver = InMemorySaver()
-    times = run_puts(saver, thread, plan)
-    stored = sum(len(c[1]) + len(m[1]) for ns in saver.storage[thread].values()
-                 for c, m, _parent in ns.values())
-    stored += sum(len(v[1]) for k, v in saver.blobs.items() if k[0] == thread)
-    latest = read_latest(lambda: saver, thread)
-    return {"times": times, "stored": stored, "file": None, "latest": latest}
+def _pair(r: dict[str, Any], key: str, fmt: Callable[[float], str]) -> list[str]:
+    a, b = r[key]
+    return [fmt(a), fmt(b), f"{a / b:.2f}x" if b else "-"]
 
 
-def mb(n: int | None) -> str:
-    return "-" if n is None else f"{n / 1e6:,.2f} MB"
+def row(r: dict[str, Any]) -> list[str]:
+    """The timings of `compare`'s result, a line of the `HEADERS` table."""
+    def us(x: float) -> str:
+        return f"{x:,.0f}"
+
+    return [f"{r['n']:,}", str(r["threads"]), *_pair(r, "put", us), *_pair(r, "warm", us),
+            *_pair(r, "fresh", us), *_pair(r, "first", us)]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="50 and 200 steps")
-    parser.add_argument("--store", default=None,
-                        help="also run RewindSaver on this store URL (e.g. redis://host:port/0)")
-    args = parser.parse_args()
-    sizes = [50, 200] if args.quick else [200, 1000]
-    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    serde = JsonPlusSerializer()
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="rewind-bench-lg-") as tmp:
-        for steps in sizes:
-            plan = checkpoints(steps)
-            history = len(serde.dumps_typed(plan[-1][0]["channel_values"]["messages"])[1])
-            thread = f"bench-{steps}"
-            results = {}
-            rewind_file = os.path.join(tmp, f"rewind-{steps}.db")
-            results["RewindSaver (SQLite)"] = bench_rewind(f"sqlite:///{rewind_file}", thread,
-                                                           plan, rewind_file)
-            if args.store:
-                results["RewindSaver (--store)"] = bench_rewind(
-                    args.store, f"{thread}-{time.time():.0f}", plan, None)
-            results["SqliteSaver"] = bench_sqlite_saver(os.path.join(tmp, f"lg-{steps}.db"),
-                                                        thread, plan)
-            results["InMemorySaver"] = bench_memory_saver(thread, plan)
-            for name, r in results.items():
-                times = sorted(r["times"])
-                rows.append([
-                    str(steps), name, mb(r["stored"]), f"{r['stored'] / history:,.1f}",
-                    mb(r["file"]), f"{statistics.median(times) * 1e3:.2f}",
-                    f"{times[int(len(times) * 0.95) - 1] * 1e3:.2f}",
-                    f"{times[-1] * 1e3:.2f}", f"{sum(times):.2f}", f"{r['latest'] * 1e3:.1f}",
-                ])
-            rows.append([str(steps), "(one copy of the history)", mb(history), "1.0", "", "", "",
-                         "", "", ""])
-    headers = ["steps", "checkpointer", "stored", "x history", "file", "put p50 ms",
-               "put p95 ms", "put max ms", "puts s", "latest ms"]
+def bytes_row(r: dict[str, Any]) -> list[str]:
+    """The bytes of `compare`'s result, a line of the `BYTES_HEADERS` table."""
+    def kb(x: float) -> str:
+        return f"{x / 1e3:,.1f} kB"
+
+    return [f"{r['n']:,}", *_pair(r, "stored", kb), *_pair(r, "file", kb)]
+
+
+def print_table(headers: list[str], rows: list[list[str]]) -> None:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    print("  ".join(h.rjust(w) if i != 1 else h.ljust(w)
-                    for i, (h, w) in enumerate(zip(headers, widths, strict=True))))
-    for row in rows:
-        print("  ".join(c.rjust(w) if i != 1 else c.ljust(w)
-                        for i, (c, w) in enumerate(zip(row, widths, strict=True))))
-    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    print("  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)))
+    for r in rows:
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="10 and 100 checkpoints only")
+    parser.add_argument("--repeat", type=int, default=41, help="reads per figure")
+    parser.add_argument("--synchronous", choices=["NORMAL", "FULL"], default="NORMAL",
+                        help="the synchronous level of both sides' SQLite files")
+    args = parser.parse_args(argv)
+    sizes = SIZES[:2] if args.quick else SIZES
+    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(f"\nRewindSaver (rw) vs LangGraph's SqliteSaver (lg): both WAL + synchronous="
+          f"{args.synchronous}, SqliteSaver on one reused connection, calls alternating; µs "
+          f"(medians; put over {PUTS_PER_SIZE} puts a size, the last {LONG_TAIL} of a long "
+          f"thread; reads {args.repeat} each). Ratio: rw / lg.")
+    with tempfile.TemporaryDirectory(prefix="rewind-bench-lg-") as tmp:
+        results = [compare(tmp, n, args.repeat, args.synchronous) for n in sizes]
+    print_table(HEADERS, [row(r) for r in results])
+    print("\nBytes per thread: stored (the checkpoints' documents; SqliteSaver's rows) and the "
+          "SQLite file after a WAL checkpoint (Rewind's also holds the session).")
+    print_table(BYTES_HEADERS, [bytes_row(r) for r in results])
+    print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
     return 0
 
 

@@ -121,9 +121,14 @@ def session_info(rt: Runtime, sid: str) -> SessionInfo | None:
     return rt.store.get_session(validate_session_id(sid))
 
 
-def get_documents(rt: Runtime, sid: str, ns: str, keys: Sequence[str]) -> dict[str, Any]:
-    """The documents among `keys` that exist in namespace `ns` of session `sid`."""
-    return rt.store.doc_get(validate_session_id(sid), _namespace(ns, "document"), list(keys))
+def get_documents(rt: Runtime, sid: str, ns: str, keys: Sequence[str], *,
+                  prefix: str | None = None) -> dict[str, Any]:
+    """The documents among `keys` that exist in namespace `ns` of session `sid`, and with
+    `prefix` every document whose key starts with it, in one read."""
+    if prefix is not None and not isinstance(prefix, str):
+        raise TypeError(f"a document key prefix must be a string, not {prefix!r}")
+    return rt.store.doc_get(validate_session_id(sid), _namespace(ns, "document"), list(keys),
+                            prefix=prefix)
 
 
 def scan_documents(rt: Runtime, sid: str, ns: str, prefix: str = "", *,
@@ -171,6 +176,13 @@ def put_fleet_documents(rt: Runtime, ns: str, values: Mapping[str, Any]) -> None
 def get_values(rt: Runtime, sid: str, ns: str) -> dict[str, Any]:
     """Current values of versioned namespace `ns` on the live line of session `sid`."""
     return rt.store.get_all(validate_session_id(sid), _namespace(ns, "key-value"))
+
+
+def get_session_values(rt: Runtime, sid: str, ns: str
+                       ) -> tuple[SessionInfo | None, dict[str, Any]]:
+    """The summary of session `sid` (None: no such session) and the current values of its
+    versioned namespace `ns`, in one read."""
+    return rt.store.get_session_values(validate_session_id(sid), _namespace(ns, "key-value"))
 
 
 def put_values(rt: Runtime, sid: str, ns: str, items: Mapping[str, Any]) -> int:
@@ -252,15 +264,18 @@ class Documents:
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
 
-    def get(self, sid: str, ns: str, keys: Sequence[str]) -> dict[str, Any]:
-        """The documents among `keys` that exist in namespace `ns` of session `sid`. Documents
-        are unversioned (rollbacks leave them alone): integrations keep their own history there.
-        A document is JSON data, or `bytes` when it was stored as bytes.
+    def get(self, sid: str, ns: str, keys: Sequence[str], *,
+            prefix: str | None = None) -> dict[str, Any]:
+        """The documents among `keys` that exist in namespace `ns` of session `sid`; with
+        `prefix`, also every document whose key starts with it (as `scan` finds them), in the
+        same read. Documents are unversioned (rollbacks leave them alone): integrations keep
+        their own history there. A document is JSON data, or `bytes` when it was stored as
+        bytes.
 
         Raises:
             InvalidSessionId: bad id. ValueError: `ns` is not an identifier.
         """
-        return get_documents(self._rt, sid, ns, keys)
+        return get_documents(self._rt, sid, ns, keys, prefix=prefix)
 
     def scan(self, sid: str, ns: str, prefix: str = "", *, below: str | None = None,
              last: int | None = None) -> dict[str, Any]:
@@ -313,6 +328,16 @@ class Documents:
             InvalidSessionId: bad id. ValueError: `ns` is not an identifier.
         """
         return get_values(self._rt, sid, ns)
+
+    def session_values(self, sid: str, ns: str) -> tuple[SessionInfo | None, dict[str, Any]]:
+        """`Engine.session_info` and `values` in one read: the summary of session `sid` (None
+        when there is no such session) and the current values of its versioned namespace `ns`
+        ({} then). What an integration reads first on every turn.
+
+        Raises:
+            InvalidSessionId: bad id. ValueError: `ns` is not an identifier.
+        """
+        return get_session_values(self._rt, sid, ns)
 
     def put_values(self, sid: str, ns: str, items: Mapping[str, Any]) -> int:
         """Set keys of versioned namespace `ns` of session `sid` (None deletes one) in one

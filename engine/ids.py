@@ -56,6 +56,10 @@ def validate_session_id(sid: Any) -> str:
         raise InvalidSessionId(
             f"a session id must be at most {MAX_ID_LENGTH} characters, this one has {len(sid)}"
         )
+    if sid.isascii() and sid.isprintable():
+        # the common id, checked at every read and write: among ASCII characters only the
+        # controls are refused, and they are exactly the ones that are not printable
+        return sid
     for i, ch in enumerate(sid):
         if unicodedata.category(ch) in _REFUSED_CATEGORIES:
             raise InvalidSessionId(

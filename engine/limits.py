@@ -110,15 +110,20 @@ def json_within(value: Any, limit: int, what: str, field: str) -> Any:
     """
     if _surely_longer(value, limit):
         raise _too_big(what, f"more than {limit:,}", limit, field, "bytes")
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = _MEASURE.encode(value)
     try:
-        size = len(text.encode("utf-8"))
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except UnicodeEncodeError:
         canonicalize(value, what)  # names where the lone surrogate is
         raise
     if size > limit:
         raise _too_big(what, f"{size:,}", limit, field, "bytes")
     return value
+
+
+_MEASURE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""The encoder `json_within` measures with, built once (``json.dumps`` with arguments builds
+one per call)."""
 
 
 def bytes_within(key: str, value: bytes, limit: int, what: str, field: str) -> bytes:
@@ -139,7 +144,8 @@ def _surely_longer(value: Any, limit: int) -> bool:
     A cheap lower bound (a string counts its characters and quotes, a container its brackets and
     separators, anything else one character), walked only until it passes the limit, so a huge
     value is refused before `canonicalize` copies it. Deeper than `MAX_DEPTH` the walk stops and
-    leaves the verdict to `canonicalize`.
+    leaves the verdict to `canonicalize`. The leaves of a container (strings, numbers) are
+    counted where they are met, not pushed and popped: most of a document's values are leaves.
     """
     total = 0
     stack: list[tuple[Any, int]] = [(value, 0)]
@@ -147,11 +153,33 @@ def _surely_longer(value: Any, limit: int) -> bool:
     while stack:
         item, depth = pop()
         kind = type(item)
-        if kind is str:  # the common leaves first, by exact type (no isinstance chain)
+        if kind is dict or kind is list or kind is tuple:
+            parts: Any = item
+            if kind is dict:
+                total += 2 * len(item) + 1
+                parts = [*item, *item.values()]
+            else:
+                total += len(item) + 1
+            if total > limit:
+                return True
+            if depth >= MAX_DEPTH:
+                continue
+            depth += 1
+            for part in parts:
+                if type(part) is str:
+                    total += len(part) + 2
+                elif part is None or type(part) in _ONE_CHARACTER:
+                    total += 1
+                else:
+                    push((part, depth))
+            if total > limit:
+                return True
+            continue
+        if kind is str:
             total += len(item) + 2
         elif kind is int or kind is float or kind is bool or item is None:
             total += 1
-        elif kind is dict or (kind is not list and isinstance(item, Mapping)):
+        elif isinstance(item, Mapping):
             total += 2 * len(item) + 1
             if total <= limit and depth < MAX_DEPTH:
                 depth += 1
@@ -173,6 +201,10 @@ def _surely_longer(value: Any, limit: int) -> bool:
         if total > limit:
             return True
     return False
+
+
+_ONE_CHARACTER = frozenset({int, float, bool})
+"""Leaf types `_surely_longer` counts as one character where it meets them."""
 
 
 def check_text(text: str, limit: int, what: str, field: str) -> str:

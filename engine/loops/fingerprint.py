@@ -42,7 +42,52 @@ def canonicalize(value: Any, _path: str = "args") -> Any:
         ValueError: containers nested deeper than `MAX_DEPTH` or holding themselves (a cycle),
             and strings with a lone surrogate (they have no UTF-8 form).
     """
-    return _canonical(value, _path, set())
+    try:
+        return _plain(value, set())
+    except _NotPlain:  # anything to convert, or to refuse: the walk that names where
+        return _canonical(value, _path, set())
+
+
+class _NotPlain(Exception):
+    """`_plain` met a value it leaves to `_canonical`."""
+
+
+_NOT_PLAIN = _NotPlain()
+
+
+def _plain(value: Any, _open: set[int]) -> Any:
+    """`_canonical` of plain JSON data (dict with string keys, list, tuple, str, int, float,
+    bool, None, each of exactly that type), without building a path for every value: what
+    canonicalizing a message or a step's arguments meets almost always. Raises `_NotPlain` on
+    anything else (a type to convert, a lone surrogate, NaN, a key that is not a string, a
+    cycle, nesting past `MAX_DEPTH`); the caller then starts over with `_canonical`, which gives
+    the same result or the same error as before this fast path existed."""
+    kind = type(value)
+    if kind is str:
+        if not value.isascii() and _LONE_SURROGATE.search(value):
+            raise _NOT_PLAIN
+        return value
+    if value is None or kind is bool or kind is int:
+        return value
+    if kind is float:
+        if not math.isfinite(value):
+            raise _NOT_PLAIN
+        return value
+    if kind is dict or kind is list or kind is tuple:
+        if id(value) in _open or len(_open) >= MAX_DEPTH:
+            raise _NOT_PLAIN
+        _open.add(id(value))
+        if kind is dict:
+            out: Any = {}
+            for k, v in value.items():
+                if type(k) is not str or (not k.isascii() and _LONE_SURROGATE.search(k)):
+                    raise _NOT_PLAIN
+                out[k] = _plain(v, _open)
+        else:
+            out = [_plain(v, _open) for v in value]
+        _open.discard(id(value))
+        return out
+    raise _NOT_PLAIN
 
 
 def _canonical(value: Any, _path: str, _open: set[int]) -> Any:

@@ -59,11 +59,25 @@ class FieldMap(Generic[R]):
         self._plan = tuple(
             (c.name, c.field, None if c.convert is same else c.convert, c.optional) for c in columns
         )
+        self._at = tuple((self.names.index(c.name), c.field,
+                          None if c.convert is same else c.convert) for c in columns)
+        """`_plan` by position in `names`, for `decode_selected`."""
 
     def select(self, absent: frozenset[str] = frozenset()) -> str:
         """The SQL SELECT list of the columns; those in `absent` (missing from an older file)
         read as NULL under their own name."""
         return ", ".join(f"NULL AS {n}" if n in absent else n for n in self.names)
+
+    def decode_selected(self, row: tuple[Any, ...], **extra: Any) -> R:
+        """`decode` of a plain row whose first columns are this map's `select()` list, in its
+        order (more may follow): the columns are still named by this map, which wrote the
+        SELECT list, but read without a lookup by name (a session's summary is read at every
+        turn of an integration)."""
+        values = {}
+        for at, field, convert in self._at:
+            raw = row[at]
+            values[field] = raw if convert is None else convert(raw)
+        return self.record(**values, **extra)
 
     def decode(self, row: Named, **extra: Any) -> R:
         """The record of `row`; `extra` fills the fields no column holds (derived by the

@@ -131,6 +131,21 @@ def test_snapshot_and_rollback_statements_use_bounded_indexes(long_session):
     assert _checked(path, statements) == []
 
 
+def test_integration_reads_use_bounded_indexes(long_session):
+    """A checkpointer's turn: the session with its head pointer, then a record with the
+    documents filed under it (a LangGraph thread's latest checkpoint and its pending writes)."""
+    engine, s, path = long_session
+    engine.documents.put(s.id, "lg", {f"c/{i:05d}": {"i": i} for i in range(300)}
+                         | {f"w/{i:05d}/t/0": {"i": i} for i in range(300)})
+    engine.documents.put_values(s.id, "lg_head", {"root": "00299"})
+    statements = _capture(engine)
+    info, values = engine.documents.session_values(s.id, "lg_head")
+    found = engine.documents.get(s.id, "lg", ["c/00299"], prefix="w/00299/")
+    assert info is not None and values == {"root": "00299"} and len(found) == 2
+    assert len(statements) == 2
+    assert _checked(path, statements) == []
+
+
 def test_loop_and_automatic_rollback_statements_use_bounded_indexes(long_session):
     engine, s, path = long_session
     statements = _capture(engine)

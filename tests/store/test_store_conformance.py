@@ -567,6 +567,40 @@ def test_a_page_of_documents_is_the_last_ones_below_a_key(engine):
         engine.documents.scan("p", "lg", "c/", last=-1)
 
 
+def test_documents_by_key_and_under_a_prefix_in_one_read(engine):
+    """`documents.get(keys, prefix=…)`: the keys that exist and every document under the prefix
+    (what `scan` gives for it), bytes and JSON alike; a key under the prefix comes back once."""
+    engine.session("r")
+    engine.documents.put("r", "lg", {"c/1": {"id": 1}, "c/2": {"id": 2}, "w/1/a": {"i": 0},
+                                     "w/1/b": b"\x00raw", "w/10/a": {"i": 9}, "w/2/a": {"i": 2}})
+    assert engine.documents.get("r", "lg", ["c/1", "nope"], prefix="w/1/") == {
+        "c/1": {"id": 1}, "w/1/a": {"i": 0}, "w/1/b": b"\x00raw"}
+    assert engine.documents.get("r", "lg", [], prefix="w/1/") == engine.documents.scan(
+        "r", "lg", "w/1/")
+    assert engine.documents.get("r", "lg", ["w/2/a"], prefix="w/2/") == {"w/2/a": {"i": 2}}
+    assert engine.documents.get("r", "lg", ["c/2"], prefix="x/") == {"c/2": {"id": 2}}
+    assert engine.documents.get("missing", "lg", ["c/1"], prefix="w/") == {}
+    many = [f"k/{i:04d}" for i in range(1_200)]  # past one statement's worth of keys
+    engine.documents.put("r", "lg", {k: {"k": k} for k in many[::2]})
+    assert engine.documents.get("r", "lg", many, prefix="w/1/") == {
+        **{k: {"k": k} for k in many[::2]}, "w/1/a": {"i": 0}, "w/1/b": b"\x00raw"}
+
+
+def test_a_session_and_its_values_in_one_read(engine):
+    """`documents.session_values`: the summary `session_info` gives and the values `values`
+    gives, together; None and {} for an unknown session, {} for a namespace never written."""
+    assert engine.documents.session_values("nobody", "head") == (None, {})
+    s = engine.session("v", meta={"tenant": "acme"})
+    assert engine.documents.session_values("v", "head") == (engine.session_info("v"), {})
+    engine.documents.put_values("v", "head", {"root": "c1", "fence": {"base": None, "until": "x"}})
+    engine.documents.put_values("v", "other", {"root": "elsewhere"})
+    s.append_message("user", "hi")
+    info, values = engine.documents.session_values("v", "head")
+    assert info == engine.session_info("v") and info.messages == 1
+    assert values == engine.documents.values("v", "head") == {
+        "root": "c1", "fence": {"base": None, "until": "x"}}
+
+
 def test_a_write_that_creates_its_session(engine):
     """`write_session(create=meta)` creates a missing session (one transaction on SQLite), and
     merges the meta into an existing one; a bad meta writes nothing."""

@@ -11,6 +11,7 @@ import pytest
 from engine import Engine
 from engine.errors import SchemaMismatch
 from engine.store.sqlite.schema import LAYOUT, SCHEMA_VERSION
+from engine.store.sqlite.tx import IDLE, IDLE_PER_FILE
 
 
 def _url(path) -> str:
@@ -18,7 +19,9 @@ def _url(path) -> str:
 
 
 def _traced_open(url: str) -> tuple[Engine, list[str]]:
-    """Open an engine on `url`, returning it and every statement its connection ran."""
+    """Open an engine on `url` on a new connection (not one an earlier engine left idle),
+    returning it and every statement its connection ran."""
+    IDLE.close_all()
     statements: list[str] = []
     connect = sqlite3.connect
 
@@ -131,3 +134,63 @@ def test_a_file_of_a_newer_release_is_still_refused(store_file):
     with pytest.raises(SchemaMismatch, match="newer Rewind"):
         Engine.open(_url(store_file))
     assert not commits.since()
+
+
+# -- idle connections ---------------------------------------------------------------------------
+def _connects(monkeypatch) -> list[str]:
+    """Counts the connections opened from now on (their targets)."""
+    opened: list[str] = []
+    connect = sqlite3.connect
+
+    def counting(target, *args, **kwargs):
+        opened.append(str(target))
+        return connect(target, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", counting)
+    return opened
+
+
+def test_an_engine_opened_after_another_closed_takes_its_connection(store_file, monkeypatch):
+    """Per request: the connection a closed engine left (schema parsed, statements prepared)
+    serves the next engine on the file, which reads and writes as a new one would."""
+    IDLE.close_all()
+    Engine.open(_url(store_file)).close()
+    opened = _connects(monkeypatch)
+    with Engine.open(_url(store_file)) as engine:
+        assert [m["content"] for m in engine.session("s").state().messages] == ["hello"]
+        assert opened == []
+        engine.session("s").append_message("assistant", "again")  # (starts the checkpointer)
+        assert [m["content"] for m in engine.session("s").state().messages] == ["hello", "again"]
+    opened.clear()
+    with Engine.open(_url(store_file) + "?synchronous=FULL") as engine:  # other settings
+        assert engine.session_info("s") is not None
+    assert opened == [str(store_file)]
+
+
+def test_a_file_replaced_at_its_path_is_never_read_through_an_old_connection(tmp_path):
+    path = tmp_path / "replaced.db"
+    with Engine.open(_url(path)) as engine:
+        engine.session("old").append_message("user", "from the first file")
+    for suffix in ("", "-wal", "-shm"):
+        (tmp_path / f"replaced.db{suffix}").unlink(missing_ok=True)
+    with Engine.open(_url(path)) as engine:
+        assert engine.session_info("old") is None
+        engine.session("new")
+    with Engine.open(_url(path)) as engine:
+        assert [i.id for i in engine.sessions()] == ["new"]
+
+
+def test_idle_connections_are_few_and_keep_nothing_of_their_last_user(store_file):
+    IDLE.close_all()
+    engines = [Engine.open(_url(store_file)) for _ in range(IDLE_PER_FILE + 2)]
+    seen: list[str] = []
+    for engine in engines:
+        engine.session_info("s")  # each handle opens its own connection
+        engine.store._db.conn.set_trace_callback(seen.append)  # type: ignore[attr-defined]
+    for engine in engines:
+        engine.close()
+    assert sum(len(kept) for kept in IDLE._conns.values()) == IDLE_PER_FILE  # type: ignore
+    seen.clear()
+    with Engine.open(_url(store_file)) as engine:
+        engine.session_info("s")
+    assert seen == []  # the trace callback stayed with the engine that set it

@@ -25,9 +25,23 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "the LangGraph integration needs LangGraph: pip install 'agent-rewind[langgraph]'"
     ) from exc
 
+from typing import TYPE_CHECKING, Any
+
 from engine.integrations.langgraph.guard import LoopGuard, RewindToolNode, let_loops_through
 from engine.integrations.langgraph.saver import RewindSaver, healthy_checkpoint, session_id
-from engine.integrations.langgraph.store import RewindStore
+
+if TYPE_CHECKING:
+    from engine.integrations.langgraph.store import RewindStore
 
 __all__ = ["LoopGuard", "RewindSaver", "RewindStore", "RewindToolNode", "healthy_checkpoint",
            "let_loops_through", "session_id"]
+
+
+def __getattr__(name: str) -> Any:
+    # RewindStore is loaded on first use: it brings session memory (BM25, numpy), which a
+    # service that only checkpoints threads never needs (a tenth of a second at every start)
+    if name == "RewindStore":
+        from engine.integrations.langgraph.store import RewindStore
+
+        return RewindStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

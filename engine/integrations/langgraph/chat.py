@@ -38,7 +38,11 @@ def to_chat(message: Any) -> dict | None:
             return None
         chat = dict(message)
     elif isinstance(message, BaseMessage):
-        role = getattr(message, "role", None) or ROLES.get(message.type, message.type)
+        # a message's fields are in its __dict__ (pydantic); asking a message without a role
+        # for one raises and catches an AttributeError inside pydantic, at every checkpoint
+        role = (message.__dict__.get("role") if "role" in type(message).model_fields
+                else getattr(message, "role", None) if hasattr(type(message), "role")
+                else None) or ROLES.get(message.type, message.type)
         chat = {"role": role, "content": message.content}
         if message.id:
             chat["id"] = message.id

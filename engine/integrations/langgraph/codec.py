@@ -84,8 +84,12 @@ the header (JSON), for a list the size of each item (``n`` unsigned 4-byte littl
 integers, so reading them is one C call, not a JSON list of numbers), then the serialized bytes."""
 
 
+_HEADER = json.JSONEncoder(separators=(",", ":"))
+"""The encoder of the JSON header of a channel value stored as bytes (built once)."""
+
+
 def _raw(header: dict, data: bytes, sizes: Sequence[int] = ()) -> bytes:
-    head = json.dumps(header, separators=(",", ":")).encode()
+    head = _HEADER.encode(header).encode()
     return b"".join((RAW_MAGIC, len(head).to_bytes(4, "big"), head,
                      struct.pack(f"<{len(sizes)}I", *sizes), data))
 

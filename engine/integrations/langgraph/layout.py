@@ -30,6 +30,7 @@ characters, so ``/`` only ever separates fields and every prefix scan is exact. 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from urllib.parse import quote, unquote
 
 DOCS = "langgraph"
@@ -50,7 +51,14 @@ META_VALUE = "langgraph"
 
 def part(text: object) -> str:
     """One percent-encoded key field."""
-    return quote(str(text), safe="")
+    return _quoted(str(text))
+
+
+@lru_cache(maxsize=4096)
+def _quoted(text: str) -> str:
+    # Checkpoint ids, channel names and versions come back at every put and read: quoting each
+    # anew was most of the cost of naming a checkpoint's documents.
+    return quote(text, safe="")
 
 
 def checkpoint_prefix(ns: str | None = None) -> str:

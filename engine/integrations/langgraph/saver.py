@@ -25,8 +25,12 @@ Mapping (key layout in `layout`):
 Storage does not copy the message list at every checkpoint: channel values are stored once per
 (channel, version), like LangGraph's Postgres saver, and list values as skip-deltas against
 earlier versions on the same line (`codec`). The checkpoint record names every document its
-lists are built from, so reading a checkpoint is one read of the record and one of its values,
-whatever the thread's length: at most log2(n) + 1 documents per list channel. Channel values are
+lists are built from, so reading a checkpoint is one read of the record with its pending writes
+and one of its values, whatever the thread's length: at most log2(n) + 1 documents per list
+channel. The latest checkpoint of the root namespace takes one more read first, the thread's
+summary with its head pointer; the values of the versions this saver last wrote or read are held
+(serialized, decoded anew at every read), so a warm read of the latest checkpoint is two reads.
+``list(limit=…)`` reads a page of records at a time, namespace by namespace. Channel values are
 stored as bytes (the serializer's output behind a small header), so a read neither parses nor
 base64-decodes them; threads stored as JSON before still read.
 
@@ -85,6 +89,9 @@ _THREAD_META = {layout.META_KEY: layout.META_VALUE}
 
 __all__ = ["ACTOR", "RewindSaver", "healthy_checkpoint", "session_id"]
 
+_JSON = json.JSONEncoder()
+"""Encodes metadata to see whether it comes back from JSON as it is (built once)."""
+
 _PLAIN_FIELDS = ("v", "ts", "channel_versions", "versions_seen", "updated_channels")
 """Checkpoint fields stored as plain JSON; the id is the record's, other fields are serialized."""
 
@@ -113,6 +120,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         if keep_checkpoints < 1:
             raise ValueError("keep_checkpoints must be at least 1")
         self.engine = engine
+        self._docs = engine.documents  # the engine hands out a new handle at every access
         self.messages_channel = messages_channel
         self.retention = Retention(keep_snapshots=keep_checkpoints,
                                    keep_step_snapshots=engine.config.retention.keep_step_snapshots)
@@ -122,9 +130,12 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         self._lists: OrderedDict[tuple[str, str, str], codec.ListState] = OrderedDict()
         self._last: OrderedDict[tuple[str, str], dict] = OrderedDict()
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._blobs: OrderedDict[tuple[str, str], bytes] = OrderedDict()
-        """(session, blob key) -> a stored value that is not a list, as stored (bytes, decoded
-        anew at every read): a version's value never changes, so a warm read need not fetch it."""
+        self._blobs: OrderedDict[tuple[str, str, str], tuple[str, dict]] = OrderedDict()
+        """(session, namespace, channel) -> (version, its document as `codec.load` reads it):
+        the last version of a channel that is not a list this saver wrote or read (its value
+        serialized, decoded anew at every read; or the mark of a channel emptied). A version's
+        value never changes, so a warm read need not fetch it; one entry per channel, like
+        `_lists`, so many threads do not push each other's out."""
         self._seen_changed = threading.Condition(self._lock)
 
     def wait_for_checkpoint(self, thread_id: Any, checkpoint_id: str, timeout: float) -> bool:
@@ -146,7 +157,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                                                max(0.0, min(0.05, deadline - time.monotonic()))):
                     return True
             # stored by another saver, or forgotten by this one's bounded memory
-            if self.engine.documents.get(key[0], layout.DOCS, [ckey]):
+            if self._docs.get(key[0], layout.DOCS, [ckey]):
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -170,21 +181,40 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         sid = session_id(thread_id)
         ns = conf.get("checkpoint_ns") or ""
         checkpoint_id = get_checkpoint_id(config)
+        writes: builtins.list[dict] | None = None
         if checkpoint_id:
-            key = layout.checkpoint_key(ns, checkpoint_id)
-            rec = self.engine.documents.get(sid, layout.DOCS, [key]).get(key)
-        else:
-            info = self.engine.session_info(sid) if ns == "" else None
-            if ns == "" and info is None:
+            rec, writes = self._with_writes(sid, ns, checkpoint_id)
+        elif ns == "":
+            # The thread's summary and its head pointer in one read, then the head's record
+            # and its pending writes in another: a warm read is two statements on SQLite.
+            info, pointers = self._docs.session_values(sid, layout.HEAD)
+            if info is None:
                 return None
+            head = pointers.get(layout.ROOT)
+            rec, writes = self._with_writes(sid, ns, head) if head else (None, None)
+            if rec is None:  # no head yet, or its record is gone: the newest live one
+                rec, writes = self._latest(sid, ns), None
+            delivered = self._deliver_notices(sid, thread_id, rec, info, pointers)
+            if delivered is not rec:
+                rec, writes = delivered, None
+        else:
             rec = self._latest(sid, ns)
-            if info is not None:
-                rec = self._deliver_notices(sid, thread_id, rec, info)
         if rec is None:
             return None
         with self._lock:
             self._remember(self._seen, (sid, rec["id"]), None)
-        return self._tuple(sid, thread_id, rec, {}, remember=True)
+        return self._tuple(sid, thread_id, rec, {}, remember=True, writes=writes)
+
+    def _with_writes(self, sid: str, ns: str, checkpoint_id: str
+                     ) -> tuple[dict | None, builtins.list[dict] | None]:
+        """Checkpoint `checkpoint_id`'s record and its pending writes, in one read."""
+        key = layout.checkpoint_key(ns, checkpoint_id)
+        prefix = layout.write_prefix(ns, checkpoint_id)
+        found = self._docs.get(sid, layout.DOCS, [key], prefix=prefix)
+        rec = found.get(key)
+        if rec is None:
+            return None, None
+        return rec, [doc for k, doc in found.items() if k.startswith(prefix)]
 
     def list(
         self,
@@ -220,11 +250,16 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         before_id = get_checkpoint_id(before) if before else None
         for thread_id in threads:
             sid = session_id(thread_id)
-            if ns_filter is not None and limit is not None and not id_filter:
-                recs: Iterator[dict] = self._newest(sid, ns_filter, before_id,
-                                                    limit if not filter else max(limit, 20))
+            recs: Iterator[dict]
+            if id_filter and ns_filter is not None:  # one checkpoint: one read
+                key = layout.checkpoint_key(ns_filter, id_filter)
+                recs = iter(self._docs.get(sid, layout.DOCS, [key]).values())
+            elif limit is not None and not id_filter:
+                page = limit if not filter else max(limit, 20)
+                recs = (self._newest(sid, ns_filter, before_id, page) if ns_filter is not None
+                        else self._newest_everywhere(sid, before_id, limit, filter, page))
             else:
-                every = list(self.engine.documents.scan(
+                every = list(self._docs.scan(
                     sid, layout.DOCS, layout.checkpoint_prefix(ns_filter)).values())
                 every.sort(key=lambda r: r["id"], reverse=True)
                 recs = iter(every)
@@ -244,6 +279,38 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                     if limit <= 0:
                         return
 
+    def _newest_everywhere(self, sid: str, before_id: str | None, limit: int,
+                           filter: dict[str, Any] | None, page: int) -> Iterator[dict]:
+        """The newest `limit` checkpoint records of the thread across its namespaces (below
+        `before_id`, matching `filter`), newest first, in the order a scan of them all sorted
+        by id gives: each namespace's newest are read a page at a time (`_newest`), and the
+        next namespace is found below the last one's keys (a namespace's keys are one range:
+        its encoded name holds no ``/``), so a thread is read by what it returns, namespace by
+        namespace, not whole."""
+        found: builtins.list[builtins.list[dict]] = []
+        below = None
+        while True:
+            last = self._docs.scan(sid, layout.DOCS, layout.checkpoint_prefix(),
+                                   below=below, last=1)
+            if not last:
+                break
+            ns = next(iter(last.values()))["ns"]
+            mine: builtins.list[dict] = []
+            for rec in self._newest(sid, ns, before_id, page):
+                if filter:
+                    meta = self._load_meta(rec["meta"])
+                    if not all(meta.get(k) == v for k, v in filter.items()):
+                        continue
+                mine.append(rec)
+                if len(mine) >= limit:
+                    break
+            found.append(mine)
+            below = layout.checkpoint_prefix(ns)
+        # key order (namespaces, then ids, ascending), then by id: what the whole scan gave
+        every = [rec for mine in reversed(found) for rec in reversed(mine)]
+        every.sort(key=lambda r: r["id"], reverse=True)
+        return iter(every)
+
     def _newest(self, sid: str, ns: str, before_id: str | None, page: int) -> Iterator[dict]:
         """The namespace's checkpoint records newest first (below `before_id`), read a page of
         `page` at a time: ``list(limit=…)`` reads about what it returns, not the thread.
@@ -251,7 +318,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         prefix = layout.checkpoint_prefix(ns)
         below = layout.checkpoint_key(ns, before_id) if before_id else None
         while True:
-            batch = self.engine.documents.scan(sid, layout.DOCS, prefix, below=below, last=page)
+            batch = self._docs.scan(sid, layout.DOCS, prefix, below=below, last=page)
             yield from reversed(list(batch.values()))
             if len(batch) < page:
                 return
@@ -330,7 +397,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         regular = [key for key, entry in entries.items() if entry[0] >= 0]
 
         def run() -> None:
-            existing = self.engine.documents.get(sid, layout.DOCS, regular) if regular else {}
+            existing = self._docs.get(sid, layout.DOCS, regular) if regular else {}
             items = {
                 key: {"task": task_id, "path": task_path, "idx": widx, "ch": channel,
                       "value": codec.encode(self.serde, value)}
@@ -338,7 +405,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 if widx < 0 or key not in existing
             }
             if items:
-                self.engine.documents.put(sid, layout.DOCS, items)
+                self._docs.put(sid, layout.DOCS, items)
 
         self._retrying(sid, run)
 
@@ -370,7 +437,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 nothing is written, and a missing target is not created.
         """
         src, dst = session_id(source_thread_id), session_id(target_thread_id)
-        docs = self.engine.documents.scan(src, layout.DOCS, "")
+        docs = self._docs.scan(src, layout.DOCS, "")
         if not docs:
             return
         head = self._head(src)
@@ -388,11 +455,11 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
 
         def run() -> None:
             if rec is None or rec.get("late") or head_key is None:
-                self.engine.documents.put(dst, layout.DOCS, copied)
+                self._docs.put(dst, layout.DOCS, copied)
                 return
             info = self.engine.session_info(dst)
             history = self._live_messages(src) if info is None or info.messages == 0 else []
-            self.engine.documents.write_session(
+            self._docs.write_session(
                 dst, messages=history, messages_if_empty=True,
                 values={layout.HEAD: {layout.ROOT: head}}, snapshot=label,
                 documents={layout.DOCS: copied}, stamp=(layout.DOCS, head_key),
@@ -429,7 +496,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             raise ValueError(f"strategy must be 'keep_latest' or 'delete', not {strategy!r}")
         for thread_id in thread_ids:
             sid = session_id(thread_id)
-            docs = self.engine.documents.scan(sid, layout.DOCS, "")
+            docs = self._docs.scan(sid, layout.DOCS, "")
             if not docs:
                 continue
             if strategy == "delete":
@@ -463,7 +530,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         if not runs:
             return
         for sid in self._threads():
-            docs = self.engine.documents.scan(sid, layout.DOCS, "")
+            docs = self._docs.scan(sid, layout.DOCS, "")
             recs = [doc for key, doc in docs.items() if key.startswith("c/")]
             if not any(rec.get("run") in runs for rec in recs):
                 continue
@@ -490,7 +557,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         parent_chains = (parent.get("lists") or {}) if parent else {}
         values = checkpoint["channel_values"]
         docs: dict[str, Any] = {}
-        raws: dict[str, bytes] = {}
+        raws: dict[str, tuple[str, dict]] = {}
         lists: dict[str, codec.ListState] = {}
         appended = None  # messages this checkpoint adds to its parent's, for the mirror
         max_bytes = self.engine.limits.document_bytes // 2
@@ -498,11 +565,13 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             key = layout.blob_key(ns, channel, version)
             if channel not in values:
                 docs[key] = {"empty": True}
+                raws[channel] = (str(version), docs[key])
                 continue
             value = values[channel]
             if not isinstance(value, list):
-                docs[key] = codec.raw_value(tuple(self.serde.dumps_typed(value)))
-                raws[key] = docs[key]
+                serialized = tuple(self.serde.dumps_typed(value))
+                docs[key] = codec.raw_value(serialized)
+                raws[channel] = (str(version), {"raw_value": serialized})
                 continue
             before = parent_versions.get(channel)
             base = None
@@ -524,7 +593,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             "late": False, "snap": None, "msgs": None, "epoch": None, "lists": chains,
         }
         if ns == "":
-            pointers = self.engine.documents.values(sid, layout.HEAD)
+            pointers = self._docs.values(sid, layout.HEAD)
             head, fence = pointers.get(layout.ROOT), pointers.get(layout.FENCE) or {}
             if (fence and parent_id == fence.get("base")
                     and checkpoint_id <= fence.get("until", "")
@@ -538,29 +607,34 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         key = layout.checkpoint_key(ns, checkpoint_id)
         docs[key] = rec
         if ns == "" and not rec["late"]:
-            # mirrored messages, head pointer, snapshot and documents: one atomic write
+            # mirrored messages, head pointer, snapshot and documents: one atomic write. A
+            # thread this saver does not know yet is created by it (one transaction for its
+            # first checkpoint); a known one deleted meanwhile fails the write, and `put` then
+            # creates it again and retries.
+            with self._lock:
+                known = sid in self._ensured
             chat: builtins.list[dict] = []
             if appended and (parent_id == head or (parent_id is None and head is None)):
                 chat = [c for c in (to_chat(m) for m in appended if not is_notice(m)) if c]
             label = (f"checkpoint {checkpoint_id} ({meta.get('source', '?')}, "
                      f"step {meta.get('step', '?')})")
-            epoch, node = self.engine.documents.write_session(
+            epoch, node = self._docs.write_session(
                 sid, messages=chat, values={layout.HEAD: {layout.ROOT: checkpoint_id}},
                 snapshot=cut_text(label, self.engine.limits.name_chars),
                 documents={layout.DOCS: docs}, stamp=(layout.DOCS, key),
-                retention=self.retention, create=_THREAD_META)
+                retention=self.retention, create=None if known else _THREAD_META)
             assert node is not None
             rec.update(snap=node.id, msgs=node.messages, epoch=epoch)
             with self._lock:
                 self._remember(self._ensured, sid, None)
         else:
             self._ensure(sid)
-            self.engine.documents.put(sid, layout.DOCS, docs)
+            self._docs.put(sid, layout.DOCS, docs)
         with self._seen_changed:
             for channel, state in lists.items():
                 self._remember(self._lists, (sid, ns, channel), state)
-            for blob_key, raw in raws.items():
-                self._remember(self._blobs, (sid, blob_key), raw)
+            for channel, raw in raws.items():
+                self._remember(self._blobs, (sid, ns, channel), raw)
             self._remember(self._last, (sid, ns), rec)
             self._remember(self._seen, (sid, checkpoint_id), None)
             self._seen_changed.notify_all()
@@ -579,18 +653,19 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         return True
 
     def _deliver_notices(self, sid: str, thread_id: Any, rec: dict | None,
-                         info: Any) -> dict | None:
+                         info: Any, pointers: dict) -> dict | None:
         """Hand notices appended to the session after `rec` to the graph (see module doc).
 
         `rec` is the live checkpoint's record; None when the guard rolled back a run of a thread
         without any stored checkpoint before it (``durability="exit"``): the notices then start
-        the thread's first checkpoint. `info` is the session's summary.
+        the thread's first checkpoint. `info` is the session's summary, `pointers` its values
+        of `layout.HEAD` (read together).
         """
         channel = self.messages_channel
         if channel is None:
             return rec
         if rec is None:
-            fence = self.engine.documents.values(sid, layout.HEAD).get(layout.FENCE)
+            fence = pointers.get(layout.FENCE)
             if not fence or fence.get("base") is not None:
                 return None
             seen = 0
@@ -632,20 +707,14 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
 
     # -- records and values -----------------------------------------------------------------
     def _head(self, sid: str) -> str | None:
-        return self.engine.documents.values(sid, layout.HEAD).get(layout.ROOT)
+        return self._docs.values(sid, layout.HEAD).get(layout.ROOT)
 
     def _latest(self, sid: str, ns: str) -> dict | None:
-        if ns == "":
-            head = self._head(sid)
-            if head:
-                # Read, not remembered: a thread held for on-call and resumed after the
-                # operator's decision must see the head's record as the store has it now.
-                key = layout.checkpoint_key("", head)
-                rec = self.engine.documents.get(sid, layout.DOCS, [key]).get(key)
-                if rec is not None:
-                    return rec
-        recs = list(self.engine.documents.scan(sid, layout.DOCS,
-                                               layout.checkpoint_prefix(ns)).values())
+        """The newest live checkpoint record of namespace `ns` (a scan: the root namespace's
+        head is read before, by `get_tuple`; read, not remembered: a thread held for on-call and
+        resumed after the operator's decision must see the head's record as the store has it
+        now)."""
+        recs = list(self._docs.scan(sid, layout.DOCS, layout.checkpoint_prefix(ns)).values())
         live = [r for r in recs if not r.get("late")]
         return max(live, key=lambda r: r["id"], default=None)
 
@@ -655,7 +724,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         if last is not None and last["id"] == checkpoint_id:
             return last
         key = layout.checkpoint_key(ns, checkpoint_id)
-        return self.engine.documents.get(sid, layout.DOCS, [key]).get(key)
+        return self._docs.get(sid, layout.DOCS, [key]).get(key)
 
     def _list_state(self, sid: str, ns: str, channel: str, version: Any,
                     chain: codec.Chain | None) -> codec.ListState | None:
@@ -667,12 +736,12 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         if cached is not None and cached.version == version:
             return cached
         if chain and str(chain[-1][0]) == version:
-            docs = self.engine.documents.get(sid, layout.DOCS, codec.chain_keys(ns, channel, chain))
+            docs = self._docs.get(sid, layout.DOCS, codec.chain_keys(ns, channel, chain))
             encodings = codec.chain_items(docs, ns, channel, chain, version)
             if encodings is not None:
                 return codec.ListState(version, encodings, chain=chain)
         key = layout.blob_key(ns, channel, version)
-        doc = codec.load(self.engine.documents.get(sid, layout.DOCS, [key]).get(key))
+        doc = codec.load(self._docs.get(sid, layout.DOCS, [key]).get(key))
         if doc is None or not codec.is_list_doc(doc):
             return None
         return codec.ListState(version, self._encodings(sid, ns, channel, version, doc, {}))
@@ -688,7 +757,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         scan = scans.get((ns, channel))
         if scan is None:
             prefix = layout.blob_prefix(ns, channel)
-            found = self.engine.documents.scan(sid, layout.DOCS, prefix)
+            found = self._docs.scan(sid, layout.DOCS, prefix)
             scan = scans[(ns, channel)] = {layout.version_of(k, prefix): codec.load(d)
                                            for k, d in found.items()}
         try:
@@ -700,20 +769,45 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 "were damaged"
             ) from exc
 
+    def _held_values(self, sid: str, ns: str, versions: dict) -> dict | None:
+        """The channel values at `versions` decoded from what this saver holds (`_lists`,
+        `_blobs`), without a store read; None when one of them is not held (a warm read of the
+        latest checkpoint, the common case, takes this path)."""
+        held: builtins.list[tuple[str, Any, Any]] = []
+        with self._lock:
+            for channel, version in versions.items():
+                version = str(version)
+                listed = self._lists.get((sid, ns, channel))
+                if listed is not None and listed.version == version:
+                    held.append((channel, listed.encodings, None))
+                    continue
+                raw = self._blobs.get((sid, ns, channel))
+                if raw is None or raw[0] != version:
+                    return None
+                if not raw[1].get("empty"):
+                    held.append((channel, None, raw[1]))
+        return {channel: codec.decode_list(self.serde, encodings) if encodings is not None
+                else codec.value_of(self.serde, doc)
+                for channel, encodings, doc in held}
+
     def _values(self, sid: str, ns: str, versions: dict, chains: dict, scans: dict,
                 remember: bool) -> dict:
         """The channel values at `versions`: one store read for every document they need
         (each list's skip-delta chain included, `chains` from the record), unless `scans`
         already holds a whole channel (`list` reading many checkpoints)."""
+        held = self._held_values(sid, ns, versions)
+        if held is not None:
+            return held
         keys = {ch: layout.blob_key(ns, ch, v) for ch, v in versions.items()}
         cached_docs: dict[str, Any] = {}
         with self._lock:
             for channel, key in keys.items():
-                raw = self._blobs.get((sid, key))
+                version = str(versions[channel])
+                raw = self._blobs.get((sid, ns, channel))
                 listed = self._lists.get((sid, ns, channel))
-                if raw is not None:
-                    cached_docs[key] = raw
-                elif listed is not None and listed.version == str(versions[channel]):
+                if raw is not None and raw[0] == version:
+                    cached_docs[key] = raw[1]
+                elif listed is not None and listed.version == version:
                     cached_docs[key] = _CACHED_LIST
         wanted = set(keys.values()) - cached_docs.keys()
         usable: dict[str, codec.Chain] = {}
@@ -727,12 +821,15 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 continue
             usable[channel] = chain
             wanted.update(codec.chain_keys(ns, channel, chain))
-        found = self.engine.documents.get(sid, layout.DOCS, sorted(wanted)) if wanted else {}
+        found = self._docs.get(sid, layout.DOCS, sorted(wanted)) if wanted else {}
         if remember:
             with self._lock:
-                for key, doc in found.items():
-                    if isinstance(doc, bytes) and key in keys.values() and codec.is_value_doc(doc):
-                        self._remember(self._blobs, (sid, key), doc)
+                for channel, key in keys.items():
+                    doc = found.get(key)
+                    if (isinstance(doc, bytes) and codec.is_value_doc(doc)) or (
+                            isinstance(doc, dict) and doc.get("empty")):
+                        self._remember(self._blobs, (sid, ns, channel),
+                                       (str(versions[channel]), codec.load(doc)))
         docs = codec.load_all({**found, **cached_docs})
         values = {}
         for channel, key in keys.items():
@@ -761,15 +858,16 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         return values
 
     def _tuple(self, sid: str, thread_id: Any, rec: dict, scans: dict,
-               remember: bool) -> CheckpointTuple:
+               remember: bool, writes: builtins.list[dict] | None = None) -> CheckpointTuple:
+        """The tuple of record `rec`; `writes` its pending writes when read with it (else they
+        are read here)."""
         ns, checkpoint_id = rec["ns"], rec["id"]
         values = self._values(sid, ns, rec["cp"].get("channel_versions", {}),
                               rec.get("lists") or {}, scans, remember)
-        writes = sorted(
-            self.engine.documents.scan(sid, layout.DOCS,
-                                       layout.write_prefix(ns, checkpoint_id)).values(),
-            key=lambda w: writes_sort_key(w["path"], w["task"], w["idx"]),
-        )
+        if writes is None:
+            writes = list(self._docs.scan(
+                sid, layout.DOCS, layout.write_prefix(ns, checkpoint_id)).values())
+        writes = sorted(writes, key=lambda w: writes_sort_key(w["path"], w["task"], w["idx"]))
         parent = rec.get("parent")
         return CheckpointTuple(
             config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
@@ -800,7 +898,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
 
     def _dump_meta(self, meta: Mapping[str, Any]) -> dict:
         try:
-            if json.loads(json.dumps(meta)) == meta:
+            if json.loads(_JSON.encode(meta)) == meta:
                 return {"json": meta}
         except (TypeError, ValueError):
             pass
@@ -814,10 +912,10 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
     # -- housekeeping -----------------------------------------------------------------------
     def _delete_docs(self, sid: str, doomed: dict[str, None], *, head: bool) -> None:
         if head:  # the documents and the head pointer go together, or neither does
-            self.engine.documents.write_session(sid, values={layout.HEAD: {layout.ROOT: None}},
-                                      documents={layout.DOCS: doomed})
+            self._docs.write_session(sid, values={layout.HEAD: {layout.ROOT: None}},
+                                     documents={layout.DOCS: doomed})
         elif doomed:
-            self.engine.documents.put(sid, layout.DOCS, doomed)
+            self._docs.put(sid, layout.DOCS, doomed)
         self._forget_cache(sid)
 
     def _live_messages(self, sid: str) -> builtins.list[dict]:

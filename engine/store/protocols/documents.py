@@ -36,8 +36,11 @@ class DocumentStore(Protocol):
         """
         ...
 
-    def doc_get(self, sid: str, ns: str, keys: list[str]) -> dict[str, Any]:
-        """The documents among `keys` that exist (`bytes` for one stored as bytes)."""
+    def doc_get(self, sid: str, ns: str, keys: list[str], *,
+                prefix: str | None = None) -> dict[str, Any]:
+        """The documents among `keys` that exist (`bytes` for one stored as bytes); with
+        `prefix`, also every document whose key starts with it (as `doc_scan` finds them), in
+        the same read: a record and the documents filed under it cost one round trip."""
         ...
 
     def doc_scan(self, sid: str, ns: str, prefix: str = "", *, below: str | None = None,

@@ -133,6 +133,12 @@ class SessionStore(Protocol):
         """Current values of namespace `ns` on the live line ({} for an unknown session)."""
         ...
 
+    def get_session_values(self, sid: str, ns: str) -> tuple[SessionInfo | None, dict[str, Any]]:
+        """`get_session` and `get_all` of namespace `ns` in one read: the session summary (None
+        for an unknown session) and the current values ({} then). What an integration reads
+        first on every turn (LangGraph's latest checkpoint: the thread and its head pointer)."""
+        ...
+
     def live_messages(self, sid: str, *, since: int = 0,
                       until: int | None = None) -> list[dict[str, Any]]:
         """Messages on the live line, oldest first ([] for an unknown session).

@@ -307,6 +307,16 @@ class RedisStore(FleetDocs):
         raw = self._guard(self._r.hgetall, keys.kv_values(base, ns))
         return {k: json.loads(v) for k, v in raw.items()}
 
+    def get_session_values(self, sid: str, ns: str) -> tuple[SessionInfo | None, dict[str, Any]]:
+        base = keys.session_base(sid, self.prefix)
+        pipe = self._r.pipeline(transaction=False)  # one round trip; one slot (the hash tag)
+        pipe.hgetall(keys.session_hash(base))
+        pipe.hgetall(keys.kv_values(base, ns))
+        d, raw = self._guard(pipe.execute)
+        if not d:
+            return None, {}
+        return codec.session_info(d), {k: json.loads(v) for k, v in raw.items()}
+
     def live_messages(self, sid: str, *, since: int = 0,
                       until: int | None = None) -> list[dict[str, Any]]:
         base = keys.session_base(sid, self.prefix)
@@ -669,9 +679,12 @@ class RedisStore(FleetDocs):
         flat = self._read("docs", sid, args)
         return {flat[i]: _doc_value(flat[i + 1]) for i in range(0, len(flat), 2)}
 
-    def doc_get(self, sid: str, ns: str, keys: list[str]) -> dict[str, Any]:
+    def doc_get(self, sid: str, ns: str, keys: list[str], *,
+                prefix: str | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for i in range(0, len(keys), 500):
+        if prefix is not None:  # the prefix's documents and the first keys: one script
+            out.update(self._docs(sid, [ns, "both", prefix, *keys[:500]]))
+        for i in range(0 if prefix is None else 500, len(keys), 500):
             out.update(self._docs(sid, [ns, "keys", *keys[i : i + 500]]))
         return out
 

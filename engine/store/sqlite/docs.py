@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from functools import lru_cache
 from typing import Any
 
 from engine.store.requests import AuditEntry
@@ -31,17 +32,19 @@ class DocumentRows:
             _put_doc(conn, sid, ns, key, value)
         conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
 
-    def doc_get(self, sid: str, ns: str, keys: list[str]) -> dict[str, Any]:
-        """The documents among `keys` that exist."""
+    def doc_get(self, sid: str, ns: str, keys: list[str], *,
+                prefix: str | None = None) -> dict[str, Any]:
+        """The documents among `keys` that exist, and with `prefix` every document under it:
+        one statement (the prefix's range beside the first 500 keys)."""
         out: dict[str, Any] = {}
-        for i in range(0, len(keys), 500):  # stay under SQLite's bound-parameter limit
+        span = None if prefix is None else [sid, ns, prefix, prefix + "\U0010ffff"]
+        for i in range(0, max(len(keys), 1 if span else 0), 500):  # SQLite's parameter limit
             chunk = keys[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            rows = self._db.read(
-                f"SELECT key, value FROM docs WHERE session = ? AND ns = ? AND key IN ({marks})",
-                (sid, ns, *chunk),
-            )
-            out.update((k, _doc_value(v)) for k, v in rows)
+            params: list[Any] = [sid, ns, *chunk] if chunk else []
+            sql = _doc_get_sql(len(chunk), span is not None)
+            if span is not None:
+                params, span = span + params, None
+            out.update((k, _doc_value(v)) for k, v in self._db.read(sql, params))
         return out
 
     def doc_scan(self, sid: str, ns: str, prefix: str = "", *, below: str | None = None,
@@ -107,6 +110,18 @@ class DocumentRows:
                     return False
             _write_fleet_docs(conn, ns, encoded, now, audit, feed_only)
         return True
+
+
+@lru_cache(maxsize=64)
+def _doc_get_sql(count: int, scan: bool) -> str:
+    """`DocumentRows.doc_get`'s statement for `count` keys, with a prefix's range when `scan`
+    (the range first: the keys are optional, the range is not)."""
+    keys = ("SELECT key, value FROM docs WHERE session = ? AND ns = ? AND key IN "
+            f"({','.join('?' * count)})")
+    if not scan:
+        return keys
+    span = "SELECT key, value FROM docs WHERE session = ? AND ns = ? AND key >= ? AND key < ?"
+    return f"{span} UNION ALL {keys}" if count else span
 
 
 def _put_doc(conn: sqlite3.Connection, sid: str, ns: str, key: str, value: Any) -> None:

@@ -51,6 +51,7 @@ from engine.store.sqlite.rows import (
     EVENT,
     MESSAGE,
     RESOLUTION_COLUMNS,
+    SESSION,
     SESSION_COLS,
     STEP,
     STEP_COLS,
@@ -153,6 +154,15 @@ _EVIDENCE = (
 by an earlier session of the same id do not count)."""
 
 
+_SESSION = f"SELECT {SESSION_COLS} FROM sessions WHERE id = ?"
+"""`SQLiteStore.get_session`: one session's row."""
+_SESSION_VALUES = (
+    f"SELECT {SESSION_COLS}, kv.key AS kv_key, kv.value AS kv_value FROM sessions "
+    "LEFT JOIN kv ON kv.session = sessions.id AND kv.ns = ? WHERE sessions.id = ?"
+)
+"""`SQLiteStore.get_session_values`: a session's row with its values of one namespace."""
+
+
 def _session_where(where: SessionFilter) -> tuple[str, list[object]]:
     # The facets are columns of their own (kept with the meta), so each filter is one index.
     return rows_where(
@@ -183,7 +193,8 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
     """
 
     def __init__(self, url: str, *, create: bool = True):
-        if urlparse(url).username is not None or urlparse(url).password is not None:
+        parsed = urlparse(url)  # once: an engine opened per request opens its store each time
+        if parsed.username is not None or parsed.password is not None:
             # A SQLite file takes no credentials: refuse the URL instead of creating a folder
             # named after them, and never repeat the password.
             raise ValueError(f"{redact(url)}: a SQLite URL takes no user or password; use "
@@ -199,7 +210,7 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
                 "exist. Check --store or $REWIND_STORE, or run the command from the folder "
                 "that holds .rewind/"
             )
-        options = {k: v[-1] for k, v in parse_qs(urlparse(url).query).items()}
+        options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
         synchronous = options.get("synchronous", "NORMAL").upper()
         self.url = url
         """The store's URL (a SQLite URL carries no password)."""
@@ -267,8 +278,8 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
 
     def get_session(self, sid: str) -> SessionInfo | None:
         """The session summary, or None when no such session exists."""
-        rows = self._named(f"SELECT {SESSION_COLS} FROM sessions WHERE id = ?", (sid,))
-        return to_session(rows[0]) if rows else None
+        rows = self._read(_SESSION, (sid,))
+        return SESSION.decode_selected(rows[0]) if rows else None
 
     def list_sessions(
         self,
@@ -379,6 +390,15 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
         """Current values of namespace `ns` on the live line."""
         rows = self._read("SELECT key, value FROM kv WHERE session = ? AND ns = ?", (sid, ns))
         return {k: json.loads(v) for k, v in rows}
+
+    def get_session_values(self, sid: str, ns: str) -> tuple[SessionInfo | None, dict[str, Any]]:
+        """The session summary and the current values of namespace `ns`: one statement (the
+        session's row, joined with its values, one row per key)."""
+        rows = self._read(_SESSION_VALUES, (ns, sid))
+        if not rows:
+            return None, {}
+        return SESSION.decode_selected(rows[0]), {r[-2]: json.loads(r[-1]) for r in rows
+                                                  if r[-2] is not None}
 
     def live_messages(self, sid: str, *, since: int = 0,
                       until: int | None = None) -> list[dict[str, Any]]:

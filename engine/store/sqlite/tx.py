@@ -6,6 +6,14 @@ database of its own. Writes run in ``BEGIN IMMEDIATE`` transactions: the write l
 the start, so two processes never interleave half-done changes and a busy database is waited for
 (``busy_timeout``) rather than failing half-way through a transaction.
 
+Connections outlive the handle that opened them, inside one process: `SQLiteDB.close` hands its
+thread's connection to a small pool of idle ones (`IDLE_PER_FILE` per file and settings), and
+the next handle on the same file takes it back instead of connecting anew. A new connection
+parses the whole schema and prepares every statement again before its first answer, most of
+what opening an engine per request costs; a pooled one has done both. An idle connection holds
+no lock and no transaction, is handed out only while the file at its path is still the one it
+opened, and is closed at exit (so the last connection to close still checkpoints the WAL).
+
 WAL checkpoints run off the writer's path: the connections turn SQLite's automatic checkpoint
 off (``wal_autocheckpoint = 0``), which would otherwise land on whichever commit crosses 1,000
 pages and cost that agent step milliseconds, and a `Checkpointer` thread per handle copies the
@@ -16,6 +24,7 @@ WAL, as before.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sqlite3
@@ -176,6 +185,75 @@ def path_from_url(url: str) -> str:
     return path
 
 
+IDLE_PER_FILE = 4
+"""Idle connections kept per file (and synchronous level, and read-only or not) for the next
+handle opened on it in this process."""
+
+
+class _Idle:
+    """Idle connections of this process, by (file, synchronous, read-only)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = _pid
+        self._conns: dict[tuple[str, str, bool], list[tuple[sqlite3.Connection,
+                                                            tuple[int, int]]]] = {}
+
+    def take(self, key: tuple[str, str, bool]) -> sqlite3.Connection | None:
+        """An idle connection to the file of `key` as it is now, or None."""
+        while True:
+            with self._lock:
+                if self._pid != _pid:  # a forked child: the parent's connections are not ours
+                    self._conns, self._pid = {}, _pid
+                    return None
+                conns = self._conns.get(key)
+                if not conns:
+                    return None
+                conn, opened = conns.pop()
+            try:
+                st = os.stat(key[0])
+                if (st.st_dev, st.st_ino) == opened:
+                    return conn
+            except OSError:
+                pass
+            conn.close()  # the file was removed or replaced since: that connection reads another
+
+    def give(self, key: tuple[str, str, bool], conn: sqlite3.Connection) -> bool:
+        """Keep `conn` for the next handle on its file; False when it must be closed instead
+        (a transaction open, the file gone, enough kept already)."""
+        if conn.in_transaction:
+            return False
+        try:
+            st = os.stat(key[0])
+        except OSError:
+            return False
+        conn.set_trace_callback(None)  # what a caller hooked onto it goes with the handle
+        with self._lock:
+            if self._pid != _pid:
+                return False
+            conns = self._conns.setdefault(key, [])
+            if len(conns) >= IDLE_PER_FILE:
+                return False
+            conns.append((conn, (st.st_dev, st.st_ino)))
+        return True
+
+    def close_all(self) -> None:
+        """Close every idle connection (at exit; tests that must see a connection opened)."""
+        with self._lock:
+            conns = [c for kept in self._conns.values() for c, _ in kept]
+            self._conns = {}
+            mine = self._pid == _pid
+        if mine:
+            for conn in conns:
+                conn.close()
+
+
+IDLE = _Idle()
+"""This process's idle connections (`SQLiteDB.close` gives, `SQLiteDB.conn` takes)."""
+
+atexit.register(IDLE.close_all)
+
+
 class _Write:
     """`SQLiteDB.write`'s context manager: a class, not a generator, as it runs twice per
     guarded step (``BEGIN IMMEDIATE`` on entry; ``COMMIT``, or ``ROLLBACK`` when the block
@@ -272,6 +350,8 @@ class SQLiteDB:
                           and not os.access(path, os.W_OK))
         """The file exists but this process may not write it: opened read-only, so reading
         commands work and a write fails with SQLite's "readonly database" error."""
+        self._idle_key = (os.path.abspath(path), synchronous, self.read_only)
+        """Which idle connections (`IDLE`) this handle may take and give back."""
         if not self.memory:
             directory = os.path.dirname(os.path.abspath(path))
             try:
@@ -285,6 +365,10 @@ class SQLiteDB:
                 weakref.finalize(self, self._checkpointer.stop)
 
     def _connect(self) -> sqlite3.Connection:
+        if not self.memory:
+            idle = IDLE.take(self._idle_key)
+            if idle is not None:
+                return idle
         try:
             target = self.path
             if self.read_only:
@@ -348,13 +432,15 @@ class SQLiteDB:
             return cursor.fetchall()
 
     def close(self) -> None:
-        """Close this thread's connection (and the shared one); reopened on next use."""
+        """Close this thread's connection (and the shared one); reopened on next use. A file's
+        connection goes to the process's idle ones (`IDLE`) for the next handle on the file."""
         if self._checkpointer is not None:
             self._checkpointer.stop()  # a reopened handle starts it again
         conn = getattr(self._local, "conn", None)
         if conn is not None:
-            conn.close()
             self._local.conn = None
+            if not IDLE.give(self._idle_key, conn):
+                conn.close()
         if self._shared is not None:
             self._shared.close()
             self._shared = None

@@ -624,6 +624,57 @@ def test_list_with_a_limit_pages_back_through_filters_and_before(engine, saver):
     assert len(list(saver.list(root, limit=100))) == 45
 
 
+def test_list_with_a_limit_and_no_namespace_reads_namespace_by_namespace(engine, saver,
+                                                                         monkeypatch):
+    """Without ``checkpoint_ns``, ``list(limit=…)`` gives what sorting every namespace's
+    checkpoints by id gives (subgraph namespaces included, with before and filters), reading
+    each namespace's newest, not the thread."""
+    from engine.documents import Documents
+
+    ids: list[str] = []
+    parents: dict[str, str | None] = {}
+    for i in range(60):  # root and two subgraphs, their checkpoints interleaved in time
+        ns = ["", "child:a", "child:b-1"][i % 3]
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"n": i}
+        cp["channel_versions"] = {"n": saver.get_next_version(None)}
+        config = {"configurable": {"thread_id": "nested", "checkpoint_ns": ns}}
+        if parents.get(ns):
+            config["configurable"]["checkpoint_id"] = parents[ns]
+        stored = saver.put(config, cp, {"source": "loop", "step": i, "parents": {}},
+                           cp["channel_versions"])
+        parents[ns] = stored["configurable"]["checkpoint_id"]
+        ids.append(parents[ns])
+    thread = {"configurable": {"thread_id": "nested"}}
+    everything = [t.checkpoint["id"] for t in saver.list(thread)]
+    assert everything == sorted(ids, reverse=True)
+    read: list[int] = []
+    scan = Documents.scan
+
+    def counting(self, sid, ns, prefix="", **kwargs):
+        out = scan(self, sid, ns, prefix, **kwargs)
+        read.append(len(out))
+        return out
+
+    monkeypatch.setattr(Documents, "scan", counting)
+    for limit, before, filter_ in [(1, None, None), (5, None, None), (7, ids[40], None),
+                                   (4, None, {"step": 3}), (3, ids[30], {"source": "loop"}),
+                                   (100, None, None)]:
+        expected = [t.checkpoint["id"] for t in saver.list(
+            thread, before={"configurable": {"checkpoint_id": before}} if before else None,
+            filter=filter_)][:limit]
+        read.clear()
+        got = [t.checkpoint["id"] for t in saver.list(
+            thread, limit=limit, before={"configurable": {"checkpoint_id": before}} if before
+            else None, filter=filter_)]
+        assert got == expected
+        if limit < 10 and not filter_:
+            assert sum(read) <= 3 * (limit + 1) + 4  # each namespace's newest, not all 60
+    one = saver.list({"configurable": {"thread_id": "nested", "checkpoint_ns": "child:a",
+                                       "checkpoint_id": ids[31]}})
+    assert [t.checkpoint["id"] for t in one] == [ids[31]]
+
+
 def test_a_saver_per_request_writes_nothing_to_mark_a_known_thread(open_engine, tmp_path):
     url = f"sqlite:///{tmp_path}/rewind.db"
     configs = put_chain(RewindSaver(open_engine(url)), "chat-2", [[HumanMessage("hi", id="h")]])

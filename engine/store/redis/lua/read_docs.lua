@@ -1,12 +1,16 @@
--- Read script: documents by key or by key prefix.
--- ARGV[1] namespace, ARGV[2] "keys" then keys, or "scan" then a key prefix
+-- Read script: documents by key, by key prefix, or both.
+-- ARGV[1] namespace, ARGV[2] "keys" then keys, "scan" then a key prefix, or "both" then a key
+-- prefix and keys (the documents under the prefix and those keys, in one read)
 local values = K_doc_values(B, ARGV[1])
 local wanted = {}
-if ARGV[2] == "scan" then
+local first = 3
+if ARGV[2] == "scan" or ARGV[2] == "both" then
   wanted = redis.call("ZRANGEBYLEX", K_doc_keys(B, ARGV[1]), "[" .. ARGV[3],
                       "(" .. ARGV[3] .. "\255")
-else
-  for i = 3, #ARGV do wanted[#wanted + 1] = ARGV[i] end
+  first = 4
+end
+if ARGV[2] ~= "scan" then
+  for i = first, #ARGV do wanted[#wanted + 1] = ARGV[i] end
 end
 local out = {}
 for start = 1, #wanted, 1000 do
