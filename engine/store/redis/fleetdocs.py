@@ -1,8 +1,9 @@
 """Fleet documents on Redis: small fleet-wide JSON documents (tool quarantines, the alert
 worker's cursor), one HASH per namespace under the fleet hash tag (`keys.fleet_docs`).
 
-A write is one script (``lua/fleet_docs_put.lua``), so several keys change atomically, on a
-single Redis and on Redis Cluster (one key, one slot). `RedisStore` mixes this class in.
+A write is one script (``lua/fleet_docs_swap.lua``; a put expects nothing), so several keys
+change atomically, on a single Redis and on Redis Cluster (one key, one slot). `RedisStore`
+mixes this class in.
 """
 
 from __future__ import annotations
@@ -62,14 +63,5 @@ class FleetDocs:
         """Set fleet documents of `ns` (None deletes one), and write `audit`, in one script.
         Setting a value is idempotent; an audited write is not retried after a lost reply (the
         client's rule for every write that appends)."""
-        if not values and audit is None:
-            return
-        entry = "" if audit is None else dumps([
-            audit.action, dumps(audit.actor), "null", dumps(audit.reason), dumps(audit.detail),
-            dumps({"actor": audit.actor, **audit.detail})])
-        args: list[str] = [*map(str, self._views._maxlens), num(now), str(self._views._ttl), entry,
-                           ns]
-        for key, value in values.items():
-            args += [key, "" if value is None else dumps(value)]
-        name = "fleet_docs_put"
-        self._client.script(name, [self._fb], args, SOURCES[name])
+        if values or audit is not None:  # a swap that expects nothing always succeeds
+            self.fleet_doc_swap(ns, {}, values, now, audit)

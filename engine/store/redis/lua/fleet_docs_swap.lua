@@ -1,7 +1,8 @@
 -- Fleet script: compare and set fleet documents of one namespace (and write their audit row) in
--- one atomic write; returns 0, writing nothing, when an expected value differs.
--- ARGV[1] events MAXLEN, [2] session events MAXLEN, [3] now, [4] ttl, [5] audit entry JSON
--- (as fleet_docs_put) or "" for none, [6] namespace, [7] "1": the entry is a feed event only
+-- one atomic write; returns 0, writing nothing, when an expected value differs (a put expects
+-- nothing). ARGV[1] events MAXLEN, [2] session events MAXLEN, [3] now, [4] ttl, [5] audit entry
+-- JSON ([action, actor JSON, snapshot JSON, reason JSON, detail JSON, event data JSON]) or "" for
+-- none, [6] namespace, [7] "1": the entry is a feed event only
 -- (no audit row), [8] number of expected pairs E, then E key, expected pairs (expected: JSON
 -- text, or "" for an absent key), then key, value pairs (value: JSON text, or "" to delete)
 local H = K_fleet_docs(FB, ARGV[6])
