@@ -20,7 +20,8 @@ from playwright.sync_api import Page, expect
 from support.console import (
     ACCOUNTS,
     CHROMIUM,
-    CHROMIUM_ARGS,
+    chromium,
+    fresh_page,
     sign_in,
     start_console,
     stop_console,
@@ -33,7 +34,6 @@ from engine import Engine, LoopWaiting
 
 pytestmark = [pytest.mark.browser, pytest.mark.redis]
 
-WAIT_MS = 20_000
 LOOPING = ("loop-a", "loop-b")
 REASON = "Reason (required, written to the audit log)"
 
@@ -77,23 +77,15 @@ def consoles(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                      args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture
 def page(browser):
-    expect.set_options(timeout=WAIT_MS)
-    context = browser.new_context(viewport={"width": 1440, "height": 1000})
-    pg = context.new_page()
-    pg.set_default_timeout(WAIT_MS)
+    pg = fresh_page(browser)
     yield pg
-    context.close()
+    pg.context.close()
 
 
 def _figures(page: Page) -> dict[str, str]:

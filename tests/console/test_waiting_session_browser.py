@@ -19,7 +19,8 @@ from playwright.sync_api import Page, expect
 from support.console import (
     ACCOUNTS,
     CHROMIUM,
-    CHROMIUM_ARGS,
+    chromium,
+    fresh_page,
     sign_in,
     start_console,
     stop_console,
@@ -31,7 +32,6 @@ from engine.recovery.oncall import NOTE_PREFIX
 
 pytestmark = pytest.mark.browser
 
-WAIT_MS = 20_000
 REASON = "Reason (required, written to the audit log)"
 WAITING = ("wait-release", "wait-stop", "wait-rollback", "wait-twice")
 
@@ -65,31 +65,22 @@ def console(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                      args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture
 def new_page(browser):
     """Pages in fresh browser contexts (one per signed-in person), closed afterwards."""
-    contexts = []
+    pages: list[Page] = []
 
     def make() -> Page:
-        expect.set_options(timeout=WAIT_MS)
-        context = browser.new_context(viewport={"width": 1440, "height": 1000})
-        contexts.append(context)
-        pg = context.new_page()
-        pg.set_default_timeout(WAIT_MS)
-        return pg
+        pages.append(fresh_page(browser))
+        return pages[-1]
 
     yield make
-    for context in contexts:
-        context.close()
+    for pg in pages:
+        pg.context.close()
 
 
 def _open(page: Page, console, sid: str, who: str) -> None:

@@ -15,8 +15,9 @@ import pytest
 from support.console import (
     ACCOUNTS,
     CHROMIUM,
-    CHROMIUM_ARGS,
     Console,
+    chromium,
+    fresh_page,
     start_console,
     stop_console,
     write_secrets,
@@ -51,28 +52,14 @@ def shots(tmp_path_factory) -> Path:
 # thread while it is open, which breaks every later test that calls asyncio.run().
 @pytest.fixture(scope="package")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                      args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
-WAIT_MS = 20_000
-"""How long actions and `expect` checks wait for the console. Playwright's `expect` gives up after
-5 s by default, and on a loaded machine the fleet's first charts take longer than that; a check
-that holds returns at once, so a generous wait costs nothing when the console is quick."""
 
 
 @pytest.fixture
 def page(browser):
-    from playwright.sync_api import expect
-
-    expect.set_options(timeout=WAIT_MS)
-    context = browser.new_context(viewport={"width": 1440, "height": 1000})
-    pg = context.new_page()
-    pg.set_default_timeout(WAIT_MS)
+    pg = fresh_page(browser)
     yield pg
-    context.close()
+    pg.context.close()

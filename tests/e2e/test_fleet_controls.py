@@ -17,6 +17,7 @@ from playwright.sync_api import Page, expect
 from support.console import (
     ACCOUNTS,
     CHROMIUM,
+    WAIT_MS,
     sign_in,
     start_console,
     stop_console,
@@ -30,7 +31,6 @@ from engine import Engine
 pytestmark = pytest.mark.browser
 
 WIDTH, HEIGHT = 1440, 900
-WAIT_MS = 20_000
 REASON = "v9 deadlocks the model on refunds; freeze, no deploy"
 
 

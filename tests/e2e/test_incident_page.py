@@ -15,13 +15,20 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
-from support.console import ACCOUNTS, CHROMIUM, sign_in, start_console, stop_console, write_secrets
+from support.console import (
+    ACCOUNTS,
+    CHROMIUM,
+    fresh_page,
+    sign_in,
+    start_console,
+    stop_console,
+    write_secrets,
+)
 
 from engine import Engine, LoopWaiting
 
 pytestmark = pytest.mark.browser
 
-WAIT_MS = 20_000
 SESSIONS = [f"refund-{n}" for n in range(6)]
 
 
@@ -51,12 +58,9 @@ def broken_tool(tmp_path_factory):
 
 @pytest.fixture
 def page(browser):
-    expect.set_options(timeout=WAIT_MS)
-    context = browser.new_context(viewport={"width": 1440, "height": 900})
-    pg = context.new_page()
-    pg.set_default_timeout(WAIT_MS)
+    pg = fresh_page(browser, height=900)
     yield pg
-    context.close()
+    pg.context.close()
 
 
 def test_the_incident_leads_the_fleet_and_one_remedy_rolls_all_its_sessions_back(

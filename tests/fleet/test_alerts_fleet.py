@@ -82,17 +82,16 @@ def test_a_bulk_run_that_never_ends_still_pages_its_summary(sqlite_url, open_eng
     assert "no end on record" in page["text"] and "40 planned" in page["text"]
 
 
-def test_loop_alerts_never_wait_behind_rollback_notices(store_url, open_engine, hooks):
-    engine = open_engine(store_url, on_loop="flag")
-    hook = hooks()
-    for i in range(5):  # five operator rollbacks, each paged on its own
+def _pages_after_the_budget_is_spent(engine, hook, rules) -> list[str]:
+    """Five operator rollbacks, each paged on its own, spend a budget of three pages a minute;
+    then a session loops. The rules of every page sent, in order."""
+    for i in range(5):
         s = engine.session(f"r{i}")
         s.append_message("user", "hi")
         s.snapshot("start")
         s.append_message("assistant", "oops")
         s.rollback(actor="alice", reason="wrong answer")
-    worker = AlertWorker(engine, [hook.url],
-                         AlertConfig(rules=("loop", "rollback"), rate_per_minute=3))
+    worker = AlertWorker(engine, [hook.url], AlertConfig(rules=rules, rate_per_minute=3))
     try:
         worker.run_once()
         assert [b["rule"] for b in hook.received] == ["rollback"] * 3  # the budget is spent
@@ -100,7 +99,13 @@ def test_loop_alerts_never_wait_behind_rollback_notices(store_url, open_engine, 
         worker.run_once()
     finally:
         worker.close()
-    rules = [b["rule"] for b in hook.received]
+    return [b["rule"] for b in hook.received]
+
+
+def test_loop_alerts_never_wait_behind_rollback_notices(store_url, open_engine, hooks):
+    engine = open_engine(store_url, on_loop="flag")
+    hook = hooks()
+    rules = _pages_after_the_budget_is_spent(engine, hook, ("loop", "rollback"))
     assert "loop" in rules, "the loop alert waited behind rollback notices"
     assert rules.index("loop") == 3  # sent before the notices still queued
 
@@ -208,21 +213,7 @@ def test_an_incident_followed_live_pages_when_it_opens_and_past_each_size(
 def test_incident_pages_never_wait_behind_rollback_notices(store_url, open_engine, hooks):
     engine = open_engine(store_url, on_loop="flag")
     hook = hooks()
-    for i in range(5):  # five operator rollbacks, each paged on its own
-        s = engine.session(f"r{i}")
-        s.append_message("user", "hi")
-        s.snapshot("start")
-        s.append_message("assistant", "oops")
-        s.rollback(actor="alice", reason="wrong answer")
-    worker = AlertWorker(engine, [hook.url], AlertConfig(rate_per_minute=3))
-    try:
-        worker.run_once()
-        assert [b["rule"] for b in hook.received] == ["rollback"] * 3  # the budget is spent
-        _looping(engine, "x")
-        worker.run_once()
-    finally:
-        worker.close()
-    rules = [b["rule"] for b in hook.received]
+    rules = _pages_after_the_budget_is_spent(engine, hook, AlertConfig().rules)
     assert rules[3] == "incident", "the incident's page waited behind rollback notices"
 
 

@@ -7,14 +7,17 @@ Like Streamlit's own end-to-end tests: start the server on a free port, poll /_s
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dashboard.signin.passwords import hash_password
 from support.ports import free_port
@@ -27,6 +30,34 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 ACCOUNTS = {"olivia": ("operator", "olivia-on-call"), "victor": ("viewer", "victor-reads")}
 """The console's test accounts: name -> (role, password)."""
+
+
+WAIT_MS = 20_000
+"""How long actions and `expect` checks wait for the console. Playwright's `expect` gives up after
+5 s by default, and on a loaded machine the fleet's first charts take longer than that; a check
+that holds returns at once, so a generous wait costs nothing when the console is quick."""
+
+
+def fresh_page(browser: Any, width: int = 1440, height: int = 1000) -> Any:
+    """A page in a new browser context (its own cookies) whose actions and `expect` checks wait
+    `WAIT_MS`; close it with ``page.context.close()``."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=WAIT_MS)
+    page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+    page.set_default_timeout(WAIT_MS)
+    return page
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Any]:
+    """Debian's headless Chromium under Playwright's sync API, closed at the end of the block."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
 
 
 def write_secrets(path: Path, accounts: dict[str, tuple[str, str]], freeze: bool = True) -> None:
