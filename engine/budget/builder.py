@@ -27,6 +27,8 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import not_
 from typing import Any
 
 from engine.budget.tokens import ENCODING_NAMES, TokenCounter, UnknownEncoding, counter
@@ -200,6 +202,15 @@ def _segment(label: str, body: str) -> str:
     return f"{label}: {body}\n"
 
 
+def _message_segment(message: Mapping[str, Any], index: int) -> str:
+    role = message.get("role")
+    content = message.get("content")
+    if (type(role) is str and type(content) is str and role[:1].isalpha()
+            and not message.get("tool_calls")):
+        return f"{role}: {content}\n"  # the common message, without the helpers
+    return _segment(_label(role, index), _content_text(message))
+
+
 class ContextBuilder:
     """Packs a system prompt, recalled memories and dialogue into a token budget.
 
@@ -301,11 +312,12 @@ class ContextBuilder:
             raise BudgetError("memories must be a list of strings, most relevant first")
         if isinstance(dialogue, (str, Mapping)) or not isinstance(dialogue, Sequence):
             raise BudgetError("dialogue must be a list of message dicts, oldest first")
-        count = self._counter.count
+        counter = self._counter
+        count_line = counter.count_line
         budget = self.budget
 
         system_segment = _segment("system", system)
-        system_tokens = count(system_segment)
+        system_tokens = count_line("system", system)
         if system_tokens > budget:
             raise BudgetError(
                 f"the system prompt alone takes {system_tokens} tokens, over the budget of "
@@ -313,19 +325,32 @@ class ContextBuilder:
                 "reserve): shorten the system prompt or raise max_tokens"
             )
 
-        segments: list[str] = []
-        for i, message in enumerate(dialogue):
-            if not isinstance(message, Mapping):
+        # Every message is counted on every build (the breakdown's ``dropped`` and the memories'
+        # room need them all), so the common message, a plain string under a role that is its
+        # own label, is looked up by the caller's own strings without making its line.
+        known_lines = counter.lines.get
+        message_tokens: list[int] = []
+        append = message_tokens.append
+        for message in dialogue:
+            if type(message) is not dict and not isinstance(message, Mapping):
                 raise BudgetError(
-                    f"dialogue message {i} is a {type(message).__name__}, not a dict with "
-                    "'role' and 'content'"
+                    f"dialogue message {len(message_tokens)} is a {type(message).__name__}, "
+                    "not a dict with 'role' and 'content'"
                 )
-            segments.append(_segment(_label(message.get("role"), i), _content_text(message)))
+            role = message.get("role")
+            content = message.get("content")
+            if type(role) is str and type(content) is str and not message.get("tool_calls"):
+                known = known_lines(role)
+                n = None if known is None else known.get(content)
+                if n is not None:
+                    append(n)
+                    continue
+            append(count_line(_label(role, len(message_tokens)), _content_text(message)))
         latest_user = next(
             (i for i in range(len(dialogue) - 1, -1, -1) if dialogue[i].get("role") == "user"),
             None,
         )
-        pinned_tokens = count(segments[latest_user]) if latest_user is not None else 0
+        pinned_tokens = message_tokens[latest_user] if latest_user is not None else 0
         if system_tokens + pinned_tokens > budget:
             raise BudgetError(
                 f"the system prompt ({system_tokens} tokens) and the latest user message "
@@ -334,45 +359,46 @@ class ContextBuilder:
             )
         room = budget - system_tokens - pinned_tokens
 
-        message_tokens = [count(s) for s in segments]
-        other_tokens = sum(message_tokens) - pinned_tokens
+        all_message_tokens = sum(message_tokens)
+        other_tokens = all_message_tokens - pinned_tokens
 
-        memory_segments: list[str] = []
         for j, memory in enumerate(memories):
             if not isinstance(memory, str):
                 raise BudgetError(f"memory {j} is a {type(memory).__name__}, not a string")
-            memory_segments.append(_segment("memory", memory))
-        memory_tokens = [count(s) for s in memory_segments]
+        memory_tokens = [count_line("memory", memory) for memory in memories]
+        all_memory_tokens = sum(memory_tokens)
         memory_room = min(
-            sum(memory_tokens), max(math.floor(room * self.memory_share), room - other_tokens)
+            all_memory_tokens, max(math.floor(room * self.memory_share), room - other_tokens)
         )
 
         kept_memories, kept_memory_segments, memory_used, trimmed = self._pack_memories(
-            memories, memory_segments, memory_tokens, memory_room
+            memories, memory_tokens, memory_room
         )
         dialogue_room = room - memory_used
 
-        keep = [False] * len(segments)
-        if latest_user is not None:
-            keep[latest_user] = True
+        # What is kept: the messages from `start` on, and the latest user message.
         dialogue_used = pinned_tokens
         spent = 0
-        for i in range(len(segments) - 1, -1, -1):
+        start = len(message_tokens)
+        for i in range(len(message_tokens) - 1, -1, -1):
             if i == latest_user:
                 continue
             if spent + message_tokens[i] > dialogue_room:
                 break  # drop this one and everything older
             spent += message_tokens[i]
-            keep[i] = True
+            start = i
         dialogue_used += spent
+        kept = list(range(start, len(message_tokens)))
+        if latest_user is not None and latest_user < start:
+            kept.insert(0, latest_user)
 
-        text, tokens, keep, kept_memory_segments, memory_used, dialogue_used = self._assemble(
+        text, tokens, kept, kept_memory_segments, memory_used, dialogue_used = self._assemble(
             system_segment,
             system_tokens,
             kept_memory_segments,
-            segments,
+            dialogue,
             message_tokens,
-            keep,
+            kept,
             latest_user,
             memory_used,
             dialogue_used,
@@ -381,9 +407,12 @@ class ContextBuilder:
         if trimmed is not None and trimmed >= len(kept_memories):
             trimmed = None
         dropped_memory_idx = list(range(len(kept_memories), len(memories)))
-        dropped_tokens = sum(memory_tokens) - memory_used
-        dropped_messages = [i for i, k in enumerate(keep) if not k]
-        dropped_tokens += sum(message_tokens[i] for i in dropped_messages)
+        keep = [False] * len(message_tokens)
+        for i in kept:
+            keep[i] = True
+        dropped_messages = list(compress(range(len(keep)), map(not_, keep)))
+        # the kept messages' tokens are `dialogue_used`, whatever `_assemble` shed
+        dropped_tokens = all_memory_tokens - memory_used + all_message_tokens - dialogue_used
 
         return Context(
             text=text,
@@ -398,7 +427,7 @@ class ContextBuilder:
             budget=budget,
             max_tokens=self.max_tokens,
             encoding=self.encoding,
-            messages=[dialogue[i] for i, k in enumerate(keep) if k],
+            messages=[dialogue[i] for i in kept],
             memories=kept_memories,
             dropped_messages=dropped_messages,
             dropped_memories=dropped_memory_idx,
@@ -408,7 +437,6 @@ class ContextBuilder:
     def _pack_memories(
         self,
         memories: Sequence[str],
-        segments: list[str],
         tokens: list[int],
         room: int,
     ) -> tuple[list[str], list[str], int, int | None]:
@@ -417,10 +445,10 @@ class ContextBuilder:
         kept_segments: list[str] = []
         used = 0
         trimmed: int | None = None
-        for j, segment in enumerate(segments):
+        for j, memory in enumerate(memories):
             if used + tokens[j] <= room:
-                kept.append(memories[j])
-                kept_segments.append(segment)
+                kept.append(memory)
+                kept_segments.append(_segment("memory", memory))
                 used += tokens[j]
                 continue
             part = self._trim(memories[j], room - used)
@@ -464,32 +492,33 @@ class ContextBuilder:
         system_segment: str,
         system_tokens: int,
         memory_segments: list[str],
-        segments: list[str],
+        dialogue: Sequence[Mapping[str, Any]],
         message_tokens: list[int],
-        keep: list[bool],
+        kept: list[int],
         latest_user: int | None,
         memory_used: int,
         dialogue_used: int,
-    ) -> tuple[str, int, list[bool], list[str], int, int]:
-        """Join the kept parts; with ``verify``, drop more until tiktoken confirms the fit."""
+    ) -> tuple[str, int, list[int], list[str], int, int]:
+        """Join the kept parts (`kept`: indexes of kept messages, ascending); with ``verify``,
+        drop more until tiktoken confirms the fit."""
         count = self._counter.count_uncached
         memory_segments = list(memory_segments)
+        message_segments = {i: _message_segment(dialogue[i], i) for i in kept}
         while True:
             parts = [system_segment, *memory_segments]
-            parts.extend(s for s, k in zip(segments, keep, strict=True) if k)
+            parts.extend(message_segments[i] for i in kept)
             text = "".join(parts)
             estimate = system_tokens + memory_used + dialogue_used
             if not self.verify:
-                return text, estimate, keep, memory_segments, memory_used, dialogue_used
+                return text, estimate, kept, memory_segments, memory_used, dialogue_used
             tokens = count(text)
             if tokens <= self.budget:
-                return text, tokens, keep, memory_segments, memory_used, dialogue_used
+                return text, tokens, kept, memory_segments, memory_used, dialogue_used
             # Only reachable if segment counts were not additive: shed the oldest message,
             # then the least relevant memory.
-            oldest = next((i for i, k in enumerate(keep) if k and i != latest_user), None)
+            oldest = next((i for i in kept if i != latest_user), None)
             if oldest is not None:
-                keep = list(keep)
-                keep[oldest] = False
+                kept = [i for i in kept if i != oldest]
                 dialogue_used -= message_tokens[oldest]
             elif memory_segments:
                 memory_used -= self._counter.count(memory_segments.pop())

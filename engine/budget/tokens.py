@@ -15,6 +15,7 @@ import hashlib
 import importlib.util
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -226,6 +227,8 @@ class TokenCounter:
         self.name = encoding
         self._cache: OrderedDict[str, int] = OrderedDict()
         self._cache_size = cache_size
+        self._lines: dict[str, dict[str, int]] = {}
+        self._line_entries = 0
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -259,6 +262,41 @@ class TokenCounter:
                 cache.popitem(last=False)
         return n
 
+    def count_line(self, label: str, body: str) -> int:
+        """Tokens of the line ``f"{label}: {body}\\n"``, remembered by (label, body).
+
+        A context build looks up every message of the session again; reading `lines` with the
+        caller's own strings (whose hashes Python keeps) spares it making each line and hashing
+        it anew for `count`. Past `cache_size` remembered lines they are all forgotten at once
+        (no ordering to keep up on every hit); their counts are still in `count`'s cache.
+
+        Args:
+            label: the line's label (``user``, ``memory``...).
+            body: the text after it.
+
+        Returns:
+            The token count, as `count` gives it for the whole line.
+        """
+        known = self._lines.get(label)
+        if known is not None:
+            n = known.get(body)
+            if n is not None:
+                return n
+        n = self.count(f"{label}: {body}\n")
+        with self._lock:
+            if self._line_entries >= self._cache_size:
+                self._lines = {}
+                self._line_entries = 0
+            self._lines.setdefault(label, {})[body] = n
+            self._line_entries += 1
+        return n
+
+    @property
+    def lines(self) -> Mapping[str, Mapping[str, int]]:
+        """Label -> body -> tokens of the lines `count_line` remembers (read-only: a miss goes
+        through `count_line`)."""
+        return self._lines
+
     def count_uncached(self, text: str) -> int:
         """Token count of ``text`` without touching the cache (for one-off, long texts).
 
@@ -285,6 +323,8 @@ class TokenCounter:
         """Forget every cached count."""
         with self._lock:
             self._cache.clear()
+            self._lines = {}
+            self._line_entries = 0
             self.hits = self.misses = 0
 
     def __len__(self) -> int:

@@ -252,3 +252,13 @@ def test_public_contract_import():
     from engine import ContextBuilder as Exported
 
     assert Exported is ContextBuilder
+
+
+def test_a_message_edited_in_place_is_counted_again():
+    dialogue = [{"role": "assistant", "content": "short"}, {"role": "user", "content": "go"}]
+    builder = ContextBuilder(max_tokens=200, reserve=0.0)
+    before = builder.build(system="s", dialogue=dialogue)
+    dialogue[0]["content"] = "a much longer answer than before, " * 3
+    after = builder.build(system="s", dialogue=dialogue)
+    assert after.tokens == count(after.text) > before.tokens
+    assert after.breakdown["dialogue"] == after.tokens - after.breakdown["system"]

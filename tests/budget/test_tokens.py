@@ -118,3 +118,23 @@ def test_special_markers_are_ordinary_text():
 def test_counter_rejects_bad_cache_size():
     with pytest.raises(ValueError):
         TokenCounter(cache_size=0)
+
+
+def test_count_line_counts_the_whole_line_and_remembers_it():
+    c = TokenCounter("cl100k_base", cache_size=3)
+    assert c.count_line("user", "hello world") == c.count("user: hello world\n")
+    assert c.lines == {"user": {"hello world": c.count("user: hello world\n")}}
+    misses = c.misses
+    c.count_line("user", "hello world")
+    assert c.misses == misses  # answered from `lines`, nothing encoded again
+
+
+def test_count_line_forgets_all_lines_past_cache_size_and_on_clear():
+    c = TokenCounter("cl100k_base", cache_size=3)
+    for body in ("a", "b", "c"):
+        c.count_line("tool", body)
+    assert sum(len(v) for v in c.lines.values()) == 3
+    c.count_line("memory", "d")
+    assert c.lines == {"memory": {"d": c.count("memory: d\n")}}
+    c.clear()
+    assert c.lines == {} and len(c) == 0
