@@ -138,3 +138,10 @@ def test_count_line_forgets_all_lines_past_cache_size_and_on_clear():
     assert c.lines == {"memory": {"d": c.count("memory: d\n")}}
     c.clear()
     assert c.lines == {} and len(c) == 0
+
+
+@pytest.mark.parametrize("name", ENCODING_NAMES)
+def test_uncached_count_is_the_ordinary_encoding_length(name):
+    c = TokenCounter(name)
+    for text in [*SAMPLES, "lone \ud800 surrogate", "<|endofprompt|><|endoftext|>", ""]:
+        assert c.count_uncached(text) == len(c.encoding.encode_ordinary(text))
