@@ -3,7 +3,7 @@ worker's cursor), one HASH per namespace under the fleet hash tag (`keys.fleet_d
 
 A write is one script (``lua/fleet_docs_swap.lua``; a put expects nothing), so several keys
 change atomically, on a single Redis and on Redis Cluster (one key, one slot). `RedisStore`
-mixes this class in.
+holds one `FleetDocs` and hands these methods on.
 """
 
 from __future__ import annotations
@@ -22,11 +22,18 @@ _fleet_docs_key = keys.fleet_docs  # `fleet_doc_get`'s parameter is named keys, 
 
 
 class FleetDocs:
-    """`Store.fleet_docs` and `Store.fleet_doc_put` for `RedisStore`."""
+    """The fleet documents of `RedisStore`.
 
-    _client: RedisClient
-    _fb: str
-    _views: FleetViews
+    Args:
+        client: the store's client.
+        fb: the fleet's key base (`keys.fleet_base`).
+        views: the store's fleet views (the feed's bounds and the keys' TTL an audit row uses).
+    """
+
+    def __init__(self, client: RedisClient, fb: str, views: FleetViews) -> None:
+        self._client = client
+        self._fb = fb
+        self._views = views
 
     def fleet_docs(self, ns: str) -> dict[str, Any]:
         """Every fleet document of namespace `ns`, in key order."""

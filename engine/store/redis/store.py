@@ -135,7 +135,7 @@ def _rid() -> str:
     return uuid.uuid4().hex
 
 
-class RedisStore(FleetDocs):
+class RedisStore:
     """Store on Redis or Redis Cluster (see `engine.store.redis.client` for URLs and options)."""
 
     def __init__(self, url: str, **options: Any) -> None:
@@ -153,6 +153,7 @@ class RedisStore(FleetDocs):
         self._r = self._client.r
         self._fb = keys.fleet_base(self.prefix)
         self._views = FleetViews(self._client)
+        self._fleet_docs = FleetDocs(self._client, self._fb, self._views)
         self._flusher = self._views.flusher
         try:
             self._loops_from: float | None = self._views.loops_from()
@@ -861,10 +862,27 @@ class RedisStore(FleetDocs):
             self._views.record_purge(now, reason, counts, ("session_ids", doomed))
         return counts
 
+    # -- fleet documents: FleetDocs (fleetdocs.py), handed on -----------------------------------
+    def fleet_docs(self, ns: str) -> dict[str, Any]:
+        return self._fleet_docs.fleet_docs(ns)
+
+    def fleet_doc_get(self, ns: str, keys: list[str]) -> dict[str, Any]:
+        return self._fleet_docs.fleet_doc_get(ns, keys)
+
+    def fleet_doc_swap(self, ns: str, expect: dict[str, Any | None],
+                       values: dict[str, Any | None], now: float,
+                       audit: AuditEntry | None = None, feed_only: bool = False) -> bool:
+        return self._fleet_docs.fleet_doc_swap(ns, expect, values, now, audit, feed_only)
+
+    def fleet_doc_put(self, ns: str, values: dict[str, Any | None], now: float,
+                      audit: AuditEntry | None = None) -> None:
+        self._fleet_docs.fleet_doc_put(ns, values, now, audit)
+
 
 RAW_MARK = "b64:"
 """Prefix of a document stored as bytes (`DocumentStore`): the client reads replies as text, so
 bytes are kept as base64 text behind a mark no JSON text starts with."""
+
 
 
 def _doc_text(value: Any) -> str:

@@ -97,9 +97,14 @@ def _embedded_snapshot(
 
 
 class BranchLine:
-    """The rollback and branch methods of `SQLiteStore`."""
+    """The rollback and branch methods of `SQLiteStore`.
 
-    _db: SQLiteDB
+    Args:
+        db: the store's database.
+    """
+
+    def __init__(self, db: SQLiteDB) -> None:
+        self._db = db
 
     def branches(self, sid: str) -> list[BranchInfo]:
         """Every abandoned branch, oldest first."""

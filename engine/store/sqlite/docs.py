@@ -15,9 +15,14 @@ from engine.store.sqlite.tx import SQLiteDB
 
 
 class DocumentRows:
-    """The document half of `SQLiteStore` (a mixin: it uses the store's database)."""
+    """The documents of `SQLiteStore`: a session's, and the fleet's.
 
-    _db: SQLiteDB
+    Args:
+        db: the store's database.
+    """
+
+    def __init__(self, db: SQLiteDB) -> None:
+        self._db = db
 
     def doc_put(self, sid: str, ns: str, items: dict[str, Any], now: float) -> None:
         """Set documents of namespace `ns` (None deletes one), unversioned."""

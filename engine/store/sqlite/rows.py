@@ -308,6 +308,26 @@ def session_row(conn: sqlite3.Connection, sid: str) -> SessionRow:
     return row
 
 
+def create_session(conn: sqlite3.Connection, sid: str, meta: dict[str, Any], now: float) -> None:
+    """Insert session `sid`'s row, its facets kept beside the meta (each filter is one index)."""
+    conn.execute(
+        "INSERT INTO sessions(id, meta, tenant, scenario, prompt_version, created_at, "
+        "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (sid, dumps(meta), meta.get("tenant"), meta.get("scenario"),
+         meta.get("prompt_version"), now, now),
+    )
+
+
+def set_meta(conn: sqlite3.Connection, sid: str, meta: dict[str, Any]) -> None:
+    """Replace session `sid`'s meta and its facet columns."""
+    conn.execute(
+        "UPDATE sessions SET meta = ?, tenant = ?, scenario = ?, prompt_version = ? "
+        "WHERE id = ?",
+        (dumps(meta), meta.get("tenant"), meta.get("scenario"), meta.get("prompt_version"),
+         sid),
+    )
+
+
 _NEWEST_STEP = "SELECT n, seq FROM steps WHERE session = ? ORDER BY n DESC LIMIT 1"
 _FIRST_STEP_IN = (
     "SELECT n, seq FROM steps WHERE session = ? AND n >= ? AND n <= ? ORDER BY n LIMIT 1"

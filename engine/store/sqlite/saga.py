@@ -68,15 +68,22 @@ def queue_compensations(
 
 
 class SagaOutbox:
-    """The compensation methods of `SQLiteStore`."""
+    """The compensation methods of `SQLiteStore`.
 
-    _db: SQLiteDB
-    url: str
-    _comp_cols: str = COMP_COLS
-    """Columns read (a read-only file of an older schema has no resolved_by/resolved_reason:
-    NULLs stand in for them)."""
-    _has_workers: bool = True
-    """False on a read-only file of an older schema (no workers table)."""
+    Args:
+        db: the store's database.
+        url: the store's URL, named in the errors.
+        comp_cols: the compensation columns read (a read-only file of an older schema has no
+            resolved_by/resolved_reason: NULLs stand in for them).
+        has_workers: False on a read-only file of an older schema (no workers table).
+    """
+
+    def __init__(self, db: SQLiteDB, url: str, *, comp_cols: str = COMP_COLS,
+                 has_workers: bool = True) -> None:
+        self._db = db
+        self._url = url
+        self._comp_cols = comp_cols
+        self._has_workers = has_workers
 
     def compensations(
         self,
@@ -173,7 +180,7 @@ class SagaOutbox:
             )).fetchone()
             if row is None:
                 raise UnknownCompensation(
-                    f"no compensation {cid} in {self.url}; list them with "
+                    f"no compensation {cid} in {self._url}; list them with "
                     "`rewind compensations`"
                 )
             comp, lease_until = to_compensation(row), row["lease_until"]

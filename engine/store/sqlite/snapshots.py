@@ -1,4 +1,5 @@
-"""Snapshot reads on SQLite: the whole tree, one snapshot by id, and the newest restorable one.
+"""Snapshots on SQLite: taking one (and retiring what falls out of the retention window), and
+reading the whole tree, one snapshot by id, and the newest restorable one.
 
 Snapshots live in two places: the rows of ``snapshots`` (manual snapshots, and step snapshots
 moved there by a rollback or a late step, or written by an older release), and the write-ahead
@@ -13,18 +14,96 @@ import sqlite3
 from typing import Any
 
 from engine.records import BranchInfo, SnapshotNode
-from engine.store.requests import snapshot_seq
+from engine.store.requests import Retention, snapshot_seq
 from engine.store.sqlite.rows import BRANCH, EMBEDDED_SNAPSHOT, SNAPSHOT, step_at_seq
 from engine.store.sqlite.tx import SQLiteDB
+from engine.types import SnapshotKind
 
 _COLUMNS = f"{SNAPSHOT.select()}, retired_at, seq"
 
 
-class SnapshotReads:
-    """The snapshot reads of `SQLiteStore` (a mixin: it uses the store's database)."""
+def insert_snapshot(
+    conn: sqlite3.Connection,
+    sid: str,
+    row: tuple[int, int, int, int, str | None],
+    label: str | None,
+    kind: SnapshotKind,
+    now: float,
+    retention: Retention,
+) -> SnapshotNode:
+    """Insert a snapshot at sequence number ``seq + 1`` of the session row `row` and retire
+    what falls out of its window; the caller moves the session's seq and head."""
+    seq, _epoch, msg_count, step_count, head = row
+    seq += 1
+    snap_id = f"snap-{seq}"
+    conn.execute(
+        "INSERT INTO snapshots(session, id, parent, label, kind, seq, msg_count, next_step, "
+        "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (sid, snap_id, head, label, kind, seq, msg_count, step_count + 1, now),
+    )
+    if kind == "step" or seq > retention.keep_snapshots:
+        # A session's snapshots each took a sequence number of their own (numbers only
+        # grow, and go with the session when it is deleted), so while the newest number is
+        # within the window there cannot be more snapshots than it keeps: a short thread's
+        # checkpoint pays nothing for retention.
+        retire(conn, sid, kind, step_count + 1, now, retention)
+    return SnapshotNode(
+        id=snap_id,
+        parent=head,
+        label=label,
+        created_at=now,
+        on_live_line=True,
+        abandoned_reason=None,
+        kind=kind,
+        restorable=True,
+        next_step=step_count + 1,
+        messages=msg_count,
+        is_head=True,
+    )
 
-    _db: SQLiteDB
-    _embedded: bool
+
+def retire(
+    conn: sqlite3.Connection,
+    sid: str,
+    kind: SnapshotKind,
+    next_step: int,
+    now: float,
+    retention: Retention,
+) -> None:
+    """Retire the snapshots of `kind` that fall out of the retention window."""
+    if kind == "step":
+        # Step snapshots are retired by a floor on their step number (`snap_floor`): one
+        # column of the session's row instead of a row update per step.
+        conn.execute(
+            "UPDATE sessions SET snap_floor = max(snap_floor, ?) WHERE id = ?",
+            (next_step - retention.keep_step_snapshots, sid),
+        )
+        return
+    # INDEXED BY: the partial index holds only the restorable snapshots (at most the window
+    # plus one), so retiring costs the window, not the session's history; left to itself
+    # the planner walks every snapshot row of the session.
+    conn.execute(
+        "UPDATE snapshots INDEXED BY snapshots_restorable SET retired_at = ? "
+        "WHERE session = ? AND kind = ? "
+        "AND branch IS NULL AND retired_at IS NULL AND seq < ("
+        "  SELECT MIN(seq) FROM (SELECT seq FROM snapshots WHERE session = ? AND kind = ?"
+        "  AND branch IS NULL AND retired_at IS NULL ORDER BY seq DESC LIMIT ?))",
+        (now, sid, kind, sid, kind, retention.keep_snapshots),
+    )
+
+
+class SnapshotReads:
+    """The snapshot reads of `SQLiteStore`.
+
+    Args:
+        db: the store's database.
+        embedded: whether the file keeps write-ahead snapshots in their steps' rows (False on
+            a read-only file of an older schema: every snapshot is a row of ``snapshots``).
+    """
+
+    def __init__(self, db: SQLiteDB, *, embedded: bool = True) -> None:
+        self._db = db
+        self._embedded = embedded
 
     def _head_and_floor(self, sid: str) -> tuple[str | None, int]:
         """The session's head and its ``snap_floor``: step snapshots with ``next_step`` at or

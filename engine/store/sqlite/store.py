@@ -2,15 +2,20 @@
 
 Writes run in `BEGIN IMMEDIATE` transactions (`engine.store.sqlite.tx`), so two processes never
 interleave half-done changes; readers see the last committed state. Each thread gets its own
-connection. The class is assembled from the parts that own each concern:
+connection. `SQLiteStore` holds the parts that own a concern each, all on its one `SQLiteDB`,
+and hands their methods on:
 
-- `engine.store.sqlite.tx`: connections and write transactions;
-- `engine.store.sqlite.schema`: the tables and the schema-version check;
-- `engine.store.sqlite.rows`: rows to records, the WHERE builder, audit and feed writes;
-- `engine.store.sqlite.branches`: rollbacks, abandoned branches and their retention;
-- `engine.store.sqlite.saga`: the compensation outbox;
-- `engine.store.sqlite.writes`: an integration's multi-part write (`write_session`);
-- this module: sessions, history, snapshots, steps, the feed, documents.
+- `engine.store.sqlite.branches.BranchLine`: rollbacks, abandoned branches and their retention;
+- `engine.store.sqlite.snapshots.SnapshotReads`: the snapshot tree (and, as functions, taking a
+  snapshot and retiring what falls out of the window);
+- `engine.store.sqlite.saga.SagaOutbox`: the compensation outbox;
+- `engine.store.sqlite.docs.DocumentRows`: a session's documents and the fleet's;
+- `engine.store.sqlite.writes.SessionWrites`: an integration's multi-part write
+  (`write_session`).
+
+Beside them: `engine.store.sqlite.schema` (the tables and the schema-version check) and
+`engine.store.sqlite.rows` (rows to records, the WHERE builder, audit and feed writes). This
+module owns sessions, history, steps and the feed.
 """
 
 from __future__ import annotations
@@ -25,8 +30,12 @@ from urllib.parse import parse_qs, urlparse
 from engine.errors import StoreNotFound, StoreUnavailable, UnknownSession
 from engine.records import (
     AuditEvent,
+    BranchInfo,
+    Compensation,
+    CompensationWorker,
     Event,
     MessageRecord,
+    RollbackResult,
     SessionInfo,
     SnapshotNode,
     StepRecord,
@@ -36,8 +45,10 @@ from engine.store.base import (
     AuditEntry,
     DecisionRequest,
     Retention,
+    RollbackRequest,
     SessionCursor,
     SessionFilter,
+    SessionWrite,
     StepOutcome,
     StepStart,
     StepTicket,
@@ -59,10 +70,12 @@ from engine.store.sqlite.rows import (
     add_event,
     add_retention,
     append_live,
+    create_session,
     detach_snapshot,
     dumps,
     put_value,
     session_row,
+    set_meta,
     to_audit,
     to_session,
     to_step,
@@ -77,11 +90,17 @@ from engine.store.sqlite.schema import (
     missing_columns,
     up_to_date,
 )
-from engine.store.sqlite.snapshots import SnapshotReads
+from engine.store.sqlite.snapshots import SnapshotReads, insert_snapshot
 from engine.store.sqlite.tx import SQLiteDB, path_from_url
 from engine.store.sqlite.writes import ACTIVITY_GRAIN_S, SessionWrites
 from engine.store.urls import redact
-from engine.types import SessionStatus, SnapshotKind, StepStatus, StoredVerdict
+from engine.types import (
+    CompensationStatus,
+    SessionStatus,
+    SnapshotKind,
+    StepStatus,
+    StoredVerdict,
+)
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -177,7 +196,7 @@ def _delete_session(conn: sqlite3.Connection, sid: str) -> bool:
     return found
 
 
-class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWrites):
+class SQLiteStore:
     """Store on one SQLite file (or `:memory:` for tests and demos in one process).
 
     Args:
@@ -218,13 +237,14 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
         """The database file, or ``:memory:``."""
         self.memory = path == ":memory:"
         """True for an in-memory database (one process, gone when closed)."""
-        self._db = SQLiteDB(path, name=f"the SQLite store {url}", synchronous=synchronous)
-        if self._db.read_only:
-            check_schema(self._db.conn, url)
-            missing = missing_columns(self._db.conn)  # an older file this user may not upgrade
+        self._db = db = SQLiteDB(path, name=f"the SQLite store {url}", synchronous=synchronous)
+        saga_shape: dict[str, Any] = {}
+        if db.read_only:
+            check_schema(db.conn, url)
+            missing = missing_columns(db.conn)  # an older file this user may not upgrade
             if "compensations" in missing:
-                self._comp_cols = COMPENSATION.select(absent=RESOLUTION_COLUMNS)
-                self._has_workers = False
+                saga_shape = {"comp_cols": COMPENSATION.select(absent=RESOLUTION_COLUMNS),
+                              "has_workers": False}
             if "steps" in missing:
                 lacking = frozenset(c.split()[0] for c in missing["steps"])
                 if "snap_msgs" in lacking:
@@ -232,9 +252,16 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
                 self._step_cols = STEP.select(absent=lacking)  # read as None (no task, no turn)
             if "sessions" in missing:  # no loop events either
                 self._loops_from = math.inf
-        elif not up_to_date(self._db.conn):
-            with self._db.write() as conn:
+        elif not up_to_date(db.conn):
+            with db.write() as conn:
                 init_schema(conn, url)
+        # The parts that own a concern each, on the one database: the methods below that only
+        # hand a call on are theirs.
+        self._branches = BranchLine(db)
+        self._snapshots = SnapshotReads(db, embedded=self._embedded)
+        self._saga = SagaOutbox(db, url, **saga_shape)
+        self._docs = DocumentRows(db)
+        self._writes = SessionWrites(db)
 
     _loops_from: float | None = None
     """`loops` answers for times after this one: the time of the last event an older release
@@ -265,12 +292,12 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
             row = conn.execute("SELECT meta FROM sessions WHERE id = ?", (sid,)).fetchone()
             if row is None:
                 merged = dict(meta or {})
-                self._create_session(conn, sid, merged, now)
+                create_session(conn, sid, merged, now)
                 add_event(conn, now, sid, "session", {"meta": merged})
             elif meta:
                 current = json.loads(row[0])
                 if {**current, **meta} != current:
-                    self._set_meta(conn, sid, {**current, **meta})
+                    set_meta(conn, sid, {**current, **meta})
         info = self.get_session(sid)
         if info is None:  # deleted by another process right after the write
             raise UnknownSession(f"session {sid!r} was deleted while it was being opened")
@@ -438,99 +465,17 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
         return [MESSAGE.decode(r) for r in rows]
 
     # -- snapshots --------------------------------------------------------------------------
-    def _snapshot(
-        self,
-        conn: sqlite3.Connection,
-        sid: str,
-        label: str | None,
-        kind: SnapshotKind,
-        now: float,
-        retention: Retention,
-    ) -> SnapshotNode:
-        row = session_row(conn, sid)
-        node = self._insert_snapshot(conn, sid, row, label, kind, now, retention)
-        conn.execute(
-            "UPDATE sessions SET seq = ?, head = ?, updated_at = ? WHERE id = ?",
-            (row[0] + 1, node.id, now, sid),
-        )
-        return node
-
-    @classmethod
-    def _insert_snapshot(
-        cls,
-        conn: sqlite3.Connection,
-        sid: str,
-        row: tuple[int, int, int, int, str | None],
-        label: str | None,
-        kind: SnapshotKind,
-        now: float,
-        retention: Retention,
-    ) -> SnapshotNode:
-        """Insert a snapshot at sequence number ``seq + 1`` of the session row `row` and retire
-        what falls out of its window; the caller moves the session's seq and head."""
-        seq, _epoch, msg_count, step_count, head = row
-        seq += 1
-        snap_id = f"snap-{seq}"
-        conn.execute(
-            "INSERT INTO snapshots(session, id, parent, label, kind, seq, msg_count, next_step, "
-            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (sid, snap_id, head, label, kind, seq, msg_count, step_count + 1, now),
-        )
-        if kind == "step" or seq > retention.keep_snapshots:
-            # A session's snapshots each took a sequence number of their own (numbers only
-            # grow, and go with the session when it is deleted), so while the newest number is
-            # within the window there cannot be more snapshots than it keeps: a short thread's
-            # checkpoint pays nothing for retention.
-            cls._retire(conn, sid, kind, step_count + 1, now, retention)
-        return SnapshotNode(
-            id=snap_id,
-            parent=head,
-            label=label,
-            created_at=now,
-            on_live_line=True,
-            abandoned_reason=None,
-            kind=kind,
-            restorable=True,
-            next_step=step_count + 1,
-            messages=msg_count,
-            is_head=True,
-        )
-
-    @staticmethod
-    def _retire(
-        conn: sqlite3.Connection,
-        sid: str,
-        kind: SnapshotKind,
-        next_step: int,
-        now: float,
-        retention: Retention,
-    ) -> None:
-        if kind == "step":
-            # Step snapshots are retired by a floor on their step number (`snap_floor`): one
-            # column of the session's row instead of a row update per step.
-            conn.execute(
-                "UPDATE sessions SET snap_floor = max(snap_floor, ?) WHERE id = ?",
-                (next_step - retention.keep_step_snapshots, sid),
-            )
-            return
-        # INDEXED BY: the partial index holds only the restorable snapshots (at most the window
-        # plus one), so retiring costs the window, not the session's history; left to itself
-        # the planner walks every snapshot row of the session.
-        conn.execute(
-            "UPDATE snapshots INDEXED BY snapshots_restorable SET retired_at = ? "
-            "WHERE session = ? AND kind = ? "
-            "AND branch IS NULL AND retired_at IS NULL AND seq < ("
-            "  SELECT MIN(seq) FROM (SELECT seq FROM snapshots WHERE session = ? AND kind = ?"
-            "  AND branch IS NULL AND retired_at IS NULL ORDER BY seq DESC LIMIT ?))",
-            (now, sid, kind, sid, kind, retention.keep_snapshots),
-        )
-
     def take_snapshot(
         self, sid: str, label: str | None, kind: SnapshotKind, now: float, retention: Retention
     ) -> SnapshotNode:
         """Take a snapshot of the live line and make it the head."""
         with self._db.write() as conn:
-            node = self._snapshot(conn, sid, label, kind, now, retention)
+            row = session_row(conn, sid)
+            node = insert_snapshot(conn, sid, row, label, kind, now, retention)
+            conn.execute(
+                "UPDATE sessions SET seq = ?, head = ?, updated_at = ? WHERE id = ?",
+                (row[0] + 1, node.id, now, sid),
+            )
             add_event(conn, now, sid, "snapshot", {"id": node.id, "label": label, "kind": kind})
         return node
 
@@ -872,7 +817,6 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
             add_retention(conn, now, reason, counts, ("session_ids", doomed))
         return counts
 
-    # -- atomic multi-part writes ------------------------------------------------------------
     # -- maintenance ------------------------------------------------------------------------
     def running_steps(self, started_before: float) -> list[tuple[str, StepRecord]]:
         """Every running step started at or before `started_before`, oldest first."""
@@ -887,6 +831,99 @@ class SQLiteStore(BranchLine, SnapshotReads, SagaOutbox, DocumentRows, SessionWr
         if result != "ok":
             raise StoreUnavailable(f"{self.url} failed its integrity check: {result}")
         return {}
+
+
+    # The parts' methods, handed on (each documented where it is implemented).
+    # -- rollbacks and abandoned branches: BranchLine (branches.py) ----------------------------
+    def branches(self, sid: str) -> list[BranchInfo]:
+        return self._branches.branches(sid)
+
+    def rollback(self, sid: str, request: RollbackRequest) -> RollbackResult:
+        return self._branches.rollback(sid, request)
+
+    def purge_branches(self, before: float, now: float, *, dry_run: bool = False) -> dict[str, int]:
+        return self._branches.purge_branches(before, now, dry_run=dry_run)
+
+    # -- snapshot reads: SnapshotReads (snapshots.py) ------------------------------------------
+    def snapshots(self, sid: str) -> list[SnapshotNode]:
+        return self._snapshots.snapshots(sid)
+
+    def snapshot(self, sid: str, snapshot_id: str) -> SnapshotNode | None:
+        return self._snapshots.snapshot(sid, snapshot_id)
+
+    def restorable_snapshot(self, sid: str, before_step: int | None) -> str | None:
+        return self._snapshots.restorable_snapshot(sid, before_step)
+
+    # -- the compensation outbox: SagaOutbox (saga.py) -----------------------------------------
+    def compensations(
+        self,
+        *,
+        session: str | None = None,
+        status: CompensationStatus | None = None,
+        limit: int = 1000,
+    ) -> list[Compensation]:
+        return self._saga.compensations(session=session, status=status, limit=limit)
+
+    def count_compensations(self, status: CompensationStatus) -> int:
+        return self._saga.count_compensations(status)
+
+    def claim_compensation(
+        self, names: list[str], owner: str, lease_s: float, now: float
+    ) -> Compensation | None:
+        return self._saga.claim_compensation(names, owner, lease_s, now)
+
+    def finish_compensation(
+        self, cid: int, owner: str, ok: bool, error: str | None, now: float, final: bool,
+        retry_at: float | None = None,
+    ) -> None:
+        self._saga.finish_compensation(cid, owner, ok, error, now, final, retry_at)
+
+    def retry_compensation(self, cid: int, actor: str, reason: str, now: float) -> Compensation:
+        return self._saga.retry_compensation(cid, actor, reason, now)
+
+    def resolve_compensation(self, cid: int, actor: str, reason: str, now: float) -> Compensation:
+        return self._saga.resolve_compensation(cid, actor, reason, now)
+
+    def heartbeat_worker(
+        self, worker: str, handlers: list[str], now: float, expire_before: float
+    ) -> None:
+        self._saga.heartbeat_worker(worker, handlers, now, expire_before)
+
+    def compensation_workers(self, since: float) -> list[CompensationWorker]:
+        return self._saga.compensation_workers(since)
+
+    # -- documents: DocumentRows (docs.py) -----------------------------------------------------
+    def doc_put(self, sid: str, ns: str, items: dict[str, Any], now: float) -> None:
+        self._docs.doc_put(sid, ns, items, now)
+
+    def doc_get(self, sid: str, ns: str, keys: list[str], *,
+                prefix: str | None = None) -> dict[str, Any]:
+        return self._docs.doc_get(sid, ns, keys, prefix=prefix)
+
+    def doc_scan(self, sid: str, ns: str, prefix: str = "", *, below: str | None = None,
+                 last: int | None = None) -> dict[str, Any]:
+        return self._docs.doc_scan(sid, ns, prefix, below=below, last=last)
+
+    def fleet_docs(self, ns: str) -> dict[str, Any]:
+        return self._docs.fleet_docs(ns)
+
+    def fleet_doc_put(self, ns: str, values: dict[str, Any | None], now: float,
+                      audit: AuditEntry | None = None) -> None:
+        self._docs.fleet_doc_put(ns, values, now, audit)
+
+    def fleet_doc_get(self, ns: str, keys: list[str]) -> dict[str, Any]:
+        return self._docs.fleet_doc_get(ns, keys)
+
+    def fleet_doc_swap(self, ns: str, expect: dict[str, Any | None],
+                       values: dict[str, Any | None], now: float,
+                       audit: AuditEntry | None = None, feed_only: bool = False) -> bool:
+        return self._docs.fleet_doc_swap(ns, expect, values, now, audit, feed_only)
+
+    # -- an integration's multi-part write: SessionWrites (writes.py) --------------------------
+    def write_session(
+        self, sid: str, write: SessionWrite, now: float, retention: Retention
+    ) -> tuple[int, SnapshotNode | None]:
+        return self._writes.write_session(sid, write, now, retention)
 
 
 _END = 2**63 - 1

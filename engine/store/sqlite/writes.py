@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.errors import UnknownSession
 from engine.records import SnapshotNode
 from engine.store.requests import Retention, SessionWrite, stamped
 from engine.store.sqlite.docs import doc_text
-from engine.store.sqlite.rows import dumps
+from engine.store.sqlite.rows import create_session, dumps, set_meta
+from engine.store.sqlite.snapshots import insert_snapshot
 from engine.store.sqlite.tx import SQLiteDB
-
-if TYPE_CHECKING:
-    from engine.types import SnapshotKind
 
 ACTIVITY_GRAIN_S = 1.0
 """A step (and an integration's multi-part write, a LangGraph checkpoint) moves its session's
@@ -46,39 +44,15 @@ def _put_rows(conn: sqlite3.Connection, table: str, sid: str, ns: str,
         conn.executemany(f"DELETE FROM {table} WHERE session = ? AND ns = ? AND key = ?", gone)
 
 
-
 class SessionWrites:
-    """The multi-part write of `SQLiteStore` (a mixin: it uses the store's database and its
-    snapshot insert)."""
+    """The multi-part write of `SQLiteStore`.
 
-    _db: SQLiteDB
+    Args:
+        db: the store's database.
+    """
 
-    if TYPE_CHECKING:
-        @classmethod
-        def _insert_snapshot(
-            cls, conn: sqlite3.Connection, sid: str,
-            row: tuple[int, int, int, int, str | None], label: str | None,
-            kind: SnapshotKind, now: float, retention: Retention,
-        ) -> SnapshotNode: ...
-
-    @staticmethod
-    def _create_session(conn: sqlite3.Connection, sid: str, meta: dict[str, Any],
-                        now: float) -> None:
-        conn.execute(
-            "INSERT INTO sessions(id, meta, tenant, scenario, prompt_version, created_at, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (sid, dumps(meta), meta.get("tenant"), meta.get("scenario"),
-             meta.get("prompt_version"), now, now),
-        )
-
-    @staticmethod
-    def _set_meta(conn: sqlite3.Connection, sid: str, meta: dict[str, Any]) -> None:
-        conn.execute(
-            "UPDATE sessions SET meta = ?, tenant = ?, scenario = ?, prompt_version = ? "
-            "WHERE id = ?",
-            (dumps(meta), meta.get("tenant"), meta.get("scenario"), meta.get("prompt_version"),
-             sid),
-        )
+    def __init__(self, db: SQLiteDB) -> None:
+        self._db = db
 
     def write_session(
         self, sid: str, write: SessionWrite, now: float, retention: Retention
@@ -96,7 +70,7 @@ class SessionWrites:
             if row is None:
                 if create is None:
                     raise UnknownSession(f"no session {sid!r} in this store")
-                self._create_session(conn, sid, create, now)
+                create_session(conn, sid, create, now)
                 events.append((now, sid, "session", dumps({"meta": create})))
                 seq, epoch, msg_count, step_count, head, updated_at = 0, 0, 0, 0, None, now
             else:
@@ -105,7 +79,7 @@ class SessionWrites:
                     meta = json.loads(meta_text)
                     merged = {**meta, **create}
                     if merged != meta:
-                        self._set_meta(conn, sid, merged)
+                        set_meta(conn, sid, merged)
             messages = write.get("messages") or []
             if write.get("messages_if_empty") and msg_count:
                 messages = []
@@ -135,8 +109,8 @@ class SessionWrites:
             node = None
             label = write.get("snapshot")
             if label is not None:
-                node = self._insert_snapshot(conn, sid, (seq, epoch, msg_count, step_count, head),
-                                             label, "manual", now, retention)
+                node = insert_snapshot(conn, sid, (seq, epoch, msg_count, step_count, head),
+                                       label, "manual", now, retention)
                 seq, head = seq + 1, node.id
                 events.append((now, sid, "snapshot", dumps(
                     {"id": node.id, "label": label, "kind": "manual"})))
