@@ -205,3 +205,42 @@ def test_a_field_map_reads_by_name_and_stands_null_in_for_absent_columns():
     assert fmap.decode({"ref": "7"}) == Thing(7, False, None)
     with pytest.raises(KeyError):
         fmap.decode({"note": "x"})
+
+
+def test_a_field_map_decodes_a_plain_row_by_the_positions_of_its_select_list():
+    import dataclasses
+
+    from engine.store.fieldmap import Column, FieldMap
+
+    @dataclasses.dataclass(frozen=True)
+    class Thing:
+        id: int
+        missing: bool
+        note: str | None
+
+    fmap = FieldMap(
+        Thing,
+        Column("ref", "id", int),
+        Column("ref", "missing", lambda v: v is None),
+        Column("note", "note"),
+    )
+    assert fmap.select() == "ref, note"
+    assert fmap.decode_selected(("7", "x")) == fmap.decode({"ref": "7", "note": "x"})
+    assert fmap.decode_selected(("7", None, "more columns")) == Thing(7, False, None)
+    with pytest.raises(ValueError):
+        fmap.decode_selected(("seven", "x"))  # a converter's error is the caller's
+    with pytest.raises(ValueError, match="not an identifier"):
+        FieldMap(Thing, Column("ref", "id); print(1"))
+
+
+def test_a_stored_step_status_that_names_no_status_is_refused():
+    from engine.store.sqlite.rows import STEP
+    from engine.types import StepStatus
+
+    row = ["bogus" if name == "status" else None for name in STEP.names]
+    row[STEP.names.index("n")] = 1
+    row[STEP.names.index("args")] = "{}"
+    with pytest.raises(ValueError, match="bogus"):
+        STEP.decode_selected(tuple(row))
+    row[STEP.names.index("status")] = "ok"
+    assert STEP.decode_selected(tuple(row)).status is StepStatus.OK

@@ -459,10 +459,11 @@ class SQLiteStore:
 
     def all_messages(self, sid: str) -> list[MessageRecord]:
         """Every message, live and abandoned, in write order."""
-        rows = self._named(
+        rows = self._db.read(
             f"SELECT {MESSAGE.select()} FROM messages WHERE session = ? ORDER BY seq", (sid,)
         )
-        return [MESSAGE.decode(r) for r in rows]
+        decode = MESSAGE.decode_selected
+        return [decode(r) for r in rows]
 
     # -- snapshots --------------------------------------------------------------------------
     def take_snapshot(
@@ -699,17 +700,19 @@ class SQLiteStore:
         """Steps in step order; `last` keeps only the newest N."""
         live = " AND branch IS NULL" if live_only else ""
         cols = self._step_cols
+        # plain rows of `cols`, in its order, decoded by position: a replay reads every step
         if last is not None:
-            rows = self._named(
+            rows = self._db.read(
                 f"SELECT {cols} FROM steps WHERE session = ?{live} ORDER BY n DESC LIMIT ?",
                 (sid, last),
             )
             rows.reverse()
         else:
-            rows = self._named(
+            rows = self._db.read(
                 f"SELECT {cols} FROM steps WHERE session = ?{live} ORDER BY n", (sid,)
             )
-        return [to_step(r) for r in rows]
+        decode = STEP.decode_selected
+        return [decode(r) for r in rows]
 
     def add_notice(self, sid: str, message: dict[str, Any], actor: str, now: float) -> None:
         """Append a recovery notice to the live line and audit it."""
