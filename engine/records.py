@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from engine.types import (
     CompensationStatus,
@@ -287,6 +287,50 @@ class MessageRecord:
     branch: str | None
     """Abandoned branch id, None on the live line."""
     created_at: float
+
+
+class ReplayStep(NamedTuple):
+    """What a replay reads of a stored step (`SessionStore.replay_histories`): the detector's
+    input and where the step stands, without the rest of a `StepRecord` (its verdict, snapshot,
+    compensation, budget...). A fleet's replay reads a million steps, and building and filling
+    every `StepRecord` cost half of reading them."""
+
+    n: int
+    """Session step number (`StepRecord.n`)."""
+    tool: str | None
+    args: Any
+    status: StepStatus
+    error: str | None
+    result_digest: str | None
+    text: str | None
+    side_effect: bool
+    turn: str | None
+    task: bool
+    """The runtime began a task right before this step (`StepRecord.task`)."""
+    started_at: float
+
+    @classmethod
+    def of(cls, record: StepRecord) -> ReplayStep:
+        """The replay's view of a full step record."""
+        return cls(record.n, record.tool, record.args, record.status, record.error,
+                   record.result_digest, record.text, record.side_effect, record.turn,
+                   record.task, record.started_at)
+
+
+ReplayHistory = list[ReplayStep | None]
+"""A session's history as a replay reads it: its steps (every branch) and, as None, each user
+message, in the order they happened (a message before a step that started in the same
+instant)."""
+
+
+def replay_history(steps: list[ReplayStep], spoke: list[tuple[float, int]]) -> ReplayHistory:
+    """`ReplayHistory` of a session's steps (in step order) and the (created_at, seq) of its
+    user messages."""
+    timed: list[tuple[float, int, int, ReplayStep | None]] = [
+        (at, 0, seq, None) for at, seq in spoke]
+    timed += [(s.started_at, 1, s.n, s) for s in steps]
+    timed.sort(key=lambda item: item[:3])
+    return [item[3] for item in timed]
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,13 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from engine.loops.detector import DetectorConfig
 from engine.loops.replay import Label, SessionReplay, Summary, WhyFlagged, compare, detector_config
 from engine.loops.replay import why_flagged as explain
-from engine.records import Event, MessageRecord, SessionInfo, StepRecord
+from engine.records import Event, MessageRecord, ReplayHistory, SessionInfo, StepRecord
 from engine.runtime import Runtime
 from engine.store import SessionFilter
 from engine.types import FACETS, CompensationStatus, EventType, SessionStatus, StepStatus
@@ -268,11 +268,31 @@ def replay(rt: Runtime, config: DetectorConfig | Mapping[str, Any] | None,
     """Replay `sessions` under the detector this runtime runs now and under `config` (see
     `engine.loops.replay.compare`); reads the store, writes nothing.
 
-    One session's history is read, replayed and dropped before the next is read: a fleet's
-    million steps held at once cost a gigabyte, and every garbage collection walked them."""
+    Histories are read a batch of sessions at a time (`Store.replay_histories`: two queries
+    on SQLite, not two a session), each batch about `REPLAY_BATCH_STEPS` steps, and replayed
+    and dropped before the next is read: a fleet's million steps held at once cost a gigabyte,
+    and every garbage collection walked them."""
     before = rt.new_detector()[0].config
-    history = ((info.id, session_history(rt, info.id)) for info in sessions)
-    return compare(history, config, before=before, labels=labels(rt))
+    return compare(_histories(rt, sessions), config, before=before, labels=labels(rt))
+
+
+REPLAY_BATCH_STEPS = 20_000
+"""Steps (by the sessions' step counts) a replay reads in one batch; a batch holds at least one
+session, and at most 500."""
+
+
+def _histories(rt: Runtime, sessions: list[SessionInfo]
+               ) -> Iterator[tuple[str, ReplayHistory]]:
+    batch: list[str] = []
+    steps = 0
+    for i, info in enumerate(sessions):
+        batch.append(info.id)
+        steps += info.steps
+        if steps >= REPLAY_BATCH_STEPS or len(batch) >= 500 or i == len(sessions) - 1:
+            read = rt.store.replay_histories(batch)
+            for sid in batch:
+                yield sid, read[sid]
+            batch, steps = [], 0
 
 
 WHY_FLAGGED_CACHED = 256

@@ -34,7 +34,7 @@ from engine.errors import ConfigError
 from engine.loops.detector import DetectorConfig, LoopDetector
 from engine.loops.rules import REGISTRY
 from engine.loops.step import Step
-from engine.records import MessageRecord, StepRecord
+from engine.records import MessageRecord, ReplayStep, StepRecord
 from engine.types import StepStatus, is_refused
 
 __all__ = [
@@ -464,52 +464,50 @@ def first_flag(
 
 
 def _first_flag(
-    records: Iterable[StepRecord | MessageRecord], detector: LoopDetector, until: int | None = None
+    records: Iterable[StepRecord | MessageRecord | ReplayStep | None],
+    detector: LoopDetector,
+    until: int | None = None,
 ) -> Flag | None:
     """`first_flag` through `detector`, reset first: a fleet's replay builds one detector per
     configuration, not one per session (building one cost a third of a 10-step session's
-    replay; `reset` forgets every step, and what it keeps are memos of pure functions)."""
+    replay; `reset` forgets every step, and what it keeps are memos of pure functions).
+    `records` may also be a `ReplayHistory` (a store's `replay_histories`): `ReplayStep`s, and
+    None where the user spoke."""
     detector.reset()
     observe, user_input, new_task = detector.observe, detector.user_input, detector.new_task
     running, ok = StepStatus.RUNNING, StepStatus.OK
     # one pass without helpers: a fleet's replay is millions of steps
     for record in records:
-        if type(record) is not StepRecord:
-            if isinstance(record, MessageRecord):
-                if record.message.get("role") == "user":
-                    user_input()
-                    new_task()
-                continue
-            if not isinstance(record, StepRecord):
-                continue
-        if until is not None and record.n > until:
+        if type(record) is ReplayStep:
+            n, tool, args, status, error, digest, text, side_effect, turn, task, _ = record
+        elif isinstance(record, StepRecord):
+            n, tool, args, status, error = (
+                record.n, record.tool, record.args, record.status, record.error)
+            digest, text, side_effect, turn, task = (
+                record.result_digest, record.text, record.side_effect, record.turn,
+                record.task)
+        else:
+            if record is None or (isinstance(record, MessageRecord)
+                                  and record.message.get("role") == "user"):
+                user_input()
+                new_task()
+            continue
+        if until is not None and n > until:
             break
-        if record.task:  # the runtime began a task here (`Session.new_task`)
+        if task:  # the runtime began a task here (`Session.new_task`)
             new_task()
-        status, error = record.status, record.error
         if status == running or (status != ok and is_refused(status, error)):
             continue  # `_judged`, without a call for the common ok step
-        verdict = observe(
-            Step(
-                record.tool,
-                record.args,
-                status == ok,
-                error,
-                record.result_digest,
-                record.text,
-                record.side_effect,
-                record.turn,
-            )
-        )
+        verdict = observe(Step(tool, args, status == ok, error, digest, text, side_effect, turn))
         if verdict.looping:
-            return Flag(record.n, verdict.rule or "")
+            return Flag(n, verdict.rule or "")
     return None
 
 
 # -- comparing sessions -------------------------------------------------------------------------
 def compare(
-    sessions: Mapping[str, Sequence[StepRecord | MessageRecord]]
-    | Iterable[tuple[str, Sequence[StepRecord | MessageRecord]]],
+    sessions: Mapping[str, Sequence[StepRecord | MessageRecord | ReplayStep | None]]
+    | Iterable[tuple[str, Sequence[StepRecord | MessageRecord | ReplayStep | None]]],
     config: DetectorConfig | Mapping[str, Any] | None,
     *,
     before: DetectorConfig | Mapping[str, Any] | None = None,
@@ -519,9 +517,10 @@ def compare(
     `config`, and summarize how the verdicts moved.
 
     Args:
-        sessions: session id -> its records (see `first_flag`), or (session id, records)
-            pairs: an iterable is consumed once, one session at a time, so a store's
-            sessions can be read, replayed and dropped in turn rather than held all at once.
+        sessions: session id -> its records (see `first_flag`; or a `ReplayHistory`), or
+            (session id, records) pairs: an iterable is consumed once, one session at a time,
+            so a store's sessions can be read, replayed and dropped in turn rather than held
+            all at once.
         config: the configuration to try.
         before: the configuration to compare with.
         labels: session id -> ``loop`` / ``not_loop`` (the operators' labels).

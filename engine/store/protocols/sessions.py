@@ -5,9 +5,16 @@ Part of `engine.store.base.Store` (see there for the model and the rules every m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from engine.records import MessageRecord, SessionInfo, SnapshotNode, StepRecord
+from engine.records import (
+    MessageRecord,
+    ReplayHistory,
+    SessionInfo,
+    SnapshotNode,
+    StepRecord,
+)
 from engine.store.requests import (
     ALL_SESSIONS,
     AuditEntry,
@@ -234,6 +241,19 @@ class SessionStore(Protocol):
         Args:
             live_only: only the steps on the live line.
             last: keep only the newest N.
+        """
+        ...
+
+    def replay_histories(self, sids: Sequence[str]) -> dict[str, ReplayHistory]:
+        """What a replay reads of each session: its steps (every branch) and, as None, each
+        user message, in the order they happened (`engine.records.ReplayHistory`): the same
+        as `steps` and `all_messages` give, read together for many sessions.
+
+        Args:
+            sids: the sessions; read as one batch (the caller bounds its size).
+
+        Returns:
+            Session id -> its history, for every id given (an unknown session: empty).
         """
         ...
 

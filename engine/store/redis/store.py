@@ -66,7 +66,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
@@ -79,10 +79,13 @@ from engine.records import (
     CompensationWorker,
     Event,
     MessageRecord,
+    ReplayHistory,
+    ReplayStep,
     RollbackResult,
     SessionInfo,
     SnapshotNode,
     StepRecord,
+    replay_history,
 )
 from engine.store.base import (
     ALL_SESSIONS,
@@ -494,6 +497,15 @@ class RedisStore:
             "steps", sid, ["1" if live_only else "0", "" if last is None else max(int(last), 0)]
         )
         return codec.steps({flat[i]: flat[i + 1] for i in range(0, len(flat), 2)})
+
+    def replay_histories(self, sids: Sequence[str]) -> dict[str, ReplayHistory]:
+        """Session by session, through `steps` and `all_messages`."""
+        out: dict[str, ReplayHistory] = {}
+        for sid in dict.fromkeys(sids):
+            spoke = [(m.created_at, m.seq) for m in self.all_messages(sid)
+                     if m.message.get("role") == "user"]
+            out[sid] = replay_history([ReplayStep.of(s) for s in self.steps(sid)], spoke)
+        return out
 
     # -- rollback ---------------------------------------------------------------------------
     def rollback(self, sid: str, request: RollbackRequest) -> RollbackResult:

@@ -17,6 +17,7 @@ from engine.records import (
     CompensationWorker,
     Event,
     MessageRecord,
+    ReplayStep,
     SessionInfo,
     SnapshotNode,
     StepRecord,
@@ -173,6 +174,22 @@ STEP: FieldMap[StepRecord] = FieldMap(
     Column("turn", "turn"),
 )
 """A `steps` row as a `StepRecord`."""
+
+REPLAY_STEP: FieldMap[ReplayStep] = FieldMap(
+    ReplayStep,
+    Column("n", "n"),
+    Column("tool", "tool"),
+    Column("args", "args", json.loads),
+    Column("status", "status", _step_status),
+    Column("error", "error"),
+    Column("result_digest", "result_digest"),
+    Column("text", "text"),
+    Column("side_effect", "side_effect", bool),
+    Column("turn", "turn"),
+    Column("task", "task", bool),
+    Column("started_at", "started_at"),
+)
+"""What a replay reads of a `steps` row."""
 
 COMPENSATION: FieldMap[Compensation] = FieldMap(
     Compensation,

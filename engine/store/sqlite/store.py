@@ -24,6 +24,7 @@ import json
 import math
 import os
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -35,10 +36,13 @@ from engine.records import (
     CompensationWorker,
     Event,
     MessageRecord,
+    ReplayHistory,
+    ReplayStep,
     RollbackResult,
     SessionInfo,
     SnapshotNode,
     StepRecord,
+    replay_history,
 )
 from engine.store.base import (
     ALL_SESSIONS,
@@ -61,6 +65,7 @@ from engine.store.sqlite.rows import (
     COMPENSATION,
     EVENT,
     MESSAGE,
+    REPLAY_STEP,
     RESOLUTION_COLUMNS,
     SESSION,
     SESSION_COLS,
@@ -196,6 +201,10 @@ def _delete_session(conn: sqlite3.Connection, sid: str) -> bool:
     return found
 
 
+_BATCH = 500
+"""Sessions per query of `SQLiteStore.replay_histories` (within SQLite's parameter limit)."""
+
+
 class SQLiteStore:
     """Store on one SQLite file (or `:memory:` for tests and demos in one process).
 
@@ -250,6 +259,7 @@ class SQLiteStore:
                 if "snap_msgs" in lacking:
                     self._embedded = False
                 self._step_cols = STEP.select(absent=lacking)  # read as None (no task, no turn)
+                self._replay_cols = REPLAY_STEP.select(absent=lacking)
             if "sessions" in missing:  # no loop events either
                 self._loops_from = math.inf
         elif not up_to_date(db.conn):
@@ -270,6 +280,9 @@ class SQLiteStore:
 
     _step_cols = STEP_COLS
     """The step columns this file holds (an older file read-only lacks the newer ones)."""
+
+    _replay_cols = REPLAY_STEP.select()
+    """The columns a replay reads of a step, as this file holds them."""
 
     _embedded = True
     """False on a read-only file of an older schema: its step snapshots are all rows of
@@ -713,6 +726,31 @@ class SQLiteStore:
             )
         decode = STEP.decode_selected
         return [decode(r) for r in rows]
+
+    def replay_histories(self, sids: Sequence[str]) -> dict[str, ReplayHistory]:
+        """Each session's steps and user messages in two queries for the whole batch, in one
+        read transaction: only the columns a replay reads, and the messages' roles looked at
+        by SQLite (``json_extract``), not decoded here."""
+        ids = list(dict.fromkeys(sids))
+        steps: dict[str, list[ReplayStep]] = {sid: [] for sid in ids}
+        spoke: dict[str, list[tuple[float, int]]] = {sid: [] for sid in ids}
+        decode = REPLAY_STEP.decode_selected
+        with self._db.reading() as conn:
+            for start in range(0, len(ids), _BATCH):
+                chunk = ids[start : start + _BATCH]
+                marks = ", ".join("?" * len(chunk))
+                rows = conn.execute(
+                    f"SELECT {self._replay_cols}, session FROM steps "
+                    f"WHERE session IN ({marks}) ORDER BY session, n", chunk
+                ).fetchall()
+                for row in rows:
+                    steps[row[-1]].append(decode(row))
+                for sid, at, seq in conn.execute(
+                    f"SELECT session, created_at, seq FROM messages WHERE session IN ({marks}) "
+                    "AND json_extract(body, '$.role') = 'user' ORDER BY session, seq", chunk
+                ):
+                    spoke[sid].append((at, seq))
+        return {sid: replay_history(steps[sid], spoke[sid]) for sid in ids}
 
     def add_notice(self, sid: str, message: dict[str, Any], actor: str, now: float) -> None:
         """Append a recovery notice to the live line and audit it."""
