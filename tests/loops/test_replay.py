@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -235,3 +236,32 @@ def test_replay_up_to_a_step_agrees_with_the_whole_replay(kinds):
     for k in range(n + 1):
         expected = whole if whole is not None and whole.step <= k else None
         assert first_flag(records, until=k) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["fail", "read1", "read2", "turn", "user", "refused", "task"]),
+                max_size=30),
+       st.sampled_from([None, {"repeat_threshold": 4}, {"idle_turns_threshold": 2}]))
+def test_a_replay_history_is_replayed_as_the_records_it_was_read_from(kinds, config):
+    from engine.records import ReplayStep
+
+    records: list = []
+    n = 0
+    for i, kind in enumerate(kinds):
+        if kind == "user":
+            records.append(user(1000 + i))
+            continue
+        n += 1
+        if kind == "fail":
+            records.append(failing(n))
+        elif kind == "turn":
+            records.append(record(n, None, text=""))
+        elif kind == "refused":
+            records.append(record(n, "book", {"flight": "HAT1"}, status=StepStatus.REFUSED))
+        elif kind == "task":
+            records.append(dataclasses.replace(failing(n), task=True))
+        else:
+            records.append(reading(n, int(kind[-1])))
+    history = [ReplayStep.of(r) if isinstance(r, StepRecord) else None for r in records]
+    assert first_flag(history, config) == first_flag(records, config)
+    assert compare({"s": history}, config) == compare({"s": records}, config)

@@ -1021,3 +1021,34 @@ def test_every_step_left_running_is_found_however_old_its_session_or_deep_its_st
     assert sorted((sid, step.n) for sid, step in found) == sorted(stuck)
     assert all(step.tool == "fetch" for _, step in found)
     assert engine.fleet.running_steps(3600.0) == []  # none has run that long
+
+
+def test_replay_histories_are_the_steps_and_user_messages_in_the_order_they_happened(engine):
+    from engine.fleet.queries import session_history
+    from engine.records import ReplayStep, StepRecord
+
+    s = engine.session("looped", meta={"locale": "en"})
+    s.append_message("user", "crop the image")
+    with s.step("load_image", {"id": 7}) as call:
+        call.ok("loaded")
+    s.append_message("tool", "loaded")
+    _fail_three_times(s)  # rolled back: its steps move to an abandoned branch
+    s.append_message("user", "try again")
+    with s.step("image_crop", {"x": 1}) as call:
+        call.ok("cropped")
+    quiet = engine.session("quiet")
+    with quiet.step("search", {"q": "x"}) as call:
+        call.ok("found")
+    store = engine.store
+    got = store.replay_histories(["looped", "quiet", "looped", "never-created"])
+    assert list(got) == ["looped", "quiet", "never-created"]
+    assert got["never-created"] == []
+    for sid in ("looped", "quiet"):
+        expected = [ReplayStep.of(r) if isinstance(r, StepRecord) else None
+                    for r in session_history(engine._runtime, sid)]
+        assert got[sid] == expected
+    looped = got["looped"]
+    assert looped[0] is None and looped.count(None) == 2  # the two user messages, not the tool's
+    tools = [r.tool for r in looped if r is not None]
+    assert tools[0] == "load_image" and set(tools[1:]) == {"image_crop"} and len(tools) > 4
+    assert any(not r.on_live_line for r in s.steps())  # the abandoned branch is in there
