@@ -468,13 +468,26 @@ def _first_flag(
     detector: LoopDetector,
     until: int | None = None,
 ) -> Flag | None:
-    """`first_flag` through `detector`, reset first: a fleet's replay builds one detector per
+    """`first_flag` through `detector`, reset first (see `_first_flags`)."""
+    return _first_flags(records, (detector,), until)[0]
+
+
+def _first_flags(
+    records: Iterable[StepRecord | MessageRecord | ReplayStep | None],
+    detectors: Sequence[LoopDetector],
+    until: int | None = None,
+) -> list[Flag | None]:
+    """The first flag of each detector (reset first) over the same records, in one pass: each
+    step's `Step` is built once for all of them. A fleet's replay builds one detector per
     configuration, not one per session (building one cost a third of a 10-step session's
     replay; `reset` forgets every step, and what it keeps are memos of pure functions).
     `records` may also be a `ReplayHistory` (a store's `replay_histories`): `ReplayStep`s, and
     None where the user spoke."""
-    detector.reset()
-    observe, user_input, new_task = detector.observe, detector.user_input, detector.new_task
+    flags: list[Flag | None] = [None] * len(detectors)
+    for detector in detectors:
+        detector.reset()
+    # (index, observe, user_input, new_task) of the detectors that have not flagged yet
+    active = [(i, d.observe, d.user_input, d.new_task) for i, d in enumerate(detectors)]
     running, ok = StepStatus.RUNNING, StepStatus.OK
     # one pass without helpers: a fleet's replay is millions of steps
     for record in records:
@@ -489,19 +502,29 @@ def _first_flag(
         else:
             if record is None or (isinstance(record, MessageRecord)
                                   and record.message.get("role") == "user"):
-                user_input()
-                new_task()
+                for _, _, user_input, new_task in active:
+                    user_input()
+                    new_task()
             continue
         if until is not None and n > until:
             break
         if task:  # the runtime began a task here (`Session.new_task`)
-            new_task()
+            for _, _, _, new_task in active:
+                new_task()
         if status == running or (status != ok and is_refused(status, error)):
             continue  # `_judged`, without a call for the common ok step
-        verdict = observe(Step(tool, args, status == ok, error, digest, text, side_effect, turn))
-        if verdict.looping:
-            return Flag(n, verdict.rule or "")
-    return None
+        step = Step(tool, args, status == ok, error, digest, text, side_effect, turn)
+        flagged = False
+        for entry in active:
+            verdict = entry[1](step)
+            if verdict.looping:
+                flags[entry[0]] = Flag(n, verdict.rule or "")
+                flagged = True
+        if flagged:
+            active = [entry for entry in active if flags[entry[0]] is None]
+            if not active:
+                break
+    return flags
 
 
 # -- comparing sessions -------------------------------------------------------------------------
@@ -538,9 +561,10 @@ def compare(
     same = after_config == before_config
     detector_before = LoopDetector(before_config)
     detector_after = detector_before if same else LoopDetector(after_config)
+    detectors = (detector_before,) if same else (detector_before, detector_after)
     for session, records in pairs:
-        flag_before = _first_flag(records, detector_before)
-        flag_after = flag_before if same else _first_flag(records, detector_after)
+        flags = _first_flags(records, detectors)
+        flag_before, flag_after = flags[0], flags[-1]
         results.append(SessionReplay(session, flag_before, flag_after, labels.get(session)))
     return results, summarize(results)
 
