@@ -250,11 +250,12 @@ class Engine:
             infos = bulk.matching_sessions(self._runtime, where)
         else:
             infos, page = [], 500
-            while True:
-                batch = self.sessions(limit=page, offset=len(infos))
+            batch = self.sessions(limit=page)
+            while batch:  # keyset pages: a deep page costs what it reads, as the first does
                 infos += batch
                 if len(batch) < page:
                     break
+                batch = self.sessions(limit=page, after=batch[-1])
         results, summary = queries.replay(self._runtime, config, infos)
         return Replay(results, summary)
 
