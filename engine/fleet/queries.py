@@ -277,22 +277,27 @@ def replay(rt: Runtime, config: DetectorConfig | Mapping[str, Any] | None,
 
 
 REPLAY_BATCH_STEPS = 20_000
-"""Steps (by the sessions' step counts) a replay reads in one batch; a batch holds at least one
-session, and at most 500."""
+"""Steps (by the sessions' step counts) a replay reads in one batch: enough sessions that a
+query's cost is spread over thousands of rows, few enough steps that a batch holds megabytes."""
+REPLAY_BATCH_SESSIONS = 500
+"""At most this many sessions in one batch."""
 
 
 def _histories(rt: Runtime, sessions: list[SessionInfo]
                ) -> Iterator[tuple[str, ReplayHistory]]:
-    batch: list[str] = []
-    steps = 0
-    for i, info in enumerate(sessions):
-        batch.append(info.id)
-        steps += info.steps
-        if steps >= REPLAY_BATCH_STEPS or len(batch) >= 500 or i == len(sessions) - 1:
-            read = rt.store.replay_histories(batch)
-            for sid in batch:
-                yield sid, read[sid]
-            batch, steps = [], 0
+    """(session id, history) of each of `sessions` in turn, read in batches."""
+    start = 0
+    while start < len(sessions):
+        end, steps = start, 0
+        while end < len(sessions) and end - start < REPLAY_BATCH_SESSIONS and (
+                end == start or steps + sessions[end].steps <= REPLAY_BATCH_STEPS):
+            steps += sessions[end].steps
+            end += 1
+        batch = [info.id for info in sessions[start:end]]
+        read = rt.store.replay_histories(batch)
+        for sid in batch:
+            yield sid, read[sid]
+        start = end
 
 
 WHY_FLAGGED_CACHED = 256

@@ -175,3 +175,25 @@ def test_the_cli_shows_which_detector_settings_come_from_this_process_file(fleet
     assert "repeat_threshold=5" in said  # the store's declaration wins field by field
     assert "configuration file ([rewind.detector]): max_steps=900 " in said
     assert "repeat_threshold=4" not in said
+
+
+def test_a_fleet_read_in_many_small_batches_replays_as_one_read_whole(fleet, monkeypatch):
+    from engine.fleet import queries
+
+    engine, _ = fleet
+    for i in range(4):
+        s = engine.session(f"extra-{i}")
+        for page in range(i + 2):
+            with s.step("read", {"page": page}) as call:
+                call.ok(f"page {page}")
+    whole = engine.replay({"repeat_threshold": 4}).as_dict()
+    calls: list[list[str]] = []
+    read = engine.store.replay_histories
+    monkeypatch.setattr(engine.store, "replay_histories",
+                        lambda sids: calls.append(list(sids)) or read(sids))
+    monkeypatch.setattr(queries, "REPLAY_BATCH_STEPS", 4)
+    monkeypatch.setattr(queries, "REPLAY_BATCH_SESSIONS", 2)
+    assert engine.replay({"repeat_threshold": 4}).as_dict() == whole
+    assert len(calls) > 3 and all(1 <= len(batch) <= 2 for batch in calls)
+    assert [sid for batch in calls for sid in batch] == [r["session"] for r in whole["sessions"]]
+    assert any(r["before"] for r in whole["sessions"])  # the looping session's flag

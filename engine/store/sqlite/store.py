@@ -713,7 +713,7 @@ class SQLiteStore:
         """Steps in step order; `last` keeps only the newest N."""
         live = " AND branch IS NULL" if live_only else ""
         cols = self._step_cols
-        # plain rows of `cols`, in its order, decoded by position: a replay reads every step
+        # plain rows of `cols`, decoded by position: a long session's steps are read whole
         if last is not None:
             rows = self._db.read(
                 f"SELECT {cols} FROM steps WHERE session = ?{live} ORDER BY n DESC LIMIT ?",
