@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -244,3 +245,19 @@ def test_a_stored_step_status_that_names_no_status_is_refused():
         STEP.decode_selected(tuple(row))
     row[STEP.names.index("status")] = "ok"
     assert STEP.decode_selected(tuple(row)).status is StepStatus.OK
+
+
+@pytest.mark.parametrize(
+    "text", ['{"a": [1, 2.5, null]}', "[]", '"x"', " {} ", "{}  ", "{} x", "", "{", "nul"])
+def test_a_stored_json_value_decodes_or_fails_as_json_loads_does(text):
+    import json
+
+    from engine.store.sqlite.rows import json_value
+
+    try:
+        expected = json.loads(text)
+    except ValueError as exc:
+        with pytest.raises(ValueError, match=re.escape(str(exc))):
+            json_value(text)
+    else:
+        assert json_value(text) == expected
