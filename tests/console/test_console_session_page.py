@@ -160,6 +160,18 @@ def test_the_change_is_worded_with_the_command_that_tries_it():
     assert why.change_sentence(answer()) is None and why.replay_command(answer()) is None
 
 
+def test_a_change_past_a_flag_that_stopped_the_session_says_the_record_ends_there():
+    # the budget stopped the session at its flagged step 5: with a looser budget the replay
+    # sees no flag in steps 1-5, which says nothing of the steps it never took
+    found = answer("step_budget", SettingChange("max_steps", 5, 6, None, 0.2))
+    assert why.change_sentence(found, last_step=5) == (
+        "max_steps 5 → 6: no flag in the steps recorded, which end at step 5, where the flag "
+        "stopped the session (what it would have done next is not recorded)")
+    # steps recorded after the flag: the replay saw them, and "not at all" holds
+    assert why.change_sentence(found, last_step=9) == (
+        "max_steps 5 → 6: the session would not be flagged at all")
+
+
 def test_the_why_flagged_tab_shows_each_rule_and_the_smallest_change(store):
     at = page(store, "Why flagged")
     assert not at.exception
