@@ -50,7 +50,9 @@ FOLDER = "experiments/provider=llama.cpp"
 SEED = 20261207
 """Seed of the tuned / held-out split, fixed before any run was scored."""
 
-_MESSAGE = re.compile(r"<\|start\|>(.*?)<\|message\|>(.*?)(?:<\|end\|>|<\|call\|>|<\|return\|>|$)", re.S)
+_MESSAGE = re.compile(
+    r"<\|start\|>(.*?)<\|message\|>(.*?)(?:<\|end\|>|<\|call\|>|<\|return\|>|$)", re.S
+)
 _TURN = re.compile(r"^### Turn \d+\s*$", re.M)
 _TRIAL = re.compile(r"n=(\d+)/cities=(\d+)/cot=(true|false)/trial-(\d+)\.md$")
 
@@ -93,6 +95,9 @@ def parse_trial(text: str) -> tuple[list[dict], bool]:
             steps.append({**pending, "result": _value(content)})
             pending = None
         elif role == "assistant" and channel and channel.group(1) == "final":
+            if pending is not None:  # answered without waiting for the call's result
+                steps.append({**pending, "ok": False, "error": "no answer"})
+                pending = None
             steps.append({"tool": None, "text": content})
             analysis = None
         elif role == "assistant":
@@ -145,16 +150,33 @@ def _key(step: dict) -> str:
     return json.dumps([step["tool"], fold(step.get("args"))], sort_keys=True)
 
 
+def _cycle(calls: list[tuple[int, str]]) -> tuple[int, int] | None:
+    """(start, end) step indexes when the last calls repeat a block of 2 to 5 different calls
+    for two rounds and the head of a third (ABABA), else None."""
+    for period in range(2, 6):
+        span = 2 * period + 1
+        if len(calls) < span:
+            break
+        keys = [k for _, k in calls[-span:]]
+        if len(set(keys[:period])) == period and all(
+            keys[j] == keys[j + period] for j in range(span - period)
+        ):
+            return calls[-span][0], calls[-1][0]
+    return None
+
+
 def label_run(steps: list[dict]) -> dict:
     """The rule of GPTOSS_LABELS.md: one call made a 3rd time with no call of something not
-    asked before since the first of those three."""
+    asked before since the first of those three, or a cycle of calls (ABABA)."""
     seen: set[str] = set()
     new_at: list[int] = []  # step indexes of calls of something not asked before
     places: dict[str, list[int]] = {}
+    calls: list[tuple[int, str]] = []
     for i, step in enumerate(steps):
         if step.get("tool") is None:
             continue
         key = _key(step)
+        calls.append((i, key))
         if key not in seen:
             seen.add(key)
             new_at.append(i)
@@ -164,6 +186,9 @@ def label_run(steps: list[dict]) -> dict:
             first = at[-3]
             if not any(first < j < i for j in new_at):
                 return {"looping": True, "loop_start": first, "flag_at": i}
+        cycle = _cycle(calls)
+        if cycle is not None:
+            return {"looping": True, "loop_start": cycle[0], "flag_at": cycle[1]}
     return {"looping": False, "loop_start": None, "flag_at": None}
 
 
