@@ -37,7 +37,8 @@ Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--quality-only] [--co
 - Conversational runs of Grok agents (tau2-bench simulations of a fork, blakeelias/tau2-bench;
   converted by bench/corpora/convert_grok_tau2.py into shared/data/grok_tau2.jsonl.gz beside
   the checkout, or $REWIND_GROKTAU2; labels in bench/corpora/grok_tau2_labels.json,
-  GROK_TAU2_LABELS.md): the same two forms; one loop in 586 runs, so mostly a false-alarm check.
+  GROK_TAU2_LABELS.md; rows "tau2, Grok"): the same two forms; one loop in 586 runs, so
+  mostly a false-alarm check.
 - Tool-calling runs (gpt-oss-20b asking a weather tool for 1 to 15 cities; converted by
   bench/corpora/convert_gptoss.py into shared/data/gptoss_weather.jsonl.gz beside the checkout,
   or $REWIND_GPTOSS; labels in bench/corpora/gptoss_labels.json, GPTOSS_LABELS.md): no user,
@@ -475,7 +476,7 @@ def tau2_cases() -> dict[str, list[Case]]:
     out = _conversations(TAU2_RUNS, TAU2_LABELS, "conversational")
     grok = next((p for p in GROK_TAU2_CANDIDATES if p is not None and p.exists()), None)
     if grok is not None:
-        out.update(_conversations(grok, GROK_TAU2_LABELS, "conversational, Grok"))
+        out.update(_conversations(grok, GROK_TAU2_LABELS, "tau2, Grok"))
     return out
 
 
