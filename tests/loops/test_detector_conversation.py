@@ -52,6 +52,33 @@ class TestRetryBetweenUserTurns:
             steps += [book(), Step(tool=None, text="Sorry, let me try again."), "Please go ahead."]
         assert first_flag(LoopDetector(), steps) == (4, "exact_repeat")
 
+    def test_the_third_identical_failing_call_is_flagged_whatever_the_errors_say(self):
+        # The same booking, retried unchanged after each "please go ahead", fails one way and
+        # then another (the seats ran out, then the card): the third identical failed call is
+        # the loop's evidence, counted in the agent's actions, not its messages.
+        errors = ["Error: Not enough seats on flight HAT142"] * 2
+        errors.append("Error: Payment method credit_card_7815826 not found")
+        for talk in ("messages", "respond"):
+            steps: list[Step | str] = ["Book me on HAT063 and HAT142, please."]
+            for error in errors + errors[-1:]:
+                steps.append(Step(tool=book().tool, args=book().args, ok=False, error=error))
+                if talk == "respond":
+                    steps.append(respond("Sorry, that did not work.", "Please go ahead."))
+                else:
+                    steps += [Step(tool=None, text="Sorry, that did not work."), "Go ahead."]
+            assert first_flag(LoopDetector(), steps) == (4, "circuit_breaker"), talk
+
+    def test_a_thought_between_failures_of_a_run_without_a_user_is_an_action(self):
+        # Without a user, a turn is the agent's own step (it may be re-planning), so the same
+        # call failing in different ways around thoughts waits for the breaker's count.
+        errors = ["Error: Not enough seats on flight HAT142"] * 2
+        errors.append("Error: Payment method credit_card_7815826 not found")
+        steps: list[Step | str] = []
+        for error in errors:
+            steps.append(Step(tool=book().tool, args=book().args, ok=False, error=error))
+            steps.append(Step(tool=None, text="Let me think about another way."))
+        assert first_flag(LoopDetector(), steps) is None
+
     def test_a_reply_that_changes_the_next_call_is_progress(self):
         steps: list[Step | str] = [
             book(),
