@@ -323,6 +323,10 @@ class DetectorConfig:
     """``idle_turns`` fires at this many empty or repeated turns in a row."""
     turn_similarity: float = 0.8
     """Two agent turns this similar (after dropping case, digits, punctuation) are a repeat."""
+    user_turn_similarity: float = 0.95
+    """A turn that follows a user message repeats an earlier one only when this similar: an
+    agent rewording a refusal to a customer who keeps asking is not stuck (at least
+    `turn_similarity`)."""
     content_chunk_size: int = 50
     """``repeated_content`` compares passages of this many characters of one message."""
     content_repeats: int = 10
@@ -433,6 +437,7 @@ FIELD_RANGES: dict[str, tuple[type, float, float]] = {
     "recurrence_threshold": (int, 2, 10_000),
     "idle_turns_threshold": (int, 2, 10_000),
     "turn_similarity": (float, 0.0, 1.0),
+    "user_turn_similarity": (float, 0.0, 1.0),
     "content_chunk_size": (int, 8, 100_000),
     "content_repeats": (int, 3, 100_000),
     "overflow_threshold": (int, 2, 10_000),
