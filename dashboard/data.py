@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import pandas as pd
 import streamlit as st
@@ -36,6 +37,8 @@ from engine import (
     StoreNotFound,
     StoreUnavailable,
 )
+
+T = TypeVar("T")
 
 FLEET_TTL = 5
 SESSION_TTL = 3
@@ -426,6 +429,23 @@ def replay(url: str | None, settings: dict, ids: tuple[str, ...]):
 
 
 # -- one session ------------------------------------------------------------------------------
+class Memo:
+    """What the page builds from one read of a session's history (the timeline's figure, say),
+    built once per read and kept with it: a later run over the same history reuses it."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str, build: Callable[[], T]) -> T:
+        with self._lock:
+            if name in self._built:
+                return self._built[name]
+        value = build()
+        with self._lock:
+            return self._built.setdefault(name, value)
+
+
 @dataclass(frozen=True)
 class SessionBundle:
     """Everything the session page shows, read in one go."""
@@ -436,21 +456,84 @@ class SessionBundle:
     messages: list[MessageRecord]
     branches: list[BranchInfo]
     suggested: str | None
+    memo: Memo = field(default_factory=Memo, compare=False, repr=False)
+    """Built from this bundle's history (steps, tree, messages, branches), shared by every
+    bundle over the same read (`session_bundle`)."""
 
 
-# cache_resource, not cache_data: a 5,000-step bundle costs more to pickle and unpickle on every
-# read than to query. The records are frozen dataclasses; nobody mutates the lists.
-@st.cache_resource(ttl=SESSION_TTL, max_entries=64, show_spinner=False)
-def session_bundle(url: str | None, sid: str) -> SessionBundle:
-    """The session's summary, steps, snapshot tree, messages, branches and suggested target.
+@dataclass(frozen=True)
+class _History:
+    """One read of a session's history, and what it was read against."""
+
+    version: tuple
+    """The session summary's fields that every write of the history moves (`_version`)."""
+    read_at: float
+    settled: bool
+    """Read when the session had been quiet for HISTORY_QUIET_S and had no step under way:
+    any later write moves `version`."""
+    bundle: SessionBundle
+
+
+HISTORY_QUIET_S = 2.0
+"""A session whose last activity is older than this moves its summary at its next write (the
+store moves last activity at most once a second, `SessionInfo.updated_at`)."""
+HISTORY_MAX_AGE_S = 60.0
+"""A settled history is read again after this even if the summary did not move: a change that
+moves no summary field (retention purging old steps) shows within it."""
+HISTORY_ENTRIES = 64
+
+_histories: OrderedDict[tuple[str | None, str], _History] = OrderedDict()
+_histories_lock = threading.Lock()
+
+
+def _version(info: SessionInfo) -> tuple:
+    # A step's start moves `steps`, a message `messages`, a snapshot `head`, a rollback `epoch`
+    # and `rollbacks`, a verdict `loops` and `status`, and each moves `updated_at` once quiet.
+    return (info.epoch, info.updated_at, info.steps, info.messages, info.head, info.status,
+            info.loops, info.rollbacks)
+
+
+def session_bundle(url: str | None, sid: str, now: float | None = None) -> SessionBundle:
+    """The session's summary (read now), and its steps (the newest SESSION_STEPS), snapshot
+    tree, messages, branches and suggested target.
+
+    The history is read again when the summary moved, and otherwise within SESSION_TTL while
+    the session is busy (a step ending within a second of the last write moves no summary
+    field), or within HISTORY_MAX_AGE_S once it is quiet with no step under way: on-call
+    looking at a session stuck in a loop, or waiting for them, reads one summary row per visit,
+    not 2,000 steps and 5,000 snapshots.
 
     Raises:
         UnknownSession: no such session.
     """
+    now = time.time() if now is None else now
     s = engine_for(url).get_session(sid)
-    return SessionBundle(info=s.info(), steps=s.steps(last=SESSION_STEPS), tree=s.tree(),
-                         messages=s.messages(), branches=s.branches(),
-                         suggested=s.suggested_target())
+    info = s.info()
+    version = _version(info)
+    with _histories_lock:
+        seen = _histories.get((url, sid))
+        if seen is not None:
+            _histories.move_to_end((url, sid))
+    if seen is not None and seen.version == version and now - seen.read_at < (
+            HISTORY_MAX_AGE_S if seen.settled else SESSION_TTL):
+        return replace(seen.bundle, info=info)
+    steps = s.steps(last=SESSION_STEPS)
+    bundle = SessionBundle(info=info, steps=steps, tree=s.tree(), messages=s.messages(),
+                           branches=s.branches(), suggested=s.suggested_target())
+    settled = (now - info.updated_at >= HISTORY_QUIET_S
+               and not any(step.status == "running" for step in steps))
+    with _histories_lock:
+        _histories[(url, sid)] = _History(version, now, settled, bundle)
+        _histories.move_to_end((url, sid))
+        while len(_histories) > HISTORY_ENTRIES:
+            _histories.popitem(last=False)
+    return bundle
+
+
+def forget_histories() -> None:
+    """Drop every session history read (`session_bundle`)."""
+    with _histories_lock:
+        _histories.clear()
 
 
 def rollback_preview(url: str | None, sid: str, target: str):
@@ -471,7 +554,7 @@ def session_audit(url: str | None, sid: str, limit: int = 200) -> list[AuditEven
 
 def forget_session(sid: str | None = None) -> None:
     """Drop cached reads after an action, so the next run shows its effect."""
-    session_bundle.clear()
+    forget_histories()
     session_audit.clear()
     compensations.clear()
     compensation_handlers.clear()
