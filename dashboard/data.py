@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -467,16 +467,21 @@ class _History:
 
     version: tuple
     """The session summary's fields that every write of the history moves (`_version`)."""
+    first_seen: float
+    """This console's time when it first saw `version`: the write that made it came before."""
     read_at: float
     settled: bool
     """Read when the session had been quiet for HISTORY_QUIET_S and had no step under way:
-    any later write moves `version`."""
+    any later write moves `version` (`_settled`)."""
     bundle: SessionBundle
 
 
 HISTORY_QUIET_S = 2.0
-"""A session whose last activity is older than this moves its summary at its next write (the
-store moves last activity at most once a second, `SessionInfo.updated_at`)."""
+"""A session quiet for this long moves its summary at its next write (the store moves last
+activity at most once a second, `SessionInfo.updated_at`)."""
+HISTORY_QUIET_BY_CLOCK_S = 30.0
+"""A session whose last activity is this much older than this console's clock is taken as quiet
+at once: an agent's clock this far behind the console's would be needed to be wrong."""
 HISTORY_MAX_AGE_S = 60.0
 """A settled history is read again after this even if the summary did not move: a change that
 moves no summary field (retention purging old steps) shows within it."""
@@ -491,6 +496,17 @@ def _version(info: SessionInfo) -> tuple:
     # and `rollbacks`, a verdict `loops` and `status`, and each moves `updated_at` once quiet.
     return (info.epoch, info.updated_at, info.steps, info.messages, info.head, info.status,
             info.loops, info.rollbacks)
+
+
+def _settled(info: SessionInfo, steps: Sequence[StepRecord], first_seen: float,
+             now: float) -> bool:
+    """Whether a history read `now` can miss no write that leaves the summary as it is: the
+    session has been quiet for HISTORY_QUIET_S, by this console's own clock (it saw the summary
+    that long ago) or by a wide margin of its last activity, and has no step under way (a step
+    a rollback left behind ends without moving the summary)."""
+    quiet = (now - first_seen >= HISTORY_QUIET_S
+             or now - info.updated_at >= HISTORY_QUIET_BY_CLOCK_S)
+    return quiet and not any(step.status == "running" for step in steps)
 
 
 def session_bundle(url: str | None, sid: str, now: float | None = None) -> SessionBundle:
@@ -517,13 +533,13 @@ def session_bundle(url: str | None, sid: str, now: float | None = None) -> Sessi
     if seen is not None and seen.version == version and now - seen.read_at < (
             HISTORY_MAX_AGE_S if seen.settled else SESSION_TTL):
         return replace(seen.bundle, info=info)
+    first_seen = seen.first_seen if seen is not None and seen.version == version else now
     steps = s.steps(last=SESSION_STEPS)
     bundle = SessionBundle(info=info, steps=steps, tree=s.tree(), messages=s.messages(),
                            branches=s.branches(), suggested=s.suggested_target())
-    settled = (now - info.updated_at >= HISTORY_QUIET_S
-               and not any(step.status == "running" for step in steps))
     with _histories_lock:
-        _histories[(url, sid)] = _History(version, now, settled, bundle)
+        _histories[(url, sid)] = _History(version, first_seen, now,
+                                          _settled(info, steps, first_seen, now), bundle)
         _histories.move_to_end((url, sid))
         while len(_histories) > HISTORY_ENTRIES:
             _histories.popitem(last=False)
