@@ -33,7 +33,10 @@ Vega-Lite, the session's timeline plotly):
   profile that never loaded the console (its JavaScript downloaded: the fleet's vega chunks,
   0.86 MB; the session's plotly, 4.7 MB);
 - steady: median of later visits from the same browser (HTTP cache warm), each after the
-  console's query caches expired (their TTL is 5 s), so every engine query runs again.
+  console's query caches expired (their TTL is 5 s), so every engine query runs again; what the
+  console keeps between refreshes is brought up to date by reading what moved since (the loop
+  tally, the filter menus' window, a quiet session's history, read again when its summary
+  moved).
 
 It also times the console's data layer behind each page (`dashboard.data`, the calls the pages
 make, `data_timings`), in a fresh process, cold and steady, to show the server's share,
@@ -273,10 +276,14 @@ def _data_layer(url: str, queue) -> None:
 
     logging.disable(logging.WARNING)  # Streamlit's "no runtime found" for every cache
 
-    # the query caches with a TTL the pages read (not the engine's, nor the tally's)
+    from dashboard.screens.session.timeline import timeline_figure
+
+    # The query caches with a TTL the pages read; not the engine's, nor what the console keeps
+    # between refreshes and brings up to date by reading only what moved: the tally, the menus'
+    # facet window, a session's history (read again when its summary moved).
     cached = (data.fleet_stats, data.looping, data.facets, data.table_page, data._sessions,
               data._label_agreement, data.loop_episodes, data.compensations, data.quarantines,
-              data.session_bundle, data.session_audit)
+              data.session_audit)
 
     def fleet() -> None:  # as screens/fleet.py reads and draws its first screen
         now = time.time()
@@ -295,8 +302,9 @@ def _data_layer(url: str, queue) -> None:
                                    bucket_s=window.bucket_s)
         data.table_page(url, views.DEFAULT_SORT, 100)
 
-    def session() -> None:  # as screens/session.py reads a deep link
-        data.session_bundle(url, LONG)
+    def session() -> None:  # as screens/session.py reads a deep link and draws its timeline
+        bundle = data.session_bundle(url, LONG)
+        bundle.memo.get("timeline", lambda: timeline_figure(bundle.steps, bundle.branches))
         data.session_audit(url, LONG)
 
     out = {}
@@ -319,9 +327,10 @@ def _data_layer(url: str, queue) -> None:
 def data_timings(path: Path) -> dict[str, float]:
     """Seconds the console's data layer takes for the fleet's first screen (KPIs, band, menus,
     precision, the loop charts' episodes and figures, the table's first 100 rows) and the
-    session deep link (`bench-long`): cold, in a fresh process (engine opened, the loop tally
-    scanning the last day's events), and steady (median of 5, each after every query cache
-    was cleared). The server's side of the page, without Streamlit and the browser."""
+    session deep link (`bench-long`: its history and the timeline's figure): cold, in a fresh
+    process (engine opened, the loop tally scanning the last day's events), and steady (median
+    of 5, each after every query cache was cleared). The server's side of the page, without
+    Streamlit and the browser."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     proc = ctx.Process(target=_data_layer, args=(f"sqlite:///{path}", queue))

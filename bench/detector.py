@@ -34,6 +34,15 @@ Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--quality-only] [--co
   a customer-service agent and a simulated customer, each half in two forms (the customer's turns
   as user input between agent turns, and tau-bench's ``respond`` calls); only the tuned half's
   mistakes are listed.
+- Conversational runs of Grok agents (tau2-bench simulations of a fork, blakeelias/tau2-bench;
+  converted by bench/corpora/convert_grok_tau2.py into shared/data/grok_tau2.jsonl.gz beside
+  the checkout, or $REWIND_GROKTAU2; labels in bench/corpora/grok_tau2_labels.json,
+  GROK_TAU2_LABELS.md; rows "tau2, Grok"): the same two forms; one loop in 586 runs, so
+  mostly a false-alarm check.
+- Tool-calling runs (gpt-oss-20b asking a weather tool for 1 to 15 cities; converted by
+  bench/corpora/convert_gptoss.py into shared/data/gptoss_weather.jsonl.gz beside the checkout,
+  or $REWIND_GPTOSS; labels in bench/corpora/gptoss_labels.json, GPTOSS_LABELS.md): no user,
+  one tool with fixed answers; the loops are one city asked again and again.
 - ``--late N`` lists, instead of the tables, every looping case of a tuned or enriched set, the
   traces and the peers not flagged within 3 steps of its loop's start, with its steps from N
   before the start to the first flag and the rule of each flag (never a held-out case).
@@ -317,6 +326,20 @@ USER = None
 LOCOMO_CANDIDATES = tuple(folder / "shared" / "data" / "locomo10.json" for folder in ROOT.parents)
 """LoCoMo (snap-research/LoCoMo, CC BY-NC 4.0, evaluation only, never copied here): long
 two-person chats, read from ``shared/data`` beside the checkout."""
+GROK_TAU2_LABELS = ROOT / "bench" / "corpora" / "grok_tau2_labels.json"
+GROK_TAU2_CANDIDATES = (
+    Path(os.environ["REWIND_GROKTAU2"]) if os.environ.get("REWIND_GROKTAU2") else None,
+    *(folder / "shared" / "data" / "grok_tau2.jsonl.gz" for folder in ROOT.parents),
+)
+"""Where the converted Grok tau2-bench simulations may be (generated, not committed: see
+bench/corpora/convert_grok_tau2.py and GROK_TAU2_LABELS.md)."""
+GPTOSS_LABELS = ROOT / "bench" / "corpora" / "gptoss_labels.json"
+GPTOSS_CANDIDATES = (
+    Path(os.environ["REWIND_GPTOSS"]) if os.environ.get("REWIND_GPTOSS") else None,
+    *(folder / "shared" / "data" / "gptoss_weather.jsonl.gz" for folder in ROOT.parents),
+)
+"""Where the converted gpt-oss tool-calling trials may be (generated, not committed: see
+bench/corpora/convert_gptoss.py and GPTOSS_LABELS.md)."""
 REALRUNS_CANDIDATES = (
     Path(os.environ["REWIND_REALRUNS"]) if os.environ.get("REWIND_REALRUNS") else None,
     ROOT / "bench" / "corpora" / "realruns.jsonl.gz",
@@ -448,16 +471,25 @@ def _respond_form(entries: list[dict]) -> list[Step]:
 def tau2_cases() -> dict[str, list[Case]]:
     """The conversational runs (tau2-bench), per labelled split, in two forms: agent turns with
     the customer's turns between (`USER`), and tau-bench's action form (a ``respond`` call whose
-    result is the customer's reply). Both have the same step indexes."""
-    labels = json.loads(TAU2_LABELS.read_text())
+    result is the customer's reply). Both have the same step indexes. With the Grok runs of
+    bench/corpora/GROK_TAU2_LABELS.md when their converted file is there."""
+    out = _conversations(TAU2_RUNS, TAU2_LABELS, "conversational")
+    grok = next((p for p in GROK_TAU2_CANDIDATES if p is not None and p.exists()), None)
+    if grok is not None:
+        out.update(_conversations(grok, GROK_TAU2_LABELS, "tau2, Grok"))
+    return out
+
+
+def _conversations(path: Path, labels_path: Path, prefix: str) -> dict[str, list[Case]]:
+    labels = json.loads(labels_path.read_text())
     names = {
-        ("tuned", "turns"): "conversational, tuned",
-        ("heldout", "turns"): "conversational, held-out",
-        ("tuned", "respond"): "conversational (respond), tuned",
-        ("heldout", "respond"): "conversational (respond), held-out",
+        ("tuned", "turns"): f"{prefix}, tuned",
+        ("heldout", "turns"): f"{prefix}, held-out",
+        ("tuned", "respond"): f"{prefix} (respond), tuned",
+        ("heldout", "respond"): f"{prefix} (respond), held-out",
     }
     out: dict[str, list[Case]] = {name: [] for name in names.values()}
-    with gzip.open(TAU2_RUNS, "rt", encoding="utf-8") as fh:
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
         for line in fh:
             run = json.loads(line)
             label = labels[run["id"]]
@@ -475,6 +507,31 @@ def tau2_cases() -> dict[str, list[Case]]:
                         finished_ok=run.get("resolved"),
                     )
                 )
+    return out
+
+
+def gptoss_cases() -> dict[str, list[Case]]:
+    """The gpt-oss-20b tool-calling trials (one tool, fixed answers; bench/corpora/
+    GPTOSS_LABELS.md), per labelled split; empty when the converted file is not there."""
+    path = next((p for p in GPTOSS_CANDIDATES if p is not None and p.exists()), None)
+    if path is None:
+        return {}
+    labels = json.loads(GPTOSS_LABELS.read_text())
+    names = {"tuned": "tool calls (gpt-oss), tuned", "heldout": "tool calls (gpt-oss), held-out"}
+    out: dict[str, list[Case]] = {name: [] for name in names.values()}
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            run = json.loads(line)
+            label = labels[run["id"]]
+            out[names[label["split"]]].append(
+                Case(
+                    run["id"],
+                    [_step(d) for d in run["steps"]],
+                    label["flag_at"] if label["looping"] else None,
+                    label["loop_start"],
+                    finished_ok=run.get("resolved"),
+                )
+            )
     return out
 
 
@@ -653,6 +710,8 @@ def quality_report(show_misses: bool) -> None:
             scores.append(score(name, cases, labelled="no labels" not in name))
     for name, cases in tau2_cases().items():
         scores.append(score(name, cases))
+    for name, cases in gptoss_cases().items():
+        scores.append(score(name, cases))
     for name, cases in chat_cases().items():
         scores.append(score(name, cases))
     print("Detection quality per source (LoopDetector() production defaults)")
@@ -760,6 +819,7 @@ def late_report(context: int) -> None:
     path = realruns_path()
     sources += list(realrun_cases(path).items()) if path is not None else []
     sources += list(tau2_cases().items())
+    sources += list(gptoss_cases().items())
     for source, cases in sources:
         if "held-out" in source or "no labels" in source:
             continue
@@ -827,6 +887,9 @@ def all_cases() -> Iterator[tuple[str, Case]]:
             for case in cases:
                 yield name, case
     for name, cases in tau2_cases().items():
+        for case in cases:
+            yield name, case
+    for name, cases in gptoss_cases().items():
         for case in cases:
             yield name, case
     for name, cases in chat_cases().items():

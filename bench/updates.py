@@ -14,7 +14,7 @@ Two feedings, both through ``s.memory.add`` with the default rules judge, one fr
 Figures per split: ``tuned`` (rules may be changed looking at it) and ``held-out`` (reported as
 is). The issue's target: precision >= 0.90 and recall >= 0.40 on pairs written by others.
 
-``--hidden`` measures instead what reaches a judge (issue #40): each update pair hidden among
+``--hidden`` measures instead what reaches a judge: each update pair hidden among
 300 real chat turns, fed with an oracle judge; the share of updates whose older memory was among
 the pairs the judge was asked, at most `MemoryConfig.judge_pairs` (16) per add, against the same
 run with the lexical side alone. Protocol in ``bench/corpora/LME_UPDATES.md``.
@@ -48,7 +48,7 @@ TARGET_P, TARGET_R = 0.90, 0.40
 HIDDEN_TURNS = 300
 HIDDEN_SEED = "rewind-candidates-v1"
 TARGET_HIDDEN = 0.95
-"""Issue #40: the older memory reaches the judge for at least 95% of hidden updates."""
+"""The older memory reaches the judge for at least 95% of hidden updates."""
 
 
 def _ratio(a: int, b: int) -> float:

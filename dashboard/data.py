@@ -7,11 +7,13 @@ empty frame and the page says "not recorded" instead of inventing numbers.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import pandas as pd
 import streamlit as st
@@ -35,6 +37,8 @@ from engine import (
     StoreNotFound,
     StoreUnavailable,
 )
+
+T = TypeVar("T")
 
 FLEET_TTL = 5
 SESSION_TTL = 3
@@ -145,11 +149,69 @@ FACETS_WINDOW = 5000
 recently active sessions (what is active is what on-call filters by)."""
 
 
+FACET_KEYS = ("tenant", "scenario", "prompt_version")
+FACETS_FULL_S = 600.0
+"""How often the menus' window is read whole: sessions that left it (or were purged) drop
+out of the menus within this; in between, each refresh reads only the sessions active since the
+last one."""
+FACET_CLOCK_SKEW_S = 300.0
+"""How far behind this console's clock an agent's may be and its session still reach the
+menus at the next refresh (beyond it, at the next whole read)."""
+
+
+@dataclass
+class _FacetWindow:
+    """The FACETS_WINDOW most recently active sessions' facet values, as last read."""
+
+    read_at: float
+    """This console's time of the last whole read."""
+    rows: dict[str, tuple[float, dict[str, Any]]]
+    """Session id -> (last activity, its meta's facet values)."""
+
+
+_facet_windows: dict[str | None, _FacetWindow] = {}
+_facet_lock = threading.Lock()
+
+
+def _facet_rows(infos: Iterable[SessionInfo]) -> dict[str, tuple[float, dict[str, Any]]]:
+    return {i.id: (i.updated_at, {k: (i.meta or {}).get(k) for k in FACET_KEYS}) for i in infos}
+
+
+def facet_window(url: str | None, now: float | None = None) -> list[dict[str, Any]]:
+    """The facet values of the FACETS_WINDOW most recently active sessions.
+
+    Why not one read of that window each time: decoding 5,000 sessions costs about 100 ms, a
+    cost that grows with the fleet up to the window's size. Kept between refreshes, the window
+    takes in only the sessions active since the newest one seen (less FACET_CLOCK_SKEW_S):
+    an index range of the few that moved. It is read whole on this process's first refresh and
+    every FACETS_FULL_S, so a session that left the window, or was purged, leaves the menus."""
+    now = time.time() if now is None else now
+    eng = engine_for(url)
+    with _facet_lock:
+        window = _facet_windows.get(url)
+        if window is None or now - window.read_at >= FACETS_FULL_S:
+            window = _FacetWindow(now, _facet_rows(eng.sessions(limit=FACETS_WINDOW)))
+        else:
+            newest = max((at for at, _ in window.rows.values()), default=0.0)
+            moved = eng.sessions(updated_since=newest - FACET_CLOCK_SKEW_S,
+                                 limit=FACETS_WINDOW)
+            if len(moved) >= FACETS_WINDOW:  # the whole window moved
+                window = _FacetWindow(now, _facet_rows(moved))
+            else:
+                window.rows.update(_facet_rows(moved))
+                if len(window.rows) > FACETS_WINDOW:
+                    keep = sorted(window.rows.items(), key=lambda kv: (kv[1][0], kv[0]),
+                                  reverse=True)[:FACETS_WINDOW]
+                    window.rows = dict(keep)
+        _facet_windows[url] = window
+        return [meta for _, meta in window.rows.values()]
+
+
 @st.cache_data(ttl=FACETS_TTL, show_spinner=False)
 def facets(url: str | None) -> dict[str, list[str]]:
     """Tenants, scenarios and prompt versions seen in the FACETS_WINDOW most recently active
-    sessions, for the filter menus (one LIMITed read, not the fleet)."""
-    return views.facets(info.meta for info in engine_for(url).sessions(limit=FACETS_WINDOW))
+    sessions, for the filter menus (`facet_window`: a LIMITed read, then what moved since)."""
+    return views.facets(facet_window(url))
 
 
 @st.cache_resource(show_spinner=False)
@@ -367,6 +429,23 @@ def replay(url: str | None, settings: dict, ids: tuple[str, ...]):
 
 
 # -- one session ------------------------------------------------------------------------------
+class Memo:
+    """What the page builds from one read of a session's history (the timeline's figure, say),
+    built once per read and kept with it: a later run over the same history reuses it."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str, build: Callable[[], T]) -> T:
+        with self._lock:
+            if name in self._built:
+                return self._built[name]
+        value = build()
+        with self._lock:
+            return self._built.setdefault(name, value)
+
+
 @dataclass(frozen=True)
 class SessionBundle:
     """Everything the session page shows, read in one go."""
@@ -377,21 +456,100 @@ class SessionBundle:
     messages: list[MessageRecord]
     branches: list[BranchInfo]
     suggested: str | None
+    memo: Memo = field(default_factory=Memo, compare=False, repr=False)
+    """Built from this bundle's history (steps, tree, messages, branches), shared by every
+    bundle over the same read (`session_bundle`)."""
 
 
-# cache_resource, not cache_data: a 5,000-step bundle costs more to pickle and unpickle on every
-# read than to query. The records are frozen dataclasses; nobody mutates the lists.
-@st.cache_resource(ttl=SESSION_TTL, max_entries=64, show_spinner=False)
-def session_bundle(url: str | None, sid: str) -> SessionBundle:
-    """The session's summary, steps, snapshot tree, messages, branches and suggested target.
+@dataclass(frozen=True)
+class _History:
+    """One read of a session's history, and what it was read against."""
+
+    version: tuple
+    """The session summary's fields that every write of the history moves (`_version`)."""
+    first_seen: float
+    """This console's time when it first saw `version`: the write that made it came before."""
+    read_at: float
+    settled: bool
+    """Read when the session had been quiet for HISTORY_QUIET_S and had no step under way:
+    any later write moves `version` (`_settled`)."""
+    bundle: SessionBundle
+
+
+HISTORY_QUIET_S = 2.0
+"""A session quiet for this long moves its summary at its next write (the store moves last
+activity at most once a second, `SessionInfo.updated_at`)."""
+HISTORY_QUIET_BY_CLOCK_S = 30.0
+"""A session whose last activity is this much older than this console's clock is taken as quiet
+at once: an agent's clock this far behind the console's would be needed to be wrong."""
+HISTORY_MAX_AGE_S = 60.0
+"""A settled history is read again after this even if the summary did not move: a change that
+moves no summary field (retention purging old steps) shows within it."""
+HISTORY_ENTRIES = 64
+
+_histories: OrderedDict[tuple[str | None, str], _History] = OrderedDict()
+_histories_lock = threading.Lock()
+
+
+def _version(info: SessionInfo) -> tuple:
+    # A step's start moves `steps`, a message `messages`, a snapshot `head`, a rollback `epoch`
+    # and `rollbacks`, a verdict `loops` and `status`, and each moves `updated_at` once quiet.
+    return (info.epoch, info.updated_at, info.steps, info.messages, info.head, info.status,
+            info.loops, info.rollbacks)
+
+
+def _settled(info: SessionInfo, steps: Sequence[StepRecord], first_seen: float,
+             now: float) -> bool:
+    """Whether a history read `now` can miss no write that leaves the summary as it is: the
+    session has been quiet for HISTORY_QUIET_S, by this console's own clock (it saw the summary
+    that long ago) or by a wide margin of its last activity, and has no step under way (a step
+    a rollback left behind ends without moving the summary)."""
+    quiet = (now - first_seen >= HISTORY_QUIET_S
+             or now - info.updated_at >= HISTORY_QUIET_BY_CLOCK_S)
+    return quiet and not any(step.status == "running" for step in steps)
+
+
+def session_bundle(url: str | None, sid: str, now: float | None = None) -> SessionBundle:
+    """The session's summary (read now), and its steps (the newest SESSION_STEPS), snapshot
+    tree, messages, branches and suggested target.
+
+    The history is read again when the summary moved, and otherwise within SESSION_TTL while
+    the session is busy (a step ending within a second of the last write moves no summary
+    field), or within HISTORY_MAX_AGE_S once it is quiet with no step under way: on-call
+    looking at a session stuck in a loop, or waiting for them, reads one summary row per visit,
+    not 2,000 steps and 5,000 snapshots.
 
     Raises:
         UnknownSession: no such session.
     """
+    now = time.time() if now is None else now
     s = engine_for(url).get_session(sid)
-    return SessionBundle(info=s.info(), steps=s.steps(last=SESSION_STEPS), tree=s.tree(),
-                         messages=s.messages(), branches=s.branches(),
-                         suggested=s.suggested_target())
+    info = s.info()
+    version = _version(info)
+    with _histories_lock:
+        seen = _histories.get((url, sid))
+        if seen is not None:
+            _histories.move_to_end((url, sid))
+    if seen is not None and seen.version == version and now - seen.read_at < (
+            HISTORY_MAX_AGE_S if seen.settled else SESSION_TTL):
+        return replace(seen.bundle, info=info)
+    first_seen = seen.first_seen if seen is not None and seen.version == version else now
+    steps = s.steps(last=SESSION_STEPS)
+    bundle = SessionBundle(info=info, steps=steps, tree=s.tree(), messages=s.messages(),
+                           branches=s.branches(), suggested=s.suggested_target())
+    with _histories_lock:
+        _histories[(url, sid)] = _History(version, first_seen, now,
+                                          _settled(info, steps, first_seen, now), bundle)
+        _histories.move_to_end((url, sid))
+        while len(_histories) > HISTORY_ENTRIES:
+            _histories.popitem(last=False)
+    return bundle
+
+
+def forget_histories() -> None:
+    """Drop every session history read (`session_bundle`)."""
+    with _histories_lock:
+        _histories.clear()
 
 
 def rollback_preview(url: str | None, sid: str, target: str):
@@ -412,7 +570,7 @@ def session_audit(url: str | None, sid: str, limit: int = 200) -> list[AuditEven
 
 def forget_session(sid: str | None = None) -> None:
     """Drop cached reads after an action, so the next run shows its effect."""
-    session_bundle.clear()
+    forget_histories()
     session_audit.clear()
     compensations.clear()
     compensation_handlers.clear()

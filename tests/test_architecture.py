@@ -325,14 +325,14 @@ def test_console_pages_hold_no_bare_strings_that_streamlit_would_print(tmp_path)
 
 
 def _layout_rows() -> list[str]:
-    """The first cells of the README's Layout table."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The first cells of ARCHITECTURE.md's table of rooms."""
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
     table = text[text.index("| room | what lives there |"):].split("\n\n", 1)[0]
     return [line.split("|")[1] for line in table.splitlines()[2:]]
 
 
-def test_the_readme_layout_table_matches_the_tree():
-    """Every path the Layout table names exists, and every room of `engine/` (a sub-package
+def test_the_table_of_rooms_matches_the_tree():
+    """Every path ARCHITECTURE.md's table of rooms names exists, and every room of `engine/` (a sub-package
     or a module) and every top-level folder of the project is named in it."""
     named = {p for row in _layout_rows() for p in re.findall(r"`([\w./]+)`", row)}
     missing = {p for p in named if not (ROOT / p.rstrip("/")).exists()}

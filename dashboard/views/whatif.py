@@ -72,6 +72,9 @@ SETTINGS: tuple[Setting, ...] = (
             "similar (0 to 1) count as a slight change for near_duplicate.", "float", 0),
     Setting("turn_similarity", "Turn similarity for repeats", "Two agent turns at least this "
             "similar (0 to 1) count as a repeat for idle_turns.", "float", 0),
+    Setting("user_turn_similarity", "Turn similarity after the user spoke", "A turn that "
+            "follows a user message repeats an earlier one only when at least this similar.",
+            "float", 0),
     Setting("disabled_rules", "Rules switched off", "Rules that never fire, for every tool.",
             "rules", 0),
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from engine.fleet import exemptions
 from engine.freeze import STORE_KEY as FREEZE_KEY
 from engine.freeze import STORE_NAMESPACE as FREEZE_NAMESPACE
 from engine.freeze import FreezeWindow, from_document, to_document
@@ -43,8 +44,11 @@ def delete_session(
     who = checked_actor(rt.limits, actor)
     require_operator(who, "delete sessions")
     reason = checked_reason(rt.limits, reason)
-    return rt.store.delete_session(validate_session_id(sid), rt.clock(),
-                                   AuditEntry(who.name, "delete", reason))
+    sid = validate_session_id(sid)
+    found = rt.store.delete_session(sid, rt.clock(), AuditEntry(who.name, "delete", reason))
+    if found:
+        exemptions.forget_gone(rt, [sid])
+    return found
 
 
 def _compensation_action(
@@ -139,7 +143,10 @@ def purge_idle_sessions(rt: Runtime, older_than_s: float, *,
     if older_than_s < 0:
         raise ValueError("older_than_s must not be negative")
     now = rt.clock()
-    return rt.store.purge_sessions(now - older_than_s, now, dry_run=dry_run)
+    counts = rt.store.purge_sessions(now - older_than_s, now, dry_run=dry_run)
+    if counts["sessions"] and not dry_run:
+        exemptions.forget_gone(rt)
+    return counts
 
 
 def declare_freeze(rt: Runtime, window: FreezeWindow, *, actor: str | Actor,

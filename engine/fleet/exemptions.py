@@ -7,7 +7,8 @@ first time a session is opened exempt, a fleet document of namespace ``freeze_ex
 session id, value: when it was first opened so), and `exempt_sessions` reads them back, so the
 console's freeze banner and `rewind freeze` count the sessions the freeze does not govern. A
 session opened exempt once counts as exempt from then on (a handle is the agent's word, and an
-agent that opens one exempt handle means it).
+agent that opens one exempt handle means it). Deleting or purging a session forgets its
+exemption (`forget_gone`), so the namespace holds no more than the sessions that exist.
 """
 
 from __future__ import annotations
@@ -46,3 +47,19 @@ def exempt_sessions(rt: Runtime, active_since: float | None = None) -> list[str]
             continue
         out.append(sid)
     return sorted(out)
+
+
+def forget_gone(rt: Runtime, sids: list[str] | None = None) -> int:
+    """Drop the exemption of every session among `sids` (None: every exempt session) that no
+    longer exists, in one write; how many were dropped. A failure is logged: the banner reads
+    only sessions that exist, so a leftover costs a read, never a wrong count."""
+    try:
+        known = list(rt.store.fleet_docs(NAMESPACE)) if sids is None else [
+            sid for sid in rt.store.fleet_doc_get(NAMESPACE, sids)]
+        gone = [sid for sid in known if rt.store.get_session(sid) is None]
+        if gone:
+            rt.store.fleet_doc_put(NAMESPACE, dict.fromkeys(gone), rt.clock())
+        return len(gone)
+    except Exception:  # noqa: BLE001 - bookkeeping for the banner, never the purge's failure
+        log.warning("could not forget the freeze exemptions of deleted sessions", exc_info=True)
+        return 0

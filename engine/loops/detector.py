@@ -44,6 +44,9 @@ Vocabulary
   user turn counts only through what the agent does next, so the same failing call retried
   between "please try again" turns is still a loop; it only tells ``idle_turns`` that the
   agent's messages answer someone.
+- *Action*: what the agent does, as timing counts it: a tool call, a condensation, a turn a
+  harness answered or, in a run without a user, any turn. A chat message to the user (a call
+  of a user tool, or an accepted message turn once the user has spoken) is talk, not an action.
 
 Rules, in the order they are checked on a step (the first that fires wins, and the rules after
 it do not see that step); each can be disabled (`disabled_rules`) or switched off for one tool
@@ -59,8 +62,10 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
   failing the same way, no progress and no user turn since: at once, the agent changed nothing.
 - ``circuit_breaker``: K consecutive failures of one tool (`breaker_failures`, per-tool
   overrides), whatever the arguments, with no success of it and no progress elsewhere between;
-  or `repeat_threshold` failures of one call back to back (nothing in between), whatever the
-  errors say, unless the error moved to another line of the code.
+  or `repeat_threshold` failures of one call back to back (no other action in between: chat
+  with the user is no action, so on a conversational run the third identical failed call is
+  the evidence, whatever the customer said between), whatever the errors say, unless the error
+  moved to another line of the code.
 - ``near_duplicate``: 3 failures of one tool with the same error signature on the same target, or
   3 side-effecting successes on the same target, whose arguments differ only slightly (numbers
   nudged, strings reworded); no progress and no success of that tool in between. `details`
@@ -318,6 +323,10 @@ class DetectorConfig:
     """``idle_turns`` fires at this many empty or repeated turns in a row."""
     turn_similarity: float = 0.8
     """Two agent turns this similar (after dropping case, digits, punctuation) are a repeat."""
+    user_turn_similarity: float = 0.95
+    """A turn that follows a user message repeats an earlier one only when this similar: an
+    agent rewording a refusal to a customer who keeps asking is not stuck (at least
+    `turn_similarity`)."""
     content_chunk_size: int = 50
     """``repeated_content`` compares passages of this many characters of one message."""
     content_repeats: int = 10
@@ -428,6 +437,7 @@ FIELD_RANGES: dict[str, tuple[type, float, float]] = {
     "recurrence_threshold": (int, 2, 10_000),
     "idle_turns_threshold": (int, 2, 10_000),
     "turn_similarity": (float, 0.0, 1.0),
+    "user_turn_similarity": (float, 0.0, 1.0),
     "content_chunk_size": (int, 8, 100_000),
     "content_repeats": (int, 3, 100_000),
     "overflow_threshold": (int, 2, 10_000),
@@ -664,7 +674,7 @@ class LoopDetector:
 
     def _talk(self, index: int, step: Step) -> Verdict:
         """A call of a user tool: the agent's message turn, then the user's reply."""
-        obs = self._read_other(index, step, TURN)
+        obs = self._read_other(index, step, TURN, chat=True)
         verdict = HEALTHY
         for rule in self._by_kind[TURN]:
             finding = rule.check(obs, self._window)
@@ -675,12 +685,17 @@ class LoopDetector:
         return verdict
 
     # -- reading a step -----------------------------------------------------------------------
-    def _read_other(self, index: int, step: Step, kind: Kind) -> Observation:
+    def _read_other(self, index: int, step: Step, kind: Kind, chat: bool = False) -> Observation:
         """An agent turn, or a call of a condensation or exempt tool: it only holds its place
-        in the window; a condensation, or a model turn that overflowed, is an overflow event."""
+        in the window; a condensation, or a model turn that overflowed, is an overflow event.
+        A chat message to the user (`chat`: a call of a user tool; or a message turn that
+        nothing rejected, once the user has spoken) is no action of the agent."""
         window = self._window
         record = Record(index, step.tool)
         window.push(record)
+        prev_action = window.last_action
+        if not (chat or (step.tool is None and step.ok and window.last_user >= 0)):
+            window.last_action = index
         if kind == CONDENSATION:
             overflow, cause = True, None
         elif kind == TURN and not step.ok and step.error and self._overflow(step.error):
@@ -697,6 +712,7 @@ class LoopDetector:
         obs.args, obs.call, obs.state, obs.signature, obs.ok = None, "", None, "", step.ok
         obs.novel_call = obs.novel_state = obs.write = obs.waits = False
         obs.progress_before, obs.overflow, obs.cause = window.progress, overflow, cause
+        obs.prev_action = prev_action
         return obs
 
     def _read_call(self, index: int, step: Step, tool: str) -> Observation:
@@ -729,6 +745,7 @@ class LoopDetector:
         record = Record(index, tool, call, state)
         window.push(record)
         window.last_call = index
+        prev_action, window.last_action = window.last_action, index
         if waiting:
             window.last_wait = index
         else:
@@ -756,6 +773,7 @@ class LoopDetector:
         obs.novel_call, obs.novel_state = novel_call, novel_state
         obs.progress_before, obs.overflow, obs.cause = before, overflow, None
         obs.write, obs.waits, obs.progress_mark = write, waiting, mark
+        obs.prev_action = prev_action
         return obs
 
     def _write_target(self, args: Any) -> str:

@@ -602,7 +602,7 @@ def summarize(results: Iterable[SessionReplay]) -> Summary:
 # -- why flagged: the smallest change -----------------------------------------------------------
 _LOWER_IS_LOOSER = frozenset({"near_numeric_abs", "near_numeric_rel", "near_max_changed"})
 """Numeric settings that loosen the rule when lowered (the others when raised)."""
-_SIMILARITY = frozenset({"near_text_similarity", "turn_similarity"})
+_SIMILARITY = frozenset({"near_text_similarity", "turn_similarity", "user_turn_similarity"})
 """Settings in (0, 1] that loosen the rule when raised toward 1."""
 _DETECTOR_ONLY = frozenset({"window"})
 """Numeric settings that are not tried: the window also bounds every other rule."""

@@ -65,6 +65,7 @@ class Observation:
         "write",
         "waits",
         "progress_mark",
+        "prev_action",
     )
 
     def __init__(self) -> None:
@@ -109,6 +110,10 @@ class Observation:
         except for a successful write to a named target: the progress steps that were not
         writes to named targets, and the last write to this target that was progress
         (`Window.target_progress`)."""
+        self.prev_action: int = -1
+        """Index of the agent's last action before this step (`Window.last_action`): what
+        "back to back" compares for a tool call (chat messages to the user between do not
+        count)."""
 
 
 class Window:
@@ -128,6 +133,7 @@ class Window:
         "last_call",
         "last_wait",
         "last_user",
+        "last_action",
         "targeted",
         "target_progress",
     )
@@ -162,6 +168,10 @@ class Window:
         self.last_user: int = -1
         """Index of the first step after the last user turn (`LoopDetector.user_input`): the
         user spoke after step ``i`` when ``last_user > i``."""
+        self.last_action: int = -1
+        """Index of the agent's last action: a tool call, a condensation, a turn a harness
+        answered; not a chat message to the user (a message turn once the user has spoken, a
+        call of a user tool), which is talk, not a try (timing is counted in actions)."""
         self.targeted: int = 0
         """Progress steps so far that were writes to a named target (`target_progress`)."""
         self.target_progress: dict[str, int] = {}

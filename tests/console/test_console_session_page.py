@@ -160,6 +160,18 @@ def test_the_change_is_worded_with_the_command_that_tries_it():
     assert why.change_sentence(answer()) is None and why.replay_command(answer()) is None
 
 
+def test_a_change_past_a_flag_that_stopped_the_session_says_the_record_ends_there():
+    # the budget stopped the session at its flagged step 5: with a looser budget the replay
+    # sees no flag in steps 1-5, which says nothing of the steps it never took
+    found = answer("step_budget", SettingChange("max_steps", 5, 6, None, 0.2))
+    assert why.change_sentence(found, last_step=5) == (
+        "max_steps 5 → 6: no flag in the steps recorded, which end at step 5, where the flag "
+        "stopped the session (what it would have done next is not recorded)")
+    # steps recorded after the flag: the replay saw them, and "not at all" holds
+    assert why.change_sentence(found, last_step=9) == (
+        "max_steps 5 → 6: the session would not be flagged at all")
+
+
 def test_the_why_flagged_tab_shows_each_rule_and_the_smallest_change(store):
     at = page(store, "Why flagged")
     assert not at.exception
@@ -362,7 +374,8 @@ def test_a_long_session_page_draws_the_newest_steps_and_says_how_many_of_all(tmp
             with s.step("book", {"flight": "LH 400"}) as call:
                 call.fail("503 upstream")
     monkeypatch.setattr(data, "SESSION_STEPS", 50)
-    bundle = data.session_bundle.__wrapped__(url, "all-day")
+    data.forget_histories()
+    bundle = data.session_bundle(url, "all-day")
     assert [r.n for r in bundle.steps] == list(range(75, 125))
     assert bundle.info.steps == 124 and bundle.info.status == "looping"
     assert timeline_views.steps_shown(50, 124).startswith(" Showing the newest 50 of 124 steps")

@@ -4,6 +4,8 @@ whole fleet."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from support.fleet import StepClock, fail_until_flagged
 
@@ -52,3 +54,24 @@ def test_menus_and_band_come_from_bounded_reads(fleet):
     assert data.facets(fleet) == {"tenant": ["t0", "t1", "t2"], "scenario": ["refund"],
                                   "prompt_version": ["v0", "v1"]}
     assert sorted(data.looping(fleet)["session"]) == ["s-02", "s-07"]
+
+
+def test_menus_take_in_sessions_active_since_and_keep_to_the_window(fleet, monkeypatch):
+    monkeypatch.setattr(data, "FACETS_WINDOW", 4)
+    newest = [m["tenant"] for m in data.facet_window(fleet)]
+    assert sorted(newest) == ["t0", "t1", "t2", "t2"]  # s-08 to s-11
+    reads: list[dict] = []
+    engine = data.engine_for(fleet)
+    real = engine.sessions
+    monkeypatch.setattr(engine, "sessions", lambda **f: reads.append(f) or real(**f))
+    writer = Engine.open(fleet)
+    writer.session("s-new", meta={"tenant": "t-new", "scenario": "refund",
+                                  "prompt_version": "v9"}).snapshot("start")
+    writer.close()
+    menus = views.facets(data.facet_window(fleet))
+    assert "t-new" in menus["tenant"] and "v9" in menus["prompt_version"]
+    assert len(data.facet_window(fleet)) == 4  # s-08, the oldest of the window, left it
+    assert all("updated_since" in r for r in reads)  # only what moved, not the window again
+    reads.clear()
+    data.facet_window(fleet, now=time.time() + data.FACETS_FULL_S)
+    assert reads and "updated_since" not in reads[0]  # the whole window, now and then

@@ -16,7 +16,8 @@ import pytest
 from test_alerts import _loop, _rewind_alert, _until, made_hooks
 
 from engine import Engine
-from engine.fleet.alerts import NAMESPACE, AlertConfig, AlertWorker, http_post
+from engine.fleet.alerts import NAMESPACE, AlertConfig, AlertWorker
+from engine.fleet.webhooks import http_post
 
 
 @pytest.fixture

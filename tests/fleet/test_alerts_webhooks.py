@@ -13,11 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from test_alerts import _loop
 
-from engine.fleet.alerts import (
-    NAMESPACE,
+from engine.fleet.alerts import NAMESPACE, AlertConfig, AlertWorker
+from engine.fleet.webhooks import (
     RETRY_AFTER_MAX_S,
-    AlertConfig,
-    AlertWorker,
     http_post,
     retry_after,
     retry_delay,

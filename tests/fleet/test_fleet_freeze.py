@@ -150,6 +150,28 @@ def test_sessions_opened_exempt_from_the_freeze_are_counted_on_every_store(store
     assert engine.session("ordinary", on_loop="rollback").loop_policy().policy == "flag"
 
 
+def test_deleting_or_purging_a_session_forgets_its_exemption_and_nothing_else(store_url,
+                                                                              open_engine):
+    engine = open_engine(store_url)
+    _freeze_exempt_fleet(engine)
+    engine.session("idle-exempt", freeze_exempt=True)
+    store = engine._runtime.store
+    assert sorted(store.fleet_docs("freeze_exempt")) == ["canary-1", "canary-2", "idle-exempt"]
+    assert engine.fleet.delete_session("canary-2", actor="alice", reason="done")
+    assert sorted(store.fleet_docs("freeze_exempt")) == ["canary-1", "idle-exempt"]
+    # a purge keeps what is evidence or recent; the exemption goes with the session it purged
+    later = time.time() + 3600
+    engine._runtime.clock = lambda: later
+    with engine.session("canary-1").step("crop", {"x": 1}) as call:  # activity: not idle
+        call.ok("done")
+    assert engine.fleet.purge_idle_sessions(1800, dry_run=True, actor="alice")["sessions"] == 2
+    assert sorted(store.fleet_docs("freeze_exempt")) == ["canary-1", "idle-exempt"]  # dry run
+    assert engine.fleet.purge_idle_sessions(1800, actor="alice")["sessions"] == 2
+    assert sorted(s.id for s in engine.sessions()) == ["canary-1"]  # idle-exempt, ordinary went
+    assert sorted(store.fleet_docs("freeze_exempt")) == ["canary-1"]
+    assert engine.fleet.exempt_sessions() == ["canary-1"]
+
+
 def test_rewind_freeze_says_flagged_sessions_wait_and_counts_the_exempt_ones(
         tmp_path, open_engine, capsys):
     url = f"sqlite:///{tmp_path}/r.db"

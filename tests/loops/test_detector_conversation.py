@@ -52,6 +52,33 @@ class TestRetryBetweenUserTurns:
             steps += [book(), Step(tool=None, text="Sorry, let me try again."), "Please go ahead."]
         assert first_flag(LoopDetector(), steps) == (4, "exact_repeat")
 
+    def test_the_third_identical_failing_call_is_flagged_whatever_the_errors_say(self):
+        # The same booking, retried unchanged after each "please go ahead", fails one way and
+        # then another (the seats ran out, then the card): the third identical failed call is
+        # the loop's evidence, counted in the agent's actions, not its messages.
+        errors = ["Error: Not enough seats on flight HAT142"] * 2
+        errors.append("Error: Payment method credit_card_7815826 not found")
+        for talk in ("messages", "respond"):
+            steps: list[Step | str] = ["Book me on HAT063 and HAT142, please."]
+            for error in errors + errors[-1:]:
+                steps.append(Step(tool=book().tool, args=book().args, ok=False, error=error))
+                if talk == "respond":
+                    steps.append(respond("Sorry, that did not work.", "Please go ahead."))
+                else:
+                    steps += [Step(tool=None, text="Sorry, that did not work."), "Go ahead."]
+            assert first_flag(LoopDetector(), steps) == (4, "circuit_breaker"), talk
+
+    def test_a_thought_between_failures_of_a_run_without_a_user_is_an_action(self):
+        # Without a user, a turn is the agent's own step (it may be re-planning), so the same
+        # call failing in different ways around thoughts waits for the breaker's count.
+        errors = ["Error: Not enough seats on flight HAT142"] * 2
+        errors.append("Error: Payment method credit_card_7815826 not found")
+        steps: list[Step | str] = []
+        for error in errors:
+            steps.append(Step(tool=book().tool, args=book().args, ok=False, error=error))
+            steps.append(Step(tool=None, text="Let me think about another way."))
+        assert first_flag(LoopDetector(), steps) is None
+
     def test_a_reply_that_changes_the_next_call_is_progress(self):
         steps: list[Step | str] = [
             book(),
@@ -219,3 +246,37 @@ class TestNudgedFailingCommands:
         steps: list[Step | str] = [pay("gift_card_8887175"), pay("certificate_7473723")]
         steps.append(Step(tool="book_reservation", args={"payment": "credit_card_1"}, result="ok"))
         assert first_flag(LoopDetector(), steps) is None
+
+
+class TestAgentTurnsAfterTheUserSpoke:
+    # An agent holding a policy line rewords its refusal each time the customer insists; an
+    # agent stuck on one reply sends it again whatever the customer says.
+    REFUSALS = [  # alike at 0.85-0.94 (difflib on the turn signature): under 0.95, over 0.8
+        "I'm sorry, but travel insurance cannot be added to a reservation after it has been "
+        "booked.",
+        "I am sorry, but travel insurance cannot be added to the reservation after it was booked.",
+        "I'm sorry, but the travel insurance cannot be added to a reservation once it has been "
+        "booked.",
+        "Sorry, but travel insurance cannot be added to a reservation after it has been booked, "
+        "I'm afraid.",
+    ]
+    INSISTING = ["Please just add the insurance.", "Add it anyway, I need it.",
+                 "I insist, add the insurance now.", "Why not? Add it."]
+
+    def test_a_refusal_reworded_to_an_insistent_customer_is_not_a_loop(self):
+        steps: list[Step | str] = []
+        for refusal, ask in zip(self.REFUSALS, self.INSISTING, strict=True):
+            steps += [ask, Step(tool=None, text=refusal)]
+        assert first_flag(LoopDetector(), steps) is None
+        # the same turns with no user between them are an agent talking in circles
+        alone: list[Step | str] = [Step(tool=None, text=r) for r in self.REFUSALS]
+        assert first_flag(LoopDetector(), alone) == (2, "idle_turns")
+        # and the setting that decides it is one the operator can move
+        loose = LoopDetector(DetectorConfig(user_turn_similarity=0.8))
+        assert first_flag(loose, steps) == (2, "idle_turns")
+
+    def test_the_same_reply_whatever_the_customer_says_is_a_loop(self):
+        steps: list[Step | str] = []
+        for ask in self.INSISTING:
+            steps += [ask, Step(tool=None, text="Let me check that for you, one moment please.")]
+        assert first_flag(LoopDetector(), steps) == (2, "idle_turns")

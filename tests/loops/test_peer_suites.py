@@ -33,13 +33,7 @@ def _load_peers():
 
 SUITES = _load_peers().SUITES
 
-KNOWN_FAILURES: dict[str, str] = {
-    "openhands/repeating_action_observation_pattern": (
-        "one step early: we flag a 2-step cycle at its third head (ABABA, step 4), the rule the "
-        "Gemini CLI and OpenClaw cases hold us to; OpenHands waits for three full rounds (ABABAB, "
-        "step 5)"
-    ),
-}
+KNOWN_FAILURES: dict[str, str] = {}
 """``suite/case`` -> why the detector still misses it. Remove an entry once the case passes."""
 
 

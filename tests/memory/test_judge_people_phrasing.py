@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import Engine
+from engine.memory.clauses import clauses
 from engine.memory.config import MemoryConfig
 from engine.memory.embeddings import HashingEmbedder
-from engine.memory.rules import RulesJudge, clauses
+from engine.memory.rules import RulesJudge
 from engine.memory.surface import statements
 
 

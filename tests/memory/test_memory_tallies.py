@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from engine import Engine
 from engine.memory.config import MemoryConfig
+from engine.memory.counts import restated, tallies
 from engine.memory.embeddings import HashingEmbedder
-from engine.memory.rules import RulesJudge, restated, tallies
+from engine.memory.rules import RulesJudge
 
 
 @pytest.fixture

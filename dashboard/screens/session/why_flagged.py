@@ -122,7 +122,7 @@ def render_flag_explained(page: Page) -> None:
     batches = why.turns_sentence(found)
     if batches is not None:
         st.caption(views.plain(batches) + ".")
-    sentence = why.change_sentence(found)
+    sentence = why.change_sentence(found, page.bundle.info.steps)
     if sentence is None:
         st.markdown("**Smallest setting change that would not have flagged it:** "
                     + views.plain(why.no_change_sentence(found)) + ".")

@@ -62,9 +62,11 @@ def reading_rows(found: WhyFlagged) -> list[dict[str, str]]:
              "settings": settings_text(r.settings)} for r in found.readings]
 
 
-def change_sentence(found: WhyFlagged) -> str | None:
+def change_sentence(found: WhyFlagged, last_step: int | None = None) -> str | None:
     """The smallest change in one plain sentence (foreign tool names included: render via
-    `plain`); None when no single setting clears the step."""
+    `plain`); None when no single setting clears the step. `last_step`: the session's last
+    step; when the flag stopped the session there, a replay without the flag sees no step
+    after it, and the sentence says that the record ends, not that no flag would come."""
     change = found.change
     if change is None:
         return None
@@ -76,8 +78,13 @@ def change_sentence(found: WhyFlagged) -> str | None:
         what = "switching the rule off for every tool"
     else:
         what = f"{change.field} {change.before} → {change.after}"
-    then = ("the session would not be flagged at all" if change.flag is None else
-            f"the first flag would move to step {change.flag.step} ({change.flag.rule})")
+    if change.flag is not None:
+        then = f"the first flag would move to step {change.flag.step} ({change.flag.rule})"
+    elif last_step is not None and last_step <= found.flag.step:
+        then = (f"no flag in the steps recorded, which end at step {last_step}, where the flag "
+                "stopped the session (what it would have done next is not recorded)")
+    else:
+        then = "the session would not be flagged at all"
     return f"{what}: {then}"
 
 

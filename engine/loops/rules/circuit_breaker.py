@@ -36,8 +36,9 @@ class CircuitBreaker(Rule):
     """Trips at `breaker_failures` (per-tool: `tool_breaker_failures`) consecutive failures of
     one tool with no success of it and no progress elsewhere in between; sooner, at
     `repeat_threshold`, when they are failures of one call (the same arguments) back to back,
-    nothing in between, whatever the errors say, unless the error moved to another place in the
-    code (the code it runs changed). Failures issued by one model response (`Step.turn`) are
+    no other action in between (chat with the user does not count: `Window.last_action`),
+    whatever the errors say, unless the error moved to another place in the code (the code it
+    runs changed). Failures issued by one model response (`Step.turn`) are
     one attempt: a batch of guesses that all fail counts once."""
 
     id = CIRCUIT_BREAKER
@@ -84,11 +85,13 @@ class CircuitBreaker(Rule):
         if (
             not same
             or streak.call != obs.call
-            or same[-1] != obs.index - 1
+            or same[-1] != obs.prev_action
             or streak.location != location
         ):
-            # another call, a step in between (a wait, a thought, other work), or the error
-            # moved to another place in the code: the retries are no longer blind
+            # another call, an action in between (a wait, a thought, other work), or the error
+            # moved to another place in the code: the retries are no longer blind. Chat with the
+            # user between is no action: the same call failing again after "please try again"
+            # is still a blind retry, and its third failure is the loop's evidence.
             streak.call, streak.location = obs.call, location
             same.clear()
         same.append(obs.index)

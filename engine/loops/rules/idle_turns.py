@@ -28,16 +28,23 @@ class IdleTurns(Rule):
     `idle_turns_threshold` rejections in a row of the same kind (one error signature), with no
     progress between and no turn accepted between, it fires, whatever the turns say and
     whether or not the run called tools: failed calls between do not end the run, nor does the
-    harness's answer arriving as a user message."""
+    harness's answer arriving as a user message.
+
+    In a conversation, a turn that follows a user message repeats an earlier one only when it
+    is nearly verbatim (`user_turn_similarity`): an agent holding a policy against an insistent
+    customer rewords its refusal each time, which is the customer repeating, not the agent
+    stuck; an agent that sends the same reply whatever the user says is still caught."""
 
     id = IDLE_TURNS
     kinds = frozenset({TURN})
 
-    def __init__(self, idle_turns_threshold: int, turn_similarity: float) -> None:
+    def __init__(self, idle_turns_threshold: int, turn_similarity: float,
+                 user_turn_similarity: float) -> None:
         if idle_turns_threshold < 2:
             raise ValueError(f"idle_turns_threshold must be at least 2, got {idle_turns_threshold}")
         self.threshold = idle_turns_threshold
         self.similarity = turn_similarity
+        self.user_similarity = max(turn_similarity, user_turn_similarity)
         super().__init__()
 
     @property
@@ -51,6 +58,7 @@ class IdleTurns(Rule):
         self._rejected: list[int] = []  # rejected answers of one kind in a row
         self._rejection = ""  # their error signature
         self._rejected_progress = 0  # the progress count when the first of them came
+        self._user_spoke = False  # a user message came since the last turn
 
     def after_flag(self) -> None:
         self._end_run()
@@ -64,6 +72,7 @@ class IdleTurns(Rule):
 
     def user_input(self) -> None:
         self._messages.clear()  # answering the user is talking to them, not instead of acting
+        self._user_spoke = True
 
     def check(self, obs: Observation, window: Window) -> Finding | None:
         if obs.overflow:
@@ -84,7 +93,9 @@ class IdleTurns(Rule):
         if text is None and step.tool is not None and step.args is not None:
             args = step.args
             text = " ".join(str(v) for v in args.values()) if isinstance(args, dict) else str(args)
-        signature = self._turn_key(turn_signature(text))
+        similarity = self.user_similarity if self._user_spoke else self.similarity
+        self._user_spoke = False
+        signature = self._turn_key(turn_signature(text), similarity)
         turns.append((obs.index, signature))
         counts[signature] = counts.get(signature, 0) + 1
         if len(turns) > window.size:
@@ -168,14 +179,15 @@ class IdleTurns(Rule):
             {"turns": len(evidence), "rejected": len(evidence), "error": step.error[:200]},
         )
 
-    def _turn_key(self, signature: str) -> str:
-        """The earlier turn of this run that `signature` repeats (nearly), else itself; only the
-        last few distinct turns are compared, to keep chatty sessions cheap."""
+    def _turn_key(self, signature: str, similarity: float) -> str:
+        """The earlier turn of this run that `signature` repeats (at least `similarity` alike),
+        else itself; only the last few distinct turns are compared, to keep chatty sessions
+        cheap."""
         counts = self._counts
         if signature in counts or not signature:
             return signature
         for earlier in list(counts)[-8:]:
-            if earlier and values_close(earlier, signature, 0, 0, self.similarity):
+            if earlier and values_close(earlier, signature, 0, 0, similarity):
                 return earlier
         return signature
 

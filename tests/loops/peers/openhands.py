@@ -25,6 +25,10 @@ COUNT = (
     "we flag the 3rd identical call with an identical outcome (house rule, DESIGN's crop example); "
     "OpenHands waits for the 4th"
 )
+CYCLE = (
+    "we flag a 2-step cycle with identical outcomes at its third head (ABABA, the rule the Gemini "
+    "CLI and OpenClaw cases hold us to); OpenHands waits for three full rounds (ABABAB)"
+)
 
 
 def _syntax(msg: str, random_line: bool, n: int = 4):
@@ -173,6 +177,8 @@ CASES = [
         REF + "test_is_stuck_repeating_action_observation_pattern",
         [LS_FILES, READ1, LS_FILES, READ1, LS_FILES, READ1],
         5,
+        disagree=CYCLE,
+        ours=4,
     ),
     case(
         "not_stuck",
