@@ -211,11 +211,13 @@ def write_session(
     stamp: tuple[str, str] | None = None,
     retention: Retention | None = None,
     create: dict[str, Any] | None = None,
+    expect: tuple[str | None, int] | None = None,
 ) -> tuple[int, SnapshotNode | None]:
     """Messages, versioned values, a snapshot and documents of session `sid` in one atomic
     write (see `Store.write_session`): every part is checked first, then all are written or
     none is. The snapshot retires older ones by `retention` (None: the engine's). `create`
-    (canonical meta, checked by the caller) creates the session when it is missing.
+    (canonical meta, checked by the caller) creates the session when it is missing; with
+    `expect` (head snapshot id, epoch) the write happens only at that head and epoch.
 
     Raises:
         UnknownSession: no such session (nothing written). ValueError: a bad part, or a
@@ -253,6 +255,11 @@ def write_session(
         write["stamp"] = (ns, key)
     if create is not None:
         write["create"] = create
+    if expect is not None:
+        head, epoch = expect
+        if (head is not None and not isinstance(head, str)) or type(epoch) is not int:
+            raise TypeError(f"expect must be (head snapshot id or None, epoch), not {expect!r}")
+        write["expect"] = (head, epoch)
     return rt.store.write_session(sid, write, rt.clock(), retention or rt.retention)
 
 
@@ -365,6 +372,7 @@ class Documents:
         stamp: tuple[str, str] | None = None,
         retention: Retention | None = None,
         create: Mapping[str, Any] | None = None,
+        expect: tuple[str | None, int] | None = None,
     ) -> tuple[int, SnapshotNode | None]:
         """Several writes to session `sid` as one atomic write: all happen, or none.
 
@@ -377,7 +385,11 @@ class Documents:
         snapshot labelled `snapshot` taken (older ones retired by `retention`, None: the
         engine's), `documents` set (namespace -> items, as `put`). The document that `stamp`
         (namespace, key) names records the snapshot: its ``snap`` (id), ``msgs`` (live message
-        count) and ``epoch``. Every part is size-checked before the store is touched.
+        count) and ``epoch``. Every part is size-checked before the store is touched. With
+        `expect` (head snapshot id, epoch: `SessionInfo.head`, `SessionInfo.epoch` as the caller
+        last saw them), nothing is written unless the session is still there: a caller that
+        decided what to write from an earlier read need not read again (a rollback moves the
+        epoch, a snapshot the head; a session `create` makes is at (None, 0)).
 
         Returns:
             (the session's epoch, the snapshot taken or None).
@@ -386,12 +398,13 @@ class Documents:
             UnknownSession: no such session (and no `create`). ValueError: a bad part, or a
             stamp without a snapshot or naming no dict among `documents`. SizeLimitExceeded: a
             part over its limit. TypeError: `create` is not a dict, or a facet in it is not a
-            string. Nothing is written when any of these is raised.
+            string. RollbackConflict: the session is not at `expect`. Nothing is written
+            when any of these is raised.
         """
         return write_session(
             self._rt, sid, messages=messages, messages_if_empty=messages_if_empty,
             values=values, snapshot=snapshot, documents=documents, stamp=stamp,
-            retention=retention,
+            retention=retention, expect=expect,
             create=None if create is None else (checked_meta(self._rt, dict(create)) or {}))
 
     def live_messages(self, sid: str, *, since: int = 0,

@@ -208,6 +208,18 @@ class SessionWrite(TypedDict):
     create: NotRequired[dict[str, Any]]
     """Canonical meta: create the session with it when missing, else merge its keys into the
     session's meta (as `Store.ensure_session`), before the other parts."""
+    expect: NotRequired[tuple[str | None, int]]
+    """(head snapshot id, epoch) the session must be at, else nothing is written
+    (`RollbackConflict`); a session that `create` creates is at (None, 0). A writer that
+    decided what to write from what it saw of the session earlier (the LangGraph saver's live
+    checkpoint) writes without reading it again: a rollback moves the epoch, a snapshot the
+    head."""
+
+
+def moved_message(sid: str, at: tuple[str | None, int]) -> str:
+    """Why a `SessionWrite` with ``expect`` was refused: where the session is now."""
+    return (f"session {sid!r} moved since it was read (it is at snapshot {at[0]!r}, epoch "
+            f"{at[1]}: rolled back or snapshotted meanwhile); nothing was written")
 
 
 def stamped(write: SessionWrite, epoch: int, node: SnapshotNode | None

@@ -625,6 +625,42 @@ def test_a_write_that_creates_its_session(engine):
         engine.documents.write_session("never", documents={"lg": {"k": 1}})
 
 
+def test_a_write_that_expects_a_head_and_epoch_writes_only_there(engine):
+    """`write_session(expect=(head, epoch))` writes when the session is at that snapshot and
+    epoch, and writes nothing once a snapshot or a rollback moved it; a session it creates is at
+    (None, 0)."""
+    with pytest.raises(RollbackConflict):
+        engine.documents.write_session("cas", documents={"lg": {"k": 1}},
+                                       create={"integration": "langgraph"},
+                                       expect=(None, 1))
+    assert engine.session_info("cas") is None
+    epoch, first = engine.documents.write_session(
+        "cas", values={"head": {"root": "c1"}}, snapshot="c1",
+        documents={"lg": {"c/1": {"id": "1"}}}, stamp=("lg", "c/1"),
+        create={"integration": "langgraph"}, expect=(None, 0))
+    assert first is not None and epoch == 0
+    _, second = engine.documents.write_session(
+        "cas", values={"head": {"root": "c2"}}, snapshot="c2", expect=(first.id, 0))
+    assert second is not None and engine.session_info("cas").head == second.id
+    stale = (first.id, 0)
+    before = engine.session_info("cas")
+    with pytest.raises(RollbackConflict):
+        engine.documents.write_session("cas", messages=[{"role": "user", "content": "x"}],
+                                       values={"head": {"root": "c3"}}, snapshot="c3",
+                                       documents={"lg": {"c/3": {"id": "3"}}}, expect=stale)
+    assert engine.session_info("cas") == before
+    assert engine.documents.values("cas", "head") == {"root": "c2"}
+    assert engine.documents.get("cas", "lg", ["c/3"]) == {}
+    engine.get_session("cas").append_message("user", "after c2")
+    engine.rollback("cas", to=second.id, reason="test", notice=False)  # same head, new epoch
+    with pytest.raises(RollbackConflict):
+        engine.documents.write_session("cas", snapshot="c3", expect=(second.id, 0))
+    info = engine.session_info("cas")
+    engine.documents.write_session("cas", snapshot="c3", expect=(info.head, info.epoch))
+    with pytest.raises(TypeError):
+        engine.documents.write_session("cas", snapshot="c4", expect=("snap", "1"))
+
+
 def test_documents_may_be_bytes_kept_as_they_are(engine):
     """A document given as bytes reads back as those bytes (any byte, none of them JSON), beside
     JSON documents, through every write path; deleting it works like any other."""

@@ -70,7 +70,13 @@ from langgraph.checkpoint.base.id import uuid6
 
 from engine import Retention
 from engine.engine import Engine
-from engine.errors import SnapshotNotRestorable, StoreError, UnknownSession, UnknownSnapshot
+from engine.errors import (
+    RollbackConflict,
+    SnapshotNotRestorable,
+    StoreError,
+    UnknownSession,
+    UnknownSnapshot,
+)
 from engine.integrations.langgraph import codec, layout
 from engine.integrations.langgraph.aio import AsyncSaver
 from engine.integrations.langgraph.chat import is_notice, notice_message, to_chat
@@ -136,6 +142,10 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         serialized, decoded anew at every read; or the mark of a channel emptied). A version's
         value never changes, so a warm read need not fetch it; one entry per channel, like
         `_lists`, so many threads do not push each other's out."""
+        self._pointers: OrderedDict[str, tuple[str | None, int, dict]] = OrderedDict()
+        """session -> (head snapshot id, epoch, values of `layout.HEAD`) as this saver last
+        wrote or read them: a put that continues that head writes without reading it again
+        (`_put_as_seen`)."""
         self._seen_changed = threading.Condition(self._lock)
 
     def wait_for_checkpoint(self, thread_id: Any, checkpoint_id: str, timeout: float) -> bool:
@@ -190,6 +200,8 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             info, pointers = self._docs.session_values(sid, layout.HEAD)
             if info is None:
                 return None
+            with self._lock:
+                self._remember(self._pointers, sid, (info.head, info.epoch, pointers))
             head = pointers.get(layout.ROOT)
             rec, writes = self._with_writes(sid, ns, head) if head else (None, None)
             if rec is None:  # no head yet, or its record is gone: the newest live one
@@ -592,44 +604,13 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             "run": meta.get("run_id") if isinstance(meta.get("run_id"), str) else None,
             "late": False, "snap": None, "msgs": None, "epoch": None, "lists": chains,
         }
-        if ns == "":
-            pointers = self._docs.values(sid, layout.HEAD)
-            head, fence = pointers.get(layout.ROOT), pointers.get(layout.FENCE) or {}
-            if (fence and parent_id == fence.get("base")
-                    and checkpoint_id <= fence.get("until", "")
-                    and meta.get("source") == "loop"):
-                rec["late"] = True  # the next step of a run the guard rolled back, stored late
-            elif parent_id is not None and head is not None and parent_id != head:
-                if self._fork(sid, parent, parent_id):
-                    head = parent_id
-                elif parent is not None and (parent.get("late") or meta.get("source") == "loop"):
-                    rec["late"] = True
         key = layout.checkpoint_key(ns, checkpoint_id)
         docs[key] = rec
-        if ns == "" and not rec["late"]:
-            # mirrored messages, head pointer, snapshot and documents: one atomic write. A
-            # thread this saver does not know yet is created by it (one transaction for its
-            # first checkpoint); a known one deleted meanwhile fails the write, and `put` then
-            # creates it again and retries.
-            with self._lock:
-                known = sid in self._ensured
-            chat: builtins.list[dict] = []
-            if appended and (parent_id == head or (parent_id is None and head is None)):
-                chat = [c for c in (to_chat(m) for m in appended if not is_notice(m)) if c]
-            label = (f"checkpoint {checkpoint_id} ({meta.get('source', '?')}, "
-                     f"step {meta.get('step', '?')})")
-            epoch, node = self._docs.write_session(
-                sid, messages=chat, values={layout.HEAD: {layout.ROOT: checkpoint_id}},
-                snapshot=cut_text(label, self.engine.limits.name_chars),
-                documents={layout.DOCS: docs}, stamp=(layout.DOCS, key),
-                retention=self.retention, create=None if known else _THREAD_META)
-            assert node is not None
-            rec.update(snap=node.id, msgs=node.messages, epoch=epoch)
-            with self._lock:
-                self._remember(self._ensured, sid, None)
-        else:
+        if ns != "":
             self._ensure(sid)
             self._docs.put(sid, layout.DOCS, docs)
+        elif not self._put_as_seen(sid, parent_id, checkpoint_id, meta, rec, docs, appended):
+            self._put_root(sid, parent_id, parent, checkpoint_id, meta, rec, docs, appended)
         with self._seen_changed:
             for channel, state in lists.items():
                 self._remember(self._lists, (sid, ns, channel), state)
@@ -638,6 +619,85 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             self._remember(self._last, (sid, ns), rec)
             self._remember(self._seen, (sid, checkpoint_id), None)
             self._seen_changed.notify_all()
+
+    def _put_as_seen(self, sid: str, parent_id: str | None, checkpoint_id: str,
+                     meta: CheckpointMetadata | dict, rec: dict, docs: dict,
+                     appended: builtins.list | None) -> bool:
+        """Write a root checkpoint without reading the session first, when this saver saw its
+        head pointers last (its previous put or read) and the checkpoint continues the live one:
+        the write expects the session at the head snapshot and epoch it saw then, which no
+        rollback, fork or guard's fence leaves in place. False (nothing written) when that is
+        not known or the session moved; `_put_root` then reads and decides."""
+        with self._lock:
+            seen = self._pointers.get(sid)
+            known = sid in self._ensured
+        if seen is None:
+            if known:
+                return False
+            seen = (None, 0, {})  # a thread new to this saver: new to the store, most likely
+        at_head, at_epoch, pointers = seen
+        head, fence = pointers.get(layout.ROOT), pointers.get(layout.FENCE) or {}
+        if parent_id != head or (fence and parent_id == fence.get("base")):
+            return False  # a fork, or maybe a late step of a fenced run: read and decide
+        try:
+            self._write_root(sid, checkpoint_id, meta, rec, docs, appended, pointers, known,
+                             expect=(at_head, at_epoch))
+        except RollbackConflict:
+            with self._lock:
+                self._pointers.pop(sid, None)
+            return False
+        return True
+
+    def _put_root(self, sid: str, parent_id: str | None, parent: dict | None,
+                  checkpoint_id: str, meta: CheckpointMetadata | dict, rec: dict, docs: dict,
+                  appended: builtins.list | None) -> None:
+        """Write a root checkpoint after reading the head pointers: a fork first rolls the
+        session back to the parent; a late checkpoint is stored without becoming the head."""
+        pointers = self._docs.values(sid, layout.HEAD)
+        head, fence = pointers.get(layout.ROOT), pointers.get(layout.FENCE) or {}
+        if (fence and parent_id == fence.get("base")
+                and checkpoint_id <= fence.get("until", "")
+                and meta.get("source") == "loop"):
+            rec["late"] = True  # the next step of a run the guard rolled back, stored late
+        elif parent_id is not None and head is not None and parent_id != head:
+            if self._fork(sid, parent, parent_id):
+                head = parent_id
+            elif parent is not None and (parent.get("late") or meta.get("source") == "loop"):
+                rec["late"] = True
+        if rec["late"]:
+            self._ensure(sid)
+            self._docs.put(sid, layout.DOCS, docs)
+            return
+        if not (parent_id == head or (parent_id is None and head is None)):
+            appended = None  # not on the live conversation: nothing to mirror
+        with self._lock:
+            known = sid in self._ensured
+        self._write_root(sid, checkpoint_id, meta, rec, docs, appended, pointers, known)
+
+    def _write_root(self, sid: str, checkpoint_id: str, meta: CheckpointMetadata | dict,
+                    rec: dict, docs: dict, appended: builtins.list | None, pointers: dict,
+                    known: bool, expect: tuple[str | None, int] | None = None) -> None:
+        """Mirrored messages, head pointer, snapshot and documents: one atomic write. A thread
+        this saver does not know yet is created by it (one transaction for its first
+        checkpoint); a known one deleted meanwhile fails the write, and `put` then creates it
+        again and retries."""
+        chat: builtins.list[dict] = []
+        if appended:
+            chat = [c for c in (to_chat(m) for m in appended if not is_notice(m)) if c]
+        label = (f"checkpoint {checkpoint_id} ({meta.get('source', '?')}, "
+                 f"step {meta.get('step', '?')})")
+        epoch, node = self._docs.write_session(
+            sid, messages=chat, values={layout.HEAD: {layout.ROOT: checkpoint_id}},
+            snapshot=cut_text(label, self.engine.limits.name_chars),
+            documents={layout.DOCS: docs}, stamp=(layout.DOCS, layout.checkpoint_key(
+                "", checkpoint_id)),
+            retention=self.retention, create=None if known else _THREAD_META, expect=expect)
+        assert node is not None
+        rec.update(snap=node.id, msgs=node.messages, epoch=epoch)
+        with self._lock:
+            self._remember(self._ensured, sid, None)
+            self._remember(self._pointers, sid,
+                           (node.id, epoch, {**pointers, layout.ROOT: checkpoint_id}))
 
     def _fork(self, sid: str, parent: dict | None, parent_id: str) -> bool:
         """Roll the session back to the parent's snapshot; False when it cannot be live again."""
@@ -972,6 +1032,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             for cache in caches:
                 for key in [k for k in cache if k[0] == sid]:
                     del cache[key]
+            self._pointers.pop(sid, None)
 
     def _forget(self, sid: str) -> None:
         self._forget_cache(sid)

@@ -71,7 +71,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
 
-from engine.errors import StoreAuthError, StoreError, UnknownSession
+from engine.errors import RollbackConflict, StoreAuthError, StoreError, UnknownSession
 from engine.records import (
     AuditEvent,
     BranchInfo,
@@ -103,7 +103,7 @@ from engine.store.redis.codec import dumps, num
 from engine.store.redis.fleet import FleetViews
 from engine.store.redis.fleetdocs import FleetDocs
 from engine.store.redis.scripts import OUTBOX_BATCH, SOURCES
-from engine.store.requests import snapshot_seq
+from engine.store.requests import moved_message, snapshot_seq
 from engine.types import (
     CompensationStatus,
     SessionStatus,
@@ -712,7 +712,13 @@ class RedisStore:
                                   or not isinstance(documents.get(stamp[0], {}).get(stamp[1]),
                                                     dict)):
             raise ValueError(f"the stamp {stamp!r} needs a snapshot and a document that is a dict")
+        expect = write.get("expect")
         if "create" in write:
+            if expect is not None:  # refused before the session is created or its meta merged
+                info = self.get_session(sid)
+                at = (None, 0) if info is None else (info.head, info.epoch)
+                if at != tuple(expect):
+                    raise RollbackConflict(moved_message(sid, at))
             self.ensure_session(sid, write["create"] or None, now)
         messages = write.get("messages") or []
         args: list[Any] = ["1" if write.get("messages_if_empty") else "0",
@@ -737,6 +743,7 @@ class RedisStore:
                     value = {k: v for k, v in value.items() if k not in ("snap", "msgs", "epoch")}
                 args += [key, _doc_text(value)]
         args += list(stamp) if stamp is not None else ["", ""]
+        args += ["", ""] if expect is None else [expect[0] or "", int(expect[1])]
         result, _ = self._write("write", sid, now, args)
         epoch, snap = json.loads(result)
         if snap is None:

@@ -7,9 +7,9 @@ import json
 import sqlite3
 from typing import Any
 
-from engine.errors import UnknownSession
+from engine.errors import RollbackConflict, UnknownSession
 from engine.records import SnapshotNode
-from engine.store.requests import Retention, SessionWrite, stamped
+from engine.store.requests import Retention, SessionWrite, moved_message, stamped
 from engine.store.sqlite.docs import doc_text
 from engine.store.sqlite.rows import create_session, dumps, set_meta
 from engine.store.sqlite.snapshots import insert_snapshot
@@ -67,6 +67,11 @@ class SessionWrites:
         with self._db.write() as conn:
             events: list[tuple[float, str, str, str]] = []
             row = conn.execute(_WRITE_SESSION, (sid,)).fetchone()
+            expect = write.get("expect")
+            if expect is not None:  # before anything is written (a new session is at None, 0)
+                at = (None, 0) if row is None else (row[4], row[1])
+                if at != tuple(expect):
+                    raise RollbackConflict(moved_message(sid, at))
             if row is None:
                 if create is None:
                     raise UnknownSession(f"no session {sid!r} in this store")

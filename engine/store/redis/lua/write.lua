@@ -5,9 +5,15 @@
 -- pair count p, p key/value texts; then snapshot label JSON ("" none), keep named, keep step;
 -- then the document namespace count, per namespace: name, pair count p, p key/value texts;
 -- then stamp namespace and key ("" none): that document's JSON text lacks its last brace's
--- ``snap``, ``msgs``, ``epoch``, which are added here.
+-- ``snap``, ``msgs``, ``epoch``, which are added here. Last, the head snapshot id and the epoch
+-- the session must be at ("" "": any), checked before anything is written.
 local r = replay() if r then return r end
 need()
+local expect_epoch = ARGV[#ARGV]
+if expect_epoch ~= "" and ((S.head or "") ~= ARGV[#ARGV - 1]
+                           or tonumber(S.epoch) ~= tonumber(expect_epoch)) then
+  fail("MOVED", (S.head or "") .. " " .. S.epoch)
+end
 local a = 9
 local function nxt() a = a + 1 return ARGV[a - 1] end
 local only_if_empty, roles, count = nxt() == "1", nxt(), tonumber(nxt())
