@@ -185,6 +185,17 @@ def get_session_values(rt: Runtime, sid: str, ns: str
     return rt.store.get_session_values(validate_session_id(sid), _namespace(ns, "key-value"))
 
 
+def get_session_documents(rt: Runtime, sid: str, ns: str, doc_ns: str, keys: Sequence[str], *,
+                          prefix: str | None = None
+                          ) -> tuple[SessionInfo | None, dict[str, Any], dict[str, Any]]:
+    """`get_session_values` and `get_documents` of session `sid` in one read."""
+    if prefix is not None and not isinstance(prefix, str):
+        raise TypeError(f"a document key prefix must be a string, not {prefix!r}")
+    return rt.store.get_session_docs(
+        validate_session_id(sid), _namespace(ns, "key-value"), _namespace(doc_ns, "document"),
+        list(keys), prefix=prefix)
+
+
 def put_values(rt: Runtime, sid: str, ns: str, items: Mapping[str, Any]) -> int:
     """Set keys of versioned namespace `ns` (None deletes one): a rollback restores them.
 
@@ -345,6 +356,20 @@ class Documents:
             InvalidSessionId: bad id. ValueError: `ns` is not an identifier.
         """
         return get_session_values(self._rt, sid, ns)
+
+    def session_documents(self, sid: str, ns: str, doc_ns: str, keys: Sequence[str], *,
+                          prefix: str | None = None
+                          ) -> tuple[SessionInfo | None, dict[str, Any], dict[str, Any]]:
+        """`session_values` and `get` in one read (one statement on SQLite): the summary of
+        session `sid` (None when there is no such session, with {} and {}), the current values
+        of its versioned namespace `ns`, and the documents of namespace `doc_ns` among `keys`
+        (with `prefix`, also every document under it). For a reader that can guess which
+        documents the values will name: a warm read of LangGraph's latest checkpoint.
+
+        Raises:
+            InvalidSessionId: bad id. ValueError: a namespace is not an identifier.
+        """
+        return get_session_documents(self._rt, sid, ns, doc_ns, keys, prefix=prefix)
 
     def put_values(self, sid: str, ns: str, items: Mapping[str, Any]) -> int:
         """Set keys of versioned namespace `ns` of session `sid` (None deletes one) in one

@@ -1057,3 +1057,19 @@ def test_every_step_left_running_is_found_however_old_its_session_or_deep_its_st
     assert sorted((sid, step.n) for sid, step in found) == sorted(stuck)
     assert all(step.tool == "fetch" for _, step in found)
     assert engine.fleet.running_steps(3600.0) == []  # none has run that long
+
+
+def test_session_values_and_documents_in_one_read(engine):
+    """`Documents.session_documents` gives what `session_values` and `get` (keys and a
+    prefix) give, and None, {}, {} for an unknown session."""
+    engine.session("both")
+    engine.documents.put_values("both", "head", {"root": "c1"})
+    engine.documents.put("both", "lg", {"c/1": {"id": "1"}, "w/1/a": b"\x00raw", "w/1/b": [1],
+                                        "w/2/a": {"other": True}, "c/2": {"id": "2"}})
+    info, values, docs = engine.documents.session_documents("both", "head", "lg", ["c/1"],
+                                                            prefix="w/1/")
+    assert (info, values) == engine.documents.session_values("both", "head")
+    assert docs == engine.documents.get("both", "lg", ["c/1"], prefix="w/1/") == {
+        "c/1": {"id": "1"}, "w/1/a": b"\x00raw", "w/1/b": [1]}
+    assert engine.documents.session_documents("both", "none", "lg", [])[1:] == ({}, {})
+    assert engine.documents.session_documents("nobody", "head", "lg", ["c/1"]) == (None, {}, {})

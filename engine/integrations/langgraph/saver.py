@@ -195,15 +195,28 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         if checkpoint_id:
             rec, writes = self._with_writes(sid, ns, checkpoint_id)
         elif ns == "":
-            # The thread's summary and its head pointer in one read, then the head's record
-            # and its pending writes in another: a warm read is two statements on SQLite.
-            info, pointers = self._docs.session_values(sid, layout.HEAD)
+            # The thread's summary and its head pointer in one read, with the record and
+            # pending writes of the head this saver saw last (a warm read: one statement on
+            # SQLite); the head's record in a second read when the head moved or is not known.
+            with self._lock:
+                seen = self._pointers.get(sid)
+            guess = seen[2].get(layout.ROOT) if seen is not None else None
+            found: dict[str, Any] | None = None
+            if guess:
+                info, pointers, found = self._docs.session_documents(
+                    sid, layout.HEAD, layout.DOCS, [layout.checkpoint_key(ns, guess)],
+                    prefix=layout.write_prefix(ns, guess))
+            else:
+                info, pointers = self._docs.session_values(sid, layout.HEAD)
             if info is None:
                 return None
             with self._lock:
                 self._remember(self._pointers, sid, (info.head, info.epoch, pointers))
             head = pointers.get(layout.ROOT)
-            rec, writes = self._with_writes(sid, ns, head) if head else (None, None)
+            if head and head == guess and found is not None:
+                rec, writes = self._split_writes(ns, head, found)
+            else:
+                rec, writes = self._with_writes(sid, ns, head) if head else (None, None)
             if rec is None:  # no head yet, or its record is gone: the newest live one
                 rec, writes = self._latest(sid, ns), None
             delivered = self._deliver_notices(sid, thread_id, rec, info, pointers)
@@ -220,12 +233,18 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
     def _with_writes(self, sid: str, ns: str, checkpoint_id: str
                      ) -> tuple[dict | None, builtins.list[dict] | None]:
         """Checkpoint `checkpoint_id`'s record and its pending writes, in one read."""
-        key = layout.checkpoint_key(ns, checkpoint_id)
-        prefix = layout.write_prefix(ns, checkpoint_id)
-        found = self._docs.get(sid, layout.DOCS, [key], prefix=prefix)
-        rec = found.get(key)
+        found = self._docs.get(sid, layout.DOCS, [layout.checkpoint_key(ns, checkpoint_id)],
+                               prefix=layout.write_prefix(ns, checkpoint_id))
+        return self._split_writes(ns, checkpoint_id, found)
+
+    @staticmethod
+    def _split_writes(ns: str, checkpoint_id: str, found: dict[str, Any]
+                      ) -> tuple[dict | None, builtins.list[dict] | None]:
+        """The record and the pending writes of checkpoint `checkpoint_id` among `found`."""
+        rec = found.get(layout.checkpoint_key(ns, checkpoint_id))
         if rec is None:
             return None, None
+        prefix = layout.write_prefix(ns, checkpoint_id)
         return rec, [doc for k, doc in found.items() if k.startswith(prefix)]
 
     def list(

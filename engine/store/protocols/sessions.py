@@ -139,6 +139,16 @@ class SessionStore(Protocol):
         first on every turn (LangGraph's latest checkpoint: the thread and its head pointer)."""
         ...
 
+    def get_session_docs(self, sid: str, ns: str, doc_ns: str, keys: list[str], *,
+                         prefix: str | None = None
+                         ) -> tuple[SessionInfo | None, dict[str, Any], dict[str, Any]]:
+        """`get_session_values` of namespace `ns` and `doc_get` of document namespace `doc_ns`
+        (`keys`, and with `prefix` every document under it) in one read (one statement on
+        SQLite): the summary (None for an unknown session, with {} and {}), the values and the
+        documents. A reader that can guess which documents the values will name (LangGraph's
+        latest checkpoint, read warm) fetches them without a second read."""
+        ...
+
     def live_messages(self, sid: str, *, since: int = 0,
                       until: int | None = None) -> list[dict[str, Any]]:
         """Messages on the live line, oldest first ([] for an unknown session).

@@ -55,7 +55,7 @@ from engine.store.base import (
     refuse_undecidable,
 )
 from engine.store.sqlite.branches import BranchLine
-from engine.store.sqlite.docs import DocumentRows
+from engine.store.sqlite.docs import DocumentRows, doc_get_read, doc_value
 from engine.store.sqlite.rows import (
     AUDIT_COLS,
     COMPENSATION,
@@ -180,6 +180,8 @@ _SESSION_VALUES = (
     "LEFT JOIN kv ON kv.session = sessions.id AND kv.ns = ? WHERE sessions.id = ?"
 )
 """`SQLiteStore.get_session_values`: a session's row with its values of one namespace."""
+_NO_SESSION = ", ".join(["NULL"] * len(SESSION_COLS.split(",")))
+"""The session columns of a document's row in `SQLiteStore.get_session_docs`."""
 
 
 def _session_where(where: SessionFilter) -> tuple[str, list[object]]:
@@ -426,6 +428,24 @@ class SQLiteStore:
             return None, {}
         return SESSION.decode_selected(rows[0]), {r[-2]: json.loads(r[-1]) for r in rows
                                                   if r[-2] is not None}
+
+    def get_session_docs(self, sid: str, ns: str, doc_ns: str, keys: list[str], *,
+                         prefix: str | None = None
+                         ) -> tuple[SessionInfo | None, dict[str, Any], dict[str, Any]]:
+        """`get_session_values` and `doc_get` in one statement: the session's row joined with
+        its values, then the documents' rows (no session id: what tells them apart)."""
+        if len(keys) > 500 or (not keys and prefix is None):  # a read each, or no documents
+            info, values = self.get_session_values(sid, ns)
+            return info, values, self.doc_get(sid, doc_ns, keys, prefix=prefix) if info else {}
+        sql, params = doc_get_read(sid, doc_ns, keys, prefix)
+        rows = self._read(f"{_SESSION_VALUES} UNION ALL SELECT {_NO_SESSION}, key, value "
+                          f"FROM ({sql})", [ns, sid, *params])
+        session = [r for r in rows if r[0] is not None]
+        if not session:
+            return None, {}, {}
+        return (SESSION.decode_selected(session[0]),
+                {r[-2]: json.loads(r[-1]) for r in session if r[-2] is not None},
+                {r[-2]: doc_value(r[-1]) for r in rows if r[0] is None})
 
     def live_messages(self, sid: str, *, since: int = 0,
                       until: int | None = None) -> list[dict[str, Any]]:
