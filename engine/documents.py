@@ -187,8 +187,10 @@ def get_session_values(rt: Runtime, sid: str, ns: str
 
 def get_session_documents(rt: Runtime, sid: str, ns: str, doc_ns: str, keys: Sequence[str], *,
                           prefix: str | None = None
-                          ) -> tuple[SessionInfo | None, dict[str, Any], dict[str, Any]]:
-    """`get_session_values` and `get_documents` of session `sid` in one read."""
+                          ) -> tuple[tuple[str | None, int, int] | None, dict[str, Any],
+                                     dict[str, Any]]:
+    """Where session `sid` is (head snapshot id, epoch, live message count), its values of
+    `ns` and documents of `doc_ns`, in one read (`Store.get_session_docs`)."""
     if prefix is not None and not isinstance(prefix, str):
         raise TypeError(f"a document key prefix must be a string, not {prefix!r}")
     return rt.store.get_session_docs(
@@ -359,11 +361,13 @@ class Documents:
 
     def session_documents(self, sid: str, ns: str, doc_ns: str, keys: Sequence[str], *,
                           prefix: str | None = None
-                          ) -> tuple[SessionInfo | None, dict[str, Any], dict[str, Any]]:
-        """`session_values` and `get` in one read (one statement on SQLite): the summary of
-        session `sid` (None when there is no such session, with {} and {}), the current values
-        of its versioned namespace `ns`, and the documents of namespace `doc_ns` among `keys`
-        (with `prefix`, also every document under it). For a reader that can guess which
+                          ) -> tuple[tuple[str | None, int, int] | None, dict[str, Any],
+                                     dict[str, Any]]:
+        """In one read (one statement on SQLite): where session `sid` is, as (head snapshot
+        id, epoch, live message count) (`SessionInfo.head`, ``.epoch``, ``.messages``; None
+        when there is no such session, with {} and {}), the current values of its versioned
+        namespace `ns` (as `values`), and its documents of namespace `doc_ns` among `keys`, with
+        `prefix` also every document under it (as `get`). For a reader that can guess which
         documents the values will name: a warm read of LangGraph's latest checkpoint.
 
         Raises:

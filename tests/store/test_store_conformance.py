@@ -1066,9 +1066,13 @@ def test_session_values_and_documents_in_one_read(engine):
     engine.documents.put_values("both", "head", {"root": "c1"})
     engine.documents.put("both", "lg", {"c/1": {"id": "1"}, "w/1/a": b"\x00raw", "w/1/b": [1],
                                         "w/2/a": {"other": True}, "c/2": {"id": "2"}})
-    info, values, docs = engine.documents.session_documents("both", "head", "lg", ["c/1"],
-                                                            prefix="w/1/")
-    assert (info, values) == engine.documents.session_values("both", "head")
+    engine.get_session("both").append_message("user", "hi")
+    snap = engine.get_session("both").snapshot("s")
+    at, values, docs = engine.documents.session_documents("both", "head", "lg", ["c/1"],
+                                                          prefix="w/1/")
+    info = engine.session_info("both")
+    assert at == (info.head, info.epoch, info.messages) == (snap, 0, 1)
+    assert values == engine.documents.values("both", "head")
     assert docs == engine.documents.get("both", "lg", ["c/1"], prefix="w/1/") == {
         "c/1": {"id": "1"}, "w/1/a": b"\x00raw", "w/1/b": [1]}
     assert engine.documents.session_documents("both", "none", "lg", [])[1:] == ({}, {})

@@ -202,16 +202,18 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 seen = self._pointers.get(sid)
             guess = seen[2].get(layout.ROOT) if seen is not None else None
             found: dict[str, Any] | None = None
+            at: tuple[str | None, int, int] | None
             if guess:
-                info, pointers, found = self._docs.session_documents(
+                at, pointers, found = self._docs.session_documents(
                     sid, layout.HEAD, layout.DOCS, [layout.checkpoint_key(ns, guess)],
                     prefix=layout.write_prefix(ns, guess))
             else:
                 info, pointers = self._docs.session_values(sid, layout.HEAD)
-            if info is None:
+                at = None if info is None else (info.head, info.epoch, info.messages)
+            if at is None:
                 return None
             with self._lock:
-                self._remember(self._pointers, sid, (info.head, info.epoch, pointers))
+                self._remember(self._pointers, sid, (at[0], at[1], pointers))
             head = pointers.get(layout.ROOT)
             if head and head == guess and found is not None:
                 rec, writes = self._split_writes(ns, head, found)
@@ -219,7 +221,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 rec, writes = self._with_writes(sid, ns, head) if head else (None, None)
             if rec is None:  # no head yet, or its record is gone: the newest live one
                 rec, writes = self._latest(sid, ns), None
-            delivered = self._deliver_notices(sid, thread_id, rec, info, pointers)
+            delivered = self._deliver_notices(sid, thread_id, rec, at[2], pointers)
             if delivered is not rec:
                 rec, writes = delivered, None
         else:
@@ -732,13 +734,13 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         return True
 
     def _deliver_notices(self, sid: str, thread_id: Any, rec: dict | None,
-                         info: Any, pointers: dict) -> dict | None:
+                         messages: int, pointers: dict) -> dict | None:
         """Hand notices appended to the session after `rec` to the graph (see module doc).
 
         `rec` is the live checkpoint's record; None when the guard rolled back a run of a thread
         without any stored checkpoint before it (``durability="exit"``): the notices then start
-        the thread's first checkpoint. `info` is the session's summary, `pointers` its values
-        of `layout.HEAD` (read together).
+        the thread's first checkpoint. `messages` is the session's live message count,
+        `pointers` its values of `layout.HEAD` (read together).
         """
         channel = self.messages_channel
         if channel is None:
@@ -752,7 +754,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             return rec
         else:
             seen = rec["msgs"]
-        if info.messages <= seen:
+        if messages <= seen:
             return rec
         notices = [m for m in self._live_messages(sid)[seen:] if is_notice(m)]
         if not notices:

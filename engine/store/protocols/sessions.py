@@ -141,12 +141,13 @@ class SessionStore(Protocol):
 
     def get_session_docs(self, sid: str, ns: str, doc_ns: str, keys: list[str], *,
                          prefix: str | None = None
-                         ) -> tuple[SessionInfo | None, dict[str, Any], dict[str, Any]]:
-        """`get_session_values` of namespace `ns` and `doc_get` of document namespace `doc_ns`
-        (`keys`, and with `prefix` every document under it) in one read (one statement on
-        SQLite): the summary (None for an unknown session, with {} and {}), the values and the
-        documents. A reader that can guess which documents the values will name (LangGraph's
-        latest checkpoint, read warm) fetches them without a second read."""
+                         ) -> tuple[tuple[str | None, int, int] | None, dict[str, Any],
+                                    dict[str, Any]]:
+        """Where the session is, the values of namespace `ns` (as `get_all`) and documents of
+        namespace `doc_ns` (as `doc_get` of `keys` and `prefix`) in one read (one statement
+        on SQLite). Where it is: its head snapshot id, epoch and live message count (None for
+        an unknown session, with {} and {}). A reader that can guess which documents the
+        values will name (LangGraph's latest checkpoint, read warm) needs no second read."""
         ...
 
     def live_messages(self, sid: str, *, since: int = 0,

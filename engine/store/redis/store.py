@@ -320,11 +320,13 @@ class RedisStore:
 
     def get_session_docs(self, sid: str, ns: str, doc_ns: str, keys: list[str], *,
                          prefix: str | None = None
-                         ) -> tuple[SessionInfo | None, dict[str, Any], dict[str, Any]]:
+                         ) -> tuple[tuple[str | None, int, int] | None, dict[str, Any],
+                                    dict[str, Any]]:
         info, values = self.get_session_values(sid, ns)
         if info is None:
             return None, {}, {}
-        return info, values, self.doc_get(sid, doc_ns, keys, prefix=prefix)
+        return ((info.head, info.epoch, info.messages), values,
+                self.doc_get(sid, doc_ns, keys, prefix=prefix))
 
     def live_messages(self, sid: str, *, since: int = 0,
                       until: int | None = None) -> list[dict[str, Any]]:

@@ -180,8 +180,11 @@ _SESSION_VALUES = (
     "LEFT JOIN kv ON kv.session = sessions.id AND kv.ns = ? WHERE sessions.id = ?"
 )
 """`SQLiteStore.get_session_values`: a session's row with its values of one namespace."""
-_NO_SESSION = ", ".join(["NULL"] * len(SESSION_COLS.split(",")))
-"""The session columns of a document's row in `SQLiteStore.get_session_docs`."""
+_SESSION_AT = (
+    "SELECT head, epoch, msg_count, kv.key, kv.value FROM sessions "
+    "LEFT JOIN kv ON kv.session = sessions.id AND kv.ns = ? WHERE sessions.id = ?"
+)
+"""Where a session is, with its values of one namespace (`SQLiteStore.get_session_docs`)."""
 
 
 def _session_where(where: SessionFilter) -> tuple[str, list[object]]:
@@ -431,21 +434,26 @@ class SQLiteStore:
 
     def get_session_docs(self, sid: str, ns: str, doc_ns: str, keys: list[str], *,
                          prefix: str | None = None
-                         ) -> tuple[SessionInfo | None, dict[str, Any], dict[str, Any]]:
-        """`get_session_values` and `doc_get` in one statement: the session's row joined with
-        its values, then the documents' rows (no session id: what tells them apart)."""
+                         ) -> tuple[tuple[str | None, int, int] | None, dict[str, Any],
+                                    dict[str, Any]]:
+        """Where the session is and its values of `ns`, then the documents' rows (no epoch:
+        what tells them apart), in one statement."""
         if len(keys) > 500 or (not keys and prefix is None):  # a read each, or no documents
             info, values = self.get_session_values(sid, ns)
-            return info, values, self.doc_get(sid, doc_ns, keys, prefix=prefix) if info else {}
+            if info is None:
+                return None, {}, {}
+            return ((info.head, info.epoch, info.messages), values,
+                    self.doc_get(sid, doc_ns, keys, prefix=prefix))
         sql, params = doc_get_read(sid, doc_ns, keys, prefix)
-        rows = self._read(f"{_SESSION_VALUES} UNION ALL SELECT {_NO_SESSION}, key, value "
+        rows = self._read(f"{_SESSION_AT} UNION ALL SELECT NULL, NULL, NULL, key, value "
                           f"FROM ({sql})", [ns, sid, *params])
-        session = [r for r in rows if r[0] is not None]
+        session = [r for r in rows if r[1] is not None]
         if not session:
             return None, {}, {}
-        return (SESSION.decode_selected(session[0]),
-                {r[-2]: json.loads(r[-1]) for r in session if r[-2] is not None},
-                {r[-2]: doc_value(r[-1]) for r in rows if r[0] is None})
+        head, epoch, messages = session[0][:3]
+        return ((head, epoch, messages),
+                {r[3]: json.loads(r[4]) for r in session if r[3] is not None},
+                {r[3]: doc_value(r[4]) for r in rows if r[1] is None})
 
     def live_messages(self, sid: str, *, since: int = 0,
                       until: int | None = None) -> list[dict[str, Any]]:
