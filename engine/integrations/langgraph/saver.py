@@ -27,9 +27,12 @@ Storage does not copy the message list at every checkpoint: channel values are s
 earlier versions on the same line (`codec`). The checkpoint record names every document its
 lists are built from, so reading a checkpoint is one read of the record with its pending writes
 and one of its values, whatever the thread's length: at most log2(n) + 1 documents per list
-channel. The latest checkpoint of the root namespace takes one more read first, the thread's
-summary with its head pointer; the values of the versions this saver last wrote or read are held
-(serialized, decoded anew at every read), so a warm read of the latest checkpoint is two reads.
+channel. The latest checkpoint of the root namespace also needs where the thread is (its head
+snapshot, epoch and message count) and its head pointer: read together with the record and
+pending writes of the head this saver last wrote or read (`Engine.documents.session_documents`),
+and the values of the versions it last wrote or read are held (serialized, decoded anew at every
+read), so a warm read of the latest checkpoint is one read (one statement on SQLite); a head
+that moved since takes a second.
 ``list(limit=…)`` reads a page of records at a time, namespace by namespace. Channel values are
 stored as bytes (the serializer's output behind a small header), so a read neither parses nor
 base64-decodes them; threads stored as JSON before still read.
@@ -37,8 +40,11 @@ base64-decodes them; threads stored as JSON before still read.
 Every read and write goes through the engine's public API (`Engine.documents.get`,
 `Engine.documents.write_session`, …), never the store itself: the engine checks size limits before
 the store is touched, and a checkpoint's parts (mirrored messages, head pointer, snapshot,
-documents) are written in one atomic write, as is a copied thread. Async methods run the sync
-ones in the default executor.
+documents) are written in one atomic write, as is a copied thread. A checkpoint that continues
+the head this saver last wrote or read is written without reading the head pointer first: the
+write expects the session at the head snapshot and epoch seen then (no rollback, fork, fence or
+other snapshot since), and when it is not, nothing is written and the put reads and decides as
+usual. Async methods run the sync ones in the default executor.
 """
 
 from __future__ import annotations
