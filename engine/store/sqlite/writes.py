@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from functools import lru_cache
 from typing import Any
 
 from engine.errors import RollbackConflict, UnknownSession
@@ -30,15 +31,34 @@ _WRITE_SESSION_ROW = "UPDATE sessions SET seq = ?, msg_count = ?, head = ? WHERE
 _WRITE_SESSION_TOUCH = _WRITE_SESSION_ROW.replace(" WHERE", ", updated_at = ? WHERE")
 
 
+_ROWS_PER_INSERT = 200
+"""Rows one multi-row INSERT writes at most (4 or 5 parameters each: under the 999 bound
+parameters of older SQLite builds)."""
+
+
+@lru_cache(maxsize=64)
+def _insert_sql(head: str, width: int, count: int) -> str:
+    row = "(" + ", ".join("?" * width) + ")"
+    return f"{head} VALUES {', '.join([row] * count)}"
+
+
+def _insert(conn: sqlite3.Connection, head: str, rows: list[tuple[Any, ...]]) -> None:
+    """`head` (``INSERT … INTO table(columns)``) with every row of `rows` in one statement (a
+    chunk of `_ROWS_PER_INSERT` at a time): one run of the statement, not one per row."""
+    width = len(rows[0])
+    for at in range(0, len(rows), _ROWS_PER_INSERT):
+        chunk = rows[at:at + _ROWS_PER_INSERT]
+        conn.execute(_insert_sql(head, width, len(chunk)),
+                     [value for row in chunk for value in row])
+
+
 def _put_rows(conn: sqlite3.Connection, table: str, sid: str, ns: str,
               texts: list[tuple[str, Any]]) -> None:
     """Set the current values of `table` (kv or docs) in two statements at most: the rows to
     write, and the keys to delete (value None)."""
     rows = [(sid, ns, key, text) for key, text in texts if text is not None]
     if rows:
-        conn.executemany(
-            f"INSERT OR REPLACE INTO {table}(session, ns, key, value) VALUES (?, ?, ?, ?)", rows
-        )
+        _insert(conn, f"INSERT OR REPLACE INTO {table}(session, ns, key, value)", rows)
     gone = [(sid, ns, key) for key, text in texts if text is None]
     if gone:
         conn.executemany(f"DELETE FROM {table} WHERE session = ? AND ns = ? AND key = ?", gone)
@@ -89,12 +109,9 @@ class SessionWrites:
             if write.get("messages_if_empty") and msg_count:
                 messages = []
             if messages:
-                conn.executemany(
-                    "INSERT INTO messages(session, seq, pos, body, created_at) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    [(sid, seq + i + 1, msg_count + i, dumps(m), now)
-                     for i, m in enumerate(messages)],
-                )
+                _insert(conn, "INSERT INTO messages(session, seq, pos, body, created_at)",
+                        [(sid, seq + i + 1, msg_count + i, dumps(m), now)
+                         for i, m in enumerate(messages)])
                 events.append((now, sid, "message", dumps(
                     {"count": len(messages), "pos": msg_count,
                      "roles": [m["role"] for m in messages]})))
@@ -104,10 +121,9 @@ class SessionWrites:
                 seq += 1
                 texts = [(key, None if value is None else dumps(value))
                          for key, value in items.items()]
-                conn.executemany(
-                    "INSERT INTO kv_writes(session, seq, ns, key, value) VALUES (?, ?, ?, ?, ?)",
-                    [(sid, seq, ns, key, text) for key, text in texts],
-                )
+                if texts:
+                    _insert(conn, "INSERT INTO kv_writes(session, seq, ns, key, value)",
+                            [(sid, seq, ns, key, text) for key, text in texts])
                 _put_rows(conn, "kv", sid, ns, texts)
                 events.append((now, sid, ns, dumps(
                     {"keys": sorted(items)[:20], "count": len(items)})))
@@ -127,6 +143,6 @@ class SessionWrites:
                 conn.execute(_WRITE_SESSION_TOUCH, (seq, msg_count, head, now, sid))
             else:  # as a step: the paging indexes on updated_at move about once a second
                 conn.execute(_WRITE_SESSION_ROW, (seq, msg_count, head, sid))
-            conn.executemany(
-                "INSERT INTO events(at, session, type, data) VALUES (?, ?, ?, ?)", events)
+            if events:
+                _insert(conn, "INSERT INTO events(at, session, type, data)", events)
         return epoch, node
