@@ -600,15 +600,19 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         lists: dict[str, codec.ListState] = {}
         appended = None  # messages this checkpoint adds to its parent's, for the mirror
         max_bytes = self.engine.limits.document_bytes // 2
+        inline = codec.carried_inline(parent.get("vals") if parent else None,
+                                      checkpoint.get("channel_versions", {}), new_versions)
         for channel, version in new_versions.items():
             key = layout.blob_key(ns, channel, version)
             if channel not in values:
-                docs[key] = {"empty": True}
-                raws[channel] = (str(version), docs[key])
+                inline[channel] = [str(version)]
                 continue
             value = values[channel]
             if not isinstance(value, list):
                 serialized = tuple(self.serde.dumps_typed(value))
+                if len(serialized[1]) <= codec.INLINE_BYTES:
+                    inline[channel] = codec.inline_value(version, serialized)
+                    continue
                 docs[key] = codec.raw_value(serialized)
                 raws[channel] = (str(version), {"raw_value": serialized})
                 continue
@@ -631,6 +635,8 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             "run": meta.get("run_id") if isinstance(meta.get("run_id"), str) else None,
             "late": False, "snap": None, "msgs": None, "epoch": None, "lists": chains,
         }
+        if inline:
+            rec["vals"] = inline
         key = layout.checkpoint_key(ns, checkpoint_id)
         docs[key] = rec
         if ns != "":
@@ -949,8 +955,11 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         """The tuple of record `rec`; `writes` its pending writes when read with it (else they
         are read here)."""
         ns, checkpoint_id = rec["ns"], rec["id"]
-        values = self._values(sid, ns, rec["cp"].get("channel_versions", {}),
-                              rec.get("lists") or {}, scans, remember)
+        versions = rec["cp"].get("channel_versions", {})
+        inline, versions = codec.split_inline(self.serde, rec.get("vals"), versions)
+        values = self._values(sid, ns, versions, rec.get("lists") or {}, scans, remember)
+        if inline:
+            values = {**inline, **values}
         if writes is None:
             writes = list(self._docs.scan(
                 sid, layout.DOCS, layout.write_prefix(ns, checkpoint_id)).values())
