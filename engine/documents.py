@@ -32,7 +32,7 @@ from engine.limits import bytes_within, canonical_within, chat_message, check_te
 from engine.records import SessionInfo, SnapshotNode
 from engine.runtime import Runtime
 from engine.store.base import Retention, SessionWrite
-from engine.types import FACETS
+from engine.types import FACETS, SnapshotKind
 
 RESERVED_VALUES = ("var", "mem")
 """Versioned namespaces of the engine's own: variables and memory."""
@@ -358,6 +358,24 @@ class Documents:
             InvalidSessionId: bad id. ValueError: `ns` is not an identifier.
         """
         return get_session_values(self._rt, sid, ns)
+
+    def newest_snapshots(self, sid: str, label_prefix: str, *, kind: SnapshotKind = "manual",
+                         limit: int = 1) -> list[tuple[str, str]]:
+        """(id, label) of the newest `limit` snapshots of `kind` on session `sid`'s live line
+        whose label starts with `label_prefix` (retired ones count), newest first ([] for an
+        unknown session): an integration that labels its snapshots finds what a rollback left
+        live (LangGraph's live checkpoint). It costs the snapshots taken since.
+
+        Raises:
+            InvalidSessionId: bad id. TypeError: `label_prefix` is not a string, or `limit`
+            not an integer.
+        """
+        if not isinstance(label_prefix, str):
+            raise TypeError(f"a label prefix must be a string, not {label_prefix!r}")
+        if type(limit) is not int:
+            raise TypeError(f"limit must be an integer, not {limit!r}")
+        return self._rt.store.newest_snapshots(validate_session_id(sid), kind, label_prefix,
+                                               limit)
 
     def session_documents(self, sid: str, ns: str, doc_ns: str, keys: Sequence[str], *,
                           prefix: str | None = None

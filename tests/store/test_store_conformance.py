@@ -1077,3 +1077,30 @@ def test_session_values_and_documents_in_one_read(engine):
         "c/1": {"id": "1"}, "w/1/a": b"\x00raw", "w/1/b": [1]}
     assert engine.documents.session_documents("both", "none", "lg", [])[1:] == ({}, {})
     assert engine.documents.session_documents("nobody", "head", "lg", ["c/1"]) == (None, {}, {})
+
+
+def test_the_newest_snapshots_with_a_label_prefix_on_the_live_line(engine):
+    """`Documents.newest_snapshots` finds the newest live snapshots of a kind whose label starts
+    with a prefix, newest first, past newer snapshots of other labels or kinds; a rollback
+    leaves those at or before its target."""
+    newest = engine.documents.newest_snapshots
+    s = engine.session("labels")
+    assert newest("labels", "checkpoint ") == []
+    s.append_message("user", "a")
+    a = s.snapshot("checkpoint a (loop)")
+    s.append_message("user", "b")
+    s.snapshot("mine")
+    with s.step("tool", {"x": 1}) as call:  # a write-ahead step snapshot
+        call.ok("fine")
+    assert newest("labels", "checkpoint ") == [(a, "checkpoint a (loop)")]
+    s.append_message("user", "c")
+    c = s.snapshot("checkpoint c (input)")
+    assert newest("labels", "checkpoint ") == [(c, "checkpoint c (input)")]
+    assert newest("labels", "checkpoint ", limit=5) == [(c, "checkpoint c (input)"),
+                                                        (a, "checkpoint a (loop)")]
+    assert [label for _id, label in newest("labels", "mi")] == ["mine"]
+    assert newest("labels", "checkpoint z") == [] and newest("labels", "", limit=0) == []
+    engine.rollback("labels", to=a, reason="test", notice=False)
+    assert newest("labels", "checkpoint ", limit=5) == [(a, "checkpoint a (loop)")]
+    assert newest("labels", "mi") == []  # abandoned
+    assert newest("nobody", "checkpoint ") == []

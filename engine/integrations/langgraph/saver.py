@@ -5,9 +5,11 @@ Mapping (key layout in `layout`):
 - **Thread -> session.** Thread id = session id; the session is created on the first checkpoint
   with meta ``{"integration": "langgraph"}``. Checkpoint namespaces (subgraphs) live inside it.
 - **Checkpoint -> snapshot.** Every checkpoint of the root namespace takes a Rewind snapshot
-  labelled with the checkpoint id, after moving the versioned head pointer to it. Rolling the
-  session back to that snapshot (the guard, the console, the CLI) makes that checkpoint the
-  thread's latest again; what came after stays in LangGraph's history and in the abandoned branch.
+  labelled with the checkpoint id (``checkpoint <id> (…)``), and the thread's latest checkpoint
+  is the one whose snapshot is the newest checkpoint snapshot on the session's live line
+  (`threads.live_checkpoint`): rolling the session back to that snapshot, or to a guarded step's
+  taken after it (the guard, the console, the CLI), makes that checkpoint the thread's latest
+  again; what came after stays in LangGraph's history and in the abandoned branch.
 - **Fork -> branch.** A checkpoint whose parent is not the live one (time travel,
   ``update_state`` on an old checkpoint) first rolls the session back to the parent's snapshot
   (actor ``langgraph``, reason ``fork from checkpoint …``, no notice), so the snapshot tree shows
@@ -28,23 +30,24 @@ earlier versions on the same line (`codec`). The checkpoint record names every d
 lists are built from, so reading a checkpoint is one read of the record with its pending writes
 and one of its values, whatever the thread's length: at most log2(n) + 1 documents per list
 channel. The latest checkpoint of the root namespace also needs where the thread is (its head
-snapshot, epoch and message count) and its head pointer: read together with the record and
-pending writes of the head this saver last wrote or read (`Engine.documents.session_documents`),
-and the values of the versions it last wrote or read are held (serialized, decoded anew at every
-read), so a warm read of the latest checkpoint is one read (one statement on SQLite); a head
-that moved since takes a second.
+snapshot, epoch and message count) and the guard's fence: read together with the record and
+pending writes of the checkpoint this saver last wrote or read (`Engine.documents
+.session_documents`); when that record is stamped with the head snapshot it is the latest, and
+the values of the versions this saver last wrote or read are held (serialized, decoded anew at
+every read), so a warm read of the latest checkpoint is one read (one statement on SQLite). Else
+the newest checkpoint snapshot names it (two reads more).
 ``list(limit=…)`` reads a page of records at a time, namespace by namespace. Channel values are
 stored as bytes (the serializer's output behind a small header), so a read neither parses nor
 base64-decodes them; threads stored as JSON before still read.
 
 Every read and write goes through the engine's public API (`Engine.documents.get`,
 `Engine.documents.write_session`, …), never the store itself: the engine checks size limits before
-the store is touched, and a checkpoint's parts (mirrored messages, head pointer, snapshot,
-documents) are written in one atomic write, as is a copied thread. A checkpoint that continues
-the head this saver last wrote or read is written without reading the head pointer first: the
-write expects the session at the head snapshot and epoch seen then (no rollback, fork, fence or
-other snapshot since), and when it is not, nothing is written and the put reads and decides as
-usual. Async methods run the sync ones in the default executor.
+the store is touched, and a checkpoint's parts (mirrored messages, snapshot, documents) are
+written in one atomic write, as is a copied thread. A checkpoint that continues the one this
+saver last wrote or read is written without reading the session first: the write expects the
+session at the head snapshot and epoch seen then (no rollback, fork, fence or other snapshot
+since), and when it is not, nothing is written and the put reads and decides as usual. Async
+methods run the sync ones in the default executor.
 """
 
 from __future__ import annotations
@@ -86,7 +89,14 @@ from engine.errors import (
 from engine.integrations.langgraph import codec, layout
 from engine.integrations.langgraph.aio import AsyncSaver
 from engine.integrations.langgraph.chat import is_notice, notice_message, to_chat
-from engine.integrations.langgraph.threads import healthy_checkpoint, session_id
+from engine.integrations.langgraph.threads import (
+    CANDIDATES,
+    CHECKPOINT_LABEL,
+    checkpoint_label,
+    healthy_checkpoint,
+    labelled_checkpoint,
+    session_id,
+)
 from engine.limits import cut_text
 
 ACTOR = "langgraph"
@@ -218,15 +228,18 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 at = None if info is None else (info.head, info.epoch, info.messages)
             if at is None:
                 return None
+            rec = None
+            if guess and found is not None:
+                rec, writes = self._split_writes(ns, guess, found)
+                if rec is not None and rec.get("snap") != at[0]:
+                    rec = writes = None  # the session moved past it: find the live one
+            if rec is None:
+                rec, writes = self._live_with_writes(sid)
             with self._lock:
-                self._remember(self._pointers, sid, (at[0], at[1], pointers))
-            head = pointers.get(layout.ROOT)
-            if head and head == guess and found is not None:
-                rec, writes = self._split_writes(ns, head, found)
-            else:
-                rec, writes = self._with_writes(sid, ns, head) if head else (None, None)
-            if rec is None:  # no head yet, or its record is gone: the newest live one
-                rec, writes = self._latest(sid, ns), None
+                self._remember(self._pointers, sid, (at[0], at[1], {
+                    **pointers, layout.ROOT: rec["id"] if rec is not None else None}))
+            if rec is None:  # no checkpoint snapshot, or its record is gone: the newest one
+                rec = self._latest(sid, ns)
             delivered = self._deliver_notices(sid, thread_id, rec, at[2], pointers)
             if delivered is not rec:
                 rec, writes = delivered, None
@@ -489,7 +502,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             copied[key] = doc
         head_key = layout.checkpoint_key("", head) if head else None
         rec = copied.get(head_key) if head_key else None
-        label = cut_text(f"checkpoint {head} (copied from thread {source_thread_id})",
+        label = cut_text(checkpoint_label(str(head), f"copied from thread {source_thread_id}"),
                          self.engine.limits.name_chars)  # a long thread id cuts the label
 
         def run() -> None:
@@ -499,8 +512,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             info = self.engine.session_info(dst)
             history = self._live_messages(src) if info is None or info.messages == 0 else []
             self._docs.write_session(
-                dst, messages=history, messages_if_empty=True,
-                values={layout.HEAD: {layout.ROOT: head}}, snapshot=label,
+                dst, messages=history, messages_if_empty=True, snapshot=label,
                 documents={layout.DOCS: copied}, stamp=(layout.DOCS, head_key),
                 retention=self.retention)
 
@@ -540,7 +552,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 continue
             if strategy == "delete":
                 doomed = {key: None for key in docs}
-                self._retrying(sid, lambda s=sid, d=doomed: self._delete_docs(s, d, head=True))
+                self._retrying(sid, lambda s=sid, d=doomed: self._delete_docs(s, d))
                 continue
             head = self._head(sid)
             by_ns: dict[str, list[dict]] = {}
@@ -554,7 +566,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 if ns == "" and head is not None:
                     chosen = next((r for r in recs if r["id"] == head), chosen)
                 kept.append(chosen)
-            self._delete_docs(sid, codec.unneeded(docs, kept), head=False)
+            self._delete_docs(sid, codec.unneeded(docs, kept))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is in `run_ids`.
@@ -574,7 +586,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             if not any(rec.get("run") in runs for rec in recs):
                 continue
             kept = [rec for rec in recs if rec.get("run") not in runs]
-            self._delete_docs(sid, codec.unneeded(docs, kept), head=False)
+            self._delete_docs(sid, codec.unneeded(docs, kept))
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         """Next channel version: a zero-padded counter plus a random fraction, so two forks of
@@ -687,7 +699,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         """Write a root checkpoint after reading the head pointers: a fork first rolls the
         session back to the parent; a late checkpoint is stored without becoming the head."""
         pointers = self._docs.values(sid, layout.HEAD)
-        head, fence = pointers.get(layout.ROOT), pointers.get(layout.FENCE) or {}
+        head, fence = self._head(sid), pointers.get(layout.FENCE) or {}
         if (fence and parent_id == fence.get("base")
                 and checkpoint_id <= fence.get("until", "")
                 and meta.get("source") == "loop"):
@@ -717,11 +729,10 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         chat: builtins.list[dict] = []
         if appended:
             chat = [c for c in (to_chat(m) for m in appended if not is_notice(m)) if c]
-        label = (f"checkpoint {checkpoint_id} ({meta.get('source', '?')}, "
-                 f"step {meta.get('step', '?')})")
+        label = checkpoint_label(checkpoint_id, f"{meta.get('source', '?')}, "
+                                                f"step {meta.get('step', '?')}")
         epoch, node = self._docs.write_session(
-            sid, messages=chat, values={layout.HEAD: {layout.ROOT: checkpoint_id}},
-            snapshot=cut_text(label, self.engine.limits.name_chars),
+            sid, messages=chat, snapshot=cut_text(label, self.engine.limits.name_chars),
             documents={layout.DOCS: docs}, stamp=(layout.DOCS, layout.checkpoint_key(
                 "", checkpoint_id)),
             retention=self.retention, create=None if known else _THREAD_META, expect=expect)
@@ -799,8 +810,26 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         return self._last[(sid, "")]
 
     # -- records and values -----------------------------------------------------------------
+    def _live_with_writes(self, sid: str) -> tuple[dict | None, builtins.list[dict] | None]:
+        """The live root checkpoint's record (as `threads.live_checkpoint` finds it) with its
+        pending writes, in one read after the snapshots'."""
+        for snap, label in self._docs.newest_snapshots(sid, CHECKPOINT_LABEL, limit=CANDIDATES):
+            checkpoint_id = labelled_checkpoint(label)
+            if checkpoint_id is not None:
+                rec, writes = self._with_writes(sid, "", checkpoint_id)
+                if rec is not None and rec.get("snap") == snap:
+                    return rec, writes
+        return None, None
+
     def _head(self, sid: str) -> str | None:
-        return self._docs.values(sid, layout.HEAD).get(layout.ROOT)
+        """The live root checkpoint's id (as `threads.live_checkpoint` finds it, its record
+        from this saver's memory when it wrote it last), None when there is none."""
+        for snap, label in self._docs.newest_snapshots(sid, CHECKPOINT_LABEL, limit=CANDIDATES):
+            checkpoint_id = labelled_checkpoint(label)
+            rec = self._record(sid, "", checkpoint_id) if checkpoint_id is not None else None
+            if rec is not None and rec.get("snap") == snap:
+                return checkpoint_id
+        return None
 
     def _latest(self, sid: str, ns: str) -> dict | None:
         """The newest live checkpoint record of namespace `ns` (a scan: the root namespace's
@@ -1006,11 +1035,8 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         return codec.decode(self.serde, stored["typed"])
 
     # -- housekeeping -----------------------------------------------------------------------
-    def _delete_docs(self, sid: str, doomed: dict[str, None], *, head: bool) -> None:
-        if head:  # the documents and the head pointer go together, or neither does
-            self._docs.write_session(sid, values={layout.HEAD: {layout.ROOT: None}},
-                                     documents={layout.DOCS: doomed})
-        elif doomed:
+    def _delete_docs(self, sid: str, doomed: dict[str, None]) -> None:
+        if doomed:
             self._docs.put(sid, layout.DOCS, doomed)
         self._forget_cache(sid)
 

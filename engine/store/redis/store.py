@@ -413,6 +413,13 @@ class RedisStore:
         return _snapshot_node(str(seq), record, branch_id or None, branches, restorable == "1",
                               head)
 
+    def newest_snapshots(self, sid: str, kind: SnapshotKind, label_prefix: str, limit: int
+                         ) -> list[tuple[str, str]]:
+        if limit <= 0:
+            return []
+        found = self._read("newest", sid, [kind, label_prefix, limit])
+        return [(found[i], found[i + 1]) for i in range(0, len(found), 2)]
+
     def restorable_snapshot(self, sid: str, before_step: int | None) -> str | None:
         result = self._read("restorable", sid, ["+inf" if before_step is None else before_step])
         return result or None

@@ -876,6 +876,16 @@ class SQLiteStore:
     def snapshots(self, sid: str) -> list[SnapshotNode]:
         return self._snapshots.snapshots(sid)
 
+    def newest_snapshots(self, sid: str, kind: SnapshotKind, label_prefix: str, limit: int
+                         ) -> list[tuple[str, str]]:
+        """Walked back from the newest by sequence number (``snapshots_seq``): it costs the
+        snapshots taken since the ones it returns."""
+        rows = self._read(
+            "SELECT id, label FROM snapshots INDEXED BY snapshots_seq WHERE session = ? "
+            "AND kind = ? AND branch IS NULL AND substr(label, 1, ?) = ? ORDER BY seq DESC "
+            "LIMIT ?", (sid, kind, len(label_prefix), label_prefix, max(0, limit)))
+        return [(r[0], r[1]) for r in rows]
+
     def snapshot(self, sid: str, snapshot_id: str) -> SnapshotNode | None:
         return self._snapshots.snapshot(sid, snapshot_id)
 
