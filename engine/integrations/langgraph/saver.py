@@ -211,12 +211,20 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         if checkpoint_id:
             rec, writes = self._with_writes(sid, ns, checkpoint_id)
         elif ns == "":
-            # The thread's summary and its head pointer in one read, with the record and
-            # pending writes of the head this saver saw last (a warm read: one statement on
-            # SQLite); the head's record in a second read when the head moved or is not known.
+            # Where the thread is and the guard's fence in one read, with the record and
+            # pending writes of the checkpoint this saver saw live last (a warm read: one
+            # statement on SQLite), or else of the one the newest checkpoint snapshot names;
+            # when the record's stamp confirms neither, the live one is looked for again.
             with self._lock:
                 seen = self._pointers.get(sid)
             guess = seen[2].get(layout.ROOT) if seen is not None else None
+            confirms = None  # besides the head, the snapshot whose stamp confirms the guess
+            if not guess:  # a saver new to the thread: the newest checkpoint snapshot names it
+                for snap, label in self._docs.newest_snapshots(sid, CHECKPOINT_LABEL,
+                                                               limit=CANDIDATES):
+                    guess, confirms = labelled_checkpoint(label), snap
+                    if guess:
+                        break
             found: dict[str, Any] | None = None
             at: tuple[str | None, int, int] | None
             if guess:
@@ -231,7 +239,8 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             rec = None
             if guess and found is not None:
                 rec, writes = self._split_writes(ns, guess, found)
-                if rec is not None and rec.get("snap") != at[0]:
+                if rec is not None and (rec.get("snap") is None
+                                        or rec.get("snap") not in (at[0], confirms)):
                     rec = writes = None  # the session moved past it: find the live one
             if rec is None:
                 rec, writes = self._live_with_writes(sid)
