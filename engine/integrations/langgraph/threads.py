@@ -55,7 +55,8 @@ def live_checkpoint(engine: Engine, sid: str) -> dict | None:
 CANDIDATES = 4
 """Snapshots labelled like a checkpoint's that `live_checkpoint` looks at, newest first."""
 
-_LABELLED = re.compile(r"checkpoint (\S+) \(")
+_LABELLED = re.compile(r"checkpoint ([^\s…]+)(?: \(|…|$)")
+"""A checkpoint's label, its id whole (a small ``Limits.name_chars`` may cut what follows)."""
 
 
 def labelled_checkpoint(label: str) -> str | None:
