@@ -678,7 +678,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                      meta: CheckpointMetadata | dict, rec: dict, docs: dict,
                      appended: builtins.list | None) -> bool:
         """Write a root checkpoint without reading the session first, when this saver saw its
-        head pointers last (its previous put or read) and the checkpoint continues the live one:
+        live checkpoint last (its previous put or read) and the checkpoint continues it:
         the write expects the session at the head snapshot and epoch it saw then, which no
         rollback, fork or guard's fence leaves in place. False (nothing written) when that is
         not known or the session moved; `_put_root` then reads and decides."""
@@ -705,7 +705,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
     def _put_root(self, sid: str, parent_id: str | None, parent: dict | None,
                   checkpoint_id: str, meta: CheckpointMetadata | dict, rec: dict, docs: dict,
                   appended: builtins.list | None) -> None:
-        """Write a root checkpoint after reading the head pointers: a fork first rolls the
+        """Write a root checkpoint after reading the live one and the fence: a fork first rolls the
         session back to the parent; a late checkpoint is stored without becoming the head."""
         pointers = self._docs.values(sid, layout.HEAD)
         head, fence = self._head(sid), pointers.get(layout.FENCE) or {}
@@ -731,7 +731,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
     def _write_root(self, sid: str, checkpoint_id: str, meta: CheckpointMetadata | dict,
                     rec: dict, docs: dict, appended: builtins.list | None, pointers: dict,
                     known: bool, expect: tuple[str | None, int] | None = None) -> None:
-        """Mirrored messages, head pointer, snapshot and documents: one atomic write. A thread
+        """Mirrored messages, snapshot and documents: one atomic write. A thread
         this saver does not know yet is created by it (one transaction for its first
         checkpoint); a known one deleted meanwhile fails the write, and `put` then creates it
         again and retries."""

@@ -136,7 +136,7 @@ class SessionStore(Protocol):
     def get_session_values(self, sid: str, ns: str) -> tuple[SessionInfo | None, dict[str, Any]]:
         """`get_session` and `get_all` of namespace `ns` in one read: the session summary (None
         for an unknown session) and the current values ({} then). What an integration reads
-        first on every turn (LangGraph's latest checkpoint: the thread and its head pointer)."""
+        first on every turn (LangGraph's latest checkpoint: the thread and the guard's fence)."""
         ...
 
     def get_session_docs(self, sid: str, ns: str, doc_ns: str, keys: list[str], *,

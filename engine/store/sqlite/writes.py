@@ -1,5 +1,5 @@
 """`SQLiteStore.write_session`: an integration's multi-part write to one session (a LangGraph
-checkpoint: mirrored messages, head pointer, snapshot, documents) as one short transaction."""
+checkpoint: mirrored messages, snapshot, documents) as one short transaction."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ class SessionWrites:
 
         The rows each part's own method writes, with the same sequence numbers and feed
         events, but the session's row read once and written once, and each table's rows in one
-        statement: a LangGraph checkpoint (its messages, head pointer, snapshot, documents) is
+        statement: a LangGraph checkpoint (its messages, snapshot, documents) is
         one short transaction, near what a plain checkpointer's insert costs."""
         create = write.get("create")
         with self._db.write() as conn:
