@@ -230,7 +230,8 @@ def write_session(
     write (see `Store.write_session`): every part is checked first, then all are written or
     none is. The snapshot retires older ones by `retention` (None: the engine's). `create`
     (canonical meta, checked by the caller) creates the session when it is missing; with
-    `expect` (head snapshot id, epoch) the write happens only at that head and epoch.
+    `expect` (snapshot id, epoch) the write happens only at that epoch with that newest manual
+    snapshot (`Store.write_session`).
 
     Raises:
         UnknownSession: no such session (nothing written). ValueError: a bad part, or a
@@ -433,10 +434,11 @@ class Documents:
         engine's), `documents` set (namespace -> items, as `put`). The document that `stamp`
         (namespace, key) names records the snapshot: its ``snap`` (id), ``msgs`` (live message
         count) and ``epoch``. Every part is size-checked before the store is touched. With
-        `expect` (head snapshot id, epoch: `SessionInfo.head`, `SessionInfo.epoch` as the caller
-        last saw them), nothing is written unless the session is still there: a caller that
-        decided what to write from an earlier read need not read again (a rollback moves the
-        epoch, a snapshot the head; a session `create` makes is at (None, 0)).
+        `expect` (snapshot id, epoch: the newest manual snapshot and `SessionInfo.epoch` as the
+        caller last saw them), nothing is written unless the session is still there: a caller
+        that decided what to write from an earlier read need not read again (a rollback moves
+        the epoch, a manual snapshot the newest one, a step snapshot neither; a session
+        `create` makes is at (None, 0)).
 
         Returns:
             (the session's epoch, the snapshot taken or None).

@@ -625,10 +625,10 @@ def test_a_write_that_creates_its_session(engine):
         engine.documents.write_session("never", documents={"lg": {"k": 1}})
 
 
-def test_a_write_that_expects_a_head_and_epoch_writes_only_there(engine):
-    """`write_session(expect=(head, epoch))` writes when the session is at that snapshot and
-    epoch, and writes nothing once a snapshot or a rollback moved it; a session it creates is at
-    (None, 0)."""
+def test_a_write_that_expects_a_snapshot_and_epoch_writes_only_there(engine):
+    """`write_session(expect=(snapshot, epoch))` writes when the session is at that epoch with
+    that newest manual snapshot (step snapshots since are no matter), and writes nothing once a
+    manual snapshot or a rollback moved it; a session it creates is at (None, 0)."""
     with pytest.raises(RollbackConflict):
         engine.documents.write_session("cas", documents={"lg": {"k": 1}},
                                        create={"integration": "langgraph"},
@@ -651,12 +651,20 @@ def test_a_write_that_expects_a_head_and_epoch_writes_only_there(engine):
     assert engine.session_info("cas") == before
     assert engine.documents.values("cas", "head") == {"root": "c2"}
     assert engine.documents.get("cas", "lg", ["c/3"]) == {}
-    engine.get_session("cas").append_message("user", "after c2")
-    engine.rollback("cas", to=second.id, reason="test", notice=False)  # same head, new epoch
+    with engine.get_session("cas").step("tool", {"x": 1}) as call:  # a step snapshot: no matter
+        call.ok("fine")
+    assert engine.session_info("cas").head != second.id
+    _, third = engine.documents.write_session("cas", snapshot="c3", expect=(second.id, 0))
+    engine.get_session("cas").append_message("user", "after c3")
+    engine.get_session("cas").snapshot("an operator's")  # a manual snapshot moves it
+    with pytest.raises(RollbackConflict):
+        engine.documents.write_session("cas", snapshot="c4", expect=(third.id, 0))
+    engine.rollback("cas", to=third.id, reason="test", notice=False)  # same newest, new epoch
+    second = third
     with pytest.raises(RollbackConflict):
         engine.documents.write_session("cas", snapshot="c3", expect=(second.id, 0))
     info = engine.session_info("cas")
-    engine.documents.write_session("cas", snapshot="c3", expect=(info.head, info.epoch))
+    engine.documents.write_session("cas", snapshot="c4", expect=(info.head, info.epoch))
     with pytest.raises(TypeError):
         engine.documents.write_session("cas", snapshot="c4", expect=("snap", "1"))
 

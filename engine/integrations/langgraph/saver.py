@@ -45,8 +45,9 @@ Every read and write goes through the engine's public API (`Engine.documents.get
 the store is touched, and a checkpoint's parts (mirrored messages, snapshot, documents) are
 written in one atomic write, as is a copied thread. A checkpoint that continues the one this
 saver last wrote or read is written without reading the session first: the write expects the
-session at the head snapshot and epoch seen then (no rollback, fork, fence or other snapshot
-since), and when it is not, nothing is written and the put reads and decides as usual. Async
+session at the epoch seen then with that checkpoint's snapshot still its newest manual one (no
+rollback, fork, fence or other checkpoint since; a guarded tool call's step snapshot is no
+matter), and when it is not, nothing is written and the put reads and decides as usual. Async
 methods run the sync ones in the default executor.
 """
 
@@ -159,9 +160,9 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         value never changes, so a warm read need not fetch it; one entry per channel, like
         `_lists`, so many threads do not push each other's out."""
         self._pointers: OrderedDict[str, tuple[str | None, int, dict]] = OrderedDict()
-        """session -> (head snapshot id, epoch, values of `layout.HEAD`) as this saver last
-        wrote or read them: a put that continues that head writes without reading it again
-        (`_put_as_seen`)."""
+        """session -> (the live checkpoint's snapshot id, epoch, values of `layout.HEAD` with
+        the live checkpoint as `layout.ROOT`) as this saver last wrote or read them: a put that
+        continues that checkpoint writes without reading the session again (`_put_as_seen`)."""
         self._seen_changed = threading.Condition(self._lock)
 
     def wait_for_checkpoint(self, thread_id: Any, checkpoint_id: str, timeout: float) -> bool:
@@ -244,9 +245,10 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                     rec = writes = None  # the session moved past it: find the live one
             if rec is None:
                 rec, writes = self._live_with_writes(sid)
-            with self._lock:
-                self._remember(self._pointers, sid, (at[0], at[1], {
-                    **pointers, layout.ROOT: rec["id"] if rec is not None else None}))
+            with self._lock:  # what the next put expects: the live checkpoint's snapshot
+                self._remember(self._pointers, sid, (
+                    rec["snap"] if rec is not None else at[0], at[1],
+                    {**pointers, layout.ROOT: rec["id"] if rec is not None else None}))
             if rec is None:  # no checkpoint snapshot, or its record is gone: the newest one
                 rec = self._latest(sid, ns)
             delivered = self._deliver_notices(sid, thread_id, rec, at[2], pointers)
@@ -678,9 +680,10 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                      meta: CheckpointMetadata | dict, rec: dict, docs: dict,
                      appended: builtins.list | None) -> bool:
         """Write a root checkpoint without reading the session first, when this saver saw its
-        live checkpoint last (its previous put or read) and the checkpoint continues it:
-        the write expects the session at the head snapshot and epoch it saw then, which no
-        rollback, fork or guard's fence leaves in place. False (nothing written) when that is
+        live checkpoint last (its previous put or read) and the checkpoint continues it: the
+        write expects the session at the epoch it saw then with that checkpoint's snapshot still
+        its newest manual one, which a guarded tool call's step snapshot leaves in place and no
+        rollback, fork, fence or other checkpoint does. False (nothing written) when that is
         not known or the session moved; `_put_root` then reads and decides."""
         with self._lock:
             seen = self._pointers.get(sid)

@@ -290,9 +290,10 @@ class SessionStore(Protocol):
         stored with the snapshot's ``snap`` (id), ``msgs`` (live message count) and ``epoch``.
         With `write["create"]` (meta), a missing session is created first (`ensure_session`):
         in the same transaction on SQLite, as a step of its own before the script on Redis.
-        With `write["expect"]` (head snapshot id, epoch), the write happens only when the
-        session is at that head and epoch, checked in the same transaction (script); a session
-        just created is at (None, 0).
+        With `write["expect"]` (snapshot id, epoch), the write happens only when the session
+        is at that epoch with that newest manual snapshot on its live line (step snapshots
+        taken since do not count), checked in the same transaction (script); a session just
+        created is at (None, 0).
 
         Returns:
             (the session's epoch, the snapshot taken or None).

@@ -734,7 +734,9 @@ class RedisStore:
             if expect is not None:  # refused before the session is created or its meta merged
                 info = self.get_session(sid)
                 at = (None, 0) if info is None else (info.head, info.epoch)
-                if at != tuple(expect):
+                if at[1] != expect[1] or (at[0] != expect[0] and next(
+                        (i for i, _l in self.newest_snapshots(sid, "manual", "", 1)),
+                        None) != expect[0]):
                     raise RollbackConflict(moved_message(sid, at))
             self.ensure_session(sid, write["create"] or None, now)
         messages = write.get("messages") or []

@@ -31,6 +31,15 @@ _WRITE_SESSION_ROW = "UPDATE sessions SET seq = ?, msg_count = ?, head = ? WHERE
 _WRITE_SESSION_TOUCH = _WRITE_SESSION_ROW.replace(" WHERE", ", updated_at = ? WHERE")
 
 
+def _newest_manual(conn: sqlite3.Connection, sid: str) -> str | None:
+    """The id of the session's newest manual snapshot on the live line (step snapshots taken
+    since do not count), None when it has none."""
+    row = conn.execute(
+        "SELECT id FROM snapshots INDEXED BY snapshots_seq WHERE session = ? AND kind = 'manual' "
+        "AND branch IS NULL ORDER BY seq DESC LIMIT 1", (sid,)).fetchone()
+    return row[0] if row else None
+
+
 _ROWS_PER_INSERT = 200
 """Rows one multi-row INSERT writes at most (4 or 5 parameters each: under the 999 bound
 parameters of older SQLite builds)."""
@@ -90,7 +99,8 @@ class SessionWrites:
             expect = write.get("expect")
             if expect is not None:  # before anything is written (a new session is at None, 0)
                 at = (None, 0) if row is None else (row[4], row[1])
-                if at != tuple(expect):
+                if at[1] != expect[1] or (at[0] != expect[0] and _newest_manual(
+                        conn, sid) != expect[0]):
                     raise RollbackConflict(moved_message(sid, at))
             if row is None:
                 if create is None:
