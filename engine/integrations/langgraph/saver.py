@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
 import random
 import threading
 import time
@@ -114,6 +115,24 @@ __all__ = ["ACTOR", "RewindSaver", "healthy_checkpoint", "session_id"]
 
 _JSON = json.JSONEncoder()
 """Encodes metadata to see whether it comes back from JSON as it is (built once)."""
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether `value` is JSON data that comes back from JSON as it is: dicts with string keys,
+    lists, strings, ints, finite floats, booleans and None, of exactly those types (anything
+    else is left to the round trip)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if depth > 16:
+        return False
+    if kind is dict:
+        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
+    if kind is list:
+        return all(_plain(v, depth + 1) for v in value)
+    return False
+
 
 _PLAIN_FIELDS = ("v", "ts", "channel_versions", "versions_seen", "updated_channels")
 """Checkpoint fields stored as plain JSON; the id is the record's, other fields are serialized."""
@@ -1034,6 +1053,8 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         return stored  # type: ignore[return-value]
 
     def _dump_meta(self, meta: Mapping[str, Any]) -> dict:
+        if _plain(meta):  # LangGraph's own metadata: no round trip through the encoder
+            return {"json": meta}
         try:
             if json.loads(_JSON.encode(meta)) == meta:
                 return {"json": meta}
