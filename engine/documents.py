@@ -32,7 +32,7 @@ from engine.limits import bytes_within, canonical_within, chat_message, check_te
 from engine.records import SessionInfo, SnapshotNode
 from engine.runtime import Runtime
 from engine.store.base import Retention, SessionWrite
-from engine.types import FACETS
+from engine.types import FACETS, SnapshotKind
 
 RESERVED_VALUES = ("var", "mem")
 """Versioned namespaces of the engine's own: variables and memory."""
@@ -185,6 +185,19 @@ def get_session_values(rt: Runtime, sid: str, ns: str
     return rt.store.get_session_values(validate_session_id(sid), _namespace(ns, "key-value"))
 
 
+def get_session_documents(rt: Runtime, sid: str, ns: str, doc_ns: str, keys: Sequence[str], *,
+                          prefix: str | None = None
+                          ) -> tuple[tuple[str | None, int, int] | None, dict[str, Any],
+                                     dict[str, Any]]:
+    """Where session `sid` is (head snapshot id, epoch, live message count), its values of
+    `ns` and documents of `doc_ns`, in one read (`Store.get_session_docs`)."""
+    if prefix is not None and not isinstance(prefix, str):
+        raise TypeError(f"a document key prefix must be a string, not {prefix!r}")
+    return rt.store.get_session_docs(
+        validate_session_id(sid), _namespace(ns, "key-value"), _namespace(doc_ns, "document"),
+        list(keys), prefix=prefix)
+
+
 def put_values(rt: Runtime, sid: str, ns: str, items: Mapping[str, Any]) -> int:
     """Set keys of versioned namespace `ns` (None deletes one): a rollback restores them.
 
@@ -211,11 +224,14 @@ def write_session(
     stamp: tuple[str, str] | None = None,
     retention: Retention | None = None,
     create: dict[str, Any] | None = None,
+    expect: tuple[str | None, int] | None = None,
 ) -> tuple[int, SnapshotNode | None]:
     """Messages, versioned values, a snapshot and documents of session `sid` in one atomic
     write (see `Store.write_session`): every part is checked first, then all are written or
     none is. The snapshot retires older ones by `retention` (None: the engine's). `create`
-    (canonical meta, checked by the caller) creates the session when it is missing.
+    (canonical meta, checked by the caller) creates the session when it is missing; with
+    `expect` (snapshot id, epoch) the write happens only at that epoch with that newest manual
+    snapshot (`Store.write_session`).
 
     Raises:
         UnknownSession: no such session (nothing written). ValueError: a bad part, or a
@@ -253,6 +269,11 @@ def write_session(
         write["stamp"] = (ns, key)
     if create is not None:
         write["create"] = create
+    if expect is not None:
+        head, epoch = expect
+        if (head is not None and not isinstance(head, str)) or type(epoch) is not int:
+            raise TypeError(f"expect must be (head snapshot id or None, epoch), not {expect!r}")
+        write["expect"] = (head, epoch)
     return rt.store.write_session(sid, write, rt.clock(), retention or rt.retention)
 
 
@@ -339,6 +360,40 @@ class Documents:
         """
         return get_session_values(self._rt, sid, ns)
 
+    def newest_snapshots(self, sid: str, label_prefix: str, *, kind: SnapshotKind = "manual",
+                         limit: int = 1) -> list[tuple[str, str]]:
+        """(id, label) of the newest `limit` snapshots of `kind` on session `sid`'s live line
+        whose label starts with `label_prefix` (retired ones count), newest first ([] for an
+        unknown session): an integration that labels its snapshots finds what a rollback left
+        live (LangGraph's live checkpoint). It costs the snapshots taken since.
+
+        Raises:
+            InvalidSessionId: bad id. TypeError: `label_prefix` is not a string, or `limit`
+            not an integer.
+        """
+        if not isinstance(label_prefix, str):
+            raise TypeError(f"a label prefix must be a string, not {label_prefix!r}")
+        if type(limit) is not int:
+            raise TypeError(f"limit must be an integer, not {limit!r}")
+        return self._rt.store.newest_snapshots(validate_session_id(sid), kind, label_prefix,
+                                               limit)
+
+    def session_documents(self, sid: str, ns: str, doc_ns: str, keys: Sequence[str], *,
+                          prefix: str | None = None
+                          ) -> tuple[tuple[str | None, int, int] | None, dict[str, Any],
+                                     dict[str, Any]]:
+        """In one read (one statement on SQLite): where session `sid` is, as (head snapshot
+        id, epoch, live message count) (`SessionInfo.head`, ``.epoch``, ``.messages``; None
+        when there is no such session, with {} and {}), the current values of its versioned
+        namespace `ns` (as `values`), and its documents of namespace `doc_ns` among `keys`, with
+        `prefix` also every document under it (as `get`). For a reader that can guess which
+        documents the values will name: a warm read of LangGraph's latest checkpoint.
+
+        Raises:
+            InvalidSessionId: bad id. ValueError: a namespace is not an identifier.
+        """
+        return get_session_documents(self._rt, sid, ns, doc_ns, keys, prefix=prefix)
+
     def put_values(self, sid: str, ns: str, items: Mapping[str, Any]) -> int:
         """Set keys of versioned namespace `ns` of session `sid` (None deletes one) in one
         write, checked like `Session.set_vars`. ``var`` and ``mem`` are refused: they hold the
@@ -365,6 +420,7 @@ class Documents:
         stamp: tuple[str, str] | None = None,
         retention: Retention | None = None,
         create: Mapping[str, Any] | None = None,
+        expect: tuple[str | None, int] | None = None,
     ) -> tuple[int, SnapshotNode | None]:
         """Several writes to session `sid` as one atomic write: all happen, or none.
 
@@ -377,7 +433,12 @@ class Documents:
         snapshot labelled `snapshot` taken (older ones retired by `retention`, None: the
         engine's), `documents` set (namespace -> items, as `put`). The document that `stamp`
         (namespace, key) names records the snapshot: its ``snap`` (id), ``msgs`` (live message
-        count) and ``epoch``. Every part is size-checked before the store is touched.
+        count) and ``epoch``. Every part is size-checked before the store is touched. With
+        `expect` (snapshot id, epoch: the newest manual snapshot and `SessionInfo.epoch` as the
+        caller last saw them), nothing is written unless the session is still there: a caller
+        that decided what to write from an earlier read need not read again (a rollback moves
+        the epoch, a manual snapshot the newest one, a step snapshot neither; a session
+        `create` makes is at (None, 0)).
 
         Returns:
             (the session's epoch, the snapshot taken or None).
@@ -386,12 +447,13 @@ class Documents:
             UnknownSession: no such session (and no `create`). ValueError: a bad part, or a
             stamp without a snapshot or naming no dict among `documents`. SizeLimitExceeded: a
             part over its limit. TypeError: `create` is not a dict, or a facet in it is not a
-            string. Nothing is written when any of these is raised.
+            string. RollbackConflict: the session is not at `expect`. Nothing is written
+            when any of these is raised.
         """
         return write_session(
             self._rt, sid, messages=messages, messages_if_empty=messages_if_empty,
             values=values, snapshot=snapshot, documents=documents, stamp=stamp,
-            retention=retention,
+            retention=retention, expect=expect,
             create=None if create is None else (checked_meta(self._rt, dict(create)) or {}))
 
     def live_messages(self, sid: str, *, since: int = 0,

@@ -208,6 +208,20 @@ class SessionWrite(TypedDict):
     create: NotRequired[dict[str, Any]]
     """Canonical meta: create the session with it when missing, else merge its keys into the
     session's meta (as `Store.ensure_session`), before the other parts."""
+    expect: NotRequired[tuple[str | None, int]]
+    """(snapshot id, epoch): the session's epoch must be this one and its newest manual snapshot
+    on the live line this one (its head, or followed only by step snapshots), else nothing is
+    written (`RollbackConflict`); a session that `create` creates is at (None, 0). A writer that
+    decided what to write from what it saw of the session earlier (the LangGraph saver's live
+    checkpoint) writes without reading it again: a rollback moves the epoch, a manual snapshot
+    (another checkpoint's, an operator's) the newest one; a guarded tool call's step snapshot
+    moves neither."""
+
+
+def moved_message(sid: str, at: tuple[str | None, int]) -> str:
+    """Why a `SessionWrite` with ``expect`` was refused: where the session is now."""
+    return (f"session {sid!r} moved since it was read (it is at snapshot {at[0]!r}, epoch "
+            f"{at[1]}: rolled back or snapshotted meanwhile); nothing was written")
 
 
 def stamped(write: SessionWrite, epoch: int, node: SnapshotNode | None

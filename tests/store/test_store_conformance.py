@@ -625,6 +625,50 @@ def test_a_write_that_creates_its_session(engine):
         engine.documents.write_session("never", documents={"lg": {"k": 1}})
 
 
+def test_a_write_that_expects_a_snapshot_and_epoch_writes_only_there(engine):
+    """`write_session(expect=(snapshot, epoch))` writes when the session is at that epoch with
+    that newest manual snapshot (step snapshots since are no matter), and writes nothing once a
+    manual snapshot or a rollback moved it; a session it creates is at (None, 0)."""
+    with pytest.raises(RollbackConflict):
+        engine.documents.write_session("cas", documents={"lg": {"k": 1}},
+                                       create={"integration": "langgraph"},
+                                       expect=(None, 1))
+    assert engine.session_info("cas") is None
+    epoch, first = engine.documents.write_session(
+        "cas", values={"head": {"root": "c1"}}, snapshot="c1",
+        documents={"lg": {"c/1": {"id": "1"}}}, stamp=("lg", "c/1"),
+        create={"integration": "langgraph"}, expect=(None, 0))
+    assert first is not None and epoch == 0
+    _, second = engine.documents.write_session(
+        "cas", values={"head": {"root": "c2"}}, snapshot="c2", expect=(first.id, 0))
+    assert second is not None and engine.session_info("cas").head == second.id
+    stale = (first.id, 0)
+    before = engine.session_info("cas")
+    with pytest.raises(RollbackConflict):
+        engine.documents.write_session("cas", messages=[{"role": "user", "content": "x"}],
+                                       values={"head": {"root": "c3"}}, snapshot="c3",
+                                       documents={"lg": {"c/3": {"id": "3"}}}, expect=stale)
+    assert engine.session_info("cas") == before
+    assert engine.documents.values("cas", "head") == {"root": "c2"}
+    assert engine.documents.get("cas", "lg", ["c/3"]) == {}
+    with engine.get_session("cas").step("tool", {"x": 1}) as call:  # a step snapshot: no matter
+        call.ok("fine")
+    assert engine.session_info("cas").head != second.id
+    _, third = engine.documents.write_session("cas", snapshot="c3", expect=(second.id, 0))
+    engine.get_session("cas").append_message("user", "after c3")
+    engine.get_session("cas").snapshot("an operator's")  # a manual snapshot moves it
+    with pytest.raises(RollbackConflict):
+        engine.documents.write_session("cas", snapshot="c4", expect=(third.id, 0))
+    engine.rollback("cas", to=third.id, reason="test", notice=False)  # same newest, new epoch
+    second = third
+    with pytest.raises(RollbackConflict):
+        engine.documents.write_session("cas", snapshot="c3", expect=(second.id, 0))
+    info = engine.session_info("cas")
+    engine.documents.write_session("cas", snapshot="c4", expect=(info.head, info.epoch))
+    with pytest.raises(TypeError):
+        engine.documents.write_session("cas", snapshot="c4", expect=("snap", "1"))
+
+
 def test_documents_may_be_bytes_kept_as_they_are(engine):
     """A document given as bytes reads back as those bytes (any byte, none of them JSON), beside
     JSON documents, through every write path; deleting it works like any other."""
@@ -1052,3 +1096,50 @@ def test_replay_histories_are_the_steps_and_user_messages_in_the_order_they_happ
     tools = [r.tool for r in looped if r is not None]
     assert tools[0] == "load_image" and set(tools[1:]) == {"image_crop"} and len(tools) > 4
     assert any(not r.on_live_line for r in s.steps())  # the abandoned branch is in there
+
+
+def test_session_values_and_documents_in_one_read(engine):
+    """`Documents.session_documents` gives what `session_values` and `get` (keys and a
+    prefix) give, and None, {}, {} for an unknown session."""
+    engine.session("both")
+    engine.documents.put_values("both", "head", {"root": "c1"})
+    engine.documents.put("both", "lg", {"c/1": {"id": "1"}, "w/1/a": b"\x00raw", "w/1/b": [1],
+                                        "w/2/a": {"other": True}, "c/2": {"id": "2"}})
+    engine.get_session("both").append_message("user", "hi")
+    snap = engine.get_session("both").snapshot("s")
+    at, values, docs = engine.documents.session_documents("both", "head", "lg", ["c/1"],
+                                                          prefix="w/1/")
+    info = engine.session_info("both")
+    assert at == (info.head, info.epoch, info.messages) == (snap, 0, 1)
+    assert values == engine.documents.values("both", "head")
+    assert docs == engine.documents.get("both", "lg", ["c/1"], prefix="w/1/") == {
+        "c/1": {"id": "1"}, "w/1/a": b"\x00raw", "w/1/b": [1]}
+    assert engine.documents.session_documents("both", "none", "lg", [])[1:] == ({}, {})
+    assert engine.documents.session_documents("nobody", "head", "lg", ["c/1"]) == (None, {}, {})
+
+
+def test_the_newest_snapshots_with_a_label_prefix_on_the_live_line(engine):
+    """`Documents.newest_snapshots` finds the newest live snapshots of a kind whose label starts
+    with a prefix, newest first, past newer snapshots of other labels or kinds; a rollback
+    leaves those at or before its target."""
+    newest = engine.documents.newest_snapshots
+    s = engine.session("labels")
+    assert newest("labels", "checkpoint ") == []
+    s.append_message("user", "a")
+    a = s.snapshot("checkpoint a (loop)")
+    s.append_message("user", "b")
+    s.snapshot("mine")
+    with s.step("tool", {"x": 1}) as call:  # a write-ahead step snapshot
+        call.ok("fine")
+    assert newest("labels", "checkpoint ") == [(a, "checkpoint a (loop)")]
+    s.append_message("user", "c")
+    c = s.snapshot("checkpoint c (input)")
+    assert newest("labels", "checkpoint ") == [(c, "checkpoint c (input)")]
+    assert newest("labels", "checkpoint ", limit=5) == [(c, "checkpoint c (input)"),
+                                                        (a, "checkpoint a (loop)")]
+    assert [label for _id, label in newest("labels", "mi")] == ["mine"]
+    assert newest("labels", "checkpoint z") == [] and newest("labels", "", limit=0) == []
+    engine.rollback("labels", to=a, reason="test", notice=False)
+    assert newest("labels", "checkpoint ", limit=5) == [(a, "checkpoint a (loop)")]
+    assert newest("labels", "mi") == []  # abandoned
+    assert newest("nobody", "checkpoint ") == []

@@ -129,6 +129,47 @@ def load(doc: Any) -> Any:
                     "data": memoryview(doc)[at + 4 * n:]}}
 
 
+INLINE_BYTES = 256
+"""A channel value that is not a list and serializes to at most this many bytes (a branch
+marker, a counter, a flag) is kept in the checkpoint record (``vals``) instead of a document of
+its own: a put writes one document fewer, and a read fetches none for it."""
+
+
+def inline_value(version: object, serialized: Raw) -> list:
+    """A record's ``vals`` entry for a small value: ``[version, type, base64 bytes]``;
+    ``[version]`` alone stands for a channel emptied at that version."""
+    return [str(version), serialized[0], base64.b64encode(serialized[1]).decode("ascii")]
+
+
+def carried_inline(parent: Mapping[str, list] | None, versions: Mapping[str, Any],
+                   written: Mapping[str, Any]) -> dict[str, list]:
+    """The parent record's ``vals`` entries still current in a checkpoint at `versions` that
+    writes the channels `written`: every record holds all its small values, so a read needs no
+    other record, and pruning other checkpoints never takes one away."""
+    if not parent:
+        return {}
+    return {channel: entry for channel, entry in parent.items()
+            if channel not in written and channel in versions
+            and entry[0] == str(versions[channel])}
+
+
+def split_inline(serde: Any, inline: Mapping[str, list] | None, versions: Mapping[str, Any]
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the values a record's ``vals`` holds at `versions`, decoded; the versions left to read
+    from documents)."""
+    if not inline:
+        return {}, dict(versions)
+    values: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for channel, version in versions.items():
+        entry = inline.get(channel)
+        if entry is None or entry[0] != str(version):
+            rest[channel] = version
+        elif len(entry) == 3:
+            values[channel] = serde.loads_typed((entry[1], base64.b64decode(entry[2])))
+    return values, rest
+
+
 def is_value_doc(doc: bytes) -> bool:
     """Whether stored bytes are a channel value that is not a list (`raw_value`)."""
     if doc[:4] != RAW_MAGIC:

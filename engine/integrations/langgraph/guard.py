@@ -82,6 +82,7 @@ from engine.errors import (
 from engine.freeze import PolicyChoice
 from engine.integrations.langgraph import layout
 from engine.integrations.langgraph.saver import RewindSaver, healthy_checkpoint, session_id
+from engine.integrations.langgraph.threads import live_checkpoint
 from engine.recovery.policy import respond
 from engine.sessions.session import Session, StepCall
 from engine.types import LoopPolicy, checked_policy
@@ -421,7 +422,8 @@ class LoopGuard:
             except (UnknownSnapshot, SnapshotNotRestorable):
                 continue
             if root:
-                base = self.engine.documents.values(session.id, layout.HEAD).get(layout.ROOT)
+                live = live_checkpoint(self.engine, session.id)
+                base = live["id"] if live is not None else None
                 self.engine.documents.put_values(session.id, layout.HEAD,
                                        {layout.FENCE: {"base": base, "until": root}})
             return result

@@ -18,10 +18,12 @@ document key                           holds
 ``s/<step number>``                    root checkpoint a guarded tool call ran under
 =====================================  ========================================================
 
-One versioned key-value, namespace `HEAD`, key `ROOT`, names the live checkpoint of the root
-namespace. Being versioned, it is restored by every rollback: rolling the session back to the
-snapshot of checkpoint C makes C the thread's latest checkpoint again. Key `FENCE` of the same
-namespace bounds the checkpoints of a run the guard rolled back.
+The live checkpoint of the root namespace is the one whose snapshot is the newest checkpoint
+snapshot on the session's live line (`threads.live_checkpoint`): a rollback to the snapshot of
+checkpoint C makes C the thread's latest checkpoint again. Key `FENCE` of the versioned
+key-value namespace `HEAD` bounds the checkpoints of a run the guard rolled back. Key `ROOT`
+there may hold a pointer to the live checkpoint in older threads; nothing reads it, as the
+snapshots name the live checkpoint.
 
 ``<ns>``, ``<channel>``, ``<version>`` and ``<task>`` are percent-encoded without safe
 characters, so ``/`` only ever separates fields and every prefix scan is exact. Checkpoint ids
@@ -36,9 +38,9 @@ from urllib.parse import quote, unquote
 DOCS = "langgraph"
 """Document namespace of everything LangGraph stores."""
 HEAD = "langgraph_head"
-"""Versioned key-value namespace holding the live root checkpoint."""
+"""Versioned key-value namespace of the guard's fence (`FENCE`)."""
 ROOT = "root"
-"""Key of the live root checkpoint in `HEAD`."""
+"""Key of the live root checkpoint in the saver's memory of a thread's `HEAD` values."""
 FENCE = "fence"
 """Key in `HEAD`, written after the guard rolled a run back: ``{"base": live checkpoint after the
 rollback, "until": newest checkpoint id of the aborted run}``. A ``loop`` checkpoint that builds

@@ -5,9 +5,11 @@ Mapping (key layout in `layout`):
 - **Thread -> session.** Thread id = session id; the session is created on the first checkpoint
   with meta ``{"integration": "langgraph"}``. Checkpoint namespaces (subgraphs) live inside it.
 - **Checkpoint -> snapshot.** Every checkpoint of the root namespace takes a Rewind snapshot
-  labelled with the checkpoint id, after moving the versioned head pointer to it. Rolling the
-  session back to that snapshot (the guard, the console, the CLI) makes that checkpoint the
-  thread's latest again; what came after stays in LangGraph's history and in the abandoned branch.
+  labelled with the checkpoint id (``checkpoint <id> (…)``), and the thread's latest checkpoint
+  is the one whose snapshot is the newest checkpoint snapshot on the session's live line
+  (`threads.live_checkpoint`): rolling the session back to that snapshot, or to a guarded step's
+  taken after it (the guard, the console, the CLI), makes that checkpoint the thread's latest
+  again; what came after stays in LangGraph's history and in the abandoned branch.
 - **Fork -> branch.** A checkpoint whose parent is not the live one (time travel,
   ``update_state`` on an old checkpoint) first rolls the session back to the parent's snapshot
   (actor ``langgraph``, reason ``fork from checkpoint …``, no notice), so the snapshot tree shows
@@ -27,24 +29,33 @@ Storage does not copy the message list at every checkpoint: channel values are s
 earlier versions on the same line (`codec`). The checkpoint record names every document its
 lists are built from, so reading a checkpoint is one read of the record with its pending writes
 and one of its values, whatever the thread's length: at most log2(n) + 1 documents per list
-channel. The latest checkpoint of the root namespace takes one more read first, the thread's
-summary with its head pointer; the values of the versions this saver last wrote or read are held
-(serialized, decoded anew at every read), so a warm read of the latest checkpoint is two reads.
+channel. The latest checkpoint of the root namespace also needs where the thread is (its head
+snapshot, epoch and message count) and the guard's fence: read together with the record and
+pending writes of the checkpoint this saver last wrote or read (`Engine.documents
+.session_documents`); when that record is stamped with the head snapshot it is the latest, and
+the values of the versions this saver last wrote or read are held (serialized, decoded anew at
+every read), so a warm read of the latest checkpoint is one read (one statement on SQLite). Else
+the newest checkpoint snapshot names it (two reads more).
 ``list(limit=…)`` reads a page of records at a time, namespace by namespace. Channel values are
 stored as bytes (the serializer's output behind a small header), so a read neither parses nor
 base64-decodes them; threads stored as JSON before still read.
 
 Every read and write goes through the engine's public API (`Engine.documents.get`,
 `Engine.documents.write_session`, …), never the store itself: the engine checks size limits before
-the store is touched, and a checkpoint's parts (mirrored messages, head pointer, snapshot,
-documents) are written in one atomic write, as is a copied thread. Async methods run the sync
-ones in the default executor.
+the store is touched, and a checkpoint's parts (mirrored messages, snapshot, documents) are
+written in one atomic write, as is a copied thread. A checkpoint that continues the one this
+saver last wrote or read is written without reading the session first: the write expects the
+session at the epoch seen then with that checkpoint's snapshot still its newest manual one (no
+rollback, fork, fence or other checkpoint since; a guarded tool call's step snapshot is no
+matter), and when it is not, nothing is written and the put reads and decides as usual. Async
+methods run the sync ones in the default executor.
 """
 
 from __future__ import annotations
 
 import builtins
 import json
+import math
 import random
 import threading
 import time
@@ -70,11 +81,24 @@ from langgraph.checkpoint.base.id import uuid6
 
 from engine import Retention
 from engine.engine import Engine
-from engine.errors import SnapshotNotRestorable, StoreError, UnknownSession, UnknownSnapshot
+from engine.errors import (
+    RollbackConflict,
+    SnapshotNotRestorable,
+    StoreError,
+    UnknownSession,
+    UnknownSnapshot,
+)
 from engine.integrations.langgraph import codec, layout
 from engine.integrations.langgraph.aio import AsyncSaver
 from engine.integrations.langgraph.chat import is_notice, notice_message, to_chat
-from engine.integrations.langgraph.threads import healthy_checkpoint, session_id
+from engine.integrations.langgraph.threads import (
+    CANDIDATES,
+    CHECKPOINT_LABEL,
+    checkpoint_label,
+    healthy_checkpoint,
+    labelled_checkpoint,
+    session_id,
+)
 from engine.limits import cut_text
 
 ACTOR = "langgraph"
@@ -91,6 +115,24 @@ __all__ = ["ACTOR", "RewindSaver", "healthy_checkpoint", "session_id"]
 
 _JSON = json.JSONEncoder()
 """Encodes metadata to see whether it comes back from JSON as it is (built once)."""
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether `value` is JSON data that comes back from JSON as it is: dicts with string keys,
+    lists, strings, ints, finite floats, booleans and None, of exactly those types (anything
+    else is left to the round trip)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if depth > 16:
+        return False
+    if kind is dict:
+        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
+    if kind is list:
+        return all(_plain(v, depth + 1) for v in value)
+    return False
+
 
 _PLAIN_FIELDS = ("v", "ts", "channel_versions", "versions_seen", "updated_channels")
 """Checkpoint fields stored as plain JSON; the id is the record's, other fields are serialized."""
@@ -136,6 +178,10 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         serialized, decoded anew at every read; or the mark of a channel emptied). A version's
         value never changes, so a warm read need not fetch it; one entry per channel, like
         `_lists`, so many threads do not push each other's out."""
+        self._pointers: OrderedDict[str, tuple[str | None, int, dict]] = OrderedDict()
+        """session -> (the live checkpoint's snapshot id, epoch, values of `layout.HEAD` with
+        the live checkpoint as `layout.ROOT`) as this saver last wrote or read them: a put that
+        continues that checkpoint writes without reading the session again (`_put_as_seen`)."""
         self._seen_changed = threading.Condition(self._lock)
 
     def wait_for_checkpoint(self, thread_id: Any, checkpoint_id: str, timeout: float) -> bool:
@@ -185,16 +231,46 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         if checkpoint_id:
             rec, writes = self._with_writes(sid, ns, checkpoint_id)
         elif ns == "":
-            # The thread's summary and its head pointer in one read, then the head's record
-            # and its pending writes in another: a warm read is two statements on SQLite.
-            info, pointers = self._docs.session_values(sid, layout.HEAD)
-            if info is None:
+            # Where the thread is and the guard's fence in one read, with the record and
+            # pending writes of the checkpoint this saver saw live last (a warm read: one
+            # statement on SQLite), or else of the one the newest checkpoint snapshot names;
+            # when the record's stamp confirms neither, the live one is looked for again.
+            with self._lock:
+                seen = self._pointers.get(sid)
+            guess = seen[2].get(layout.ROOT) if seen is not None else None
+            confirms = None  # besides the head, the snapshot whose stamp confirms the guess
+            if not guess:  # a saver new to the thread: the newest checkpoint snapshot names it
+                for snap, label in self._docs.newest_snapshots(sid, CHECKPOINT_LABEL,
+                                                               limit=CANDIDATES):
+                    guess, confirms = labelled_checkpoint(label), snap
+                    if guess:
+                        break
+            found: dict[str, Any] | None = None
+            at: tuple[str | None, int, int] | None
+            if guess:
+                at, pointers, found = self._docs.session_documents(
+                    sid, layout.HEAD, layout.DOCS, [layout.checkpoint_key(ns, guess)],
+                    prefix=layout.write_prefix(ns, guess))
+            else:
+                info, pointers = self._docs.session_values(sid, layout.HEAD)
+                at = None if info is None else (info.head, info.epoch, info.messages)
+            if at is None:
                 return None
-            head = pointers.get(layout.ROOT)
-            rec, writes = self._with_writes(sid, ns, head) if head else (None, None)
-            if rec is None:  # no head yet, or its record is gone: the newest live one
-                rec, writes = self._latest(sid, ns), None
-            delivered = self._deliver_notices(sid, thread_id, rec, info, pointers)
+            rec = None
+            if guess and found is not None:
+                rec, writes = self._split_writes(ns, guess, found)
+                if rec is not None and (rec.get("snap") is None
+                                        or rec.get("snap") not in (at[0], confirms)):
+                    rec = writes = None  # the session moved past it: find the live one
+            if rec is None:
+                rec, writes = self._live_with_writes(sid)
+            with self._lock:  # what the next put expects: the live checkpoint's snapshot
+                self._remember(self._pointers, sid, (
+                    rec["snap"] if rec is not None else at[0], at[1],
+                    {**pointers, layout.ROOT: rec["id"] if rec is not None else None}))
+            if rec is None:  # no checkpoint snapshot, or its record is gone: the newest one
+                rec = self._latest(sid, ns)
+            delivered = self._deliver_notices(sid, thread_id, rec, at[2], pointers)
             if delivered is not rec:
                 rec, writes = delivered, None
         else:
@@ -208,12 +284,18 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
     def _with_writes(self, sid: str, ns: str, checkpoint_id: str
                      ) -> tuple[dict | None, builtins.list[dict] | None]:
         """Checkpoint `checkpoint_id`'s record and its pending writes, in one read."""
-        key = layout.checkpoint_key(ns, checkpoint_id)
-        prefix = layout.write_prefix(ns, checkpoint_id)
-        found = self._docs.get(sid, layout.DOCS, [key], prefix=prefix)
-        rec = found.get(key)
+        found = self._docs.get(sid, layout.DOCS, [layout.checkpoint_key(ns, checkpoint_id)],
+                               prefix=layout.write_prefix(ns, checkpoint_id))
+        return self._split_writes(ns, checkpoint_id, found)
+
+    @staticmethod
+    def _split_writes(ns: str, checkpoint_id: str, found: dict[str, Any]
+                      ) -> tuple[dict | None, builtins.list[dict] | None]:
+        """The record and the pending writes of checkpoint `checkpoint_id` among `found`."""
+        rec = found.get(layout.checkpoint_key(ns, checkpoint_id))
         if rec is None:
             return None, None
+        prefix = layout.write_prefix(ns, checkpoint_id)
         return rec, [doc for k, doc in found.items() if k.startswith(prefix)]
 
     def list(
@@ -450,7 +532,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             copied[key] = doc
         head_key = layout.checkpoint_key("", head) if head else None
         rec = copied.get(head_key) if head_key else None
-        label = cut_text(f"checkpoint {head} (copied from thread {source_thread_id})",
+        label = cut_text(checkpoint_label(str(head), f"copied from thread {source_thread_id}"),
                          self.engine.limits.name_chars)  # a long thread id cuts the label
 
         def run() -> None:
@@ -460,8 +542,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             info = self.engine.session_info(dst)
             history = self._live_messages(src) if info is None or info.messages == 0 else []
             self._docs.write_session(
-                dst, messages=history, messages_if_empty=True,
-                values={layout.HEAD: {layout.ROOT: head}}, snapshot=label,
+                dst, messages=history, messages_if_empty=True, snapshot=label,
                 documents={layout.DOCS: copied}, stamp=(layout.DOCS, head_key),
                 retention=self.retention)
 
@@ -501,7 +582,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 continue
             if strategy == "delete":
                 doomed = {key: None for key in docs}
-                self._retrying(sid, lambda s=sid, d=doomed: self._delete_docs(s, d, head=True))
+                self._retrying(sid, lambda s=sid, d=doomed: self._delete_docs(s, d))
                 continue
             head = self._head(sid)
             by_ns: dict[str, list[dict]] = {}
@@ -515,7 +596,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
                 if ns == "" and head is not None:
                     chosen = next((r for r in recs if r["id"] == head), chosen)
                 kept.append(chosen)
-            self._delete_docs(sid, codec.unneeded(docs, kept), head=False)
+            self._delete_docs(sid, codec.unneeded(docs, kept))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is in `run_ids`.
@@ -535,7 +616,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             if not any(rec.get("run") in runs for rec in recs):
                 continue
             kept = [rec for rec in recs if rec.get("run") not in runs]
-            self._delete_docs(sid, codec.unneeded(docs, kept), head=False)
+            self._delete_docs(sid, codec.unneeded(docs, kept))
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         """Next channel version: a zero-padded counter plus a random fraction, so two forks of
@@ -561,15 +642,19 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         lists: dict[str, codec.ListState] = {}
         appended = None  # messages this checkpoint adds to its parent's, for the mirror
         max_bytes = self.engine.limits.document_bytes // 2
+        inline = codec.carried_inline(parent.get("vals") if parent else None,
+                                      checkpoint.get("channel_versions", {}), new_versions)
         for channel, version in new_versions.items():
             key = layout.blob_key(ns, channel, version)
             if channel not in values:
-                docs[key] = {"empty": True}
-                raws[channel] = (str(version), docs[key])
+                inline[channel] = [str(version)]
                 continue
             value = values[channel]
             if not isinstance(value, list):
                 serialized = tuple(self.serde.dumps_typed(value))
+                if len(serialized[1]) <= codec.INLINE_BYTES:
+                    inline[channel] = codec.inline_value(version, serialized)
+                    continue
                 docs[key] = codec.raw_value(serialized)
                 raws[channel] = (str(version), {"raw_value": serialized})
                 continue
@@ -592,44 +677,15 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             "run": meta.get("run_id") if isinstance(meta.get("run_id"), str) else None,
             "late": False, "snap": None, "msgs": None, "epoch": None, "lists": chains,
         }
-        if ns == "":
-            pointers = self._docs.values(sid, layout.HEAD)
-            head, fence = pointers.get(layout.ROOT), pointers.get(layout.FENCE) or {}
-            if (fence and parent_id == fence.get("base")
-                    and checkpoint_id <= fence.get("until", "")
-                    and meta.get("source") == "loop"):
-                rec["late"] = True  # the next step of a run the guard rolled back, stored late
-            elif parent_id is not None and head is not None and parent_id != head:
-                if self._fork(sid, parent, parent_id):
-                    head = parent_id
-                elif parent is not None and (parent.get("late") or meta.get("source") == "loop"):
-                    rec["late"] = True
+        if inline:
+            rec["vals"] = inline
         key = layout.checkpoint_key(ns, checkpoint_id)
         docs[key] = rec
-        if ns == "" and not rec["late"]:
-            # mirrored messages, head pointer, snapshot and documents: one atomic write. A
-            # thread this saver does not know yet is created by it (one transaction for its
-            # first checkpoint); a known one deleted meanwhile fails the write, and `put` then
-            # creates it again and retries.
-            with self._lock:
-                known = sid in self._ensured
-            chat: builtins.list[dict] = []
-            if appended and (parent_id == head or (parent_id is None and head is None)):
-                chat = [c for c in (to_chat(m) for m in appended if not is_notice(m)) if c]
-            label = (f"checkpoint {checkpoint_id} ({meta.get('source', '?')}, "
-                     f"step {meta.get('step', '?')})")
-            epoch, node = self._docs.write_session(
-                sid, messages=chat, values={layout.HEAD: {layout.ROOT: checkpoint_id}},
-                snapshot=cut_text(label, self.engine.limits.name_chars),
-                documents={layout.DOCS: docs}, stamp=(layout.DOCS, key),
-                retention=self.retention, create=None if known else _THREAD_META)
-            assert node is not None
-            rec.update(snap=node.id, msgs=node.messages, epoch=epoch)
-            with self._lock:
-                self._remember(self._ensured, sid, None)
-        else:
+        if ns != "":
             self._ensure(sid)
             self._docs.put(sid, layout.DOCS, docs)
+        elif not self._put_as_seen(sid, parent_id, checkpoint_id, meta, rec, docs, appended):
+            self._put_root(sid, parent_id, parent, checkpoint_id, meta, rec, docs, appended)
         with self._seen_changed:
             for channel, state in lists.items():
                 self._remember(self._lists, (sid, ns, channel), state)
@@ -638,6 +694,85 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             self._remember(self._last, (sid, ns), rec)
             self._remember(self._seen, (sid, checkpoint_id), None)
             self._seen_changed.notify_all()
+
+    def _put_as_seen(self, sid: str, parent_id: str | None, checkpoint_id: str,
+                     meta: CheckpointMetadata | dict, rec: dict, docs: dict,
+                     appended: builtins.list | None) -> bool:
+        """Write a root checkpoint without reading the session first, when this saver saw its
+        live checkpoint last (its previous put or read) and the checkpoint continues it: the
+        write expects the session at the epoch it saw then with that checkpoint's snapshot still
+        its newest manual one, which a guarded tool call's step snapshot leaves in place and no
+        rollback, fork, fence or other checkpoint does. False (nothing written) when that is
+        not known or the session moved; `_put_root` then reads and decides."""
+        with self._lock:
+            seen = self._pointers.get(sid)
+            known = sid in self._ensured
+        if seen is None:
+            if known:
+                return False
+            seen = (None, 0, {})  # a thread new to this saver: new to the store, most likely
+        at_head, at_epoch, pointers = seen
+        head, fence = pointers.get(layout.ROOT), pointers.get(layout.FENCE) or {}
+        if parent_id != head or (fence and parent_id == fence.get("base")):
+            return False  # a fork, or maybe a late step of a fenced run: read and decide
+        try:
+            self._write_root(sid, checkpoint_id, meta, rec, docs, appended, pointers, known,
+                             expect=(at_head, at_epoch))
+        except RollbackConflict:
+            with self._lock:
+                self._pointers.pop(sid, None)
+            return False
+        return True
+
+    def _put_root(self, sid: str, parent_id: str | None, parent: dict | None,
+                  checkpoint_id: str, meta: CheckpointMetadata | dict, rec: dict, docs: dict,
+                  appended: builtins.list | None) -> None:
+        """Write a root checkpoint after reading the live one and the fence: a fork first rolls the
+        session back to the parent; a late checkpoint is stored without becoming the head."""
+        pointers = self._docs.values(sid, layout.HEAD)
+        head, fence = self._head(sid), pointers.get(layout.FENCE) or {}
+        if (fence and parent_id == fence.get("base")
+                and checkpoint_id <= fence.get("until", "")
+                and meta.get("source") == "loop"):
+            rec["late"] = True  # the next step of a run the guard rolled back, stored late
+        elif parent_id is not None and head is not None and parent_id != head:
+            if self._fork(sid, parent, parent_id):
+                head = parent_id
+            elif parent is not None and (parent.get("late") or meta.get("source") == "loop"):
+                rec["late"] = True
+        if rec["late"]:
+            self._ensure(sid)
+            self._docs.put(sid, layout.DOCS, docs)
+            return
+        if not (parent_id == head or (parent_id is None and head is None)):
+            appended = None  # not on the live conversation: nothing to mirror
+        with self._lock:
+            known = sid in self._ensured
+        self._write_root(sid, checkpoint_id, meta, rec, docs, appended, pointers, known)
+
+    def _write_root(self, sid: str, checkpoint_id: str, meta: CheckpointMetadata | dict,
+                    rec: dict, docs: dict, appended: builtins.list | None, pointers: dict,
+                    known: bool, expect: tuple[str | None, int] | None = None) -> None:
+        """Mirrored messages, snapshot and documents: one atomic write. A thread
+        this saver does not know yet is created by it (one transaction for its first
+        checkpoint); a known one deleted meanwhile fails the write, and `put` then creates it
+        again and retries."""
+        chat: builtins.list[dict] = []
+        if appended:
+            chat = [c for c in (to_chat(m) for m in appended if not is_notice(m)) if c]
+        label = checkpoint_label(checkpoint_id, f"{meta.get('source', '?')}, "
+                                                f"step {meta.get('step', '?')}")
+        epoch, node = self._docs.write_session(
+            sid, messages=chat, snapshot=cut_text(label, self.engine.limits.name_chars),
+            documents={layout.DOCS: docs}, stamp=(layout.DOCS, layout.checkpoint_key(
+                "", checkpoint_id)),
+            retention=self.retention, create=None if known else _THREAD_META, expect=expect)
+        assert node is not None
+        rec.update(snap=node.id, msgs=node.messages, epoch=epoch)
+        with self._lock:
+            self._remember(self._ensured, sid, None)
+            self._remember(self._pointers, sid,
+                           (node.id, epoch, {**pointers, layout.ROOT: checkpoint_id}))
 
     def _fork(self, sid: str, parent: dict | None, parent_id: str) -> bool:
         """Roll the session back to the parent's snapshot; False when it cannot be live again."""
@@ -653,13 +788,13 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         return True
 
     def _deliver_notices(self, sid: str, thread_id: Any, rec: dict | None,
-                         info: Any, pointers: dict) -> dict | None:
+                         messages: int, pointers: dict) -> dict | None:
         """Hand notices appended to the session after `rec` to the graph (see module doc).
 
         `rec` is the live checkpoint's record; None when the guard rolled back a run of a thread
         without any stored checkpoint before it (``durability="exit"``): the notices then start
-        the thread's first checkpoint. `info` is the session's summary, `pointers` its values
-        of `layout.HEAD` (read together).
+        the thread's first checkpoint. `messages` is the session's live message count,
+        `pointers` its values of `layout.HEAD` (read together).
         """
         channel = self.messages_channel
         if channel is None:
@@ -673,7 +808,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             return rec
         else:
             seen = rec["msgs"]
-        if info.messages <= seen:
+        if messages <= seen:
             return rec
         notices = [m for m in self._live_messages(sid)[seen:] if is_notice(m)]
         if not notices:
@@ -706,8 +841,26 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         return self._last[(sid, "")]
 
     # -- records and values -----------------------------------------------------------------
+    def _live_with_writes(self, sid: str) -> tuple[dict | None, builtins.list[dict] | None]:
+        """The live root checkpoint's record (as `threads.live_checkpoint` finds it) with its
+        pending writes, in one read after the snapshots'."""
+        for snap, label in self._docs.newest_snapshots(sid, CHECKPOINT_LABEL, limit=CANDIDATES):
+            checkpoint_id = labelled_checkpoint(label)
+            if checkpoint_id is not None:
+                rec, writes = self._with_writes(sid, "", checkpoint_id)
+                if rec is not None and rec.get("snap") == snap:
+                    return rec, writes
+        return None, None
+
     def _head(self, sid: str) -> str | None:
-        return self._docs.values(sid, layout.HEAD).get(layout.ROOT)
+        """The live root checkpoint's id (as `threads.live_checkpoint` finds it, its record
+        from this saver's memory when it wrote it last), None when there is none."""
+        for snap, label in self._docs.newest_snapshots(sid, CHECKPOINT_LABEL, limit=CANDIDATES):
+            checkpoint_id = labelled_checkpoint(label)
+            rec = self._record(sid, "", checkpoint_id) if checkpoint_id is not None else None
+            if rec is not None and rec.get("snap") == snap:
+                return checkpoint_id
+        return None
 
     def _latest(self, sid: str, ns: str) -> dict | None:
         """The newest live checkpoint record of namespace `ns` (a scan: the root namespace's
@@ -862,8 +1015,11 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         """The tuple of record `rec`; `writes` its pending writes when read with it (else they
         are read here)."""
         ns, checkpoint_id = rec["ns"], rec["id"]
-        values = self._values(sid, ns, rec["cp"].get("channel_versions", {}),
-                              rec.get("lists") or {}, scans, remember)
+        versions = rec["cp"].get("channel_versions", {})
+        inline, versions = codec.split_inline(self.serde, rec.get("vals"), versions)
+        values = self._values(sid, ns, versions, rec.get("lists") or {}, scans, remember)
+        if inline:
+            values = {**inline, **values}
         if writes is None:
             writes = list(self._docs.scan(
                 sid, layout.DOCS, layout.write_prefix(ns, checkpoint_id)).values())
@@ -897,6 +1053,8 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         return stored  # type: ignore[return-value]
 
     def _dump_meta(self, meta: Mapping[str, Any]) -> dict:
+        if _plain(meta):  # LangGraph's own metadata: no round trip through the encoder
+            return {"json": meta}
         try:
             if json.loads(_JSON.encode(meta)) == meta:
                 return {"json": meta}
@@ -910,11 +1068,8 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
         return codec.decode(self.serde, stored["typed"])
 
     # -- housekeeping -----------------------------------------------------------------------
-    def _delete_docs(self, sid: str, doomed: dict[str, None], *, head: bool) -> None:
-        if head:  # the documents and the head pointer go together, or neither does
-            self._docs.write_session(sid, values={layout.HEAD: {layout.ROOT: None}},
-                                     documents={layout.DOCS: doomed})
-        elif doomed:
+    def _delete_docs(self, sid: str, doomed: dict[str, None]) -> None:
+        if doomed:
             self._docs.put(sid, layout.DOCS, doomed)
         self._forget_cache(sid)
 
@@ -972,6 +1127,7 @@ class RewindSaver(AsyncSaver, BaseCheckpointSaver[str]):
             for cache in caches:
                 for key in [k for k in cache if k[0] == sid]:
                     del cache[key]
+            self._pointers.pop(sid, None)
 
     def _forget(self, sid: str) -> None:
         self._forget_cache(sid)

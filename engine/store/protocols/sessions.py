@@ -143,7 +143,18 @@ class SessionStore(Protocol):
     def get_session_values(self, sid: str, ns: str) -> tuple[SessionInfo | None, dict[str, Any]]:
         """`get_session` and `get_all` of namespace `ns` in one read: the session summary (None
         for an unknown session) and the current values ({} then). What an integration reads
-        first on every turn (LangGraph's latest checkpoint: the thread and its head pointer)."""
+        first on every turn (LangGraph's latest checkpoint: the thread and the guard's fence)."""
+        ...
+
+    def get_session_docs(self, sid: str, ns: str, doc_ns: str, keys: list[str], *,
+                         prefix: str | None = None
+                         ) -> tuple[tuple[str | None, int, int] | None, dict[str, Any],
+                                    dict[str, Any]]:
+        """Where the session is, the values of namespace `ns` (as `get_all`) and documents of
+        namespace `doc_ns` (as `doc_get` of `keys` and `prefix`) in one read (one statement
+        on SQLite). Where it is: its head snapshot id, epoch and live message count (None for
+        an unknown session, with {} and {}). A reader that can guess which documents the
+        values will name (LangGraph's latest checkpoint, read warm) needs no second read."""
         ...
 
     def live_messages(self, sid: str, *, since: int = 0,
@@ -299,12 +310,17 @@ class SessionStore(Protocol):
         stored with the snapshot's ``snap`` (id), ``msgs`` (live message count) and ``epoch``.
         With `write["create"]` (meta), a missing session is created first (`ensure_session`):
         in the same transaction on SQLite, as a step of its own before the script on Redis.
+        With `write["expect"]` (snapshot id, epoch), the write happens only when the session
+        is at that epoch with that newest manual snapshot on its live line (step snapshots
+        taken since do not count), checked in the same transaction (script); a session just
+        created is at (None, 0).
 
         Returns:
             (the session's epoch, the snapshot taken or None).
 
         Raises:
             UnknownSession: no such session (and no `create`). Nothing is written.
+            RollbackConflict: the session is not at `write["expect"]`. Nothing is written.
             ValueError: a stamp without a snapshot, or naming no dict among the documents.
         """
         ...

@@ -35,6 +35,15 @@ class SnapshotStore(Protocol):
         """Every snapshot of the session, live and abandoned, oldest first."""
         ...
 
+    def newest_snapshots(self, sid: str, kind: SnapshotKind, label_prefix: str, limit: int
+                         ) -> list[tuple[str, str]]:
+        """(id, label) of the newest `limit` snapshots of `kind` on the live line whose label
+        starts with `label_prefix` (retired ones count: they are still on the line), newest
+        first. An integration that labels its snapshots finds the newest of its own this way
+        (LangGraph's live checkpoint: what a rollback to any snapshot leaves live), past any
+        an operator labelled alike."""
+        ...
+
     def snapshot(self, sid: str, snapshot_id: str) -> SnapshotNode | None:
         """Snapshot `snapshot_id` of the session (live or abandoned), as `snapshots` lists it,
         or None when the session has none of that id. Cost independent of the history length:

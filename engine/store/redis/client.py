@@ -74,7 +74,7 @@ from engine.errors import (
     UnknownSnapshot,
 )
 from engine.store.redis import keys
-from engine.store.requests import decided_message, not_waiting_message
+from engine.store.requests import decided_message, moved_message, not_waiting_message
 from engine.store.urls import redact, secrets
 
 SCHEMES = frozenset({"redis", "rediss", "redis+cluster", "rediss+cluster"})
@@ -344,6 +344,9 @@ def script_error(exc: ResponseError, client: RedisClient, sid: str, target: Any)
             f"snapshot {target!r} lies on the abandoned branch {detail}; "
             "roll back to a snapshot on the live line"
         )
+    if code == "MOVED":
+        head, _, epoch = detail.rpartition(" ")
+        return RollbackConflict(moved_message(sid, (head or None, int(epoch))))
     if code == "EPOCH_MOVED":
         return RollbackConflict(
             f"session {sid!r} was rolled back by someone else (epoch is now {detail}); "

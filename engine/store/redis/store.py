@@ -71,7 +71,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
 
-from engine.errors import StoreAuthError, StoreError, UnknownSession
+from engine.errors import RollbackConflict, StoreAuthError, StoreError, UnknownSession
 from engine.records import (
     AuditEvent,
     BranchInfo,
@@ -106,7 +106,7 @@ from engine.store.redis.codec import dumps, num
 from engine.store.redis.fleet import FleetViews
 from engine.store.redis.fleetdocs import FleetDocs
 from engine.store.redis.scripts import OUTBOX_BATCH, SOURCES
-from engine.store.requests import snapshot_seq
+from engine.store.requests import moved_message, snapshot_seq
 from engine.types import (
     CompensationStatus,
     SessionStatus,
@@ -321,6 +321,16 @@ class RedisStore:
             return None, {}
         return codec.session_info(d), {k: json.loads(v) for k, v in raw.items()}
 
+    def get_session_docs(self, sid: str, ns: str, doc_ns: str, keys: list[str], *,
+                         prefix: str | None = None
+                         ) -> tuple[tuple[str | None, int, int] | None, dict[str, Any],
+                                    dict[str, Any]]:
+        info, values = self.get_session_values(sid, ns)
+        if info is None:
+            return None, {}, {}
+        return ((info.head, info.epoch, info.messages), values,
+                self.doc_get(sid, doc_ns, keys, prefix=prefix))
+
     def live_messages(self, sid: str, *, since: int = 0,
                       until: int | None = None) -> list[dict[str, Any]]:
         base = keys.session_base(sid, self.prefix)
@@ -405,6 +415,13 @@ class RedisStore:
         branches = codec.branch_infos([branch_id, branch_record]) if branch_record else {}
         return _snapshot_node(str(seq), record, branch_id or None, branches, restorable == "1",
                               head)
+
+    def newest_snapshots(self, sid: str, kind: SnapshotKind, label_prefix: str, limit: int
+                         ) -> list[tuple[str, str]]:
+        if limit <= 0:
+            return []
+        found = self._read("newest", sid, [kind, label_prefix, limit])
+        return [(found[i], found[i + 1]) for i in range(0, len(found), 2)]
 
     def restorable_snapshot(self, sid: str, before_step: int | None) -> str | None:
         result = self._read("restorable", sid, ["+inf" if before_step is None else before_step])
@@ -724,7 +741,15 @@ class RedisStore:
                                   or not isinstance(documents.get(stamp[0], {}).get(stamp[1]),
                                                     dict)):
             raise ValueError(f"the stamp {stamp!r} needs a snapshot and a document that is a dict")
+        expect = write.get("expect")
         if "create" in write:
+            if expect is not None:  # refused before the session is created or its meta merged
+                info = self.get_session(sid)
+                at = (None, 0) if info is None else (info.head, info.epoch)
+                if at[1] != expect[1] or (at[0] != expect[0] and next(
+                        (i for i, _l in self.newest_snapshots(sid, "manual", "", 1)),
+                        None) != expect[0]):
+                    raise RollbackConflict(moved_message(sid, at))
             self.ensure_session(sid, write["create"] or None, now)
         messages = write.get("messages") or []
         args: list[Any] = ["1" if write.get("messages_if_empty") else "0",
@@ -749,6 +774,7 @@ class RedisStore:
                     value = {k: v for k, v in value.items() if k not in ("snap", "msgs", "epoch")}
                 args += [key, _doc_text(value)]
         args += list(stamp) if stamp is not None else ["", ""]
+        args += ["", ""] if expect is None else [expect[0] or "", int(expect[1])]
         result, _ = self._write("write", sid, now, args)
         epoch, snap = json.loads(result)
         if snap is None:

@@ -117,6 +117,21 @@ class DocumentRows:
         return True
 
 
+def doc_get_read(sid: str, ns: str, keys: list[str], prefix: str | None
+                 ) -> tuple[str, list[Any]]:
+    """The statement and parameters of `DocumentRows.doc_get` for at most 500 `keys` (one
+    statement: the prefix's range beside the keys), for a caller that reads more with it."""
+    params: list[Any] = [sid, ns, *keys] if keys else []
+    if prefix is not None:
+        params = [sid, ns, prefix, prefix + "\U0010ffff", *params]
+    return _doc_get_sql(len(keys), prefix is not None), params
+
+
+def doc_value(stored: str | bytes) -> Any:
+    """A document as `_put_doc` stored it."""
+    return _doc_value(stored)
+
+
 @lru_cache(maxsize=64)
 def _doc_get_sql(count: int, scan: bool) -> str:
     """`DocumentRows.doc_get`'s statement for `count` keys, with a prefix's range when `scan`

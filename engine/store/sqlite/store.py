@@ -59,7 +59,7 @@ from engine.store.base import (
     refuse_undecidable,
 )
 from engine.store.sqlite.branches import BranchLine
-from engine.store.sqlite.docs import DocumentRows
+from engine.store.sqlite.docs import DocumentRows, doc_get_read, doc_value
 from engine.store.sqlite.rows import (
     AUDIT_COLS,
     COMPENSATION,
@@ -185,6 +185,11 @@ _SESSION_VALUES = (
     "LEFT JOIN kv ON kv.session = sessions.id AND kv.ns = ? WHERE sessions.id = ?"
 )
 """`SQLiteStore.get_session_values`: a session's row with its values of one namespace."""
+_SESSION_AT = (
+    "SELECT head, epoch, msg_count, kv.key, kv.value FROM sessions "
+    "LEFT JOIN kv ON kv.session = sessions.id AND kv.ns = ? WHERE sessions.id = ?"
+)
+"""Where a session is, with its values of one namespace (`SQLiteStore.get_session_docs`)."""
 
 
 def _session_where(where: SessionFilter) -> tuple[str, list[object]]:
@@ -439,6 +444,29 @@ class SQLiteStore:
             return None, {}
         return SESSION.decode_selected(rows[0]), {r[-2]: json.loads(r[-1]) for r in rows
                                                   if r[-2] is not None}
+
+    def get_session_docs(self, sid: str, ns: str, doc_ns: str, keys: list[str], *,
+                         prefix: str | None = None
+                         ) -> tuple[tuple[str | None, int, int] | None, dict[str, Any],
+                                    dict[str, Any]]:
+        """Where the session is and its values of `ns`, then the documents' rows (no epoch:
+        what tells them apart), in one statement."""
+        if len(keys) > 500 or (not keys and prefix is None):  # a read each, or no documents
+            info, values = self.get_session_values(sid, ns)
+            if info is None:
+                return None, {}, {}
+            return ((info.head, info.epoch, info.messages), values,
+                    self.doc_get(sid, doc_ns, keys, prefix=prefix))
+        sql, params = doc_get_read(sid, doc_ns, keys, prefix)
+        rows = self._read(f"{_SESSION_AT} UNION ALL SELECT NULL, NULL, NULL, key, value "
+                          f"FROM ({sql})", [ns, sid, *params])
+        session = [r for r in rows if r[1] is not None]
+        if not session:
+            return None, {}, {}
+        head, epoch, messages = session[0][:3]
+        return ((head, epoch, messages),
+                {r[3]: json.loads(r[4]) for r in session if r[3] is not None},
+                {r[3]: doc_value(r[4]) for r in rows if r[1] is None})
 
     def live_messages(self, sid: str, *, since: int = 0,
                       until: int | None = None) -> list[dict[str, Any]]:
@@ -888,6 +916,16 @@ class SQLiteStore:
     # -- snapshot reads: SnapshotReads (snapshots.py) ------------------------------------------
     def snapshots(self, sid: str) -> list[SnapshotNode]:
         return self._snapshots.snapshots(sid)
+
+    def newest_snapshots(self, sid: str, kind: SnapshotKind, label_prefix: str, limit: int
+                         ) -> list[tuple[str, str]]:
+        """Walked back from the newest by sequence number (``snapshots_seq``): it costs the
+        snapshots taken since the ones it returns."""
+        rows = self._read(
+            "SELECT id, label FROM snapshots INDEXED BY snapshots_seq WHERE session = ? "
+            "AND kind = ? AND branch IS NULL AND substr(label, 1, ?) = ? ORDER BY seq DESC "
+            "LIMIT ?", (sid, kind, len(label_prefix), label_prefix, max(0, limit)))
+        return [(r[0], r[1]) for r in rows]
 
     def snapshot(self, sid: str, snapshot_id: str) -> SnapshotNode | None:
         return self._snapshots.snapshot(sid, snapshot_id)

@@ -1,15 +1,16 @@
 """`SQLiteStore.write_session`: an integration's multi-part write to one session (a LangGraph
-checkpoint: mirrored messages, head pointer, snapshot, documents) as one short transaction."""
+checkpoint: mirrored messages, snapshot, documents) as one short transaction."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from functools import lru_cache
 from typing import Any
 
-from engine.errors import UnknownSession
+from engine.errors import RollbackConflict, UnknownSession
 from engine.records import SnapshotNode
-from engine.store.requests import Retention, SessionWrite, stamped
+from engine.store.requests import Retention, SessionWrite, moved_message, stamped
 from engine.store.sqlite.docs import doc_text
 from engine.store.sqlite.rows import create_session, dumps, set_meta
 from engine.store.sqlite.snapshots import insert_snapshot
@@ -30,15 +31,43 @@ _WRITE_SESSION_ROW = "UPDATE sessions SET seq = ?, msg_count = ?, head = ? WHERE
 _WRITE_SESSION_TOUCH = _WRITE_SESSION_ROW.replace(" WHERE", ", updated_at = ? WHERE")
 
 
+def _newest_manual(conn: sqlite3.Connection, sid: str) -> str | None:
+    """The id of the session's newest manual snapshot on the live line (step snapshots taken
+    since do not count), None when it has none."""
+    row = conn.execute(
+        "SELECT id FROM snapshots INDEXED BY snapshots_seq WHERE session = ? AND kind = 'manual' "
+        "AND branch IS NULL ORDER BY seq DESC LIMIT 1", (sid,)).fetchone()
+    return row[0] if row else None
+
+
+_ROWS_PER_INSERT = 200
+"""Rows one multi-row INSERT writes at most (4 or 5 parameters each: under the 999 bound
+parameters of older SQLite builds)."""
+
+
+@lru_cache(maxsize=64)
+def _insert_sql(head: str, width: int, count: int) -> str:
+    row = "(" + ", ".join("?" * width) + ")"
+    return f"{head} VALUES {', '.join([row] * count)}"
+
+
+def _insert(conn: sqlite3.Connection, head: str, rows: list[tuple[Any, ...]]) -> None:
+    """`head` (``INSERT … INTO table(columns)``) with every row of `rows` in one statement (a
+    chunk of `_ROWS_PER_INSERT` at a time): one run of the statement, not one per row."""
+    width = len(rows[0])
+    for at in range(0, len(rows), _ROWS_PER_INSERT):
+        chunk = rows[at:at + _ROWS_PER_INSERT]
+        conn.execute(_insert_sql(head, width, len(chunk)),
+                     [value for row in chunk for value in row])
+
+
 def _put_rows(conn: sqlite3.Connection, table: str, sid: str, ns: str,
               texts: list[tuple[str, Any]]) -> None:
     """Set the current values of `table` (kv or docs) in two statements at most: the rows to
     write, and the keys to delete (value None)."""
     rows = [(sid, ns, key, text) for key, text in texts if text is not None]
     if rows:
-        conn.executemany(
-            f"INSERT OR REPLACE INTO {table}(session, ns, key, value) VALUES (?, ?, ?, ?)", rows
-        )
+        _insert(conn, f"INSERT OR REPLACE INTO {table}(session, ns, key, value)", rows)
     gone = [(sid, ns, key) for key, text in texts if text is None]
     if gone:
         conn.executemany(f"DELETE FROM {table} WHERE session = ? AND ns = ? AND key = ?", gone)
@@ -61,12 +90,18 @@ class SessionWrites:
 
         The rows each part's own method writes, with the same sequence numbers and feed
         events, but the session's row read once and written once, and each table's rows in one
-        statement: a LangGraph checkpoint (its messages, head pointer, snapshot, documents) is
+        statement: a LangGraph checkpoint (its messages, snapshot, documents) is
         one short transaction, near what a plain checkpointer's insert costs."""
         create = write.get("create")
         with self._db.write() as conn:
             events: list[tuple[float, str, str, str]] = []
             row = conn.execute(_WRITE_SESSION, (sid,)).fetchone()
+            expect = write.get("expect")
+            if expect is not None:  # before anything is written (a new session is at None, 0)
+                at = (None, 0) if row is None else (row[4], row[1])
+                if at[1] != expect[1] or (at[0] != expect[0] and _newest_manual(
+                        conn, sid) != expect[0]):
+                    raise RollbackConflict(moved_message(sid, at))
             if row is None:
                 if create is None:
                     raise UnknownSession(f"no session {sid!r} in this store")
@@ -84,12 +119,9 @@ class SessionWrites:
             if write.get("messages_if_empty") and msg_count:
                 messages = []
             if messages:
-                conn.executemany(
-                    "INSERT INTO messages(session, seq, pos, body, created_at) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    [(sid, seq + i + 1, msg_count + i, dumps(m), now)
-                     for i, m in enumerate(messages)],
-                )
+                _insert(conn, "INSERT INTO messages(session, seq, pos, body, created_at)",
+                        [(sid, seq + i + 1, msg_count + i, dumps(m), now)
+                         for i, m in enumerate(messages)])
                 events.append((now, sid, "message", dumps(
                     {"count": len(messages), "pos": msg_count,
                      "roles": [m["role"] for m in messages]})))
@@ -99,10 +131,9 @@ class SessionWrites:
                 seq += 1
                 texts = [(key, None if value is None else dumps(value))
                          for key, value in items.items()]
-                conn.executemany(
-                    "INSERT INTO kv_writes(session, seq, ns, key, value) VALUES (?, ?, ?, ?, ?)",
-                    [(sid, seq, ns, key, text) for key, text in texts],
-                )
+                if texts:
+                    _insert(conn, "INSERT INTO kv_writes(session, seq, ns, key, value)",
+                            [(sid, seq, ns, key, text) for key, text in texts])
                 _put_rows(conn, "kv", sid, ns, texts)
                 events.append((now, sid, ns, dumps(
                     {"keys": sorted(items)[:20], "count": len(items)})))
@@ -122,6 +153,6 @@ class SessionWrites:
                 conn.execute(_WRITE_SESSION_TOUCH, (seq, msg_count, head, now, sid))
             else:  # as a step: the paging indexes on updated_at move about once a second
                 conn.execute(_WRITE_SESSION_ROW, (seq, msg_count, head, sid))
-            conn.executemany(
-                "INSERT INTO events(at, session, type, data) VALUES (?, ?, ?, ?)", events)
+            if events:
+                _insert(conn, "INSERT INTO events(at, session, type, data)", events)
         return epoch, node

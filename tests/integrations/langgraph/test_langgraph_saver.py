@@ -44,6 +44,7 @@ from engine.integrations.langgraph.codec import (  # noqa: E402
     raw_list,
     raw_value,
 )
+from engine.integrations.langgraph.threads import live_checkpoint  # noqa: E402
 from engine.recovery.notices import NOTICE_FLAG  # noqa: E402
 
 
@@ -302,7 +303,9 @@ def _thread_state(engine, sid: str) -> dict:
         return {"session": None}
     s = engine.get_session(sid)
     return {"head": (info.head, info.messages), "messages": s.state().messages,
-            "pointer": engine.documents.values(sid, layout.HEAD), "tree": [n.id for n in s.tree()],
+            "pointer": {**engine.documents.values(sid, layout.HEAD),
+                        "root": (live_checkpoint(engine, sid) or {}).get("id")},
+            "tree": [n.id for n in s.tree()],
             "docs": engine.documents.scan(sid, layout.DOCS),
             "events": [(e.id, e.type) for e in engine.events(session=sid)]}
 
@@ -702,3 +705,36 @@ def test_a_warm_saver_sees_a_rollback_made_by_another_process(open_engine, tmp_p
     tup = saver.get_tuple(latest)
     assert tup.config == configs[0]
     assert [m.content for m in tup.checkpoint["channel_values"]["messages"]] == ["a"]
+
+
+def test_the_live_checkpoint_is_the_newest_checkpoint_snapshot_on_the_live_line(engine, saver):
+    """A step snapshot or an operator's snapshot (even one labelled like a checkpoint's) taken
+    after a checkpoint leaves it the latest; a rollback to one of them, or to an older
+    checkpoint's snapshot, makes the checkpoint at or before it the latest, for this warm
+    saver, a fresh one and the next put."""
+    sid = "live-line"
+    configs = put_chain(saver, sid, [[HumanMessage("a", id="a")],
+                                     [HumanMessage("a", id="a"), AIMessage("b", id="b")]])
+    latest = {"configurable": {"thread_id": sid}}
+    s = engine.get_session(sid)
+    with s.step("tool", {"x": 1}) as call:  # a guarded tool call's write-ahead snapshot
+        call.ok("fine")
+    step_snap = s.info().head
+    s.append_message("user", "after")
+    s.snapshot("mine")
+    for reader in (saver, RewindSaver(engine)):
+        assert reader.get_tuple(latest).config == configs[1]
+    engine.rollback(sid, to=step_snap, reason="back to the step", notice=False)
+    assert RewindSaver(engine).get_tuple(latest).config == configs[1]
+    first = next(n.id for n in s.tree()
+                 if configs[0]["configurable"]["checkpoint_id"] in (n.label or ""))
+    engine.rollback(sid, to=first, reason="back to the first", notice=False)
+    s.append_message("user", "kept")
+    s.snapshot("checkpoint nightly (ops)")  # labelled like a checkpoint's, names none
+    for reader in (saver, RewindSaver(engine)):  # not the newest record: the live one
+        assert reader.get_tuple(latest).config == configs[0]
+    # the warm saver's next put continues the first checkpoint, as the graph would
+    more = put_chain_from(saver, sid, configs[0], [[HumanMessage("a", id="a"),
+                                                    AIMessage("c", id="c")]])
+    assert saver.get_tuple(latest).config == more[-1]
+    assert [m["content"] for m in s.state().messages] == ["a", "kept", "c"]

@@ -5,9 +5,28 @@
 -- pair count p, p key/value texts; then snapshot label JSON ("" none), keep named, keep step;
 -- then the document namespace count, per namespace: name, pair count p, p key/value texts;
 -- then stamp namespace and key ("" none): that document's JSON text lacks its last brace's
--- ``snap``, ``msgs``, ``epoch``, which are added here.
+-- ``snap``, ``msgs``, ``epoch``, which are added here. Last, the newest manual snapshot and the
+-- epoch the session must be at ("" "": any), checked before anything is written.
 local r = replay() if r then return r end
 need()
+local expect_epoch, expect_snap = ARGV[#ARGV], ARGV[#ARGV - 1]
+local function newest_manual()  -- step snapshots taken since do not count
+  local list, records = K_live_snapshots(B), K_snapshots(B)
+  local at = redis.call("LLEN", list) - 1
+  while at >= 0 do
+    local seqs = redis.call("LRANGE", list, math.max(at - 15, 0), at)
+    for i = #seqs, 1, -1 do
+      local rec = redis.call("HGET", records, seqs[i])
+      if rec and snapshot_kind(rec) == "manual" then return "snap-" .. seqs[i] end
+    end
+    at = at - 16
+  end
+  return ""
+end
+if expect_epoch ~= "" and (tonumber(S.epoch) ~= tonumber(expect_epoch)
+                           or ((S.head or "") ~= expect_snap and newest_manual() ~= expect_snap)) then
+  fail("MOVED", (S.head or "") .. " " .. S.epoch)
+end
 local a = 9
 local function nxt() a = a + 1 return ARGV[a - 1] end
 local only_if_empty, roles, count = nxt() == "1", nxt(), tonumber(nxt())
