@@ -332,8 +332,8 @@ def _layout_rows() -> list[str]:
 
 
 def test_the_table_of_rooms_matches_the_tree():
-    """Every path ARCHITECTURE.md's table of rooms names exists, and every room of `engine/` (a sub-package
-    or a module) and every top-level folder of the project is named in it."""
+    """Every path ARCHITECTURE.md's table of rooms names exists, and every room of `engine/` (a
+    sub-package or a module) and every top-level folder of the project is named in it."""
     named = {p for row in _layout_rows() for p in re.findall(r"`([\w./]+)`", row)}
     missing = {p for p in named if not (ROOT / p.rstrip("/")).exists()}
     assert missing == set()
