@@ -288,7 +288,7 @@ def _lane_label(width: int = LANE_LINE_CHARS) -> str:
 LANE_LABEL = _lane_label()
 LANE_PX = 34
 """Height of one lane: a two-line name and the markers fit."""
-AXES_PX = 96
+AXES_PX = 140
 """Height of what the chart draws under its lanes: the step axis' two-line labels, its title and
 the legend."""
 
@@ -401,6 +401,7 @@ def timeline(frame: pd.DataFrame, lanes: Sequence[str],
                 "y": {"field": "lane", "type": "nominal", "title": None,
                       "scale": {"domain": list(lanes)},
                       "axis": {"labelExpr": LANE_LABEL, "labelLimit": 200, "labelFontSize": 11,
+                               "labelOverlap": False,  # every lane named, always
                                "grid": True, "ticks": False, "labelPadding": 6}},
                 "color": {**status, "scale": {"domain": [STATUS_STYLES[k][0] for k in shown],
                                               "range": [STATUS_STYLES[k][1] for k in shown]}},
