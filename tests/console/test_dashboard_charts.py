@@ -143,6 +143,7 @@ def test_timeline_marks_errors_abandoned_steps_loops_and_rollbacks():
     # in the order given, top to bottom.
     y = layers(spec, "point")[0]["encoding"]["y"]
     assert y["scale"]["domain"] == ['crop {"x":1}', 'crop {"x":5}']
+    assert y["axis"]["labelOverlap"] is False  # every lane named, never one hidden
     # step number over its clock time, at a few ticks (upright, legible on a phone)
     axis = layers(spec, "point")[0]["encoding"]["x"]["axis"]
     assert axis["labelAngle"] == 0 and len(axis["values"]) <= 4 and axis["values"][0] == 1
