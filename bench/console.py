@@ -26,12 +26,12 @@ fresh SQLite store through the engine's public API only (`Engine.session`, `Sess
 `append_message`, `snapshot`; several processes in parallel, `synchronous=OFF` while seeding),
 spread over the last 7 days, with one 5,000-step session (`bench-long`) that loops and is rolled
 back ten times. It then starts `streamlit run dashboard/app.py` in demo mode and times, in headless
-Chromium, the way from `page.goto` to the first chart drawn (the fleet's loop charts are
-Vega-Lite, the session's timeline plotly):
+Chromium, the way from `page.goto` to the first chart drawn (the fleet's loop charts and the
+session's timeline are Vega-Lite):
 
 - cold: first visit after the server started (engine opened, nothing cached), from a browser
-  profile that never loaded the console (its JavaScript downloaded: the fleet's vega chunks,
-  0.86 MB; the session's plotly, 4.7 MB);
+  profile that never loaded the console (its JavaScript downloaded: Streamlit's vega chunks,
+  0.86 MB; plotly's, 4.7 MB, only for the tabs that draw with it);
 - steady: median of later visits from the same browser (HTTP cache warm), each after the
   console's query caches expired (their TTL is 5 s), so every engine query runs again; what the
   console keeps between refreshes is brought up to date by reading what moved since (the loop
@@ -41,10 +41,11 @@ Vega-Lite, the session's timeline plotly):
 It also times the console's data layer behind each page (`dashboard.data`, the calls the pages
 make, `data_timings`), in a fresh process, cold and steady, to show the server's share,
 and measures a bare Streamlit page holding one small chart the same way, drawn as each page
-draws its first (Vega-Lite for the fleet, plotly for the session): the floor that Streamlit, the
-chart library and the browser cost on this machine before the console does anything. It is
-measured first, in every run, and printed beside the demo-sized fleet's first screen and each
-stage's first chart.
+draws its first (Vega-Lite bars for the fleet, Vega-Lite points for the session): the floor that
+Streamlit, the chart library and the browser cost on this machine before the console does
+anything. It is measured first, in every run, and printed beside the demo-sized fleet's first
+screen and each stage's first chart; a bare page with one small plotly chart is measured too,
+for reference (the floor of a page whose first chart is plotly's, as the session's once was).
 Stores are kept in bench/results/ (git-ignored) and seeded once: a later run measures a store an
 earlier one finished seeding (`--reseed` seeds afresh).
 Targets: fleet under 3 s, session under 2 s.
@@ -361,7 +362,8 @@ def first_chart(context, url: str) -> float:
 
 CHART_DRAWN = ('[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg, '
                '[data-testid="stPlotlyChart"] .main-svg')
-"""A chart drawn, whichever element draws it (vega-lite on the fleet, plotly elsewhere)."""
+"""A chart drawn, whichever element draws it (Vega-Lite on the fleet and the session's timeline,
+plotly on other tabs)."""
 FIRST_SCREEN = {
     "title": 'h1:has-text("Fleet")',
     "needs you": ".st-key-needs-you",
@@ -499,17 +501,28 @@ def ratio_table(now: tuple[dict, dict], then: tuple[dict, dict]) -> str:
 
 
 BASELINE_APP = """
-import plotly.graph_objects as go
 import streamlit as st
 
 st.title("Baseline")
-if st.query_params.get("chart") == "vega":  # as the fleet draws its first chart
+chart = st.query_params.get("chart")
+if chart == "bars":  # as the fleet draws its first chart
     st.vega_lite_chart({"data": {"values": [{"x": "a", "y": 1}, {"x": "b", "y": 3}]},
                         "mark": "bar", "encoding": {"x": {"field": "x", "type": "nominal"},
                                                     "y": {"field": "y", "type": "quantitative"}}})
-else:  # as the session page draws its first chart
+elif chart == "points":  # as the session page draws its first chart (the timeline)
+    st.vega_lite_chart({"layer": [{"data": {"values": [{"n": 1, "lane": "a"}, {"n": 2, "lane": "b"},
+                                                       {"n": 3, "lane": "a"}]},
+                                   "mark": "point", "encoding": {
+                                       "x": {"field": "n", "type": "quantitative"},
+                                       "y": {"field": "lane", "type": "nominal"}}}]},
+                       width="stretch")
+else:  # for reference: a page whose first chart is plotly's
+    import plotly.graph_objects as go
+
     st.plotly_chart(go.Figure(go.Bar(x=["a", "b", "c"], y=[1, 3, 2])))
 """
+FLOOR_PAGES = (("fleet", "/?chart=bars"), ("session", "/?chart=points"), ("plotly", "/"))
+"""The bare pages: each page's first chart's kind, and plotly's for reference."""
 
 
 def measure_pages(path: Path | None, runs: int, out: Path) -> dict[str, tuple[float, float]]:
@@ -534,7 +547,7 @@ def measure_pages(path: Path | None, runs: int, out: Path) -> dict[str, tuple[fl
     if path is None:
         app = work / "baseline.py"
         app.write_text(BASELINE_APP)
-        pages = (("fleet", "/?chart=vega"), ("session", "/"))
+        pages = FLOOR_PAGES
     store = f"sqlite:///{path or work / 'empty.db'}"
     results = {}
     with sync_playwright() as pw:
@@ -565,7 +578,9 @@ def table(rows: list[dict], floor: dict[str, tuple[float, float]]) -> str:
                "session cold", "session steady", "×base", "targets"]
     lines = [["bare page", "-", "-", "-", f"{floor['fleet'][0]:.2f} s",
               f"{floor['fleet'][1]:.2f} s", "-", f"{floor['session'][0]:.2f} s",
-              f"{floor['session'][1]:.2f} s", "-", "(floor)"]]
+              f"{floor['session'][1]:.2f} s", "-", "(floor)"],
+             ["bare plotly page", "-", "-", "-", "-", "-", "-", f"{floor['plotly'][0]:.2f} s",
+              f"{floor['plotly'][1]:.2f} s", "-", "(reference)"]]
     for r in rows:
         lines.append([
             f"{r['sessions']:,}", f"{r['steps']:,}", f"{r['mb']:.0f}",
@@ -636,7 +651,8 @@ def main(argv: list[str] | None = None) -> int:
     floor = measure_pages(None, args.runs, args.out)
     print("baseline: a bare Streamlit page with one small chart: " + ", ".join(
         f"{kind} {floor[page][0]:.2f} s cold / {floor[page][1]:.2f} s steady"
-        for page, kind in (("fleet", "Vega-Lite"), ("session", "plotly"))), flush=True)
+        for page, kind in (("fleet", "Vega-Lite bars"), ("session", "Vega-Lite points"),
+                           ("plotly", "plotly bars (reference)"))), flush=True)
     if args.demo_sessions:
         path = args.out / f"console-demo-{args.demo_sessions}-{args.demo_steps}.db"
         print(f"demo-sized fleet: {args.demo_sessions:,} sessions, {args.demo_steps:,} steps "
@@ -687,8 +703,9 @@ def main(argv: list[str] | None = None) -> int:
     print("navigation -> first chart drawn, headless Chromium "
           f"(targets: fleet < {TARGETS['fleet']:.0f} s, session < {TARGETS['session']:.0f} s; "
           "×base: steady time relative to the smallest stage; bare page: the same measure for "
-          "a Streamlit page holding one small chart of the page's kind, Vega-Lite for the fleet, "
-          "plotly for the session: the floor on this machine)")
+          "a Streamlit page holding one small chart of the page's kind, Vega-Lite for both: the "
+          "floor on this machine; bare plotly page: the same with a plotly chart, for "
+          "reference)")
     print(table(rows, floor))
     print()
     print("data layer (dashboard.data, what the pages call; no Streamlit, no browser): "

@@ -1,13 +1,17 @@
-"""Figure builders: a frame in, a plotly figure out. Pure functions, no Streamlit, no I/O.
+"""Figure builders: a frame in, a plotly figure or a Vega-Lite spec out. Pure functions, no
+Streamlit, no I/O.
 
 Plotly renders a subset of HTML (`<a href>` included) in names, tick labels, annotations and
-hovers, so every foreign string (tool, memory, actor, reason, facet value, snapshot id) goes
-through `views.plot_text` here, and never into a `hovertemplate`, where `%{…}` is a placeholder.
-Hover columns built by `dashboard.views` arrive escaped already.
+hovers, so every foreign string (tool, memory, actor, reason, facet value, snapshot id) in a
+plotly figure goes through `views.plot_text` here, and never into a `hovertemplate`, where `%{…}`
+is a placeholder. Hover columns built by `dashboard.views` for plotly arrive escaped already.
+Vega-Lite specs (the fleet's loop charts, the session's timeline) carry foreign text as data
+only: Vega draws it as text and its tooltip escapes it; it never goes into an expression.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import zlib
 from collections.abc import Sequence
@@ -33,8 +37,6 @@ SERIES = ["#4E79A7", "#F28E2B", "#59A14F", "#B07AA1", "#E15759", "#76B7B2", "#ED
 glance, where the old muted palette had near twins (two oranges, two teals)."""
 PART_COLORS = {"system": "#8E6C8A", "dialogue": "#5B8DB8", "memories": "#6AA58F",
                "reserve": "#B7A27A", "free": "#E4E8EC", "dropped": "#C8553D"}
-WEBGL_FROM = 1500
-"""Scatter traces switch to WebGL beyond this many points."""
 
 
 LEGEND_BELOW = {"orientation": "h", "xref": "container", "yref": "container", "x": 0,
@@ -247,19 +249,6 @@ def stagger(xs: Sequence[float], span: float, rows: int = LABEL_ROWS,
     return out
 
 
-def _loop_shapes(windows: Sequence[tuple[float, float, str]],
-                 span: float = 1.0) -> tuple[list[dict], list[dict]]:
-    shapes = [{"type": "rect", "xref": "x", "yref": "paper", "x0": x0, "x1": x1, "y0": 0,
-               "y1": 1, "fillcolor": LOOP_SHADE, "line": {"width": 0}, "layer": "below"}
-              for x0, x1, _ in windows]
-    rows = stagger([x0 for x0, _, _ in windows], span)
-    notes = [{"x": x0, "y": 1, "xref": "x", "yref": "paper", "xanchor": "left",
-              "yanchor": "top", "showarrow": False, "text": f"loop: {plot_text(rule)}",
-              "yshift": -LABEL_ROW_PX * row, "font": {"size": 10, "color": ERROR}}
-             for (x0, _, rule), row in zip(windows, rows, strict=True)]
-    return shapes, notes
-
-
 def _rollback_shapes(markers: Sequence[dict],
                      span: float = 1.0) -> tuple[list[dict], list[dict]]:
     """Dashed lines, labelled "↩ target" above the plot (in the top margin, where no legend
@@ -280,23 +269,83 @@ def _rollback_shapes(markers: Sequence[dict],
 LANE_LINE_CHARS = 24
 
 
-def lane_tick(lane: str, width: int = LANE_LINE_CHARS) -> str:
-    """A lane's name as its axis shows it: the tool on one line and its arguments on the next,
-    each cut to `width` characters, so the names leave the plot room on a phone (the hover
-    keeps the whole call)."""
-    def cut(text: str) -> str:
-        return plot_text(text if len(text) <= width else text[: width - 1] + "…")
+def _cut(text: str, width: int) -> str:
+    """A Vega expression: the string `text` evaluates to, cut to `width` characters."""
+    return f"(length({text}) > {width} ? substring({text}, 0, {width - 1}) + '…' : {text})"
 
-    tool, _, args = lane.partition(" ")
-    if not args or len(lane) <= width:
-        return cut(lane)
-    return f"{cut(tool)}<br>{cut(args)}"
+
+def _lane_label(width: int = LANE_LINE_CHARS) -> str:
+    """A lane's name as its axis shows it: the tool on one line and its arguments on the next,
+    each cut to `width` characters, so the names leave the plot room on a phone (the tooltip
+    keeps the whole call). The name is data here (`datum.label`), never code."""
+    space = "indexof(datum.label, ' ')"
+    tool = f"substring(datum.label, 0, {space})"
+    args = f"substring(datum.label, {space} + 1)"
+    return (f"{space} > 0 && length(datum.label) > {width} "
+            f"? [{_cut(tool, width)}, {_cut(args, width)}] : {_cut('datum.label', width)}")
+
+
+LANE_LABEL = _lane_label()
+LANE_PX = 34
+"""Height of one lane: a two-line name and the markers fit."""
+AXES_PX = 140
+"""Height of what the chart draws under its lanes: the step axis' two-line labels, its title and
+the legend."""
+
+
+def _polygon(points: Sequence[tuple[float, float]]) -> str:
+    return "M" + "L".join(f"{x:.3f},{y:.3f}" for x, y in points) + "Z"
+
+
+def _x_shape(arm: float = 0.28) -> str:
+    """An ✕ as one closed outline (Vega symbols are paths in a unit box): filled, it reads as
+    a cross; unfilled, as its outline, as plotly's "x-open" did."""
+    plus = [(-arm, -1), (arm, -1), (arm, -arm), (1, -arm), (1, arm), (arm, arm), (arm, 1),
+            (-arm, 1), (-arm, arm), (-1, arm), (-1, -arm), (-arm, -arm)]
+    c = math.sqrt(0.5)
+    return _polygon([(c * (x - y) * 1.1, c * (x + y) * 1.1) for x, y in plus])
+
+
+X_SHAPE = _x_shape()
+SQUARE_X_SHAPE = ("M-1,-1L1,-1L1,1L-1,1Z"  # the frame, and its hole wound the other way
+                  "M-0.75,-0.75L-0.75,0.75L0.75,0.75L0.75,-0.75Z" + _x_shape(0.2))
+STATUS_STYLES = {  # outcome: (legend name, colour, shape)
+    "ok": ("ok", OK, "circle"),
+    "error": ("error", ERROR, X_SHAPE),
+    "refused": ("refused (quarantined tool)", REFUSED, SQUARE_X_SHAPE),
+    "running": ("in flight", RUNNING, "diamond"),
+}
+ABANDONED_OPACITY = 0.45
+
+
+def timeline_summary(frame: pd.DataFrame, lanes: Sequence[str], windows: Sequence,
+                     markers: Sequence) -> str:
+    """The timeline in words (its accessible name, as screen readers and tests read it)."""
+    if frame.empty:
+        return "Timeline: no steps recorded"
+    counts = frame["outcome"].value_counts()
+    said = ", ".join(f"{int(counts[k])} {STATUS_STYLES[k][0].split(' (')[0]}"
+                     for k in STATUS_STYLES if counts.get(k))
+    abandoned = int((frame["line"] == "abandoned").sum())
+    return (f"Timeline: steps {int(frame['n'].min())} to {int(frame['n'].max())} in "
+            f"{len(lanes)} lane{'s' if len(lanes) != 1 else ''} ({said}"
+            + (f", {abandoned} abandoned" if abandoned else "") + f"); {len(windows)} loop "
+            f"window{'s' if len(windows) != 1 else ''}; {len(markers)} "
+            f"rollback{'s' if len(markers) != 1 else ''}")
 
 
 def timeline(frame: pd.DataFrame, lanes: Sequence[str],
              windows: Sequence[tuple[float, float, str]] = (),
-             markers: Sequence[dict] = ()) -> go.Figure:
-    """Steps on x, fingerprint lanes on y; errors marked, loop windows shaded, rollbacks drawn.
+             markers: Sequence[dict] = ()) -> dict:
+    """Steps on x, fingerprint lanes on y; status by a marker's colour and shape (hollow when a
+    rollback abandoned it), loop windows shaded, rollbacks as dashed lines: a Vega-Lite spec
+    (`st.vega_lite_chart`).
+
+    Vega-Lite, not plotly, for the reason `loops_over_time` gives: this is the session page's
+    first chart, and plotly's bundle cost more than the rest of the page; 2,000 markers also
+    draw faster as Vega's SVG or canvas than as plotly's WebGL without a GPU. Foreign text
+    (lanes, tools, arguments, errors, rule names, rollback targets) is data in the spec, drawn
+    as text and shown by the tooltip escaped: never markup, never part of an expression.
 
     Args:
         frame: `views.timeline_frame` output.
@@ -304,55 +353,111 @@ def timeline(frame: pd.DataFrame, lanes: Sequence[str],
         windows: (x0, x1, rule) spans to shade (`views.loop_windows`).
         markers: rollback markers (`views.rollback_markers`).
     """
-    fig = go.Figure()
-    scatter = go.Scattergl if len(frame) >= WEBGL_FROM else go.Scatter
-    styles = [
-        ("ok", "live", "ok", OK, "circle", 1.0),
-        ("error", "live", "error", ERROR, "x", 1.0),
-        ("running", "live", "running", RUNNING, "circle-open", 1.0),
-        ("refused", "live", "refused (quarantined tool)", REFUSED, "square-x-open", 1.0),
-        ("ok", "abandoned", "ok (abandoned)", OK, "circle-open", 0.45),
-        ("error", "abandoned", "error (abandoned)", ERROR, "x-open", 0.45),
-        ("running", "abandoned", "in flight (abandoned)", RUNNING, "circle-open", 0.45),
-        ("refused", "abandoned", "refused (abandoned)", REFUSED, "square-x-open", 0.45),
-    ]
-    for outcome, line, name, color, symbol, opacity in styles:
-        part = frame[(frame["outcome"] == outcome) & (frame["line"] == line)]
+    present = set(frame["outcome"]) if not frame.empty else set()
+    shown = [k for k in STATUS_STYLES if k in present]
+    xs = [float(v) for v in frame["n"]] + [v for w in windows for v in w[:2]] + \
+        [float(m["x"]) for m in markers]
+    lo, hi = (min(xs) - 1, max(xs) + 1) if xs else (0.0, 1.0)
+    span = hi - lo
+    ticks, lines = clock_ticks(frame, 4) if "at" in frame else ([], [])
+    axis: dict = {"grid": False, "labelAngle": 0, "labelFlush": True, "labelOverlap": True,
+                  "tickMinStep": 1, "format": "d"}
+    if ticks:  # the step and its clock time under it; the labels are ours, never foreign text
+        axis.update(values=ticks, labelExpr=f"{json.dumps(lines)}[indexof({json.dumps(ticks)}, "
+                                            "datum.value)] || datum.label")
+    x = {"type": "quantitative", "title": "step and clock time" if ticks else "step",
+         "scale": {"domain": [lo, hi], "zero": False, "nice": False}, "axis": axis}
+    layers: list[dict] = []
+    if windows:
+        rows = stagger([x0 for x0, _, _ in windows], span)
+        shade = [{"x0": x0, "x1": x1, "note": f"loop: {rule}", "row": row}
+                 for (x0, x1, rule), row in zip(windows, rows, strict=True)]
+        layers += [
+            {"data": {"values": shade}, "mark": {"type": "rect", "color": LOOP_SHADE},
+             "encoding": {"x": {"field": "x0", **x}, "x2": {"field": "x1"}}},
+            *({"data": {"values": [r for r in shade if r["row"] == row]},
+               "mark": {"type": "text", "align": "left", "baseline": "top", "dx": 3,
+                        "fontSize": 10, "color": ERROR},
+               "encoding": {"x": {"field": "x0", **x}, "y": {"value": 2 + LABEL_ROW_PX * row},
+                            "text": {"field": "note"}}}
+              for row in sorted(set(rows))),
+        ]
+    status = {"field": "status", "type": "nominal", "title": None,
+              "legend": {"orient": "bottom", "direction": "horizontal", "symbolSize": 80}}
+    for outcome_line, filled, opacity in (("live", True, 1.0),
+                                          ("abandoned", False, ABANDONED_OPACITY)):
+        part = frame[frame["line"] == outcome_line] if not frame.empty else frame
         if part.empty:
             continue
+        points = [{"n": int(n), "lane": str(lane), "status": STATUS_STYLES[o][0], "tip": tip}
+                  for n, lane, o, tip in zip(part["n"], part["lane"], part["outcome"],
+                                              part["tip"], strict=True)]
+        layers.append({
+            "data": {"values": points},
+            "mark": {"type": "point", "filled": filled, "opacity": opacity, "size": 70,
+                     "strokeWidth": 1.2},
+            "encoding": {
+                "x": {"field": "n", **x},
+                "y": {"field": "lane", "type": "nominal", "title": None,
+                      "scale": {"domain": list(lanes)},
+                      "axis": {"labelExpr": LANE_LABEL, "labelLimit": 200, "labelFontSize": 11,
+                               "labelOverlap": False,  # every lane named, always
+                               "grid": True, "ticks": False, "labelPadding": 6}},
+                "color": {**status, "scale": {"domain": [STATUS_STYLES[k][0] for k in shown],
+                                              "range": [STATUS_STYLES[k][1] for k in shown]}},
+                "shape": {**status, "scale": {"domain": [STATUS_STYLES[k][0] for k in shown],
+                                              "range": [STATUS_STYLES[k][2] for k in shown]}},
+                # the whole object: vega-tooltip shows its title and its named lines, escaped
+                "tooltip": {"field": "tip", "type": "nominal"},
+            },
+        })
+    labelled = frame[frame["label"] != ""] if "label" in frame and not frame.empty else frame
+    if not labelled.empty:
         # Step numbers over the markers (`views.labelled_steps`), upright: a phone cannot
-        # hover, and the axis has room for four ticks only. WebGL traces draw no text.
-        labelled = "label" in part and scatter is go.Scatter
-        text = {"mode": "markers+text", "text": part["label"], "textposition": "top center",
-                "textfont": {"size": 9, "color": "#52606D"}, "cliponaxis": False} \
-            if labelled else {"mode": "markers"}
-        fig.add_trace(scatter(
-            x=part["n"], y=part["lane"].map(plot_text), name=name,
-            marker={"color": color, "symbol": symbol, "size": 9, "opacity": opacity,
-                    "line": {"width": 1, "color": color}},
-            hovertext=part["hover"], hovertemplate="%{hovertext}<extra></extra>", **text,
-        ))
-    span = float(frame["n"].max() - frame["n"].min() + 1) if not frame.empty else 1.0
-    shapes, notes = _loop_shapes(windows, span)
-    more_shapes, more_notes = _rollback_shapes(markers, span)
-    top = 36 + LABEL_ROW_PX * max((n["yshift"] // LABEL_ROW_PX for n in more_notes), default=0)
-    names = [lane_tick(lane) for lane in lanes]
-    lanes = [plot_text(lane) for lane in lanes]
-    # Four upright ticks fit a phone's plot (390 px); more made plotly turn them sideways.
-    tickvals, ticktext = clock_ticks(frame, 4) if "at" in frame else ([], [])
-    xaxis = {"title": "step and clock time", "rangemode": "tozero", "zeroline": False,
-             "tickangle": 0}
-    if tickvals:
-        xaxis.update(tickmode="array", tickvals=tickvals, ticktext=ticktext)
-    _base(fig, 190 + 34 * max(len(lanes), 2), shapes=shapes + more_shapes,
-          annotations=notes + more_notes, margin={"l": 10, "r": 10, "t": top, "b": 10},
-          xaxis=xaxis,
-          yaxis={"type": "category", "categoryorder": "array", "categoryarray": lanes[::-1],
-                 "tickmode": "array", "tickvals": lanes, "ticktext": names,
-                 "tickfont": {"size": 11}, "title": None, "automargin": True})
+        # hover, and the axis has room for four ticks only.
+        layers.append({
+            "data": {"values": [{"n": int(n), "lane": str(lane), "label": str(label)}
+                                for n, lane, label in zip(labelled["n"], labelled["lane"],
+                                                          labelled["label"], strict=True)]},
+            "mark": {"type": "text", "dy": -11, "fontSize": 9, "color": "#7B8794"},
+            "encoding": {"x": {"field": "n", **x},
+                         "y": {"field": "lane", "type": "nominal", "title": None,
+                               "scale": {"domain": list(lanes)}},
+                         "text": {"field": "label"}},
+        })
+    if markers:
+        rows = stagger([float(m["x"]) for m in markers], span)
+        cuts = [{"x": float(m["x"]), "note": f"↩ {m['target']}", "row": row,
+                 "tip": {"title": f"rolled back to {m['target']}", "by": str(m["actor"]),
+                         "reason": str(m["reason"] or "")}}
+                for m, row in zip(markers, rows, strict=True)]
+        layers += [
+            {"data": {"values": cuts},
+             "mark": {"type": "rule", "color": ROLLBACK, "strokeDash": [6, 4], "strokeWidth": 2},
+             "encoding": {"x": {"field": "x", **x},
+                          "tooltip": {"field": "tip", "type": "nominal"}}},
+            *({"data": {"values": [c for c in cuts if c["row"] == row]},
+               "mark": {"type": "text", "align": "center", "baseline": "bottom",
+                        "fontSize": 10, "color": ROLLBACK},
+               "encoding": {"x": {"field": "x", **x}, "y": {"value": -4 - LABEL_ROW_PX * row},
+                            "text": {"field": "note"},
+                            "tooltip": {"field": "tip", "type": "nominal"}}}
+              for row in sorted(set(rows))),
+        ]
     if frame.empty:
-        _empty(fig, "No steps recorded")
-    return fig
+        layers.append({"data": {"values": [{}]},
+                       "mark": {"type": "text", "text": "No steps recorded", "fontSize": 14,
+                                "color": "#7B8794"},
+                       "encoding": {"x": {"value": {"expr": "width / 2"}},
+                                    "y": {"value": {"expr": "height / 2"}}}})
+    label_rows = 1 + max(stagger([float(m["x"]) for m in markers], span), default=-1)
+    return {
+        "description": timeline_summary(frame, lanes, windows, markers),
+        # of the whole chart (Streamlit fits the spec to it): the lanes, the axis' two-line
+        # labels and title, the legend, and the rollbacks' labels above the plot
+        "height": LANE_PX * max(len(lanes), 2) + AXES_PX + LABEL_ROW_PX * label_rows,
+        "layer": layers,
+    }
 
 
 def label_positions(nodes: pd.DataFrame) -> pd.Series:

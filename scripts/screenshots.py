@@ -116,7 +116,7 @@ def wait_looping(store: str, want: int, seconds: float, proc: subprocess.Popen, 
 
 
 def settle(page, ms: int = 1500) -> None:
-    """Let Streamlit finish its rerun and plotly its transitions before a screenshot."""
+    """Let Streamlit finish its rerun and the charts their transitions before a screenshot."""
     page.wait_for_load_state("networkidle")
     page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=WAIT_MS)
     page.wait_for_timeout(ms)
@@ -149,7 +149,8 @@ def shoot(url: str, sid: str, out: Path) -> None:
         page.goto(f"{url}/session?session={sid}")
         expect(page.get_by_role("heading", name=sid)).to_be_visible()
         expect(page.get_by_text("Suggested rollback target:")).to_be_visible()
-        expect(page.locator('[data-testid="stPlotlyChart"] .main-svg').first).to_be_visible()
+        # the Timeline tab's chart (Vega-Lite)
+        expect(page.locator('[data-testid="stVegaLiteChart"] svg.marks').first).to_be_visible()
         settle(page)
         page.screenshot(path=str(out / "console-session.png"))
         print("console-session.png", flush=True)

@@ -18,4 +18,6 @@ def test_the_console_bench_records_every_page_beside_the_bare_page(tmp_path):
     assert "baseline: a bare Streamlit page with one small chart" in section
     table = section.split("navigation -> first chart drawn")[1]
     assert "bare page" in table and "(floor)" in table
+    # the session's floor is a Vega-Lite page, as its first chart is; plotly's only a reference
+    assert "Vega-Lite points" in section and "bare plotly page" in table
     assert str(tmp_path) not in printed(section)

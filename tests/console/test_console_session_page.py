@@ -342,9 +342,14 @@ def test_timeline_steps_carry_their_numbers_upright():
     short = [step(n) for n in range(1, 7)]
     frame = timeline_views.timeline_frame(short)
     assert list(frame["label"]) == ["1", "2", "3", "4", "5", "6"]
-    fig = charts.timeline(frame, timeline_views.lane_order(frame))
-    assert fig.data[0].mode == "markers+text" and list(fig.data[0].text) == list(frame["label"])
-    assert fig.layout.xaxis.tickangle == 0
+    spec = charts.timeline(frame, timeline_views.lane_order(frame))
+    (numbers,) = [la for la in spec["layer"]
+                  if la["mark"]["type"] == "text" and la["encoding"].get("text") ==
+                  {"field": "label"}]
+    assert [v["label"] for v in numbers["data"]["values"]] == list(frame["label"])
+    assert "angle" not in numbers["mark"]  # upright
+    (points,) = [la for la in spec["layer"] if la["mark"]["type"] == "point"]
+    assert points["encoding"]["x"]["axis"]["labelAngle"] == 0
     verdict = {"rule": "exact_repeat", "loop_start_step": 37, "evidence_steps": [37, 38, 39]}
     long = [step(n, verdict if n == 39 else None) for n in range(1, 201)]
     shown = timeline_views.labelled_steps(long)

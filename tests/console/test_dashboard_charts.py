@@ -1,5 +1,5 @@
-"""Figure builders (dashboard.charts): frames in, plotly figures (and the fleet's Vega-Lite loop
-charts) out."""
+"""Figure builders (dashboard.charts): frames in, plotly figures (and Vega-Lite specs: the fleet's
+loop charts, the session's timeline) out."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard import charts, views
+from dashboard.views.session.timeline import STEP_LABELS
 from engine.records import BranchInfo, StepRecord
 from engine.types import StepStatus
 
@@ -96,27 +97,64 @@ def test_loop_charts_show_the_consoles_clock_as_the_caption_does():
     assert spec["encoding"]["x"]["scale"]["type"] == "utc"
 
 
+def points(spec: dict) -> dict[tuple[str, bool], list[int]]:
+    """The timeline's markers: step numbers by (status in the legend, filled)."""
+    out: dict[tuple[str, bool], list[int]] = {}
+    for layer in layers(spec, "point"):
+        for p in layer["data"]["values"]:
+            out.setdefault((p["status"], layer["mark"]["filled"]), []).append(p["n"])
+    return out
+
+
+def written(spec: dict) -> list[str]:
+    """What the text layers write (labels of loops and rollbacks, step numbers)."""
+    return [str(v.get("note", v.get("label"))) for layer in layers(spec, "text")
+            for v in layer["data"]["values"]]
+
+
+def status_scale(spec: dict, channel: str) -> dict[str, str]:
+    scale = layers(spec, "point")[0]["encoding"][channel]["scale"]
+    return dict(zip(scale["domain"], scale["range"], strict=True))
+
+
 def test_timeline_marks_errors_abandoned_steps_loops_and_rollbacks():
     verdict = {"rule": "exact_repeat", "loop_start_step": 2, "evidence_steps": [2, 3, 4]}
     steps = [step(1), step(2, status="error", branch="b1"), step(3, status="error", branch="b1"),
              step(4, status="error", branch="b1", verdict=verdict), step(5, fp="B")]
     frame = views.timeline_frame(steps)
-    fig = charts.timeline(frame, views.lane_order(frame), views.loop_windows(steps),
-                          views.rollback_markers(steps, [BranchInfo("b1", "snap-2", "rewind",
-                                                                    "loop", 9.0, 1)]))
-    names = [t.name for t in fig.data]
-    assert names == ["ok", "error (abandoned)"]
-    assert list(fig.data[1].x) == [2, 3, 4]
-    assert fig.data[1].marker.symbol == "x-open"
-    kinds = sorted(s.type for s in fig.layout.shapes)
-    assert kinds == ["line", "rect"]  # one rollback line, one loop window
-    assert "↩ snap-2" in annotations(fig) and "loop: exact_repeat" in annotations(fig)
-    # Lanes named by tool and short arguments (the first call of each fingerprint), not hashes.
-    assert list(fig.layout.yaxis.categoryarray) == ['crop {"x":5}', 'crop {"x":1}']
-    assert "1<br>" in fig.layout.xaxis.ticktext[0]  # step number over its clock time
-    # upright, and few enough to stay legible on a phone
-    assert fig.layout.xaxis.tickangle == 0 and len(fig.layout.xaxis.tickvals) <= 4
-    assert all(isinstance(t, go.Scatter) for t in fig.data)
+    spec = charts.timeline(frame, views.lane_order(frame), views.loop_windows(steps),
+                           views.rollback_markers(steps, [BranchInfo("b1", "snap-2", "rewind",
+                                                                     "loop", 9.0, 1)]))
+    # live steps filled, abandoned ones hollow and faded
+    assert points(spec) == {("ok", True): [1, 5], ("error", False): [2, 3, 4]}
+    hollow = [la for la in layers(spec, "point") if not la["mark"]["filled"]]
+    assert hollow[0]["mark"]["opacity"] < 1
+    assert status_scale(spec, "shape")["error"] != status_scale(spec, "shape")["ok"]
+    assert status_scale(spec, "color")["error"] == charts.ERROR
+    # one loop window shaded over its steps, one dashed rollback rule
+    (band,) = layers(spec, "rect")
+    assert band["data"]["values"][0]["x0"] == 1.5 and band["data"]["values"][0]["x1"] == 4.5
+    (rule,) = layers(spec, "rule")
+    assert rule["mark"]["strokeDash"] and rule["data"]["values"][0]["x"] == 4.5
+    assert rule["data"]["values"][0]["tip"] == {"title": "rolled back to snap-2", "by": "rewind",
+                                                "reason": "loop"}
+    assert "↩ snap-2" in written(spec) and "loop: exact_repeat" in written(spec)
+    # Lanes named by tool and short arguments (the first call of each fingerprint), not hashes,
+    # in the order given, top to bottom.
+    y = layers(spec, "point")[0]["encoding"]["y"]
+    assert y["scale"]["domain"] == ['crop {"x":1}', 'crop {"x":5}']
+    assert y["axis"]["labelOverlap"] is False  # every lane named, never one hidden
+    # step number over its clock time, at a few ticks (upright, legible on a phone)
+    axis = layers(spec, "point")[0]["encoding"]["x"]["axis"]
+    assert axis["labelAngle"] == 0 and len(axis["values"]) <= 4 and axis["values"][0] == 1
+    assert '["1", "' in axis["labelExpr"]
+    # the tooltip: the step's tool, arguments and error
+    tips = {p["n"]: p["tip"] for la in layers(spec, "point") for p in la["data"]["values"]}
+    assert tips[2]["title"] == "step 2 · crop" and tips[2]["args"] == '{"x":2}'
+    assert tips[2]["error"] == "bad" and "error" not in tips[1]
+    assert layers(spec, "point")[0]["encoding"]["tooltip"] == {"field": "tip", "type": "nominal"}
+    assert spec["description"].startswith("Timeline: steps 1 to 5 in 2 lanes (2 ok, 3 error, "
+                                          "3 abandoned); 1 loop window; 1 rollback")
 
 
 def test_timeline_draws_a_quarantine_refusal_apart_from_a_failure():
@@ -130,29 +168,28 @@ def test_timeline_draws_a_quarantine_refusal_apart_from_a_failure():
              # stored before the refused status existed: an error with the refusal's text
              replace(step(6, status="error"), error=refusal)]
     frame = views.timeline_frame(steps)
-    fig = charts.timeline(frame, views.lane_order(frame))
-    by_name = {t.name: t for t in fig.data}
-    assert list(by_name) == ["ok", "error", "refused (quarantined tool)", "error (abandoned)",
-                             "refused (abandoned)"]
-    refused, failed = by_name["refused (quarantined tool)"], by_name["error"]
-    assert list(refused.x) == [3, 6] and list(failed.x) == [2]
-    assert list(by_name["refused (abandoned)"].x) == [4]
-    assert refused.marker.symbol != failed.marker.symbol
-    assert refused.marker.color != failed.marker.color
-    gone, gone_failed = by_name["refused (abandoned)"], by_name["error (abandoned)"]
-    assert gone.marker.symbol != gone_failed.marker.symbol
-    assert all(t.showlegend is not False for t in fig.data)
-    assert "error: ToolQuarantined" in refused.hovertext[0]
+    spec = charts.timeline(frame, views.lane_order(frame))
+    refused = "refused (quarantined tool)"
+    assert points(spec) == {("ok", True): [1], ("error", True): [2], (refused, True): [3, 6],
+                            (refused, False): [4], ("error", False): [5]}
+    shapes, colors = status_scale(spec, "shape"), status_scale(spec, "color")
+    assert list(shapes) == ["ok", "error", refused]  # the legend's entries
+    assert shapes[refused] != shapes["error"] and colors[refused] != colors["error"]
+    tips = {p["n"]: p["tip"] for la in layers(spec, "point") for p in la["data"]["values"]}
+    assert tips[3]["error"].startswith("ToolQuarantined")
 
 
-def test_timeline_uses_webgl_for_long_sessions_and_handles_no_steps():
+def test_timeline_draws_long_sessions_whole_and_handles_no_steps():
     steps = [step(n, status="error" if n % 7 == 0 else "ok") for n in range(1, 5001)]
     frame = views.timeline_frame(steps)
-    fig = charts.timeline(frame, views.lane_order(frame))
-    assert all(isinstance(t, go.Scattergl) for t in fig.data)
-    assert sum(len(t.x) for t in fig.data) == 5000
+    spec = charts.timeline(frame, views.lane_order(frame))
+    assert sum(len(ns) for ns in points(spec).values()) == 5000
+    # a few step numbers written, not thousands
+    assert len(written(spec)) <= STEP_LABELS + 2
     empty = charts.timeline(views.timeline_frame([]), [])
-    assert "No steps recorded" in annotations(empty)
+    assert "No steps recorded" in [la["mark"].get("text") for la in layers(empty, "text")]
+    assert empty["description"] == "Timeline: no steps recorded"
+    json.dumps(spec)  # plain JSON, as Streamlit sends it
 
 
 def test_snapshot_tree_carries_snapshot_ids_for_selection():
@@ -293,14 +330,22 @@ def test_close_rollback_labels_are_staggered_above_the_plot_and_the_legend_is_be
     markers = views.rollback_markers(steps, branches)
     assert [m["x"] for m in markers] == [8.5, 11.5]  # 3 steps apart in 20: labels would touch
     frame = views.timeline_frame(steps)
-    fig = charts.timeline(frame, views.lane_order(frame), [(2.5, 8.5, "exact_repeat")], markers)
-    rollback = [a for a in fig.layout.annotations if a.text.startswith("↩")]
-    loop = [a for a in fig.layout.annotations if a.text.startswith("loop:")]
-    assert all(a.yref == "paper" and a.y == 1 and a.yanchor == "bottom" for a in rollback)
-    assert sorted(a.yshift for a in rollback) == [0, charts.LABEL_ROW_PX]
-    assert fig.layout.margin.t >= 36 + charts.LABEL_ROW_PX  # room for the second row
-    assert all(a.yanchor == "top" for a in loop)  # inside the plot, below the rollback labels
-    assert legend_is_below_the_plot(fig)
+    spec = charts.timeline(frame, views.lane_order(frame), [(2.5, 8.5, "exact_repeat")], markers)
+    labels = [la for la in layers(spec, "text")
+              if str(la["data"]["values"][0].get("note", "")).startswith(("↩", "loop:"))]
+    rollback = {la["data"]["values"][0]["note"]: la for la in labels
+                if la["data"]["values"][0]["note"].startswith("↩")}
+    # above the plot (negative y, bottom baseline), one row apart
+    ys = sorted(la["encoding"]["y"]["value"] for la in rollback.values())
+    assert ys[1] < 0 and ys[0] == ys[1] - charts.LABEL_ROW_PX
+    assert all(la["mark"]["baseline"] == "bottom" for la in rollback.values())
+    (loop,) = [la for la in labels if la["data"]["values"][0]["note"].startswith("loop:")]
+    assert loop["mark"]["baseline"] == "top" and loop["encoding"]["y"]["value"] >= 0  # inside
+    legend = layers(spec, "point")[0]["encoding"]["color"]["legend"]
+    assert legend["orient"] == "bottom"
+    # the chart's height (Streamlit fits the whole chart to it) grows by the second row
+    one = charts.timeline(frame, views.lane_order(frame), [], markers[:1])
+    assert spec["height"] - one["height"] == charts.LABEL_ROW_PX
 
 
 def test_stagger_moves_only_labels_that_would_touch():
@@ -310,11 +355,11 @@ def test_stagger_moves_only_labels_that_would_touch():
 
 
 def test_long_lane_names_wrap_onto_two_short_lines():
-    assert charts.lane_tick('crop {"x":5}') == 'crop {"x":5}'
-    tick = charts.lane_tick('refund_api {"amount":42.0,"order":"A-1","reason":"lost"}')
-    tool, args = tick.split("<br>")
-    assert tool == "refund_api" and len(args) <= charts.LANE_LINE_CHARS
-    assert args.endswith("…")
+    """The lane's label expression reads the name as data (`datum.label`): a short name stays
+    on one line, a long one is cut into the tool and its arguments."""
+    axis = charts.LANE_LABEL
+    assert "datum.label" in axis and "'" + "crop" not in axis
+    assert f"> {charts.LANE_LINE_CHARS}" in axis and "[" in axis  # two lines, each cut
 
 
 def test_memory_axis_spans_the_curves_not_a_fixed_week():
@@ -384,7 +429,23 @@ def test_hostile_names_stay_data_in_loops_over_time():
     assert not any("evil" in str(c) for c in code(spec))
 
 
-def test_hostile_tool_names_errors_and_rollbacks_are_escaped_in_the_timeline():
+def spec_code(value, key=""):
+    """Every string of a Vega-Lite spec that Vega reads as code or as a name to look up."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k != "values":  # inline data: drawn as text, never evaluated
+                yield from spec_code(v, k)
+    elif isinstance(value, list):
+        for v in value:
+            yield from spec_code(v, key)
+    elif key in ("expr", "labelExpr", "signal", "href", "url", "field", "calculate", "filter",
+                 "test"):
+        yield value
+
+
+def test_hostile_tool_names_errors_and_rollbacks_stay_data_in_the_timeline():
+    """Vega draws lanes and labels as text and its tooltip escapes HTML: foreign text is passed
+    as it is (never "&lt;" on screen) and never reaches an expression, where it would be code."""
     verdict = {"rule": EVIL, "loop_start_step": 1, "evidence_steps": [1, 2]}
     steps = [StepRecord(n=n, tool=EVIL, args={"u": EVIL}, fingerprint="A", status="error",
                         error=EVIL, result_digest=None, result_preview=None, started_at=float(n),
@@ -392,15 +453,17 @@ def test_hostile_tool_names_errors_and_rollbacks_are_escaped_in_the_timeline():
                         verdict=verdict if n == 2 else None, on_live_line=False, branch=EVIL)
              for n in (1, 2)]
     frame = views.timeline_frame(steps)
-    fig = charts.timeline(frame, views.lane_order(frame), views.loop_windows(steps),
-                          views.rollback_markers(steps, [BranchInfo(EVIL, EVIL, EVIL, EVIL,
-                                                                    9.0, 1)]))
-    lane = views.plot_text(f"{EVIL} {views.short_json({'u': EVIL}, views.LANE_ARGS_CHARS)}")
-    assert list(fig.layout.yaxis.categoryarray) == [lane]
-    assert "<a" not in lane
-    assert set(fig.data[0].y) == {views.plot_text(
-        f"{EVIL} {views.short_json({'u': EVIL}, views.LANE_ARGS_CHARS)}")}
-    assert_no_markup_from(fig)
+    spec = charts.timeline(frame, views.lane_order(frame), views.loop_windows(steps),
+                           views.rollback_markers(steps, [BranchInfo(EVIL, EVIL, EVIL, EVIL,
+                                                                     9.0, 1)]))
+    lane = f"{EVIL} {views.short_json({'u': EVIL}, views.LANE_ARGS_CHARS)}"
+    assert layers(spec, "point")[0]["encoding"]["y"]["scale"]["domain"] == [lane]
+    (tip, _) = [p["tip"] for p in layers(spec, "point")[0]["data"]["values"]]
+    assert tip["title"] == f"step 1 · {EVIL}" and tip["error"] == EVIL
+    assert f"loop: {EVIL}" in written(spec) and f"↩ {EVIL}" in written(spec)
+    assert not any("&lt;" in t for t in written(spec))
+    assert not any("evil" in str(c) for c in spec_code(spec))
+    assert "evil" not in spec["description"]
 
 
 def test_hostile_lane_names_labels_and_reasons_are_escaped_in_the_snapshot_tree():

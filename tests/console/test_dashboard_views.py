@@ -144,7 +144,7 @@ def test_loop_buckets_of_nothing_is_a_zero_series():
 
 
 # -- timeline -----------------------------------------------------------------------------------
-def test_timeline_frame_lanes_outcomes_and_escaped_hover():
+def test_timeline_frame_lanes_outcomes_and_plain_tooltips():
     steps = [step(1, "crop", {"x": 1}, fp="A"), step(2, "crop", {"x": "<b>"}, "error", "bad <i>",
              fp="B"), step(3, None, None, fp="agent", text="thinking"),
              step(4, "crop", {"x": 1}, "error", "bad", branch="branch-9", fp="A", late=True)]
@@ -154,8 +154,13 @@ def test_timeline_frame_lanes_outcomes_and_escaped_hover():
     assert frame.loc[2, "lane"] == views.AGENT_LANE
     # Lanes read as the tool and its short arguments, not as fingerprint hashes.
     assert frame.loc[0, "lane"] == frame.loc[3, "lane"] == 'crop {"x":1}'
-    assert "&lt;b&gt;" in frame.loc[1, "hover"] and "<i>" not in frame.loc[1, "hover"]
-    assert "branch-9" in frame.loc[3, "hover"] and "late" in frame.loc[3, "hover"]
+    # plain text, as the tool wrote it: Vega's tooltip escapes it, the chart never parses it
+    at = f"{views.when(1002.0):%Y-%m-%d %H:%M:%S}"
+    assert frame.loc[1, "tip"] == {"title": "step 2 · crop", "at": at, "args": '{"x":"<b>"}',
+                                   "error": "bad <i>"}
+    assert frame.loc[2, "tip"]["text"] == "thinking" and "args" not in frame.loc[2, "tip"]
+    abandoned = frame.loc[3, "tip"]["abandoned"]
+    assert "branch-9" in abandoned and "late" in abandoned
     assert views.lane_order(frame) == ['crop {"x":1}', 'crop {"x":"<b>"}', views.AGENT_LANE]
 
 
@@ -618,7 +623,7 @@ def test_clock_ticks_label_steps_with_their_time():
     frame = views.timeline_frame(steps)
     vals, text = views.clock_ticks(frame, count=4)
     assert vals[0] == 1 and vals[-1] == 30 and len(vals) == 4
-    assert text[0] == f"1<br>{views.when(1001.0):%H:%M:%S}"
+    assert text[0] == ["1", f"{views.when(1001.0):%H:%M:%S}"]  # two lines
     assert views.clock_ticks(views.timeline_frame([])) == ([], [])
 
 

@@ -22,6 +22,8 @@ pytestmark = pytest.mark.browser
 
 CHART = '[data-testid="stPlotlyChart"]'
 LOOP_CHART = '[data-testid="stVegaLiteChart"]'
+VEGA_DRAWN = f"{LOOP_CHART} svg.marks, {LOOP_CHART} canvas"
+"""A Vega-Lite chart drawn (the fleet's loop charts, the session's timeline)."""
 """The fleet's loop charts are Vega-Lite (tests/e2e/test_fleet_first_screen.py says why)."""
 DESKTOP = {"width": 1440, "height": 900}
 PHONE = {"width": 390, "height": 844}
@@ -155,7 +157,7 @@ def test_operator_rolls_back_a_looping_session_through_the_dialog(console, page,
     expect(page.get_by_role("heading", name=sid)).to_be_visible()  # the deep link survived
     expect(page.get_by_text(explanation).first).to_be_visible()
     expect(page.get_by_text(f"Suggested rollback target: {suggested}")).to_be_visible()
-    expect(page.locator(f"{CHART} .main-svg").first).to_be_visible()
+    expect(page.locator(VEGA_DRAWN).first).to_be_visible()  # the timeline
     page.wait_for_timeout(1000)
     page.screenshot(path=str(shots / ("console-session.png" if desktop
                                       else "console-session-390.png")), full_page=True)
@@ -317,7 +319,7 @@ def test_viewer_finds_no_way_to_act(console, page):
 
 
 EVIL_HREF = 'a[href*="evil.test"], [*|href*="evil.test"]'
-"""A link (HTML, or SVG as plotly draws it) anywhere near the attacker's domain."""
+"""A link (HTML, or SVG as plotly or Vega draws it) anywhere near the attacker's domain."""
 OFFSITE_EVIL_HREF = 'a[href*="//evil.test"], a[href*="//www.evil.test"], a[href^="mailto:"]'
 """A link that leaves for the attacker's domain (in-app links may carry an encoded id)."""
 TABS = ["Timeline", "Why flagged", "Snapshot tree", "Memory", "Token budget", "Messages"]
@@ -355,7 +357,9 @@ def test_hostile_names_never_become_links(console, page):
         for tab in TABS:
             open_tab(page, tab)
             settle(page)
-            if tab in ("Timeline", "Snapshot tree", "Memory"):
+            if tab == "Timeline":
+                expect(page.locator(VEGA_DRAWN).first).to_be_visible(timeout=30_000)
+            elif tab in ("Snapshot tree", "Memory"):
                 expect(page.locator(f"{CHART} .main-svg").first).to_be_visible(timeout=30_000)
             assert page.locator(EVIL_HREF).count() == 0, (sid, tab)
         if sid == HOSTILE_LOOPING:

@@ -1,7 +1,8 @@
 """The session page as on-call reads it, at 1440x900 and 390x844:
 a decay chart that decays, with a legend and recall marks; snapshot labels told apart; numbered
-timeline steps, upright on a phone; the rollback dialog's sticky bar never over the notice the user
-will see; plain words; "Was this a loop?" and watch-only sessions in the browser."""
+timeline steps, upright on a phone, drawn without plotly, hostile text shown as text in its
+tooltip; the rollback dialog's sticky bar never over the notice the user will see; plain words;
+"Was this a loop?" and watch-only sessions in the browser."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from engine import Engine
 pytestmark = pytest.mark.browser
 
 CHART = '[data-testid="stPlotlyChart"]'
+TIMELINE = '[data-testid="stVegaLiteChart"]'
+VEGA_DRAWN = "svg.marks, canvas"
+"""What Vega draws into (SVG, or a canvas)."""
 DESKTOP = {"width": 1440, "height": 900}
 PHONE = {"width": 390, "height": 844}
 VIEWPORTS = pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1440x900", "390x844"])
@@ -39,6 +43,12 @@ def open_session(page: Page, url: str, sid: str, tab: str, viewport: dict,
     sign_in(page, f"{url}/session?session={sid}&tab={tab.replace(' ', '+')}", user)
     expect(page.get_by_role("tab", name=tab)).to_have_attribute("aria-selected", "true")
     settle(page)
+
+
+VEGA_ROTATED = """(root) => [...root.querySelectorAll('.role-axis-label text, .mark-text text')]
+  .filter(t => /rotate\\((?!0[,)])/.test(t.getAttribute('transform') || ''))
+  .map(t => t.textContent)"""
+"""The same, for a Vega chart drawn as SVG: axis labels and text marks drawn turned."""
 
 
 FIRST_CHART_MS = 90_000
@@ -117,14 +127,73 @@ def test_identical_snapshot_labels_are_told_apart(console, page: Page, viewport,
     chart.screenshot(path=str(shots / f"session-tree-{viewport['width']}.png"))
 
 
+def timeline_drawn(page: Page):
+    """The Timeline tab's chart, once drawn."""
+    chart = page.locator(TIMELINE).first
+    expect(chart.locator(VEGA_DRAWN).first).to_be_visible(timeout=FIRST_CHART_MS)
+    return chart
+
+
 @VIEWPORTS
 def test_timeline_steps_are_numbered_upright(console, page: Page, viewport, shots):
     open_session(page, console.url, LOOPING, "Timeline", viewport, user="victor")
-    chart = chart_drawn(page)
-    numbers = chart.locator("g.textpoint").all_text_contents()
+    chart = timeline_drawn(page)
+    page.wait_for_timeout(500)
+    numbers = chart.locator(".mark-text text").all_text_contents()
     assert {"1", "3", "5"} <= set(numbers), numbers
-    assert chart.evaluate(ROTATED) == []
+    assert chart.evaluate(VEGA_ROTATED) == []
+    box = chart.locator(VEGA_DRAWN).first.bounding_box()
+    assert box and box["x"] >= 0 and box["x"] + box["width"] <= viewport["width"], box
     chart.screenshot(path=str(shots / f"session-timeline-{viewport['width']}.png"))
+
+
+@VIEWPORTS
+def test_the_timeline_draws_without_plotly_and_says_what_each_mark_is(console, page: Page,
+                                                                     viewport):
+    """The page's first tab never asks for plotly's bundle (4.7 MB parsed on every visit before
+    its first chart); its chart still has lanes named by call, a legend of the statuses, the
+    loop's band, and the rollback's dashed line on a session that was rolled back."""
+    scripts: list[str] = []
+    errors: list[str] = []
+    page.on("request", lambda r: scripts.append(r.url) if r.resource_type == "script" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    open_session(page, console.url, AUTO_ROLLED_BACK, "Timeline", viewport)
+    chart = timeline_drawn(page)
+    page.wait_for_timeout(1000)  # a late chunk or a late error would show by now
+    assert [u for u in scripts if "PlotlyChart" in u] == []
+    assert errors == []
+    assert re.match(r"^Timeline: steps \d+ to \d+ in \d+ lanes? \(.*\); \d+ loop windows?; "
+                    r"[1-9]\d* rollbacks?$", chart.get_attribute("aria-label") or "")
+    legend = chart.locator(".role-legend-label text").all_text_contents()
+    assert "ok" in legend and "error" in legend, legend
+    lanes = chart.locator(".role-axis-label text").all_text_contents()
+    assert any("crop" in lane for lane in lanes), lanes  # a lane named by its call
+    assert chart.locator(".mark-rule path, .mark-rule line").count() >= 1  # the rollback
+    assert any(t.startswith("↩ ") for t in chart.locator(".mark-text text").all_text_contents())
+
+
+def test_hostile_text_in_the_timelines_tooltip_is_text(console, page: Page):
+    from support.fleet import EVIL_ANCHOR, EVIL_TEXT
+
+    sid = "hostile-timeline"
+    with Engine.open(console.store) as engine:
+        s = engine.session(sid, on_loop="flag")
+        with s.step(EVIL_ANCHOR, {"link": EVIL_TEXT}) as call:
+            call.fail(EVIL_TEXT)
+    open_session(page, console.url, sid, "Timeline", DESKTOP)
+    chart = timeline_drawn(page)
+    mark = chart.locator(".mark-symbol.role-mark path").first
+    mark.scroll_into_view_if_needed()
+    box = mark.bounding_box()
+    assert box
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    tip = page.locator("#vg-tooltip-element")
+    expect(tip).to_contain_text("step ")
+    assert f"step 1 · {EVIL_ANCHOR}" in tip.inner_text()  # the tag shown as typed
+    assert "error" in tip.inner_text() and "evil.test" in tip.inner_text()
+    assert tip.locator("a, img").count() == 0  # and never a link
+    lanes = chart.locator(".role-axis-label text").all_text_contents()
+    assert any(lane.startswith("<a") for lane in lanes), lanes  # the lane's name, as text
 
 
 @VIEWPORTS

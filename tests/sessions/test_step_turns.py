@@ -118,5 +118,5 @@ def test_the_session_timeline_says_which_model_response_issued_each_call(engine)
     guesses(s, "resp_1", ["parse_config", "parse_conf"])
     with s.step("search_code", {"query": "parse config"}) as call:
         call.ok([])
-    hover = timeline_frame(s.steps())["hover"].tolist()
-    assert ["model response: resp_1" in h for h in hover] == [True, True, False]
+    tips = timeline_frame(s.steps())["tip"].tolist()
+    assert [t.get("model response") for t in tips] == ["resp_1", "resp_1", None]

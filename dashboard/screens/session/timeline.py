@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard import charts
@@ -13,7 +12,7 @@ from dashboard.views.session import timeline as timeline_views
 from engine import BranchInfo, StepRecord
 
 
-def timeline_figure(steps: Sequence[StepRecord], branches: Sequence[BranchInfo]) -> go.Figure:
+def timeline_figure(steps: Sequence[StepRecord], branches: Sequence[BranchInfo]) -> dict:
     frame = timeline_views.timeline_frame(steps)
     return charts.timeline(
         frame,
@@ -25,12 +24,13 @@ def timeline_figure(steps: Sequence[StepRecord], branches: Sequence[BranchInfo])
 
 def render_timeline(page: Page) -> None:
     steps, branches = page.bundle.steps, page.bundle.branches
-    # Built once per read of the history (a 2,000-step figure costs a tenth of a second), and
-    # never changed afterwards: st.plotly_chart copies it.
-    fig = page.bundle.memo.get("timeline", lambda: timeline_figure(steps, branches))
-    st.plotly_chart(fig, key="timeline")
+    # Built once per read of the history, and never changed afterwards: Streamlit serialises
+    # it. Vega-Lite, not plotly, on the page's first tab: see `charts.timeline`.
+    spec = page.bundle.memo.get("timeline", lambda: timeline_figure(steps, branches))
+    st.vega_lite_chart(spec, key="timeline", width="stretch")
     st.caption(
-        "● ok · ✕ error · ⊠ refused (quarantined tool) · hollow: abandoned by a rollback · "
+        "● ok · ✕ error · ⊠ refused (quarantined tool) · ◆ in flight · "
+        "hollow: abandoned by a rollback · "
         "red band: loop window · "
         "dashed line: rollback. Hover a step for its tool, arguments and error."
         + timeline_views.steps_shown(len(steps), page.bundle.info.steps)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
-from dashboard.views.common import ARGS_CHARS, plot_text, short_json, when
+from dashboard.views.common import ARGS_CHARS, short_json, when
 from engine import BranchInfo, StepRecord, StoredVerdict, is_refused
 
 MAX_LANES = 12
@@ -38,7 +38,8 @@ def lane_labels(steps: Sequence[StepRecord], fingerprints: Iterable[str]) -> dic
 
 
 def timeline_frame(steps: Sequence[StepRecord], max_lanes: int = MAX_LANES) -> pd.DataFrame:
-    """One row per step: x (step), lane (fingerprint lane), outcome, line, hover text.
+    """One row per step: x (step), lane (fingerprint lane), outcome, line, and its tooltip
+    (`tip`: a title and named lines of plain text, only those that say something).
 
     The `max_lanes` most frequent fingerprints get their own lane; the rest share
     "other calls", so a 5,000-step session with thousands of distinct calls stays readable.
@@ -61,28 +62,28 @@ def timeline_frame(steps: Sequence[StepRecord], max_lanes: int = MAX_LANES) -> p
                    else s.status if s.status in ("ok", "error") else "running")
         line = "live" if s.on_live_line else "abandoned"
         at = when(s.started_at)
-        parts = [f"<b>step {s.n}</b> · {plot_text(s.tool or 'agent turn')}",
-                 f"at {at:%Y-%m-%d %H:%M:%S}" if at else ""]
+        # Plain text: the chart (Vega) draws it as text, never as markup.
+        tip: dict[str, str] = {"title": f"step {s.n} · {s.tool or AGENT_LANE}"}
+        if at:
+            tip["at"] = f"{at:%Y-%m-%d %H:%M:%S}"
         if s.tool:
-            parts.append("args: " + plot_text(short_json(s.args)))
+            tip["args"] = short_json(s.args)
         if s.error:
-            parts.append("error: " + plot_text(s.error[:ARGS_CHARS]))
+            tip["error"] = s.error[:ARGS_CHARS]
         if s.text:
-            parts.append("text: " + plot_text(s.text[:ARGS_CHARS]))
+            tip["text"] = s.text[:ARGS_CHARS]
         if not s.on_live_line:
-            late = " · late" if s.late else ""
-            parts.append(f"abandoned ({plot_text(str(s.branch))}){late}")
+            tip["abandoned"] = f"by a rollback ({s.branch})" + (" · late" if s.late else "")
         if s.side_effect:
-            parts.append("side effect")
+            tip["side effect"] = "yes"
         turn = getattr(s, "turn", None)
         if turn:  # the model response that issued it: one turn's calls are one attempt
-            parts.append("model response: " + plot_text(turn[:ARGS_CHARS]))
+            tip["model response"] = turn[:ARGS_CHARS]
         rows.append({"n": s.n, "lane": lane, "tool": s.tool, "fingerprint": s.fingerprint,
-                     "outcome": outcome, "line": line,
-                     "hover": "<br>".join(p for p in parts if p), "at": s.started_at,
+                     "outcome": outcome, "line": line, "tip": tip, "at": s.started_at,
                      "label": str(s.n) if s.n in shown else ""})
     return pd.DataFrame(rows, columns=["n", "lane", "tool", "fingerprint", "outcome", "line",
-                                       "hover", "at", "label"])
+                                       "tip", "at", "label"])
 
 
 STEP_LABELS = 16
@@ -104,9 +105,9 @@ def labelled_steps(steps: Sequence[StepRecord], limit: int = STEP_LABELS) -> set
     return marked | set(numbers[::every])
 
 
-def clock_ticks(frame: pd.DataFrame, count: int = 8) -> tuple[list[int], list[str]]:
-    """About `count` step numbers spread over the timeline, labelled with step and clock time
-    (the date too when the steps span more than one day)."""
+def clock_ticks(frame: pd.DataFrame, count: int = 8) -> tuple[list[int], list[list[str]]]:
+    """About `count` step numbers spread over the timeline, each labelled with its lines: the
+    step and its clock time (the date too when the steps span more than one day)."""
     if frame.empty:
         return [], []
     ordered = frame.drop_duplicates("n").sort_values("n")
@@ -116,8 +117,8 @@ def clock_ticks(frame: pd.DataFrame, count: int = 8) -> tuple[list[int], list[st
     days = {t.date() for t in times if t is not None}
     fmt = "%d %b %H:%M" if len(days) > 1 else "%H:%M:%S"
     return ([int(n) for n in picks["n"]],
-            [f"{int(n)}<br>{t:{fmt}}" if t else str(int(n)) for n, t in zip(picks["n"], times,
-                                                                             strict=True)])
+            [[str(int(n)), f"{t:{fmt}}"] if t else [str(int(n))]
+             for n, t in zip(picks["n"], times, strict=True)])
 
 
 def lane_order(frame: pd.DataFrame) -> list[str]:
