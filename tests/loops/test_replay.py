@@ -216,35 +216,10 @@ class TestSmallestChange:
         assert "idle_turns" in change.after
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from(["fail", "read1", "read2", "turn", "user"]), max_size=30))
-def test_replay_up_to_a_step_agrees_with_the_whole_replay(kinds):
-    records: list = []
-    n = 0
-    for i, kind in enumerate(kinds):
-        if kind == "user":
-            records.append(user(1000 + i))
-            continue
-        n += 1
-        if kind == "fail":
-            records.append(failing(n))
-        elif kind == "turn":
-            records.append(record(n, None, text=""))
-        else:
-            records.append(reading(n, int(kind[-1])))
-    whole = first_flag(records)
-    for k in range(n + 1):
-        expected = whole if whole is not None and whole.step <= k else None
-        assert first_flag(records, until=k) == expected
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from(["fail", "read1", "read2", "turn", "user", "refused", "task"]),
-                max_size=30),
-       st.sampled_from([None, {"repeat_threshold": 4}, {"idle_turns_threshold": 2}]))
-def test_a_replay_history_is_replayed_as_the_records_it_was_read_from(kinds, config):
-    from engine.records import ReplayStep
-
+def _history(kinds: list[str]) -> list:
+    """Records for a list of kinds: a user message ("user"), or the next step: a failure
+    ("fail"), an empty turn ("turn"), a refused call ("refused"), a failure that starts a task
+    ("task"), a read of state 1 or 2 ("read1", "read2")."""
     records: list = []
     n = 0
     for i, kind in enumerate(kinds):
@@ -262,6 +237,28 @@ def test_a_replay_history_is_replayed_as_the_records_it_was_read_from(kinds, con
             records.append(dataclasses.replace(failing(n), task=True))
         else:
             records.append(reading(n, int(kind[-1])))
+    return records
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["fail", "read1", "read2", "turn", "user"]), max_size=30))
+def test_replay_up_to_a_step_agrees_with_the_whole_replay(kinds):
+    records = _history(kinds)
+    n = sum(1 for kind in kinds if kind != "user")
+    whole = first_flag(records)
+    for k in range(n + 1):
+        expected = whole if whole is not None and whole.step <= k else None
+        assert first_flag(records, until=k) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["fail", "read1", "read2", "turn", "user", "refused", "task"]),
+                max_size=30),
+       st.sampled_from([None, {"repeat_threshold": 4}, {"idle_turns_threshold": 2}]))
+def test_a_replay_history_is_replayed_as_the_records_it_was_read_from(kinds, config):
+    from engine.records import ReplayStep
+
+    records = _history(kinds)
     history = [ReplayStep.of(r) if isinstance(r, StepRecord) else None for r in records]
     assert first_flag(history, config) == first_flag(records, config)
     assert compare({"s": history}, config) == compare({"s": records}, config)

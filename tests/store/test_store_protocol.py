@@ -9,6 +9,7 @@ store's generated delegates) accepts any call and passes.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import re
@@ -183,23 +184,26 @@ def test_every_record_field_is_read_from_a_named_column(backend, module):
         )
 
 
-def test_a_field_map_reads_by_name_and_stands_null_in_for_absent_columns():
-    import dataclasses
+@dataclasses.dataclass(frozen=True)
+class _Thing:
+    id: int
+    missing: bool
+    note: str | None
 
+
+def _thing_map(optional_note: bool):
     from engine.store.fieldmap import Column, FieldMap
 
-    @dataclasses.dataclass(frozen=True)
-    class Thing:
-        id: int
-        missing: bool
-        note: str | None
-
-    fmap = FieldMap(
-        Thing,
+    return FieldMap(
+        _Thing,
         Column("ref", "id", int),
         Column("ref", "missing", lambda v: v is None),
-        Column("note", "note", optional=True),
+        Column("note", "note", optional=optional_note),
     )
+
+
+def test_a_field_map_reads_by_name_and_stands_null_in_for_absent_columns():
+    Thing, fmap = _Thing, _thing_map(optional_note=True)
     assert fmap.select() == "ref, note"
     assert fmap.select(absent=frozenset({"note"})) == "ref, NULL AS note"
     assert fmap.decode({"note": "x", "ref": "7"}) == Thing(7, False, "x")
@@ -209,22 +213,9 @@ def test_a_field_map_reads_by_name_and_stands_null_in_for_absent_columns():
 
 
 def test_a_field_map_decodes_a_plain_row_by_the_positions_of_its_select_list():
-    import dataclasses
-
     from engine.store.fieldmap import Column, FieldMap
 
-    @dataclasses.dataclass(frozen=True)
-    class Thing:
-        id: int
-        missing: bool
-        note: str | None
-
-    fmap = FieldMap(
-        Thing,
-        Column("ref", "id", int),
-        Column("ref", "missing", lambda v: v is None),
-        Column("note", "note"),
-    )
+    Thing, fmap = _Thing, _thing_map(optional_note=False)
     assert fmap.select() == "ref, note"
     assert fmap.decode_selected(("7", "x")) == fmap.decode({"ref": "7", "note": "x"})
     assert fmap.decode_selected(("7", None, "more columns")) == Thing(7, False, None)
