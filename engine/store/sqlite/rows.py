@@ -191,18 +191,7 @@ STEP: FieldMap[StepRecord] = FieldMap(
 """A `steps` row as a `StepRecord`."""
 
 REPLAY_STEP: FieldMap[ReplayStep] = FieldMap(
-    ReplayStep,
-    Column("n", "n"),
-    Column("tool", "tool"),
-    Column("args", "args", json_value),
-    Column("status", "status", _step_status),
-    Column("error", "error"),
-    Column("result_digest", "result_digest"),
-    Column("text", "text"),
-    Column("side_effect", "side_effect", bool),
-    Column("turn", "turn"),
-    Column("task", "task", bool),
-    Column("started_at", "started_at"),
+    ReplayStep, *(c for c in STEP.columns if c.field in ReplayStep._fields)
 )
 """What a replay reads of a `steps` row."""
 
