@@ -24,10 +24,7 @@ from typing import TYPE_CHECKING, Any
 from engine import documents as _documents
 from engine.documents import Documents
 from engine.errors import WatchOnly
-from engine.fleet import exemptions, quarantine, queries
-from engine.fleet import incidents as _incidents
-from engine.fleet.api import Compensations, Fleet
-from engine.fleet.incidents import Incident
+from engine.fleet import exemptions, quarantine
 from engine.freeze import (
     FreezeWindow,
     from_environment,
@@ -44,14 +41,20 @@ from engine.records import (
     RollbackResult,
     SessionInfo,
 )
-from engine.recovery import bulk, verbs
+from engine.recovery import verbs
 from engine.runtime import CompensationHandler, EngineConfig, Runtime, configured_detector
 from engine.sessions.session import Session
 from engine.store import Retention, SessionCursor, SessionFilter, Store, open_store
 from engine.types import LoopPolicy, RollbackKind
 
 if TYPE_CHECKING:
+    from engine.fleet.api import Compensations, Fleet
+    from engine.fleet.incidents import Incident
     from engine.loops.replay import Replay
+
+# What an agent's step needs is imported above; the operator's rooms (the fleet's figures and
+# replay, incidents, bulk rollback) are imported by the methods that use them, so that
+# `from engine import Engine` in a per-request service loads only what a step needs.
 
 __all__ = ["Actor", "CompensationHandler", "Engine"]
 
@@ -137,12 +140,16 @@ class Engine:
     @property
     def fleet(self) -> Fleet:
         """The fleet's feed, freeze, declared detector, figures, labels and housekeeping."""
+        from engine.fleet.api import Fleet
+
         return Fleet(self._runtime)
 
     @property
     def compensations(self) -> Compensations:
         """The saga's outbox: ``engine.compensations(status=...)`` lists; `.register`,
         `.run`, `.retry`, `.resolve`, `.handlers`."""
+        from engine.fleet.api import Compensations
+
         return Compensations(self._runtime)
 
     @property
@@ -243,7 +250,9 @@ class Engine:
             ConfigError: an unknown setting or a value the detector refuses. ValueError: a bad
             filter.
         """
+        from engine.fleet import queries
         from engine.loops.replay import Replay, detector_config
+        from engine.recovery import bulk
 
         detector_config(config)  # refuse a bad setting before reading the fleet
         if where:
@@ -269,13 +278,15 @@ class Engine:
             PermissionDenied: not an operator (now). ValueError: another label.
             UnknownSession: no such session.
         """
+        from engine.fleet.queries import LABEL_ACTION
+
         who = checked_actor(self._runtime.limits, actor)
         require_operator(who, "label sessions")
         if label not in ("loop", "not_loop"):
             raise ValueError(f"a label is loop or not_loop, not {label!r}")
         reason = checked_reason(self._runtime.limits, reason)
         self._runtime.require_session(sid)
-        self.store.add_audit(who.name, queries.LABEL_ACTION, sid, None, reason, {"label": label},
+        self.store.add_audit(who.name, LABEL_ACTION, sid, None, reason, {"label": label},
                              self.clock())
 
     # -- operator actions (engine.fleet.actions) -------------------------------------------------
@@ -310,8 +321,10 @@ class Engine:
         Raises:
             PermissionDenied: the actor is a viewer. ValueError: no or unknown filter.
         """
-        return bulk.rollback_many(self._runtime, where, actor=actor, reason=reason,
-                                     dry_run=dry_run, notice=notice)
+        from engine.recovery.bulk import rollback_many
+
+        return rollback_many(self._runtime, where, actor=actor, reason=reason,
+                             dry_run=dry_run, notice=notice)
 
     def quarantine(self, tool: str, *, actor: str | Actor, reason: str,
                    scope: dict[str, Any] | None = None,
@@ -376,7 +389,9 @@ class Engine:
         Raises:
             ValueError: an unknown status. TypeError: `since` is no time.
         """
-        return _incidents.incidents(self._runtime, since, status)
+        from engine.fleet.incidents import incidents
+
+        return incidents(self._runtime, since, status)
 
     def incident(self, incident_id: str) -> Incident:
         """Incident `incident_id`.
@@ -384,7 +399,9 @@ class Engine:
         Raises:
             UnknownIncident: no such incident.
         """
-        return _incidents.incident(self._runtime, incident_id)
+        from engine.fleet.incidents import incident
+
+        return incident(self._runtime, incident_id)
 
 def _refuse_watched(info: SessionInfo | None) -> None:
     """Raises WatchOnly when `info` is a session the OTLP receiver watches (see

@@ -210,11 +210,19 @@ def test_an_engine_and_a_guarded_step_load_no_console_metrics_or_redis(tmp_path)
         "    call.ok(1)\n"
         "e.close()\n"
         "heavy = (*" + repr(CONSOLE_STACK) + ", 'prometheus_client', 'redis')\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n"
+        "print(sorted(set(sys.modules) & set(" + repr(OPERATOR_ROOMS) + ")))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, check=True).stdout.strip()
-    assert out == "[]", f"an engine and a step loaded {out}"
+                         cwd=ROOT, check=True).stdout.splitlines()
+    assert out[0] == "[]", f"an engine and a step loaded {out[0]}"
+    assert out[1] == "[]", f"a step that never looped loaded the operator's rooms {out[1]}"
+
+
+OPERATOR_ROOMS = ("engine.fleet.api", "engine.fleet.queries", "engine.fleet.incidents",
+                  "engine.fleet.actions", "engine.loops.replay", "engine.recovery.bulk")
+"""What the operator's verbs need (figures, replay, incidents, bulk rollback) and a healthy step
+does not: imported by the methods that use them."""
 
 
 def test_the_engine_package_still_exports_every_public_name_on_use():

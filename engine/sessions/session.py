@@ -21,7 +21,7 @@ from engine.errors import (
     ToolQuarantined,
     WaitTimeout,
 )
-from engine.fleet import incidents, quarantine
+from engine.fleet import quarantine
 from engine.freeze import PolicyChoice
 from engine.identity import Actor
 from engine.ids import validate_session_id
@@ -857,7 +857,10 @@ def _join_incident(rt: Runtime, sid: str, call: StepCall, out: Mapping[str, Any]
                    stored: StoredVerdict) -> None:
     """Group the loop verdict just stored with the others of its cause (`engine.fleet.incidents`).
     The verdict is stored already: an incident that cannot be written is logged, never turned
-    into a failure of the agent's step."""
+    into a failure of the agent's step. (Imported here: a session that never loops does not
+    load the incidents' room.)"""
+    from engine.fleet import incidents
+
     try:
         incidents.note_loop(rt, sid, call.tool, out.get("error"), call.args, stored,
                             incidents.tokens_of(call.budget))

@@ -13,7 +13,6 @@ from engine.limits import Limits, canonical_within, check_text
 from engine.loops.detector import Step, Verdict
 from engine.loops.fingerprint import MAX_DEPTH, canonicalize, digest
 from engine.loops.normalize import result_digest
-from engine.loops.replay import step_of
 from engine.records import StepRecord
 from engine.types import TOKEN_BREAKDOWN_KEYS, StoredVerdict, TokenBreakdown
 
@@ -152,7 +151,10 @@ def result_preview(result: Any, limits: Limits | None = None) -> tuple[str | Non
 
 def detector_step(rec: StepRecord) -> Step:
     """The detector's view of a stored step (to rebuild its window after a rollback): the same
-    view replay takes (`engine.loops.replay.step_of`), so a rebuilt window judges as replay does."""
+    view replay takes (`engine.loops.replay.step_of`), so a rebuilt window judges as replay does.
+    (Imported here: a session that never rebuilds its window does not load replay.)"""
+    from engine.loops.replay import step_of
+
     return step_of(rec)
 
 
