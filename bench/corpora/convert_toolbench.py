@@ -75,7 +75,9 @@ SEED = 20261208
 """Seed of the tuned / held-out split, fixed before any run was scored."""
 
 _STEP = re.compile(r"(?:^|\n)Step (\d+): ")
-_ERROR = re.compile(r'^\{"error": "((?:[^"\\]|\\.)*)"')
+_ERROR = re.compile(r'^\{"error": "((?:[^"\\]|\\.)*)')
+"""The error of a harness answer that is no whole JSON: the answer is cut at 1,024 characters,
+sometimes inside its error (a long made-up function name, prose where the name goes)."""
 _NO_SUCH = "No such function name: "
 _NAME = re.compile(r"^[A-Za-z_][\w.\-]*$")
 
@@ -103,7 +105,11 @@ def _outcome(response: str) -> tuple[str | None, Any]:
     except ValueError:
         m = _ERROR.match(response)
         if m is not None:
-            error = json.loads(f'"{m.group(1)}"')
+            body = m.group(1)
+            try:
+                error = json.loads(f'"{body}"')
+            except ValueError:  # cut inside an escape
+                error = body
             return (error or None), (None if error else response)
         if response.startswith("{error:"):
             return response, None
