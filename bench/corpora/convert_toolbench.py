@@ -33,7 +33,8 @@ Mapping to `engine.loops.detector.Step` fields (plain dicts, ``None`` fields lef
 - A model response the harness could not read as a call (no function name, or prose where the
   name goes: "No such function name: : I have found ...") is a turn without a tool call
   answered by a rejection: ``tool`` null, ``ok`` false, ``error`` the harness's answer,
-  ``text`` what the model wrote there.
+  ``text`` what the model wrote there (once: ToolBench's parser also leaves a piece of that
+  prose in the arguments).
 - ``turn`` is the call's position: the ReAct format issues one action per model response.
 - The question is the run's task; no user speaks during a run.
 
@@ -131,7 +132,10 @@ def to_step(call: dict, position: int) -> dict:
             else name
         )
     if not _NAME.match(name):  # no call the harness could read: a rejected turn
-        text = f"{name} {arguments}".strip()
+        # the ReAct parser leaves a piece of the same prose in the arguments (both cut at
+        # their own length): keep it once
+        piece = arguments.strip()[:80]
+        text = name if piece and piece in name else f"{name} {arguments}".strip()
         step: dict = {"tool": None, "text": text}
         if error:
             step.update(ok=False, error=error)
