@@ -43,6 +43,12 @@ Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--quality-only] [--co
   bench/corpora/convert_gptoss.py into shared/data/gptoss_weather.jsonl.gz beside the checkout,
   or $REWIND_GPTOSS; labels in bench/corpora/gptoss_labels.json, GPTOSS_LABELS.md): no user,
   one tool with fixed answers; the loops are one city asked again and again.
+- Web-API runs (six ToolLLaMA-2-7B agents answering questions through RapidAPI web APIs on
+  StableToolBench, ToolBench's CoT mode; converted by bench/corpora/convert_toolbench.py into
+  shared/data/toolbench_cot.jsonl.gz beside the checkout, or $REWIND_TOOLBENCH; labels in
+  bench/corpora/toolbench_labels.json, TOOLBENCH_LABELS.md): no user, short runs (about 4
+  calls), the harness rejecting the model's output (turns without a call, unparseable
+  arguments, a malformed ``Finish``).
 - ``--late N`` lists, instead of the tables, every looping case of a tuned or enriched set, the
   traces and the peers not flagged within 3 steps of its loop's start, with its steps from N
   before the start to the first flag and the rule of each flag (never a held-out case).
@@ -340,6 +346,13 @@ GPTOSS_CANDIDATES = (
 )
 """Where the converted gpt-oss tool-calling trials may be (generated, not committed: see
 bench/corpora/convert_gptoss.py and GPTOSS_LABELS.md)."""
+TOOLBENCH_LABELS = ROOT / "bench" / "corpora" / "toolbench_labels.json"
+TOOLBENCH_CANDIDATES = (
+    Path(os.environ["REWIND_TOOLBENCH"]) if os.environ.get("REWIND_TOOLBENCH") else None,
+    *(folder / "shared" / "data" / "toolbench_cot.jsonl.gz" for folder in ROOT.parents),
+)
+"""Where the converted ToolBench CoT runs may be (generated, not committed: see
+bench/corpora/convert_toolbench.py and TOOLBENCH_LABELS.md)."""
 REALRUNS_CANDIDATES = (
     Path(os.environ["REWIND_REALRUNS"]) if os.environ.get("REWIND_REALRUNS") else None,
     ROOT / "bench" / "corpora" / "realruns.jsonl.gz",
@@ -513,11 +526,27 @@ def _conversations(path: Path, labels_path: Path, prefix: str) -> dict[str, list
 def gptoss_cases() -> dict[str, list[Case]]:
     """The gpt-oss-20b tool-calling trials (one tool, fixed answers; bench/corpora/
     GPTOSS_LABELS.md), per labelled split; empty when the converted file is not there."""
-    path = next((p for p in GPTOSS_CANDIDATES if p is not None and p.exists()), None)
+    names = {"tuned": "tool calls (gpt-oss), tuned", "heldout": "tool calls (gpt-oss), held-out"}
+    return _labelled_runs(GPTOSS_CANDIDATES, GPTOSS_LABELS, names)
+
+
+def toolbench_cases() -> dict[str, list[Case]]:
+    """The ToolBench CoT runs (ToolLLaMA agents answering questions through web APIs, short
+    runs, rejected output; bench/corpora/TOOLBENCH_LABELS.md), per labelled split; empty when
+    the converted file is not there."""
+    names = {"tuned": "web APIs (ToolBench), tuned", "heldout": "web APIs (ToolBench), held-out"}
+    return _labelled_runs(TOOLBENCH_CANDIDATES, TOOLBENCH_LABELS, names)
+
+
+def _labelled_runs(
+    candidates: tuple[Path | None, ...], labels_path: Path, names: dict[str, str]
+) -> dict[str, list[Case]]:
+    """Runs without a user (one step per line entry) from the first converted file of
+    `candidates` that exists, per split of `labels_path` named by `names`; empty when none."""
+    path = next((p for p in candidates if p is not None and p.exists()), None)
     if path is None:
         return {}
-    labels = json.loads(GPTOSS_LABELS.read_text())
-    names = {"tuned": "tool calls (gpt-oss), tuned", "heldout": "tool calls (gpt-oss), held-out"}
+    labels = json.loads(labels_path.read_text())
     out: dict[str, list[Case]] = {name: [] for name in names.values()}
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         for line in fh:
@@ -712,6 +741,8 @@ def quality_report(show_misses: bool) -> None:
         scores.append(score(name, cases))
     for name, cases in gptoss_cases().items():
         scores.append(score(name, cases))
+    for name, cases in toolbench_cases().items():
+        scores.append(score(name, cases))
     for name, cases in chat_cases().items():
         scores.append(score(name, cases))
     print("Detection quality per source (LoopDetector() production defaults)")
@@ -820,6 +851,7 @@ def late_report(context: int) -> None:
     sources += list(realrun_cases(path).items()) if path is not None else []
     sources += list(tau2_cases().items())
     sources += list(gptoss_cases().items())
+    sources += list(toolbench_cases().items())
     for source, cases in sources:
         if "held-out" in source or "no labels" in source:
             continue
@@ -890,6 +922,9 @@ def all_cases() -> Iterator[tuple[str, Case]]:
         for case in cases:
             yield name, case
     for name, cases in gptoss_cases().items():
+        for case in cases:
+            yield name, case
+    for name, cases in toolbench_cases().items():
         for case in cases:
             yield name, case
     for name, cases in chat_cases().items():
