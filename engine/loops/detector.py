@@ -92,7 +92,8 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
   it) is not a rejection, and a chanting message (``repeated_content``) is judged apart.
 - ``repeated_content``: one agent message in which a passage of 50 characters
   (`content_chunk_size`) comes back 10 times (`content_repeats`), close together: the model is
-  "chanting". Code blocks and tables are left out.
+  "chanting". Code blocks and tables are left out, and so is a message the runtime or harness
+  rejected (a turn with an error): one refused message is left to the count of rejected answers.
 - ``poll_budget``: one call returned something new, or was repeated after a wait, more than
   `poll_budget` times (per-tool overrides) while nothing else new was going on: it is polling
   something that never finishes.

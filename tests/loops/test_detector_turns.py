@@ -156,3 +156,17 @@ def test_a_short_budget_scales_the_repeat_thresholds():
     assert budget_scaled(DetectorConfig()) == {}
     tight = budget_scaled(DetectorConfig(max_steps=4, tool_breaker_failures={"ci": 8}))
     assert tight["repeat_threshold"] == 2 and tight["tool_breaker_failures"] == {"ci": 2}
+
+
+def test_a_rejected_message_that_repeats_itself_is_left_to_the_count_of_rejected_answers():
+    """A model pasting one image link ten times into an answer the harness refuses (ToolBench):
+    one refused message is not the agent going round; the next answer may be right. Three
+    such refusals in a row are, as any three rejected answers are; an accepted message that
+    chants is still flagged at once."""
+    chant = "Here is the pattern: " + "![waves-1](data:image/svg+xml;base64,PHN2ZyB3aWR0aD0i) " * 12
+    refused = Step(tool=None, text=chant, ok=False, error="No such function name: " + chant[:40])
+    finish = Step(tool="Finish", args={"return_type": "give_answer", "final_answer": "waves-1"},
+                  result="ok")
+    assert flags([refused, finish]) == []
+    assert flags([refused, refused, refused]) == [(2, "idle_turns")]
+    assert flags([Step(tool=None, text=chant)]) == [(0, "repeated_content")]

@@ -31,7 +31,12 @@ class RepeatedContent(Rule):
     """Fires on an agent message in which one passage of `content_chunk_size` characters comes
     back `content_repeats` times, on average at most five passages apart, with the same text
     between its returns. Code blocks are left out, and markdown structure (table rows, list
-    items, headings…) splits the message: they repeat by nature."""
+    items, headings…) splits the message: they repeat by nature.
+
+    A message the runtime or harness rejected (a turn with an error) is left to the count of
+    rejected answers (``idle_turns``): the harness already refused it, and one refused message,
+    however repetitive, is not the agent going round (a model that pastes one image link ten
+    times into an answer the harness refuses may well answer properly on its next turn)."""
 
     id = REPEATED_CONTENT
     kinds = frozenset({TURN})
@@ -47,7 +52,7 @@ class RepeatedContent(Rule):
 
     def check(self, obs: Observation, window: Window) -> Finding | None:
         text = obs.step.text
-        if not text or len(text) < self.chunk * self.repeats:
+        if not text or len(text) < self.chunk * self.repeats or obs.step.error:
             return None
         if _FENCE in text:
             text = _CODE_FENCE.sub("\n", text)
