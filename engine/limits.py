@@ -102,14 +102,15 @@ def json_within(value: Any, limit: int, what: str, field: str) -> Any:
     """`value`, refused when its JSON text is longer than `limit` bytes; for data that is
     JSON already (the documents an integration builds), stored as it is. Unlike
     `canonical_within` it neither converts nor copies the value, and it measures with the C
-    encoder: on a hot path (a LangGraph checkpoint) it costs a fraction of the write.
+    encoder alone: on a hot path (a LangGraph checkpoint record, a few dozen small values) the
+    lower-bound walk `canonical_within` runs first cost more than the encoding it would spare.
+    A value far over the limit is encoded once before it is refused; its text is about the
+    size of the value itself, and no Python walk or copy of it is made.
 
     Raises:
         SizeLimitExceeded: over the limit. TypeError: no JSON form. ValueError: a lone
         surrogate, or a container that holds itself.
     """
-    if _surely_longer(value, limit):
-        raise _too_big(what, f"more than {limit:,}", limit, field, "bytes")
     text = _MEASURE.encode(value)
     try:
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
