@@ -49,6 +49,11 @@ Run: ``.venv/bin/python bench/detector.py [--steps 20000] [--quality-only] [--co
   bench/corpora/toolbench_labels.json, TOOLBENCH_LABELS.md): no user, short runs (about 4
   calls), the harness rejecting the model's output (turns without a call, unparseable
   arguments, a malformed ``Finish``).
+- Multi-turn runs on stateful APIs (BFCL v4, gpt-oss-120b and -20b on seven vLLM builds:
+  a file system, a car, trading, travel, messaging; converted by bench/corpora/convert_bfcl.py
+  into shared/data/bfcl_gptoss.jsonl.gz beside the checkout, or $REWIND_BFCL; labels in
+  bench/corpora/bfcl_labels.json, BFCL_LABELS.md, split by task): several user requests per
+  run (user turns between), repeated reads, failures with nudged arguments, rejected responses.
 - ``--late N`` lists, instead of the tables, every looping case of a tuned or enriched set, the
   traces and the peers not flagged within 3 steps of its loop's start, with its steps from N
   before the start to the first flag and the rule of each flag (never a held-out case).
@@ -353,6 +358,13 @@ TOOLBENCH_CANDIDATES = (
 )
 """Where the converted ToolBench CoT runs may be (generated, not committed: see
 bench/corpora/convert_toolbench.py and TOOLBENCH_LABELS.md)."""
+BFCL_LABELS = ROOT / "bench" / "corpora" / "bfcl_labels.json"
+BFCL_CANDIDATES = (
+    Path(os.environ["REWIND_BFCL"]) if os.environ.get("REWIND_BFCL") else None,
+    *(folder / "shared" / "data" / "bfcl_gptoss.jsonl.gz" for folder in ROOT.parents),
+)
+"""Where the converted BFCL multi-turn runs may be (generated, not committed: see
+bench/corpora/convert_bfcl.py and BFCL_LABELS.md)."""
 REALRUNS_CANDIDATES = (
     Path(os.environ["REWIND_REALRUNS"]) if os.environ.get("REWIND_REALRUNS") else None,
     ROOT / "bench" / "corpora" / "realruns.jsonl.gz",
@@ -538,11 +550,23 @@ def toolbench_cases() -> dict[str, list[Case]]:
     return _labelled_runs(TOOLBENCH_CANDIDATES, TOOLBENCH_LABELS, names)
 
 
+def bfcl_cases() -> dict[str, list[Case]]:
+    """The BFCL v4 multi-turn runs of gpt-oss (several user requests per run on stateful
+    APIs: a file system, a car, trading, travel; rejected responses; bench/corpora/
+    BFCL_LABELS.md), per labelled split; empty when the converted file is not there."""
+    names = {
+        "tuned": "multi-turn APIs (BFCL), tuned",
+        "heldout": "multi-turn APIs (BFCL), held-out",
+    }
+    return _labelled_runs(BFCL_CANDIDATES, BFCL_LABELS, names)
+
+
 def _labelled_runs(
     candidates: tuple[Path | None, ...], labels_path: Path, names: dict[str, str]
 ) -> dict[str, list[Case]]:
-    """Runs without a user (one step per line entry) from the first converted file of
-    `candidates` that exists, per split of `labels_path` named by `names`; empty when none."""
+    """Runs (one step per line entry; an entry with ``user`` is a user turn, `USER`) from the
+    first converted file of `candidates` that exists, per split of `labels_path` named by
+    `names`; empty when none."""
     path = next((p for p in candidates if p is not None and p.exists()), None)
     if path is None:
         return {}
@@ -555,7 +579,7 @@ def _labelled_runs(
             out[names[label["split"]]].append(
                 Case(
                     run["id"],
-                    [_step(d) for d in run["steps"]],
+                    [USER if "user" in d else _step(d) for d in run["steps"]],
                     label["flag_at"] if label["looping"] else None,
                     label["loop_start"],
                     finished_ok=run.get("resolved"),
@@ -743,6 +767,8 @@ def quality_report(show_misses: bool) -> None:
         scores.append(score(name, cases))
     for name, cases in toolbench_cases().items():
         scores.append(score(name, cases))
+    for name, cases in bfcl_cases().items():
+        scores.append(score(name, cases))
     for name, cases in chat_cases().items():
         scores.append(score(name, cases))
     print("Detection quality per source (LoopDetector() production defaults)")
@@ -852,6 +878,7 @@ def late_report(context: int) -> None:
     sources += list(tau2_cases().items())
     sources += list(gptoss_cases().items())
     sources += list(toolbench_cases().items())
+    sources += list(bfcl_cases().items())
     for source, cases in sources:
         if "held-out" in source or "no labels" in source:
             continue
@@ -925,6 +952,9 @@ def all_cases() -> Iterator[tuple[str, Case]]:
         for case in cases:
             yield name, case
     for name, cases in toolbench_cases().items():
+        for case in cases:
+            yield name, case
+    for name, cases in bfcl_cases().items():
         for case in cases:
             yield name, case
     for name, cases in chat_cases().items():

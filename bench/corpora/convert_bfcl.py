@@ -38,9 +38,10 @@ Mapping to `engine.loops.detector.Step` fields (plain dicts, ``None`` fields lef
   (``tool`` null, ``text`` empty): the model's answer to the request.
 - A response the harness could not decode ("Error decoding the model response. Proceed to next
   turn.") is a turn without a tool call answered by a rejection: ``tool`` null, ``ok`` false,
-  ``error`` the harness's text, ``text`` what the model wrote as calls (its first `TEXT_LIMIT` characters). The harness then moves
-  to the next request, as it does after the 20th response of a request ("Model has been forced
-  to quit after 20 steps.", after which the run ends); that note adds no step.
+  ``error`` the harness's text, ``text`` what the model wrote as calls (its first `TEXT_LIMIT`
+  characters). The harness then moves to the next request, as it does after the 20th response
+  of a request ("Model has been forced to quit after 20 steps.", after which the run ends);
+  that note adds no step.
 
 Labels (``label``): the rule of ``BFCL_LABELS.md``, written before the detector was run on any
 of these runs, applied to the steps; the detector is not imported here.
@@ -129,7 +130,9 @@ def response_steps(messages: list[dict], turn: int) -> list[dict]:
             content = m["content"]
             calls.extend(content if isinstance(content, list) else [{"": str(content)}])
         elif m["role"] == "tool":
-            answers.append(m["content"] if isinstance(m["content"], str) else json.dumps(m["content"]))
+            answers.append(
+                m["content"] if isinstance(m["content"], str) else json.dumps(m["content"])
+            )
         elif m["role"] == "handler_log":
             notes.append(m["content"])
     if DECODE_ERROR in notes:
@@ -139,7 +142,7 @@ def response_steps(messages: list[dict], turn: int) -> list[dict]:
         return [{"tool": None, "text": ""}]
     out = []
     for k, call in enumerate(calls):
-        (name, arguments), = call.items()
+        ((name, arguments),) = call.items()
         out.append(tool_step(name, arguments, answers[k] if k < len(answers) else None, turn))
     return out
 
@@ -221,7 +224,15 @@ READS = frozenset(
 tool changes the state when it succeeds (``cd``, ``mv``, ``touch``, ``echo``, ``startEngine``,
 ``post_tweet``, a login, ...)."""
 _READ_PREFIXES = (
-    "get_", "view_", "list_", "display", "check_", "estimate_", "search_", "compute_", "find_",
+    "get_",
+    "view_",
+    "list_",
+    "display",
+    "check_",
+    "estimate_",
+    "search_",
+    "compute_",
+    "find_",
 )
 
 
@@ -376,7 +387,8 @@ def _lines(steps: list[dict]) -> list[str]:
         if step.get("tool") is None:
             what = f"turn {step.get('text', '')[:80]!r}"
         else:
-            what = f"[{step.get('turn')}] {step['tool']} {json.dumps(step.get('args'), sort_keys=True)[:90]}"
+            args = json.dumps(step.get("args"), sort_keys=True)[:90]
+            what = f"[{step.get('turn')}] {step['tool']} {args}"
         if step.get("ok", True) is False:
             out.append(f"  {i:3} {what} -> !{(step.get('error') or '')[:90]!r}")
         else:
@@ -459,9 +471,7 @@ def split_tasks(tasks: list[str]) -> dict[str, str]:
 def label(runs_path: Path, out: Path) -> None:
     runs = _read(runs_path)
     split = split_tasks([run["task"] for run in runs])
-    labels = {
-        run["id"]: {"split": split[run["task"]], **label_run(run["steps"])} for run in runs
-    }
+    labels = {run["id"]: {"split": split[run["task"]], **label_run(run["steps"])} for run in runs}
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(labels, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     tmp.replace(out)
