@@ -34,8 +34,9 @@ Mapping to `engine.loops.detector.Step` fields (plain dicts, ``None`` fields lef
   ``error`` key or the harness's ``Error during execution: ...``; else ``result`` (the JSON
   value, or the raw text).
 - A response with no call ("Empty response from the model. Proceed to next turn.": the model
-  answered in prose, which the log does not keep) is an accepted turn without a tool call
-  (``tool`` null, ``text`` empty): the model's answer to the request.
+  answered in prose, which the log does not keep) adds no step: what the model said is not
+  known, and a turn with empty text would tell the detector that the model said nothing.
+  (Until the first scoring it was an accepted turn with empty text; see BFCL_LABELS.md.)
 - A response the harness could not decode ("Error decoding the model response. Proceed to next
   turn.") is a turn without a tool call answered by a rejection: ``tool`` null, ``ok`` false,
   ``error`` the harness's text, ``text`` what the model wrote as calls (its first `TEXT_LIMIT`
@@ -138,8 +139,8 @@ def response_steps(messages: list[dict], turn: int) -> list[dict]:
     if DECODE_ERROR in notes:
         text = " ".join(f"{n}({a})" for c in calls for n, a in c.items())[:TEXT_LIMIT]
         return [{"tool": None, "text": text, "ok": False, "error": DECODE_ERROR}]
-    if not calls:
-        return [{"tool": None, "text": ""}]
+    if not calls:  # an answer in prose the log does not keep: no step
+        return []
     out = []
     for k, call in enumerate(calls):
         ((name, arguments),) = call.items()

@@ -1,6 +1,7 @@
 """bench/corpora/convert_bfcl.py reads BFCL's multi-turn log into Steps (user requests, calls
-and the API's answers, a response without a call, one the harness could not decode) and labels
-a run by the rule of BFCL_LABELS.md, and nothing else."""
+and the API's answers, a response the harness could not decode; a response without a call,
+whose prose the log does not keep, adds no step) and labels a run by the rule of
+BFCL_LABELS.md, and nothing else."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def test_a_log_becomes_user_turns_calls_answers_and_rejections():
             "ok": False,
             "error": "Error during execution: bad",
         },
-        {"tool": None, "text": ""},
+        # the answer in prose ending the request is not kept by the log: no step
         {"user": "Again."},
         {"tool": None, "text": "touch?commentary({})", "ok": False, "error": c.DECODE_ERROR},
     ]
