@@ -378,6 +378,22 @@ class TestNearDuplicate:
         assert "path" not in v.details["arg_diffs"]
         assert "box[0]" in v.explanation
 
+    def test_an_optional_argument_left_out_or_given_an_empty_value_is_the_same_call(self):
+        """BFCL (gpt-oss): ``get_user_tickets()``, then with ``status="None"``, then without it
+        again, each failing the same way: the same attempt three times."""
+        error = "Error during execution: 'created_by'"
+        for empty in ("None", None, "", []):
+            steps = [fail("get_user_tickets", {}, error),
+                     fail("get_user_tickets", {"status": empty}, error),
+                     fail("get_user_tickets", {}, error)]
+            v = first(feed(steps))
+            assert v is not None and (v.rule, v.evidence) == (NEAR_DUPLICATE, (0, 1, 2)), empty
+        # a status the agent names is another query, not the same call
+        named = [fail("get_user_tickets", {}, error),
+                 fail("get_user_tickets", {"status": "Open"}, error),
+                 fail("get_user_tickets", {"status": "Closed"}, error)]
+        assert flagged(feed(named)) == []
+
     def test_reworded_strings_count_as_near(self):
         queries = [
             "SELECT * FROM order WHERE id = 42",

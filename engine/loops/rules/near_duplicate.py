@@ -16,6 +16,10 @@ __all__ = ["NEAR_DUPLICATE", "NearDuplicate"]
 NEAR_DUPLICATE: Final = "near_duplicate"
 
 _MISSING = object()
+_EMPTY = (None, "", "None", "null", [], {})
+"""Values an agent gives an optional argument when it means none (compared with ``in``, so
+``[]`` and ``{}`` match empty containers only; flattened leaves are never containers with
+items)."""
 
 
 @dataclass(slots=True)
@@ -41,7 +45,10 @@ class NearDuplicate(Rule):
     and changes only its flags and the directories of its paths (``mvn -q test -Dtest=A`` and
     ``mvn test -o -Dtest=A -DfailIfNoTests=false`` failing the same way: the same build failure,
     the same target); and a number the error quotes back each time (``but paid 417``, ``but paid
-    822``: the same complaint about the amount the agent keeps changing).
+    822``: the same complaint about the amount the agent keeps changing). An argument left out
+    and the same argument given an empty value (null, ``""``, ``"None"``, ``[]``, ``{}``) are
+    the same call, for failures and side effects alike: ``get_user_tickets()`` and
+    ``get_user_tickets(status="None")`` failing the same way are one attempt made again.
 
     Calls issued by one model response (`Step.turn`) are one attempt: three different guesses
     of one batch that fail alike are one try, so the chain must span `near_duplicate_threshold`
@@ -207,6 +214,8 @@ class NearDuplicate(Rule):
             x, y = a.get(path, _MISSING), b.get(path, _MISSING)
             if x == y:
                 continue
+            if (x is _MISSING and y in _EMPTY) or (y is _MISSING and x in _EMPTY):
+                continue  # an optional argument left out or given an empty value
             changed += 1
             if changed > self.max_changed or x is _MISSING or y is _MISSING:
                 return False
