@@ -5,23 +5,13 @@ BFCL_LABELS.md, and nothing else."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 
-from support.paths import ROOT
+from support.converters import converter
 
 
 def _converter():
-    name = "rewind_convert_bfcl"
-    if name not in sys.modules:
-        path = ROOT / "bench" / "corpora" / "convert_bfcl.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return converter("convert_bfcl")
 
 
 def _response(calls: list[dict], answers: list[str], note: str) -> list[dict]:

@@ -3,22 +3,11 @@ calls a read asked a 3rd time with nothing new since a loop, and nothing else.""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
-from support.paths import ROOT
+from support.converters import converter
 
 
 def _converter():
-    name = "rewind_convert_gptoss"
-    if name not in sys.modules:
-        path = ROOT / "bench" / "corpora" / "convert_gptoss.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return converter("convert_gptoss")
 
 
 def _call(city: str) -> str:
