@@ -62,16 +62,26 @@ id, the same in every configuration), ``source`` (repo, commit, path), ``setting
 
 from __future__ import annotations
 
-import argparse
 import collections
-import gzip
 import json
 import random
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from corpus_kit import (
+    add_convert,
+    add_label,
+    commands,
+    find_cycle,
+    fold,
+    git,
+    loop,
+    read_runs,
+    write_labels,
+    write_runs,
+)
 
 REPO = "bbrowning/bfcl-vllm-results"
 COMMIT = "f98223aef4e7a560e2d2d69849dfb04eed260a52"
@@ -90,12 +100,6 @@ _PATH = re.compile(
     r"^results/(?P<conf>[^/]+)/result/openai_(?P<model>gpt-oss-\d+b)/multi_turn/"
     r"BFCL_v4_multi_turn_(?P<cat>base|miss_func|miss_param)_result\.json$"
 )
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "--git-dir", str(repo), *args], check=True, capture_output=True, text=True
-    ).stdout
 
 
 def _value(text: str) -> Any:
@@ -167,10 +171,10 @@ def record_steps(record: dict) -> list[dict]:
 
 def convert(repo: Path, out: Path) -> None:
     """Every multi-turn run of the three categories, one line each."""
-    commit = _git(repo, "rev-parse", "HEAD").strip()
+    commit = git(repo, "rev-parse", "HEAD").strip()
     if commit != COMMIT:
         raise SystemExit(f"the snapshot is at {commit}, the mapping was written for {COMMIT}")
-    names = _git(repo, "ls-tree", "-r", "--name-only", commit).split("\n")
+    names = git(repo, "ls-tree", "-r", "--name-only", commit).split("\n")
     runs = []
     skipped = 0
     for name in sorted(n for n in names if _PATH.match(n)):
@@ -179,10 +183,10 @@ def convert(repo: Path, out: Path) -> None:
         score = name.replace("/result/", "/score/", 1).replace("_result.json", "_score.json")
         failed = {
             json.loads(line)["id"]
-            for line in _git(repo, "show", f"{commit}:{score}").splitlines()[1:]
+            for line in git(repo, "show", f"{commit}:{score}").splitlines()[1:]
             if line.strip()
         }
-        for line in _git(repo, "show", f"{commit}:{name}").splitlines():
+        for line in git(repo, "show", f"{commit}:{name}").splitlines():
             record = json.loads(line)
             if "inference_log" not in record:
                 skipped += 1
@@ -201,14 +205,10 @@ def convert(repo: Path, out: Path) -> None:
                     "steps": record_steps(record),
                 }
             )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8") as fh:
-        for run in runs:
-            fh.write(json.dumps(run, sort_keys=True) + "\n")
-    tmp.replace(out)
     steps = sum(1 for r in runs for s in r["steps"] if "user" not in s)
-    print(f"{len(runs)} runs ({skipped} without a response left out), {steps} steps -> {out}")
+    write_runs(
+        runs, out, f"{len(runs)} runs ({skipped} without a response left out), {steps} steps"
+    )
 
 
 # --- the labelling rule of BFCL_LABELS.md ---------------------------------------------------------
@@ -241,42 +241,17 @@ def is_read(tool: str) -> bool:
     return tool in READS or tool.startswith(_READ_PREFIXES)
 
 
-def _fold(v: Any) -> Any:
-    if isinstance(v, str):
-        return " ".join(v.split())
-    if isinstance(v, dict):
-        return {k: _fold(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_fold(x) for x in v]
-    return v
-
-
 def call_key(step: dict) -> str:
     """A call as the rule compares calls: the tool and its arguments (JSON parsed, whitespace in
     strings collapsed, key order ignored)."""
-    return json.dumps([step["tool"], _fold(step.get("args"))], sort_keys=True)
+    return json.dumps([step["tool"], fold(step.get("args"))], sort_keys=True)
 
 
 def outcome_key(step: dict) -> str:
     """What the call got: its error, or its answer (whitespace collapsed)."""
     if step.get("ok", True) is False:
-        return json.dumps(["error", _fold(step.get("error") or "")])
-    return json.dumps(["result", _fold(step.get("result"))], sort_keys=True)
-
-
-def _cycle(calls: list[tuple[int, str]]) -> tuple[int, int] | None:
-    """(start, end) when the last attempts repeat a block of 2 to 5 different ones (call and
-    outcome) for two rounds and the head of a third (ABABA), else None."""
-    for period in range(2, 6):
-        span = 2 * period + 1
-        if len(calls) < span:
-            break
-        keys = [k for _, k in calls[-span:]]
-        if len(set(keys[:period])) == period and all(
-            keys[j] == keys[j + period] for j in range(span - period)
-        ):
-            return calls[-span][0], calls[-1][0]
-    return None
+        return json.dumps(["error", fold(step.get("error") or "")])
+    return json.dumps(["result", fold(step.get("result"))], sort_keys=True)
 
 
 def label_run(steps: list[dict]) -> dict:
@@ -308,7 +283,7 @@ def label_run(steps: list[dict]) -> dict:
             if step.get("ok", True) is False:
                 rejected.append(i)
                 if len(rejected) == 3:
-                    return _loop(rejected[0], i, "the same rejection 3 times in a row")
+                    return loop(rejected[0], i, "the same rejection 3 times in a row")
             continue
         rejected = []
         key = call_key(step)
@@ -328,53 +303,44 @@ def label_run(steps: list[dict]) -> dict:
             (i0, o0, c0), (_, o1, _), (_, o2, _) = at[-3:]
             others = [k for k in change_keys[c0:] if k != key]
             if o0 == o1 == o2 and not others:
-                return _loop(i0, i, "same call, same outcome, a 3rd time")
+                return loop(i0, i, "same call, same outcome, a 3rd time")
         # 2. the same failure (same error text) of one tool 3 times in a row
         if failed:
-            fkey = f"{tool}\x00{_fold(step.get('error') or '')}"
+            fkey = f"{tool}\x00{fold(step.get('error') or '')}"
             if fkey == failure_key:
                 if first_in_turn:
                     same_failure.append(i)
             else:
                 same_failure, failure_key = [i], fkey
             if len(same_failure) == 3:
-                return _loop(same_failure[0], i, "same failure of one tool 3 times in a row")
+                return loop(same_failure[0], i, "same failure of one tool 3 times in a row")
             # 3. one failure recurring, whatever sits between
             seen = recurring.setdefault(fkey, [])
             if first_in_turn or not seen:
                 seen.append(i)
             if len(seen) == 5:
-                return _loop(seen[0], i, "same failure a 5th time in one request")
+                return loop(seen[0], i, "same failure a 5th time in one request")
             if tool == dead_tool:
                 if first_in_turn:
                     dead.append(i)
             else:
                 dead, dead_tool = [i], tool
             if len(dead) == 5:
-                return _loop(dead[0], i, "one tool failing 5 times in a row")
+                return loop(dead[0], i, "one tool failing 5 times in a row")
         else:
             same_failure, failure_key, dead, dead_tool = [], "", [], ""
             if not is_read(tool):
                 changes += 1
                 change_keys.append(key)
-        # 4. cycles of calls with their outcomes
+        # 4. cycles of attempts (calls with their outcomes): ABABA of 2 to 5 different ones
         if first_in_turn:
             attempts.append((i, key + out))
         else:
             attempts[-1] = (attempts[-1][0], attempts[-1][1] + "\x00" + key + out)
-        cycle = _cycle(attempts)
+        cycle = find_cycle(attempts)
         if cycle is not None:
-            return _loop(cycle[0], cycle[1], "cycle")
+            return loop(cycle[0], cycle[1], "cycle")
     return {"looping": False, "loop_start": None, "flag_at": None, "reason": None}
-
-
-def _loop(start: int, flag: int, reason: str) -> dict:
-    return {"looping": True, "loop_start": start, "flag_at": flag, "reason": reason}
-
-
-def _read(path: Path) -> list[dict]:
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh]
 
 
 def _lines(steps: list[dict]) -> list[str]:
@@ -436,7 +402,7 @@ def listing(runs_path: Path, which: str, sample: int | None, seed: int) -> None:
     labels them healthy (``near``), one line per step, for reading; ``sample`` draws that many
     at random (seeded)."""
     chosen = []
-    for run in _read(runs_path):
+    for run in read_runs(runs_path):
         lab = label_run(run["steps"])
         if which == "loops" and lab["looping"]:
             head = f"LOOP {lab['reason']}: start {lab['loop_start']}, flag {lab['flag_at']}"
@@ -470,33 +436,23 @@ def split_tasks(tasks: list[str]) -> dict[str, str]:
 
 
 def label(runs_path: Path, out: Path) -> None:
-    runs = _read(runs_path)
+    runs = read_runs(runs_path)
     split = split_tasks([run["task"] for run in runs])
     labels = {run["id"]: {"split": split[run["task"]], **label_run(run["steps"])} for run in runs}
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(labels, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(out)
-    for name in ("tuned", "heldout"):
-        part = [v for v in labels.values() if v["split"] == name]
-        print(f"{name}: {len(part)} runs, {sum(v['looping'] for v in part)} loops")
+    write_labels(labels, out)
     reasons = collections.Counter(v["reason"] for v in labels.values() if v["looping"])
     print(f"{len(labels)} runs, {sum(reasons.values())} loops {dict(reasons)} -> {out}")
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("convert")
-    c.add_argument("--repo", type=Path, required=True, help="bare git snapshot of " + REPO)
-    c.add_argument("--out", type=Path, required=True)
+    parser, sub = commands(__doc__)
+    add_convert(sub, REPO)
     li = sub.add_parser("listing")
     li.add_argument("--runs", type=Path, required=True)
     li.add_argument("--which", choices=("loops", "near"), default="loops")
     li.add_argument("--sample", type=int, default=None)
     li.add_argument("--seed", type=int, default=3)
-    lab = sub.add_parser("label")
-    lab.add_argument("--runs", type=Path, required=True)
-    lab.add_argument("--out", type=Path, required=True)
+    add_label(sub)
     args = parser.parse_args(argv)
     if args.cmd == "convert":
         convert(args.repo, args.out)

@@ -56,17 +56,27 @@ verdicts "Solved"), ``steps``.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import collections
-import gzip
 import json
 import random
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from corpus_kit import (
+    add_convert,
+    add_label,
+    commands,
+    find_cycle,
+    fold,
+    git,
+    loop,
+    read_runs,
+    write_labels,
+    write_runs,
+)
 
 REPO = "yuyq18/StepTool"
 COMMIT = "121a6acd11a899d947a5d3fa7269cf76624c1df3"
@@ -81,12 +91,6 @@ _ERROR = re.compile(r'^\{"error": "((?:[^"\\]|\\.)*)')
 sometimes inside its error (a long made-up function name, prose where the name goes)."""
 _NO_SUCH = "No such function name: "
 _NAME = re.compile(r"^[A-Za-z_][\w.\-]*$")
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "--git-dir", str(repo), *args], check=True, capture_output=True, text=True
-    ).stdout
 
 
 def _value(text: str) -> Any:
@@ -165,15 +169,15 @@ def steptool_steps(answer_steps: str) -> list[dict]:
 
 def convert(repo: Path, out: Path) -> None:
     """Every CoT run of `STEPTOOL`, one line each."""
-    commit = _git(repo, "rev-parse", "HEAD").strip()
-    names = _git(repo, "ls-tree", "-r", "--name-only", "HEAD").split("\n")
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    names = git(repo, "ls-tree", "-r", "--name-only", "HEAD").split("\n")
     runs = []
     for name in sorted(n for n in names if n.endswith(".json")):
         folder, _, test_set = name.rpartition("/")
         test_set = test_set.removesuffix(".json")
         if folder.startswith(STEPTOOL + "/") and folder.endswith("_cot"):
             model = folder.rsplit("/", 1)[1].removesuffix("_cot").removeprefix("baseline-")
-            for qid, entry in json.loads(_git(repo, "show", f"{commit}:{name}")).items():
+            for qid, entry in json.loads(git(repo, "show", f"{commit}:{name}")).items():
                 verdicts = list(entry["is_solved"].values())
                 solved = sum(v == "AnswerStatus.Solved" for v in verdicts)
                 runs.append(
@@ -187,13 +191,7 @@ def convert(repo: Path, out: Path) -> None:
                         steptool_steps(entry["answer_steps"]),
                     )
                 )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8") as fh:
-        for run in runs:
-            fh.write(json.dumps(run, sort_keys=True) + "\n")
-    tmp.replace(out)
-    print(f"{len(runs)} runs, {sum(len(r['steps']) for r in runs)} steps -> {out}")
+    write_runs(runs, out)
 
 
 def _run(
@@ -215,20 +213,10 @@ def _run(
 
 
 # --- the labelling rule of TOOLBENCH_LABELS.md ----------------------------------------------------
-def _fold(v: Any) -> Any:
-    if isinstance(v, str):
-        return " ".join(v.split())
-    if isinstance(v, dict):
-        return {k: _fold(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_fold(x) for x in v]
-    return v
-
-
 def call_key(step: dict) -> str:
     """A call as the rule compares calls: the tool and its arguments (JSON parsed, whitespace
     in strings collapsed, key order ignored)."""
-    return json.dumps([step["tool"], _fold(step.get("args"))], sort_keys=True)
+    return json.dumps([step["tool"], fold(step.get("args"))], sort_keys=True)
 
 
 def error_kind(error: str) -> str:
@@ -238,21 +226,6 @@ def error_kind(error: str) -> str:
         re.split(r"[:(\[{]", error.strip(), maxsplit=1)[0] if not error.startswith("{") else error
     )
     return re.sub(r"\d+", "#", head.strip())[:80]
-
-
-def _cycle(calls: list[tuple[int, str]]) -> tuple[int, int] | None:
-    """(start, end) when the last calls repeat a block of 2 to 5 different calls for two
-    rounds and the head of a third (ABABA), else None."""
-    for period in range(2, 6):
-        span = 2 * period + 1
-        if len(calls) < span:
-            break
-        keys = [k for _, k in calls[-span:]]
-        if len(set(keys[:period])) == period and all(
-            keys[j] == keys[j + period] for j in range(span - period)
-        ):
-            return calls[-span][0], calls[-1][0]
-    return None
 
 
 def rejection(step: dict) -> str | None:
@@ -293,7 +266,7 @@ def label_run(steps: list[dict]) -> dict:
             rejected = rejected + [i] if kind == rejected_kind else [i]
             rejected_kind = kind
             if len(rejected) == 3:
-                return _loop(rejected[0], i, "the same rejection 3 times in a row")
+                return loop(rejected[0], i, "the same rejection 3 times in a row")
         if tool is None:
             continue
         key = call_key(step)
@@ -304,32 +277,23 @@ def label_run(steps: list[dict]) -> dict:
         at = places.setdefault(key, [])
         at.append(i)
         if len(at) >= 3 and not any(at[-3] < j < i for j in new_at):
-            return _loop(at[-3], i, "same call a 3rd time, nothing new since")
+            return loop(at[-3], i, "same call a 3rd time, nothing new since")
         if failed:
             fkey = f"{tool}\x00{error_kind(step.get('error') or '')}"
             same_failure = same_failure + [i] if fkey == failure_key else [i]
             failure_key = fkey
             if len(same_failure) == 3:
-                return _loop(same_failure[0], i, "same failure of one tool 3 times in a row")
+                return loop(same_failure[0], i, "same failure of one tool 3 times in a row")
             dead = dead + [i] if tool == dead_tool else [i]
             dead_tool = tool
             if len(dead) == 5:
-                return _loop(dead[0], i, "one tool failing 5 times in a row")
+                return loop(dead[0], i, "one tool failing 5 times in a row")
         else:
             same_failure, failure_key, dead, dead_tool = [], "", [], ""
-        cycle = _cycle(calls)
+        cycle = find_cycle(calls)
         if cycle is not None:
-            return _loop(cycle[0], cycle[1], "cycle")
+            return loop(cycle[0], cycle[1], "cycle")
     return {"looping": False, "loop_start": None, "flag_at": None, "reason": None}
-
-
-def _loop(start: int, flag: int, reason: str) -> dict:
-    return {"looping": True, "loop_start": start, "flag_at": flag, "reason": reason}
-
-
-def _read(path: Path) -> list[dict]:
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh]
 
 
 def _line(i: int, step: dict) -> str:
@@ -366,7 +330,7 @@ def near_misses(steps: list[dict]) -> list[str]:
 def listing(runs_path: Path, which: str) -> None:
     """Every run the rule labels looping (``loops``) or that a plain listing points at while the
     rule labels it healthy (``near``), one line per step, for reading."""
-    for run in _read(runs_path):
+    for run in read_runs(runs_path):
         lab = label_run(run["steps"])
         if which == "loops" and lab["looping"]:
             head = f"LOOP {lab['reason']}: start {lab['loop_start']}, flag {lab['flag_at']}"
@@ -380,7 +344,7 @@ def listing(runs_path: Path, which: str) -> None:
 
 
 def label(runs_path: Path, out: Path) -> None:
-    runs = _read(runs_path)
+    runs = read_runs(runs_path)
     by_set: dict[str, list[str]] = {}
     for run in runs:
         s = run["setting"]
@@ -393,28 +357,18 @@ def label(runs_path: Path, out: Path) -> None:
         for k, run_id in enumerate(ids):
             split[run_id] = "tuned" if k < (len(ids) + 1) // 2 else "heldout"
     labels = {run["id"]: {"split": split[run["id"]], **label_run(run["steps"])} for run in runs}
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(labels, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(out)
-    for name in ("tuned", "heldout"):
-        part = [v for v in labels.values() if v["split"] == name]
-        print(f"{name}: {len(part)} runs, {sum(v['looping'] for v in part)} loops")
+    write_labels(labels, out)
     reasons = collections.Counter(v["reason"] for v in labels.values() if v["looping"])
     print(f"{len(labels)} runs, {sum(reasons.values())} loops {dict(reasons)} -> {out}")
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("convert")
-    c.add_argument("--repo", type=Path, required=True, help="bare git snapshot of " + REPO)
-    c.add_argument("--out", type=Path, required=True)
+    parser, sub = commands(__doc__)
+    add_convert(sub, REPO)
     li = sub.add_parser("listing")
     li.add_argument("--runs", type=Path, required=True)
     li.add_argument("--which", choices=("loops", "near"), default="loops")
-    lab = sub.add_parser("label")
-    lab.add_argument("--runs", type=Path, required=True)
-    lab.add_argument("--out", type=Path, required=True)
+    add_label(sub)
     args = parser.parse_args(argv)
     if args.cmd == "convert":
         convert(args.repo, args.out)
