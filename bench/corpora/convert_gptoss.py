@@ -35,15 +35,23 @@ cities, cot), ``resolved`` (the trial passed), ``steps``.
 
 from __future__ import annotations
 
-import argparse
-import gzip
 import json
 import random
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from corpus_kit import (
+    add_convert,
+    add_label,
+    commands,
+    find_cycle,
+    git,
+    read_runs,
+    write_labels,
+    write_runs,
+)
 
 REPO = "aldehir/gpt-oss-tool-calling-notebook"
 FOLDER = "experiments/provider=llama.cpp"
@@ -55,12 +63,6 @@ _MESSAGE = re.compile(
 )
 _TURN = re.compile(r"^### Turn \d+\s*$", re.M)
 _TRIAL = re.compile(r"n=(\d+)/cities=(\d+)/cot=(true|false)/trial-(\d+)\.md$")
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "--git-dir", str(repo), *args], check=True, capture_output=True, text=True
-    ).stdout
 
 
 def _value(text: str) -> Any:
@@ -110,14 +112,14 @@ def parse_trial(text: str) -> tuple[list[dict], bool]:
 
 
 def convert(repo: Path, out: Path) -> None:
-    commit = _git(repo, "rev-parse", "HEAD").strip()
-    names = [n for n in _git(repo, "ls-tree", "-r", "--name-only", "HEAD", FOLDER).split("\n")]
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    names = [n for n in git(repo, "ls-tree", "-r", "--name-only", "HEAD", FOLDER).split("\n")]
     runs = []
     for name in sorted(n for n in names if _TRIAL.search(n)):
         m = _TRIAL.search(name)
         assert m is not None
         batch, cities, cot, trial = m.groups()
-        steps, passed = parse_trial(_git(repo, "show", f"HEAD:{name}"))
+        steps, passed = parse_trial(git(repo, "show", f"HEAD:{name}"))
         runs.append(
             {
                 "id": f"gptoss/n={batch}/cities={cities}/cot={cot}/trial-{trial}",
@@ -127,11 +129,7 @@ def convert(repo: Path, out: Path) -> None:
                 "steps": steps,
             }
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(out, "wt", encoding="utf-8") as fh:
-        for run in runs:
-            fh.write(json.dumps(run, sort_keys=True) + "\n")
-    print(f"{len(runs)} runs, {sum(len(r['steps']) for r in runs)} steps -> {out}")
+    write_runs(runs, out)
 
 
 def _key(step: dict) -> str:
@@ -148,21 +146,6 @@ def _key(step: dict) -> str:
         return v
 
     return json.dumps([step["tool"], fold(step.get("args"))], sort_keys=True)
-
-
-def _cycle(calls: list[tuple[int, str]]) -> tuple[int, int] | None:
-    """(start, end) step indexes when the last calls repeat a block of 2 to 5 different calls
-    for two rounds and the head of a third (ABABA), else None."""
-    for period in range(2, 6):
-        span = 2 * period + 1
-        if len(calls) < span:
-            break
-        keys = [k for _, k in calls[-span:]]
-        if len(set(keys[:period])) == period and all(
-            keys[j] == keys[j + period] for j in range(span - period)
-        ):
-            return calls[-span][0], calls[-1][0]
-    return None
 
 
 def label_run(steps: list[dict]) -> dict:
@@ -186,15 +169,14 @@ def label_run(steps: list[dict]) -> dict:
             first = at[-3]
             if not any(first < j < i for j in new_at):
                 return {"looping": True, "loop_start": first, "flag_at": i}
-        cycle = _cycle(calls)
+        cycle = find_cycle(calls)
         if cycle is not None:
             return {"looping": True, "loop_start": cycle[0], "flag_at": cycle[1]}
     return {"looping": False, "loop_start": None, "flag_at": None}
 
 
 def label(runs_path: Path, out: Path) -> None:
-    with gzip.open(runs_path, "rt", encoding="utf-8") as fh:
-        runs = [json.loads(line) for line in fh]
+    runs = read_runs(runs_path)
     by_setting: dict[str, list[str]] = {}
     for run in runs:
         s = run["setting"]
@@ -209,23 +191,15 @@ def label(runs_path: Path, out: Path) -> None:
     labels = {}
     for run in runs:
         labels[run["id"]] = {"split": split[run["id"]], **label_run(run["steps"])}
-    out.write_text(json.dumps(labels, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    write_labels(labels, out)
     loops = [v for v in labels.values() if v["looping"]]
-    for name in ("tuned", "heldout"):
-        part = [v for v in labels.values() if v["split"] == name]
-        print(f"{name}: {len(part)} runs, {sum(v['looping'] for v in part)} loops")
     print(f"{len(labels)} runs, {len(loops)} loops -> {out}")
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("convert")
-    c.add_argument("--repo", type=Path, required=True, help="bare git snapshot of " + REPO)
-    c.add_argument("--out", type=Path, required=True)
-    lab = sub.add_parser("label")
-    lab.add_argument("--runs", type=Path, required=True)
-    lab.add_argument("--out", type=Path, required=True)
+    parser, sub = commands(__doc__)
+    add_convert(sub, REPO)
+    add_label(sub)
     args = parser.parse_args(argv)
     if args.cmd == "convert":
         convert(args.repo, args.out)

@@ -28,10 +28,8 @@ Each output line is one run: ``id`` (``<set>/<task>/<simulation id prefix>``), `
 
 from __future__ import annotations
 
-import argparse
 import collections
 import difflib
-import gzip
 import importlib.util
 import json
 import random
@@ -39,6 +37,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from corpus_kit import add_label, commands, read_runs, write_labels, write_runs
 
 REPO = "blakeelias/tau2-bench"
 COMMIT = "cf95bf5acba69b67e31b79fc7a7255307cb446bc"
@@ -86,11 +86,7 @@ def convert(repo: Path, out: Path) -> None:
                     "steps": tau2.convert(sim),
                 }
             )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(out, "wt", encoding="utf-8") as fh:
-        for run in runs:
-            fh.write(json.dumps(run, sort_keys=True) + "\n")
-    print(f"{len(runs)} runs -> {out}")
+    write_runs(runs, out, f"{len(runs)} runs")
 
 
 def _head(text: Any) -> str:
@@ -128,8 +124,7 @@ def candidates(steps: list[dict]) -> list[str]:
 
 
 def listing(runs_path: Path) -> None:
-    with gzip.open(runs_path, "rt", encoding="utf-8") as fh:
-        runs = [json.loads(line) for line in fh]
+    runs = read_runs(runs_path)
     picked = [(r["id"], candidates(r["steps"])) for r in runs]
     for run_id, why in picked:
         if why:
@@ -152,8 +147,7 @@ without the customer's turns (GROK_TAU2_LABELS.md)."""
 def label(runs_path: Path, out: Path) -> None:
     """The labels: `LOOPS` looping, every other run healthy; per set, shuffled with `SEED`,
     the first half (rounded up) tuned, the rest held out."""
-    with gzip.open(runs_path, "rt", encoding="utf-8") as fh:
-        runs = [json.loads(line) for line in fh]
+    runs = read_runs(runs_path)
     by_set: dict[str, list[str]] = {}
     for run in runs:
         by_set.setdefault(run["set"], []).append(run["id"])
@@ -170,23 +164,17 @@ def label(runs_path: Path, out: Path) -> None:
                 "loop_start": start,
                 "flag_at": flag,
             }
-    out.write_text(json.dumps(labels, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    for part in ("tuned", "heldout"):
-        got = [v for v in labels.values() if v["split"] == part]
-        print(f"{part}: {len(got)} runs, {sum(v['looping'] for v in got)} loops")
+    write_labels(labels, out)
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
+    parser, sub = commands(__doc__)
     c = sub.add_parser("convert")
     c.add_argument("--git", type=Path, required=True)
     c.add_argument("--out", type=Path, required=True)
     lst = sub.add_parser("listing")
     lst.add_argument("--runs", type=Path, required=True)
-    lab = sub.add_parser("label")
-    lab.add_argument("--runs", type=Path, required=True)
-    lab.add_argument("--out", type=Path, required=True)
+    add_label(sub)
     args = parser.parse_args(argv)
     if args.cmd == "convert":
         convert(args.git, args.out)
