@@ -68,17 +68,20 @@ import random
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 from corpus_kit import (
     add_convert,
     add_label,
+    add_listing,
     commands,
     find_cycle,
     fold,
     git,
+    json_or_text,
     loop,
     read_runs,
+    split_halves,
+    to_read,
     write_labels,
     write_runs,
 )
@@ -102,20 +105,12 @@ _PATH = re.compile(
 )
 
 
-def _value(text: str) -> Any:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text
-    return value if isinstance(value, (dict, list)) else text
-
-
 def tool_step(name: str, arguments: str, answer: str | None, turn: int) -> dict:
     """One call of a decoded response and the API's answer as a Step dict."""
-    step: dict = {"tool": name, "args": _value(arguments), "turn": str(turn)}
+    step: dict = {"tool": name, "args": json_or_text(arguments), "turn": str(turn)}
     if answer is None:
         return step
-    value = _value(answer)
+    value = json_or_text(answer)
     if isinstance(value, dict) and "error" in value:
         step.update(ok=False, error=str(value["error"]))
     elif isinstance(value, str) and value.startswith(_EXEC_ERROR):
@@ -401,20 +396,11 @@ def listing(runs_path: Path, which: str, sample: int | None, seed: int) -> None:
     """Runs the rule labels looping (``loops``) or that a plain listing points at while the rule
     labels them healthy (``near``), one line per step, for reading; ``sample`` draws that many
     at random (seeded)."""
-    chosen = []
-    for run in read_runs(runs_path):
-        lab = label_run(run["steps"])
-        if which == "loops" and lab["looping"]:
-            head = f"LOOP {lab['reason']}: start {lab['loop_start']}, flag {lab['flag_at']}"
-        elif which == "near" and not lab["looping"] and near_misses(run["steps"]):
-            head = "healthy; " + ", ".join(near_misses(run["steps"]))
-        else:
-            continue
-        chosen.append((run, head))
+    chosen = to_read(read_runs(runs_path), which, label_run, near_misses)
     if sample is not None and sample < len(chosen):
         chosen = random.Random(seed).sample(chosen, sample)
     for run, head in chosen:
-        print(f"\n{run['id']} resolved={run['resolved']} {head}")
+        print(head)
         for line in _lines(run["steps"]):
             print(line)
 
@@ -425,14 +411,7 @@ def split_tasks(tasks: list[str]) -> dict[str, str]:
     by_cat: dict[str, list[str]] = {}
     for task in sorted(set(tasks)):
         by_cat.setdefault(task.rsplit("_", 1)[0], []).append(task)
-    rng = random.Random(SEED)
-    out = {}
-    for cat in sorted(by_cat):
-        ids = sorted(by_cat[cat], key=lambda t: int(t.rsplit("_", 1)[1]))
-        rng.shuffle(ids)
-        for k, task in enumerate(ids):
-            out[task] = "tuned" if k < (len(ids) + 1) // 2 else "heldout"
-    return out
+    return split_halves(by_cat, SEED, order=lambda t: int(t.rsplit("_", 1)[1]))
 
 
 def label(runs_path: Path, out: Path) -> None:
@@ -447,9 +426,7 @@ def label(runs_path: Path, out: Path) -> None:
 def main(argv: list[str]) -> None:
     parser, sub = commands(__doc__)
     add_convert(sub, REPO)
-    li = sub.add_parser("listing")
-    li.add_argument("--runs", type=Path, required=True)
-    li.add_argument("--which", choices=("loops", "near"), default="loops")
+    li = add_listing(sub)
     li.add_argument("--sample", type=int, default=None)
     li.add_argument("--seed", type=int, default=3)
     add_label(sub)

@@ -36,7 +36,6 @@ cities, cot), ``resolved`` (the trial passed), ``steps``.
 from __future__ import annotations
 
 import json
-import random
 import re
 import sys
 from pathlib import Path
@@ -49,6 +48,7 @@ from corpus_kit import (
     find_cycle,
     git,
     read_runs,
+    split_halves,
     write_labels,
     write_runs,
 )
@@ -181,13 +181,7 @@ def label(runs_path: Path, out: Path) -> None:
     for run in runs:
         s = run["setting"]
         by_setting.setdefault(f"{s['batch']}/{s['cities']}/{s['cot']}", []).append(run["id"])
-    split: dict[str, str] = {}
-    rng = random.Random(SEED)
-    for key in sorted(by_setting):
-        ids = sorted(by_setting[key])
-        rng.shuffle(ids)
-        for k, run_id in enumerate(ids):
-            split[run_id] = "tuned" if k < (len(ids) + 1) // 2 else "heldout"
+    split = split_halves(by_setting, SEED)
     labels = {}
     for run in runs:
         labels[run["id"]] = {"split": split[run["id"]], **label_run(run["steps"])}

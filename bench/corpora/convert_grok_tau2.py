@@ -32,13 +32,12 @@ import collections
 import difflib
 import importlib.util
 import json
-import random
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from corpus_kit import add_label, commands, read_runs, write_labels, write_runs
+from corpus_kit import add_label, commands, read_runs, split_halves, write_labels, write_runs
 
 REPO = "blakeelias/tau2-bench"
 COMMIT = "cf95bf5acba69b67e31b79fc7a7255307cb446bc"
@@ -151,19 +150,15 @@ def label(runs_path: Path, out: Path) -> None:
     by_set: dict[str, list[str]] = {}
     for run in runs:
         by_set.setdefault(run["set"], []).append(run["id"])
-    rng = random.Random(SEED)
     labels: dict[str, dict[str, Any]] = {}
-    for name in sorted(by_set):
-        ids = sorted(by_set[name])
-        rng.shuffle(ids)
-        for k, run_id in enumerate(ids):
-            start, flag = LOOPS.get(run_id, (None, None))
-            labels[run_id] = {
-                "split": "tuned" if k < (len(ids) + 1) // 2 else "heldout",
-                "looping": run_id in LOOPS,
-                "loop_start": start,
-                "flag_at": flag,
-            }
+    for run_id, half in split_halves(by_set, SEED).items():
+        start, flag = LOOPS.get(run_id, (None, None))
+        labels[run_id] = {
+            "split": half,
+            "looping": run_id in LOOPS,
+            "loop_start": start,
+            "flag_at": flag,
+        }
     write_labels(labels, out)
 
 

@@ -59,7 +59,6 @@ from __future__ import annotations
 import ast
 import collections
 import json
-import random
 import re
 import sys
 from pathlib import Path
@@ -68,12 +67,16 @@ from typing import Any
 from corpus_kit import (
     add_convert,
     add_label,
+    add_listing,
     commands,
     find_cycle,
     fold,
     git,
+    json_or_text,
     loop,
     read_runs,
+    split_halves,
+    to_read,
     write_labels,
     write_runs,
 )
@@ -91,14 +94,6 @@ _ERROR = re.compile(r'^\{"error": "((?:[^"\\]|\\.)*)')
 sometimes inside its error (a long made-up function name, prose where the name goes)."""
 _NO_SUCH = "No such function name: "
 _NAME = re.compile(r"^[A-Za-z_][\w.\-]*$")
-
-
-def _value(text: str) -> Any:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text
-    return value if isinstance(value, (dict, list)) else text
 
 
 def _outcome(response: str) -> tuple[str | None, Any]:
@@ -144,7 +139,7 @@ def to_step(call: dict, position: int) -> dict:
         if error:
             step.update(ok=False, error=error)
         return step
-    step = {"tool": name, "args": _value(arguments), "turn": str(position)}
+    step = {"tool": name, "args": json_or_text(arguments), "turn": str(position)}
     if error:
         step.update(ok=False, error=error)
     elif result is not None:
@@ -330,15 +325,8 @@ def near_misses(steps: list[dict]) -> list[str]:
 def listing(runs_path: Path, which: str) -> None:
     """Every run the rule labels looping (``loops``) or that a plain listing points at while the
     rule labels it healthy (``near``), one line per step, for reading."""
-    for run in read_runs(runs_path):
-        lab = label_run(run["steps"])
-        if which == "loops" and lab["looping"]:
-            head = f"LOOP {lab['reason']}: start {lab['loop_start']}, flag {lab['flag_at']}"
-        elif which == "near" and not lab["looping"] and near_misses(run["steps"]):
-            head = "healthy; " + ", ".join(near_misses(run["steps"]))
-        else:
-            continue
-        print(f"\n{run['id']} resolved={run['resolved']} {head}")
+    for run, head in to_read(read_runs(runs_path), which, label_run, near_misses):
+        print(head)
         for i, step in enumerate(run["steps"]):
             print(_line(i, step))
 
@@ -349,13 +337,7 @@ def label(runs_path: Path, out: Path) -> None:
     for run in runs:
         s = run["setting"]
         by_set.setdefault(f"{s['model']}/{s['test_set']}", []).append(run["id"])
-    split: dict[str, str] = {}
-    rng = random.Random(SEED)
-    for key in sorted(by_set):
-        ids = sorted(by_set[key])
-        rng.shuffle(ids)
-        for k, run_id in enumerate(ids):
-            split[run_id] = "tuned" if k < (len(ids) + 1) // 2 else "heldout"
+    split = split_halves(by_set, SEED)
     labels = {run["id"]: {"split": split[run["id"]], **label_run(run["steps"])} for run in runs}
     write_labels(labels, out)
     reasons = collections.Counter(v["reason"] for v in labels.values() if v["looping"])
@@ -365,9 +347,7 @@ def label(runs_path: Path, out: Path) -> None:
 def main(argv: list[str]) -> None:
     parser, sub = commands(__doc__)
     add_convert(sub, REPO)
-    li = sub.add_parser("listing")
-    li.add_argument("--runs", type=Path, required=True)
-    li.add_argument("--which", choices=("loops", "near"), default="loops")
+    add_listing(sub)
     add_label(sub)
     args = parser.parse_args(argv)
     if args.cmd == "convert":

@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import random
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,15 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "--git-dir", str(repo), *args], check=True, capture_output=True, text=True
     ).stdout
+
+
+def json_or_text(text: str) -> Any:
+    """A JSON object or array as its value; any other text (other JSON included) as it is."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, (dict, list)) else text
 
 
 def read_runs(path: Path) -> list[dict]:
@@ -55,6 +66,43 @@ def write_labels(labels: dict[str, dict], out: Path) -> None:
     for name in ("tuned", "heldout"):
         part = [v for v in labels.values() if v["split"] == name]
         print(f"{name}: {len(part)} runs, {sum(v['looping'] for v in part)} loops")
+
+
+def split_halves(
+    groups: dict[str, list[str]], seed: int, order: Callable[[str], Any] | None = None
+) -> dict[str, str]:
+    """Id -> ``tuned`` / ``heldout``: group by group (in name order), the ids sorted (by
+    `order` when given) and shuffled with one generator seeded with `seed`; the first half,
+    rounded up, tuned."""
+    rng = random.Random(seed)
+    split: dict[str, str] = {}
+    for group in sorted(groups):
+        ids = sorted(groups[group], key=order)
+        rng.shuffle(ids)
+        for k, one in enumerate(ids):
+            split[one] = "tuned" if k < (len(ids) + 1) // 2 else "heldout"
+    return split
+
+
+def to_read(
+    runs: list[dict],
+    which: str,
+    label_run: Callable[[list[dict]], dict],
+    near_misses: Callable[[list[dict]], list[str]],
+) -> list[tuple[dict, str]]:
+    """The runs a listing shows with its head line: those `label_run` labels looping
+    (``loops``), or those it labels healthy that `near_misses` points at (``near``)."""
+    chosen = []
+    for run in runs:
+        lab = label_run(run["steps"])
+        if which == "loops" and lab["looping"]:
+            head = f"LOOP {lab['reason']}: start {lab['loop_start']}, flag {lab['flag_at']}"
+        elif which == "near" and not lab["looping"] and near_misses(run["steps"]):
+            head = "healthy; " + ", ".join(near_misses(run["steps"]))
+        else:
+            continue
+        chosen.append((run, f"\n{run['id']} resolved={run['resolved']} {head}"))
+    return chosen
 
 
 def fold(v: Any) -> Any:
@@ -100,6 +148,14 @@ def add_convert(sub: Any, repo: str) -> None:
     c = sub.add_parser("convert")
     c.add_argument("--repo", type=Path, required=True, help="bare git snapshot of " + repo)
     c.add_argument("--out", type=Path, required=True)
+
+
+def add_listing(sub: Any) -> argparse.ArgumentParser:
+    """``listing --runs <runs file> [--which loops|near]`` (returned, for more options)."""
+    li = sub.add_parser("listing")
+    li.add_argument("--runs", type=Path, required=True)
+    li.add_argument("--which", choices=("loops", "near"), default="loops")
+    return li
 
 
 def add_label(sub: Any) -> None:
