@@ -337,32 +337,31 @@ USER = None
 LOCOMO_CANDIDATES = tuple(folder / "shared" / "data" / "locomo10.json" for folder in ROOT.parents)
 """LoCoMo (snap-research/LoCoMo, CC BY-NC 4.0, evaluation only, never copied here): long
 two-person chats, read from ``shared/data`` beside the checkout."""
+
+
+def _beside(variable: str, name: str) -> tuple[Path | None, ...]:
+    """Where a converted corpus may be: the file named by $`variable`, else `name` in
+    ``shared/data`` beside the checkout (or beside a folder above it)."""
+    return (
+        Path(os.environ[variable]) if os.environ.get(variable) else None,
+        *(folder / "shared" / "data" / name for folder in ROOT.parents),
+    )
+
+
 GROK_TAU2_LABELS = ROOT / "bench" / "corpora" / "grok_tau2_labels.json"
-GROK_TAU2_CANDIDATES = (
-    Path(os.environ["REWIND_GROKTAU2"]) if os.environ.get("REWIND_GROKTAU2") else None,
-    *(folder / "shared" / "data" / "grok_tau2.jsonl.gz" for folder in ROOT.parents),
-)
+GROK_TAU2_CANDIDATES = _beside("REWIND_GROKTAU2", "grok_tau2.jsonl.gz")
 """Where the converted Grok tau2-bench simulations may be (generated, not committed: see
 bench/corpora/convert_grok_tau2.py and GROK_TAU2_LABELS.md)."""
 GPTOSS_LABELS = ROOT / "bench" / "corpora" / "gptoss_labels.json"
-GPTOSS_CANDIDATES = (
-    Path(os.environ["REWIND_GPTOSS"]) if os.environ.get("REWIND_GPTOSS") else None,
-    *(folder / "shared" / "data" / "gptoss_weather.jsonl.gz" for folder in ROOT.parents),
-)
+GPTOSS_CANDIDATES = _beside("REWIND_GPTOSS", "gptoss_weather.jsonl.gz")
 """Where the converted gpt-oss tool-calling trials may be (generated, not committed: see
 bench/corpora/convert_gptoss.py and GPTOSS_LABELS.md)."""
 TOOLBENCH_LABELS = ROOT / "bench" / "corpora" / "toolbench_labels.json"
-TOOLBENCH_CANDIDATES = (
-    Path(os.environ["REWIND_TOOLBENCH"]) if os.environ.get("REWIND_TOOLBENCH") else None,
-    *(folder / "shared" / "data" / "toolbench_cot.jsonl.gz" for folder in ROOT.parents),
-)
+TOOLBENCH_CANDIDATES = _beside("REWIND_TOOLBENCH", "toolbench_cot.jsonl.gz")
 """Where the converted ToolBench CoT runs may be (generated, not committed: see
 bench/corpora/convert_toolbench.py and TOOLBENCH_LABELS.md)."""
 BFCL_LABELS = ROOT / "bench" / "corpora" / "bfcl_labels.json"
-BFCL_CANDIDATES = (
-    Path(os.environ["REWIND_BFCL"]) if os.environ.get("REWIND_BFCL") else None,
-    *(folder / "shared" / "data" / "bfcl_gptoss.jsonl.gz" for folder in ROOT.parents),
-)
+BFCL_CANDIDATES = _beside("REWIND_BFCL", "bfcl_gptoss.jsonl.gz")
 """Where the converted BFCL multi-turn runs may be (generated, not committed: see
 bench/corpora/convert_bfcl.py and BFCL_LABELS.md)."""
 REALRUNS_CANDIDATES = (
