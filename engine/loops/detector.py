@@ -68,8 +68,10 @@ it do not see that step); each can be disabled (`disabled_rules`) or switched of
   moved to another line of the code.
 - ``near_duplicate``: 3 failures of one tool with the same error signature on the same target, or
   3 side-effecting successes on the same target, whose arguments differ only slightly (numbers
-  nudged, strings reworded, an optional argument left out or given an empty value); no progress and no success of that tool in between. `details`
-  carries the argument differences.
+  nudged, strings reworded, an optional argument left out or given an empty value; for a
+  failure, any other value of an argument the error rejects by name without quoting the value:
+  ``unexpected keyword argument 'address'``); no progress and no success of that tool in
+  between. `details` carries the argument differences.
 - ``cycle``: the last `cycle_repeats` × p + 1 tool calls repeat a block of period p (2…5) with
   identical outcomes: two rounds and the head of the third (ABABA, ABCABCA…); waiting calls are
   left out of the pattern. Two rounds alone (ABAB) are ordinary work.

@@ -394,6 +394,19 @@ class TestNearDuplicate:
                  fail("get_user_tickets", {"status": "Closed"}, error)]
         assert flagged(feed(named)) == []
 
+    def test_other_values_of_an_argument_the_error_rejects_by_name_are_the_same_attempt(self):
+        """ToolBench: geocode(address=...) failing "unexpected keyword argument 'address'" for
+        "Cairo", "Cairo, Egypt", "Giza": no value could fix a wrong argument name. An error
+        that quotes the value back ("No such file: a.txt") is about the value: other values
+        are other tries."""
+        error = "reverse_geocode() got an unexpected keyword argument 'address'"
+        steps = [fail("geocode", {"address": a}, error) for a in ("Cairo", "Cairo, Egypt", "Giza")]
+        v = first(feed(steps))
+        assert v is not None and (v.rule, v.evidence) == (NEAR_DUPLICATE, (0, 1, 2))
+        files = [fail("open", {"name": n}, f"No such file: '{n}' (argument 'name')")
+                 for n in ("a.txt", "notes.md", "todo")]
+        assert flagged(feed(files)) == []
+
     def test_reworded_strings_count_as_near(self):
         queries = [
             "SELECT * FROM order WHERE id = 42",

@@ -16,7 +16,7 @@ __all__ = ["NEAR_DUPLICATE", "NearDuplicate"]
 NEAR_DUPLICATE: Final = "near_duplicate"
 
 _MISSING = object()
-_EMPTY = (None, "", "None", "null", [], {})
+_EMPTY: tuple[Any, ...] = (None, "", "None", "null", [], {})
 """Values an agent gives an optional argument when it means none (compared with ``in``, so
 ``[]`` and ``{}`` match empty containers only; flattened leaves are never containers with
 items)."""
@@ -41,14 +41,17 @@ class NearDuplicate(Rule):
     with no progress and no success of that tool in between. The target is the values of the
     `target_keys`, or for a free-form shell command its program, sub-command and paths.
 
-    For failures, two more changes are details, however large: a command that keeps its words
+    For failures, three more changes are details, however large: a command that keeps its words
     and changes only its flags and the directories of its paths (``mvn -q test -Dtest=A`` and
     ``mvn test -o -Dtest=A -DfailIfNoTests=false`` failing the same way: the same build failure,
-    the same target); and a number the error quotes back each time (``but paid 417``, ``but paid
-    822``: the same complaint about the amount the agent keeps changing). An argument left out
-    and the same argument given an empty value (null, ``""``, ``"None"``, ``[]``, ``{}``) are
-    the same call, for failures and side effects alike: ``get_user_tickets()`` and
-    ``get_user_tickets(status="None")`` failing the same way are one attempt made again.
+    the same target); a number the error quotes back each time (``but paid 417``, ``but paid
+    822``: the same complaint about the amount the agent keeps changing); and any other value of
+    an argument that both errors name without quoting the value given (``unexpected keyword
+    argument 'address'`` for "Cairo", then "Cairo, Egypt": no value fixes a wrong name). An
+    argument left out and the same argument given an empty value (null, ``""``, ``"None"``,
+    ``[]``, ``{}``) are the same call, for failures and side effects alike:
+    ``get_user_tickets()`` and ``get_user_tickets(status="None")`` failing the same way are one
+    attempt made again.
 
     Calls issued by one model response (`Step.turn`) are one attempt: three different guesses
     of one batch that fail alike are one try, so the chain must span `near_duplicate_threshold`
@@ -223,7 +226,10 @@ class NearDuplicate(Rule):
                 return False  # a different number in a side effect is a different entity
             if values_close(x, y, self.numeric_abs, self.numeric_rel, self.text_similarity):
                 continue
-            if side_effect or not _detail(x, y, first.error, second.error):
+            if side_effect or not (
+                _detail(x, y, first.error, second.error)
+                or _about_the_key(path, x, y, first.error, second.error)
+            ):
                 return False
         return True
 
@@ -240,6 +246,22 @@ def _detail(x: Any, y: Any, error_x: str, error_y: str) -> bool:
     if not isinstance(x, (int, float)) or not isinstance(y, (int, float)):
         return False
     return _quotes(error_x, x) and _quotes(error_y, y)
+
+
+def _about_the_key(path: str, x: Any, y: Any, error_x: str, error_y: str) -> bool:
+    """Whether both errors are about the argument itself, not its value: each quotes the
+    argument's name (``unexpected keyword argument 'address'``) and neither quotes the value
+    it was given, so no value could have changed the answer."""
+    key = path.rsplit(".", 1)[-1].split("[", 1)[0]
+    if not key or not isinstance(x, str) or not isinstance(y, str):
+        return False
+    named = (f"'{key}'", f'"{key}"', f"`{key}`")
+    return (
+        any(n in error_x for n in named)
+        and any(n in error_y for n in named)
+        and (not x or x not in error_x)
+        and (not y or y not in error_y)
+    )
 
 
 def _quotes(error: str, number: float) -> bool:
