@@ -226,21 +226,20 @@ class NearDuplicate(Rule):
                 return False  # a different number in a side effect is a different entity
             if values_close(x, y, self.numeric_abs, self.numeric_rel, self.text_similarity):
                 continue
-            if side_effect or not (
-                _detail(x, y, first.error, second.error)
-                or _about_the_key(path, x, y, first.error, second.error)
-            ):
+            if side_effect or not _detail(path, x, y, first.error, second.error):
                 return False
         return True
 
 
-def _detail(x: Any, y: Any, error_x: str, error_y: str) -> bool:
-    """Whether two values of one argument of two failures (with the same error signature)
-    differ only in a detail: a command's flags and directories, or a number each error quotes
-    (another id or name is another thing to try, not a detail)."""
+def _detail(path: str, x: Any, y: Any, error_x: str, error_y: str) -> bool:
+    """Whether two values of argument `path` of two failures (with the same error signature)
+    differ only in a detail: a command's flags and directories, a number each error quotes, or
+    any value of an argument both errors name without quoting the value given (``unexpected
+    keyword argument 'address'``: no value fixes a wrong name). Another id or name is another
+    thing to try, not a detail."""
     if isinstance(x, str) and isinstance(y, str):
         words = command_words(x)
-        return bool(words) and words == command_words(y)
+        return (bool(words) and words == command_words(y)) or _named(path, x, y, error_x, error_y)
     if isinstance(x, bool) or isinstance(y, bool):
         return False
     if not isinstance(x, (int, float)) or not isinstance(y, (int, float)):
@@ -248,12 +247,10 @@ def _detail(x: Any, y: Any, error_x: str, error_y: str) -> bool:
     return _quotes(error_x, x) and _quotes(error_y, y)
 
 
-def _about_the_key(path: str, x: Any, y: Any, error_x: str, error_y: str) -> bool:
-    """Whether both errors are about the argument itself, not its value: each quotes the
-    argument's name (``unexpected keyword argument 'address'``) and neither quotes the value
-    it was given, so no value could have changed the answer."""
+def _named(path: str, x: str, y: str, error_x: str, error_y: str) -> bool:
+    """Whether each error quotes the argument's name and neither quotes the value it got."""
     key = path.rsplit(".", 1)[-1].split("[", 1)[0]
-    if not key or not isinstance(x, str) or not isinstance(y, str):
+    if not key:
         return False
     named = (f"'{key}'", f'"{key}"', f"`{key}`")
     return (
